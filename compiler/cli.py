@@ -1,0 +1,48 @@
+"""The `//compiler` command line: one subcommand per module, each module owning its own flags.
+
+Each command module exposes `register(subparsers)`, which adds its parser(s) and sets
+`func=handler` where `handler(args) -> int`. Keeping one module per command keeps this file a
+table of contents and lets the commands grow independently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from common import log
+from common.cli import run_main
+
+# (module, what it provides); order is the order of `--help`.
+COMMAND_MODULES = (
+    "compiler.cmd_check",  # check
+    "compiler.cmd_run",  # run (reference interpreter, or --device gpu)
+    "compiler.cmd_cuda",  # cuda, ptx
+    "compiler.cmd_cluster",  # cluster
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="phobos-compiler",
+        description="Check, run and compile phobos tile kernels (.phk files).",
+    )
+    parser.add_argument("--log-level", default="warning", help="debug, info, warning or error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    log.configure(args.log_level)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    return args.func(args) or 0
+
+
+def entry() -> None:
+    run_main(main)
