@@ -17,7 +17,7 @@ Meaning in brief (docs/language.md is the full reference):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from compiler.source import Span
 
@@ -39,7 +39,7 @@ class Size:
 
     @staticmethod
     def const(value: int) -> Size:
-        return Size(((((), value),) if value else ()))
+        return Size((((), value),) if value else ())
 
     @staticmethod
     def sym(name: str) -> Size:
@@ -132,7 +132,7 @@ class TileType:
         return len(self.shape)
 
 
-Type = Union[ScalarType, TileType]
+Type = ScalarType | TileType
 
 I32 = ScalarType("i32")
 F32 = ScalarType("f32")
@@ -225,7 +225,7 @@ class SliceIndex:
     span: Span
 
 
-SliceItem = Union[SliceRange, SliceAll, SliceIndex]
+SliceItem = SliceRange | SliceAll | SliceIndex
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ class ShapeList:
     ty: Type | None = None
 
 
-Expr = Union[Const, Name, BlockIndex, BinOp, UnaryOp, Load, Call, ShapeList]
+Expr = Const | Name | BlockIndex | BinOp | UnaryOp | Load | Call | ShapeList
 
 # --------------------------------------------------------------------------------------------
 # Statements
@@ -337,7 +337,7 @@ class For:
     span: Span
 
 
-Stmt = Union[Let, VarDecl, Assign, Store, For]
+Stmt = Let | VarDecl | Assign | Store | For
 
 # --------------------------------------------------------------------------------------------
 # Parameters, attributes, kernels
@@ -359,7 +359,7 @@ class ScalarParam:
     span: Span
 
 
-Param = Union[TensorParam, ScalarParam]
+Param = TensorParam | ScalarParam
 
 
 @dataclass(frozen=True)
@@ -402,7 +402,7 @@ class Launch:
     span: Span
 
 
-Attribute = Union[Autotune, Cluster, Aligned, Launch]
+Attribute = Autotune | Cluster | Aligned | Launch
 
 
 @dataclass(frozen=True)

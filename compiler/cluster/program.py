@@ -1,0 +1,104 @@
+"""The cluster program: what the cluster compiler hands the scheduler.
+
+A cluster program is a super-tile grid, the units of work (one per output super-tile), the
+tensor regions each launch reads and writes, and the leaf kernels that do the work. Leaves are
+phobos source text (the user's kernel with `@cluster` removed, or a generated init/step kernel),
+so every backend (reference interpreter, CUDA) runs them like any other kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TensorRole = Literal["input", "output", "inout"]  # inout: read and written (C with beta)
+
+
+@dataclass(frozen=True)
+class Region:
+    """A box of a tensor in storage: `shape` elements starting at `start`, one per axis."""
+
+    tensor: str
+    start: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str  # storage dtype: f32, f16, bf16, i32
+    shape: tuple[int, ...]  # the whole tensor's shape in storage
+    role: TensorRole
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A kernel that runs on one node over one super-tile, one launch at a time.
+
+    `source` is a complete phobos file holding the kernel `kernel` (no @cluster attribute).
+    Its parameters have the same names as the user's kernel's; each tensor parameter is bound to
+    a buffer holding exactly the launch's region for it. `dims` are the leaf's dimensions (the
+    super-tile extents, or the whole extent for a tensor that is not split), `tile_values` the
+    @autotune values it runs with, `grid` its CTA grid, `threads` its CTA size.
+    """
+
+    name: str  # "main" (no cluster loop), or "init" / "step" (cluster loop)
+    kernel: str
+    source: str
+    dims: tuple[tuple[str, int], ...]
+    tile_values: tuple[tuple[str, int], ...]
+    grid: tuple[int, ...]
+    threads: int
+    tensors: tuple[str, ...]  # tensor parameters, in declaration order
+    scalars: tuple[str, ...]  # scalar parameters, in declaration order
+    flops: int = 0  # floating-point operations of one launch, estimated by the compiler
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a leaf: which region of which tensor each tensor parameter is bound to."""
+
+    leaf: str
+    reads: tuple[tuple[str, Region], ...]  # (parameter, region) for every tensor it loads
+    writes: tuple[tuple[str, Region], ...]  # (parameter, region) for every tensor it stores
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of work: everything that produces one output super-tile, launched in order.
+
+    Without a cluster loop: one "main" launch. With one: an "init" launch then one "step"
+    launch per chunk of the loop; the accumulator lives in the output's own buffer.
+    `index` is the row-major index of the output super-tile, by which placement deals units.
+    """
+
+    coord: tuple[int, ...]
+    index: int
+    launches: tuple[Launch, ...]
+
+
+@dataclass(frozen=True)
+class ClusterProgram:
+    kernel: str
+    source: str  # the user's whole source file
+    dims: tuple[tuple[str, int], ...]  # the problem's dimensions
+    cluster_values: tuple[tuple[str, int], ...]  # the @cluster values chosen
+    tile_values: tuple[tuple[str, int], ...]  # the @autotune values the leaves use
+    super_grid: tuple[int, ...]  # super-tiles along each grid axis (x, y, z)
+    tensors: tuple[TensorInfo, ...]
+    scalars: tuple[str, ...]  # scalar parameter names; values come with the job
+    leaves: tuple[Leaf, ...]
+    units: tuple[Unit, ...]
+
+    def leaf(self, name: str) -> Leaf:
+        for leaf in self.leaves:
+            if leaf.name == name:
+                return leaf
+        raise KeyError(name)
