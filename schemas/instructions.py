@@ -1,0 +1,99 @@
+"""Per-node instructions, as plain frozen dataclasses.
+
+The scheduler's planner produces them, the pod's state machine consumes them, and
+`schemas/rpc.capnp` carries them between the two (the conversion lives beside the schema).
+Every instruction has an `id` unique within its job and generation, and the ids of the
+instructions (on the same node) that must complete before it may start.
+
+Buffers are numbered per node. Tiles move between pods as f32, whatever the storage dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.cluster.program import Region
+
+
+@dataclass(frozen=True)
+class Allocate:
+    id: int
+    deps: tuple[int, ...]
+    buffer: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Load:
+    """Read `region` of the tensor stored at `uri` (converting to f32) into `buffer`."""
+
+    id: int
+    deps: tuple[int, ...]
+    buffer: int
+    uri: str
+    region: Region
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Copy buffer `peer_buffer` of node `peer` into local `buffer` (same shape)."""
+
+    id: int
+    deps: tuple[int, ...]
+    buffer: int
+    peer: int
+    peer_buffer: int
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Launch leaf `leaf` with each tensor parameter bound to a local buffer.
+
+    `unit` is the unit of work this launch belongs to (for traces and failure reports)."""
+
+    id: int
+    deps: tuple[int, ...]
+    leaf: str
+    bindings: tuple[tuple[str, int], ...]  # (tensor parameter, buffer)
+    unit: int
+
+
+@dataclass(frozen=True)
+class Store:
+    """Write `buffer` to `region` of the job's staging copy of the tensor at `uri`."""
+
+    id: int
+    deps: tuple[int, ...]
+    buffer: int
+    uri: str
+    region: Region
+    unit: int
+
+
+@dataclass(frozen=True)
+class Free:
+    id: int
+    deps: tuple[int, ...]
+    buffer: int
+
+
+Instruction = Allocate | Load | Fetch | Compute | Store | Free
+
+KINDS = {Allocate: "allocate", Load: "load", Fetch: "fetch", Compute: "compute", Store: "store", Free: "free"}
+
+
+def kind_of(instruction: Instruction) -> str:
+    return KINDS[type(instruction)]
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One node's share of a job under one plan generation.
+
+    A re-plan after a failure raises the generation; messages carrying an older one are refused.
+    `peak_bytes` is the planner's figure for the node's largest simultaneous buffer footprint."""
+
+    node: int
+    generation: int
+    instructions: tuple[Instruction, ...]
+    peak_bytes: int
