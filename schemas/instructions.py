@@ -72,9 +72,13 @@ class Store:
 
 @dataclass(frozen=True)
 class Free:
+    """Release `buffer` once its local deps are done AND peers have fetched it `serves` times:
+    a peer's fetch is not a local instruction, so the count is how the owner knows it may free."""
+
     id: int
     deps: tuple[int, ...]
     buffer: int
+    serves: int = 0
 
 
 Instruction = Allocate | Load | Fetch | Compute | Store | Free
