@@ -394,6 +394,7 @@ class Aligned:
 
     pairs: tuple[tuple[str, str], ...]
     span: Span
+    pair_spans: tuple[Span, ...] = ()  # one per pair (`M = TILE_M`), for errors at the entry
 
 
 @dataclass(frozen=True)

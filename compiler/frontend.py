@@ -1,0 +1,39 @@
+"""The front-end's public entry points: source text or a file -> a checked ir.Module.
+
+    load_text(text, filename="<string>") -> ir.Module   parsed and checked
+    load_file(path) -> ir.Module                          the same, for a file on disk
+
+Errors in the kernel raise compiler.diagnostics.CompileError (rendered with the source line);
+a missing or unreadable file raises common.errors.UserError.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from common.errors import UserError
+from compiler import ir
+from compiler.check import check
+from compiler.diagnostics import register_source
+from compiler.parser import parse
+
+
+def load_text(text: str, filename: str = "<string>") -> ir.Module:
+    register_source(filename, text)
+    return check(parse(text, filename))
+
+
+def load_file(path: str | os.PathLike) -> ir.Module:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a kernel file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read ({err.strerror})") from None
+    return load_text(text, str(path))
