@@ -1,0 +1,86 @@
+"""The `//scheduler` command line (phobos-sched).
+
+    phobos-sched new-job --kernel K.phk [--name KERNEL] --dim N=... --scalar a=... --tensor T=URI -o job.capnp
+    phobos-sched show-job job.capnp
+    phobos-sched job.capnp [--pods host:port,...] [--local-pods N] [--expect T=FILE.npy] [--trace FILE] ...
+
+The first word picks the command; anything else is a job file to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from common.cli import run_main, user_path
+from compiler.cli_args import parse_assignments, parse_scalars
+
+COMMANDS = ("new-job", "show-job")
+
+
+def new_job_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="phobos-sched new-job",
+        description="Write a job file: a kernel, its dimensions, scalars and one storage URI per tensor.",
+        epilog="URIs: file:///abs/path.npy, or file:rel/path.npy, which is resolved against the folder "
+               "holding the job file when the job runs.",
+    )
+    p.add_argument("--kernel", required=True, help="the .phk file")
+    p.add_argument("--name", help="the kernel to run when the file holds several")
+    p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value (repeat)")
+    p.add_argument("--scalar", action="append", metavar="NAME=X", help="a scalar parameter (repeat)")
+    p.add_argument("--tensor", action="append", metavar="NAME=URI", help="a tensor's storage URI (repeat)")
+    p.add_argument("--set", action="append", metavar="NAME=V",
+                   help="pin an @cluster value (default: each @cluster name's first value)")
+    p.add_argument("-o", "--output", required=True, help="the job file to write")
+    return p
+
+
+def show_job_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="phobos-sched show-job", description="Print a job file as text.")
+    p.add_argument("job", help="the job file")
+    return p
+
+
+def new_job(argv: list[str]) -> int:
+    from scheduler.jobfile import build_job, write_job
+
+    args = new_job_parser().parse_args(argv)
+    job = build_job(
+        user_path(args.kernel),
+        args.name,
+        dims=parse_assignments(args.dim, "--dim", int),
+        scalars=parse_scalars(args.scalar),
+        tensors=parse_assignments(args.tensor, "--tensor", None),
+        cluster_values=parse_assignments(args.set, "--set", int),
+    )
+    out = user_path(args.output)
+    write_job(job, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def show_job(argv: list[str]) -> int:
+    from scheduler.jobfile import read_job, render_job
+
+    args = show_job_parser().parse_args(argv)
+    path = user_path(args.job)
+    print(render_job(read_job(path), path))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "new-job":
+        return new_job(argv[1:])
+    if argv and argv[0] == "show-job":
+        return show_job(argv[1:])
+    from scheduler.run_cli import run_command
+
+    return run_command(argv)
+
+
+def entry() -> None:
+    run_main(main)
+
+
+if __name__ == "__main__":
+    entry()

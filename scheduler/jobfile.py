@@ -1,0 +1,303 @@
+"""Job files: building one from flags (`new-job`), reading and writing it, printing it (`show-job`).
+
+A job is a kernel (its whole source text travels inside the job), a value for every dimension,
+the scalars and one storage URI per tensor. Building a job checks the kernel and that nothing is
+missing or unknown, so a job file that exists is one the scheduler can at least start binding.
+
+URIs (see `parse_uri`): `file:///abs/a.npy`, `file://localhost/abs/a.npy`, or a relative
+`file:data/a.npy`, which is resolved against the directory holding the job file, so a job and
+its data can be moved or committed together.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import UserError
+from compiler import ir
+
+JOB_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    kernel_name: str
+    kernel_source: str
+    kernel_file: str
+    dims: tuple[tuple[str, int], ...]
+    scalars: tuple[tuple[str, float], ...]
+    tensors: tuple[tuple[str, str], ...]  # (tensor parameter, URI as written)
+    cluster_values: tuple[tuple[str, int], ...] = ()  # pinned @cluster values, if any
+
+    def uri(self, tensor: str) -> str:
+        return dict(self.tensors)[tensor]
+
+
+# ------------------------------------------------------------------------------------------
+# URIs
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileUri:
+    path: str  # percent-decoded
+    relative: bool
+
+
+def parse_uri(uri: str) -> FileUri:
+    """Check that `uri` is a file URI we accept; a UserError names it otherwise."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme != "file":
+        scheme = parts.scheme or "no scheme"
+        raise UserError(f"storage URI {uri!r}: only file: URIs are supported (got {scheme})")
+    if parts.query or parts.fragment:
+        raise UserError(f"storage URI {uri!r}: a query or fragment is not allowed")
+    if parts.netloc not in ("", "localhost"):
+        raise UserError(f"storage URI {uri!r}: remote host {parts.netloc!r} is not supported")
+    path = urllib.parse.unquote(parts.path)
+    if not path or path.endswith("/"):
+        raise UserError(f"storage URI {uri!r}: names no file")
+    if "\x00" in path:
+        raise UserError(f"storage URI {uri!r}: contains a NUL character")
+    if not path.endswith(".npy"):
+        raise UserError(f"storage URI {uri!r}: expected a .npy file")
+    relative = not path.startswith("/")
+    if relative and parts.netloc:
+        raise UserError(f"storage URI {uri!r}: a relative path cannot have a host")
+    return FileUri(path=path, relative=relative)
+
+
+def resolve_uri(uri: str, base_dir: Path) -> str:
+    """The absolute `file:///...` form of `uri`, relative paths taken from `base_dir`."""
+    parsed = parse_uri(uri)
+    path = Path(parsed.path)
+    if parsed.relative:
+        path = base_dir / path
+    return path_to_uri(Path(os.path.abspath(path)))
+
+
+def uri_path(uri: str) -> Path:
+    """The filesystem path of an absolute file URI."""
+    parsed = parse_uri(uri)
+    if parsed.relative:
+        raise UserError(f"storage URI {uri!r}: expected an absolute file URI here")
+    return Path(parsed.path)
+
+
+def path_to_uri(path: Path) -> str:
+    return "file://" + urllib.parse.quote(str(path))
+
+
+# ------------------------------------------------------------------------------------------
+# Building a job from the command line
+# ------------------------------------------------------------------------------------------
+
+
+def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
+    """Parse and check `source`, returning the named kernel (or the only one)."""
+    from compiler.diagnostics import register_source
+    from compiler.frontend import load_text
+
+    register_source(filename, source)
+    module = load_text(source, filename)
+    try:
+        return module.kernel(name)
+    except KeyError:
+        names = ", ".join(k.name for k in module.kernels) or "none"
+        if name is None:
+            raise UserError(f"{filename} holds several kernels ({names}): choose one with --name") from None
+        raise UserError(f"{filename} has no kernel {name} (it has: {names})") from None
+
+
+def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
+    """Dimensions the job must give: every symbolic tensor dimension not fixed by @autotune."""
+    from compiler.binding import kernel_dims
+
+    at = kernel.autotune
+    fixed = {d.name for d in at.dims} if at else set()
+    return tuple(d for d in kernel_dims(kernel) if d not in fixed)
+
+
+def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
+    """Every dimension, scalar and tensor given exactly, nothing unknown, values sane."""
+    from compiler.binding import kernel_dims
+
+    all_dims = kernel_dims(kernel)
+    dims = dict(job.dims)
+    for name in dims:
+        if name not in all_dims:
+            raise UserError(f"kernel {kernel.name} has no dimension {name} "
+                            f"(it has: {', '.join(all_dims) or 'none'})")
+        if dims[name] < 1:
+            raise UserError(f"dimension {name} = {dims[name]} must be at least 1")
+    missing = [d for d in required_dims(kernel) if d not in dims]
+    if missing:
+        raise UserError(f"missing --dim for {', '.join(missing)} (kernel {kernel.name})")
+
+    scalar_types = {s.name: s.dtype for s in kernel.scalars}
+    scalars = dict(job.scalars)
+    for name, value in scalars.items():
+        if name not in scalar_types:
+            raise UserError(f"kernel {kernel.name} has no scalar {name} "
+                            f"(it has: {', '.join(scalar_types) or 'none'})")
+        if scalar_types[name] == "i32" and (not math.isfinite(value) or value != int(value)):
+            raise UserError(f"scalar {name} = {value} must be an integer (it is i32)")
+    missing = [s for s in scalar_types if s not in scalars]
+    if missing:
+        raise UserError(f"missing --scalar for {', '.join(missing)} (kernel {kernel.name})")
+
+    tensor_names = [t.name for t in kernel.tensors]
+    tensors = dict(job.tensors)
+    for name, uri in tensors.items():
+        if name not in tensor_names:
+            raise UserError(f"kernel {kernel.name} has no tensor {name} "
+                            f"(it has: {', '.join(tensor_names) or 'none'})")
+        parse_uri(uri)
+    missing = [t for t in tensor_names if t not in tensors]
+    if missing:
+        raise UserError(f"missing --tensor for {', '.join(missing)} (kernel {kernel.name})")
+
+    cluster = kernel.cluster
+    space = {d.name: d.values for d in cluster.dims} if cluster else {}
+    for name, value in job.cluster_values:
+        if name not in space:
+            raise UserError(f"kernel {kernel.name} has no @cluster name {name} "
+                            f"(it has: {', '.join(space) or 'none'})")
+        if value not in space[name]:
+            allowed = ", ".join(str(v) for v in space[name])
+            raise UserError(f"{name} = {value} is outside its @cluster search space (allowed: {allowed})")
+
+
+def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], scalars: dict[str, float],
+              tensors: dict[str, str], cluster_values: dict[str, int] | None = None) -> Job:
+    try:
+        source = kernel_path.read_text()
+    except OSError as err:
+        raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
+    kernel = load_kernel(source, str(kernel_path), kernel_name)
+    job = Job(
+        kernel_name=kernel.name,
+        kernel_source=source,
+        kernel_file=str(kernel_path),
+        dims=tuple(dims.items()),
+        scalars=tuple((k, float(v)) for k, v in scalars.items()),
+        tensors=tuple(tensors.items()),
+        cluster_values=tuple((cluster_values or {}).items()),
+    )
+    check_against_kernel(job, kernel)
+    return job
+
+
+def job_kernel(job: Job) -> ir.Kernel:
+    """The job's kernel, parsed and checked, with errors pointing into the job's source text."""
+    return load_kernel(job.kernel_source, job.kernel_file or "<job>", job.kernel_name)
+
+
+# ------------------------------------------------------------------------------------------
+# Reading and writing job files
+# ------------------------------------------------------------------------------------------
+
+
+def job_to_bytes(job: Job) -> bytes:
+    from scheduler.schema_files import job_schema
+
+    msg = job_schema().Job.new_message()
+    msg.format = JOB_FORMAT
+    msg.kernelName = job.kernel_name
+    msg.kernelSource = job.kernel_source
+    msg.kernelFile = job.kernel_file
+    for field, items in (("dims", job.dims), ("clusterValues", job.cluster_values)):
+        lst = msg.init(field, len(items))
+        for i, (name, value) in enumerate(items):
+            lst[i].name = name
+            lst[i].value = int(value)
+    lst = msg.init("scalars", len(job.scalars))
+    for i, (name, value) in enumerate(job.scalars):
+        lst[i].name = name
+        lst[i].value = float(value)
+    lst = msg.init("tensors", len(job.tensors))
+    for i, (name, uri) in enumerate(job.tensors):
+        lst[i].name = name
+        lst[i].uri = uri
+    return msg.to_bytes()
+
+
+def job_from_bytes(data: bytes, where: str = "<job>") -> Job:
+    from scheduler.schema_files import job_schema
+
+    try:
+        # Limits keep a corrupt or hostile file from making us walk gigabytes of pointers.
+        with job_schema().Job.from_bytes(data, traversal_limit_in_words=64 << 20, nesting_limit=64) as msg:
+            if msg.format != JOB_FORMAT:
+                raise UserError(f"{where}: job format {msg.format} is not supported (expected {JOB_FORMAT})")
+            return Job(
+                kernel_name=msg.kernelName,
+                kernel_source=msg.kernelSource,
+                kernel_file=msg.kernelFile,
+                dims=tuple((d.name, d.value) for d in msg.dims),
+                scalars=tuple((s.name, s.value) for s in msg.scalars),
+                tensors=tuple((t.name, t.uri) for t in msg.tensors),
+                cluster_values=tuple((d.name, d.value) for d in msg.clusterValues),
+            )
+    except UserError:
+        raise
+    except Exception as err:  # pycapnp raises KjException and friends for malformed bytes
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{where}: not a valid job file ({first[:200]})") from None
+
+
+def write_job(job: Job, path: Path) -> None:
+    """Write atomically: a temp file in the same folder, fsync, then os.replace."""
+    data = job_to_bytes(job)
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_job(path: Path) -> Job:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise UserError(f"cannot read job file {path}: {err.strerror}") from None
+    return job_from_bytes(data, str(path))
+
+
+def render_job(job: Job, path: Path | None = None) -> str:
+    """The job as readable text (`show-job`), with relative URIs shown resolved too."""
+    lines = [f"job {path}" if path else "job", f"  kernel   {job.kernel_name}  (from {job.kernel_file})"]
+    for title, items in (("dims", job.dims), ("cluster", job.cluster_values), ("scalars", job.scalars)):
+        if items:
+            lines.append(f"  {title:<8} " + "  ".join(f"{k}={_fmt(v)}" for k, v in items))
+    if job.tensors:
+        lines.append("  tensors")
+        width = max(len(name) for name, _ in job.tensors)
+        for name, uri in job.tensors:
+            line = f"    {name:<{width}}  {uri}"
+            parsed = parse_uri(uri)
+            if parsed.relative and path is not None:
+                line += f"  -> {resolve_uri(uri, Path(path).resolve().parent)}"
+            lines.append(line)
+    lines.append("  source")
+    lines.extend("    | " + text for text in job.kernel_source.rstrip("\n").splitlines())
+    return "\n".join(lines)
+
+
+def _fmt(value: float | int) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value)) if abs(value) < 1e15 else repr(value)
+    return str(value)

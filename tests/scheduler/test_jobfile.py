@@ -1,0 +1,114 @@
+"""new-job / show-job: building, checking, writing and reading job files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from common.errors import UserError
+from scheduler import cli
+from scheduler.jobfile import (
+    Job,
+    build_job,
+    job_from_bytes,
+    job_to_bytes,
+    parse_uri,
+    read_job,
+    render_job,
+    resolve_uri,
+    write_job,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MATMUL = EXAMPLES / "matmul.phk"
+TENSORS = {"A": "file:a.npy", "B": "file:///data/b.npy", "C": "file:out/c.npy"}
+
+
+def matmul_job(**over) -> Job:
+    args = dict(dims={"M": 64, "N": 64, "K": 32}, scalars={"alpha": 1.0, "beta": 0.5}, tensors=TENSORS)
+    args.update(over)
+    return build_job(MATMUL, None, **args)
+
+
+def test_round_trip_through_bytes_and_file(tmp_path):
+    job = matmul_job(cluster_values={"TILE_M": 8192})
+    assert job_from_bytes(job_to_bytes(job)) == job
+    path = tmp_path / "j.capnp"
+    write_job(job, path)
+    assert read_job(path) == job
+    assert job.kernel_name == "matmul" and "kernel matmul" in job.kernel_source
+    assert [p.name for p in tmp_path.iterdir()] == ["j.capnp"]  # no temp file left behind
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"dims": {"M": 64, "N": 64}}, "missing --dim for K"),
+    ({"dims": {"M": 64, "N": 64, "K": 32, "Q": 1}}, "no dimension Q"),
+    ({"dims": {"M": 0, "N": 64, "K": 32}}, "M = 0 must be at least 1"),
+    ({"scalars": {"alpha": 1.0}}, "missing --scalar for beta"),
+    ({"scalars": {"alpha": 1.0, "beta": 1.0, "gamma": 2.0}}, "no scalar gamma"),
+    ({"tensors": {"A": "file:a.npy", "B": "file:b.npy"}}, "missing --tensor for C"),
+    ({"tensors": {**TENSORS, "D": "file:d.npy"}}, "no tensor D"),
+    ({"tensors": {**TENSORS, "A": "s3://bucket/a.npy"}}, "only file: URIs"),
+    ({"tensors": {**TENSORS, "A": "file://otherhost/a.npy"}}, "remote host"),
+    ({"tensors": {**TENSORS, "A": "file:a.csv"}}, "expected a .npy file"),
+    ({"tensors": {**TENSORS, "A": "a.npy"}}, "only file: URIs"),
+    ({"cluster_values": {"TILE_M": 5000}}, "outside its @cluster search space"),
+    ({"cluster_values": {"TILE_Q": 4096}}, "no @cluster name TILE_Q"),
+])
+def test_bad_jobs_are_refused_with_one_line(over, words):
+    with pytest.raises(UserError) as err:
+        matmul_job(**over)
+    assert words in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_dims_fixed_by_autotune_are_optional():
+    job = build_job(EXAMPLES / "flash_attention.phk", None, dims={"Nq": 256, "Nk": 128},
+                    scalars={"scale": 0.125},
+                    tensors={t: f"file:{t}.npy" for t in ("Q", "K", "V", "O")})
+    assert dict(job.dims) == {"Nq": 256, "Nk": 128}
+
+
+def test_kernel_errors_point_at_the_source(tmp_path):
+    bad = tmp_path / "bad.phk"
+    bad.write_text("kernel k(a: tensor<f32>[N]) {\n  a[0 :+ 4] = nope\n}\n")
+    with pytest.raises(UserError) as err:
+        build_job(bad, None, {"N": 4}, {}, {"a": "file:a.npy"})
+    assert f"{bad}:2:" in err.value.render()
+
+
+def test_uris():
+    assert parse_uri("file:///x/a.npy").relative is False
+    assert parse_uri("file://localhost/x/a.npy").path == "/x/a.npy"
+    assert parse_uri("file:data/a%20b.npy").path == "data/a b.npy"
+    assert resolve_uri("file:data/a.npy", Path("/jobs")) == "file:///jobs/data/a.npy"
+    assert resolve_uri("file:../a.npy", Path("/jobs/x")) == "file:///jobs/a.npy"
+    assert resolve_uri("file:///abs/a.npy", Path("/jobs")) == "file:///abs/a.npy"
+    for bad in ("http://x/a.npy", "file:", "file:///dir/", "file:///a.npy?x=1"):
+        with pytest.raises(UserError):
+            parse_uri(bad)
+
+
+def test_garbage_job_file_is_a_user_error(tmp_path):
+    path = tmp_path / "j.capnp"
+    path.write_bytes(b"\x07" * 40)
+    with pytest.raises(UserError, match="not a valid job file"):
+        read_job(path)
+    with pytest.raises(UserError, match="cannot read job file"):
+        read_job(tmp_path / "missing.capnp")
+
+
+def test_cli_new_job_and_show_job(tmp_path, capsys):
+    out = tmp_path / "job.capnp"
+    code = cli.main(["new-job", "--kernel", str(MATMUL), "--dim", "M=64", "--dim", "N=64", "--dim", "K=32",
+                     "--scalar", "alpha=2", "--scalar", "beta=0", "--tensor", "A=file:a.npy",
+                     "--tensor", "B=file:b.npy", "--tensor", "C=file:c.npy", "-o", str(out)])
+    assert code == 0 and out.exists()
+    capsys.readouterr()
+    assert cli.main(["show-job", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "kernel   matmul" in text and "M=64" in text and "alpha=2" in text
+    assert f"file:a.npy  -> file://{tmp_path}/a.npy" in text
+    assert "| kernel matmul(" in text
+    assert render_job(read_job(out)).startswith("job\n")
