@@ -1,7 +1,7 @@
 """The front-end's public entry points: source text or a file -> a checked ir.Module.
 
     load_text(text, filename="<string>") -> ir.Module   parsed and checked
-    load_file(path) -> ir.Module                          the same, for a file on disk
+    load_file(path, display_name=None) -> ir.Module       the same, for a file on disk
 
 Errors in the kernel raise compiler.diagnostics.CompileError (rendered with the source line);
 a missing or unreadable file raises common.errors.UserError.
@@ -24,7 +24,8 @@ def load_text(text: str, filename: str = "<string>") -> ir.Module:
     return check(parse(text, filename))
 
 
-def load_file(path: str | os.PathLike) -> ir.Module:
+def load_file(path: str | os.PathLike, display_name: str | None = None) -> ir.Module:
+    """`display_name` is the name errors show (the path as the user typed it); default `path`."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -36,4 +37,4 @@ def load_file(path: str | os.PathLike) -> ir.Module:
         raise UserError(f"{path}: not a UTF-8 text file") from None
     except OSError as err:
         raise UserError(f"{path}: cannot read ({err.strerror})") from None
-    return load_text(text, str(path))
+    return load_text(text, display_name or str(path))

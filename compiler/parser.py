@@ -271,12 +271,12 @@ class _Parser:
     # ---- statements -------------------------------------------------------------------------
 
     def block(self) -> tuple[tuple[ir.Stmt, ...], Token]:
-        self.expect_op("{", "'{'")
+        open_brace = self.expect_op("{", "'{'")
         stmts = []
         self.skip_newlines()
         while not self.tok.is_op("}"):
             if self.tok.kind == "eof":
-                raise self.fail("'}' closing the block")
+                raise CompileError(open_brace.span, "this '{' is never closed: the file ends before its '}'")
             stmts.append(self.statement())
             if not (self.tok.kind == "newline" or self.tok.is_op(";") or self.tok.is_op("}")):
                 raise self.fail("the end of the statement")
