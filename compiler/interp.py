@@ -1,0 +1,289 @@
+"""The numpy reference interpreter: the meaning of the phobos language, and the CPU backend.
+
+Execution model. A kernel body runs once per CTA of its grid; here it runs once in total, with
+every value holding the whole grid at once (interp_values: three leading grid axes x, y, z, each
+the CTA count or 1, then the tile axes). `ctx.block.x` is arange(Gx) shaped [Gx, 1, 1], so a
+value only carries the grid axes it actually depends on, and a `dot` of an operand depending on x
+with one depending on y becomes a single large GEMM instead of one small product per CTA.
+
+Control flow is uniform per statement; divergence between CTAs exists only in loop trip counts
+(e.g. causal attention's `range(0, min(row + BR, N), BC)`). Such a loop runs to the largest trip
+count, and an *active mask* (bool [gx, gy, gz]) says which CTAs are still inside it: assignments
+to vars keep the old value and stores drop the elements of inactive CTAs. Inactive CTAs still
+compute (and may produce inf/nan in padding); those values are never kept, so numpy's floating
+warnings are silenced for the whole run.
+
+Meaning (ir.py's docstrings): loads outside a tensor read 0 or the `fill`, stores outside are
+dropped (interp_memory); arithmetic is f32 whatever the storage type and stores round to nearest;
+i32 `/` floors; broadcasting is explicit (equal extents or 1); compound stores read, combine and
+write back the same region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.errors import UserError
+from compiler import interp_memory as mem
+from compiler import interp_values as val
+from compiler import ir
+from compiler.binding import Binding, tensor_shape
+from compiler.diagnostics import CompileError
+
+_GRID_AXES = {"x": 0, "y": 1, "z": 2}
+
+
+@dataclass
+class _Var:
+    """A mutable variable: the one kind of name whose value changes after it is bound."""
+
+    value: np.ndarray
+    declared: ir.Type
+
+
+@dataclass(frozen=True)
+class _Launch:
+    kernel: ir.Kernel
+    env: Mapping[str, int]
+    grid: tuple[int, int, int]
+    tensors: Mapping[str, np.ndarray]
+    written: frozenset[str]  # tensors the kernel stores to: loads from them must copy
+
+
+def stored_tensors(body: tuple[ir.Stmt, ...]) -> frozenset[str]:
+    out: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, ir.Store):
+            out.add(stmt.tensor)
+        elif isinstance(stmt, ir.For):
+            out |= stored_tensors(stmt.body)
+    return frozenset(out)
+
+
+def _dtype_of(ty: ir.Type) -> np.dtype:
+    return val.VALUE_DTYPES[ty.dtype]
+
+
+class _Runner:
+    def __init__(self, launch: _Launch, scalars: Mapping[str, np.ndarray]):
+        self.launch = launch
+        self.globals: dict[str, np.ndarray] = {
+            name: val.constant(v, val.I32) for name, v in launch.env.items()}
+        self.globals.update(scalars)
+        self.block = {
+            axis: np.arange(launch.grid[i], dtype=val.I32).reshape(
+                [launch.grid[i] if j == i else 1 for j in range(val.GRID_RANK)])
+            for axis, i in _GRID_AXES.items()}
+
+    # ---------------------------------------------------------------- statements
+
+    def run_block(self, body: tuple[ir.Stmt, ...], scope: dict, active: np.ndarray | None) -> None:
+        for stmt in body:
+            if isinstance(stmt, ir.Let):
+                scope[stmt.name] = self.eval(stmt.value, scope)
+            elif isinstance(stmt, ir.VarDecl):
+                scope[stmt.name] = _Var(self._conform(self.eval(stmt.init, scope), stmt.declared, scope),
+                                        stmt.declared)
+            elif isinstance(stmt, ir.Assign):
+                self.assign(stmt, scope, active)
+            elif isinstance(stmt, ir.Store):
+                self.store(stmt, scope, active)
+            elif isinstance(stmt, ir.For):
+                self.loop(stmt, scope, active)
+            else:
+                raise CompileError(stmt.span, f"the interpreter cannot run {type(stmt).__name__}")
+
+    def _conform(self, value: np.ndarray, declared: ir.Type, scope: dict) -> np.ndarray:
+        """Cast to the declared dtype and broadcast a scalar to the declared tile shape."""
+        value = val.cast(value, _dtype_of(declared))
+        if isinstance(declared, ir.TileType):
+            shape = tuple(s.evaluate(self.launch.env) for s in declared.shape)
+            value = val.with_rank(value, len(shape))
+            target = np.broadcast_shapes(value.shape, (1,) * val.GRID_RANK + shape)
+            if target != value.shape:
+                value = np.broadcast_to(value, target)
+        return value
+
+    def assign(self, stmt: ir.Assign, scope: dict, active: np.ndarray | None) -> None:
+        var = scope[stmt.name]
+        value = self.eval(stmt.value, scope)
+        if stmt.op != "=":
+            value = val.binary(stmt.op[0], var.value, value)
+        value = self._conform(value, var.declared, scope)
+        if active is not None:
+            value = np.where(val.with_rank(active, val.tile_rank(value)), value, var.value)
+        var.value = value
+
+    def store(self, stmt: ir.Store, scope: dict, active: np.ndarray | None) -> None:
+        tensor = self.launch.tensors[stmt.tensor]
+        windows = self.windows(stmt.index, tensor.shape, scope)
+        value = self.eval(stmt.value, scope)
+        if stmt.op != "=":
+            old = mem.load(tensor, windows, val.constant(0, mem.value_dtype(tensor)), private=True)
+            value = val.binary(stmt.op[0], old, value)
+        mem.store(tensor, windows, value, active)
+
+    def loop(self, stmt: ir.For, scope: dict, active: np.ndarray | None) -> None:
+        start = self.eval(stmt.start, scope).astype(np.int64)
+        stop = self.eval(stmt.stop, scope).astype(np.int64)
+        step = self.size(stmt.step, scope, "loop step")
+        if step <= 0:
+            raise CompileError(stmt.step.span, f"loop step must be positive, got {step}")
+        trips = np.maximum(0, -(-(stop - start) // step))
+        uniform = trips.size == 1 or bool(np.all(trips == trips.reshape(-1)[0]))
+        count = int(trips.max()) if trips.size else 0
+        for t in range(count):
+            inner = dict(scope)
+            index = start + t * step
+            inner[stmt.var] = index.astype(val.I32)
+            inner_active = active
+            if not uniform:
+                inside = t < trips
+                inner_active = inside if active is None else active & inside
+            self.run_block(stmt.body, inner, inner_active)
+
+    # ---------------------------------------------------------------- expressions
+
+    def size(self, expr: ir.Expr, scope: dict, what: str) -> int:
+        try:
+            return val.as_int(self.eval(expr, scope), what)
+        except ValueError as err:
+            raise CompileError(expr.span, str(err)) from None
+
+    def windows(self, index: tuple[ir.SliceItem, ...], dims: tuple[int, ...],
+                scope: dict) -> list[mem.Window]:
+        out = []
+        for item, dim in zip(index, dims, strict=True):
+            if isinstance(item, ir.SliceRange):
+                start = self.eval(item.start, scope)
+                out.append(mem.Window(start, self.size(item.extent, scope, "slice extent")))
+            elif isinstance(item, ir.SliceIndex):
+                out.append(mem.Window(self.eval(item.index, scope), 1, keep=False))
+            else:
+                out.append(mem.Window(val.constant(0, val.I32), dim))
+        return out
+
+    def eval(self, expr: ir.Expr, scope: dict) -> np.ndarray:
+        if isinstance(expr, ir.BinOp):
+            return val.binary(expr.op, self.eval(expr.lhs, scope), self.eval(expr.rhs, scope))
+        if isinstance(expr, ir.Name):
+            found = scope.get(expr.name)
+            if found is None:
+                found = self.globals.get(expr.name)
+                if found is None:
+                    raise CompileError(expr.span, f"unknown name {expr.name}")
+            return found.value if isinstance(found, _Var) else found
+        if isinstance(expr, ir.Const):
+            return self.const(expr)
+        if isinstance(expr, ir.Load):
+            return self.load(expr, scope)
+        if isinstance(expr, ir.Call):
+            return self.call(expr, scope)
+        if isinstance(expr, ir.BlockIndex):
+            return self.block[expr.axis]
+        if isinstance(expr, ir.UnaryOp):
+            operand = self.eval(expr.operand, scope)
+            return val.logical_not(operand) if expr.op == "not" else val.negate(operand)
+        raise CompileError(expr.span, f"the interpreter cannot evaluate {type(expr).__name__}")
+
+    def const(self, expr: ir.Const) -> np.ndarray:
+        if expr.ty is not None:
+            dtype = _dtype_of(expr.ty)
+        elif isinstance(expr.value, bool):
+            dtype = val.BOOL
+        else:
+            dtype = val.I32 if isinstance(expr.value, int) else val.F32
+        return val.constant(expr.value, dtype)
+
+    def load(self, expr: ir.Load, scope: dict) -> np.ndarray:
+        tensor = self.launch.tensors[expr.tensor]
+        windows = self.windows(expr.index, tensor.shape, scope)
+        dtype = mem.value_dtype(tensor)
+        fill = val.constant(0, dtype) if expr.fill is None else val.cast(self.eval(expr.fill, scope), dtype)
+        return mem.load(tensor, windows, fill, private=expr.tensor in self.launch.written)
+
+    def call(self, expr: ir.Call, scope: dict) -> np.ndarray:
+        f = expr.func
+        kwargs = dict(expr.kwargs)
+        if f in ("arange",):
+            return val.arange(self.size(expr.args[0], scope, "arange length"))
+        if f == "full":
+            shape_list = expr.args[0]
+            items = shape_list.items if isinstance(shape_list, ir.ShapeList) else (shape_list,)
+            shape = tuple(self.size(i, scope, "shape") for i in items)
+            return val.full(shape, self.eval(expr.args[1], scope))
+        args = [self.eval(a, scope) for a in expr.args]
+        if "axis" in kwargs:
+            axis = self.size(kwargs["axis"], scope, "axis")
+            if f == "expand":
+                return val.expand(args[0], axis)
+            return val.reduce(f, args[0], axis)
+        if f == "dot":
+            return val.dot(args[0], args[1])
+        if f == "transpose":
+            return val.transpose(args[0])
+        if f in ("exp", "log", "sqrt", "abs"):
+            return val.unary_math(f, args[0])
+        if f == "max":
+            return val.maximum(args[0], args[1])
+        if f == "min":
+            return val.minimum(args[0], args[1])
+        if f == "where":
+            return val.select(*args)
+        if f == "f32":
+            return val.to_f32(args[0])
+        if f == "i32":
+            return val.to_i32(args[0])
+        raise CompileError(expr.span, f"the interpreter has no built-in {f}")
+
+
+def _scalar_values(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, np.ndarray]:
+    params = {p.name: p for p in kernel.scalars}
+    for name in scalars:
+        if name not in params:
+            known = ", ".join(params) or "none"
+            raise UserError(f"kernel {kernel.name} has no scalar parameter {name} (it has: {known})")
+    out = {}
+    for name, p in params.items():
+        if name not in scalars:
+            raise UserError(f"missing scalar {name} for kernel {kernel.name}")
+        value = scalars[name]
+        if p.dtype == "i32":
+            if float(value) != int(value):
+                raise UserError(f"scalar {name} = {value} must be an integer (it is i32)")
+            out[name] = val.constant(int(value), val.I32)
+        else:
+            out[name] = val.constant(float(value), val.F32)
+    return out
+
+
+def _check_tensors(kernel: ir.Kernel, binding: Binding, tensors: Mapping[str, np.ndarray]) -> None:
+    for p in kernel.tensors:
+        if p.name not in tensors:
+            raise UserError(f"missing tensor {p.name} for kernel {kernel.name}")
+        expected = tensor_shape(p, binding.env)
+        if tuple(tensors[p.name].shape) != expected:
+            raise UserError(f"tensor {p.name}: expected shape {expected}, got {tuple(tensors[p.name].shape)}")
+
+
+def grid_shape(kernel: ir.Kernel, binding: Binding) -> tuple[int, int, int]:
+    """CTA counts along x, y, z (1 along axes the kernel's grid does not use)."""
+    counts = [1, 1, 1]
+    for axis, count in zip(kernel.grid, binding.grid, strict=True):
+        counts[_GRID_AXES[axis.axis]] = count
+    return counts[0], counts[1], counts[2]
+
+
+def run_kernel(kernel: ir.Kernel, binding: Binding, tensors: dict[str, np.ndarray],
+               scalars: Mapping[str, float | int]) -> None:
+    """Run `kernel` over its whole grid, writing its stores into `tensors` in place."""
+    _check_tensors(kernel, binding, tensors)
+    launch = _Launch(kernel, binding.env, grid_shape(kernel, binding), tensors, stored_tensors(kernel.body))
+    runner = _Runner(launch, _scalar_values(kernel, scalars))
+    if 0 in launch.grid:
+        return
+    with np.errstate(all="ignore"):
+        runner.run_block(kernel.body, {}, None)
