@@ -1,0 +1,454 @@
+"""Loading the RPC schema and converting the runtime's dataclasses to and from Cap'n Proto.
+
+The scheduler and the pods talk in `schemas/rpc.capnp`; everything on either side works with the
+frozen dataclasses of `schemas/instructions.py`, `compiler/cluster/program.py` and the few below.
+Each `write_*` fills a message builder in place (so it works on RPC request params as well as on
+`new_message()` builders); each `read_*` returns a dataclass from a reader (or a builder).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import capnp
+
+from compiler.cluster.program import ClusterProgram, Leaf, Region, TensorInfo
+from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+
+# Explicit reader limits for every RPC connection and every message read from bytes: a message
+# (or a chain of them) larger than this is refused instead of being traversed. 64 MiB in 8-byte
+# words, matching Cap'n Proto's own default, stated here so every side agrees.
+TRAVERSAL_LIMIT_WORDS = 64 * 1024 * 1024 // 8
+NESTING_LIMIT = 64
+# Tiles move in chunks this size (and never more than MAX_CHUNK_BYTES in one readChunk).
+CHUNK_BYTES = 4 * 1024 * 1024
+MAX_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+def _schemas_dir() -> Path:
+    try:
+        from common.paths import repo_file
+    except ImportError:  # common.paths not written yet: the checkout layout is enough
+        return Path(__file__).resolve().parent
+    return Path(repo_file("schemas/rpc.capnp")).parent
+
+
+@functools.cache
+def rpc():
+    """The loaded `schemas/rpc.capnp` module (loaded once per process)."""
+    folder = _schemas_dir()
+    return capnp.load(str(folder / "rpc.capnp"), imports=[str(folder)])
+
+
+# ---- dataclasses that exist only on the wire -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobProgram:
+    """What a pod needs of a job: leaves, scalar values, tensor infos.
+
+    `leaf_ptx` maps a leaf name to PTX compiled once by the scheduler (GPU pods); a leaf without
+    an entry is compiled by the pod. `leaf_writes` maps a leaf name to the tensor parameters it
+    stores to (how a pod knows when a buffer is final and may be served to peers)."""
+
+    kernel: str
+    leaves: tuple[Leaf, ...]
+    scalars: tuple[tuple[str, float | int], ...]
+    tensors: tuple[TensorInfo, ...]
+    leaf_ptx: tuple[tuple[str, str], ...] = ()
+    leaf_writes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def leaf(self, name: str) -> Leaf:
+        for leaf in self.leaves:
+            if leaf.name == name:
+                return leaf
+        raise KeyError(name)
+
+    def writes_of(self, leaf_name: str) -> tuple[str, ...] | None:
+        for name, writes in self.leaf_writes:
+            if name == leaf_name:
+                return writes
+        return None
+
+
+def job_program(program: ClusterProgram, scalars: dict[str, float | int],
+                leaf_ptx: dict[str, str] | None = None) -> JobProgram:
+    """The pods' view of a cluster program; the leaves' written parameters come from its launches."""
+    writes: dict[str, list[str]] = {leaf.name: [] for leaf in program.leaves}
+    seen: set[str] = set()
+    for unit in program.units:
+        for launch in unit.launches:
+            if launch.leaf in seen:
+                continue
+            seen.add(launch.leaf)
+            writes[launch.leaf] = [param for param, _ in launch.writes]
+        if len(seen) == len(writes):
+            break
+    return JobProgram(
+        kernel=program.kernel,
+        leaves=program.leaves,
+        scalars=tuple((name, scalars[name]) for name in program.scalars),
+        tensors=program.tensors,
+        leaf_ptx=tuple(sorted((leaf_ptx or {}).items())),
+        leaf_writes=tuple((name, tuple(w)) for name, w in writes.items() if name in seen),
+    )
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    backend: str
+    device_name: str
+    vram_bytes: int
+    pid: int
+    host_id: str = ""
+    device_index: int = -1
+
+
+@dataclass(frozen=True)
+class TileHeader:
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    checksum: int
+
+
+@dataclass(frozen=True)
+class InstructionEvent:
+    """One finished instruction on a pod, or one tile served (kind "serve", id = the buffer)."""
+
+    id: int
+    kind: str
+    start: float
+    end: float
+    bytes: int = 0
+    peer: int | None = None
+    ok: bool = True
+    message: str = ""
+    unit: int | None = None
+    leaf: str | None = None
+
+
+@dataclass(frozen=True)
+class Peer:
+    node: int
+    address: str
+
+
+# ---- plain data ---------------------------------------------------------------------------------
+
+
+def write_region(builder, region: Region) -> None:
+    builder.tensor = region.tensor
+    builder.start = list(region.start)
+    builder.shape = list(region.shape)
+
+
+def read_region(reader) -> Region:
+    return Region(tensor=reader.tensor, start=tuple(reader.start), shape=tuple(reader.shape))
+
+
+def _write_named_ints(builder, name: str, items: tuple[tuple[str, int], ...]) -> None:
+    lst = builder.init(name, len(items))
+    for entry, (key, value) in zip(lst, items, strict=True):
+        entry.name = key
+        entry.value = int(value)
+
+
+def _read_named_ints(lst) -> tuple[tuple[str, int], ...]:
+    return tuple((entry.name, entry.value) for entry in lst)
+
+
+def write_tensor_info(builder, info: TensorInfo) -> None:
+    builder.name = info.name
+    builder.dtype = info.dtype
+    builder.shape = list(info.shape)
+    builder.role = info.role
+
+
+def read_tensor_info(reader) -> TensorInfo:
+    return TensorInfo(name=reader.name, dtype=reader.dtype, shape=tuple(reader.shape), role=reader.role)
+
+
+def write_leaf(builder, leaf: Leaf, ptx: str = "", writes: tuple[str, ...] = ()) -> None:
+    builder.name = leaf.name
+    builder.kernel = leaf.kernel
+    builder.source = leaf.source
+    _write_named_ints(builder, "dims", leaf.dims)
+    _write_named_ints(builder, "tileValues", leaf.tile_values)
+    builder.grid = list(leaf.grid)
+    builder.threads = leaf.threads
+    builder.tensors = list(leaf.tensors)
+    builder.scalars = list(leaf.scalars)
+    builder.flops = leaf.flops
+    builder.ptx = ptx
+    builder.writes = list(writes)
+
+
+def read_leaf(reader) -> tuple[Leaf, str, tuple[str, ...]]:
+    """The leaf, its PTX ("" when the pod compiles it) and its written parameters."""
+    leaf = Leaf(
+        name=reader.name,
+        kernel=reader.kernel,
+        source=reader.source,
+        dims=_read_named_ints(reader.dims),
+        tile_values=_read_named_ints(reader.tileValues),
+        grid=tuple(reader.grid),
+        threads=reader.threads,
+        tensors=tuple(reader.tensors),
+        scalars=tuple(reader.scalars),
+        flops=reader.flops,
+    )
+    return leaf, reader.ptx, tuple(reader.writes)
+
+
+def write_scalar(builder, name: str, value: float | int) -> None:
+    builder.name = name
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"scalar {name!r} must be an int or a float, not {type(value).__name__}")
+    if isinstance(value, int):
+        builder.int = value
+    else:
+        builder.float = float(value)
+
+
+def read_scalar(reader) -> tuple[str, float | int]:
+    which = reader.which()
+    return reader.name, (reader.int if which == "int" else reader.float)
+
+
+def write_program(builder, program: JobProgram) -> None:
+    builder.kernel = program.kernel
+    ptx = dict(program.leaf_ptx)
+    leaves = builder.init("leaves", len(program.leaves))
+    for entry, leaf in zip(leaves, program.leaves, strict=True):
+        write_leaf(entry, leaf, ptx.get(leaf.name, ""), program.writes_of(leaf.name) or ())
+    scalars = builder.init("scalars", len(program.scalars))
+    for entry, (name, value) in zip(scalars, program.scalars, strict=True):
+        write_scalar(entry, name, value)
+    tensors = builder.init("tensors", len(program.tensors))
+    for entry, info in zip(tensors, program.tensors, strict=True):
+        write_tensor_info(entry, info)
+
+
+def read_program(reader) -> JobProgram:
+    leaves, ptx, writes = [], [], []
+    for entry in reader.leaves:
+        leaf, leaf_ptx, leaf_writes = read_leaf(entry)
+        leaves.append(leaf)
+        if leaf_ptx:
+            ptx.append((leaf.name, leaf_ptx))
+        if leaf_writes:
+            writes.append((leaf.name, leaf_writes))
+    return JobProgram(
+        kernel=reader.kernel,
+        leaves=tuple(leaves),
+        scalars=tuple(read_scalar(s) for s in reader.scalars),
+        tensors=tuple(read_tensor_info(t) for t in reader.tensors),
+        leaf_ptx=tuple(ptx),
+        leaf_writes=tuple(writes),
+    )
+
+
+# ---- instructions and plans -----------------------------------------------------------------------
+
+
+def write_instruction(builder, ins: Instruction) -> None:
+    builder.id = ins.id
+    builder.deps = list(ins.deps)
+    if isinstance(ins, Allocate):
+        body = builder.init("allocate")
+        body.buffer = ins.buffer
+        body.shape = list(ins.shape)
+    elif isinstance(ins, Load):
+        body = builder.init("load")
+        body.buffer = ins.buffer
+        body.uri = ins.uri
+        write_region(body.init("region"), ins.region)
+    elif isinstance(ins, Fetch):
+        body = builder.init("fetch")
+        body.buffer = ins.buffer
+        body.peer = ins.peer
+        body.peerBuffer = ins.peer_buffer
+    elif isinstance(ins, Compute):
+        body = builder.init("compute")
+        body.leaf = ins.leaf
+        body.unit = ins.unit
+        bindings = body.init("bindings", len(ins.bindings))
+        for entry, (param, buffer) in zip(bindings, ins.bindings, strict=True):
+            entry.param = param
+            entry.buffer = buffer
+    elif isinstance(ins, Store):
+        body = builder.init("store")
+        body.buffer = ins.buffer
+        body.uri = ins.uri
+        body.unit = ins.unit
+        write_region(body.init("region"), ins.region)
+    elif isinstance(ins, Free):
+        body = builder.init("free")
+        body.buffer = ins.buffer
+        body.serves = ins.serves
+    else:
+        raise TypeError(f"not an instruction: {ins!r}")
+
+
+def read_instruction(reader) -> Instruction:
+    ident, deps = reader.id, tuple(reader.deps)
+    which = reader.which()
+    if which == "allocate":
+        b = reader.allocate
+        return Allocate(id=ident, deps=deps, buffer=b.buffer, shape=tuple(b.shape))
+    if which == "load":
+        b = reader.load
+        return Load(id=ident, deps=deps, buffer=b.buffer, uri=b.uri, region=read_region(b.region))
+    if which == "fetch":
+        b = reader.fetch
+        return Fetch(id=ident, deps=deps, buffer=b.buffer, peer=b.peer, peer_buffer=b.peerBuffer)
+    if which == "compute":
+        b = reader.compute
+        bindings = tuple((entry.param, entry.buffer) for entry in b.bindings)
+        return Compute(id=ident, deps=deps, leaf=b.leaf, bindings=bindings, unit=b.unit)
+    if which == "store":
+        b = reader.store
+        region = read_region(b.region)
+        return Store(id=ident, deps=deps, buffer=b.buffer, uri=b.uri, region=region, unit=b.unit)
+    if which == "free":
+        b = reader.free
+        return Free(id=ident, deps=deps, buffer=b.buffer, serves=b.serves)
+    raise ValueError(f"unknown instruction kind {which!r}")
+
+
+def write_plan(builder, plan: NodePlan) -> None:
+    builder.node = plan.node
+    builder.generation = plan.generation
+    builder.peakBytes = plan.peak_bytes
+    lst = builder.init("instructions", len(plan.instructions))
+    for entry, ins in zip(lst, plan.instructions, strict=True):
+        write_instruction(entry, ins)
+
+
+def read_plan(reader) -> NodePlan:
+    return NodePlan(
+        node=reader.node,
+        generation=reader.generation,
+        instructions=tuple(read_instruction(entry) for entry in reader.instructions),
+        peak_bytes=reader.peakBytes,
+    )
+
+
+def write_peers(builder, name: str, peers: list[Peer] | tuple[Peer, ...]) -> None:
+    lst = builder.init(name, len(peers))
+    for entry, peer in zip(lst, peers, strict=True):
+        entry.node = peer.node
+        entry.address = peer.address
+
+
+def read_peers(lst) -> tuple[Peer, ...]:
+    return tuple(Peer(node=entry.node, address=entry.address) for entry in lst)
+
+
+def write_submit(params, job_id: str, program: JobProgram, plan: NodePlan, peers) -> None:
+    """Fill a `Pod.submit` request (e.g. `request = pod.submit_request()`; then `request.send()`)."""
+    params.jobId = job_id
+    params.generation = plan.generation
+    write_program(params.init("program"), program)
+    write_plan(params.init("plan"), plan)
+    write_peers(params, "peers", list(peers))
+
+
+# ---- pod descriptions, tiles, events ---------------------------------------------------------------
+
+
+def write_pod_info(builder, info: PodInfo) -> None:
+    builder.backend = info.backend
+    builder.deviceName = info.device_name
+    builder.vramBytes = info.vram_bytes
+    builder.pid = info.pid
+    builder.hostId = info.host_id
+    builder.deviceIndex = info.device_index
+
+
+def read_pod_info(reader) -> PodInfo:
+    return PodInfo(
+        backend=reader.backend,
+        device_name=reader.deviceName,
+        vram_bytes=reader.vramBytes,
+        pid=reader.pid,
+        host_id=reader.hostId,
+        device_index=reader.deviceIndex,
+    )
+
+
+def write_tile_header(builder, header: TileHeader) -> None:
+    builder.shape = list(header.shape)
+    builder.dtype = header.dtype
+    builder.nbytes = header.nbytes
+    builder.checksum = header.checksum
+
+
+def read_tile_header(reader) -> TileHeader:
+    return TileHeader(shape=tuple(reader.shape), dtype=reader.dtype, nbytes=reader.nbytes,
+                      checksum=reader.checksum)
+
+
+def write_event(builder, event: InstructionEvent) -> None:
+    builder.id = event.id
+    builder.kind = event.kind
+    builder.start = event.start
+    builder.end = event.end
+    builder.bytes = event.bytes
+    builder.peer = -1 if event.peer is None else event.peer
+    builder.ok = event.ok
+    builder.message = event.message
+    builder.unit = -1 if event.unit is None else event.unit
+    builder.leaf = event.leaf or ""
+
+
+def read_event(reader) -> InstructionEvent:
+    return InstructionEvent(
+        id=reader.id,
+        kind=reader.kind,
+        start=reader.start,
+        end=reader.end,
+        bytes=reader.bytes,
+        peer=None if reader.peer < 0 else reader.peer,
+        ok=reader.ok,
+        message=reader.message,
+        unit=None if reader.unit < 0 else reader.unit,
+        leaf=reader.leaf or None,
+    )
+
+
+def write_events(builder, name: str, events: list[InstructionEvent] | tuple[InstructionEvent, ...]) -> None:
+    lst = builder.init(name, len(events))
+    for entry, event in zip(lst, events, strict=True):
+        write_event(entry, event)
+
+
+# ---- whole messages as bytes (tests, files) ------------------------------------------------------
+
+
+def plan_to_bytes(plan: NodePlan) -> bytes:
+    message = rpc().Plan.new_message()
+    write_plan(message, plan)
+    return message.to_bytes()
+
+
+def plan_from_bytes(data: bytes) -> NodePlan:
+    with rpc().Plan.from_bytes(data, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
+                               nesting_limit=NESTING_LIMIT) as reader:
+        return read_plan(reader)
+
+
+def program_to_bytes(program: JobProgram) -> bytes:
+    message = rpc().Program.new_message()
+    write_program(message, program)
+    return message.to_bytes()
+
+
+def program_from_bytes(data: bytes) -> JobProgram:
+    with rpc().Program.from_bytes(data, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
+                                  nesting_limit=NESTING_LIMIT) as reader:
+        return read_program(reader)
+

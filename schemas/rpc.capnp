@@ -1,0 +1,227 @@
+@0xb3ad81906287ba64;
+# The RPC interfaces between the scheduler (phobos-sched) and the pods (phobos-pod), and between
+# pods (peer tile fetches). Owned by the pod engineer; kept stable once committed: add fields at
+# the end of a struct with a new ordinal, never renumber.
+#
+# Conventions
+# - Every connection is opened on the bootstrap interface `Gate`; nothing else is reachable until
+#   `login` is called with the cluster's token (the scheduler and every peer present the same one).
+# - `jobId` is the scheduler's name for a job (Text); `generation` is the plan generation
+#   (starts at 1, raised by every re-plan). A pod refuses `submit`, `tileHeader`, `readChunk`,
+#   `release` and `ipcHandle` carrying a generation older than the newest it has seen for the job.
+# - Buffers are numbered per node and per generation (schemas/instructions.py). Tiles move as f32
+#   C-order bytes, whatever the storage dtype.
+# - Times are seconds since the Unix epoch (time.time() on the pod), so the scheduler subtracts
+#   its own job start; pods on other hosts are assumed to keep their clocks in sync (NTP).
+# - Message limits: every connection is read with an explicit traversal limit (see
+#   schemas/capnp_io.py TRAVERSAL_LIMIT_WORDS: 64 MiB) and nesting limit (64). That is why tiles
+#   travel in chunks (`readChunk`, 4 MiB by default), never as one message.
+# - Errors: a refused call fails with an exception whose text names the reason (e.g. "wrong
+#   token", "generation 1 is older than 2"); callers report it, nothing retries silently forever.
+
+# ---- Plain data -----------------------------------------------------------------------------
+
+struct Region {
+  # A box of a tensor in storage (compiler/cluster/program.py Region).
+  tensor @0 :Text;
+  start @1 :List(Int64);
+  shape @2 :List(Int64);
+}
+
+struct NamedInt {
+  name @0 :Text;
+  value @1 :Int64;
+}
+
+struct Scalar {
+  # A runtime scalar of the job; floats and ints keep their kind.
+  name @0 :Text;
+  union {
+    float @1 :Float64;
+    int @2 :Int64;
+  }
+}
+
+struct TensorInfo {
+  name @0 :Text;
+  dtype @1 :Text;          # storage dtype: "f32", "f16", "bf16", "i32"
+  shape @2 :List(Int64);   # the whole tensor in storage
+  role @3 :Text;           # "input", "output", "inout"
+}
+
+struct Leaf {
+  # A leaf kernel (compiler/cluster/program.py Leaf): phobos source run on one super-tile.
+  name @0 :Text;           # "main", "init", "step"
+  kernel @1 :Text;         # the kernel's name inside `source`
+  source @2 :Text;
+  dims @3 :List(NamedInt);
+  tileValues @4 :List(NamedInt);
+  grid @5 :List(UInt32);
+  threads @6 :UInt32;
+  tensors @7 :List(Text);  # tensor parameters, in declaration order
+  scalars @8 :List(Text);  # scalar parameters, in declaration order
+  flops @9 :UInt64;
+  ptx @10 :Text;           # optional: PTX compiled once by the scheduler ("" = the pod compiles)
+  writes @11 :List(Text);  # tensor parameters the leaf stores to (a buffer bound to one of them
+                           # is servable to peers only after that compute); empty = the pod works
+                           # it out from the source
+}
+
+struct Program {
+  # What a pod needs of the cluster program to run its plan.
+  kernel @0 :Text;
+  leaves @1 :List(Leaf);
+  scalars @2 :List(Scalar);
+  tensors @3 :List(TensorInfo);
+}
+
+struct Instruction {
+  # schemas/instructions.py, one variant per kind. `deps` are ids of instructions on the same
+  # node (same generation) that must complete first.
+  id @0 :UInt32;
+  deps @1 :List(UInt32);
+  union {
+    allocate @2 :Allocate;
+    load @3 :Load;
+    fetch @4 :Fetch;
+    compute @5 :Compute;
+    store @6 :Store;
+    free @7 :Free;
+  }
+
+  struct Allocate {
+    buffer @0 :UInt32;
+    shape @1 :List(Int64);
+  }
+  struct Load {
+    buffer @0 :UInt32;
+    uri @1 :Text;
+    region @2 :Region;
+  }
+  struct Fetch {
+    buffer @0 :UInt32;
+    peer @1 :UInt32;
+    peerBuffer @2 :UInt32;
+  }
+  struct Compute {
+    leaf @0 :Text;
+    bindings @1 :List(Binding);
+    unit @2 :UInt32;
+    struct Binding {
+      param @0 :Text;
+      buffer @1 :UInt32;
+    }
+  }
+  struct Store {
+    buffer @0 :UInt32;
+    uri @1 :Text;          # the ORIGINAL tensor's URI; the pod writes the job's staging copy
+    region @2 :Region;
+    unit @3 :UInt32;
+  }
+  struct Free {
+    buffer @0 :UInt32;
+    serves @1 :UInt32;     # peer fetches to wait for before freeing
+  }
+}
+
+struct Plan {
+  # schemas/instructions.py NodePlan.
+  node @0 :UInt32;
+  generation @1 :UInt32;
+  instructions @2 :List(Instruction);
+  peakBytes @3 :UInt64;
+}
+
+struct Peer {
+  node @0 :UInt32;
+  address @1 :Text;        # "host:port" of the peer's Gate
+}
+
+struct PodInfo {
+  backend @0 :Text;        # "cpu" or "gpu"
+  deviceName @1 :Text;
+  vramBytes @2 :UInt64;    # memory the pod may fill with buffers (host RAM for a CPU pod)
+  pid @3 :UInt32;
+  hostId @4 :Text;         # equal on pods of one host (same-host GPU peers may use CUDA IPC)
+  deviceIndex @5 :Int32;   # CUDA device ordinal, -1 for a CPU pod
+}
+
+struct TileHeader {
+  shape @0 :List(Int64);
+  dtype @1 :Text;          # always "f32" on the wire today
+  nbytes @2 :UInt64;
+  checksum @3 :UInt32;     # zlib.crc32 of the tile's nbytes bytes (C order)
+}
+
+struct InstructionEvent {
+  # One finished instruction (or one tile served to a peer: kind "serve", id = the buffer).
+  id @0 :UInt32;
+  kind @1 :Text;           # allocate, load, fetch, compute, store, free, serve
+  start @2 :Float64;       # Unix seconds
+  end @3 :Float64;
+  bytes @4 :UInt64;        # bytes moved: loaded, fetched, served, stored (0 for compute)
+  peer @5 :Int32;          # fetch: the node fetched from; serve: the node served; -1 otherwise
+  ok @6 :Bool;
+  message @7 :Text;        # failure reason when not ok
+  unit @8 :Int32;          # compute/store: the unit of work; -1 otherwise
+  leaf @9 :Text;           # compute: the leaf's name; "" otherwise
+}
+
+# ---- Interfaces -------------------------------------------------------------------------------
+
+interface Gate {
+  # The bootstrap capability of every pod. A wrong or missing token fails the call with
+  # "login refused: wrong token" and hands over nothing.
+  login @0 (token :Text) -> (pod :Pod);
+}
+
+interface Pod {
+  # The scheduler's connection. `hello` makes the caller this pod's scheduler: the pod
+  # heartbeats to `scheduler` and exits when that connection drops or heartbeats keep failing.
+  # `node` is this pod's node number in the cluster.
+  hello @0 (scheduler :SchedulerSink, node :UInt32) -> (info :PodInfo);
+
+  # Run `plan` (this node's share). A generation newer than the pod's current one for the job
+  # abandons the older plan first (as `newGeneration`); an older one is refused.
+  submit @1 (jobId :Text, generation :UInt32, program :Program, plan :Plan, peers :List(Peer)) -> ();
+
+  # Peer fetches. `tileHeader` waits until the buffer's producers are done (bounded by the
+  # caller's patience), then describes it. `readChunk` returns bytes [offset, offset+length) of
+  # the tile (length <= 16 MiB). `release` tells the owner one fetch of the buffer is complete,
+  # which is what a Free with `serves` > 0 waits for.
+  tileHeader @2 (jobId :Text, generation :UInt32, buffer :UInt32) -> (header :TileHeader);
+  readChunk @3 (jobId :Text, generation :UInt32, buffer :UInt32, offset :UInt64, length :UInt32)
+      -> (data :Data);
+  release @4 (jobId :Text, generation :UInt32, buffer :UInt32, node :UInt32, bytes :UInt64) -> ();
+
+  # Same-host GPU peers: a CUDA IPC memory handle of the buffer (cupy runtime.ipcGetMemHandle)
+  # and its header. Fails on a CPU pod; the caller then falls back to readChunk.
+  ipcHandle @5 (jobId :Text, generation :UInt32, buffer :UInt32)
+      -> (handle :Data, header :TileHeader, deviceIndex :Int32, hostId :Text);
+
+  # A re-plan: drop every plan of the job older than `generation` (running instructions finish,
+  # their results are discarded, buffers freed) and refuse older generations from now on.
+  newGeneration @6 (jobId :Text, generation :UInt32) -> ();
+
+  # Drop the job entirely (buffers freed, nothing more reported).
+  cancel @7 (jobId :Text) -> ();
+
+  # Exit the pod process after replying.
+  shutdown @8 () -> ();
+
+  # This pod's description (peers use it to decide on CUDA IPC).
+  info @9 () -> (info :PodInfo);
+}
+
+interface SchedulerSink {
+  # `running`: ids of the instructions running now (current generation).
+  heartbeat @0 (node :UInt32, generation :UInt32, running :List(UInt32)) -> ();
+
+  # Finished instructions, batched (a pod sends at most one batch in flight at a time).
+  # `jobId` names the job the events belong to.
+  events @1 (node :UInt32, generation :UInt32, events :List(InstructionEvent), jobId :Text) -> ();
+
+  # The plan of (jobId, generation) ran to the end on this node (every instruction done, every
+  # buffer freed) or stopped at its first failed instruction (`ok` false, the reason in `message`).
+  finished @2 (node :UInt32, jobId :Text, generation :UInt32, ok :Bool, message :Text) -> ();
+}

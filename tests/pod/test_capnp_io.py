@@ -1,0 +1,109 @@
+"""Round trips of the runtime's dataclasses through schemas/rpc.capnp."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler.cluster.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
+from schemas import capnp_io
+from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+
+LEAF = Leaf(
+    name="main", kernel="add", source="kernel add(...) {}\n", dims=(("N", 64),),
+    tile_values=(("BLOCK", 16),), grid=(4,), threads=256, tensors=("a", "b", "c"), scalars=(),
+    flops=64,
+)
+
+
+def sample_plan() -> NodePlan:
+    ra = Region("a", (0, 16), (8, 16))
+    rc = Region("c", (64,), (64,))
+    return NodePlan(
+        node=2, generation=3, peak_bytes=1 << 40,
+        instructions=(
+            Allocate(id=0, deps=(), buffer=0, shape=(8, 16)),
+            Load(id=1, deps=(0,), buffer=0, uri="file:///tmp/a.npy", region=ra),
+            Allocate(id=2, deps=(), buffer=1, shape=(8, 16)),
+            Fetch(id=3, deps=(2,), buffer=1, peer=1, peer_buffer=7),
+            Compute(id=4, deps=(1, 3), leaf="main", bindings=(("a", 0), ("b", 1), ("c", 1)), unit=5),
+            Store(id=5, deps=(4,), buffer=1, uri="file:///tmp/c.npy", region=rc, unit=5),
+            Free(id=6, deps=(4,), buffer=0, serves=2),
+            Free(id=7, deps=(5,), buffer=1),
+        ),
+    )
+
+
+def test_plan_round_trip():
+    plan = sample_plan()
+    assert capnp_io.plan_from_bytes(capnp_io.plan_to_bytes(plan)) == plan
+
+
+def test_empty_plan_round_trip():
+    plan = NodePlan(node=0, generation=1, instructions=(), peak_bytes=0)
+    assert capnp_io.plan_from_bytes(capnp_io.plan_to_bytes(plan)) == plan
+
+
+def test_program_round_trip_keeps_scalar_kinds_ptx_and_writes():
+    program = capnp_io.JobProgram(
+        kernel="add", leaves=(LEAF,), scalars=(("alpha", 1.5), ("n", 3)),
+        tensors=(TensorInfo("a", "bf16", (64, 16), "input"), TensorInfo("c", "f32", (64,), "inout")),
+        leaf_ptx=(("main", ".version 8.0"),), leaf_writes=(("main", ("c",)),),
+    )
+    back = capnp_io.program_from_bytes(capnp_io.program_to_bytes(program))
+    assert back == program
+    assert isinstance(back.scalars[1][1], int) and isinstance(back.scalars[0][1], float)
+    assert back.writes_of("main") == ("c",)
+    assert back.writes_of("step") is None
+
+
+def test_job_program_takes_writes_from_launches():
+    region = Region("c", (0,), (64,))
+    program = ClusterProgram(
+        kernel="add", source="", dims=(("N", 64),), cluster_values=(), tile_values=(),
+        super_grid=(1,), tensors=(TensorInfo("c", "f32", (64,), "output"),), scalars=("alpha",),
+        leaves=(LEAF,),
+        units=(Unit(coord=(0,), index=0,
+                    launches=(Launch("main", reads=(("a", region),), writes=(("c", region),)),)),),
+    )
+    job = capnp_io.job_program(program, {"alpha": 2.0, "unused": 1})
+    assert job.scalars == (("alpha", 2.0),)
+    assert job.leaf_writes == (("main", ("c",)),)
+
+
+def test_event_round_trip_maps_none_to_sentinels():
+    rpc = capnp_io.rpc()
+    for event in (
+        capnp_io.InstructionEvent(id=4, kind="compute", start=1.0, end=2.5, unit=3, leaf="step"),
+        capnp_io.InstructionEvent(id=9, kind="fetch", start=1.0, end=2.0, bytes=1024, peer=0,
+                                  ok=False, message="peer 0 unreachable"),
+    ):
+        msg = rpc.InstructionEvent.new_message()
+        capnp_io.write_event(msg, event)
+        assert capnp_io.read_event(msg) == event
+
+
+def test_pod_info_and_tile_header_round_trip():
+    rpc = capnp_io.rpc()
+    info = capnp_io.PodInfo("gpu", "NVIDIA H200", 140 << 30, 1234, "host-a", 0)
+    msg = rpc.PodInfo.new_message()
+    capnp_io.write_pod_info(msg, info)
+    assert capnp_io.read_pod_info(msg) == info
+    header = capnp_io.TileHeader((4, 8), "f32", 128, 0xDEADBEEF)
+    msg = rpc.TileHeader.new_message()
+    capnp_io.write_tile_header(msg, header)
+    assert capnp_io.read_tile_header(msg) == header
+
+
+def test_bad_scalar_is_refused():
+    msg = capnp_io.rpc().Scalar.new_message()
+    with pytest.raises(TypeError):
+        capnp_io.write_scalar(msg, "flag", True)
+
+
+def test_oversized_message_is_refused_by_the_traversal_limit():
+    source = "x" * (capnp_io.TRAVERSAL_LIMIT_WORDS * 8 + 1024)
+    program = capnp_io.JobProgram(kernel="k", leaves=(LEAF.__class__(**{**LEAF.__dict__, "source": source}),),
+                                  scalars=(), tensors=())
+    data = capnp_io.program_to_bytes(program)
+    with pytest.raises(Exception, match="[Tt]raversal|limit"):
+        capnp_io.program_from_bytes(data)
