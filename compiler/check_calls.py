@@ -67,7 +67,8 @@ def _axis(call: ir.Call, limit: int) -> int:
     if not 0 <= value.value < limit:
         raise CompileError(
             value.span,
-            f"axis {value.value} is out of range: {call.func} here takes an axis from 0 to {limit - 1}",
+            f"axis {value.value} is out of range 0..{limit - 1} for {call.func} of "
+            f"{describe(call.args[0].ty)}",
         )
     return value.value
 

@@ -27,14 +27,15 @@ def load_text(text: str, filename: str = "<string>") -> ir.Module:
 def load_file(path: str | os.PathLike, display_name: str | None = None) -> ir.Module:
     """`display_name` is the name errors show (the path as the user typed it); default `path`."""
     p = Path(path)
+    name = display_name or str(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
+        raise UserError(f"{name}: no such file") from None
     except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a kernel file") from None
+        raise UserError(f"{name}: is a directory, not a kernel file") from None
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
+        raise UserError(f"{name}: not a UTF-8 text file") from None
     except OSError as err:
-        raise UserError(f"{path}: cannot read ({err.strerror})") from None
-    return load_text(text, display_name or str(path))
+        raise UserError(f"{name}: cannot read ({err.strerror})") from None
+    return load_text(text, name)

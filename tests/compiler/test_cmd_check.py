@@ -1,0 +1,96 @@
+"""The `check` command: its report for good kernels, exit code 2 and a caret for bad ones."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from compiler import cmd_check
+from compiler.frontend import load_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The check command on its own, run as a program the way //compiler runs it (run_main turns a
+# UserError into its rendered text and exit code 2).
+CHECK_PROGRAM = """
+import argparse, sys
+from common.cli import run_main
+from compiler import cmd_check
+
+def main(argv):
+    parser = argparse.ArgumentParser()
+    cmd_check.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+run_main(main)
+"""
+
+
+def run_check(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-c", CHECK_PROGRAM, "check", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_report_for_matmul():
+    module = load_file(REPO / "examples" / "matmul.phk")
+    text = cmd_check.describe_module(module)
+    assert "kernel matmul" in text
+    assert "x: dim M, tile TILE_M" in text
+    assert "y: dim N, tile TILE_N" in text
+    assert "@aligned(M = TILE_M, N = TILE_N, K = TILE_K)" in text
+    # TILE_M, TILE_N: 32..256 doubling = 4 values each; TILE_K 4..32 = 4 values
+    assert "@autotune search space: 64 points" in text
+    # 4096..16384 doubling = 3 values each, three names
+    assert "@cluster search space: 27 points" in text
+
+
+def test_report_counts_fixed_dimension():
+    module = load_file(REPO / "examples" / "flash_attention.phk")
+    text = cmd_check.describe_module(module)
+    assert "@autotune search space: 9 points" in text  # D fixed (1) x BR 3 x BC 3
+    assert "@cluster search space: 3 points" in text
+
+
+def test_handler_prints_report(capsys):
+    parser = argparse.ArgumentParser()
+    cmd_check.register(parser.add_subparsers())
+    args = parser.parse_args(["check", str(REPO / "examples" / "add.phk")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "kernel add" in out and "x: dim N, tile BLOCK" in out
+
+
+def test_cli_bad_kernel_exits_2_with_caret(tmp_path):
+    (tmp_path / "bad.phk").write_text(
+        "@autotune(B in [32])\nkernel k(a: tensor<f32>[N]) {\n  a[0 :+ B] = b\n}\n"
+    )
+    result = run_check("bad.phk", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == "bad.phk:3:15: error: unknown name 'b'"
+    assert lines[1] == "  a[0 :+ B] = b"
+    assert lines[2] == " " * 14 + "^"
+    assert "Traceback" not in result.stderr and ".py" not in result.stderr
+
+
+def test_cli_missing_file_exits_2(tmp_path):
+    result = run_check("nope.phk", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: nope.phk: no such file"
+
+
+def test_cli_good_kernel(tmp_path):
+    result = run_check(str(REPO / "examples" / "softmax.phk"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "kernel softmax" in result.stdout
