@@ -240,24 +240,31 @@ class _Runner:
         raise CompileError(expr.span, f"the interpreter has no built-in {f}")
 
 
-def _scalar_values(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, np.ndarray]:
+def scalar_arguments(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, float | int]:
+    """Check the scalar arguments against the kernel's scalar parameters and give each its type
+    (an i32 parameter takes only whole numbers)."""
     params = {p.name: p for p in kernel.scalars}
     for name in scalars:
         if name not in params:
             known = ", ".join(params) or "none"
             raise UserError(f"kernel {kernel.name} has no scalar parameter {name} (it has: {known})")
-    out = {}
+    out: dict[str, float | int] = {}
     for name, p in params.items():
         if name not in scalars:
             raise UserError(f"missing scalar {name} for kernel {kernel.name}")
         value = scalars[name]
         if p.dtype == "i32":
-            if float(value) != int(value):
+            if not np.isfinite(value) or float(value) != int(value):
                 raise UserError(f"scalar {name} = {value} must be an integer (it is i32)")
-            out[name] = val.constant(int(value), val.I32)
+            out[name] = int(value)
         else:
-            out[name] = val.constant(float(value), val.F32)
+            out[name] = float(value)
     return out
+
+
+def _scalar_values(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, np.ndarray]:
+    typed = scalar_arguments(kernel, scalars)
+    return {name: val.constant(v, val.I32 if isinstance(v, int) else val.F32) for name, v in typed.items()}
 
 
 def _check_tensors(kernel: ir.Kernel, binding: Binding, tensors: Mapping[str, np.ndarray]) -> None:
