@@ -1,0 +1,247 @@
+"""Tensor storage: `file://` URIs to `.npy` files, read by region, written through a staging copy.
+
+Decisions (the runtime's storage contract):
+- Only `file://` URIs naming absolute paths (`file:///data/a.npy`, `file://localhost/data/a.npy`,
+  `file:/data/a.npy`); a relative one (`file:data/a.npy`) is resolved against `base` when the
+  caller gives one (the scheduler passes the job file's directory) and refused otherwise.
+- Confinement: a path must lie inside one of the operator's storage roots after every symlink is
+  resolved; a `..` component is refused outright (even one that would stay inside), and so is any
+  other scheme. The pod's default root is its working directory (pod/cli.py --storage-root).
+- dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is stored by numpy (with
+  ml_dtypes) as the opaque 2-byte void type `<V2`, so a 2-byte void header is read as bf16.
+- Tiles move as f32: reads convert to f32; writes convert f32 to the storage dtype rounding to
+  nearest (ties to even), for i32 too (values outside i32's range are refused).
+- Outputs are written into a staging copy in the same directory (a hidden name that carries the
+  job id), committed with fsync + os.replace + directory fsync when the job succeeds; a failed or
+  killed job leaves the original untouched. Loads always read the ORIGINAL file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import ml_dtypes
+import numpy as np
+from numpy.lib import format as npy_format
+
+from common.errors import UserError
+
+STORAGE_DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype("<f4"),
+    "f16": np.dtype("<f2"),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "i32": np.dtype("<i4"),
+}
+MAX_RANK = 4
+STAGING_MARK = ".phobos-staging-"
+_JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+# ---- URIs --------------------------------------------------------------------------------------
+
+
+def resolve_uri(uri: str, roots: list[Path] | tuple[Path, ...], base: Path | None = None) -> Path:
+    """The confined absolute path a `file://` URI names, or a UserError saying why not.
+
+    Nothing is read or written here; the file need not exist (an output may be created later),
+    but every existing part of its path is resolved through symlinks before the root check."""
+    parts = urlsplit(uri)
+    if parts.scheme != "file":
+        scheme = parts.scheme or "no scheme"
+        raise UserError(f"storage URI {uri!r}: only file:// URIs are supported (got {scheme})")
+    if parts.netloc not in ("", "localhost"):
+        raise UserError(f"storage URI {uri!r}: remote host {parts.netloc!r} is not supported")
+    if parts.query or parts.fragment:
+        raise UserError(f"storage URI {uri!r}: a query or fragment is not allowed")
+    raw = unquote(parts.path)
+    if not raw:
+        raise UserError(f"storage URI {uri!r}: no path")
+    if "\x00" in raw:
+        raise UserError(f"storage URI {uri!r}: a NUL byte is not allowed")
+    if ".." in Path(raw).parts:
+        raise UserError(f"storage URI {uri!r}: '..' is not allowed in a storage path")
+    path = Path(raw)
+    if not path.is_absolute():
+        if base is None:
+            raise UserError(f"storage URI {uri!r}: relative path with nothing to resolve it against")
+        path = Path(base) / path
+    real = Path(os.path.realpath(path))
+    for root in roots:
+        real_root = Path(os.path.realpath(root))
+        if real == real_root or real.is_relative_to(real_root):
+            return real
+    allowed = ", ".join(str(r) for r in roots) or "(none)"
+    raise UserError(f"storage URI {uri!r}: {real} is outside the storage roots ({allowed})")
+
+
+def path_to_uri(path: Path) -> str:
+    return Path(path).resolve().as_uri()
+
+
+# ---- reading ---------------------------------------------------------------------------------------
+
+
+def _dtype_name(dtype: np.dtype, path: Path) -> str:
+    if dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None:
+        return "bf16"
+    for name, known in STORAGE_DTYPES.items():
+        if name != "bf16" and dtype == known:
+            return name
+    raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: f32, f16, bf16, i32, little-endian)")
+
+
+def _read_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
+    try:
+        with open(path, "rb") as f:
+            version = npy_format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = npy_format.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = npy_format.read_array_header_2_0(f)
+            else:
+                raise UserError(f"{path}: unsupported .npy version {version}")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a .npy file") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except ValueError as err:
+        raise UserError(f"{path}: not a valid .npy file ({err})") from None
+    return tuple(shape), fortran, dtype
+
+
+def tensor_meta(path: Path) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype name) from the .npy header, without reading the data."""
+    shape, _, dtype = _read_header(path)
+    name = _dtype_name(dtype, path)
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise UserError(f"{path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
+    return shape, name
+
+
+def check_tensor(path: Path, shape: tuple[int, ...], dtype: str) -> None:
+    """A UserError unless the file holds a tensor of exactly this shape and dtype."""
+    actual_shape, actual_dtype = tensor_meta(path)
+    if tuple(actual_shape) != tuple(shape) or actual_dtype != dtype:
+        raise UserError(
+            f"{path}: holds {actual_dtype}{list(actual_shape)}, expected {dtype}{list(shape)}")
+
+
+def _open(path: Path, mode: str) -> np.memmap:
+    """A memory map of the whole file with the storage dtype (bf16 viewed as such)."""
+    tensor_meta(path)  # clear errors for a missing file, a bad header or an unsupported dtype
+    array = np.load(path, mmap_mode=mode, allow_pickle=False)
+    if array.dtype.kind == "V":
+        array = array.view(ml_dtypes.bfloat16)
+    return array
+
+
+def _slices(region, shape: tuple[int, ...], path: Path) -> tuple[slice, ...]:
+    if len(region.start) != len(shape) or len(region.shape) != len(shape):
+        raise UserError(f"{path}: region of rank {len(region.shape)} for a tensor of rank {len(shape)}")
+    slices = []
+    for axis, (start, extent, size) in enumerate(zip(region.start, region.shape, shape, strict=True)):
+        if start < 0 or extent < 0 or start + extent > size:
+            raise UserError(
+                f"{path}: region [{start}, {start + extent}) along axis {axis} is outside 0..{size}")
+        slices.append(slice(start, start + extent))
+    return tuple(slices)
+
+
+def read_region(path: Path, region) -> np.ndarray:
+    """The region's elements as a fresh C-contiguous f32 array (only the region is read)."""
+    array = _open(path, "r")
+    block = array[_slices(region, array.shape, path)]
+    out = np.empty(block.shape, dtype=np.float32)
+    out[...] = block  # converts from the storage dtype; exact for f16/bf16, RNE for big i32
+    return out
+
+
+# ---- staging and commit -------------------------------------------------------------------------
+
+
+def staging_path(final_path: Path, job_id: str) -> Path:
+    """Where the job's staging copy of `final_path` lives: same directory, hidden name."""
+    if not _JOB_ID.match(job_id):
+        raise UserError(f"job id {job_id!r}: use 1 to 64 letters, digits, '_', '-' or '.'")
+    final_path = Path(final_path)
+    return final_path.with_name(f".{final_path.name}{STAGING_MARK}{job_id}")
+
+
+def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id: str,
+                   copy_existing: bool = False) -> Path:
+    """Create the job's staging copy (zeros, or the final file's contents with `copy_existing`)."""
+    if dtype not in STORAGE_DTYPES:
+        raise UserError(f"{final_path}: unsupported dtype {dtype!r} (supported: {', '.join(STORAGE_DTYPES)})")
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise UserError(f"{final_path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
+    staging = staging_path(final_path, job_id)
+    array = npy_format.open_memmap(staging, mode="w+", dtype=STORAGE_DTYPES[dtype], shape=tuple(shape))
+    if copy_existing and Path(final_path).exists():
+        check_tensor(Path(final_path), tuple(shape), dtype)
+        source = _open(Path(final_path), "r")
+        array.view(source.dtype)[...] = source
+    array.flush()
+    del array
+    return staging
+
+
+def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
+    values = np.asarray(values, dtype=np.float32)
+    if dtype.kind == "i":
+        rounded = np.rint(values)
+        info = np.iinfo(dtype)
+        if rounded.size and (not np.isfinite(rounded).all() or rounded.min() < info.min
+                             or rounded.max() > info.max):
+            raise UserError(f"{path}: a value does not fit {dtype} (NaN, inf or out of range)")
+        return rounded.astype(dtype)
+    return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even
+
+
+def write_region(staging: Path, region, values: np.ndarray) -> int:
+    """Write f32 `values` (shaped like the region) into the staging file; returns bytes written."""
+    array = _open(staging, "r+")
+    slices = _slices(region, array.shape, staging)
+    if tuple(values.shape) != tuple(region.shape):
+        raise UserError(f"{staging}: values of shape {list(values.shape)} for a region of shape "
+                        f"{list(region.shape)}")
+    array[slices] = _to_storage(values, array.dtype, staging)
+    array.flush()  # msync, so a scheduler on another host sees the bytes after its fsync
+    nbytes = int(np.prod(region.shape)) * array.dtype.itemsize
+    del array
+    return nbytes
+
+
+def _fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(staging: Path, final_path: Path) -> None:
+    """Make the staging copy the final file atomically and durably."""
+    _fsync_path(staging)
+    os.replace(staging, final_path)
+    _fsync_path(Path(final_path).parent)
+
+
+def abort(staging: Path) -> None:
+    """Remove a staging copy (a failed job); missing is fine."""
+    try:
+        os.unlink(staging)
+    except FileNotFoundError:
+        pass
+
+
+def find_stale_staging(directory: Path) -> list[Path]:
+    """Staging copies left in `directory` by jobs that were killed before commit or abort."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.startswith(".") and STAGING_MARK in p.name)
