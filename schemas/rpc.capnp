@@ -9,8 +9,11 @@
 # - `jobId` is the scheduler's name for a job (Text); `generation` is the plan generation
 #   (starts at 1, raised by every re-plan). A pod refuses `submit`, `tileHeader`, `readChunk`,
 #   `release` and `ipcHandle` carrying a generation older than the newest it has seen for the job.
-# - Buffers are numbered per node and per generation (schemas/instructions.py). Tiles move as f32
-#   C-order bytes, whatever the storage dtype.
+# - Buffers are numbered per node and per generation (schemas/instructions.py); within one plan a
+#   buffer number names one buffer only (not reused after its Free), so a peer's (generation,
+#   buffer) is unambiguous. Instruction ids are unique within a plan and deps name ids of the same
+#   plan; a pod refuses a plan that breaks this (or has a dependency cycle) with the reason.
+#   Tiles move as f32 C-order bytes, whatever the storage dtype.
 # - Times are seconds since the Unix epoch (time.time() on the pod), so the scheduler subtracts
 #   its own job start; pods on other hosts are assumed to keep their clocks in sync (NTP).
 # - Message limits: every connection is read with an explicit traversal limit (see
