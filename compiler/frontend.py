@@ -14,14 +14,13 @@ from pathlib import Path
 
 from common.errors import UserError
 from compiler import ir
-from compiler.check import check
 from compiler.diagnostics import register_source
-from compiler.parser import parse
+from compiler.pipeline import run_pipeline
 
 
 def load_text(text: str, filename: str = "<string>") -> ir.Module:
     register_source(filename, text)
-    return check(parse(text, filename))
+    return run_pipeline(ir.Module(file=filename, text=text), until="check")
 
 
 def load_file(path: str | os.PathLike, display_name: str | None = None) -> ir.Module:

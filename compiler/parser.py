@@ -8,6 +8,7 @@ Recursive descent over the grammar in docs/language.md. Precedence, lowest first
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from compiler import ir
 from compiler.diagnostics import CompileError
@@ -337,7 +338,7 @@ class _Parser:
         # The tile shape stays as expressions until the checker turns them into Sizes; it is
         # carried in a placeholder TileType whose shape the checker replaces.
         if isinstance(declared, tuple):
-            declared = UncheckedTileType(declared[1], declared[2])
+            declared = UncheckedTileType(declared[1], declared[2])  # shape: expressions for now
         return ir.VarDecl(name=name.text, declared=declared, init=init, span=kw.span.to(init.span))
 
     def for_loop(self) -> ir.For:
@@ -537,12 +538,9 @@ class _Parser:
         raise self.fail("an expression")
 
 
+@dataclass(frozen=True)
 class UncheckedTileType(ir.TileType):
-    """The declared type of a `var` tile before checking: shape entries are still expressions.
+    """The declared type of a `var` tile before checking: `shape` still holds expressions.
 
     Only the parser builds it and only the checker reads it (check.py replaces it with a TileType
     of Sizes), so no later stage ever sees one."""
-
-    def __init__(self, dtype: str, shape_exprs: tuple):
-        object.__setattr__(self, "dtype", dtype)
-        object.__setattr__(self, "shape", shape_exprs)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from compiler import ir
+from compiler.source import UNKNOWN_SPAN, Span
 
 
 def iter_stmts(body: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
@@ -101,3 +103,20 @@ def read_tensors(kernel: ir.Kernel) -> tuple[str, ...]:
 
 def block_axes_used(kernel: ir.Kernel) -> tuple[str, ...]:
     return tuple(sorted({e.axis for e in iter_body_exprs(kernel.body) if isinstance(e, ir.BlockIndex)}))
+
+
+def without_spans(node):
+    """The same IR with every span blanked (and kernels' source text, modules' file and text
+    dropped): two trees are structurally equal exactly when their `without_spans` are."""
+    if isinstance(node, Span):
+        return UNKNOWN_SPAN
+    if isinstance(node, tuple):
+        return tuple(without_spans(x) for x in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type | ir.Size):
+        changes = {f.name: without_spans(getattr(node, f.name)) for f in dataclasses.fields(node)}
+        if isinstance(node, ir.Kernel):
+            changes["source"] = ""
+        if isinstance(node, ir.Module):
+            changes.update(text="", file="")
+        return dataclasses.replace(node, **changes)
+    return node
