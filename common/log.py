@@ -1,0 +1,81 @@
+"""Logging for the three programs: structlog, configured in this one place by each program's main.
+
+Events go to stderr: readable lines on a terminal, JSON lines otherwise (pods, CI and log files are
+read by machines). Callers bind what they know, using these names: `job`, `node`, `instruction`.
+
+    log = get_logger(node="pod-0")          # fine at module level, even before configure()
+    log.bind(job=job_id).info("instruction done", instruction=7)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+from common.cli import user_path
+from common.errors import UserError
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def configure(level: str = "info", stream: TextIO | None = None) -> None:
+    """Send events at `level` and above to `stream` (default: stderr); stdlib `logging` goes there too."""
+    if level.lower() not in LEVELS:
+        raise UserError(f"unknown log level {level!r}; use one of: {', '.join(LEVELS)}")
+    number = logging.getLevelName(level.upper())
+    out = sys.stderr if stream is None else stream
+    stamp = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if out.isatty():
+        render = [structlog.dev.ConsoleRenderer()]
+    else:
+        render = [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
+    structlog.configure(
+        processors=[*stamp, structlog.processors.StackInfoRenderer(), *render],
+        wrapper_class=structlog.make_filtering_bound_logger(number),
+        logger_factory=structlog.PrintLoggerFactory(out),
+        # Loggers made before configure() (module level) must pick up this configuration.
+        cache_logger_on_first_use=False,
+    )
+    # Libraries (asyncio, uvloop) log through the standard library: render them the same way.
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=stamp,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(number)
+
+
+def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:
+    """A logger with `bound` (job=, node=, instruction=, ...) attached to every event it logs."""
+    return structlog.get_logger(**bound)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The logging flags every program takes."""
+    parser.add_argument("--log-level", default="info", choices=LEVELS, help="least severe level shown")
+    parser.add_argument("--log-file", metavar="PATH", help="append JSON log lines to PATH, not stderr")
+
+
+def configure_from_args(args: argparse.Namespace) -> None:
+    """configure() from the flags of add_arguments(); a relative --log-file is the user's, not Bazel's."""
+    stream = None
+    if args.log_file:
+        path = user_path(args.log_file)
+        try:
+            # Left open on purpose: the program logs to it until it exits.
+            stream = open(path, "a", buffering=1, encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"cannot open log file {path}: {err.strerror}") from None
+    configure(args.log_level, stream)

@@ -1,0 +1,100 @@
+"""common.log: JSON lines off a terminal, readable lines on one, levels, bound fields, stdlib logs."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+
+import pytest
+
+from common import log
+from common.errors import UserError
+
+early = log.get_logger(node="made-before-configure")
+
+
+def events(stream: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_lines_carry_bound_fields_level_and_time():
+    out = io.StringIO()
+    log.configure("info", out)
+    log.get_logger(job="j1", node="pod-0").bind(instruction=7).info("fetched", bytes=128)
+    [event] = events(out)
+    assert event["event"] == "fetched"
+    assert (event["job"], event["node"], event["instruction"], event["bytes"]) == ("j1", "pod-0", 7, 128)
+    assert event["level"] == "info"
+    assert event["timestamp"].endswith("Z")
+
+
+def test_level_filters_less_severe_events():
+    out = io.StringIO()
+    log.configure("warning", out)
+    logger = log.get_logger()
+    logger.info("hidden")
+    logger.warning("shown")
+    assert [e["event"] for e in events(out)] == ["shown"]
+
+
+def test_loggers_made_before_configure_follow_it():
+    out = io.StringIO()
+    log.configure("debug", out)
+    early.debug("late")
+    [event] = events(out)
+    assert (event["event"], event["level"], event["node"]) == ("late", "debug", "made-before-configure")
+
+
+def test_exceptions_become_structured_fields():
+    out = io.StringIO()
+    log.configure("info", out)
+    try:
+        raise ValueError("bad tile")
+    except ValueError:
+        log.get_logger().exception("failed")
+    [event] = events(out)
+    assert event["exception"][0]["exc_type"] == "ValueError"
+
+
+def test_stdlib_logging_is_rendered_as_json_too():
+    out = io.StringIO()
+    log.configure("info", out)
+    logging.getLogger("asyncio").warning("slow callback %s", "cb")
+    [event] = events(out)
+    assert (event["event"], event["level"]) == ("slow callback cb", "warning")
+
+
+def test_terminal_gets_readable_lines():
+    reader, writer = os.openpty()
+    with open(writer, "w", closefd=True) as tty:
+        log.configure("info", tty)
+        log.get_logger(job="j1").info("started")
+        tty.flush()
+        text = os.read(reader, 4096).decode()
+    os.close(reader)
+    assert "started" in text and "job" in text and "j1" in text
+    assert not text.lstrip().startswith("{")
+
+
+def test_unknown_level_is_a_user_error():
+    with pytest.raises(UserError, match="unknown log level 'loud'"):
+        log.configure("loud")
+
+
+def test_relative_log_file_is_resolved_where_the_user_ran_bazel(tmp_path, monkeypatch):
+    user_dir = tmp_path / "user"
+    user_dir.mkdir()
+    monkeypatch.chdir(tmp_path)  # bazel run's working directory is elsewhere
+    monkeypatch.setenv("BUILD_WORKING_DIRECTORY", str(user_dir))
+    log.configure_from_args(argparse.Namespace(log_level="info", log_file="run.log"))
+    log.get_logger(job="j2").info("to file")
+    [event] = [json.loads(line) for line in (user_dir / "run.log").read_text().splitlines()]
+    assert (event["event"], event["job"]) == ("to file", "j2")
+
+
+def test_unwritable_log_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="cannot open log file"):
+        log.configure_from_args(argparse.Namespace(log_level="info", log_file=str(tmp_path / "no/dir/x.log")))

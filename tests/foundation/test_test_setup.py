@@ -1,0 +1,68 @@
+"""The shared pytest runner, the GPU skip in tests/conftest.py and the //:ruff completeness check."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from common.paths import REPO_ROOT, repo_file
+
+
+def load(relpath: str):
+    spec = importlib.util.spec_from_file_location(Path(relpath).stem, repo_file(relpath))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_runner_maps_bazels_test_environment_to_pytest():
+    runner = load("tests/run_pytest.py")
+    env = {"XML_OUTPUT_FILE": "/o/test.xml", "TEST_TMPDIR": "/t", "TESTBRIDGE_TEST_ONLY": "lexer"}
+    args = runner.pytest_args(["tests/x/test_a.py"], env)
+    assert args[:2] == ["-rs", "tests/x/test_a.py"]
+    assert {"--junitxml=/o/test.xml", "--basetemp=/t/pytest"} <= set(args)
+    assert args[-2:] == ["-k", "lexer"]
+    assert runner.pytest_args([], {}) == ["-rs"]
+
+
+def has_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None and importlib.util.find_spec("cupy") is not None
+
+
+def test_gpu_tests_skip_cleanly_without_a_gpu(tmp_path):
+    (tmp_path / "test_marked.py").write_text(
+        "import pytest\n\n\n@pytest.mark.gpu\ndef test_needs_gpu():\n"
+        "    import cupy\n\n    assert cupy.cuda.runtime.getDeviceCount() > 0\n"
+    )
+    # A separate pytest run with tests/conftest.py as its only plugin, on that one file.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "tests"), str(REPO_ROOT)])}
+    cmd = [sys.executable, "-m", "pytest", "-rs", "-p", "conftest", "-c", str(repo_file("pyproject.toml")),
+           "--rootdir", str(tmp_path), str(tmp_path / "test_marked.py")]
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    if has_gpu():
+        assert "1 passed" in result.stdout, result.stdout
+    else:
+        assert result.returncode == 0, result.stdout
+        assert "1 skipped" in result.stdout and "no GPU: cupy is not importable" in result.stdout
+
+
+def test_ruff_check_names_files_left_out_of_its_data(tmp_path, monkeypatch):
+    ruff_check = load("tests/foundation/ruff_check.py")
+    checkout, runfiles = tmp_path / "checkout", tmp_path / "runfiles"
+    skipped = [".venv/x.py", "third_party/y.py", "bazel-out/z.py"]
+    for rel in ["pyproject.toml", "pkg/a.py", "newpkg/b.py", *skipped]:
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text("")
+    (runfiles / "pkg").mkdir(parents=True)
+    for rel in ["pyproject.toml", "pkg/a.py"]:  # a runfiles tree is symlinks into the checkout
+        (runfiles / rel).symlink_to(checkout / rel)
+    assert ruff_check.python_files(checkout) == {"pkg/a.py", "newpkg/b.py"}
+    monkeypatch.chdir(runfiles)
+    assert ruff_check.main() == 1
+    (runfiles / "newpkg").mkdir()
+    (runfiles / "newpkg/b.py").symlink_to(checkout / "newpkg/b.py")
+    assert ruff_check.main() == 0
