@@ -1,0 +1,310 @@
+"""How a unit of work touches each tensor: every tensor axis is split by a grid axis, cut into
+chunks by the cluster loop, or taken whole.
+
+The cluster compiler reads the kernel at the cluster level: a block index of a cluster grid axis
+counts super-tiles, the cluster loop's variable counts chunks. A slice along an axis is therefore
+one of
+
+    ctx.block.a * S :+ S      (S the @cluster tile of grid axis a)  -> "grid": the unit's super-tile
+    kt :+ S                   (kt the cluster loop's variable)       -> "chunk": one chunk per step
+    anything else             (`:`, a leaf loop, a constant)        -> "whole": the axis is not split
+
+and every axis of one dimension must be cut the same way in every access, because the leaf sees
+one value per dimension. Positions at the cluster level (those block indices, the cluster loop
+variable) may only start slices: inside a leaf they count CTAs or chunk elements, so any other use
+would silently change meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from compiler import ir, walk
+from compiler.affine import Affine, affine_of
+from compiler.diagnostics import CompileError
+from compiler.ir import Size
+
+
+@dataclass(frozen=True)
+class AxisRole:
+    """How one tensor axis (or one dimension) is cut: `axis` is the grid axis of a "grid" role,
+    `tile` the @cluster name of a "grid" or "chunk" role."""
+
+    kind: Literal["whole", "grid", "chunk"]
+    axis: str = ""
+    tile: str = ""
+
+    def describe(self) -> str:
+        if self.kind == "grid":
+            return f"split into super-tiles by ctx.block.{self.axis} * {self.tile}"
+        if self.kind == "chunk":
+            return f"cut into chunks of {self.tile} by the cluster loop"
+        return "taken whole"
+
+
+WHOLE = AxisRole("whole")
+
+
+@dataclass(frozen=True)
+class ClusterLevel:
+    """What counts as a position at the cluster level: the grid axes whose tile is an @cluster
+    name (axis -> that name) and the cluster loop (its variable and step), if any."""
+
+    grid_tiles: dict[str, str]
+    loop_var: str | None = None
+    loop_tile: str | None = None
+
+    def position_keys(self) -> set[str]:
+        keys = {"block." + a for a in self.grid_tiles}
+        if self.loop_var:
+            keys.add(self.loop_var)
+        return keys
+
+
+@dataclass(frozen=True)
+class TensorAccess:
+    """All accesses of one tensor agree on `roles` (one per axis); `reads`/`writes` say whether
+    the kernel loads it (or compound-stores it) and stores it."""
+
+    name: str
+    roles: tuple[AxisRole, ...]
+    reads: bool
+    writes: bool
+
+
+@dataclass(frozen=True)
+class AccessPlan:
+    tensors: dict[str, TensorAccess]  # every tensor the kernel touches
+    dims: dict[str, AxisRole]  # every symbolic dimension of a touched tensor axis
+
+
+def _line(span) -> str:
+    return f"line {span.line}"
+
+
+def _slice_parts(item: ir.SliceItem) -> tuple[ir.Expr | None, ir.Expr | None]:
+    if isinstance(item, ir.SliceRange):
+        return item.start, item.extent
+    if isinstance(item, ir.SliceIndex):
+        return item.index, None
+    return None, None
+
+
+def classify_slice(
+    tensor: str, item: ir.SliceItem, env: dict[str, ir.Expr], level: ClusterLevel, verb: str
+) -> AxisRole:
+    start, extent = _slice_parts(item)
+    if start is None:
+        return WHOLE
+    keys = level.position_keys()
+    aff = affine_of(start, env)
+    if aff is None:
+        if mentions_position(start, env, level):
+            raise CompileError(
+                item.span,
+                f"'{tensor}' is {verb} at a position the cluster compiler cannot "
+                "place: a super-tile's slice must start at `ctx.block.<axis> * S` (or at the "
+                "cluster loop's variable)",
+            )
+        return WHOLE
+    hits = [k for k, _ in aff.terms if k in keys]
+    if not hits:
+        return WHOLE
+    ext = affine_of(extent, env) if extent is not None else None
+    ext_size = ext.const if ext is not None and ext.is_constant else None
+    key = hits[0]
+    if key.startswith("block."):
+        axis = key.removeprefix("block.")
+        tile = level.grid_tiles[axis]
+        role = AxisRole("grid", axis, tile)
+        expected = f"ctx.block.{axis} * {tile} :+ {tile}"
+    else:
+        tile = level.loop_tile or ""
+        role = AxisRole("chunk", "", tile)
+        expected = f"{level.loop_var} :+ {tile}"
+    exact = Affine(((key, Size.sym(tile) if role.kind == "grid" else Size.const(1)),), Size())
+    if aff != exact or ext_size != Size.sym(tile):
+        raise CompileError(
+            item.span,
+            f"'{tensor}' is {verb} outside its own super-tile: along a split axis a "
+            f"unit of work touches only `{expected}`; reaching into a neighbour's super-tile "
+            "would need an exchange of halos between nodes",
+        )
+    return role
+
+
+def mentions_position(expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> bool:
+    return first_position_use(expr, env, level) is not None
+
+
+def first_position_use(
+    expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel, _seen: frozenset[str] = frozenset()
+) -> ir.Expr | None:
+    """The first node of `expr` that stands for a cluster-level position (a cluster grid axis's
+    block index, the cluster loop's variable, or a let defined from one of them)."""
+    for e in _value_nodes(expr):
+        if isinstance(e, ir.BlockIndex) and e.axis in level.grid_tiles:
+            return e
+        if isinstance(e, ir.Name):
+            if e.kind == "loop" and e.name == level.loop_var:
+                return e
+            if e.kind == "let" and e.name in env and e.name not in _seen:
+                if first_position_use(env[e.name], env, level, _seen | {e.name}) is not None:
+                    return e
+    return None
+
+
+def _accesses(body: tuple[ir.Stmt, ...]):
+    """(tensor, index, env, is_store, is_compound) for every load and store, in source order."""
+    for stmt, env in walk.iter_stmts_with_env(body):
+        if isinstance(stmt, ir.For):
+            exprs = (stmt.start, stmt.stop, stmt.step)
+        elif isinstance(stmt, ir.Store):
+            exprs = (*walk.slice_exprs(stmt.index), stmt.value)
+        else:
+            exprs = walk.child_exprs(stmt)
+        for top in exprs:
+            for e in walk.iter_exprs(top):
+                if isinstance(e, ir.Load):
+                    yield e.tensor, e.index, env, False, False
+        if isinstance(stmt, ir.Store):
+            yield stmt.tensor, stmt.index, env, True, stmt.op != "="
+
+
+def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
+    params = {t.name: t for t in kernel.tensors}
+    seen: dict[str, tuple[tuple[AxisRole, ...], ir.SliceItem | None, list[ir.Span]]] = {}
+    reads: set[str] = set()
+    writes: set[str] = set()
+    dims: dict[str, tuple[AxisRole, ir.Span]] = {}
+    for tensor, index, env, is_store, compound in _accesses(kernel.body):
+        verb = "written" if is_store else "read"
+        roles = tuple(classify_slice(tensor, item, env, level, verb) for item in index)
+        if is_store:
+            writes.add(tensor)
+        if not is_store or compound:
+            reads.add(tensor)
+        span = index[0].span.to(index[-1].span) if index else ir.Span("<unknown>", 0, 0, 0, 0)
+        if tensor in seen and seen[tensor][0] != roles:
+            before, before_span = seen[tensor][0], seen[tensor][2][0]
+            axis = next(i for i, (a, b) in enumerate(zip(before, roles, strict=True)) if a != b)
+            raise CompileError(
+                index[axis].span,
+                f"'{tensor}' is {verb} at two different super-tile coordinates "
+                f"in one unit of work: its axis {axis} is {roles[axis].describe()} here but "
+                f"{before[axis].describe()} at {_line(before_span)}; that would need an "
+                "exchange of halos between nodes",
+            )
+        seen.setdefault(tensor, (roles, None, [span]))
+        param = params[tensor]
+        for item, dim, role in zip(index, param.dims, roles, strict=True):
+            if isinstance(dim, int):
+                if role.kind != "whole":
+                    raise CompileError(
+                        item.span,
+                        f"axis of '{tensor}' has the fixed size {dim}; it cannot be split into super-tiles",
+                    )
+                continue
+            if dim in dims and dims[dim][0] != role:
+                other, other_span = dims[dim]
+                raise CompileError(
+                    item.span,
+                    f"dimension '{dim}' is {role.describe()} here but "
+                    f"{other.describe()} at {_line(other_span)}; the leaf sees one value per "
+                    "dimension, so every axis of one dimension must be cut the same way",
+                )
+            dims.setdefault(dim, (role, item.span))
+    tensors = {
+        name: TensorAccess(name, seen[name][0], name in reads, name in writes)
+        for name in params
+        if name in seen
+    }
+    return AccessPlan(tensors=tensors, dims={d: r for d, (r, _) in dims.items()})
+
+
+# ---- uses of positions and split dimensions outside slices -----------------------------------
+
+
+def _value_exprs(stmt: ir.Stmt) -> tuple[tuple[ir.Expr, bool], ...]:
+    """The expressions of a statement evaluated as values, each with whether it is a loop stop
+    (where a split dimension is allowed: the leaf's loop then runs over its share)."""
+    if isinstance(stmt, ir.For):
+        return ((stmt.start, False), (stmt.stop, True))
+    if isinstance(stmt, ir.Store):
+        return ((stmt.value, False),)
+    return tuple((e, False) for e in walk.child_exprs(stmt))
+
+
+def _value_nodes(expr: ir.Expr):
+    """Pre-order over the nodes of `expr` evaluated as values: slice starts and extents, sizes
+    (arange's argument, full's shape) are skipped, but a load's fill and index-free parts are kept."""
+    yield expr
+    if isinstance(expr, ir.Load):
+        if expr.fill is not None:
+            yield from _value_nodes(expr.fill)
+        return
+    if isinstance(expr, ir.Call):
+        if expr.func == "arange":
+            return
+        args = expr.args[1:] if expr.func == "full" else expr.args
+        for a in args:
+            yield from _value_nodes(a)
+        for _, v in expr.kwargs:
+            yield from _value_nodes(v)
+        return
+    if isinstance(expr, ir.ShapeList):
+        return
+    for child in walk.child_exprs(expr):
+        yield from _value_nodes(child)
+
+
+def check_value_uses(kernel: ir.Kernel, level: ClusterLevel, plan: AccessPlan) -> None:
+    """Reject positions and split dimensions used as values, where a leaf would see other numbers
+    than the plain kernel: a leaf does not know where its super-tile lies."""
+    split_dims = {d: r for d, r in plan.dims.items() if r.kind != "whole"}
+    for stmt, env in walk.iter_stmts_with_env(kernel.body):
+        if isinstance(stmt, ir.Let) and affine_of(stmt.value, env) is not None:
+            continue  # an index let (`let row = ctx.block.x * BR`): checked where it is used
+        for top, is_stop in _value_exprs(stmt):
+            for e in _value_nodes(top):
+                hit = _position_node(e, env, level)
+                if hit is not None:
+                    raise CompileError(hit.span, _position_message(hit, level))
+                if (
+                    isinstance(e, ir.Name)
+                    and e.kind == "dim"
+                    and e.name in split_dims
+                    and not (is_stop and e is top)
+                ):
+                    raise CompileError(
+                        e.span,
+                        f"dimension '{e.name}' is {split_dims[e.name].describe()}, so "
+                        f"inside a leaf it holds the super-tile's extent, not the whole "
+                        f"{e.name}; it may be used only as a loop bound or a slice extent",
+                    )
+
+
+def _position_node(e: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> ir.Expr | None:
+    if isinstance(e, ir.BlockIndex) and e.axis in level.grid_tiles:
+        return e
+    if isinstance(e, ir.Name):
+        if e.kind == "loop" and e.name == level.loop_var:
+            return e
+        if e.kind == "let" and e.name in env and mentions_position(env[e.name], env, level):
+            return e
+    return None
+
+
+def _position_message(hit: ir.Expr, level: ClusterLevel) -> str:
+    if isinstance(hit, ir.Name) and hit.kind == "loop":
+        return (
+            f"'{hit.name}' is the cluster loop's variable; inside a step leaf it counts from the chunk's "
+            f"start, so it may only start a slice `{hit.name} :+ {level.loop_tile}`"
+        )
+    what = f"ctx.block.{hit.axis}" if isinstance(hit, ir.BlockIndex) else f"'{hit.name}'"
+    return (
+        f"{what} is a super-tile position here, but inside a leaf it would count CTAs within the "
+        "super-tile: a leaf does not know where its super-tile lies, so a super-tile position may only "
+        "start a slice `ctx.block.<axis> * S :+ S`"
+    )

@@ -1,0 +1,288 @@
+"""compile_cluster: an @cluster kernel and concrete dims -> a ClusterProgram.
+
+The pipeline, in order:
+  1. choose the @cluster values and bind dims and tile values (user errors for bad values);
+  2. find the cluster loop, if any, and check it has the accumulator shape (accumulate.py);
+  3. classify every tensor axis as split by a grid axis, cut in chunks, or whole (access.py) and
+     reject what a leaf could not compute with the same meaning;
+  4. check the numbers: dims whole multiples of super-tiles, super-tiles of leaf tiles;
+  5. write and check the leaves (leaves.py), bind each at its dims for its CTA grid and flops;
+  6. enumerate the units of work, one per output super-tile, with their regions (units.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from common.errors import UserError
+from compiler import ir, walk
+from compiler.binding import bind, kernel_dims
+from compiler.cluster import units as unit_builder
+from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
+from compiler.cluster.accumulate import Accumulator, check_accumulator, find_cluster_loop
+from compiler.cluster.flops import leaf_flops
+from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
+from compiler.cluster.program import ClusterProgram, Leaf, TensorInfo
+from compiler.diagnostics import CompileError
+
+
+def cluster_space(kernel: ir.Kernel) -> list[dict[str, int]]:
+    """Every combination of @cluster values, first values first (for the tuner)."""
+    cluster = _require_cluster(kernel)
+    names = [d.name for d in cluster.dims]
+    return [
+        dict(zip(names, combo, strict=True)) for combo in itertools.product(*(d.values for d in cluster.dims))
+    ]
+
+
+def _require_cluster(kernel: ir.Kernel) -> ir.Cluster:
+    if kernel.cluster is None:
+        raise CompileError(
+            kernel.span,
+            f"kernel '{kernel.name}' has no @cluster attribute, so it has no "
+            "cluster program; run it as an ordinary kernel",
+        )
+    return kernel.cluster
+
+
+def _choose_cluster_values(kernel: ir.Kernel, given: dict[str, int] | None) -> dict[str, int]:
+    space = {d.name: d.values for d in _require_cluster(kernel).dims}
+    given = dict(given or {})
+    for name, value in given.items():
+        if name not in space:
+            raise UserError(f"kernel {kernel.name} has no @cluster name {name} (it has: {', '.join(space)})")
+        if value not in space[name]:
+            allowed = ", ".join(str(v) for v in space[name])
+            raise UserError(f"{name} = {value} is outside its @cluster search space (allowed: {allowed})")
+    return {name: given.get(name, values[0]) for name, values in space.items()}
+
+
+def _check_attribute(kernel: ir.Kernel, level: ClusterLevel) -> None:
+    dims = set(kernel_dims(kernel))
+    sized = set(level.grid_tiles.values()) | ({level.loop_tile} if level.loop_tile else set())
+    for d in kernel.cluster.dims:
+        if d.name in dims:
+            raise CompileError(
+                d.span,
+                f"@cluster '{d.name}' is a tensor dimension, not a search dimension: "
+                "@cluster sizes super-tiles through @autotune tile names",
+            )
+        if d.name not in sized:
+            raise CompileError(
+                d.span,
+                f"@cluster '{d.name}' sizes no super-tile: it is neither the tile of a "
+                f"grid axis (`ctx.block.x * {d.name} :+ {d.name}`) nor the step of a loop",
+            )
+
+
+def _check_leaf_loops(kernel: ir.Kernel) -> None:
+    for stmt in walk.iter_stmts(kernel.body):
+        if not isinstance(stmt, ir.For):
+            continue
+        if not (
+            isinstance(stmt.start, ir.Const)
+            and stmt.start.value == 0
+            and not isinstance(stmt.start.value, bool)
+        ):
+            raise CompileError(
+                stmt.start.span,
+                "a loop inside a leaf must start at 0: the leaf sees only its "
+                "super-tile, whose positions count from 0",
+            )
+        if not (isinstance(stmt.stop, ir.Name) and stmt.stop.kind == "dim"):
+            raise CompileError(
+                stmt.stop.span,
+                "a loop inside a leaf must run to a tensor dimension (such as "
+                "`range(0, N, T)`), so that in the leaf it runs over the super-tile's share of it",
+            )
+
+
+def _dim_roles(
+    kernel: ir.Kernel, plan: AccessPlan, loop: ir.For | None, level: ClusterLevel
+) -> dict[str, AxisRole]:
+    roles = {d: plan.dims.get(d, AxisRole("whole")) for d in kernel_dims(kernel)}
+    if loop is not None:
+        k = loop.stop.name
+        chunk = AxisRole("chunk", "", level.loop_tile)
+        if roles[k] != chunk and k in plan.dims:
+            raise CompileError(
+                loop.stop.span,
+                f"the cluster loop cuts '{k}' into chunks, but '{k}' is "
+                f"{roles[k].describe()} elsewhere; each step leaf sees only its chunk of '{k}'",
+            )
+        roles[k] = chunk
+    return roles
+
+
+def _check_multiples(
+    kernel: ir.Kernel,
+    roles: dict[str, AxisRole],
+    full: dict[str, int],
+    cv: dict[str, int],
+    tv: dict[str, int],
+) -> None:
+    entries = {d.name: d for d in kernel.cluster.dims}
+    for dim, role in roles.items():
+        if role.kind == "whole":
+            continue
+        s = role.tile
+        if full[dim] % cv[s]:
+            raise CompileError(
+                entries[s].span,
+                f"dimension {dim} = {full[dim]} is not a whole multiple of its super-tile {s} = {cv[s]}",
+            )
+    for s, value in cv.items():
+        if value % tv[s]:
+            raise CompileError(
+                entries[s].span,
+                f"super-tile {s} = {value} is not a whole multiple of the leaf's "
+                f"tile {s} = {tv[s]} (@autotune)",
+            )
+
+
+def _tensor_roles(kernel: ir.Kernel, plan: AccessPlan, acc: Accumulator | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    grid = {(g.axis, g.dim, g.tile) for g in kernel.grid}
+    for t in kernel.tensors:
+        access = plan.tensors.get(t.name)
+        if acc is not None and t.name == acc.store.tensor:
+            out[t.name] = "inout" if acc.beta is not None else "output"
+        elif access is None or not access.writes:
+            out[t.name] = "input"
+        elif access.reads or not _stores_cover(kernel, t, grid):
+            out[t.name] = "inout"
+        else:
+            out[t.name] = "output"
+    return out
+
+
+def _stores_cover(kernel: ir.Kernel, tensor: ir.TensorParam, grid: set) -> bool:
+    """Whether every store of `tensor` writes every element of its region (so the region's old
+    contents need not be loaded): each axis `:` or `ctx.block.a * T :+ T` along a grid axis of
+    that dimension and tile."""
+    for stmt, env in walk.iter_stmts_with_env(kernel.body):
+        if isinstance(stmt, ir.Store) and stmt.tensor == tensor.name:
+            for item, dim in zip(stmt.index, tensor.dims, strict=True):
+                if isinstance(item, ir.SliceAll):
+                    continue
+                tiled = _block_tiled(item, env)
+                if tiled is None or (tiled[0], dim, tiled[1]) not in grid:
+                    return False
+    return True
+
+
+def _block_tiled(item: ir.SliceItem, env) -> tuple[str, str] | None:
+    """(axis, T) when `item` is exactly `ctx.block.axis * T :+ T` for a tile or @cluster name T."""
+    from compiler.affine import affine_of
+
+    if not isinstance(item, ir.SliceRange):
+        return None
+    start, ext = affine_of(item.start, env), affine_of(item.extent, env)
+    if start is None or ext is None or not ext.is_constant or len(start.terms) != 1 or start.const.terms:
+        return None
+    key, coeff = start.terms[0]
+    if (
+        not key.startswith("block.")
+        or coeff != ext.const
+        or len(coeff.symbols) != 1
+        or coeff.terms[0][1] != 1
+    ):
+        return None
+    return key.removeprefix("block."), next(iter(coeff.symbols))
+
+
+def _init_tiling(kernel: ir.Kernel, acc: Accumulator) -> tuple[tuple[str, str] | None, ...]:
+    env = {s.name: s.value for s in kernel.body if isinstance(s, ir.Let)}
+    grid = {g.axis for g in kernel.grid}
+    out = []
+    for item in acc.store.index:
+        tiled = _block_tiled(item, env)
+        out.append(tiled if tiled is not None and tiled[0] in grid else None)
+    return tuple(out)
+
+
+def _make_leaf(name: str, text: str, filename: str, leaf_dims: dict[str, int], tv: dict[str, int]) -> Leaf:
+    kernel = check_leaf(text, f"{filename} (cluster leaf {name})")
+    dims = {d: leaf_dims[d] for d in kernel_dims(kernel)}
+    tuned = {d.name for d in kernel.autotune.dims} if kernel.autotune else set()
+    tiles = {n: v for n, v in tv.items() if n in tuned}
+    try:
+        binding = bind(kernel, dims, tile_values=tiles)
+    except UserError as err:
+        raise RuntimeError(f"cluster compiler bug: leaf {name} does not bind: {err}") from err
+    ctas = 1
+    for g in binding.grid:
+        ctas *= g
+    return Leaf(
+        name=name,
+        kernel=kernel.name,
+        source=text,
+        dims=tuple(dims.items()),
+        tile_values=tuple(tiles.items()),
+        grid=binding.grid or (1,),
+        threads=kernel.threads,
+        tensors=tuple(t.name for t in kernel.tensors),
+        scalars=tuple(s.name for s in kernel.scalars),
+        flops=leaf_flops(kernel, binding.env, ctas),
+    )
+
+
+def compile_cluster(
+    kernel: ir.Kernel,
+    dims: dict[str, int],
+    *,
+    cluster_values: dict[str, int] | None = None,
+    tile_values: dict[str, int] | None = None,
+) -> ClusterProgram:
+    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc)."""
+    cv = _choose_cluster_values(kernel, cluster_values)
+    binding = bind(kernel, dims, tile_values=tile_values)
+    full, tv = dict(binding.dims), dict(binding.tile_values)
+    names = set(cv)
+    loop = find_cluster_loop(kernel, names)
+    acc = check_accumulator(kernel, loop) if loop is not None else None
+    level = ClusterLevel(
+        grid_tiles={g.axis: g.tile for g in kernel.grid if g.tile in names},
+        loop_var=loop.var if loop else None,
+        loop_tile=loop.step.name if loop else None,
+    )
+    _check_attribute(kernel, level)
+    _check_leaf_loops(kernel)
+    plan = plan_accesses(kernel, level)
+    check_value_uses(kernel, level, plan)
+    roles = _dim_roles(kernel, plan, loop, level)
+    _check_multiples(kernel, roles, full, cv, tv)
+    leaf_dims = {d: (cv[r.tile] if r.kind != "whole" else full[d]) for d, r in roles.items()}
+
+    filename = kernel.span.file
+    if acc is None:
+        leaves = (_make_leaf("main", main_leaf_text(kernel), filename, leaf_dims, tv),)
+    else:
+        init_text = init_leaf_text(kernel, acc, _init_tiling(kernel, acc))
+        leaves = (
+            _make_leaf("init", init_text, filename, leaf_dims, tv),
+            _make_leaf("step", step_leaf_text(kernel, acc), filename, leaf_dims, tv),
+        )
+
+    tensor_roles = _tensor_roles(kernel, plan, acc)
+    infos = tuple(
+        TensorInfo(
+            t.name, t.dtype, tuple(d if isinstance(d, int) else full[d] for d in t.dims), tensor_roles[t.name]
+        )
+        for t in kernel.tensors
+    )
+    super_axes = [(g.axis, full[g.dim] // cv[g.tile]) for g in kernel.grid if g.axis in level.grid_tiles]
+    super_grid = tuple(n for _, n in super_axes) or (1,)
+    units = unit_builder.build_units(kernel, plan, acc, super_axes, full, cv)
+    return ClusterProgram(
+        kernel=kernel.name,
+        source=KernelText(kernel).text,
+        dims=tuple(full.items()),
+        cluster_values=tuple(cv.items()),
+        tile_values=tuple(tv.items()),
+        super_grid=super_grid,
+        tensors=infos,
+        scalars=tuple(s.name for s in kernel.scalars),
+        leaves=leaves,
+        units=units,
+    )
