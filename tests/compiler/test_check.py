@@ -1,0 +1,163 @@
+"""The checker's typing and shape rules on small kernels that are right."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler import ir, walk
+from compiler.diagnostics import CompileError
+from compiler.frontend import load_text
+from compiler.ir import F32, I32, Size, TileType
+
+S = Size.sym
+
+
+def lets(source: str) -> dict[str, ir.Type]:
+    """The type of every let in the (only) kernel of `source`."""
+    kernel = load_text(source, "ok.phk").kernels[0]
+    return {s.name: s.value.ty for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let)}
+
+
+def kernel_source(
+    body: str,
+    attrs: str = "@autotune(B in [32, 64], D in [64])",
+    params: str = "a: tensor<f32>[N, D], h: tensor<bf16>[N], n: tensor<i32>[N], x: f32, k: i32",
+) -> str:
+    return f"{attrs}\nkernel t({params}) {{\n{body}\n}}\n"
+
+
+def test_scalar_promotion_and_comparisons():
+    types = lets(
+        kernel_source(
+            "  let p = k + 1\n  let q = k * x\n  let r = k / 2\n  let c = k < 3\n"
+            "  let d = c and not c\n  let e = inf\n  let f = -inf"
+        )
+    )
+    assert types == {"p": I32, "q": F32, "r": I32, "c": ir.BOOL, "d": ir.BOOL, "e": F32, "f": F32}
+
+
+def test_loads_by_storage_type_and_dropped_axes():
+    types = lets(
+        kernel_source(
+            "  let t = a[0 :+ B, :]\n  let row = a[k, :]\n  let one = a[k, 3]\n"
+            "  let hb = h[0 :+ B]\n  let ni = n[0 :+ B]\n  let m = load(a[0 :+ B, :], fill = -inf)"
+        )
+    )
+    assert types["t"] == TileType("f32", (S("B"), S("D")))
+    assert types["row"] == TileType("f32", (S("D"),))
+    assert types["one"] == F32
+    assert types["hb"] == TileType("f32", (S("B"),))  # bf16 storage loads as f32
+    assert types["ni"] == TileType("i32", (S("B"),))
+    assert types["m"] == TileType("f32", (S("B"), S("D")))
+
+
+def test_builtins():
+    body = """  let t = a[0 :+ B, :]
+  let rows = sum(t, axis = 1)
+  let cols = max(t, axis = 0)
+  let total = sum(rows, axis = 0)
+  let tt = transpose(t)
+  let d = dot(t, tt)
+  let idx = arange(B)
+  let col = expand(idx, axis = 1)
+  let w = where(col < 3, t, 0.0)
+  let f = full([B, 2 * B], k)
+  let e = exp(t) * abs(k)
+  let conv = i32(t)
+  let mm = min(t, expand(rows, axis = 1))"""
+    types = lets(kernel_source(body))
+    assert types["rows"] == TileType("f32", (S("B"),))
+    assert types["cols"] == TileType("f32", (S("D"),))
+    assert types["total"] == F32
+    assert types["tt"] == TileType("f32", (S("D"), S("B")))
+    assert types["d"] == TileType("f32", (S("B"), S("B")))
+    assert types["idx"] == TileType("i32", (S("B"),))
+    assert types["col"] == TileType("i32", (S("B"), Size.const(1)))
+    assert types["w"] == TileType("f32", (S("B"), S("D")))
+    assert types["f"] == TileType("f32", (S("B"), S("B") * 2))
+    assert types["e"] == TileType("f32", (S("B"), S("D")))
+    assert types["conv"] == TileType("i32", (S("B"), S("D")))
+    assert types["mm"] == TileType("f32", (S("B"), S("D")))
+
+
+def test_fixed_dimension_equals_its_value():
+    # D in [64]: tile[B, 64] is the same shape as tile[B, D]
+    body = "  var acc: tile<f32>[B, 64] = 0.0\n  acc += a[0 :+ B, :]\n  acc = acc * 2.0\n  a[0 :+ B, :] = acc"
+    load_text(kernel_source(body), "ok.phk")
+
+
+def test_cluster_names_are_not_substituted():
+    # B has one @autotune value, but @cluster gives it others: tile[B] is not tile[32]
+    source = kernel_source(
+        "  var acc: tile<f32>[32] = 0.0\n  acc = h[0 :+ B]",
+        attrs="@cluster(B in [1024, 4096])\n@autotune(B in [32], D in [64])",
+    )
+    with pytest.raises(CompileError, match="cannot assign tile<f32>\\[B\\]"):
+        load_text(source, "bad.phk")
+
+
+def test_broadcasting_literal_one_both_sides():
+    body = "  let r = expand(arange(B), axis = 1)\n  let c = expand(arange(D), axis = 0)\n  let s = r * c + r"
+    assert lets(kernel_source(body))["s"] == TileType("i32", (S("B"), S("D")))
+
+
+def test_compound_assignment_and_scalar_store():
+    body = """  var acc: tile<f32>[B, D] = a[0 :+ B, :]
+  acc *= expand(sum(acc, axis = 1), axis = 1)
+  var count: i32 = 0
+  for j in range(ctx.block.x * B, min(k, N), B + 1) {
+    count += 1
+    acc -= 1
+  }
+  a[ctx.block.x * B :+ B, :] = acc
+  a[0, :] = 0.0
+  n[k] += count"""
+    kernel = load_text(kernel_source(body), "ok.phk").kernels[0]
+    assert [(g.axis, g.dim, g.tile) for g in kernel.grid] == [("x", "N", "B")]
+    assert walk.stored_tensors(kernel) == ("a", "n")
+    assert walk.loaded_tensors(kernel) == ("a",)
+    assert walk.read_tensors(kernel) == ("a", "n")
+
+
+def test_name_kinds():
+    body = (
+        "  let v = k + N + B + D\n  var w: f32 = x\n"
+        "  for j in range(0, N, B) {\n    w = w + f32(j + v)\n  }"
+    )
+    kernel = load_text(kernel_source(body), "ok.phk").kernels[0]
+    kinds = {e.name: e.kind for e in walk.iter_body_exprs(kernel.body) if isinstance(e, ir.Name)}
+    assert kinds == {
+        "k": "scalar",
+        "N": "dim",
+        "B": "tile",
+        "D": "dim",
+        "x": "scalar",
+        "w": "var",
+        "j": "loop",
+        "v": "let",
+    }
+
+
+def test_search_values_expand():
+    kernel = load_text(
+        kernel_source("", attrs="@autotune(B in [16, 100], C in [8, 8], E in [3, 1, 2])"), "ok.phk"
+    ).kernels[0]
+    values = {d.name: d.values for d in kernel.autotune.dims}
+    assert values == {"B": (16, 32, 64, 100), "C": (8,), "E": (3, 1, 2)}
+    assert kernel.default_tile_values() == {"B": 16, "C": 8, "E": 3}
+
+
+def test_statements_separated_by_semicolons_and_wrapped_lines():
+    source = (
+        "kernel t(a: tensor<f32>[N],\n         b: tensor<f32>[N]) {\n"
+        "  let x = 1; let y = 2\n  b[x :+ 4] = a[\n    y :+ 4\n  ]\n}\n"
+    )
+    assert len(load_text(source, "ok.phk").kernels[0].body) == 3
+
+
+def test_multiple_kernels():
+    source = kernel_source("") + "\n// second\n" + kernel_source("", attrs="@launch(threads = 128)")
+    source = source.replace("kernel t(", "kernel u(", 1)
+    module = load_text(source, "two.phk")
+    assert [k.name for k in module.kernels] == ["u", "t"]
+    assert module.kernel("t").threads == 128
