@@ -1,0 +1,157 @@
+"""`//compiler -- run`: .npy in, .npy out; user mistakes exit 2 with one line and write nothing."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from common.cli import run_main
+from compiler import cmd_run
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def main(argv: list[str]) -> int:
+    """The run command alone, registered the way compiler/cli.py registers it."""
+    parser = argparse.ArgumentParser(prog="phobos-compiler")
+    cmd_run.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        run_main(main, ["run", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def add_args(tmp_path, n=1000, extra=()):
+    return [EXAMPLES / "add.phk", "--dim", f"N={n}", "--tensor", f"a={tmp_path / 'a.npy'}",
+            "--tensor", f"b={tmp_path / 'b.npy'}", "--tensor", f"c={tmp_path / 'c.npy'}", *extra]
+
+
+@pytest.fixture
+def add_inputs(tmp_path):
+    a = np.arange(1000, dtype=np.float32)
+    b = np.full(1000, 0.5, np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    return a, b
+
+
+def test_run_creates_missing_output(tmp_path, add_inputs, capsys):
+    a, b = add_inputs
+    code, out, _ = run_cli(add_args(tmp_path, extra=["--set", "BLOCK=64"]), capsys)
+    assert code == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+    assert "wrote c" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.npy", "c.npy"]  # no temp files
+
+
+def test_run_reads_existing_output_for_beta(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.integers(-3, 4, s).astype(np.float32) for s in ((64, 32), (32, 32), (64, 32)))
+    for name, arr in (("A", a), ("B", b), ("C", c)):
+        np.save(tmp_path / f"{name}.npy", arr)
+    args = [EXAMPLES / "matmul.phk", "--dim", "M=64", "--dim", "N=32", "--dim", "K=32",
+            "--scalar", "alpha=2", "--scalar", "beta=-1"]
+    args += [x for n in "ABC" for x in ("--tensor", f"{n}={tmp_path / (n + '.npy')}")]
+    assert run_cli(args, capsys)[0] == 0
+    # small integers: every product and sum is exact in f32
+    np.testing.assert_array_equal(np.load(tmp_path / "C.npy"), 2 * a @ b - c)
+
+
+def test_run_bf16_files(tmp_path, capsys):
+    src = tmp_path / "k.phk"
+    src.write_text("@autotune(B in [16])\nkernel k(x: tensor<bf16>[N], y: tensor<bf16>[N]) {\n"
+                   "  y[ctx.block.x * B :+ B] = x[ctx.block.x * B :+ B] * 2.0\n}\n")
+    x = np.linspace(-3, 3, 50).astype(ml_dtypes.bfloat16)
+    np.save(tmp_path / "x.npy", x)
+    args = [src, "--dim", "N=50", "--tensor", f"x={tmp_path / 'x.npy'}",
+            "--tensor", f"y={tmp_path / 'y.npy'}"]
+    assert run_cli(args, capsys)[0] == 0
+    y = np.load(tmp_path / "y.npy").view(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(y.astype(np.float32), (x.astype(np.float32) * 2).astype(ml_dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("wrong_shape", "tensor a: expected shape (1000,), got (999,)"),
+    ("wrong_dtype", "holds float64, the kernel expects float32"),
+    ("missing_dim", "missing dimension N for kernel add"),
+    ("missing_tensor", "missing tensor b: give --tensor b=FILE.npy"),
+    ("missing_input_file", "tensor a: no such file"),
+    ("unreadable", "tensor a: cannot read"),
+    ("bad_set", "BLOCK = 3 is outside its @autotune search space"),
+    ("unknown_tensor", "kernel add has no tensor q"),
+    ("unknown_scalar", "kernel add has no scalar parameter s"),
+    ("bad_kernel", "add.phk has no kernel nope (it has: add)"),
+    ("no_source", "no such file"),
+])
+def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs, capsys, case, expected):
+    args = add_args(tmp_path)
+    if case == "wrong_shape":
+        np.save(tmp_path / "a.npy", np.zeros(999, np.float32))
+    elif case == "wrong_dtype":
+        np.save(tmp_path / "b.npy", np.zeros(1000, np.float64))
+    elif case == "missing_dim":
+        args = [a for a in args if a not in ("--dim", "N=1000")]
+    elif case == "missing_tensor":
+        args = args[:5] + args[7:]
+    elif case == "missing_input_file":
+        os.remove(tmp_path / "a.npy")
+    elif case == "unreadable":
+        (tmp_path / "a.npy").write_bytes(b"not an npy file")
+    elif case == "bad_set":
+        args += ["--set", "BLOCK=3"]
+    elif case == "unknown_tensor":
+        args += ["--tensor", f"q={tmp_path / 'q.npy'}"]
+    elif case == "unknown_scalar":
+        args += ["--scalar", "s=1"]
+    elif case == "bad_kernel":
+        args += ["--kernel", "nope"]
+    elif case == "no_source":
+        args[0] = tmp_path / "missing.phk"
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, out, err = run_cli(args, capsys)
+    assert code == 2
+    assert expected in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written
+
+
+def test_failure_in_the_kernel_leaves_existing_output_intact(tmp_path, add_inputs, capsys):
+    np.save(tmp_path / "c.npy", np.full(1000, 7, np.float32))
+    before = (tmp_path / "c.npy").read_bytes()
+    code, _, err = run_cli(add_args(tmp_path, extra=["--scalar", "alpha=1"]), capsys)
+    assert code == 2 and (tmp_path / "c.npy").read_bytes() == before
+
+
+def test_gpu_device_without_gpu_support_is_one_line(tmp_path, add_inputs, capsys):
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("cupy is installed: this test is about machines without it")
+    except ImportError:
+        pass
+    code, _, err = run_cli(add_args(tmp_path, extra=["--device", "gpu"]), capsys)
+    assert code == 2 and err.startswith("error: --device gpu is not available here")
+    assert not (tmp_path / "c.npy").exists()
+
+
+def test_exit_code_2_and_no_traceback_in_a_real_process(tmp_path, add_inputs):
+    script = ("import sys; from common.cli import run_main; "
+              "from tests.compiler.test_run_cli import main; run_main(main)")
+    proc = subprocess.run([sys.executable, "-c", script, "run", *map(str, add_args(tmp_path, n=5))],
+                          cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2
+    assert proc.stderr == "error: tensor a: expected shape (5,), got (1000,)\n"
