@@ -1,0 +1,65 @@
+"""The honest reference for a cluster program: every launch of every unit, in order, in one
+process, with the reference interpreter.
+
+For each launch: copy the regions the launch is bound to out of the full arrays, run the leaf
+kernel on those copies at the leaf's dims, and write the written regions back. This is exactly
+what a pod does with its buffers, minus the network, so its result must equal the plain kernel's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from common.errors import UserError
+from compiler import ir
+from compiler.binding import Binding, bind, tensor_shape
+from compiler.cluster.leaves import check_leaf
+from compiler.cluster.program import ClusterProgram, Leaf, Region
+
+
+def _window(region: Region) -> tuple[slice, ...]:
+    return tuple(slice(s, s + n) for s, n in zip(region.start, region.shape, strict=True))
+
+
+def load_leaf(leaf: Leaf) -> tuple[ir.Kernel, Binding]:
+    """The leaf's checked kernel and its binding at the leaf's dims and tile values."""
+    kernel = check_leaf(leaf.source, f"<cluster leaf {leaf.name}>")
+    return kernel, bind(kernel, dict(leaf.dims), tile_values=dict(leaf.tile_values))
+
+
+def _check_inputs(program: ClusterProgram, tensors: Mapping[str, np.ndarray], scalars: Mapping) -> None:
+    for info in program.tensors:
+        if info.name not in tensors:
+            raise UserError(f"missing tensor {info.name} for kernel {program.kernel}")
+        if tuple(tensors[info.name].shape) != info.shape:
+            raise UserError(
+                f"tensor {info.name}: expected shape {info.shape}, got {tuple(tensors[info.name].shape)}"
+            )
+    for name in program.scalars:
+        if name not in scalars:
+            raise UserError(f"missing scalar {name} for kernel {program.kernel}")
+
+
+def run_program(
+    program: ClusterProgram, tensors: dict[str, np.ndarray], scalars: Mapping[str, float | int]
+) -> None:
+    """Run `program` over the full arrays in `tensors`, writing its outputs into them in place."""
+    from compiler.interp import run_kernel
+
+    _check_inputs(program, tensors, scalars)
+    leaves = {leaf.name: (leaf, *load_leaf(leaf)) for leaf in program.leaves}
+    for unit in program.units:
+        for launch in unit.launches:
+            leaf, kernel, binding = leaves[launch.leaf]
+            bound: dict[str, np.ndarray] = {}
+            for param, region in (*launch.reads, *launch.writes):
+                if param not in bound:
+                    bound[param] = np.array(tensors[region.tensor][_window(region)], copy=True)
+            for param in kernel.tensors:
+                if param.name not in bound:  # declared but never touched: any contents will do
+                    bound[param.name] = np.zeros(tensor_shape(param, binding.env), tensors[param.name].dtype)
+            run_kernel(kernel, binding, bound, {name: scalars[name] for name in leaf.scalars})
+            for param, region in launch.writes:
+                tensors[region.tensor][_window(region)] = bound[param]
