@@ -1,0 +1,196 @@
+"""The pod's state machine, without sockets: dependency order, serving, frees, generations."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler.cluster.program import Region
+from pod.state import (
+    BufferServable,
+    Cancelled,
+    DropGeneration,
+    GenerationChanged,
+    InstructionFinished,
+    PlanFinished,
+    PlanSubmitted,
+    PodState,
+    Refused,
+    StartInstruction,
+    TileServed,
+)
+from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+
+RA = Region("a", (0,), (8,))
+RC = Region("c", (0,), (8,))
+WRITES = {"main": ("c",)}
+
+
+def add_plan(generation: int = 1, serves: int = 0) -> NodePlan:
+    """c = a + b: a loaded here (and served to `serves` peers), b fetched from node 1."""
+    return NodePlan(node=0, generation=generation, peak_bytes=96, instructions=(
+        Allocate(0, (), 0, (8,)),
+        Load(1, (0,), 0, "file:///a.npy", RA),
+        Allocate(2, (), 1, (8,)),
+        Fetch(3, (2,), 1, peer=1, peer_buffer=4),
+        Allocate(4, (), 2, (8,)),
+        Compute(5, (1, 3, 4), "main", (("a", 0), ("b", 1), ("c", 2)), unit=0),
+        Store(6, (5,), 2, "file:///c.npy", RC, unit=0),
+        Free(7, (5,), 0, serves=serves),
+        Free(8, (5,), 1),
+        Free(9, (6,), 2),
+    ))
+
+
+def started(actions) -> list[int]:
+    return [a.instruction.id for a in actions if isinstance(a, StartInstruction)]
+
+
+def servable(actions) -> list[int]:
+    return [a.buffer for a in actions if isinstance(a, BufferServable)]
+
+
+def finish(state: PodState, *ids: int, generation: int = 1) -> list:
+    actions = []
+    for i in ids:
+        actions += state.handle(InstructionFinished(generation, i))
+    return actions
+
+
+def test_instructions_start_in_dependency_order():
+    state = PodState("j")
+    assert started(state.handle(PlanSubmitted(add_plan(), WRITES))) == [0, 2, 4]
+    assert started(finish(state, 0)) == [1]
+    assert started(finish(state, 2)) == [3]
+    assert started(finish(state, 4, 1)) == []
+    assert state.running() == [3]
+    assert started(finish(state, 3)) == [5]
+    assert sorted(started(finish(state, 5))) == [6, 7, 8]
+    assert started(finish(state, 7, 8)) == []
+    actions = finish(state, 6)
+    assert started(actions) == [9]
+    assert PlanFinished(1, True) in finish(state, 9)
+
+
+def test_buffers_become_servable_when_their_producers_are_done():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(), WRITES))
+    assert servable(finish(state, 0)) == []  # allocated but not loaded yet
+    assert servable(finish(state, 1)) == [0]
+    assert state.plan.servable(0)
+    assert servable(finish(state, 2, 3)) == [1]  # a fetched buffer may be served on
+    finish(state, 4)
+    assert not state.plan.servable(2)  # the compute writing c has not run
+    assert servable(finish(state, 5)) == [2]  # c is written by the leaf; a and b are only read
+
+
+def test_unknown_leaf_writes_count_every_binding():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(), {}))
+    finish(state, 0, 1, 2, 3, 4)
+    assert state.plan.servable(0) is False  # the compute binds a: it might write it
+    assert sorted(servable(finish(state, 5))) == [0, 1, 2]
+
+
+def test_free_waits_for_peer_fetches():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(serves=2), WRITES))
+    actions = finish(state, 0, 1, 2, 3, 4, 5)
+    assert 7 not in started(actions)
+    assert started(state.handle(TileServed(1, buffer=0, node=1))) == []
+    assert started(state.handle(TileServed(1, buffer=0, node=2))) == [7]
+
+
+def test_serves_before_the_deps_are_done_still_count():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(serves=1), WRITES))
+    finish(state, 0, 1)
+    state.handle(TileServed(1, buffer=0, node=1))  # peer fetched before our compute ran
+    assert 7 in started(finish(state, 2, 3, 4, 5))
+
+
+def test_failure_stops_the_plan_and_names_the_instruction():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(), WRITES))
+    finish(state, 0, 1, 2, 3, 4)
+    actions = state.handle(InstructionFinished(1, 5, ok=False, message="leaf raised"))
+    message = "instruction 5 (compute leaf main, unit 0) failed: leaf raised"
+    assert actions == [PlanFinished(1, False, message)]
+    assert state.running() == []
+
+
+def test_older_generations_are_refused_and_newer_ones_drop_the_plan():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(generation=1), WRITES))
+    finish(state, 0, 1)
+    actions = state.handle(GenerationChanged(2))
+    assert actions == [DropGeneration(1, "generation 2 replaces it")]
+    # late results of generation 1 are ignored
+    assert state.handle(InstructionFinished(1, 2)) == []
+    with pytest.raises(Refused, match="generation 1 is older than 2"):
+        state.handle(PlanSubmitted(add_plan(generation=1), WRITES))
+    with pytest.raises(Refused, match="older"):
+        state.check_generation(1)
+    with pytest.raises(Refused, match="older"):
+        state.handle(TileServed(1, 0, 1))
+    assert started(state.handle(PlanSubmitted(add_plan(generation=2), WRITES))) == [0, 2, 4]
+    with pytest.raises(Refused, match="already submitted"):
+        state.handle(PlanSubmitted(add_plan(generation=2), WRITES))
+
+
+def test_a_newer_submit_replaces_the_running_plan():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(generation=1), WRITES))
+    actions = state.handle(PlanSubmitted(add_plan(generation=3), WRITES))
+    assert actions[0] == DropGeneration(1, "generation 3 replaces it")
+    assert started(actions) == [0, 2, 4]
+    assert state.generation == 3
+
+
+def test_cancel_drops_everything_and_refuses_more():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(), WRITES))
+    assert state.handle(Cancelled()) == [DropGeneration(1, "the job was cancelled")]
+    with pytest.raises(Refused, match="cancelled"):
+        state.check_generation(1)
+    assert state.handle(InstructionFinished(1, 0)) == []
+
+
+def test_empty_plan_finishes_at_once():
+    state = PodState("j")
+    actions = state.handle(PlanSubmitted(NodePlan(0, 1, (), 0)))
+    assert actions == [PlanFinished(1, True)]
+
+
+@pytest.mark.parametrize("instructions,reason", [
+    ((Allocate(0, (), 0, (1,)), Allocate(0, (), 1, (1,))), "id 0 appears twice"),
+    ((Allocate(0, (5,), 0, (1,)),), "unknown id 5"),
+    ((Allocate(0, (1,), 0, (1,)), Free(1, (0,), 0)), "cycle"),
+    ((Allocate(0, (), 0, (1,)), Allocate(1, (), 0, (1,))), "allocated twice"),
+    ((Allocate(0, (), 0, (1,)), Free(1, (0,), 0), Free(2, (0,), 0)), "freed twice"),
+    ((Load(0, (), 3, "file:///a.npy", RA),), "no Allocate"),
+])
+def test_bad_plans_are_refused_with_the_reason(instructions, reason):
+    state = PodState("j")
+    with pytest.raises(Refused, match=reason):
+        state.handle(PlanSubmitted(NodePlan(0, 1, instructions, 0)))
+    assert state.plan is None and state.generation == 0  # nothing changed
+
+
+def test_repeated_finish_reports_are_harmless():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(), WRITES))
+    assert started(finish(state, 0)) == [1]
+    assert finish(state, 0) == []
+    assert finish(state, 5) == []  # not running yet
+
+
+def test_long_chain_is_linear():
+    n = 20000
+    instructions = [Allocate(0, (), 0, (1,))]
+    for i in range(1, n):
+        instructions.append(Compute(i, (i - 1,), "main", (("c", 0),), unit=i))
+    state = PodState("j")
+    state.handle(PlanSubmitted(NodePlan(0, 1, tuple(instructions), 4), WRITES))
+    for i in range(n):
+        state.handle(InstructionFinished(1, i))
+    assert state.plan.finished
