@@ -300,6 +300,8 @@ class _KernelChecker:
         start = self.scalar_i32(self.expr(s.start), "the loop start")
         stop = self.scalar_i32(self.expr(s.stop), "the loop bound")
         step = self.expr(s.step)
+        if isinstance(step, ir.UnaryOp) and step.op == "-":
+            raise CompileError(step.span, "the loop step must be positive; loops only count up")
         size = self.size_of(step, "the loop step")
         if not size.terms or any(c <= 0 for _, c in size.terms):
             raise CompileError(step.span, f"the loop step must be positive, found {size}")
