@@ -1,0 +1,116 @@
+"""One self-contained HTML report of a run: the kernel, its super-tiles, and every instruction.
+
+    python -m scheduler.report trace.json -o run.html
+
+The page needs no server and no network: the script, the styles and the data are inline.
+`write_report(trace, path)` is what the scheduler calls at the end of a run given --report.
+The pipeline is trace -> report_model.build_model (pure, checked) -> HTML text -> atomic write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import tempfile
+from functools import cache
+from html import escape
+from pathlib import Path
+
+from common.cli import run_main, user_path
+from common.errors import UserError
+from scheduler.report_model import build_model
+
+ASSETS = Path(__file__).resolve().parent / "report_assets"
+_MARKER = re.compile(r"@@(TITLE|CSS|ERROR_HOOK|DATA|SCRIPT)@@")
+
+
+@cache
+def _asset(name: str) -> str:
+    try:
+        return (ASSETS / name).read_text(encoding="utf-8")
+    except OSError as err:  # a broken install, not a user mistake: let it show
+        raise RuntimeError(f"report asset missing: {ASSETS / name} (is report_assets/ packaged?)") from err
+
+
+def _json_for_script(value) -> str:
+    """JSON safe inside <script>: no '</' can end the element, no U+2028/9 can break the JS."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return text.replace("</", "<\\/").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def render_html(model: dict) -> str:
+    title = f"phobos run: {model['kernel'] or 'kernel'}"
+    parts = {
+        "TITLE": escape(title),
+        "CSS": _asset("report.css"),
+        "ERROR_HOOK": _asset("error_hook.js"),
+        "DATA": _json_for_script(model),
+        "SCRIPT": _asset("report.js"),
+    }
+    # One pass, so that a marker-like text inside the data (a kernel's source) is left alone.
+    return _MARKER.sub(lambda m: parts[m.group(1)], _asset("report.html"))
+
+
+def build_report(trace: dict) -> str:
+    """The report page's HTML text for a trace (raises UserError when the trace is malformed)."""
+    return render_html(build_model(trace))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        # mkstemp makes the file private; a report is meant to be shared like any file the user writes.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_report(trace: dict, path: str | os.PathLike) -> None:
+    """Write the HTML report of `trace` (a phobos-trace/1 dict) to `path`; nothing half-written."""
+    html = build_report(trace)
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UserError(f"cannot write report {path}: folder {path.parent} does not exist")
+    _write_atomically(path, html)
+
+
+def load_trace(path: str | os.PathLike) -> dict:
+    """Read a trace file, turning a missing or unreadable file into one clear UserError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"trace file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"cannot read trace file {path}: {err}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler.report", description="Make the HTML report of a saved phobos trace."
+    )
+    parser.add_argument("trace", help="trace JSON written by the scheduler with --trace")
+    parser.add_argument("-o", "--output", required=True, help="HTML file to write")
+    args = parser.parse_args(argv)
+    trace = load_trace(user_path(args.trace))
+    out = user_path(args.output)
+    write_report(trace, out)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,365 @@
+"""What the run report shows, derived from a trace: pure functions, no I/O, no HTML.
+
+The scheduler writes a trace in the "phobos-trace/1" format (docs/runtime.md, docs/visualizer.md).
+`build_model(trace)` checks it and derives everything the page draws: the nodes and their
+failures, the events in compact columns (a 10,000-instruction job must not become 10,000 JSON
+objects the browser has to walk), the super-tile grid of every output tensor with the node that
+finally owns each super-tile, the matrix of bytes moved between storage and nodes, and the
+summary figures. The browser script only lays these out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from common.errors import UserError
+
+TRACE_FORMAT = "phobos-trace/1"
+KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
+STORAGE = "storage"
+# A strip of super-tiles longer than this is wrapped so that it stays readable on screen.
+WRAP_AT = 32
+
+
+class TraceError(UserError):
+    """The trace file is not a phobos trace the report can read."""
+
+
+@dataclass(frozen=True)
+class Event:
+    node: int
+    id: int
+    kind: str
+    start: float
+    end: float
+    bytes: int
+    peer: int | None
+    unit: int | None
+    leaf: str | None
+    generation: int
+    replanned: bool
+    ok: bool
+
+
+# --------------------------------------------------------------------------------------------
+# Checking the trace
+# --------------------------------------------------------------------------------------------
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise TraceError(message)
+
+
+def _number(value, what: str) -> float:
+    _require(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+        f"trace: {what} must be a finite number, got {value!r}",
+    )
+    return float(value)
+
+
+def _int_or_none(value, what: str) -> int | None:
+    if value is None:
+        return None
+    _require(isinstance(value, int) and not isinstance(value, bool), f"trace: {what} must be an integer")
+    return value
+
+
+def parse_event(raw: dict, index: int) -> Event:
+    where = f"events[{index}]"
+    _require(isinstance(raw, dict), f"trace: {where} must be an object")
+    kind = raw.get("kind")
+    _require(kind in KINDS, f"trace: {where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    node = _int_or_none(raw.get("node"), f"{where}.node")
+    _require(node is not None, f"trace: {where}.node is missing")
+    start = _number(raw.get("start"), f"{where}.start")
+    end = _number(raw.get("end"), f"{where}.end")
+    _require(end >= start, f"trace: {where} ends ({end}) before it starts ({start})")
+    leaf = raw.get("leaf")
+    return Event(
+        node=node,
+        id=_int_or_none(raw.get("id", index), f"{where}.id") or 0,
+        kind=kind,
+        start=start,
+        end=end,
+        bytes=int(raw.get("bytes") or 0),
+        peer=_int_or_none(raw.get("peer"), f"{where}.peer"),
+        unit=_int_or_none(raw.get("unit"), f"{where}.unit"),
+        leaf=str(leaf) if leaf is not None else None,
+        generation=int(raw.get("generation") or 0),
+        replanned=bool(raw.get("replanned", False)),
+        ok=bool(raw.get("ok", True)),
+    )
+
+
+def check_trace(trace) -> None:
+    _require(isinstance(trace, dict), "trace: the file must hold a JSON object")
+    fmt = trace.get("format")
+    _require(fmt == TRACE_FORMAT, f"trace: format must be {TRACE_FORMAT!r}, got {fmt!r}")
+    _require(isinstance(trace.get("job"), dict), "trace: 'job' must be an object")
+    for key in ("nodes", "units", "events", "failures"):
+        _require(isinstance(trace.get(key, []), list), f"trace: '{key}' must be a list")
+
+
+# --------------------------------------------------------------------------------------------
+# Nodes, failures, summary, bytes
+# --------------------------------------------------------------------------------------------
+
+
+def derive_nodes(trace: dict, events: list[Event]) -> list[dict]:
+    """Every node the trace names, in node order, with the time and reason of its failure."""
+    info = {n["node"]: n for n in trace.get("nodes", []) if isinstance(n, dict) and "node" in n}
+    ids = set(info) | {e.node for e in events} | {f.get("node") for f in trace.get("failures", [])}
+    ids |= {u.get("node") for u in trace.get("units", []) if isinstance(u, dict)}
+    ids.discard(None)
+    failures = {}
+    for f in trace.get("failures", []):
+        # The first failure of a node is the one that matters: later reports repeat it.
+        if f.get("node") is not None and f["node"] not in failures:
+            failures[f["node"]] = f
+    nodes = []
+    for node in sorted(ids):
+        n = info.get(node, {})
+        fail = failures.get(node)
+        nodes.append(
+            {
+                "node": node,
+                "address": n.get("address", ""),
+                "backend": n.get("backend", ""),
+                "device": n.get("device", ""),
+                "vram_bytes": n.get("vram_bytes"),
+                "failed_at": float(fail["time"]) if fail and fail.get("time") is not None else None,
+                "failure_reason": str(fail.get("reason", "")) if fail else None,
+            }
+        )
+    return nodes
+
+
+def derive_summary(trace: dict, events: list[Event], nodes: list[dict]) -> dict:
+    """The trace's own summary where it has one; figures it lacks are computed from the events."""
+    computed = {n["node"]: dict.fromkeys(
+        ("instructions", "bytes_loaded", "bytes_fetched", "bytes_served", "bytes_stored"), 0
+    ) | {"compute_s": 0.0} for n in nodes}
+    for e in events:
+        row = computed[e.node]
+        row["instructions"] += 1
+        if e.kind == "load":
+            row["bytes_loaded"] += e.bytes
+        elif e.kind == "fetch":
+            row["bytes_fetched"] += e.bytes
+            if e.peer in computed:
+                computed[e.peer]["bytes_served"] += e.bytes
+        elif e.kind == "store":
+            row["bytes_stored"] += e.bytes
+        elif e.kind == "compute":
+            row["compute_s"] += e.end - e.start
+    given = trace.get("summary") or {}
+    given_nodes = {n.get("node"): n for n in given.get("nodes", []) if isinstance(n, dict)}
+    rows = []
+    for node, figures in computed.items():
+        merged = dict(figures)
+        for key, value in given_nodes.get(node, {}).items():
+            if key in merged and isinstance(value, (int, float)):
+                merged[key] = value
+        rows.append({"node": node, **merged})
+    last_end = max((e.end for e in events), default=0.0)
+    wall = given.get("wall_s")
+    wall_s = float(wall) if isinstance(wall, (int, float)) else last_end
+    totals = {
+        key: sum(r[key] for r in rows)
+        for key in ("instructions", "bytes_loaded", "bytes_fetched", "bytes_stored", "compute_s")
+    }
+    return {
+        "wall_s": wall_s,
+        "nodes": rows,
+        "totals": totals,
+        "events": len(events),
+        "replanned_events": sum(e.replanned for e in events),
+        "failed_events": sum(not e.ok for e in events),
+        "failures": len(trace.get("failures", [])),
+    }
+
+
+def bytes_matrix(events: list[Event], nodes: list[dict]) -> dict:
+    """Bytes moved from each source (storage, then the nodes) to each destination (nodes, storage).
+
+    A load is storage -> node (or peer -> node when the trace names a peer), a fetch peer -> node,
+    a store node -> storage. Only instructions that completed (ok) count: a failed one moved
+    nothing the job kept.
+    """
+    ids = [n["node"] for n in nodes]
+    src = [STORAGE] + ids
+    dst = ids + [STORAGE]
+    values = [[0] * len(dst) for _ in src]
+    for e in events:
+        if not e.ok:
+            continue
+        if e.kind in ("load", "fetch"):
+            source = e.peer if e.peer is not None else STORAGE
+            if source in src:
+                values[src.index(source)][dst.index(e.node)] += e.bytes
+        elif e.kind == "store":
+            values[src.index(e.node)][dst.index(STORAGE)] += e.bytes
+    return {
+        "sources": [s if s == STORAGE else f"node {s}" for s in src],
+        "destinations": [d if d == STORAGE else f"node {d}" for d in dst],
+        "values": values,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Super-tile grids
+# --------------------------------------------------------------------------------------------
+
+
+def _layout(n_per_axis: list[int], coord: tuple[int, ...]) -> tuple[int, int]:
+    """Row and column of a super-tile: the last axis across, every other axis down."""
+    row = 0
+    for axis in range(len(coord) - 1):
+        row = row * n_per_axis[axis] + coord[axis]
+    return row, coord[-1]
+
+
+def _wrap(rows: int, cols: int, cells: list[dict]) -> tuple[int, int, bool]:
+    """Fold a long 1-wide strip into a block, keeping row-major reading order."""
+    count = rows * cols
+    if rows == 1 and cols > WRAP_AT or cols == 1 and rows > WRAP_AT:
+        for cell in cells:
+            index = cell["col"] if rows == 1 else cell["row"]
+            cell["row"], cell["col"] = divmod(index, WRAP_AT)
+        return math.ceil(count / WRAP_AT), WRAP_AT, True
+    return rows, cols, False
+
+
+def super_tile_grids(trace: dict, events: list[Event]) -> list[dict]:
+    """One grid per output tensor; each super-tile coloured by the node that finally owns it.
+
+    After a failure a super-tile appears in several units (one per generation). The owner is the
+    newest generation whose store completed, else the newest planned; earlier owners are kept as
+    `previous` and the super-tile is marked re-planned.
+    """
+    stored = {(e.unit, e.generation) for e in events if e.kind == "store" and e.ok and e.unit is not None}
+    tensors = {t["name"]: t for t in trace["job"].get("tensors", []) if isinstance(t, dict)}
+    claims: dict[tuple[str, tuple[int, ...]], list[dict]] = {}
+    shapes: dict[tuple[str, tuple[int, ...]], tuple[int, ...]] = {}
+    for unit in trace.get("units", []):
+        for out in unit.get("outputs", []):
+            key = (out["tensor"], tuple(out["start"]))
+            shapes[key] = tuple(out["shape"])
+            claims.setdefault(key, []).append(
+                {
+                    "unit": unit.get("unit"),
+                    "node": unit.get("node"),
+                    "generation": int(unit.get("generation") or 0),
+                    "replanned": bool(unit.get("replanned", False)),
+                    "stored": (unit.get("unit"), int(unit.get("generation") or 0)) in stored,
+                    "coord": list(unit.get("coord", [])),
+                }
+            )
+    grids = []
+    for name in sorted({t for t, _ in claims}, key=lambda t: list(tensors).index(t) if t in tensors else 0):
+        keys = [k for k in claims if k[0] == name]
+        rank = len(keys[0][1])
+        starts = [sorted({k[1][a] for k in keys}) for a in range(rank)]
+        n_per_axis = [len(s) for s in starts]
+        cells = []
+        for key in sorted(keys, key=lambda k: k[1]):
+            history = sorted(claims[key], key=lambda c: (c["generation"], c["stored"]))
+            done = [c for c in history if c["stored"]]
+            owner = done[-1] if done else history[-1]
+            coord = tuple(starts[a].index(key[1][a]) for a in range(rank))
+            row, col = _layout(n_per_axis, coord)
+            cells.append(
+                {
+                    "row": row,
+                    "col": col,
+                    "index": coord,
+                    "start": list(key[1]),
+                    "shape": list(shapes[key]),
+                    "node": owner["node"],
+                    "unit": owner["unit"],
+                    "generation": owner["generation"],
+                    "stored": owner["stored"],
+                    "replanned": owner["replanned"] or owner is not history[0],
+                    "previous": [
+                        {"node": c["node"], "unit": c["unit"], "generation": c["generation"]}
+                        for c in history
+                        if c is not owner
+                    ],
+                }
+            )
+        rows = math.prod(n_per_axis[:-1]) if rank > 1 else 1
+        rows, cols, wrapped = _wrap(rows, n_per_axis[-1], cells)
+        info = tensors.get(name, {})
+        grids.append(
+            {
+                "tensor": name,
+                "role": info.get("role", "output"),
+                "dtype": info.get("dtype", ""),
+                "shape": list(info.get("shape", [])),
+                "per_axis": n_per_axis,
+                "rows": rows,
+                "cols": cols,
+                "wrapped": wrapped,
+                "cells": cells,
+            }
+        )
+    return grids
+
+
+# --------------------------------------------------------------------------------------------
+# The whole model
+# --------------------------------------------------------------------------------------------
+
+
+def event_columns(events: list[Event]) -> dict:
+    """The events as parallel arrays (one per field), sorted by start: compact for the page."""
+    ordered = sorted(events, key=lambda e: (e.node, e.start, e.id))
+    leaves = sorted({e.leaf for e in ordered if e.leaf is not None})
+    return {
+        "leaf_names": leaves,
+        "node": [e.node for e in ordered],
+        "id": [e.id for e in ordered],
+        "kind": [KINDS.index(e.kind) for e in ordered],
+        # Rounded to the nanosecond: more digits only make the page bigger.
+        "start": [round(e.start, 9) for e in ordered],
+        "end": [round(e.end, 9) for e in ordered],
+        "bytes": [e.bytes for e in ordered],
+        "peer": [e.peer if e.peer is not None else -1 for e in ordered],
+        "unit": [e.unit if e.unit is not None else -1 for e in ordered],
+        "leaf": [leaves.index(e.leaf) if e.leaf is not None else -1 for e in ordered],
+        "generation": [e.generation for e in ordered],
+        "replanned": [int(e.replanned) for e in ordered],
+        "ok": [int(e.ok) for e in ordered],
+    }
+
+
+def build_model(trace: dict) -> dict:
+    """Everything the report page draws, derived from one trace."""
+    check_trace(trace)
+    events = [parse_event(raw, i) for i, raw in enumerate(trace.get("events", []))]
+    job = trace["job"]
+    nodes = derive_nodes(trace, events)
+    grids = super_tile_grids(trace, events)
+    return {
+        "format": TRACE_FORMAT,
+        "kernel": str(job.get("kernel", "")),
+        "source": str(job.get("source", "")),
+        "dims": job.get("dims", {}),
+        "scalars": job.get("scalars", {}),
+        "cluster_values": job.get("cluster_values", {}),
+        "tile_values": job.get("tile_values", {}),
+        "super_grid": job.get("super_grid", []),
+        "tensors": job.get("tensors", []),
+        "leaves": job.get("leaves", []),
+        "kinds": list(KINDS),
+        "nodes": nodes,
+        "failures": trace.get("failures", []),
+        "events": event_columns(events),
+        "grids": grids,
+        "super_tiles": sum(len(g["cells"]) for g in grids),
+        "bytes": bytes_matrix(events, nodes),
+        "summary": derive_summary(trace, events, nodes),
+    }
