@@ -1,0 +1,63 @@
+"""The CUDA leaf compiler: checked kernel + binding -> CUDA C++ -> NVRTC -> PTX.
+
+`compile_kernel(kernel, binding)` is what everything else calls; `launch.py` runs the result
+through cupy, `autotune.py` picks tile values on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler import ir
+from compiler.cuda import codegen, nvrtc
+from compiler.diagnostics import CompileError
+from compiler.source import Span
+
+COMPILER_VERSION = "phobos-cuda-1"
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    cuda_source: str
+    ptx: str
+    entry: str
+    params: tuple[str, ...]  # tensor and scalar parameter names in launch order
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    line_spans: tuple  # generated line number (1-based) -> kernel Span or None
+    tensors: tuple[str, ...] = ()
+    scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
+
+    def span_of_line(self, line: int) -> Span | None:
+        return self.line_spans[line] if 0 < line < len(self.line_spans) else None
+
+
+def generate_source(kernel: ir.Kernel, binding, *, tf32: bool = False) -> codegen.Generated:
+    if tf32:
+        raise CompileError(kernel.span, "the TF32 tensor-core path for dot is not implemented yet")
+    return codegen.generate(kernel, binding, tf32)
+
+
+def compile_kernel(kernel: ir.Kernel, binding, *, tf32: bool = False) -> CompiledKernel:
+    gen = generate_source(kernel, binding, tf32=tf32)
+    try:
+        ptx = nvrtc.compile_to_ptx(gen.source)
+    except nvrtc.NvrtcError as e:
+        raise _nvrtc_error(kernel, gen, e) from None
+    return CompiledKernel(
+        cuda_source=gen.source, ptx=ptx, entry=gen.entry, params=gen.params, grid=gen.grid,
+        block=gen.block, shared_bytes=gen.shared_bytes, line_spans=gen.line_spans,
+        tensors=tuple(p.name for p in kernel.tensors),
+        scalars=tuple((p.name, p.dtype) for p in kernel.scalars))
+
+
+def _nvrtc_error(kernel: ir.Kernel, gen: codegen.Generated, err: nvrtc.NvrtcError) -> CompileError:
+    """Point at the kernel line the first failing generated line came from, quoting it."""
+    lines = gen.source.splitlines()
+    for entry in nvrtc.parse_log(err.log):
+        span = gen.line_spans[entry.line] if 0 < entry.line < len(gen.line_spans) else None
+        quoted = lines[entry.line - 1].strip() if 0 < entry.line <= len(lines) else ""
+        return CompileError(span or kernel.span, f"NVRTC rejected the generated CUDA: {entry.text}",
+                            note=f"generated line {entry.line}: {quoted}")
+    return CompileError(kernel.span, "NVRTC rejected the generated CUDA", note=err.log.strip()[:2000])

@@ -1,0 +1,300 @@
+"""Checked kernel + binding -> one CUDA C++ __global__ function (the leaf).
+
+Dims and tile values are compile-time constants; every tile is a register array spread over the
+CTA as `layout.py` describes; element-wise chains become one unrolled loop over each thread's
+register block; reductions, dot products and layout changes are hoisted before the loop that
+uses them (`exprs.py`); dot stages its operands through shared memory (`dots.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler import ir
+from compiler.cuda import analysis
+from compiler.cuda.emit import CTYPE, STORAGE_CTYPE, Emitter, from_f32
+from compiler.cuda.exprs import ExprEmitter, Val
+from compiler.cuda.layout import LayoutError, ThreadGrid, choose_thread_grid
+from compiler.diagnostics import CompileError
+
+SMEM_LIMIT = 227 * 1024
+REGISTER_BUDGET = 200  # floats per thread held by tile variables before the point is pruned
+
+
+@dataclass(frozen=True)
+class Generated:
+    source: str
+    entry: str
+    params: tuple[str, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
+
+
+def _eval(size: ir.Size, env) -> int:
+    return size.evaluate(dict(env))
+
+
+def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
+    from compiler import walk
+
+    shapes2d, dots, rows, cols = set(), set(), set(), set()
+    for e in walk.iter_body_exprs(kernel.body):
+        if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
+            shapes2d.add(tuple(_eval(s, env) for s in e.ty.shape))
+            if isinstance(e, ir.Call) and e.func == "dot":
+                dots.add(tuple(_eval(s, env) for s in e.ty.shape))
+    for s in walk.iter_stmts(kernel.body):
+        if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
+            shapes2d.add(tuple(_eval(x, env) for x in s.declared.shape))
+    return shapes2d, dots, rows, cols
+
+
+class KernelGen(ExprEmitter):
+    def __init__(self, kernel: ir.Kernel, binding, tf32: bool = False):
+        env = dict(binding.env)
+        shapes2d, dots, rows, cols = _shapes(kernel, env)
+        try:
+            grid = choose_thread_grid(kernel.threads, shapes2d, dots, rows, cols)
+        except LayoutError as e:
+            raise CompileError(kernel.span, f"cannot lay out this point on {kernel.threads} threads: {e}") from None
+        super().__init__(kernel, env, grid)
+        self.binding = binding
+        self.tf32 = tf32
+        self.hints = analysis.layout_hints(kernel.body)
+        self.shared = analysis.shared_lets(kernel.body)
+        counts = [1, 1, 1]
+        for axis, n in zip(kernel.grid, binding.grid, strict=True):
+            counts["xyz".index(axis.axis)] = n
+        self.grid_dims = tuple(counts)
+        for i, a in enumerate("xyz"):
+            self.ranges["%" + a] = analysis.IntRange(0, counts[i] - 1, 1)
+
+    # -- statements -------------------------------------------------------------------------
+
+    def stmt(self, s: ir.Stmt) -> None:
+        self.out.span = s.span
+        self.scratch_cur = 0
+        if isinstance(s, ir.Let):
+            self.let(s)
+        elif isinstance(s, ir.VarDecl):
+            self.var_decl(s)
+        elif isinstance(s, ir.Assign):
+            self.assign(s)
+        elif isinstance(s, ir.Store):
+            self.store(s)
+        elif isinstance(s, ir.For):
+            self.for_loop(s)
+        else:
+            raise CompileError(s.span, f"the CUDA backend cannot compile {type(s).__name__}")
+
+    def let(self, s: ir.Let) -> None:
+        ty = s.value.ty
+        if isinstance(ty, ir.ScalarType):
+            c = self.scalar(s.value)
+            cname = self.fresh("u_" + s.name)
+            self.out.line(f"const {CTYPE[ty.dtype]} {cname} = {c};")
+            self.scalars[s.name] = (cname, ty.dtype)
+            if ty.dtype == "i32":
+                self.ranges[s.name] = analysis.int_range(s.value, self.ranges)
+            return
+        if s.name in self.shared:
+            self.vals[s.name] = self.stage_shared_let(s.name, s.value, self.shared[s.name],
+                                                      analysis.shared_let_transposed(self.kernel.body, s.name))
+            return
+        kind = "2d" if ty.rank == 2 else self.hints.get(s.name, "flat")
+        self.materialize(s.value, kind, name=s.name)
+
+    def var_decl(self, s: ir.VarDecl) -> None:
+        ty = s.declared
+        if isinstance(ty, ir.ScalarType):
+            cname = self.fresh("u_" + s.name)
+            self.out.line(f"{CTYPE[ty.dtype]} {cname} = {self.cast(self.scalar(s.init), s.init, ty.dtype)};")
+            self.scalars[s.name] = (cname, ty.dtype)
+            self.ranges.pop(s.name, None)
+            return
+        shape = tuple(self.size(x) for x in ty.shape)
+        if ty.rank > 2:
+            raise CompileError(s.span, "the CUDA backend supports tiles of rank 1 and 2 only")
+        kind = "2d" if ty.rank == 2 else self.hints.get(s.name, "flat")
+        val = self.declare(s.name, kind, shape, ty.dtype, ty.shape)
+        self.assign_elementwise(val, "=", s.init)
+
+    def assign(self, s: ir.Assign) -> None:
+        if s.name in self.scalars:
+            cname, dtype = self.scalars[s.name]
+            value = self.cast(self.scalar(s.value), s.value, dtype)
+            if s.op == "/=" and dtype == "i32":
+                self.out.line(f"{cname} = floordiv_i({cname}, {value});")
+            elif s.op == "=":
+                self.out.line(f"{cname} = {value};")
+            else:
+                self.out.line(f"{cname} {s.op} {value};")
+            return
+        val = self.vals[s.name]
+        dot, rest = self._dot_split(s)
+        if dot is not None:
+            if rest is not None:
+                self.assign_elementwise(val, "=", rest)
+            self.dot(dot, into=val)
+            return
+        self.assign_elementwise(val, s.op, s.value)
+
+    def _dot_split(self, s: ir.Assign):
+        """`acc += dot(a, b)` and `acc = X + dot(a, b)` accumulate the product straight into acc
+        (when a and b do not read acc)."""
+        from compiler import walk
+
+        def reads_target(e: ir.Expr) -> bool:
+            return any(isinstance(x, ir.Name) and x.name == s.name for x in walk.iter_exprs(e))
+
+        def is_dot(e):
+            return isinstance(e, ir.Call) and e.func == "dot" and not reads_target(e) \
+                and tuple(x for x in e.ty.shape) == tuple(self.vals[s.name].ty_shape)
+
+        if s.op == "+=" and is_dot(s.value):
+            return s.value, None
+        if s.op == "=" and isinstance(s.value, ir.BinOp) and s.value.op == "+":
+            v = s.value
+            if is_dot(v.rhs) and isinstance(v.lhs.ty, ir.TileType) and v.lhs.ty.shape == v.ty.shape:
+                return v.rhs, v.lhs
+            if is_dot(v.lhs) and isinstance(v.rhs.ty, ir.TileType) and v.rhs.ty.shape == v.ty.shape:
+                return v.lhs, v.rhs
+        return None, None
+
+    def for_loop(self, s: ir.For) -> None:
+        start = self.scalar(s.start)
+        stop = self.scalar(s.stop)
+        step = self.scalar(s.step)
+        var = self.fresh("u_" + s.var)
+        stop_name = self.fresh("stop")
+        self.out.line(f"const int {stop_name} = {stop};")
+        self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
+        saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
+        self.scalars[s.var] = (var, "i32")
+        step_v = analysis.int_range(s.step, self.ranges)
+        self.ranges[s.var] = analysis.loop_range(analysis.int_range(s.start, self.ranges),
+                                                 analysis.int_range(s.stop, self.ranges), max(step_v.lo, 1))
+        for inner in s.body:
+            self.stmt(inner)
+        self.vals, self.scalars, self.ranges = saved
+        self.out.span = s.span
+        self.out.close()
+
+    def store(self, s: ir.Store) -> None:
+        param = self.tensor(s.tensor, s.span)
+        tile_axes = [i for i, it in enumerate(s.index) if not isinstance(it, ir.SliceIndex)]
+        shape = tuple(self.item_extent(s.index[i], param, i) for i in tile_axes)
+        value = s.value
+        if not tile_axes:
+            v = self.scalar(value)
+            ptr, pred = self.element_address(param, s.index, ())
+            self.out.open("if (th_id == 0" + (f" && {pred}" if pred != "true" else "") + ")")
+            self.out.line(self.store_line(param, ptr, s.op, v, value))
+            self.out.close()
+            return
+        if len(shape) > 2:
+            raise CompileError(s.span, "the CUDA backend stores tiles of rank 1 and 2 only")
+        if isinstance(value.ty, ir.TileType) and value.ty.rank == 1:
+            kind = analysis.natural_kind(value, self.hints) or "flat"
+        else:
+            kind = "2d" if len(shape) == 2 else "flat"
+        ctx = self.ctx_for(kind, shape)
+        if isinstance(value.ty, ir.TileType):
+            v = self.tile_elem(value, ctx)
+        else:
+            v = self.scalar(value)
+        ptr, pred = self.element_address(param, s.index, ctx.pos)
+        cond = " && ".join(c for c in (self.owner(kind, shape), pred) if c != "true") or "true"
+        body = [f"if ({cond}) {self.store_line(param, ptr, s.op, v, value)}"]
+        self.emit_loop(ctx, body)
+
+    def store_line(self, param: ir.TensorParam, ptr: str, op: str, v: str, value: ir.Expr) -> str:
+        target_type = "f32" if param.dtype in ("f16", "bf16", "f32") else "i32"
+        v = self.cast(v, value, target_type)
+        if op == "=":
+            return f"{ptr} = {from_f32(param.dtype, v)};"
+        old = self.read_global(param, ptr)
+        binop = op[0]
+        if binop == "/" and target_type == "i32":
+            new = f"floordiv_i({old}, {v})"
+        else:
+            new = f"({old} {binop} {v})"
+        return f"{ptr} = {from_f32(param.dtype, new)};"
+
+    # -- the whole kernel -------------------------------------------------------------------
+
+    def generate(self) -> Generated:
+        k = self.kernel
+        for s in k.body:
+            self.stmt(s)
+        shared_bytes = (self.perm_floats + self.scratch_max) * 4
+        if shared_bytes > SMEM_LIMIT:
+            raise CompileError(k.span, f"this point needs {shared_bytes} bytes of shared memory "
+                                       f"(the limit is {SMEM_LIMIT})")
+        if self.register_floats > REGISTER_BUDGET:
+            raise CompileError(k.span, f"this point holds {self.register_floats} tile values per thread "
+                                       f"in registers (budget {REGISTER_BUDGET})")
+        head = Emitter()
+        head.depth = 0
+        if self.uses_half:
+            head.line("#include <cuda_fp16.h>")
+        if self.uses_bf16:
+            head.line("#include <cuda_bf16.h>")
+        head.block(PRELUDE.splitlines())
+        params, order = [], []
+        stored = {s.tensor for s in _all_stmts(k.body) if isinstance(s, ir.Store)}
+        for p in k.params:
+            if isinstance(p, ir.TensorParam):
+                ctype = STORAGE_CTYPE[p.dtype]
+                if p.name in stored:
+                    params.append(f"{ctype}* __restrict__ t_{p.name}")
+                else:
+                    params.append(f"const {ctype}* __restrict__ t_{p.name}")
+            else:
+                params.append(f"{CTYPE[p.dtype]} s_{p.name}")
+            order.append(p.name)
+        entry = f"phobos_{k.name}"
+        head.line(f'extern "C" __global__ void __launch_bounds__({k.threads}) {entry}({", ".join(params)}) {{')
+        head.depth = 1
+        for name, value in sorted(self.env.items()):
+            head.line(f"constexpr int c_{name} = {value};")
+        g = self.grid
+        head.line(f"constexpr int PERM = {self.perm_floats};")
+        head.line("extern __shared__ float4 smem_raw[];")
+        head.line("float* smem = reinterpret_cast<float*>(smem_raw);")
+        head.line("const int th_id = threadIdx.x;")
+        head.line(f"const int th_r = th_id / {g.cols};")
+        head.line(f"const int th_c = th_id % {g.cols};")
+        head.line("(void)smem; (void)th_r; (void)th_c;")
+        lines = head.lines + self.out.lines + ["}"]
+        spans = [None] + head.spans + self.out.spans + [None]
+        return Generated("\n".join(lines) + "\n", entry, tuple(order), self.grid_dims, (k.threads, 1, 1),
+                         shared_bytes, tuple(spans))
+
+
+def _all_stmts(body):
+    from compiler import walk
+
+    return walk.iter_stmts(body)
+
+
+PRELUDE = r"""
+__device__ __forceinline__ int floordiv_i(int a, int b) {
+  int q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ int floormod_i(int a, int b) {
+  int r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ float floormod_f(float a, float b) { return a - floorf(a / b) * b; }
+""".strip("\n")
+
+
+def generate(kernel: ir.Kernel, binding, tf32: bool = False) -> Generated:
+    return KernelGen(kernel, binding, tf32).generate()
+
+
+__all__ = ["generate", "Generated", "ThreadGrid", "Val"]

@@ -1,0 +1,596 @@
+"""Expressions: each tile expression is emitted as the C expression of one element of the
+current thread's register block (`Ctx` names the loop indices and element positions); whatever
+needs the whole tile first (reductions, dot, layout changes, transposes of computed tiles, vector
+loads) is hoisted: emitted before the loop, into a register array or shared memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler import ir
+from compiler.cuda import analysis
+from compiler.cuda.dots import DotMixin
+from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
+from compiler.cuda.layout import Dist, LayoutError, ThreadGrid
+from compiler.diagnostics import CompileError
+
+LOCALS = {"2d": ("_i", "_j"), "row": ("_i",), "col": ("_j",), "flat": ("_f",)}
+POSITIONS = {"2d": ("_r", "_c"), "row": ("_r",), "col": ("_c",), "flat": ("_p",)}
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Where the element being computed sits: its tile `shape`, the layout `kind`, the C local
+    indices into register arrays and the C positions inside the tile. `native`: the local
+    indices are those of the layout (false inside a transposed read)."""
+
+    shape: tuple[int, ...]
+    kind: str
+    local: tuple[str, ...]
+    pos: tuple[str, ...]
+    native: bool = True
+
+    @property
+    def standard(self) -> bool:
+        return self.native and self.local == LOCALS[self.kind]
+
+
+@dataclass
+class Val:
+    """A tile held in registers: `cname[count0][count1]` in layout `kind`."""
+
+    cname: str
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    ty_shape: tuple = ()
+
+
+@dataclass
+class SharedTile:
+    """A dot operand staged in shared memory as S[k][x] (row stride `ld`), `role` 'a' or 'b'."""
+
+    ptr: str
+    role: str
+    k: int
+    x: int
+    ld: int
+
+
+IDENT = {"sum": ("0.0f", "0"), "max": ("__int_as_float(0xff800000)", "INT_MIN_"),
+         "min": ("__int_as_float(0x7f800000)", "INT_MAX_")}
+
+
+class ExprEmitter(DotMixin):
+    def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid):
+        self.kernel = kernel
+        self.env = env
+        self.grid = grid
+        self.out = Emitter()
+        self.vals: dict[str, Val | SharedTile] = {}
+        self.scalars: dict[str, tuple[str, str]] = {}
+        self.ranges: dict[str, analysis.IntRange] = {n: analysis.IntRange.exact(v) for n, v in env.items()}
+        self.params = {p.name: p for p in kernel.params}
+        for p in kernel.scalars:
+            self.scalars[p.name] = (f"s_{p.name}", p.dtype)
+        for n in env:
+            self.scalars[n] = (f"c_{n}", "i32")
+        self.counter = 0
+        self.perm_floats = 0
+        self.scratch_cur = 0
+        self.scratch_max = 0
+        self.register_floats = 0
+        self.uses_half = any(p.dtype == "f16" for p in kernel.tensors)
+        self.uses_bf16 = any(p.dtype == "bf16" for p in kernel.tensors)
+
+    # -- small helpers ----------------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}_{self.counter}"
+
+    def size(self, e: ir.Expr | ir.Size) -> int:
+        if isinstance(e, ir.Size):
+            return e.evaluate(self.env)
+        r = analysis.int_range(e, self.ranges)
+        if r.lo != r.hi:
+            raise CompileError(e.span, "expected a compile-time size")
+        return r.lo
+
+    def tensor(self, name: str, span) -> ir.TensorParam:
+        p = self.params.get(name)
+        if not isinstance(p, ir.TensorParam):
+            raise CompileError(span, f"{name} is not a tensor")
+        return p
+
+    def dims_of(self, p: ir.TensorParam) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else self.env[d] for d in p.dims)
+
+    def alloc_perm(self, floats: int) -> str:
+        off = self.perm_floats
+        self.perm_floats += (floats + 3) // 4 * 4
+        return f"(smem + {off})"
+
+    def alloc_scratch(self, floats: int) -> str:
+        off = self.scratch_cur
+        self.scratch_cur += (floats + 3) // 4 * 4
+        self.scratch_max = max(self.scratch_max, self.scratch_cur)
+        return f"(smem + PERM + {off})"
+
+    def dists(self, kind: str, shape: tuple[int, ...]) -> tuple[Dist, ...]:
+        try:
+            if kind == "2d":
+                return self.grid.dist2(shape)
+            return (self.grid.dist1(shape[0], kind),)
+        except LayoutError as e:
+            raise CompileError(self.out.span or self.kernel.span, f"cannot lay out this tile: {e}") from None
+
+    def counts(self, kind: str, shape) -> tuple[int, ...]:
+        return tuple(d.count for d in self.dists(kind, shape))
+
+    def owner(self, kind: str, shape) -> str:
+        """True on exactly one thread per element (replicas and the other rows/cols are false)."""
+        ds = self.dists(kind, shape)
+        conds = [d.primary() for d in ds]
+        if kind == "row":
+            conds.append("(th_c == 0)")
+        elif kind == "col":
+            conds.append("(th_r == 0)")
+        conds = [c for c in conds if c != "true"]
+        return " && ".join(conds) or "true"
+
+    def ctx_for(self, kind: str, shape: tuple[int, ...]) -> Ctx:
+        return Ctx(shape, kind, LOCALS[kind], POSITIONS[kind])
+
+    def emit_loop(self, ctx: Ctx, body: list[str]) -> None:
+        """The unrolled loop over this thread's elements of a standard context."""
+        ds = self.dists(ctx.kind, ctx.shape)
+        depth = 0
+        for d, loc, pos in zip(ds, ctx.local, ctx.pos, strict=True):
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int {loc} = 0; {loc} < {d.count}; ++{loc})")
+            self.out.line(f"const int {pos} = {d.position(loc)}; (void){pos};")
+            depth += 1
+        self.out.block(body)
+        for _ in range(depth):
+            self.out.close()
+
+    def array_decl(self, cname: str, kind: str, shape, dtype: str) -> str:
+        dims = "".join(f"[{c}]" for c in self.counts(kind, shape))
+        return f"{CTYPE[dtype]} {cname}{dims};"
+
+    def declare(self, name: str | None, kind: str, shape, dtype: str, ty_shape=()) -> Val:
+        cname = self.fresh("u_" + name if name else "v")
+        self.out.line(self.array_decl(cname, kind, shape, dtype))
+        n = 1
+        for c in self.counts(kind, shape):
+            n *= c
+        self.register_floats += n if name else 0
+        val = Val(cname, kind, shape, dtype, ty_shape)
+        if name:
+            self.vals[name] = val
+        return val
+
+    def access(self, val: Val, ctx: Ctx) -> str:
+        idx = []
+        for axis, loc in enumerate(ctx.local):
+            idx.append("0" if val.shape[axis] == 1 else loc)
+        return val.cname + "".join(f"[{i}]" for i in idx)
+
+    def materialize(self, expr: ir.Expr, kind: str, name: str | None = None) -> Val:
+        shape = tuple(self.size(s) for s in expr.ty.shape)
+        if len(shape) > 2:
+            raise CompileError(expr.span, "the CUDA backend supports tiles of rank 1 and 2 only")
+        ctx = self.ctx_for(kind, shape)
+        body = self.tile_elem(expr, ctx)
+        val = self.declare(name, kind, shape, expr.ty.dtype, expr.ty.shape)
+        self.emit_loop(ctx, [f"{self.access(val, ctx)} = {body};"])
+        return val
+
+    def assign_elementwise(self, val: Val, op: str, value: ir.Expr) -> None:
+        ctx = self.ctx_for(val.kind, val.shape)
+        if isinstance(value.ty, ir.TileType):
+            v = self.tile_elem(value, ctx)
+        else:
+            v = self.scalar(value)
+        v = self.cast(v, value, val.dtype)
+        target = self.access(val, ctx)
+        if op == "=":
+            line = f"{target} = {v};"
+        elif op == "/=" and val.dtype == "i32":
+            line = f"{target} = floordiv_i({target}, {v});"
+        else:
+            line = f"{target} {op} {v};"
+        self.emit_loop(ctx, [line])
+
+    def cast(self, c: str, expr: ir.Expr, dtype: str) -> str:
+        src = expr.ty.dtype if expr.ty is not None else dtype
+        if src == dtype:
+            return c
+        return f"(({CTYPE[dtype]})({c}))"
+
+    # -- scalars ----------------------------------------------------------------------------
+
+    def scalar(self, e: ir.Expr) -> str:
+        return self.elem(e, None)
+
+    # -- tiles ------------------------------------------------------------------------------
+
+    def tile_elem(self, e: ir.Expr, ctx: Ctx) -> str:
+        return self.elem(e, ctx)
+
+    def sub_ctx(self, e: ir.Expr, ctx: Ctx | None) -> Ctx | None:
+        """The context of operand `e` inside `ctx`: scalars have none; axes of extent 1 broadcast."""
+        if ctx is None or not isinstance(e.ty, ir.TileType):
+            return None
+        shape = tuple(self.size(s) for s in e.ty.shape)
+        if shape == ctx.shape:
+            return ctx
+        local = tuple("0" if s == 1 and c != 1 else loc for s, c, loc in zip(shape, ctx.shape, ctx.local, strict=True))
+        pos = tuple("0" if s == 1 and c != 1 else p for s, c, p in zip(shape, ctx.shape, ctx.pos, strict=True))
+        return Ctx(shape, ctx.kind, local, pos, ctx.native)
+
+    def elem(self, e: ir.Expr, ctx: Ctx | None) -> str:
+        if isinstance(e, ir.Const):
+            if isinstance(e.value, bool):
+                return "true" if e.value else "false"
+            if e.ty is not None and e.ty.dtype == "f32" or isinstance(e.value, float):
+                return c_float(float(e.value))
+            return f"({int(e.value)})"
+        if isinstance(e, ir.Name):
+            return self.name_elem(e, ctx)
+        if isinstance(e, ir.BlockIndex):
+            return f"((int)blockIdx.{e.axis})"
+        if isinstance(e, ir.UnaryOp):
+            inner = self.elem(e.operand, self.sub_ctx(e.operand, ctx))
+            return f"(-{inner})" if e.op == "-" else f"(!{inner})"
+        if isinstance(e, ir.BinOp):
+            return self.binop(e, ctx)
+        if isinstance(e, ir.Load):
+            return self.load_elem(e, ctx)
+        if isinstance(e, ir.Call):
+            return self.call(e, ctx)
+        raise CompileError(e.span, f"the CUDA backend cannot compile {type(e).__name__} here")
+
+    def name_elem(self, e: ir.Name, ctx: Ctx | None) -> str:
+        if e.name in self.scalars and not isinstance(e.ty, ir.TileType):
+            return self.scalars[e.name][0]
+        v = self.vals.get(e.name)
+        if v is None:
+            raise CompileError(e.span, f"{e.name} is not available in generated code")
+        if isinstance(v, SharedTile):
+            raise CompileError(e.span, f"{e.name} lives in shared memory and can only feed dot")
+        if ctx is None:
+            raise CompileError(e.span, f"tile {e.name} used as a scalar")
+        if ctx.native and ctx.kind == v.kind:
+            return self.access(v, ctx)
+        return self.through_shared(v, ctx)
+
+    def through_shared(self, v: Val, ctx: Ctx) -> str:
+        """Read a register tile in another layout: every owner writes its elements to shared
+        memory, then the element is read back by position."""
+        n = 1
+        for s in v.shape:
+            n *= s
+        buf = self.alloc_scratch(n)
+        src = self.ctx_for(v.kind, v.shape)
+        self.out.line("__syncthreads();")
+        flat = " + ".join(f"{p} * {self.stride(v.shape, a)}" for a, p in enumerate(src.pos))
+        self.emit_loop(src, [f"{buf}[{flat}] = {self.access(v, src)};"])
+        self.out.line("__syncthreads();")
+        flat_ctx = " + ".join(f"({p}) * {self.stride(v.shape, a)}" for a, p in enumerate(ctx.pos))
+        return f"{buf}[{flat_ctx}]"
+
+    @staticmethod
+    def stride(shape, axis) -> int:
+        s = 1
+        for x in shape[axis + 1:]:
+            s *= x
+        return s
+
+    def binop(self, e: ir.BinOp, ctx: Ctx | None) -> str:
+        a = self.elem(e.lhs, self.sub_ctx(e.lhs, ctx))
+        b = self.elem(e.rhs, self.sub_ctx(e.rhs, ctx))
+        ta, tb = e.lhs.ty.dtype, e.rhs.ty.dtype
+        if e.op in ("and", "or"):
+            return f"({a} {'&&' if e.op == 'and' else '||'} {b})"
+        if "f32" in (ta, tb):
+            a, b = (f"((float)({a}))" if ta != "f32" else a), (f"((float)({b}))" if tb != "f32" else b)
+            if e.op == "%":
+                return f"floormod_f({a}, {b})"
+            return f"({a} {e.op} {b})"
+        if e.op == "/":
+            return f"floordiv_i({a}, {b})"
+        if e.op == "%":
+            return f"floormod_i({a}, {b})"
+        return f"({a} {e.op} {b})"
+
+    # -- loads ------------------------------------------------------------------------------
+
+    def item_extent(self, item, param: ir.TensorParam, dim: int) -> int:
+        if isinstance(item, ir.SliceAll):
+            return self.dims_of(param)[dim]
+        return self.size(item.extent)
+
+    def element_address(self, param: ir.TensorParam, index, positions) -> tuple[str, str]:
+        """The C lvalue of the element at tile `positions` and the in-bounds condition (only the
+        checks that range analysis cannot prove unnecessary)."""
+        dims = self.dims_of(param)
+        terms, conds = [], []
+        positions = list(positions)
+        for d, item in enumerate(index):
+            if isinstance(item, ir.SliceIndex):
+                idx = self.scalar(item.index)
+                r = analysis.int_range(item.index, self.ranges)
+                if not (r.lo >= 0 and r.hi < dims[d]):
+                    conds.append(f"((unsigned)({idx}) < {dims[d]}u)")
+            elif isinstance(item, ir.SliceAll):
+                idx = positions.pop(0)
+            else:
+                start = self.scalar(item.start)
+                ext = self.size(item.extent)
+                idx = f"({start} + {positions.pop(0)})"
+                r = analysis.int_range(item.start, self.ranges)
+                if not (r.lo >= 0 and r.hi + ext <= dims[d]):
+                    conds.append(f"((unsigned){idx} < {dims[d]}u)")
+            stride = self.stride(dims, d)
+            terms.append(f"{idx} * {stride}" if stride != 1 else idx)
+        ptr = f"t_{param.name}[{' + '.join(terms)}]"
+        return ptr, " && ".join(conds) or "true"
+
+    def read_global(self, param: ir.TensorParam, ptr: str) -> str:
+        if param.dtype == "f32" and param.name not in self.stored_tensors():
+            return f"__ldg(&{ptr})"
+        return to_f32(param.dtype, ptr)
+
+    def stored_tensors(self) -> set[str]:
+        if not hasattr(self, "_stored"):
+            from compiler import walk
+
+            self._stored = {s.tensor for s in walk.iter_stmts(self.kernel.body) if isinstance(s, ir.Store)}
+        return self._stored
+
+    def load_elem(self, e: ir.Load, ctx: Ctx | None) -> str:
+        param = self.tensor(e.tensor, e.span)
+        fill = self.elem(e.fill, None) if e.fill is not None else ("0.0f" if param.dtype != "i32" else "0")
+        if ctx is not None and ctx.standard and self.vector_ok(e, ctx):
+            return self.vector_load(e, ctx, fill)
+        ptr, pred = self.element_address(param, e.index, ctx.pos if ctx else ())
+        value = self.read_global(param, ptr)
+        return value if pred == "true" else f"({pred} ? {value} : {fill})"
+
+    def vector_ok(self, e: ir.Load, ctx: Ctx) -> bool:
+        """16-byte loads: f32, last tile axis along the tensor's last dim, 4-element groups that
+        are aligned and wholly inside or outside the tensor."""
+        param = self.tensor(e.tensor, e.span)
+        if param.dtype != "f32" or isinstance(e.index[-1], ir.SliceIndex):
+            return False
+        d = self.dists(ctx.kind, ctx.shape)[-1]
+        if d.vector != 4 or self.dims_of(param)[-1] % 4:
+            return False
+        last = e.index[-1]
+        if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, self.ranges).divisor % 4:
+            return False
+        return True
+
+    def vector_load(self, e: ir.Load, ctx: Ctx, fill: str) -> str:
+        param = self.tensor(e.tensor, e.span)
+        shape = ctx.shape
+        val = self.declare(None, ctx.kind, shape, "f32")
+        ds = self.dists(ctx.kind, shape)
+        depth = 0
+        locs = list(ctx.local)
+        for a, (d, loc, pos) in enumerate(zip(ds, ctx.local, ctx.pos, strict=True)):
+            last = a == len(ds) - 1
+            self.out.line("#pragma unroll")
+            if last:
+                self.out.open(f"for (int {loc} = 0; {loc} < {d.count}; {loc} += 4)")
+            else:
+                self.out.open(f"for (int {loc} = 0; {loc} < {d.count}; ++{loc})")
+            self.out.line(f"const int {pos} = {d.position(loc)}; (void){pos};")
+            depth += 1
+        ptr, pred = self.element_address(param, e.index, ctx.pos)
+        self.out.line(f"float4 v4 = make_float4({fill}, {fill}, {fill}, {fill});")
+        load = f"v4 = __ldg(reinterpret_cast<const float4*>(&{ptr}));"
+        self.out.line(load if pred == "true" else f"if ({pred}) {load}")
+        base = val.cname + "".join(f"[{x}]" for x in locs[:-1])
+        for q, comp in enumerate("xyzw"):
+            self.out.line(f"{base}[{locs[-1]} + {q}] = v4.{comp};")
+        for _ in range(depth):
+            self.out.close()
+        return self.access(val, ctx)
+
+    # -- built-in calls ---------------------------------------------------------------------
+
+    def call(self, e: ir.Call, ctx: Ctx | None) -> str:
+        f = e.func
+        kw = dict(e.kwargs)
+        if f in ("exp", "log", "sqrt"):
+            return f"{f}f({self.f32_arg(e.args[0], ctx)})"
+        if f == "abs":
+            a = e.args[0]
+            inner = self.elem(a, self.sub_ctx(a, ctx))
+            return f"fabsf({inner})" if a.ty.dtype == "f32" else f"abs({inner})"
+        if f in ("max", "min") and "axis" not in kw and len(e.args) == 2:
+            a, b = e.args
+            x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
+            if e.ty.dtype == "f32":
+                x = x if a.ty.dtype == "f32" else f"((float){x})"
+                y = y if b.ty.dtype == "f32" else f"((float){y})"
+                return f"f{f}f({x}, {y})"
+            return f"{f}({x}, {y})"
+        if f in ("sum", "max", "min"):
+            return self.reduction(e, ctx)
+        if f == "where":
+            c, a, b = e.args
+            x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
+            if e.ty.dtype == "f32":
+                x = x if a.ty.dtype == "f32" else f"((float){x})"
+                y = y if b.ty.dtype == "f32" else f"((float){y})"
+            return f"({self.elem(c, self.sub_ctx(c, ctx))} ? {x} : {y})"
+        if f == "f32":
+            return f"((float)({self.elem(e.args[0], self.sub_ctx(e.args[0], ctx))}))"
+        if f == "i32":
+            return f"((int)({self.elem(e.args[0], self.sub_ctx(e.args[0], ctx))}))"
+        if f == "arange":
+            return ctx.pos[0]
+        if f == "full":
+            return self.cast(self.elem(e.args[1], None), e.args[1], e.ty.dtype)
+        if f == "expand":
+            axis = kw["axis"].value
+            keep = [a for a in range(len(ctx.shape)) if a != axis]
+            inner = Ctx(tuple(ctx.shape[a] for a in keep),
+                        ("row" if axis == 1 else "col") if ctx.kind == "2d" else ctx.kind,
+                        tuple(ctx.local[a] for a in keep), tuple(ctx.pos[a] for a in keep), ctx.native)
+            if len(ctx.shape) != 2:
+                raise CompileError(e.span, "the CUDA backend expands 1-D tiles to 2-D only")
+            return self.elem(e.args[0], inner)
+        if f == "transpose":
+            return self.transpose(e, ctx)
+        if f == "dot":
+            val = self.dot(e, into=None)
+            return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
+        raise CompileError(e.span, f"the CUDA backend cannot compile {f}()")
+
+    def f32_arg(self, a: ir.Expr, ctx):
+        x = self.elem(a, self.sub_ctx(a, ctx))
+        return x if a.ty.dtype == "f32" else f"((float)({x}))"
+
+    def transpose(self, e: ir.Call, ctx: Ctx) -> str:
+        a = e.args[0]
+        flipped = Ctx(tuple(reversed(ctx.shape)), ctx.kind, tuple(reversed(ctx.local)),
+                      tuple(reversed(ctx.pos)), native=False)
+        if isinstance(a, ir.Load):
+            return self.elem(a, flipped)
+        v = a if isinstance(a, ir.Name) and isinstance(self.vals.get(a.name), Val) else None
+        val = self.vals[a.name] if v is not None else self.materialize(a, "2d")
+        return self.through_shared(val, flipped)
+
+    # -- reductions -------------------------------------------------------------------------
+
+    def reduction(self, e: ir.Call, ctx: Ctx | None) -> str:
+        kw = dict(e.kwargs)
+        axis = kw["axis"].value
+        x = e.args[0]
+        shape = tuple(self.size(s) for s in x.ty.shape)
+        f = e.func
+        is_f = x.ty.dtype == "f32"
+        ident = IDENT[f][0 if is_f else 1].replace("INT_MIN_", "(-2147483647 - 1)").replace("INT_MAX_", "2147483647")
+        ctype = "float" if is_f else "int"
+
+        def comb(a, b):
+            if f == "sum":
+                return f"({a} + {b})"
+            return f"f{f}f({a}, {b})" if is_f else f"{f}({a}, {b})"
+
+        if len(shape) == 1:
+            kind = analysis.natural_kind(x, self.hints) or "flat"
+            src = self.ctx_for(kind, shape)
+            body = self.elem(x, src)
+            acc = self.fresh("red")
+            self.out.line(f"{ctype} {acc} = {ident};")
+            self.emit_loop(src, [f"if ({self.owner(kind, shape)}) {acc} = {comb(acc, body)};"])
+            self.block_allreduce(acc, comb)
+            return acc
+        if len(shape) != 2:
+            raise CompileError(e.span, "the CUDA backend reduces tiles of rank 1 and 2 only")
+        src = self.ctx_for("2d", shape)
+        body = self.elem(x, src)
+        dr, dc = self.dists("2d", shape)
+        out_kind = "row" if axis == 1 else "col"
+        keep = shape[0] if axis == 1 else shape[1]
+        res = self.declare(None, out_kind, (keep,), x.ty.dtype)
+        if axis == 1:
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+            self.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+            self.out.line(f"{ctype} a_ = {ident};")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+            contrib = body if dc.primary() == "true" else f"({dc.primary()} ? {body} : {ident})"
+            self.out.line(f"a_ = {comb('a_', contrib)};")
+            self.out.close()
+            self.out.line(f"{res.cname}[_i] = a_;")
+            self.out.close()
+            self.lane_allreduce(res, dr.count, self.grid.cols, comb, ctype)
+        else:
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+            self.out.line(f"{ctype} a_ = {ident};")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+            self.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+            contrib = body if dr.primary() == "true" else f"({dr.primary()} ? {body} : {ident})"
+            self.out.line(f"a_ = {comb('a_', contrib)};")
+            self.out.close()
+            self.out.line(f"{res.cname}[_j] = a_;")
+            self.out.close()
+            # the TR threads of a column sit in different warps: combine through shared memory
+            tr = self.grid.rows
+            buf = self.alloc_scratch(tr * shape[1])
+            self.out.line("__syncthreads();")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
+            self.out.close()
+            self.out.line("__syncthreads();")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"{ctype} a_ = {ident};")
+            self.out.line(f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
+                          f"a_ = {comb('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};")
+            self.out.line(f"{res.cname}[_j] = a_;")
+            self.out.close()
+        want = ctx.kind if ctx is not None else None
+        if ctx is not None and ctx.native and want == out_kind:
+            return self.access(res, ctx)
+        return self.through_shared(res, ctx)
+
+    def lane_allreduce(self, res: Val, count: int, lanes: int, comb, ctype: str) -> None:
+        """Combine the partial results of the `lanes` neighbouring threads that share each row."""
+        if lanes == 1:
+            return
+        warp_lanes = min(lanes, 32)
+        self.out.line("#pragma unroll")
+        self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
+        off = warp_lanes // 2
+        while off >= 1:
+            self.out.line(f"{res.cname}[_i] = {comb(f'{res.cname}[_i]', f'__shfl_xor_sync(0xffffffffu, {res.cname}[_i], {off})')};")
+            off //= 2
+        self.out.close()
+        if lanes <= 32:
+            return
+        groups = lanes // 32
+        buf = self.alloc_scratch(self.grid.rows * groups * count)
+        self.out.line("__syncthreads();")
+        self.out.open("if ((th_c & 31) == 0)")
+        self.out.line("#pragma unroll")
+        self.out.line(f"for (int _i = 0; _i < {count}; ++_i) "
+                      f"{buf}[(th_r * {groups} + (th_c >> 5)) * {count} + _i] = {res.cname}[_i];")
+        self.out.close()
+        self.out.line("__syncthreads();")
+        self.out.line("#pragma unroll")
+        self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
+        self.out.line(f"{ctype} a_ = {buf}[(th_r * {groups}) * {count} + _i];")
+        self.out.line(f"for (int q_ = 1; q_ < {groups}; ++q_) "
+                      f"a_ = {comb('a_', f'{buf}[(th_r * {groups} + q_) * {count} + _i]')};")
+        self.out.line(f"{res.cname}[_i] = a_;")
+        self.out.close()
+
+    def block_allreduce(self, acc: str, comb) -> None:
+        t = self.grid.threads
+        off = 16
+        while off >= 1:
+            self.out.line(f"{acc} = {comb(acc, f'__shfl_xor_sync(0xffffffffu, {acc}, {off})')};")
+            off //= 2
+        warps = (t + 31) // 32
+        if warps == 1:
+            return
+        buf = self.alloc_scratch(warps)
+        self.out.line("__syncthreads();")
+        self.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {acc};")
+        self.out.line("__syncthreads();")
+        self.out.line(f"{acc} = {buf}[0];")
+        self.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, f'{buf}[q_]')};")

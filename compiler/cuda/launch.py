@@ -1,0 +1,108 @@
+"""Running compiled leaves on the GPU through cupy: PTX -> module (cached) -> launch.
+
+`launch` takes device arrays and never copies through the host (the runtime's GPU pods call it);
+`run_kernel_gpu` is the host-array convenience used by `compiler run --device gpu` and the tests.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from common.errors import UserError
+from compiler import ir
+from compiler.cuda import CompiledKernel, compile_kernel
+
+_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "i32": np.dtype(np.int32),
+           "bf16": np.dtype(np.uint16)}  # bf16 travels as its 16-bit pattern: cupy has no bfloat16
+_MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+_functions: dict[tuple[int, str, str], object] = {}
+_lock = threading.Lock()
+
+
+def _function(compiled: CompiledKernel):
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    key = (dev, compiled.ptx, compiled.entry)
+    with _lock:
+        fn = _functions.get(key)
+        if fn is None:
+            module = cupy.cuda.function.Module()
+            module.load(compiled.ptx.encode())
+            fn = module.get_function(compiled.entry)
+            fn._phobos_module = module  # keep the module alive as long as the function
+            if compiled.shared_bytes > 48 * 1024:
+                cupy.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SMEM_ATTR, compiled.shared_bytes)
+            _functions[key] = fn
+    return fn
+
+
+def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
+    """Registers and local (spill) memory of the loaded function, as the driver reports them."""
+    fn = _function(compiled)
+    return {"num_regs": fn.num_regs, "local_size_bytes": fn.local_size_bytes,
+            "max_threads_per_block": fn.max_threads_per_block}
+
+
+def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -> None:
+    """Launch on the current device; `arrays` maps every tensor parameter to a C-contiguous cupy
+    array of the bound shape (16-byte aligned), `scalars` every scalar parameter to a number."""
+    import cupy
+
+    args = []
+    scalar_types = dict(compiled.scalars)
+    for name in compiled.params:
+        if name in scalar_types:
+            if name not in scalars:
+                raise UserError(f"scalar {name} is missing")
+            value = scalars[name]
+            args.append(np.float32(value) if scalar_types[name] == "f32" else np.int32(value))
+            continue
+        a = arrays.get(name)
+        if a is None:
+            raise UserError(f"tensor {name} is missing")
+        if not isinstance(a, cupy.ndarray) or not a.flags.c_contiguous:
+            raise UserError(f"tensor {name} must be a C-contiguous cupy array")
+        if a.data.ptr % 16:
+            raise UserError(f"tensor {name} must start on a 16-byte boundary")
+        args.append(a)
+    fn = _function(compiled)
+    fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
+
+
+def run_kernel_gpu(kernel: ir.Kernel, binding, arrays: dict[str, np.ndarray], scalars: dict) -> dict[str, np.ndarray]:
+    """Copy host arrays in, run, copy the stored tensors out (returned by name)."""
+    import cupy
+
+    from compiler import walk
+
+    compiled = compile_kernel(kernel, binding)
+    device = {}
+    for p in kernel.tensors:
+        host = arrays.get(p.name)
+        if host is None:
+            raise UserError(f"tensor {p.name} is missing")
+        shape = tuple(d if isinstance(d, int) else binding.env[d] for d in p.dims)
+        if tuple(host.shape) != shape:
+            raise UserError(f"tensor {p.name} has shape {tuple(host.shape)}, expected {shape}")
+        host = np.ascontiguousarray(host)
+        if p.dtype == "bf16":
+            host = host.view(np.uint16)
+        elif host.dtype != _DTYPES[p.dtype]:
+            raise UserError(f"tensor {p.name} has dtype {host.dtype}, expected {p.dtype}")
+        device[p.name] = cupy.asarray(host)
+    launch(compiled, device, scalars)
+    cupy.cuda.get_current_stream().synchronize()
+    out = {}
+    for name in walk.stored_tensors(kernel):
+        result = cupy.asnumpy(device[name])
+        param = next(p for p in kernel.tensors if p.name == name)
+        if param.dtype == "bf16":
+            import ml_dtypes
+
+            result = result.view(ml_dtypes.bfloat16)
+        out[name] = result
+    return out

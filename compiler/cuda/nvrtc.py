@@ -1,0 +1,125 @@
+"""ctypes bindings to NVRTC: CUDA C++ text -> PTX, with no GPU needed.
+
+The library is found automatically, in this order: $PHOBOS_NVRTC (a path), the
+`nvidia-cuda-nvrtc-cu12` wheel (nvidia/cuda_nvrtc/lib/libnvrtc.so.12), the cu13 wheel
+(nvidia/cu13/lib/libnvrtc.so.13), $CUDA_HOME/lib64 and /usr/local/cuda*/lib64.
+Compiled PTX is cached in memory per (source text, options): the runtime compiles the same leaf
+for many units of work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo", "--use_fast_math")
+
+
+class NvrtcError(Exception):
+    """NVRTC refused the generated source; `log` is its message, `source` what it was given."""
+
+    def __init__(self, log: str, source: str):
+        super().__init__(log)
+        self.log = log
+        self.source = source
+
+
+@dataclass(frozen=True)
+class LogError:
+    """One `file(LINE): error: text` line of an NVRTC log."""
+
+    line: int
+    text: str
+
+
+_LOG_LINE = re.compile(r"^[^\s(]*\((\d+)\): (error|catastrophic error): (.*)$")
+
+
+def parse_log(log: str) -> list[LogError]:
+    return [LogError(int(m.group(1)), m.group(3)) for m in map(_LOG_LINE.match, log.splitlines()) if m]
+
+
+def _candidates() -> list[str]:
+    found: list[str] = []
+    if os.environ.get("PHOBOS_NVRTC"):
+        found.append(os.environ["PHOBOS_NVRTC"])
+    for base in sys.path:
+        if not base or not os.path.isdir(base):
+            continue
+        found += sorted(glob.glob(os.path.join(base, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so.*[0-9]")))
+        found += sorted(glob.glob(os.path.join(base, "nvidia", "cu13", "lib", "libnvrtc.so.*[0-9]")))
+    for home in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]):
+        found += sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")))
+    found += sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"), reverse=True)
+    found.append("libnvrtc.so")
+    return [f for f in found if "builtins" not in Path(f).name and "alt" not in Path(f).name]
+
+
+@lru_cache(maxsize=1)
+def _library() -> ctypes.CDLL:
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            continue
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        return lib
+    raise RuntimeError("libnvrtc not found; install nvidia-cuda-nvrtc-cu12 or set PHOBOS_NVRTC\n" + "\n".join(errors))
+
+
+def version() -> tuple[int, int]:
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    _check(_library().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "nvrtcVersion")
+    return major.value, minor.value
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        msg = _library().nvrtcGetErrorString(status).decode()
+        raise RuntimeError(f"{what} failed: {msg}")
+
+
+_cache: dict[tuple[str, tuple[str, ...]], str] = {}
+_cache_lock = threading.Lock()
+
+
+def compile_to_ptx(source: str, arch: str = "compute_90", options: tuple[str, ...] = DEFAULT_OPTIONS,
+                   name: str = "phobos.cu") -> str:
+    """Compile CUDA C++ to PTX; raises NvrtcError with NVRTC's log when it refuses the source."""
+    opts = (f"-arch={arch}", *options)
+    key = (source, opts)
+    with _cache_lock:
+        if key in _cache:
+            return _cache[key]
+    lib = _library()
+    prog = ctypes.c_void_p()
+    _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
+           "nvrtcCreateProgram")
+    try:
+        argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        status = lib.nvrtcCompileProgram(prog, len(opts), argv)
+        size = ctypes.c_size_t()
+        _check(lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)), "nvrtcGetProgramLogSize")
+        buf = ctypes.create_string_buffer(size.value)
+        _check(lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        log = buf.value.decode(errors="replace")
+        if status != 0:
+            raise NvrtcError(log, source)
+        _check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
+        ptx = ctypes.create_string_buffer(size.value)
+        _check(lib.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    text = ptx.value.decode()
+    with _cache_lock:
+        _cache[key] = text
+    return text
