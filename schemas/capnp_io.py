@@ -112,6 +112,8 @@ class TileHeader:
     dtype: str
     nbytes: int
     checksum: int
+    data_port: int = 0
+    ticket: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -385,11 +387,13 @@ def write_tile_header(builder, header: TileHeader) -> None:
     builder.dtype = header.dtype
     builder.nbytes = header.nbytes
     builder.checksum = header.checksum
+    builder.dataPort = header.data_port
+    builder.ticket = header.ticket
 
 
 def read_tile_header(reader) -> TileHeader:
     return TileHeader(shape=tuple(reader.shape), dtype=reader.dtype, nbytes=reader.nbytes,
-                      checksum=reader.checksum)
+                      checksum=reader.checksum, data_port=reader.dataPort, ticket=bytes(reader.ticket))
 
 
 def write_event(builder, event: InstructionEvent) -> None:

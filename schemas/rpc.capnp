@@ -154,6 +154,12 @@ struct TileHeader {
   dtype @1 :Text;          # always "f32" on the wire today
   nbytes @2 :UInt64;
   checksum @3 :UInt32;     # zlib.crc32 of the tile's nbytes bytes (C order)
+  # Bulk path (0 / empty: none; use readChunk): connect to TCP `dataPort` on the peer's host,
+  # send the 16-byte `ticket`, read exactly `nbytes` bytes. A ticket is good for one transfer
+  # and only a short while; it is handed out only over this authenticated RPC. Python's asyncio
+  # streams (and so pycapnp's transport) top out far below the link's speed, hence this path.
+  dataPort @4 :UInt16;
+  ticket @5 :Data;
 }
 
 struct InstructionEvent {

@@ -88,7 +88,7 @@ def test_pod_info_and_tile_header_round_trip():
     msg = rpc.PodInfo.new_message()
     capnp_io.write_pod_info(msg, info)
     assert capnp_io.read_pod_info(msg) == info
-    header = capnp_io.TileHeader((4, 8), "f32", 128, 0xDEADBEEF)
+    header = capnp_io.TileHeader((4, 8), "f32", 128, 0xDEADBEEF, 40123, b"0123456789abcdef")
     msg = rpc.TileHeader.new_message()
     capnp_io.write_tile_header(msg, header)
     assert capnp_io.read_tile_header(msg) == header
