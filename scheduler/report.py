@@ -58,8 +58,11 @@ def build_report(trace: dict) -> str:
     return render_html(build_model(trace))
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: never half-written."""
     path = Path(path)
+    if not path.parent.is_dir():
+        raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         # mkstemp makes the file private; a report is meant to be shared like any file the user writes.
@@ -76,11 +79,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def write_report(trace: dict, path: str | os.PathLike) -> None:
     """Write the HTML report of `trace` (a phobos-trace/1 dict) to `path`; nothing half-written."""
-    html = build_report(trace)
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UserError(f"cannot write report {path}: folder {path.parent} does not exist")
-    _write_atomically(path, html)
+    write_text_atomically(path, build_report(trace))
 
 
 def load_trace(path: str | os.PathLike) -> dict:
