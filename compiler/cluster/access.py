@@ -206,7 +206,8 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
                         f"axis of '{tensor}' has the fixed size {dim}; it cannot be split into super-tiles",
                     )
                 continue
-            if dim in dims and dims[dim][0] != role:
+            # The leaf sees one extent per dimension: the same tile along two grid axes is fine.
+            if dim in dims and (dims[dim][0].kind, dims[dim][0].tile) != (role.kind, role.tile):
                 other, other_span = dims[dim]
                 raise CompileError(
                     item.span,
