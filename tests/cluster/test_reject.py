@@ -171,7 +171,7 @@ def test_cluster_loop_that_is_not_an_accumulator():
     expect(
         FLASH_BC,
         {"Nq": 128, "Nk": 128},
-        11,
+        12,
         "m, max(s",
         "a cluster loop (a `for` whose step is an @cluster name) is accepted only for an accumulator",
     )
