@@ -1,0 +1,100 @@
+"""`//compiler -- cluster`: the printed program, abbreviation, flags and user errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.cli import run_main
+from common.paths import repo_file
+from compiler.cli import main
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        run_main(main, list(argv))
+    out = capsys.readouterr()
+    return info.value.code, out.out, out.err
+
+
+def test_prints_grid_units_and_leaves(capsys):
+    code, out, _ = _run(
+        capsys,
+        "cluster",
+        str(repo_file("examples/matmul.phk")),
+        "--dim",
+        "M=16384",
+        "--dim",
+        "N=16384",
+        "--dim",
+        "K=16384",
+    )
+    assert code == 0
+    assert "super-tile grid: 4 x 4 (x, y) = 16 units of work" in out
+    assert "#6 (1, 2): init  reads C[4096:8192, 8192:12288]  writes C[4096:8192, 8192:12288]" in out
+    assert "step  reads A[4096:8192, 12288:16384] B[12288:16384, 8192:12288] C[4096:8192, 8192:12288]" in out
+    assert (
+        "step: kernel matmul; dims M=4096, K=4096, N=4096; tiles TILE_M=32, TILE_N=32, TILE_K=4; "
+        "CTA grid 128 x 128; 256 threads" in out
+    )
+    assert "more units" not in out
+
+
+def test_abbreviates_beyond_sixteen_units(capsys):
+    code, out, _ = _run(
+        capsys,
+        "cluster",
+        str(repo_file("tests/cluster/kernels/add_small.phk")),
+        "--dim",
+        "N=4096",
+        "--cluster-set",
+        "BLOCK=64",
+        "--set",
+        "BLOCK=32",
+    )
+    assert code == 0
+    assert "= 64 units of work" in out
+    assert "#15 (15,)" in out and "#16 (16,)" not in out
+    assert "... and 48 more units" in out
+    assert "tiles BLOCK=32; CTA grid 2;" in out
+
+
+def test_bad_cluster_value_is_one_line(capsys):
+    code, _, err = _run(
+        capsys,
+        "cluster",
+        str(repo_file("tests/cluster/kernels/add_small.phk")),
+        "--dim",
+        "N=4096",
+        "--cluster-set",
+        "BLOCK=100",
+    )
+    assert code == 2
+    assert err.strip() == "error: BLOCK = 100 is outside its @cluster search space (allowed: 64, 128, 256)"
+
+
+def test_dimension_error_points_at_the_attribute(capsys):
+    path = str(repo_file("examples/add.phk"))
+    code, _, err = _run(capsys, "cluster", path, "--dim", "N=1000")
+    assert code == 2
+    assert err.startswith(
+        f"{path}:1:10: error: dimension N = 1000 is not a whole multiple of its super-tile BLOCK = 1048576"
+    )
+    assert "Traceback" not in err
+
+
+def test_cuda_prints_each_leafs_source(capsys):
+    code, out, _ = _run(
+        capsys,
+        "cluster",
+        str(repo_file("tests/cluster/kernels/matmul_small.phk")),
+        "--dim",
+        "M=64",
+        "--dim",
+        "N=64",
+        "--dim",
+        "K=32",
+        "--cuda",
+    )
+    assert code == 0
+    assert "// ---- leaf init ----" in out and "// ---- leaf step ----" in out
+    assert out.count("__global__") >= 2

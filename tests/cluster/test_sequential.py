@@ -1,0 +1,101 @@
+"""The sequential reference (every launch of every unit, through the interpreter) gives the plain
+kernel's result, at several @cluster sizes, including more super-tiles than any node count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.binding import bind
+from compiler.cluster import cluster_space, compile_cluster
+from compiler.cluster.sequential import run_program
+from compiler.interp import run_kernel
+from tests.cluster.helpers import small
+
+RNG = np.random.default_rng(5)
+
+
+def _both(kernel, dims, shapes, scalars, cluster_values):
+    inputs = {name: RNG.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    plain = {n: a.copy() for n, a in inputs.items()}
+    run_kernel(kernel, bind(kernel, dims), plain, scalars)
+    program = compile_cluster(kernel, dims, cluster_values=cluster_values)
+    clustered = {n: a.copy() for n, a in inputs.items()}
+    run_program(program, clustered, scalars)
+    return program, plain, clustered
+
+
+@pytest.mark.parametrize("block", [64, 128, 256])
+def test_add(block):
+    kernel = small("add_small")
+    program, plain, clustered = _both(
+        kernel, {"N": 4096}, {"a": (4096,), "b": (4096,), "c": (4096,)}, {}, {"BLOCK": block}
+    )
+    assert len(program.units) == 4096 // block  # 16 to 64 units
+    # The same f32 additions on the same elements: bit for bit.
+    np.testing.assert_array_equal(clustered["c"], plain["c"])
+
+
+MATMUL_SHAPES = {"A": (128, 64), "B": (64, 128), "C": (128, 128)}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"TILE_M": 32, "TILE_N": 32, "TILE_K": 16},
+        {"TILE_M": 64, "TILE_N": 32, "TILE_K": 32},
+        {"TILE_M": 32, "TILE_N": 64, "TILE_K": 64},
+    ],
+)
+def test_matmul_alpha_beta(values):
+    kernel = small("matmul_small")
+    program, plain, clustered = _both(
+        kernel, {"M": 128, "N": 128, "K": 64}, MATMUL_SHAPES, {"alpha": 1.5, "beta": -0.75}, values
+    )
+    assert len(program.units) == (128 // values["TILE_M"]) * (128 // values["TILE_N"])
+    assert len(program.units[0].launches) == 1 + 64 // values["TILE_K"]
+    # The chunked sum adds the same 64 products in another order: f32 rounding of sums of ~|8|
+    # differs by a few ulps per addition, far below 1e-4.
+    np.testing.assert_allclose(clustered["C"], plain["C"], rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(clustered["A"], plain["A"])
+
+
+def test_matmul_plain_store_of_acc():
+    kernel = small("matmul_plain_small")
+    values = cluster_space(kernel)[0]
+    program, plain, clustered = _both(kernel, {"M": 128, "N": 128, "K": 64}, MATMUL_SHAPES, {}, values)
+    assert len(program.units) == 16
+    np.testing.assert_allclose(clustered["C"], plain["C"], rtol=1e-5, atol=1e-4)  # as above
+
+
+@pytest.mark.parametrize("br", [32, 64, 128])
+def test_flash_attention(br):
+    kernel = small("flash_attention_small")
+    shapes = {"Q": (512, 64), "K": (96, 64), "V": (96, 64), "O": (512, 64)}
+    program, plain, clustered = _both(kernel, {"Nq": 512, "Nk": 96}, shapes, {"scale": 0.125}, {"BR": br})
+    assert len(program.units) == 512 // br
+    # Every row is computed by the same operations over the same keys in the same order; the
+    # tolerance only covers numpy picking another summation kernel for another array shape.
+    np.testing.assert_allclose(clustered["O"], plain["O"], rtol=1e-6, atol=1e-6)
+
+
+def test_outputs_outside_the_regions_written_are_left_alone():
+    kernel = small("add_small")
+    program = compile_cluster(kernel, {"N": 256})
+    tensors = {n: np.full(256, 7.0, np.float32) for n in ("a", "b", "c")}
+    run_program(program, tensors, {})
+    np.testing.assert_array_equal(tensors["c"], np.full(256, 14.0, np.float32))
+    np.testing.assert_array_equal(tensors["a"], np.full(256, 7.0, np.float32))
+
+
+def test_missing_scalar_is_a_user_error():
+    from common.errors import UserError
+
+    program = compile_cluster(small("matmul_small"), {"M": 32, "N": 32, "K": 16})
+    tensors = {
+        "A": np.zeros((32, 16), np.float32),
+        "B": np.zeros((16, 32), np.float32),
+        "C": np.zeros((32, 32), np.float32),
+    }
+    with pytest.raises(UserError, match="missing scalar beta"):
+        run_program(program, tensors, {"alpha": 1.0})
