@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler import interp_blas
+
 GRID_RANK = 3  # x, y, z
 F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
@@ -192,7 +194,8 @@ def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     lhs = a.transpose(shared + a_only + a_rest + [g, g + 1]).reshape(batch, rows * m, k)
     rhs = b.transpose(shared + b_rest + [g] + b_only + [g + 1]).reshape(batch, k, cols * n)
-    out = np.matmul(lhs, rhs)
+    with interp_blas.threads_for(batch * rows * m * k * cols * n):
+        out = np.matmul(lhs, rhs)
     # out is [shared..., a_only..., M, b_only..., N]; put the grid axes back in x, y, z order.
     out = out.reshape([sizes[i] for i in shared] + [sizes[i] for i in a_only] + [m]
                       + [sizes[i] for i in b_only] + [n])
