@@ -94,3 +94,23 @@ def test_cli_good_kernel(tmp_path):
     result = run_check(str(REPO / "examples" / "softmax.phk"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "kernel softmax" in result.stdout
+
+
+def test_through_the_compiler_command_table(tmp_path):
+    """The same error through compiler.cli, the //compiler program's command table."""
+    (tmp_path / "bad.phk").write_text("kernel k(a: tensor<f32>[N]) {\n  a[0 :+ 4] = q\n}\n")
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-c", "from compiler.cli import entry; entry()", "check", "bad.phk"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[:3] == [
+        "bad.phk:2:15: error: unknown name 'q'",
+        "  a[0 :+ 4] = q",
+        " " * 14 + "^",
+    ]
