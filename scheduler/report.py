@@ -23,6 +23,8 @@ from common.errors import UserError
 from scheduler.report_model import build_model
 
 ASSETS = Path(__file__).resolve().parent / "report_assets"
+# The page's script, in parts that share one scope (report.html wraps them in one strict function).
+SCRIPT_PARTS = ("base.js", "code.js", "grids.js", "timeline.js", "panels.js", "main.js")
 _MARKER = re.compile(r"@@(TITLE|CSS|ERROR_HOOK|DATA|SCRIPT)@@")
 
 
@@ -47,7 +49,7 @@ def render_html(model: dict) -> str:
         "CSS": _asset("report.css"),
         "ERROR_HOOK": _asset("error_hook.js"),
         "DATA": _json_for_script(model),
-        "SCRIPT": _asset("report.js"),
+        "SCRIPT": "\n".join(_asset(name) for name in SCRIPT_PARTS),
     }
     # One pass, so that a marker-like text inside the data (a kernel's source) is left alone.
     return _MARKER.sub(lambda m: parts[m.group(1)], _asset("report.html"))

@@ -107,3 +107,27 @@ def test_screenshot_of_a_run_with_a_failure(tmp_path):
     assert run.uncaught_errors() == []
     data = png.read_bytes()
     assert data[:8] == PNG_MAGIC and len(data) > 20_000  # a blank page compresses to far less
+
+
+def test_page_answers_input_events(tmp_path):
+    """The page's #selftest drives it with synthetic clicks, wheel, drag and hover events."""
+    import json
+
+    trace = make_trace("matmul", nodes=3, fail_node=1)
+    _, dom = render(tmp_path, trace, fragment="#selftest")
+    out = json.loads(dom.report["selftest"])
+    assert out["singleHidden"] == "true" and out["clusterHidden"] == "false"
+    assert out["wheelZoom"] == pytest.approx(0.5, rel=0.01)
+    assert out["dragMovedRight"] is True and out["resetStart"] == 0
+    assert out["tooltip"] == out["expected"]
+    assert out["clickedUnit"] == out["expectedUnit"] != "0"
+
+
+def test_zoomed_in_bars_are_drawn_one_by_one(tmp_path):
+    trace = make_trace("add", nodes=2, size=200)
+    _, whole = render(tmp_path, trace)
+    first_end = min(e["end"] for e in trace["events"] if e["kind"] == "load")
+    _, zoomed = render(tmp_path, trace, fragment=f"#zoom=0,{first_end * 3}")
+    assert float(zoomed.report["zoom-end"]) == pytest.approx(first_end * 3)
+    assert int(zoomed.report["timeline-columns"]) < int(whole.report["timeline-columns"])
+    assert int(zoomed.report["timeline-bars"]) > 0
