@@ -1,0 +1,56 @@
+"""Speed of building cluster programs with many units of work.
+
+The scheduler must plan 100,000 units in under 5 s in total, so building the cluster program it
+plans from has to take a small part of that. Each benchmark records units per second and the
+per-unit cost in `extra_info`; the assertion only guards against a return of quadratic behaviour
+(the cycle collector rescanning the growing heap made this five times slower once).
+
+    PYTHONPATH=. .venv/bin/pytest benchmarks/test_cluster_build.py --benchmark-only
+"""
+
+from __future__ import annotations
+
+from common.paths import repo_file
+from compiler.cluster import compile_cluster
+from compiler.cluster.serialize import from_bytes, to_bytes
+from compiler.frontend import load_file
+
+UNITS = 100_000
+
+
+def _kernel(name: str):
+    return load_file(repo_file(f"examples/{name}.phk")).kernel()
+
+
+def test_build_100k_units_of_add(benchmark):
+    kernel = _kernel("add")
+    dims = {"N": 1048576 * UNITS}
+    program = benchmark.pedantic(compile_cluster, args=(kernel, dims), rounds=3, iterations=1)
+    assert len(program.units) == UNITS
+    seconds = benchmark.stats.stats.min
+    benchmark.extra_info.update(
+        units=UNITS, units_per_second=UNITS / seconds, us_per_unit=1e6 * seconds / UNITS
+    )
+    assert seconds < 5.0  # the scheduler's whole budget for planning 100k units
+
+
+def test_build_matmul_with_100k_launches(benchmark):
+    # 100 x 100 output super-tiles of 512, each an init and 9 steps: 10,000 units, 100,000 launches.
+    kernel = _kernel("matmul_plain")
+    dims = {"M": 51200, "N": 51200, "K": 4608}
+    program = benchmark.pedantic(compile_cluster, args=(kernel, dims), rounds=3, iterations=1)
+    launches = sum(len(u.launches) for u in program.units)
+    assert launches == 100_000
+    seconds = benchmark.stats.stats.min
+    benchmark.extra_info.update(launches=launches, us_per_launch=1e6 * seconds / launches)
+
+
+def test_capnp_round_trip_of_10k_units(benchmark):
+    program = compile_cluster(_kernel("add"), {"N": 1048576 * 10_000})
+
+    def round_trip():
+        return from_bytes(to_bytes(program))
+
+    decoded = benchmark.pedantic(round_trip, rounds=3, iterations=1)
+    assert decoded == program
+    benchmark.extra_info.update(units=10_000, us_per_unit=1e6 * benchmark.stats.stats.min / 10_000)
