@@ -271,8 +271,12 @@ def compile_cluster(
         )
         for t in kernel.tensors
     )
-    super_axes = [(g.axis, full[g.dim] // cv[g.tile]) for g in kernel.grid if g.axis in level.grid_tiles]
-    super_grid = tuple(n for _, n in super_axes) or (1,)
+    # Indexed by grid axis (x, y, z) up to the last cluster axis; an axis the cluster does not
+    # split counts one super-tile (the leaf's CTAs cover it whole).
+    counts = {g.axis: full[g.dim] // cv[g.tile] for g in kernel.grid if g.axis in level.grid_tiles}
+    last = max(("xyz".index(a) for a in counts), default=0)
+    super_axes = [(a, counts.get(a, 1)) for a in "xyz"[: last + 1]]
+    super_grid = tuple(n for _, n in super_axes)
     units = unit_builder.build_units(kernel, plan, acc, super_axes, full, cv)
     return ClusterProgram(
         kernel=kernel.name,

@@ -99,3 +99,29 @@ def test_missing_scalar_is_a_user_error():
     }
     with pytest.raises(UserError, match="missing scalar beta"):
         run_program(program, tensors, {"alpha": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("cluster_line", "super_grid", "leaves"),
+    [
+        ("@cluster(TILE_K in [16, 64])", (1,), ["init", "step"]),  # one unit, the loop across launches
+        ("@cluster(TILE_M in [32, 64])", (4,), ["main"]),  # rows split, the K loop stays in the leaf
+        ("@cluster(TILE_N in [32, 64], TILE_K in [32])", (1, 3), ["init", "step"]),  # only grid axis y
+    ],
+)
+def test_matmul_with_some_names_clustered(cluster_line, super_grid, leaves):
+    from common.paths import repo_file
+    from tests.cluster.helpers import kernel_of
+
+    text = repo_file("tests/cluster/kernels/matmul_small.phk").read_text()
+    kernel = kernel_of(text.replace(text.splitlines()[0], cluster_line), "partial.phk")
+    shapes = {"A": (128, 64), "B": (64, 96), "C": (128, 96)}
+    program, plain, clustered = _both(
+        kernel, {"M": 128, "N": 96, "K": 64}, shapes, {"alpha": 2.0, "beta": 0.5}, None
+    )
+    assert program.super_grid == super_grid
+    assert [leaf.name for leaf in program.leaves] == leaves
+    assert [u.coord for u in program.units][-1] == tuple(n - 1 for n in super_grid)
+    np.testing.assert_allclose(
+        clustered["C"], plain["C"], rtol=1e-5, atol=1e-4
+    )  # as in test_matmul_alpha_beta
