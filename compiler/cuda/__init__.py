@@ -40,7 +40,10 @@ def generate_source(kernel: ir.Kernel, binding, *, tf32: bool = False) -> codege
 
 
 def compile_kernel(kernel: ir.Kernel, binding, *, tf32: bool = False) -> CompiledKernel:
-    gen = generate_source(kernel, binding, tf32=tf32)
+    return compile_generated(kernel, generate_source(kernel, binding, tf32=tf32))
+
+
+def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKernel:
     try:
         ptx = nvrtc.compile_to_ptx(gen.source)
     except nvrtc.NvrtcError as e:

@@ -64,6 +64,7 @@ class KernelGen(ExprEmitter):
         self.tf32 = tf32
         self.hints = analysis.layout_hints(kernel.body)
         self.shared = analysis.shared_lets(kernel.body)
+        self.let_floats = 0
         counts = [1, 1, 1]
         for axis, n in zip(kernel.grid, binding.grid, strict=True):
             counts["xyz".index(axis.axis)] = n
@@ -104,7 +105,11 @@ class KernelGen(ExprEmitter):
                                                       analysis.shared_let_transposed(self.kernel.body, s.name))
             return
         kind = "2d" if ty.rank == 2 else self.hints.get(s.name, "flat")
+        before = self.register_floats
         self.materialize(s.value, kind, name=s.name)
+        # a let dies with its statement list; only the largest one counts against the budget
+        self.let_floats = max(self.let_floats, self.register_floats - before)
+        self.register_floats = before
 
     def var_decl(self, s: ir.VarDecl) -> None:
         ty = s.declared
@@ -233,8 +238,9 @@ class KernelGen(ExprEmitter):
         if shared_bytes > SMEM_LIMIT:
             raise CompileError(k.span, f"this point needs {shared_bytes} bytes of shared memory "
                                        f"(the limit is {SMEM_LIMIT})")
-        if self.register_floats > REGISTER_BUDGET:
-            raise CompileError(k.span, f"this point holds {self.register_floats} tile values per thread "
+        held = self.register_floats + self.let_floats
+        if held > REGISTER_BUDGET:
+            raise CompileError(k.span, f"this point holds {held} tile values per thread "
                                        f"in registers (budget {REGISTER_BUDGET})")
         head = Emitter()
         head.depth = 0

@@ -353,11 +353,18 @@ class ExprEmitter(DotMixin):
     def load_elem(self, e: ir.Load, ctx: Ctx | None) -> str:
         param = self.tensor(e.tensor, e.span)
         fill = self.elem(e.fill, None) if e.fill is not None else ("0.0f" if param.dtype != "i32" else "0")
-        if ctx is not None and ctx.standard and self.vector_ok(e, ctx):
+        if ctx is not None and ctx.standard and self.vector_ok(e, ctx) and self.small(ctx):
             return self.vector_load(e, ctx, fill)
         ptr, pred = self.element_address(param, e.index, ctx.pos if ctx else ())
         value = self.read_global(param, ptr)
         return value if pred == "true" else f"({pred} ? {value} : {fill})"
+
+    def small(self, ctx: Ctx) -> bool:
+        """Hoisted vector loads hold the whole block in registers: only for small blocks."""
+        n = 1
+        for c in self.counts(ctx.kind, ctx.shape):
+            n *= c
+        return n <= 64
 
     def vector_ok(self, e: ir.Load, ctx: Ctx) -> bool:
         """16-byte loads: f32, last tile axis along the tensor's last dim, 4-element groups that

@@ -1,0 +1,15 @@
+#!/bin/bash
+# One device call: GPU tests of the CUDA leaves, then the leaf benchmarks; logs under $OUT.
+# Run from the repo root on the GPU machine with .whl carried (structlog, pycapnp wheels).
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=$OUT/cache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
+STAGE=${STAGE:-all}
+if [ "$STAGE" != bench ]; then
+  timeout ${TEST_TIMEOUT:-200} python3 -m pytest tests/cuda -q -x -p no:cacheprovider 2>&1 | tee $OUT/gpu_tests.log
+fi
+if [ "$STAGE" != tests ]; then
+  timeout ${BENCH_TIMEOUT:-300} python3 benchmarks/leaf_bench.py --out $OUT/leaf.json ${BENCH_ARGS} 2>&1 | tee $OUT/bench.log
+fi

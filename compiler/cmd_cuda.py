@@ -1,0 +1,67 @@
+"""`//compiler -- cuda FILE ...` prints the generated CUDA C++; `... ptx FILE ... -o out.ptx`
+writes the PTX. Tile values: --set, else the autotune cache's winner for these dims on this GPU
+(when there is one), else each @autotune name's first value."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from common.cli import user_path
+from common.errors import UserError
+from compiler.binding import bind
+from compiler.cli_args import parse_assignments
+
+
+def register(subparsers) -> None:
+    for name, help_text in (("cuda", "print the CUDA C++ generated for one point of a kernel"),
+                            ("ptx", "compile a kernel to PTX with NVRTC and write it")):
+        p = subparsers.add_parser(name, help=help_text)
+        p.add_argument("file", help="kernel source (.phk)")
+        p.add_argument("--kernel", help="which kernel of the file (needed when it has several)")
+        p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
+        p.add_argument("--set", action="append", metavar="NAME=V", help="an @autotune tile value")
+        p.add_argument("--tf32", action="store_true", help="TF32 tensor cores for dot (not implemented yet)")
+        if name == "ptx":
+            p.add_argument("-o", "--output", required=True, help="where to write the PTX")
+        p.set_defaults(func=handle_cuda if name == "cuda" else handle_ptx)
+
+
+def _bound(args: argparse.Namespace):
+    from compiler.cmd_run import select_kernel
+    from compiler.frontend import load_file
+
+    dims = parse_assignments(args.dim, "--dim", int)
+    tiles = parse_assignments(args.set, "--set", int)
+    kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
+    if not tiles:
+        from compiler.cuda import autotune
+
+        tiles = autotune.cached_choice(kernel, bind(kernel, dims).dims) or {}
+    return kernel, bind(kernel, dims, None, tiles)
+
+
+def handle_cuda(args: argparse.Namespace) -> int:
+    from compiler.cuda import generate_source
+
+    kernel, binding = _bound(args)
+    print(generate_source(kernel, binding, tf32=args.tf32).source, end="")
+    return 0
+
+
+def handle_ptx(args: argparse.Namespace) -> int:
+    from compiler.cuda import compile_kernel
+
+    kernel, binding = _bound(args)
+    compiled = compile_kernel(kernel, binding, tf32=args.tf32)
+    target = user_path(args.output)
+    if not target.parent.is_dir():
+        raise UserError(f"-o {args.output}: folder {target.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".ptx-")
+    with os.fdopen(fd, "w") as f:
+        f.write(compiled.ptx)
+    os.replace(tmp, target)
+    print(f"wrote {compiled.entry} to {target} (grid {compiled.grid}, block {compiled.block}, "
+          f"{compiled.shared_bytes} bytes of shared memory)")
+    return 0

@@ -1,0 +1,108 @@
+"""On the GPU: every example at several tile points equals the reference interpreter, on random
+shapes with ragged edges. Tolerances (relative to the reference's norm, per operation):
+- add, axpby, transpose: one rounding per element at most, so 1e-6;
+- matmul: f32 sums of up to K products in another order than numpy's, relative error ~ sqrt(K)
+  * 2^-24; 1e-5 leaves room for K <= 600;
+- softmax, layernorm, attention: fast-math expf/sqrtf/division (a few ulp each) plus reordered
+  sums; 3e-5.
+Outputs are poisoned (NaN) before the run so an unwritten element fails.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from cuda_cases import load_example, random_inputs
+
+from compiler import binding, interp, walk
+
+pytestmark = pytest.mark.gpu
+
+TOL = {"add.phk": 1e-6, "axpby.phk": 1e-6, "transpose.phk": 0.0, "matmul.phk": 1e-5,
+       "matmul_plain.phk": 1e-5, "softmax.phk": 3e-5, "layernorm.phk": 3e-5,
+       "flash_attention.phk": 3e-5, "causal_attention.phk": 3e-5}
+
+CASES = [
+    ("add.phk", {"N": 1000003}, [{"BLOCK": 16}, {"BLOCK": 256}, {"BLOCK": 4096}, {"BLOCK": 1024}]),
+    ("axpby.phk", {"M": 301, "N": 517}, [{}, {"BM": 64, "BN": 256}, {"BM": 16, "BN": 32}, {"BM": 32, "BN": 128}]),
+    ("transpose.phk", {"M": 333, "N": 190}, [{"T": 32}, {"T": 64}]),
+    ("matmul.phk", {"M": 256, "N": 384, "K": 128}, [{}, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8},
+                                                    {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32},
+                                                    {"TILE_M": 128, "TILE_N": 64, "TILE_K": 4}]),
+    ("matmul_plain.phk", {"M": 203, "N": 317, "K": 129}, [{}, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8},
+                                                          {"TILE_M": 64, "TILE_N": 32, "TILE_K": 16}]),
+    ("softmax.phk", {"R": 37, "C": 1531}, [{}, {"BR": 16, "BC": 1024}, {"BR": 4, "BC": 256}]),
+    ("layernorm.phk", {"R": 29, "C": 1100}, [{}, {"BR": 8, "BC": 1024}, {"BR": 2, "BC": 512}]),
+    ("flash_attention.phk", {"Nq": 203, "Nk": 331}, [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 128},
+                                                     {"BR": 128, "BC": 32}]),
+    ("causal_attention.phk", {"N": 299}, [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 64}, {"BR": 32, "BC": 128}]),
+]
+
+
+def _rel_err(out, ref):
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    assert np.isfinite(out).all(), "non-finite output (unwritten element?)"
+    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
+
+
+@pytest.mark.parametrize("name,dims,points", CASES, ids=[c[0] for c in CASES])
+def test_example_equals_interpreter(name, dims, points):
+    from compiler.cuda.launch import run_kernel_gpu
+
+    kernel = load_example(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    stored = walk.stored_tensors(kernel)
+    for point in points:
+        b = binding.bind(kernel, dims, None, point)
+        arrays, scalars = random_inputs(kernel, dict(b.env), rng)
+        if "attention" in name:
+            scalars["scale"] = 0.125
+        ref = {n: a.copy() for n, a in arrays.items()}
+        interp.run_kernel(kernel, b, ref, scalars)
+        gpu_in = {n: a.copy() for n, a in arrays.items()}
+        for n in stored:
+            if n not in ("C",):  # matmul reads C (beta * C_old); other outputs are poisoned
+                gpu_in[n][...] = np.nan
+        got = run_kernel_gpu(kernel, b, gpu_in, scalars)
+        for n in stored:
+            err = _rel_err(got[n], ref[n])
+            assert err <= TOL[name], (name, point, n, err)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes_with_ragged_edges(seed):
+    """matmul_plain, softmax and flash attention on random sizes that are not tile multiples."""
+    from compiler.cuda.launch import run_kernel_gpu
+
+    rng = np.random.default_rng(1000 + seed)
+    name = ("matmul_plain.phk", "softmax.phk", "flash_attention.phk")[seed % 3]
+    kernel = load_example(name)
+    if name == "matmul_plain.phk":
+        dims = {"M": int(rng.integers(1, 300)), "N": int(rng.integers(1, 300)), "K": int(rng.integers(1, 200))}
+    elif name == "softmax.phk":
+        dims = {"R": int(rng.integers(1, 64)), "C": int(rng.integers(1, 3000))}
+    else:
+        dims = {"Nq": int(rng.integers(1, 300)), "Nk": int(rng.integers(1, 300))}
+    b = binding.bind(kernel, dims)
+    arrays, scalars = random_inputs(kernel, dict(b.env), rng)
+    ref = {n: a.copy() for n, a in arrays.items()}
+    interp.run_kernel(kernel, b, ref, scalars)
+    got = run_kernel_gpu(kernel, b, arrays, scalars)
+    for n in walk.stored_tensors(kernel):
+        assert _rel_err(got[n], ref[n]) <= TOL[name], (name, dims)
+
+
+def test_autotune_picks_a_measured_point_and_reuses_the_cache(tmp_path, monkeypatch):
+    from compiler.cuda import autotune
+
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    kernel = load_example("softmax.phk")
+    dims = {"R": 2048, "C": 2048}
+    first = autotune.tune(kernel, dims)
+    assert not first.cached and first.best in [dict(p) for p, _ in first.timings]
+    assert first.best_ms == min(ms for _, ms in first.timings)
+    again = autotune.tune(kernel, dims)
+    assert again.cached and again.best == first.best
+    assert autotune.cached_choice(kernel, dims) == first.best

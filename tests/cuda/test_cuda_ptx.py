@@ -1,0 +1,143 @@
+"""CI checks that need no GPU: every example compiles to PTX at every point of its @autotune
+space (or is pruned with a reason), ptxas assembles the hot kernels without spills, and NVRTC
+errors point at the kernel's own line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from cuda_cases import all_points, example_names, free_dims, load_example
+
+from compiler import binding
+from compiler.cuda import compile_generated, compile_kernel, generate_source
+from compiler.diagnostics import CompileError
+
+PRUNE_REASONS = ("registers", "shared memory", "cannot lay out")
+
+
+def _dims(kernel, value=2048):
+    return {d: value for d in free_dims(kernel)}
+
+
+def _sweep_jobs():
+    for name in example_names():
+        kernel = load_example(name)
+        for point in all_points(kernel):
+            yield name, kernel, point
+
+
+def _compile(job):
+    name, kernel, point = job
+    try:
+        compiled = compile_kernel(kernel, binding.bind(kernel, _dims(kernel), None, point))
+    except CompileError as e:
+        return name, point, None, e.message
+    return name, point, compiled, None
+
+
+def test_every_point_of_every_example_compiles_or_is_pruned_with_a_reason():
+    # NVRTC releases the GIL, so threads compile in parallel (about 170 points in all).
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(_compile, _sweep_jobs()))
+    compiled = 0
+    for name, point, c, why in results:
+        if c is None:
+            assert any(r in why for r in PRUNE_REASONS), (name, point, why)
+            continue
+        compiled += 1
+        assert ".entry phobos_" in c.ptx and ".target sm_90" in c.ptx, (name, point)
+    # the default point of every example must fit
+    defaults = {(n, tuple(sorted(load_example(n).default_tile_values().items()))) for n in example_names()}
+    ok = {(n, tuple(sorted(p.items()))) for n, p, c, _ in results if c is not None}
+    assert defaults <= ok
+    assert compiled >= 140  # of 168 points; the rest exceed the register budget
+
+
+HOT_POINTS = [
+    ("matmul.phk", None), ("matmul.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8}),
+    ("matmul.phk", {"TILE_M": 64, "TILE_N": 128, "TILE_K": 16}),
+    ("matmul_plain.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8}),
+    ("flash_attention.phk", None), ("flash_attention.phk", {"D": 64, "BR": 64, "BC": 64}),
+    ("flash_attention.phk", {"D": 64, "BR": 128, "BC": 64}),
+    ("causal_attention.phk", None), ("causal_attention.phk", {"D": 64, "BR": 64, "BC": 64}),
+]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+@pytest.mark.parametrize("name,point", HOT_POINTS)
+def test_hot_kernels_assemble_for_sm90_without_spills(name, point, tmp_path):
+    kernel = load_example(name)
+    compiled = compile_kernel(kernel, binding.bind(kernel, _dims(kernel, 4096), None, point))
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(compiled.ptx)
+    run = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True, check=True)
+    report = run.stderr
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert spills and all(s == ("0", "0") for s in spills), report
+    assert "Used" in report
+
+
+def test_aligned_matmul_loads_have_no_bounds_checks_and_plain_matmul_does():
+    k = load_example("matmul.phk")
+    src = generate_source(k, binding.bind(k, {"M": 256, "N": 256, "K": 256})).source
+    assert "(unsigned)" not in src
+    k = load_example("matmul_plain.phk")
+    src = generate_source(k, binding.bind(k, {"M": 250, "N": 256, "K": 256})).source
+    assert "(unsigned)" in src
+
+
+def test_flash_attention_keeps_row_statistics_in_registers_and_reduces_with_shuffles():
+    k = load_example("flash_attention.phk")
+    src = generate_source(k, binding.bind(k, {"Nq": 1024, "Nk": 1024})).source
+    assert "__shfl_xor_sync" in src
+    assert re.search(r"float u_m_\d+\[\d+\];", src) and re.search(r"float u_l_\d+\[\d+\];", src)
+
+
+def test_pruned_point_is_reported_not_miscompiled():
+    k = load_example("matmul.phk")
+    with pytest.raises(CompileError, match="registers"):
+        generate_source(k, binding.bind(k, {"M": 1024, "N": 1024, "K": 1024}, None,
+                                        {"TILE_M": 256, "TILE_N": 256, "TILE_K": 8}))
+
+
+def test_nvrtc_error_names_the_generated_line_and_the_kernel_line():
+    k = load_example("add.phk")
+    gen = generate_source(k, binding.bind(k, {"N": 1000}))
+    lines = gen.source.splitlines()
+    # break the line that stores c: NVRTC must report it, and we must map it to the store's span
+    idx = next(i for i, t in enumerate(lines) if "t_c[" in t)
+    lines[idx] = lines[idx].replace("t_c[", "t_undefined_c[")
+    broken = gen.__class__(**{**gen.__dict__, "source": "\n".join(lines) + "\n"})
+    with pytest.raises(CompileError) as info:
+        compile_generated(k, broken)
+    err = info.value
+    assert err.span.line == 5 and "add.phk" in err.span.file
+    assert f"generated line {idx + 1}" in err.note and "t_undefined_c" in err.note
+    assert "add.phk:5:" in err.render()
+
+
+def test_cuda_and_ptx_commands(tmp_path, capsys):
+    from compiler.cli import main
+
+    path = str(load_example.__globals__["EXAMPLES"] / "softmax.phk")
+    assert main(["cuda", path, "--dim", "R=100", "--dim", "C=300", "--set", "BR=4"]) == 0
+    out = capsys.readouterr().out
+    assert 'extern "C" __global__' in out and "constexpr int c_BR = 4;" in out
+    target = tmp_path / "k.ptx"
+    assert main(["ptx", path, "--dim", "R=100", "--dim", "C=300", "-o", str(target)]) == 0
+    assert ".entry phobos_softmax" in target.read_text()
+
+
+def test_ptx_command_reports_a_pruned_set_clearly(tmp_path):
+    from compiler.cli import main
+
+    path = str(load_example.__globals__["EXAMPLES"] / "matmul.phk")
+    with pytest.raises(CompileError, match="registers"):
+        main(["ptx", path, "--dim", "M=512", "--dim", "N=512", "--dim", "K=512", "--set", "TILE_M=256",
+              "--set", "TILE_N=256", "-o", str(tmp_path / "k.ptx")])
+    assert not (tmp_path / "k.ptx").exists()
