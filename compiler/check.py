@@ -9,12 +9,11 @@ Every mistake is a CompileError at the most specific span.
 from __future__ import annotations
 
 import dataclasses
-import re
-from dataclasses import dataclass
 
 from compiler import ir
 from compiler.affine import affine_of
 from compiler.check_calls import call_type, check_signature
+from compiler.check_header import Symbol, check_header, word_span
 from compiler.check_types import NUMERIC, Shapes, describe, make_type, promote
 from compiler.diagnostics import CompileError
 from compiler.ir import BOOL, F32, I32, ScalarType, Size, TileType
@@ -22,7 +21,6 @@ from compiler.parser import UncheckedTileType
 from compiler.source import Span
 
 AXES = ("x", "y", "z")
-ARITHMETIC = ("+", "-", "*", "/", "%")
 ORDERING = ("<", "<=", ">", ">=")
 
 
@@ -32,7 +30,7 @@ def check(module: ir.Module) -> ir.Module:
     for kernel in module.kernels:
         if kernel.name in seen:
             raise CompileError(
-                _word_span(module.text, kernel.span, kernel.name, after="kernel"),
+                word_span(module.text, kernel.span, kernel.name, after="kernel"),
                 f"kernel '{kernel.name}' is defined twice",
             )
         seen[kernel.name] = kernel
@@ -40,37 +38,12 @@ def check(module: ir.Module) -> ir.Module:
     return dataclasses.replace(module, kernels=tuple(kernels))
 
 
-def _word_span(text: str, span: Span, word: str, after: str | None = None) -> Span:
-    """The span of `word` inside `span` (after the keyword `after` if given): the name in a
-    `let x = ...`, whose IR node keeps only the statement's span."""
-    lines = text.splitlines()
-    if not 1 <= span.line <= len(lines):
-        return span
-    for line_no in range(span.line, min(span.end_line, len(lines)) + 1):
-        line = lines[line_no - 1]
-        start = span.col - 1 if line_no == span.line else 0
-        pattern = (rf"\b{after}\b\s+" if after else "") + rf"\b({re.escape(word)})\b"
-        m = re.compile(pattern).search(line, start)
-        if m:
-            return Span(span.file, line_no, m.start(1) + 1, line_no, m.end(1) + 1)
-    return span
-
-
-@dataclass(frozen=True)
-class _Symbol:
-    kind: str  # let, var, loop, scalar, dim, tile
-    ty: ir.Type
-    span: Span
-    value: ir.Expr | None = None  # a let's checked value, for affine forms
-
-
 class _KernelChecker:
     def __init__(self, kernel: ir.Kernel, text: str):
         self.kernel = kernel
         self.text = text
-        self.file = kernel.span.file
         self.tensors: dict[str, ir.TensorParam] = {}
-        self.scopes: list[dict[str, _Symbol]] = [{}]
+        self.scopes: list[dict[str, Symbol]] = [{}]
         self.grid: dict[str, ir.GridAxis] = {}
         self.block_uses: dict[str, Span] = {}
         self.shapes = Shapes({})
@@ -79,102 +52,23 @@ class _KernelChecker:
 
     def run(self) -> ir.Kernel:
         k = self.kernel
-        self.check_attributes()
-        self.declare_params()
+        header = check_header(k, self.text)
+        self.tensors = header.tensors
+        self.scopes = [dict(header.symbols)]
+        self.shapes = Shapes(header.fixed)
         body = self.block(k.body)
         grid = self.finish_grid()
         return dataclasses.replace(k, body=body, grid=grid)
 
-    def check_attributes(self) -> None:
-        seen: dict[type, ir.Attribute] = {}
-        for attr in self.kernel.attributes:
-            if type(attr) in seen:
-                raise CompileError(attr.span, f"duplicate attribute @{type(attr).__name__.lower()}")
-            seen[type(attr)] = attr
-            if isinstance(attr, ir.Autotune | ir.Cluster):
-                names: set[str] = set()
-                for d in attr.dims:
-                    if d.name in names:
-                        raise CompileError(
-                            d.span, f"'{d.name}' appears twice in @{type(attr).__name__.lower()}"
-                        )
-                    names.add(d.name)
-            if isinstance(attr, ir.Launch) and not (0 < attr.threads <= 1024 and attr.threads % 32 == 0):
-                raise CompileError(
-                    attr.span,
-                    f"@launch threads must be a positive multiple of 32 up to 1024, found {attr.threads}",
-                )
-        autotune = self.kernel.autotune
-        tile_names = {d.name for d in autotune.dims} if autotune else set()
-        cluster = self.kernel.cluster
-        if cluster:
-            for d in cluster.dims:
-                if d.name not in tile_names:
-                    raise CompileError(
-                        d.span,
-                        f"@cluster name '{d.name}' is not an @autotune name; every "
-                        "@cluster name must also be in @autotune",
-                    )
-
-    def declare_params(self) -> None:
-        k = self.kernel
-        scope = self.scopes[0]
-        dims: dict[str, Span] = {}
-        for p in k.params:
-            if p.name in self.tensors or p.name in scope:
-                raise CompileError(p.span, f"parameter '{p.name}' is declared twice")
-            if isinstance(p, ir.TensorParam):
-                self.tensors[p.name] = p
-                for d in p.dims:
-                    if isinstance(d, str):
-                        dims.setdefault(d, p.span)
-            else:
-                scope[p.name] = _Symbol("scalar", ScalarType(p.dtype), p.span)
-        for name, span in dims.items():
-            if name in self.tensors or name in scope:
-                raise CompileError(
-                    _word_span(self.text, span, name), f"dimension '{name}' has the same name as a parameter"
-                )
-            scope[name] = _Symbol("dim", I32, span)
-        fixed: dict[str, int] = {}
-        cluster_names = {d.name for d in k.cluster.dims} if k.cluster else set()
-        for d in k.autotune.dims if k.autotune else ():
-            if d.name in self.tensors or (d.name in scope and scope[d.name].kind == "scalar"):
-                raise CompileError(d.span, f"@autotune name '{d.name}' is already a parameter")
-            if d.name in dims:
-                if len(d.values) != 1:
-                    raise CompileError(
-                        d.span,
-                        f"'{d.name}' is a tensor dimension, so @autotune may only fix it "
-                        f"to one value, as in {d.name} in [{d.values[0]}]",
-                    )
-            else:
-                scope[d.name] = _Symbol("tile", I32, d.span)
-            if len(d.values) == 1 and d.name not in cluster_names:
-                fixed[d.name] = d.values[0]
-        self.shapes = Shapes(fixed)
-        aligned = k.aligned
-        if aligned:
-            spans = aligned.pair_spans or (aligned.span,) * len(aligned.pairs)
-            seen: set[str] = set()
-            for (dim, tile), span in zip(aligned.pairs, spans, strict=True):
-                if dim not in dims:
-                    raise CompileError(span, f"@aligned: '{dim}' is not a tensor dimension")
-                if dim in seen:
-                    raise CompileError(span, f"@aligned: '{dim}' appears twice")
-                seen.add(dim)
-                if scope.get(tile) is None or scope[tile].kind != "tile":
-                    raise CompileError(span, f"@aligned: '{tile}' is not an @autotune tile name")
-
     # ---- scopes -----------------------------------------------------------------------------
 
-    def lookup(self, name: str) -> _Symbol | None:
+    def lookup(self, name: str) -> Symbol | None:
         for scope in reversed(self.scopes):
             if name in scope:
                 return scope[name]
         return None
 
-    def declare(self, name: str, symbol: _Symbol) -> None:
+    def declare(self, name: str, symbol: Symbol) -> None:
         if name in self.tensors:
             raise CompileError(symbol.span, f"'{name}' is already a tensor parameter")
         old = self.lookup(name)
@@ -200,15 +94,13 @@ class _KernelChecker:
     def statement(self, s: ir.Stmt) -> ir.Stmt:
         if isinstance(s, ir.Let):
             value = self.expr(s.value)
-            self.declare(
-                s.name, _Symbol("let", value.ty, _word_span(self.text, s.span, s.name, "let"), value)
-            )
+            self.declare(s.name, Symbol("let", value.ty, word_span(self.text, s.span, s.name, "let"), value))
             return dataclasses.replace(s, value=value)
         if isinstance(s, ir.VarDecl):
             declared = self.declared_type(s.declared)
             init = self.expr(s.init)
             self.assignable(declared, init, f"var '{s.name}'")
-            self.declare(s.name, _Symbol("var", declared, _word_span(self.text, s.span, s.name, "var")))
+            self.declare(s.name, Symbol("var", declared, word_span(self.text, s.span, s.name, "var")))
             return dataclasses.replace(s, declared=declared, init=init)
         if isinstance(s, ir.Assign):
             return self.assign(s)
@@ -306,7 +198,7 @@ class _KernelChecker:
         if not size.terms or any(c <= 0 for _, c in size.terms):
             raise CompileError(step.span, f"the loop step must be positive, found {size}")
         self.scopes.append({})
-        self.declare(s.var, _Symbol("loop", I32, _word_span(self.text, s.span, s.var, "for")))
+        self.declare(s.var, Symbol("loop", I32, word_span(self.text, s.span, s.var, "for")))
         body = self.block(s.body)
         self.scopes.pop()
         return dataclasses.replace(s, start=start, stop=stop, step=step, body=body)
@@ -480,7 +372,7 @@ class _KernelChecker:
     def load(self, e: ir.Load) -> ir.Load:
         tensor_span = Span(e.span.file, e.span.line, e.span.col, e.span.line, e.span.col + len(e.tensor))
         if e.fill is not None:  # load(T[..], fill = v): the tensor name follows "load("
-            tensor_span = _word_span(self.text, e.span, e.tensor)
+            tensor_span = word_span(self.text, e.span, e.tensor)
         param = self.tensor(e.tensor, tensor_span)
         index, shape = self.index(param, e.index, e.span)
         fill = None
