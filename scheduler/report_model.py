@@ -18,7 +18,7 @@ from common.errors import UserError
 TRACE_FORMAT = "phobos-trace/1"
 KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
 STORAGE = "storage"
-# A strip of super-tiles longer than this is wrapped so that it stays readable on screen.
+# A strip of super-tiles longer than this is wrapped (at least this wide) so that it fits on screen.
 WRAP_AT = 32
 
 
@@ -226,10 +226,12 @@ def _wrap(rows: int, cols: int, cells: list[dict]) -> tuple[int, int, bool]:
     """Fold a long 1-wide strip into a block, keeping row-major reading order."""
     count = rows * cols
     if rows == 1 and cols > WRAP_AT or cols == 1 and rows > WRAP_AT:
+        # About twice as wide as tall, so that thousands of super-tiles still fit a panel.
+        width = max(WRAP_AT, math.ceil(math.sqrt(2 * count)))
         for cell in cells:
             index = cell["col"] if rows == 1 else cell["row"]
-            cell["row"], cell["col"] = divmod(index, WRAP_AT)
-        return math.ceil(count / WRAP_AT), WRAP_AT, True
+            cell["row"], cell["col"] = divmod(index, width)
+        return math.ceil(count / width), width, True
     return rows, cols, False
 
 

@@ -161,3 +161,10 @@ def test_cli_writes_the_report_and_names_bad_files(tmp_path, capsys):
         load_trace(tmp_path / "broken.json")
     with pytest.raises(UserError, match="does not exist"):
         main([str(trace_file), "-o", str(tmp_path / "no" / "such" / "r.html")])
+
+
+def test_thousands_of_super_tiles_wrap_into_a_wide_block():
+    model = build_model(make_trace("add", nodes=2, size=5000))
+    (grid,) = model["grids"]
+    assert grid["cols"] == 100 and grid["rows"] == 50
+    assert {(c["row"], c["col"]) for c in grid["cells"]} == {(r, c) for r in range(50) for c in range(100)}
