@@ -1,0 +1,264 @@
+"""The scheduler's own state machine: what is stored, who is alive, when to re-plan or give up.
+
+Pure (Dask's `handle_stimulus -> instructions` style): every method takes a stimulus (a pod's
+heartbeat, a batch of its events, its `finished` report, a lost connection, the clock) and returns
+the actions the asyncio shell must carry out (`Submit`, `Cancel`, `Failed`, `Succeeded`). No
+sockets, no clocks of its own: `now` is always passed in, so tests drive it tick by tick.
+
+Rules (docs/runtime.md states them for users):
+- A unit is stored once every output of it has an acknowledged store event, from a live node,
+  under the current generation. Events from dead nodes and older generations are ignored.
+- A node that sends nothing (heartbeat, events, finished) for `heartbeat_timeout` seconds, or
+  whose connection drops, is declared dead. Every unit not yet stored is then re-planned over the
+  nodes left, under a new generation, with its inputs loaded again from storage.
+- The units a dead node was running (its last heartbeat's running instructions) are charged one
+  crash each; a unit charged `max_attempts` times fails the job, naming the instruction and kernel.
+- An instruction that fails on a live node (a bad leaf, a storage error) fails the job at once:
+  such errors repeat wherever the unit runs.
+- No node left: the job fails. The job succeeds when every unit is stored and every live node
+  has finished the current generation's plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from common.errors import UserError
+from compiler.cluster.program import ClusterProgram, Unit
+from scheduler.planner import NodeFigure, Plan
+from schemas.instructions import Compute, NodePlan, Store, kind_of
+
+# ---- actions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submit:
+    node: int
+    plan: NodePlan
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Best effort: tell a node declared dead to drop the job (it may be alive but too slow)."""
+
+    node: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    pass
+
+
+Action = Submit | Cancel | Failed | Succeeded
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    node: int
+    time: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """What the state machine needs of one pod event (the shell converts the wire form)."""
+
+    id: int
+    kind: str
+    ok: bool = True
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class InstructionInfo:
+    kind: str
+    unit: int | None
+    leaf: str | None
+    node: int
+
+
+def describe_instructions(plan: NodePlan) -> dict[int, InstructionInfo]:
+    """Every instruction's kind and unit: allocations, loads and fetches belong to the unit whose
+    first compute follows them; frees to the unit before."""
+    out: dict[int, InstructionInfo] = {}
+    waiting: list = []
+    last_unit = None
+    for ins in plan.instructions:
+        unit = ins.unit if isinstance(ins, Compute | Store) else None
+        leaf = ins.leaf if isinstance(ins, Compute) else None
+        if unit is None and kind_of(ins) in ("allocate", "load", "fetch"):
+            waiting.append(ins)
+            continue
+        if unit is not None:
+            for w in waiting:
+                out[w.id] = InstructionInfo(kind_of(w), unit, None, plan.node)
+            waiting.clear()
+            last_unit = unit
+        out[ins.id] = InstructionInfo(kind_of(ins), unit if unit is not None else last_unit, leaf, plan.node)
+    for w in waiting:
+        out[w.id] = InstructionInfo(kind_of(w), last_unit, None, plan.node)
+    return out
+
+
+# ---- the state ---------------------------------------------------------------------------------
+
+Planner = Callable[[Sequence[NodeFigure], int, Sequence[Unit]], Plan]
+
+
+@dataclass
+class ClusterState:
+    program: ClusterProgram
+    figures: dict[int, NodeFigure]
+    planner: Planner  # (live figures, generation, units) -> Plan
+    heartbeat_timeout: float = 5.0
+    max_attempts: int = 3
+
+    generation: int = 0
+    live: set[int] = field(default_factory=set)
+    failures: list[NodeFailure] = field(default_factory=list)
+    plan: Plan | None = None
+    plans: dict[int, Plan] = field(default_factory=dict)  # generation -> plan
+    stored: set[int] = field(default_factory=set)  # unit indices fully stored
+    outputs_stored: dict[int, int] = field(default_factory=dict)  # unit -> acknowledged stores
+    outputs_per_unit: dict[int, int] = field(default_factory=dict)
+    crashes: dict[int, int] = field(default_factory=dict)  # unit -> times its node died under it
+    last_seen: dict[int, float] = field(default_factory=dict)
+    running: dict[int, tuple[int, ...]] = field(default_factory=dict)  # node -> running ids
+    finished_nodes: set[int] = field(default_factory=set)
+    instruction_info: dict[int, InstructionInfo] = field(default_factory=dict)
+    outcome: Action | None = None
+
+    def __post_init__(self):
+        self.live = set(self.figures)
+        for unit in self.program.units:
+            written = {r for launch in unit.launches for _, r in launch.writes}
+            self.outputs_per_unit[unit.index] = len(written)
+
+    # ---- stimuli ----
+
+    def start(self, now: float) -> list[Action]:
+        for node in self.live:
+            self.last_seen[node] = now
+        return self._plan(list(self.program.units))
+
+    def heartbeat(self, node: int, generation: int, running: Sequence[int], now: float) -> list[Action]:
+        if node not in self.live:
+            return []
+        self.last_seen[node] = now
+        if generation == self.generation:
+            self.running[node] = tuple(running)
+        return []
+
+    def events(self, node: int, generation: int, events: Sequence[EventInfo], now: float) -> list[Action]:
+        if node not in self.live:
+            return []
+        self.last_seen[node] = now
+        if generation != self.generation or self.outcome is not None:
+            return []
+        for event in events:
+            if not event.ok:
+                return self._fail(f"node {node}: {self._name(event.id)} failed: {event.message}")
+            if event.kind == "store":
+                info = self.instruction_info.get(event.id)
+                if info is None or info.unit is None or info.node != node:
+                    continue
+                self.outputs_stored[info.unit] = self.outputs_stored.get(info.unit, 0) + 1
+                if self.outputs_stored[info.unit] >= self.outputs_per_unit[info.unit]:
+                    self.stored.add(info.unit)
+        return self._check_done()
+
+    def finished(self, node: int, generation: int, ok: bool, message: str, now: float) -> list[Action]:
+        if node not in self.live or generation != self.generation or self.outcome is not None:
+            return []
+        self.last_seen[node] = now
+        if not ok:
+            return self._fail(f"node {node}: {message}")
+        self.finished_nodes.add(node)
+        return self._check_done()
+
+    def disconnected(self, node: int, reason: str, now: float) -> list[Action]:
+        if node not in self.live or self.outcome is not None:
+            return []
+        return self._declare_dead([node], reason, now)
+
+    def tick(self, now: float) -> list[Action]:
+        if self.outcome is not None:
+            return []
+        late = sorted(n for n in self.live if now - self.last_seen.get(n, now) > self.heartbeat_timeout)
+        if not late:
+            return []
+        return self._declare_dead(late, f"no heartbeat for {self.heartbeat_timeout:g} s", now)
+
+    # ---- internals ----
+
+    def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for node in nodes:
+            self.live.discard(node)
+            self.failures.append(NodeFailure(node, now, reason))
+            actions.append(Cancel(node))
+            for ins_id in self.running.pop(node, ()):
+                info = self.instruction_info.get(ins_id)
+                if info is None or info.unit is None or info.unit in self.stored:
+                    continue
+                self.crashes[info.unit] = self.crashes.get(info.unit, 0) + 1
+                if self.crashes[info.unit] >= self.max_attempts:
+                    return actions + self._fail(
+                        f"unit {info.unit} killed its node {self.crashes[info.unit]} times; the last "
+                        f"time node {node} was running {self._name(ins_id)} ({reason})")
+        if not self.live:
+            dead = ", ".join(f"node {f.node}: {f.reason}" for f in self.failures)
+            return actions + self._fail(f"no node left to run the job ({dead})")
+        left = [u for u in self.program.units if u.index not in self.stored]
+        try:
+            return actions + self._plan(left)
+        except UserError as err:  # e.g. the remaining nodes lack the memory
+            return actions + self._fail(f"re-planning after losing node(s) {nodes}: {err}")
+
+    def _plan(self, units: list[Unit]) -> list[Action]:
+        self.generation += 1
+        figures = [self.figures[n] for n in sorted(self.live)]
+        plan = self.planner(figures, self.generation, units)
+        self.plan = plan
+        self.plans[self.generation] = plan
+        self.finished_nodes.clear()
+        self.running.clear()
+        self.outputs_stored = {u: n for u, n in self.outputs_stored.items() if u in self.stored}
+        self.instruction_info = {}
+        for node_plan in plan.node_plans.values():
+            self.instruction_info.update(describe_instructions(node_plan))
+        actions: list[Action] = [Submit(node, p) for node, p in sorted(plan.node_plans.items())]
+        return actions + self._check_done()
+
+    def _check_done(self) -> list[Action]:
+        if self.outcome is not None:
+            return []
+        if len(self.stored) == len(self.program.units) and self.live <= self.finished_nodes:
+            self.outcome = Succeeded()
+            return [self.outcome]
+        return []
+
+    def _fail(self, reason: str) -> list[Action]:
+        if self.outcome is not None:
+            return []
+        self.outcome = Failed(reason)
+        return [self.outcome]
+
+    def _name(self, ins_id: int) -> str:
+        info = self.instruction_info.get(ins_id)
+        if info is None:
+            return f"instruction {ins_id}"
+        what = f"{info.kind} {ins_id}"
+        if info.leaf:
+            what += f" (leaf {info.leaf} of kernel {self.program.kernel})"
+        else:
+            what += f" (kernel {self.program.kernel})"
+        if info.unit is not None:
+            what += f" of unit {info.unit}"
+        return what

@@ -1,0 +1,154 @@
+"""The scheduler's state machine, driven stimulus by stimulus with a fake clock."""
+
+from __future__ import annotations
+
+from common.errors import UserError
+from scheduler.cluster_state import (
+    Cancel,
+    ClusterState,
+    EventInfo,
+    Failed,
+    Submit,
+    Succeeded,
+    describe_instructions,
+)
+from scheduler.planner import NodeFigure, plan
+from schemas.instructions import Compute, Store
+from tests.scheduler.programs import add_program, matmul_program, uris_of
+
+
+def make_state(program, n_nodes=3, timeout=5.0):
+    uris = uris_of(program)
+
+    def planner(figures, generation, units):
+        return plan(program, figures, uris, generation, units)
+
+    figures = {i: NodeFigure(i) for i in range(n_nodes)}
+    return ClusterState(program, figures, planner, heartbeat_timeout=timeout)
+
+
+def stores_of(node_plan, units=None):
+    return [EventInfo(i.id, "store") for i in node_plan.instructions
+            if isinstance(i, Store) and (units is None or i.unit in units)]
+
+
+def compute_ids(node_plan, unit):
+    return [i.id for i in node_plan.instructions if isinstance(i, Compute) and i.unit == unit]
+
+
+def finish_all(state, now):
+    actions = []
+    for node, p in state.plan.node_plans.items():
+        actions += state.events(node, state.generation, stores_of(p), now)
+        actions += state.finished(node, state.generation, True, "", now)
+    return actions
+
+
+def test_success_after_every_store_and_finish():
+    state = make_state(add_program(640, 64))
+    actions = state.start(0.0)
+    assert [type(a) for a in actions] == [Submit] * 3
+    assert all(a.plan.generation == 1 for a in actions)
+    out = finish_all(state, 1.0)
+    assert out == [Succeeded()]
+    assert state.stored == set(range(10))
+
+
+def test_not_done_until_every_node_finished():
+    state = make_state(add_program(640, 64))
+    state.start(0.0)
+    for node, p in state.plan.node_plans.items():
+        assert state.events(node, 1, stores_of(p), 0.5) == []
+    assert state.finished(0, 1, True, "", 0.6) == []
+    assert state.finished(1, 1, True, "", 0.6) == []
+    assert state.finished(2, 1, True, "", 0.6) == [Succeeded()]
+
+
+def test_missed_heartbeats_replan_unstored_units_onto_the_rest():
+    state = make_state(add_program(640, 64), timeout=5.0)
+    state.start(0.0)
+    first = state.plan
+    # node 0 stores its first unit (0), node 1 everything; node 2 nothing yet.
+    state.events(0, 1, stores_of(first.node_plans[0], {0}), 1.0)
+    state.events(1, 1, stores_of(first.node_plans[1]), 1.0)
+    for t in (2.0, 4.0, 5.9):
+        state.heartbeat(0, 1, [], t)
+        state.heartbeat(1, 1, [], t)
+    actions = state.tick(6.0)  # node 2 silent since 0.0
+    assert Cancel(2) in actions
+    submits = [a for a in actions if isinstance(a, Submit)]
+    assert {a.node for a in submits} == {0, 1} and state.generation == 2
+    replanned = sorted(u for a in submits for i in a.plan.instructions if isinstance(i, Compute)
+                       for u in [i.unit])
+    assert replanned == [2, 3, 5, 6, 8, 9]  # everything but node 1's units and unit 0
+    assert state.failures[0].node == 2 and "heartbeat" in state.failures[0].reason
+    # late events from the dead node and from the old generation are ignored
+    assert state.events(2, 1, stores_of(first.node_plans[2]), 6.5) == []
+    assert state.events(0, 1, stores_of(first.node_plans[0]), 6.5) == []
+    assert state.stored == {0, 1, 4, 7}
+    assert finish_all(state, 7.0) == [Succeeded()]
+
+
+def test_lost_connection_replans_at_once():
+    state = make_state(matmul_program(64, 64, 32, 16, 16, 16), n_nodes=2)
+    state.start(0.0)
+    actions = state.disconnected(1, "connection lost", 0.1)
+    assert Cancel(1) in actions and [a.node for a in actions if isinstance(a, Submit)] == [0]
+    assert finish_all(state, 1.0) == [Succeeded()]
+
+
+def test_no_node_left_fails_the_job():
+    state = make_state(add_program(640, 64), n_nodes=1)
+    state.start(0.0)
+    actions = state.disconnected(0, "connection lost", 1.0)
+    assert isinstance(actions[-1], Failed) and "no node left" in actions[-1].reason
+
+
+def test_a_unit_that_kills_its_node_three_times_fails_the_job():
+    program = add_program(64 * 8, 64)
+    state = make_state(program, n_nodes=4)
+    state.start(0.0)
+    for attempt in range(3):
+        node = state.plan.placement[5]
+        p = state.plan.node_plans[node]
+        state.heartbeat(node, state.generation, compute_ids(p, 5), 1.0 + attempt)
+        actions = state.disconnected(node, "connection lost", 1.5 + attempt)
+    failed = actions[-1]
+    assert isinstance(failed, Failed)
+    assert "unit 5" in failed.reason and "3 times" in failed.reason
+    assert "compute" in failed.reason and "kernel add" in failed.reason and "leaf main" in failed.reason
+
+
+def test_an_instruction_failure_fails_the_job_naming_it():
+    state = make_state(add_program(640, 64))
+    state.start(0.0)
+    cid = compute_ids(state.plan.node_plans[1], 1)[0]
+    actions = state.events(1, 1, [EventInfo(cid, "compute", ok=False, message="boom")], 1.0)
+    assert isinstance(actions[0], Failed)
+    reason = actions[0].reason
+    assert f"compute {cid}" in reason and "boom" in reason and "node 1" in reason
+
+
+def test_replan_that_does_not_fit_fails_clearly():
+    program = add_program(64 * 8, 64)
+    uris = uris_of(program)
+
+    def planner(figures, generation, units):
+        if generation > 1:
+            raise UserError("node 0 needs 9 GiB of memory at its peak")
+        return plan(program, figures, uris, generation, units)
+
+    state = ClusterState(program, {0: NodeFigure(0), 1: NodeFigure(1)}, planner)
+    state.start(0.0)
+    actions = state.disconnected(1, "connection lost", 1.0)
+    assert isinstance(actions[-1], Failed)
+    assert "re-planning" in actions[-1].reason and "9 GiB" in actions[-1].reason
+
+
+def test_describe_instructions_gives_every_instruction_a_unit():
+    program = matmul_program(64, 64, 32, 16, 16, 16)
+    p = plan(program, [NodeFigure(0), NodeFigure(1)], uris_of(program)).node_plans[1]
+    info = describe_instructions(p)
+    assert set(info) == {i.id for i in p.instructions}
+    assert all(v.unit is not None for v in info.values())
+    assert {v.unit for v in info.values()} == {u.index for u in program.units if u.index % 2 == 1}
