@@ -177,13 +177,88 @@ def store(tensor: np.ndarray, windows: list[Window], value: np.ndarray, active: 
     rank = sum(w.keep for w in windows)
     value = with_rank(value, rank)
     mask = None if active is None else with_rank(active, rank)
+    _store(tensor, windows, value, mask)
+
+
+# CTAs along a grid axis whose windows stick out of the tensor are stored one at a time (as
+# clipped views) when there are at most this many of them; more go through the scatter.
+_EDGE_CTAS = 4
+
+
+def _store(tensor: np.ndarray, windows: list[Window], value: np.ndarray, mask: np.ndarray | None) -> None:
     plan = _plan(windows)
-    if plan is not None and _view_store_ok(plan, windows, tensor.shape, value, active):
-        box = _box(plan, windows)
-        region = tensor[tuple(slice(lo, hi) for lo, hi in box)]
-        view = _strided(region, plan, windows, writeable=True)
-        np.copyto(view, value, casting="unsafe", where=True if mask is None else mask)
+    if plan is None or not _view_store_ok(plan, windows, value, mask):
+        _scatter(tensor, windows, value, mask)
         return
+    # Split the grid along the first axis whose outermost CTAs reach outside the tensor: the
+    # inner CTAs become one view store, the edge CTAs small clipped stores of their own.
+    for p, w, dim in zip(plan, windows, tensor.shape, strict=True):
+        if p.axis is None:
+            continue
+        lo = min(max(-(p.first // p.step), 0), p.count)  # first CTA with a start >= 0
+        hi = min(max((dim - w.extent - p.first) // p.step + 1, lo), p.count)
+        if lo == 0 and hi == p.count:
+            continue
+        for start, stop, general in _pieces(lo, hi, p.count):
+            sub = [_slice_window(x, p.axis, start, stop) for x in windows]
+            part_value = _slice_grid(value, p.axis, start, stop)
+            part_mask = _slice_grid(mask, p.axis, start, stop)
+            (_scatter if general else _store)(tensor, sub, part_value, part_mask)
+        return
+    _clipped_view_store(tensor, plan, windows, value, mask)
+
+
+def _pieces(lo: int, hi: int, count: int) -> list[tuple[int, int, bool]]:
+    """Ranges of CTAs [start, stop) along one grid axis, and whether each needs the scatter."""
+    pieces = [(lo, hi, False)] if hi > lo else []
+    for a, b in ((0, lo), (hi, count)):
+        if b - a > _EDGE_CTAS:
+            pieces.append((a, b, True))
+        else:
+            pieces.extend((g, g + 1, False) for g in range(a, b))
+    return pieces
+
+
+def _slice_grid(arr: np.ndarray | None, axis: int, start: int, stop: int) -> np.ndarray | None:
+    if arr is None or arr.shape[axis] == 1:
+        return arr
+    index = [slice(None)] * arr.ndim
+    index[axis] = slice(start, stop)
+    return arr[tuple(index)]
+
+
+def _slice_window(w: Window, axis: int, start: int, stop: int) -> Window:
+    return Window(_slice_grid(w.start, axis, start, stop), w.extent, w.keep)
+
+
+def _clipped_view_store(tensor: np.ndarray, plan: list[_Progression], windows: list[Window],
+                        value: np.ndarray, mask: np.ndarray | None) -> None:
+    """Every grid-driven window is inside the tensor; windows with a uniform start may still
+    stick out, and are clipped (together with the matching part of the value)."""
+    clipped_plan, clipped, value_index = [], [], [slice(None)] * GRID_RANK
+    for p, w, dim in zip(plan, windows, tensor.shape, strict=True):
+        if p.axis is not None:
+            clipped_plan.append(p)
+            clipped.append(w)
+            if w.keep:
+                value_index.append(slice(None))
+            continue
+        a, b = max(p.first, 0), min(p.first + w.extent, dim)
+        if a >= b:
+            return  # wholly outside: every element is dropped
+        clipped_plan.append(_Progression(None, a, 0, 1))
+        clipped.append(Window(w.start, b - a, w.keep))
+        if w.keep:
+            value_index.append(slice(a - p.first, b - p.first))
+    value_index = [ix if value.shape[n] > 1 else slice(None) for n, ix in enumerate(value_index)]
+    value = value[tuple(value_index)]
+    box = _box(clipped_plan, clipped)
+    region = tensor[tuple(slice(lo, hi) for lo, hi in box)]
+    view = _strided(region, clipped_plan, clipped, writeable=True)
+    np.copyto(view, value, casting="unsafe", where=True if mask is None else mask)
+
+
+def _scatter(tensor: np.ndarray, windows: list[Window], value: np.ndarray, mask: np.ndarray | None) -> None:
     indices, inside = _index_arrays(windows, tensor.shape)
     if mask is not None:
         inside = inside & mask
@@ -193,18 +268,16 @@ def store(tensor: np.ndarray, windows: list[Window], value: np.ndarray, active: 
     tensor[picked] = np.broadcast_to(value, shape)[inside].astype(tensor.dtype)
 
 
-def _view_store_ok(plan: list[_Progression], windows: list[Window], dims: tuple[int, ...],
-                   value: np.ndarray, active: np.ndarray | None) -> bool:
-    """A view store needs the box inside the tensor, disjoint windows, and a value that does not
-    vary along a grid axis the target does not (several CTAs racing for one element)."""
-    for p, w, (lo, hi), dim in zip(plan, windows, _box(plan, windows), dims, strict=True):
-        if lo < 0 or hi > dim:
-            return False
+def _view_store_ok(plan: list[_Progression], windows: list[Window], value: np.ndarray,
+                   mask: np.ndarray | None) -> bool:
+    """A view store needs disjoint windows and a value that does not vary along a grid axis the
+    target does not (several CTAs racing for one element: the scatter picks one)."""
+    for p, w in zip(plan, windows, strict=True):
         if p.axis is not None and p.step < w.extent:
             return False
     for g in range(GRID_RANK):
         count = plan_count(plan, g)
-        for arr in (value, active):
+        for arr in (value, mask):
             if arr is not None and arr.shape[g] not in (1, count):
                 return False
     return True

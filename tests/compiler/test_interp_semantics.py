@@ -276,3 +276,27 @@ def test_matmul_result_is_exact_on_small_integers():
         binding = bind(kernel, {"M": 50, "N": 70, "K": 33}, tile_values=tiles)
         run_kernel(kernel, binding, {"A": a, "B": b, "C": c}, {})
         np.testing.assert_array_equal(c, a @ b)
+
+
+def test_stores_sticking_out_on_either_side_are_clipped():
+    src = """
+@autotune(B in [2])
+kernel k(x: tensor<f32>[N], y: tensor<f32>[N], z: tensor<f32>[R, N]) {
+  let i = ctx.block.x * B
+  y[i - 13 :+ B] = x[i :+ B]
+  z[R, i :+ B] = x[i :+ B]
+  z[1, 0 - 1 :+ 3] = x[0 :+ 3] * 2.0
+  z[0, i + 1 :+ B] = x[i :+ B] + 1.0
+}
+"""
+    n, r = 21, 3
+    x = np.arange(1, n + 1, dtype=np.float32)
+    tensors = {"x": x, "y": np.zeros(n, np.float32), "z": np.zeros((r, n), np.float32)}
+    out = run_src(src, {"N": n, "R": r}, tensors)
+    expect_y = np.zeros(n, np.float32)
+    expect_y[: n - 13] = x[13:]
+    np.testing.assert_array_equal(out["y"], expect_y)
+    expect_z = np.zeros((r, n), np.float32)
+    expect_z[1, :2] = 2 * x[1:3]
+    expect_z[0, 1:] = x[:-1] + 1
+    np.testing.assert_array_equal(out["z"], expect_z)
