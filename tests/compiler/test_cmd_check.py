@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from common.paths import REPO_ROOT, repo_file
 from compiler import cmd_check
 from compiler.frontend import load_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 # The check command on its own, run as a program the way //compiler runs it (run_main turns a
 # UserError into its rendered text and exit code 2).
@@ -42,7 +43,7 @@ def run_check(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_report_for_matmul():
-    module = load_file(REPO / "examples" / "matmul.phk")
+    module = load_file(repo_file("examples") / "matmul.phk")
     text = cmd_check.describe_module(module)
     assert "kernel matmul" in text
     assert "x: dim M, tile TILE_M" in text
@@ -55,7 +56,7 @@ def test_report_for_matmul():
 
 
 def test_report_counts_fixed_dimension():
-    module = load_file(REPO / "examples" / "flash_attention.phk")
+    module = load_file(repo_file("examples") / "flash_attention.phk")
     text = cmd_check.describe_module(module)
     assert "@autotune search space: 9 points" in text  # D fixed (1) x BR 3 x BC 3
     assert "@cluster search space: 3 points" in text
@@ -64,7 +65,7 @@ def test_report_counts_fixed_dimension():
 def test_handler_prints_report(capsys):
     parser = argparse.ArgumentParser()
     cmd_check.register(parser.add_subparsers())
-    args = parser.parse_args(["check", str(REPO / "examples" / "add.phk")])
+    args = parser.parse_args(["check", str(repo_file("examples") / "add.phk")])
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "kernel add" in out and "x: dim N, tile BLOCK" in out
@@ -91,7 +92,7 @@ def test_cli_missing_file_exits_2(tmp_path):
 
 
 def test_cli_good_kernel(tmp_path):
-    result = run_check(str(REPO / "examples" / "softmax.phk"), cwd=tmp_path)
+    result = run_check(str(repo_file("examples") / "softmax.phk"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "kernel softmax" in result.stdout
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from common.paths import repo_file
 from compiler import ir, walk
 from compiler.frontend import load_file
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.phk"))
+EXAMPLES = sorted(repo_file("examples").glob("*.phk"))
 
 
 def test_there_are_examples():
@@ -53,12 +52,12 @@ EXPECTED_GRIDS = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_GRIDS))
 def test_example_grid(name):
-    (kernel,) = load_file(Path(__file__).resolve().parents[2] / "examples" / name).kernels
+    (kernel,) = load_file(repo_file("examples") / name).kernels
     assert [(g.axis, g.dim, g.tile) for g in kernel.grid] == EXPECTED_GRIDS[name]
 
 
 def test_flash_attention_types():
-    path = Path(__file__).resolve().parents[2] / "examples" / "flash_attention.phk"
+    path = repo_file("examples/flash_attention.phk")
     kernel = load_file(path).kernel("flash_attention")
     assert kernel.autotune.dims[0].values == (64,)
     assert kernel.autotune.dims[1].values == (32, 64, 128)

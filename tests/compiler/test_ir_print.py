@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.paths import repo_file
 from compiler import ir
 from compiler.frontend import load_text
 from compiler.ir_print import format_expr, format_module
@@ -15,7 +14,7 @@ from compiler.parser import parse
 from compiler.source import UNKNOWN_SPAN
 from compiler.walk import without_spans as strip_spans
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.phk"))
+EXAMPLES = sorted(repo_file("examples").glob("*.phk"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+from common.paths import repo_file
 from compiler.frontend import load_text
 from compiler.parser import expand_search_values
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "language.md").read_text()
+DOC = repo_file("docs/language.md").read_text()
 
 
 def code_blocks() -> list[str]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from pathlib import Path
 
 import pytest
 
+from common.paths import repo_file
 from compiler import ir, pipeline
 from compiler.frontend import load_text
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.phk"))
+EXAMPLES = sorted(repo_file("examples").glob("*.phk"))
 
 
 def test_front_end_stages_in_order():
@@ -39,7 +39,7 @@ def test_unknown_until_is_rejected():
 
 def test_dump_selected_stage():
     out = io.StringIO()
-    text = (Path(__file__).resolve().parents[2] / "examples" / "add.phk").read_text()
+    text = repo_file("examples/add.phk").read_text()
     pipeline.run_pipeline(ir.Module("add.phk", text), until="check", dump="check", out=out)
     dumped = out.getvalue()
     assert "=== after check ===" in dumped and "=== after parse ===" not in dumped

@@ -8,15 +8,15 @@ deep into the parser and checker. The seed is fixed: a failure here is reproduci
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
+from common.paths import repo_file
 from compiler.diagnostics import CompileError
 from compiler.frontend import load_text
 from compiler.lexer import tokenize
 
-SOURCES = [p.read_text() for p in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.phk"))]
+SOURCES = [p.read_text() for p in sorted(repo_file("examples").glob("*.phk"))]
 EXTRA_TOKENS = ["\n", "0", "-1", "1.5", "ctx.block.z", "ctx.block.y", "true", ":", ":+", "[", "]", "(", ")"]
 
 
