@@ -118,9 +118,11 @@ function renderCta(grid, cell) {
   // Grid axis x walks the tensor's first axis (rows), y its second (columns), as in the source.
   const rank1 = cell.shape.length === 1;
   const across = rank1 ? rows : cols, down = rank1 ? 1 : rows;
-  const maxW = Math.min(360, Math.max(120, $("grid-panel").clientWidth - 40));
-  const cs = rank1 ? maxW / across : Math.min(maxW / across, 220 / down);
-  const W = cs * across, H = rank1 ? 28 : cs * down;
+  // The box has the super-tile's proportions (rows : columns), kept between 1 : 4 and 1 : 1.
+  const maxW = Math.min(320, Math.max(120, $("grid-panel").clientWidth - 40));
+  const aspect = rank1 ? 0 : Math.min(1, Math.max(0.25, cell.shape[0] / cell.shape[1]));
+  const W = maxW, H = rank1 ? 28 : Math.min(200, Math.round(maxW * aspect));
+  const cw = W / across, ch = H / down;
   const canvas = el("canvas", { id: "cta-canvas", "data-ctas": ctas });
   box.appendChild(canvas);
   const ctx = setupCanvas(canvas, W + 1, H + 1);
@@ -129,18 +131,19 @@ function renderCta(grid, cell) {
   ctx.fillRect(0.5, 0.5, W, H);
   ctx.globalAlpha = 1;
   // One line per CTA while lines stay 4 px apart; beyond that one line every `step` CTAs.
-  const step = Math.max(1, Math.ceil(4 / cs));
+  const stepX = Math.max(1, Math.ceil(4 / cw)), stepY = rank1 ? 1 : Math.max(1, Math.ceil(4 / ch));
   ctx.strokeStyle = "rgba(0,0,0,0.45)";
   ctx.lineWidth = 1;
   ctx.beginPath();
-  for (let i = 0; i <= across; i += step) { const x = Math.round(i * cs) + 0.5; ctx.moveTo(x, 0); ctx.lineTo(x, H + 0.5); }
-  if (!rank1) {
-    for (let j = 0; j <= down; j += step) { const y = Math.round(j * cs) + 0.5; ctx.moveTo(0, y); ctx.lineTo(W + 0.5, y); }
-  }
+  for (let i = 0; i <= across; i += stepX) { const x = Math.round(i * cw) + 0.5; ctx.moveTo(x, 0); ctx.lineTo(x, H + 0.5); }
+  for (let j = 0; j <= down; j += stepY) { const y = Math.round(j * ch) + 0.5; ctx.moveTo(0, y); ctx.lineTo(W + 0.5, y); }
   ctx.stroke();
   ctx.strokeStyle = "#111";
   ctx.strokeRect(0.5, 0.5, W, H);
-  if (step > 1) box.appendChild(el("div", { className: "hint", text: "one line every " + step + " CTAs" }));
+  if (stepX > 1 || stepY > 1) {
+    const every = rank1 || stepX === stepY ? String(stepX) : stepY + " (down) × " + stepX + " (across)";
+    box.appendChild(el("div", { className: "hint", text: "one line every " + every + " CTAs" }));
+  }
   root.dataset.selectedUnit = String(cell.unit);
   root.dataset.ctaCount = String(ctas);
 }
