@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=$OUT/cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/gpu.txt
 STAGE=${STAGE:-all}
 if [ "$STAGE" != bench ]; then
-  timeout ${TEST_TIMEOUT:-200} python3 -m pytest tests/cuda -q -x -p no:cacheprovider 2>&1 | tee $OUT/gpu_tests.log
+  timeout ${TEST_TIMEOUT:-200} python3 -m pytest tests/cuda/test_cuda_gpu.py -q --maxfail=8 -p no:cacheprovider 2>&1 | tee $OUT/gpu_tests.log
 fi
 if [ "$STAGE" != tests ]; then
   timeout ${BENCH_TIMEOUT:-300} python3 benchmarks/leaf_bench.py --out $OUT/leaf.json ${BENCH_ARGS} 2>&1 | tee $OUT/bench.log

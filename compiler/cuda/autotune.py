@@ -162,7 +162,8 @@ def tune(kernel: ir.Kernel, dims: dict[str, int], *, use_cache: bool = True, log
         if log:
             log(f"{kernel.name} {dict(items)}: {ms:.4f} ms")
     if not timings:
-        raise CompileError(kernel.span, "no point of the @autotune search space fits this GPU")
+        reasons = "; ".join(f"{dict(p)}: {why}" for p, why in pruned[:3])
+        raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
     best_items, best_ms = min(timings, key=lambda t: t[1])
     entries = _read_cache()
     entries[key] = {"best": dict(best_items), "ms": best_ms}

@@ -19,6 +19,7 @@ _DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "i32": np.d
 _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}
+_modules: dict[tuple[int, str, str], object] = {}  # kept alive as long as their functions
 _lock = threading.Lock()
 
 
@@ -33,7 +34,7 @@ def _function(compiled: CompiledKernel):
             module = cupy.cuda.function.Module()
             module.load(compiled.ptx.encode())
             fn = module.get_function(compiled.entry)
-            fn._phobos_module = module  # keep the module alive as long as the function
+            _modules[key] = module
             if compiled.shared_bytes > 48 * 1024:
                 cupy.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SMEM_ATTR, compiled.shared_bytes)
             _functions[key] = fn
@@ -42,9 +43,12 @@ def _function(compiled: CompiledKernel):
 
 def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
     """Registers and local (spill) memory of the loaded function, as the driver reports them."""
+    import cupy
+
     fn = _function(compiled)
-    return {"num_regs": fn.num_regs, "local_size_bytes": fn.local_size_bytes,
-            "max_threads_per_block": fn.max_threads_per_block}
+    get = cupy.cuda.driver.funcGetAttribute
+    return {"num_regs": get(4, fn.ptr), "local_size_bytes": get(3, fn.ptr),
+            "max_threads_per_block": get(0, fn.ptr)}
 
 
 def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -> None:
