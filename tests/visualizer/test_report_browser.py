@@ -131,3 +131,10 @@ def test_zoomed_in_bars_are_drawn_one_by_one(tmp_path):
     assert float(zoomed.report["zoom-end"]) == pytest.approx(first_end * 3)
     assert int(zoomed.report["timeline-columns"]) < int(whole.report["timeline-columns"])
     assert int(zoomed.report["timeline-bars"]) > 0
+
+
+def test_a_minimal_trace_renders_empty_panels(tmp_path):
+    # A job that failed before any node ran anything still gets a page, without script errors.
+    _, dom = render(tmp_path, {"format": "phobos-trace/1", "job": {"kernel": "add"}})
+    r = dom.report
+    assert (r["nodes"], r["node-rows"], r["supertiles"], r["events"]) == ("0", "0", "0", "0")
