@@ -8,7 +8,7 @@ what a pod does with its buffers, minus the network, so its result must equal th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -43,10 +43,18 @@ def _check_inputs(program: ClusterProgram, tensors: Mapping[str, np.ndarray], sc
 
 
 def run_program(
-    program: ClusterProgram, tensors: dict[str, np.ndarray], scalars: Mapping[str, float | int]
+    program: ClusterProgram,
+    tensors: dict[str, np.ndarray],
+    scalars: Mapping[str, float | int],
+    runner: Callable[[ir.Kernel, Binding, dict[str, np.ndarray], dict], None] | None = None,
 ) -> None:
-    """Run `program` over the full arrays in `tensors`, writing its outputs into them in place."""
-    from compiler.interp import run_kernel
+    """Run `program` over the full arrays in `tensors`, writing its outputs into them in place.
+
+    `runner(kernel, binding, arrays, scalars)` runs one leaf launch in place on the bound
+    copies; the reference interpreter by default (tests pass a GPU runner to check the leaves'
+    CUDA against the same plan)."""
+    if runner is None:
+        from compiler.interp import run_kernel as runner
 
     _check_inputs(program, tensors, scalars)
     leaves = {leaf.name: (leaf, *load_leaf(leaf)) for leaf in program.leaves}
@@ -60,6 +68,6 @@ def run_program(
             for param in kernel.tensors:
                 if param.name not in bound:  # declared but never touched: any contents will do
                     bound[param.name] = np.zeros(tensor_shape(param, binding.env), tensors[param.name].dtype)
-            run_kernel(kernel, binding, bound, {name: scalars[name] for name in leaf.scalars})
+            runner(kernel, binding, bound, {name: scalars[name] for name in leaf.scalars})
             for param, region in launch.writes:
                 tensors[region.tensor][_window(region)] = bound[param]
