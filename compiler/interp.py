@@ -42,6 +42,9 @@ class _Var:
 
     value: np.ndarray
     declared: ir.Type
+    # True while `value` is a fresh array nothing else can see (no read of the var since it was
+    # computed), so that a compound assignment may update it in place.
+    owned: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,15 @@ class _Launch:
     grid: tuple[int, int, int]
     tensors: Mapping[str, np.ndarray]
     written: frozenset[str]  # tensors the kernel stores to: loads from them must copy
+
+
+_IN_PLACE = {"+=": np.add, "-=": np.subtract, "*=": np.multiply}
+
+
+def _fits_in_place(target: np.ndarray, value: np.ndarray) -> bool:
+    value = val.with_rank(value, val.tile_rank(target))
+    return (value.dtype == target.dtype and value.ndim == target.ndim
+            and np.broadcast_shapes(target.shape, value.shape) == target.shape)
 
 
 def stored_tensors(body: tuple[ir.Stmt, ...]) -> frozenset[str]:
@@ -110,12 +122,19 @@ class _Runner:
     def assign(self, stmt: ir.Assign, scope: dict, active: np.ndarray | None) -> None:
         var = scope[stmt.name]
         value = self.eval(stmt.value, scope)
+        if stmt.op in _IN_PLACE and var.owned and active is None and _fits_in_place(var.value, value):
+            # acc += dot(a, b): update the accumulator in place instead of allocating a new one
+            # per iteration (same arithmetic, same dtype, same shape).
+            _IN_PLACE[stmt.op](var.value, val.with_rank(value, val.tile_rank(var.value)), out=var.value)
+            return
         if stmt.op != "=":
             value = val.binary(stmt.op[0], var.value, value)
-        value = self._conform(value, var.declared, scope)
+        fresh = stmt.op != "=" or active is not None
+        conformed = self._conform(value, var.declared, scope)
         if active is not None:
-            value = np.where(val.with_rank(active, val.tile_rank(value)), value, var.value)
-        var.value = value
+            conformed = np.where(val.with_rank(active, val.tile_rank(conformed)), conformed, var.value)
+        var.value = conformed
+        var.owned = fresh and conformed is value or active is not None
 
     def store(self, stmt: ir.Store, scope: dict, active: np.ndarray | None) -> None:
         tensor = self.launch.tensors[stmt.tensor]
@@ -175,7 +194,10 @@ class _Runner:
                 found = self.globals.get(expr.name)
                 if found is None:
                     raise CompileError(expr.span, f"unknown name {expr.name}")
-            return found.value if isinstance(found, _Var) else found
+            if isinstance(found, _Var):
+                found.owned = False  # whoever reads it may keep a reference (let, view, ...)
+                return found.value
+            return found
         if isinstance(expr, ir.Const):
             return self.const(expr)
         if isinstance(expr, ir.Load):

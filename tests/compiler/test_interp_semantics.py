@@ -300,3 +300,27 @@ kernel k(x: tensor<f32>[N], y: tensor<f32>[N], z: tensor<f32>[R, N]) {
     expect_z[1, :2] = 2 * x[1:3]
     expect_z[0, 1:] = x[:-1] + 1
     np.testing.assert_array_equal(out["z"], expect_z)
+
+
+def test_a_let_keeps_the_value_a_var_had_when_it_was_bound():
+    """Compound assignments may update an accumulator in place; a let bound to the var before
+    must still see the old value."""
+    src = """
+@autotune(B in [4])
+kernel k(x: tensor<f32>[N], y: tensor<f32>[N], z: tensor<f32>[N]) {
+  let i = ctx.block.x * B
+  var acc: tile<f32>[B] = 0.0
+  for j in range(0, 3, 1) {
+    acc += x[i :+ B]
+  }
+  let snapshot = acc
+  acc += x[i :+ B]
+  acc *= 2.0
+  y[i :+ B] = snapshot
+  z[i :+ B] = acc
+}
+"""
+    x = np.arange(8, dtype=np.float32)
+    out = run_src(src, {"N": 8}, {"x": x, "y": np.zeros(8, np.float32), "z": np.zeros(8, np.float32)})
+    np.testing.assert_array_equal(out["y"], 3 * x)
+    np.testing.assert_array_equal(out["z"], 8 * x)
