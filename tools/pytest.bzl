@@ -6,7 +6,7 @@ ALL_LIBRARIES = ["//:phobos"]
 def phobos_pytest(
         name,
         srcs = None,
-        data = ["//examples"],
+        data = ["//docs", "//examples"],
         deps = ALL_LIBRARIES,
         size = "medium",
         timeout = None,
@@ -17,7 +17,7 @@ def phobos_pytest(
     Args:
       name: the target, by convention the folder's name (so `bazel test //tests/pod` works).
       srcs: Python files; default: every .py file of the folder. Those named test_*.py are run.
-      data: more runfiles; default //examples. The folder's own non-Python files are always added.
+      data: more runfiles; default //docs and //examples. The folder's own other files are added.
       deps: the libraries under test; default all of them.
       size, timeout, tags, args: as for py_test; args go to pytest.
 
