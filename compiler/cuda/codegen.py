@@ -206,6 +206,9 @@ class KernelGen(ExprEmitter):
         else:
             kind = "2d" if len(shape) == 2 else "flat"
         ctx = self.ctx_for(kind, shape)
+        if self.vector_store_ok(s, param, ctx):
+            self.vector_store(s, param, ctx)
+            return
         if isinstance(value.ty, ir.TileType):
             v = self.tile_elem(value, ctx)
         else:
@@ -214,6 +217,32 @@ class KernelGen(ExprEmitter):
         cond = " && ".join(c for c in (self.owner(kind, shape), pred) if c != "true") or "true"
         body = [f"if ({cond}) {self.store_line(param, ptr, s.op, v, value)}"]
         self.emit_loop(ctx, body)
+
+    def vector_store_ok(self, s: ir.Store, param: ir.TensorParam, ctx) -> bool:
+        """16-byte stores: the same conditions as vector loads, no replicas, a plain `=`."""
+        if s.op != "=" or not isinstance(s.value.ty, ir.TileType) or s.value.ty.dtype != "f32":
+            return False
+        if self.owner(ctx.kind, ctx.shape) != "true":
+            return False
+        probe = ir.Load(s.tensor, s.index, s.span, None, s.value.ty)
+        return self.vector_ok(probe, ctx) and self.small(ctx)
+
+    def vector_store(self, s: ir.Store, param: ir.TensorParam, ctx) -> None:
+        val = self.materialize(s.value, ctx.kind)
+        ds = self.dists(ctx.kind, ctx.shape)
+        for a, (d, loc, pos) in enumerate(zip(ds, ctx.local, ctx.pos, strict=True)):
+            step = "4" if a == len(ds) - 1 else "1"
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int {loc} = 0; {loc} < {d.count}; {loc} += {step})")
+            self.out.line(f"const int {pos} = {d.position(loc)}; (void){pos};")
+        ptr, pred = self.element_address(param, s.index, ctx.pos)
+        base = val.cname + "".join(f"[{x}]" for x in ctx.local[:-1])
+        last = ctx.local[-1]
+        parts = ", ".join(f"{base}[{last} + {q}]" for q in range(4))
+        st = f"*reinterpret_cast<float4*>(&{ptr}) = make_float4({parts});"
+        self.out.line(st if pred == "true" else f"if ({pred}) {st}")
+        for _ in ds:
+            self.out.close()
 
     def store_line(self, param: ir.TensorParam, ptr: str, op: str, v: str, value: ir.Expr) -> str:
         target_type = "f32" if param.dtype in ("f16", "bf16", "f32") else "i32"
