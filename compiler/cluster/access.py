@@ -172,6 +172,21 @@ def _accesses(body: tuple[ir.Stmt, ...]):
             yield stmt.tensor, stmt.index, env, True, stmt.op != "="
 
 
+def _check_store_is_owned(tensor: str, index, roles: tuple[AxisRole, ...], level: ClusterLevel) -> None:
+    """Units run on different nodes at once, so each must write only its own super-tile: a store
+    not split along some cluster grid axis would be written by every unit along that axis."""
+    split = {r.axis for r in roles if r.kind == "grid"}
+    for axis, tile in level.grid_tiles.items():
+        if axis not in split:
+            span = index[0].span.to(index[-1].span)
+            raise CompileError(
+                span,
+                f"'{tensor}' is not split along ctx.block.{axis} here, so every unit of "
+                f"work along that axis would write this same region; an output must be "
+                f"split along every cluster grid axis (`ctx.block.{axis} * {tile} :+ {tile}`)",
+            )
+
+
 def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
     params = {t.name: t for t in kernel.tensors}
     seen: dict[str, tuple[tuple[AxisRole, ...], ir.SliceItem | None, list[ir.Span]]] = {}
@@ -183,6 +198,7 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
         roles = tuple(classify_slice(tensor, item, env, level, verb) for item in index)
         if is_store:
             writes.add(tensor)
+            _check_store_is_owned(tensor, index, roles, level)
         if not is_store or compound:
             reads.add(tensor)
         span = index[0].span.to(index[-1].span) if index else ir.Span("<unknown>", 0, 0, 0, 0)

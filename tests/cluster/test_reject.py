@@ -256,3 +256,24 @@ kernel causal(Q: tensor<f32>[N, D], K: tensor<f32>[M, D], O: tensor<f32>[N, D]) 
 def test_split_dimension_used_as_a_value():
     text = ADD.replace("+ b[base :+ BLOCK]", "/ f32(N)")
     expect(text, {"N": 256}, 5, "N)", "dimension 'N' is split into super-tiles")
+
+
+def test_output_not_split_along_a_cluster_axis():
+    text = """@cluster(BR in [64, 128])
+@autotune(BR in [16, 64])
+kernel colsum(x: tensor<f32>[R, C], total: tensor<f32>[C]) {
+  let row = ctx.block.x * BR
+  total[:] = sum(x[row :+ BR, :], axis = 0)
+}
+"""
+    expect(
+        text, {"R": 128, "C": 32}, 5, ":]", "every unit of work along that axis would write this same region"
+    )
+
+
+def test_a_leaf_that_does_not_check_is_an_internal_error_not_a_user_error():
+    from compiler.cluster.leaves import LeafBug, check_leaf
+
+    with pytest.raises(LeafBug, match="cluster compiler bug") as info:
+        check_leaf("kernel broken(a: tensor<f32>[N]) {\n  a[0 :+ 1] = b\n}\n", "<leaf>")
+    assert not isinstance(info.value, CompileError)
