@@ -300,6 +300,25 @@ def check_value_uses(kernel: ir.Kernel, level: ClusterLevel, plan: AccessPlan) -
                         f"inside a leaf it holds the super-tile's extent, not the whole "
                         f"{e.name}; it may be used only as a loop bound or a slice extent",
                     )
+                dim = _split_dim_behind_let(e, env, split_dims)
+                if dim is not None:
+                    raise CompileError(
+                        e.span,
+                        f"'{e.name}' is computed from dimension '{dim}', which is "
+                        f"{split_dims[dim].describe()}; inside a leaf '{dim}' holds the super-tile's "
+                        "extent, so it may be used only as a loop bound or a slice extent",
+                    )
+
+
+def _split_dim_behind_let(e: ir.Expr, env: dict[str, ir.Expr], split_dims) -> str | None:
+    """The split dimension an index let (`let n = N - 1`) used as a value is computed from."""
+    if not (isinstance(e, ir.Name) and e.kind == "let" and e.name in env):
+        return None
+    aff = affine_of(env[e.name], env)
+    if aff is None:
+        return None
+    symbols = set(aff.const.symbols).union(*(c.symbols for _, c in aff.terms))
+    return next((d for d in sorted(symbols) if d in split_dims), None)
 
 
 def _position_node(e: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> ir.Expr | None:

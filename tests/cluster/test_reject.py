@@ -277,3 +277,8 @@ def test_a_leaf_that_does_not_check_is_an_internal_error_not_a_user_error():
     with pytest.raises(LeafBug, match="cluster compiler bug") as info:
         check_leaf("kernel broken(a: tensor<f32>[N]) {\n  a[0 :+ 1] = b\n}\n", "<leaf>")
     assert not isinstance(info.value, CompileError)
+
+
+def test_split_dimension_through_a_let_used_as_a_value():
+    text = ADD.replace("  let base", "  let n = N - 1\n  let base").replace("+ b[base :+ BLOCK]", "/ f32(n)")
+    expect(text, {"N": 256}, 6, "n)", "'n' is computed from dimension 'N'")
