@@ -117,18 +117,28 @@ def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> N
             tmp.unlink(missing_ok=True)
 
 
+def _require_gpu() -> None:
+    """A one-line user error when this machine cannot run `--device gpu` at all."""
+    try:
+        import cupy
+    except ImportError:
+        raise UserError("--device gpu needs cupy, which is not installed here") from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # cupy raises its own CUDA runtime errors when there is no driver
+        raise UserError(f"--device gpu: no usable NVIDIA GPU ({err})") from None
+    if count < 1:
+        raise UserError("--device gpu: no NVIDIA GPU is visible")
+
+
 def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], scalars: dict,
             device: str) -> dict[str, np.ndarray]:
     if device == "cpu":
         run_kernel(kernel, binding, arrays, scalars)
         return arrays
-    try:
-        from compiler.cuda.launch import run_kernel_gpu
+    from compiler.cuda.launch import run_kernel_gpu
 
-        return run_kernel_gpu(kernel, binding, arrays, scalars)
-    except ImportError as err:
-        # cupy (or the GPU code generator) is not installed on this machine
-        raise UserError(f"--device gpu is not available here ({err})") from None
+    return run_kernel_gpu(kernel, binding, arrays, scalars)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -138,6 +148,8 @@ def handle(args: argparse.Namespace) -> int:
     tiles = parse_assignments(args.set, "--set", int)
     scalars = parse_scalars(args.scalar)
     paths = parse_assignments(args.tensor, "--tensor", None)
+    if args.device == "gpu":
+        _require_gpu()
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
     binding = bind(kernel, dims, None, tiles)
     scalar_values = scalar_arguments(kernel, scalars)
