@@ -1,0 +1,138 @@
+"""The CPU backend: buffers are numpy f32 arrays, leaves run on the reference interpreter.
+
+Each leaf is parsed, checked and bound once per job (`prepare`), then launched as often as the
+plan says. Buffers hold f32 (tiles always travel as f32); a leaf whose tensor parameter is
+declared f16/bf16/i32 gets a converted copy, and written parameters are converted back.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from compiler import ir, walk
+from compiler.binding import Binding, tensor_shape
+from compiler.cluster.program import Leaf
+from schemas.capnp_io import JobProgram
+
+_PARAM_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
+                 "bf16": np.dtype(ml_dtypes.bfloat16), "i32": np.dtype(np.int32)}
+
+
+def host_id() -> str:
+    """Equal for pods on one host (one boot of it): hostname plus the kernel's boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}"
+
+
+def available_host_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@dataclass(frozen=True)
+class PreparedLeaf:
+    leaf: Leaf
+    kernel: ir.Kernel
+    binding: Binding
+    writes: tuple[str, ...]
+
+
+def prepare_leaf(leaf: Leaf) -> PreparedLeaf:
+    from compiler.cluster.sequential import load_leaf  # parse + check + bind, the reference's way
+
+    kernel, binding = load_leaf(leaf)
+    return PreparedLeaf(leaf, kernel, binding, tuple(walk.stored_tensors(kernel)))
+
+
+class CpuBackend:
+    kind = "cpu"
+    device_index = -1
+
+    def __init__(self) -> None:
+        self._leaves: dict[tuple[str, str], PreparedLeaf] = {}
+
+    def describe(self) -> tuple[str, int]:
+        """(device name, bytes of memory buffers may fill)."""
+        return f"cpu ({os.cpu_count()} cores)", available_host_memory()
+
+    # ---- per job ----
+
+    def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
+        """Parse and bind every leaf once; returns each leaf's written tensor parameters."""
+        writes = {}
+        for leaf in program.leaves:
+            prepared = prepare_leaf(leaf)
+            self._leaves[(job_id, leaf.name)] = prepared
+            writes[leaf.name] = program.writes_of(leaf.name) or prepared.writes
+        return writes
+
+    def forget(self, job_id: str) -> None:
+        for key in [k for k in self._leaves if k[0] == job_id]:
+            del self._leaves[key]
+
+    # ---- buffers ----
+
+    def allocate(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.zeros(shape, dtype=np.float32)
+
+    def upload(self, buffer: np.ndarray, host: np.ndarray) -> None:
+        buffer[...] = host
+
+    def download(self, buffer: np.ndarray) -> np.ndarray:
+        """The buffer's contents as a C-contiguous f32 host array (no copy on the CPU)."""
+        return buffer
+
+    def host_view(self, buffer: np.ndarray) -> np.ndarray | None:
+        """A host array aliasing the buffer, written into directly by a fetch (None on a GPU)."""
+        return buffer
+
+    def nbytes(self, buffer: np.ndarray) -> int:
+        return buffer.nbytes
+
+    # ---- compute ----
+
+    def compute(self, job_id: str, leaf_name: str, bound: dict[str, np.ndarray],
+                scalars: dict[str, float | int]) -> None:
+        """Run one launch of the leaf on the bound buffers (blocking; called from a worker thread)."""
+        from compiler.interp import run_kernel
+
+        prepared = self._leaves[(job_id, leaf_name)]
+        arrays, converted = _leaf_arrays(prepared, bound)
+        run_kernel(prepared.kernel, prepared.binding, arrays,
+                   {name: scalars[name] for name in prepared.leaf.scalars})
+        for name in converted:
+            if name in prepared.writes:
+                bound[name][...] = arrays[name].astype(np.float32)
+
+
+def _leaf_arrays(prepared: PreparedLeaf, bound: dict[str, np.ndarray]):
+    """Each tensor parameter's array in its declared dtype (converted copies where not f32);
+    a parameter the launch does not bind gets zeros (the leaf never touches it)."""
+    arrays: dict[str, np.ndarray] = {}
+    converted: list[str] = []
+    for param in prepared.kernel.tensors:
+        dtype = _PARAM_DTYPES[param.dtype]
+        buf = bound.get(param.name)
+        if buf is None:
+            arrays[param.name] = np.zeros(tensor_shape(param, prepared.binding.env), dtype)
+        elif buf.dtype == dtype:
+            arrays[param.name] = buf
+        else:
+            arrays[param.name] = buf.astype(dtype)
+            converted.append(param.name)
+    return arrays, converted

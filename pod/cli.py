@@ -1,0 +1,137 @@
+"""phobos-pod's command line: `//pod -- --listen 127.0.0.1:PORT --device 0|cpu ...`.
+
+Once it listens the pod prints exactly one line to stdout, `PHOBOS_POD_LISTENING host:port`
+(flushed; `--listen HOST:0` picks a free port), and logs only to stderr.
+
+Token: --token-file PATH (first line, whitespace stripped) or the environment variable
+PHOBOS_TOKEN; one of them is required and the token is never logged. Storage roots: every
+--storage-root (repeatable); default the working directory the pod was started in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+
+from common import log as plog
+from common.cli import run_main, user_path
+from common.errors import UserError
+
+TOKEN_ENV = "PHOBOS_TOKEN"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="phobos-pod", description="Run one phobos pod (one GPU or a CPU).")
+    parser.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                        help="address to serve on; port 0 picks a free one (default 127.0.0.1:0)")
+    parser.add_argument("--device", default="cpu", metavar="0|cpu",
+                        help="CUDA device ordinal, or 'cpu' for the reference-interpreter backend")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help=f"file holding the cluster's token (default: ${TOKEN_ENV})")
+    parser.add_argument("--storage-root", action="append", default=[], metavar="DIR",
+                        help="directory storage URIs must lie in (repeatable; default: working directory)")
+    parser.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S",
+                        help="seconds between heartbeats to the scheduler (default 0.5)")
+    parser.add_argument("--scheduler-timeout", type=float, default=5.0, metavar="S",
+                        help="exit when heartbeats have failed for this long (default 5)")
+    parser.add_argument("--fetch-timeout", type=float, default=30.0, metavar="S",
+                        help="give up on a peer that sends nothing for this long (default 30)")
+    plog.add_arguments(parser)
+    return parser
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:0")
+    return host.strip("[]"), int(port)
+
+
+def read_token(token_file: str | None) -> str:
+    if token_file:
+        path = user_path(token_file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as err:
+            raise UserError(f"--token-file {path}: {err.strerror}") from None
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise UserError(f"--token-file {path}: the file holds no token")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise UserError(f"no token: pass --token-file PATH or set {TOKEN_ENV}")
+    return token
+
+
+def make_backend(device: str):
+    if device == "cpu":
+        from pod.backend_cpu import CpuBackend
+
+        return CpuBackend()
+    if not device.isdigit():
+        raise UserError(f"--device {device!r}: expected a CUDA device number or 'cpu'")
+    try:
+        from pod.backend_gpu import GpuBackend
+
+        return GpuBackend(int(device))
+    except ImportError:
+        raise UserError(f"--device {device}: cupy is not installed; use --device cpu") from None
+    except Exception as err:
+        raise UserError(f"--device {device}: no usable CUDA device ({err})") from None
+
+
+def _positive(name: str, value: float) -> float:
+    if not value > 0:
+        raise UserError(f"{name} must be positive, got {value}")
+    return value
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    plog.configure_from_args(args)
+    host, port = parse_listen(args.listen)
+    roots = tuple(user_path(r) for r in args.storage_root) or (user_path("."),)
+    for root in roots:
+        if not root.is_dir():
+            raise UserError(f"--storage-root {root}: not a directory")
+    from pod.server import PodConfig, PodServer  # after the flags: loads the schema and capnp
+
+    config = PodConfig(
+        host=host, port=port, token=read_token(args.token_file), roots=tuple(Path(r) for r in roots),
+        heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
+        scheduler_timeout=_positive("--scheduler-timeout", args.scheduler_timeout),
+        fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout))
+    backend = make_backend(args.device)
+
+    def on_listening(bound_host: str, bound_port: int) -> None:
+        print(f"PHOBOS_POD_LISTENING {bound_host}:{bound_port}", flush=True)
+        plog.get_logger().info("pod listening", address=f"{bound_host}:{bound_port}",
+                               backend=backend.kind, roots=[str(r) for r in roots])
+
+    return _run_loop(lambda: PodServer(config, backend), on_listening)
+
+
+def _run_loop(make_server, on_listening) -> int:
+    """Run the pod on the standard asyncio loop inside pycapnp's KJ loop.
+
+    Not uvloop: with uvloop 0.23 and pycapnp 2.2.4 a pod process segfaults on the first
+    connection it accepts after being idle a second or two (reproduced with a bare Gate server);
+    the standard loop does not, and the pod's heavy lifting runs in threads anyway."""
+    import capnp
+
+    async def run() -> int:
+        server = make_server()  # needs the running loop (asyncio.Event, pycapnp)
+        return await server.serve(on_listening)
+
+    return asyncio.run(capnp.run(run()))
+
+
+def entry() -> None:
+    run_main(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,289 @@
+"""The pod's shell around the state machine: runs instructions, keeps buffers, serves peers.
+
+Everything here runs on the pod's one asyncio loop; blocking work (storage reads and writes,
+leaf launches, bulk socket transfers) goes to worker threads. `pod/state.py` decides what may
+start; this module only does it and reports back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common import storage
+from common.errors import UserError
+from common.log import get_logger
+from pod import state as st
+from pod.transfer import DataPort, TransferError, checksum
+from schemas.capnp_io import InstructionEvent, JobProgram, Peer, TileHeader
+from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
+
+log = get_logger()
+
+
+@dataclass
+class BufferRecord:
+    array: object  # numpy (cpu) or cupy (gpu) f32 array
+    host: np.ndarray | None = None  # host copy for serving (gpu), or the array itself (cpu)
+    crc: int | None = None
+
+
+@dataclass
+class Job:
+    job_id: str
+    state: st.PodState
+    program: JobProgram | None = None
+    scalars: dict = field(default_factory=dict)
+    peers: dict[int, str] = field(default_factory=dict)
+    paths: dict[str, Path] = field(default_factory=dict)  # uri -> confined path
+    buffers: dict[tuple[int, int], BufferRecord] = field(default_factory=dict)  # (generation, buffer)
+    waiters: dict[tuple[int, int], list[asyncio.Future]] = field(default_factory=dict)
+    prepared: bool = False
+    writes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf -> written parameters
+
+
+class PodRuntime:
+    """One pod's jobs, buffers and work. `fetcher` (pod/server.py) fetches tiles from peers;
+    `report` and `report_finished` hand events to the scheduler link."""
+
+    def __init__(self, backend, roots: list[Path], data_host: str):
+        self.backend = backend
+        self.roots = roots
+        self.jobs: dict[str, Job] = {}
+        self.node = 0
+        self.io_pool = ThreadPoolExecutor(4, thread_name_prefix="pod-io")
+        workers = 4 if backend.kind == "gpu" else 2
+        self.compute_pool = ThreadPoolExecutor(workers, thread_name_prefix="pod-compute")
+        self.data_port = DataPort(data_host)
+        self.tasks: set[asyncio.Task] = set()
+        self.fetcher: Callable | None = None
+        self.report: Callable[[str, int, InstructionEvent], None] = lambda job, gen, ev: None
+        self.report_finished: Callable[[str, int, bool, str], None] = lambda job, gen, ok, msg: None
+
+    # ---- jobs and plans ------------------------------------------------------------------
+
+    def job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            job = self.jobs[job_id] = Job(job_id, st.PodState(job_id))
+        return job
+
+    def running(self) -> tuple[int, list[int]]:
+        """(highest current generation, running instruction ids) for heartbeats."""
+        generation, running = 0, []
+        for job in self.jobs.values():
+            generation = max(generation, job.state.generation)
+            running += job.state.running()
+        return generation, running
+
+    async def submit(self, job_id: str, program: JobProgram, plan: NodePlan, peers: tuple[Peer, ...]) -> None:
+        job = self.job(job_id)
+        job.state.check_generation(plan.generation)
+        st.validate_plan(plan)
+        paths = self._confine(plan)  # every URI checked before anything is read or written
+        if not job.prepared:
+            writes = await asyncio.get_running_loop().run_in_executor(
+                self.compute_pool, self.backend.prepare, job_id, program)
+            job.program, job.prepared = program, True
+            job.scalars = dict(program.scalars)
+            job.writes = writes
+        job.paths.update(paths)
+        job.peers = {p.node: p.address for p in peers}
+        self._apply(job, job.state.handle(st.PlanSubmitted(plan, job.writes)))
+
+    def _confine(self, plan: NodePlan) -> dict[str, Path]:
+        paths: dict[str, Path] = {}
+        for ins in plan.instructions:
+            if isinstance(ins, Load | Store) and ins.uri not in paths:
+                try:
+                    paths[ins.uri] = storage.resolve_uri(ins.uri, self.roots)
+                except UserError as err:
+                    raise st.Refused(str(err)) from None
+        return paths
+
+    def new_generation(self, job_id: str, generation: int) -> None:
+        job = self.job(job_id)
+        self._apply(job, job.state.handle(st.GenerationChanged(generation)))
+
+    def cancel(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return
+        self._apply(job, job.state.handle(st.Cancelled()))
+        self.backend.forget(job_id)
+
+    def drop_all(self) -> None:
+        for job_id in list(self.jobs):
+            self.cancel(job_id)
+        self.jobs.clear()
+
+    # ---- actions -----------------------------------------------------------------------------
+
+    def _apply(self, job: Job, actions: list[st.Action]) -> None:
+        for action in actions:
+            if isinstance(action, st.StartInstruction):
+                task = asyncio.ensure_future(self._run(job, action.generation, action.instruction))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+            elif isinstance(action, st.BufferServable):
+                self._wake(job, (action.generation, action.buffer), None)
+            elif isinstance(action, st.DropGeneration):
+                self._drop(job, action.generation, action.reason)
+            elif isinstance(action, st.PlanFinished):
+                self.report_finished(job.job_id, action.generation, action.ok, action.message)
+
+    def _wake(self, job: Job, key: tuple[int, int], error: Exception | None) -> None:
+        for fut in job.waiters.pop(key, []):
+            if not fut.done():
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+
+    def _drop(self, job: Job, generation: int, reason: str) -> None:
+        for key in [k for k in job.buffers if k[0] <= generation]:
+            del job.buffers[key]
+        error = st.Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})")
+        for key in [k for k in job.waiters if k[0] <= generation]:
+            self._wake(job, key, error)
+
+    # ---- running one instruction -----------------------------------------------------------
+
+    async def _run(self, job: Job, generation: int, ins: Instruction) -> None:
+        start = time.time()
+        nbytes, peer, ok, message = 0, None, True, ""
+        try:
+            nbytes, peer = await self._execute(job, generation, ins)
+        except Exception as err:  # any failure is the instruction's, reported with its reason
+            ok, message = False, _one_line(err)
+            if not isinstance(err, UserError | TransferError | st.Refused):
+                log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
+        if not job.state.is_current(generation):
+            return  # a dropped plan: its result is discarded, nothing more is reported
+        unit = ins.unit if isinstance(ins, Compute | Store) else None
+        leaf = ins.leaf if isinstance(ins, Compute) else None
+        self.report(job.job_id, generation, InstructionEvent(
+            id=ins.id, kind=kind_of(ins), start=start, end=time.time(), bytes=nbytes, peer=peer,
+            ok=ok, message=message, unit=unit, leaf=leaf))
+        self._apply(job, job.state.handle(st.InstructionFinished(generation, ins.id, ok, message)))
+
+    async def _execute(self, job: Job, generation: int, ins: Instruction) -> tuple[int, int | None]:
+        loop = asyncio.get_running_loop()
+        if isinstance(ins, Allocate):
+            job.buffers[(generation, ins.buffer)] = BufferRecord(self.backend.allocate(tuple(ins.shape)))
+            return 0, None
+        if isinstance(ins, Free):
+            job.buffers.pop((generation, ins.buffer), None)
+            self._wake(job, (generation, ins.buffer), st.Refused(f"buffer {ins.buffer} was freed"))
+            return 0, None
+        record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
+        if isinstance(ins, Load):
+            path = job.paths[ins.uri]
+            await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
+            return ins.region.size * 4, None
+        if isinstance(ins, Store):
+            staging = storage.staging_path(job.paths[ins.uri], job.job_id)
+            return await loop.run_in_executor(self.io_pool, self._store, staging, ins, record), None
+        if isinstance(ins, Fetch):
+            address = job.peers.get(ins.peer)
+            if address is None:
+                raise TransferError(f"node {ins.peer} is not among this plan's peers")
+            await self.fetcher(job, generation, ins, address, record)
+            return self.backend.nbytes(record.array), ins.peer
+        if isinstance(ins, Compute):
+            bound = {param: self._buffer(job, generation, buf).array for param, buf in ins.bindings}
+            await loop.run_in_executor(self.compute_pool, self.backend.compute, job.job_id, ins.leaf,
+                                       bound, job.scalars)
+            return 0, None
+        raise TypeError(f"unknown instruction {ins!r}")
+
+    def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
+        record = job.buffers.get((generation, buffer))
+        if record is None:
+            raise st.Refused(f"buffer {buffer} does not exist (not allocated yet, or freed)")
+        return record
+
+    def _load(self, path: Path, ins: Load, record: BufferRecord) -> None:
+        host = storage.read_region(path, ins.region)
+        if tuple(host.shape) != tuple(record.array.shape):
+            raise UserError(f"load of {ins.uri}: region shape {list(host.shape)} does not match "
+                            f"buffer {ins.buffer} of shape {list(record.array.shape)}")
+        self.backend.upload(record.array, host)
+
+    def _store(self, staging: Path, ins: Store, record: BufferRecord) -> int:
+        host = self.backend.download(record.array)
+        return storage.write_region(staging, ins.region, np.asarray(host).reshape(ins.region.shape))
+
+    # ---- serving peers -----------------------------------------------------------------------
+
+    async def wait_servable(self, job_id: str, generation: int, buffer: int,
+                            patience_s: float) -> BufferRecord:
+        """The buffer once every instruction filling it is done (waiting at most `patience_s`)."""
+        job = self.job(job_id)
+        job.state.check_generation(generation)
+        key = (generation, buffer)
+        if not self._servable(job, generation, buffer):
+            fut = asyncio.get_running_loop().create_future()
+            job.waiters.setdefault(key, []).append(fut)
+            try:
+                await asyncio.wait_for(fut, patience_s)
+            except TimeoutError:
+                raise st.Refused(f"buffer {buffer} was not ready within {patience_s:g} s") from None
+        return self._buffer(job, generation, buffer)
+
+    async def tile_header(self, job_id: str, generation: int, buffer: int, patience_s: float) -> TileHeader:
+        """Describe a servable buffer and offer a ticket for it on the data port."""
+        record = await self.wait_servable(job_id, generation, buffer, patience_s)
+        if record.host is None:
+            loop = asyncio.get_running_loop()
+            record.host = await loop.run_in_executor(self.io_pool, self.backend.download, record.array)
+            record.crc = await loop.run_in_executor(self.io_pool, checksum, record.host)
+        elif record.crc is None:
+            record.crc = checksum(record.host)
+        ticket = self.data_port.offer(record.host)
+        return TileHeader(shape=tuple(record.host.shape), dtype="f32", nbytes=record.host.nbytes,
+                          checksum=record.crc, data_port=self.data_port.port, ticket=ticket)
+
+    def _servable(self, job: Job, generation: int, buffer: int) -> bool:
+        plan = job.state.plan
+        return (job.state.is_current(generation) and plan is not None and plan.servable(buffer)
+                and (generation, buffer) in job.buffers)
+
+    def read_chunk(self, job_id: str, generation: int, buffer: int, offset: int, length: int) -> bytes:
+        job = self.job(job_id)
+        job.state.check_generation(generation)
+        record = self._buffer(job, generation, buffer)
+        if record.host is None:
+            raise st.Refused(f"buffer {buffer}: ask tileHeader first")
+        data = memoryview(record.host).cast("B")
+        if offset > len(data):
+            raise st.Refused(f"buffer {buffer}: offset {offset} is past its {len(data)} bytes")
+        return bytes(data[offset:offset + length])
+
+    def release(self, job_id: str, generation: int, buffer: int, node: int, nbytes: int) -> None:
+        job = self.job(job_id)
+        now = time.time()
+        actions = job.state.handle(st.TileServed(generation, buffer, node))
+        self.report(job_id, generation, InstructionEvent(id=buffer, kind="serve", start=now, end=now,
+                                                         bytes=nbytes, peer=node))
+        self._apply(job, actions)
+
+    def close(self) -> None:
+        self.drop_all()
+        self.data_port.close()
+        self.io_pool.shutdown(wait=False, cancel_futures=True)
+        self.compute_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    if "remote exception" in text:  # a pycapnp remote error: keep the remote's own last line
+        lines = [line for line in text.splitlines() if line.strip() and not line.startswith("stack:")]
+        text = lines[-1].strip() if lines else text
+    return text.splitlines()[0] if "\n" in text else text

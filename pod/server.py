@@ -1,0 +1,354 @@
+"""The pod's asyncio shell: the Gate/Pod RPC interfaces, peer fetches, heartbeats, event reports.
+
+One uvloop event loop runs everything: pycapnp's RPC (every connection read with explicit
+traversal and nesting limits), the scheduler link (heartbeats every --heartbeat-interval, events
+batched with at most one batch in flight) and the instructions (pod/runtime.py). The pod exits when
+its scheduler's connection drops, when heartbeats keep failing for --scheduler-timeout, or on
+`shutdown`; on the way out it frees every buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import capnp
+import numpy as np
+
+from common.log import get_logger
+from pod import state as st
+from pod.backend_cpu import host_id
+from pod.runtime import BufferRecord, Job, PodRuntime, _one_line
+from pod.transfer import TransferError, chunk_ranges, fetch_by_ticket, verify
+from schemas import capnp_io
+from schemas.capnp_io import CHUNK_BYTES, MAX_CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
+from schemas.instructions import Fetch
+
+log = get_logger()
+rpc = capnp_io.rpc()
+CHUNKS_IN_FLIGHT = 4
+EVENT_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class PodConfig:
+    host: str
+    port: int
+    token: str
+    roots: tuple[Path, ...]
+    heartbeat_interval: float = 0.5
+    scheduler_timeout: float = 5.0  # heartbeats failing this long: the scheduler is gone, exit
+    fetch_timeout: float = 30.0  # patience with a peer: tile not ready, or no bytes arriving
+
+
+class _Connection:
+    """One accepted RPC connection (the scheduler's is remembered: its loss ends the pod)."""
+
+
+class PeerLink:
+    def __init__(self, client, pod, info: PodInfo):
+        self.client, self.pod, self.info = client, pod, info
+
+
+class PodServer:
+    def __init__(self, config: PodConfig, backend):
+        self.config = config
+        self.backend = backend
+        self.runtime = PodRuntime(backend, list(config.roots), config.host)
+        self.runtime.fetcher = self.fetch
+        self.runtime.report = self._queue_event
+        self.runtime.report_finished = self._queue_finished
+        self.stop = asyncio.Event()
+        self.sink = None
+        self.sink_conn: _Connection | None = None
+        self.node = 0
+        self.peers: dict[str, PeerLink] = {}
+        self.outbox: list[tuple] = []
+        self.outbox_ready = asyncio.Event()
+        self.background: set[asyncio.Task] = set()
+        name, memory = backend.describe()
+        self.info = PodInfo(backend=backend.kind, device_name=name, vram_bytes=memory, pid=os.getpid(),
+                            host_id=host_id(), device_index=backend.device_index)
+
+    # ---- serving ---------------------------------------------------------------------------
+
+    async def serve(self, on_listening) -> int:
+        server = await capnp.AsyncIoStream.create_server(self._connection, self.config.host, self.config.port)
+        host, port = server.sockets[0].getsockname()[:2]
+        on_listening(host, port)
+        self._spawn(self._sender())
+        try:
+            await self.stop.wait()
+        finally:
+            server.close()
+            self.runtime.close()
+            for task in list(self.background) + list(self.runtime.tasks):
+                task.cancel()
+        return 0
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def _connection(self, stream) -> None:
+        conn = _Connection()
+        server = capnp.TwoPartyServer(stream, bootstrap=GateImpl(self, conn),
+                                      traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
+                                      nesting_limit=NESTING_LIMIT)
+        try:
+            await server.on_disconnect()
+        except Exception as err:  # a malformed or oversized message ends that connection only
+            log.warning("connection closed", reason=_one_line(err))
+        if conn is self.sink_conn:
+            log.info("scheduler connection dropped; exiting")
+            self.stop.set()
+
+    # ---- the scheduler link --------------------------------------------------------------------
+
+    def hello(self, scheduler, node: int, conn: _Connection) -> None:
+        first = self.sink is None
+        self.sink, self.sink_conn, self.node = scheduler, conn, node
+        self.runtime.node = node
+        if first:
+            self._spawn(self._heartbeat())
+        self.outbox_ready.set()
+
+    async def _heartbeat(self) -> None:
+        interval = self.config.heartbeat_interval
+        last_ok = time.monotonic()
+        while not self.stop.is_set():
+            generation, running = self.runtime.running()
+            try:
+                await asyncio.wait_for(self.sink.heartbeat(self.node, generation, running),
+                                       timeout=max(interval, self.config.scheduler_timeout))
+                last_ok = time.monotonic()
+            except Exception as err:
+                reason = _one_line(err)
+                silent_s = time.monotonic() - last_ok
+                if "disconnect" in reason.lower() or silent_s > self.config.scheduler_timeout:
+                    log.warning("scheduler unreachable; exiting", reason=reason)
+                    self.stop.set()
+                    return
+            await asyncio.sleep(interval)
+
+    def _queue_event(self, job_id: str, generation: int, event: capnp_io.InstructionEvent) -> None:
+        self.outbox.append(("event", job_id, generation, event))
+        self.outbox_ready.set()
+
+    def _queue_finished(self, job_id: str, generation: int, ok: bool, message: str) -> None:
+        self.outbox.append(("finished", job_id, generation, ok, message))
+        self.outbox_ready.set()
+        level = log.info if ok else log.warning
+        level("plan finished", job=job_id, generation=generation, ok=ok, message=message)
+
+    async def _sender(self) -> None:
+        """Send queued events in order, batched per (job, generation), one call in flight."""
+        while not self.stop.is_set():
+            await self.outbox_ready.wait()
+            self.outbox_ready.clear()
+            while self.outbox and self.sink is not None:
+                head = self.outbox[0]
+                try:
+                    if head[0] == "finished":
+                        _, job_id, generation, ok, message = head
+                        await self.sink.finished(self.node, job_id, generation, ok, message)
+                        self.outbox.pop(0)
+                        continue
+                    batch = []
+                    for item in self.outbox:
+                        if item[0] != "event" or item[1:3] != head[1:3] or len(batch) >= EVENT_BATCH:
+                            break
+                        batch.append(item[3])
+                    request = self.sink.events_request()
+                    request.node, request.generation, request.jobId = self.node, head[2], head[1]
+                    capnp_io.write_events(request, "events", batch)
+                    await request.send()
+                    del self.outbox[:len(batch)]
+                except Exception as err:
+                    log.warning("reporting to the scheduler failed", reason=_one_line(err))
+                    await asyncio.sleep(self.config.heartbeat_interval)  # the heartbeat decides if it is gone
+
+    # ---- fetching from peers ---------------------------------------------------------------------
+
+    async def _peer(self, address: str) -> PeerLink:
+        link = self.peers.get(address)
+        if link is not None:
+            return link
+        host, port = split_address(address)
+        stream = await asyncio.wait_for(capnp.AsyncIoStream.create_connection(host, port),
+                                        self.config.fetch_timeout)
+        client = capnp.TwoPartyClient(stream, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
+                                      nesting_limit=NESTING_LIMIT)
+        gate = client.bootstrap().cast_as(rpc.Gate)
+        pod = (await asyncio.wait_for(gate.login(self.config.token), self.config.fetch_timeout)).pod
+        info = capnp_io.read_pod_info((await asyncio.wait_for(pod.info(), self.config.fetch_timeout)).info)
+        link = self.peers[address] = PeerLink(client, pod, info)
+        return link
+
+    async def fetch(self, job: Job, generation: int, ins: Fetch, address: str, record: BufferRecord) -> None:
+        try:
+            await self._fetch(job, generation, ins, address, record)
+        except (TransferError, st.Refused):
+            raise
+        except TimeoutError:
+            self.peers.pop(address, None)
+            raise TransferError(f"node {ins.peer} ({address}) did not answer within "
+                                f"{self.config.fetch_timeout:g} s") from None
+        except Exception as err:
+            self.peers.pop(address, None)
+            raise TransferError(f"fetch from node {ins.peer} ({address}): {_one_line(err)}") from None
+
+    async def _fetch(self, job: Job, generation: int, ins: Fetch, address: str, record: BufferRecord) -> None:
+        loop = asyncio.get_running_loop()
+        patience = self.config.fetch_timeout
+        link = await self._peer(address)
+        shape = tuple(record.array.shape)
+        if self._ipc_possible(link):
+            try:
+                await self._fetch_ipc(job, generation, ins, link, record)
+                return
+            except Exception as err:  # fall back to the host path, saying why
+                log.info("CUDA IPC fetch failed; using the host path", reason=_one_line(err))
+        # The owner may still be producing the tile: its own wait is bounded by `patience`.
+        reply = await asyncio.wait_for(link.pod.tileHeader(job.job_id, generation, ins.peer_buffer),
+                                       patience + 5)
+        header = capnp_io.read_tile_header(reply.header)
+        if tuple(header.shape) != shape:
+            raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} has shape {list(header.shape)}, "
+                                f"local buffer {ins.buffer} has {list(shape)}")
+        into = self.backend.host_view(record.array)
+        if into is None:
+            into = np.empty(shape, np.float32)
+        host = split_address(address)[0]
+        try:
+            if not header.data_port:
+                raise TransferError("no data port offered")
+            await loop.run_in_executor(self.runtime.io_pool, fetch_by_ticket, host, header.data_port,
+                                       header.ticket, into, patience)
+        except TransferError as err:
+            log.info("bulk path failed; reading chunks over the RPC", reason=str(err))
+            await self._fetch_chunks(job, generation, ins, link, header.nbytes, into)
+        await loop.run_in_executor(self.runtime.io_pool, verify, into, header.checksum, f"node {ins.peer}")
+        if self.backend.host_view(record.array) is None:
+            await loop.run_in_executor(self.runtime.io_pool, self.backend.upload, record.array, into)
+        await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
+                                                header.nbytes), patience)
+
+    async def _fetch_chunks(self, job, generation, ins, link, nbytes: int, into: np.ndarray) -> None:
+        view = memoryview(into).cast("B")
+        slots = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+        async def one(offset: int, length: int) -> None:
+            async with slots:
+                reply = await asyncio.wait_for(
+                    link.pod.readChunk(job.job_id, generation, ins.peer_buffer, offset, length),
+                    self.config.fetch_timeout)
+                data = reply.data
+                if len(data) != length:
+                    raise TransferError(f"node {ins.peer} sent {len(data)} bytes for a {length}-byte chunk")
+                view[offset:offset + length] = data
+
+        await asyncio.gather(*(one(o, n) for o, n in chunk_ranges(nbytes, CHUNK_BYTES)))
+
+    def _ipc_possible(self, link: PeerLink) -> bool:
+        return (self.backend.kind == "gpu" and link.info.backend == "gpu"
+                and link.info.host_id == self.info.host_id and link.info.pid != self.info.pid)
+
+    async def _fetch_ipc(self, job, generation, ins, link, record) -> None:
+        reply = await asyncio.wait_for(link.pod.ipcHandle(job.job_id, generation, ins.peer_buffer),
+                                       self.config.fetch_timeout + 5)
+        header = capnp_io.read_tile_header(reply.header)
+        if tuple(header.shape) != tuple(record.array.shape):
+            raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} has shape {list(header.shape)}")
+        await asyncio.get_running_loop().run_in_executor(
+            self.runtime.io_pool, self.backend.copy_from_ipc, record.array, bytes(reply.handle),
+            reply.deviceIndex)
+        await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
+                                                header.nbytes), self.config.fetch_timeout)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+# ---- the RPC interfaces ------------------------------------------------------------------------
+
+
+class GateImpl(rpc.Gate.Server):
+    def __init__(self, pod: PodServer, conn: _Connection):
+        self.pod, self.conn = pod, conn
+
+    async def login(self, token, _context, **kwargs):
+        if not token:
+            raise PermissionError("login refused: missing token")
+        if not hmac.compare_digest(token.encode(), self.pod.config.token.encode()):
+            log.warning("login refused: wrong token")
+            raise PermissionError("login refused: wrong token")
+        _context.results.pod = PodImpl(self.pod, self.conn)
+
+
+class PodImpl(rpc.Pod.Server):
+    """Every method refuses with a one-line reason; nothing here can take the process down."""
+
+    def __init__(self, pod: PodServer, conn: _Connection):
+        self.pod, self.conn = pod, conn
+        self.runtime = pod.runtime
+
+    async def hello(self, scheduler, node, _context, **kwargs):
+        self.pod.hello(scheduler, node, self.conn)
+        capnp_io.write_pod_info(_context.results.info, self.pod.info)
+        log.info("scheduler said hello", node=node)
+
+    async def info(self, _context, **kwargs):
+        capnp_io.write_pod_info(_context.results.info, self.pod.info)
+
+    async def submit(self, jobId, generation, program, plan, peers, _context, **kwargs):
+        node_plan = capnp_io.read_plan(plan)
+        if node_plan.generation != generation:
+            raise st.Refused(f"submit: plan generation {node_plan.generation} differs from {generation}")
+        await self.runtime.submit(jobId, capnp_io.read_program(program), node_plan,
+                                  capnp_io.read_peers(peers))
+        log.info("plan submitted", job=jobId, generation=generation,
+                 instructions=len(node_plan.instructions))
+
+    async def tileHeader(self, jobId, generation, buffer, _context, **kwargs):
+        header = await self.runtime.tile_header(jobId, generation, buffer, self.pod.config.fetch_timeout)
+        capnp_io.write_tile_header(_context.results.header, header)
+
+    async def readChunk(self, jobId, generation, buffer, offset, length, _context, **kwargs):
+        if length > MAX_CHUNK_BYTES:
+            raise st.Refused(f"readChunk: {length} bytes is more than the {MAX_CHUNK_BYTES}-byte limit")
+        _context.results.data = self.runtime.read_chunk(jobId, generation, buffer, offset, length)
+
+    async def release(self, jobId, generation, buffer, node, bytes, _context, **kwargs):
+        self.runtime.release(jobId, generation, buffer, node, bytes)
+
+    async def ipcHandle(self, jobId, generation, buffer, _context, **kwargs):
+        if self.pod.backend.kind != "gpu":
+            raise st.Refused("ipcHandle: this pod has no GPU")
+        record = await self.runtime.wait_servable(jobId, generation, buffer, self.pod.config.fetch_timeout)
+        results = _context.results
+        results.handle = self.pod.backend.ipc_handle(record.array)
+        shape = tuple(record.array.shape)
+        capnp_io.write_tile_header(results.header, capnp_io.TileHeader(
+            shape=shape, dtype="f32", nbytes=int(record.array.nbytes), checksum=0))
+        results.deviceIndex = self.pod.backend.device_index
+        results.hostId = self.pod.info.host_id
+
+    async def newGeneration(self, jobId, generation, _context, **kwargs):
+        self.runtime.new_generation(jobId, generation)
+
+    async def cancel(self, jobId, _context, **kwargs):
+        self.runtime.cancel(jobId)
+
+    async def shutdown(self, _context, **kwargs):
+        log.info("shutdown requested")
+        asyncio.get_running_loop().call_later(0.05, self.pod.stop.set)

@@ -1,0 +1,109 @@
+"""Test-side helpers: start real pod processes, log in, play the scheduler's SchedulerSink."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import capnp
+
+from schemas import capnp_io
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "test-token-0123456789"
+rpc = capnp_io.rpc()
+
+
+@contextlib.contextmanager
+def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, ...] = ()):
+    """Start `count` CPU pods on loopback (storage root `root`); yields [(process, address)]."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PHOBOS_TOKEN": token}
+    procs = []
+    try:
+        for _ in range(count):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "pod.cli", "--listen", "127.0.0.1:0", "--device", "cpu",
+                 "--storage-root", str(root), "--log-level", "warning", *extra],
+                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        pods = []
+        for proc in procs:
+            line = proc.stdout.readline()
+            assert line.startswith("PHOBOS_POD_LISTENING "), (line, proc.stderr.read())
+            pods.append((proc, line.split()[1]))
+        yield pods
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+
+def run_async(coro_fn, *args):
+    """Run a coroutine function inside the KJ event loop (what every pycapnp call needs)."""
+    async def main():
+        async with capnp.kj_loop():
+            return await coro_fn(*args)
+
+    return asyncio.run(main())
+
+
+async def connect(address: str, token: str = TOKEN, limit_words: int = capnp_io.TRAVERSAL_LIMIT_WORDS):
+    """Log in to a pod; `limit_words` above the pod's own lets a test send what the pod refuses."""
+    host, port = address.rsplit(":", 1)
+    stream = await capnp.AsyncIoStream.create_connection(host, int(port))
+    client = capnp.TwoPartyClient(stream, traversal_limit_in_words=limit_words,
+                                  nesting_limit=capnp_io.NESTING_LIMIT)
+    gate = client.bootstrap().cast_as(rpc.Gate)
+    pod = (await gate.login(token)).pod
+    return client, pod
+
+
+class Sink(rpc.SchedulerSink.Server):
+    """The scheduler's side of the pods' reports, recorded for assertions."""
+
+    def __init__(self):
+        # (not `events` / `finished`: those names are the interface's methods)
+        self.reported: list[tuple[int, capnp_io.InstructionEvent]] = []
+        self.plans_done: dict[tuple[int, str, int], tuple[bool, str]] = {}
+        self.beats: list[tuple[int, int, list[int]]] = []
+
+    async def heartbeat(self, node, generation, running, _context, **kwargs):
+        self.beats.append((node, generation, list(running)))
+
+    async def events(self, node, generation, events, jobId, _context, **kwargs):
+        self.reported += [(node, capnp_io.read_event(e)) for e in events]
+
+    async def finished(self, node, jobId, generation, ok, message, _context, **kwargs):
+        self.plans_done[(node, jobId, generation)] = (ok, message)
+
+    async def wait_finished(self, keys, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while not all(k in self.plans_done for k in keys):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"plans not finished in time: have {self.plans_done}")
+            await asyncio.sleep(0.01)
+        return [self.plans_done[k] for k in keys]
+
+
+async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers) -> None:
+    request = pod.submit_request()
+    capnp_io.write_submit(request, job_id, program, plan, peers)
+    await request.send()
+
+
+def remote_message(err: BaseException) -> str:
+    """The remote side's one-line reason out of a pycapnp remote exception."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.startswith("stack:")]
+    return lines[-1] if lines else str(err)

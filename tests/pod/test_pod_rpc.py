@@ -1,0 +1,236 @@
+"""Real pod processes on loopback: login, plans with loads, peer fetches, computes and stores."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from common import storage
+from compiler.cluster.program import Leaf, Region, TensorInfo
+from schemas import capnp_io
+from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+from tests.pod.harness import Sink, connect, remote_message, run_async, running_pods, submit
+
+ADD_LEAF_SOURCE = """
+@autotune(BLOCK in [16, 4096])
+kernel add(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+  let base = ctx.block.x * BLOCK
+  c[base :+ BLOCK] = a[base :+ BLOCK] + b[base :+ BLOCK]
+}
+"""
+HALF = 64
+LEAF = Leaf(name="main", kernel="add", source=ADD_LEAF_SOURCE, dims=(("N", HALF),),
+            tile_values=(("BLOCK", 16),), grid=(HALF // 16,), threads=256, tensors=("a", "b", "c"),
+            scalars=())
+PROGRAM = capnp_io.JobProgram(
+    kernel="add", leaves=(LEAF,), scalars=(),
+    tensors=tuple(TensorInfo(n, "f32", (2 * HALF,), r) for n, r in
+                  (("a", "input"), ("b", "input"), ("c", "output"))),
+    leaf_writes=(("main", ("c",)),))
+
+
+def region(name: str, half: int) -> Region:
+    return Region(name, (half * HALF,), (HALF,))
+
+
+def add_plans(uris: dict[str, str], generation: int = 1) -> tuple[NodePlan, NodePlan]:
+    """c = a + b over two halves. Node 0 loads both halves of `a` and serves the second to node 1,
+    which fetches it instead of loading it (the planner's one-loader rule)."""
+    node0 = NodePlan(node=0, generation=generation, peak_bytes=4 * HALF * 4, instructions=(
+        Allocate(0, (), 0, (HALF,)), Load(1, (0,), 0, uris["a"], region("a", 0)),
+        Allocate(2, (), 1, (HALF,)), Load(3, (2,), 1, uris["b"], region("b", 0)),
+        Allocate(4, (), 2, (HALF,)),
+        Allocate(5, (), 3, (HALF,)), Load(6, (5,), 3, uris["a"], region("a", 1)),
+        Compute(7, (1, 3, 4), "main", (("a", 0), ("b", 1), ("c", 2)), unit=0),
+        Store(8, (7,), 2, uris["c"], region("c", 0), unit=0),
+        Free(9, (7,), 0), Free(10, (7,), 1), Free(11, (8,), 2), Free(12, (6,), 3, serves=1),
+    ))
+    node1 = NodePlan(node=1, generation=generation, peak_bytes=3 * HALF * 4, instructions=(
+        Allocate(0, (), 0, (HALF,)), Fetch(1, (0,), 0, peer=0, peer_buffer=3),
+        Allocate(2, (), 1, (HALF,)), Load(3, (2,), 1, uris["b"], region("b", 1)),
+        Allocate(4, (), 2, (HALF,)),
+        Compute(5, (1, 3, 4), "main", (("a", 0), ("b", 1), ("c", 2)), unit=1),
+        Store(6, (5,), 2, uris["c"], region("c", 1), unit=1),
+        Free(7, (5,), 0), Free(8, (5,), 1), Free(9, (6,), 2),
+    ))
+    return node0, node1
+
+
+def make_inputs(tmp_path):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(2 * HALF).astype(np.float32)
+    b = rng.standard_normal(2 * HALF).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    np.save(tmp_path / "c.npy", np.full(2 * HALF, -1, np.float32))
+    uris = {n: (tmp_path / f"{n}.npy").as_uri() for n in "abc"}
+    return a, b, uris
+
+
+@pytest.fixture(scope="module")
+def pods(tmp_path_factory):
+    """Pods shared by the tests that never say hello (a pod exits when its scheduler leaves)."""
+    root = tmp_path_factory.mktemp("storage")
+    with running_pods(2, root) as pods:
+        yield root, pods
+
+
+@pytest.fixture
+def fresh_pods(tmp_path):
+    with running_pods(2, tmp_path) as pods:
+        yield tmp_path, pods
+
+
+def test_two_pods_load_fetch_compute_store(fresh_pods):
+    root, procs = fresh_pods
+    a, b, uris = make_inputs(root)
+    staging = storage.create_staging(root / "c.npy", (2 * HALF,), "f32", "job-add")
+    peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+
+    async def scenario():
+        sink = Sink()
+        links = [await connect(addr) for _, addr in procs]
+        infos = []
+        for node, (_, pod) in enumerate(links):
+            infos.append(capnp_io.read_pod_info((await pod.hello(sink, node)).info))
+        plans = add_plans(uris)
+        # node 1 first: its fetch must wait for node 0's load, which has not even been submitted
+        await submit(links[1][1], "job-add", PROGRAM, plans[1], peers)
+        await submit(links[0][1], "job-add", PROGRAM, plans[0], peers)
+        results = await sink.wait_finished([(0, "job-add", 1), (1, "job-add", 1)])
+        await asyncio.sleep(0.2)  # let the last event batch and heartbeat arrive
+        return infos, results, sink
+
+    infos, results, sink = run_async(scenario)
+    assert results == [(True, ""), (True, "")]
+    assert [i.backend for i in infos] == ["cpu", "cpu"]
+    assert all(i.vram_bytes > 0 and i.pid > 0 and i.device_index == -1 for i in infos)
+    storage.commit(staging, root / "c.npy")
+    np.testing.assert_array_equal(np.load(root / "c.npy"), a + b)  # f32 add: bitwise equal
+    kinds = {(node, e.kind) for node, e in sink.reported}
+    assert {(0, "load"), (0, "compute"), (0, "store"), (0, "serve"), (1, "fetch"), (1, "compute")} <= kinds
+    fetch = next(e for node, e in sink.reported if e.kind == "fetch")
+    assert fetch.peer == 0 and fetch.bytes == HALF * 4 and fetch.ok
+    serve = next(e for node, e in sink.reported if e.kind == "serve")
+    assert serve.peer == 1 and serve.id == 3
+    compute = next(e for node, e in sink.reported if e.kind == "compute" and node == 1)
+    assert compute.unit == 1 and compute.leaf == "main" and compute.end >= compute.start
+    assert len([e for _, e in sink.reported]) == 13 + 10 + 1  # every instruction plus the serve
+    assert sink.beats and {hb[0] for hb in sink.beats} <= {0, 1}
+
+
+def test_wrong_or_missing_token_is_refused(pods):
+    _, procs = pods
+
+    async def scenario():
+        messages = []
+        for token in ("wrong-token", ""):
+            try:
+                await connect(procs[0][1], token)
+            except Exception as err:  # pycapnp raises KjException for a remote refusal
+                messages.append(remote_message(err))
+        # the pod still serves a correct login afterwards
+        _, pod = await connect(procs[0][1])
+        info = capnp_io.read_pod_info((await pod.info()).info)
+        return messages, info
+
+    messages, info = run_async(scenario)
+    assert "login refused: wrong token" in messages[0]
+    assert "login refused: missing token" in messages[1]
+    assert info.backend == "cpu"
+
+
+def test_bad_plans_and_old_generations_are_refused_with_reasons(pods):
+    root, procs = pods
+    _, _, uris = make_inputs(root)
+    outside = "file:///etc/passwd"
+
+    async def scenario():
+        _, pod = await connect(procs[0][1])
+        messages = []
+        bad = NodePlan(0, 1, (Allocate(0, (), 0, (HALF,)), Load(1, (0,), 0, outside, region("a", 0))), 0)
+        cycle = NodePlan(0, 1, (Allocate(0, (1,), 0, (HALF,)), Free(1, (0,), 0)), 0)
+        for plan in (bad, cycle):
+            try:
+                await submit(pod, "job-bad", PROGRAM, plan, [])
+            except Exception as err:
+                messages.append(remote_message(err))
+        await pod.newGeneration("job-gen", 3)
+        try:
+            await submit(pod, "job-gen", PROGRAM, add_plans(uris, generation=2)[0], [])
+        except Exception as err:
+            messages.append(remote_message(err))
+        try:
+            await pod.tileHeader("job-gen", 1, 0)
+        except Exception as err:
+            messages.append(remote_message(err))
+        await pod.cancel("job-gen")
+        return messages
+
+    messages = run_async(scenario)
+    assert "outside the storage roots" in messages[0]
+    assert "cycle" in messages[1]
+    assert "generation 2 is older than 3" in messages[2]
+    assert "generation 1 is older than 3" in messages[3]
+
+
+def test_malformed_and_oversized_messages_do_not_crash_the_pod(pods):
+    _, procs = pods
+    host, port = procs[0][1].rsplit(":", 1)
+    # garbage bytes where a Cap'n Proto message is expected
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"\xff" * 64 + b"GET / HTTP/1.0\r\n\r\n" * 100)
+        sock.settimeout(5)
+        try:
+            sock.recv(1024)
+        except (TimeoutError, ConnectionError):
+            pass
+    # a frame header announcing a ~2 GiB segment, then nothing
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall((0).to_bytes(4, "little") + (0x0FFFFFFF).to_bytes(4, "little") + b"\0" * 64)
+
+    async def oversized():
+        # this client's own limit is raised so that it sends what the pod must refuse
+        _, pod = await connect(procs[0][1], limit_words=4 * capnp_io.TRAVERSAL_LIMIT_WORDS)
+        big = "x" * (capnp_io.TRAVERSAL_LIMIT_WORDS * 8 + 4096)
+        leaf = Leaf(**{**LEAF.__dict__, "source": big})
+        program = capnp_io.JobProgram(kernel="add", leaves=(leaf,), scalars=(), tensors=())
+        try:
+            await submit(pod, "job-big", program, NodePlan(0, 1, (), 0), [])
+        except Exception as err:
+            return remote_message(err)
+        return "accepted"
+
+    result = run_async(oversized)
+    # the pod drops that one connection (Cap'n Proto's answer to a message over the limit)
+    assert result != "accepted" and ("disconnect" in result.lower() or "limit" in result.lower())
+
+    async def still_alive():
+        _, pod = await connect(procs[0][1])
+        return capnp_io.read_pod_info((await pod.info()).info)
+
+    assert run_async(still_alive).backend == "cpu"
+    assert all(proc.poll() is None for proc, _ in procs)
+
+
+def test_pod_exits_when_its_scheduler_disconnects(tmp_path):
+    with running_pods(1, tmp_path, extra=("--heartbeat-interval", "0.05")) as procs:
+        proc, address = procs[0]
+
+        async def scenario():
+            sink = Sink()
+            client, pod = await connect(address)
+            await pod.hello(sink, 0)
+            await asyncio.sleep(0.3)
+            return len(sink.beats)
+
+        beats = run_async(scenario)  # leaving the loop closes the scheduler's connection
+        assert beats >= 2
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.returncode == 0
