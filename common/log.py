@@ -22,12 +22,28 @@ from common.errors import UserError
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
+class _Stderr:
+    """sys.stderr as it is at each write, not at configure(): pytest swaps it for every test."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+_STDERR = _Stderr()
+
+
 def configure(level: str = "info", stream: TextIO | None = None) -> None:
     """Send events at `level` and above to `stream` (default: stderr); stdlib `logging` goes there too."""
     if level.lower() not in LEVELS:
         raise UserError(f"unknown log level {level!r}; use one of: {', '.join(LEVELS)}")
     number = logging.getLevelName(level.upper())
-    out = sys.stderr if stream is None else stream
+    out = _STDERR if stream is None else stream
     stamp = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import logging
 import os
 
 import pytest
+import structlog
 
 from common import log
 from common.errors import UserError
 
 early = log.get_logger(node="made-before-configure")
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def events(stream: io.StringIO) -> list[dict]:
@@ -77,6 +89,15 @@ def test_terminal_gets_readable_lines():
     os.close(reader)
     assert "started" in text and "job" in text and "j1" in text
     assert not text.lstrip().startswith("{")
+
+
+def test_default_stream_is_stderr_as_it_is_at_each_event(capsys):
+    log.configure("info")
+    log.get_logger().info("first")
+    assert json.loads(capsys.readouterr().err)["event"] == "first"
+    with contextlib.redirect_stderr(io.StringIO()) as swapped:
+        log.get_logger().info("second")
+    assert json.loads(swapped.getvalue())["event"] == "second"
 
 
 def test_unknown_level_is_a_user_error():
