@@ -195,6 +195,10 @@ class ClusterState:
             return []
         return self._declare_dead(late, f"no heartbeat for {self.heartbeat_timeout:g} s", now)
 
+    def fail(self, reason: str) -> list[Action]:
+        """Fail the job for a reason found outside the state machine (a pod refusing its plan)."""
+        return self._fail(reason)
+
     # ---- internals ----
 
     def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:

@@ -259,6 +259,7 @@ def write_job(job: Job, path: Path) -> None:
         raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        _default_mode(fd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -301,3 +302,10 @@ def _fmt(value: float | int) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value)) if abs(value) < 1e15 else repr(value)
     return str(value)
+
+
+def _default_mode(fd: int) -> None:
+    """mkstemp makes files 0600; give the file the mode a plain open() would (0666 less umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)

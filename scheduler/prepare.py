@@ -1,0 +1,121 @@
+"""Everything a job needs before any pod is touched: the cluster program and checked storage.
+
+The order matters for the guarantee "bad input never half-writes an output": the kernel is
+compiled, every URI is resolved inside the storage roots, every input's header is checked
+against the shape and dtype the dims give, and every existing output's header too, all before
+a staging copy is created or a pod allocates anything.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import storage
+from common.errors import UserError
+from compiler.cluster.program import ClusterProgram
+from scheduler.jobfile import Job, check_against_kernel, job_kernel
+
+
+@dataclass(frozen=True)
+class TensorPlace:
+    name: str
+    uri: str  # absolute file:// URI handed to the pods (they resolve it under their own roots)
+    path: Path  # the confined path
+    role: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    job: Job
+    job_id: str
+    program: ClusterProgram
+    scalars: dict[str, float | int]  # typed as the kernel declares them
+    tensors: dict[str, TensorPlace]
+
+    @property
+    def uris(self) -> dict[str, str]:
+        return {name: t.uri for name, t in self.tensors.items()}
+
+    @property
+    def outputs(self) -> list[TensorPlace]:
+        return [t for t in self.tensors.values() if t.role in ("output", "inout")]
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(4)
+
+
+def compile_program(job: Job, cluster_values: dict[str, int] | None = None) -> ClusterProgram:
+    from compiler.cluster import compile_cluster
+
+    kernel = job_kernel(job)
+    check_against_kernel(job, kernel)
+    values = dict(job.cluster_values)
+    values.update(cluster_values or {})
+    return compile_cluster(kernel, dict(job.dims), cluster_values=values or None)
+
+
+def typed_scalars(job: Job) -> dict[str, float | int]:
+    kernel = job_kernel(job)
+    declared = {s.name: s.dtype for s in kernel.scalars}
+    return {name: int(value) if declared.get(name) == "i32" else float(value) for name, value in job.scalars}
+
+
+def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
+                  roots: list[Path]) -> dict[str, TensorPlace]:
+    """Resolve and check every tensor's storage (reads .npy headers only; writes nothing)."""
+    places: dict[str, TensorPlace] = {}
+    uris = dict(job.tensors)
+    for info in program.tensors:
+        if info.name not in uris:
+            raise UserError(f"job gives no URI for tensor {info.name}")
+        path = storage.resolve_uri(uris[info.name], roots, base=job_dir)
+        place = TensorPlace(info.name, storage.path_to_uri(path), path, info.role, info.dtype,
+                            tuple(info.shape))
+        if info.role in ("input", "inout"):
+            storage.check_tensor(path, place.shape, place.dtype)
+        elif path.exists():
+            # An output that exists is overwritten only when the job succeeds, and only by a
+            # tensor of the same shape and dtype: anything else is probably the wrong file.
+            storage.check_tensor(path, place.shape, place.dtype)
+        elif not path.parent.is_dir():
+            raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+        places[info.name] = place
+    return places
+
+
+def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
+            job_id: str | None = None) -> PreparedJob:
+    program = compile_program(job, cluster_values)
+    tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots)
+    return PreparedJob(job, job_id or new_job_id(), program, typed_scalars(job), tensors)
+
+
+# ---- staging: created after every check passed, committed or removed at the end ------------------
+
+
+def create_staging(prepared: PreparedJob) -> dict[str, Path]:
+    staged: dict[str, Path] = {}
+    try:
+        for place in prepared.outputs:
+            staged[place.name] = storage.create_staging(place.path, place.shape, place.dtype, prepared.job_id,
+                                                        copy_existing=place.path.exists())
+    except BaseException:
+        abort_staging(staged)
+        raise
+    return staged
+
+
+def commit_staging(prepared: PreparedJob, staged: dict[str, Path]) -> None:
+    for name, path in staged.items():
+        storage.commit(path, prepared.tensors[name].path)
+
+
+def abort_staging(staged: dict[str, Path]) -> None:
+    for path in staged.values():
+        storage.abort(path)

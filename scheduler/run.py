@@ -1,0 +1,315 @@
+"""The job runner: the thin asyncio shell around `cluster_state.ClusterState`.
+
+    prepare (compile, check storage) -> start or reach pods (login, hello) -> staging outputs
+    -> submit plans -> collect heartbeats and events (feeding the state machine, which answers
+    with Submit / Cancel / Failed / Succeeded) -> commit or abort staging -> summary and trace.
+
+Everything here only moves messages; decisions live in cluster_state.py and planner.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.errors import UserError
+from common.log import get_logger
+from scheduler import prepare as prep
+from scheduler.cluster_state import Action, Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
+from scheduler.local_pods import choose_devices, new_token, start_local_pods, visible_gpus
+from scheduler.planner import NodeFigure, plan
+from scheduler.tracefile import NodeRecord, TraceRecorder
+
+log = get_logger(program="scheduler")
+CONNECT_TIMEOUT_S = 30.0
+CALL_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    pods: tuple[str, ...] = ()  # host:port of running pods; empty: start local ones
+    local_pods: int | None = None
+    token: str | None = None  # required with --pods
+    storage_roots: tuple[Path, ...] = ()
+    heartbeat_interval: float = 0.5  # handed to local pods
+    heartbeat_timeout: float = 5.0
+    cluster_values: dict[str, int] = field(default_factory=dict)
+    pod_log_level: str = "warning"
+
+
+@dataclass
+class RunResult:
+    ok: bool
+    reason: str
+    wall_s: float
+    trace: dict
+
+
+class JobFailed(Exception):
+    """The job ran and failed (a node error, no node left): exit code 1, not a user error."""
+
+
+def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
+    """Run a prepared job to the end on its own event loop (uvloop when available)."""
+    import capnp
+
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    coro = capnp.run(_run_with_pods(prepared, options))
+    return uvloop.run(coro) if uvloop is not None else asyncio.run(coro)
+
+
+async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
+    local = None
+    addresses, token = list(options.pods), options.token
+    if not addresses:
+        devices = choose_devices(options.local_pods, visible_gpus())
+        token = new_token()
+        extra = ["--heartbeat-interval", str(options.heartbeat_interval),
+                 "--scheduler-timeout", str(options.heartbeat_timeout)]
+        local = await start_local_pods(devices, list(options.storage_roots), token, extra,
+                                       log_level=options.pod_log_level)
+        addresses = local.addresses
+    elif not token:
+        raise UserError("--pods needs the cluster's token: --token-file PATH or PHOBOS_TOKEN")
+    try:
+        runner = Runner(prepared, addresses, token, options)
+        return await runner.run()
+    finally:
+        if local is not None:
+            await local.stop()
+
+
+class Runner:
+    def __init__(self, prepared: prep.PreparedJob, addresses: list[str], token: str, options: RunOptions):
+        from schemas import capnp_io
+
+        self.io = capnp_io
+        self.prepared = prepared
+        self.addresses = addresses
+        self.token = token
+        self.options = options
+        self.t0 = time.time()
+        self.clients: dict[int, object] = {}
+        self.pods: dict[int, object] = {}
+        self.state: ClusterState | None = None
+        self.trace = TraceRecorder(prepared)
+        self.done = asyncio.Event()
+        self.tasks: set[asyncio.Task] = set()
+        self.job_program = capnp_io.job_program(prepared.program, prepared.scalars)
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    # ---- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        staged: dict[str, Path] = {}
+        try:
+            figures = await self._connect_all()
+            uris = self.prepared.uris
+            program = self.prepared.program
+
+            def planner(live, generation, units):
+                return plan(program, live, uris, generation, units)
+
+            self.state = ClusterState(program, figures, planner,
+                                      heartbeat_timeout=self.options.heartbeat_timeout)
+            # Plan before creating staging: a plan that does not fit fails with nothing written.
+            first = self.state.start(self.now())
+            staged = prep.create_staging(self.prepared)
+            self._spawn(self._ticker())
+            for node in self.pods:
+                self._spawn(self._watch(node))
+            self._apply(first)
+            await self.done.wait()
+            outcome = self.state.outcome
+            if isinstance(outcome, Succeeded):
+                prep.commit_staging(self.prepared, staged)
+                staged = {}
+                ok, reason = True, ""
+            else:
+                ok, reason = False, outcome.reason if isinstance(outcome, Failed) else "stopped"
+        finally:
+            prep.abort_staging(staged)
+            for task in self.tasks:
+                task.cancel()
+            await self._close_all()
+        wall = self.now()
+        trace = self.trace.finish(self.state, wall)
+        return RunResult(ok, reason, wall, trace)
+
+    # ---- pods --------------------------------------------------------------------------------
+
+    async def _connect_all(self) -> dict[int, NodeFigure]:
+        figures = {}
+        connects = (self._connect(node, addr) for node, addr in enumerate(self.addresses))
+        results = await asyncio.gather(*connects, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        for node, info in enumerate(results):
+            figures[node] = NodeFigure(node, int(info.vram_bytes))
+            self.trace.add_node(NodeRecord(node, self.addresses[node], info.backend, info.device_name,
+                                           int(info.vram_bytes)))
+        return figures
+
+    async def _connect(self, node: int, address: str):
+        import capnp
+
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise UserError(f"--pods {address!r}: expected HOST:PORT")
+        try:
+            connecting = capnp.AsyncIoStream.create_connection(host.strip("[]"), int(port))
+            stream = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
+        except (TimeoutError, OSError) as err:
+            raise UserError(f"cannot reach pod {address}: {_one_line(err)}") from None
+        client = capnp.TwoPartyClient(stream, traversal_limit_in_words=self.io.TRAVERSAL_LIMIT_WORDS,
+                                      nesting_limit=self.io.NESTING_LIMIT)
+        self.clients[node] = client
+        gate = client.bootstrap().cast_as(self.io.rpc().Gate)
+        try:
+            pod = (await asyncio.wait_for(gate.login(self.token), CONNECT_TIMEOUT_S)).pod
+            reply = await asyncio.wait_for(pod.hello(SinkImpl(self, node), node), CONNECT_TIMEOUT_S)
+        except Exception as err:
+            text = _one_line(err)
+            if "login refused" in text:
+                why = text[text.index("login refused"):]
+                raise UserError(f"pod {address} refused the token: {why}") from None
+            raise UserError(f"pod {address}: {text}") from None
+        self.pods[node] = pod
+        return self.io.read_pod_info(reply.info)
+
+    async def _close_all(self) -> None:
+        job_id = self.prepared.job_id
+        for node, pod in self.pods.items():
+            if self.state is not None and node not in self.state.live:
+                continue
+            try:
+                await asyncio.wait_for(pod.cancel(job_id), 5.0)
+            except Exception:  # best effort: the pod also drops jobs when this connection closes
+                pass
+        for client in self.clients.values():
+            try:
+                client.close()
+            except Exception:
+                pass
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _watch(self, node: int) -> None:
+        try:
+            await self.clients[node].on_disconnect()
+        except Exception:
+            pass
+        self._apply(self.state.disconnected(node, "connection lost", self.now()))
+
+    async def _ticker(self) -> None:
+        period = max(0.05, min(0.5, self.options.heartbeat_timeout / 4))
+        while not self.done.is_set():
+            await asyncio.sleep(period)
+            self._apply(self.state.tick(self.now()))
+
+    # ---- actions -----------------------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Submit):
+                self.trace.add_plan(self.state.plans[action.plan.generation], action.node)
+                self._spawn(self._submit(action))
+            elif isinstance(action, Cancel):
+                self._spawn(self._cancel(action.node))
+            elif isinstance(action, Failed | Succeeded):
+                log.info("job outcome", job=self.prepared.job_id, outcome=type(action).__name__)
+                self.done.set()
+
+    async def _submit(self, action: Submit) -> None:
+        from schemas.capnp_io import Peer
+
+        pod = self.pods[action.node]
+        live = sorted(self.state.live)
+        peers = [Peer(n, self.addresses[n]) for n in live]
+        try:
+            request = pod.submit_request()
+            self.io.write_submit(request, self.prepared.job_id, self.job_program, action.plan, peers)
+            await asyncio.wait_for(request.send(), CALL_TIMEOUT_S)
+        except Exception as err:
+            if action.plan.generation != self.state.generation or action.node not in self.state.live:
+                return  # superseded while in flight
+            text = _one_line(err)
+            if "disconnect" in text.lower() or isinstance(err, asyncio.TimeoutError):
+                self._apply(self.state.disconnected(action.node, f"submit failed: {text}", self.now()))
+            else:
+                self._apply(self.state.fail(f"node {action.node} refused its plan: {text}"))
+
+    async def _cancel(self, node: int) -> None:
+        try:
+            await asyncio.wait_for(self.pods[node].cancel(self.prepared.job_id), 2.0)
+        except Exception:
+            pass
+
+    # ---- reports from pods (called by SinkImpl) --------------------------------------------------
+
+    def on_heartbeat(self, node: int, generation: int, running: list[int]) -> None:
+        self._apply(self.state.heartbeat(node, generation, running, self.now()))
+
+    def on_events(self, node: int, generation: int, job_id: str, events) -> None:
+        if job_id != self.prepared.job_id or self.state is None:
+            return
+        live = node in self.state.live
+        infos = []
+        for reader in events:
+            event = self.io.read_event(reader)
+            self.trace.add_event(node, generation, event, self.t0, accepted=live)
+            infos.append(EventInfo(event.id, event.kind, event.ok, event.message))
+        self._apply(self.state.events(node, generation, infos, self.now()))
+
+    def on_finished(self, node: int, job_id: str, generation: int, ok: bool, message: str) -> None:
+        if job_id != self.prepared.job_id or self.state is None:
+            return
+        self._apply(self.state.finished(node, generation, ok, message, self.now()))
+
+
+def _sink_class():
+    from schemas import capnp_io
+
+    class SinkImpl(capnp_io.rpc().SchedulerSink.Server):
+        """One per node: the `node` a pod claims is ignored in favour of the connection's own."""
+
+        def __init__(self, runner: Runner, node: int):
+            self.runner, self.node = runner, node
+
+        async def heartbeat(self, node, generation, running, _context, **kwargs):
+            self.runner.on_heartbeat(self.node, generation, list(running))
+
+        async def events(self, node, generation, events, jobId, _context, **kwargs):
+            self.runner.on_events(self.node, generation, jobId, events)
+
+        async def finished(self, node, jobId, generation, ok, message, _context, **kwargs):
+            self.runner.on_finished(self.node, jobId, generation, ok, message)
+
+    return SinkImpl
+
+
+def SinkImpl(runner: Runner, node: int):  # noqa: N802 - builds the capnp server class lazily
+    global _SINK
+    if _SINK is None:
+        _SINK = _sink_class()
+    return _SINK(runner, node)
+
+
+_SINK = None
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    lines = [line for line in text.splitlines() if line.strip()]
+    return (lines[-1] if lines else text)[:300]

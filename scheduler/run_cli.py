@@ -1,0 +1,194 @@
+"""`phobos-sched JOB [flags]`: run a job file on pods and report.
+
+Exit codes: 0 the job succeeded (and every --expect matched); 1 the job failed while running
+(a node error, no node left) or an output differs from its --expect file; 2 a user error found
+before anything ran (bad flags, job, kernel, storage, token, memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from common.cli import user_path
+from common.errors import UserError
+from compiler.cli_args import parse_assignments
+
+TOKEN_ENV = "PHOBOS_TOKEN"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from common import log
+
+    p = argparse.ArgumentParser(
+        prog="phobos-sched",
+        description="Run a phobos job (a file written by `phobos-sched new-job`) over a cluster of pods. "
+                    "Other commands: `phobos-sched new-job --help`, `phobos-sched show-job JOB`.",
+        epilog="Without --pods, local pods are started: one per visible GPU, else two CPU pods, "
+               "with a random token given to them through the environment; they stop when the job ends. "
+               "See docs/runtime.md for running pods on several hosts.",
+    )
+    p.add_argument("job", help="the job file")
+    p.add_argument("--pods", action="append", metavar="HOST:PORT,...",
+                   help="addresses of running pods (comma-separated or repeated); node numbers follow "
+                        "this order")
+    p.add_argument("--local-pods", type=int, metavar="N",
+                   help="start N local pods instead of the default count")
+    p.add_argument("--token-file", metavar="PATH",
+                   help=f"file holding the cluster's token, for --pods (default: ${TOKEN_ENV})")
+    p.add_argument("--storage-root", action="append", metavar="DIR",
+                   help="directory every storage URI must lie in (repeatable; default: the working "
+                        "directory and the job file's directory); local pods get the same roots")
+    p.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S",
+                   help="seconds between a local pod's heartbeats (default 0.5)")
+    p.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="S",
+                   help="a pod silent this long is declared dead and its work re-planned (default 5); "
+                        "local pods also exit when the scheduler is silent this long")
+    p.add_argument("--set", action="append", metavar="NAME=V",
+                   help="choose an @cluster value (overrides the job's)")
+    p.add_argument("--expect", action="append", metavar="NAME=FILE.npy",
+                   help="after success, compare output NAME with FILE.npy (tolerance: see docs/runtime.md); "
+                        "exit 1 when it differs")
+    p.add_argument("--trace", metavar="FILE", help="write every instruction's start and end per node as JSON")
+    p.add_argument("--pod-log-level", default="warning", help="log level of local pods (default warning)")
+    log.add_arguments(p)
+    return p
+
+
+def _positive(flag: str, value: float) -> float:
+    if not value > 0:
+        raise UserError(f"{flag} must be positive, got {value}")
+    return value
+
+
+def read_token(token_file: str | None) -> str | None:
+    if token_file:
+        path = user_path(token_file)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as err:
+            raise UserError(f"--token-file {path}: {err.strerror}") from None
+        if not lines or not lines[0].strip():
+            raise UserError(f"--token-file {path}: the file holds no token")
+        return lines[0].strip()
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def parse_pods(items: list[str] | None) -> tuple[str, ...]:
+    out = []
+    for item in items or []:
+        for address in item.split(","):
+            address = address.strip()
+            if not address:
+                continue
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise UserError(f"--pods {address!r}: expected HOST:PORT")
+            out.append(address)
+    return tuple(out)
+
+
+def load_expected(items: list[str] | None) -> dict[str, np.ndarray]:
+    expected = {}
+    for name, file in parse_assignments(items, "--expect", None).items():
+        path = user_path(file)
+        try:
+            expected[name] = _read_npy(path)
+        except (OSError, ValueError) as err:
+            raise UserError(f"--expect {name}={file}: cannot read {path}: {err}") from None
+    return expected
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    array = np.load(path, allow_pickle=False)
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2:
+        import ml_dtypes
+
+        array = array.view(ml_dtypes.bfloat16)
+    return array
+
+
+def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
+    """None when equal within tolerance, else one line saying where and by how much.
+
+    Tolerance: |a - e| <= 1e-4 * max(1, max|e|) + 1e-4 * |e|. The cluster path sums in a different
+    order than numpy (per super-tile chunk, per CTA tile), and an f32 sum of n terms differs by
+    about n * 2^-24 of its largest magnitude; 1e-4 of the output's scale covers sums of thousands
+    of terms while still catching any misplaced or missing tile (an error of order 1)."""
+    if actual.shape != expected.shape:
+        return f"{name}: shape {list(actual.shape)} but expected {list(expected.shape)}"
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    scale = max(1.0, float(np.max(np.abs(e[np.isfinite(e)]), initial=0.0)))
+    tol = 1e-4 * scale + 1e-4 * np.abs(e)
+    bad = ~((np.abs(a - e) <= tol) | ((a == e) & np.isfinite(e)) | (np.isnan(a) & np.isnan(e)))
+    if not bad.any():
+        return None
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    err = np.abs(a - e)
+    return (f"{name}: {int(bad.sum())} of {a.size} elements differ; first at {list(index)}: "
+            f"{a[index]!r} vs expected {e[index]!r} (max abs error {float(np.nanmax(err)):.3g}, "
+            f"tolerance {1e-4 * scale:.3g} + 1e-4 relative)")
+
+
+def run_command(argv: list[str]) -> int:
+    from common import log
+    from scheduler.jobfile import read_job
+    from scheduler.prepare import prepare
+    from scheduler.run import RunOptions, run_job
+    from scheduler.tracefile import summary_text, write_trace
+
+    args = build_parser().parse_args(argv)
+    log.configure_from_args(args)
+    job_path = user_path(args.job)
+    job = read_job(job_path)
+    roots = [user_path(r) for r in args.storage_root or []] or [user_path("."), job_path.resolve().parent]
+    for root in roots:
+        if not root.is_dir():
+            raise UserError(f"--storage-root {root}: not a directory")
+    pods = parse_pods(args.pods)
+    if args.local_pods is not None and pods:
+        raise UserError("--local-pods and --pods exclude each other")
+    token = read_token(args.token_file) if pods else None
+    if pods and not token:
+        raise UserError(f"--pods needs the cluster's token: --token-file PATH or set {TOKEN_ENV}")
+    expected = load_expected(args.expect)
+    trace_path = user_path(args.trace) if args.trace else None
+    if trace_path is not None and not trace_path.parent.is_dir():
+        raise UserError(f"--trace {trace_path}: folder {trace_path.parent} does not exist")
+    cluster_values = parse_assignments(args.set, "--set", int)
+
+    prepared = prepare(job, job_path, roots, cluster_values)
+    for name in expected:
+        if name not in prepared.tensors or prepared.tensors[name].role == "input":
+            outputs = ", ".join(t.name for t in prepared.outputs)
+            raise UserError(f"--expect {name}: not an output of kernel {job.kernel_name} "
+                            f"(outputs: {outputs})")
+    options = RunOptions(
+        pods=pods, local_pods=args.local_pods, token=token, storage_roots=tuple(roots),
+        heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
+        heartbeat_timeout=_positive("--heartbeat-timeout", args.heartbeat_timeout),
+        cluster_values=cluster_values, pod_log_level=args.pod_log_level)
+    result = run_job(prepared, options)
+    if trace_path is not None:
+        write_trace(result.trace, trace_path)
+    print(summary_text(result.trace, result.ok, result.reason))
+    if not result.ok:
+        print(f"error: job failed: {result.reason}", file=sys.stderr)
+        return 1
+    for place in prepared.outputs:
+        print(f"wrote {place.path}")
+    failures = []
+    for name, want in expected.items():
+        problem = compare(name, _read_npy(prepared.tensors[name].path), want)
+        if problem:
+            failures.append(problem)
+        else:
+            print(f"{name} matches the expected values")
+    for problem in failures:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if failures else 0

@@ -1,0 +1,178 @@
+"""The job's record: the --trace JSON (format phobos-trace/1, read by the visualizer) and the
+summary printed at the end (wall time; per node instructions, bytes moved, compute time).
+
+The recorder only collects; `finish` shapes the JSON, and `summary_text` renders it for people.
+Times are seconds since the job started (pods report Unix time; hosts are assumed NTP-synced).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import UserError
+
+TRACE_FORMAT = "phobos-trace/1"
+KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node: int
+    address: str
+    backend: str
+    device: str
+    vram_bytes: int
+
+
+class TraceRecorder:
+    def __init__(self, prepared):
+        self.prepared = prepared
+        self.nodes: list[NodeRecord] = []
+        self.units: list[dict] = []
+        self.events: list[dict] = []
+        self.planned: set[tuple[int, int]] = set()  # (generation, node) already recorded
+        self.unit_of: dict[tuple[int, int, int], int | None] = {}  # (generation, node, id) -> unit
+
+    def add_node(self, record: NodeRecord) -> None:
+        self.nodes.append(record)
+
+    def add_plan(self, plan, node: int) -> None:
+        from scheduler.cluster_state import describe_instructions
+
+        if (plan.generation, node) in self.planned:
+            return
+        self.planned.add((plan.generation, node))
+        node_plan = plan.node_plans[node]
+        for ins_id, info in describe_instructions(node_plan).items():
+            self.unit_of[plan.generation, node, ins_id] = info.unit
+        units = {u.index: u for u in self.prepared.program.units}
+        for index, placed in sorted(plan.placement.items()):
+            if placed != node:
+                continue
+            unit = units[index]
+            outputs = {}
+            for launch in unit.launches:
+                for _, region in launch.writes:
+                    outputs[region] = None
+            self.units.append({
+                "unit": index, "coord": list(unit.coord), "node": node, "generation": plan.generation,
+                "outputs": [{"tensor": r.tensor, "start": list(r.start), "shape": list(r.shape)}
+                            for r in outputs],
+            })
+
+    def add_event(self, node: int, generation: int, event, t0: float, accepted: bool = True) -> None:
+        unit = event.unit if event.unit is not None else self.unit_of.get((generation, node, event.id))
+        self.events.append({
+            "node": node, "id": event.id, "kind": event.kind,
+            "start": event.start - t0, "end": event.end - t0, "bytes": event.bytes,
+            "peer": event.peer, "unit": unit, "leaf": event.leaf, "generation": generation,
+            "replanned": generation > 1, "ok": event.ok and accepted,
+            **({"message": event.message} if event.message else {}),
+        })
+
+    def finish(self, state, wall_s: float) -> dict:
+        program = self.prepared.program
+        job = self.prepared.job
+        return {
+            "format": TRACE_FORMAT,
+            "job": {
+                "id": self.prepared.job_id,
+                "kernel": program.kernel,
+                "source": program.source,
+                "dims": dict(program.dims),
+                "scalars": dict(self.prepared.scalars),
+                "cluster_values": dict(program.cluster_values),
+                "tile_values": dict(program.tile_values),
+                "super_grid": list(program.super_grid),
+                "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "role": t.role,
+                             "uri": dict(job.tensors).get(t.name, "")} for t in program.tensors],
+                "leaves": [{"name": leaf.name, "grid": list(leaf.grid), "threads": leaf.threads,
+                            "dims": dict(leaf.dims)} for leaf in program.leaves],
+            },
+            "nodes": [{"node": n.node, "address": n.address, "backend": n.backend, "device": n.device,
+                       "vram_bytes": n.vram_bytes} for n in self.nodes],
+            "units": self.units,
+            "events": sorted(self.events, key=lambda e: (e["start"], e["node"])),
+            "failures": [{"node": f.node, "time": f.time, "reason": f.reason}
+                         for f in (state.failures if state is not None else [])],
+            "summary": summarize(self.events, [n.node for n in self.nodes], wall_s),
+        }
+
+
+def summarize(events: list[dict], nodes: list[int], wall_s: float) -> dict:
+    per = {n: {"node": n, "instructions": 0, "bytes_loaded": 0, "bytes_fetched": 0, "bytes_served": 0,
+               "bytes_stored": 0, "compute_s": 0.0} for n in nodes}
+    for e in events:
+        row = per.get(e["node"])
+        if row is None:
+            continue
+        kind = e["kind"]
+        if kind == "serve":
+            row["bytes_served"] += e["bytes"]
+            continue
+        if kind in KINDS:
+            row["instructions"] += 1
+        if kind == "load":
+            row["bytes_loaded"] += e["bytes"]
+        elif kind == "fetch":
+            row["bytes_fetched"] += e["bytes"]
+        elif kind == "store":
+            row["bytes_stored"] += e["bytes"]
+        elif kind == "compute":
+            row["compute_s"] += max(0.0, e["end"] - e["start"])
+    return {"wall_s": wall_s, "nodes": [per[n] for n in nodes]}
+
+
+def summary_text(trace: dict, ok: bool, reason: str = "") -> str:
+    s = trace["summary"]
+    job = trace["job"]
+    head = "succeeded" if ok else f"FAILED: {reason}"
+    units = len({u["unit"] for u in trace["units"]})
+    lines = [f"job {job['id']} ({job['kernel']}, {units} units on {len(trace['nodes'])} nodes) {head}",
+             f"wall time {s['wall_s']:.3f} s"]
+    header = f"{'node':>4}  {'backend':<8} {'instr':>7} {'loaded':>10} {'fetched':>10} {'served':>10} " \
+             f"{'stored':>10} {'compute s':>10}"
+    lines.append(header)
+    backends = {n["node"]: n["backend"] for n in trace["nodes"]}
+    for row in s["nodes"]:
+        lines.append(f"{row['node']:>4}  {backends.get(row['node'], '?'):<8} {row['instructions']:>7} "
+                     f"{_bytes(row['bytes_loaded']):>10} {_bytes(row['bytes_fetched']):>10} "
+                     f"{_bytes(row['bytes_served']):>10} {_bytes(row['bytes_stored']):>10} "
+                     f"{row['compute_s']:>10.3f}")
+    for f in trace["failures"]:
+        lines.append(f"node {f['node']} lost at {f['time']:.3f} s: {f['reason']}")
+    return "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+def write_trace(trace: dict, path: Path) -> None:
+    """Atomically: a temp file beside it, then os.replace."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UserError(f"--trace {path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        _default_mode(fd)
+        with os.fdopen(fd, "w") as f:
+            json.dump(trace, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _default_mode(fd: int) -> None:
+    """mkstemp makes files 0600; give the file the mode a plain open() would (0666 less umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
