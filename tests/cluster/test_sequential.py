@@ -125,3 +125,41 @@ def test_matmul_with_some_names_clustered(cluster_line, super_grid, leaves):
     np.testing.assert_allclose(
         clustered["C"], plain["C"], rtol=1e-5, atol=1e-4
     )  # as in test_matmul_alpha_beta
+
+
+@pytest.mark.parametrize("br", [4, 8, 16])
+def test_layernorm_rows_split_columns_looped_in_the_leaf(br):
+    kernel = small("layernorm_small")
+    shapes = {"x": (64, 300), "gamma": (300,), "beta": (300,), "y": (64, 300)}
+    program, plain, clustered = _both(kernel, {"R": 64, "C": 300}, shapes, {"eps": 1e-5}, {"BR": br})
+    assert len(program.units) == 64 // br
+    reads = dict(program.units[1].launches[0].reads)
+    assert reads["x"].start == (br, 0) and reads["x"].shape == (br, 300)
+    assert reads["gamma"].shape == (300,)  # read whole by every unit
+    # Its stores sit in a leaf loop, so the compiler cannot prove they cover the region: inout.
+    assert {t.name: t.role for t in program.tensors}["y"] == "inout"
+    # Same operations per row in the same order: only summation-kernel differences remain.
+    np.testing.assert_allclose(clustered["y"], plain["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_softmax():
+    kernel = small("softmax_small")
+    program, plain, clustered = _both(kernel, {"R": 64, "C": 200}, {"x": (64, 200), "y": (64, 200)}, {}, None)
+    assert len(program.units) == 16
+    np.testing.assert_allclose(clustered["y"], plain["y"], rtol=1e-6, atol=1e-7)  # as above
+
+
+def test_compound_store_makes_its_tensor_inout():
+    from tests.cluster.helpers import kernel_of
+
+    text = (
+        "@cluster(BLOCK in [64])\n@autotune(BLOCK in [16])\n"
+        "kernel acc(a: tensor<f32>[N], c: tensor<f32>[N]) {\n"
+        "  let base = ctx.block.x * BLOCK\n  c[base :+ BLOCK] += a[base :+ BLOCK]\n}\n"
+    )
+    program, plain, clustered = _both(
+        kernel_of(text, "acc.phk"), {"N": 1024}, {"a": (1024,), "c": (1024,)}, {}, None
+    )
+    assert {t.name: t.role for t in program.tensors} == {"a": "input", "c": "inout"}
+    assert dict(program.units[3].launches[0].reads)["c"].start == (192,)
+    np.testing.assert_array_equal(clustered["c"], plain["c"])  # one f32 add per element: exact
