@@ -189,7 +189,7 @@ def _check_store_is_owned(tensor: str, index, roles: tuple[AxisRole, ...], level
 
 def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
     params = {t.name: t for t in kernel.tensors}
-    seen: dict[str, tuple[tuple[AxisRole, ...], ir.SliceItem | None, list[ir.Span]]] = {}
+    seen: dict[str, tuple[tuple[AxisRole, ...], ir.Span]] = {}  # first cut of each tensor, and where
     reads: set[str] = set()
     writes: set[str] = set()
     dims: dict[str, tuple[AxisRole, ir.Span]] = {}
@@ -201,9 +201,8 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
             _check_store_is_owned(tensor, index, roles, level)
         if not is_store or compound:
             reads.add(tensor)
-        span = index[0].span.to(index[-1].span) if index else ir.Span("<unknown>", 0, 0, 0, 0)
         if tensor in seen and seen[tensor][0] != roles:
-            before, before_span = seen[tensor][0], seen[tensor][2][0]
+            before, before_span = seen[tensor]
             axis = next(i for i, (a, b) in enumerate(zip(before, roles, strict=True)) if a != b)
             raise CompileError(
                 index[axis].span,
@@ -212,7 +211,7 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
                 f"{before[axis].describe()} at {_line(before_span)}; that would need an "
                 "exchange of halos between nodes",
             )
-        seen.setdefault(tensor, (roles, None, [span]))
+        seen.setdefault(tensor, (roles, index[0].span))
         param = params[tensor]
         for item, dim, role in zip(index, param.dims, roles, strict=True):
             if isinstance(dim, int):
