@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit when heartbeats have failed for this long (default 5)")
     parser.add_argument("--fetch-timeout", type=float, default=30.0, metavar="S",
                         help="give up on a peer that sends nothing for this long (default 30)")
+    parser.add_argument("--no-data-port", action="store_true",
+                        help="serve tiles only as chunks over the RPC port (no second, bulk TCP port)")
     plog.add_arguments(parser)
     return parser
 
@@ -103,7 +105,7 @@ def main(argv: list[str]) -> int:
         host=host, port=port, token=read_token(args.token_file), roots=tuple(Path(r) for r in roots),
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         scheduler_timeout=_positive("--scheduler-timeout", args.scheduler_timeout),
-        fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout))
+        fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout), data_port=not args.no_data_port)
     backend = make_backend(args.device)
 
     def on_listening(bound_host: str, bound_port: int) -> None:

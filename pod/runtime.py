@@ -22,6 +22,7 @@ from common.log import get_logger
 from pod import state as st
 from pod.transfer import DataPort, TransferError, checksum
 from schemas.capnp_io import InstructionEvent, JobProgram, Peer, TileHeader
+from schemas.capnp_io import remote_reason as _one_line
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
 
 log = get_logger()
@@ -52,7 +53,7 @@ class PodRuntime:
     """One pod's jobs, buffers and work. `fetcher` (pod/server.py) fetches tiles from peers;
     `report` and `report_finished` hand events to the scheduler link."""
 
-    def __init__(self, backend, roots: list[Path], data_host: str):
+    def __init__(self, backend, roots: list[Path], data_host: str | None):
         self.backend = backend
         self.roots = roots
         self.jobs: dict[str, Job] = {}
@@ -60,7 +61,7 @@ class PodRuntime:
         self.io_pool = ThreadPoolExecutor(4, thread_name_prefix="pod-io")
         workers = 4 if backend.kind == "gpu" else 2
         self.compute_pool = ThreadPoolExecutor(workers, thread_name_prefix="pod-compute")
-        self.data_port = DataPort(data_host)
+        self.data_port = DataPort(data_host) if data_host else None  # None: chunks over the RPC only
         self.tasks: set[asyncio.Task] = set()
         self.fetcher: Callable | None = None
         self.report: Callable[[str, int, InstructionEvent], None] = lambda job, gen, ev: None
@@ -246,9 +247,12 @@ class PodRuntime:
             record.crc = await loop.run_in_executor(self.io_pool, checksum, record.host)
         elif record.crc is None:
             record.crc = checksum(record.host)
-        ticket = self.data_port.offer(record.host)
+        if self.data_port is None:
+            port, ticket = 0, b""
+        else:
+            port, ticket = self.data_port.port, self.data_port.offer(record.host)
         return TileHeader(shape=tuple(record.host.shape), dtype="f32", nbytes=record.host.nbytes,
-                          checksum=record.crc, data_port=self.data_port.port, ticket=ticket)
+                          checksum=record.crc, data_port=port, ticket=ticket)
 
     def _servable(self, job: Job, generation: int, buffer: int) -> bool:
         plan = job.state.plan
@@ -276,14 +280,8 @@ class PodRuntime:
 
     def close(self) -> None:
         self.drop_all()
-        self.data_port.close()
+        if self.data_port is not None:
+            self.data_port.close()
         self.io_pool.shutdown(wait=False, cancel_futures=True)
         self.compute_pool.shutdown(wait=False, cancel_futures=True)
 
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    if "remote exception" in text:  # a pycapnp remote error: keep the remote's own last line
-        lines = [line for line in text.splitlines() if line.strip() and not line.startswith("stack:")]
-        text = lines[-1].strip() if lines else text
-    return text.splitlines()[0] if "\n" in text else text

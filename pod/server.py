@@ -22,10 +22,11 @@ import numpy as np
 from common.log import get_logger
 from pod import state as st
 from pod.backend_cpu import host_id
-from pod.runtime import BufferRecord, Job, PodRuntime, _one_line
+from pod.runtime import BufferRecord, Job, PodRuntime
 from pod.transfer import TransferError, chunk_ranges, fetch_by_ticket, verify
 from schemas import capnp_io
 from schemas.capnp_io import CHUNK_BYTES, MAX_CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
+from schemas.capnp_io import remote_reason as _one_line
 from schemas.instructions import Fetch
 
 log = get_logger()
@@ -43,6 +44,7 @@ class PodConfig:
     heartbeat_interval: float = 0.5
     scheduler_timeout: float = 5.0  # heartbeats failing this long: the scheduler is gone, exit
     fetch_timeout: float = 30.0  # patience with a peer: tile not ready, or no bytes arriving
+    data_port: bool = True  # offer tiles on a ticketed bulk TCP port (else: chunks over the RPC)
 
 
 class _Connection:
@@ -58,7 +60,7 @@ class PodServer:
     def __init__(self, config: PodConfig, backend):
         self.config = config
         self.backend = backend
-        self.runtime = PodRuntime(backend, list(config.roots), config.host)
+        self.runtime = PodRuntime(backend, list(config.roots), config.host if config.data_port else None)
         self.runtime.fetcher = self.fetch
         self.runtime.report = self._queue_event
         self.runtime.report_finished = self._queue_finished
@@ -225,15 +227,18 @@ class PodServer:
         if into is None:
             into = np.empty(shape, np.float32)
         host = split_address(address)[0]
-        try:
-            if not header.data_port:
-                raise TransferError("no data port offered")
-            await loop.run_in_executor(self.runtime.io_pool, fetch_by_ticket, host, header.data_port,
-                                       header.ticket, into, patience)
-        except TransferError as err:
-            log.info("bulk path failed; reading chunks over the RPC", reason=str(err))
+        bulk = bool(header.data_port)
+        if bulk:
+            try:
+                await loop.run_in_executor(self.runtime.io_pool, fetch_by_ticket, host, header.data_port,
+                                           header.ticket, into, patience)
+            except TransferError as err:
+                log.info("bulk path failed; reading chunks over the RPC", reason=str(err))
+                bulk = False
+        if not bulk:
             await self._fetch_chunks(job, generation, ins, link, header.nbytes, into)
         await loop.run_in_executor(self.runtime.io_pool, verify, into, header.checksum, f"node {ins.peer}")
+        log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, bulk=bulk)
         if self.backend.host_view(record.array) is None:
             await loop.run_in_executor(self.runtime.io_pool, self.backend.upload, record.array, into)
         await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,

@@ -21,19 +21,22 @@ rpc = capnp_io.rpc()
 
 @contextlib.contextmanager
 def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, ...] = ()):
-    """Start `count` CPU pods on loopback (storage root `root`); yields [(process, address)]."""
+    """Start `count` CPU pods on loopback (storage root `root`); yields [(process, address)].
+    Their logs go to root/pod-N.log (a pipe nobody reads would block a chatty pod)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PHOBOS_TOKEN": token}
-    procs = []
+    level = os.environ.get("PHOBOS_TEST_POD_LOG", "warning")
+    procs, logs = [], []
     try:
-        for _ in range(count):
+        for i in range(count):
+            logs.append(open(root / f"pod-{i}.log", "a"))
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "pod.cli", "--listen", "127.0.0.1:0", "--device", "cpu",
-                 "--storage-root", str(root), "--log-level", "warning", *extra],
-                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                 "--storage-root", str(root), "--log-level", level, *extra],
+                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=logs[-1], text=True))
         pods = []
-        for proc in procs:
+        for i, proc in enumerate(procs):
             line = proc.stdout.readline()
-            assert line.startswith("PHOBOS_POD_LISTENING "), (line, proc.stderr.read())
+            assert line.startswith("PHOBOS_POD_LISTENING "), (line, (root / f"pod-{i}.log").read_text())
             pods.append((proc, line.split()[1]))
         yield pods
     finally:
@@ -47,7 +50,8 @@ def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, .
                 proc.kill()
                 proc.wait()
             proc.stdout.close()
-            proc.stderr.close()
+        for log in logs:
+            log.close()
 
 
 def run_async(coro_fn, *args):
@@ -104,6 +108,4 @@ async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers) ->
 
 
 def remote_message(err: BaseException) -> str:
-    """The remote side's one-line reason out of a pycapnp remote exception."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.startswith("stack:")]
-    return lines[-1] if lines else str(err)
+    return capnp_io.remote_reason(err)

@@ -234,3 +234,70 @@ def test_pod_exits_when_its_scheduler_disconnects(tmp_path):
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.returncode == 0
+
+
+def transfer_plans(uri_in: str, uri_out: str, n: int) -> tuple[NodePlan, NodePlan]:
+    """Node 0 loads x; node 1 fetches it and stores it into the staging copy of y."""
+    node0 = NodePlan(node=0, generation=1, peak_bytes=n * 4, instructions=(
+        Allocate(0, (), 0, (n,)), Load(1, (0,), 0, uri_in, Region("x", (0,), (n,))),
+        Free(2, (1,), 0, serves=1)))
+    node1 = NodePlan(node=1, generation=1, peak_bytes=n * 4, instructions=(
+        Allocate(0, (), 0, (n,)), Fetch(1, (0,), 0, peer=0, peer_buffer=0),
+        Store(2, (1,), 0, uri_out, Region("y", (0,), (n,)), unit=0), Free(3, (2,), 0)))
+    return node0, node1
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-data-port",)], ids=["bulk-port", "rpc-chunks"])
+def test_multi_chunk_tile_moves_intact(tmp_path, flags):
+    n = 5 * capnp_io.CHUNK_BYTES // 8 + 3  # 2.5 chunks of f32 plus a ragged tail
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    staging = storage.create_staging(tmp_path / "y.npy", (n,), "f32", "job-move")
+    with running_pods(2, tmp_path, extra=flags) as procs:
+        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+        plans = transfer_plans((tmp_path / "x.npy").as_uri(), (tmp_path / "y.npy").as_uri(), n)
+
+        async def scenario():
+            sink = Sink()
+            links = [await connect(addr) for _, addr in procs]
+            for node, (_, pod) in enumerate(links):
+                await pod.hello(sink, node)
+            for node in (1, 0):
+                await submit(links[node][1], "job-move", PROGRAM, plans[node], peers)
+            return await sink.wait_finished([(0, "job-move", 1), (1, "job-move", 1)])
+
+        assert run_async(scenario) == [(True, ""), (True, "")]
+    storage.commit(staging, tmp_path / "y.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x)
+
+
+def test_fetch_gives_up_on_a_peer_within_bounded_time(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros(16, np.float32))
+    storage.create_staging(tmp_path / "y.npy", (16,), "f32", "job-stuck")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead_address = f"127.0.0.1:{closed.getsockname()[1]}"  # nothing listens there
+    with running_pods(2, tmp_path, extra=("--fetch-timeout", "1")) as procs:
+        _, plan1 = transfer_plans((tmp_path / "x.npy").as_uri(), (tmp_path / "y.npy").as_uri(), 16)
+
+        async def scenario():
+            sink = Sink()
+            links = [await connect(addr) for _, addr in procs]
+            for node, (_, pod) in enumerate(links):
+                await pod.hello(sink, node)
+            start = time.monotonic()
+            # node 0 never gets a plan: its buffer never becomes ready
+            await submit(links[1][1], "job-stuck", PROGRAM, plan1, [capnp_io.Peer(0, procs[0][1])])
+            stuck = await sink.wait_finished([(1, "job-stuck", 1)], timeout=15)
+            stuck_s = time.monotonic() - start
+            # a peer that is not there at all
+            await submit(links[0][1], "job-dead", PROGRAM, plan1, [capnp_io.Peer(0, dead_address)])
+            dead = await sink.wait_finished([(0, "job-dead", 1)], timeout=15)
+            return stuck[0], stuck_s, dead[0], sink.reported
+
+        (ok1, msg1), stuck_s, (ok2, msg2), reported = run_async(scenario)
+    assert not ok1 and "fetch buffer 0 from node 0" in msg1 and "not ready within 1 s" in msg1
+    assert stuck_s < 10
+    assert not ok2 and "node 0" in msg2 and dead_address in msg2
+    failed = [e for _, e in reported if not e.ok]
+    assert {e.kind for e in failed} == {"fetch"}
