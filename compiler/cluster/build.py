@@ -16,6 +16,7 @@ import itertools
 
 from common.errors import UserError
 from compiler import ir, walk
+from compiler.affine import affine_of
 from compiler.binding import bind, kernel_dims
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
@@ -173,8 +174,6 @@ def _stores_cover(kernel: ir.Kernel, tensor: ir.TensorParam, grid: set) -> bool:
 
 def _block_tiled(item: ir.SliceItem, env) -> tuple[str, str] | None:
     """(axis, T) when `item` is exactly `ctx.block.axis * T :+ T` for a tile or @cluster name T."""
-    from compiler.affine import affine_of
-
     if not isinstance(item, ir.SliceRange):
         return None
     start, ext = affine_of(item.start, env), affine_of(item.extent, env)
