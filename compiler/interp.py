@@ -32,6 +32,7 @@ from compiler import interp_values as val
 from compiler import ir
 from compiler.binding import Binding, tensor_shape
 from compiler.diagnostics import CompileError
+from compiler.interp_fusion import DotLoop, match_dot_loop
 
 _GRID_AXES = {"x": 0, "y": 1, "z": 2}
 
@@ -89,6 +90,7 @@ class _Runner:
             axis: np.arange(launch.grid[i], dtype=val.I32).reshape(
                 [launch.grid[i] if j == i else 1 for j in range(val.GRID_RANK)])
             for axis, i in _GRID_AXES.items()}
+        self.dot_loops: dict[int, DotLoop | None] = {}
 
     # ---------------------------------------------------------------- statements
 
@@ -97,7 +99,7 @@ class _Runner:
             if isinstance(stmt, ir.Let):
                 scope[stmt.name] = self.eval(stmt.value, scope)
             elif isinstance(stmt, ir.VarDecl):
-                scope[stmt.name] = _Var(self._conform(self.eval(stmt.init, scope), stmt.declared, scope),
+                scope[stmt.name] = _Var(self._conform(self.eval(stmt.init, scope), stmt.declared),
                                         stmt.declared)
             elif isinstance(stmt, ir.Assign):
                 self.assign(stmt, scope, active)
@@ -108,7 +110,7 @@ class _Runner:
             else:
                 raise CompileError(stmt.span, f"the interpreter cannot run {type(stmt).__name__}")
 
-    def _conform(self, value: np.ndarray, declared: ir.Type, scope: dict) -> np.ndarray:
+    def _conform(self, value: np.ndarray, declared: ir.Type) -> np.ndarray:
         """Cast to the declared dtype and broadcast a scalar to the declared tile shape."""
         value = val.cast(value, _dtype_of(declared))
         if isinstance(declared, ir.TileType):
@@ -120,17 +122,18 @@ class _Runner:
         return value
 
     def assign(self, stmt: ir.Assign, scope: dict, active: np.ndarray | None) -> None:
-        var = scope[stmt.name]
-        value = self.eval(stmt.value, scope)
-        if stmt.op in _IN_PLACE and var.owned and active is None and _fits_in_place(var.value, value):
+        self.update(scope[stmt.name], stmt.op, self.eval(stmt.value, scope), active)
+
+    def update(self, var: _Var, op: str, value: np.ndarray, active: np.ndarray | None) -> None:
+        if op in _IN_PLACE and var.owned and active is None and _fits_in_place(var.value, value):
             # acc += dot(a, b): update the accumulator in place instead of allocating a new one
             # per iteration (same arithmetic, same dtype, same shape).
-            _IN_PLACE[stmt.op](var.value, val.with_rank(value, val.tile_rank(var.value)), out=var.value)
+            _IN_PLACE[op](var.value, val.with_rank(value, val.tile_rank(var.value)), out=var.value)
             return
-        if stmt.op != "=":
-            value = val.binary(stmt.op[0], var.value, value)
-        fresh = stmt.op != "=" or active is not None
-        conformed = self._conform(value, var.declared, scope)
+        if op != "=":
+            value = val.binary(op[0], var.value, value)
+        fresh = op != "=" or active is not None
+        conformed = self._conform(value, var.declared)
         if active is not None:
             conformed = np.where(val.with_rank(active, val.tile_rank(conformed)), conformed, var.value)
         var.value = conformed
@@ -154,6 +157,8 @@ class _Runner:
         trips = np.maximum(0, -(-(stop - start) // step))
         uniform = trips.size == 1 or bool(np.all(trips == trips.reshape(-1)[0]))
         count = int(trips.max()) if trips.size else 0
+        if uniform and count > 0 and self.fused_dot_loop(stmt, scope, active, start, step, count):
+            return
         for t in range(count):
             inner = dict(scope)
             index = start + t * step
@@ -163,6 +168,29 @@ class _Runner:
                 inside = t < trips
                 inner_active = inside if active is None else active & inside
             self.run_block(stmt.body, inner, inner_active)
+
+    def fused_dot_loop(self, stmt: ir.For, scope: dict, active: np.ndarray | None, start: np.ndarray,
+                       step: int, count: int) -> bool:
+        """Run a loop that only accumulates a dot as one large dot (interp_fusion); False when
+        the loop does not have that shape."""
+        key = id(stmt)  # the kernel outlives the run, so ids are stable; hashing a subtree is not cheap
+        if key not in self.dot_loops:
+            self.dot_loops[key] = match_dot_loop(stmt)
+        shape = self.dot_loops[key]
+        if shape is None or not isinstance(scope.get(shape.var), _Var):
+            return False
+        inner = dict(scope)
+        inner[stmt.var] = start.astype(val.I32)
+        operands = []
+        for load, item in ((shape.lhs, shape.lhs_item), (shape.rhs, shape.rhs_item)):
+            tensor = self.launch.tensors[load.tensor]
+            windows = self.windows(load.index, tensor.shape, inner)
+            if windows[item].extent != step:
+                return False  # chunks that overlap or leave gaps: not a plain sum over K
+            windows[item] = mem.Window(windows[item].start, count * step)
+            operands.append(self.load_windows(load, tensor, windows, inner))
+        self.update(scope[shape.var], "+=", val.dot(*operands), active)
+        return True
 
     # ---------------------------------------------------------------- expressions
 
@@ -222,7 +250,10 @@ class _Runner:
 
     def load(self, expr: ir.Load, scope: dict) -> np.ndarray:
         tensor = self.launch.tensors[expr.tensor]
-        windows = self.windows(expr.index, tensor.shape, scope)
+        return self.load_windows(expr, tensor, self.windows(expr.index, tensor.shape, scope), scope)
+
+    def load_windows(self, expr: ir.Load, tensor: np.ndarray, windows: list[mem.Window],
+                     scope: dict) -> np.ndarray:
         dtype = mem.value_dtype(tensor)
         fill = val.constant(0, dtype) if expr.fill is None else val.cast(self.eval(expr.fill, scope), dtype)
         return mem.load(tensor, windows, fill, private=expr.tensor in self.launch.written)

@@ -200,13 +200,15 @@ def test_example_results_do_not_depend_on_tile_values(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_general_gather_scatter_path_agrees(name, monkeypatch):
-    """The strided-view fast path is only an optimisation: forcing every load and store through
-    the general gather/scatter gives the same results."""
-    from compiler import interp_memory
+def test_general_paths_agree(name, monkeypatch):
+    """The strided-view loads and stores and the fused dot loops are only optimisations: forcing
+    every load and store through the general gather/scatter and every loop to run iteration by
+    iteration gives the same results."""
+    from compiler import interp, interp_memory
 
     tiles = autotune_points(name)[-1]
     fast, ref, mag, n = CASES[name](tiles)
     monkeypatch.setattr(interp_memory, "_plan", lambda windows: None)
+    monkeypatch.setattr(interp, "match_dot_loop", lambda loop: None)
     general, _, _, _ = CASES[name](tiles)
     assert_sum_close(general, fast.astype(np.float64), mag, n)

@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from compiler import ir
 from compiler.binding import bind
 from compiler.frontend import load_text
 from compiler.interp import run_kernel
@@ -324,3 +325,80 @@ kernel k(x: tensor<f32>[N], y: tensor<f32>[N], z: tensor<f32>[N]) {
     out = run_src(src, {"N": 8}, {"x": x, "y": np.zeros(8, np.float32), "z": np.zeros(8, np.float32)})
     np.testing.assert_array_equal(out["y"], 3 * x)
     np.testing.assert_array_equal(out["z"], 8 * x)
+
+
+FUSABLE = """
+@autotune(BM in [4], BN in [8], BK in [3])
+kernel k(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N], lo: i32) {
+  let m = ctx.block.x * BM
+  let n = ctx.block.y * BN
+  var acc: tile<f32>[BM, BN] = 1.0
+  for kt in range(lo, K + 2, BK) {
+    let a = A[m :+ BM, kt + 1 :+ BK]
+    acc += dot(a, B[1 + kt :+ BK, n :+ BN])
+  }
+  C[m :+ BM, n :+ BN] = acc
+}
+"""
+
+
+def _fusable_reference(a, b, lo):
+    """The loop reads K-chunks starting at kt + 1 for kt = lo, lo + 3, ... < K + 2 (zeros past K)."""
+    k = a.shape[1]
+    out = np.ones((a.shape[0], b.shape[1]))
+    for kt in range(lo, k + 2, 3):
+        for kk in range(kt + 1, kt + 4):
+            if 0 <= kk < k:
+                out += np.outer(a[:, kk], b[kk, :])
+    return out
+
+
+@pytest.mark.parametrize("lo", [-4, 0, 2, 30])
+def test_dot_accumulating_loops_fused_or_not_give_the_same_sums(lo, monkeypatch):
+    from compiler import interp
+
+    rng = np.random.default_rng(6)
+    a = rng.integers(-3, 4, (10, 13)).astype(np.float32)  # small integers: exact sums
+    b = rng.integers(-3, 4, (13, 9)).astype(np.float32)
+    expect = _fusable_reference(a, b, lo)
+    calls = []
+    real = interp.match_dot_loop
+    monkeypatch.setattr(interp, "match_dot_loop", lambda loop: calls.append(loop) or real(loop))
+    fused = run_src(FUSABLE, {"M": 10, "N": 9, "K": 13}, {"A": a, "B": b, "C": np.zeros((10, 9), np.float32)},
+                    {"lo": lo})["C"]
+    np.testing.assert_array_equal(fused, expect)
+    if lo < 13 + 2:
+        assert calls and real(calls[0]) is not None  # the loop did take the fused path
+    monkeypatch.setattr(interp, "match_dot_loop", lambda loop: None)
+    plain = run_src(FUSABLE, {"M": 10, "N": 9, "K": 13}, {"A": a, "B": b, "C": np.zeros((10, 9), np.float32)},
+                    {"lo": lo})["C"]
+    np.testing.assert_array_equal(plain, expect)
+
+
+def test_loops_that_are_not_plain_dot_sums_are_not_fused():
+    from compiler.interp_fusion import match_dot_loop
+
+    def loop_of(body):
+        src = f"""
+@autotune(B in [4])
+kernel k(A: tensor<f32>[N, N], C: tensor<f32>[N, N]) {{
+  let i = ctx.block.x * B
+  var acc: tile<f32>[B, B] = 0.0
+  for kt in range(0, N, B) {{
+{body}
+  }}
+  C[i :+ B, 0 :+ B] = acc
+}}
+"""
+        return next(s for s in load_text(src).kernel().body if isinstance(s, ir.For))
+
+    assert match_dot_loop(loop_of("    acc += dot(A[i :+ B, kt :+ B], A[kt :+ B, 0 :+ B])")) is not None
+    for body in (
+        "    acc += dot(A[i :+ B, kt :+ B], A[kt :+ B, kt :+ B])",  # kt in a second axis
+        "    acc += dot(A[kt :+ B, i :+ B], A[kt :+ B, 0 :+ B])",  # kt on a's rows
+        "    acc += dot(A[i :+ B, 2 * kt :+ B], A[2 * kt :+ B, 0 :+ B])",  # not kt + c
+        "    acc = acc + dot(A[i :+ B, kt :+ B], A[kt :+ B, 0 :+ B])",  # not +=
+        "    acc += dot(A[i :+ B, kt :+ B], A[kt :+ B, 0 :+ B]) * 2.0",  # not a bare dot
+        "    let a = A[i :+ B, kt :+ B]\n    C[i :+ B, kt :+ B] = a\n    acc += dot(a, a)",  # a store
+    ):
+        assert match_dot_loop(loop_of(body)) is None, body
