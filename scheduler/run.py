@@ -67,98 +67,59 @@ async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> Run
     local = None
     addresses, token = list(options.pods), options.token
     if not addresses:
-        devices = choose_devices(options.local_pods, visible_gpus())
-        token = new_token()
-        extra = ["--heartbeat-interval", str(options.heartbeat_interval),
-                 "--scheduler-timeout", str(options.heartbeat_timeout)]
-        local = await start_local_pods(devices, list(options.storage_roots), token, extra,
-                                       log_level=options.pod_log_level)
-        addresses = local.addresses
+        local = await start_pods_for(options)
+        addresses, token = local.addresses, local.token
     elif not token:
         raise UserError("--pods needs the cluster's token: --token-file PATH or PHOBOS_TOKEN")
+    session = PodSession(addresses, token)
     try:
-        runner = Runner(prepared, addresses, token, options)
-        return await runner.run()
+        await session.open()
+        return await session.run(prepared, options)
     finally:
+        await session.close()
         if local is not None:
             await local.stop()
 
 
-class Runner:
-    def __init__(self, prepared: prep.PreparedJob, addresses: list[str], token: str, options: RunOptions):
+async def start_pods_for(options: RunOptions, count: int | None = None):
+    devices = choose_devices(count if count is not None else options.local_pods, visible_gpus())
+    extra = ["--heartbeat-interval", str(options.heartbeat_interval),
+             "--scheduler-timeout", str(options.heartbeat_timeout)]
+    return await start_local_pods(devices, list(options.storage_roots), new_token(), extra,
+                                  log_level=options.pod_log_level)
+
+
+class PodSession:
+    """The scheduler's links to its pods: login, hello, and the sink they report to.
+
+    A pod takes the session that said hello as its scheduler and exits when that connection
+    drops, so a session lives as long as the scheduler; it may run several jobs one after the
+    other (tests do), each on all of its live nodes or on a chosen subset."""
+
+    def __init__(self, addresses: list[str], token: str):
         from schemas import capnp_io
 
         self.io = capnp_io
-        self.prepared = prepared
-        self.addresses = addresses
+        self.addresses = list(addresses)
         self.token = token
-        self.options = options
-        self.t0 = time.time()
         self.clients: dict[int, object] = {}
         self.pods: dict[int, object] = {}
-        self.state: ClusterState | None = None
-        self.trace = TraceRecorder(prepared)
-        self.done = asyncio.Event()
-        self.tasks: set[asyncio.Task] = set()
-        self.job_program = capnp_io.job_program(prepared.program, prepared.scalars)
+        self.infos: dict[int, object] = {}
+        self.lost: dict[int, str] = {}  # node -> why its connection is gone
+        self.current: JobRun | None = None
+        self.watchers: set[asyncio.Task] = set()
 
-    def now(self) -> float:
-        return time.time() - self.t0
-
-    # ---- the run ---------------------------------------------------------------------------
-
-    async def run(self) -> RunResult:
-        staged: dict[str, Path] = {}
-        try:
-            figures = await self._connect_all()
-            uris = self.prepared.uris
-            program = self.prepared.program
-
-            def planner(live, generation, units):
-                return plan(program, live, uris, generation, units)
-
-            self.state = ClusterState(program, figures, planner,
-                                      heartbeat_timeout=self.options.heartbeat_timeout)
-            # Plan before creating staging: a plan that does not fit fails with nothing written.
-            first = self.state.start(self.now())
-            staged = prep.create_staging(self.prepared)
-            self._spawn(self._ticker())
-            for node in self.pods:
-                self._spawn(self._watch(node))
-            self._apply(first)
-            await self.done.wait()
-            outcome = self.state.outcome
-            if isinstance(outcome, Succeeded):
-                prep.commit_staging(self.prepared, staged)
-                staged = {}
-                ok, reason = True, ""
-            else:
-                ok, reason = False, outcome.reason if isinstance(outcome, Failed) else "stopped"
-        finally:
-            prep.abort_staging(staged)
-            for task in self.tasks:
-                task.cancel()
-            await self._close_all()
-        wall = self.now()
-        trace = self.trace.finish(self.state, wall)
-        return RunResult(ok, reason, wall, trace)
-
-    # ---- pods --------------------------------------------------------------------------------
-
-    async def _connect_all(self) -> dict[int, NodeFigure]:
-        figures = {}
+    async def open(self) -> None:
         connects = (self._connect(node, addr) for node, addr in enumerate(self.addresses))
         results = await asyncio.gather(*connects, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        for node, info in enumerate(results):
-            figures[node] = NodeFigure(node, int(info.vram_bytes))
-            self.trace.add_node(NodeRecord(node, self.addresses[node], info.backend, info.device_name,
-                                           int(info.vram_bytes)))
-        return figures
+        for node in self.pods:
+            task = asyncio.ensure_future(self._watch(node))
+            self.watchers.add(task)
 
-    async def _connect(self, node: int, address: str):
+    async def _connect(self, node: int, address: str) -> None:
         import capnp
 
         host, _, port = address.rpartition(":")
@@ -183,34 +144,120 @@ class Runner:
                 raise UserError(f"pod {address} refused the token: {why}") from None
             raise UserError(f"pod {address}: {text}") from None
         self.pods[node] = pod
-        return self.io.read_pod_info(reply.info)
+        self.infos[node] = self.io.read_pod_info(reply.info)
 
-    async def _close_all(self) -> None:
-        job_id = self.prepared.job_id
-        for node, pod in self.pods.items():
-            if self.state is not None and node not in self.state.live:
-                continue
-            try:
-                await asyncio.wait_for(pod.cancel(job_id), 5.0)
-            except Exception:  # best effort: the pod also drops jobs when this connection closes
-                pass
+    async def _watch(self, node: int) -> None:
+        try:
+            await self.clients[node].on_disconnect()
+            reason = "connection lost"
+        except Exception as err:
+            reason = f"connection lost ({_one_line(err)})"
+        self.lost[node] = reason
+        if self.current is not None:
+            self.current.on_disconnected(node, reason)
+
+    async def close(self) -> None:
+        for task in self.watchers:
+            task.cancel()
         for client in self.clients.values():
             try:
                 client.close()
-            except Exception:
+            except Exception:  # already closed by a dropped connection
                 pass
+
+    async def run(self, prepared: prep.PreparedJob, options: RunOptions,
+                  nodes: list[int] | None = None) -> RunResult:
+        nodes = [n for n in (nodes if nodes is not None else sorted(self.pods)) if n not in self.lost]
+        if not nodes:
+            raise JobFailed("no live pod to run the job on")
+        self.current = JobRun(self, prepared, options, nodes)
+        try:
+            return await self.current.run()
+        finally:
+            self.current = None
+
+    # ---- reports from pods (called by SinkImpl) ------------------------------------------------
+
+    def on_heartbeat(self, node: int, generation: int, running: list[int]) -> None:
+        if self.current is not None:
+            self.current.on_heartbeat(node, generation, running)
+
+    def on_events(self, node: int, generation: int, job_id: str, events) -> None:
+        if self.current is not None and job_id == self.current.prepared.job_id:
+            self.current.on_events(node, generation, events)
+
+    def on_finished(self, node: int, job_id: str, generation: int, ok: bool, message: str) -> None:
+        if self.current is not None and job_id == self.current.prepared.job_id:
+            self.current.on_finished(node, generation, ok, message)
+
+
+class JobRun:
+    """One job on some of a session's nodes, from submit to commit (or abort)."""
+
+    def __init__(self, session: PodSession, prepared: prep.PreparedJob, options: RunOptions,
+                 nodes: list[int]):
+        self.session = session
+        self.io = session.io
+        self.prepared = prepared
+        self.options = options
+        self.nodes = nodes
+        self.t0 = time.time()
+        self.state: ClusterState | None = None
+        self.trace = TraceRecorder(prepared)
+        self.done = asyncio.Event()
+        self.tasks: set[asyncio.Task] = set()
+        self.job_program = self.io.job_program(prepared.program, prepared.scalars)
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    async def run(self) -> RunResult:
+        staged: dict[str, Path] = {}
+        figures = {}
+        for node in self.nodes:
+            info = self.session.infos[node]
+            figures[node] = NodeFigure(node, int(info.vram_bytes))
+            self.trace.add_node(NodeRecord(node, self.session.addresses[node], info.backend, info.device_name,
+                                           int(info.vram_bytes)))
+        uris = self.prepared.uris
+        program = self.prepared.program
+
+        def planner(live, generation, units):
+            return plan(program, live, uris, generation, units)
+
+        self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
+        try:
+            # Plan before creating staging: a plan that does not fit fails with nothing written.
+            first = self.state.start(self.now())
+            staged = prep.create_staging(self.prepared)
+            self._spawn(self._ticker())
+            self._apply(first)
+            await self.done.wait()
+            outcome = self.state.outcome
+            if isinstance(outcome, Succeeded):
+                prep.commit_staging(self.prepared, staged)
+                staged = {}
+                ok, reason = True, ""
+            else:
+                ok, reason = False, outcome.reason if isinstance(outcome, Failed) else "stopped"
+        finally:
+            prep.abort_staging(staged)
+            for task in self.tasks:
+                task.cancel()
+            await self._cancel_everywhere()
+        wall = self.now()
+        trace = self.trace.finish(self.state, wall)
+        return RunResult(ok, reason, wall, trace)
+
+    async def _cancel_everywhere(self) -> None:
+        """Drop the job on every live node: buffers of a failed job are freed at once."""
+        live = [n for n in self.nodes if n not in self.session.lost]
+        await asyncio.gather(*(self._cancel(n) for n in live))
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-
-    async def _watch(self, node: int) -> None:
-        try:
-            await self.clients[node].on_disconnect()
-        except Exception:
-            pass
-        self._apply(self.state.disconnected(node, "connection lost", self.now()))
 
     async def _ticker(self) -> None:
         period = max(0.05, min(0.5, self.options.heartbeat_timeout / 4))
@@ -234,9 +281,8 @@ class Runner:
     async def _submit(self, action: Submit) -> None:
         from schemas.capnp_io import Peer
 
-        pod = self.pods[action.node]
-        live = sorted(self.state.live)
-        peers = [Peer(n, self.addresses[n]) for n in live]
+        pod = self.session.pods[action.node]
+        peers = [Peer(n, self.session.addresses[n]) for n in sorted(self.state.live)]
         try:
             request = pod.submit_request()
             self.io.write_submit(request, self.prepared.job_id, self.job_program, action.plan, peers)
@@ -252,17 +298,22 @@ class Runner:
 
     async def _cancel(self, node: int) -> None:
         try:
-            await asyncio.wait_for(self.pods[node].cancel(self.prepared.job_id), 2.0)
-        except Exception:
+            await asyncio.wait_for(self.session.pods[node].cancel(self.prepared.job_id), 2.0)
+        except Exception:  # best effort: a dead node cannot answer, and needs no telling
             pass
 
-    # ---- reports from pods (called by SinkImpl) --------------------------------------------------
+    # ---- reports -------------------------------------------------------------------------------
+
+    def on_disconnected(self, node: int, reason: str) -> None:
+        if node in self.nodes and self.state is not None:
+            self._apply(self.state.disconnected(node, reason, self.now()))
 
     def on_heartbeat(self, node: int, generation: int, running: list[int]) -> None:
-        self._apply(self.state.heartbeat(node, generation, running, self.now()))
+        if node in self.nodes and self.state is not None:
+            self._apply(self.state.heartbeat(node, generation, running, self.now()))
 
-    def on_events(self, node: int, generation: int, job_id: str, events) -> None:
-        if job_id != self.prepared.job_id or self.state is None:
+    def on_events(self, node: int, generation: int, events) -> None:
+        if node not in self.nodes or self.state is None:
             return
         live = node in self.state.live
         infos = []
@@ -272,10 +323,9 @@ class Runner:
             infos.append(EventInfo(event.id, event.kind, event.ok, event.message))
         self._apply(self.state.events(node, generation, infos, self.now()))
 
-    def on_finished(self, node: int, job_id: str, generation: int, ok: bool, message: str) -> None:
-        if job_id != self.prepared.job_id or self.state is None:
-            return
-        self._apply(self.state.finished(node, generation, ok, message, self.now()))
+    def on_finished(self, node: int, generation: int, ok: bool, message: str) -> None:
+        if node in self.nodes and self.state is not None:
+            self._apply(self.state.finished(node, generation, ok, message, self.now()))
 
 
 def _sink_class():
@@ -284,8 +334,8 @@ def _sink_class():
     class SinkImpl(capnp_io.rpc().SchedulerSink.Server):
         """One per node: the `node` a pod claims is ignored in favour of the connection's own."""
 
-        def __init__(self, runner: Runner, node: int):
-            self.runner, self.node = runner, node
+        def __init__(self, session: PodSession, node: int):
+            self.runner, self.node = session, node
 
         async def heartbeat(self, node, generation, running, _context, **kwargs):
             self.runner.on_heartbeat(self.node, generation, list(running))
@@ -299,11 +349,11 @@ def _sink_class():
     return SinkImpl
 
 
-def SinkImpl(runner: Runner, node: int):  # noqa: N802 - builds the capnp server class lazily
+def SinkImpl(session: PodSession, node: int):  # noqa: N802 - builds the capnp server class lazily
     global _SINK
     if _SINK is None:
         _SINK = _sink_class()
-    return _SINK(runner, node)
+    return _SINK(session, node)
 
 
 _SINK = None
