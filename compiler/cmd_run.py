@@ -17,7 +17,6 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from common.cli import user_path
@@ -26,13 +25,7 @@ from compiler import ir
 from compiler.binding import Binding, bind, tensor_shape
 from compiler.cli_args import parse_assignments, parse_scalars
 from compiler.interp import run_kernel, scalar_arguments, stored_tensors
-
-STORAGE_DTYPES = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "i32": np.dtype(np.int32),
-}
+from compiler.interp_values import STORAGE_DTYPES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -321,12 +321,26 @@ def _scalar_values(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dic
 
 
 def _check_tensors(kernel: ir.Kernel, binding: Binding, tensors: Mapping[str, np.ndarray]) -> None:
+    outputs = stored_tensors(kernel.body)
     for p in kernel.tensors:
         if p.name not in tensors:
             raise UserError(f"missing tensor {p.name} for kernel {kernel.name}")
+        array = tensors[p.name]
         expected = tensor_shape(p, binding.env)
-        if tuple(tensors[p.name].shape) != expected:
-            raise UserError(f"tensor {p.name}: expected shape {expected}, got {tuple(tensors[p.name].shape)}")
+        if tuple(array.shape) != expected:
+            raise UserError(f"tensor {p.name}: expected shape {expected}, got {tuple(array.shape)}")
+        if array.dtype != val.STORAGE_DTYPES[p.dtype]:
+            raise UserError(f"tensor {p.name}: the kernel expects {p.dtype}, got an array of {array.dtype}")
+        if p.name in outputs and not array.flags.writeable:
+            raise UserError(f"tensor {p.name}: the kernel stores to it, but the array is read-only")
+
+
+def _written(kernel: ir.Kernel, tensors: Mapping[str, np.ndarray]) -> frozenset[str]:
+    """Tensors whose contents a store may change: those stored to, and any sharing memory with
+    one of them (a load from those must copy rather than view)."""
+    stored = stored_tensors(kernel.body)
+    return frozenset(name for name, array in tensors.items()
+                     if name in stored or any(np.may_share_memory(array, tensors[s]) for s in stored))
 
 
 def grid_shape(kernel: ir.Kernel, binding: Binding) -> tuple[int, int, int]:
@@ -341,7 +355,7 @@ def run_kernel(kernel: ir.Kernel, binding: Binding, tensors: dict[str, np.ndarra
                scalars: Mapping[str, float | int]) -> None:
     """Run `kernel` over its whole grid, writing its stores into `tensors` in place."""
     _check_tensors(kernel, binding, tensors)
-    launch = _Launch(kernel, binding.env, grid_shape(kernel, binding), tensors, stored_tensors(kernel.body))
+    launch = _Launch(kernel, binding.env, grid_shape(kernel, binding), tensors, _written(kernel, tensors))
     runner = _Runner(launch, _scalar_values(kernel, scalars))
     if 0 in launch.grid:
         return

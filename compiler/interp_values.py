@@ -16,6 +16,7 @@ exist in tensors: loads widen them to float32 (see interp_memory).
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from compiler import interp_blas
@@ -25,6 +26,7 @@ F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
 VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL}
+STORAGE_DTYPES = {"f32": F32, "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "i32": I32}
 
 
 def tile_rank(v: np.ndarray) -> int:
