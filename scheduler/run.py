@@ -273,6 +273,9 @@ class JobRun:
                 self.trace.add_plan(self.state.plans[action.plan.generation], action.node)
                 self._spawn(self._submit(action))
             elif isinstance(action, Cancel):
+                # Declared dead: later jobs of this session must not count on it either.
+                reason = next((f.reason for f in reversed(self.state.failures) if f.node == action.node), "")
+                self.session.lost.setdefault(action.node, reason)
                 self._spawn(self._cancel(action.node))
             elif isinstance(action, Failed | Succeeded):
                 log.info("job outcome", job=self.prepared.job_id, outcome=type(action).__name__)
@@ -360,6 +363,18 @@ _SINK = None
 
 
 def _one_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    lines = [line for line in text.splitlines() if line.strip()]
-    return (lines[-1] if lines else text)[:300]
+    """The reason in an exception's text: Cap'n Proto appends a "stack: ..." line (addresses),
+    and wraps a remote error as "remote exception: <type>: <reason>"."""
+    text = str(getattr(err, "description", None) or str(err).strip() or type(err).__name__)
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("stack:")]
+    if not lines:
+        return type(err).__name__
+    line = lines[0].strip()
+    if "Traceback (most recent call last)" in text:
+        # A Python error on the pod comes as its whole traceback: its last unindented line
+        # ("PermissionError: login refused: wrong token") is the reason.
+        line = [ln for ln in lines if not ln.startswith(" ")][-1]
+        kind, sep, rest = line.partition(": ")
+        if sep and kind.isidentifier():
+            line = rest
+    return line.strip()[:300]

@@ -139,7 +139,7 @@ def run_command(argv: list[str]) -> int:
     from common import log
     from scheduler.jobfile import read_job
     from scheduler.prepare import prepare
-    from scheduler.run import RunOptions, run_job
+    from scheduler.run import JobFailed, RunOptions, run_job
     from scheduler.tracefile import summary_text, write_trace
 
     args = build_parser().parse_args(argv)
@@ -173,7 +173,11 @@ def run_command(argv: list[str]) -> int:
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         heartbeat_timeout=_positive("--heartbeat-timeout", args.heartbeat_timeout),
         cluster_values=cluster_values, pod_log_level=args.pod_log_level)
-    result = run_job(prepared, options)
+    try:
+        result = run_job(prepared, options)
+    except JobFailed as err:
+        print(f"error: job failed: {err}", file=sys.stderr)
+        return 1
     if trace_path is not None:
         write_trace(result.trace, trace_path)
     print(summary_text(result.trace, result.ok, result.reason))
