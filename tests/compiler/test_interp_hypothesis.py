@@ -93,7 +93,8 @@ def _inputs(data, r, c):
 
 INPUTS = "x: tensor<f32>[R, C], y: tensor<f32>[R, C], z: tensor<f32>[R, C]"
 TILES = st.sampled_from([1, 2, 4, 8, 16, 32])
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -164,3 +165,71 @@ kernel k({INPUTS}, out: tensor<f32>[{out_dim}], s: f32) {{
     magnitude = np.abs(np.where(np.isfinite(value), value, 0)).astype(np.float64).sum(axis=axis)
     bound = 8 * np.sqrt(value.shape[axis]) * EPS32 * magnitude
     assert np.all(np.abs(out[finite].astype(np.float64) - expected[finite]) <= bound[finite])
+
+
+def _int_leaf():
+    return st.one_of(st.sampled_from(LEAVES).map(lambda n: ("leaf", n)),
+                     st.sampled_from([0, 1, 2, -3]).map(lambda v: ("iconst", v)))
+
+
+def _int_extend(children):
+    unary = st.tuples(st.sampled_from(["neg", "abs"]), children)
+    binary = st.tuples(st.sampled_from(["+", "-", "*", "/", "%", "max", "min"]), children, children)
+    compare = st.tuples(st.sampled_from(["<", ">=", "==", "!="]), children, children)
+    return st.one_of(unary, binary, st.tuples(st.just("where"), compare, children, children))
+
+
+INT_EXPRS = st.recursive(_int_leaf(), _int_extend, max_leaves=8)
+
+
+def int_source(node) -> str:
+    if node[0] == "iconst":
+        return str(node[1])
+    if node[0] == "leaf":
+        return node[1]
+    if node[0] in ("neg", "abs"):
+        return f"(-{int_source(node[1])})" if node[0] == "neg" else f"abs({int_source(node[1])})"
+    if node[0] in ("max", "min"):
+        return f"{node[0]}({int_source(node[1])}, {int_source(node[2])})"
+    if node[0] == "where":
+        return f"where({int_source(node[1])}, {int_source(node[2])}, {int_source(node[3])})"
+    return f"({int_source(node[1])} {node[0]} {int_source(node[2])})"
+
+
+def int_numpy(node, env):
+    """i32 meaning: `/` floors, `%` takes the divisor's sign (numpy's // and %)."""
+    if node[0] == "iconst":
+        return np.int32(node[1])
+    if node[0] == "leaf":
+        return env[node[1]]
+    args = [int_numpy(n, env) for n in node[1:]]
+    ops = {"neg": np.negative, "abs": np.abs, "max": np.maximum, "min": np.minimum, "+": np.add,
+           "-": np.subtract, "*": np.multiply, "/": np.floor_divide, "%": np.mod, "<": np.less,
+           ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal, "where": np.where}
+    return ops[node[0]](*args)
+
+
+@SETTINGS
+@given(expr=INT_EXPRS, r=st.integers(1, 30), c=st.integers(1, 30), br=TILES, bc=TILES, data=st.data())
+def test_random_i32_kernels_match_numpy(expr, r, c, br, bc, data):
+    src = f"""
+@autotune(BR in [{br}], BC in [{bc}])
+kernel k(x: tensor<i32>[R, C], y: tensor<i32>[R, C], z: tensor<i32>[R, C], out: tensor<i32>[R, C], s: i32) {{
+  let i = ctx.block.x * BR
+  let j = ctx.block.y * BC
+  let a = x[i :+ BR, j :+ BC]
+  let b = y[i :+ BR, j :+ BC]
+  let d = z[i :+ BR, j :+ BC]
+  out[i :+ BR, j :+ BC] = i32(full([BR, BC], 0.0)) + {int_source(expr)}
+}}
+"""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    arrays = {n: rng.integers(-4, 5, (r, c)).astype(np.int32) for n in "abd"}
+    s = data.draw(st.sampled_from([-2, 3]))
+    kernel = load_text(src).kernel()
+    out = np.full((r, c), 12345, np.int32)
+    tensors = {"x": arrays["a"], "y": arrays["b"], "z": arrays["d"], "out": out}
+    run_kernel(kernel, bind(kernel, {"R": r, "C": c}), tensors, {"s": s})
+    with np.errstate(all="ignore"):  # x / 0 and x % 0 are 0 in numpy; undefined on a GPU
+        expected = int_numpy(expr, {**arrays, "s": np.int32(s)}) + np.zeros((r, c), np.int32)
+    np.testing.assert_array_equal(out, expected.astype(np.int32))
