@@ -1,0 +1,373 @@
+"""The cluster tuner's model: choose @cluster values by predicting each combination's time.
+
+Pure: no I/O, no clocks. The pipeline, for every combination of @cluster values:
+
+1. compile the cluster program at those values (a combination the cluster compiler rejects, e.g. a
+   dimension that is not a whole multiple of its super-tile, is dropped with the compiler's reason);
+2. plan it with the real planner over the nodes (VRAM unchecked there, so we get every node's
+   peak and can say by how much it misses);
+3. drop it when some node gets no super-tile (fewer units than nodes) or a node's peak exceeds
+   its memory;
+4. account every node's plan (`account`): launches and FLOPs per leaf, bytes loaded, fetched,
+   served and stored, the bytes it must have before its first compute and its last store;
+5. predict (`predict`): per node, compute time and transfer time overlap (a pod runs loads and
+   fetches while it computes); what cannot overlap is the start (the first compute waits for its
+   inputs) and the end (the last store waits for the last compute). The job's time is the busiest
+   node's, plus a fixed per-job cost that ranks nothing but makes predictions comparable with
+   measured wall times:
+
+       compute   = sum over launches of (launch_s + leaf FLOPs / leaf FLOP/s)
+       transfer  = (loaded + stored) / storage_bw + (fetched + served) / link_bw
+                   + transfer_s per load, fetch and store
+       node time = start + max(compute, transfer - start - end) + end
+       job time  = job_s + max over nodes of node time
+
+Candidates are ranked by predicted time; ties keep the search-space order (first values first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from common.errors import UserError
+from compiler import ir
+from compiler.cluster.program import ClusterProgram
+from schemas.instructions import Allocate, Compute, Fetch, Load, NodePlan, Store
+
+BYTES_PER_ELEMENT = 4  # node buffers are f32 (see scheduler/planner.py)
+
+
+@dataclass(frozen=True)
+class LeafRate:
+    """How fast one leaf runs on a node: a fixed cost per launch plus its FLOPs at a rate."""
+
+    launch_s: float
+    flops_per_s: float
+
+    def launch_time(self, flops: int) -> float:
+        return self.launch_s + flops / self.flops_per_s
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The machine the model predicts for. Bandwidths in bytes/s; `vram_bytes` 0 = unchecked."""
+
+    nodes: int
+    vram_bytes: int
+    leaf_flops: float  # FLOP/s of one node running a leaf
+    link_bw: float  # between two nodes
+    storage_bw: float  # a node reading or writing storage
+    launch_s: float = 0.0  # fixed cost of one leaf launch
+    transfer_s: float = 0.0  # fixed cost of one load, fetch or store
+    job_s: float = 0.0  # fixed cost of a job (start, plan, submit, commit)
+    leaf_rates: tuple[tuple[str, LeafRate], ...] = ()  # per leaf name, overriding the two above
+    source: str = "command line"  # where the figures come from, for the table's heading
+
+    def rate(self, leaf: str) -> LeafRate:
+        for name, rate in self.leaf_rates:
+            if name == leaf:
+                return rate
+        return LeafRate(self.launch_s, self.leaf_flops)
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    """What one node's plan asks of it."""
+
+    node: int
+    units: int
+    launches: tuple[tuple[str, int, int], ...]  # (leaf, launches, total FLOPs)
+    bytes_loaded: int
+    bytes_fetched: int
+    bytes_served: int
+    bytes_stored: int
+    transfers: int  # loads + fetches + stores
+    start_loaded: int  # bytes loaded before the first compute can run
+    start_fetched: int  # bytes fetched before the first compute can run
+    end_stored: int  # bytes of the last store
+    peak_bytes: int
+
+
+@dataclass(frozen=True)
+class NodeEstimate:
+    node: int
+    compute_s: float
+    transfer_s: float
+    start_s: float
+    end_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    total_s: float
+    busiest: NodeEstimate
+    nodes: tuple[NodeEstimate, ...]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One combination of @cluster values: predicted, or dropped with the reason."""
+
+    values: tuple[tuple[str, int], ...]
+    prediction: Prediction | None = None
+    loads: tuple[NodeLoad, ...] = ()
+    dropped: str | None = None
+    units: int = 0
+    order: int = 0  # position in the search space
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(n.bytes_loaded + n.bytes_fetched + n.bytes_stored for n in self.loads)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((n.peak_bytes for n in self.loads), default=0)
+
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    ranked: tuple[Candidate, ...]  # kept candidates, best first
+    dropped: tuple[Candidate, ...]  # in search-space order
+    figures: Figures
+    pinned: tuple[tuple[str, int], ...] = field(default=())
+
+    @property
+    def best(self) -> Candidate:
+        if not self.ranked:
+            reasons = "; ".join(f"{c.label()}: {c.dropped}" for c in self.dropped)
+            raise UserError(f"--autotune: no @cluster combination can run on {self.figures.nodes} "
+                            f"node(s) ({reasons})")
+        return self.ranked[0]
+
+
+# ------------------------------------------------------------------------------------------
+# Accounting a plan
+# ------------------------------------------------------------------------------------------
+
+
+def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram) -> tuple[NodeLoad, ...]:
+    """Every node's launches and bytes, from the planner's instruction lists."""
+    flops = {leaf.name: leaf.flops for leaf in program.leaves}
+    shapes: dict[tuple[int, int], tuple[int, ...]] = {}  # (node, buffer) -> shape
+    for node, node_plan in node_plans.items():
+        for ins in node_plan.instructions:
+            if isinstance(ins, Allocate):
+                shapes[node, ins.buffer] = ins.shape
+    served: dict[int, int] = dict.fromkeys(node_plans, 0)
+    for node, node_plan in node_plans.items():
+        for ins in node_plan.instructions:
+            if isinstance(ins, Fetch):
+                served[ins.peer] = served.get(ins.peer, 0) + _nbytes(shapes[node, ins.buffer])
+    return tuple(_account_node(node, p, flops, shapes, served.get(node, 0)) for node, p in node_plans.items())
+
+
+def _nbytes(shape: Sequence[int]) -> int:
+    return math.prod(shape) * BYTES_PER_ELEMENT
+
+
+def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
+                  shapes: Mapping[tuple[int, int], tuple[int, ...]], served: int) -> NodeLoad:
+    launches: dict[str, list[int]] = {}
+    loaded = fetched = stored = transfers = 0
+    got: dict[int, tuple[str, int]] = {}  # instruction id -> ("load" | "fetch", bytes)
+    start: tuple[int, int] | None = None
+    end_stored = 0
+    units = set()
+    for ins in node_plan.instructions:
+        if isinstance(ins, Load):
+            n = _nbytes(ins.region.shape)
+            loaded += n
+            transfers += 1
+            got[ins.id] = ("load", n)
+        elif isinstance(ins, Fetch):
+            n = _nbytes(shapes[node, ins.buffer])
+            fetched += n
+            transfers += 1
+            got[ins.id] = ("fetch", n)
+        elif isinstance(ins, Store):
+            end_stored = _nbytes(ins.region.shape)
+            stored += end_stored
+            transfers += 1
+        elif isinstance(ins, Compute):
+            entry = launches.setdefault(ins.leaf, [0, 0])
+            entry[0] += 1
+            entry[1] += flops.get(ins.leaf, 0)
+            units.add(ins.unit)
+            # The start: what the first compute that reads anything from outside waits for.
+            if start is None:
+                needed = [got[d] for d in ins.deps if d in got]
+                if needed:
+                    start = (sum(n for kind, n in needed if kind == "load"),
+                             sum(n for kind, n in needed if kind == "fetch"))
+    start_loaded, start_fetched = start or (0, 0)
+    return NodeLoad(
+        node=node, units=len(units),
+        launches=tuple((leaf, c, f) for leaf, (c, f) in launches.items()),
+        bytes_loaded=loaded, bytes_fetched=fetched, bytes_served=served, bytes_stored=stored,
+        transfers=transfers, start_loaded=start_loaded, start_fetched=start_fetched,
+        end_stored=end_stored, peak_bytes=node_plan.peak_bytes)
+
+
+# ------------------------------------------------------------------------------------------
+# Predicting
+# ------------------------------------------------------------------------------------------
+
+
+def estimate_node(load: NodeLoad, figures: Figures) -> NodeEstimate:
+    compute = sum(count * figures.rate(leaf).launch_s + total / figures.rate(leaf).flops_per_s
+                  for leaf, count, total in load.launches)
+    transfer = ((load.bytes_loaded + load.bytes_stored) / figures.storage_bw
+                + (load.bytes_fetched + load.bytes_served) / figures.link_bw
+                + load.transfers * figures.transfer_s)
+    if not load.launches:
+        return NodeEstimate(load.node, 0.0, transfer, 0.0, 0.0, transfer)
+    start = load.start_loaded / figures.storage_bw + load.start_fetched / figures.link_bw
+    start += (figures.transfer_s if load.start_loaded or load.start_fetched else 0.0)
+    end = load.end_stored / figures.storage_bw + (figures.transfer_s if load.end_stored else 0.0)
+    total = start + max(compute, transfer - start - end) + end
+    return NodeEstimate(load.node, compute, transfer, start, end, total)
+
+
+def predict(loads: Sequence[NodeLoad], figures: Figures) -> Prediction:
+    estimates = tuple(estimate_node(load, figures) for load in loads)
+    busiest = max(estimates, key=lambda e: e.total_s)
+    return Prediction(figures.job_s + busiest.total_s, busiest, estimates)
+
+
+# ------------------------------------------------------------------------------------------
+# Candidates: compile, plan, prune, predict, rank
+# ------------------------------------------------------------------------------------------
+
+
+def search_space(kernel: ir.Kernel, pinned: Mapping[str, int] | None = None) -> list[dict[str, int]]:
+    """Every @cluster combination (first values first), restricted to the pinned values."""
+    from compiler.cluster import cluster_space
+
+    space = cluster_space(kernel)
+    pinned = dict(pinned or {})
+    if pinned:
+        names = set(space[0]) if space else set()
+        for name in pinned:
+            if name not in names:
+                raise UserError(f"--set {name}: kernel {kernel.name} has no @cluster name {name} "
+                                f"(it has: {', '.join(sorted(names))})")
+        space = [c for c in space if all(c[k] == v for k, v in pinned.items())]
+        if not space:
+            raise UserError("--set: the pinned values are outside the @cluster search space")
+    return space
+
+
+def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
+             pinned: Mapping[str, int] | None = None,
+             tile_values: Mapping[str, int] | None = None) -> list[Candidate]:
+    """Every combination, compiled, planned, pruned and (where kept) predicted."""
+    from compiler.cluster import compile_cluster
+
+    out = []
+    for order, values in enumerate(search_space(kernel, pinned)):
+        key = tuple(values.items())
+        try:
+            program = compile_cluster(kernel, dict(dims), cluster_values=values,
+                                      tile_values=dict(tile_values) if tile_values else None)
+        except UserError as err:  # CompileError is a UserError: the compiler's reason, one line
+            message = getattr(err, "message", None) or str(err)
+            out.append(Candidate(key, dropped=message.splitlines()[0], order=order))
+            continue
+        out.append(evaluate_program(program, figures, order))
+    return out
+
+
+def evaluate_program(program: ClusterProgram, figures: Figures, order: int = 0) -> Candidate:
+    """One compiled combination: planned over `figures.nodes` nodes, pruned, predicted."""
+    from scheduler.planner import NodeFigure, plan
+
+    key = tuple(program.cluster_values)
+    units = len(program.units)
+    if units < figures.nodes:
+        return Candidate(key, dropped=f"{units} super-tile(s) for {figures.nodes} nodes: "
+                                      f"{figures.nodes - units} node(s) would get none",
+                         units=units, order=order)
+    uris = {t.name: f"file:///{t.name}.npy" for t in program.tensors}  # the model never reads them
+    result = plan(program, [NodeFigure(n, 0) for n in range(figures.nodes)], uris)
+    loads = account(result.node_plans, program)
+    if figures.vram_bytes:
+        worst = max(loads, key=lambda load: load.peak_bytes)
+        if worst.peak_bytes > figures.vram_bytes:
+            return Candidate(key, loads=loads, units=units, order=order,
+                             dropped=f"node {worst.node} needs {format_bytes(worst.peak_bytes)} at its peak, "
+                                     f"more than its {format_bytes(figures.vram_bytes)} of memory")
+    return Candidate(key, predict(loads, figures), loads, units=units, order=order)
+
+
+def rank(candidates: Sequence[Candidate], figures: Figures,
+         pinned: Mapping[str, int] | None = None) -> Ranking:
+    kept = sorted((c for c in candidates if c.dropped is None), key=lambda c: (c.prediction.total_s, c.order))
+    dropped = tuple(c for c in candidates if c.dropped is not None)
+    return Ranking(tuple(kept), dropped, figures, tuple((pinned or {}).items()))
+
+
+def tune(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
+         pinned: Mapping[str, int] | None = None, tile_values: Mapping[str, int] | None = None) -> Ranking:
+    """The whole baseline: evaluate every combination and rank them."""
+    if figures.nodes < 1:
+        raise UserError("--nodes must be at least 1")
+    return rank(evaluate(kernel, dims, figures, pinned, tile_values), figures, pinned)
+
+
+# ------------------------------------------------------------------------------------------
+# The table
+# ------------------------------------------------------------------------------------------
+
+
+def format_bytes(n: float) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def format_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def describe_figures(figures: Figures) -> str:
+    vram = format_bytes(figures.vram_bytes) if figures.vram_bytes else "unchecked"
+    text = (f"{figures.nodes} nodes, memory {vram}, leaf {figures.leaf_flops:.3g} FLOP/s, "
+            f"link {figures.link_bw:.3g} B/s, storage {figures.storage_bw:.3g} B/s")
+    if figures.launch_s or figures.transfer_s or figures.job_s:
+        text += (f", per launch {format_seconds(figures.launch_s)}, per transfer "
+                 f"{format_seconds(figures.transfer_s)}, per job {format_seconds(figures.job_s)}")
+    for name, r in figures.leaf_rates:
+        text += f"; leaf {name}: {r.flops_per_s:.3g} FLOP/s + {format_seconds(r.launch_s)}/launch"
+    return f"{text} ({figures.source})"
+
+
+def render_table(ranking: Ranking) -> str:
+    """The ranked table: combination, predicted time, busiest node, bytes moved; then the drops."""
+    lines = [f"cluster tuner: {describe_figures(ranking.figures)}"]
+    if ranking.pinned:
+        lines.append("pinned by --set: " + " ".join(f"{k}={v}" for k, v in ranking.pinned))
+    label_w = max([len(c.label()) for c in (*ranking.ranked, *ranking.dropped)] + [11])
+    lines.append(f"{'rank':>4}  {'combination':<{label_w}} {'units':>6} {'predicted':>11} {'busiest':>8} "
+                 f"{'compute':>10} {'transfer':>10} {'moved':>10} {'peak mem':>10}")
+    for i, c in enumerate(ranking.ranked, 1):
+        p = c.prediction
+        lines.append(f"{i:>4}  {c.label():<{label_w}} {c.units:>6} {format_seconds(p.total_s):>11} "
+                     f"{'node ' + str(p.busiest.node):>8} {format_seconds(p.busiest.compute_s):>10} "
+                     f"{format_seconds(p.busiest.transfer_s):>10} {format_bytes(c.bytes_moved):>10} "
+                     f"{format_bytes(c.peak_bytes):>10}")
+    for c in ranking.dropped:
+        lines.append(f"{'-':>4}  {c.label():<{label_w}} dropped: {c.dropped}")
+    if ranking.ranked:
+        lines.append(f"chosen: {ranking.ranked[0].label()}")
+    return "\n".join(lines)
