@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 from common import log as plog
@@ -123,6 +124,11 @@ def _run_loop(make_server, on_listening) -> int:
     connection it accepts after being idle a second or two (reproduced with a bare Gate server);
     the standard loop does not, and the pod's heavy lifting runs in threads anyway."""
     import capnp
+
+    # Worker threads (leaf launches, storage, bulk transfers) hand results back to the loop; with
+    # the default 5 ms GIL switch interval each hand-off can wait that long, which dominated the
+    # per-instruction overhead (measured in benchmarks/test_pod_transfer.py).
+    sys.setswitchinterval(0.0005)
 
     async def run() -> int:
         server = make_server()  # needs the running loop (asyncio.Event, pycapnp)

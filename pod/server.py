@@ -23,7 +23,7 @@ from common.log import get_logger
 from pod import state as st
 from pod.backend_cpu import host_id
 from pod.runtime import BufferRecord, Job, PodRuntime
-from pod.transfer import TransferError, chunk_ranges, fetch_by_ticket, verify
+from pod.transfer import TransferError, check_crc, chunk_ranges, fetch_by_ticket, verify
 from schemas import capnp_io
 from schemas.capnp_io import CHUNK_BYTES, MAX_CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
 from schemas.capnp_io import remote_reason as _one_line
@@ -230,14 +230,16 @@ class PodServer:
         bulk = bool(header.data_port)
         if bulk:
             try:
-                await loop.run_in_executor(self.runtime.io_pool, fetch_by_ticket, host, header.data_port,
-                                           header.ticket, into, patience)
+                crc = await loop.run_in_executor(self.runtime.io_pool, fetch_by_ticket, host,
+                                                 header.data_port, header.ticket, into, patience)
+                check_crc(crc, header.checksum, f"node {ins.peer}")
             except TransferError as err:
                 log.info("bulk path failed; reading chunks over the RPC", reason=str(err))
                 bulk = False
         if not bulk:
             await self._fetch_chunks(job, generation, ins, link, header.nbytes, into)
-        await loop.run_in_executor(self.runtime.io_pool, verify, into, header.checksum, f"node {ins.peer}")
+            await loop.run_in_executor(self.runtime.io_pool, verify, into, header.checksum,
+                                       f"node {ins.peer}")
         log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, bulk=bulk)
         if self.backend.host_view(record.array) is None:
             await loop.run_in_executor(self.runtime.io_pool, self.backend.upload, record.array, into)

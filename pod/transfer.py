@@ -26,6 +26,7 @@ import numpy as np
 
 TICKET_BYTES = 16
 TICKET_TTL_S = 60.0
+CRC_PIECE = 1 << 20
 
 
 class TransferError(Exception):
@@ -105,13 +106,16 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeout_s: float) -> None:
-    """Fill `into` (C-contiguous) from a peer's data port; blocking, run it in a worker thread.
+def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeout_s: float) -> int:
+    """Fill `into` (C-contiguous) from a peer's data port; returns the crc32 of what arrived.
+    Blocking: run it in a worker thread.
 
-    `timeout_s` bounds the connection and every wait for bytes, so a hung peer costs at most that
-    long per stall, never forever."""
+    The checksum is computed as the bytes arrive (in pieces of at least CRC_PIECE), so it overlaps
+    the transfer instead of following it. `timeout_s` bounds the connection and every wait for
+    bytes: a hung peer costs at most that long per stall, never forever."""
     view = memoryview(into).cast("B")
     n = len(view)
+    crc, checked = 0, 0
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -122,17 +126,24 @@ def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeo
                 if k == 0:
                     raise TransferError(f"data port {host}:{port} closed after {got} of {n} bytes")
                 got += k
+                if got - checked >= CRC_PIECE or got == n:
+                    crc = zlib.crc32(view[checked:got], crc)
+                    checked = got
     except TimeoutError:
         raise TransferError(f"data port {host}:{port} sent nothing for {timeout_s:g} s") from None
     except OSError as err:
         raise TransferError(f"data port {host}:{port}: {err.strerror or err}") from None
+    return crc
 
 
-def verify(into: np.ndarray, expected: int, peer: str) -> None:
-    actual = checksum(into)
+def check_crc(actual: int, expected: int, peer: str) -> None:
     if actual != expected:
         raise TransferError(
             f"tile from {peer} failed its checksum (crc32 {actual:#010x}, expected {expected:#010x})")
+
+
+def verify(into: np.ndarray, expected: int, peer: str) -> None:
+    check_crc(checksum(into), expected, peer)
 
 
 def chunk_ranges(nbytes: int, chunk: int) -> list[tuple[int, int]]:

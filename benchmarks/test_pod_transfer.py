@@ -1,0 +1,174 @@
+"""Pod speed on loopback, with real pod processes (CPU backend).
+
+- Tile transfer: a 16 MiB f32 tile fetched by one pod from another (target >= 1 GB/s), on the
+  ticketed bulk TCP path and on the fallback path (4 MiB chunks over the RPC). Timed: the
+  fetching pod's whole plan (allocate, fetch with header RPC, transfer, crc32 check on both
+  sides, release, free) from submit to its `finished` report. The owner's load from storage is
+  done (and its crc cached) before the clock starts.
+- Per-instruction overhead (target < 200 us/instruction): a plan of 2000 instructions on one pod,
+  submit to `finished`, divided by the count. Two shapes: allocate/free pairs (pure pod
+  bookkeeping, event reports included) and a chain of computes of a 16-element add leaf (the
+  interpreter's own time for that leaf is measured in-process and reported beside it).
+
+Run: PYTHONPATH=. .venv/bin/pytest benchmarks/test_pod_transfer.py --benchmark-only -s
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+
+import capnp
+import numpy as np
+import pytest
+
+from compiler.cluster.program import Leaf, Region, TensorInfo
+from schemas import capnp_io
+from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan
+from tests.pod.harness import Sink, connect, running_pods, submit
+
+TILE_BYTES = 16 * 1024 * 1024
+N = TILE_BYTES // 4
+LEAF_SOURCE = """
+@autotune(BLOCK in [16, 4096])
+kernel add(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+  let base = ctx.block.x * BLOCK
+  c[base :+ BLOCK] = a[base :+ BLOCK] + b[base :+ BLOCK]
+}
+"""
+TINY = Leaf(name="main", kernel="add", source=LEAF_SOURCE, dims=(("N", 16),), tile_values=(("BLOCK", 16),),
+            grid=(1,), threads=256, tensors=("a", "b", "c"), scalars=())
+PROGRAM = capnp_io.JobProgram(kernel="add", leaves=(TINY,), scalars=(),
+                              tensors=(TensorInfo("x", "f32", (N,), "input"),),
+                              leaf_writes=(("main", ("c",)),))
+
+
+@contextlib.contextmanager
+def loop_runner():
+    runner = LoopRunner()
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+class LoopRunner:
+    """One event loop with the KJ loop entered, driven from synchronous benchmark rounds."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.kj = capnp.kj_loop()
+        self.run(self.kj.__aenter__())
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def close(self):
+        self.run(self.kj.__aexit__(None, None, None))
+        self.loop.close()
+        asyncio.set_event_loop(None)
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-data-port",)], ids=["bulk-port", "rpc-chunks"])
+def test_tile_transfer_16mib(benchmark, tmp_path, flags):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal(N).astype(np.float32))
+    uri = (tmp_path / "x.npy").as_uri()
+    counter = itertools.count()
+    with running_pods(2, tmp_path, extra=flags) as procs, loop_runner() as runner:
+        sink = Sink()
+
+        async def connect_all():
+            links = [await connect(addr) for _, addr in procs]
+            for node, (_, pod) in enumerate(links):
+                await pod.hello(sink, node)
+            return links
+
+        links = runner.run(connect_all())
+        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+        current = {}
+
+        async def prepare_owner(job):
+            owner = NodePlan(0, 1, (Allocate(0, (), 0, (N,)), Load(1, (0,), 0, uri, Region("x", (0,), (N,))),
+                                    Free(2, (1,), 0, serves=1)), TILE_BYTES)
+            await submit(links[0][1], job, PROGRAM, owner, peers)
+            await links[0][1].tileHeader(job, 1, 0)  # returns once loaded; caches the crc
+
+        def setup():
+            job = current["job"] = f"t{next(counter)}"
+            runner.run(prepare_owner(job))
+
+        async def fetch(job):
+            plan = NodePlan(1, 1, (Allocate(0, (), 0, (N,)), Fetch(1, (0,), 0, peer=0, peer_buffer=0),
+                                   Free(2, (1,), 0)), TILE_BYTES)
+            await submit(links[1][1], job, PROGRAM, plan, peers)
+            result = await sink.wait_finished([(1, job, 1)], timeout=60)
+            assert result == [(True, "")]
+
+        benchmark.pedantic(lambda: runner.run(fetch(current["job"])), setup=setup, rounds=5, iterations=1)
+        fetches = [e for node, e in sink.reported if e.kind == "fetch"]
+        best_fetch = min(e.end - e.start for e in fetches)
+        plan_gbps = TILE_BYTES / benchmark.stats.stats.min / 1e9
+        benchmark.extra_info.update(tile_bytes=TILE_BYTES, plan_GBps=round(plan_gbps, 3),
+                                    fetch_instruction_GBps=round(TILE_BYTES / best_fetch / 1e9, 3))
+        print(f"\n16 MiB tile, {flags or 'bulk port'}: plan {plan_gbps:.2f} GB/s, "
+              f"fetch instruction {TILE_BYTES / best_fetch / 1e9:.2f} GB/s (best of {len(fetches)})")
+
+
+def overhead_plan(kind: str, count: int) -> NodePlan:
+    instructions = []
+    if kind == "allocate-free":
+        for i in range(count // 2):
+            instructions += [Allocate(2 * i, (), i, (16,)), Free(2 * i + 1, (2 * i,), i)]
+    else:
+        instructions.append(Allocate(0, (), 0, (16,)))
+        for i in range(1, count - 1):
+            instructions.append(Compute(i, (i - 1,), "main", (("a", 0), ("b", 0), ("c", 0)), unit=i))
+        instructions.append(Free(count - 1, (count - 2,), 0))
+    return NodePlan(0, 1, tuple(instructions), 64)
+
+
+def leaf_time_s() -> float:
+    """The interpreter's own time for one launch of the tiny leaf, in this process."""
+    from compiler.cluster.sequential import load_leaf
+    from compiler.interp import run_kernel
+
+    kernel, binding = load_leaf(TINY)
+    arrays = {n: np.zeros(16, np.float32) for n in "abc"}
+    run_kernel(kernel, binding, arrays, {})
+    start = time.perf_counter()
+    for _ in range(200):
+        run_kernel(kernel, binding, arrays, {})
+    return (time.perf_counter() - start) / 200
+
+
+@pytest.mark.parametrize("kind", ["allocate-free", "compute-chain"])
+def test_per_instruction_overhead(benchmark, tmp_path, kind):
+    count = 2000
+    counter = itertools.count()
+    with running_pods(1, tmp_path) as procs, loop_runner() as runner:
+        sink = Sink()
+
+        async def connect_one():
+            client, pod = await connect(procs[0][1])
+            await pod.hello(sink, 0)
+            return client, pod
+
+        client, pod = runner.run(connect_one())  # the client must outlive the calls
+        plan = overhead_plan(kind, count)
+
+        async def one_plan():
+            job = f"o{next(counter)}"
+            await submit(pod, job, PROGRAM, plan, [])
+            result = await sink.wait_finished([(0, job, 1)], timeout=120)
+            assert result == [(True, "")]
+
+        benchmark.pedantic(lambda: runner.run(one_plan()), rounds=3, iterations=1)
+        per_us = benchmark.stats.stats.min / count * 1e6
+        leaf_us = leaf_time_s() * 1e6 if kind == "compute-chain" else 0.0
+        benchmark.extra_info.update(instructions=count, per_instruction_us=round(per_us, 1),
+                                    interpreter_leaf_us=round(leaf_us, 1))
+        print(f"\n{kind}: {per_us:.0f} us per instruction (submit to finished, {count} instructions); "
+              f"interpreter time of the leaf alone: {leaf_us:.0f} us")
