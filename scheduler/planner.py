@@ -118,6 +118,7 @@ def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _No
         copies = state.copies
         launches = []
         written: dict[Key, tuple[Region, int]] = {}
+        read_before_written: set[Key] = set()  # outputs whose old contents the unit reads
         read: set[Key] = set()
         for launch in unit.launches:
             reads = [(p, (r.tensor, r.start, r.shape)) for p, r in launch.reads]
@@ -128,6 +129,8 @@ def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _No
                 if key not in written:
                     written[key] = (region, state.next_buffer)
                     state.next_buffer += 1
+                    if key in read:  # read by this launch or an earlier one: `beta * C_old`
+                        read_before_written.add(key)
         inputs: dict[Key, int] = {}
         for launch, (_, reads, _) in zip(unit.launches, launches, strict=True):
             for (_, key), (_, region) in zip(reads, launch.reads, strict=True):
@@ -145,7 +148,7 @@ def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _No
                 else:
                     copy.last_pos = pos
                 inputs[key] = copy.buffer
-        loaded = frozenset(key for key in written if key in read)
+        loaded = frozenset(read_before_written)
         state.work.append(_UnitWork(unit, pos, written, loaded, inputs, launches))
     return states, first_use
 

@@ -41,7 +41,9 @@ def check_by_simulation(program, n_nodes: int, seeds=range(4)):
         for (region, _), (unit_index, (start, history)) in stores.items():
             unit = expected[region]
             assert unit_index == unit.index
-            loaded = any(r == region for launch in unit.launches for _, r in launch.reads)
+            first = next(launch for launch in unit.launches
+                         if any(r == region for _, r in launch.reads + launch.writes))
+            loaded = any(r == region for _, r in first.reads)  # old contents read (beta * C)
             assert start == (region if loaded else None)
             assert history == expected_history(unit, region)
     return result
