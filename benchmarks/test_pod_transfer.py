@@ -5,6 +5,8 @@
   fetching pod's whole plan (allocate, fetch with header RPC, transfer, crc32 check on both
   sides, release, free) from submit to its `finished` report. The owner's load from storage is
   done (and its crc cached) before the clock starts.
+  With two GPU pods on one host (marker gpu) the fetch maps the owner's buffer by CUDA IPC and
+  copies device to device.
 - Per-instruction overhead (target < 200 us/instruction): a plan of 2000 instructions on one pod,
   submit to `finished`, divided by the count. Two shapes: allocate/free pairs (pure pod
   bookkeeping, event reports included) and a chain of computes of a 16-element add leaf (the
@@ -72,12 +74,16 @@ class LoopRunner:
         asyncio.set_event_loop(None)
 
 
-@pytest.mark.parametrize("flags", [(), ("--no-data-port",)], ids=["bulk-port", "rpc-chunks"])
-def test_tile_transfer_16mib(benchmark, tmp_path, flags):
+@pytest.mark.parametrize("flags,devices", [
+    ((), ()),
+    (("--no-data-port",), ()),
+    pytest.param((), ("0", "0"), marks=pytest.mark.gpu),
+], ids=["bulk-port", "rpc-chunks", "gpu-pods"])
+def test_tile_transfer_16mib(benchmark, tmp_path, flags, devices):
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal(N).astype(np.float32))
     uri = (tmp_path / "x.npy").as_uri()
     counter = itertools.count()
-    with running_pods(2, tmp_path, extra=flags) as procs, loop_runner() as runner:
+    with running_pods(2, tmp_path, extra=flags, devices=devices) as procs, loop_runner() as runner:
         sink = Sink()
 
         async def connect_all():
@@ -113,7 +119,7 @@ def test_tile_transfer_16mib(benchmark, tmp_path, flags):
         plan_gbps = TILE_BYTES / benchmark.stats.stats.min / 1e9
         benchmark.extra_info.update(tile_bytes=TILE_BYTES, plan_GBps=round(plan_gbps, 3),
                                     fetch_instruction_GBps=round(TILE_BYTES / best_fetch / 1e9, 3))
-        print(f"\n16 MiB tile, {flags or 'bulk port'}: plan {plan_gbps:.2f} GB/s, "
+        print(f"\n16 MiB tile, {flags or 'bulk port'} {devices or 'cpu'}: plan {plan_gbps:.2f} GB/s, "
               f"fetch instruction {TILE_BYTES / best_fetch / 1e9:.2f} GB/s (best of {len(fetches)})")
 
 

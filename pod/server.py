@@ -240,7 +240,8 @@ class PodServer:
             await self._fetch_chunks(job, generation, ins, link, header.nbytes, into)
             await loop.run_in_executor(self.runtime.io_pool, verify, into, header.checksum,
                                        f"node {ins.peer}")
-        log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, bulk=bulk)
+        log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes,
+                  path="bulk-port" if bulk else "rpc-chunks")
         if self.backend.host_view(record.array) is None:
             await loop.run_in_executor(self.runtime.io_pool, self.backend.upload, record.array, into)
         await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
@@ -277,6 +278,7 @@ class PodServer:
             reply.deviceIndex)
         await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
                                                 header.nbytes), self.config.fetch_timeout)
+        log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, path="cuda-ipc")
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -20,8 +20,10 @@ rpc = capnp_io.rpc()
 
 
 @contextlib.contextmanager
-def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, ...] = ()):
-    """Start `count` CPU pods on loopback (storage root `root`); yields [(process, address)].
+def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, ...] = (),
+                 devices: tuple[str, ...] = ()):
+    """Start `count` pods on loopback (storage root `root`; CPU pods unless `devices` names each
+    pod's --device); yields [(process, address)].
     Their logs go to root/pod-N.log (a pipe nobody reads would block a chatty pod)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PHOBOS_TOKEN": token}
     level = os.environ.get("PHOBOS_TEST_POD_LOG", "warning")
@@ -30,7 +32,8 @@ def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, .
         for i in range(count):
             logs.append(open(root / f"pod-{i}.log", "a"))
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pod.cli", "--listen", "127.0.0.1:0", "--device", "cpu",
+                [sys.executable, "-m", "pod.cli", "--listen", "127.0.0.1:0",
+                 "--device", devices[i] if devices else "cpu",
                  "--storage-root", str(root), "--log-level", level, *extra],
                 cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=logs[-1], text=True))
         pods = []

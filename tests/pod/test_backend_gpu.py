@@ -1,0 +1,59 @@
+"""The GPU backend (marker gpu): buffers on the device, leaves through PTX, CUDA IPC between pods
+sharing a host, results equal to the CPU backend's (the reference interpreter)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common import storage
+from pod.backend_cpu import CpuBackend
+from schemas import capnp_io
+from tests.pod.harness import Sink, connect, run_async, running_pods, submit
+from tests.pod.test_pod_rpc import HALF, PROGRAM, add_plans, make_inputs
+
+pytestmark = pytest.mark.gpu
+
+
+def test_gpu_backend_matches_the_interpreter():
+    from pod.backend_gpu import GpuBackend
+
+    gpu, cpu = GpuBackend(0), CpuBackend()
+    assert gpu.describe()[1] > 0
+    gpu.prepare("j", PROGRAM)
+    cpu.prepare("j", PROGRAM)
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(HALF).astype(np.float32) for _ in range(2))
+    bufs = {name: gpu.allocate((HALF,)) for name in "abc"}
+    gpu.upload(bufs["a"], a)
+    gpu.upload(bufs["b"], b)
+    gpu.compute("j", "main", bufs, {})
+    want = {"a": a.copy(), "b": b.copy(), "c": np.zeros(HALF, np.float32)}
+    cpu.compute("j", "main", want, {})
+    np.testing.assert_array_equal(gpu.download(bufs["c"]), want["c"])  # f32 add: exact on both
+    np.testing.assert_array_equal(gpu.download(bufs["a"]), a)
+
+
+@pytest.mark.parametrize("devices", [("0", "0"), ("0", "cpu")], ids=["two-gpu-pods-ipc", "gpu-and-cpu"])
+def test_gpu_pods_run_the_add_plans(tmp_path, devices):
+    a, b, uris = make_inputs(tmp_path)
+    staging = storage.create_staging(tmp_path / "c.npy", (2 * HALF,), "f32", "job-gpu")
+    with running_pods(2, tmp_path, devices=devices) as procs:
+        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+
+        async def scenario():
+            sink = Sink()
+            links = [await connect(addr) for _, addr in procs]
+            infos = []
+            for node, (_, pod) in enumerate(links):
+                infos.append(capnp_io.read_pod_info((await pod.hello(sink, node)).info))
+            plans = add_plans(uris)
+            for node in (1, 0):
+                await submit(links[node][1], "job-gpu", PROGRAM, plans[node], peers)
+            return infos, await sink.wait_finished([(0, "job-gpu", 1), (1, "job-gpu", 1)], timeout=60)
+
+        infos, results = run_async(scenario)
+    assert results == [(True, ""), (True, "")]
+    assert infos[0].backend == "gpu" and infos[0].device_index == 0
+    storage.commit(staging, tmp_path / "c.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
