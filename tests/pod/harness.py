@@ -25,7 +25,8 @@ def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, .
     """Start `count` pods on loopback (storage root `root`; CPU pods unless `devices` names each
     pod's --device); yields [(process, address)].
     Their logs go to root/pod-N.log (a pipe nobody reads would block a chatty pod)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PHOBOS_TOKEN": token}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "PHOBOS_TOKEN": token}
     level = os.environ.get("PHOBOS_TEST_POD_LOG", "warning")
     procs, logs = [], []
     try:
