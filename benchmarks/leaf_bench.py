@@ -31,6 +31,7 @@ from compiler.cuda import autotune, compile_kernel  # noqa: E402
 from compiler.cuda.launch import function_attributes, launch  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TUNING: dict[str, dict] = {}
 
 
 def median_ms(fn, warmup=2, repeat=7) -> float:
@@ -72,6 +73,8 @@ def tuned(k, dims, log):
     res = autotune.tune(k, dims, log=None)
     log(f"tuned {k.name} at {dims}: {res.best} ({res.best_ms:.3f} ms, {len(res.timings)} points timed, "
         f"{len(res.pruned)} pruned, {time.time() - t0:.1f} s{', cached' if res.cached else ''})")
+    TUNING[k.name] = {"dims": dims, "best": res.best, "timings": [[dict(p), ms] for p, ms in res.timings],
+                      "pruned": [[dict(p), why] for p, why in res.pruned]}
     return res.best, time.time() - t0
 
 
@@ -86,7 +89,7 @@ def bench_matmul(results, log, sizes):
         rng = cupy.random.default_rng(n)
         A = rng.standard_normal((n, n), dtype=cupy.float32)
         B = rng.standard_normal((n, n), dtype=cupy.float32)
-        C = cupy.empty((n, n), cupy.float32)
+        C = cupy.zeros((n, n), cupy.float32)  # beta * C_old with beta = 0 is still NaN on garbage
         ref = cupy.matmul(A, B)
         launch(c, {"A": A, "B": B, "C": C}, {"alpha": 1.0, "beta": 0.0})
         err = rel_err(C, ref)
@@ -194,7 +197,7 @@ def main() -> None:
 
     def save():
         Path(args.out).write_text(json.dumps({"gpu": props["name"].decode() if isinstance(props["name"], bytes)
-                                              else str(props["name"]), "results": results}, indent=1))
+                                              else str(props["name"]), "results": results, "tuning": TUNING}, indent=1))
 
     only = args.only.split(",")
     jobs = [("add", lambda: bench_add(results, log)),

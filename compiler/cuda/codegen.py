@@ -65,6 +65,7 @@ class KernelGen(ExprEmitter):
         self.hints = analysis.layout_hints(kernel.body)
         self.shared = analysis.shared_lets(kernel.body)
         self.let_floats = 0
+        self.pipelined: dict[str, tuple] = {}
         counts = [1, 1, 1]
         for axis, n in zip(kernel.grid, binding.grid, strict=True):
             counts["xyz".index(axis.axis)] = n
@@ -175,17 +176,83 @@ class KernelGen(ExprEmitter):
         var = self.fresh("u_" + s.var)
         stop_name = self.fresh("stop")
         self.out.line(f"const int {stop_name} = {stop};")
-        self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
-        saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
-        self.scalars[s.var] = (var, "i32")
         step_v = analysis.int_range(s.step, self.ranges)
-        self.ranges[s.var] = analysis.loop_range(analysis.int_range(s.start, self.ranges),
-                                                 analysis.int_range(s.stop, self.ranges), max(step_v.lo, 1))
-        for inner in s.body:
-            self.stmt(inner)
+        var_range = analysis.loop_range(analysis.int_range(s.start, self.ranges),
+                                        analysis.int_range(s.stop, self.ranges), max(step_v.lo, 1))
+        saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
+        self.ranges[s.var] = var_range
+        pipelined = self.prefetch_first(s, start, stop_name)
+        self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
+        self.scalars[s.var] = (var, "i32")
+        saved_pipe = self.pipelined
+        self.pipelined = {**self.pipelined, **{n: (*v, s.var, var, step, stop_name) for n, v in pipelined.items()}}
+        body = list(s.body)
+        i = 0
+        while i < len(body):
+            run = []
+            while i < len(body) and isinstance(body[i], ir.Let) and body[i].name in pipelined:
+                run.append(body[i])
+                i += 1
+            if run:  # consecutive prefetched operands share one barrier pair
+                self.pipelined_lets(run)
+            else:
+                self.stmt(body[i])
+                i += 1
+        self.pipelined = saved_pipe
         self.vals, self.scalars, self.ranges = saved
         self.out.span = s.span
         self.out.close()
+
+    def prefetch_first(self, s: ir.For, start: str, stop_name: str) -> dict:
+        """Software pipelining: the loop's dot operands that are plain tensor loads depending only
+        on the loop variable are loaded one iteration ahead into registers, so that their global
+        reads overlap the previous iteration's arithmetic. Loads the first iteration's here."""
+        from compiler import walk
+
+        inner = {st.name for st in walk.iter_stmts(s.body) if isinstance(st, ir.Let | ir.VarDecl)}
+        inner |= {st.var for st in walk.iter_stmts(s.body) if isinstance(st, ir.For)}
+        out = {}
+        for st in s.body:
+            if not (isinstance(st, ir.Let) and st.name in self.shared):
+                continue
+            load = st.value
+            if load.tensor in self.stored_tensors() or any(
+                    isinstance(x, ir.Name) and x.name in inner for x in walk.iter_exprs(load)):
+                continue
+            transposed = analysis.shared_let_transposed(self.kernel.body, st.name)
+            tile = self.shared_tile(load, self.shared[st.name], transposed)
+            plan = self.vector_plan(tile, load, transposed)
+            if plan is None:
+                continue
+            regs = self.fresh("pf")
+            self.out.line(f"float4 {regs}[{plan['iters']}];")
+            first = self.fresh("first")
+            self.out.line(f"const int {first} = {start};")
+            self.scalars[s.var] = (first, "i32")
+            self.out.open(f"if ({first} < {stop_name})")
+            self.load_regs(plan, load, regs)
+            self.out.close()
+            out[st.name] = (tile, plan, regs, load)
+        return out
+
+    def pipelined_lets(self, lets: list[ir.Let]) -> None:
+        self.out.span = lets[0].span
+        self.out.line("__syncthreads();")
+        for s in lets:
+            tile, plan, regs, *_ = self.pipelined[s.name]
+            self.store_regs(plan, tile, regs)
+        self.out.line("__syncthreads();")
+        for s in lets:
+            self.out.span = s.span
+            tile, plan, regs, load, var_name, var_c, step, stop_name = self.pipelined[s.name]
+            nxt = self.fresh("next")
+            self.out.line(f"const int {nxt} = {var_c} + {step};")
+            self.out.open(f"if ({nxt} < {stop_name})")
+            self.scalars[var_name] = (nxt, "i32")
+            self.load_regs(plan, load, regs)
+            self.scalars[var_name] = (var_c, "i32")
+            self.out.close()
+            self.vals[s.name] = tile
 
     def store(self, s: ir.Store) -> None:
         param = self.tensor(s.tensor, s.span)

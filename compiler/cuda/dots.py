@@ -64,7 +64,7 @@ class DotMixin:
         v = self.vals.get(name) if name else None
         return v if isinstance(v, SharedTile) else None
 
-    def stage_shared_let(self, name: str, load: ir.Load, role: str, transposed: bool):
+    def shared_tile(self, load: ir.Load, role: str, transposed: bool):
         from compiler.cuda.exprs import SharedTile
 
         r, c = (self.size(s) for s in load.ty.shape)
@@ -72,7 +72,10 @@ class DotMixin:
         tr_, tc_ = (c, r) if transposed else (r, c)
         k, x = (tc_, tr_) if role == "a" else (tr_, tc_)
         ptr = self.alloc_perm(k * (x + PAD))
-        tile = SharedTile(ptr, role, k, x, x + PAD)
+        return SharedTile(ptr, role, k, x, x + PAD)
+
+    def stage_shared_let(self, name: str, load: ir.Load, role: str, transposed: bool):
+        tile = self.shared_tile(load, role, transposed)
         arg = ir.Call("transpose", (load,), load.span, ty=ir.TileType("f32", (load.ty.shape[1], load.ty.shape[0]))) \
             if transposed else load
         prep = self._prepare(arg, tile)
@@ -86,7 +89,13 @@ class DotMixin:
         transposed = isinstance(arg, ir.Call) and arg.func == "transpose"
         inner = arg.args[0] if transposed else arg
         if isinstance(inner, ir.Load) and inner.ty.rank == 2:
-            return ("load", inner, transposed)
+            plan = self.vector_plan(tile, inner, transposed)
+            regs = None
+            if plan is not None:  # issue the global loads before the barrier that precedes the store
+                regs = self.fresh("st")
+                self.out.line(f"float4 {regs}[{plan['iters']}];")
+                self.load_regs(plan, inner, regs)
+            return ("load", (inner, regs), transposed)
         from compiler.cuda.exprs import Val
 
         if isinstance(inner, ir.Name) and isinstance(self.vals.get(inner.name), Val) and self.vals[inner.name].kind == "2d":
@@ -98,7 +107,7 @@ class DotMixin:
         if what == "regs":
             self._write_regs(tile, src, transposed)
         else:
-            self._write_load(tile, src, transposed)
+            self._write_load(tile, src[0], transposed, src[1])
 
     def _write_regs(self, tile, val, transposed: bool) -> None:
         ctx = self.ctx_for("2d", val.shape)
@@ -107,45 +116,80 @@ class DotMixin:
         k, x = (col, row) if tile.role == "a" else (row, col)
         self.emit_loop(ctx, [f"{tile.ptr}[{k} * {tile.ld} + {x}] = {self.access(val, ctx)};"])
 
-    def _write_load(self, tile, load: ir.Load, transposed: bool) -> None:
+    def vector_plan(self, tile, load: ir.Load, transposed: bool):
+        """How 16-byte staging of `load` into `tile` goes, or None when it cannot be vectorised.
+
+        The load's own tile axes are (outer, contiguous). Operand element (row, col) is
+        load(row, col), or load(col, row) when transposed; buffer S[k][x] holds operand (x, k) for
+        a and (k, x) for b. "direct": the contiguous axis is x (float4 in, float4 out)."""
+        u_is_x = (tile.role == "a") != transposed
+        direct = not u_is_x
+        contiguous_extent = tile.x if direct else tile.k
+        if not self._vec_ok(load) or contiguous_extent % 4:
+            return None
+        t = self.grid.threads
+        total = tile.k * tile.x // 4
+        return {"direct": direct, "total": total, "per_row": contiguous_extent // 4, "iters": -(-total // t),
+                "outer": tile.k if direct else tile.x}
+
+    @staticmethod
+    def _vector_indices(plan) -> str:
+        """Which float4 (outer row o_, contiguous column q_) thread element e_ moves. Direct:
+        neighbouring lanes take neighbouring columns (coalesced both sides). Transposing:
+        neighbouring lanes take neighbouring rows, so the four scalar shared-memory stores of a
+        warp land in distinct banks (the global reads then use half of each 32-byte sector per
+        warp; the other half is read by another warp, from L1)."""
+        if plan["direct"]:
+            return f"const int q_ = (e_ % {plan['per_row']}) * 4; const int o_ = e_ / {plan['per_row']};"
+        return f"const int o_ = e_ % {plan['outer']}; const int q_ = (e_ / {plan['outer']}) * 4;"
+
+    def load_regs(self, plan, load: ir.Load, regs: str) -> None:
+        """Global -> float4 registers `regs[iters]` (fill where outside the tensor)."""
+        t = self.grid.threads
+        fill = self.elem(load.fill, None) if load.fill is not None else "0.0f"
+        self.out.line("#pragma unroll")
+        self.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
+        self.out.line(f"const int e_ = it_ * {t} + th_id;")
+        self.out.line(self._vector_indices(plan))
+        ptr, pred = self.element_address(self.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
+        self.out.line(f"{regs}[it_] = make_float4({fill}, {fill}, {fill}, {fill});")
+        conds = [c for c in (f"e_ < {plan['total']}" if plan["total"] % t else "", pred if pred != "true" else "") if c]
+        ld = f"{regs}[it_] = __ldg(reinterpret_cast<const float4*>(&{ptr}));"
+        self.out.line(f"if ({' && '.join(conds)}) {ld}" if conds else ld)
+        self.out.close()
+
+    def store_regs(self, plan, tile, regs: str) -> None:
+        """float4 registers -> the shared-memory operand buffer."""
+        t = self.grid.threads
+        self.out.line("#pragma unroll")
+        self.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
+        self.out.line(f"const int e_ = it_ * {t} + th_id;")
+        if plan["total"] % t:
+            self.out.line(f"if (e_ >= {plan['total']}) continue;")
+        self.out.line(self._vector_indices(plan))
+        if plan["direct"]:  # o_ is k, q_ is x
+            self.out.line(f"*reinterpret_cast<float4*>(&{tile.ptr}[o_ * {tile.ld} + q_]) = {regs}[it_];")
+        else:  # o_ is x, q_ is k
+            for q, comp in enumerate("xyzw"):
+                self.out.line(f"{tile.ptr}[(q_ + {q}) * {tile.ld} + o_] = {regs}[it_].{comp};")
+        self.out.close()
+
+    def _write_load(self, tile, load: ir.Load, transposed: bool, regs: str | None = None) -> None:
         from compiler.cuda.exprs import Ctx
 
-        # the load's own tile axes (u, v): v is the tensor-contiguous one
-        # operand element (row, col) = load(u, v) or load(v, u) when transposed
-        # buffer S[k][x]: role a -> operand (x, k); role b -> operand (k, x)
-        op_row_is_x = tile.role == "a"
-        u_is_x = op_row_is_x != transposed  # load axis 0 corresponds to x?
-        direct = not u_is_x  # load axis 1 (contiguous) is x
+        plan = self.vector_plan(tile, load, transposed)
+        if plan is not None:
+            if regs is None:  # not loaded ahead of the barrier: load now
+                regs = self.fresh("st")
+                self.out.line(f"float4 {regs}[{plan['iters']}];")
+                self.load_regs(plan, load, regs)
+            self.store_regs(plan, tile, regs)
+            return
+        u_is_x = (tile.role == "a") != transposed
+        direct = not u_is_x
         t = self.grid.threads
         kk, x = tile.k, tile.x
         ctx_dummy = Ctx((x, kk) if u_is_x else (kk, x), "2d", ("0", "0"), ("0", "0"), native=False)
-        vec = self.vector_ok(load, Ctx(ctx_dummy.shape, "flat", ("_f",), ("_p",))) if False else self._vec_ok(load)
-        contiguous_extent = x if direct else kk
-        if vec and contiguous_extent % 4 == 0:
-            total = kk * x // 4
-            per_row = contiguous_extent // 4
-            iters = (total + t - 1) // t
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int it_ = 0; it_ < {iters}; ++it_)")
-            self.out.line(f"const int e_ = it_ * {t} + th_id;")
-            if total % t:
-                self.out.line(f"if (e_ < {total}) {{")
-            self.out.line(f"const int q_ = (e_ % {per_row}) * 4; const int o_ = e_ / {per_row};")
-            pos = ("o_", "q_")  # load axis 0 = outer, axis 1 = contiguous
-            ptr, pred = self.element_address(self.tensor(load.tensor, load.span), load.index, pos)
-            fill = self.elem(load.fill, None) if load.fill is not None else "0.0f"
-            self.out.line(f"float4 v4 = make_float4({fill}, {fill}, {fill}, {fill});")
-            ld = f"v4 = __ldg(reinterpret_cast<const float4*>(&{ptr}));"
-            self.out.line(ld if pred == "true" else f"if ({pred}) {ld}")
-            if direct:  # o_ is k, q_ is x
-                self.out.line(f"*reinterpret_cast<float4*>(&{tile.ptr}[o_ * {tile.ld} + q_]) = v4;")
-            else:  # o_ is x, q_ is k
-                for q, comp in enumerate("xyzw"):
-                    self.out.line(f"{tile.ptr}[(q_ + {q}) * {tile.ld} + o_] = v4.{comp};")
-            if total % t:
-                self.out.line("}")
-            self.out.close()
-            return
         total = kk * x
         iters = (total + t - 1) // t
         inner = x if direct else kk
