@@ -233,3 +233,44 @@ kernel k(x: tensor<i32>[R, C], y: tensor<i32>[R, C], z: tensor<i32>[R, C], out: 
     with np.errstate(all="ignore"):  # x / 0 and x % 0 are 0 in numpy; undefined on a GPU
         expected = int_numpy(expr, {**arrays, "s": np.int32(s)}) + np.zeros((r, c), np.int32)
     np.testing.assert_array_equal(out, expected.astype(np.int32))
+
+
+@SETTINGS
+@given(expr=EXPRS, r=st.integers(1, 30), c=st.integers(1, 70), br=TILES, bc=TILES, data=st.data())
+def test_random_loop_reductions_match_numpy(expr, r, c, br, bc, data):
+    """Row sums accumulated in a var over a ragged loop of column blocks, the padding masked
+    with where(); and a running max over the same blocks read with fill = -inf."""
+    body = f"(full([BR, BC], 0.0) + {to_source(expr)})"
+    src = f"""
+@autotune(BR in [{br}], BC in [{bc}])
+kernel k({INPUTS}, total: tensor<f32>[R], top: tensor<f32>[R], s: f32) {{
+  let i = ctx.block.x * BR
+  var acc: tile<f32>[BR] = 0.0
+  var m: tile<f32>[BR] = -inf
+  for j in range(0, C, BC) {{
+    let a = x[i :+ BR, j :+ BC]
+    let b = y[i :+ BR, j :+ BC]
+    let d = z[i :+ BR, j :+ BC]
+    let in_range = expand(j + arange(BC) < C, axis = 0)
+    acc += sum(where(in_range, {body}, 0.0), axis = 1)
+    m = max(m, max(load(x[i :+ BR, j :+ BC], fill = -inf), axis = 1))
+  }}
+  total[i :+ BR] = acc
+  top[i :+ BR] = m
+}}
+"""
+    arrays, s = _inputs(data, r, c)
+    kernel = load_text(src).kernel()
+    total, top = np.zeros(r, np.float32), np.zeros(r, np.float32)
+    tensors = {"x": arrays["a"], "y": arrays["b"], "z": arrays["d"], "total": total, "top": top}
+    run_kernel(kernel, bind(kernel, {"R": r, "C": c}), tensors, {"s": float(s)})
+    np.testing.assert_array_equal(top, arrays["a"].max(axis=1))
+    with np.errstate(all="ignore"):
+        value = np.float32(0.0) + to_numpy(expr, {**arrays, "s": s}) + np.zeros((r, c), np.float32)
+    expected = value.sum(axis=1)
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(np.isfinite(total), finite)
+    np.testing.assert_array_equal(total[~finite], expected[~finite])
+    magnitude = np.abs(np.where(np.isfinite(value), value, 0)).astype(np.float64).sum(axis=1)
+    bound = 8 * np.sqrt(c) * EPS32 * magnitude
+    assert np.all(np.abs(total[finite].astype(np.float64) - expected[finite]) <= bound[finite])
