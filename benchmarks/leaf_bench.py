@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -71,10 +72,16 @@ def kernel(name):
 def tuned(k, dims, log):
     t0 = time.time()
     res = autotune.tune(k, dims, log=None)
-    log(f"tuned {k.name} at {dims}: {res.best} ({res.best_ms:.3f} ms, {len(res.timings)} points timed, "
-        f"{len(res.pruned)} pruned, {time.time() - t0:.1f} s{', cached' if res.cached else ''})")
-    TUNING[k.name] = {"dims": dims, "best": res.best, "timings": [[dict(p), ms] for p, ms in res.timings],
-                      "pruned": [[dict(p), why] for p, why in res.pruned]}
+    log(
+        f"tuned {k.name} at {dims}: {res.best} ({res.best_ms:.3f} ms, {len(res.timings)} points timed, "
+        f"{len(res.pruned)} pruned, {time.time() - t0:.1f} s{', cached' if res.cached else ''})"
+    )
+    TUNING[k.name] = {
+        "dims": dims,
+        "best": res.best,
+        "timings": [[dict(p), ms] for p, ms in res.timings],
+        "pruned": [[dict(p), why] for p, why in res.pruned],
+    }
     return res.best, time.time() - t0
 
 
@@ -94,16 +101,24 @@ def bench_matmul(results, log, sizes):
         launch(c, {"A": A, "B": B, "C": C}, {"alpha": 1.0, "beta": 0.0})
         err = rel_err(C, ref)
         reps = 3 if n >= 16384 else 7
-        ours = median_ms(lambda: launch(c, {"A": A, "B": B, "C": C}, {"alpha": 1.0, "beta": 0.0}), 1, reps)
-        anchor = median_ms(lambda: cupy.matmul(A, B, out=ref), 1, reps)
+        arrays = {"A": A, "B": B, "C": C}
+        ours = median_ms(partial(launch, c, arrays, {"alpha": 1.0, "beta": 0.0}), 1, reps)
+        anchor = median_ms(partial(cupy.matmul, A, B, out=ref), 1, reps)
         flops = 2.0 * n**3
-        row = {"what": f"matmul f32 n={n}", "tiles": best, "ours_ms": ours, "anchor_ms": anchor,
-               "ours_tflops": flops / ours / 1e9, "anchor_tflops": flops / anchor / 1e9,
-               "ratio": anchor / ours, "rel_err": err, "attributes": attrs(c),
-               "tune_seconds": tune_s}
+        row = {
+            "what": f"matmul f32 n={n}",
+            "tiles": best,
+            "ours_ms": ours,
+            "anchor_ms": anchor,
+            "ours_tflops": flops / ours / 1e9,
+            "anchor_tflops": flops / anchor / 1e9,
+            "ratio": anchor / ours,
+            "rel_err": err,
+            "attributes": attrs(c),
+            "tune_seconds": tune_s,
+        }
         results.append(row)
         log(json.dumps(row))
-        del A, B, C, ref
 
 
 def bench_attention(results, log, sizes, causal):
@@ -122,12 +137,15 @@ def bench_attention(results, log, sizes, causal):
         b = binding.bind(k, dims, None, best)
         c = compile_kernel(k, b)
         g = torch.Generator(device="cuda").manual_seed(n)
-        q, kk, v = (torch.randn(1, heads, n, 64, device="cuda", dtype=torch.float32, generator=g) for _ in range(3))
+        q, kk, v = (
+            torch.randn(1, heads, n, 64, device="cuda", dtype=torch.float32, generator=g) for _ in range(3)
+        )
         o = torch.empty_like(q)
         streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(heads)]
         cq, ck, cv, co = (cupy.asarray(t) for t in (q, kk, v, o))
 
-        def ours():
+        def ours(streams=streams, c=c, tensors=(cq, ck, cv, co)):
+            cq, ck, cv, co = tensors
             cur = cupy.cuda.get_current_stream()
             ev = cupy.cuda.Event()
             ev.record(cur)
@@ -145,12 +163,22 @@ def bench_attention(results, log, sizes, causal):
         ref = F.scaled_dot_product_attention(q, kk, v, is_causal=causal, scale=scale)
         err = rel_err(co, cupy.asarray(ref))
         t_ours = median_ms(ours, 2, 5)
-        t_ref = median_ms(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=causal, scale=scale), 2, 5)
+        t_ref = median_ms(
+            partial(F.scaled_dot_product_attention, q, kk, v, is_causal=causal, scale=scale), 2, 5
+        )
         flops = 4.0 * heads * n * n * 64 * (0.5 if causal else 1.0)
-        row = {"what": f"{'causal' if causal else 'flash'} attention f32 D=64 N={n} heads={heads}", "tiles": best,
-               "ours_ms": t_ours, "anchor_ms": t_ref, "ours_tflops": flops / t_ours / 1e9,
-               "anchor_tflops": flops / t_ref / 1e9, "ratio": t_ref / t_ours, "rel_err": err,
-               "attributes": attrs(c), "tune_seconds": tune_s}
+        row = {
+            "what": f"{'causal' if causal else 'flash'} attention f32 D=64 N={n} heads={heads}",
+            "tiles": best,
+            "ours_ms": t_ours,
+            "anchor_ms": t_ref,
+            "ours_tflops": flops / t_ours / 1e9,
+            "anchor_tflops": flops / t_ref / 1e9,
+            "ratio": t_ref / t_ours,
+            "rel_err": err,
+            "attributes": attrs(c),
+            "tune_seconds": tune_s,
+        }
         results.append(row)
         log(json.dumps(row))
 
@@ -173,9 +201,17 @@ def bench_add(results, log):
     ours = median_ms(lambda: launch(c, {"a": a, "b": b_, "c": out}, {}), 3, 15)
     anchor = median_ms(lambda: cupy.add(a, b_, out=ref), 3, 15)
     nbytes = 3 * 4 * n
-    row = {"what": "add f32 n=2^28", "tiles": best, "ours_ms": ours, "anchor_ms": anchor,
-           "ours_tbps": nbytes / ours / 1e9, "anchor_tbps": nbytes / anchor / 1e9, "ratio": anchor / ours,
-           "max_abs_err": err, "tune_seconds": tune_s}
+    row = {
+        "what": "add f32 n=2^28",
+        "tiles": best,
+        "ours_ms": ours,
+        "anchor_ms": anchor,
+        "ours_tbps": nbytes / ours / 1e9,
+        "anchor_tbps": nbytes / anchor / 1e9,
+        "ratio": anchor / ours,
+        "max_abs_err": err,
+        "tune_seconds": tune_s,
+    }
     results.append(row)
     log(json.dumps(row))
 
@@ -196,14 +232,30 @@ def main() -> None:
         print(msg, flush=True)
 
     def save():
-        Path(args.out).write_text(json.dumps({"gpu": props["name"].decode() if isinstance(props["name"], bytes)
-                                              else str(props["name"]), "results": results, "tuning": TUNING}, indent=1))
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "gpu": props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+                    "results": results,
+                    "tuning": TUNING,
+                },
+                indent=1,
+            )
+        )
 
     only = args.only.split(",")
-    jobs = [("add", lambda: bench_add(results, log)),
-            ("matmul", lambda: bench_matmul(results, log, [int(x) for x in args.matmul_sizes.split(",")])),
-            ("flash", lambda: bench_attention(results, log, [int(x) for x in args.attention_sizes.split(",")], False)),
-            ("causal", lambda: bench_attention(results, log, [int(x) for x in args.attention_sizes.split(",")], True))]
+    jobs = [
+        ("add", lambda: bench_add(results, log)),
+        ("matmul", lambda: bench_matmul(results, log, [int(x) for x in args.matmul_sizes.split(",")])),
+        (
+            "flash",
+            lambda: bench_attention(results, log, [int(x) for x in args.attention_sizes.split(",")], False),
+        ),
+        (
+            "causal",
+            lambda: bench_attention(results, log, [int(x) for x in args.attention_sizes.split(",")], True),
+        ),
+    ]
     for name, job in jobs:
         if name in only:
             try:
@@ -217,7 +269,10 @@ def main() -> None:
     print("\nsummary")
     for r in results:
         if "ratio" in r:
-            print(f"  {r['what']:<50} ratio {r['ratio']:.3f}  ours {r['ours_ms']:.3f} ms  anchor {r['anchor_ms']:.3f} ms")
+            print(
+                f"  {r['what']:<50} ratio {r['ratio']:.3f}  ours {r['ours_ms']:.3f} ms"
+                f"  anchor {r['anchor_ms']:.3f} ms"
+            )
         else:
             print(f"  {r['what']:<50} ERROR {r.get('error')}")
 

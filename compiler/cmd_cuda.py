@@ -15,8 +15,10 @@ from compiler.cli_args import parse_assignments
 
 
 def register(subparsers) -> None:
-    for name, help_text in (("cuda", "print the CUDA C++ generated for one point of a kernel"),
-                            ("ptx", "compile a kernel to PTX with NVRTC and write it")):
+    for name, help_text in (
+        ("cuda", "print the CUDA C++ generated for one point of a kernel"),
+        ("ptx", "compile a kernel to PTX with NVRTC and write it"),
+    ):
         p = subparsers.add_parser(name, help=help_text)
         p.add_argument("file", help="kernel source (.phk)")
         p.add_argument("--kernel", help="which kernel of the file (needed when it has several)")
@@ -62,6 +64,8 @@ def handle_ptx(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w") as f:
         f.write(compiled.ptx)
     os.replace(tmp, target)
-    print(f"wrote {compiled.entry} to {target} (grid {compiled.grid}, block {compiled.block}, "
-          f"{compiled.shared_bytes} bytes of shared memory)")
+    print(
+        f"wrote {compiled.entry} to {target} (grid {compiled.grid}, block {compiled.block}, "
+        f"{compiled.shared_bytes} bytes of shared memory)"
+    )
     return 0

@@ -49,10 +49,17 @@ def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKern
     except nvrtc.NvrtcError as e:
         raise _nvrtc_error(kernel, gen, e) from None
     return CompiledKernel(
-        cuda_source=gen.source, ptx=ptx, entry=gen.entry, params=gen.params, grid=gen.grid,
-        block=gen.block, shared_bytes=gen.shared_bytes, line_spans=gen.line_spans,
+        cuda_source=gen.source,
+        ptx=ptx,
+        entry=gen.entry,
+        params=gen.params,
+        grid=gen.grid,
+        block=gen.block,
+        shared_bytes=gen.shared_bytes,
+        line_spans=gen.line_spans,
         tensors=tuple(p.name for p in kernel.tensors),
-        scalars=tuple((p.name, p.dtype) for p in kernel.scalars))
+        scalars=tuple((p.name, p.dtype) for p in kernel.scalars),
+    )
 
 
 def _nvrtc_error(kernel: ir.Kernel, gen: codegen.Generated, err: nvrtc.NvrtcError) -> CompileError:
@@ -61,6 +68,9 @@ def _nvrtc_error(kernel: ir.Kernel, gen: codegen.Generated, err: nvrtc.NvrtcErro
     for entry in nvrtc.parse_log(err.log):
         span = gen.line_spans[entry.line] if 0 < entry.line < len(gen.line_spans) else None
         quoted = lines[entry.line - 1].strip() if 0 < entry.line <= len(lines) else ""
-        return CompileError(span or kernel.span, f"NVRTC rejected the generated CUDA: {entry.text}",
-                            note=f"generated line {entry.line}: {quoted}")
+        return CompileError(
+            span or kernel.span,
+            f"NVRTC rejected the generated CUDA: {entry.text}",
+            note=f"generated line {entry.line}: {quoted}",
+        )
     return CompileError(kernel.span, "NVRTC rejected the generated CUDA", note=err.log.strip()[:2000])

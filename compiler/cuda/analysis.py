@@ -137,7 +137,11 @@ def layout_hints(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
     for stmt in walk.iter_stmts(body):
         if isinstance(stmt, ir.Let) and _is_tile(stmt.value) and stmt.value.ty.rank == 1:
             one_d.append(stmt.name)
-        if isinstance(stmt, ir.VarDecl) and isinstance(stmt.declared, ir.TileType) and stmt.declared.rank == 1:
+        if (
+            isinstance(stmt, ir.VarDecl)
+            and isinstance(stmt.declared, ir.TileType)
+            and stmt.declared.rank == 1
+        ):
             one_d.append(stmt.name)
     for _ in range(8):
         changed = False
@@ -152,8 +156,13 @@ def layout_hints(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
                         changed = True
                     changed |= _want(value, k, hints)
             for e in walk.iter_exprs(stmt):
-                if isinstance(e, ir.Call) and e.func == "expand" and e.args[0].ty.rank == 1 \
-                        and isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
+                if (
+                    isinstance(e, ir.Call)
+                    and e.func == "expand"
+                    and e.args[0].ty.rank == 1
+                    and isinstance(e.ty, ir.TileType)
+                    and e.ty.rank == 2
+                ):
                     axis = dict(e.kwargs)["axis"].value
                     changed |= _want(e.args[0], "row" if axis == 1 else "col", hints)
         if not changed:
@@ -177,15 +186,20 @@ def _dot_operand_name(e: ir.Expr) -> str | None:
 
 
 def _is_plain_2d_load(e: ir.Expr) -> bool:
-    return (isinstance(e, ir.Load) and e.ty.rank == 2
-            and all(isinstance(i, ir.SliceRange | ir.SliceAll | ir.SliceIndex) for i in e.index)
-            and sum(not isinstance(i, ir.SliceIndex) for i in e.index) == 2)
+    return (
+        isinstance(e, ir.Load)
+        and e.ty.rank == 2
+        and all(isinstance(i, ir.SliceRange | ir.SliceAll | ir.SliceIndex) for i in e.index)
+        and sum(not isinstance(i, ir.SliceIndex) for i in e.index) == 2
+    )
 
 
 def shared_lets(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
     """let name -> 'a' or 'b' (the dot operand role it plays) for lets of 2-D tensor loads used
     only as dot operands, always in the same role and the same orientation."""
-    candidates = {s.name for s in walk.iter_stmts(body) if isinstance(s, ir.Let) and _is_plain_2d_load(s.value)}
+    candidates = {
+        s.name for s in walk.iter_stmts(body) if isinstance(s, ir.Let) and _is_plain_2d_load(s.value)
+    }
     roles: dict[str, set] = {n: set() for n in candidates}
     dot_uses: dict[str, int] = {n: 0 for n in candidates}
     all_uses: dict[str, int] = {n: 0 for n in candidates}
@@ -198,8 +212,11 @@ def shared_lets(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
                 if n in candidates:
                     dot_uses[n] += 1
                     roles[n].add((role, isinstance(arg, ir.Call)))
-    return {n: next(iter(roles[n]))[0] for n in candidates
-            if all_uses[n] and all_uses[n] == dot_uses[n] and len(roles[n]) == 1}
+    return {
+        n: next(iter(roles[n]))[0]
+        for n in candidates
+        if all_uses[n] and all_uses[n] == dot_uses[n] and len(roles[n]) == 1
+    }
 
 
 def shared_let_transposed(body: tuple[ir.Stmt, ...], name: str) -> bool:

@@ -86,7 +86,9 @@ def search_points(kernel: ir.Kernel) -> list[dict[str, int]]:
     if at is None:
         return [{}]
     names = [d.name for d in at.dims]
-    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(d.values for d in at.dims))]
+    return [
+        dict(zip(names, values, strict=True)) for values in itertools.product(*(d.values for d in at.dims))
+    ]
 
 
 def _inputs(kernel: ir.Kernel, env: dict[str, int], seed: int = 0):

@@ -58,7 +58,9 @@ class KernelGen(ExprEmitter):
         try:
             grid = choose_thread_grid(kernel.threads, shapes2d, dots, rows, cols)
         except LayoutError as e:
-            raise CompileError(kernel.span, f"cannot lay out this point on {kernel.threads} threads: {e}") from None
+            raise CompileError(
+                kernel.span, f"cannot lay out this point on {kernel.threads} threads: {e}"
+            ) from None
         super().__init__(kernel, env, grid)
         self.binding = binding
         self.tf32 = tf32
@@ -102,8 +104,9 @@ class KernelGen(ExprEmitter):
                 self.ranges[s.name] = analysis.int_range(s.value, self.ranges)
             return
         if s.name in self.shared:
-            self.vals[s.name] = self.stage_shared_let(s.name, s.value, self.shared[s.name],
-                                                      analysis.shared_let_transposed(self.kernel.body, s.name))
+            self.vals[s.name] = self.stage_shared_let(
+                s.name, s.value, self.shared[s.name], analysis.shared_let_transposed(self.kernel.body, s.name)
+            )
             return
         kind = "2d" if ty.rank == 2 else self.hints.get(s.name, "flat")
         before = self.register_floats
@@ -156,8 +159,12 @@ class KernelGen(ExprEmitter):
             return any(isinstance(x, ir.Name) and x.name == s.name for x in walk.iter_exprs(e))
 
         def is_dot(e):
-            return isinstance(e, ir.Call) and e.func == "dot" and not reads_target(e) \
+            return (
+                isinstance(e, ir.Call)
+                and e.func == "dot"
+                and not reads_target(e)
                 and tuple(x for x in e.ty.shape) == tuple(self.vals[s.name].ty_shape)
+            )
 
         if s.op == "+=" and is_dot(s.value):
             return s.value, None
@@ -177,15 +184,21 @@ class KernelGen(ExprEmitter):
         stop_name = self.fresh("stop")
         self.out.line(f"const int {stop_name} = {stop};")
         step_v = analysis.int_range(s.step, self.ranges)
-        var_range = analysis.loop_range(analysis.int_range(s.start, self.ranges),
-                                        analysis.int_range(s.stop, self.ranges), max(step_v.lo, 1))
+        var_range = analysis.loop_range(
+            analysis.int_range(s.start, self.ranges),
+            analysis.int_range(s.stop, self.ranges),
+            max(step_v.lo, 1),
+        )
         saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
         self.ranges[s.var] = var_range
         pipelined = self.prefetch_first(s, start, stop_name)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
         self.scalars[s.var] = (var, "i32")
         saved_pipe = self.pipelined
-        self.pipelined = {**self.pipelined, **{n: (*v, s.var, var, step, stop_name) for n, v in pipelined.items()}}
+        self.pipelined = {
+            **self.pipelined,
+            **{n: (*v, s.var, var, step, stop_name) for n, v in pipelined.items()},
+        }
         body = list(s.body)
         i = 0
         while i < len(body):
@@ -217,7 +230,8 @@ class KernelGen(ExprEmitter):
                 continue
             load = st.value
             if load.tensor in self.stored_tensors() or any(
-                    isinstance(x, ir.Name) and x.name in inner for x in walk.iter_exprs(load)):
+                isinstance(x, ir.Name) and x.name in inner for x in walk.iter_exprs(load)
+            ):
                 continue
             transposed = analysis.shared_let_transposed(self.kernel.body, st.name)
             tile = self.shared_tile(load, self.shared[st.name], transposed)
@@ -332,12 +346,15 @@ class KernelGen(ExprEmitter):
             self.stmt(s)
         shared_bytes = (self.perm_floats + self.scratch_max) * 4
         if shared_bytes > SMEM_LIMIT:
-            raise CompileError(k.span, f"this point needs {shared_bytes} bytes of shared memory "
-                                       f"(the limit is {SMEM_LIMIT})")
+            raise CompileError(
+                k.span, f"this point needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
+            )
         held = self.register_floats + self.let_floats
         if held > REGISTER_BUDGET:
-            raise CompileError(k.span, f"this point holds {held} tile values per thread "
-                                       f"in registers (budget {REGISTER_BUDGET})")
+            raise CompileError(
+                k.span,
+                f"this point holds {held} tile values per thread in registers (budget {REGISTER_BUDGET})",
+            )
         head = Emitter()
         head.depth = 0
         if self.uses_half:
@@ -358,7 +375,9 @@ class KernelGen(ExprEmitter):
                 params.append(f"{CTYPE[p.dtype]} s_{p.name}")
             order.append(p.name)
         entry = f"phobos_{k.name}"
-        head.line(f'extern "C" __global__ void __launch_bounds__({k.threads}) {entry}({", ".join(params)}) {{')
+        head.line(
+            f'extern "C" __global__ void __launch_bounds__({k.threads}) {entry}({", ".join(params)}) {{'
+        )
         head.depth = 1
         for name, value in sorted(self.env.items()):
             head.line(f"constexpr int c_{name} = {value};")
@@ -372,8 +391,15 @@ class KernelGen(ExprEmitter):
         head.line("(void)smem; (void)th_r; (void)th_c;")
         lines = head.lines + self.out.lines + ["}"]
         spans = [None] + head.spans + self.out.spans + [None]
-        return Generated("\n".join(lines) + "\n", entry, tuple(order), self.grid_dims, (k.threads, 1, 1),
-                         shared_bytes, tuple(spans))
+        return Generated(
+            "\n".join(lines) + "\n",
+            entry,
+            tuple(order),
+            self.grid_dims,
+            (k.threads, 1, 1),
+            shared_bytes,
+            tuple(spans),
+        )
 
 
 def _all_stmts(body):

@@ -51,7 +51,9 @@ class DotMixin:
             from compiler.cuda.exprs import Val  # noqa: F401
 
             into = self.declare(None, "2d", (m, n), "f32")
-            self.emit_loop(self.ctx_for("2d", (m, n)), [f"{self.access(into, self.ctx_for('2d', (m, n)))} = 0.0f;"])
+            self.emit_loop(
+                self.ctx_for("2d", (m, n)), [f"{self.access(into, self.ctx_for('2d', (m, n)))} = 0.0f;"]
+            )
         self._fma_loop(into, sa, sb, m, n, kk)
         return into
 
@@ -76,8 +78,13 @@ class DotMixin:
 
     def stage_shared_let(self, name: str, load: ir.Load, role: str, transposed: bool):
         tile = self.shared_tile(load, role, transposed)
-        arg = ir.Call("transpose", (load,), load.span, ty=ir.TileType("f32", (load.ty.shape[1], load.ty.shape[0]))) \
-            if transposed else load
+        arg = (
+            ir.Call(
+                "transpose", (load,), load.span, ty=ir.TileType("f32", (load.ty.shape[1], load.ty.shape[0]))
+            )
+            if transposed
+            else load
+        )
         prep = self._prepare(arg, tile)
         self.out.line("__syncthreads();")
         self._write(tile, prep)
@@ -98,7 +105,11 @@ class DotMixin:
             return ("load", (inner, regs), transposed)
         from compiler.cuda.exprs import Val
 
-        if isinstance(inner, ir.Name) and isinstance(self.vals.get(inner.name), Val) and self.vals[inner.name].kind == "2d":
+        if (
+            isinstance(inner, ir.Name)
+            and isinstance(self.vals.get(inner.name), Val)
+            and self.vals[inner.name].kind == "2d"
+        ):
             return ("regs", self.vals[inner.name], transposed)
         return ("regs", self.materialize(inner, "2d"), transposed)
 
@@ -129,8 +140,13 @@ class DotMixin:
             return None
         t = self.grid.threads
         total = tile.k * tile.x // 4
-        return {"direct": direct, "total": total, "per_row": contiguous_extent // 4, "iters": -(-total // t),
-                "outer": tile.k if direct else tile.x}
+        return {
+            "direct": direct,
+            "total": total,
+            "per_row": contiguous_extent // 4,
+            "iters": -(-total // t),
+            "outer": tile.k if direct else tile.x,
+        }
 
     @staticmethod
     def _vector_indices(plan) -> str:
@@ -153,7 +169,11 @@ class DotMixin:
         self.out.line(self._vector_indices(plan))
         ptr, pred = self.element_address(self.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
         self.out.line(f"{regs}[it_] = make_float4({fill}, {fill}, {fill}, {fill});")
-        conds = [c for c in (f"e_ < {plan['total']}" if plan["total"] % t else "", pred if pred != "true" else "") if c]
+        conds = [
+            c
+            for c in (f"e_ < {plan['total']}" if plan["total"] % t else "", pred if pred != "true" else "")
+            if c
+        ]
         ld = f"{regs}[it_] = __ldg(reinterpret_cast<const float4*>(&{ptr}));"
         self.out.line(f"if ({' && '.join(conds)}) {ld}" if conds else ld)
         self.out.close()
@@ -234,17 +254,26 @@ class DotMixin:
             if d.vector == 4:
                 self.out.line("#pragma unroll")
                 self.out.open(f"for (int g_ = 0; g_ < {d.count}; g_ += 4)")
-                self.out.line(f"const float4 w4 = *reinterpret_cast<const float4*>("
-                              f"&{s.ptr}[k_ * {s.ld} + {d.position('g_')}]);")
-                self.out.line(f"{reg}[g_] = w4.x; {reg}[g_ + 1] = w4.y; {reg}[g_ + 2] = w4.z; {reg}[g_ + 3] = w4.w;")
+                self.out.line(
+                    f"const float4 w4 = *reinterpret_cast<const float4*>("
+                    f"&{s.ptr}[k_ * {s.ld} + {d.position('g_')}]);"
+                )
+                self.out.line(
+                    f"{reg}[g_] = w4.x; {reg}[g_ + 1] = w4.y; {reg}[g_ + 2] = w4.z; {reg}[g_ + 3] = w4.w;"
+                )
                 self.out.close()
             else:
                 self.out.line("#pragma unroll")
-                self.out.line(f"for (int g_ = 0; g_ < {d.count}; ++g_) {reg}[g_] = {s.ptr}[k_ * {s.ld} + {d.position('g_')}];")
+                self.out.line(
+                    f"for (int g_ = 0; g_ < {d.count}; ++g_) "
+                    f"{reg}[g_] = {s.ptr}[k_ * {s.ld} + {d.position('g_')}];"
+                )
         self.out.line("#pragma unroll")
         self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
         self.out.line("#pragma unroll")
-        self.out.line(f"for (int _j = 0; _j < {dc.count}; ++_j) "
-                      f"{acc.cname}[_i][_j] = fmaf(ar_[_i], br_[_j], {acc.cname}[_i][_j]);")
+        self.out.line(
+            f"for (int _j = 0; _j < {dc.count}; ++_j) "
+            f"{acc.cname}[_i][_j] = fmaf(ar_[_i], br_[_j], {acc.cname}[_i][_j]);"
+        )
         self.out.close()
         self.out.close()

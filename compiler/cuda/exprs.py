@@ -57,8 +57,11 @@ class SharedTile:
     ld: int
 
 
-IDENT = {"sum": ("0.0f", "0"), "max": ("__int_as_float(0xff800000)", "INT_MIN_"),
-         "min": ("__int_as_float(0x7f800000)", "INT_MAX_")}
+IDENT = {
+    "sum": ("0.0f", "0"),
+    "max": ("__int_as_float(0xff800000)", "INT_MIN_"),
+    "min": ("__int_as_float(0x7f800000)", "INT_MAX_"),
+}
 
 
 class ExprEmitter(DotMixin):
@@ -226,8 +229,12 @@ class ExprEmitter(DotMixin):
         shape = tuple(self.size(s) for s in e.ty.shape)
         if shape == ctx.shape:
             return ctx
-        local = tuple("0" if s == 1 and c != 1 else loc for s, c, loc in zip(shape, ctx.shape, ctx.local, strict=True))
-        pos = tuple("0" if s == 1 and c != 1 else p for s, c, p in zip(shape, ctx.shape, ctx.pos, strict=True))
+        local = tuple(
+            "0" if s == 1 and c != 1 else loc for s, c, loc in zip(shape, ctx.shape, ctx.local, strict=True)
+        )
+        pos = tuple(
+            "0" if s == 1 and c != 1 else p for s, c, p in zip(shape, ctx.shape, ctx.pos, strict=True)
+        )
         return Ctx(shape, ctx.kind, local, pos, ctx.native)
 
     def elem(self, e: ir.Expr, ctx: Ctx | None) -> str:
@@ -284,7 +291,7 @@ class ExprEmitter(DotMixin):
     @staticmethod
     def stride(shape, axis) -> int:
         s = 1
-        for x in shape[axis + 1:]:
+        for x in shape[axis + 1 :]:
             s *= x
         return s
 
@@ -446,9 +453,13 @@ class ExprEmitter(DotMixin):
         if f == "expand":
             axis = kw["axis"].value
             keep = [a for a in range(len(ctx.shape)) if a != axis]
-            inner = Ctx(tuple(ctx.shape[a] for a in keep),
-                        ("row" if axis == 1 else "col") if ctx.kind == "2d" else ctx.kind,
-                        tuple(ctx.local[a] for a in keep), tuple(ctx.pos[a] for a in keep), ctx.native)
+            inner = Ctx(
+                tuple(ctx.shape[a] for a in keep),
+                ("row" if axis == 1 else "col") if ctx.kind == "2d" else ctx.kind,
+                tuple(ctx.local[a] for a in keep),
+                tuple(ctx.pos[a] for a in keep),
+                ctx.native,
+            )
             if len(ctx.shape) != 2:
                 raise CompileError(e.span, "the CUDA backend expands 1-D tiles to 2-D only")
             return self.elem(e.args[0], inner)
@@ -465,8 +476,13 @@ class ExprEmitter(DotMixin):
 
     def transpose(self, e: ir.Call, ctx: Ctx) -> str:
         a = e.args[0]
-        flipped = Ctx(tuple(reversed(ctx.shape)), ctx.kind, tuple(reversed(ctx.local)),
-                      tuple(reversed(ctx.pos)), native=False)
+        flipped = Ctx(
+            tuple(reversed(ctx.shape)),
+            ctx.kind,
+            tuple(reversed(ctx.local)),
+            tuple(reversed(ctx.pos)),
+            native=False,
+        )
         if isinstance(a, ir.Load):
             return self.elem(a, flipped)
         v = a if isinstance(a, ir.Name) and isinstance(self.vals.get(a.name), Val) else None
@@ -482,7 +498,11 @@ class ExprEmitter(DotMixin):
         shape = tuple(self.size(s) for s in x.ty.shape)
         f = e.func
         is_f = x.ty.dtype == "f32"
-        ident = IDENT[f][0 if is_f else 1].replace("INT_MIN_", "(-2147483647 - 1)").replace("INT_MAX_", "2147483647")
+        ident = (
+            IDENT[f][0 if is_f else 1]
+            .replace("INT_MIN_", "(-2147483647 - 1)")
+            .replace("INT_MAX_", "2147483647")
+        )
         ctype = "float" if is_f else "int"
 
         def comb(a, b):
@@ -546,8 +566,10 @@ class ExprEmitter(DotMixin):
             self.out.line("#pragma unroll")
             self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
             self.out.line(f"{ctype} a_ = {ident};")
-            self.out.line(f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
-                          f"a_ = {comb('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};")
+            self.out.line(
+                f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
+                f"a_ = {comb('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};"
+            )
             self.out.line(f"{res.cname}[_j] = a_;")
             self.out.close()
         want = ctx.kind if ctx is not None else None
@@ -564,7 +586,10 @@ class ExprEmitter(DotMixin):
         self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
         off = warp_lanes // 2
         while off >= 1:
-            self.out.line(f"{res.cname}[_i] = {comb(f'{res.cname}[_i]', f'__shfl_xor_sync(0xffffffffu, {res.cname}[_i], {off})')};")
+            self.out.line(
+                f"{res.cname}[_i] = "
+                f"{comb(f'{res.cname}[_i]', f'__shfl_xor_sync(0xffffffffu, {res.cname}[_i], {off})')};"
+            )
             off //= 2
         self.out.close()
         if lanes <= 32:
@@ -574,15 +599,19 @@ class ExprEmitter(DotMixin):
         self.out.line("__syncthreads();")
         self.out.open("if ((th_c & 31) == 0)")
         self.out.line("#pragma unroll")
-        self.out.line(f"for (int _i = 0; _i < {count}; ++_i) "
-                      f"{buf}[(th_r * {groups} + (th_c >> 5)) * {count} + _i] = {res.cname}[_i];")
+        self.out.line(
+            f"for (int _i = 0; _i < {count}; ++_i) "
+            f"{buf}[(th_r * {groups} + (th_c >> 5)) * {count} + _i] = {res.cname}[_i];"
+        )
         self.out.close()
         self.out.line("__syncthreads();")
         self.out.line("#pragma unroll")
         self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
         self.out.line(f"{ctype} a_ = {buf}[(th_r * {groups}) * {count} + _i];")
-        self.out.line(f"for (int q_ = 1; q_ < {groups}; ++q_) "
-                      f"a_ = {comb('a_', f'{buf}[(th_r * {groups} + q_) * {count} + _i]')};")
+        self.out.line(
+            f"for (int q_ = 1; q_ < {groups}; ++q_) "
+            f"a_ = {comb('a_', f'{buf}[(th_r * {groups} + q_) * {count} + _i]')};"
+        )
         self.out.line(f"{res.cname}[_i] = a_;")
         self.out.close()
 

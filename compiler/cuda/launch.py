@@ -14,8 +14,12 @@ from common.errors import UserError
 from compiler import ir
 from compiler.cuda import CompiledKernel, compile_kernel
 
-_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "i32": np.dtype(np.int32),
-           "bf16": np.dtype(np.uint16)}  # bf16 travels as its 16-bit pattern: cupy has no bfloat16
+_DTYPES = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "i32": np.dtype(np.int32),
+    "bf16": np.dtype(np.uint16),
+}  # bf16 travels as its 16-bit pattern: cupy has no bfloat16
 _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}
@@ -47,8 +51,11 @@ def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
 
     fn = _function(compiled)
     get = cupy.cuda.driver.funcGetAttribute
-    return {"num_regs": get(4, fn.ptr), "local_size_bytes": get(3, fn.ptr),
-            "max_threads_per_block": get(0, fn.ptr)}
+    return {
+        "num_regs": get(4, fn.ptr),
+        "local_size_bytes": get(3, fn.ptr),
+        "max_threads_per_block": get(0, fn.ptr),
+    }
 
 
 def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -> None:
@@ -77,7 +84,9 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
     fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
 
 
-def run_kernel_gpu(kernel: ir.Kernel, binding, arrays: dict[str, np.ndarray], scalars: dict) -> dict[str, np.ndarray]:
+def run_kernel_gpu(
+    kernel: ir.Kernel, binding, arrays: dict[str, np.ndarray], scalars: dict
+) -> dict[str, np.ndarray]:
     """Copy host arrays in, run, copy the stored tensors out (returned by name)."""
     import cupy
 

@@ -92,8 +92,13 @@ class ThreadGrid:
         return make_dist(extent, self.threads, "th_id")
 
 
-def choose_thread_grid(threads: int, shapes2d: set[tuple[int, int]], dot_shapes: set[tuple[int, int]],
-                       row_extents: set[int], col_extents: set[int]) -> ThreadGrid:
+def choose_thread_grid(
+    threads: int,
+    shapes2d: set[tuple[int, int]],
+    dot_shapes: set[tuple[int, int]],
+    row_extents: set[int],
+    col_extents: set[int],
+) -> ThreadGrid:
     """Pick TR x TC: every 2-D tile must divide evenly; then fewest elements per thread (no idle
     replicas), square register blocks for dot results (reuse of shared-memory reads), and TC <= 32
     (row reductions inside a warp)."""

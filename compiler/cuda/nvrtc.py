@@ -73,7 +73,9 @@ def _library() -> ctypes.CDLL:
             continue
         lib.nvrtcGetErrorString.restype = ctypes.c_char_p
         return lib
-    raise RuntimeError("libnvrtc not found; install nvidia-cuda-nvrtc-cu12 or set PHOBOS_NVRTC\n" + "\n".join(errors))
+    raise RuntimeError(
+        "libnvrtc not found; install nvidia-cuda-nvrtc-cu12 or set PHOBOS_NVRTC\n" + "\n".join(errors)
+    )
 
 
 def version() -> tuple[int, int]:
@@ -92,8 +94,9 @@ _cache: dict[tuple[str, tuple[str, ...]], str] = {}
 _cache_lock = threading.Lock()
 
 
-def compile_to_ptx(source: str, arch: str = "compute_90", options: tuple[str, ...] = DEFAULT_OPTIONS,
-                   name: str = "phobos.cu") -> str:
+def compile_to_ptx(
+    source: str, arch: str = "compute_90", options: tuple[str, ...] = DEFAULT_OPTIONS, name: str = "phobos.cu"
+) -> str:
     """Compile CUDA C++ to PTX; raises NvrtcError with NVRTC's log when it refuses the source."""
     opts = (f"-arch={arch}", *options)
     key = (source, opts)
@@ -102,8 +105,10 @@ def compile_to_ptx(source: str, arch: str = "compute_90", options: tuple[str, ..
             return _cache[key]
     lib = _library()
     prog = ctypes.c_void_p()
-    _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
-           "nvrtcCreateProgram")
+    _check(
+        lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
+        "nvrtcCreateProgram",
+    )
     try:
         argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
         status = lib.nvrtcCompileProgram(prog, len(opts), argv)

@@ -29,7 +29,9 @@ def all_points(kernel: ir.Kernel) -> list[dict[str, int]]:
     if kernel.autotune is None:
         return [{}]
     names = [d.name for d in kernel.autotune.dims]
-    return [dict(zip(names, v, strict=True)) for v in itertools.product(*(d.values for d in kernel.autotune.dims))]
+    return [
+        dict(zip(names, v, strict=True)) for v in itertools.product(*(d.values for d in kernel.autotune.dims))
+    ]
 
 
 def random_inputs(kernel: ir.Kernel, env: dict[str, int], rng: np.random.Generator):

@@ -20,24 +20,53 @@ from compiler import binding, interp, walk
 
 pytestmark = pytest.mark.gpu
 
-TOL = {"add.phk": 1e-6, "axpby.phk": 1e-6, "transpose.phk": 0.0, "matmul.phk": 1e-5,
-       "matmul_plain.phk": 1e-5, "softmax.phk": 3e-5, "layernorm.phk": 3e-5,
-       "flash_attention.phk": 3e-5, "causal_attention.phk": 3e-5}
+TOL = {
+    "add.phk": 1e-6,
+    "axpby.phk": 1e-6,
+    "transpose.phk": 0.0,
+    "matmul.phk": 1e-5,
+    "matmul_plain.phk": 1e-5,
+    "softmax.phk": 3e-5,
+    "layernorm.phk": 3e-5,
+    "flash_attention.phk": 3e-5,
+    "causal_attention.phk": 3e-5,
+}
 
 CASES = [
     ("add.phk", {"N": 1000003}, [{"BLOCK": 16}, {"BLOCK": 256}, {"BLOCK": 4096}, {"BLOCK": 1024}]),
-    ("axpby.phk", {"M": 301, "N": 517}, [{}, {"BM": 64, "BN": 256}, {"BM": 16, "BN": 32}, {"BM": 32, "BN": 128}]),
+    (
+        "axpby.phk",
+        {"M": 301, "N": 517},
+        [{}, {"BM": 64, "BN": 256}, {"BM": 16, "BN": 32}, {"BM": 32, "BN": 128}],
+    ),
     ("transpose.phk", {"M": 333, "N": 190}, [{"T": 32}, {"T": 64}]),
-    ("matmul.phk", {"M": 256, "N": 384, "K": 128}, [{}, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8},
-                                                    {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32},
-                                                    {"TILE_M": 128, "TILE_N": 64, "TILE_K": 4}]),
-    ("matmul_plain.phk", {"M": 203, "N": 317, "K": 129}, [{}, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8},
-                                                          {"TILE_M": 64, "TILE_N": 32, "TILE_K": 16}]),
+    (
+        "matmul.phk",
+        {"M": 256, "N": 384, "K": 128},
+        [
+            {},
+            {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8},
+            {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32},
+            {"TILE_M": 128, "TILE_N": 64, "TILE_K": 4},
+        ],
+    ),
+    (
+        "matmul_plain.phk",
+        {"M": 203, "N": 317, "K": 129},
+        [{}, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8}, {"TILE_M": 64, "TILE_N": 32, "TILE_K": 16}],
+    ),
     ("softmax.phk", {"R": 37, "C": 1531}, [{}, {"BR": 16, "BC": 1024}, {"BR": 4, "BC": 256}]),
     ("layernorm.phk", {"R": 29, "C": 1100}, [{}, {"BR": 8, "BC": 1024}, {"BR": 2, "BC": 512}]),
-    ("flash_attention.phk", {"Nq": 203, "Nk": 331}, [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 128},
-                                                     {"BR": 128, "BC": 32}]),
-    ("causal_attention.phk", {"N": 299}, [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 64}, {"BR": 32, "BC": 128}]),
+    (
+        "flash_attention.phk",
+        {"Nq": 203, "Nk": 331},
+        [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 128}, {"BR": 128, "BC": 32}],
+    ),
+    (
+        "causal_attention.phk",
+        {"N": 299},
+        [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 64}, {"BR": 32, "BC": 128}],
+    ),
 ]
 
 
@@ -80,7 +109,11 @@ def test_random_shapes_with_ragged_edges(seed):
     name = ("matmul_plain.phk", "softmax.phk", "flash_attention.phk")[seed % 3]
     kernel = load_example(name)
     if name == "matmul_plain.phk":
-        dims = {"M": int(rng.integers(1, 300)), "N": int(rng.integers(1, 300)), "K": int(rng.integers(1, 200))}
+        dims = {
+            "M": int(rng.integers(1, 300)),
+            "N": int(rng.integers(1, 300)),
+            "K": int(rng.integers(1, 200)),
+        }
     elif name == "softmax.phk":
         dims = {"R": int(rng.integers(1, 64)), "C": int(rng.integers(1, 3000))}
     else:

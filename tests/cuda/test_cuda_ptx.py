@@ -58,12 +58,15 @@ def test_every_point_of_every_example_compiles_or_is_pruned_with_a_reason():
 
 
 HOT_POINTS = [
-    ("matmul.phk", None), ("matmul.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8}),
+    ("matmul.phk", None),
+    ("matmul.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8}),
     ("matmul.phk", {"TILE_M": 64, "TILE_N": 128, "TILE_K": 16}),
     ("matmul_plain.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8}),
-    ("flash_attention.phk", None), ("flash_attention.phk", {"D": 64, "BR": 64, "BC": 64}),
+    ("flash_attention.phk", None),
+    ("flash_attention.phk", {"D": 64, "BR": 64, "BC": 64}),
     ("flash_attention.phk", {"D": 64, "BR": 128, "BC": 64}),
-    ("causal_attention.phk", None), ("causal_attention.phk", {"D": 64, "BR": 64, "BC": 64}),
+    ("causal_attention.phk", None),
+    ("causal_attention.phk", {"D": 64, "BR": 64, "BC": 64}),
 ]
 
 
@@ -74,8 +77,12 @@ def test_hot_kernels_assemble_for_sm90_without_spills(name, point, tmp_path):
     compiled = compile_kernel(kernel, binding.bind(kernel, _dims(kernel, 4096), None, point))
     ptx = tmp_path / "k.ptx"
     ptx.write_text(compiled.ptx)
-    run = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        ["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     report = run.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert spills and all(s == ("0", "0") for s in spills), report
@@ -101,8 +108,12 @@ def test_flash_attention_keeps_row_statistics_in_registers_and_reduces_with_shuf
 def test_pruned_point_is_reported_not_miscompiled():
     k = load_example("matmul.phk")
     with pytest.raises(CompileError, match="registers"):
-        generate_source(k, binding.bind(k, {"M": 1024, "N": 1024, "K": 1024}, None,
-                                        {"TILE_M": 256, "TILE_N": 256, "TILE_K": 8}))
+        generate_source(
+            k,
+            binding.bind(
+                k, {"M": 1024, "N": 1024, "K": 1024}, None, {"TILE_M": 256, "TILE_N": 256, "TILE_K": 8}
+            ),
+        )
 
 
 def test_nvrtc_error_names_the_generated_line_and_the_kernel_line():
@@ -138,6 +149,22 @@ def test_ptx_command_reports_a_pruned_set_clearly(tmp_path):
 
     path = str(load_example.__globals__["EXAMPLES"] / "matmul.phk")
     with pytest.raises(CompileError, match="registers"):
-        main(["ptx", path, "--dim", "M=512", "--dim", "N=512", "--dim", "K=512", "--set", "TILE_M=256",
-              "--set", "TILE_N=256", "-o", str(tmp_path / "k.ptx")])
+        main(
+            [
+                "ptx",
+                path,
+                "--dim",
+                "M=512",
+                "--dim",
+                "N=512",
+                "--dim",
+                "K=512",
+                "--set",
+                "TILE_M=256",
+                "--set",
+                "TILE_N=256",
+                "-o",
+                str(tmp_path / "k.ptx"),
+            ]
+        )
     assert not (tmp_path / "k.ptx").exists()
