@@ -13,3 +13,7 @@ fi
 if [ "$STAGE" != tests ]; then
   timeout ${BENCH_TIMEOUT:-300} python3 benchmarks/leaf_bench.py --out $OUT/leaf.json ${BENCH_ARGS} 2>&1 | tee $OUT/bench.log
 fi
+if [ "$STAGE" != tests ]; then
+  timeout ${PYBENCH_TIMEOUT:-60} python3 -m pytest benchmarks/test_leaf_speed.py -q -p no:cacheprovider --benchmark-only \
+    --benchmark-json=$OUT/leaf_pytest_benchmark.json 2>&1 | tee $OUT/pybench.log
+fi
