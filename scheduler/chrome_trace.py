@@ -16,7 +16,7 @@ import os
 
 from common.cli import run_main, user_path
 from scheduler.report import load_trace, write_text_atomically
-from scheduler.report_model import KINDS, check_trace, derive_nodes, parse_event
+from scheduler.report_model import KINDS, check_trace, derive_nodes, parse_events
 
 US = 1e6  # trace-event times are microseconds; phobos traces hold seconds
 FAILURE_TID = len(KINDS)  # a thread of its own on the dead node's process for the failure marker
@@ -34,7 +34,7 @@ def _metadata(pid: int, name: str, tid: int | None = None, sort: int | None = No
 def to_chrome_trace(trace: dict) -> dict:
     """The Chrome trace-event form of a phobos-trace/1 dict (raises UserError when malformed)."""
     check_trace(trace)
-    events = [parse_event(raw, i) for i, raw in enumerate(trace.get("events", []))]
+    events, _ = parse_events(trace)
     nodes = derive_nodes(trace, events)
     out: list[dict] = []
     for n in nodes:
@@ -53,6 +53,8 @@ def to_chrome_trace(trace: dict) -> dict:
             args["unit"] = e.unit
         if e.leaf is not None:
             args["leaf"] = e.leaf
+        if e.message:
+            args["message"] = e.message
         name = e.kind if e.leaf is None else f"{e.kind} {e.leaf}"
         if e.replanned:
             name += " (re-planned)"

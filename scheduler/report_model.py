@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from common.errors import UserError
 
 TRACE_FORMAT = "phobos-trace/1"
-KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
+INSTRUCTION_KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
+# Not an instruction: a pod reports "serve" (start = end, id = its buffer, peer = the fetching node)
+# each time a peer fetched one of its tiles.
+KINDS = (*INSTRUCTION_KINDS, "serve")
 STORAGE = "storage"
 # A strip of super-tiles longer than this is wrapped (at least this wide) so that it fits on screen.
 WRAP_AT = 32
@@ -40,6 +43,7 @@ class Event:
     generation: int
     replanned: bool
     ok: bool
+    message: str | None = None  # why an instruction failed, when the pod said
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,11 +71,14 @@ def _int_or_none(value, what: str) -> int | None:
     return value
 
 
-def parse_event(raw: dict, index: int) -> Event:
+def parse_event(raw: dict, index: int) -> Event | None:
+    """The event, or None for a kind this report does not know (a newer scheduler's): skipped."""
     where = f"events[{index}]"
     _require(isinstance(raw, dict), f"trace: {where} must be an object")
     kind = raw.get("kind")
-    _require(kind in KINDS, f"trace: {where}.kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    _require(isinstance(kind, str), f"trace: {where}.kind must be a string, got {kind!r}")
+    if kind not in KINDS:
+        return None
     node = _int_or_none(raw.get("node"), f"{where}.node")
     _require(node is not None, f"trace: {where}.node is missing")
     start = _number(raw.get("start"), f"{where}.start")
@@ -91,7 +98,15 @@ def parse_event(raw: dict, index: int) -> Event:
         generation=int(raw.get("generation") or 0),
         replanned=bool(raw.get("replanned", False)),
         ok=bool(raw.get("ok", True)),
+        message=str(raw["message"]) if raw.get("message") else None,
     )
+
+
+def parse_events(trace: dict) -> tuple[list[Event], int]:
+    """The events the report knows, and how many of unknown kinds were skipped."""
+    parsed = [parse_event(raw, i) for i, raw in enumerate(trace.get("events", []))]
+    known = [e for e in parsed if e is not None]
+    return known, len(parsed) - len(known)
 
 
 def check_trace(trace) -> None:
@@ -142,14 +157,20 @@ def derive_summary(trace: dict, events: list[Event], nodes: list[dict]) -> dict:
     computed = {n["node"]: dict.fromkeys(
         ("instructions", "bytes_loaded", "bytes_fetched", "bytes_served", "bytes_stored"), 0
     ) | {"compute_s": 0.0} for n in nodes}
+    # Bytes served: from the pods' own "serve" reports where the trace has them, else from the
+    # fetches that peers made of each node's tiles.
+    has_serves = any(e.kind == "serve" for e in events)
     for e in events:
         row = computed[e.node]
+        if e.kind == "serve":
+            row["bytes_served"] += e.bytes
+            continue
         row["instructions"] += 1
         if e.kind == "load":
             row["bytes_loaded"] += e.bytes
         elif e.kind == "fetch":
             row["bytes_fetched"] += e.bytes
-            if e.peer in computed:
+            if e.peer in computed and not has_serves:
                 computed[e.peer]["bytes_served"] += e.bytes
         elif e.kind == "store":
             row["bytes_stored"] += e.bytes
@@ -175,8 +196,9 @@ def derive_summary(trace: dict, events: list[Event], nodes: list[dict]) -> dict:
         "wall_s": wall_s,
         "nodes": rows,
         "totals": totals,
-        "events": len(events),
-        "replanned_events": sum(e.replanned for e in events),
+        "events": sum(e.kind != "serve" for e in events),
+        "serves": sum(e.kind == "serve" for e in events),
+        "replanned_events": sum(e.replanned for e in events if e.kind != "serve"),
         "failed_events": sum(not e.ok for e in events),
         "failures": len(trace.get("failures", [])),
     }
@@ -335,13 +357,15 @@ def event_columns(events: list[Event]) -> dict:
         "generation": [e.generation for e in ordered],
         "replanned": [int(e.replanned) for e in ordered],
         "ok": [int(e.ok) for e in ordered],
+        # Few events carry a message (failed ones): a sparse map from position to text.
+        "messages": {str(i): e.message for i, e in enumerate(ordered) if e.message},
     }
 
 
 def build_model(trace: dict) -> dict:
     """Everything the report page draws, derived from one trace."""
     check_trace(trace)
-    events = [parse_event(raw, i) for i, raw in enumerate(trace.get("events", []))]
+    events, skipped = parse_events(trace)
     job = trace["job"]
     nodes = derive_nodes(trace, events)
     grids = super_tile_grids(trace, events)
@@ -363,5 +387,5 @@ def build_model(trace: dict) -> dict:
         "grids": grids,
         "super_tiles": sum(len(g["cells"]) for g in grids),
         "bytes": bytes_matrix(events, nodes),
-        "summary": derive_summary(trace, events, nodes),
+        "summary": derive_summary(trace, events, nodes) | {"skipped_events": skipped},
     }

@@ -8,6 +8,7 @@ const $ = (id) => document.getElementById(id);
 const KINDS = model.kinds;
 const KIND_COLORS = {
   allocate: "#9ca3af", load: "#3b82f6", fetch: "#14b8a6", compute: "#f59e0b", store: "#8b5cf6", free: "#cbd5e1",
+  serve: "#0f766e",
 };
 const FAIL = "#dc2626";
 const REPLAN = "#db2777";

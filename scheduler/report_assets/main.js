@@ -69,5 +69,6 @@ const zoom = (params.get("zoom") || "").split(",").map(Number);
 if (zoom.length === 2 && zoom.every(Number.isFinite)) timeline.setRange(zoom[0], zoom[1]);
 if (params.has("selftest")) selfTest();
 root.dataset.nodes = String(model.nodes.length);
-root.dataset.events = String(nEvents);
+root.dataset.events = String(summary.events);
+root.dataset.serves = String(summary.serves);
 root.dataset.rendered = "true";

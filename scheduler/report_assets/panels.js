@@ -75,8 +75,15 @@ function renderFailures() {
   root.dataset.failures = String(model.failures.length);
   root.dataset.replannedEvents = String(summary.replanned_events);
   root.dataset.replannedSupertiles = String(replannedCells);
+  if (summary.skipped_events) {
+    box.appendChild(el("div", { text: summary.skipped_events + " event(s) of kinds this report does not know " +
+      "were left out." }));
+  }
   if (!model.failures.length) {
     box.appendChild(el("div", { text: "No node failed during this run." }));
+    if (summary.failed_events) {
+      box.appendChild(el("div", { text: summary.failed_events + " instruction(s) did not complete (red outline)." }));
+    }
     return;
   }
   const list = el("ul", { id: "failure-list" });

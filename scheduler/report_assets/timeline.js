@@ -35,6 +35,10 @@ function niceStep(span, target) {
 
 function eventText(i) {
   const kind = KINDS[ev.kind[i]];
+  if (kind === "serve") {
+    return "node " + ev.node[i] + " served buffer " + ev.id[i] + " (" + fmtBytes(ev.bytes[i]) + ") to node " +
+      ev.peer[i] + "\nat " + fmtTime(ev.start[i]) + " · generation " + ev.generation[i];
+  }
   const lines = [kind + " #" + ev.id[i] + " on node " + ev.node[i] + (ev.ok[i] ? "" : "  (FAILED)"),
     "start " + fmtTime(ev.start[i]) + " · end " + fmtTime(ev.end[i]) + " · " + fmtTime(ev.end[i] - ev.start[i])];
   if (ev.bytes[i]) lines.push(fmtBytes(ev.bytes[i]) + (kind === "load" || kind === "fetch"
@@ -43,6 +47,7 @@ function eventText(i) {
   if (ev.unit[i] >= 0) lines.push("unit " + ev.unit[i] + (ev.leaf[i] >= 0 ? " · leaf " + ev.events_leaf_name(i) : ""));
   else if (ev.leaf[i] >= 0) lines.push("leaf " + ev.events_leaf_name(i));
   lines.push("generation " + ev.generation[i] + (ev.replanned[i] ? " · re-planned after a failure" : ""));
+  if (ev.messages[i]) lines.push(ev.messages[i]);
   return lines.join("\n");
 }
 ev.events_leaf_name = (i) => ev.leaf_names[ev.leaf[i]];
@@ -61,6 +66,8 @@ function makeTimeline() {
 
   function laneLayout() {
     const list = LANES.map((k) => ({ kind: KINDS.indexOf(k), h: LANE_H }));
+    // Tiles served to peers: instants reported by the serving pod, a thin lane under "fetch".
+    if (model.summary.serves) list.splice(2, 0, { kind: KINDS.indexOf("serve"), h: MEM_H });
     if (showMemory) {
       list.push({ kind: KINDS.indexOf("allocate"), h: MEM_H }, { kind: KINDS.indexOf("free"), h: MEM_H });
     }
@@ -268,7 +275,7 @@ function makeTimeline() {
   window.addEventListener("resize", () => { size(); draw(); });
 
   const legend = $("kind-legend");
-  KINDS.forEach((k) => legend.appendChild(el("span", null, [
+  KINDS.filter((k) => k !== "serve" || model.summary.serves).forEach((k) => legend.appendChild(el("span", null, [
     el("span", { className: "swatch", style: "background:" + KIND_COLORS[k] }), k + " "])));
   legend.appendChild(el("span", null, [el("span", { className: "swatch",
     style: "background: repeating-linear-gradient(45deg," + REPLAN + " 0 2px,#fff 2px 4px)" }), "re-planned "]));

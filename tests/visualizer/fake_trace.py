@@ -222,16 +222,21 @@ def make_trace(example: str = "add", nodes: int = 2, size: int | None = None, fa
         sim.run_units(ex, replan, detected, 1, True)
         for u, n in replan:
             units.append({**units[u], "node": n, "generation": 1, "replanned": True})
+    # A pod reports each tile it served to a peer as a "serve" event (start = end, id = its buffer).
+    for e in [e for e in events if e["kind"] == "fetch" and e["ok"]]:
+        events.append({"node": e["peer"], "id": 1000 + e["id"], "kind": "serve", "start": e["end"],
+                       "end": e["end"], "bytes": e["bytes"], "peer": e["node"], "unit": None, "leaf": None,
+                       "generation": e["generation"], "replanned": e["replanned"], "ok": True})
     events.sort(key=lambda e: (e["start"], e["node"]))
     wall = max(e["end"] for e in events)
     summary_nodes = []
     for n in range(nodes):
-        mine = [e for e in events if e["node"] == n]
+        mine = [e for e in events if e["node"] == n and e["kind"] != "serve"]
         summary_nodes.append({
             "node": n, "instructions": len(mine),
             "bytes_loaded": sum(e["bytes"] for e in mine if e["kind"] == "load"),
             "bytes_fetched": sum(e["bytes"] for e in mine if e["kind"] == "fetch"),
-            "bytes_served": sum(e["bytes"] for e in events if e["kind"] == "fetch" and e["peer"] == n),
+            "bytes_served": sum(e["bytes"] for e in events if e["kind"] == "serve" and e["node"] == n),
             "bytes_stored": sum(e["bytes"] for e in mine if e["kind"] == "store"),
             "compute_s": sum(e["end"] - e["start"] for e in mine if e["kind"] == "compute"),
         })

@@ -31,6 +31,10 @@ def render(tmp_path, trace, fragment=""):
     return page, dom
 
 
+def instructions(trace) -> list[dict]:
+    return [e for e in trace["events"] if e["kind"] != "serve"]
+
+
 def expected_super_tiles(trace) -> int:
     return len({(o["tensor"], tuple(o["start"])) for u in trace["units"] for o in u["outputs"]})
 
@@ -45,7 +49,8 @@ def test_examples_render_with_every_node_row_and_super_tile(tmp_path, example, n
     r = dom.report
     assert int(r["node-rows"]) == int(r["nodes"]) == nodes
     assert int(r["supertiles"]) == expected_super_tiles(trace)
-    assert int(r["events"]) == len(trace["events"])
+    assert int(r["events"]) == len(instructions(trace))
+    assert int(r["serves"]) == len(trace["events"]) - len(instructions(trace))
     assert int(r["timeline-bars"]) + int(r["timeline-columns"]) > 0
     # the first super-tile is selected at load, so its leaf's CTA grid is drawn
     leaf = next(x for x in trace["job"]["leaves"] if x["name"] in ("main", "step"))
@@ -59,7 +64,7 @@ def test_examples_render_with_every_node_row_and_super_tile(tmp_path, example, n
         assert r["failures"] == "0" and r["replanned-events"] == "0"
     else:
         assert r["failures"] == "1"
-        assert int(r["replanned-events"]) == sum(e["replanned"] for e in trace["events"]) > 0
+        assert int(r["replanned-events"]) == sum(e["replanned"] for e in instructions(trace)) > 0
         assert int(r["replanned-supertiles"]) > 0
         assert dom.by_id["failure-list"] is not None
 
@@ -87,10 +92,10 @@ def test_hostile_source_is_shown_as_text(tmp_path):
 def test_ten_thousand_instructions_render_with_all_node_rows(tmp_path):
     # add: 7 instructions per super-tile; 1500 super-tiles on 8 nodes is 10,500 instructions.
     trace = make_trace("add", nodes=8, size=1500)
-    assert len(trace["events"]) >= 10_000
+    assert len(instructions(trace)) >= 10_000
     page, dom = render(tmp_path, trace)
     r = dom.report
-    assert r["node-rows"] == "8" and int(r["events"]) == len(trace["events"])
+    assert r["node-rows"] == "8" and int(r["events"]) == len(instructions(trace))
     assert r["supertiles"] == "1500"
     # at the whole-run zoom most bars are narrower than a pixel: they are summed into columns
     assert int(r["timeline-columns"]) > 0

@@ -62,7 +62,7 @@ def test_failure_replans_the_dead_nodes_unstored_super_tiles():
         assert cell["previous"] == [{"node": 1, "unit": cell["unit"], "generation": 0}]
     assert [c for c in cells if c["previous"]] == moved
     assert model["summary"]["failures"] == 1
-    replanned = sum(1 for e in trace["events"] if e["replanned"])
+    replanned = sum(1 for e in trace["events"] if e["replanned"] and e["kind"] != "serve")
     assert model["summary"]["replanned_events"] == replanned > 0
     assert model["summary"]["failed_events"] == sum(1 for e in trace["events"] if not e["ok"])
 
@@ -113,7 +113,7 @@ def test_event_columns_are_parallel_and_sorted_per_node():
         (lambda t: t.update(format="other/2"), "format must be"),
         (lambda t: t.pop("job"), "'job' must be an object"),
         (lambda t: t.update(events={}), "'events' must be a list"),
-        (lambda t: t["events"][0].update(kind="teleport"), "events[0].kind"),
+        (lambda t: t["events"][0].update(kind=7), "events[0].kind"),
         (lambda t: t["events"][0].update(end=-1.0), "ends"),
         (lambda t: t["events"][0].update(start="soon"), "events[0].start"),
         (lambda t: t["events"][0].pop("node"), "events[0].node"),
@@ -168,3 +168,20 @@ def test_thousands_of_super_tiles_wrap_into_a_wide_block():
     (grid,) = model["grids"]
     assert grid["cols"] == 100 and grid["rows"] == 50
     assert {(c["row"], c["col"]) for c in grid["cells"]} == {(r, c) for r in range(50) for c in range(100)}
+
+
+def test_serves_count_as_served_bytes_not_instructions_and_unknown_kinds_are_skipped():
+    trace = make_trace("flash_attention", nodes=3, size=6)
+    serves = [e for e in trace["events"] if e["kind"] == "serve"]
+    assert serves, "the fixture reports a serve on the peer for every fetch, as pods do"
+    trace["events"].append({**trace["events"][0], "kind": "teleport"})
+    trace.pop("summary")
+    model = build_model(trace)
+    summary = model["summary"]
+    assert summary["skipped_events"] == 1 and summary["serves"] == len(serves)
+    assert summary["events"] == len(trace["events"]) - 1 - len(serves)
+    for row in summary["nodes"]:
+        assert row["bytes_served"] == sum(e["bytes"] for e in serves if e["node"] == row["node"])
+    # a fetch and its serve are one movement of bytes: the matrix counts it once
+    fetched = sum(e["bytes"] for e in trace["events"] if e["kind"] == "fetch" and e["ok"])
+    assert sum(sum(row[:3]) for row in model["bytes"]["values"][1:]) == fetched
