@@ -12,10 +12,26 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from common.errors import UserError
 from compiler import ir
+
+
+class FrozenDict(dict):
+    """A dict that cannot change after it is built; hashable and picklable (unlike a
+    MappingProxyType), so a Binding can be a cache key or cross a process boundary."""
+
+    def _immutable(self, *args, **kwargs):
+        raise TypeError("a Binding's mappings are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _immutable
+    __ior__ = _immutable
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.items())))
+
+    def __reduce__(self):
+        return (FrozenDict, (dict(self),))
 
 
 @dataclass(frozen=True)
@@ -139,8 +155,8 @@ def bind(kernel: ir.Kernel, dims: Mapping[str, int], tensor_shapes: Mapping[str,
         extent, tile = env[axis.dim], env[axis.tile]
         grid.append(-(-extent // tile))
     return Binding(
-        dims=MappingProxyType(dim_values),
-        tile_values=MappingProxyType(tiles),
-        env=MappingProxyType(env),
+        dims=FrozenDict(dim_values),
+        tile_values=FrozenDict(tiles),
+        env=FrozenDict(env),
         grid=tuple(grid),
     )

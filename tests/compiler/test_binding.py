@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,9 @@ def test_defaults_env_and_ragged_grid():
         b.grid = (1,)
     with pytest.raises(TypeError):
         b.dims["M"] = 3
+    with pytest.raises(TypeError):
+        b.env.update(M=3)
+    assert pickle.loads(pickle.dumps(b)) == b and hash(pickle.loads(pickle.dumps(b))) == hash(b)
 
 
 def test_tile_values_from_the_expanded_search_space():
