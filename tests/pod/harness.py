@@ -86,12 +86,15 @@ class Sink(rpc.SchedulerSink.Server):
         self.reported: list[tuple[int, capnp_io.InstructionEvent]] = []
         self.plans_done: dict[tuple[int, str, int], tuple[bool, str]] = {}
         self.beats: list[tuple[int, int, list[int]]] = []
+        self.job_events: dict[str, list[capnp_io.InstructionEvent]] = {}
 
     async def heartbeat(self, node, generation, running, _context, **kwargs):
         self.beats.append((node, generation, list(running)))
 
     async def events(self, node, generation, events, jobId, _context, **kwargs):
-        self.reported += [(node, capnp_io.read_event(e)) for e in events]
+        batch = [capnp_io.read_event(e) for e in events]
+        self.reported += [(node, e) for e in batch]
+        self.job_events.setdefault(jobId, []).extend(batch)
 
     async def finished(self, node, jobId, generation, ok, message, _context, **kwargs):
         self.plans_done[(node, jobId, generation)] = (ok, message)
