@@ -81,6 +81,8 @@ def load_tensors(kernel: ir.Kernel, paths: dict[str, str],
         expected = STORAGE_DTYPES[param.dtype]
         if name in outputs:
             targets[name] = path
+            if not path.parent.is_dir():
+                raise UserError(f"tensor {name}: folder {path.parent} does not exist")
             if not path.exists():
                 arrays[name] = np.zeros(tensor_shape(param, env), dtype=expected)
                 continue
@@ -95,8 +97,6 @@ def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> N
     staged: list[tuple[Path, Path]] = []
     try:
         for name, path in targets.items():
-            if not path.parent.is_dir():
-                raise UserError(f"tensor {name}: folder {path.parent} does not exist")
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append((Path(tmp), path))
             with os.fdopen(fd, "wb") as f:

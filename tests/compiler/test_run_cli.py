@@ -95,6 +95,7 @@ def test_run_bf16_files(tmp_path, capsys):
     ("unknown_scalar", "kernel add has no scalar parameter s"),
     ("bad_kernel", "add.phk has no kernel nope (it has: add)"),
     ("no_source", "no such file"),
+    ("no_output_folder", "tensor c: folder"),
 ])
 def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs, capsys, case, expected):
     args = add_args(tmp_path)
@@ -120,6 +121,8 @@ def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs
         args += ["--kernel", "nope"]
     elif case == "no_source":
         args[0] = tmp_path / "missing.phk"
+    elif case == "no_output_folder":
+        args[-1] = f"c={tmp_path / 'nowhere' / 'c.npy'}"
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     code, out, err = run_cli(args, capsys)
     assert code == 2
