@@ -144,28 +144,39 @@ def load(tensor: np.ndarray, windows: list[Window], fill: np.ndarray, private: b
     plan = _plan(windows) if fill.size == 1 else None
     if plan is not None:
         box = _box(plan, windows)
-        inside = all(lo >= 0 and hi <= dim for (lo, hi), dim in zip(box, tensor.shape, strict=True))
-        if inside:
-            region = tensor[tuple(slice(lo, hi) for lo, hi in box)]
-            view = _strided(region, plan, windows, writeable=False)
-            if view.dtype == dtype and not private:
-                return view
-            return view.astype(dtype)
-        region = np.full([hi - lo for lo, hi in box], fill.reshape(()), dtype=dtype)
-        src, dst = [], []
-        for (lo, hi), dim in zip(box, tensor.shape, strict=True):
-            a, b = max(lo, 0), min(hi, dim)
-            if a >= b:
-                return _strided(region, plan, windows, writeable=False)
-            src.append(slice(a, b))
-            dst.append(slice(a - lo, b - lo))
-        region[tuple(dst)] = tensor[tuple(src)]
-        return _strided(region, plan, windows, writeable=False)
+        if all(lo >= 0 and hi <= dim for (lo, hi), dim in zip(box, tensor.shape, strict=True)):
+            view = _strided(tensor[tuple(slice(lo, hi) for lo, hi in box)], plan, windows, writeable=False)
+            return view if view.dtype == dtype and not private else view.astype(dtype)
+        if not _sparse(plan, windows, box):
+            return _padded(tensor, plan, windows, box, np.full([hi - lo for lo, hi in box],
+                                                               fill.reshape(()), dtype=dtype))
     indices, mask = _index_arrays(windows, tensor.shape)
     values = tensor[tuple(indices)].astype(dtype, copy=False)
-    rank = values.ndim - GRID_RANK
-    fill_value = with_rank(fill, rank).astype(dtype)
+    fill_value = with_rank(fill, values.ndim - GRID_RANK).astype(dtype)
     return np.where(mask, values, fill_value)
+
+
+def _padded(tensor: np.ndarray, plan: list[_Progression], windows: list[Window],
+            box: list[tuple[int, int]], region: np.ndarray) -> np.ndarray:
+    """Windows over `region` (the box, pre-filled with the fill value) after copying in the
+    part of the box that lies inside the tensor."""
+    src, dst = [], []
+    for (lo, hi), dim in zip(box, tensor.shape, strict=True):
+        a, b = max(lo, 0), min(hi, dim)
+        if a >= b:
+            break  # the box misses the tensor: every element reads the fill
+        src.append(slice(a, b))
+        dst.append(slice(a - lo, b - lo))
+    else:
+        region[tuple(dst)] = tensor[tuple(src)]
+    return _strided(region, plan, windows, writeable=False)
+
+
+def _sparse(plan: list[_Progression], windows: list[Window], box: list[tuple[int, int]]) -> bool:
+    """Windows far apart: a padded copy of their box would dwarf the tiles themselves."""
+    box_size = int(np.prod([hi - lo for lo, hi in box], dtype=np.int64))
+    tile_size = int(np.prod([p.count * w.extent for p, w in zip(plan, windows, strict=True)], dtype=np.int64))
+    return box_size > 4 * tile_size + 4096
 
 
 def store(tensor: np.ndarray, windows: list[Window], value: np.ndarray, active: np.ndarray | None) -> None:

@@ -402,3 +402,16 @@ kernel k(A: tensor<f32>[N, N], C: tensor<f32>[N, N]) {{
         "    let a = A[i :+ B, kt :+ B]\n    C[i :+ B, kt :+ B] = a\n    acc += dot(a, a)",  # a store
     ):
         assert match_dot_loop(loop_of(body)) is None, body
+
+
+def test_far_apart_windows_partly_outside_read_the_fill():
+    src = """
+@autotune(B in [2])
+kernel k(x: tensor<f32>[N], y: tensor<f32>[M]) {
+  let i = ctx.block.x * B
+  y[i :+ B] = load(x[ctx.block.x * 1000 - 1 :+ B], fill = 9.0)
+}
+"""
+    x = np.arange(3000, dtype=np.float32)
+    out = run_src(src, {"N": 3000, "M": 10}, {"x": x, "y": np.zeros(10, np.float32)})
+    np.testing.assert_array_equal(out["y"], [9, 0, 999, 1000, 1999, 2000, 2999, 9, 9, 9])
