@@ -60,7 +60,8 @@ class Figures:
     link_bw: float  # between two nodes
     storage_bw: float  # a node reading or writing storage
     launch_s: float = 0.0  # fixed cost of one leaf launch
-    transfer_s: float = 0.0  # fixed cost of one load, fetch or store
+    transfer_s: float = 0.0  # fixed cost of one load or store (and of a fetch, unless link_s)
+    link_s: float | None = None  # fixed cost of one fetch; None: transfer_s
     job_s: float = 0.0  # fixed cost of a job (start, plan, submit, commit)
     leaf_rates: tuple[tuple[str, LeafRate], ...] = ()  # per leaf name, overriding the two above
     source: str = "command line"  # where the figures come from, for the table's heading
@@ -83,7 +84,8 @@ class NodeLoad:
     bytes_fetched: int
     bytes_served: int
     bytes_stored: int
-    transfers: int  # loads + fetches + stores
+    transfers: int  # loads + stores
+    fetches: int
     start_loaded: int  # bytes loaded before the first compute can run
     start_fetched: int  # bytes fetched before the first compute can run
     end_stored: int  # bytes of the last store
@@ -174,7 +176,7 @@ def _nbytes(shape: Sequence[int]) -> int:
 def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
                   shapes: Mapping[tuple[int, int], tuple[int, ...]], served: int) -> NodeLoad:
     launches: dict[str, list[int]] = {}
-    loaded = fetched = stored = transfers = 0
+    loaded = fetched = stored = transfers = fetches = 0
     got: dict[int, tuple[str, int]] = {}  # instruction id -> ("load" | "fetch", bytes)
     start: tuple[int, int] | None = None
     end_stored = 0
@@ -188,7 +190,7 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
         elif isinstance(ins, Fetch):
             n = _nbytes(shapes[node, ins.buffer])
             fetched += n
-            transfers += 1
+            fetches += 1
             got[ins.id] = ("fetch", n)
         elif isinstance(ins, Store):
             end_stored = _nbytes(ins.region.shape)
@@ -210,7 +212,7 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
         node=node, units=len(units),
         launches=tuple((leaf, c, f) for leaf, (c, f) in launches.items()),
         bytes_loaded=loaded, bytes_fetched=fetched, bytes_served=served, bytes_stored=stored,
-        transfers=transfers, start_loaded=start_loaded, start_fetched=start_fetched,
+        transfers=transfers, fetches=fetches, start_loaded=start_loaded, start_fetched=start_fetched,
         end_stored=end_stored, peak_bytes=node_plan.peak_bytes)
 
 
@@ -222,13 +224,14 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
 def estimate_node(load: NodeLoad, figures: Figures) -> NodeEstimate:
     compute = sum(count * figures.rate(leaf).launch_s + total / figures.rate(leaf).flops_per_s
                   for leaf, count, total in load.launches)
+    link_s = figures.transfer_s if figures.link_s is None else figures.link_s
     transfer = ((load.bytes_loaded + load.bytes_stored) / figures.storage_bw
                 + (load.bytes_fetched + load.bytes_served) / figures.link_bw
-                + load.transfers * figures.transfer_s)
+                + load.transfers * figures.transfer_s + load.fetches * link_s)
     if not load.launches:
         return NodeEstimate(load.node, 0.0, transfer, 0.0, 0.0, transfer)
     start = load.start_loaded / figures.storage_bw + load.start_fetched / figures.link_bw
-    start += (figures.transfer_s if load.start_loaded or load.start_fetched else 0.0)
+    start += max(figures.transfer_s if load.start_loaded else 0.0, link_s if load.start_fetched else 0.0)
     end = load.end_stored / figures.storage_bw + (figures.transfer_s if load.end_stored else 0.0)
     total = start + max(compute, transfer - start - end) + end
     return NodeEstimate(load.node, compute, transfer, start, end, total)
@@ -345,8 +348,11 @@ def describe_figures(figures: Figures) -> str:
     text = (f"{figures.nodes} nodes, memory {vram}, leaf {figures.leaf_flops:.3g} FLOP/s, "
             f"link {figures.link_bw:.3g} B/s, storage {figures.storage_bw:.3g} B/s")
     if figures.launch_s or figures.transfer_s or figures.job_s:
-        text += (f", per launch {format_seconds(figures.launch_s)}, per transfer "
-                 f"{format_seconds(figures.transfer_s)}, per job {format_seconds(figures.job_s)}")
+        text += (f", per launch {format_seconds(figures.launch_s)}, per load/store "
+                 f"{format_seconds(figures.transfer_s)}")
+        if figures.link_s is not None:
+            text += f", per fetch {format_seconds(figures.link_s)}"
+        text += f", per job {format_seconds(figures.job_s)}"
     for name, r in figures.leaf_rates:
         text += f"; leaf {name}: {r.flops_per_s:.3g} FLOP/s + {format_seconds(r.launch_s)}/launch"
     return f"{text} ({figures.source})"

@@ -1,0 +1,220 @@
+"""The cluster tuner's model against measurement: matmul and flash attention at every @cluster
+combination on 2 and 4 local CPU pods, predicted and measured side by side.
+
+For each kernel and node count: start the pods, calibrate the model on them (probe jobs, a fresh
+cache), rank every combination, then run every kept combination for real, REPS times each in
+interleaved order (so a drift of the machine touches every combination alike), and take the
+median wall time (the scheduler's job time: plan, submit, run, commit; pod start-up excluded).
+The check: the model's first choice measures within 10% of the best measured combination.
+
+    PYTHONPATH=. PHOBOS_POD_MODULE=pod.cli .venv/bin/python benchmarks/model_validation.py [--reps 3]
+        [--nodes 2,4] [--kernels matmul,flash_attention] [--write-doc] [--json FILE]
+
+--write-doc replaces the section "Cluster tuner: predicted vs measured" of docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SECTION = "## Cluster tuner: predicted vs measured"
+TOLERANCE = 0.10  # the model's choice may measure at most 10% above the best measured
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kernel: str  # path under the repo
+    dims: dict
+    scalars: dict
+    shapes: dict  # tensor -> shape
+    outputs: tuple  # tensors written
+
+
+CASES = {
+    "matmul": Case("matmul", "benchmarks/kernels/matmul_cpu.phk", {"M": 1024, "N": 1024, "K": 1024},
+                   {"alpha": 1.0, "beta": 0.5},
+                   {"A": (1024, 1024), "B": (1024, 1024), "C": (1024, 1024)}, ("C",)),
+    "flash_attention": Case("flash_attention", "benchmarks/kernels/flash_attention_cpu.phk",
+                            {"Nq": 2048, "Nk": 2048, "D": 64}, {"scale": 0.125},
+                            {"Q": (2048, 64), "K": (2048, 64), "V": (2048, 64), "O": (2048, 64)}, ("O",)),
+}
+
+
+def make_job(case: Case, folder: Path) -> Path:
+    from scheduler.jobfile import build_job, write_job
+
+    rng = np.random.default_rng(0)
+    tensors = {}
+    for name, shape in case.shapes.items():
+        path = folder / f"{case.name}-{name}.npy"
+        np.save(path, rng.standard_normal(shape, dtype=np.float32))
+        tensors[name] = path.as_uri()
+    job = build_job(ROOT / case.kernel, case.name, dims=case.dims, scalars=case.scalars, tensors=tensors,
+                    cluster_values={})
+    job_path = folder / f"{case.name}.job"
+    write_job(job, job_path)
+    return job_path
+
+
+async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict:
+    from scheduler import calibrate as cal
+    from scheduler.jobfile import read_job
+    from scheduler.prepare import new_job_id, prepare
+    from scheduler.run import PodSession, RunOptions, start_pods_for
+    from scheduler.tuner import render_table
+    from scheduler.tuner_cli import TuneOptions, base_figures, rank_job, with_values
+
+    job_path = make_job(case, folder)
+    prepared = prepare(read_job(job_path), job_path, [folder])
+    options = RunOptions(local_pods=nodes, storage_roots=(folder,))
+    local = await start_pods_for(options)
+    session = PodSession(local.addresses, local.token)
+    try:
+        await session.open()
+        order = sorted(session.pods)
+        infos = [session.infos[n] for n in order]
+        base = base_figures(TuneOptions(autotune=True), len(order), [i.backend for i in infos],
+                            [int(i.vram_bytes) for i in infos])
+        first = rank_job(prepared, base, {})
+        candidates = (*first.ranked, *first.dropped)
+        figures = await cal.calibrate(session, prepared, options, order, candidates, base,
+                                      lambda values: with_values(prepared, values).program, say)
+        ranking = rank_job(prepared, figures, {})
+        say(render_table(ranking))
+        kept = list(ranking.ranked)
+        times: dict[str, list[float]] = {c.label(): [] for c in kept}
+        for _ in range(reps):
+            for c in sorted(kept, key=lambda c: c.order):
+                job = dataclasses.replace(with_values(prepared, dict(c.values)), job_id=new_job_id())
+                result = await session.run(job, options, order)
+                if not result.ok:
+                    raise RuntimeError(f"{case.name} at {c.label()} failed: {result.reason}")
+                times[c.label()].append(result.wall_s)
+        rows = []
+        for rank, c in enumerate(kept, 1):
+            runs = times[c.label()]
+            rows.append({"combination": c.label(), "units": c.units, "predicted_rank": rank,
+                         "predicted_s": c.prediction.total_s, "measured_s": statistics.median(runs),
+                         "min_s": min(runs), "runs_s": runs})
+        by_measured = sorted(rows, key=lambda r: r["measured_s"])
+        for i, row in enumerate(by_measured, 1):
+            row["measured_rank"] = i
+        best = by_measured[0]["measured_s"]
+        chosen = rows[0]["measured_s"]
+        return {"kernel": case.name, "nodes": nodes, "dims": case.dims, "figures": figures.source,
+                "figures_text": render_table(ranking).splitlines()[0], "rows": rows,
+                "dropped": [{"combination": c.label(), "reason": c.dropped} for c in ranking.dropped],
+                "chosen": rows[0]["combination"], "best_measured": by_measured[0]["combination"],
+                "chosen_over_best": chosen / best - 1.0, "within_tolerance": chosen <= best * (1 + TOLERANCE)}
+    finally:
+        await session.close()
+        await local.stop()
+
+
+def markdown(results: list[dict], reps: int) -> str:
+    from scheduler.tuner import format_seconds as fmt
+
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    machine = f"{platform.machine()}, {os.cpu_count()} cores"
+    lines = [SECTION, "",
+             "Written by `benchmarks/model_validation.py` (do not edit by hand). Local CPU pods (the "
+             f"reference interpreter) on one machine ({machine}), {when}. For each kernel and node count "
+             "the model is calibrated on the pods by probe jobs (`--calibrate`), every @cluster combination "
+             f"is ranked, and every kept combination is run {reps} times (interleaved); *measured* is the "
+             "median job wall time (plan, submit, run, commit; pod start-up excluded), *min* the fastest "
+             "run. The check: the model's first choice measures (median) within 10% of the best measured "
+             "combination.", ""]
+    for r in results:
+        verdict = "yes" if r["within_tolerance"] else "**no**"
+        dims = ", ".join(f"{k}={v}" for k, v in r["dims"].items())
+        lines += [f"### {r['kernel']} on {r['nodes']} CPU pods ({dims})", "",
+                  f"Model figures: `{r['figures_text'].removeprefix('cluster tuner: ')}`", "",
+                  "| combination | units | predicted | measured | min | predicted rank | measured rank |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for row in r["rows"]:
+            lines.append(f"| {row['combination']} | {row['units']} | {fmt(row['predicted_s'])} | "
+                         f"{fmt(row['measured_s'])} | {fmt(row['min_s'])} | {row['predicted_rank']} | "
+                         f"{row['measured_rank']} |")
+        for d in r["dropped"]:
+            lines.append(f"| {d['combination']} | | dropped: {d['reason']} | | | | |")
+        over = f"{100 * r['chosen_over_best']:+.1f}%"
+        lines += ["", f"Model's choice {r['chosen']}; best measured {r['best_measured']}; the choice "
+                      f"measures {over} against the best: within 10%: {verdict}.", ""]
+    return "\n".join(lines)
+
+
+def write_doc(text: str, path: Path) -> None:
+    """Replace (or append) our section of docs/performance.md, leaving every other section alone."""
+    old = path.read_text() if path.exists() else "# Performance\n"
+    start = old.find(SECTION)
+    if start < 0:
+        new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
+    else:
+        end = old.find("\n## ", start + len(SECTION))
+        new = old[:start] + text.rstrip("\n") + "\n" + (old[end:] if end >= 0 else "")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".performance-")
+    with os.fdopen(fd, "w") as f:
+        f.write(new)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--nodes", default="2,4")
+    p.add_argument("--kernels", default="matmul,flash_attention")
+    p.add_argument("--write-doc", action="store_true")
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    os.environ.setdefault("PHOBOS_POD_MODULE", "pod.cli")
+
+    import capnp
+
+    from common import log
+
+    log.configure("warning")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="phobos-validation-") as tmp:
+        folder = Path(tmp)
+        os.environ["PHOBOS_CACHE_DIR"] = str(folder / "cache")  # measure afresh, not from a cache
+        for name in args.kernels.split(","):
+            for nodes in (int(n) for n in args.nodes.split(",")):
+                print(f"== {name} on {nodes} CPU pods", flush=True)
+                result = asyncio.run(capnp.run(validate(CASES[name], nodes, args.reps, folder, print)))
+                for row in result["rows"]:
+                    print(f"  {row['combination']:<34} predicted {row['predicted_s']:.3f} s  measured "
+                          f"{row['measured_s']:.3f} s  runs {[round(t, 3) for t in row['runs_s']]}")
+                over = 100 * result["chosen_over_best"]
+                best = result["best_measured"]
+                print(f"  chosen {result['chosen']} is {over:+.1f}% from the best ({best})", flush=True)
+                results.append(result)
+    text = markdown(results, args.reps)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.write_doc:
+        write_doc(text, ROOT / "docs" / "performance.md")
+    else:
+        print(text)
+    return 0 if all(r["within_tolerance"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,393 @@
+"""--calibrate: the tuner's figures measured on the actual pods, by small probe jobs.
+
+A probe is the job itself cut down to its first units (at most two per node), run through the real
+runtime (the same pods, RPC, planner and storage as the job) at one @cluster combination, with
+its outputs sent to scratch files beside the real ones (removed afterwards; the real outputs are
+never touched). Probes run at the combinations with the smallest and the largest super-tiles, so
+leaf launches of two sizes separate a leaf's fixed cost per launch from its FLOP rate.
+
+From the probes' trace events (the scheduler's --trace records; see docs/runtime.md):
+  - leaf speed, per leaf: a least-squares line `launch time = launch_s + FLOPs / rate` over the
+    compute events; then divided by the measured compute concurrency (the sum of compute times
+    over the union of their intervals, per node), since a pod runs computes of two units at once;
+  - storage: the same line over load and store events, `time = transfer_s + bytes / storage_bw`;
+  - link: over fetch events, counting a fetch from the moment its peer had loaded the tile (a fetch
+    is issued early and waits for its peer's load; that wait is not the link's);
+  - per job: wall time minus the span of the events (start, plan, submit, commit).
+
+Results are cached in JSON ($PHOBOS_CACHE_DIR or ~/.cache/phobos/, file cluster-calibration.json):
+transfer figures keyed by the cluster (each pod's host, backend and device, in node order), leaf
+figures keyed by the cluster and the kernel's source, dims and tile values; a later --calibrate on
+the same cluster and kernel measures nothing. The fits are pure functions, tested without pods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import statistics
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler.cluster.program import ClusterProgram
+from scheduler.tuner import Figures, LeafRate
+
+CACHE_FILE = "cluster-calibration.json"
+CACHE_VERSION = 1
+UNITS_PER_NODE = 2  # a probe's units per node: two are in flight at once, as in a real job
+
+
+# ------------------------------------------------------------------------------------------
+# Pure: fitting figures to trace events
+# ------------------------------------------------------------------------------------------
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y = a + b x, both kept >= 0 (a cost is never negative).
+
+    With one distinct x (every sample the same size) there is no slope to separate from the
+    intercept: all the time is put on the size (a = 0, b = mean y / x)."""
+    if not xs:
+        raise ValueError("no samples")
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 1e-12 * max(1.0, mx * mx):
+        return 0.0, (my / mx if mx else 0.0)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    a = my - b * mx
+    if b <= 0:  # time does not grow with size: all fixed cost
+        return max(my, 0.0), 0.0
+    if a < 0:  # refit through the origin
+        return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+    return a, b
+
+
+def _rate(a: float, b: float, floor: float) -> tuple[float, float]:
+    """(fixed cost, bandwidth or rate) from a line; a zero slope means 'too fast to see'."""
+    return a, (1.0 / b if b > 0 else floor)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe run: its trace and the plan it ran (instruction ids -> instructions per node)."""
+
+    trace: dict
+    program: ClusterProgram
+    instructions: Mapping[int, Mapping[int, object]]  # node -> id -> instruction
+
+
+def grouped_medians(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
+    """One point per distinct size: the median time of the samples of that size.
+
+    Pods share their machine (a CPU pod's computes with its transfers, several pods with each
+    other, and other programs with all of them): single samples scatter by several times, and a
+    few slow ones would tilt a plain least-squares line."""
+    groups: dict[float, list[float]] = {}
+    for x, y in zip(xs, ys, strict=True):
+        groups.setdefault(x, []).append(y)
+    keys = sorted(groups)
+    return keys, [statistics.median(groups[k]) for k in keys]
+
+
+def concurrency(probes: Sequence[Probe], kinds: tuple[str, ...]) -> float:
+    """How many events of these kinds a node runs at once: the sum of their durations over the
+    union of their intervals, averaged over the node-probes (1 when they never overlap)."""
+    ratios = []
+    for probe in probes:
+        by_node: dict[int, list[tuple[float, float]]] = {}
+        for e in probe.trace["events"]:
+            if e["kind"] in kinds and e["ok"]:
+                by_node.setdefault(e["node"], []).append((e["start"], e["end"]))
+        for spans in by_node.values():
+            total = sum(end - start for start, end in spans)
+            union = _union_length(spans)
+            if union > 0:
+                ratios.append(total / union)
+    return max(1.0, statistics.fmean(ratios)) if ratios else 1.0
+
+
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted(spans):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def _compute_samples(probes: Sequence[Probe]):
+    """Per leaf: (FLOPs, seconds) of every launch but each node's first of the job, and the
+    first launches' (FLOPs, seconds) apart: a pod prepares a leaf (parses it, or loads its PTX)
+    on its first launch in a job, a cost per job rather than per launch."""
+    steady: dict[str, tuple[list[float], list[float]]] = {}
+    first: dict[str, list[tuple[float, float]]] = {}
+    for probe in probes:
+        flops = {leaf.name: leaf.flops for leaf in probe.program.leaves}
+        seen: set[tuple[int, str]] = set()
+        events = sorted((e for e in probe.trace["events"] if e["kind"] == "compute" and e["ok"]
+                         and e.get("leaf") in flops), key=lambda e: e["start"])
+        for e in events:
+            sample = (float(flops[e["leaf"]]), max(0.0, e["end"] - e["start"]))
+            if (e["node"], e["leaf"]) not in seen:
+                seen.add((e["node"], e["leaf"]))
+                first.setdefault(e["leaf"], []).append(sample)
+                continue
+            xs, ys = steady.setdefault(e["leaf"], ([], []))
+            xs.append(sample[0])
+            ys.append(sample[1])
+    return steady, first
+
+
+def fit_leaf_rates(probes: Sequence[Probe]) -> dict[str, LeafRate]:
+    """Per leaf, `launch time = launch_s + FLOPs / rate` through the median launch time of each
+    size, then shared out by the compute concurrency (a pod runs two units' computes at once)."""
+    steady, first = _compute_samples(probes)
+    together = concurrency(probes, ("compute",))
+    rates = {}
+    for leaf in set(steady) | set(first):
+        xs, ys = steady.get(leaf) or ([x for x, _ in first[leaf]], [y for _, y in first[leaf]])
+        a, b = fit_line(*grouped_medians(xs, ys))
+        launch_s, flops_per_s = _rate(a, b, 1e18)
+        rates[leaf] = LeafRate(launch_s / together, flops_per_s * together)
+    return rates
+
+
+def leaf_preparation_s(probes: Sequence[Probe], rates: Mapping[str, LeafRate]) -> float:
+    """Seconds a node's first launch of each leaf takes beyond a steady one, summed over leaves
+    (the median over nodes and probes): on the critical path once per job."""
+    _, first = _compute_samples(probes)
+    extra = 0.0
+    for leaf, samples in first.items():
+        rate = rates.get(leaf)
+        if rate is not None:
+            extra += max(0.0, statistics.median(y - rate.launch_time(int(x)) for x, y in samples))
+    return extra
+
+
+def _fetch_samples(probe: Probe) -> tuple[list[float], list[float]]:
+    """(bytes, seconds) of every fetch, timed from when its peer's tile was ready."""
+    from schemas.instructions import Fetch, Load
+
+    ready: dict[tuple[int, int], float] = {}  # (node, buffer) -> end of the load that filled it
+    ends = {(e["node"], e["id"]): e["end"] for e in probe.trace["events"]
+            if e["kind"] in ("load", "fetch") and e["ok"]}
+    for node, table in probe.instructions.items():
+        for ins_id, ins in table.items():
+            if isinstance(ins, Load) and (node, ins_id) in ends:
+                ready[node, ins.buffer] = ends[node, ins_id]
+    xs, ys = [], []
+    for e in probe.trace["events"]:
+        if e["kind"] != "fetch" or not e["ok"]:
+            continue
+        ins = probe.instructions.get(e["node"], {}).get(e["id"])
+        start = e["start"]
+        if isinstance(ins, Fetch):
+            start = max(start, ready.get((ins.peer, ins.peer_buffer), start))
+        xs.append(float(e["bytes"]))
+        ys.append(max(0.0, e["end"] - start))
+    return xs, ys
+
+
+@dataclass(frozen=True)
+class TransferFit:
+    storage_s: float  # fixed cost of one load or store
+    storage_bw: float
+    link_s: float
+    link_bw: float
+    job_s: float  # per job, outside every instruction (plan, submit, commit)
+
+
+def fit_transfers(probes: Sequence[Probe], defaults: Figures) -> TransferFit:
+    """Storage and link lines through the median time per size, shared out by how many
+    transfers a pod runs at once (its I/O threads), and the per-job cost."""
+    sxs, sys_ = [], []
+    fxs, fys = [], []
+    job = []
+    for probe in probes:
+        events = probe.trace["events"]
+        for e in events:
+            if e["kind"] in ("load", "store") and e["ok"]:
+                sxs.append(float(e["bytes"]))
+                sys_.append(max(0.0, e["end"] - e["start"]))
+        xs, ys = _fetch_samples(probe)
+        fxs += xs
+        fys += ys
+        if events:
+            span = max(e["end"] for e in events) - min(e["start"] for e in events)
+            job.append(max(0.0, probe.trace["summary"]["wall_s"] - span))
+    together = concurrency(probes, ("load", "store", "fetch"))
+    storage_s, storage_bw = defaults.transfer_s, defaults.storage_bw
+    if sxs:
+        a, b = fit_line(*grouped_medians(sxs, sys_))
+        storage_s, storage_bw = a / together, (1.0 / b if b > 0 else 1e12) * together
+    link_s, link_bw = storage_s, defaults.link_bw
+    if fxs:
+        a, b = fit_line(*grouped_medians(fxs, fys))
+        link_s, link_bw = a / together, (1.0 / b if b > 0 else 1e12) * together
+    return TransferFit(storage_s, storage_bw, link_s, link_bw, statistics.median(job) if job else 0.0)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    transfers: TransferFit
+    rates: dict[str, LeafRate]
+    prepare_s: float  # per job: the first launch of each leaf on a node, beyond a steady launch
+
+
+def measure(probes: Sequence[Probe], base: Figures) -> Calibration:
+    rates = fit_leaf_rates(probes)
+    return Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes, rates))
+
+
+def figures_from(calibration: Calibration, base: Figures, source: str = "calibrated on the pods") -> Figures:
+    """The model's figures from measurement: per-leaf rates, bandwidths and fixed costs."""
+    t, rates = calibration.transfers, calibration.rates
+    slowest = max(rates.values(), key=lambda r: 1.0 / r.flops_per_s, default=None)
+    return dataclasses.replace(
+        base, storage_bw=t.storage_bw, link_bw=t.link_bw, transfer_s=t.storage_s, link_s=t.link_s,
+        job_s=t.job_s + calibration.prepare_s, leaf_rates=tuple(sorted(rates.items())),
+        leaf_flops=slowest.flops_per_s if slowest else base.leaf_flops,
+        launch_s=slowest.launch_s if slowest else base.launch_s, source=source)
+
+
+# ------------------------------------------------------------------------------------------
+# The cache
+# ------------------------------------------------------------------------------------------
+
+
+def cache_path() -> Path:
+    base = os.environ.get("PHOBOS_CACHE_DIR")
+    return (Path(base) if base else Path.home() / ".cache" / "phobos") / CACHE_FILE
+
+
+def cluster_key(pods: Sequence[tuple[str, str, str]]) -> str:
+    """Key of a cluster: each pod's (host, backend, device) in node order. Ports are left out,
+    since local pods get new ones on every run."""
+    return ";".join(f"{host}|{backend}|{device}" for host, backend, device in pods)
+
+
+def kernel_key(program: ClusterProgram) -> str:
+    digest = hashlib.sha256(program.source.encode()).hexdigest()[:16]
+    dims = ",".join(f"{k}={v}" for k, v in sorted(program.dims))
+    tiles = ",".join(f"{k}={v}" for k, v in sorted(program.tile_values))
+    return f"{program.kernel}|{digest}|{dims}|{tiles}"
+
+
+def read_cache() -> dict:
+    try:
+        data = json.loads(cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("version") == CACHE_VERSION else {}
+
+
+def write_cache(data: dict) -> None:
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".calibration-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({**data, "version": CACHE_VERSION}, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cached_calibration(ckey: str, kkey: str) -> Calibration | None:
+    data = read_cache()
+    transfers = data.get("clusters", {}).get(ckey)
+    leaves = data.get("leaves", {}).get(f"{ckey}#{kkey}")
+    try:
+        rates = {name: LeafRate(*pair) for name, pair in leaves["rates"].items()}
+        return Calibration(TransferFit(**transfers), rates, float(leaves["prepare_s"]))
+    except (TypeError, KeyError, ValueError):  # absent, or written by another version
+        return None
+
+
+def store_calibration(ckey: str, kkey: str, calibration: Calibration) -> None:
+    data = read_cache()
+    data.setdefault("clusters", {})[ckey] = dataclasses.asdict(calibration.transfers)
+    data.setdefault("leaves", {})[f"{ckey}#{kkey}"] = {
+        "rates": {n: [r.launch_s, r.flops_per_s] for n, r in calibration.rates.items()},
+        "prepare_s": calibration.prepare_s}
+    write_cache(data)
+
+
+# ------------------------------------------------------------------------------------------
+# Probes through the real runtime
+# ------------------------------------------------------------------------------------------
+
+
+def probe_program(program: ClusterProgram, nodes: int) -> ClusterProgram:
+    return dataclasses.replace(program, units=program.units[: UNITS_PER_NODE * nodes])
+
+
+def probe_combinations(ranking_candidates) -> list:
+    """The kept combinations with the smallest and the largest super-tiles (most and fewest units)."""
+    kept = [c for c in ranking_candidates if c.dropped is None]
+    if not kept:
+        return []
+    most = max(kept, key=lambda c: (c.units, -c.order))
+    fewest = min(kept, key=lambda c: (c.units, c.order))
+    return [most] if most is fewest else [most, fewest]
+
+
+async def run_probe(session, prepared, options, nodes: list[int], program: ClusterProgram) -> Probe:
+    """Run `program` (a cut-down job) on the session's `nodes`, outputs to scratch files."""
+    from common import storage
+    from scheduler.planner import NodeFigure, plan
+
+    small = probe_program(program, len(nodes))
+    probe_id = f"{prepared.job_id}-probe-{secrets.token_hex(4)}"  # job ids are never reused
+    tensors = dict(prepared.tensors)
+    scratch: list[Path] = []
+    try:
+        for place in prepared.outputs:
+            path = place.path.with_name(f".{place.path.stem}.{probe_id}.npy")
+            staging = storage.create_staging(path, place.shape, place.dtype, probe_id)
+            storage.commit(staging, path)
+            scratch.append(path)
+            tensors[place.name] = dataclasses.replace(place, path=path, uri=storage.path_to_uri(path))
+        job = dataclasses.replace(prepared, job_id=probe_id, program=small, tensors=tensors)
+        result = await session.run(job, options, nodes)
+        if not result.ok:
+            raise RuntimeError(f"calibration probe failed: {result.reason}")
+        planned = plan(small, [NodeFigure(n, 0) for n in nodes], job.uris, 1)
+        table = {node: {ins.id: ins for ins in p.instructions} for node, p in planned.node_plans.items()}
+        return Probe(result.trace, small, table)
+    finally:
+        for path in scratch:
+            path.unlink(missing_ok=True)
+
+
+async def calibrate(session, prepared, options, nodes: list[int], candidates, base: Figures,
+                    compile_at, say=print) -> Figures:
+    """Figures for `base`'s cluster measured by probes (or read from the cache)."""
+    infos = [session.infos[n] for n in nodes]
+    ckey = cluster_key([(session.addresses[n].rpartition(":")[0], info.backend, info.device_name)
+                        for n, info in zip(nodes, infos, strict=True)])
+    kkey = kernel_key(prepared.program)
+    cached = cached_calibration(ckey, kkey)
+    if cached is not None:
+        say(f"calibration: reusing measurements from {cache_path()}")
+        return figures_from(cached, base, "calibrated on the pods, from the cache")
+    probes = []
+    for cand in probe_combinations(candidates):
+        say(f"calibration: probe at {cand.label()} on {len(nodes)} nodes")
+        probes.append(await run_probe(session, prepared, options, nodes, compile_at(dict(cand.values))))
+    if not probes:
+        return base
+    calibration = measure(probes, base)
+    store_calibration(ckey, kkey, calibration)
+    return figures_from(calibration, base)
