@@ -111,7 +111,7 @@ async def start_local_pods(devices: list[str], roots: list[Path], token: str, ex
     except BaseException:
         await pods.stop(grace_s=2.0)
         raise
-    log.info("local pods started", addresses=pods.addresses, devices=devices)
+    log.debug("local pods started", addresses=pods.addresses, devices=devices)
     return pods
 
 

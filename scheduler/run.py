@@ -206,7 +206,10 @@ class JobRun:
         self.trace = TraceRecorder(prepared)
         self.done = asyncio.Event()
         self.tasks: set[asyncio.Task] = set()
-        self.job_program = self.io.job_program(prepared.program, prepared.scalars)
+        backends = {session.infos[n].backend for n in nodes}
+        # GPU pods: the leaves go to PTX once here rather than once per pod.
+        leaf_ptx = compile_leaves(prepared.program) if "gpu" in backends else None
+        self.job_program = self.io.job_program(prepared.program, prepared.scalars, leaf_ptx)
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -278,7 +281,7 @@ class JobRun:
                 self.session.lost.setdefault(action.node, reason)
                 self._spawn(self._cancel(action.node))
             elif isinstance(action, Failed | Succeeded):
-                log.info("job outcome", job=self.prepared.job_id, outcome=type(action).__name__)
+                log.debug("job outcome", job=self.prepared.job_id, outcome=type(action).__name__)
                 self.done.set()
 
     async def _submit(self, action: Submit) -> None:
@@ -329,6 +332,18 @@ class JobRun:
     def on_finished(self, node: int, generation: int, ok: bool, message: str) -> None:
         if node in self.nodes and self.state is not None:
             self._apply(self.state.finished(node, generation, ok, message, self.now()))
+
+
+def compile_leaves(program) -> dict[str, str]:
+    """Every leaf's PTX, bound exactly as the pods bind it (compiler.cluster.sequential.load_leaf)."""
+    from compiler.cluster.sequential import load_leaf
+    from compiler.cuda import compile_kernel
+
+    ptx = {}
+    for leaf in program.leaves:
+        kernel, binding = load_leaf(leaf)
+        ptx[leaf.name] = compile_kernel(kernel, binding).ptx
+    return ptx
 
 
 def _sink_class():

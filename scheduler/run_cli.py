@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE", help="write every instruction's start and end per node as JSON")
     p.add_argument("--pod-log-level", default="warning", help="log level of local pods (default warning)")
     log.add_arguments(p)
+    from scheduler import tuner_cli  # the cluster tuner's flags (--autotune, ...), its own module
+
+    tuner_cli.add_arguments(p)
     return p
 
 
@@ -137,6 +140,7 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
 
 def run_command(argv: list[str]) -> int:
     from common import log
+    from scheduler import tuner_cli
     from scheduler.jobfile import read_job
     from scheduler.prepare import prepare
     from scheduler.run import JobFailed, RunOptions, run_job
@@ -173,8 +177,15 @@ def run_command(argv: list[str]) -> int:
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         heartbeat_timeout=_positive("--heartbeat-timeout", args.heartbeat_timeout),
         cluster_values=cluster_values, pod_log_level=args.pod_log_level)
+    tune = tuner_cli.options_from_args(args)
     try:
-        result = run_job(prepared, options)
+        if tune.active:
+            tuned = tuner_cli.run_autotuned(prepared, options, tune)
+            if tuned.result is None:  # --tune-only: the table is the answer
+                return 0
+            prepared, result = tuned.prepared, tuned.result
+        else:
+            result = run_job(prepared, options)
     except JobFailed as err:
         print(f"error: job failed: {err}", file=sys.stderr)
         return 1
