@@ -87,6 +87,7 @@ class PodRuntime:
         job = self.job(job_id)
         job.state.check_generation(plan.generation)
         st.validate_plan(plan)
+        _check_leaves(plan, program if not job.prepared else job.program)
         paths = self._confine(plan)  # every URI checked before anything is read or written
         if not job.prepared:
             writes = await asyncio.get_running_loop().run_in_executor(
@@ -285,3 +286,16 @@ class PodRuntime:
         self.io_pool.shutdown(wait=False, cancel_futures=True)
         self.compute_pool.shutdown(wait=False, cancel_futures=True)
 
+
+def _check_leaves(plan: NodePlan, program: JobProgram) -> None:
+    """Refuse a plan whose computes name a leaf or a parameter the program does not have."""
+    leaves = {leaf.name: set(leaf.tensors) for leaf in program.leaves}
+    for ins in plan.instructions:
+        if not isinstance(ins, Compute):
+            continue
+        if ins.leaf not in leaves:
+            raise st.Refused(f"instruction {ins.id}: no leaf {ins.leaf!r} in the program "
+                             f"(it has: {', '.join(sorted(leaves)) or 'none'})")
+        for param, _ in ins.bindings:
+            if param not in leaves[ins.leaf]:
+                raise st.Refused(f"instruction {ins.id}: leaf {ins.leaf} has no tensor parameter {param!r}")

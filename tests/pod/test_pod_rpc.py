@@ -301,3 +301,27 @@ def test_fetch_gives_up_on_a_peer_within_bounded_time(tmp_path):
     assert not ok2 and "node 0" in msg2 and dead_address in msg2
     failed = [e for _, e in reported if not e.ok]
     assert {e.kind for e in failed} == {"fetch"}
+
+
+class HungSink(Sink):
+    async def heartbeat(self, node, generation, running, _context, **kwargs):
+        await asyncio.sleep(3600)  # a scheduler that accepts the call and never answers
+
+
+def test_pod_exits_when_heartbeats_stop_being_answered(tmp_path):
+    flags = ("--heartbeat-interval", "0.1", "--scheduler-timeout", "1")
+    with running_pods(1, tmp_path, extra=flags) as procs:
+        proc, address = procs[0]
+
+        async def scenario():
+            client, pod = await connect(address)
+            await pod.hello(HungSink(), 0)
+            start = time.monotonic()
+            while proc.poll() is None and time.monotonic() - start < 10:
+                await asyncio.sleep(0.05)
+            return time.monotonic() - start
+
+        waited = run_async(scenario)  # the connection stays open all along
+        assert proc.returncode == 0
+        assert waited < 5  # about --scheduler-timeout, not forever
+    assert "scheduler unreachable; exiting" in (tmp_path / "pod-0.log").read_text()

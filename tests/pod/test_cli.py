@@ -1,0 +1,62 @@
+"""The pod's command line: user errors are one line and exit 2; the token is never printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.pod.harness import REPO
+
+
+def run_pod(args, env_token: str | None = None, timeout: float = 20):
+    env = {k: v for k, v in os.environ.items() if k != "PHOBOS_TOKEN"}
+    env["PYTHONPATH"] = str(REPO)
+    if env_token is not None:
+        env["PHOBOS_TOKEN"] = env_token
+    return subprocess.run([sys.executable, "-m", "pod.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,token,message", [
+    (["--listen", "127.0.0.1:0"], None, "no token: pass --token-file PATH or set PHOBOS_TOKEN"),
+    (["--listen", "nonsense"], "t", "--listen 'nonsense': expected HOST:PORT"),
+    (["--listen", "127.0.0.1:99999"], "t", "expected HOST:PORT"),
+    (["--device", "gpu0"], "t", "--device 'gpu0': expected a CUDA device number or 'cpu'"),
+    (["--storage-root", "/no/such/dir"], "t", "--storage-root /no/such/dir: not a directory"),
+    (["--heartbeat-interval", "0"], "t", "--heartbeat-interval must be positive"),
+    (["--token-file", "/no/such/token"], None, "--token-file /no/such/token"),
+])
+def test_user_errors_exit_2_with_one_line(args, token, message):
+    proc = run_pod(args, token)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_empty_token_file_is_refused(tmp_path):
+    (tmp_path / "token").write_text("\n")
+    proc = run_pod(["--token-file", str(tmp_path / "token")])
+    assert proc.returncode == 2 and "holds no token" in proc.stderr
+
+
+def test_listening_line_and_no_token_in_the_logs(tmp_path):
+    secret = "s3cr3t-token-value"
+    (tmp_path / "token").write_text(secret + "\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("PHOBOS_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-m", "pod.cli", "--listen", "127.0.0.1:0", "--token-file",
+                             str(tmp_path / "token"), "--log-level", "debug"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PHOBOS_POD_LISTENING 127.0.0.1:")
+        assert int(line.split(":")[-1]) > 0
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert out == ""  # exactly one line on stdout
+    assert secret not in err
