@@ -1,25 +1,6 @@
-"""The //pod program. A placeholder that only knows its common flags; its commands come later."""
+"""The //pod program's entry point; the command line itself lives in pod/cli.py."""
 
-from __future__ import annotations
-
-import argparse
-
-from common import log
-from common.cli import run_main
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pod",
-        description="Run one node of a phobos cluster: execute instructions, serve tiles to peers.",
-    )
-    log.add_arguments(parser)
-    args = parser.parse_args(argv)
-    log.configure_from_args(args)
-    log.get_logger(program="pod").debug("started", argv=argv)
-    parser.print_usage()
-    return 0
-
+from pod.cli import entry
 
 if __name__ == "__main__":
-    run_main(main)
+    entry()
