@@ -78,7 +78,11 @@ class GpuBackend:
         with self.device:
             mem = cupy.cuda.memory.Memory(nbytes)  # plain cudaMalloc: base pointer, IPC-able
             array = cupy.ndarray(shape, dtype=cupy.float32, memptr=cupy.cuda.MemoryPointer(mem, 0))
-            array.fill(0)
+            stream = self._copy_stream()
+            with stream:
+                array.fill(0)
+            # our streams do not wait for each other: finish the fill before any upload or compute
+            stream.synchronize()
         return array
 
     def _copy_stream(self):

@@ -33,7 +33,7 @@ def running_pods(count: int, root: Path, token: str = TOKEN, extra: tuple[str, .
         for i in range(count):
             logs.append(open(root / f"pod-{i}.log", "a"))
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pod.cli", "--listen", "127.0.0.1:0",
+                [sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0",
                  "--device", devices[i] if devices else "cpu",
                  "--storage-root", str(root), "--log-level", level, *extra],
                 cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=logs[-1], text=True))

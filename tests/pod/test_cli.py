@@ -16,7 +16,7 @@ def run_pod(args, env_token: str | None = None, timeout: float = 20):
     env["PYTHONPATH"] = str(REPO)
     if env_token is not None:
         env["PHOBOS_TOKEN"] = env_token
-    return subprocess.run([sys.executable, "-m", "pod.cli", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pod.main", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -48,7 +48,7 @@ def test_listening_line_and_no_token_in_the_logs(tmp_path):
     (tmp_path / "token").write_text(secret + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("PHOBOS_TOKEN", None)
-    proc = subprocess.Popen([sys.executable, "-m", "pod.cli", "--listen", "127.0.0.1:0", "--token-file",
+    proc = subprocess.Popen([sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0", "--token-file",
                              str(tmp_path / "token"), "--log-level", "debug"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
