@@ -80,7 +80,8 @@ def test_bad_flags(folder, capsys):
 
 
 def test_wrong_token_is_refused_naming_the_token(folder, capsys, monkeypatch):
-    env = dict(os.environ, PHOBOS_TOKEN="right-token", PYTHONPATH=REPO)
+    path = REPO + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    env = dict(os.environ, PHOBOS_TOKEN="right-token", PYTHONPATH=path)
     module = os.environ.get("PHOBOS_POD_MODULE", "pod.main")
     pod = subprocess.Popen([sys.executable, "-m", module, "--listen", "127.0.0.1:0", "--device", "cpu",
                             "--storage-root", str(folder), "--log-level", "error"],
