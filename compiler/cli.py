@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="phobos-compiler",
         description="Check, run and compile phobos tile kernels (.phk files).",
     )
-    parser.add_argument("--log-level", default="warning", help="debug, info, warning or error")
+    log.add_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    log.configure(args.log_level)
+    log.configure_from_args(args)
+    log.get_logger(program="compiler").debug("started", argv=argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
