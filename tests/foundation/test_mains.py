@@ -36,7 +36,9 @@ def test_bad_log_level_is_a_clean_user_error(program, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
+# The compiler with no command logs its start and exits 0; the scheduler and pod need a job or a
+# token to start at all, so their relative paths are covered by their own tests.
+@pytest.mark.parametrize("program", ["compiler"])
 def test_relative_paths_are_the_users_not_bazels(program, tmp_path):
     user_dir, runfiles_dir = tmp_path / "user", tmp_path / "runfiles"
     user_dir.mkdir()
