@@ -39,7 +39,8 @@ from scheduler.tuner import Figures, LeafRate
 
 CACHE_FILE = "cluster-calibration.json"
 CACHE_VERSION = 1
-UNITS_PER_NODE = 2  # a probe's units per node: two are in flight at once, as in a real job
+UNITS_PER_NODE = 3  # a probe's units per node: two are in flight at once, as in a real job, and a
+# third gives each node a steady launch of every leaf beside its first
 
 
 # ------------------------------------------------------------------------------------------
@@ -148,30 +149,63 @@ def _compute_samples(probes: Sequence[Probe]):
     return steady, first
 
 
+def _preparation(steady, first) -> dict[str, float]:
+    """Per leaf: how much longer a node's first launch takes than a steady launch of the same
+    size (median over the nodes where both were seen; 0 where never both)."""
+    out = {}
+    for leaf, samples in first.items():
+        xs, ys = steady.get(leaf, ([], []))
+        by_size: dict[float, list[float]] = {}
+        for x, y in zip(xs, ys, strict=True):
+            by_size.setdefault(x, []).append(y)
+        extra = [y - statistics.median(by_size[x]) for x, y in samples if x in by_size]
+        out[leaf] = max(0.0, statistics.median(extra)) if extra else 0.0
+    return out
+
+
 def fit_leaf_rates(probes: Sequence[Probe]) -> dict[str, LeafRate]:
     """Per leaf, `launch time = launch_s + FLOPs / rate` through the median launch time of each
-    size, then shared out by the compute concurrency (a pod runs two units' computes at once)."""
+    size, then shared out by the compute concurrency (a pod runs two units' computes at once).
+    First launches count too, less the leaf's preparation (so a probe whose nodes launch a leaf
+    once still gives its size)."""
     steady, first = _compute_samples(probes)
+    prepare = _preparation(steady, first)
     together = concurrency(probes, ("compute",))
     rates = {}
     for leaf in set(steady) | set(first):
-        xs, ys = steady.get(leaf) or ([x for x, _ in first[leaf]], [y for _, y in first[leaf]])
+        xs, ys = (list(v) for v in steady.get(leaf, ([], [])))
+        for x, y in first.get(leaf, []):
+            xs.append(x)
+            ys.append(max(0.0, y - prepare.get(leaf, 0.0)))
         a, b = fit_line(*grouped_medians(xs, ys))
         launch_s, flops_per_s = _rate(a, b, 1e18)
         rates[leaf] = LeafRate(launch_s / together, flops_per_s * together)
     return rates
 
 
-def leaf_preparation_s(probes: Sequence[Probe], rates: Mapping[str, LeafRate]) -> float:
-    """Seconds a node's first launch of each leaf takes beyond a steady one, summed over leaves
-    (the median over nodes and probes): on the critical path once per job."""
-    _, first = _compute_samples(probes)
-    extra = 0.0
-    for leaf, samples in first.items():
-        rate = rates.get(leaf)
-        if rate is not None:
-            extra += max(0.0, statistics.median(y - rate.launch_time(int(x)) for x, y in samples))
-    return extra
+def leaf_preparation_s(probes: Sequence[Probe], rates: Mapping[str, LeafRate] | None = None) -> float:
+    """Seconds a node's first launch of each leaf takes beyond a steady one, summed over leaves:
+    on the critical path once per job."""
+    return sum(_preparation(*_compute_samples(probes)).values())
+
+
+def overlap_fraction(probes: Sequence[Probe]) -> float:
+    """How much of a node's transfer time hides under its compute: (C + T - B) / min(C, T) with
+    C, T and B the union of its compute, transfer and all of these intervals; 1 = full overlap
+    (a GPU computing while its copies run), 0 = none (a CPU pod whose cores do both)."""
+    fractions = []
+    for probe in probes:
+        nodes: dict[int, dict[str, list[tuple[float, float]]]] = {}
+        for e in probe.trace["events"]:
+            if e["ok"] and e["kind"] in ("compute", "load", "fetch", "store"):
+                side = "c" if e["kind"] == "compute" else "t"
+                nodes.setdefault(e["node"], {"c": [], "t": []})[side].append((e["start"], e["end"]))
+        for spans in nodes.values():
+            c, t = _union_length(spans["c"]), _union_length(spans["t"])
+            if min(c, t) > 0:
+                both = _union_length(spans["c"] + spans["t"])
+                fractions.append(min(1.0, max(0.0, (c + t - both) / min(c, t))))
+    return statistics.fmean(fractions) if fractions else 1.0
 
 
 def _fetch_samples(probe: Probe) -> tuple[list[float], list[float]]:
@@ -242,11 +276,12 @@ class Calibration:
     transfers: TransferFit
     rates: dict[str, LeafRate]
     prepare_s: float  # per job: the first launch of each leaf on a node, beyond a steady launch
+    overlap: float = 1.0  # see overlap_fraction
 
 
 def measure(probes: Sequence[Probe], base: Figures) -> Calibration:
     rates = fit_leaf_rates(probes)
-    return Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes, rates))
+    return Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes), overlap_fraction(probes))
 
 
 def figures_from(calibration: Calibration, base: Figures, source: str = "calibrated on the pods") -> Figures:
@@ -255,7 +290,7 @@ def figures_from(calibration: Calibration, base: Figures, source: str = "calibra
     slowest = max(rates.values(), key=lambda r: 1.0 / r.flops_per_s, default=None)
     return dataclasses.replace(
         base, storage_bw=t.storage_bw, link_bw=t.link_bw, transfer_s=t.storage_s, link_s=t.link_s,
-        job_s=t.job_s + calibration.prepare_s, leaf_rates=tuple(sorted(rates.items())),
+        job_s=t.job_s + calibration.prepare_s, overlap=calibration.overlap, leaf_rates=tuple(sorted(rates.items())),
         leaf_flops=slowest.flops_per_s if slowest else base.leaf_flops,
         launch_s=slowest.launch_s if slowest else base.launch_s, source=source)
 
@@ -310,7 +345,8 @@ def cached_calibration(ckey: str, kkey: str) -> Calibration | None:
     leaves = data.get("leaves", {}).get(f"{ckey}#{kkey}")
     try:
         rates = {name: LeafRate(*pair) for name, pair in leaves["rates"].items()}
-        return Calibration(TransferFit(**transfers), rates, float(leaves["prepare_s"]))
+        return Calibration(TransferFit(**transfers), rates, float(leaves["prepare_s"]),
+                           float(leaves.get("overlap", 1.0)))
     except (TypeError, KeyError, ValueError):  # absent, or written by another version
         return None
 
@@ -320,7 +356,7 @@ def store_calibration(ckey: str, kkey: str, calibration: Calibration) -> None:
     data.setdefault("clusters", {})[ckey] = dataclasses.asdict(calibration.transfers)
     data.setdefault("leaves", {})[f"{ckey}#{kkey}"] = {
         "rates": {n: [r.launch_s, r.flops_per_s] for n, r in calibration.rates.items()},
-        "prepare_s": calibration.prepare_s}
+        "prepare_s": calibration.prepare_s, "overlap": calibration.overlap}
     write_cache(data)
 
 

@@ -18,9 +18,13 @@ Pure: no I/O, no clocks. The pipeline, for every combination of @cluster values:
 
        compute   = sum over launches of (launch_s + leaf FLOPs / leaf FLOP/s)
        transfer  = (loaded + stored) / storage_bw + (fetched + served) / link_bw
-                   + transfer_s per load, fetch and store
-       node time = start + max(compute, transfer - start - end) + end
+                   + transfer_s per load and store + link_s per fetch
+       middle    = transfer - start - end
+       node time = start + compute + middle - overlap * min(compute, middle) + end
        job time  = job_s + max over nodes of node time
+
+   `overlap` is 1 by default (node time = start + max(compute, middle) + end: a GPU pod computes
+   while its copies run); calibration measures it (a CPU pod's cores do both, so less hides).
 
 Candidates are ranked by predicted time; ties keep the search-space order (first values first).
 """
@@ -63,6 +67,7 @@ class Figures:
     transfer_s: float = 0.0  # fixed cost of one load or store (and of a fetch, unless link_s)
     link_s: float | None = None  # fixed cost of one fetch; None: transfer_s
     job_s: float = 0.0  # fixed cost of a job (start, plan, submit, commit)
+    overlap: float = 1.0  # share of transfer time hidden under compute: 1 full, 0 none (summed)
     leaf_rates: tuple[tuple[str, LeafRate], ...] = ()  # per leaf name, overriding the two above
     source: str = "command line"  # where the figures come from, for the table's heading
 
@@ -233,7 +238,8 @@ def estimate_node(load: NodeLoad, figures: Figures) -> NodeEstimate:
     start = load.start_loaded / figures.storage_bw + load.start_fetched / figures.link_bw
     start += max(figures.transfer_s if load.start_loaded else 0.0, link_s if load.start_fetched else 0.0)
     end = load.end_stored / figures.storage_bw + (figures.transfer_s if load.end_stored else 0.0)
-    total = start + max(compute, transfer - start - end) + end
+    middle = max(0.0, transfer - start - end)
+    total = start + compute + middle - figures.overlap * min(compute, middle) + end
     return NodeEstimate(load.node, compute, transfer, start, end, total)
 
 
@@ -347,6 +353,8 @@ def describe_figures(figures: Figures) -> str:
     vram = format_bytes(figures.vram_bytes) if figures.vram_bytes else "unchecked"
     text = (f"{figures.nodes} nodes, memory {vram}, leaf {figures.leaf_flops:.3g} FLOP/s, "
             f"link {figures.link_bw:.3g} B/s, storage {figures.storage_bw:.3g} B/s")
+    if figures.overlap != 1.0:
+        text += f", overlap {figures.overlap:.2f}"
     if figures.launch_s or figures.transfer_s or figures.job_s:
         text += (f", per launch {format_seconds(figures.launch_s)}, per load/store "
                  f"{format_seconds(figures.transfer_s)}")
