@@ -59,3 +59,18 @@ def test_no_node_left_fails_and_keeps_old_outputs(cluster):
     assert not [p for p in cluster.root.iterdir() if "staging" in p.name]
     with pytest.raises(JobFailed):
         cluster.run(job)  # every node is lost now
+
+
+def test_a_pod_killed_mid_job_is_replanned_at_once(cluster):
+    pod = cluster.local.pods[2]
+    os.kill(pod.process.pid, signal.SIGSTOP)  # it takes its plan but never runs it...
+    cluster.loop.call_later(0.3, os.kill, pod.process.pid, signal.SIGKILL)  # ...then dies mid-job
+    job = make_job(cluster.root, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
+    result = cluster.run(job, cluster_values={"BLOCK": 256})
+    assert result.ok, result.reason
+    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), cluster.arrays["a"] + cluster.arrays["b"])
+    failures = result.trace["failures"]
+    assert [f["node"] for f in failures] == [2] and "connection lost" in failures[0]["reason"]
+    assert failures[0]["time"] < 1.0  # the dropped connection, not the 1 s heartbeat timeout
+    replanned = {u["unit"] for u in result.trace["units"] if u["generation"] == 2}
+    assert replanned == {u for u in range(16) if u % 3 == 2}
