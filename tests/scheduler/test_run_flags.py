@@ -1,0 +1,82 @@
+"""Pure pieces of the run command: --expect comparison, --pods parsing, tokens, local devices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.errors import UserError
+from scheduler.local_pods import choose_devices
+from scheduler.run import _one_line
+from scheduler.run_cli import compare, parse_pods, read_token
+from scheduler.tracefile import summarize
+
+
+def test_compare_accepts_summation_order_noise_and_names_real_differences():
+    want = np.linspace(-100, 100, 1000, dtype=np.float32)
+    noise = want * (1 + 1e-6)  # a few ulps, as a different summation order gives
+    assert compare("C", noise, want) is None
+    bad = want.copy()
+    bad[123] += 1.0
+    problem = compare("C", bad, want)
+    assert "1 of 1000 elements differ" in problem and "[123]" in problem
+    assert "shape" in compare("C", want[:10], want)
+    nan = np.array([np.nan, 1.0], np.float32)
+    assert compare("C", nan, nan) is None
+    assert compare("C", np.array([np.inf], np.float32), np.array([np.inf], np.float32)) is None
+    assert compare("C", np.array([1.0], np.float32), np.array([np.nan], np.float32)) is not None
+
+
+def test_parse_pods():
+    assert parse_pods(["a:1,b:2", "c:3"]) == ("a:1", "b:2", "c:3")
+    assert parse_pods(None) == ()
+    for bad in (["a"], ["a:x"], [":5"], ["a:0"], ["a:70000"]):
+        with pytest.raises(UserError, match="expected HOST:PORT"):
+            parse_pods(bad)
+
+
+def test_read_token(tmp_path, monkeypatch):
+    f = tmp_path / "token"
+    f.write_text("  secret \nignored\n")
+    assert read_token(str(f)) == "secret"
+    f.write_text("\n")
+    with pytest.raises(UserError, match="holds no token"):
+        read_token(str(f))
+    monkeypatch.setenv("PHOBOS_TOKEN", "from-env")
+    assert read_token(None) == "from-env"
+    monkeypatch.delenv("PHOBOS_TOKEN")
+    assert read_token(None) is None
+
+
+def test_choose_devices():
+    assert choose_devices(None, 0) == ["cpu", "cpu"]
+    assert choose_devices(3, 0) == ["cpu"] * 3
+    assert choose_devices(None, 2) == ["0", "1"]
+    assert choose_devices(2, 1) == ["0", "0"]  # two pods sharing one GPU
+    with pytest.raises(UserError):
+        choose_devices(0, 1)
+
+
+def test_remote_error_reason_is_one_line():
+    remote = Exception("remote exception: message = Traceback (most recent call last):\n"
+                       '  File "x.py", line 1, in login\n    raise PermissionError("no")\n'
+                       "PermissionError: login refused: wrong token\n\nstack: 7f 7f")
+    assert _one_line(remote) == "login refused: wrong token"
+    assert _one_line(OSError("Connection refused")) == "Connection refused"
+    assert _one_line(TimeoutError()) == "TimeoutError"
+
+
+def test_summarize_counts_bytes_and_compute_per_node():
+    events = [
+        {"node": 0, "kind": "load", "bytes": 100, "start": 0.0, "end": 0.1},
+        {"node": 0, "kind": "compute", "bytes": 0, "start": 0.1, "end": 0.4},
+        {"node": 0, "kind": "serve", "bytes": 100, "start": 0.2, "end": 0.2},
+        {"node": 1, "kind": "fetch", "bytes": 100, "start": 0.2, "end": 0.3},
+        {"node": 1, "kind": "store", "bytes": 50, "start": 0.5, "end": 0.6},
+    ]
+    s = summarize(events, [0, 1], 1.0)
+    n0, n1 = s["nodes"]
+    assert (n0["instructions"], n0["bytes_loaded"], n0["bytes_served"]) == (2, 100, 100)
+    assert n0["compute_s"] == pytest.approx(0.3)
+    assert (n1["instructions"], n1["bytes_fetched"], n1["bytes_stored"]) == (2, 100, 50)
+    assert s["wall_s"] == 1.0
