@@ -128,6 +128,10 @@ class PodRuntime:
     # ---- actions -----------------------------------------------------------------------------
 
     def _apply(self, job: Job, actions: list[st.Action]) -> None:
+        stale = [k for k in job.waiters if k[0] < job.state.generation]
+        for key in stale:  # peers waiting on a generation this pod has moved past
+            self._wake(job, key, st.Refused(
+                f"job {job.job_id}: generation {key[0]} is older than {job.state.generation}"))
         for action in actions:
             if isinstance(action, st.StartInstruction):
                 task = asyncio.ensure_future(self._run(job, action.generation, action.instruction))

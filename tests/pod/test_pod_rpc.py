@@ -325,3 +325,23 @@ def test_pod_exits_when_heartbeats_stop_being_answered(tmp_path):
         assert proc.returncode == 0
         assert waited < 5  # about --scheduler-timeout, not forever
     assert "scheduler unreachable; exiting" in (tmp_path / "pod-0.log").read_text()
+
+
+def test_a_waiting_peer_is_refused_when_the_generation_moves_on(pods):
+    _, procs = pods
+
+    async def scenario():
+        _, pod = await connect(procs[1][1])
+        waiting = asyncio.ensure_future(pod.tileHeader("job-wait", 1, 0))  # no plan yet: it waits
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        start = time.monotonic()
+        await pod.newGeneration("job-wait", 2)
+        try:
+            await waiting
+        except Exception as err:
+            return remote_message(err), time.monotonic() - start
+        return "served", 0.0
+
+    message, waited = run_async(scenario)
+    assert "generation 1 is older than 2" in message and waited < 2
