@@ -220,6 +220,8 @@ class ClusterState:
             dead = ", ".join(f"node {f.node}: {f.reason}" for f in self.failures)
             return actions + self._fail(f"no node left to run the job ({dead})")
         left = [u for u in self.program.units if u.index not in self.stored]
+        if not left:  # everything is stored already: the nodes left only have to finish
+            return actions + self._check_done()
         try:
             return actions + self._plan(left)
         except UserError as err:  # e.g. the remaining nodes lack the memory

@@ -152,3 +152,15 @@ def test_describe_instructions_gives_every_instruction_a_unit():
     assert set(info) == {i.id for i in p.instructions}
     assert all(v.unit is not None for v in info.values())
     assert {v.unit for v in info.values()} == {u.index for u in program.units if u.index % 2 == 1}
+
+
+def test_losing_a_node_after_everything_is_stored_needs_no_replan():
+    state = make_state(add_program(640, 64))
+    state.start(0.0)
+    for node, p in state.plan.node_plans.items():
+        state.events(node, 1, stores_of(p), 0.5)
+    state.finished(0, 1, True, "", 0.6)
+    state.finished(1, 1, True, "", 0.6)
+    actions = state.disconnected(2, "connection lost", 0.7)
+    assert actions == [Cancel(2), Succeeded()]
+    assert state.generation == 1
