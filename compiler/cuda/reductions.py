@@ -1,0 +1,166 @@
+"""Reductions (sum / max / min along an axis, or of a whole 1-D tile).
+
+Along the columns of a 2-D tile (axis = 1): each thread reduces its own register block, then the
+TC threads that share the rows combine with warp shuffles (xor butterfly, so every one of them
+ends with the result: row vectors are replicated over the row's threads); with TC > 32 the warps
+of a row meet in shared memory. Along the rows (axis = 0) the partial results of the TR threads of
+a column sit in different warps and meet in shared memory. A whole 1-D tile reduces to a scalar
+with a block all-reduce. Replicated elements (a tile smaller than its thread axis) contribute
+once: replicas contribute the identity.
+"""
+
+from __future__ import annotations
+
+from compiler import ir
+from compiler.cuda import analysis
+from compiler.diagnostics import CompileError
+
+IDENT = {
+    "sum": ("0.0f", "0"),
+    "max": ("__int_as_float(0xff800000)", "INT_MIN_"),
+    "min": ("__int_as_float(0x7f800000)", "INT_MAX_"),
+}
+
+
+class ReductionMixin:
+    # -- reductions -------------------------------------------------------------------------
+
+    def reduction(self, e: ir.Call, ctx) -> str:
+        kw = dict(e.kwargs)
+        axis = kw["axis"].value
+        x = e.args[0]
+        shape = tuple(self.size(s) for s in x.ty.shape)
+        f = e.func
+        is_f = x.ty.dtype == "f32"
+        ident = (
+            IDENT[f][0 if is_f else 1]
+            .replace("INT_MIN_", "(-2147483647 - 1)")
+            .replace("INT_MAX_", "2147483647")
+        )
+        ctype = "float" if is_f else "int"
+
+        def comb(a, b):
+            if f == "sum":
+                return f"({a} + {b})"
+            return f"f{f}f({a}, {b})" if is_f else f"{f}({a}, {b})"
+
+        if len(shape) == 1:
+            kind = analysis.natural_kind(x, self.hints) or "flat"
+            src = self.ctx_for(kind, shape)
+            body = self.elem(x, src)
+            acc = self.fresh("red")
+            self.out.line(f"{ctype} {acc} = {ident};")
+            self.emit_loop(src, [f"if ({self.owner(kind, shape)}) {acc} = {comb(acc, body)};"])
+            self.block_allreduce(acc, comb)
+            return acc
+        if len(shape) != 2:
+            raise CompileError(e.span, "the CUDA backend reduces tiles of rank 1 and 2 only")
+        src = self.ctx_for("2d", shape)
+        body = self.elem(x, src)
+        dr, dc = self.dists("2d", shape)
+        out_kind = "row" if axis == 1 else "col"
+        keep = shape[0] if axis == 1 else shape[1]
+        res = self.declare(None, out_kind, (keep,), x.ty.dtype)
+        if axis == 1:
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+            self.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+            self.out.line(f"{ctype} a_ = {ident};")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+            contrib = body if dc.primary() == "true" else f"({dc.primary()} ? {body} : {ident})"
+            self.out.line(f"a_ = {comb('a_', contrib)};")
+            self.out.close()
+            self.out.line(f"{res.cname}[_i] = a_;")
+            self.out.close()
+            self.lane_allreduce(res, dr.count, self.grid.cols, comb, ctype)
+        else:
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+            self.out.line(f"{ctype} a_ = {ident};")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+            self.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+            contrib = body if dr.primary() == "true" else f"({dr.primary()} ? {body} : {ident})"
+            self.out.line(f"a_ = {comb('a_', contrib)};")
+            self.out.close()
+            self.out.line(f"{res.cname}[_j] = a_;")
+            self.out.close()
+            # the TR threads of a column sit in different warps: combine through shared memory
+            tr = self.grid.rows
+            buf = self.alloc_scratch(tr * shape[1])
+            self.out.line("__syncthreads();")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
+            self.out.close()
+            self.out.line("__syncthreads();")
+            self.out.line("#pragma unroll")
+            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+            self.out.line(f"{ctype} a_ = {ident};")
+            self.out.line(
+                f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
+                f"a_ = {comb('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};"
+            )
+            self.out.line(f"{res.cname}[_j] = a_;")
+            self.out.close()
+        want = ctx.kind if ctx is not None else None
+        if ctx is not None and ctx.native and want == out_kind:
+            return self.access(res, ctx)
+        return self.through_shared(res, ctx)
+
+    def lane_allreduce(self, res, count: int, lanes: int, comb, ctype: str) -> None:
+        """Combine the partial results of the `lanes` neighbouring threads that share each row."""
+        if lanes == 1:
+            return
+        warp_lanes = min(lanes, 32)
+        self.out.line("#pragma unroll")
+        self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
+        off = warp_lanes // 2
+        while off >= 1:
+            self.out.line(
+                f"{res.cname}[_i] = "
+                f"{comb(f'{res.cname}[_i]', f'__shfl_xor_sync(0xffffffffu, {res.cname}[_i], {off})')};"
+            )
+            off //= 2
+        self.out.close()
+        if lanes <= 32:
+            return
+        groups = lanes // 32
+        buf = self.alloc_scratch(self.grid.rows * groups * count)
+        self.out.line("__syncthreads();")
+        self.out.open("if ((th_c & 31) == 0)")
+        self.out.line("#pragma unroll")
+        self.out.line(
+            f"for (int _i = 0; _i < {count}; ++_i) "
+            f"{buf}[(th_r * {groups} + (th_c >> 5)) * {count} + _i] = {res.cname}[_i];"
+        )
+        self.out.close()
+        self.out.line("__syncthreads();")
+        self.out.line("#pragma unroll")
+        self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
+        self.out.line(f"{ctype} a_ = {buf}[(th_r * {groups}) * {count} + _i];")
+        self.out.line(
+            f"for (int q_ = 1; q_ < {groups}; ++q_) "
+            f"a_ = {comb('a_', f'{buf}[(th_r * {groups} + q_) * {count} + _i]')};"
+        )
+        self.out.line(f"{res.cname}[_i] = a_;")
+        self.out.close()
+
+    def block_allreduce(self, acc: str, comb) -> None:
+        t = self.grid.threads
+        off = 16
+        while off >= 1:
+            self.out.line(f"{acc} = {comb(acc, f'__shfl_xor_sync(0xffffffffu, {acc}, {off})')};")
+            off //= 2
+        warps = (t + 31) // 32
+        if warps == 1:
+            return
+        buf = self.alloc_scratch(warps)
+        self.out.line("__syncthreads();")
+        self.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {acc};")
+        self.out.line("__syncthreads();")
+        self.out.line(f"{acc} = {buf}[0];")
+        self.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, f'{buf}[q_]')};")
