@@ -281,7 +281,8 @@ class Calibration:
 
 def measure(probes: Sequence[Probe], base: Figures) -> Calibration:
     rates = fit_leaf_rates(probes)
-    return Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes), overlap_fraction(probes))
+    return Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes),
+                       overlap_fraction(probes))
 
 
 def figures_from(calibration: Calibration, base: Figures, source: str = "calibrated on the pods") -> Figures:
@@ -290,7 +291,8 @@ def figures_from(calibration: Calibration, base: Figures, source: str = "calibra
     slowest = max(rates.values(), key=lambda r: 1.0 / r.flops_per_s, default=None)
     return dataclasses.replace(
         base, storage_bw=t.storage_bw, link_bw=t.link_bw, transfer_s=t.storage_s, link_s=t.link_s,
-        job_s=t.job_s + calibration.prepare_s, overlap=calibration.overlap, leaf_rates=tuple(sorted(rates.items())),
+        job_s=t.job_s + calibration.prepare_s, overlap=calibration.overlap,
+        leaf_rates=tuple(sorted(rates.items())),
         leaf_flops=slowest.flops_per_s if slowest else base.leaf_flops,
         launch_s=slowest.launch_s if slowest else base.launch_s, source=source)
 
@@ -365,8 +367,8 @@ def store_calibration(ckey: str, kkey: str, calibration: Calibration) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def probe_program(program: ClusterProgram, nodes: int) -> ClusterProgram:
-    return dataclasses.replace(program, units=program.units[: UNITS_PER_NODE * nodes])
+def probe_program(program: ClusterProgram, units: int) -> ClusterProgram:
+    return dataclasses.replace(program, units=program.units[:units])
 
 
 def probe_combinations(ranking_candidates) -> list:
@@ -379,12 +381,14 @@ def probe_combinations(ranking_candidates) -> list:
     return [most] if most is fewest else [most, fewest]
 
 
-async def run_probe(session, prepared, options, nodes: list[int], program: ClusterProgram) -> Probe:
-    """Run `program` (a cut-down job) on the session's `nodes`, outputs to scratch files."""
+async def run_probe(session, prepared, options, nodes: list[int], program: ClusterProgram,
+                    units: int | None = None) -> Probe:
+    """Run `program`'s first `units` units (default UNITS_PER_NODE per node) on the session's
+    `nodes`, outputs to scratch files."""
     from common import storage
     from scheduler.planner import NodeFigure, plan
 
-    small = probe_program(program, len(nodes))
+    small = probe_program(program, units if units is not None else UNITS_PER_NODE * len(nodes))
     probe_id = f"{prepared.job_id}-probe-{secrets.token_hex(4)}"  # job ids are never reused
     tensors = dict(prepared.tensors)
     scratch: list[Path] = []

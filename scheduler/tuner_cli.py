@@ -143,17 +143,20 @@ def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
                 tile_values=dict(prepared.program.tile_values))
 
 
-def with_values(prepared, values: dict[str, int]):
-    """The prepared job recompiled at other @cluster values (storage is the same)."""
-    from scheduler.prepare import compile_program
+def with_values(prepared, values: dict[str, int], tile_values: dict[str, int] | None = None):
+    """The prepared job recompiled at other @cluster values (and @autotune values, where given;
+    default each name's first); storage is the same."""
+    from compiler.cluster import compile_cluster
+    from scheduler.jobfile import job_kernel
 
-    program = compile_program(prepared.job, values)  # `values` name every @cluster name
+    program = compile_cluster(job_kernel(prepared.job), dict(prepared.job.dims), cluster_values=values,
+                              tile_values=tile_values)
     return dataclasses.replace(prepared, program=program)
 
 
 @dataclass
 class TunedRun:
-    ranking: Ranking
+    ranking: Ranking | None  # None without --autotune (--tune-leaves alone)
     prepared: object  # the PreparedJob that ran (or would run)
     result: object | None  # RunResult; None with --tune-only
 
@@ -191,22 +194,33 @@ async def _run_autotuned(prepared, options, tune: TuneOptions, say) -> TunedRun:
 
 
 async def tune_on_session(session, prepared, options, tune: TuneOptions, say) -> TunedRun:
-    """Everything after the pods are reached; tests and the validation benchmark call it too."""
+    """Everything after the pods are reached; tests and the validation benchmark call it too.
+
+    The @cluster values first (ranked with --autotune, else the job's), then with --tune-leaves
+    the leaves' @autotune values at those @cluster values."""
     from scheduler import calibrate as cal
+    from scheduler.tuner_leaves import tune_leaves
 
     order = sorted(session.pods)
     infos = [session.infos[n] for n in order]
     figures = base_figures(tune, len(order), [i.backend for i in infos], [int(i.vram_bytes) for i in infos])
     nodes = order[: figures.nodes]
     pinned = dict(options.cluster_values)
-    ranking = rank_job(prepared, figures, pinned)
-    if tune.calibrate:
-        candidates = (*ranking.ranked, *ranking.dropped)
-        figures = await cal.calibrate(session, prepared, options, nodes, candidates, figures,
-                                      lambda values: with_values(prepared, values).program, say)
+    ranking = None
+    values = dict(prepared.program.cluster_values)
+    if tune.autotune:
         ranking = rank_job(prepared, figures, pinned)
-    say(render_table(ranking))
-    best = with_values(prepared, dict(ranking.best.values))
+        if tune.calibrate:
+            candidates = (*ranking.ranked, *ranking.dropped)
+            figures = await cal.calibrate(session, prepared, options, nodes, candidates, figures,
+                                          lambda v: with_values(prepared, v).program, say)
+            ranking = rank_job(prepared, figures, pinned)
+        say(render_table(ranking))
+        values = dict(ranking.best.values)
+    tile_values = None
+    if tune.tune_leaves:
+        tile_values = await tune_leaves(session, prepared, options, nodes, values, say)
+    best = with_values(prepared, values, tile_values)
     if tune.tune_only:
         return TunedRun(ranking, best, None)
     result = await session.run(best, options, nodes)
