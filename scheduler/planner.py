@@ -75,7 +75,7 @@ def _key(region: Region) -> Key:
     return (region.tensor, region.start, region.shape)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Copy:
     """One node's copy of one input region."""
 
@@ -88,7 +88,7 @@ class _Copy:
     last_fetch_round: int = -1  # owner only
 
 
-@dataclass
+@dataclass(slots=True)
 class _UnitWork:
     unit: Unit
     pos: int
@@ -108,7 +108,7 @@ class _NodeState:
 
 def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _NodeState], dict[Key, list]]:
     """Place units and record every node's copies; returns node states and, per input region,
-    [first round, nodes needing it in that round (in order)]."""
+    [first round, nodes needing it in that round, every node needing it] (nodes in order)."""
     n = len(nodes)
     states = {node: _NodeState() for node in nodes}
     first_use: dict[Key, list] = {}
@@ -142,9 +142,11 @@ def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _No
                     state.next_buffer += 1
                     entry = first_use.get(key)
                     if entry is None:
-                        first_use[key] = [pos, [node]]
-                    elif entry[0] == pos:
-                        entry[1].append(node)
+                        first_use[key] = [pos, [node], [node]]
+                    else:
+                        if entry[0] == pos:
+                            entry[1].append(node)
+                        entry[2].append(node)
                 else:
                     copy.last_pos = pos
                 inputs[key] = copy.buffer
@@ -157,20 +159,17 @@ def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list]) ->
     """One loader per input region (see the module doc); marks owners and fetch counts."""
     # Regions in order of first round, then first appearance: dicts keep insertion order, and
     # a region first seen in a later round was inserted later.
-    for key, (_, candidates) in first_use.items():
+    for key, (_, candidates, holders) in first_use.items():
         owner = candidates[0]
         if len(candidates) > 1:
             owner = min(candidates, key=lambda node: states[node].loaded_bytes)
         copy = states[owner].copies[key]
         copy.owner = True
         states[owner].loaded_bytes += math.prod(copy.region.shape) * BYTES_PER_ELEMENT
-        for node, state in states.items():
-            if node == owner:
-                continue
-            peer_copy = state.copies.get(key)
-            if peer_copy is not None:
+        for node in holders:
+            if node != owner:
                 copy.fetched_by += 1
-                copy.last_fetch_round = max(copy.last_fetch_round, peer_copy.first_pos)
+                copy.last_fetch_round = max(copy.last_fetch_round, states[node].copies[key].first_pos)
 
 
 def _owner_buffers(states: dict[int, _NodeState]) -> dict[Key, tuple[int, int]]:
@@ -260,7 +259,7 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
             for param, key in writes:
                 bindings[param] = outputs[key][1]
             cid = next(ids)
-            deps = tuple(sorted({producer[b] for b in bindings.values()}))
+            deps = tuple(dict.fromkeys([producer[b] for b in bindings.values()]))
             emit(Compute(cid, deps, leaf, tuple(bindings.items()), unit_index))
             for _, key in writes:
                 producer[outputs[key][1]] = cid
