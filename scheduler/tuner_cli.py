@@ -118,9 +118,11 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
     """The model's figures from the flags, else the pods (count, memory), else the defaults for
     the pods' backend (GPU figures when any pod is a GPU)."""
     nodes = tune.nodes if tune.nodes is not None else connected
-    if nodes > connected:
+    if nodes > connected and not tune.tune_only:  # a table for a bigger cluster is fine; a run is not
         raise UserError(f"--nodes {nodes}: only {connected} pod(s) are connected")
-    known = [v for v in vrams[:nodes] if v > 0]
+    if nodes > connected and tune.calibrate:
+        raise UserError(f"--nodes {nodes} --calibrate: only {connected} pod(s) are connected to measure")
+    known = [v for v in vrams if v > 0]
     kind = "gpu" if "gpu" in backends[:nodes] else "cpu"
     defaults = DEFAULTS[kind]
     given = tune.leaf_flops or tune.link_bw or tune.storage_bw or tune.launch_s is not None
@@ -181,7 +183,9 @@ async def _run_autotuned(prepared, options, tune: TuneOptions, say) -> TunedRun:
     local = None
     addresses, token = list(options.pods), options.token
     if not addresses:
-        local = await start_pods_for(options)
+        # Local pods: as many as --local-pods, else --nodes, else the default count.
+        count = options.local_pods if options.local_pods is not None else tune.nodes
+        local = await start_pods_for(options, count)
         addresses, token = local.addresses, local.token
     session = PodSession(addresses, token)
     try:
@@ -204,7 +208,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
     order = sorted(session.pods)
     infos = [session.infos[n] for n in order]
     figures = base_figures(tune, len(order), [i.backend for i in infos], [int(i.vram_bytes) for i in infos])
-    nodes = order[: figures.nodes]
+    nodes = order[: min(figures.nodes, len(order))]
     pinned = dict(options.cluster_values)
     ranking = None
     values = dict(prepared.program.cluster_values)
