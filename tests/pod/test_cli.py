@@ -11,9 +11,15 @@ import pytest
 from tests.pod.harness import REPO
 
 
-def run_pod(args, env_token: str | None = None, timeout: float = 20):
+def pod_env() -> dict[str, str]:
+    """The caller's environment without a token, the repo first on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if k != "PHOBOS_TOKEN"}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_pod(args, env_token: str | None = None, timeout: float = 20):
+    env = pod_env()
     if env_token is not None:
         env["PHOBOS_TOKEN"] = env_token
     return subprocess.run([sys.executable, "-m", "pod.main", *args], cwd=REPO, env=env, capture_output=True,
@@ -46,8 +52,7 @@ def test_empty_token_file_is_refused(tmp_path):
 def test_listening_line_and_no_token_in_the_logs(tmp_path):
     secret = "s3cr3t-token-value"
     (tmp_path / "token").write_text(secret + "\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("PHOBOS_TOKEN", None)
+    env = pod_env()
     proc = subprocess.Popen([sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0", "--token-file",
                              str(tmp_path / "token"), "--log-level", "debug"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
