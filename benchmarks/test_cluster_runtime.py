@@ -9,7 +9,8 @@ cluster_harness). `extra_info` carries the ratios to the anchor and to the bound
 same run (cluster_cases explains both), and what the runtime did (bytes loaded, fetched, ...).
 
     PYTHONPATH=. .venv/bin/pytest benchmarks/test_cluster_runtime.py --benchmark-only
-    PHOBOS_BENCH_QUICK=1 ...   # fewer rounds (benchmarks/main.py --quick sets it)
+    PHOBOS_BENCH_QUICK=1 ...   # 2 timed rounds per case, not 5 (benchmarks/main.py --quick sets it)
+    PHOBOS_BENCH_ROUNDS=N ...  # N timed rounds per case
     PHOBOS_BENCH_CASES=cpu|gpu|all (default all; the GPU cases skip where no GPU is present)
 """
 
@@ -38,7 +39,7 @@ from benchmarks.cluster_cases import (
 from benchmarks.cluster_harness import ClusterPool, data_root, read_bandwidth, trace_figures, write_problem
 
 QUICK = os.environ.get("PHOBOS_BENCH_QUICK") == "1"
-ROUNDS = 2 if QUICK else 5
+ROUNDS = int(os.environ.get("PHOBOS_BENCH_ROUNDS") or (2 if QUICK else 5))
 WHICH = os.environ.get("PHOBOS_BENCH_CASES", "all")
 
 
