@@ -1,10 +1,14 @@
 """--calibrate: the tuner's figures measured on the actual pods, by small probe jobs.
 
-A probe is the job itself cut down to its first units (at most two per node), run through the real
+A probe is the job itself cut down to its first units (two or three per node), run through the real
 runtime (the same pods, RPC, planner and storage as the job) at one @cluster combination, with
 its outputs sent to scratch files beside the real ones (removed afterwards; the real outputs are
 never touched). Probes run at the combinations with the smallest and the largest super-tiles, so
-leaf launches of two sizes separate a leaf's fixed cost per launch from its FLOP rate.
+leaf launches of two sizes separate a leaf's fixed cost per launch from its FLOP rate; then a
+shorter probe at every other kept combination whose leaves (at their dims and tile values) were
+not timed yet: a leaf's speed is not one line in its FLOPs (the interpreter's and the GPU's
+efficiency change with the tile shapes), so the model uses the measured launch time where it has
+one and the fitted line elsewhere.
 
 From the probes' trace events (the scheduler's --trace records; see docs/runtime.md):
   - leaf speed, per leaf: a least-squares line `launch time = launch_s + FLOPs / rate` over the
@@ -41,6 +45,7 @@ CACHE_FILE = "cluster-calibration.json"
 CACHE_VERSION = 1
 UNITS_PER_NODE = 3  # a probe's units per node: two are in flight at once, as in a real job, and a
 # third gives each node a steady launch of every leaf beside its first
+LEAF_PROBE_UNITS = 2  # per node, in the probes that only time the leaves of one more combination
 
 
 # ------------------------------------------------------------------------------------------
@@ -277,12 +282,32 @@ class Calibration:
     rates: dict[str, LeafRate]
     prepare_s: float  # per job: the first launch of each leaf on a node, beyond a steady launch
     overlap: float = 1.0  # see overlap_fraction
+    launch_times: dict[str, float] = dataclasses.field(default_factory=dict)  # see measure_launch_times
+
+
+def measure_launch_times(probes: Sequence[Probe]) -> dict[str, float]:
+    """Seconds per launch of every leaf the probes ran, by `leaf_signature` (its dims and tile
+    values): the median steady launch (else first launches less the leaf's preparation), shared
+    out by that probe's compute concurrency."""
+    from scheduler.tuner import leaf_signature
+
+    prepare = _preparation(*_compute_samples(probes))
+    found: dict[str, list[float]] = {}
+    for probe in probes:
+        steady, first = _compute_samples([probe])
+        together = concurrency([probe], ("compute",))
+        for leaf in probe.program.leaves:
+            times = steady.get(leaf.name, ([], []))[1] or \
+                [max(0.0, y - prepare.get(leaf.name, 0.0)) for _, y in first.get(leaf.name, [])]
+            if times:
+                found.setdefault(leaf_signature(leaf), []).append(statistics.median(times) / together)
+    return {sig: statistics.median(times) for sig, times in found.items()}
 
 
 def measure(probes: Sequence[Probe], base: Figures) -> Calibration:
     rates = fit_leaf_rates(probes)
     return Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes),
-                       overlap_fraction(probes))
+                       overlap_fraction(probes), measure_launch_times(probes))
 
 
 def figures_from(calibration: Calibration, base: Figures, source: str = "calibrated on the pods") -> Figures:
@@ -292,7 +317,7 @@ def figures_from(calibration: Calibration, base: Figures, source: str = "calibra
     return dataclasses.replace(
         base, storage_bw=t.storage_bw, link_bw=t.link_bw, transfer_s=t.storage_s, link_s=t.link_s,
         job_s=t.job_s + calibration.prepare_s, overlap=calibration.overlap,
-        leaf_rates=tuple(sorted(rates.items())),
+        leaf_rates=tuple(sorted(rates.items())), launch_times=tuple(sorted(calibration.launch_times.items())),
         leaf_flops=slowest.flops_per_s if slowest else base.leaf_flops,
         launch_s=slowest.launch_s if slowest else base.launch_s, source=source)
 
@@ -348,7 +373,8 @@ def cached_calibration(ckey: str, kkey: str) -> Calibration | None:
     try:
         rates = {name: LeafRate(*pair) for name, pair in leaves["rates"].items()}
         return Calibration(TransferFit(**transfers), rates, float(leaves["prepare_s"]),
-                           float(leaves.get("overlap", 1.0)))
+                           float(leaves.get("overlap", 1.0)),
+                           {k: float(v) for k, v in leaves.get("launch_times", {}).items()})
     except (TypeError, KeyError, ValueError):  # absent, or written by another version
         return None
 
@@ -358,7 +384,8 @@ def store_calibration(ckey: str, kkey: str, calibration: Calibration) -> None:
     data.setdefault("clusters", {})[ckey] = dataclasses.asdict(calibration.transfers)
     data.setdefault("leaves", {})[f"{ckey}#{kkey}"] = {
         "rates": {n: [r.launch_s, r.flops_per_s] for n, r in calibration.rates.items()},
-        "prepare_s": calibration.prepare_s, "overlap": calibration.overlap}
+        "prepare_s": calibration.prepare_s, "overlap": calibration.overlap,
+        "launch_times": calibration.launch_times}
     write_cache(data)
 
 
@@ -422,12 +449,26 @@ async def calibrate(session, prepared, options, nodes: list[int], candidates, ba
     if cached is not None:
         say(f"calibration: reusing measurements from {cache_path()}")
         return figures_from(cached, base, "calibrated on the pods, from the cache")
+    from scheduler.tuner import leaf_signature
+
     probes = []
     for cand in probe_combinations(candidates):
         say(f"calibration: probe at {cand.label()} on {len(nodes)} nodes")
         probes.append(await run_probe(session, prepared, options, nodes, compile_at(dict(cand.values))))
     if not probes:
         return base
+    # Then the leaves of every other kept combination, at their own dims (shorter probes).
+    measured = {leaf_signature(leaf) for p in probes for leaf in p.program.leaves}
+    for cand in candidates:
+        if cand.dropped is not None:
+            continue
+        program = compile_at(dict(cand.values))
+        if all(leaf_signature(leaf) in measured for leaf in program.leaves):
+            continue
+        say(f"calibration: leaf probe at {cand.label()} on {len(nodes)} nodes")
+        units = LEAF_PROBE_UNITS * len(nodes)
+        probes.append(await run_probe(session, prepared, options, nodes, program, units))
+        measured.update(leaf_signature(leaf) for leaf in program.leaves)
     calibration = measure(probes, base)
     store_calibration(ckey, kkey, calibration)
     return figures_from(calibration, base)

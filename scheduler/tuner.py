@@ -16,7 +16,8 @@ Pure: no I/O, no clocks. The pipeline, for every combination of @cluster values:
    node's, plus a fixed per-job cost that ranks nothing but makes predictions comparable with
    measured wall times:
 
-       compute   = sum over launches of (launch_s + leaf FLOPs / leaf FLOP/s)
+       compute   = sum over launches of (launch_s + leaf FLOPs / leaf FLOP/s), or of the launch
+                   time measured for that leaf at its dims and tile values (--calibrate)
        transfer  = (loaded + stored) / storage_bw + (fetched + served) / link_bw
                    + transfer_s per load and store + link_s per fetch
        middle    = transfer - start - end
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from compiler import ir
-from compiler.cluster.program import ClusterProgram
+from compiler.cluster.program import ClusterProgram, Leaf
 from schemas.instructions import Allocate, Compute, Fetch, Load, NodePlan, Store
 
 BYTES_PER_ELEMENT = 4  # node buffers are f32 (see scheduler/planner.py)
@@ -50,7 +51,7 @@ class LeafRate:
     launch_s: float
     flops_per_s: float
 
-    def launch_time(self, flops: int) -> float:
+    def launch_time(self, flops: float) -> float:
         return self.launch_s + flops / self.flops_per_s
 
 
@@ -69,7 +70,17 @@ class Figures:
     job_s: float = 0.0  # fixed cost of a job (start, plan, submit, commit)
     overlap: float = 1.0  # share of transfer time hidden under compute: 1 full, 0 none (summed)
     leaf_rates: tuple[tuple[str, LeafRate], ...] = ()  # per leaf name, overriding the two above
+    # Measured seconds per launch of a leaf at given dims and tile values (`leaf_signature`),
+    # overriding the rates: a leaf's speed is not one line in its FLOPs (caches, tile shapes).
+    launch_times: tuple[tuple[str, float], ...] = ()
     source: str = "command line"  # where the figures come from, for the table's heading
+
+    def launch_time(self, leaf: str, signature: str | None, flops: float) -> float:
+        if signature is not None:
+            for sig, seconds in self.launch_times:
+                if sig == signature:
+                    return seconds
+        return self.rate(leaf).launch_time(flops)
 
     def rate(self, leaf: str) -> LeafRate:
         for name, rate in self.leaf_rates:
@@ -226,9 +237,18 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
 # ------------------------------------------------------------------------------------------
 
 
-def estimate_node(load: NodeLoad, figures: Figures) -> NodeEstimate:
-    compute = sum(count * figures.rate(leaf).launch_s + total / figures.rate(leaf).flops_per_s
-                  for leaf, count, total in load.launches)
+def leaf_signature(leaf: Leaf) -> str:
+    """A leaf's identity for its speed: its name, kernel, dims and tile values."""
+    dims = ",".join(f"{k}={v}" for k, v in leaf.dims)
+    tiles = ",".join(f"{k}={v}" for k, v in leaf.tile_values)
+    return f"{leaf.kernel}.{leaf.name}[{dims}][{tiles}]"
+
+
+def estimate_node(load: NodeLoad, figures: Figures,
+                  signatures: Mapping[str, str] | None = None) -> NodeEstimate:
+    signatures = signatures or {}
+    compute = sum(count * figures.launch_time(leaf, signatures.get(leaf), total / count)
+                  for leaf, count, total in load.launches if count)
     link_s = figures.transfer_s if figures.link_s is None else figures.link_s
     transfer = ((load.bytes_loaded + load.bytes_stored) / figures.storage_bw
                 + (load.bytes_fetched + load.bytes_served) / figures.link_bw
@@ -243,8 +263,10 @@ def estimate_node(load: NodeLoad, figures: Figures) -> NodeEstimate:
     return NodeEstimate(load.node, compute, transfer, start, end, total)
 
 
-def predict(loads: Sequence[NodeLoad], figures: Figures) -> Prediction:
-    estimates = tuple(estimate_node(load, figures) for load in loads)
+def predict(loads: Sequence[NodeLoad], figures: Figures,
+            signatures: Mapping[str, str] | None = None) -> Prediction:
+    """`signatures`: each leaf name's `leaf_signature`, to find measured launch times."""
+    estimates = tuple(estimate_node(load, figures, signatures) for load in loads)
     busiest = max(estimates, key=lambda e: e.total_s)
     return Prediction(figures.job_s + busiest.total_s, busiest, estimates)
 
@@ -311,7 +333,8 @@ def evaluate_program(program: ClusterProgram, figures: Figures, order: int = 0) 
             return Candidate(key, loads=loads, units=units, order=order,
                              dropped=f"node {worst.node} needs {format_bytes(worst.peak_bytes)} at its peak, "
                                      f"more than its {format_bytes(figures.vram_bytes)} of memory")
-    return Candidate(key, predict(loads, figures), loads, units=units, order=order)
+    signatures = {leaf.name: leaf_signature(leaf) for leaf in program.leaves}
+    return Candidate(key, predict(loads, figures, signatures), loads, units=units, order=order)
 
 
 def rank(candidates: Sequence[Candidate], figures: Figures,
