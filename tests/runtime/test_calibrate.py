@@ -180,3 +180,25 @@ def test_autotuned_calibrated_run_is_right_and_reuses_its_cache(cluster, tmp_pat
     assert any("reusing measurements" in line for line in said)
     assert "from the cache" in "\n".join(said)
     assert again.ranking.best.values == tuned.ranking.best.values
+
+
+def test_launch_times_are_measured_per_leaf_shape_and_override_the_line():
+    from scheduler.tuner import NodeLoad, leaf_signature, predict
+
+    small = program(step=1_000_000)
+    other_dims = Leaf(name="step", kernel="k", source="", dims=(("M", 512),), tile_values=(("M", 64),),
+                      grid=(1,), threads=256, tensors=(), scalars=(), flops=1_000_000)  # same FLOPs
+    big = ClusterProgram("k", "", (), (), (), (1,), (), (), (other_dims,), ())
+    events_small = [event(0, i, "compute", i, i + 0.01, leaf_name="step") for i in range(4)]
+    events_big = [event(0, i, "compute", i, i + 0.05, leaf_name="step") for i in range(4)]
+    times = cal.measure_launch_times([probe(events_small, small, 5.0), probe(events_big, big, 5.0)])
+    assert times == {leaf_signature(small.leaves[0]): pytest.approx(0.01),
+                     leaf_signature(big.leaves[0]): pytest.approx(0.05)}
+    figures = Figures(**{**BASE.__dict__, "launch_times": tuple(times.items())})
+    load = NodeLoad(node=0, units=1, launches=(("step", 10, 10_000_000),), bytes_loaded=0, bytes_fetched=0,
+                    bytes_served=0, bytes_stored=0, transfers=0, fetches=0, start_loaded=0, start_fetched=0,
+                    end_stored=0, peak_bytes=0)
+    sig = {"step": leaf_signature(big.leaves[0])}
+    assert predict([load], figures, sig).busiest.compute_s == pytest.approx(0.5)  # 10 x 0.05 measured
+    # without a measurement for this shape: the line, 1e7 FLOPs at 1e9 FLOP/s
+    assert predict([load], figures, {"step": "other"}).busiest.compute_s == pytest.approx(0.01)
