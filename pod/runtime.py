@@ -26,6 +26,7 @@ from schemas.capnp_io import remote_reason as _one_line
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
 
 log = get_logger()
+INLINE_COMPUTE_S = 0.002
 
 
 @dataclass
@@ -63,6 +64,7 @@ class PodRuntime:
         self.compute_pool = ThreadPoolExecutor(workers, thread_name_prefix="pod-compute")
         self.data_port = DataPort(data_host) if data_host else None  # None: chunks over the RPC only
         self.tasks: set[asyncio.Task] = set()
+        self.leaf_seconds: dict[tuple[str, str], float] = {}  # last launch time of each leaf
         self.fetcher: Callable | None = None
         self.report: Callable[[str, int, InstructionEvent], None] = lambda job, gen, ev: None
         self.report_finished: Callable[[str, int, bool, str], None] = lambda job, gen, ok, msg: None
@@ -119,6 +121,8 @@ class PodRuntime:
             return
         self._apply(job, job.state.handle(st.Cancelled()))
         self.backend.forget(job_id)
+        for key in [k for k in self.leaf_seconds if k[0] == job_id]:
+            del self.leaf_seconds[key]
 
     def drop_all(self) -> None:
         for job_id in list(self.jobs):
@@ -204,8 +208,16 @@ class PodRuntime:
             return self.backend.nbytes(record.array), ins.peer
         if isinstance(ins, Compute):
             bound = {param: self._buffer(job, generation, buf).array for param, buf in ins.bindings}
-            await loop.run_in_executor(self.compute_pool, self.backend.compute, job.job_id, ins.leaf,
-                                       bound, job.scalars)
+            args = (job.job_id, ins.leaf, bound, job.scalars)
+            key = (job.job_id, ins.leaf)
+            if self.leaf_seconds.get(key, INLINE_COMPUTE_S) < INLINE_COMPUTE_S:
+                # A leaf that took under INLINE_COMPUTE_S last time runs right here: handing it to
+                # a worker thread and back costs more than the leaf (~250 us, measured), and
+                # blocking the loop that briefly delays no heartbeat or peer noticeably.
+                self.leaf_seconds[key] = _timed(self.backend.compute, *args)
+            else:
+                self.leaf_seconds[key] = await loop.run_in_executor(
+                    self.compute_pool, _timed, self.backend.compute, *args)
             return 0, None
         raise TypeError(f"unknown instruction {ins!r}")
 
@@ -303,3 +315,9 @@ def _check_leaves(plan: NodePlan, program: JobProgram) -> None:
         for param, _ in ins.bindings:
             if param not in leaves[ins.leaf]:
                 raise st.Refused(f"instruction {ins.id}: leaf {ins.leaf} has no tensor parameter {param!r}")
+
+
+def _timed(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
