@@ -30,7 +30,7 @@ function selfTest() {
   if (lane.idx.length) {
     const i = lane.idx[0];
     const x = rect.left + timeline.X((ev.start[i] + ev.end[i]) / 2);
-    canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: x, clientY: timeline.laneCenter(0, "compute"),
+    canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: x, clientY: timeline.laneCenter(0, "compute", lane.slot[0]),
       bubbles: true }));
     out.tooltip = tooltip.hidden ? "" : tooltip.textContent.split("\n")[0];
     out.expected = "compute #" + ev.id[i] + " on node " + ev.node[i];

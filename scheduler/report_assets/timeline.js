@@ -1,10 +1,13 @@
-// The timeline: one canvas, one row per node and one lane per instruction kind. Bars narrower
-// than a pixel are summed into per-pixel columns, so 10,000+ instructions draw quickly.
+// The timeline: one canvas, one row per node and one lane per instruction kind. Instructions of
+// one kind that overlap in time (a pod runs several loads or fetches at once) are stacked in up
+// to MAX_SLOTS slots of their lane, so each stays visible. Bars narrower than a pixel are summed
+// into per-pixel columns, so 10,000+ instructions draw quickly.
 
 const ev = model.events;
 const nEvents = ev.node.length;
 const LANES = ["load", "fetch", "compute", "store"];
 const LABEL_W = 170, AXIS_H = 26, LANE_H = 11, LANE_GAP = 2, MEM_H = 5, ROW_PAD = 7;
+const MAX_SLOTS = 4, SLOT_H = 6;
 let timeline = null;
 
 function buildLanes() {
@@ -16,8 +19,18 @@ function buildLanes() {
   return lanes.map((row) => row.map((list) => {
     list.sort((a, b) => ev.start[a] - ev.start[b]);
     let maxDur = 0;
-    list.forEach((i) => { maxDur = Math.max(maxDur, ev.end[i] - ev.start[i]); });
-    return { idx: Int32Array.from(list), maxDur };
+    // Greedy interval partitioning: each bar takes the first slot free at its start; past
+    // MAX_SLOTS, the slot that frees first (bars may then overlap, as they would unstacked).
+    const slot = new Uint8Array(list.length), ends = [];
+    list.forEach((i, k) => {
+      maxDur = Math.max(maxDur, ev.end[i] - ev.start[i]);
+      let s = ends.findIndex((e) => e <= ev.start[i]);
+      if (s < 0 && ends.length < MAX_SLOTS) { s = ends.length; ends.push(0); }
+      if (s < 0) s = ends.indexOf(Math.min(...ends));
+      ends[s] = Math.max(ends[s], ev.end[i]);
+      slot[k] = s;
+    });
+    return { idx: Int32Array.from(list), maxDur, slot, slots: Math.max(1, ends.length) };
   }));
 }
 
@@ -64,25 +77,41 @@ function makeTimeline() {
   let showMemory = false;
   let drawn = { bars: 0, columns: 0, rows: 0 };
 
-  function laneLayout() {
-    const list = LANES.map((k) => ({ kind: KINDS.indexOf(k), h: LANE_H }));
+  // One layout per node row: a main lane is as tall as its stacked slots need.
+  function rowLayout(r) {
+    const list = LANES.map((k) => ({ kind: KINDS.indexOf(k), main: true }));
     // Tiles served to peers: instants reported by the serving pod, a thin lane under "fetch".
-    if (model.summary.serves) list.splice(2, 0, { kind: KINDS.indexOf("serve"), h: MEM_H });
+    if (model.summary.serves) list.splice(2, 0, { kind: KINDS.indexOf("serve"), main: false });
     if (showMemory) {
-      list.push({ kind: KINDS.indexOf("allocate"), h: MEM_H }, { kind: KINDS.indexOf("free"), h: MEM_H });
+      list.push({ kind: KINDS.indexOf("allocate"), main: false }, { kind: KINDS.indexOf("free"), main: false });
     }
     let y = ROW_PAD;
-    list.forEach((l) => { l.y = y; y += l.h + LANE_GAP; });
-    return { list, rowH: y + ROW_PAD - LANE_GAP };
+    list.forEach((l) => {
+      l.slots = l.main ? lanes[r][l.kind].slots : 1;
+      l.h = l.main ? Math.max(LANE_H, l.slots * SLOT_H) : MEM_H;
+      l.y = y;
+      y += l.h + LANE_GAP;
+    });
+    return { list, rowH: Math.max(46, y + ROW_PAD - LANE_GAP) };
   }
 
-  let layout = laneLayout();
+  function laneLayout() {
+    let top = AXIS_H;
+    return model.nodes.map((n, r) => {
+      const row = rowLayout(r);
+      row.top = top;
+      top += row.rowH;
+      return row;
+    });
+  }
+
+  let rows = laneLayout();
   let width = 0, height = 0, ctx = null, pending = false;
   const stripeCache = {};
 
   function size() {
     width = Math.max(400, wrap.clientWidth);
-    height = AXIS_H + model.nodes.length * layout.rowH + 4;
+    height = (rows.length ? rows[rows.length - 1].top + rows[rows.length - 1].rowH : AXIS_H) + 4;
     ctx = setupCanvas(canvas, width, height);
   }
 
@@ -119,6 +148,7 @@ function makeTimeline() {
   }
 
   function drawLane(nodeIdx, laneInfo, y0, h, cover, repCover) {
+    const sh = h / laneInfo.slots, gap = laneInfo.slots > 1 ? 1 : 0;
     const lane = lanes[nodeIdx][laneInfo.kind];
     const color = KIND_COLORS[KINDS[laneInfo.kind]];
     const left = LABEL_W, right = width - 8;
@@ -130,12 +160,13 @@ function makeTimeline() {
       if (ev.end[i] < view.t0) continue;
       const x0 = Math.max(left, X(ev.start[i])), x1 = Math.min(right, X(ev.end[i]));
       if (x1 - x0 >= 1.5) {
+        const y = y0 + lane.slot[k] * sh, bh = sh - gap;
         ctx.fillStyle = ev.replanned[i] ? stripePattern(color) : color;
-        ctx.fillRect(x0, y0, x1 - x0, h);
+        ctx.fillRect(x0, y, x1 - x0, bh);
         if (!ev.ok[i] || ev.replanned[i] || ev.unit[i] === selectedUnit && selectedUnit !== null) {
           ctx.strokeStyle = !ev.ok[i] ? FAIL : ev.unit[i] === selectedUnit ? "#111" : REPLAN;
           ctx.lineWidth = 1;
-          ctx.strokeRect(x0 + 0.5, y0 + 0.5, Math.max(0, x1 - x0 - 1), h - 1);
+          ctx.strokeRect(x0 + 0.5, y + 0.5, Math.max(0, x1 - x0 - 1), Math.max(0, bh - 1));
         }
         drawn.bars++;
       } else {
@@ -167,7 +198,7 @@ function makeTimeline() {
     drawAxis();
     const cover = new Float32Array(Math.max(1, Math.ceil(width - LABEL_W))), repCover = new Uint16Array(cover.length);
     model.nodes.forEach((node, r) => {
-      const top = AXIS_H + r * layout.rowH;
+      const layout = rows[r], top = layout.top;
       ctx.fillStyle = r % 2 ? "rgba(240,242,246,0.6)" : "rgba(255,255,255,0)";
       ctx.fillRect(0, top, width, layout.rowH);
       ctx.fillStyle = nodeColor(node.node);
@@ -183,7 +214,7 @@ function makeTimeline() {
       layout.list.forEach((laneInfo) => {
         ctx.fillStyle = "#a0a7b4";
         ctx.font = "9px system-ui, sans-serif";
-        if (laneInfo.h >= LANE_H) ctx.fillText(KINDS[laneInfo.kind], LABEL_W - 44, top + laneInfo.y + 1);
+        if (laneInfo.main) ctx.fillText(KINDS[laneInfo.kind], LABEL_W - 44, top + laneInfo.y + 1);
         drawLane(r, laneInfo, top + laneInfo.y, laneInfo.h, cover, repCover);
       });
       if (node.failed_at !== null) {
@@ -227,19 +258,22 @@ function makeTimeline() {
   }
 
   function hit(mx, my) {
-    const r = Math.floor((my - AXIS_H) / layout.rowH);
-    if (r < 0 || r >= model.nodes.length || mx < LABEL_W) return -1;
-    const yIn = my - AXIS_H - r * layout.rowH;
-    const laneInfo = layout.list.find((l) => yIn >= l.y - 1 && yIn <= l.y + l.h + 1);
+    const r = rows.findIndex((row) => my >= row.top && my < row.top + row.rowH);
+    if (r < 0 || mx < LABEL_W) return -1;
+    const yIn = my - rows[r].top;
+    const laneInfo = rows[r].list.find((l) => yIn >= l.y - 1 && yIn <= l.y + l.h + 1);
     if (!laneInfo) return -1;
     const lane = lanes[r][laneInfo.kind];
+    const want = laneInfo.main ? Math.min(laneInfo.slots - 1, Math.max(0,
+      Math.floor((yIn - laneInfo.y) / (laneInfo.h / laneInfo.slots)))) : -1;
     const t = T(mx), tol = 3 * (view.t1 - view.t0) / (width - LABEL_W);
+    // The nearest bar under the pointer, preferring the stacked slot the pointer is in.
     let best = -1, bestD = Infinity;
     for (let k = firstAtOrAfter(lane, t - tol - lane.maxDur); k < lane.idx.length; k++) {
       const i = lane.idx[k];
       if (ev.start[i] > t + tol) break;
       if (ev.end[i] < t - tol) continue;
-      const d = Math.abs((ev.start[i] + ev.end[i]) / 2 - t);
+      const d = Math.abs((ev.start[i] + ev.end[i]) / 2 - t) + (want >= 0 && lane.slot[k] !== want ? 1e9 : 0);
       if (d < bestD) { bestD = d; best = i; }
     }
     return best;
@@ -270,7 +304,7 @@ function makeTimeline() {
   $("zoom-out").addEventListener("click", () => zoom(2, (LABEL_W + width) / 2));
   $("zoom-reset").addEventListener("click", () => { view.t0 = 0; view.t1 = fullEnd * 1.01; schedule(); });
   $("show-memory").addEventListener("change", (e) => {
-    showMemory = e.target.checked; layout = laneLayout(); size(); draw();
+    showMemory = e.target.checked; rows = laneLayout(); size(); draw();
   });
   window.addEventListener("resize", () => { size(); draw(); });
 
@@ -288,10 +322,10 @@ function makeTimeline() {
     if (t1 > t0) { view.t0 = t0; view.t1 = t1; draw(); }
   }
   // Where a lane of a node row is, in page coordinates (for the self-test below).
-  function laneCenter(row, kindName) {
-    const laneInfo = layout.list.find((l) => KINDS[l.kind] === kindName);
+  function laneCenter(row, kindName, slot = 0) {
+    const laneInfo = rows[row].list.find((l) => KINDS[l.kind] === kindName);
     const r = canvas.getBoundingClientRect();
-    return r.top + AXIS_H + row * layout.rowH + laneInfo.y + laneInfo.h / 2;
+    return r.top + rows[row].top + laneInfo.y + (slot + 0.5) * laneInfo.h / laneInfo.slots;
   }
   return { draw: schedule, setRange, hit, view, X, laneCenter, canvas, lanes };
 }

@@ -86,7 +86,7 @@ def start_pods(count: int, folder: Path, env: dict[str, str]) -> tuple[list[subp
 
 
 def run_example(folder: Path, name: str, pods: int = 2, kill_node: int | None = None,
-                kill_busy_s: float = 0.5, timeout: float = 120) -> dict:
+                kill_busy_s: float = 0.2, timeout: float = 120) -> dict:
     """Run example `name` on `pods` CPU pods and return the trace the scheduler wrote."""
     job = write_job(folder, EXAMPLES[name])
     token = secrets.token_hex(16)
@@ -134,4 +134,8 @@ def _kill_when_busy(pod: subprocess.Popen, busy_s: float, scheduler: subprocess.
             pod.send_signal(signal.SIGKILL)
             return
         time.sleep(0.005)
-    raise RuntimeError("the pod to kill never got busy (or the job ended first)")
+    if scheduler.poll() is None:
+        raise RuntimeError(f"the pod to kill did not spend {busy_s} s of CPU on the job in {timeout} s")
+    out, err = scheduler.communicate()
+    raise RuntimeError(f"the job ended (exit {scheduler.returncode}) before the pod to kill got busy:\n"
+                       f"{out}\n{err}")
