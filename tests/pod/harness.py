@@ -87,6 +87,7 @@ class Sink(rpc.SchedulerSink.Server):
         self.plans_done: dict[tuple[int, str, int], tuple[bool, str]] = {}
         self.beats: list[tuple[int, int, list[int]]] = []
         self.job_events: dict[str, list[capnp_io.InstructionEvent]] = {}
+        self.changed = asyncio.Event()  # set on every `finished` (made lazily inside the loop)
 
     async def heartbeat(self, node, generation, running, _context, **kwargs):
         self.beats.append((node, generation, list(running)))
@@ -98,13 +99,19 @@ class Sink(rpc.SchedulerSink.Server):
 
     async def finished(self, node, jobId, generation, ok, message, _context, **kwargs):
         self.plans_done[(node, jobId, generation)] = (ok, message)
+        self.changed.set()
 
     async def wait_finished(self, keys, timeout: float = 20.0):
         deadline = time.monotonic() + timeout
         while not all(k in self.plans_done for k in keys):
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise AssertionError(f"plans not finished in time: have {self.plans_done}")
-            await asyncio.sleep(0.01)
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except TimeoutError:
+                pass
         return [self.plans_done[k] for k in keys]
 
 
