@@ -56,46 +56,45 @@ def _require(cond: bool, message: str) -> None:
         raise TraceError(message)
 
 
-def _number(value, what: str) -> float:
-    _require(
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
-        f"trace: {what} must be a finite number, got {value!r}",
-    )
-    return float(value)
+def _number(value, index: int, name: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise TraceError(f"trace: events[{index}].{name} must be a finite number, got {value!r}")
 
 
-def _int_or_none(value, what: str) -> int | None:
-    if value is None:
-        return None
-    _require(isinstance(value, int) and not isinstance(value, bool), f"trace: {what} must be an integer")
-    return value
+def _int_or_none(value, index: int, name: str) -> int | None:
+    # Messages are only formatted on failure: a trace may hold hundreds of thousands of events.
+    if value is None or isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TraceError(f"trace: events[{index}].{name} must be an integer, got {value!r}")
 
 
 def parse_event(raw: dict, index: int) -> Event | None:
     """The event, or None for a kind this report does not know (a newer scheduler's): skipped."""
-    where = f"events[{index}]"
-    _require(isinstance(raw, dict), f"trace: {where} must be an object")
+    _require(isinstance(raw, dict), f"trace: events[{index}] must be an object")
     kind = raw.get("kind")
-    _require(isinstance(kind, str), f"trace: {where}.kind must be a string, got {kind!r}")
     if kind not in KINDS:
+        _require(isinstance(kind, str), f"trace: events[{index}].kind must be a string, got {kind!r}")
         return None
-    node = _int_or_none(raw.get("node"), f"{where}.node")
-    _require(node is not None, f"trace: {where}.node is missing")
-    start = _number(raw.get("start"), f"{where}.start")
-    end = _number(raw.get("end"), f"{where}.end")
-    _require(end >= start, f"trace: {where} ends ({end}) before it starts ({start})")
+    node = _int_or_none(raw.get("node"), index, "node")
+    if node is None:
+        raise TraceError(f"trace: events[{index}].node is missing")
+    start = _number(raw.get("start"), index, "start")
+    end = _number(raw.get("end"), index, "end")
+    if end < start:
+        raise TraceError(f"trace: events[{index}] ends ({end}) before it starts ({start})")
     leaf = raw.get("leaf")
     return Event(
         node=node,
-        id=_int_or_none(raw.get("id", index), f"{where}.id") or 0,
+        id=_int_or_none(raw.get("id", index), index, "id") or 0,
         kind=kind,
         start=start,
         end=end,
-        bytes=int(raw.get("bytes") or 0),
-        peer=_int_or_none(raw.get("peer"), f"{where}.peer"),
-        unit=_int_or_none(raw.get("unit"), f"{where}.unit"),
+        bytes=_int_or_none(raw.get("bytes"), index, "bytes") or 0,
+        peer=_int_or_none(raw.get("peer"), index, "peer"),
+        unit=_int_or_none(raw.get("unit"), index, "unit"),
         leaf=str(leaf) if leaf is not None else None,
-        generation=int(raw.get("generation") or 0),
+        generation=_int_or_none(raw.get("generation"), index, "generation") or 0,
         replanned=bool(raw.get("replanned", False)),
         ok=bool(raw.get("ok", True)),
         message=str(raw["message"]) if raw.get("message") else None,
@@ -268,8 +267,16 @@ def super_tile_grids(trace: dict, events: list[Event]) -> list[dict]:
     tensors = {t["name"]: t for t in trace["job"].get("tensors", []) if isinstance(t, dict)}
     claims: dict[tuple[str, tuple[int, ...]], list[dict]] = {}
     shapes: dict[tuple[str, tuple[int, ...]], tuple[int, ...]] = {}
-    for unit in trace.get("units", []):
+    for u, unit in enumerate(trace.get("units", [])):
+        _require(isinstance(unit, dict) and isinstance(unit.get("outputs", []), list),
+                 f"trace: units[{u}] must be an object with a list of outputs")
         for out in unit.get("outputs", []):
+            _require(
+                isinstance(out, dict) and isinstance(out.get("tensor"), str)
+                and isinstance(out.get("start"), list) and isinstance(out.get("shape"), list)
+                and len(out["start"]) == len(out["shape"]) > 0,
+                f"trace: units[{u}].outputs needs tensor, start and shape (one entry per axis)",
+            )
             key = (out["tensor"], tuple(out["start"]))
             shapes[key] = tuple(out["shape"])
             claims.setdefault(key, []).append(
@@ -286,14 +293,16 @@ def super_tile_grids(trace: dict, events: list[Event]) -> list[dict]:
     for name in sorted({t for t, _ in claims}, key=lambda t: list(tensors).index(t) if t in tensors else 0):
         keys = [k for k in claims if k[0] == name]
         rank = len(keys[0][1])
-        starts = [sorted({k[1][a] for k in keys}) for a in range(rank)]
+        _require(all(len(k[1]) == rank for k in keys), f"trace: outputs of tensor {name} differ in rank")
+        # position of each start along each axis: the super-tile's index on that axis
+        starts = [{v: i for i, v in enumerate(sorted({k[1][a] for k in keys}))} for a in range(rank)]
         n_per_axis = [len(s) for s in starts]
         cells = []
         for key in sorted(keys, key=lambda k: k[1]):
             history = sorted(claims[key], key=lambda c: (c["generation"], c["stored"]))
             done = [c for c in history if c["stored"]]
             owner = done[-1] if done else history[-1]
-            coord = tuple(starts[a].index(key[1][a]) for a in range(rank))
+            coord = tuple(starts[a][key[1][a]] for a in range(rank))
             row, col = _layout(n_per_axis, coord)
             cells.append(
                 {

@@ -117,6 +117,9 @@ def test_event_columns_are_parallel_and_sorted_per_node():
         (lambda t: t["events"][0].update(end=-1.0), "ends"),
         (lambda t: t["events"][0].update(start="soon"), "events[0].start"),
         (lambda t: t["events"][0].pop("node"), "events[0].node"),
+        (lambda t: t["events"][2].update(bytes="many"), "events[2].bytes"),
+        (lambda t: t["units"][0]["outputs"][0].pop("shape"), "units[0].outputs"),
+        (lambda t: t["units"][1]["outputs"][0].update(start=[0, 0], shape=[1, 1]), "differ in rank"),
     ],
 )
 def test_malformed_traces_are_user_errors(mutate, message):
