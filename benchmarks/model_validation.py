@@ -129,23 +129,64 @@ async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict
         await local.stop()
 
 
-def markdown(results: list[dict], reps: int) -> str:
+GUIDE = """\
+`phobos-sched JOB --autotune` chooses the `@cluster` values (scheduler/tuner.py, tuner_cli.py):
+
+1. every combination of the `@cluster` values (less those pinned with `--set`) is compiled by the
+   cluster compiler and planned by the real planner over the nodes; a combination is **dropped**
+   when the compiler rejects it (its reason is shown), when it has fewer super-tiles than nodes (a
+   node would get none), or when a node's peak memory (the planner's) exceeds its memory;
+2. the rest are **ranked** by a model of the busiest node, from its plan: compute = its launches'
+   time (launch cost + FLOPs / leaf FLOP/s, or the launch time measured for that leaf shape);
+   transfer = (bytes loaded + stored) / storage bandwidth + (bytes fetched + served) / link
+   bandwidth + a fixed cost per load, store and fetch; node time = start (the first compute's
+   inputs) + compute + the rest of the transfers, of which the `overlap` share hides under compute,
+   + the last store; job = a fixed per-job cost + the busiest node;
+3. the table (combination, predicted time, busiest node, its compute and transfer, bytes moved,
+   peak memory, then each dropped one and why) is printed and the first one runs.
+
+Figures: `--nodes` (default: the pods connected; local pods follow it), `--vram` (default: the
+smallest memory a pod reports), `--leaf-flops`, `--link-bw`, `--storage-bw`, `--launch-overhead`;
+defaults for GPU pods 40e12 FLOP/s, 50e9 B/s, 2e9 B/s, 20 us; for CPU pods 5e9, 1e9, 2e9, 1 ms.
+`--tune-only` prints the table and runs nothing. Nothing is measured unless `--calibrate`.
+
+`--calibrate` measures the figures on the pods with probe jobs through the real runtime (the job
+cut to its first 3 units per node, outputs to scratch files): at the combinations with the most
+and the fewest super-tiles, then a shorter probe (2 units per node) at every other kept
+combination whose leaves were not timed yet. From the probes' trace events: per leaf a line
+launch time = launch cost + FLOPs / rate, and the median launch time of every leaf shape (dims
+and tile values); storage and link lines over loads, stores and fetches (a fetch timed from when
+its peer had the tile); the share of transfer time hidden under compute; the per-job cost (wall
+time outside the events, plus each leaf's preparation on its first launch). Medians per size
+everywhere, since single events on a shared machine scatter by several times. The result is
+cached in `$PHOBOS_CACHE_DIR/cluster-calibration.json` (default `~/.cache/phobos/`), keyed by the
+cluster (each pod's host, backend and device, ports left out) and the kernel (source, dims, tile
+values); a later `--calibrate` on the same cluster and kernel measures nothing.
+
+`--tune-leaves` lets one GPU pod time every `@autotune` point of the leaves at the chosen
+`@cluster` values (a 2-unit probe job per point on that pod); every node then runs the fastest
+point's values (cached beside the calibration). It refuses CPU-only clusters.
+"""
+
+
+def markdown(results: list[dict], reps: int, load: float | None) -> str:
     from scheduler.tuner import format_seconds as fmt
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
-    lines = [SECTION, "",
-             "Written by `benchmarks/model_validation.py` (do not edit by hand). Local CPU pods (the "
-             f"reference interpreter) on one machine ({machine}), {when}. For each kernel and node count "
-             "the model is calibrated on the pods by probe jobs (`--calibrate`), every @cluster combination "
-             f"is ranked, and every kept combination is run {reps} times (interleaved); *measured* is the "
-             "median job wall time (plan, submit, run, commit; pod start-up excluded), *min* the fastest "
-             "run. The check: the model's first choice measures (median) within 10% of the best measured "
-             "combination.", ""]
+    lines = [SECTION, "", GUIDE, "### Validation", "",
+             "Written by `benchmarks/model_validation.py` (do not edit the tables by hand). Local CPU "
+             f"pods (the reference interpreter) on one machine ({machine}), {when}; the machine was "
+             f"shared with other work ({_load_text(load)}), so single runs scatter. "
+             "For each kernel and node count the model is calibrated on the pods (`--calibrate`, fresh "
+             "cache), every @cluster combination is ranked, and every kept combination is run "
+             f"{reps} times (interleaved); *measured* is the median job wall time (plan, submit, run, "
+             "commit; pod start-up excluded), *min* the fastest run. The check: the model's first "
+             "choice measures (median) within 10% of the best measured combination.", ""]
     for r in results:
         verdict = "yes" if r["within_tolerance"] else "**no**"
         dims = ", ".join(f"{k}={v}" for k, v in r["dims"].items())
-        lines += [f"### {r['kernel']} on {r['nodes']} CPU pods ({dims})", "",
+        lines += [f"#### {r['kernel']} on {r['nodes']} CPU pods ({dims})", "",
                   f"Model figures: `{r['figures_text'].removeprefix('cluster tuner: ')}`", "",
                   "| combination | units | predicted | measured | min | predicted rank | measured rank |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -156,9 +197,26 @@ def markdown(results: list[dict], reps: int) -> str:
         for d in r["dropped"]:
             lines.append(f"| {d['combination']} | | dropped: {d['reason']} | | | | |")
         over = f"{100 * r['chosen_over_best']:+.1f}%"
+        ratios = [row["measured_s"] / row["predicted_s"] for row in r["rows"]]
         lines += ["", f"Model's choice {r['chosen']}; best measured {r['best_measured']}; the choice "
-                      f"measures {over} against the best: within 10%: {verdict}.", ""]
+                      f"measures {over} against the best: within 10%: {verdict}. Rank correlation "
+                      f"(Spearman) of predicted and measured: {spearman(r['rows']):+.2f}; measured / "
+                      f"predicted: median {statistics.median(ratios):.2f}, from {min(ratios):.2f} to "
+                      f"{max(ratios):.2f}.", ""]
     return "\n".join(lines)
+
+
+def spearman(rows: list[dict]) -> float:
+    """Rank correlation of the predicted and measured ranks (no ties: ranks are positions)."""
+    n = len(rows)
+    if n < 2:
+        return 1.0
+    d2 = sum((row["predicted_rank"] - row["measured_rank"]) ** 2 for row in rows)
+    return 1 - 6 * d2 / (n * (n * n - 1))
+
+
+def _load_text(load: float | None) -> str:
+    return f"load average {load:.1f} at the start" if load is not None else "load average not recorded"
 
 
 def write_doc(text: str, path: Path) -> None:
@@ -182,8 +240,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", default="2,4")
     p.add_argument("--kernels", default="matmul,flash_attention")
     p.add_argument("--write-doc", action="store_true")
-    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--from-json", metavar="FILE", help="measure nothing: render results written by --json")
     args = p.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        results = saved["results"] if isinstance(saved, dict) else saved
+        reps = saved.get("reps", args.reps) if isinstance(saved, dict) else args.reps
+        load = saved.get("load") if isinstance(saved, dict) else None
+        text = markdown(results, reps, load)
+        if args.write_doc:
+            write_doc(text, ROOT / "docs" / "performance.md")
+        else:
+            print(text)
+        return 0 if all(r["within_tolerance"] for r in results) else 1
     os.environ.setdefault("PHOBOS_POD_MODULE", "pod.cli")
 
     import capnp
@@ -192,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log.configure("warning")
     results = []
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="phobos-validation-") as tmp:
         folder = Path(tmp)
         os.environ["PHOBOS_CACHE_DIR"] = str(folder / "cache")  # measure afresh, not from a cache
@@ -206,9 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                 best = result["best_measured"]
                 print(f"  chosen {result['chosen']} is {over:+.1f}% from the best ({best})", flush=True)
                 results.append(result)
-    text = markdown(results, args.reps)
+    text = markdown(results, args.reps, load)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        saved = {"results": results, "reps": args.reps, "load": load}
+        Path(args.json).write_text(json.dumps(saved, indent=1))
     if args.write_doc:
         write_doc(text, ROOT / "docs" / "performance.md")
     else:
