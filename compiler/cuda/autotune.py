@@ -21,7 +21,7 @@ import numpy as np
 
 from compiler import ir
 from compiler.binding import bind
-from compiler.cuda import COMPILER_VERSION, compile_kernel, nvrtc
+from compiler.cuda import compile_kernel, compiler_version, nvrtc
 from compiler.diagnostics import CompileError
 
 
@@ -43,7 +43,7 @@ def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str) -> str:
     src = hashlib.sha256(kernel.source.encode()).hexdigest()
     dims_text = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
     major, minor = nvrtc.version()
-    return f"{kernel.name}|{src}|{dims_text}|{gpu}|{COMPILER_VERSION}+nvrtc{major}.{minor}"
+    return f"{kernel.name}|{src}|{dims_text}|{gpu}|{compiler_version()}+nvrtc{major}.{minor}"
 
 
 def _read_cache() -> dict:

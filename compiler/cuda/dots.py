@@ -13,10 +13,19 @@ operand (flash attention's p) is written to shared memory by the threads that ho
 
 from __future__ import annotations
 
+import os
+
 from compiler import ir
 from compiler.diagnostics import CompileError
 
 PAD = 4
+
+
+def dot_unroll() -> int:
+    """How far the k loop of dot is unrolled: 0 (the default) unrolls it fully, which gives the
+    scheduler the most independent shared loads; PHOBOS_CUDA_DOT_UNROLL=N unrolls N steps (fewer
+    registers), for measuring the trade-off."""
+    return int(os.environ.get("PHOBOS_CUDA_DOT_UNROLL", "0"))
 
 
 class DotMixin:
@@ -247,7 +256,8 @@ class DotMixin:
         dr, dc = self.dists("2d", (m, n))
         if sa.x != m or sb.x != n or sa.k != kk or sb.k != kk:
             raise CompileError(self.out.span, "internal: dot operand shapes disagree")
-        self.out.line("#pragma unroll 4" if kk > 16 else "#pragma unroll")
+        unroll = dot_unroll()
+        self.out.line("#pragma unroll" if unroll == 0 or kk <= unroll else f"#pragma unroll {unroll}")
         self.out.open(f"for (int k_ = 0; k_ < {kk}; ++k_)")
         self.out.line(f"float ar_[{dr.count}], br_[{dc.count}];")
         for d, s, reg in ((dr, sa, "ar_"), (dc, sb, "br_")):
