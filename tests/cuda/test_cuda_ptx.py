@@ -29,7 +29,11 @@ def _sweep_jobs(sample: bool = False):
         points = all_points(kernel)
         if sample:  # the default point and the largest point of the search space
             at = kernel.autotune
-            corners = [{d.name: d.values[0] for d in at.dims}, {d.name: d.values[-1] for d in at.dims}] if at else []
+            corners = (
+                [{d.name: d.values[0] for d in at.dims}, {d.name: d.values[-1] for d in at.dims}]
+                if at
+                else []
+            )
             points = [p for p in points if p in corners]
         for point in points:
             yield name, kernel, point
