@@ -128,7 +128,9 @@ def cluster(tmp_path_factory):
               "B": rng.standard_normal((256, 256)).astype(np.float32),
               "C0": rng.standard_normal((256, 256)).astype(np.float32)}
     write_inputs(root, arrays)
-    c, _, close = open_cluster(root, 2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("scheduler.run.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+        c, _, close = open_cluster(root, 2)
     c.arrays = arrays
     yield c
     close()

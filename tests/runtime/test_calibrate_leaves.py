@@ -1,7 +1,7 @@
 """--tune-leaves: one pod times every @autotune point through probe jobs; every node uses the winner.
 
-The real thing tunes on a GPU pod (marked gpu below); the CPU tests run the same scheduler side
-on a CPU pod (require_gpu=False), where the interpreter's speed also depends on the tile."""
+The real thing tunes on a GPU pod (test_calibrate_gpu.py); these tests run the same scheduler side
+on CPU pods (require_gpu=False), where the interpreter's speed also depends on the tile."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from common.errors import UserError
 from scheduler.tuner_leaves import choose, leaf_points, probe_seconds, tune_leaves
-from tests.runtime.cluster import JOB_KERNELS, make_job, open_cluster, reference, write_inputs
+from tests.runtime.cluster import JOB_KERNELS, make_job, open_cluster, write_inputs
 
 
 def test_probe_seconds_times_the_steady_unit_and_choose_takes_the_fastest():
@@ -39,7 +39,9 @@ def cluster(tmp_path_factory):
     rng = np.random.default_rng(6)
     arrays = {name: rng.standard_normal(4096).astype(np.float32) for name in "ab"}
     write_inputs(root, arrays)
-    c, _, close = open_cluster(root, 2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("scheduler.run.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+        c, _, close = open_cluster(root, 2)
     c.arrays = arrays
     yield c
     close()
@@ -87,38 +89,3 @@ def test_tune_leaves_needs_a_gpu_pod(cluster, tmp_path, monkeypatch):
     with pytest.raises(UserError, match="--tune-leaves needs a GPU pod to tune on; the pods are cpu pods"):
         cluster.loop.run_until_complete(tune_leaves(cluster.session, prepared, cluster.options, [0, 1],
                                                     {"BLOCK": 256}, lambda _: None))
-
-
-@pytest.mark.gpu
-def test_tune_leaves_on_a_gpu_pod(tmp_path, monkeypatch):
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
-    from scheduler.tuner_cli import TuneOptions, tune_on_session
-
-    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path / "cache"))
-    rng = np.random.default_rng(7)
-    arrays = {"A": rng.standard_normal((512, 512)).astype(np.float32),
-              "B": rng.standard_normal((512, 512)).astype(np.float32),
-              "C": rng.standard_normal((512, 512)).astype(np.float32)}
-    write_inputs(tmp_path, arrays)
-    dims, scalars = {"M": 512, "N": 512, "K": 512}, {"alpha": 1.0, "beta": 0.5}
-    job = make_job(tmp_path, "matmul", dims, {"A": "A", "B": "B", "C": "C"}, scalars, name="mm")
-    cluster, local, close = open_cluster(tmp_path, 2)
-    try:
-        assert {cluster.session.infos[n].backend for n in cluster.session.pods} == {"gpu"}
-        prepared = prepare(read_job(job), job, [tmp_path], {"TILE_M": 256, "TILE_N": 256, "TILE_K": 256})
-        said: list[str] = []
-        tuned = cluster.loop.run_until_complete(asyncio.wait_for(
-            tune_on_session(cluster.session, prepared, cluster.options, TuneOptions(tune_leaves=True),
-                            said.append), 300))
-        assert tuned.result.ok, tuned.result.reason
-        print("\n".join(said))
-        chosen = dict(tuned.prepared.program.tile_values)
-        assert all(dict(leaf.tile_values) == {k: chosen[k] for k in dict(leaf.tile_values)}
-                   for leaf in tuned.prepared.program.leaves)
-        want = reference(JOB_KERNELS / "matmul.phk", dims, arrays, scalars)["C"]
-        # f32 sums of 512 products in another order: far below 1e-4 of the output's scale
-        np.testing.assert_allclose(np.load(tmp_path / "C.npy"), want, rtol=1e-4,
-                                   atol=1e-4 * float(np.abs(want).max()))
-    finally:
-        close()
