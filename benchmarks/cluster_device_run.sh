@@ -1,15 +1,18 @@
 #!/bin/bash
-# One device call: the cluster benchmarks on the GPU machine (GPU cases: 1 GPU with 1 and 2 pods;
-# and the CPU-pod cases, which that machine's 16 cores run too), results and log under $OUT.
-# Run from the repo root there with .whl carried (structlog and pycapnp wheels for Python 3.12):
+# One device call: the cluster benchmarks on the GPU machine, results and log under $OUT.
+# First the GPU cases (1 GPU with 1 and 2 pods), then the CPU-pod cases on that host's 16 cores;
+# each stage saves its own pytest-benchmark JSON, so a stage cut short by its timeout costs only
+# its own results. Run from the repo root there with .whl carried (structlog and pycapnp wheels
+# for Python 3.12):
 #
 #   run(command="bash benchmarks/cluster_device_run.sh", carry=[".whl"], timeout_s=600)
 #
-# Then, here: put the returned JSON where benchmarks/render.py finds it and render:
-#   mkdir -p benchmarks/results/nvidia-h200 && cp FILES_AT/cluster-*.json benchmarks/results/nvidia-h200/
-#   PYTHONPATH=. .venv/bin/python benchmarks/render.py       # (matplotlib on the path for the plots)
-# Knobs: CASES=gpu|cpu|all (default all), ROUNDS (timed rounds per case, default 3),
-# BENCH_TIMEOUT (seconds, default 540).
+# Then, here, put the returned JSON files where benchmarks/render.py finds them and render:
+#   for f in FILES_AT/*__*.json; do b=$(basename $f); m=${b%%__*}; mkdir -p benchmarks/results/$m
+#     cp $f benchmarks/results/$m/${b#*__}; done
+#   PYTHONPATH=. .venv/bin/python benchmarks/render.py   # plots need matplotlib on the path
+# Knobs: ROUNDS (timed rounds per case, default 3), GPU_TIMEOUT (default 330 s), CPU_TIMEOUT
+# (default 200 s), STAGES (default "gpu cpu").
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -17,12 +20,16 @@ export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache PHOBOS_BENCH_DATA=/
 export PHOBOS_BENCH_ROUNDS=${ROUNDS:-3}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/cluster-gpu.txt
 rm -rf /tmp/cluster-results
-timeout ${BENCH_TIMEOUT:-540} python3 benchmarks/main.py --cases ${CASES:-all} --no-render \
-  --results /tmp/cluster-results 2>&1 | tee $OUT/cluster-bench.log
-code=$?
-# $OUT keeps files at most two folders down: flatten pytest-benchmark's storage layout.
+code=0
+for stage in ${STAGES:-gpu cpu}; do
+  limit=$([ $stage = gpu ] && echo ${GPU_TIMEOUT:-330} || echo ${CPU_TIMEOUT:-200})
+  timeout $limit python3 benchmarks/main.py --cases $stage --no-render --results /tmp/cluster-results \
+    2>&1 | tee $OUT/cluster-bench-$stage.log || code=1
+  rm -rf /tmp/phobos-bench-data
+done
+# $OUT keeps files at most two folders down: flatten pytest-benchmark's layout to MACHINE__FILE.json.
 for f in /tmp/cluster-results/*/*/*.json; do
-  [ -e "$f" ] && cp "$f" "$OUT/cluster-$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")"
+  [ -e "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$(dirname "$f")")")__$(basename "$f")"
 done
 ls -la $OUT
 exit $code

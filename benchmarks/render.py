@@ -3,8 +3,9 @@
     PYTHONPATH=. .venv/bin/python benchmarks/render.py [--results benchmarks/results] [--docs docs]
 
 For every machine folder under the results (benchmarks/results/<machine>/, as benchmarks/main.py
-saves them), the newest saved pytest-benchmark JSON holding cluster cases is shown: one table per
-machine, and one figure per machine (docs/images/perf-cluster-<machine>.png) when matplotlib is
+saves them) and every pod device (cpu, gpu), the newest saved pytest-benchmark JSON holding such
+cases is shown (a GPU run and a CPU run on one machine may be separate runs): one table each, and
+one figure each (docs/images/perf-cluster-<machine>-<device>.png) when matplotlib is
 importable (tables only otherwise; the section says so). Only the "## Cluster benchmarks" section
 of docs/performance.md is rewritten; other sections (the leaf and tuner sections of other
 engineers) are kept byte for byte. The file is written atomically.
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(os.path.abspath(__file__)).parent
@@ -37,6 +38,15 @@ class Run:
     machine_info: dict
     commit: str
     rows: tuple[dict, ...]  # one extra_info per case, with the timing stats merged in
+    device: str = ""  # set when the rows are one device's
+
+    @property
+    def key(self) -> str:
+        return f"{self.machine}-{self.device}" if self.device else self.machine
+
+    @property
+    def title(self) -> str:
+        return f"{self.machine}, {self.device} pods" if self.device else self.machine
 
 
 # ---- reading -----------------------------------------------------------------------------------------
@@ -70,14 +80,19 @@ def _row_order(row: dict) -> tuple:
 
 
 def latest_runs(results: Path) -> list[Run]:
-    """The newest run with cluster cases in each machine folder, machines in name order."""
+    """Per machine folder (in name order) and pod device: the rows of the newest full run with such
+    cases, or of the newest quick run where there is no full one."""
     runs = []
     if not results.is_dir():
         return runs
     for folder in sorted(p for p in results.iterdir() if p.is_dir()):
         found = [r for r in (read_run(folder.name, p) for p in folder.rglob("*.json")) if r is not None]
-        if found:
-            runs.append(max(found, key=lambda r: r.when))
+        for device in sorted({row["device"] for run in found for row in run.rows}):
+            # a full run is preferred to a newer quick one (fewer rounds: noisier)
+            newest = max((r for r in found if any(row["device"] == device for row in r.rows)),
+                         key=lambda r: (not any(row.get("quick") for row in r.rows), r.when))
+            rows = tuple(row for row in newest.rows if row["device"] == device)
+            runs.append(replace(newest, rows=rows, device=device))
     return runs
 
 
@@ -98,20 +113,23 @@ def machine_line(run: Run) -> str:
     gpu = info.get("gpu")
     gpu_text = f", GPU {gpu['name']} x{gpu.get('count', 1)}" if gpu else ", no GPU"
     quick = any(r.get("quick") for r in run.rows)
+    loads = [x for r in run.rows for x in r.get("load_average", [])]
+    load_text = f"; 1-minute load average {min(loads):.1f} to {max(loads):.1f}" if loads else ""
     return (f"{run.when[:16].replace('T', ' ')} UTC, commit {run.commit or '?'}; CPU {cpu} "
             f"({info.get('cpu_count', '?')} cores){gpu_text}; {'quick' if quick else 'full'} run "
-            f"({run.rows[0].get('rounds', '?')} timed rounds per case, median shown)")
+            f"({run.rows[0].get('rounds', '?')} timed rounds per case, median shown){load_text}")
 
 
 def table(run: Run) -> str:
     head = ("| device | kernel | problem | super-tile | pods | job s | anchor | anchor s | bound s (by) "
-            "| × anchor | × bound | units | loaded MB | fetched MB |")
+            "| × anchor | × bound | units | leaf s (busiest pod) | loaded MB | fetched MB |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in run.rows:
         lines.append(
             f"| {r['device']} | {r['kind']} | {r['problem']} | {r['tile']} | {r['pods']} | {_s(r['job_s'])} "
             f"| {r['anchor']} | {_s(r['anchor_s'])} | {_s(r['bound_s'])} ({r['bound_limited_by']}) "
             f"| {r['ratio_to_anchor']:.2f} | {r['ratio_to_bound']:.2f} | {r.get('units', '?')} "
+            f"| {_s(r.get('compute_s_busiest', float('nan')))} "
             f"| {_mb(r.get('bytes_loaded', 0))} | {_mb(r.get('bytes_fetched', 0))} |")
     return "\n".join(lines)
 
@@ -165,7 +183,7 @@ def plot(run: Run, path: Path) -> bool:
         ax.set_title(f"{device} {kind} {problem}", fontsize=9)
         ax.set_ylabel("seconds per job")
         ax.legend(fontsize=7)
-    fig.suptitle(f"cluster benchmarks on {run.machine}", fontsize=10)
+    fig.suptitle(f"cluster benchmarks: {run.title}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
@@ -197,6 +215,13 @@ from the page cache), and the pods are already running (start-up is not timed).
   measured in the same run, anchor time): reading and computing overlap at best, and all pods
   share one host, so more pods add no compute. Writing the output is not counted.
 - **× anchor**, **× bound**: job time divided by each (1.0 = as fast; higher = slower).
+- **leaf s (busiest pod)**: the summed compute-instruction time of the pod that computed longest
+  (from the scheduler's trace; concurrent computes on one pod are summed, so it can exceed the job).
+
+Reading the CPU tables: all pods of a case share the machine's cores (two on the CI machine), so
+more pods can only help by overlapping one pod's loads, fetches and Python work with another's
+compute; the anchor already uses every core through numpy's BLAS. A super-tile as large as the
+problem gives one unit, which one pod runs while the others idle.
 
 Kernels: benchmarks/kernels/cluster_*.phk (the seed's kernels with @cluster sizes for a CPU run,
 and `_gpu` copies sized for one H200). Run: `tools/bazel run //benchmarks -- --quick` (CPU, under
@@ -212,9 +237,9 @@ def section_text(runs: list[Run], images: dict[str, str | None], plots_available
     if not runs:
         parts += ["No results yet.", ""]
     for run in runs:
-        parts += [f"### {run.machine}", "", machine_line(run), "", table(run), "", storage_line(run), ""]
-        if images.get(run.machine):
-            parts += [f"![cluster benchmarks on {run.machine}]({images[run.machine]})", ""]
+        parts += [f"### {run.title}", "", machine_line(run), "", table(run), "", storage_line(run), ""]
+        if images.get(run.key):
+            parts += [f"![cluster benchmarks: {run.title}]({images[run.key]})", ""]
         rel = run.path.as_posix()
         marker = "benchmarks/results/"
         parts += [f"Source: `{rel[rel.index(marker):] if marker in rel else run.path.name}`", ""]
@@ -255,9 +280,9 @@ def render_into_docs(results: Path, docs: Path) -> list[Path]:
     written = []
     plots_available = True
     for run in runs:
-        image = docs / "images" / f"perf-cluster-{run.machine}.png"
+        image = docs / "images" / f"perf-cluster-{run.key}.png"
         if plot(run, image):
-            images[run.machine] = f"images/{image.name}"
+            images[run.key] = f"images/{image.name}"
             written.append(image)
         else:
             plots_available = False

@@ -9,7 +9,7 @@ cluster_harness). `extra_info` carries the ratios to the anchor and to the bound
 same run (cluster_cases explains both), and what the runtime did (bytes loaded, fetched, ...).
 
     PYTHONPATH=. .venv/bin/pytest benchmarks/test_cluster_runtime.py --benchmark-only
-    PHOBOS_BENCH_QUICK=1 ...   # 2 timed rounds per case, not 5 (benchmarks/main.py --quick sets it)
+    PHOBOS_BENCH_QUICK=1 ...   # 1 timed round per case, not 5 (benchmarks/main.py --quick sets it)
     PHOBOS_BENCH_ROUNDS=N ...  # N timed rounds per case
     PHOBOS_BENCH_CASES=cpu|gpu|all (default all; the GPU cases skip where no GPU is present)
 """
@@ -39,7 +39,7 @@ from benchmarks.cluster_cases import (
 from benchmarks.cluster_harness import ClusterPool, data_root, read_bandwidth, trace_figures, write_problem
 
 QUICK = os.environ.get("PHOBOS_BENCH_QUICK") == "1"
-ROUNDS = int(os.environ.get("PHOBOS_BENCH_ROUNDS") or (2 if QUICK else 5))
+ROUNDS = int(os.environ.get("PHOBOS_BENCH_ROUNDS") or (1 if QUICK else 5))
 WHICH = os.environ.get("PHOBOS_BENCH_CASES", "all")
 
 
@@ -60,31 +60,32 @@ def pool():
 
 
 class ProblemData:
-    """Each problem's files, anchor and storage bandwidth, made once and shared by its cases."""
+    """Each problem's files, written once and shared by its cases."""
 
     def __init__(self, pool: ClusterPool):
         self.pool = pool
         self.files = {}
-        self.sticks = {}
 
     def get(self, case: Case):
         problem = case.problem
         if problem not in self.files:
             self.files[problem] = write_problem(self.pool.root, problem, make_inputs(problem))
-        files = self.files[problem]
-        key = (problem, case.device)
-        if key not in self.sticks:
-            if case.device == "gpu":
-                anchor_s, anchor = gpu_anchor(problem, files.arrays)
-                machine = gpu_name()
-            else:
-                anchor_s, anchor = cpu_anchor(problem, files.arrays), "numpy"
-                machine = cpu_brand()
-            storage_bw = read_bandwidth(files.input_paths())
-            warm_bw = read_bandwidth(files.input_paths(), cold=False)
-            sticks = Yardsticks(anchor_s, storage_bw, input_bytes(problem))
-            self.sticks[key] = (sticks, anchor, machine, warm_bw)
-        return files, *self.sticks[key]
+        return self.files[problem]
+
+
+def measure_yardsticks(case: Case, files) -> tuple[Yardsticks, str, str, float]:
+    """Anchor and storage bandwidth, measured right before the case's own rounds: on a shared
+    machine whose load changes, a ratio is only meaningful between figures taken together."""
+    problem = case.problem
+    if case.device == "gpu":
+        anchor_s, anchor = gpu_anchor(problem, files.arrays)
+        machine = gpu_name()
+    else:
+        anchor_s, anchor = cpu_anchor(problem, files.arrays, repeat=3), "numpy"
+        machine = cpu_brand()
+    storage_bw = read_bandwidth(files.input_paths())
+    warm_bw = read_bandwidth(files.input_paths(), cold=False)
+    return Yardsticks(anchor_s, storage_bw, input_bytes(problem)), anchor, machine, warm_bw
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +97,7 @@ def problem_data(pool):
 def test_cluster_job(benchmark, pool, problem_data, case: Case):
     if case.device == "gpu" and gpu_missing():
         pytest.skip(gpu_missing())
-    files, sticks, anchor, machine, warm_bw = problem_data.get(case)
+    files = problem_data.get(case)
     problem = case.problem
     output = output_name(problem)
 
@@ -108,6 +109,8 @@ def test_cluster_job(benchmark, pool, problem_data, case: Case):
     rtol, atol = tolerance(problem, want)
     np.testing.assert_allclose(np.load(files.path(output)), want, rtol=rtol, atol=atol)
 
+    load_before = os.getloadavg()[0]
+    sticks, anchor, machine, warm_bw = measure_yardsticks(case, files)
     results = []
     benchmark.pedantic(lambda: results.append(pool.run_job(case, files)),
                        setup=lambda: files.reset(output), rounds=ROUNDS, iterations=1)
@@ -120,7 +123,8 @@ def test_cluster_job(benchmark, pool, problem_data, case: Case):
         dims=problem.dim, cluster_values=dict(case.cluster_values), tile=case.tile_label,
         kernel=case.kernel_file, machine=machine, anchor=anchor, quick=QUICK,
         flops=flops(problem), input_bytes=sticks.input_bytes,
-        storage_read_warm_gbps=warm_bw / 1e9,
+        storage_read_warm_gbps=warm_bw / 1e9, cpu_count=os.cpu_count(),
+        load_average=[load_before, os.getloadavg()[0]],  # 1-minute load before and after: contention
     )
     info.update(ratios(job_s, sticks))
     info["job_gflops"] = flops(problem) / job_s / 1e9

@@ -153,13 +153,14 @@ def test_one_job_through_the_harness(tmp_path):
 # ---- the renderer ------------------------------------------------------------------------------------------
 
 
-def fake_result(path: Path, when: str, job_s: float, quick: bool = True) -> None:
+def fake_result(path: Path, when: str, job_s: float, quick: bool = True, device: str = "cpu") -> None:
     sticks = cc.Yardsticks(anchor_s=0.25, storage_bw=2e9, input_bytes=1_000_000_000)
     rows = []
     for pods in (1, 2):
         for tile in (512, 1024):
-            info = {"case": f"cpu-matmul-{tile}-pods{pods}", "kind": "matmul", "device": "cpu", "pods": pods,
-                    "problem": "2048x2048x2048", "tile": f"TILE={tile}", "cluster_values": {"TILE_M": tile},
+            info = {"case": f"{device}-matmul-{tile}-pods{pods}", "kind": "matmul", "device": device,
+                    "pods": pods, "problem": "2048x2048x2048", "tile": f"TILE={tile}",
+                    "cluster_values": {"TILE_M": tile}, "compute_s_busiest": 0.5,
                     "anchor": "numpy", "quick": quick, "units": 4, "bytes_loaded": 50_000_000,
                     "bytes_fetched": 0, "storage_read_warm_gbps": 3.0, **cc.ratios(job_s * pods, sticks)}
             rows.append({"name": f"test_cluster_job[{info['case']}]", "extra_info": info,
@@ -180,7 +181,8 @@ def test_read_run_and_table(tmp_path):
     assert text.count("\n") == 1 + 4
     assert "| cpu | matmul | 2048x2048x2048 | TILE=512 | 2 | 2.000 |" in text
     # 1 pod: 1 s against a 0.25 s anchor and a 0.5 s bound (1 GB read at 2 GB/s, storage-limited)
-    assert "| TILE=512 | 1 | 1.000 | numpy | 0.250 | 0.500 (storage) | 4.00 | 2.00 | 4 | 50 | 0 |" in text
+    assert "| TILE=512 | 1 | 1.000 | numpy | 0.250 | 0.500 (storage) | 4.00 | 2.00 | 4 | 0.500 | 50 | 0 |" \
+        in text
     assert read_run("m", tmp_path / "nope.json") is None
 
 
@@ -189,7 +191,21 @@ def test_latest_run_per_machine(tmp_path):
     fake_result(tmp_path / "a" / "L" / "0002_cluster.json", "2026-11-29T11:00:00+00:00", 3.0)
     fake_result(tmp_path / "b" / "L" / "0001_cluster.json", "2026-11-29T09:00:00+00:00", 2.0)
     runs = latest_runs(tmp_path)
-    assert [(r.machine, r.rows[0]["job_s"]) for r in runs] == [("a", 3.0), ("b", 2.0)]
+    assert [(r.key, r.rows[0]["job_s"]) for r in runs] == [("a-cpu", 3.0), ("b-cpu", 2.0)]
+
+
+def test_full_run_preferred_to_a_newer_quick_one(tmp_path):
+    fake_result(tmp_path / "a" / "L" / "0001_cluster.json", "2026-11-29T10:00:00+00:00", 1.0, quick=False)
+    fake_result(tmp_path / "a" / "L" / "0002_cluster-quick.json", "2026-11-29T11:00:00+00:00", 3.0)
+    assert [r.rows[0]["job_s"] for r in latest_runs(tmp_path)] == [1.0]
+
+
+def test_latest_run_per_device(tmp_path):
+    """A GPU run and a later CPU-only run on one machine: both are shown."""
+    fake_result(tmp_path / "a" / "L" / "0001_cluster.json", "2026-11-29T10:00:00+00:00", 1.0, device="gpu")
+    fake_result(tmp_path / "a" / "L" / "0002_cluster.json", "2026-11-29T11:00:00+00:00", 3.0)
+    runs = latest_runs(tmp_path)
+    assert [(r.title, r.rows[0]["job_s"]) for r in runs] == [("a, cpu pods", 3.0), ("a, gpu pods", 1.0)]
 
 
 def test_replace_section_keeps_other_sections():
@@ -211,6 +227,6 @@ def test_render_into_docs(tmp_path):
     (docs / "performance.md").write_text("# Performance\n\n## Single-GPU leaves\n\nkeep me\n")
     written = render_into_docs(tmp_path / "results", docs)
     text = (docs / "performance.md").read_text()
-    assert "keep me" in text and "### m" in text and "TILE=1024" in text
+    assert "keep me" in text and "### m, cpu pods" in text and "TILE=1024" in text
     assert docs / "performance.md" in written
     assert section_text([], {}, True).startswith("## Cluster benchmarks")
