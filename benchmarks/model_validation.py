@@ -151,9 +151,11 @@ defaults for GPU pods 40e12 FLOP/s, 50e9 B/s, 2e9 B/s, 20 us; for CPU pods 5e9, 
 `--tune-only` prints the table and runs nothing. Nothing is measured unless `--calibrate`.
 
 `--calibrate` measures the figures on the pods with probe jobs through the real runtime (the job
-cut to its first 3 units per node, outputs to scratch files): at the combinations with the most
-and the fewest super-tiles, then a shorter probe (2 units per node) at every other kept
-combination whose leaves were not timed yet. From the probes' trace events: per leaf a line
+cut to its first 3 units per node, outputs to scratch files), after one unmeasured warm-up job:
+at the combinations with the most and the fewest super-tiles, then at every other kept
+combination whose leaves were not timed yet (so on a small job, calibration costs about as much
+as running every combination once; on a large one, a few units per node and combination). From
+the probes' trace events: per leaf a line
 launch time = launch cost + FLOPs / rate, and the median launch time of every leaf shape (dims
 and tile values); storage and link lines over loads, stores and fetches (a fetch timed from when
 its peer had the tile); the share of transfer time hidden under compute; the per-job cost (wall

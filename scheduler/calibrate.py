@@ -1,14 +1,14 @@
 """--calibrate: the tuner's figures measured on the actual pods, by small probe jobs.
 
-A probe is the job itself cut down to its first units (two or three per node), run through the real
+A probe is the job itself cut down to its first units (three per node), run through the real
 runtime (the same pods, RPC, planner and storage as the job) at one @cluster combination, with
 its outputs sent to scratch files beside the real ones (removed afterwards; the real outputs are
 never touched). Probes run at the combinations with the smallest and the largest super-tiles, so
 leaf launches of two sizes separate a leaf's fixed cost per launch from its FLOP rate; then a
-shorter probe at every other kept combination whose leaves (at their dims and tile values) were
-not timed yet: a leaf's speed is not one line in its FLOPs (the interpreter's and the GPU's
-efficiency change with the tile shapes), so the model uses the measured launch time where it has
-one and the fitted line elsewhere.
+probe at every other kept combination whose leaves (at their dims and tile values) were not
+timed yet, all after one unmeasured warm-up job. A leaf's speed is not one line in its FLOPs
+(the interpreter's and the GPU's efficiency change with the tile shapes), so the model uses the
+measured launch time where it has one and the fitted line elsewhere.
 
 From the probes' trace events (the scheduler's --trace records; see docs/runtime.md):
   - leaf speed, per leaf: a least-squares line `launch time = launch_s + FLOPs / rate` over the
@@ -45,7 +45,7 @@ CACHE_FILE = "cluster-calibration.json"
 CACHE_VERSION = 1
 UNITS_PER_NODE = 3  # a probe's units per node: two are in flight at once, as in a real job, and a
 # third gives each node a steady launch of every leaf beside its first
-LEAF_PROBE_UNITS = 2  # per node, in the probes that only time the leaves of one more combination
+LEAF_PROBE_UNITS = 3  # per node, in the probes that only time the leaves of one more combination
 
 
 # ------------------------------------------------------------------------------------------
@@ -451,13 +451,19 @@ async def calibrate(session, prepared, options, nodes: list[int], candidates, ba
         return figures_from(cached, base, "calibrated on the pods, from the cache")
     from scheduler.tuner import leaf_signature
 
+    combos = probe_combinations(candidates)
+    if combos:
+        # A warm-up, not measured: the first job on fresh pods also pays for imports, the BLAS's
+        # or GPU's first use and cold page-cache reads, which no later job pays.
+        say(f"calibration: warm-up at {combos[0].label()} on {len(nodes)} nodes")
+        await run_probe(session, prepared, options, nodes, compile_at(dict(combos[0].values)), len(nodes))
     probes = []
-    for cand in probe_combinations(candidates):
+    for cand in combos:
         say(f"calibration: probe at {cand.label()} on {len(nodes)} nodes")
         probes.append(await run_probe(session, prepared, options, nodes, compile_at(dict(cand.values))))
     if not probes:
         return base
-    # Then the leaves of every other kept combination, at their own dims (shorter probes).
+    # Then the leaves of every other kept combination, at their own dims.
     measured = {leaf_signature(leaf) for p in probes for leaf in p.program.leaves}
     for cand in candidates:
         if cand.dropped is not None:
