@@ -27,7 +27,7 @@ from pod.transfer import TransferError, check_crc, chunk_ranges, fetch_by_ticket
 from schemas import capnp_io
 from schemas.capnp_io import CHUNK_BYTES, MAX_CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
 from schemas.capnp_io import remote_reason as _one_line
-from schemas.instructions import Fetch
+from schemas.instructions import Fetch, NodePlan
 
 log = get_logger()
 rpc = capnp_io.rpc()
@@ -69,9 +69,13 @@ class PodServer:
         self.sink_conn: _Connection | None = None
         self.node = 0
         self.peers: dict[str, PeerLink] = {}
+        self.partial_plans: dict[tuple[str, int], tuple] = {}  # (job, generation) -> parts so far
         self.outbox: list[tuple] = []
         self.outbox_ready = asyncio.Event()
         self.background: set[asyncio.Task] = set()
+        self.lease_from: float | None = None  # send time of the last heartbeat the scheduler took
+        self.declared_dead = ""  # the scheduler's refusal, once it has declared this pod dead
+        self.runtime.store_refusal = self._store_refusal
         name, memory = backend.describe()
         self.info = PodInfo(backend=backend.kind, device_name=name, vram_bytes=memory, pid=os.getpid(),
                             host_id=host_id(), device_index=backend.device_index)
@@ -116,6 +120,7 @@ class PodServer:
         first = self.sink is None
         self.sink, self.sink_conn, self.node = scheduler, conn, node
         self.runtime.node = node
+        self.lease_from = time.monotonic()
         if first:
             self._spawn(self._heartbeat())
         self.outbox_ready.set()
@@ -125,18 +130,45 @@ class PodServer:
         last_ok = time.monotonic()
         while not self.stop.is_set():
             generation, running = self.runtime.running()
+            sent = time.monotonic()
             try:
                 await asyncio.wait_for(self.sink.heartbeat(self.node, generation, running),
                                        timeout=max(interval, self.config.scheduler_timeout))
-                last_ok = time.monotonic()
+                last_ok = self.lease_from = sent
             except Exception as err:
                 reason = _one_line(err)
+                if "declared dead" in reason:
+                    # Too late (paused, or cut off): the scheduler has re-planned this pod's work.
+                    # Nothing it still holds may be written or served; free everything and exit.
+                    log.warning("the scheduler declared this pod dead; dropping its work and exiting")
+                    self.declared_dead = reason
+                    self.runtime.drop_all()
+                    self.stop.set()
+                    return
                 silent_s = time.monotonic() - last_ok
                 if "disconnect" in reason.lower() or silent_s > self.config.scheduler_timeout:
                     log.warning("scheduler unreachable; exiting", reason=reason)
                     self.stop.set()
                     return
             await asyncio.sleep(interval)
+
+    async def _store_refusal(self) -> str | None:
+        """A store writes only under a live lease: within --scheduler-timeout of sending a heartbeat
+        the scheduler took. The scheduler declares a pod dead only after --heartbeat-timeout of
+        silence (local pods get the same value), so a pod that was paused past it cannot write a
+        late tile: it waits for its next heartbeat, which the scheduler refuses."""
+        if self.sink is None:
+            return None  # no scheduler: nobody can re-plan this work behind our back
+        timeout = self.config.scheduler_timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.declared_dead:
+                return f"the scheduler declared this pod dead ({self.declared_dead})"
+            if self.lease_from is not None and time.monotonic() - self.lease_from < timeout * 0.75:
+                return None
+            if time.monotonic() > deadline or self.stop.is_set():
+                return f"no heartbeat taken by the scheduler for {timeout:g} s"
+            await asyncio.sleep(min(0.05, self.config.heartbeat_interval / 2))
 
     def _queue_event(self, job_id: str, generation: int, event: capnp_io.InstructionEvent) -> None:
         self.outbox.append(("event", job_id, generation, event))
@@ -281,6 +313,18 @@ class PodServer:
         log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, path="cuda-ipc")
 
 
+async def _read_plan(reader) -> NodePlan:
+    """Decode a plan, letting heartbeats and peers in every few thousand instructions (decoding
+    costs ~20 us an instruction, so a plan of 10^5 would otherwise hold the loop for seconds)."""
+    instructions = []
+    for i, entry in enumerate(reader.instructions):
+        instructions.append(capnp_io.read_instruction(entry))
+        if i % 4096 == 4095:
+            await asyncio.sleep(0)
+    return NodePlan(node=reader.node, generation=reader.generation, instructions=tuple(instructions),
+                    peak_bytes=reader.peakBytes)
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -319,12 +363,23 @@ class PodImpl(rpc.Pod.Server):
     async def info(self, _context, **kwargs):
         capnp_io.write_pod_info(_context.results.info, self.pod.info)
 
-    async def submit(self, jobId, generation, program, plan, peers, _context, **kwargs):
-        node_plan = capnp_io.read_plan(plan)
+    async def submit(self, jobId, generation, program, plan, peers, more, _context, **kwargs):
+        node_plan = await _read_plan(plan)
         if node_plan.generation != generation:
             raise st.Refused(f"submit: plan generation {node_plan.generation} differs from {generation}")
-        await self.runtime.submit(jobId, capnp_io.read_program(program), node_plan,
-                                  capnp_io.read_peers(peers))
+        key = (jobId, generation)
+        parts = self.pod.partial_plans
+        if key in parts:  # a continuation: join it to the parts so far
+            first_program, earlier = parts.pop(key)
+            node_plan = NodePlan(node=node_plan.node, generation=generation, peak_bytes=node_plan.peak_bytes,
+                                 instructions=earlier + node_plan.instructions)
+        else:
+            first_program = capnp_io.read_program(program)
+        if more:
+            self.runtime.job(jobId).state.check_generation(generation)
+            parts[key] = (first_program, node_plan.instructions)
+            return
+        await self.runtime.submit(jobId, first_program, node_plan, capnp_io.read_peers(peers))
         log.info("plan submitted", job=jobId, generation=generation,
                  instructions=len(node_plan.instructions))
 

@@ -192,7 +192,12 @@ interface Pod {
 
   # Run `plan` (this node's share). A generation newer than the pod's current one for the job
   # abandons the older plan first (as `newGeneration`); an older one is refused.
-  submit @1 (jobId :Text, generation :UInt32, program :Program, plan :Plan, peers :List(Peer)) -> ();
+  # A plan too big for one message (64 MiB: some 600,000 instructions) travels in parts, in order:
+  # every part but the last says `more`; the pod joins their instructions, takes `program` from the
+  # first part and `peers` from the last, and starts nothing before the last part
+  # (schemas/capnp_io.py send_submit does this).
+  submit @1 (jobId :Text, generation :UInt32, program :Program, plan :Plan, peers :List(Peer),
+             more :Bool = false) -> ();
 
   # Peer fetches. `tileHeader` waits until the buffer's producers are done (bounded by the
   # caller's patience), then describes it. `readChunk` returns bytes [offset, offset+length) of

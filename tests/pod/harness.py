@@ -115,7 +115,10 @@ class Sink(rpc.SchedulerSink.Server):
         return [self.plans_done[k] for k in keys]
 
 
-async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers) -> None:
+async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, part_instructions=None) -> None:
+    if part_instructions is not None:  # several parts, as the scheduler sends a huge plan
+        await capnp_io.send_submit(pod, job_id, program, plan, peers, part_instructions)
+        return
     request = pod.submit_request()
     capnp_io.write_submit(request, job_id, program, plan, peers)
     await request.send()

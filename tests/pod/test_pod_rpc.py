@@ -100,7 +100,8 @@ def test_two_pods_load_fetch_compute_store(fresh_pods):
         plans = add_plans(uris)
         # node 1 first: its fetch must wait for node 0's load, which has not even been submitted
         await submit(links[1][1], "job-add", PROGRAM, plans[1], peers)
-        await submit(links[0][1], "job-add", PROGRAM, plans[0], peers)
+        # node 0's 13 instructions travel in 4 parts, as a plan too big for one message would
+        await submit(links[0][1], "job-add", PROGRAM, plans[0], peers, part_instructions=4)
         results = await sink.wait_finished([(0, "job-add", 1), (1, "job-add", 1)])
         await asyncio.sleep(0.2)  # let the last event batch and heartbeat arrive
         return infos, results, sink
