@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ from common import storage
 from common.errors import UserError
 from common.log import get_logger
 from pod import state as st
+from pod.faults import Faults
 from pod.transfer import DataPort, TransferError, checksum
 from schemas.capnp_io import InstructionEvent, JobProgram, Peer, TileHeader
 from schemas.capnp_io import remote_reason as _one_line
@@ -68,6 +69,10 @@ class PodRuntime:
         self.fetcher: Callable | None = None
         self.report: Callable[[str, int, InstructionEvent], None] = lambda job, gen, ev: None
         self.report_finished: Callable[[str, int, bool, str], None] = lambda job, gen, ok, msg: None
+        # Why a store may not write now (None: it may): the server's scheduler lease, so a pod
+        # paused past the scheduler's heartbeat timeout never writes a late tile (docs/runtime.md).
+        self.store_refusal: Callable[[], Awaitable[str | None]] = _no_refusal
+        self.faults = Faults.from_env()  # test-only (PHOBOS_FAULT); inert when unset
 
     # ---- jobs and plans ------------------------------------------------------------------
 
@@ -168,6 +173,10 @@ class PodRuntime:
     async def _run(self, job: Job, generation: int, ins: Instruction) -> None:
         start = time.time()
         nbytes, peer, ok, message = 0, None, True, ""
+        doom = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None)
+        if doom is not None:  # test-only: this compute "runs" a while, then takes the pod down
+            await asyncio.sleep(doom)
+            self.faults.die()
         try:
             nbytes, peer = await self._execute(job, generation, ins)
         except Exception as err:  # any failure is the instruction's, reported with its reason
@@ -198,6 +207,9 @@ class PodRuntime:
             await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
             return ins.region.size * 4, None
         if isinstance(ins, Store):
+            refusal = await self.store_refusal()
+            if refusal is not None:
+                raise st.Refused(f"store refused: {refusal}")
             staging = storage.staging_path(job.paths[ins.uri], job.job_id)
             return await loop.run_in_executor(self.io_pool, self._store, staging, ins, record), None
         if isinstance(ins, Fetch):
@@ -257,6 +269,7 @@ class PodRuntime:
 
     async def tile_header(self, job_id: str, generation: int, buffer: int, patience_s: float) -> TileHeader:
         """Describe a servable buffer and offer a ticket for it on the data port."""
+        self.faults.hit("serve")
         record = await self.wait_servable(job_id, generation, buffer, patience_s)
         if record.host is None:
             loop = asyncio.get_running_loop()
@@ -315,6 +328,10 @@ def _check_leaves(plan: NodePlan, program: JobProgram) -> None:
         for param, _ in ins.bindings:
             if param not in leaves[ins.leaf]:
                 raise st.Refused(f"instruction {ins.id}: leaf {ins.leaf} has no tensor parameter {param!r}")
+
+
+async def _no_refusal() -> str | None:
+    return None
 
 
 def _timed(fn, *args) -> float:

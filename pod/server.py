@@ -1,10 +1,11 @@
 """The pod's asyncio shell: the Gate/Pod RPC interfaces, peer fetches, heartbeats, event reports.
 
-One uvloop event loop runs everything: pycapnp's RPC (every connection read with explicit
-traversal and nesting limits), the scheduler link (heartbeats every --heartbeat-interval, events
-batched with at most one batch in flight) and the instructions (pod/runtime.py). The pod exits when
-its scheduler's connection drops, when heartbeats keep failing for --scheduler-timeout, or on
-`shutdown`; on the way out it frees every buffer.
+One event loop (the standard asyncio one; pod/cli.py says why not uvloop) runs everything:
+pycapnp's RPC (every connection read with explicit traversal and nesting limits), the scheduler
+link (heartbeats every --heartbeat-interval, events batched with at most one batch in flight) and
+the instructions (pod/runtime.py). The pod exits when its scheduler's connection drops, when
+heartbeats keep failing for --scheduler-timeout, or on `shutdown`; on the way out it frees every
+buffer.
 """
 
 from __future__ import annotations

@@ -1,0 +1,87 @@
+"""Test-only fault injection: the environment variable PHOBOS_FAULT makes this pod SIGKILL (or
+SIGSTOP) itself at a chosen point, so fault tests reproduce exactly (tests/faults, tools/soak_faults.py).
+
+Grammar: rules separated by commas, each one of
+    kill-at=KIND:N   SIGKILL this process when it starts its N-th instruction of KIND
+    stop-at=KIND:N   SIGSTOP this process instead (a paused "zombie"; SIGCONT wakes it)
+    kill-unit=U[:S]  whenever this process starts a compute of unit U, the compute runs S seconds
+                     (default 0.5) and then SIGKILLs the process: a leaf that crashes its pod
+                     every time, after running long enough to appear in a heartbeat
+KIND is allocate, load, fetch, compute, store, free, or serve (a tile header asked by a peer).
+Counts are per process, from 1. Unset (the normal case): `hit` only looks up an empty tuple.
+
+The signals are real: the process dies (or stops) exactly as it would from `kill -9`, with no
+cleanup, no last message to the scheduler and its sockets closed by the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+from common.errors import UserError
+
+ENV = "PHOBOS_FAULT"
+KINDS = ("allocate", "load", "fetch", "compute", "store", "free", "serve")
+
+
+@dataclass(frozen=True)
+class Rule:
+    action: str  # "kill" or "stop"
+    kind: str
+    nth: int | None = None  # the n-th instruction of `kind`
+    unit: int | None = None  # or: every compute of this unit
+    delay: float = 0.0  # seconds the unit's compute runs before the kill
+
+
+def parse(text: str) -> tuple[Rule, ...]:
+    rules = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        try:
+            if name in ("kill-at", "stop-at"):
+                kind, _, nth = value.partition(":")
+                if kind not in KINDS or int(nth) < 1:
+                    raise ValueError
+                rules.append(Rule(name.split("-")[0], kind, nth=int(nth)))
+            elif name == "kill-unit":
+                unit, _, delay = value.partition(":")
+                rules.append(Rule("kill", "compute", unit=int(unit), delay=float(delay or 0.5)))
+            else:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"{ENV}={text!r}: cannot read {item!r} (expected kill-at=KIND:N, "
+                            f"stop-at=KIND:N or kill-unit=U[:S]; KIND one of {', '.join(KINDS)})") from None
+    return tuple(rules)
+
+
+class Faults:
+    def __init__(self, rules: tuple[Rule, ...]):
+        self.rules = rules
+        self.counts: dict[str, int] = {}
+
+    @classmethod
+    def from_env(cls) -> Faults:
+        return cls(parse(os.environ.get(ENV, "")))
+
+    def hit(self, kind: str, unit: int | None = None) -> float | None:
+        """Called as an instruction of `kind` starts; signals this process when a rule matches at
+        once, or returns the seconds after which the caller must call `die` (kill-unit)."""
+        if not self.rules:
+            return None
+        count = self.counts[kind] = self.counts.get(kind, 0) + 1
+        for rule in self.rules:
+            if rule.kind != kind:
+                continue
+            if rule.nth == count:
+                os.kill(os.getpid(), signal.SIGKILL if rule.action == "kill" else signal.SIGSTOP)
+            if rule.unit is not None and rule.unit == unit:
+                return rule.delay
+        return None
+
+    @staticmethod
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
