@@ -14,7 +14,9 @@ Rules (docs/runtime.md states them for users):
 - The units a dead node was running (its last heartbeat's running instructions) are charged one
   crash each; a unit charged `max_attempts` times fails the job, naming the instruction and kernel.
 - An instruction that fails on a live node (a bad leaf, a storage error) fails the job at once:
-  such errors repeat wherever the unit runs.
+  such errors repeat wherever the unit runs. Except a failed fetch: the peer that could not serve
+  the tile (it died, hung past the fetch timeout, or sent a corrupt tile) is declared dead, and the
+  re-plan loads the region again from storage.
 - No node left: the job fails. The job succeeds when every unit is stored and every live node
   has finished the current generation's plan.
 """
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from common.errors import UserError
 from compiler.cluster.program import ClusterProgram, Unit
 from scheduler.planner import NodeFigure, Plan
-from schemas.instructions import Compute, NodePlan, Store, kind_of
+from schemas.instructions import Compute, Fetch, NodePlan, Store, kind_of
 
 # ---- actions ---------------------------------------------------------------------------------
 
@@ -132,6 +134,7 @@ class ClusterState:
     running: dict[int, tuple[int, ...]] = field(default_factory=dict)  # node -> running ids
     finished_nodes: set[int] = field(default_factory=set)
     instruction_info: dict[int, InstructionInfo] = field(default_factory=dict)
+    fetch_peers: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, fetch id) -> peer
     outcome: Action | None = None
 
     def __post_init__(self):
@@ -163,6 +166,10 @@ class ClusterState:
             return []
         for event in events:
             if not event.ok:
+                peer = self.fetch_peers.get((node, event.id))
+                if peer is not None and peer != node and peer in self.live:
+                    return self._declare_dead([peer], f"node {node} could not fetch from it: {event.message}",
+                                              now)
                 return self._fail(f"node {node}: {self._name(event.id)} failed: {event.message}")
             if event.kind == "store":
                 info = self.instruction_info.get(event.id)
@@ -237,8 +244,12 @@ class ClusterState:
         self.running.clear()
         self.outputs_stored = {u: n for u, n in self.outputs_stored.items() if u in self.stored}
         self.instruction_info = {}
+        self.fetch_peers = {}
         for node_plan in plan.node_plans.values():
             self.instruction_info.update(describe_instructions(node_plan))
+            for ins in node_plan.instructions:
+                if isinstance(ins, Fetch):
+                    self.fetch_peers[(node_plan.node, ins.id)] = ins.peer
         actions: list[Action] = [Submit(node, p) for node, p in sorted(plan.node_plans.items())]
         return actions + self._check_done()
 

@@ -179,6 +179,10 @@ class PodSession:
     # ---- reports from pods (called by SinkImpl) ------------------------------------------------
 
     def on_heartbeat(self, node: int, generation: int, running: list[int]) -> None:
+        if node in self.lost:
+            # A pod paused past the timeout wakes up: tell it, so it drops its stale work and exits
+            # (its stores wait for a heartbeat the scheduler takes: docs/runtime.md, Guarantees).
+            raise RuntimeError(f"node {node} was declared dead ({self.lost[node]}); its work was re-planned")
         if self.current is not None:
             self.current.on_heartbeat(node, generation, running)
 
