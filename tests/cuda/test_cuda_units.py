@@ -1,0 +1,67 @@
+"""Pieces of the CUDA leaf compiler that need neither a GPU nor NVRTC: thread layouts, range
+analysis, 1-D layout roles, shared-memory lets and the autotune cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cuda_cases import load_example
+
+from compiler import ir
+from compiler.cuda import analysis, autotune
+from compiler.cuda.layout import LayoutError, choose_thread_grid, make_dist
+
+
+def test_dist_positions_cover_the_extent_once():
+    d = make_dist(128, 16, "t")
+    seen = []
+    for t in range(16):
+        for i in range(d.count):
+            expr = d.position(str(i)).replace("t", str(t))
+            seen.append(eval(expr.replace("/", "//")))
+    assert sorted(seen) == list(range(128)) and d.vector == 4
+
+
+def test_small_extent_is_replicated_and_owned_once():
+    d = make_dist(4, 16, "t")
+    assert d.replicated and d.count == 1 and d.primary() == "(t < 4)"
+    with pytest.raises(LayoutError):
+        make_dist(48, 32, "t")
+
+
+def test_thread_grid_prefers_square_dot_blocks():
+    g = choose_thread_grid(256, {(128, 128)}, {(128, 128)}, set(), set())
+    assert (g.rows, g.cols) == (16, 16)
+    g = choose_thread_grid(256, {(1, 1024)}, set(), set(), set())
+    assert g.rows == 1 and g.cols == 256  # no idle row replicas for a single-row tile
+
+
+def test_loop_range_of_a_causal_bound_is_tight():
+    start = analysis.IntRange.exact(0)
+    stop = analysis.IntRange(64, 4096, 64)
+    r = analysis.loop_range(start, stop, 64)
+    assert (r.lo, r.hi, r.divisor) == (0, 4032, 64)
+
+
+def test_flash_attention_roles():
+    k = load_example("flash_attention.phk")
+    hints = analysis.layout_hints(k.body)
+    assert hints["m"] == hints["l"] == hints["m_new"] == hints["correction"] == "row"
+    shared = analysis.shared_lets(k.body)
+    assert shared == {"q": "a", "k": "b", "v": "b"}
+    assert analysis.shared_let_transposed(k.body, "k") and not analysis.shared_let_transposed(k.body, "v")
+
+
+def test_autotune_cache_key_and_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    k = load_example("matmul.phk")
+    key = autotune.cache_key(k, {"M": 1, "N": 2, "K": 3}, "GPU X")
+    assert key == autotune.cache_key(k, {"K": 3, "N": 2, "M": 1}, "GPU X")
+    assert key != autotune.cache_key(k, {"M": 1, "N": 2, "K": 4}, "GPU X")
+    assert key != autotune.cache_key(k, {"M": 1, "N": 2, "K": 3}, "GPU Y")
+    other = ir.Kernel(k.name, k.params, k.attributes, k.body, k.span, k.grid, k.source + " ")
+    assert key != autotune.cache_key(other, {"M": 1, "N": 2, "K": 3}, "GPU X")
+    autotune._write_cache({key: {"best": {"TILE_M": 64}, "ms": 1.0}})
+    assert json.loads(autotune.cache_path().read_text())[key]["best"] == {"TILE_M": 64}
+    assert len(autotune.search_points(k)) == 64
