@@ -183,6 +183,8 @@ class PodRuntime:
             ok, message = False, _one_line(err)
             if not isinstance(err, UserError | TransferError | st.Refused):
                 log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
+            elif isinstance(err, st.Refused):
+                log.info("instruction refused", job=job.job_id, instruction=ins.id, reason=message)
         if not job.state.is_current(generation):
             return  # a dropped plan: its result is discarded, nothing more is reported
         unit = ins.unit if isinstance(ins, Compute | Store) else None
