@@ -54,12 +54,17 @@ def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
 class KernelGen(ExprEmitter):
     def __init__(self, kernel: ir.Kernel, binding, tf32: bool = False):
         env = dict(binding.env)
+        self.point = ", ".join(f"{k}={v}" for k, v in binding.tile_values.items()) or "the only point"
+        if not 1 <= kernel.threads <= 1024 or kernel.threads % 32:
+            raise CompileError(
+                kernel.span, f"@launch({kernel.threads}): a CTA has 32 to 1024 threads, a multiple of 32"
+            )
         shapes2d, dots, rows, cols = _shapes(kernel, env)
         try:
             grid = choose_thread_grid(kernel.threads, shapes2d, dots, rows, cols)
         except LayoutError as e:
-            raise CompileError(
-                kernel.span, f"cannot lay out this point on {kernel.threads} threads: {e}"
+            raise self.pruned(
+                kernel.span, f"cannot lay out its tiles on {kernel.threads} threads: {e}"
             ) from None
         super().__init__(kernel, env, grid)
         self.binding = binding
@@ -338,6 +343,12 @@ class KernelGen(ExprEmitter):
             new = f"({old} {binop} {v})"
         return f"{ptr} = {from_f32(param.dtype, new)};"
 
+    def pruned(self, span, why: str) -> CompileError:
+        """A point of the search space that does not fit the hardware: reported, never run."""
+        if span == self.kernel.span and self.kernel.autotune is not None:
+            span = self.kernel.autotune.span  # the search space the point comes from
+        return CompileError(span, f"tile point {self.point} does not fit a CTA and is pruned: {why}")
+
     # -- the whole kernel -------------------------------------------------------------------
 
     def generate(self) -> Generated:
@@ -346,14 +357,13 @@ class KernelGen(ExprEmitter):
             self.stmt(s)
         shared_bytes = (self.perm_floats + self.scratch_max) * 4
         if shared_bytes > SMEM_LIMIT:
-            raise CompileError(
-                k.span, f"this point needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
+            raise self.pruned(
+                k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
             )
         held = self.register_floats + self.let_floats
         if held > REGISTER_BUDGET:
-            raise CompileError(
-                k.span,
-                f"this point holds {held} tile values per thread in registers (budget {REGISTER_BUDGET})",
+            raise self.pruned(
+                k.span, f"it holds {held} tile values per thread in registers (budget {REGISTER_BUDGET})"
             )
         head = Emitter()
         head.depth = 0

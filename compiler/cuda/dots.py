@@ -57,8 +57,6 @@ class DotMixin:
             self.out.line("__syncthreads();")
         sa, sb = ops
         if into is None:
-            from compiler.cuda.exprs import Val  # noqa: F401
-
             into = self.declare(None, "2d", (m, n), "f32")
             self.emit_loop(
                 self.ctx_for("2d", (m, n)), [f"{self.access(into, self.ctx_for('2d', (m, n)))} = 0.0f;"]
@@ -218,7 +216,7 @@ class DotMixin:
         direct = not u_is_x
         t = self.grid.threads
         kk, x = tile.k, tile.x
-        ctx_dummy = Ctx((x, kk) if u_is_x else (kk, x), "2d", ("0", "0"), ("0", "0"), native=False)
+        load_shape = (x, kk) if u_is_x else (kk, x)
         total = kk * x
         iters = (total + t - 1) // t
         inner = x if direct else kk
@@ -227,7 +225,7 @@ class DotMixin:
         self.out.line(f"const int e_ = it_ * {t} + th_id;")
         self.out.open(f"if (e_ < {total})")
         self.out.line(f"const int q_ = e_ % {inner}; const int o_ = e_ / {inner};")
-        ctx = Ctx(ctx_dummy.shape, "2d", ("0", "0"), ("o_", "q_"), native=False)
+        ctx = Ctx(load_shape, "2d", ("0", "0"), ("o_", "q_"), native=False)
         value = self.load_elem(load, ctx)
         if direct:
             self.out.line(f"{tile.ptr}[o_ * {tile.ld} + q_] = {value};")

@@ -120,7 +120,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
                 return self.grid.dist2(shape)
             return (self.grid.dist1(shape[0], kind),)
         except LayoutError as e:
-            raise CompileError(self.out.span or self.kernel.span, f"cannot lay out this tile: {e}") from None
+            raise self.pruned(self.out.span or self.kernel.span, f"cannot lay out a tile: {e}") from None
 
     def counts(self, kind: str, shape) -> tuple[int, ...]:
         return tuple(d.count for d in self.dists(kind, shape))
