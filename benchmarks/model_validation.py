@@ -168,6 +168,18 @@ values); a later `--calibrate` on the same cluster and kernel measures nothing.
 `--tune-leaves` lets one GPU pod time every `@autotune` point of the leaves at the chosen
 `@cluster` values (a 2-unit probe job per point on that pod); every node then runs the fastest
 point's values (cached beside the calibration). It refuses CPU-only clusters.
+
+Limits, as measured. The kernels (benchmarks/kernels/*_cpu.phk) are sized so that a job takes a
+fraction of a second on CPU pods; on the shared 2-core machine where this was run, the same job's
+time scatters by up to 3x from run to run, and the model's absolute predictions are off by up to
+2x either way (leaf launches in probes and in the full job meet different contention). What the
+model gets right is the shape: which leaf shapes are slow, how launches and fetches grow with
+smaller super-tiles. Where it predicts two combinations within a few per cent of each other, the
+scatter decides which measures faster, so the 10% check passes in most runs but not every run:
+in the three full runs with this model, 4/4, 2/4 and 3/4 of the cases passed (the table below is
+the last; an earlier model, one FLOP-rate line per leaf without per-shape launch times, passed
+1/4), and flash attention alone passed 4 of 6 in repeated runs. The calibration itself is
+measured under the same scatter; it takes medians to resist it.
 """
 
 
@@ -200,11 +212,16 @@ def markdown(results: list[dict], reps: int, load: float | None) -> str:
             lines.append(f"| {d['combination']} | | dropped: {d['reason']} | | | | |")
         over = f"{100 * r['chosen_over_best']:+.1f}%"
         ratios = [row["measured_s"] / row["predicted_s"] for row in r["rows"]]
+        fastest = min(row["min_s"] for row in r["rows"])
+        by_min = f"{100 * (r['rows'][0]['min_s'] / fastest - 1):+.1f}%"
         lines += ["", f"Model's choice {r['chosen']}; best measured {r['best_measured']}; the choice "
-                      f"measures {over} against the best: within 10%: {verdict}. Rank correlation "
+                      f"measures {over} against the best: within 10%: {verdict} (by fastest runs instead of "
+                      f"medians: {by_min}). Rank correlation "
                       f"(Spearman) of predicted and measured: {spearman(r['rows']):+.2f}; measured / "
                       f"predicted: median {statistics.median(ratios):.2f}, from {min(ratios):.2f} to "
                       f"{max(ratios):.2f}.", ""]
+    passed = sum(r["within_tolerance"] for r in results)
+    lines.append(f"In this run {passed} of {len(results)} cases pass the 10% check.")
     return "\n".join(lines)
 
 
