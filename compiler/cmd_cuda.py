@@ -1,11 +1,13 @@
 """`//compiler -- cuda FILE ...` prints the generated CUDA C++; `... ptx FILE ... -o out.ptx`
-writes the PTX. Tile values: --set, else the autotune cache's winner for these dims on this GPU
-(when there is one), else each @autotune name's first value."""
+writes the PTX. Tile values: --set, else (with --autotune) the fastest point measured on this
+machine's GPU, else the autotune cache's winner for these dims on this GPU (when there is one),
+else each @autotune name's first value."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 
 from common.cli import user_path
@@ -25,6 +27,11 @@ def register(subparsers) -> None:
         p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
         p.add_argument("--set", action="append", metavar="NAME=V", help="an @autotune tile value")
         p.add_argument("--tf32", action="store_true", help="TF32 tensor cores for dot (not implemented yet)")
+        p.add_argument(
+            "--autotune",
+            action="store_true",
+            help="time the @autotune search space on this machine's GPU first (cached)",
+        )
         if name == "ptx":
             p.add_argument("-o", "--output", required=True, help="where to write the PTX")
         p.set_defaults(func=handle_cuda if name == "cuda" else handle_ptx)
@@ -40,7 +47,17 @@ def _bound(args: argparse.Namespace):
     if not tiles:
         from compiler.cuda import autotune
 
-        tiles = autotune.cached_choice(kernel, bind(kernel, dims).dims) or {}
+        if getattr(args, "autotune", False):
+            if autotune.gpu_name() is None:
+                raise UserError("--autotune needs a GPU (cupy sees none here); use --set instead")
+            result = autotune.tune(kernel, dims)
+            tiles = result.best
+            print(
+                f"// autotuned: {tiles} ({result.best_ms:.4f} ms{', cached' if result.cached else ''})",
+                file=sys.stderr,
+            )
+        else:
+            tiles = autotune.cached_choice(kernel, bind(kernel, dims).dims) or {}
     return kernel, bind(kernel, dims, None, tiles)
 
 

@@ -189,3 +189,14 @@ def test_ptx_command_reports_a_pruned_set_clearly(tmp_path):
             ]
         )
     assert not (tmp_path / "k.ptx").exists()
+
+
+def test_autotune_flag_without_a_gpu_is_a_clear_user_error(monkeypatch):
+    from common.errors import UserError
+    from compiler.cli import main
+    from compiler.cuda import autotune
+
+    monkeypatch.setattr(autotune, "gpu_name", lambda: None)
+    path = str(load_example.__globals__["EXAMPLES"] / "add.phk")
+    with pytest.raises(UserError, match="--autotune needs a GPU"):
+        main(["cuda", path, "--dim", "N=1000", "--autotune"])
