@@ -151,6 +151,16 @@ def derive_nodes(trace: dict, events: list[Event]) -> list[dict]:
     return nodes
 
 
+def busy_time(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of intervals: time in which at least one of them ran."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 def derive_summary(trace: dict, events: list[Event], nodes: list[dict]) -> dict:
     """The trace's own summary where it has one; figures it lacks are computed from the events."""
     computed = {n["node"]: dict.fromkeys(
@@ -175,6 +185,13 @@ def derive_summary(trace: dict, events: list[Event], nodes: list[dict]) -> dict:
             row["bytes_stored"] += e.bytes
         elif e.kind == "compute":
             row["compute_s"] += e.end - e.start
+    # Computes may overlap on one node (several streams or threads): the busy time counts the
+    # moments at least one ran, which compute_s (a sum) overcounts.
+    per_node: dict[int, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.kind == "compute":
+            per_node.setdefault(e.node, []).append((e.start, e.end))
+    busy = {node: busy_time(spans) for node, spans in per_node.items()}
     given = trace.get("summary") or {}
     given_nodes = {n.get("node"): n for n in given.get("nodes", []) if isinstance(n, dict)}
     rows = []
@@ -183,7 +200,7 @@ def derive_summary(trace: dict, events: list[Event], nodes: list[dict]) -> dict:
         for key, value in given_nodes.get(node, {}).items():
             if key in merged and isinstance(value, (int, float)):
                 merged[key] = value
-        rows.append({"node": node, **merged})
+        rows.append({"node": node, **merged, "compute_busy_s": busy.get(node, 0.0)})
     last_end = max((e.end for e in events), default=0.0)
     wall = given.get("wall_s")
     wall_s = float(wall) if isinstance(wall, (int, float)) else last_end

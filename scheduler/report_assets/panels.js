@@ -24,7 +24,7 @@ function renderSummary() {
   const box = el("div", { className: "figures" }, figures.map(([k, v]) =>
     el("div", { className: "figure" }, [el("div", { className: "v", text: v }), el("div", { className: "k", text: k })])));
   const head = ["node", "backend / device", "instructions", "loaded", "fetched", "served", "stored",
-    "compute", "compute / wall", "status"];
+    "compute (sum)", "compute busy", "status"];
   const table = el("table", { id: "summary-table" }, [el("tr", null, head.map((h) => el("th", { text: h })))]);
   const byNode = {};
   model.nodes.forEach((n) => { byNode[n.node] = n; });
@@ -32,7 +32,8 @@ function renderSummary() {
     const n = byNode[r.node] || {};
     const status = n.failed_at !== null && n.failed_at !== undefined
       ? "failed at " + fmtTime(n.failed_at) : "ok";
-    const busy = summary.wall_s > 0 ? (100 * r.compute_s / summary.wall_s).toFixed(1) + " %" : "";
+    // Share of the wall time in which at least one compute ran on the node.
+    const busy = summary.wall_s > 0 ? (100 * r.compute_busy_s / summary.wall_s).toFixed(1) + " %" : "";
     const tr = el("tr", { "data-node": r.node, className: status === "ok" ? "" : "failed" }, [
       el("td", null, [el("span", { className: "swatch", style: "background:" + nodeColor(r.node) }),
         "node " + r.node]),

@@ -46,7 +46,8 @@ def test_report_of_a_real_run(tmp_path, example, pods):
     assert report["failures"] == "0" and report["replanned-events"] == "0"
     # The summary the page shows is the scheduler's own
     model = build_model(trace)
-    assert model["summary"]["nodes"] == trace["summary"]["nodes"]
+    shown = [{k: v for k, v in row.items() if k != "compute_busy_s"} for row in model["summary"]["nodes"]]
+    assert shown == trace["summary"]["nodes"]
     complete = [e for e in to_chrome_trace(trace)["traceEvents"] if e["ph"] == "X"]
     assert len(complete) == len(trace["events"])
     json.dumps(to_chrome_trace(trace))  # serialisable as it stands
@@ -55,15 +56,24 @@ def test_report_of_a_real_run(tmp_path, example, pods):
 @needs_chromium
 @pytest.mark.slow
 def test_report_of_a_real_run_with_a_killed_pod(tmp_path):
-    try:
-        trace = run_example(tmp_path, "matmul_1024", pods=3, kill_node=1)
-    except RuntimeError as err:
-        # Known scheduler bug (scheduler/cluster_state.py, _declare_dead, reported): a node's death
-        # counts once per instruction of a unit it was running, so a pod killed while it ran 3
-        # fetches of one unit fails the job as "unit killed its node 3 times". Anything else fails.
-        if "killed its node" in str(err):
-            pytest.xfail(f"scheduler counts one death several times: {str(err).splitlines()[-1]}")
-        raise
+    # Known scheduler bug (scheduler/cluster_state.py, _declare_dead, reported): a node's death
+    # counts once per instruction of a unit it was running, so a pod killed while it ran 3
+    # fetches of one unit fails the job as "unit killed its node 3 times". Until it is fixed, a
+    # run that hits it is tried again (up to 3 runs) and only then marked xfail; any other
+    # error fails the test.
+    for attempt in range(3):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        try:
+            trace = run_example(folder, "matmul_1024", pods=3, kill_node=1)
+            break
+        except RuntimeError as err:
+            if "killed its node" not in str(err):
+                raise
+            bug = str(err).splitlines()[-1]
+    else:
+        pytest.xfail(f"scheduler counts one death several times: {bug}")
+    tmp_path = folder
     assert [f["node"] for f in trace["failures"]] == [1]
     report = render(tmp_path, trace)
     assert report["nodes"] == report["node-rows"] == "3"

@@ -9,7 +9,7 @@ import pytest
 
 from common.errors import UserError
 from scheduler.report import build_report, load_trace, main, write_report
-from scheduler.report_model import KINDS, WRAP_AT, build_model
+from scheduler.report_model import KINDS, WRAP_AT, build_model, busy_time
 from tests.visualizer.fake_trace import make_trace
 
 
@@ -188,3 +188,11 @@ def test_serves_count_as_served_bytes_not_instructions_and_unknown_kinds_are_ski
     # a fetch and its serve are one movement of bytes: the matrix counts it once
     fetched = sum(e["bytes"] for e in trace["events"] if e["kind"] == "fetch" and e["ok"])
     assert sum(sum(row[:3]) for row in model["bytes"]["values"][1:]) == fetched
+
+
+def test_busy_time_is_the_union_of_overlapping_intervals():
+    assert busy_time([]) == 0
+    assert busy_time([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == pytest.approx(4)
+    trace = make_trace("add", nodes=2, size=4)
+    for row in build_model(trace)["summary"]["nodes"]:
+        assert 0 < row["compute_busy_s"] <= row["compute_s"] + 1e-12
