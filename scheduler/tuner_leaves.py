@@ -6,9 +6,10 @@ program, and a probe job of its first two units runs on the one tuning pod throu
 runtime (the same RPC, planner and storage as the job, outputs to scratch files). The point's
 time is the sum of the compute events of its second unit (the first launch of a leaf in a job
 also prepares it: parses it or loads its PTX). Points whose probe fails (a tile the GPU cannot
-launch) are skipped with the reason. The winner's values go into the job's leaves, so every node
-runs the same ones. Results are cached beside the calibration (scheduler/calibrate.py), keyed by
-the tuning pod, the kernel, the dims and the @cluster values.
+launch) are skipped with the reason. One untimed warm-up job runs first. The winner's values go
+into the job's leaves, so every node runs the same ones. Results are cached beside the
+calibration (scheduler/calibrate.py), keyed by the tuning pod, the kernel, the dims and the
+@cluster values.
 
 Why probes rather than compiler/cuda/autotune.py on the pod: the pod interface (schemas/rpc.capnp)
 has no call that runs the single-GPU tuner; with one, `tune_leaves` would ask it instead and keep
@@ -82,12 +83,21 @@ async def tune_leaves(session, prepared, options, nodes: list[int], cluster_valu
 
     timings: dict[tuple[tuple[str, int], ...], list[float]] = {}
     skipped: list[str] = []
+    warmed = False
     for point in leaf_points(kernel):
         try:
             program = compile_cluster(kernel, dims, cluster_values=cluster_values, tile_values=point)
         except UserError as err:
             skipped.append(f"{_label(point)}: {(getattr(err, 'message', None) or str(err)).splitlines()[0]}")
             continue
+        if not warmed:
+            # A warm-up, not timed: a pod's first job also pays for its device's first use
+            # (context, module loading, allocator), which would count against the first point.
+            try:
+                await cal.run_probe(session, prepared, options, [node], program, units=1)
+            except RuntimeError:
+                pass  # this point's own probe below says what went wrong
+            warmed = True
         for _ in range(repeats):
             try:
                 probe = await cal.run_probe(session, prepared, options, [node], program, units=2)
