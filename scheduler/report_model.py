@@ -364,6 +364,22 @@ def super_tile_grids(trace: dict, events: list[Event]) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 
 
+def single_gpu_grid(job: dict) -> dict:
+    """The kernel's CTA grid on one GPU (as if @cluster were not there) at the job's dims, with
+    the @autotune values the leaves used; or why it could not be worked out."""
+    from compiler.binding import bind
+    from compiler.frontend import load_text
+
+    try:
+        module = load_text(str(job.get("source", "")), filename="<trace>")
+        kernel = module.kernel(job.get("kernel") or None)
+        tile_values = dict(job.get("tile_values", {})) or None
+        binding = bind(kernel, dict(job.get("dims", {})), tile_values=tile_values)
+    except (UserError, KeyError, TypeError, ValueError) as err:  # CompileError is a UserError
+        return {"grid": None, "why_not": str(err).splitlines()[0] if str(err) else type(err).__name__}
+    return {"grid": list(binding.grid), "ctas": math.prod(binding.grid), "why_not": None}
+
+
 def event_columns(events: list[Event]) -> dict:
     """The events as parallel arrays (one per field), sorted by start: compact for the page."""
     ordered = sorted(events, key=lambda e: (e.node, e.start, e.id))
@@ -404,6 +420,7 @@ def build_model(trace: dict) -> dict:
         "cluster_values": job.get("cluster_values", {}),
         "tile_values": job.get("tile_values", {}),
         "super_grid": job.get("super_grid", []),
+        "single_gpu": single_gpu_grid(job),
         "tensors": job.get("tensors", []),
         "leaves": job.get("leaves", []),
         "kinds": list(KINDS),

@@ -68,6 +68,11 @@ function renderValues(view) {
     box.appendChild(el("div", { text: "super-tile grid: " + (model.super_grid || []).join(" × ") }));
   } else {
     add("@autotune values", model.tile_values);
+    const one = model.single_gpu || {};
+    box.appendChild(el("div", { id: "single-gpu-grid", text: one.grid
+      ? "grid on one GPU: " + one.grid.join(" × ") + " = " + one.ctas + " CTAs"
+      : "grid on one GPU: not known (" + (one.why_not || "no source") + ")" }));
+    root.dataset.singleGpuCtas = String(one.ctas || 0);
     box.appendChild(el("div", { text: "On one GPU the kernel compiles with its @autotune values as if " +
       "the @cluster line were not there." }));
   }

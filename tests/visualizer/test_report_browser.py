@@ -78,6 +78,7 @@ def test_single_gpu_view_hides_the_cluster_line_and_cluster_view_shows_it(tmp_pa
     assert cluster.class_counts.get("cluster-attr") == 1
     _, single = render(tmp_path, trace, fragment="#view=single")
     assert single.report["view"] == "single" and single.report["cluster-line-hidden"] == "true"
+    assert single.report["single-gpu-ctas"] == str(4 * 1024 // 32)  # Nq / BR (BR = 32 on one GPU)
     # every source line is still in the page; only the @cluster one is hidden
     assert single.report["code-lines"] == str(len(trace["job"]["source"].rstrip("\n").split("\n")))
 

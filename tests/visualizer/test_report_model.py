@@ -196,3 +196,12 @@ def test_busy_time_is_the_union_of_overlapping_intervals():
     trace = make_trace("add", nodes=2, size=4)
     for row in build_model(trace)["summary"]["nodes"]:
         assert 0 < row["compute_busy_s"] <= row["compute_s"] + 1e-12
+
+
+def test_single_gpu_grid_comes_from_binding_the_source_at_the_job_dims():
+    model = build_model(make_trace("matmul", nodes=2, size=3))  # M = N = 3 * 4096, tiles of 32
+    assert model["single_gpu"] == {"grid": [384, 384], "ctas": 384 * 384, "why_not": None}
+    trace = make_trace("add", nodes=2, size=2)
+    trace["job"]["source"] = "kernel broken("
+    broken = build_model(trace)["single_gpu"]
+    assert broken["grid"] is None and broken["why_not"]
