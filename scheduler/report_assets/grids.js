@@ -70,10 +70,11 @@ function renderGrids() {
     box.appendChild(block);
     const entry = { grid, canvas, size };
     gridCanvases.push(entry);
+    const byPosition = new Map(grid.cells.map((c) => [c.row * grid.cols + c.col, c]));
     const at = (ev) => {
       const r = canvas.getBoundingClientRect();
       const col = Math.floor((ev.clientX - r.left) / size), row = Math.floor((ev.clientY - r.top) / size);
-      return grid.cells.find((c) => c.row === row && c.col === col) || null;
+      return col >= 0 && col < grid.cols ? byPosition.get(row * grid.cols + col) || null : null;
     };
     canvas.addEventListener("mousemove", (ev) => {
       const cell = at(ev);
