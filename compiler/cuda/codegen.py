@@ -85,6 +85,7 @@ class KernelGen(ExprEmitter):
     def stmt(self, s: ir.Stmt) -> None:
         self.out.span = s.span
         self.scratch_cur = 0
+        self.source_comment(s.span)
         if isinstance(s, ir.Let):
             self.let(s)
         elif isinstance(s, ir.VarDecl):
@@ -342,6 +343,15 @@ class KernelGen(ExprEmitter):
         else:
             new = f"({old} {binop} {v})"
         return f"{ptr} = {from_f32(param.dtype, new)};"
+
+    def source_comment(self, span) -> None:
+        """`// line N: <the kernel's line>` before the code of each statement (for readers of
+        `compiler cuda`; NVRTC errors are mapped through line_spans, not through these)."""
+        lines = self.kernel.source.splitlines()
+        i = span.line - self.kernel.span.line
+        if 0 <= i < len(lines):
+            text = lines[i].strip().replace("*/", "* /")
+            self.out.line(f"// line {span.line}: {text}")
 
     def pruned(self, span, why: str) -> CompileError:
         """A point of the search space that does not fit the hardware: reported, never run."""
