@@ -1,7 +1,14 @@
 """The CUDA leaf compiler: checked kernel + binding -> CUDA C++ -> NVRTC -> PTX.
 
-`compile_kernel(kernel, binding)` is what everything else calls; `launch.py` runs the result
-through cupy, `autotune.py` picks tile values on the GPU.
+Public API:
+- `compile_kernel(kernel, binding, *, tf32=False) -> CompiledKernel`: dims and tile values of the
+  binding become compile-time constants; raises CompileError for kernels or points it cannot
+  compile (pruned points say so), never returns a silently wrong kernel.
+- `compiler.cuda.launch.launch(compiled, arrays, scalars, stream=None)`: device arrays in, no host
+  round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out.
+- `compiler.cuda.nvrtc.compile_to_ptx(source, arch="compute_90")`, cached per (source, options).
+- `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
+Stages: codegen.py (statements) -> exprs.py / reductions.py / dots.py (expressions) -> nvrtc.py.
 """
 
 from __future__ import annotations
