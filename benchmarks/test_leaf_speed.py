@@ -16,7 +16,6 @@ from compiler import binding, frontend
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-
 def _gpu_missing() -> bool:
     try:
         import cupy
@@ -66,13 +65,18 @@ def test_matmul_4096_against_cublas(benchmark):
 
     k = frontend.load_file(EXAMPLES / "matmul.phk").kernel()
     n = 4096
-    c = compile_kernel(k, binding.bind(k, {"M": n, "N": n, "K": n}, None,
-                                       {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8}))
+    c = compile_kernel(
+        k, binding.bind(k, {"M": n, "N": n, "K": n}, None, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 8})
+    )
     rng = cupy.random.default_rng(0)
     A, B = (rng.standard_normal((n, n), dtype=cupy.float32) for _ in range(2))
     C = cupy.zeros((n, n), cupy.float32)
-    benchmark.pedantic(_sync_launch, args=(c, {"A": A, "B": B, "C": C}, {"alpha": 1.0, "beta": 0.0}),
-                       rounds=10, warmup_rounds=2)
+    benchmark.pedantic(
+        _sync_launch,
+        args=(c, {"A": A, "B": B, "C": C}, {"alpha": 1.0, "beta": 0.0}),
+        rounds=10,
+        warmup_rounds=2,
+    )
     ref = cupy.empty_like(C)
     _record(benchmark, _anchor_seconds(lambda: cupy.matmul(A, B, out=ref)))
 
