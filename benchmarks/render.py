@@ -211,9 +211,12 @@ from the page cache), and the pods are already running (start-up is not timed).
 - **anchor**: a library doing the whole problem on one device with the data in memory: numpy on
   the CPU; cupy.matmul (cuBLAS SGEMM f32), torch scaled_dot_product_attention (f32, one head),
   cupy.add on a GPU.
-- **bound**: what a perfect runtime could reach, max(inputs' bytes / storage read bandwidth
-  measured in the same run, anchor time): reading and computing overlap at best, and all pods
-  share one host, so more pods add no compute. Writing the output is not counted.
+- **bound**: what a perfect runtime could reach, max(inputs' bytes / storage read bandwidth,
+  anchor time): reading and computing overlap at best, and all pods share one host, so more pods
+  add no compute. Writing the output is not counted. The storage read bandwidth (cold: fresh
+  memory maps of the inputs after dropping their pages, copied into memory, best of three) and
+  the anchor are measured right before each case's timed rounds, so that a ratio compares
+  figures taken under the same machine load (the load average is shown per run).
 - **× anchor**, **× bound**: job time divided by each (1.0 = as fast; higher = slower).
 - **leaf s (busiest pod)**: the summed compute-instruction time of the pod that computed longest
   (from the scheduler's trace; concurrent computes on one pod are summed, so it can exceed the job).
