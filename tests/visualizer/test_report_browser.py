@@ -147,3 +147,16 @@ def test_a_minimal_trace_renders_empty_panels(tmp_path):
     _, dom = render(tmp_path, {"format": "phobos-trace/1", "job": {"kernel": "add"}})
     r = dom.report
     assert (r["nodes"], r["node-rows"], r["supertiles"], r["events"]) == ("0", "0", "0", "0")
+
+
+def test_the_harness_sees_script_errors(tmp_path):
+    # The checks above would pass vacuously if errors went unseen: a page that throws must show up
+    # both in #js-errors (the page's own hook) and as "Uncaught" in Chromium's log.
+    from scheduler.report import _asset
+
+    page = tmp_path / "broken.html"
+    page.write_text(f"<html><head><script>{_asset('error_hook.js')}</script></head><body>"
+                    "<div id='js-errors'></div><script>undefinedFunction();</script></body></html>")
+    run = dump_dom(page, tmp_path / "profile")
+    assert any("undefinedFunction" in line for line in run.uncaught_errors())
+    assert any("undefinedFunction" in text for text in parse_dom(run.stdout).js_errors)
