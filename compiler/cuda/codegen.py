@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from compiler import ir
 from compiler.cuda import analysis
-from compiler.cuda.emit import CTYPE, STORAGE_CTYPE, Emitter, from_f32
+from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter, Val
 from compiler.cuda.layout import LayoutError, ThreadGrid, choose_thread_grid
 from compiler.diagnostics import CompileError
@@ -377,10 +377,8 @@ class KernelGen(ExprEmitter):
             )
         head = Emitter()
         head.depth = 0
-        if self.uses_half:
-            head.line("#include <cuda_fp16.h>")
-        if self.uses_bf16:
-            head.line("#include <cuda_bf16.h>")
+        if self.uses_half or self.uses_bf16:
+            head.block(HALF_PRELUDE.splitlines())
         head.block(PRELUDE.splitlines())
         params, order = [], []
         stored = {s.tensor for s in _all_stmts(k.body) if isinstance(s, ir.Store)}

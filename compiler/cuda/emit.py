@@ -42,14 +42,35 @@ def c_float(value: float) -> str:
 
 
 CTYPE = {"f32": "float", "i32": "int", "bool": "bool"}
-STORAGE_CTYPE = {"f32": "float", "i32": "int", "f16": "__half", "bf16": "__nv_bfloat16"}
+# f16 / bf16 travel as their 16-bit patterns and convert with PTX cvt (see HALF_PRELUDE): the
+# generated code then needs no header, not even cuda_fp16.h, which NVRTC cannot find on its own.
+STORAGE_CTYPE = {"f32": "float", "i32": "int", "f16": "unsigned short", "bf16": "unsigned short"}
+
+HALF_PRELUDE = r"""
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+  float f; asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h)); return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {
+  unsigned short h;
+  asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float bf16_to_f32(unsigned short h) {
+  return __uint_as_float(((unsigned)h) << 16);
+}
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+  unsigned short h;
+  asm("{ .reg .b16 t; cvt.rn.bf16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+  return h;
+}
+""".strip("\n")
 
 
 def to_f32(dtype: str, expr: str) -> str:
     if dtype == "f16":
-        return f"__half2float({expr})"
+        return f"f16_to_f32({expr})"
     if dtype == "bf16":
-        return f"__bfloat162float({expr})"
+        return f"bf16_to_f32({expr})"
     if dtype == "i32":
         return expr
     return expr
@@ -57,9 +78,9 @@ def to_f32(dtype: str, expr: str) -> str:
 
 def from_f32(dtype: str, expr: str) -> str:
     if dtype == "f16":
-        return f"__float2half_rn({expr})"
+        return f"f32_to_f16({expr})"
     if dtype == "bf16":
-        return f"__float2bfloat16_rn({expr})"
+        return f"f32_to_bf16({expr})"
     if dtype == "i32":
         return f"(int)({expr})"
     return expr

@@ -200,3 +200,27 @@ def test_autotune_flag_without_a_gpu_is_a_clear_user_error(monkeypatch):
     path = str(load_example.__globals__["EXAMPLES"] / "add.phk")
     with pytest.raises(UserError, match="--autotune needs a GPU"):
         main(["cuda", path, "--dim", "N=1000", "--autotune"])
+
+
+HALF_KERNEL = """
+@autotune(B in [256, 1024])
+kernel convert(a: tensor<f16>[N], b: tensor<bf16>[N], i: tensor<i32>[N],
+               o: tensor<bf16>[N], p: tensor<f16>[N]) {
+  let base = ctx.block.x * B
+  o[base :+ B] = a[base :+ B] * 2.0 + b[base :+ B] + f32(i[base :+ B])
+  p[base :+ B] += a[base :+ B]
+}
+"""
+
+
+def test_f16_bf16_and_i32_tensors_compile_without_headers(tmp_path):
+    from compiler import frontend
+
+    k = frontend.load_text(HALF_KERNEL, "convert.phk").kernel()
+    c = compile_kernel(k, binding.bind(k, {"N": 1000}))
+    assert "#include" not in c.cuda_source and "cvt.rn.bf16.f32" in c.ptx
+    if shutil.which("ptxas"):
+        (tmp_path / "k.ptx").write_text(c.ptx)
+        subprocess.run(
+            ["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")], check=True
+        )
