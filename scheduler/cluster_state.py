@@ -214,14 +214,21 @@ class ClusterState:
             self.live.discard(node)
             self.failures.append(NodeFailure(node, now, reason))
             actions.append(Cancel(node))
+            # One crash per unit per death, however many of its instructions were running; a
+            # compute names the culprit better than the loads beside it.
+            culprits: dict[int, int] = {}
             for ins_id in self.running.pop(node, ()):
                 info = self.instruction_info.get(ins_id)
                 if info is None or info.unit is None or info.unit in self.stored:
                     continue
-                self.crashes[info.unit] = self.crashes.get(info.unit, 0) + 1
-                if self.crashes[info.unit] >= self.max_attempts:
+                known = culprits.get(info.unit)
+                if known is None or (info.kind == "compute" != self.instruction_info[known].kind):
+                    culprits[info.unit] = ins_id
+            for unit, ins_id in sorted(culprits.items()):
+                self.crashes[unit] = self.crashes.get(unit, 0) + 1
+                if self.crashes[unit] >= self.max_attempts:
                     return actions + self._fail(
-                        f"unit {info.unit} killed its node {self.crashes[info.unit]} times; the last "
+                        f"unit {unit} killed its node {self.crashes[unit]} times; the last "
                         f"time node {node} was running {self._name(ins_id)} ({reason})")
         if not self.live:
             dead = ", ".join(f"node {f.node}: {f.reason}" for f in self.failures)
