@@ -191,6 +191,7 @@ def plot(run: Run, path: Path) -> bool:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, 0o644)  # mkstemp makes files 0600
         os.replace(tmp, path)
     finally:
         plt.close(fig)

@@ -60,17 +60,23 @@ def pool():
 
 
 class ProblemData:
-    """Each problem's files, written once and shared by its cases."""
+    """Each problem's files and expected output, made once and shared by its cases."""
 
     def __init__(self, pool: ClusterPool):
         self.pool = pool
         self.files = {}
+        self.expected = {}
 
     def get(self, case: Case):
         problem = case.problem
         if problem not in self.files:
             self.files[problem] = write_problem(self.pool.root, problem, make_inputs(problem))
         return self.files[problem]
+
+    def reference(self, case: Case) -> np.ndarray:
+        if case.problem not in self.expected:
+            self.expected[case.problem] = reference(case.problem, self.get(case).arrays)
+        return self.expected[case.problem]
 
 
 def measure_yardsticks(case: Case, files) -> tuple[Yardsticks, str, str, float]:
@@ -105,7 +111,7 @@ def test_cluster_job(benchmark, pool, problem_data, case: Case):
     files.reset(output)
     first = pool.run_job(case, files)
     assert first.ok, first.reason
-    want = reference(problem, files.arrays)
+    want = problem_data.reference(case)
     rtol, atol = tolerance(problem, want)
     np.testing.assert_allclose(np.load(files.path(output)), want, rtol=rtol, atol=atol)
 

@@ -106,6 +106,31 @@ def test_reference_matches_the_interpreter(problem):
     np.testing.assert_allclose(tensors[cc.output_name(problem)], want, rtol=rtol, atol=atol)
 
 
+def test_attention_reference_by_blocks_of_rows():
+    problem = cc.attention(50, 30)
+    arrays = cc.make_inputs(problem, seed=5)
+    whole = cc.reference(problem, arrays, block_rows=50)
+    np.testing.assert_allclose(cc.reference(problem, arrays, block_rows=7), whole, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["matmul", "attention", "add"])
+def test_gpu_leaves_compile_to_ptx(kind):
+    """NVRTC needs no GPU: every leaf of every GPU case compiles here, so the GPU run cannot
+    fail on a kernel the CUDA code generator refuses."""
+    from compiler.cluster import compile_cluster
+    from compiler.cuda import compile_kernel
+    from compiler.frontend import load_file
+    from pod.backend_cpu import prepare_leaf
+
+    for case in [c for c in cc.gpu_cases() if c.kind == kind and c.pods == 1]:
+        kernel = load_file(kernel_path(case)).kernel()
+        program = compile_cluster(kernel, case.problem.dim, cluster_values=dict(case.cluster_values))
+        for leaf in program.leaves:
+            prepared = prepare_leaf(leaf)
+            compiled = compile_kernel(prepared.kernel, prepared.binding)
+            assert ".entry" in compiled.ptx
+
+
 def test_tolerance_catches_a_wrong_tile():
     problem = cc.matmul(256, 256, 256)
     arrays = cc.make_inputs(problem)
