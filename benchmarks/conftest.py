@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 
 def _gpu() -> dict | None:
     try:
@@ -23,6 +25,7 @@ def _gpu() -> dict | None:
         return None
 
 
+@pytest.hookimpl(optionalhook=True)  # a run with pytest-benchmark disabled still loads this file
 def pytest_benchmark_update_machine_info(config, machine_info):
     machine_info["gpu"] = _gpu()
     machine_info["cpu_count"] = os.cpu_count()
