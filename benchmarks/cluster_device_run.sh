@@ -11,18 +11,19 @@
 #   for f in FILES_AT/*__*.json; do b=$(basename $f); m=${b%%__*}; mkdir -p benchmarks/results/$m
 #     cp $f benchmarks/results/$m/${b#*__}; done
 #   PYTHONPATH=. .venv/bin/python benchmarks/render.py   # plots need matplotlib on the path
-# Knobs: ROUNDS (timed rounds per case, default 3), GPU_TIMEOUT (default 330 s), CPU_TIMEOUT
-# (default 200 s), STAGES (default "gpu cpu").
+# Knobs: ROUNDS (timed rounds per case, default 3), GPU_TIMEOUT (default 370 s), CPU_TIMEOUT
+# (default 180 s), STAGES (default "gpu cpu"). Each case's figures are also appended at once to
+# $OUT/cluster-cases.jsonl, so a stage cut short by its timeout still leaves the cases it finished.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache PHOBOS_BENCH_DATA=/tmp/phobos-bench-data
-export PHOBOS_BENCH_ROUNDS=${ROUNDS:-3}
+export PHOBOS_BENCH_ROUNDS=${ROUNDS:-3} PHOBOS_BENCH_LOG=$OUT/cluster-cases.jsonl
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/cluster-gpu.txt
 rm -rf /tmp/cluster-results
 code=0
 for stage in ${STAGES:-gpu cpu}; do
-  limit=$([ $stage = gpu ] && echo ${GPU_TIMEOUT:-330} || echo ${CPU_TIMEOUT:-200})
+  limit=$([ $stage = gpu ] && echo ${GPU_TIMEOUT:-370} || echo ${CPU_TIMEOUT:-180})
   timeout $limit python3 benchmarks/main.py --cases $stage --no-render --results /tmp/cluster-results \
     2>&1 | tee $OUT/cluster-bench-$stage.log || code=1
   rm -rf /tmp/phobos-bench-data

@@ -12,10 +12,12 @@ same run (cluster_cases explains both), and what the runtime did (bytes loaded, 
     PHOBOS_BENCH_QUICK=1 ...   # 1 timed round per case, not 5 (benchmarks/main.py --quick sets it)
     PHOBOS_BENCH_ROUNDS=N ...  # N timed rounds per case
     PHOBOS_BENCH_CASES=cpu|gpu|all (default all; the GPU cases skip where no GPU is present)
+    PHOBOS_BENCH_LOG=FILE ...  # also append each case's figures to FILE as one JSON line
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -138,3 +140,16 @@ def test_cluster_job(benchmark, pool, problem_data, case: Case):
     if bytes_touched(problem):
         info["anchor_gbps"] = bytes_touched(problem) / sticks.anchor_s / 1e9
     info.update(trace_figures(results[-1].trace))
+    log_case(benchmark)
+
+
+def log_case(benchmark) -> None:
+    """Append the case's figures to $PHOBOS_BENCH_LOG (JSON lines) at once: pytest-benchmark saves
+    only when the session ends, so a run cut short by a timeout still leaves these."""
+    path = os.environ.get("PHOBOS_BENCH_LOG")
+    if not path:
+        return
+    stats = benchmark.stats.stats
+    row = {**benchmark.extra_info, "min_s": stats.min, "median_s": stats.median, "rounds": stats.rounds}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
