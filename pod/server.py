@@ -166,6 +166,7 @@ class PodServer:
                     log.warning("the scheduler declared this pod dead; dropping its work and exiting")
                     self.declared_dead = reason
                     self.runtime.drop_all()
+                    await asyncio.sleep(0.1)  # let pending stores see the refusal (and log it)
                     self.stop.set()
                     return
                 silent_s = time.monotonic() - last_ok
