@@ -224,7 +224,9 @@ class ClusterState:
                 known = culprits.get(info.unit)
                 if known is None or (info.kind == "compute" != self.instruction_info[known].kind):
                     culprits[info.unit] = ins_id
-            for unit, ins_id in sorted(culprits.items()):
+            kinds = {unit: self.instruction_info[i].kind for unit, i in culprits.items()}
+            computes_first = sorted(culprits.items(), key=lambda c: (kinds[c[0]] != "compute", c[0]))
+            for unit, ins_id in computes_first:
                 self.crashes[unit] = self.crashes.get(unit, 0) + 1
                 if self.crashes[unit] >= self.max_attempts:
                     return actions + self._fail(
