@@ -56,24 +56,7 @@ def test_report_of_a_real_run(tmp_path, example, pods):
 @needs_chromium
 @pytest.mark.slow
 def test_report_of_a_real_run_with_a_killed_pod(tmp_path):
-    # Known scheduler bug (scheduler/cluster_state.py, _declare_dead, reported): a node's death
-    # counts once per instruction of a unit it was running, so a pod killed while it ran 3
-    # fetches of one unit fails the job as "unit killed its node 3 times". Until it is fixed, a
-    # run that hits it is tried again (up to 3 runs) and only then marked xfail; any other
-    # error fails the test.
-    for attempt in range(3):
-        folder = tmp_path / f"attempt{attempt}"
-        folder.mkdir()
-        try:
-            trace = run_example(folder, "matmul_1024", pods=3, kill_node=1)
-            break
-        except RuntimeError as err:
-            if "killed its node" not in str(err):
-                raise
-            bug = str(err).splitlines()[-1]
-    else:
-        pytest.xfail(f"scheduler counts one death several times: {bug}")
-    tmp_path = folder
+    trace = run_example(tmp_path, "matmul_1024", pods=3, kill_node=1)
     assert [f["node"] for f in trace["failures"]] == [1]
     report = render(tmp_path, trace)
     assert report["nodes"] == report["node-rows"] == "3"
