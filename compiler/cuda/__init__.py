@@ -20,14 +20,14 @@ from compiler.cuda import codegen, nvrtc
 from compiler.diagnostics import CompileError
 from compiler.source import Span
 
-COMPILER_VERSION = "phobos-cuda-2"
+COMPILER_VERSION = "phobos-cuda-3"
 
 
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
-    from compiler.cuda.dots import dot_unroll
+    from compiler.cuda.dots import dot_unroll, legacy_schedule
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}"
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}{'-legacy' if legacy_schedule() else ''}"
 
 
 @dataclass(frozen=True)

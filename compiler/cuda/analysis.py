@@ -226,3 +226,78 @@ def shared_let_transposed(body: tuple[ir.Stmt, ...], name: str) -> bool:
                 if _dot_operand_name(arg) == name:
                     return isinstance(arg, ir.Call)
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Which block axes to launch longest-first
+# ---------------------------------------------------------------------------------------------
+
+
+def _combine(a: int | None, b: int | None) -> int | None:
+    """Trend of a sum of two terms with trends a and b (+1 grows, -1 shrinks, 0 flat, None unknown)."""
+    if a is None or b is None:
+        return None
+    if a == 0 or a == b:
+        return b
+    return a if b == 0 else None
+
+
+def _trend(e: ir.Expr, axis: str, lets: dict[str, ir.Expr | None], positive: dict[str, int]) -> int | None:
+    """How the i32 expression `e` moves as block index `axis` grows (every other block axis held)."""
+    if isinstance(e, ir.Const):
+        return 0
+    if isinstance(e, ir.BlockIndex):
+        return 1 if e.axis == axis else 0
+    if isinstance(e, ir.Name):
+        if e.kind == "let":
+            value = lets.get(e.name)
+            return None if value is None else _trend(value, axis, lets, positive)
+        return 0 if e.kind in ("dim", "tile", "scalar") else None
+    if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
+        b = _trend(e.rhs, axis, lets, positive)
+        return _combine(_trend(e.lhs, axis, lets, positive), b if e.op == "+" or b is None else -b)
+    if isinstance(e, ir.BinOp) and e.op == "*":
+        for x, c in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            # x * c with c a positive compile-time constant keeps x's trend
+            if _positive_constant(c, positive):
+                return _trend(x, axis, lets, positive)
+        return None
+    if isinstance(e, ir.Call) and e.func in ("min", "max") and not e.kwargs:
+        out: int | None = 0
+        for a in e.args:
+            out = _combine(out, _trend(a, axis, lets, positive))
+        return out
+    if not any(isinstance(x, ir.BlockIndex | ir.Name) for x in walk.iter_exprs(e)):
+        return 0
+    return None
+
+
+def _positive_constant(e: ir.Expr, env: dict[str, int]) -> bool:
+    if isinstance(e, ir.Const):
+        return not isinstance(e.value, bool) and e.value > 0
+    return isinstance(e, ir.Name) and e.kind in ("dim", "tile") and env.get(e.name, 0) > 0
+
+
+def longest_first_axes(body: tuple[ir.Stmt, ...], env: dict[str, int]) -> tuple[str, ...]:
+    """Block axes along which some loop's trip count grows and none shrinks (causal attention's
+    key loop stops at the block's diagonal). Launching those axes in reverse order starts the CTAs
+    with the most work first, so the short ones fill the tail of the grid instead of the long ones
+    running alone at the end. CTAs are independent, so the order changes no result."""
+    lets: dict[str, ir.Expr | None] = {}
+    for s in walk.iter_stmts(body):
+        if isinstance(s, ir.Let):
+            lets[s.name] = None if s.name in lets else s.value  # a rebound name: unknown
+    loops = [s for s in walk.iter_stmts(body) if isinstance(s, ir.For)]
+    axes = []
+    for axis in "xyz":
+        trends = [
+            _combine(_trend(f.stop, axis, lets, env), _negate(_trend(f.start, axis, lets, env)))
+            for f in loops
+        ]
+        if 1 in trends and all(t in (0, 1) for t in trends):
+            axes.append(axis)
+    return tuple(axes)
+
+
+def _negate(t: int | None) -> int | None:
+    return None if t is None else -t

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from compiler import ir
 from compiler.cuda import analysis
+from compiler.cuda.dots import legacy_schedule
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter, Val
+from compiler.cuda.hoist import hoist_dot_loads
 from compiler.cuda.layout import LayoutError, ThreadGrid, choose_thread_grid
 from compiler.diagnostics import CompileError
 
@@ -53,6 +55,8 @@ def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
 
 class KernelGen(ExprEmitter):
     def __init__(self, kernel: ir.Kernel, binding, tf32: bool = False):
+        if not legacy_schedule():
+            kernel = hoist_dot_loads(kernel)
         env = dict(binding.env)
         self.point = ", ".join(f"{k}={v}" for k, v in binding.tile_values.items()) or "the only point"
         if not 1 <= kernel.threads <= 1024 or kernel.threads % 32:
@@ -77,6 +81,9 @@ class KernelGen(ExprEmitter):
         for axis, n in zip(kernel.grid, binding.grid, strict=True):
             counts["xyz".index(axis.axis)] = n
         self.grid_dims = tuple(counts)
+        for axis in () if legacy_schedule() else analysis.longest_first_axes(kernel.body, env):
+            if counts["xyz".index(axis)] > 1:
+                self.reversed_blocks[axis] = counts["xyz".index(axis)]
         for i, a in enumerate("xyz"):
             self.ranges["%" + a] = analysis.IntRange(0, counts[i] - 1, 1)
 
@@ -199,6 +206,7 @@ class KernelGen(ExprEmitter):
         self.ranges[s.var] = var_range
         pipelined = self.prefetch_first(s, start, stop_name)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
+        self.loop_barriers.append(False)
         self.scalars[s.var] = (var, "i32")
         saved_pipe = self.pipelined
         self.pipelined = {
@@ -219,6 +227,7 @@ class KernelGen(ExprEmitter):
                 i += 1
         self.pipelined = saved_pipe
         self.vals, self.scalars, self.ranges = saved
+        self.loop_barriers.pop()
         self.out.span = s.span
         self.out.close()
 
@@ -257,11 +266,11 @@ class KernelGen(ExprEmitter):
 
     def pipelined_lets(self, lets: list[ir.Let]) -> None:
         self.out.span = lets[0].span
-        self.out.line("__syncthreads();")
+        self.sync_before_overwrite()
         for s in lets:
             tile, plan, regs, *_ = self.pipelined[s.name]
             self.store_regs(plan, tile, regs)
-        self.out.line("__syncthreads();")
+        self.sync()
         for s in lets:
             self.out.span = s.span
             tile, plan, regs, load, var_name, var_c, step, stop_name = self.pipelined[s.name]

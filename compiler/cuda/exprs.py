@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from compiler import ir
 from compiler.cuda import analysis
-from compiler.cuda.dots import DotMixin
+from compiler.cuda.dots import DotMixin, legacy_schedule
 from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, ThreadGrid
 from compiler.cuda.reductions import ReductionMixin
@@ -79,8 +79,25 @@ class ExprEmitter(DotMixin, ReductionMixin):
         self.register_floats = 0
         self.uses_half = any(p.dtype == "f16" for p in kernel.tensors)
         self.uses_bf16 = any(p.dtype == "bf16" for p in kernel.tensors)
+        # one flag per enclosing loop body: has a barrier been emitted in it (at its own level)
+        self.loop_barriers: list[bool] = []
+        self.reversed_blocks: dict[str, int] = {}  # block axis -> CTA count, launched longest-first
 
     # -- small helpers ----------------------------------------------------------------------
+
+    def sync(self) -> None:
+        self.out.line("__syncthreads();")
+        if self.loop_barriers:
+            self.loop_barriers[-1] = True
+
+    def sync_before_overwrite(self) -> None:
+        """The barrier that keeps a write to a permanent shared buffer from overtaking the reads
+        of its previous contents. Every buffer from `alloc_perm` is written at one place only, so
+        outside loops there is nothing to overtake; inside a loop the previous reads happened in
+        an earlier iteration, and a barrier already emitted earlier in the innermost loop's body
+        (not in a nested loop, which may run no iteration) lies on every path from them to here."""
+        if legacy_schedule() or self.loop_barriers and not self.loop_barriers[-1]:
+            self.sync()
 
     def fresh(self, base: str) -> str:
         self.counter += 1
@@ -241,6 +258,8 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if isinstance(e, ir.Name):
             return self.name_elem(e, ctx)
         if isinstance(e, ir.BlockIndex):
+            if e.axis in self.reversed_blocks:
+                return f"({self.reversed_blocks[e.axis] - 1} - (int)blockIdx.{e.axis})"
             return f"((int)blockIdx.{e.axis})"
         if isinstance(e, ir.UnaryOp):
             inner = self.elem(e.operand, self.sub_ctx(e.operand, ctx))
@@ -275,10 +294,10 @@ class ExprEmitter(DotMixin, ReductionMixin):
             n *= s
         buf = self.alloc_scratch(n)
         src = self.ctx_for(v.kind, v.shape)
-        self.out.line("__syncthreads();")
+        self.sync()
         flat = " + ".join(f"{p} * {self.stride(v.shape, a)}" for a, p in enumerate(src.pos))
         self.emit_loop(src, [f"{buf}[{flat}] = {self.access(v, src)};"])
-        self.out.line("__syncthreads();")
+        self.sync()
         flat_ctx = " + ".join(f"({p}) * {self.stride(v.shape, a)}" for a, p in enumerate(ctx.pos))
         return f"{buf}[{flat_ctx}]"
 

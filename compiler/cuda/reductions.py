@@ -91,12 +91,12 @@ class ReductionMixin:
             # the TR threads of a column sit in different warps: combine through shared memory
             tr = self.grid.rows
             buf = self.alloc_scratch(tr * shape[1])
-            self.out.line("__syncthreads();")
+            self.sync()
             self.out.line("#pragma unroll")
             self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
             self.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
             self.out.close()
-            self.out.line("__syncthreads();")
+            self.sync()
             self.out.line("#pragma unroll")
             self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
             self.out.line(f"{ctype} a_ = {ident};")
@@ -130,7 +130,7 @@ class ReductionMixin:
             return
         groups = lanes // 32
         buf = self.alloc_scratch(self.grid.rows * groups * count)
-        self.out.line("__syncthreads();")
+        self.sync()
         self.out.open("if ((th_c & 31) == 0)")
         self.out.line("#pragma unroll")
         self.out.line(
@@ -138,7 +138,7 @@ class ReductionMixin:
             f"{buf}[(th_r * {groups} + (th_c >> 5)) * {count} + _i] = {res.cname}[_i];"
         )
         self.out.close()
-        self.out.line("__syncthreads();")
+        self.sync()
         self.out.line("#pragma unroll")
         self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
         self.out.line(f"{ctype} a_ = {buf}[(th_r * {groups}) * {count} + _i];")
@@ -159,8 +159,8 @@ class ReductionMixin:
         if warps == 1:
             return
         buf = self.alloc_scratch(warps)
-        self.out.line("__syncthreads();")
+        self.sync()
         self.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {acc};")
-        self.out.line("__syncthreads();")
+        self.sync()
         self.out.line(f"{acc} = {buf}[0];")
         self.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, f'{buf}[q_]')};")
