@@ -8,6 +8,7 @@ a staging copy is created or a pod allocates anything.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -89,8 +90,38 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
     return places
 
 
+# A tensor this large (2^36 elements, 256 GiB of f32) is a typo in a dimension, not a job; refusing
+# it up front keeps the cluster compiler from trying to enumerate millions of units (found by
+# tools/fuzz_soak.py: a mutated dimension made it run out of memory).
+MAX_TENSOR_ELEMENTS = 1 << 36
+
+
+def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None:
+    """Before compiling: every tensor's size from the dims is sane, and every existing file's
+    header matches them, so a wrong dimension fails as one line instead of a huge compile."""
+    from compiler.binding import tensor_shape
+
+    kernel = job_kernel(job)
+    check_against_kernel(job, kernel)
+    dims = dict(job.dims)
+    uris = dict(job.tensors)
+    for param in kernel.tensors:
+        try:
+            shape = tensor_shape(param, dims)
+        except KeyError:  # a shape naming a tile value: checked after compiling
+            continue
+        if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+            raise UserError(f"tensor {param.name}: dims give it shape {list(shape)}, more than "
+                            f"{MAX_TENSOR_ELEMENTS} elements; is a dimension wrong?")
+        if param.name in uris:
+            path = storage.resolve_uri(uris[param.name], roots, base=job_dir)
+            if path.exists():
+                storage.check_tensor(path, shape, param.dtype)
+
+
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
             job_id: str | None = None) -> PreparedJob:
+    check_dims_against_files(job, Path(job_path).resolve().parent, roots)
     program = compile_program(job, cluster_values)
     tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots)
     return PreparedJob(job, job_id or new_job_id(), program, typed_scalars(job), tensors)
