@@ -1,0 +1,84 @@
+"""The scheduler's failure rules, tick by tick on its pure state machine (no processes): a failed
+fetch blames the serving peer, a crash charges each running unit once, stores from a dead node
+or an old generation are not acknowledged."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.cluster_state import Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
+from scheduler.jobfile import read_job
+from scheduler.planner import NodeFigure, plan
+from scheduler.prepare import prepare
+from schemas.instructions import Compute, Fetch, Load, Store
+from tests.faults.harness import make_job, matmul_inputs
+
+
+@pytest.fixture(scope="module")
+def matmul(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rules")
+    matmul_inputs(root, 512, 512, 256)
+    job = make_job(root, "matmul_plain", {"M": 512, "N": 512, "K": 256}, {"A": "A", "B": "B", "C": "C"})
+    return prepare(read_job(job), job, [root], {"TILE_M": 128, "TILE_N": 128, "TILE_K": 128})
+
+
+def make_state(prepared, nodes=4):
+    def planner(figures, generation, units):
+        return plan(prepared.program, figures, prepared.uris, generation, units)
+
+    figures = {n: NodeFigure(n) for n in range(nodes)}
+    return ClusterState(prepared.program, figures, planner, heartbeat_timeout=5.0)
+
+
+def stores(node_plan):
+    return [EventInfo(i.id, "store") for i in node_plan.instructions if isinstance(i, Store)]
+
+
+def test_a_failed_fetch_declares_the_serving_peer_dead_and_replans(matmul):
+    state = make_state(matmul)
+    state.start(0.0)
+    fetcher, fetch = next((n, i) for n, p in sorted(state.plan.node_plans.items())
+                          for i in p.instructions if isinstance(i, Fetch))
+    actions = state.events(fetcher, 1, [EventInfo(fetch.id, "fetch", ok=False, message="peer gone")], 1.0)
+    assert not any(isinstance(a, Failed) for a in actions)
+    assert Cancel(fetch.peer) in actions and state.generation == 2
+    assert fetch.peer not in state.live and "could not fetch from it: peer gone" in state.failures[0].reason
+    # the re-plan loads again from storage what the dead peer held
+    loads = [i for a in actions if isinstance(a, Submit) for i in a.plan.instructions if isinstance(i, Load)]
+    assert loads
+    # the fetcher's own failure report for the old plan is ignored
+    assert state.finished(fetcher, 1, False, "fetch failed", 1.1) == []
+    for node, node_plan in state.plan.node_plans.items():
+        state.events(node, 2, stores(node_plan), 2.0)
+    assert [a for n in sorted(state.live) for a in state.finished(n, 2, True, "", 2.0)] == [Succeeded()]
+
+
+def test_a_failure_that_is_not_a_fetch_still_fails_the_job(matmul):
+    state = make_state(matmul)
+    state.start(0.0)
+    load = next(i for i in state.plan.node_plans[0].instructions if isinstance(i, Load))
+    actions = state.events(0, 1, [EventInfo(load.id, "load", ok=False, message="disk on fire")], 1.0)
+    assert isinstance(actions[-1], Failed) and "disk on fire" in actions[-1].reason
+
+
+def test_a_crash_charges_each_running_unit_once(matmul):
+    state = make_state(matmul)
+    state.start(0.0)
+    node_plan = state.plan.node_plans[1]
+    unit = next(i.unit for i in node_plan.instructions if isinstance(i, Compute))
+    running = [i.id for i in node_plan.instructions if isinstance(i, Compute) and i.unit == unit]
+    assert len(running) > 1  # several of the unit's instructions at once
+    state.heartbeat(1, 1, running, 0.5)
+    state.disconnected(1, "connection lost", 0.6)
+    assert state.crashes == {unit: 1}
+
+
+def test_stores_from_a_dead_node_or_an_old_generation_are_not_acknowledged(matmul):
+    state = make_state(matmul)
+    state.start(0.0)
+    first = state.plan
+    state.disconnected(3, "connection lost", 0.5)
+    assert state.events(3, 1, stores(first.node_plans[3]), 0.6) == []  # the zombie's stores
+    assert state.events(0, 1, stores(first.node_plans[0]), 0.6) == []  # an old generation's
+    assert state.stored == set()
+    assert state.live == {0, 1, 2}
