@@ -220,3 +220,16 @@ def test_pods_exit_when_the_scheduler_dies(data, tmp_path):
     np.testing.assert_array_equal(np.load(root / "C_orphan.npy"), old)
     for name in staging_files(root):
         (root / name).unlink()
+
+
+def test_every_pod_killed_fails_clearly_and_keeps_the_old_output(data, pods_for):
+    root = data[0]
+    old = np.full((DIMS["M"], DIMS["N"]), 8.0, np.float32)
+    np.save(root / "C_lost.npy", old)
+    pods = pods_for()
+    order = pods.start(1, fault="kill-at=compute:3") + pods.start(1, fault="kill-at=store:1")
+    result = pods.run(pods.session(order), job(root, "C_lost"), CLUSTER)
+    assert not result.ok and "no node left to run the job" in result.reason
+    assert sorted(f["node"] for f in result.trace["failures"]) == [0, 1]
+    np.testing.assert_array_equal(np.load(root / "C_lost.npy"), old)
+    assert staging_files(root) == []
