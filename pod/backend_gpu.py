@@ -48,6 +48,7 @@ class GpuBackend:
 
     def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
         from compiler.cuda import CompiledKernel, compile_kernel, generate_source
+        from compiler.cuda.launch import load
 
         writes = {}
         ptx = dict(program.leaf_ptx)
@@ -62,6 +63,10 @@ class GpuBackend:
                     scalars=tuple((p.name, p.dtype) for p in prepared.kernel.scalars))
             else:
                 compiled = compile_kernel(prepared.kernel, prepared.binding)
+            with self.device:
+                # module load (the driver's PTX JIT) belongs to the job's set-up, not to its
+                # first compute instruction
+                load(compiled)
             self._leaves[(job_id, leaf.name)] = (prepared, compiled)
             writes[leaf.name] = program.writes_of(leaf.name) or prepared.writes
         return writes

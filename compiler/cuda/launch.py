@@ -45,6 +45,12 @@ def _function(compiled: CompiledKernel):
     return fn
 
 
+def load(compiled: CompiledKernel) -> None:
+    """Load the module on the current device now (the driver JIT-compiles the PTX here, which can
+    take tens of milliseconds), so that the first launch does not pay for it."""
+    _function(compiled)
+
+
 def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
     """Registers and local (spill) memory of the loaded function, as the driver reports them."""
     import cupy
