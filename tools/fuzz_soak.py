@@ -31,7 +31,9 @@ from tests.faults.fuzz import (  # noqa: E402
     mutate_bytes,
     mutate_source,
     random_edits,
+    restore,
     send_raw,
+    snapshot,
 )
 from tests.faults.harness import REPO, Pods, make_job  # noqa: E402
 
@@ -90,6 +92,7 @@ def main(argv: list[str]) -> int:
                 np.save(root / f"{name}.npy", data.standard_normal(1024).astype(np.float32))
             valid_job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"}, name="valid")
             valid = valid_job.read_bytes()
+            saved = snapshot(root)
             runner_pods = pods.start(2)
             session = pods.session(runner_pods)
             target = pods.start(1)[0]
@@ -105,8 +108,11 @@ def main(argv: list[str]) -> int:
                         text = mutate_source(rng.choice(sources), edits)
                         counts[f"kernel {check_kernel_source(text)}"] += 1
                     elif which == "job":
-                        verdict = judge_job_bytes(mutate_bytes(valid, edits), root,
-                                                  lambda p, s=session: pods.run(s, p, timeout=60))
+                        try:
+                            verdict = judge_job_bytes(mutate_bytes(valid, edits), root,
+                                                      lambda p, s=session: pods.run(s, p, timeout=60))
+                        finally:
+                            restore(root, saved)
                         counts[f"job {verdict.outcome}"] += 1
                         if verdict.outcome == "failed" and verdict.detail not in reasons:
                             reasons.add(verdict.detail)

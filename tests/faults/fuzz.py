@@ -159,6 +159,21 @@ def judge_job_bytes(data: bytes, root: Path, runner, name: str = "fuzz.capnp") -
     return Verdict("ran")
 
 
+def snapshot(root: Path) -> dict[Path, bytes]:
+    """The folder's .npy files, to put back after a mutated job (one may name an input as its
+    output: legal, and the run overwrites it)."""
+    return {path: path.read_bytes() for path in root.glob("*.npy")}
+
+
+def restore(root: Path, saved: dict[Path, bytes]) -> None:
+    for path in root.glob("*.npy"):
+        if path not in saved:
+            path.unlink()
+    for path, data in saved.items():
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+
+
 # ---- a real client's bytes, recorded and replayed ------------------------------------------------
 
 

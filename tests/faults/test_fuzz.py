@@ -20,7 +20,9 @@ from tests.faults.fuzz import (
     judge_job_bytes,
     mutate_bytes,
     mutate_source,
+    restore,
     send_raw,
+    snapshot,
 )
 from tests.faults.harness import REPO, Pods, make_job
 
@@ -72,7 +74,15 @@ def job_bench(bench_pods):
     def runner(path):
         return pods.run(session, path, timeout=60)
 
-    yield root, job.read_bytes(), runner, outcomes
+    saved = snapshot(root)
+
+    def judged(data):
+        try:
+            return judge_job_bytes(data, root, runner)
+        finally:
+            restore(root, saved)
+
+    yield root, job.read_bytes(), judged, outcomes
     print("job fuzz outcomes:", {o: outcomes.count(o) for o in set(outcomes)})
     # the mix must exercise both sides: refusals and mutated jobs that really ran
     assert {"refused", "ran"} <= set(outcomes), outcomes
@@ -81,16 +91,16 @@ def job_bench(bench_pods):
 @fuzz_settings(200)
 @given(edits=EDITS)
 def test_mutated_job_files_are_refused_or_run_correctly(job_bench, edits):
-    root, valid, runner, outcomes = job_bench
-    verdict = judge_job_bytes(mutate_bytes(valid, edits), root, runner)
+    root, valid, judged, outcomes = job_bench
+    verdict = judged(mutate_bytes(valid, edits))
     outcomes.append(verdict.outcome)
     if verdict.outcome == "refused":
         assert verdict.detail and "\n" not in verdict.detail and "Traceback" not in verdict.detail
 
 
 def test_the_unmutated_job_runs_and_matches(job_bench):
-    root, valid, runner, outcomes = job_bench
-    assert judge_job_bytes(valid, root, runner).outcome == "ran"
+    root, valid, judged, outcomes = job_bench
+    assert judged(valid).outcome == "ran"
     outcomes.append("ran")
 
 
