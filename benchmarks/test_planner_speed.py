@@ -3,7 +3,7 @@
 Target: 100,000 units planned and unrolled in under 5 s. The programs are shaped like the
 cluster compiler's: an elementwise add (three buffers per unit, no sharing) and a matmul with a
 cluster loop (8 K-steps per unit, A and B super-tiles shared between units and nodes).
-Run: PYTHONPATH=. .venv/bin/pytest benchmarks/test_planner.py --benchmark-only -m "not slow"
+Run: PYTHONPATH=. .venv/bin/pytest benchmarks/test_planner_speed.py --benchmark-only -m "not slow"
 """
 
 from __future__ import annotations
