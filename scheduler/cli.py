@@ -2,7 +2,10 @@
 
     phobos-sched new-job --kernel K.phk [--name KERNEL] --dim N=... --scalar a=... --tensor T=URI -o job.capnp
     phobos-sched show-job job.capnp
-    phobos-sched job.capnp [--pods host:port,...] [--local-pods N] [--expect T=FILE.npy] [--trace FILE] ...
+    phobos-sched job.capnp [--pods host:port,...] [--local-pods N] [--expect T=FILE.npy] [--trace FILE]
+                 [--report FILE.html] [--chrome-trace FILE.json] ...
+    phobos-sched report TRACE.json -o FILE.html          the HTML report of a saved trace
+    phobos-sched chrome-trace TRACE.json -o FILE.json    a saved trace in Chrome trace-event format
 
 The first word picks the command; anything else is a job file to run.
 """
@@ -14,7 +17,7 @@ import argparse
 from common.cli import run_main, user_path
 from compiler.cli_args import parse_assignments, parse_scalars
 
-COMMANDS = ("new-job", "show-job")
+COMMANDS = ("new-job", "show-job", "report", "chrome-trace")
 
 
 def new_job_parser() -> argparse.ArgumentParser:
@@ -73,6 +76,14 @@ def main(argv: list[str]) -> int:
         return new_job(argv[1:])
     if argv and argv[0] == "show-job":
         return show_job(argv[1:])
+    if argv and argv[0] == "report":
+        from scheduler import report
+
+        return report.main(argv[1:])
+    if argv and argv[0] == "chrome-trace":
+        from scheduler import chrome_trace
+
+        return chrome_trace.main(argv[1:])
     from scheduler.run_cli import run_command
 
     return run_command(argv)

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after success, compare output NAME with FILE.npy (tolerance: see docs/runtime.md); "
                         "exit 1 when it differs")
     p.add_argument("--trace", metavar="FILE", help="write every instruction's start and end per node as JSON")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="write the run's self-contained HTML report (code, super-tiles, timeline, bytes)")
+    p.add_argument("--chrome-trace", metavar="FILE.json",
+                   help="write the run in Chrome trace-event format (Perfetto, chrome://tracing)")
     p.add_argument("--pod-log-level", default="warning", help="log level of local pods (default warning)")
     log.add_arguments(p)
     from scheduler import tuner_cli  # the cluster tuner's flags (--autotune, ...), its own module
@@ -146,7 +150,7 @@ def run_command(argv: list[str]) -> int:
     from scheduler.jobfile import read_job
     from scheduler.prepare import prepare
     from scheduler.run import JobFailed, RunOptions, run_job
-    from scheduler.tracefile import summary_text, write_trace
+    from scheduler.tracefile import summary_text
 
     args = build_parser().parse_args(argv)
     log.configure_from_args(args)
@@ -163,9 +167,11 @@ def run_command(argv: list[str]) -> int:
     if pods and not token:
         raise UserError(f"--pods needs the cluster's token: --token-file PATH or set {TOKEN_ENV}")
     expected = load_expected(args.expect)
-    trace_path = user_path(args.trace) if args.trace else None
-    if trace_path is not None and not trace_path.parent.is_dir():
-        raise UserError(f"--trace {trace_path}: folder {trace_path.parent} does not exist")
+    asked = (("--trace", args.trace), ("--report", args.report), ("--chrome-trace", args.chrome_trace))
+    outputs_of_run = {flag: user_path(value) for flag, value in asked if value}
+    for flag, path in outputs_of_run.items():
+        if not path.parent.is_dir():  # refuse before the job runs, not after
+            raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
     cluster_values = parse_assignments(args.set, "--set", int)
 
     prepared = prepare(job, job_path, roots, cluster_values)
@@ -191,8 +197,7 @@ def run_command(argv: list[str]) -> int:
     except JobFailed as err:
         print(f"error: job failed: {err}", file=sys.stderr)
         return 1
-    if trace_path is not None:
-        write_trace(result.trace, trace_path)
+    write_run_files(result.trace, outputs_of_run)
     print(summary_text(result.trace, result.ok, result.reason))
     if not result.ok:
         print(f"error: job failed: {result.reason}", file=sys.stderr)
@@ -209,3 +214,19 @@ def run_command(argv: list[str]) -> int:
     for problem in failures:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def write_run_files(trace: dict, paths: dict) -> None:
+    """The trace, the HTML report and the Chrome trace, each where its flag asked."""
+    from scheduler.tracefile import write_trace
+
+    if "--trace" in paths:
+        write_trace(trace, paths["--trace"])
+    if "--report" in paths:
+        from scheduler.report import write_report
+
+        write_report(trace, paths["--report"])
+    if "--chrome-trace" in paths:
+        from scheduler.chrome_trace import write_chrome_trace
+
+        write_chrome_trace(trace, paths["--chrome-trace"])
