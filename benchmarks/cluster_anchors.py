@@ -94,7 +94,7 @@ def gpu_name() -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def _cuda_median_s(fn, warmup: int = 2, repeat: int = 7) -> float:
+def cuda_median_s(fn, warmup: int = 2, repeat: int = 7) -> float:
     import cupy
 
     for _ in range(warmup):
@@ -125,7 +125,7 @@ def gpu_anchor(problem: Problem, arrays: dict[str, np.ndarray]) -> tuple[float, 
             cupy.multiply(out, s["alpha"], out=out)
             cupy.add(out, s["beta"] * c, out=out)
 
-        return _cuda_median_s(run), "cupy.matmul (cuBLAS SGEMM f32)"
+        return cuda_median_s(run), "cupy.matmul (cuBLAS SGEMM f32)"
     if problem.kind == "attention":
         import torch
 
@@ -135,8 +135,8 @@ def gpu_anchor(problem: Problem, arrays: dict[str, np.ndarray]) -> tuple[float, 
         def run():
             torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=s["scale"])
 
-        seconds = _cuda_median_s(run)
+        seconds = cuda_median_s(run)
         return seconds, "torch scaled_dot_product_attention f32"
     a, b = cupy.asarray(arrays["a"]), cupy.asarray(arrays["b"])
     out = cupy.empty_like(a)
-    return _cuda_median_s(lambda: cupy.add(a, b, out=out)), "cupy.add"
+    return cuda_median_s(lambda: cupy.add(a, b, out=out)), "cupy.add"

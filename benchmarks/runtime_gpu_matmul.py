@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,25 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+from cluster_anchors import cuda_median_s
 from cluster_cases import Case, matmul  # noqa: E402
 from cluster_harness import ClusterPool, data_root, read_bandwidth, trace_figures, write_problem  # noqa: E402
-
-
-def cuda_median_s(fn, warmup: int = 2, repeat: int = 7) -> float:
-    import cupy
-
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    return statistics.median(times)
 
 
 def busy_seconds(trace: dict, kind: str) -> float:

@@ -6,33 +6,14 @@ same computation in plain numpy measured in the same run (see test_interp_matmul
 
 from __future__ import annotations
 
-import timeit
-from pathlib import Path
-
 import numpy as np
 import pytest
+from interp_bench import best_of as _best_of
+from interp_bench import example_kernel as _kernel
+from interp_bench import record_ratio as _record
 
 from compiler.binding import bind
-from compiler.frontend import load_file
 from compiler.interp import run_kernel
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def _best_of(func, repeat=5) -> float:
-    return min(timeit.repeat(func, number=1, repeat=repeat))
-
-
-def _kernel(name):
-    return load_file(EXAMPLES / f"{name}.phk").kernel()
-
-
-def _record(benchmark, numpy_seconds: float) -> None:
-    interp = benchmark.stats.stats.min
-    benchmark.extra_info["numpy_s"] = numpy_seconds
-    benchmark.extra_info["ratio_to_numpy"] = interp / numpy_seconds
-    print(f"\n{benchmark.name}: interpreter {interp:.3f} s, numpy {numpy_seconds:.4f} s, "
-          f"ratio {interp / numpy_seconds:.1f}")
 
 
 @pytest.mark.parametrize("causal", [False, True])
