@@ -31,8 +31,6 @@ Tiles are f32 on the nodes whatever the storage dtype, so a buffer of `n` elemen
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -40,6 +38,7 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from compiler.cluster.program import ClusterProgram, Region, Unit
+from compiler.cluster.units import no_gc_pauses
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 
 BYTES_PER_ELEMENT = 4  # buffers hold f32
@@ -308,19 +307,8 @@ def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str
         raise UserError("no node to run the job on")
     # The planner builds millions of small acyclic objects; the cycle collector would rescan
     # them over and over (it more than doubles the time) and has nothing to find here.
-    with _gc_paused():
+    with no_gc_pauses():  # the plan is acyclic tuples too
         return _plan(program, nodes, uris, generation, units)
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int,
