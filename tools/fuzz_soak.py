@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
     reasons: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        pods = Pods(root, root / "logs")
+        pods = Pods(root, root / "logs", heartbeat_timeout=30.0)  # the loop idles between cases
         try:
             data = np.random.default_rng(args.seed)
             for name in "ab":
@@ -108,8 +108,9 @@ def main(argv: list[str]) -> int:
                         text = mutate_source(rng.choice(sources), edits)
                         counts[f"kernel {check_kernel_source(text)}"] += 1
                     elif which == "job":
+                        mutated = mutate_bytes(valid, edits)
                         try:
-                            verdict = judge_job_bytes(mutate_bytes(valid, edits), root,
+                            verdict = judge_job_bytes(mutated, root,
                                                       lambda p, s=session: pods.run(s, p, timeout=60))
                         finally:
                             restore(root, saved)
@@ -117,8 +118,11 @@ def main(argv: list[str]) -> int:
                         if verdict.outcome == "failed" and verdict.detail not in reasons:
                             reasons.add(verdict.detail)
                             print(f"case {case}: job failed with a reason: {verdict.detail}", flush=True)
-                        if session.lost:  # a runner pod died under a mutated job: say so, go on
-                            raise AssertionError(f"runner pods lost: {session.lost}")
+                        if session.lost:  # a runner pod died under a mutated job: keep the evidence
+                            kept = Path(tempfile.gettempdir()) / f"fuzz-soak-case-{args.seed}-{case}.capnp"
+                            kept.write_bytes(mutated)
+                            tails = "\n".join(p.log.read_text()[-1500:] for p in runner_pods)
+                            raise AssertionError(f"runner pods lost: {session.lost}; job in {kept}\n{tails}")
                     else:
                         send_raw(target.address, mutate_bytes(stream, edits), timeout=3.0)
                         counts["rpc sent"] += 1
