@@ -48,14 +48,19 @@ class Case:
     outputs: tuple  # tensors written
 
 
-CASES = {
-    "matmul": Case("matmul", "benchmarks/kernels/matmul_cpu.phk", {"M": 1024, "N": 1024, "K": 1024},
-                   {"alpha": 1.0, "beta": 0.5},
-                   {"A": (1024, 1024), "B": (1024, 1024), "C": (1024, 1024)}, ("C",)),
-    "flash_attention": Case("flash_attention", "benchmarks/kernels/flash_attention_cpu.phk",
-                            {"Nq": 2048, "Nk": 2048, "D": 64}, {"scale": 0.125},
-                            {"Q": (2048, 64), "K": (2048, 64), "V": (2048, 64), "O": (2048, 64)}, ("O",)),
-}
+def _matmul(n: int) -> Case:
+    return Case("matmul", "benchmarks/kernels/matmul_cpu.phk", {"M": n, "N": n, "K": n},
+                {"alpha": 1.0, "beta": 0.5}, {"A": (n, n), "B": (n, n), "C": (n, n)}, ("C",))
+
+
+def _flash_attention(n: int, d: int = 64) -> Case:
+    return Case("flash_attention", "benchmarks/kernels/flash_attention_cpu.phk", {"Nq": n, "Nk": n, "D": d},
+                {"scale": 0.125}, {"Q": (n, d), "K": (n, d), "V": (n, d), "O": (n, d)}, ("O",))
+
+
+# Sized so that a job takes about a second on 2 CPU pods of a 2-core machine: long enough that a
+# job's fixed costs (plan, submit, RPC, commit) and the machine's jitter are a small share of it.
+CASES = {"matmul": _matmul(2048), "flash_attention": _flash_attention(4096)}
 
 
 def make_job(case: Case, folder: Path) -> Path:
@@ -253,6 +258,22 @@ def write_doc(text: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def single_threaded_blas() -> None:
+    """One BLAS thread per call in the local pods (they inherit this environment).
+
+    A CPU pod already runs two leaf launches at once (its compute workers), and 2 or 4 pods share
+    the machine's cores; OpenBLAS's own threads on top of that oversubscribe the cores, and its
+    threads spin while they wait, so launches slow down by up to 2x at random. Measured on the
+    2-core machine (matmul, 2 pods, 1024^3): jobs took 0.26-0.56 s with the default threads and
+    0.13-0.19 s with one. The parallelism is the pods' and their workers'; a variable already set
+    by the caller is kept."""
+    for name in BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
@@ -274,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
         return 0 if all(r["within_tolerance"] for r in results) else 1
     os.environ.setdefault("PHOBOS_POD_MODULE", "pod.cli")
+    single_threaded_blas()
 
     import capnp
 

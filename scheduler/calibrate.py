@@ -6,9 +6,8 @@ its outputs sent to scratch files beside the real ones (removed afterwards; the 
 never touched). Probes run at the combinations with the smallest and the largest super-tiles, so
 leaf launches of two sizes separate a leaf's fixed cost per launch from its FLOP rate; then a
 probe at every other kept combination whose leaves (at their dims and tile values) were not
-timed yet, all after one unmeasured warm-up job. A leaf's speed is not one line in its FLOPs
-(the interpreter's and the GPU's efficiency change with the tile shapes), so the model uses the
-measured launch time where it has one and the fitted line elsewhere.
+timed yet, all after one unmeasured warm-up job. Every probe's launches go into one line per
+leaf (see `measure` for why not a time per leaf shape).
 
 From the probes' trace events (the scheduler's --trace records; see docs/runtime.md):
   - leaf speed, per leaf: a least-squares line `launch time = launch_s + FLOPs / rate` over the
@@ -17,7 +16,9 @@ From the probes' trace events (the scheduler's --trace records; see docs/runtime
   - storage: the same line over load and store events, `time = transfer_s + bytes / storage_bw`;
   - link: over fetch events, counting a fetch from the moment its peer had loaded the tile (a fetch
     is issued early and waits for its peer's load; that wait is not the link's);
-  - per job: wall time minus the span of the events (start, plan, submit, commit).
+  - per job: wall time minus the span of the events (start, plan, submit, commit);
+  - per instruction: what all of the above leave unexplained of each node's span in the probes,
+    over its instruction count (`instruction_cost`).
 
 Results are cached in JSON ($PHOBOS_CACHE_DIR or ~/.cache/phobos/, file cluster-calibration.json):
 transfer figures keyed by the cluster (each pod's host, backend and device, in node order), leaf
@@ -42,7 +43,7 @@ from compiler.cluster.program import ClusterProgram
 from scheduler.tuner import Figures, LeafRate
 
 CACHE_FILE = "cluster-calibration.json"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the per-instruction cost
 UNITS_PER_NODE = 3  # a probe's units per node: two are in flight at once, as in a real job, and a
 # third gives each node a steady launch of every leaf beside its first
 LEAF_PROBE_UNITS = 3  # per node, in the probes that only time the leaves of one more combination
@@ -57,7 +58,10 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """Least-squares (intercept, slope) of y = a + b x, both kept >= 0 (a cost is never negative).
 
     With one distinct x (every sample the same size) there is no slope to separate from the
-    intercept: all the time is put on the size (a = 0, b = mean y / x)."""
+    intercept: all the time is put on the size (a = 0, b = mean y / x). A line that falls with
+    size (b <= 0), which no transfer or leaf does, is scatter: refit through the origin, so that
+    time grows with size at the samples' average rate, rather than a fixed cost with an infinite
+    rate behind it (which gave figures like 1.4e18 FLOP/s and 3e12 B/s)."""
     if not xs:
         raise ValueError("no samples")
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -66,9 +70,7 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
         return 0.0, (my / mx if mx else 0.0)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
     a = my - b * mx
-    if b <= 0:  # time does not grow with size: all fixed cost
-        return max(my, 0.0), 0.0
-    if a < 0:  # refit through the origin
+    if a < 0 or b <= 0:  # refit through the origin
         return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
     return a, b
 
@@ -283,6 +285,7 @@ class Calibration:
     prepare_s: float  # per job: the first launch of each leaf on a node, beyond a steady launch
     overlap: float = 1.0  # see overlap_fraction
     launch_times: dict[str, float] = dataclasses.field(default_factory=dict)  # see measure_launch_times
+    instruction_s: float = 0.0  # see instruction_cost
 
 
 def measure_launch_times(probes: Sequence[Probe]) -> dict[str, float]:
@@ -304,10 +307,56 @@ def measure_launch_times(probes: Sequence[Probe]) -> dict[str, float]:
     return {sig: statistics.median(times) for sig, times in found.items()}
 
 
+def node_spans(probe: Probe) -> dict[int, float]:
+    """Per node, seconds from its first event's start to its last event's end."""
+    spans: dict[int, list[float]] = {}
+    for e in probe.trace["events"]:
+        if e["ok"]:
+            s = spans.setdefault(e["node"], [e["start"], e["end"]])
+            s[0], s[1] = min(s[0], e["start"]), max(s[1], e["end"])
+    return {node: end - start for node, (start, end) in spans.items()}
+
+
+def instruction_cost(probes: Sequence[Probe], figures: Figures, prepare_s: float) -> float:
+    """Seconds per instruction that the timed events leave unexplained: per node and probe, its
+    span (less the leaves' preparation, which the model counts per job) minus the model's node
+    time from the other figures, over the node's instruction count; the median of those, and
+    never below 0 (a cost is not negative; where the events explain a span fully, it is 0).
+
+    On a CPU pod every instruction costs the pod's one interpreter lock and the cores it shares
+    with the other pods some time beyond its own event (dispatch, the event's report, waiting for
+    the lock); what it is in a job with many more instructions than a probe is this same median."""
+    from types import SimpleNamespace
+
+    from scheduler.tuner import account, estimate_node, leaf_signature
+
+    per_instruction = []
+    for probe in probes:
+        plans = {node: SimpleNamespace(instructions=tuple(table.values()), peak_bytes=0)
+                 for node, table in probe.instructions.items()}
+        if not plans:
+            continue
+        signatures = {leaf.name: leaf_signature(leaf) for leaf in probe.program.leaves}
+        spans = node_spans(probe)
+        for load in account(plans, probe.program):
+            if load.node in spans and load.instructions:
+                modelled = estimate_node(load, figures, signatures).total_s
+                per_instruction.append((spans[load.node] - prepare_s - modelled) / load.instructions)
+    return max(0.0, statistics.median(per_instruction)) if per_instruction else 0.0
+
+
 def measure(probes: Sequence[Probe], base: Figures) -> Calibration:
+    """The figures from the probes. Each leaf's speed is its one line through every probe's
+    launches, not the launch time measured per leaf shape (`measure_launch_times`): a shape is
+    timed by one small probe at one moment, and on a shared machine that scatters by more than
+    the shapes differ (in three calibrations of the 2048^3 matmul on 2 CPU pods, shapes of the
+    same FLOPs came out up to 2x apart, and the per-shape times made the tuner choose a
+    combination 21-30% slower than the best; with the line it chose the best in all three)."""
     rates = fit_leaf_rates(probes)
-    return Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes),
-                       overlap_fraction(probes), measure_launch_times(probes))
+    partial = Calibration(fit_transfers(probes, base), rates, leaf_preparation_s(probes),
+                          overlap_fraction(probes))
+    fixed = instruction_cost(probes, figures_from(partial, base), partial.prepare_s)
+    return dataclasses.replace(partial, instruction_s=fixed)
 
 
 def figures_from(calibration: Calibration, base: Figures, source: str = "calibrated on the pods") -> Figures:
@@ -319,7 +368,8 @@ def figures_from(calibration: Calibration, base: Figures, source: str = "calibra
         job_s=t.job_s + calibration.prepare_s, overlap=calibration.overlap,
         leaf_rates=tuple(sorted(rates.items())), launch_times=tuple(sorted(calibration.launch_times.items())),
         leaf_flops=slowest.flops_per_s if slowest else base.leaf_flops,
-        launch_s=slowest.launch_s if slowest else base.launch_s, source=source)
+        launch_s=slowest.launch_s if slowest else base.launch_s, instruction_s=calibration.instruction_s,
+        source=source)
 
 
 # ------------------------------------------------------------------------------------------
@@ -374,7 +424,8 @@ def cached_calibration(ckey: str, kkey: str) -> Calibration | None:
         rates = {name: LeafRate(*pair) for name, pair in leaves["rates"].items()}
         return Calibration(TransferFit(**transfers), rates, float(leaves["prepare_s"]),
                            float(leaves.get("overlap", 1.0)),
-                           {k: float(v) for k, v in leaves.get("launch_times", {}).items()})
+                           {k: float(v) for k, v in leaves.get("launch_times", {}).items()},
+                           float(leaves.get("instruction_s", 0.0)))
     except (TypeError, KeyError, ValueError):  # absent, or written by another version
         return None
 
@@ -385,7 +436,7 @@ def store_calibration(ckey: str, kkey: str, calibration: Calibration) -> None:
     data.setdefault("leaves", {})[f"{ckey}#{kkey}"] = {
         "rates": {n: [r.launch_s, r.flops_per_s] for n, r in calibration.rates.items()},
         "prepare_s": calibration.prepare_s, "overlap": calibration.overlap,
-        "launch_times": calibration.launch_times}
+        "launch_times": calibration.launch_times, "instruction_s": calibration.instruction_s}
     write_cache(data)
 
 

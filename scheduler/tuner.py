@@ -21,11 +21,15 @@ Pure: no I/O, no clocks. The pipeline, for every combination of @cluster values:
        transfer  = (loaded + stored) / storage_bw + (fetched + served) / link_bw
                    + transfer_s per load and store + link_s per fetch
        middle    = transfer - start - end
-       node time = start + compute + middle - overlap * min(compute, middle) + end
+       fixed     = instruction_s * the node's instructions (all of them, allocate and free too)
+       node time = start + compute + middle - overlap * min(compute, middle) + end + fixed
        job time  = job_s + max over nodes of node time
 
    `overlap` is 1 by default (node time = start + max(compute, middle) + end: a GPU pod computes
    while its copies run); calibration measures it (a CPU pod's cores do both, so less hides).
+   `instruction_s` is 0 by default; calibration measures it as what the timed events leave
+   unexplained of the probes' node spans (on CPU pods sharing cores: dispatch, event reports,
+   waits for the interpreter lock and for a core).
 
 Candidates are ranked by predicted time; ties keep the search-space order (first values first).
 """
@@ -70,6 +74,10 @@ class Figures:
     job_s: float = 0.0  # fixed cost of a job (start, plan, submit, commit)
     overlap: float = 1.0  # share of transfer time hidden under compute: 1 full, 0 none (summed)
     leaf_rates: tuple[tuple[str, LeafRate], ...] = ()  # per leaf name, overriding the two above
+    # Fixed cost of every instruction of a node's plan that no instruction's own time shows: its
+    # dispatch, its event's report, and on a CPU pod the interpreter lock and cores it shares with
+    # the other work (calibration: what the timed events leave unexplained of the probes' spans).
+    instruction_s: float = 0.0
     # Measured seconds per launch of a leaf at given dims and tile values (`leaf_signature`),
     # overriding the rates: a leaf's speed is not one line in its FLOPs (caches, tile shapes).
     launch_times: tuple[tuple[str, float], ...] = ()
@@ -106,6 +114,7 @@ class NodeLoad:
     start_fetched: int  # bytes fetched before the first compute can run
     end_stored: int  # bytes of the last store
     peak_bytes: int
+    instructions: int = 0  # every instruction of the node's plan (allocate and free included)
 
 
 @dataclass(frozen=True)
@@ -229,7 +238,7 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
         launches=tuple((leaf, c, f) for leaf, (c, f) in launches.items()),
         bytes_loaded=loaded, bytes_fetched=fetched, bytes_served=served, bytes_stored=stored,
         transfers=transfers, fetches=fetches, start_loaded=start_loaded, start_fetched=start_fetched,
-        end_stored=end_stored, peak_bytes=node_plan.peak_bytes)
+        end_stored=end_stored, peak_bytes=node_plan.peak_bytes, instructions=len(node_plan.instructions))
 
 
 # ------------------------------------------------------------------------------------------
@@ -253,13 +262,14 @@ def estimate_node(load: NodeLoad, figures: Figures,
     transfer = ((load.bytes_loaded + load.bytes_stored) / figures.storage_bw
                 + (load.bytes_fetched + load.bytes_served) / figures.link_bw
                 + load.transfers * figures.transfer_s + load.fetches * link_s)
+    fixed = load.instructions * figures.instruction_s
     if not load.launches:
-        return NodeEstimate(load.node, 0.0, transfer, 0.0, 0.0, transfer)
+        return NodeEstimate(load.node, 0.0, transfer, 0.0, 0.0, transfer + fixed)
     start = load.start_loaded / figures.storage_bw + load.start_fetched / figures.link_bw
     start += max(figures.transfer_s if load.start_loaded else 0.0, link_s if load.start_fetched else 0.0)
     end = load.end_stored / figures.storage_bw + (figures.transfer_s if load.end_stored else 0.0)
     middle = max(0.0, transfer - start - end)
-    total = start + compute + middle - figures.overlap * min(compute, middle) + end
+    total = start + compute + middle - figures.overlap * min(compute, middle) + end + fixed
     return NodeEstimate(load.node, compute, transfer, start, end, total)
 
 
@@ -384,6 +394,8 @@ def describe_figures(figures: Figures) -> str:
         if figures.link_s is not None:
             text += f", per fetch {format_seconds(figures.link_s)}"
         text += f", per job {format_seconds(figures.job_s)}"
+    if figures.instruction_s:
+        text += f", per instruction {format_seconds(figures.instruction_s)}"
     for name, r in figures.leaf_rates:
         text += f"; leaf {name}: {r.flops_per_s:.3g} FLOP/s + {format_seconds(r.launch_s)}/launch"
     return f"{text} ({figures.source})"

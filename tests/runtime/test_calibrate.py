@@ -41,7 +41,8 @@ def probe(events, prog, wall, instructions=None):
 def test_fit_line_recovers_a_line_and_keeps_costs_non_negative():
     assert cal.fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((1, 2))
     assert cal.fit_line([2, 2], [4, 6]) == pytest.approx((0, 2.5))  # one size: all on the slope
-    assert cal.fit_line([1, 2], [5, 3]) == pytest.approx((4, 0))  # falling: all fixed cost
+    # falling with size (scatter; no leaf or transfer does): through the origin, not an infinite rate
+    assert cal.fit_line([1, 2], [5, 3]) == pytest.approx((0, (5 + 6) / 5))
     a, b = cal.fit_line([1, 2, 3], [0.5, 3, 5.5])  # intercept -2 would be negative: through 0
     assert a == 0 and b == pytest.approx((0.5 + 6 + 16.5) / 14)
 
@@ -110,6 +111,44 @@ def test_figures_from_a_calibration_and_the_cache_round_trip(tmp_path, monkeypat
     assert json.loads((tmp_path / cal.CACHE_FILE).read_text())["version"] == cal.CACHE_VERSION
     (tmp_path / cal.CACHE_FILE).write_text("{not json")
     assert cal.cached_calibration("c", "k") is None  # a broken cache is ignored, not fatal
+
+
+def test_instruction_cost_is_what_the_events_leave_unexplained_of_a_nodes_span():
+    # One node: an allocate, a load (1 s), a compute (1 s) and a free. The model explains 2 s (no
+    # overlap: the compute waits for the load); the node's events span 2.8 s: 0.8 s over 4
+    # instructions is 0.2 s each.
+    from schemas.instructions import Allocate, Compute, Free
+
+    region = Region("A", (0, 0), (16, 16))
+    table = {1: Allocate(1, (), 5, (16, 16)), 2: Load(2, (1,), 5, "file:///A.npy", region),
+             3: Compute(3, (2,), "main", (("A", 5),), 0), 4: Free(4, (3,), 5)}
+    events = [event(0, 1, "allocate", 0.0, 0.0), event(0, 2, "load", 0.1, 1.1, 1024),
+              event(0, 3, "compute", 1.6, 2.6, leaf_name="main"), event(0, 4, "free", 2.8, 2.8)]
+    p = probe(events, program(main=1000), 3.0, {0: table})
+    figures = Figures(nodes=1, vram_bytes=0, leaf_flops=1000.0, link_bw=1e9, storage_bw=1024.0, overlap=0.0)
+    assert cal.node_spans(p) == {0: pytest.approx(2.8)}
+    assert cal.instruction_cost([p], figures, 0.0) == pytest.approx(0.2)
+    assert cal.instruction_cost([p], figures, 0.4) == pytest.approx(0.1)  # less the preparation
+    slow = Figures(**{**figures.__dict__, "leaf_flops": 100.0})  # explains more than the span: 0, not < 0
+    assert cal.instruction_cost([p], slow, 0.0) == 0.0
+
+
+def test_calibrated_figures_use_one_line_per_leaf_not_per_shape_times():
+    # Two shapes of the same FLOPs timed 5x apart in two probes: scatter of the moment, not the
+    # shape. The figures predict them alike, from the line through both.
+    from scheduler.tuner import leaf_signature
+
+    small = program(step=1_000_000)
+    other = Leaf(name="step", kernel="k", source="", dims=(("M", 512),), tile_values=(("M", 64),),
+                 grid=(1,), threads=256, tensors=(), scalars=(), flops=1_000_000)
+    big = ClusterProgram("k", "", (), (), (), (1,), (), (), (other,), ())
+    p1 = probe([event(0, i, "compute", i, i + 0.01, leaf_name="step") for i in range(4)], small, 5.0)
+    p2 = probe([event(0, i, "compute", i, i + 0.05, leaf_name="step") for i in range(4)], big, 5.0)
+    figures = cal.figures_from(cal.measure([p1, p2], BASE), BASE)
+    assert figures.launch_times == ()
+    t1 = figures.launch_time("step", leaf_signature(small.leaves[0]), 1_000_000)
+    t2 = figures.launch_time("step", leaf_signature(other), 1_000_000)
+    assert t1 == t2 == pytest.approx(0.03)  # one size: the median of the two medians, all on the slope
 
 
 def test_cluster_key_leaves_out_ports():

@@ -93,6 +93,19 @@ def test_ties_keep_search_space_order_and_job_cost_adds():
     assert ranking.ranked[0].prediction.total_s == pytest.approx(10.0)
 
 
+def test_each_instruction_adds_its_fixed_cost_to_its_node():
+    # BLOCK=256 (see above, 6 s at launch 1 s): each node's plan has its allocates, loads, launches,
+    # stores and frees; at 0.25 s each, the node's time grows by a quarter of their count.
+    plain = tune(add_kernel(), {"N": 1024}, Figures(**HAND, launch_s=1.0))
+    costly = tune(add_kernel(), {"N": 1024}, Figures(**HAND, launch_s=1.0, instruction_s=0.25))
+    small = by_label(plain.ranked)["BLOCK=256"]
+    busiest = small.prediction.busiest.node
+    instructions = next(load.instructions for load in small.loads if load.node == busiest)
+    assert instructions >= 2 * (2 + 1 + 1)  # per unit at least: two loads, a launch, a store
+    assert by_label(costly.ranked)["BLOCK=256"].prediction.total_s == pytest.approx(6.0 + 0.25 * instructions)
+    assert "per instruction 250.00 ms" in render_table(costly)
+
+
 def test_node_without_a_super_tile_is_dropped():
     # N = 1024: BLOCK=512 gives 2 super-tiles; on 4 nodes two would idle.
     ranking = tune(add_kernel(), {"N": 1024}, Figures(**{**HAND, "nodes": 4}))
