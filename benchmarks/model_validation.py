@@ -60,7 +60,7 @@ def _flash_attention(n: int, d: int = 64) -> Case:
 
 # Sized so that a job takes about a second on 2 CPU pods of a 2-core machine: long enough that a
 # job's fixed costs (plan, submit, RPC, commit) and the machine's jitter are a small share of it.
-CASES = {"matmul": _matmul(2048), "flash_attention": _flash_attention(4096)}
+CASES = {"matmul": _matmul(2048), "flash_attention": _flash_attention(8192)}
 
 
 def make_job(case: Case, folder: Path) -> Path:
@@ -142,11 +142,11 @@ GUIDE = """\
    when the compiler rejects it (its reason is shown), when it has fewer super-tiles than nodes (a
    node would get none), or when a node's peak memory (the planner's) exceeds its memory;
 2. the rest are **ranked** by a model of the busiest node, from its plan: compute = its launches'
-   time (launch cost + FLOPs / leaf FLOP/s, or the launch time measured for that leaf shape);
-   transfer = (bytes loaded + stored) / storage bandwidth + (bytes fetched + served) / link
-   bandwidth + a fixed cost per load, store and fetch; node time = start (the first compute's
-   inputs) + compute + the rest of the transfers, of which the `overlap` share hides under compute,
-   + the last store; job = a fixed per-job cost + the busiest node;
+   time (per leaf a line: launch cost + FLOPs / leaf FLOP/s); transfer = (bytes loaded + stored) /
+   storage bandwidth + (bytes fetched + served) / link bandwidth + a fixed cost per load, store and
+   fetch; node time = start (the first compute's inputs) + compute + the rest of the transfers, of
+   which the `overlap` share hides under compute, + the last store + a fixed cost per instruction
+   of its plan; job = a fixed per-job cost + the busiest node;
 3. the table (combination, predicted time, busiest node, its compute and transfer, bytes moved,
    peak memory, then each dropped one and why) is printed and the first one runs.
 
@@ -156,35 +156,49 @@ defaults for GPU pods 40e12 FLOP/s, 50e9 B/s, 2e9 B/s, 20 us; for CPU pods 5e9, 
 `--tune-only` prints the table and runs nothing. Nothing is measured unless `--calibrate`.
 
 `--calibrate` measures the figures on the pods with probe jobs through the real runtime (the job
-cut to its first 3 units per node, outputs to scratch files), after one unmeasured warm-up job:
-at the combinations with the most and the fewest super-tiles, then at every other kept
-combination whose leaves were not timed yet (so on a small job, calibration costs about as much
-as running every combination once; on a large one, a few units per node and combination). From
-the probes' trace events: per leaf a line
-launch time = launch cost + FLOPs / rate, and the median launch time of every leaf shape (dims
-and tile values); storage and link lines over loads, stores and fetches (a fetch timed from when
-its peer had the tile); the share of transfer time hidden under compute; the per-job cost (wall
-time outside the events, plus each leaf's preparation on its first launch). Medians per size
-everywhere, since single events on a shared machine scatter by several times. The result is
-cached in `$PHOBOS_CACHE_DIR/cluster-calibration.json` (default `~/.cache/phobos/`), keyed by the
-cluster (each pod's host, backend and device, ports left out) and the kernel (source, dims, tile
-values); a later `--calibrate` on the same cluster and kernel measures nothing.
+cut to its first 3 units per node, outputs to scratch files), after one unmeasured warm-up job: at
+the combinations with the most and the fewest super-tiles, then at every other kept combination
+whose leaves were not timed yet (so on a small job, calibration costs about as much as running
+every combination once; on a large one, a few units per node and combination). Every probe runs
+twice, in order and then in reverse, so that a drift in the machine's load touches every size
+alike (in one run under a load average of 9, a single pass put every launch's time on its FLOPs
+and ranked all flash attention combinations equal). All pods run every probe at once, so the
+figures include what pods sharing a machine's cores cost each other. From the probes' trace
+events: per leaf one line launch time = launch cost + FLOPs / rate through all probes' launches,
+shared out by how many launches a pod runs at once; storage and link lines over loads, stores and
+fetches (a fetch timed from when its peer had the tile); a line whose time falls with size
+(scatter) is refit through the origin, never turned into an infinite rate; the share of transfer
+time hidden under compute; the per-job cost (wall time outside the events, plus each leaf's
+preparation on its first launch); and the cost per instruction: what those figures leave
+unexplained of each node's span in the probes, over its instruction count (median, never below 0;
+on CPU pods sharing cores it is dispatch, event reports and waits for the interpreter lock and a
+core). Medians per size everywhere, since single events on a shared machine scatter by several
+times. An earlier version also used the launch time measured per leaf shape (dims and tile
+values); each shape is timed by one small probe, which scattered by more than the shapes differ
+(same-FLOP shapes up to 2x apart) and made the tuner choose matmul combinations 21-30% slower than
+the best; the model no longer uses them. The result is cached in
+`$PHOBOS_CACHE_DIR/cluster-calibration.json` (default `~/.cache/phobos/`), keyed by the cluster
+(each pod's host, backend and device, ports left out) and the kernel (source, dims, tile values);
+a later `--calibrate` on the same cluster and kernel measures nothing.
 
 `--tune-leaves` lets one GPU pod time every `@autotune` point of the leaves at the chosen
 `@cluster` values (a 2-unit probe job per point on that pod); every node then runs the fastest
 point's values (cached beside the calibration). It refuses CPU-only clusters.
 
-Limits, as measured. The kernels (benchmarks/kernels/*_cpu.phk) are sized so that a job takes a
-fraction of a second on CPU pods; on the shared 2-core machine where this was run, the same job's
-time scatters by up to 3x from run to run, and the model's absolute predictions are off by up to
-2x either way (leaf launches in probes and in the full job meet different contention). What the
-model gets right is the shape: which leaf shapes are slow, how launches and fetches grow with
-smaller super-tiles. Where it predicts two combinations within a few per cent of each other, the
-scatter decides which measures faster, so the 10% check passes in most runs but not every run:
-in the three full runs with this model, 4/4, 2/4 and 3/4 of the cases passed (the table below is
-the last; an earlier model, one FLOP-rate line per leaf without per-shape launch times, passed
-1/4), and flash attention alone passed 4 of 6 in repeated runs. The calibration itself is
-measured under the same scatter; it takes medians to resist it.
+Limits, as measured. The validation kernels (benchmarks/kernels/*_cpu.phk) run at 2048^3
+(matmul) and 8192 x 8192 x 64 (flash attention), so that a job takes 0.5-3 s on 2 or 4 CPU pods of
+the 2-core machine; at the earlier 1024^3 / 2048 sizes a job took 0.1-0.4 s and the run-to-run
+scatter was as large as the differences between combinations. The local pods run with one BLAS
+thread per call (the script sets `OPENBLAS_NUM_THREADS=1`, `OMP_NUM_THREADS=1` and
+`MKL_NUM_THREADS=1` unless already set): a CPU pod runs two launches at once and 2-4 pods share the
+two cores, and OpenBLAS's own spinning threads on top made the same job scatter by 2x (matmul
+1024^3 on 2 pods: 0.26-0.56 s with the default threads, 0.13-0.19 s with one). A plain
+`phobos-sched --local-pods` run does not set them; that is the pods' configuration, not the
+tuner's. The model's absolute predictions are still off by up to about 1.5x (mostly under: the
+probes are short, so their nodes spend less time waiting on each other than a full job's); what
+it ranks right is which combinations cost more launches, instructions, fetches and loads for the
+same FLOPs. The measurement runs on a machine shared with other work, so single runs still
+scatter by up to 1.5x and the check is of medians of interleaved runs.
 """
 
 
@@ -195,7 +209,8 @@ def markdown(results: list[dict], reps: int, load: float | None) -> str:
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
     lines = [SECTION, "", GUIDE, "### Validation", "",
              "Written by `benchmarks/model_validation.py` (do not edit the tables by hand). Local CPU "
-             f"pods (the reference interpreter) on one machine ({machine}), {when}; the machine was "
+             f"pods (the reference interpreter, one BLAS thread per call) on one machine ({machine}), "
+             f"{when}; the machine was "
              f"shared with other work ({_load_text(load)}), so single runs scatter. "
              "For each kernel and node count the model is calibrated on the pods (`--calibrate`, fresh "
              "cache), every @cluster combination is ranked, and every kept combination is run "

@@ -508,24 +508,32 @@ async def calibrate(session, prepared, options, nodes: list[int], candidates, ba
         # or GPU's first use and cold page-cache reads, which no later job pays.
         say(f"calibration: warm-up at {combos[0].label()} on {len(nodes)} nodes")
         await run_probe(session, prepared, options, nodes, compile_at(dict(combos[0].values)), len(nodes))
-    probes = []
-    for cand in combos:
-        say(f"calibration: probe at {cand.label()} on {len(nodes)} nodes")
-        probes.append(await run_probe(session, prepared, options, nodes, compile_at(dict(cand.values))))
-    if not probes:
+    if not combos:
         return base
-    # Then the leaves of every other kept combination, at their own dims.
-    measured = {leaf_signature(leaf) for p in probes for leaf in p.program.leaves}
+    # The probes: the two combinations above, then the leaves of every other kept combination
+    # whose leaves (at their own dims and tile values) those do not run.
+    plan_: list[tuple[str, ClusterProgram, int | None]] = [
+        ("probe", compile_at(dict(c.values)), None) for c in combos]
+    labels = [c.label() for c in combos]
+    measured = {leaf_signature(leaf) for _, program, _ in plan_ for leaf in program.leaves}
     for cand in candidates:
         if cand.dropped is not None:
             continue
         program = compile_at(dict(cand.values))
         if all(leaf_signature(leaf) in measured for leaf in program.leaves):
             continue
-        say(f"calibration: leaf probe at {cand.label()} on {len(nodes)} nodes")
-        units = LEAF_PROBE_UNITS * len(nodes)
-        probes.append(await run_probe(session, prepared, options, nodes, program, units))
+        plan_.append(("leaf probe", program, LEAF_PROBE_UNITS * len(nodes)))
+        labels.append(cand.label())
         measured.update(leaf_signature(leaf) for leaf in program.leaves)
+    # Every probe runs twice, in order and then in reverse: the machine's load drifts (other
+    # programs come and go), and a size probed only in a busy moment tilts the lines; run both
+    # ways, every size meets the drift alike, and the medians get twice the samples.
+    order = list(range(len(plan_)))
+    probes = []
+    for i in order + order[::-1]:
+        kind, program, units = plan_[i]
+        say(f"calibration: {kind} at {labels[i]} on {len(nodes)} nodes")
+        probes.append(await run_probe(session, prepared, options, nodes, program, units))
     calibration = measure(probes, base)
     store_calibration(ckey, kkey, calibration)
     return figures_from(calibration, base)

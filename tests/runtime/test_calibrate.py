@@ -196,8 +196,9 @@ def test_autotuned_calibrated_run_is_right_and_reuses_its_cache(cluster, tmp_pat
     assert tuned.result.ok, tuned.result.reason
     probes = [line for line in said if line.startswith("calibration: probe at")]
     # 256^3 with tiles of 128 or 256: the most units (128^3, 4 units) and the fewest that leave
-    # no node idle (2 units) are probed; 256 x 256 x * (1 unit) is dropped on 2 nodes.
-    assert len(probes) == 2
+    # no node idle (2 units) are probed, each twice (in order, then in reverse); 256 x 256 x *
+    # (1 unit) is dropped on 2 nodes.
+    assert len(probes) == 4 and probes[:2] == probes[:1:-1] and probes[0] != probes[1]
     table = "\n".join(said)
     assert "(calibrated on the pods)" in table and "dropped: 1 super-tile(s) for 2 nodes" in table
     assert dict(tuned.prepared.program.cluster_values) == dict(tuned.ranking.best.values)
