@@ -291,7 +291,8 @@ class Calibration:
 def measure_launch_times(probes: Sequence[Probe]) -> dict[str, float]:
     """Seconds per launch of every leaf the probes ran, by `leaf_signature` (its dims and tile
     values): the median steady launch (else first launches less the leaf's preparation), shared
-    out by that probe's compute concurrency."""
+    out by that probe's compute concurrency. `measure` does not use them (see there); they are
+    for comparing shapes by hand, and `Figures.launch_times` still takes them when given."""
     from scheduler.tuner import leaf_signature
 
     prepare = _preparation(*_compute_samples(probes))
