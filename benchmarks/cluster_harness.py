@@ -32,16 +32,6 @@ def kernel_path(case: Case) -> Path:
     return repo_file(f"{KERNEL_DIR}/{case.kernel_file}")
 
 
-def pod_module() -> str:
-    """The module local pods run. pod/main.py is the documented entry; while it is still the
-    placeholder that only parses common flags, the pod program itself lives in pod/cli.py."""
-    explicit = os.environ.get("PHOBOS_POD_MODULE")
-    if explicit:
-        return explicit
-    main = repo_file("pod/main.py").read_text()
-    return "pod.main" if "pod.cli" in main or "PodServer" in main else "pod.cli"
-
-
 # ---- files -------------------------------------------------------------------------------------------
 
 
@@ -166,7 +156,6 @@ class ClusterPool:
         from scheduler.local_pods import new_token, start_local_pods
         from scheduler.run import PodSession
 
-        os.environ["PHOBOS_POD_MODULE"] = pod_module()
         devices = ["cpu"] * pods if device == "cpu" else ["0"] * pods  # GPU cases share one GPU
         local = await start_local_pods(devices, [self.root], new_token(),
                                        ["--heartbeat-interval", "0.5", "--scheduler-timeout", "30"])

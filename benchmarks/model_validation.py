@@ -7,7 +7,7 @@ interleaved order (so a drift of the machine touches every combination alike), a
 median wall time (the scheduler's job time: plan, submit, run, commit; pod start-up excluded).
 The check: the model's first choice measures within 10% of the best measured combination.
 
-    PYTHONPATH=. PHOBOS_POD_MODULE=pod.cli .venv/bin/python benchmarks/model_validation.py [--reps 3]
+    PYTHONPATH=. .venv/bin/python benchmarks/model_validation.py [--reps 3]
         [--nodes 2,4] [--kernels matmul,flash_attention] [--write-doc] [--json FILE]
 
 --write-doc replaces the section "Cluster tuner: predicted vs measured" of docs/performance.md.
@@ -321,7 +321,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(text)
         return 0 if all(r["within_tolerance"] for r in results) else 1
-    os.environ.setdefault("PHOBOS_POD_MODULE", "pod.cli")
     single_threaded_blas()
 
     import capnp

@@ -1,7 +1,7 @@
 """Real runs for the report's tests: the scheduler's command line on CPU pods, traces written by it.
 
 `run_example` writes a job for one of examples/jobs/*.phk with random inputs, starts CPU pods
-(`python -m pod.cli`, the pod engineer's entry point, until //pod's main is wired to it), runs
+(`python -m pod.main`, the //pod program), runs
 `python -m scheduler.cli JOB --pods ... --trace T.json`, and, with `kill_node`, kills that pod
 with SIGKILL once it has run part of its work, so the scheduler declares it lost and re-plans.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_KERNELS = REPO / "examples" / "jobs"
-POD_MODULE = os.environ.get("PHOBOS_POD_MODULE", "pod.cli")
+POD_MODULE = os.environ.get("PHOBOS_POD_MODULE", "pod.main")
 
 
 @dataclass(frozen=True)
