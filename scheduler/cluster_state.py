@@ -11,8 +11,11 @@ Rules (docs/runtime.md states them for users):
 - A node that sends nothing (heartbeat, events, finished) for `heartbeat_timeout` seconds, or
   whose connection drops, is declared dead. Every unit not yet stored is then re-planned over the
   nodes left, under a new generation, with its inputs loaded again from storage.
-- The units a dead node was running (its last heartbeat's running instructions) are charged one
-  crash each; a unit charged `max_attempts` times fails the job, naming the instruction and kernel.
+- A dead node's crash is charged to the units it was running: those of its last heartbeat's
+  running instructions not reported finished since, and those of its computes that were ready
+  (every dependency reported finished, the compute itself not), which catches a unit that kills
+  its node before any heartbeat saw it running. One crash per unit per death; a unit charged
+  `max_attempts` times fails the job, naming the instruction and kernel.
 - An instruction that fails on a live node (a bad leaf, a storage error) fails the job at once:
   such errors repeat wherever the unit runs. Except a failed fetch: the peer that could not serve
   the tile (it died, hung past the fetch timeout, or sent a corrupt tile) is declared dead, and the
@@ -83,6 +86,7 @@ class InstructionInfo:
     unit: int | None
     leaf: str | None
     node: int
+    deps: tuple[int, ...] = ()
 
 
 def describe_instructions(plan: NodePlan) -> dict[int, InstructionInfo]:
@@ -99,12 +103,13 @@ def describe_instructions(plan: NodePlan) -> dict[int, InstructionInfo]:
             continue
         if unit is not None:
             for w in waiting:
-                out[w.id] = InstructionInfo(kind_of(w), unit, None, plan.node)
+                out[w.id] = InstructionInfo(kind_of(w), unit, None, plan.node, w.deps)
             waiting.clear()
             last_unit = unit
-        out[ins.id] = InstructionInfo(kind_of(ins), unit if unit is not None else last_unit, leaf, plan.node)
+        out[ins.id] = InstructionInfo(kind_of(ins), unit if unit is not None else last_unit, leaf, plan.node,
+                                      ins.deps)
     for w in waiting:
-        out[w.id] = InstructionInfo(kind_of(w), last_unit, None, plan.node)
+        out[w.id] = InstructionInfo(kind_of(w), last_unit, None, plan.node, w.deps)
     return out
 
 
@@ -132,6 +137,7 @@ class ClusterState:
     crashes: dict[int, int] = field(default_factory=dict)  # unit -> times its node died under it
     last_seen: dict[int, float] = field(default_factory=dict)
     running: dict[int, tuple[int, ...]] = field(default_factory=dict)  # node -> running ids
+    done: dict[int, set[int]] = field(default_factory=dict)  # node -> ids reported finished (ok)
     finished_nodes: set[int] = field(default_factory=set)
     instruction_info: dict[int, InstructionInfo] = field(default_factory=dict)
     fetch_peers: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, fetch id) -> peer
@@ -171,6 +177,8 @@ class ClusterState:
                     return self._declare_dead([peer], f"node {node} could not fetch from it: {event.message}",
                                               now)
                 return self._fail(f"node {node}: {self._name(event.id)} failed: {event.message}")
+            if event.kind != "serve":  # a serve event's id is a buffer, not an instruction
+                self.done.setdefault(node, set()).add(event.id)
             if event.kind == "store":
                 info = self.instruction_info.get(event.id)
                 if info is None or info.unit is None or info.node != node:
@@ -206,6 +214,19 @@ class ClusterState:
         """Fail the job for a reason found outside the state machine (a pod refusing its plan)."""
         return self._fail(reason)
 
+    def suspects(self, node: int) -> list[int]:
+        """The instructions `node` was running as far as the scheduler knows, heartbeat first: its
+        last heartbeat's running ids not reported finished since, then its computes that were
+        ready (every dependency reported finished, the compute itself not). The pod starts an
+        instruction as soon as its dependencies are done, so a ready compute was running (or
+        about to) even if it started and crashed the node between two heartbeats."""
+        done = self.done.get(node, set())
+        heard = [i for i in self.running.get(node, ()) if i not in done]
+        ready = sorted(i for i, info in self.instruction_info.items()
+                       if info.node == node and info.kind == "compute" and i not in done
+                       and all(d in done for d in info.deps))
+        return heard + [i for i in ready if i not in heard]
+
     # ---- internals ----
 
     def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:
@@ -217,13 +238,14 @@ class ClusterState:
             # One crash per unit per death, however many of its instructions were running; a
             # compute names the culprit better than the loads beside it.
             culprits: dict[int, int] = {}
-            for ins_id in self.running.pop(node, ()):
+            for ins_id in self.suspects(node):
                 info = self.instruction_info.get(ins_id)
                 if info is None or info.unit is None or info.unit in self.stored:
                     continue
                 known = culprits.get(info.unit)
                 if known is None or (info.kind == "compute" != self.instruction_info[known].kind):
                     culprits[info.unit] = ins_id
+            self.running.pop(node, None)
             kinds = {unit: self.instruction_info[i].kind for unit, i in culprits.items()}
             computes_first = sorted(culprits.items(), key=lambda c: (kinds[c[0]] != "compute", c[0]))
             for unit, ins_id in computes_first:
@@ -251,6 +273,7 @@ class ClusterState:
         self.plans[self.generation] = plan
         self.finished_nodes.clear()
         self.running.clear()
+        self.done.clear()
         self.outputs_stored = {u: n for u, n in self.outputs_stored.items() if u in self.stored}
         self.instruction_info = {}
         self.fetch_peers = {}

@@ -164,3 +164,67 @@ def test_losing_a_node_after_everything_is_stored_needs_no_replan():
     actions = state.disconnected(2, "connection lost", 0.7)
     assert actions == [Cancel(2), Succeeded()]
     assert state.generation == 1
+
+
+# ---- charging a crash without a heartbeat (a unit that kills its node at once) ----
+
+
+def first_compute(node_plan, unit):
+    return next(i for i in node_plan.instructions if isinstance(i, Compute) and i.unit == unit)
+
+
+def finished_events(node_plan, ids):
+    kinds = {i.id: type(i).__name__.lower() for i in node_plan.instructions}
+    return [EventInfo(i, kinds[i]) for i in ids]
+
+
+def test_a_node_dying_right_after_its_loads_finished_charges_the_unit_whose_compute_was_ready():
+    state = make_state(add_program(64 * 8, 64), n_nodes=4)
+    state.start(0.0)
+    node = state.plan.placement[5]
+    p = state.plan.node_plans[node]
+    compute = first_compute(p, 5)
+    assert compute.deps  # its inputs are loaded first
+    state.events(node, 1, finished_events(p, compute.deps), 0.2)
+    state.disconnected(node, "connection lost", 0.3)  # no heartbeat ever named the compute
+    assert state.crashes == {5: 1}
+
+
+def test_a_unit_whose_inputs_were_still_loading_is_not_charged():
+    state = make_state(add_program(64 * 8, 64), n_nodes=4)
+    state.start(0.0)
+    node = state.plan.placement[5]
+    p = state.plan.node_plans[node]
+    compute = first_compute(p, 5)
+    state.events(node, 1, finished_events(p, compute.deps[:-1]), 0.2)  # one input still loading
+    state.disconnected(node, "connection lost", 0.3)
+    assert 5 not in state.crashes
+
+
+def test_a_unit_that_kills_its_node_before_any_heartbeat_fails_the_job_after_three_deaths():
+    state = make_state(add_program(64 * 8, 64), n_nodes=4)
+    state.start(0.0)
+    for attempt in range(3):
+        node = state.plan.placement[5]
+        p = state.plan.node_plans[node]
+        state.events(node, state.generation, finished_events(p, first_compute(p, 5).deps), 1.0 + attempt)
+        actions = state.disconnected(node, "connection lost", 1.1 + attempt)
+    failed = actions[-1]
+    assert isinstance(failed, Failed), actions
+    assert "unit 5 killed its node 3 times" in failed.reason
+    assert "compute" in failed.reason and "leaf main of kernel add" in failed.reason
+    assert len(state.failures) == 3
+
+
+def test_the_heartbeat_names_what_the_events_cannot_and_finished_work_is_not_charged():
+    state = make_state(add_program(64 * 8, 64), n_nodes=2)
+    state.start(0.0)
+    p = state.plan.node_plans[1]
+    units = sorted({i.unit for i in p.instructions if isinstance(i, Compute)})
+    first, second = units[0], units[1]
+    # the heartbeat saw both units' computes running (their loads' events were still in flight);
+    # then the first unit's compute was reported finished: only the second one is charged.
+    state.heartbeat(1, 1, [first_compute(p, first).id, first_compute(p, second).id], 0.5)
+    state.events(1, 1, finished_events(p, [first_compute(p, first).id]), 0.6)
+    state.disconnected(1, "connection lost", 0.7)
+    assert state.crashes == {second: 1}
