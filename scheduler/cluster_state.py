@@ -125,6 +125,10 @@ class ClusterState:
     planner: Planner  # (live figures, generation, units) -> Plan
     heartbeat_timeout: float = 5.0
     max_attempts: int = 3
+    # A failed fetch blames the serving peer only if the fetching node is still alive this long
+    # afterwards: a node being killed can see its own fetches break and report that just before
+    # its connection drops, which must not condemn a healthy peer (seen in the kill matrix).
+    fetch_blame_grace: float = 0.5
 
     generation: int = 0
     live: set[int] = field(default_factory=set)
@@ -141,6 +145,11 @@ class ClusterState:
     finished_nodes: set[int] = field(default_factory=set)
     instruction_info: dict[int, InstructionInfo] = field(default_factory=dict)
     fetch_peers: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, fetch id) -> peer
+    # peer -> (since, fetching node, message): a fetch from it failed; blamed after the grace
+    fetch_suspects: dict[int, tuple[float, int, str]] = field(default_factory=dict)
+    # node -> (since, generation, message): its plan failed; the job fails after the grace unless a
+    # re-plan (a peer blamed for a failed fetch) replaced that generation meanwhile
+    failed_plans: dict[int, tuple[float, int, str]] = field(default_factory=dict)
     outcome: Action | None = None
 
     def __post_init__(self):
@@ -173,9 +182,10 @@ class ClusterState:
         for event in events:
             if not event.ok:
                 peer = self.fetch_peers.get((node, event.id))
-                if peer is not None and peer != node and peer in self.live:
-                    return self._declare_dead([peer], f"node {node} could not fetch from it: {event.message}",
-                                              now)
+                if peer is not None and peer != node:
+                    if peer in self.live:
+                        self.fetch_suspects.setdefault(peer, (now, node, event.message))
+                    continue  # a peer already dead: its death re-planned this work
                 return self._fail(f"node {node}: {self._name(event.id)} failed: {event.message}")
             if event.kind != "serve":  # a serve event's id is a buffer, not an instruction
                 self.done.setdefault(node, set()).add(event.id)
@@ -193,7 +203,10 @@ class ClusterState:
             return []
         self.last_seen[node] = now
         if not ok:
-            return self._fail(f"node {node}: {message}")
+            # Its event report (e.g. a fetch that failed on a peer) may still be on its way and
+            # the failure may be the peer's: decide once the fetch-blame grace has passed.
+            self.failed_plans.setdefault(node, (now, generation, message))
+            return []
         self.finished_nodes.add(node)
         return self._check_done()
 
@@ -206,9 +219,25 @@ class ClusterState:
         if self.outcome is not None:
             return []
         late = sorted(n for n in self.live if now - self.last_seen.get(n, now) > self.heartbeat_timeout)
-        if not late:
-            return []
-        return self._declare_dead(late, f"no heartbeat for {self.heartbeat_timeout:g} s", now)
+        if late:
+            return self._declare_dead(late, f"no heartbeat for {self.heartbeat_timeout:g} s", now)
+        return self._blame_fetch_failures(now)
+
+    def _blame_fetch_failures(self, now: float) -> list[Action]:
+        """Declare dead a peer whose tile could not be fetched once the grace has passed with the
+        fetching node still alive; forget the suspicion when either of the two died meanwhile."""
+        for peer, (since, fetcher, message) in sorted(self.fetch_suspects.items()):
+            if peer not in self.live or fetcher not in self.live:
+                del self.fetch_suspects[peer]
+            elif now - since >= self.fetch_blame_grace:
+                del self.fetch_suspects[peer]
+                return self._declare_dead([peer], f"node {fetcher} could not fetch from it: {message}", now)
+        for node, (since, generation, message) in sorted(self.failed_plans.items()):
+            if node not in self.live or generation != self.generation:
+                del self.failed_plans[node]
+            elif now - since >= 2 * self.fetch_blame_grace and not self.fetch_suspects:
+                return self._fail(f"node {node}: {message}")
+        return []
 
     def fail(self, reason: str) -> list[Action]:
         """Fail the job for a reason found outside the state machine (a pod refusing its plan)."""

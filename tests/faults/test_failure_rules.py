@@ -39,7 +39,12 @@ def test_a_failed_fetch_declares_the_serving_peer_dead_and_replans(matmul):
     state.start(0.0)
     fetcher, fetch = next((n, i) for n, p in sorted(state.plan.node_plans.items())
                           for i in p.instructions if isinstance(i, Fetch))
-    actions = state.events(fetcher, 1, [EventInfo(fetch.id, "fetch", ok=False, message="peer gone")], 1.0)
+    assert state.events(fetcher, 1, [EventInfo(fetch.id, "fetch", ok=False, message="peer gone")], 1.0) == []
+    assert state.finished(fetcher, 1, False, "fetch failed", 1.1) == []  # waits for the blame
+    for node in state.live:  # both keep heartbeating; the peer is blamed once the grace has passed
+        state.heartbeat(node, 1, (), 1.2)
+    assert state.tick(1.2) == [] and state.generation == 1
+    actions = state.tick(1.0 + state.fetch_blame_grace)
     assert not any(isinstance(a, Failed) for a in actions)
     assert Cancel(fetch.peer) in actions and state.generation == 2
     assert fetch.peer not in state.live and "could not fetch from it: peer gone" in state.failures[0].reason
@@ -82,3 +87,38 @@ def test_stores_from_a_dead_node_or_an_old_generation_are_not_acknowledged(matmu
     assert state.events(0, 1, stores(first.node_plans[0]), 0.6) == []  # an old generation's
     assert state.stored == set()
     assert state.live == {0, 1, 2}
+
+
+def test_a_fetch_failure_reported_by_a_dying_node_does_not_condemn_the_peer(matmul):
+    """A node being killed can see its own fetches break and report that just before its
+    connection drops: only the dying node is declared dead (seen in the kill matrix)."""
+    state = make_state(matmul)
+    state.start(0.0)
+    fetcher, fetch = next((n, i) for n, p in sorted(state.plan.node_plans.items())
+                          for i in p.instructions if isinstance(i, Fetch))
+    state.events(fetcher, 1, [EventInfo(fetch.id, "fetch", ok=False, message="Peer disconnected")], 1.0)
+    state.disconnected(fetcher, "connection lost", 1.05)
+    assert not any(isinstance(a, Failed) for a in state.tick(1.0 + 2 * state.fetch_blame_grace))
+    assert [f.node for f in state.failures] == [fetcher] and fetch.peer in state.live
+
+
+def test_fetch_failures_from_a_peer_already_dead_are_not_the_jobs_failure(matmul):
+    state = make_state(matmul)
+    state.start(0.0)
+    fetcher, fetch = next((n, i) for n, p in sorted(state.plan.node_plans.items())
+                          for i in p.instructions if isinstance(i, Fetch))
+    state.live.discard(fetch.peer)  # declared dead a moment ago, in this same generation
+    actions = state.events(fetcher, 1, [EventInfo(fetch.id, "fetch", ok=False, message="gone")], 1.0)
+    assert not any(isinstance(a, Failed) for a in actions)
+
+
+def test_a_plan_that_fails_for_its_own_reasons_fails_the_job_after_the_grace(matmul):
+    state = make_state(matmul)
+    state.start(0.0)
+    node = sorted(state.live)[0]
+    assert state.finished(node, 1, False, "instruction 3 (load) failed: disk on fire", 1.0) == []
+    for n in state.live:
+        state.heartbeat(n, 1, (), 1.0 + 2 * state.fetch_blame_grace)
+    actions = state.tick(1.0 + 2 * state.fetch_blame_grace)
+    reasons = [a.reason for a in actions if isinstance(a, Failed)]
+    assert reasons == [f"node {node}: instruction 3 (load) failed: disk on fire"]
