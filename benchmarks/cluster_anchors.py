@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.cluster_cases import Problem
+from benchmarks.gpu_timing import cuda_median_s
 
 
 def _median_s(fn, warmup: int, repeat: int) -> float:
@@ -92,23 +93,6 @@ def gpu_name() -> str:
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
-
-
-def cuda_median_s(fn, warmup: int = 2, repeat: int = 7) -> float:
-    import cupy
-
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    return statistics.median(times)
 
 
 def gpu_anchor(problem: Problem, arrays: dict[str, np.ndarray]) -> tuple[float, str]:

@@ -24,10 +24,9 @@ import time
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
 from compiler import binding, frontend  # noqa: E402
 from compiler.cuda import autotune, compile_kernel  # noqa: E402
 from compiler.cuda.launch import function_attributes, launch  # noqa: E402
@@ -37,19 +36,7 @@ TUNING: dict[str, dict] = {}
 
 
 def median_ms(fn, warmup=2, repeat=7) -> float:
-    import cupy
-
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(a, b))
-    return float(np.median(times))
+    return cuda_median_s(fn, warmup, repeat) * 1e3
 
 
 def rel_err(x, y) -> float:

@@ -23,13 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
-from cluster_anchors import cuda_median_s
-from cluster_cases import Case, matmul  # noqa: E402
-from cluster_harness import ClusterPool, data_root, read_bandwidth, trace_figures, write_problem  # noqa: E402
+
+from benchmarks.cluster_cases import Case, matmul  # noqa: E402
+from benchmarks.cluster_harness import ClusterPool, data_root, read_bandwidth, trace_figures, write_problem  # noqa: E402
+from benchmarks.gpu_timing import cuda_median_s
 
 
 def busy_seconds(trace: dict, kind: str) -> float:
@@ -120,8 +120,7 @@ def main(argv: list[str]) -> int:
         rel_err = float(np.linalg.norm(out - expected) / np.linalg.norm(expected))
         figures = trace_figures(result.trace)
         figures["compute_busy_s"] = busy_seconds(result.trace, "compute")
-        from cluster_harness import kernel_path
-
+        from benchmarks.cluster_harness import kernel_path
         from compiler.cluster import compile_cluster
         from compiler.frontend import load_file
 

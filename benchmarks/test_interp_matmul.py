@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from interp_bench import best_of as _best_of
-from interp_bench import example_kernel as _kernel
-from interp_bench import record_ratio as _record
 
+from benchmarks.interp_bench import best_of as _best_of
+from benchmarks.interp_bench import example_kernel as _kernel
+from benchmarks.interp_bench import record_ratio as _record
 from compiler import interp
 from compiler.binding import bind
 from compiler.interp import run_kernel

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.gpu_timing import cuda_median_s
 from compiler import binding, frontend
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -35,21 +36,6 @@ def _sync_launch(compiled, arrays, scalars):
 
     launch(compiled, arrays, scalars)
     cupy.cuda.get_current_stream().synchronize()
-
-
-def _anchor_seconds(fn, repeat=10) -> float:
-    import cupy
-
-    fn()
-    times = []
-    for _ in range(repeat):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(a, b) / 1e3)
-    return sorted(times)[len(times) // 2]
 
 
 def _record(benchmark, anchor_s: float) -> None:
@@ -78,7 +64,7 @@ def test_matmul_4096_against_cublas(benchmark):
         warmup_rounds=2,
     )
     ref = cupy.empty_like(C)
-    _record(benchmark, _anchor_seconds(lambda: cupy.matmul(A, B, out=ref)))
+    _record(benchmark, cuda_median_s(lambda: cupy.matmul(A, B, out=ref)))
 
 
 def test_add_2_28_against_cupy_add(benchmark):
@@ -93,4 +79,4 @@ def test_add_2_28_against_cupy_add(benchmark):
     a, b = (rng.standard_normal(n, dtype=cupy.float32) for _ in range(2))
     out = cupy.empty_like(a)
     benchmark.pedantic(_sync_launch, args=(c, {"a": a, "b": b, "c": out}, {}), rounds=20, warmup_rounds=3)
-    _record(benchmark, _anchor_seconds(lambda: cupy.add(a, b, out=out)))
+    _record(benchmark, cuda_median_s(lambda: cupy.add(a, b, out=out)))
