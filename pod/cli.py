@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from pathlib import Path
 
 from common import log as plog
 from common.cli import run_main, user_path
+from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
-
-TOKEN_ENV = "PHOBOS_TOKEN"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,19 +50,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def read_token(token_file: str | None) -> str:
-    if token_file:
-        path = user_path(token_file)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as err:
-            raise UserError(f"--token-file {path}: {err.strerror}") from None
-        token = lines[0].strip() if lines else ""
-        if not token:
-            raise UserError(f"--token-file {path}: the file holds no token")
-        return token
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
+def required_token(token_file: str | None) -> str:
+    token = read_token(token_file)
+    if token is None:
         raise UserError(f"no token: pass --token-file PATH or set {TOKEN_ENV}")
     return token
 
@@ -103,7 +91,7 @@ def main(argv: list[str]) -> int:
     from pod.server import PodConfig, PodServer  # after the flags: loads the schema and capnp
 
     config = PodConfig(
-        host=host, port=port, token=read_token(args.token_file), roots=tuple(Path(r) for r in roots),
+        host=host, port=port, token=required_token(args.token_file), roots=tuple(Path(r) for r in roots),
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         scheduler_timeout=_positive("--scheduler-timeout", args.scheduler_timeout),
         fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout), data_port=not args.no_data_port)

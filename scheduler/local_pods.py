@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.cluster_token import TOKEN_ENV
 from common.errors import UserError
 from common.log import get_logger
 
@@ -105,7 +106,7 @@ def blas_threads(cpu_pods: int, env: dict[str, str]) -> dict[str, str]:
 async def start_local_pods(devices: list[str], roots: list[Path], token: str, extra_args: list[str] = (),
                            log_level: str = "warning") -> LocalPods:
     env = dict(os.environ)
-    env["PHOBOS_TOKEN"] = token
+    env[TOKEN_ENV] = token
     root = str(repo_root())
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(blas_threads(sum(1 for d in devices if d == "cpu"), env))

@@ -8,17 +8,15 @@ before anything ran (bad flags, job, kernel, storage, token, memory).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from common.cli import user_path
+from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
 from compiler.cli_args import parse_assignments
-
-TOKEN_ENV = "PHOBOS_TOKEN"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,19 +68,6 @@ def _positive(flag: str, value: float) -> float:
     if not value > 0:
         raise UserError(f"{flag} must be positive, got {value}")
     return value
-
-
-def read_token(token_file: str | None) -> str | None:
-    if token_file:
-        path = user_path(token_file)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as err:
-            raise UserError(f"--token-file {path}: {err.strerror}") from None
-        if not lines or not lines[0].strip():
-            raise UserError(f"--token-file {path}: the file holds no token")
-        return lines[0].strip()
-    return os.environ.get(TOKEN_ENV, "").strip() or None
 
 
 def parse_pods(items: list[str] | None) -> tuple[str, ...]:
