@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import sys
 from pathlib import Path
 
@@ -81,6 +82,9 @@ def _positive(name: str, value: float) -> float:
 
 
 def main(argv: list[str]) -> int:
+    # A crash inside a native library (pycapnp, cupy) would otherwise end the pod without a word in
+    # its log; with faulthandler the log shows every thread's stack at the fatal signal.
+    faulthandler.enable()
     args = build_parser().parse_args(argv)
     plog.configure_from_args(args)
     host, port = parse_listen(args.listen)

@@ -34,6 +34,7 @@ from schemas.instructions import Fetch, NodePlan
 log = get_logger()
 rpc = capnp_io.rpc()
 CHUNKS_IN_FLIGHT = 4
+PEER_FAILURE_QUIET_S = 2.0  # no collection this long after a connection failed or closed
 EVENT_BATCH = 1024
 
 
@@ -75,6 +76,7 @@ class PodServer:
         # reference cycle (an exception's traceback) and torn down by the cycle collector in the
         # wrong order crashes the process (SIGSEGV, seen in tests/faults).
         self.retired_peers: list[PeerLink] = []
+        self.last_peer_failure: float | None = None  # monotonic time; see _collect_garbage
         self.partial_plans: dict[tuple[str, int], tuple] = {}  # (job, generation) -> parts so far
         self.outbox: list[tuple] = []
         self.outbox_ready = asyncio.Event()
@@ -110,11 +112,23 @@ class PodServer:
         cycle are freed whenever the collector runs, and left automatic it runs in whatever thread
         allocates at that moment: a storage or compute worker, where destroying a KJ object aborts
         the whole process ("No event loop is running on this thread"; seen when a peer died
-        mid-fetch). So automatic collection is off and this task collects every 0.5 s."""
+        mid-fetch). So automatic collection is off and this task collects every 0.5 s.
+
+        Even here, collecting the remains of a connection that just died can crash (SIGSEGV inside
+        the collector, seen about once in a hundred kill-matrix runs). So after a peer fails,
+        nothing is collected until things have been quiet for PEER_FAILURE_QUIET_S; then
+        everything alive, the dead connection's remains included, is frozen (gc.freeze: never
+        collected, a small bounded leak per failure) and collection resumes for new garbage."""
         gc.disable()
         try:
             while not self.stop.is_set():
                 await asyncio.sleep(0.5)
+                failed = self.last_peer_failure
+                if failed is not None:
+                    if time.monotonic() - failed < PEER_FAILURE_QUIET_S:
+                        continue
+                    gc.freeze()
+                    self.last_peer_failure = None
                 gc.collect()
         finally:
             gc.enable()
@@ -133,6 +147,7 @@ class PodServer:
             await server.on_disconnect()
         except Exception as err:  # a malformed or oversized message ends that connection only
             log.warning("connection closed", reason=_one_line(err))
+        self.last_peer_failure = time.monotonic()  # its remains are frozen, not collected
         if conn is self.sink_conn:
             log.info("scheduler connection dropped; exiting")
             self.stop.set()
@@ -250,6 +265,7 @@ class PodServer:
         return link
 
     def _retire_peer(self, address: str) -> None:
+        self.last_peer_failure = time.monotonic()
         link = self.peers.pop(address, None)
         if link is not None:
             self.retired_peers.append(link)
