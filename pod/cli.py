@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import faulthandler
+import os
 import sys
 from pathlib import Path
 
@@ -130,7 +131,19 @@ def _run_loop(make_server, on_listening) -> int:
 
 
 def entry() -> None:
-    run_main(main)
+    """Run the pod and leave through os._exit: the interpreter's own teardown would collect the
+    Cap'n Proto objects of dead connections after the KJ loop is gone, a segfault on the way out
+    (seen in soak runs) that would turn a clean exit into a crash for whoever supervises pods."""
+    try:
+        run_main(main)
+        code = 0
+    except SystemExit as done:
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ Grammar: rules separated by commas, each one of
     kill-unit=U[:S]  whenever this process starts a compute of unit U, the compute runs S seconds
                      (default 0.5) and then SIGKILLs the process: a leaf that crashes its pod
                      every time, after running long enough to appear in a heartbeat
+    slow-at=KIND:N:S the N-th instruction of KIND waits S seconds before it runs, the pod staying
+                     responsive meanwhile: a healthy node slow to produce a tile its peers fetch
 KIND is allocate, load, fetch, compute, store, free, or serve (a tile header asked by a peer).
 Counts are per process, from 1. Unset (the normal case): `hit` only looks up an empty tuple.
 
@@ -28,11 +30,19 @@ KINDS = ("allocate", "load", "fetch", "compute", "store", "free", "serve")
 
 @dataclass(frozen=True)
 class Rule:
-    action: str  # "kill" or "stop"
+    action: str  # "kill", "stop" or "slow"
     kind: str
     nth: int | None = None  # the n-th instruction of `kind`
     unit: int | None = None  # or: every compute of this unit
-    delay: float = 0.0  # seconds the unit's compute runs before the kill
+    delay: float = 0.0  # seconds the instruction waits first (then the kill, for kill-unit)
+
+
+@dataclass(frozen=True)
+class Delay:
+    """What `hit` asks of the instruction's runner: wait `seconds`, then die if `then_kill`."""
+
+    seconds: float
+    then_kill: bool
 
 
 def parse(text: str) -> tuple[Rule, ...]:
@@ -50,11 +60,16 @@ def parse(text: str) -> tuple[Rule, ...]:
             elif name == "kill-unit":
                 unit, _, delay = value.partition(":")
                 rules.append(Rule("kill", "compute", unit=int(unit), delay=float(delay or 0.5)))
+            elif name == "slow-at":
+                kind, nth, seconds = value.split(":")
+                if kind not in KINDS or int(nth) < 1 or float(seconds) < 0:
+                    raise ValueError
+                rules.append(Rule("slow", kind, nth=int(nth), delay=float(seconds)))
             else:
                 raise ValueError
         except ValueError:
-            raise UserError(f"{ENV}={text!r}: cannot read {item!r} (expected kill-at=KIND:N, "
-                            f"stop-at=KIND:N or kill-unit=U[:S]; KIND one of {', '.join(KINDS)})") from None
+            raise UserError(f"{ENV}={text!r}: cannot read {item!r} (expected kill-at=KIND:N, stop-at=KIND:N, "
+                            f"kill-unit=U[:S] or slow-at=KIND:N:S; KIND one of {', '.join(KINDS)})") from None
     return tuple(rules)
 
 
@@ -67,9 +82,10 @@ class Faults:
     def from_env(cls) -> Faults:
         return cls(parse(os.environ.get(ENV, "")))
 
-    def hit(self, kind: str, unit: int | None = None) -> float | None:
+    def hit(self, kind: str, unit: int | None = None) -> Delay | None:
         """Called as an instruction of `kind` starts; signals this process when a rule matches at
-        once, or returns the seconds after which the caller must call `die` (kill-unit)."""
+        once, or returns how long the caller must wait first and whether to `die` after
+        (kill-unit, slow-at)."""
         if not self.rules:
             return None
         count = self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -77,9 +93,11 @@ class Faults:
             if rule.kind != kind:
                 continue
             if rule.nth == count:
+                if rule.action == "slow":
+                    return Delay(rule.delay, then_kill=False)
                 os.kill(os.getpid(), signal.SIGKILL if rule.action == "kill" else signal.SIGSTOP)
             if rule.unit is not None and rule.unit == unit:
-                return rule.delay
+                return Delay(rule.delay, then_kill=True)
         return None
 
     @staticmethod

@@ -28,6 +28,8 @@ from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Lo
 
 log = get_logger()
 INLINE_COMPUTE_S = 0.002
+# A live owner's answer when a tile is still being produced; the fetcher asks again (pod/server.py).
+NOT_READY = "was not ready within"
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Job:
     paths: dict[str, Path] = field(default_factory=dict)  # uri -> confined path
     buffers: dict[tuple[int, int], BufferRecord] = field(default_factory=dict)  # (generation, buffer)
     waiters: dict[tuple[int, int], list[asyncio.Future]] = field(default_factory=dict)
+    computing: set[tuple[int, int]] = field(default_factory=set)  # (generation, unit) computes begun
     prepared: bool = False
     writes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf -> written parameters
 
@@ -69,6 +72,7 @@ class PodRuntime:
         self.fetcher: Callable | None = None
         self.report: Callable[[str, int, InstructionEvent], None] = lambda job, gen, ev: None
         self.report_finished: Callable[[str, int, bool, str], None] = lambda job, gen, ok, msg: None
+        self.events_delivered: Callable[[], Awaitable[None]] = _nothing_to_wait_for
         # Why a store may not write now (None: it may): the server's scheduler lease, so a pod
         # paused past the scheduler's heartbeat timeout never writes a late tile (docs/runtime.md).
         self.store_refusal: Callable[[], Awaitable[str | None]] = _no_refusal
@@ -164,6 +168,7 @@ class PodRuntime:
     def _drop(self, job: Job, generation: int, reason: str) -> None:
         for key in [k for k in job.buffers if k[0] <= generation]:
             del job.buffers[key]
+        job.computing = {k for k in job.computing if k[0] > generation}
         error = st.Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})")
         for key in [k for k in job.waiters if k[0] <= generation]:
             self._wake(job, key, error)
@@ -171,12 +176,19 @@ class PodRuntime:
     # ---- running one instruction -----------------------------------------------------------
 
     async def _run(self, job: Job, generation: int, ins: Instruction) -> None:
+        if isinstance(ins, Compute) and (generation, ins.unit) not in job.computing:
+            # A unit's first compute starts only once the scheduler has this pod's events so far,
+            # its inputs' "finished" among them: should the leaf take the pod down at once, the
+            # scheduler knows the compute was ready and charges the unit (docs/runtime.md).
+            job.computing.add((generation, ins.unit))
+            await self.events_delivered()
         start = time.time()
         nbytes, peer, ok, message = 0, None, True, ""
-        doom = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None)
-        if doom is not None:  # test-only: this compute "runs" a while, then takes the pod down
-            await asyncio.sleep(doom)
-            self.faults.die()
+        delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None)
+        if delay is not None:  # test-only: this instruction "runs" a while (then takes the pod down)
+            await asyncio.sleep(delay.seconds)
+            if delay.then_kill:
+                self.faults.die()
         try:
             nbytes, peer = await self._execute(job, generation, ins)
         except Exception as err:  # any failure is the instruction's, reported with its reason
@@ -264,14 +276,25 @@ class PodRuntime:
             fut = asyncio.get_running_loop().create_future()
             job.waiters.setdefault(key, []).append(fut)
             try:
-                await asyncio.wait_for(fut, patience_s)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result when
+                # the caller is cancelled just as the buffer becomes ready, and the RPC method
+                # then writes the results of a call whose peer is gone (a SIGSEGV in pycapnp).
+                async with asyncio.timeout(patience_s):
+                    await fut
             except TimeoutError:
-                raise st.Refused(f"buffer {buffer} was not ready within {patience_s:g} s") from None
+                plan = job.state.plan
+                if not job.state.is_current(generation) or plan is None or not plan.produces(buffer):
+                    # Nothing here will ever fill it: the asker must not wait on this node again.
+                    raise st.Refused(f"buffer {buffer}: no plan of generation {generation} on this node "
+                                     f"produces it (waited {patience_s:g} s)") from None
+                raise st.Refused(f"buffer {buffer} {NOT_READY} {patience_s:g} s") from None
         return self._buffer(job, generation, buffer)
 
     async def tile_header(self, job_id: str, generation: int, buffer: int, patience_s: float) -> TileHeader:
         """Describe a servable buffer and offer a ticket for it on the data port."""
-        self.faults.hit("serve")
+        delay = self.faults.hit("serve")
+        if delay is not None:  # test-only: a slow answer to a peer
+            await asyncio.sleep(delay.seconds)
         record = await self.wait_servable(job_id, generation, buffer, patience_s)
         if record.host is None:
             loop = asyncio.get_running_loop()
@@ -330,6 +353,10 @@ def _check_leaves(plan: NodePlan, program: JobProgram) -> None:
         for param, _ in ins.bindings:
             if param not in leaves[ins.leaf]:
                 raise st.Refused(f"instruction {ins.id}: leaf {ins.leaf} has no tensor parameter {param!r}")
+
+
+async def _nothing_to_wait_for() -> None:
+    return None
 
 
 async def _no_refusal() -> str | None:

@@ -24,10 +24,17 @@ import numpy as np
 from common.log import get_logger
 from pod import state as st
 from pod.backend_cpu import host_id
-from pod.runtime import BufferRecord, Job, PodRuntime
+from pod.runtime import NOT_READY, BufferRecord, Job, PodRuntime
 from pod.transfer import TransferError, check_crc, chunk_ranges, fetch_by_ticket, verify
 from schemas import capnp_io
-from schemas.capnp_io import CHUNK_BYTES, MAX_CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
+from schemas.capnp_io import (
+    CHUNK_BYTES,
+    MAX_CHUNK_BYTES,
+    NESTING_LIMIT,
+    TRAVERSAL_LIMIT_WORDS,
+    PodInfo,
+    TileHeader,
+)
 from schemas.capnp_io import remote_reason as _one_line
 from schemas.instructions import Fetch, NodePlan
 
@@ -67,6 +74,7 @@ class PodServer:
         self.runtime.fetcher = self.fetch
         self.runtime.report = self._queue_event
         self.runtime.report_finished = self._queue_finished
+        self.runtime.events_delivered = self.events_delivered
         self.stop = asyncio.Event()
         self.sink = None
         self.sink_conn: _Connection | None = None
@@ -80,6 +88,9 @@ class PodServer:
         self.partial_plans: dict[tuple[str, int], tuple] = {}  # (job, generation) -> parts so far
         self.outbox: list[tuple] = []
         self.outbox_ready = asyncio.Event()
+        self.outbox_queued = 0  # items ever queued, and of those the ones the scheduler took:
+        self.outbox_delivered = 0  # see events_delivered
+        self.delivery_waiters: list[tuple[int, asyncio.Future]] = []
         self.background: set[asyncio.Task] = set()
         self.lease_from: float | None = None  # send time of the last heartbeat the scheduler took
         self.declared_dead = ""  # the scheduler's refusal, once it has declared this pod dead
@@ -118,20 +129,21 @@ class PodServer:
         the collector, seen about once in a hundred kill-matrix runs). So after a peer fails,
         nothing is collected until things have been quiet for PEER_FAILURE_QUIET_S; then
         everything alive, the dead connection's remains included, is frozen (gc.freeze: never
-        collected, a small bounded leak per failure) and collection resumes for new garbage."""
+        collected, a small bounded leak per failure) and collection resumes for new garbage.
+
+        Collection stays off when the pod stops: re-enabled, it ran while the KJ loop was torn
+        down and segfaulted there (a zombie pod exiting), so the process ends without it
+        (pod/cli.py leaves through os._exit)."""
         gc.disable()
-        try:
-            while not self.stop.is_set():
-                await asyncio.sleep(0.5)
-                failed = self.last_peer_failure
-                if failed is not None:
-                    if time.monotonic() - failed < PEER_FAILURE_QUIET_S:
-                        continue
-                    gc.freeze()
-                    self.last_peer_failure = None
-                gc.collect()
-        finally:
-            gc.enable()
+        while not self.stop.is_set():
+            await asyncio.sleep(0.5)
+            failed = self.last_peer_failure
+            if failed is not None:
+                if time.monotonic() - failed < PEER_FAILURE_QUIET_S:
+                    continue
+                gc.freeze()
+                self.last_peer_failure = None
+            gc.collect()
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
@@ -212,10 +224,12 @@ class PodServer:
 
     def _queue_event(self, job_id: str, generation: int, event: capnp_io.InstructionEvent) -> None:
         self.outbox.append(("event", job_id, generation, event))
+        self.outbox_queued += 1
         self.outbox_ready.set()
 
     def _queue_finished(self, job_id: str, generation: int, ok: bool, message: str) -> None:
         self.outbox.append(("finished", job_id, generation, ok, message))
+        self.outbox_queued += 1
         self.outbox_ready.set()
         level = log.info if ok else log.warning
         level("plan finished", job=job_id, generation=generation, ok=ok, message=message)
@@ -232,6 +246,7 @@ class PodServer:
                         _, job_id, generation, ok, message = head
                         await self.sink.finished(self.node, job_id, generation, ok, message)
                         self.outbox.pop(0)
+                        self._delivered(1)
                         continue
                     batch = []
                     for item in self.outbox:
@@ -243,9 +258,38 @@ class PodServer:
                     capnp_io.write_events(request, "events", batch)
                     await request.send()
                     del self.outbox[:len(batch)]
+                    self._delivered(len(batch))
                 except Exception as err:
                     log.warning("reporting to the scheduler failed", reason=_one_line(err))
                     await asyncio.sleep(self.config.heartbeat_interval)  # the heartbeat decides if it is gone
+
+    def _delivered(self, count: int) -> None:
+        self.outbox_delivered += count
+        waiting = []
+        for target, fut in self.delivery_waiters:
+            if target <= self.outbox_delivered:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                waiting.append((target, fut))
+        self.delivery_waiters = waiting
+
+    async def events_delivered(self) -> None:
+        """Return once the scheduler has taken every event queued so far.
+
+        A unit's first compute waits for this (pod/runtime.py), so that when its leaf takes the
+        pod down at once, the scheduler already knows the compute's inputs were done and charges
+        the unit. One round trip per unit; a slow or gone scheduler delays the compute by at
+        most --scheduler-timeout (after that the pod is exiting anyway), never blocks it."""
+        if self.sink is None or self.outbox_delivered >= self.outbox_queued:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self.delivery_waiters.append((self.outbox_queued, fut))
+        try:
+            async with asyncio.timeout(self.config.scheduler_timeout):
+                await fut
+        except TimeoutError:
+            pass
 
     # ---- fetching from peers ---------------------------------------------------------------------
 
@@ -294,10 +338,7 @@ class PodServer:
                 return
             except Exception as err:  # fall back to the host path, saying why
                 log.info("CUDA IPC fetch failed; using the host path", reason=_one_line(err))
-        # The owner may still be producing the tile: its own wait is bounded by `patience`.
-        reply = await asyncio.wait_for(link.pod.tileHeader(job.job_id, generation, ins.peer_buffer),
-                                       patience + 5)
-        header = capnp_io.read_tile_header(reply.header)
+        header = await self._tile_header(job, generation, ins, link)
         if tuple(header.shape) != shape:
             raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} has shape {list(header.shape)}, "
                                 f"local buffer {ins.buffer} has {list(shape)}")
@@ -341,6 +382,26 @@ class PodServer:
 
         await asyncio.gather(*(one(o, n) for o, n in chunk_ranges(nbytes, CHUNK_BYTES)))
 
+    async def _tile_header(self, job: Job, generation: int, ins: Fetch, link: PeerLink) -> TileHeader:
+        """The owner's description of the tile, once the owner has it.
+
+        The owner waits up to --fetch-timeout for the tile, then answers "not ready". Such an
+        owner is alive and answering; what it waits for may be slow (a big leaf) or stuck on a
+        third node, which whoever fetches from that node directly will blame. So it is asked
+        again for as long as this plan is current: only an owner that does not answer (within
+        its wait plus 5 s), breaks the connection or sends a bad tile is blamed."""
+        patience = self.config.fetch_timeout
+        while True:
+            try:
+                reply = await asyncio.wait_for(link.pod.tileHeader(job.job_id, generation, ins.peer_buffer),
+                                               patience + 5)
+                return capnp_io.read_tile_header(reply.header)
+            except Exception as err:
+                if NOT_READY not in _one_line(err) or not job.state.is_current(generation):
+                    raise
+            log.info("tile not ready at its owner yet; asking again", job=job.job_id, instruction=ins.id,
+                     peer=ins.peer)
+
     def _ipc_possible(self, link: PeerLink) -> bool:
         return (self.backend.kind == "gpu" and link.info.backend == "gpu"
                 and link.info.host_id == self.info.host_id and link.info.pid != self.info.pid)
@@ -369,6 +430,20 @@ async def _read_plan(reader) -> NodePlan:
             await asyncio.sleep(0)
     return NodePlan(node=reader.node, generation=reader.generation, instructions=tuple(instructions),
                     peak_bytes=reader.peakBytes)
+
+
+def results_of_live_call(context):
+    """The results of the call this RPC method serves, for a method that awaited something first.
+
+    When the caller goes away (a peer killed mid-fetch), pycapnp frees the call and cancels the
+    method's task; touching the results after that is a use-after-free (a SIGSEGV: one healthy pod
+    lost in about 1,700 soak runs). The cancellation normally surfaces at the await, but anything
+    that swallows it (wait_for on Python 3.11 does when the awaited thing finishes at the same
+    moment) lets the method go on, so look before writing: a pending cancel ends the method."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError("the caller of this RPC is gone")
+    return context.results
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -431,7 +506,7 @@ class PodImpl(rpc.Pod.Server):
 
     async def tileHeader(self, jobId, generation, buffer, _context, **kwargs):
         header = await self.runtime.tile_header(jobId, generation, buffer, self.pod.config.fetch_timeout)
-        capnp_io.write_tile_header(_context.results.header, header)
+        capnp_io.write_tile_header(results_of_live_call(_context).header, header)
 
     async def readChunk(self, jobId, generation, buffer, offset, length, _context, **kwargs):
         if length > MAX_CHUNK_BYTES:
@@ -445,7 +520,7 @@ class PodImpl(rpc.Pod.Server):
         if self.pod.backend.kind != "gpu":
             raise st.Refused("ipcHandle: this pod has no GPU")
         record = await self.runtime.wait_servable(jobId, generation, buffer, self.pod.config.fetch_timeout)
-        results = _context.results
+        results = results_of_live_call(_context)
         results.handle = self.pod.backend.ipc_handle(record.array)
         shape = tuple(record.array.shape)
         capnp_io.write_tile_header(results.header, capnp_io.TileHeader(

@@ -203,6 +203,10 @@ class PlanState:
     def servable(self, buffer: int) -> bool:
         return self.producers_left.get(buffer, 1) == 0
 
+    def produces(self, buffer: int) -> bool:
+        """Whether some instruction of this plan fills `buffer` (servable once they are done)."""
+        return buffer in self.producers_left
+
     def _may_start(self, ins: Instruction) -> bool:
         if isinstance(ins, Free) and ins.serves:
             return self.served.get(ins.buffer, 0) >= ins.serves

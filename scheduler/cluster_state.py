@@ -14,7 +14,9 @@ Rules (docs/runtime.md states them for users):
 - A dead node's crash is charged to the units it was running: those of its last heartbeat's
   running instructions not reported finished since, and those of its computes that were ready
   (every dependency reported finished, the compute itself not), which catches a unit that kills
-  its node before any heartbeat saw it running. One crash per unit per death; a unit charged
+  its node before any heartbeat saw it running (a pod starts a unit's first compute only after
+  the scheduler took the events before it, so even a crash at once is seen as a ready compute).
+  One crash per unit per death; a unit charged
   `max_attempts` times fails the job, naming the instruction and kernel.
 - An instruction that fails on a live node (a bad leaf, a storage error) fails the job at once:
   such errors repeat wherever the unit runs. Except a failed fetch: the peer that could not serve

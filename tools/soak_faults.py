@@ -49,6 +49,7 @@ def one_run(matrix: Matrix, seed: int) -> tuple[str, str]:
     faulty = pods.start(1, fault=f"{'stop' if zombie else 'kill'}-at={kind}:{n}")[0]
     order = healthy[:3]
     order.insert(node, faulty)
+    matrix.order = order
     out = f"C{seed}"
     job = make_job(matrix.root, "matmul_plain", DIMS, {"A": "A", "B": "B", "C": out}, name=f"job{seed}")
 
@@ -69,6 +70,10 @@ def one_run(matrix: Matrix, seed: int) -> tuple[str, str]:
         faulty.signal(signal.SIGKILL)
         pods.wait_exit(faulty, 10)
     problems = []
+    failed_nodes = [f["node"] for f in result.trace["failures"]]
+    if failed_nodes != ([node] if code is not None else []):
+        others = [n for n in failed_nodes if n != node]
+        problems.append(f"nodes declared dead: {result.trace['failures']}\n{matrix.logs_of(others)}")
     if not result.ok:
         problems.append(f"job failed: {result.reason}")
     else:
@@ -87,9 +92,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--runs", type=int, default=None, help="stop after this many runs")
     parser.add_argument("--first-seed", type=int, default=1000)
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep the pods' logs in this folder (default: a temporary one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        root, logs = Path(tmp) / "data", Path(tmp) / "logs"
+        root, logs = Path(tmp) / "data", args.logs or Path(tmp) / "logs"
         root.mkdir()
         matrix = Matrix(root, logs)
         counts: Counter = Counter()

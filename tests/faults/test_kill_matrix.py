@@ -66,7 +66,18 @@ class Matrix:
         job = make_job(self.root, "matmul_plain", DIMS, {"A": "A", "B": "B", "C": out}, name=f"job{seed}")
         result = self.pods.run(self.pods.session(order), job, CLUSTER)
         code = self.pods.wait_exit(faulty, 10)
+        self.order = order
         return node, kind, n, faulty, code, result, out
+
+    def logs_of(self, nodes: list[int]) -> str:
+        """The last lines of these nodes' pod logs: why a healthy pod went away."""
+        tails = []
+        for node in nodes:
+            pod = self.order[node]
+            exit_code = self.pods.wait_exit(pod, 2)
+            lines = pod.log.read_text(errors="replace").splitlines()[-15:]
+            tails.append(f"--- node {node} (exit code {exit_code}), {pod.log.name}:\n" + "\n".join(lines))
+        return "\n".join(tails)
 
     def close(self):
         self.pods.close()
@@ -93,7 +104,9 @@ def test_kill_one_pod_at_one_instruction(matrix, seed):
     what = f"node {node} killed at {kind} #{n}"
     assert code == -signal.SIGKILL, f"{what}: the fault did not fire (exit code {code})"
     assert result.ok, f"{what}: {result.reason}"
-    assert [f["node"] for f in result.trace["failures"]] == [node], f"{what}: {result.trace['failures']}"
+    failed = [f["node"] for f in result.trace["failures"]]
+    others = [f for f in failed if f != node]
+    assert failed == [node], f"{what}: {result.trace['failures']}\n{matrix.logs_of(others)}"
     got = np.load(matrix.root / f"{out}.npy")
     assert got.tobytes() == matrix.expected.tobytes(), f"{what}: output differs from the failure-free run"
     assert staging_files(matrix.root) == [], what

@@ -133,6 +133,22 @@ def test_peer_hung_while_serving_a_fetch_is_given_up_within_the_fetch_timeout(da
     assert_clean_result(data, "C_serve_hang")
 
 
+def test_a_peer_slow_to_produce_a_tile_is_asked_again_not_blamed(data, pods_for):
+    """Node 0's first load waits 2.5 s; its peers fetch that tile with a 0.5 s fetch timeout. A
+    live owner answers "not ready" each time its own wait runs out, and is asked again: nobody
+    is declared dead, and the fetch simply takes as long as the tile did."""
+    pods = pods_for(heartbeat_timeout=5.0, fetch_timeout=0.5)
+    order = pods.start(1, fault="slow-at=load:1:2.5") + pods.start(3)
+    result = pods.run(pods.session(order), job(data[0], "C_slow_owner"), CLUSTER)
+    assert result.ok, result.reason
+    assert result.trace["failures"] == []
+    events = result.trace["events"]
+    waited = [e["end"] - e["start"] for e in events if e["kind"] == "fetch" and e["peer"] == 0]
+    assert max(waited) > 1.0, waited  # the slow tile was fetched, over several "not ready" answers
+    assert "asking again" in "".join(p.log.read_text() for p in order[1:])
+    assert_clean_result(data, "C_slow_owner")
+
+
 def test_a_busy_pod_is_not_declared_dead(tmp_path):
     """Leaves of ~1-3 s each (the interpreter loops over a 65536-element super-tile) against a
     0.5 s heartbeat timeout: heartbeats come from the event loop while leaves run in threads."""
@@ -151,16 +167,17 @@ def test_a_busy_pod_is_not_declared_dead(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(n, 65536.0, np.float32))
 
 
-@pytest.mark.parametrize(("delay", "heartbeat"), [("0.3", 0.1), ("0.1", 1.0)],
-                         ids=["seen-by-a-heartbeat", "between-heartbeats"])
+@pytest.mark.parametrize(("delay", "heartbeat"), [("0.3", 0.1), ("0.1", 1.0), ("0", 1.0)],
+                         ids=["seen-by-a-heartbeat", "between-heartbeats", "at-once"])
 def test_a_unit_that_kills_its_pod_every_time_fails_the_job_after_3_attempts(data, pods_for, delay,
                                                                               heartbeat):
     """Seen by a heartbeat: unit 5's compute runs 3 heartbeat intervals before the pod dies, so a
     heartbeat reports it running. Between heartbeats: the pod dies a tenth of a heartbeat interval
     after the compute starts, so (nine times in ten) no heartbeat names it; the scheduler charges
     the unit from the events alone (the compute was ready: every dependency reported finished).
-    A kill with no delay at all is not tested: the pod may die before the finished-events of the
-    compute's inputs leave it, and then nothing tells the scheduler (docs/runtime.md, Guarantees)."""
+    At once: the pod dies in the same event-loop turn the compute starts in; the unit is charged
+    because a unit's first compute starts only after the scheduler took the events of its
+    inputs (docs/runtime.md, Guarantees)."""
     root = data[0]
     out = f"C_doomed_{delay.replace('.', '_')}"
     old = np.full((DIMS["M"], DIMS["N"]), 3.0, np.float32)
