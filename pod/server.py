@@ -178,6 +178,7 @@ class PodServer:
     async def _heartbeat(self) -> None:
         interval = self.config.heartbeat_interval
         last_ok = time.monotonic()
+        unanswered = 0  # heartbeats in a row that got no answer in time
         while not self.stop.is_set():
             generation, running = self.runtime.running()
             sent = time.monotonic()
@@ -185,7 +186,9 @@ class PodServer:
                 await asyncio.wait_for(self.sink.heartbeat(self.node, generation, running),
                                        timeout=max(interval, self.config.scheduler_timeout))
                 last_ok = self.lease_from = sent
+                unanswered = 0
             except Exception as err:
+                unanswered += isinstance(err, TimeoutError)
                 reason = _one_line(err)
                 if "declared dead" in reason:
                     # Too late (paused, or cut off): the scheduler has re-planned this pod's work.
@@ -196,8 +199,12 @@ class PodServer:
                     await asyncio.sleep(0.1)  # let pending stores see the refusal (and log it)
                     self.stop.set()
                     return
+                # Gone only after a second unanswered heartbeat: one sent before this process was
+                # frozen (SIGSTOP, a paused VM) times out the moment it wakes, however alive the
+                # scheduler is; the next one finds out, and a pod declared dead then says so.
                 silent_s = time.monotonic() - last_ok
-                if "disconnect" in reason.lower() or silent_s > self.config.scheduler_timeout:
+                gone = silent_s > self.config.scheduler_timeout and unanswered >= 2
+                if "disconnect" in reason.lower() or gone:
                     log.warning("scheduler unreachable; exiting", reason=reason)
                     self.stop.set()
                     return

@@ -11,8 +11,8 @@ Rules (docs/runtime.md states them for users):
 - A node that sends nothing (heartbeat, events, finished) for `heartbeat_timeout` seconds, or
   whose connection drops, is declared dead. Every unit not yet stored is then re-planned over the
   nodes left, under a new generation, with its inputs loaded again from storage.
-- A dead node's crash is charged to the units it was running: those of its last heartbeat's
-  running instructions not reported finished since, and those of its computes that were ready
+- A dead node's crash is charged to the units it was computing: those of its last heartbeat's
+  running computes not reported finished since, and those of its computes that were ready
   (every dependency reported finished, the compute itself not), which catches a unit that kills
   its node before any heartbeat saw it running (a pod starts a unit's first compute only after
   the scheduler took the events before it, so even a crash at once is seen as a ready compute).
@@ -266,20 +266,17 @@ class ClusterState:
             self.live.discard(node)
             self.failures.append(NodeFailure(node, now, reason))
             actions.append(Cancel(node))
-            # One crash per unit per death, however many of its instructions were running; a
-            # compute names the culprit better than the loads beside it.
+            # One crash per unit per death, and only for a compute: a leaf is the unit's own code,
+            # while a load, fetch or store running when a node dies is the node's business (a
+            # cascade of machines dying must not add up against the units they were loading).
             culprits: dict[int, int] = {}
             for ins_id in self.suspects(node):
                 info = self.instruction_info.get(ins_id)
-                if info is None or info.unit is None or info.unit in self.stored:
+                if info is None or info.kind != "compute" or info.unit in self.stored:
                     continue
-                known = culprits.get(info.unit)
-                if known is None or (info.kind == "compute" != self.instruction_info[known].kind):
-                    culprits[info.unit] = ins_id
+                culprits.setdefault(info.unit, ins_id)
             self.running.pop(node, None)
-            kinds = {unit: self.instruction_info[i].kind for unit, i in culprits.items()}
-            computes_first = sorted(culprits.items(), key=lambda c: (kinds[c[0]] != "compute", c[0]))
-            for unit, ins_id in computes_first:
+            for unit, ins_id in sorted(culprits.items()):
                 self.crashes[unit] = self.crashes.get(unit, 0) + 1
                 if self.crashes[unit] >= self.max_attempts:
                     return actions + self._fail(

@@ -228,3 +228,14 @@ def test_the_heartbeat_names_what_the_events_cannot_and_finished_work_is_not_cha
     state.events(1, 1, finished_events(p, [first_compute(p, first).id]), 0.6)
     state.disconnected(1, "connection lost", 0.7)
     assert state.crashes == {second: 1}
+
+
+def test_a_node_dying_while_it_only_loads_and_fetches_charges_nobody():
+    state = make_state(add_program(64 * 8, 64), n_nodes=4)
+    state.start(0.0)
+    node = state.plan.placement[5]
+    p = state.plan.node_plans[node]
+    loading = [i.id for i in p.instructions if not isinstance(i, Compute)][:4]
+    state.heartbeat(node, 1, loading, 0.2)  # the heartbeat saw only loads running
+    state.disconnected(node, "connection lost", 0.3)
+    assert state.crashes == {}
