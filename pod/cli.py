@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heartbeat-interval", type=float, default=0.5, metavar="S",
                         help="seconds between heartbeats to the scheduler (default 0.5)")
     parser.add_argument("--scheduler-timeout", type=float, default=5.0, metavar="S",
-                        help="exit when heartbeats have failed for this long (default 5)")
+                        help="exit when heartbeats have failed for this long, with two in a row "
+                             "unanswered (default 5)")
     parser.add_argument("--fetch-timeout", type=float, default=30.0, metavar="S",
                         help="give up on a peer that sends nothing for this long (default 30)")
     parser.add_argument("--no-data-port", action="store_true",
