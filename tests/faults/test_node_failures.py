@@ -152,20 +152,25 @@ def test_a_peer_slow_to_produce_a_tile_is_asked_again_not_blamed(data, pods_for)
 
 
 def test_a_busy_pod_is_not_declared_dead(tmp_path):
-    """Leaves of ~1-3 s each (the interpreter loops over a 65536-element super-tile) against a
-    0.5 s heartbeat timeout: heartbeats come from the event loop while leaves run in threads."""
+    """Leaves of ~2.5 s each (the interpreter loops over a 65536-element super-tile; longer on a
+    loaded machine) against a 1 s heartbeat timeout: heartbeats come from the event loop while
+    leaves run in threads. (A 0.5 s timeout failed once in ~20 suite runs on 2 cores shared with
+    nvcc; the pod logged nothing amiss, so most likely its loop thread got no CPU for that long.
+    Not pinned down.)"""
     n = 131072
     np.save(tmp_path / "a.npy", np.ones(n, np.float32))
     spin = build_job(SPIN, None, {"N": n}, {}, {"a": "file:a.npy", "c": "file:c.npy"})
     write_job(spin, tmp_path / "spin.capnp")
-    pods = Pods(tmp_path, tmp_path / "logs", heartbeat_interval=0.1, heartbeat_timeout=0.5)
+    timeout = 1.0
+    pods = Pods(tmp_path, tmp_path / "logs", heartbeat_interval=0.1, heartbeat_timeout=timeout)
     try:
         result = pods.run(pods.session(pods.start(2)), tmp_path / "spin.capnp")
     finally:
         pods.close()
     assert result.ok, result.reason
     assert result.trace["failures"] == []
-    assert max(n["compute_s"] for n in result.trace["summary"]["nodes"]) > 1.0  # really busy
+    leaves = [e["end"] - e["start"] for e in result.trace["events"] if e["kind"] == "compute"]
+    assert max(leaves) > timeout, leaves  # one leaf alone kept its pod busy past the timeout
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(n, 65536.0, np.float32))
 
 
