@@ -88,8 +88,7 @@ class PodServer:
         self.partial_plans: dict[tuple[str, int], tuple] = {}  # (job, generation) -> parts so far
         self.outbox: list[tuple] = []
         self.outbox_ready = asyncio.Event()
-        self.outbox_queued = 0  # items ever queued, and of those the ones the scheduler took:
-        self.outbox_delivered = 0  # see events_delivered
+        self.outbox_delivered = 0  # items the scheduler took, ever (see events_delivered)
         self.delivery_waiters: list[tuple[int, asyncio.Future]] = []
         self.background: set[asyncio.Task] = set()
         self.lease_from: float | None = None  # send time of the last heartbeat the scheduler took
@@ -231,12 +230,10 @@ class PodServer:
 
     def _queue_event(self, job_id: str, generation: int, event: capnp_io.InstructionEvent) -> None:
         self.outbox.append(("event", job_id, generation, event))
-        self.outbox_queued += 1
         self.outbox_ready.set()
 
     def _queue_finished(self, job_id: str, generation: int, ok: bool, message: str) -> None:
         self.outbox.append(("finished", job_id, generation, ok, message))
-        self.outbox_queued += 1
         self.outbox_ready.set()
         level = log.info if ok else log.warning
         level("plan finished", job=job_id, generation=generation, ok=ok, message=message)
@@ -288,10 +285,11 @@ class PodServer:
         pod down at once, the scheduler already knows the compute's inputs were done and charges
         the unit. One round trip per unit; a slow or gone scheduler delays the compute by at
         most --scheduler-timeout (after that the pod is exiting anyway), never blocks it."""
-        if self.sink is None or self.outbox_delivered >= self.outbox_queued:
+        if self.sink is None or not self.outbox:
             return
         fut = asyncio.get_running_loop().create_future()
-        self.delivery_waiters.append((self.outbox_queued, fut))
+        # The outbox loses items only as the scheduler takes them, so this counts what is queued.
+        self.delivery_waiters.append((self.outbox_delivered + len(self.outbox), fut))
         try:
             async with asyncio.timeout(self.config.scheduler_timeout):
                 await fut
