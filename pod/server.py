@@ -33,7 +33,6 @@ from schemas.capnp_io import (
     NESTING_LIMIT,
     TRAVERSAL_LIMIT_WORDS,
     PodInfo,
-    TileHeader,
 )
 from schemas.capnp_io import remote_reason as _one_line
 from schemas.instructions import Fetch, NodePlan
@@ -343,7 +342,9 @@ class PodServer:
                 return
             except Exception as err:  # fall back to the host path, saying why
                 log.info("CUDA IPC fetch failed; using the host path", reason=_one_line(err))
-        header = await self._tile_header(job, generation, ins, link)
+        reply = await self._ask_owner(job, generation, ins,
+                                      lambda: link.pod.tileHeader(job.job_id, generation, ins.peer_buffer))
+        header = capnp_io.read_tile_header(reply.header)
         if tuple(header.shape) != shape:
             raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} has shape {list(header.shape)}, "
                                 f"local buffer {ins.buffer} has {list(shape)}")
@@ -387,20 +388,17 @@ class PodServer:
 
         await asyncio.gather(*(one(o, n) for o, n in chunk_ranges(nbytes, CHUNK_BYTES)))
 
-    async def _tile_header(self, job: Job, generation: int, ins: Fetch, link: PeerLink) -> TileHeader:
-        """The owner's description of the tile, once the owner has it.
+    async def _ask_owner(self, job: Job, generation: int, ins: Fetch, ask):
+        """The owner's reply to `ask()` (tileHeader or ipcHandle), once the owner has the tile.
 
         The owner waits up to --fetch-timeout for the tile, then answers "not ready". Such an
         owner is alive and answering; what it waits for may be slow (a big leaf) or stuck on a
         third node, which whoever fetches from that node directly will blame. So it is asked
         again for as long as this plan is current: only an owner that does not answer (within
         its wait plus 5 s), breaks the connection or sends a bad tile is blamed."""
-        patience = self.config.fetch_timeout
         while True:
             try:
-                reply = await asyncio.wait_for(link.pod.tileHeader(job.job_id, generation, ins.peer_buffer),
-                                               patience + 5)
-                return capnp_io.read_tile_header(reply.header)
+                return await asyncio.wait_for(ask(), self.config.fetch_timeout + 5)
             except Exception as err:
                 if NOT_READY not in _one_line(err) or not job.state.is_current(generation):
                     raise
@@ -412,8 +410,8 @@ class PodServer:
                 and link.info.host_id == self.info.host_id and link.info.pid != self.info.pid)
 
     async def _fetch_ipc(self, job, generation, ins, link, record) -> None:
-        reply = await asyncio.wait_for(link.pod.ipcHandle(job.job_id, generation, ins.peer_buffer),
-                                       self.config.fetch_timeout + 5)
+        reply = await self._ask_owner(job, generation, ins,
+                                      lambda: link.pod.ipcHandle(job.job_id, generation, ins.peer_buffer))
         header = capnp_io.read_tile_header(reply.header)
         if tuple(header.shape) != tuple(record.array.shape):
             raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} has shape {list(header.shape)}")
