@@ -11,7 +11,6 @@ failure prints its case number; the run is reproducible from --seed. Exit code 1
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import sys
 import tempfile
@@ -25,52 +24,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.faults.fuzz import (  # noqa: E402
-    Recorder,
     check_kernel_source,
     judge_job_bytes,
     mutate_bytes,
     mutate_source,
     random_edits,
+    record_client_stream,
     restore,
     send_raw,
     snapshot,
 )
 from tests.faults.harness import REPO, Pods, make_job  # noqa: E402
-
-
-def record_stream(pods: Pods, root: Path) -> bytes:
-    """A real client's bytes to a pod: login, info, a submit, a tile header, a cancel."""
-    from scheduler.jobfile import read_job
-    from scheduler.planner import NodeFigure, plan
-    from scheduler.prepare import prepare
-    from schemas import capnp_io
-
-    job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"}, name="rpc")
-    prepared = prepare(read_job(job), job, [pods.root], None)
-    node_plan = plan(prepared.program, [NodeFigure(0)], prepared.uris).node_plans[0]
-    program = capnp_io.job_program(prepared.program, prepared.scalars, None)
-    recorder = Recorder(pods.healthy()[0].address)
-
-    async def talk():
-        import capnp
-
-        host, port = recorder.address.rsplit(":", 1)
-        client = capnp.TwoPartyClient(await capnp.AsyncIoStream.create_connection(host, int(port)))
-        pod = (await client.bootstrap().cast_as(capnp_io.rpc().Gate).login(pods.token)).pod
-        await pod.info()
-        request = pod.submit_request()
-        capnp_io.write_submit(request, "fuzzjob", program, node_plan, [])
-        await request.send()
-        try:
-            await pod.tileHeader("fuzzjob", 1, 0)
-        except Exception:
-            pass
-        await pod.cancel("fuzzjob")
-        client.close()
-
-    pods.loop.run_until_complete(asyncio.wait_for(talk(), 30))
-    recorder.thread.join(10)
-    return bytes(recorder.sent)
 
 
 def main(argv: list[str]) -> int:
@@ -96,7 +60,8 @@ def main(argv: list[str]) -> int:
             runner_pods = pods.start(2)
             session = pods.session(runner_pods)
             target = pods.start(1)[0]
-            stream = record_stream(pods, root)
+            rpc_job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"}, name="rpc")
+            stream = record_client_stream(pods, rpc_job, root, pods.healthy()[0].address)
             deadline = time.monotonic() + args.minutes * 60
             case = 0
             while time.monotonic() < deadline:

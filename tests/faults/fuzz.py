@@ -217,6 +217,44 @@ class Recorder:
         self.server.close()
 
 
+def record_client_stream(pods, job: Path, root: Path, address: str) -> bytes:
+    """A real client's bytes to the pod at `address` (through a Recorder): bootstrap, login, info,
+    the submit of `job` (its files under `root`), a tile header request and a cancel. `pods` is
+    the tests' harness.Pods, for its event loop and token."""
+    import asyncio
+
+    import capnp
+
+    from scheduler.jobfile import read_job
+    from scheduler.planner import NodeFigure, plan
+    from scheduler.prepare import prepare
+    from schemas import capnp_io
+
+    prepared = prepare(read_job(job), job, [root], None)
+    node_plan = plan(prepared.program, [NodeFigure(0)], prepared.uris).node_plans[0]
+    program = capnp_io.job_program(prepared.program, prepared.scalars, None)
+    recorder = Recorder(address)
+
+    async def talk():
+        host, port = recorder.address.rsplit(":", 1)
+        client = capnp.TwoPartyClient(await capnp.AsyncIoStream.create_connection(host, int(port)))
+        pod = (await client.bootstrap().cast_as(capnp_io.rpc().Gate).login(pods.token)).pod
+        await pod.info()
+        request = pod.submit_request()
+        capnp_io.write_submit(request, "fuzzjob", program, node_plan, [])
+        await request.send()
+        try:
+            await pod.tileHeader("fuzzjob", 1, 0)
+        except Exception:  # the tile may be refused; the bytes are what matter
+            pass
+        await pod.cancel("fuzzjob")
+        client.close()
+
+    pods.loop.run_until_complete(asyncio.wait_for(talk(), 30))
+    recorder.thread.join(10)
+    return bytes(recorder.sent)
+
+
 def send_raw(address: str, payload: bytes, timeout: float = 2.0) -> bytes:
     """Send bytes to a pod, half-close, and read what comes back until it closes (or `timeout`)."""
     host, port = address.rsplit(":", 1)

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from schemas import capnp_io
 from tests.faults.fuzz import (
-    Recorder,
     check_kernel_source,
     judge_job_bytes,
     mutate_bytes,
     mutate_source,
+    record_client_stream,
     restore,
     send_raw,
     snapshot,
@@ -111,44 +111,16 @@ def test_the_unmutated_job_runs_and_matches(job_bench):
 def rpc_bench(bench_pods):
     """A pod, and the bytes a real client sent it: bootstrap, login, info, a job's submit, a tile
     header request and a cancel."""
-    from scheduler.jobfile import read_job
-    from scheduler.planner import NodeFigure, plan
-    from scheduler.prepare import prepare
-
     pods = bench_pods
     root = pods.root / "rpc"
     root.mkdir()
     np.save(root / "a.npy", np.ones(1024, np.float32))
     np.save(root / "b.npy", np.ones(1024, np.float32))
     job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
-    prepared = prepare(read_job(job), job, [root], None)
-    node_plan = plan(prepared.program, [NodeFigure(0)], prepared.uris).node_plans[0]
-    program = capnp_io.job_program(prepared.program, prepared.scalars, None)
     state = {"pod": pods.start(1)[0], "restarts": 0}
-    recorder = Recorder(state["pod"].address)
-
-    async def talk():
-        import capnp
-
-        host, port = recorder.address.rsplit(":", 1)
-        stream = await capnp.AsyncIoStream.create_connection(host, int(port))
-        client = capnp.TwoPartyClient(stream)
-        pod = (await client.bootstrap().cast_as(capnp_io.rpc().Gate).login(pods.token)).pod
-        await pod.info()
-        request = pod.submit_request()
-        capnp_io.write_submit(request, "fuzzjob", program, node_plan, [])
-        await request.send()
-        try:
-            await pod.tileHeader("fuzzjob", 1, 0)
-        except Exception:  # the tile may be refused; the bytes are what matter
-            pass
-        await pod.cancel("fuzzjob")
-        client.close()
-
-    pods.loop.run_until_complete(asyncio.wait_for(talk(), 30))
-    recorder.thread.join(10)
-    assert len(recorder.sent) > 200
-    yield pods, bytes(recorder.sent), state
+    stream = record_client_stream(pods, job, root, state["pod"].address)
+    assert len(stream) > 200
+    yield pods, stream, state
 
 
 def _pod_survived_or_left_cleanly(pods, state) -> None:
