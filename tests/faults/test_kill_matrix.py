@@ -40,6 +40,7 @@ class Matrix:
 
     def __init__(self, root, logs):
         self.root = root
+        self.order: list = []  # the pods of the last run, by node (also set by tools/soak_faults.py)
         matmul_inputs(root, M, N, K, seed=1)
         self.pods = Pods(root, logs)
         self.pods.start(4)
