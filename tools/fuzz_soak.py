@@ -34,7 +34,8 @@ from tests.faults.fuzz import (  # noqa: E402
     send_raw,
     snapshot,
 )
-from tests.faults.harness import REPO, Pods, make_job  # noqa: E402
+from tests.faults.harness import REPO, Pods
+from tests.job_files import make_job
 
 
 def main(argv: list[str]) -> int:

@@ -39,7 +39,7 @@ def phobos_pytest(
         main = "//tests:run_pytest.py",
         args = args + ["%s/%s" % (package, t) for t in tests],
         data = own_data + data,
-        deps = deps + ["//tests:conftest"],
+        deps = deps + ["//tests:conftest", "//tests:job_files"],
         size = size,
         timeout = timeout,
         tags = tags,

@@ -26,8 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.faults.harness import make_job, staging_files  # noqa: E402
+from tests.faults.harness import staging_files
 from tests.faults.test_kill_matrix import CLUSTER, DIMS, Matrix  # noqa: E402
+from tests.job_files import make_job
 
 KINDS = ("allocate", "load", "fetch", "compute", "store", "free", "serve")
 

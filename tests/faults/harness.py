@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.jobfile import build_job, read_job, write_job
+from scheduler.jobfile import read_job
 from scheduler.local_pods import READY_LINE, new_token
 from scheduler.prepare import prepare
 from scheduler.run import PodSession, RunOptions, RunResult
 
 REPO = Path(__file__).resolve().parents[2]
-JOB_KERNELS = REPO / "examples" / "jobs"
 STAGING_MARK = "phobos-staging"
 
 
@@ -156,15 +155,6 @@ async def _drain(stream) -> None:
 
 
 # ---- data ----
-
-
-def make_job(folder: Path, kernel: str, dims: dict[str, int], tensors: dict[str, str],
-             scalars: dict[str, float] | None = None, name: str = "job") -> Path:
-    job = build_job(JOB_KERNELS / f"{kernel}.phk", None, dims, scalars or {},
-                    {t: f"file:{stem}.npy" for t, stem in tensors.items()})
-    path = folder / f"{name}.capnp"
-    write_job(job, path)
-    return path
 
 
 def matmul_inputs(folder: Path, m: int, n: int, k: int, seed: int = 0) -> None:

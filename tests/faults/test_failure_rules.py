@@ -11,7 +11,8 @@ from scheduler.jobfile import read_job
 from scheduler.planner import NodeFigure, plan
 from scheduler.prepare import prepare
 from schemas.instructions import Compute, Fetch, Load, Store
-from tests.faults.harness import make_job, matmul_inputs
+from tests.faults.harness import matmul_inputs
+from tests.job_files import make_job
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,8 @@ from tests.faults.fuzz import (
     send_raw,
     snapshot,
 )
-from tests.faults.harness import REPO, Pods, make_job
+from tests.faults.harness import REPO, Pods
+from tests.job_files import make_job
 
 EDITS = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 1 << 20), st.integers(0, 255)),
                  min_size=1, max_size=6)

@@ -17,7 +17,8 @@ import signal
 import numpy as np
 import pytest
 
-from tests.faults.harness import Pods, instruction_counts, make_job, matmul_inputs, staging_files
+from tests.faults.harness import Pods, instruction_counts, matmul_inputs, staging_files
+from tests.job_files import make_job
 
 KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
 RUNS = 30

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from scheduler.jobfile import build_job, write_job
-from tests.faults.harness import REPO, Pods, make_job, matmul_inputs, staging_files
+from tests.faults.harness import REPO, Pods, matmul_inputs, staging_files
+from tests.job_files import make_job
 
 DIMS = {"M": 512, "N": 512, "K": 256}
 CLUSTER = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 128}

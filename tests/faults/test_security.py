@@ -18,7 +18,8 @@ from common import log as plog
 from common.cli import run_main
 from scheduler import cli
 from schemas import capnp_io
-from tests.faults.harness import REPO, Pods, make_job, matmul_inputs, staging_files
+from tests.faults.harness import REPO, Pods, matmul_inputs, staging_files
+from tests.job_files import make_job
 
 rpc = capnp_io.rpc()
 CLUSTER = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 128}

@@ -14,12 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.jobfile import build_job, write_job
 from scheduler.prepare import prepare
 from scheduler.run import PodSession, RunOptions, RunResult, start_pods_for
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-JOB_KERNELS = EXAMPLES / "jobs"
 
 
 @dataclass
@@ -61,21 +57,6 @@ def open_cluster(root: Path, pods: int, device: str = "cpu", **options):
 
 async def _enter(kj):
     await kj.__aenter__()
-
-
-def write_inputs(folder: Path, arrays: dict[str, np.ndarray]) -> None:
-    for name, array in arrays.items():
-        np.save(folder / f"{name}.npy", array)
-
-
-def make_job(folder: Path, kernel: str, dims: dict[str, int], tensors: dict[str, str],
-             scalars: dict[str, float] | None = None, name: str = "job") -> Path:
-    """A job file in `folder`; `tensors` maps each tensor to its .npy file's stem in `folder`."""
-    job = build_job(JOB_KERNELS / f"{kernel}.phk", None, dims, scalars or {},
-                    {t: f"file:{stem}.npy" for t, stem in tensors.items()})
-    path = folder / f"{name}.capnp"
-    write_job(job, path)
-    return path
 
 
 def reference(kernel_file: Path, dims: dict[str, int], arrays: dict[str, np.ndarray],

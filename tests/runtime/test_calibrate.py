@@ -12,7 +12,8 @@ from compiler.cluster.program import ClusterProgram, Leaf, Region
 from scheduler import calibrate as cal
 from scheduler.tuner import Figures, LeafRate
 from schemas.instructions import Fetch, Load
-from tests.runtime.cluster import JOB_KERNELS, make_job, open_cluster, reference, write_inputs
+from tests.job_files import JOB_KERNELS, make_job, write_inputs
+from tests.runtime.cluster import open_cluster, reference
 
 BASE = Figures(nodes=2, vram_bytes=0, leaf_flops=1e9, link_bw=1e9, storage_bw=1e9, transfer_s=1e-3)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.jobfile import build_job, write_job
-from tests.runtime.cluster import JOB_KERNELS
+from tests.job_files import JOB_KERNELS
 
 
 def test_autotune_prints_the_table_and_runs_the_best(tmp_path, monkeypatch, capsys):

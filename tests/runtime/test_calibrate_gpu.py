@@ -9,7 +9,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from tests.runtime.cluster import JOB_KERNELS, make_job, open_cluster, reference, write_inputs
+from tests.job_files import JOB_KERNELS, make_job, write_inputs
+from tests.runtime.cluster import open_cluster, reference
 
 pytestmark = pytest.mark.gpu
 

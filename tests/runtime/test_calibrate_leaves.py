@@ -12,7 +12,8 @@ import pytest
 
 from common.errors import UserError
 from scheduler.tuner_leaves import choose, leaf_points, probe_seconds, tune_leaves
-from tests.runtime.cluster import JOB_KERNELS, make_job, open_cluster, write_inputs
+from tests.job_files import JOB_KERNELS, make_job, write_inputs
+from tests.runtime.cluster import open_cluster
 
 
 def test_probe_seconds_times_the_steady_unit_and_choose_takes_the_fastest():

@@ -12,7 +12,7 @@ import pytest
 
 from common.cli import run_main
 from scheduler import cli
-from tests.runtime.cluster import make_job, write_inputs
+from tests.job_files import make_job, write_inputs
 
 N = 1024
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

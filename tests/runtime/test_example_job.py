@@ -12,7 +12,7 @@ import pytest
 
 from common.cli import run_main
 from scheduler import cli
-from tests.runtime.cluster import JOB_KERNELS
+from tests.job_files import JOB_KERNELS
 from tests.runtime.test_cli import run_cli
 
 EXAMPLE = JOB_KERNELS

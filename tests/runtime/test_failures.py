@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from scheduler.run import JobFailed
-from tests.runtime.cluster import make_job, open_cluster, write_inputs
+from tests.job_files import make_job, write_inputs
+from tests.runtime.cluster import open_cluster
 
 N = 4096
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.runtime.cluster import JOB_KERNELS, make_job, open_cluster, reference, write_inputs
+from tests.job_files import JOB_KERNELS, make_job, write_inputs
+from tests.runtime.cluster import open_cluster, reference
 
 
 def close_to(got: np.ndarray, want: np.ndarray) -> None:
