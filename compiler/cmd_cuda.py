@@ -6,10 +6,9 @@ else each @autotune name's first value."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 
+from common.atomic import write_atomically
 from common.cli import user_path
 from common.errors import UserError
 from compiler.binding import bind
@@ -75,12 +74,7 @@ def handle_ptx(args: argparse.Namespace) -> int:
     kernel, binding = _bound(args)
     compiled = compile_kernel(kernel, binding, tf32=args.tf32)
     target = user_path(args.output)
-    if not target.parent.is_dir():
-        raise UserError(f"-o {args.output}: folder {target.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".ptx-")
-    with os.fdopen(fd, "w") as f:
-        f.write(compiled.ptx)
-    os.replace(tmp, target)
+    write_atomically(target, compiled.ptx, label=f"-o {args.output}")
     print(
         f"wrote {compiled.entry} to {target} (grid {compiled.grid}, block {compiled.block}, "
         f"{compiled.shared_bytes} bytes of shared memory)"

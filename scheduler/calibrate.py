@@ -34,11 +34,11 @@ import json
 import os
 import secrets
 import statistics
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.atomic import write_atomically
 from compiler.cluster.program import ClusterProgram
 from scheduler.tuner import Figures, LeafRate
 
@@ -407,14 +407,7 @@ def read_cache() -> dict:
 def write_cache(data: dict) -> None:
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".calibration-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({**data, "version": CACHE_VERSION}, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, json.dumps({**data, "version": CACHE_VERSION}, indent=1, sort_keys=True))
 
 
 def cached_calibration(ckey: str, kkey: str) -> Calibration | None:

@@ -14,8 +14,9 @@ import argparse
 import json
 import os
 
+from common.atomic import write_atomically
 from common.cli import run_main, user_path
-from scheduler.report import load_trace, write_text_atomically
+from scheduler.report import load_trace
 from scheduler.report_model import KINDS, check_trace, derive_nodes, parse_events
 
 US = 1e6  # trace-event times are microseconds; phobos traces hold seconds
@@ -82,7 +83,7 @@ def to_chrome_trace(trace: dict) -> dict:
 
 
 def write_chrome_trace(trace: dict, path: str | os.PathLike) -> None:
-    write_text_atomically(path, json.dumps(to_chrome_trace(trace), separators=(",", ":")))
+    write_atomically(path, json.dumps(to_chrome_trace(trace), separators=(",", ":")))
 
 
 def main(argv: list[str]) -> int:

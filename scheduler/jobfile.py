@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.atomic import write_atomically
 from common.errors import UserError
 from compiler import ir
 
@@ -252,22 +252,7 @@ def job_from_bytes(data: bytes, where: str = "<job>") -> Job:
 
 
 def write_job(job: Job, path: Path) -> None:
-    """Write atomically: a temp file in the same folder, fsync, then os.replace."""
-    data = job_to_bytes(job)
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        _default_mode(fd)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, job_to_bytes(job), durable=True)
 
 
 def read_job(path: Path) -> Job:
@@ -302,10 +287,3 @@ def _fmt(value: float | int) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value)) if abs(value) < 1e15 else repr(value)
     return str(value)
-
-
-def _default_mode(fd: int) -> None:
-    """mkstemp makes files 0600; give the file the mode a plain open() would (0666 less umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)

@@ -13,11 +13,11 @@ import argparse
 import json
 import os
 import re
-import tempfile
 from functools import cache
 from html import escape
 from pathlib import Path
 
+from common.atomic import write_atomically
 from common.cli import run_main, user_path
 from common.errors import UserError
 from scheduler.report_model import build_model
@@ -60,28 +60,9 @@ def build_report(trace: dict) -> str:
     return render_html(build_model(trace))
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`: never half-written."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UserError(f"cannot write {path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        # mkstemp makes the file private; a report is meant to be shared like any file the user writes.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write_report(trace: dict, path: str | os.PathLike) -> None:
     """Write the HTML report of `trace` (a phobos-trace/1 dict) to `path`; nothing half-written."""
-    write_text_atomically(path, build_report(trace))
+    write_atomically(path, build_report(trace))
 
 
 def load_trace(path: str | os.PathLike) -> dict:

@@ -8,12 +8,10 @@ Times are seconds since the job started (pods report Unix time; hosts are assume
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.errors import UserError
+from common.atomic import write_atomically
 
 TRACE_FORMAT = "phobos-trace/1"
 KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
@@ -156,23 +154,4 @@ def _bytes(n: int) -> str:
 
 
 def write_trace(trace: dict, path: Path) -> None:
-    """Atomically: a temp file beside it, then os.replace."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UserError(f"--trace {path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        _default_mode(fd)
-        with os.fdopen(fd, "w") as f:
-            json.dump(trace, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _default_mode(fd: int) -> None:
-    """mkstemp makes files 0600; give the file the mode a plain open() would (0666 less umask)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
+    write_atomically(path, json.dumps(trace, indent=1), label=f"--trace {path}")

@@ -12,13 +12,13 @@ import hashlib
 import itertools
 import json
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from common.atomic import write_atomically
 from compiler import ir
 from compiler.binding import bind
 from compiler.cuda import compile_kernel, compiler_version, nvrtc
@@ -56,10 +56,7 @@ def _read_cache() -> dict:
 def _write_cache(entries: dict) -> None:
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(entries, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(entries, indent=1, sort_keys=True))
 
 
 def gpu_name() -> str | None:
