@@ -37,8 +37,7 @@ def register(subparsers) -> None:
 
 
 def _bound(args: argparse.Namespace):
-    from compiler.cmd_run import select_kernel
-    from compiler.frontend import load_file
+    from compiler.frontend import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
     tiles = parse_assignments(args.set, "--set", int)

@@ -42,16 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handle)
 
 
-def select_kernel(module: ir.Module, name: str | None) -> ir.Kernel:
-    try:
-        return module.kernel(name)
-    except KeyError:
-        names = ", ".join(k.name for k in module.kernels) or "none"
-        if name is None:
-            raise UserError(f"{module.file} has several kernels ({names}): pick one with --kernel") from None
-        raise UserError(f"{module.file} has no kernel {name} (it has: {names})") from None
-
-
 def _read_npy(name: str, path: Path, expected: np.dtype, writable: bool) -> np.ndarray:
     try:
         array = np.load(path, mmap_mode=None if writable else "r", allow_pickle=False)
@@ -135,7 +125,7 @@ def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], 
 
 
 def handle(args: argparse.Namespace) -> int:
-    from compiler.frontend import load_file
+    from compiler.frontend import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
     tiles = parse_assignments(args.set, "--set", int)

@@ -38,3 +38,15 @@ def load_file(path: str | os.PathLike, display_name: str | None = None) -> ir.Mo
     except OSError as err:
         raise UserError(f"{name}: cannot read ({err.strerror})") from None
     return load_text(text, name)
+
+
+def select_kernel(module: ir.Module, name: str | None, flag: str = "--kernel") -> ir.Kernel:
+    """The named kernel of `module`, or its only one; else a user error naming the choices and
+    the command-line `flag` that picks one."""
+    try:
+        return module.kernel(name)
+    except KeyError:
+        names = ", ".join(k.name for k in module.kernels) or "none"
+        if name is None:
+            raise UserError(f"{module.file} has several kernels ({names}): pick one with {flag}") from None
+        raise UserError(f"{module.file} has no kernel {name} (it has: {names})") from None

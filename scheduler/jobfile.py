@@ -101,17 +101,10 @@ def path_to_uri(path: Path) -> str:
 def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
     """Parse and check `source`, returning the named kernel (or the only one)."""
     from compiler.diagnostics import register_source
-    from compiler.frontend import load_text
+    from compiler.frontend import load_text, select_kernel
 
     register_source(filename, source)
-    module = load_text(source, filename)
-    try:
-        return module.kernel(name)
-    except KeyError:
-        names = ", ".join(k.name for k in module.kernels) or "none"
-        if name is None:
-            raise UserError(f"{filename} holds several kernels ({names}): choose one with --name") from None
-        raise UserError(f"{filename} has no kernel {name} (it has: {names})") from None
+    return select_kernel(load_text(source, filename), name, flag="--name")
 
 
 def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
