@@ -121,10 +121,24 @@ def bench_matmul(results, log, sizes, dtype_name, tune_n):
         cublas = median_ms(lambda a=a, b=b: torch.matmul(a, b), 2, reps)
         triton_ms = median_ms(lambda a=a, b=b, tri=tri: triton_peers.matmul(a, b, tri), 2, reps)
         flops = 2.0 * n**3
-        extra = {"rel_err": err, "tiles": best, "schedule": str(schedule), "attributes": function_attributes(c)}
+        extra = {
+            "rel_err": err,
+            "tiles": best,
+            "schedule": str(schedule),
+            "attributes": function_attributes(c),
+        }
         for r in (
             row(f"matmul n={n}", dtype_name, ours, "torch.matmul (cuBLAS)", cublas, flops, **extra),
-            row(f"matmul n={n}", dtype_name, ours, "triton", triton_ms, flops, rel_err=err, triton_rel_err=err_tri),
+            row(
+                f"matmul n={n}",
+                dtype_name,
+                ours,
+                "triton",
+                triton_ms,
+                flops,
+                rel_err=err,
+                triton_rel_err=err_tri,
+            ),
         ):
             results.append(r)
             log(json.dumps(r))
@@ -161,16 +175,19 @@ def bench_attention(results, log, name, sizes, d, causal):
         arrays = {"Q": as_cupy(q), "K": as_cupy(kk), "V": as_cupy(v), "O": as_cupy(o)}
         launch(c, arrays, {"scale": scale})
         torch.cuda.synchronize()
-        ref = F.scaled_dot_product_attention(q[None].float(), kk[None].float(), v[None].float(), is_causal=causal, scale=scale)[0]
+        ref = F.scaled_dot_product_attention(
+            q[None].float(), kk[None].float(), v[None].float(), is_causal=causal, scale=scale
+        )[0]
         err = rel_err(o, ref)
         tri = torch.empty_like(q)
         triton_peers.attention(q, kk, v, tri, scale, causal)
         err_tri = rel_err(tri.float(), ref)
         ours = median_ms(lambda c=c, arrays=arrays: launch(c, arrays, {"scale": scale}), 2, 7)
+        batch = (q[None], kk[None], v[None])
         sdpa = median_ms(
-            lambda: F.scaled_dot_product_attention(q[None], kk[None], v[None], is_causal=causal, scale=scale), 2, 7
+            lambda b=batch, c=causal: F.scaled_dot_product_attention(*b, is_causal=c, scale=scale), 2, 7
         )
-        triton_ms = median_ms(lambda: triton_peers.attention(q, kk, v, tri, scale, causal), 2, 7)
+        triton_ms = median_ms(lambda a=(q, kk, v, tri), c=causal: triton_peers.attention(*a, scale, c), 2, 7)
         flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
         what = f"attention D={d} N={n}{' causal' if causal else ''}"
         extra = {"rel_err": err, "tiles": best, "attributes": function_attributes(c), "kernel": k.name}
@@ -198,8 +215,12 @@ def main() -> None:
         print(msg, flush=True)
 
     def save():
-        doc = {"gpu": torch.cuda.get_device_name(), "peak_bf16_tflops": PEAK_BF16_TFLOPS, "results": results,
-               "tuning": TUNING}
+        doc = {
+            "gpu": torch.cuda.get_device_name(),
+            "peak_bf16_tflops": PEAK_BF16_TFLOPS,
+            "results": results,
+            "tuning": TUNING,
+        }
         Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
         if args.latest:
             keys = ("what", "dtype", "ours_tflops", "anchor", "anchor_tflops", "ratio")
@@ -216,8 +237,14 @@ def main() -> None:
     for ex in ("flash_attention_bf16.phk", "causal_attention_bf16.phk"):
         if (EXAMPLES / ex).exists():
             for d in (64, 128):
-                jobs.append(("attention", lambda ex=ex, d=d: bench_attention(
-                    results, log, ex, att_sizes, d, ex.startswith("causal"))))
+                jobs.append(
+                    (
+                        "attention",
+                        lambda ex=ex, d=d: bench_attention(
+                            results, log, ex, att_sizes, d, ex.startswith("causal")
+                        ),
+                    )
+                )
     for name, job in jobs:
         if name in only:
             try:
@@ -231,8 +258,10 @@ def main() -> None:
     print("\nsummary")
     for r in results:
         if "ratio" in r:
-            print(f"  {r['what']:<32} {r['dtype']:<5} ours {r['ours_tflops']:7.1f} TFLOP/s  "
-                  f"{r['anchor']:<22} {r['anchor_tflops']:7.1f}  ratio {r['ratio']:.3f}")
+            print(
+                f"  {r['what']:<32} {r['dtype']:<5} ours {r['ours_tflops']:7.1f} TFLOP/s  "
+                f"{r['anchor']:<22} {r['anchor_tflops']:7.1f}  ratio {r['ratio']:.3f}"
+            )
         else:
             print(f"  {r['what']:<32} ERROR {r.get('error')}")
 

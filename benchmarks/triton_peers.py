@@ -22,15 +22,33 @@ def _matmul_configs():
     ]:
         for band in (1, 8):
             out.append(
-                triton.Config({"TM": bm, "TN": bn, "TK": bk, "BAND": band}, num_warps=warps, num_stages=stages)
+                triton.Config(
+                    {"TM": bm, "TN": bn, "TK": bk, "BAND": band}, num_warps=warps, num_stages=stages
+                )
             )
     return out
 
 
 @triton.autotune(configs=_matmul_configs(), key=["M", "N", "K"])
 @triton.jit
-def _matmul(a, b, c, M, N, K, sa_m, sa_k, sb_k, sb_n, sc_m, sc_n,
-            TM: tl.constexpr, TN: tl.constexpr, TK: tl.constexpr, BAND: tl.constexpr):
+def _matmul(
+    a,
+    b,
+    c,
+    M,
+    N,
+    K,
+    sa_m,
+    sa_k,
+    sb_k,
+    sb_n,
+    sc_m,
+    sc_n,
+    TM: tl.constexpr,
+    TN: tl.constexpr,
+    TK: tl.constexpr,
+    BAND: tl.constexpr,
+):
     # CTA order: bands of BAND row blocks, walked column by column (BAND = 1: plain row order)
     pid = tl.program_id(0)
     blocks_n = tl.cdiv(N, TN)
@@ -45,13 +63,20 @@ def _matmul(a, b, c, M, N, K, sa_m, sa_k, sb_k, sb_n, sc_m, sc_n,
     acc = tl.zeros((TM, TN), dtype=tl.float32)
     for k0 in range(0, K, TK):
         kk = k0 + ks
-        x = tl.load(a + rows[:, None] * sa_m + kk[None, :] * sa_k,
-                    mask=(rows[:, None] < M) & (kk[None, :] < K), other=0.0)
-        y = tl.load(b + kk[:, None] * sb_k + cols[None, :] * sb_n,
-                    mask=(kk[:, None] < K) & (cols[None, :] < N), other=0.0)
+        x = tl.load(
+            a + rows[:, None] * sa_m + kk[None, :] * sa_k,
+            mask=(rows[:, None] < M) & (kk[None, :] < K),
+            other=0.0,
+        )
+        y = tl.load(
+            b + kk[:, None] * sb_k + cols[None, :] * sb_n,
+            mask=(kk[:, None] < K) & (cols[None, :] < N),
+            other=0.0,
+        )
         acc = tl.dot(x, y, acc)
-    tl.store(c + rows[:, None] * sc_m + cols[None, :] * sc_n, acc,
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
+    tl.store(
+        c + rows[:, None] * sc_m + cols[None, :] * sc_n, acc, mask=(rows[:, None] < M) & (cols[None, :] < N)
+    )
 
 
 def matmul(x, y, out):
@@ -62,22 +87,30 @@ def matmul(x, y, out):
     def grid(meta):
         return (triton.cdiv(M, meta["TM"]) * triton.cdiv(N, meta["TN"]),)
 
-    _matmul[grid](x, y, out, M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-                  out.stride(0), out.stride(1))
+    _matmul[grid](
+        x, y, out, M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1), out.stride(0), out.stride(1)
+    )
     return out
 
 
 def _attention_configs():
     return [
         triton.Config({"BR": br, "BC": bc}, num_warps=w, num_stages=s)
-        for br, bc, w, s in [(128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 2)]
+        for br, bc, w, s in [
+            (128, 64, 8, 2),
+            (128, 128, 8, 2),
+            (64, 64, 4, 3),
+            (128, 64, 4, 3),
+            (64, 128, 4, 2),
+        ]
     ]
 
 
 @triton.autotune(configs=_attention_configs(), key=["N", "D", "CAUSAL"])
 @triton.jit
-def _attention(q, k, v, o, N, scale, s_h, s_n,
-               D: tl.constexpr, CAUSAL: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+def _attention(
+    q, k, v, o, N, scale, s_h, s_n, D: tl.constexpr, CAUSAL: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr
+):
     # one program: BR query rows of one head; online softmax over key blocks, in base 2
     blocks = tl.cdiv(N, BR)
     pid = tl.program_id(0)
@@ -107,8 +140,11 @@ def _attention(q, k, v, o, N, scale, s_h, s_n,
         vt = tl.load(v + base + cols[:, None] * s_n + dd[None, :], mask=cols[:, None] < N, other=0.0)
         acc = acc * fix[:, None] + tl.dot(p.to(vt.dtype), vt)
         m = m_new
-    tl.store(o + base + rows[:, None] * s_n + dd[None, :], (acc / l[:, None]).to(o.dtype.element_ty),
-             mask=rows[:, None] < N)
+    tl.store(
+        o + base + rows[:, None] * s_n + dd[None, :],
+        (acc / l[:, None]).to(o.dtype.element_ty),
+        mask=rows[:, None] < N,
+    )
 
 
 def attention(q, k, v, o, scale, causal):

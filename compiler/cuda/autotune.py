@@ -151,7 +151,11 @@ def tune(
     points = points if points is not None else search_points(kernel)
     key = cache_key(kernel, dict(base.dims), gpu)
     if points != search_points(kernel) or schedules != [DEFAULT]:
-        space = ";".join(sorted(str(sorted(p.items())) for p in points)) + "|" + ",".join(s.key() for s in schedules)
+        space = (
+            ";".join(sorted(str(sorted(p.items())) for p in points))
+            + "|"
+            + ",".join(s.key() for s in schedules)
+        )
         key += "|" + hashlib.sha256(space.encode()).hexdigest()[:16]
     if use_cache:
         entry = _read_cache().get(key)

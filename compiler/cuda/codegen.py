@@ -146,13 +146,13 @@ class KernelGen(ExprEmitter):
         self.point = ", ".join(f"{k}={v}" for k, v in binding.tile_values.items()) or "the only point"
         threads = cta_threads(kernel, schedule)
         if not 1 <= threads <= 1024 or threads % 32:
-            raise CompileError(kernel.span, f"@launch({threads}): a CTA has 32 to 1024 threads, a multiple of 32")
+            raise CompileError(
+                kernel.span, f"@launch({threads}): a CTA has 32 to 1024 threads, a multiple of 32"
+            )
         try:
             grid = choose_grid(kernel, env, schedule)
         except LayoutError as e:
-            raise self.pruned(
-                kernel.span, f"cannot lay out its tiles on {threads} threads: {e}"
-            ) from None
+            raise self.pruned(kernel.span, f"cannot lay out its tiles on {threads} threads: {e}") from None
         super().__init__(kernel, env, grid)
         self.binding = binding
         self.tf32 = tf32
@@ -399,13 +399,14 @@ class KernelGen(ExprEmitter):
         bases = []
         for w in words:
             base = self.fresh("ring")
-            self.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{self.alloc_perm(stages * w)};")
+            ring = self.alloc_perm(stages * w)
+            self.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
             bases.append(base)
         for p in range(stages - 1):
             self.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
             self.out.open(f"if ({first}_{p} < {stop_name})")
             self.scalars[s.var] = (f"{first}_{p}", "i32")
-            for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
+            for (st, role, transposed, _, plan), base, w in zip(entries, bases, words, strict=True):
                 ring = self.mma_let_tile(st.value, role, transposed, ptr=f"({base} + {p * 2 * w})")
                 mma.issue_copy(self, plan, ring, st.value)
             self.out.close()
@@ -585,9 +586,8 @@ class KernelGen(ExprEmitter):
                 params.append(f"{CTYPE[p.dtype]} s_{p.name}")
             order.append(p.name)
         entry = f"phobos_{k.name}"
-        head.line(
-            f'extern "C" __global__ void __launch_bounds__({self.grid.threads}) {entry}({", ".join(params)}) {{'
-        )
+        bounds = f"__launch_bounds__({self.grid.threads})"
+        head.line(f'extern "C" __global__ void {bounds} {entry}({", ".join(params)}) {{')
         head.depth = 1
         for name, value in sorted(self.env.items()):
             head.line(f"constexpr int c_{name} = {value};")

@@ -98,7 +98,11 @@ def run_kernel_gpu(
 
     from compiler import walk
 
-    compiled = compile_kernel(kernel, binding) if schedule is None else compile_kernel(kernel, binding, schedule=schedule)
+    compiled = (
+        compile_kernel(kernel, binding)
+        if schedule is None
+        else compile_kernel(kernel, binding, schedule=schedule)
+    )
     device = {}
     for p in kernel.tensors:
         host = arrays.get(p.name)

@@ -93,7 +93,9 @@ def tile_floats(tile_or_shape) -> int:
 
 def make_tile(ptr: str, role: str, k: int, x: int, k_contiguous: bool, dtype: str, span) -> MmaTile:
     if k % MMA_K:
-        raise CompileError(span, f"dot's inner extent {k} is not a multiple of {MMA_K} (the tensor-core k step)")
+        raise CompileError(
+            span, f"dot's inner extent {k} is not a multiple of {MMA_K} (the tensor-core k step)"
+        )
     t = MmaTile(ptr, role, k, x, k_contiguous, dtype)
     if t.cols % 8:
         raise CompileError(span, f"dot operand extent {t.cols} is not a multiple of 8 (one ldmatrix row)")
@@ -225,9 +227,11 @@ def emit_mma(gen, acc, sa, sb, m: int, n: int, kk: int, dtype: str) -> None:
     while j < nt:
         off = _offset_expr(sb, "kk_", 8 * j)
         if j + 1 < nt:
-            gen.out.line(f"{{ unsigned t4_[4]; {ld_b}(t4_, {lb} + {off}); "
-                         f"bf_[{j}][0] = t4_[0]; bf_[{j}][1] = t4_[1]; "
-                         f"bf_[{j + 1}][0] = t4_[2]; bf_[{j + 1}][1] = t4_[3]; }}")
+            gen.out.line(
+                f"{{ unsigned t4_[4]; {ld_b}(t4_, {lb} + {off}); "
+                f"bf_[{j}][0] = t4_[0]; bf_[{j}][1] = t4_[1]; "
+                f"bf_[{j + 1}][0] = t4_[2]; bf_[{j + 1}][1] = t4_[3]; }}"
+            )
             j += 2
         else:
             gen.out.line(f"{ld_b2}(bf_[{j}], {lb} + {off});")

@@ -15,7 +15,8 @@ class Schedule:
     threads: int | None = None  # CTA size (None: the kernel's @launch, else 256)
 
     def key(self) -> str:
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{self.order}{self.group if self.order == 'grouped' else ''}"
+        order = f"grouped{self.group}" if self.order == "grouped" else self.order
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}"
 
 
 DEFAULT = Schedule()
