@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from common.cli import run_main, user_path
-from compiler.cli_args import parse_assignments, parse_scalars
+from compiler.cli.args import parse_assignments, parse_scalars
 
 COMMANDS = ("new-job", "show-job", "report", "chrome-trace")
 

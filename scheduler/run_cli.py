@@ -16,7 +16,7 @@ import numpy as np
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
-from compiler.cli_args import parse_assignments
+from compiler.cli.args import parse_assignments
 
 
 def build_parser() -> argparse.ArgumentParser:
