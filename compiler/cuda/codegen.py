@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir
 from compiler.cuda import analysis, mma
 from compiler.cuda.dots import legacy_schedule
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
@@ -18,7 +17,8 @@ from compiler.cuda.exprs import ExprEmitter, Val
 from compiler.cuda.hoist import hoist_dot_loads
 from compiler.cuda.layout import LayoutError, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.schedule import DEFAULT, Schedule
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 SMEM_LIMIT = 227 * 1024
 REGISTER_BUDGET = 200  # floats per thread held by tile variables before the point is pruned
@@ -40,7 +40,7 @@ def _eval(size: ir.Size, env) -> int:
 
 
 def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
-    from compiler import walk
+    from compiler.frontend import walk
 
     shapes2d, dots, rows, cols = set(), set(), set(), set()
     for e in walk.iter_body_exprs(kernel.body):
@@ -55,7 +55,7 @@ def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
 
 
 def _tensor_core_dots(kernel: ir.Kernel) -> list[ir.Call]:
-    from compiler import walk
+    from compiler.frontend import walk
 
     return [
         e
@@ -65,7 +65,7 @@ def _tensor_core_dots(kernel: ir.Kernel) -> list[ir.Call]:
 
 
 def _reduces_rows(kernel: ir.Kernel) -> bool:
-    from compiler import walk
+    from compiler.frontend import walk
 
     return any(
         isinstance(e, ir.Call)
@@ -79,7 +79,7 @@ def _reduces_rows(kernel: ir.Kernel) -> bool:
 
 def _tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call]) -> set[str]:
     """Lets that feed only tensor-core dots (staged as 16-bit operands)."""
-    from compiler import walk
+    from compiler.frontend import walk
 
     def names(calls):
         return {analysis.dot_operand_name(x) for c in calls for x in c.args} - {None}
@@ -94,7 +94,7 @@ def _tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call]) -> set[str]:
 
 def _register_shapes(kernel: ir.Kernel, env) -> set:
     """Shapes of the 2-D tiles held in registers: not the dot operands staged in shared memory."""
-    from compiler import walk
+    from compiler.frontend import walk
 
     shared = analysis.shared_lets(kernel.body)
     staged = {id(s.value) for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let) and s.name in shared}
@@ -271,7 +271,7 @@ class KernelGen(ExprEmitter):
     def _dot_split(self, s: ir.Assign):
         """`acc += dot(a, b)` and `acc = X + dot(a, b)` accumulate the product straight into acc
         (when a and b do not read acc)."""
-        from compiler import walk
+        from compiler.frontend import walk
 
         def reads_target(e: ir.Expr) -> bool:
             return any(isinstance(x, ir.Name) and x.name == s.name for x in walk.iter_exprs(e))
@@ -344,7 +344,7 @@ class KernelGen(ExprEmitter):
         """Software pipelining: the loop's dot operands that are plain tensor loads depending only
         on the loop variable are loaded one iteration ahead into registers, so that their global
         reads overlap the previous iteration's arithmetic. Loads the first iteration's here."""
-        from compiler import walk
+        from compiler.frontend import walk
 
         inner = {st.name for st in walk.iter_stmts(s.body) if isinstance(st, ir.Let | ir.VarDecl)}
         inner |= {st.var for st in walk.iter_stmts(s.body) if isinstance(st, ir.For)}
@@ -613,7 +613,7 @@ class KernelGen(ExprEmitter):
 
 
 def _all_stmts(body):
-    from compiler import walk
+    from compiler.frontend import walk
 
     return walk.iter_stmts(body)
 

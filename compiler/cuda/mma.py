@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir
+from compiler.frontend import ir
 from compiler.cuda.emit import from_f32
 from compiler.diagnostics import CompileError
 
@@ -43,7 +43,7 @@ def operand_dtype(e: ir.Expr, kernel: ir.Kernel) -> str | None:
     if isinstance(e, ir.Call) and e.func == "transpose":
         return operand_dtype(e.args[0], kernel)
     if isinstance(e, ir.Name):
-        from compiler import walk
+        from compiler.frontend import walk
 
         lets = [s for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let) and s.name == e.name]
         if len(lets) == 1:

@@ -8,7 +8,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from compiler import binding, frontend, ir
+from compiler.frontend import binding, ir
+from compiler.frontend import load as frontend
 
 STORAGE = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from cuda_cases import EXAMPLES, load_example
 
-from compiler import binding, frontend
+from compiler.frontend import binding
+from compiler.frontend import load as frontend
 from compiler.cuda import compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
 from compiler.cuda.schedule import Schedule
