@@ -25,11 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
-from compiler.frontend import binding  # noqa: E402
-from compiler.frontend import load as frontend  # noqa: E402
 from compiler.cuda import autotune, compile_kernel  # noqa: E402
 from compiler.cuda.launch import function_attributes, launch  # noqa: E402
 from compiler.cuda.schedule import DEFAULT, tensor_core_space  # noqa: E402
+from compiler.frontend import binding  # noqa: E402
+from compiler.frontend import load as frontend  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PEAK_BF16_TFLOPS = 989.0  # H100/H200 SXM dense bf16 / f16 tensor-core rate (datasheet)

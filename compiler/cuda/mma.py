@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.frontend import ir
 from compiler.cuda.emit import from_f32
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 TC_DTYPES = ("bf16", "f16")
 MMA_K = 16

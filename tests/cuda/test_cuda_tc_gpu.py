@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from cuda_cases import EXAMPLES, load_example, random_inputs
 
+from compiler.cuda.schedule import Schedule
 from compiler.frontend import binding, walk
 from compiler.interp import interpreter as interp
-from compiler.cuda.schedule import Schedule
 
 pytestmark = pytest.mark.gpu
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from cuda_cases import EXAMPLES, load_example
 
-from compiler.frontend import binding
-from compiler.frontend import load as frontend
 from compiler.cuda import compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
 from compiler.cuda.schedule import Schedule
-from compiler.diagnostics import CompileError
+from compiler.frontend import binding
+from compiler.frontend import load as frontend
+from compiler.frontend.diagnostics import CompileError
 
 REPO = Path(__file__).resolve().parents[2]
 
