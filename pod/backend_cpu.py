@@ -53,7 +53,7 @@ class PreparedLeaf:
 
 
 def prepare_leaf(leaf: Leaf) -> PreparedLeaf:
-    from compiler.cluster.sequential import load_leaf  # parse + check + bind, the reference's way
+    from compiler.cluster.leaves import load_leaf  # parse + check + bind
 
     kernel, binding = load_leaf(leaf)
     return PreparedLeaf(leaf, kernel, binding, tuple(walk.stored_tensors(kernel)))

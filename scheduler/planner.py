@@ -70,10 +70,6 @@ class Plan:
 Key = tuple
 
 
-def _key(region: Region) -> Key:
-    return (region.tensor, region.start, region.shape)
-
-
 @dataclass(slots=True)
 class _Copy:
     """One node's copy of one input region."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.errors import UserError
-from compiler.cluster import cluster_space, compile_cluster
+from compiler.cluster.build import cluster_space, compile_cluster
 from compiler.cluster.program import Region
 from compiler.frontend.diagnostics import CompileError
 from tests.cluster.helpers import example, small
