@@ -26,9 +26,9 @@ import capnp
 import numpy as np
 import pytest
 
-from compiler.cluster.program import Leaf, Region, TensorInfo
 from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan
+from schemas.program import Leaf, Region, TensorInfo
 from tests.pod.harness import Sink, connect, running_pods, submit
 
 TILE_BYTES = 16 * 1024 * 1024

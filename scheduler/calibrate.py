@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import cache
-from compiler.cluster.program import ClusterProgram
 from scheduler.tuner import Figures, LeafRate
+from schemas.program import ClusterProgram
 
 CACHE_FILE = "cluster-calibration.json"
 CACHE_VERSION = 2  # 2: the per-instruction cost

@@ -37,9 +37,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram, Region, Unit
 from compiler.cluster.units import no_gc_pauses
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+from schemas.program import ClusterProgram, Region, Unit
 
 BYTES_PER_ELEMENT = 4  # buffers hold f32
 

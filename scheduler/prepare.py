@@ -21,9 +21,9 @@ from pathlib import Path
 
 from common import storage
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram
 from compiler.frontend import ir
 from scheduler.jobfile import Job, check_against_kernel, job_kernel
+from schemas.program import ClusterProgram
 
 
 @dataclass(frozen=True)

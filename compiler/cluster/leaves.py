@@ -10,11 +10,11 @@ compiler, never the user's mistake.
 from __future__ import annotations
 
 from compiler.cluster.accumulate import Accumulator
-from compiler.cluster.program import Leaf
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.source import Span
+from schemas.program import Leaf
 
 
 class LeafBug(RuntimeError):

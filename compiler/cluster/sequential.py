@@ -14,9 +14,9 @@ import numpy as np
 
 from common.errors import UserError
 from compiler.cluster.leaves import load_leaf
-from compiler.cluster.program import ClusterProgram, Region
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, tensor_shape
+from schemas.program import ClusterProgram, Region
 
 
 def _window(region: Region) -> tuple[slice, ...]:

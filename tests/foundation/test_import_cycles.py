@@ -137,3 +137,25 @@ def test_the_pod_does_not_reach_the_test_oracle():
     graph = import_graph()
     for module in (m for m in graph if m == "pod" or m.startswith("pod.")):
         assert "compiler.cluster.sequential" not in _reachable(graph, module), module
+
+
+# Each top-level package may import only the ones below it (docs/architecture.md): imports run
+# compiler -> schemas -> common, never back; the two programs on top import everything below.
+MAY_IMPORT = {
+    "common": {"common"},
+    "schemas": {"schemas", "common"},
+    "compiler": {"compiler", "schemas", "common"},
+    "pod": {"pod", "compiler", "schemas", "common"},
+    "scheduler": {"scheduler", "pod", "compiler", "schemas", "common"},  # it starts local pods
+}
+
+
+def test_imports_run_down_the_layers():
+    graph = import_graph()
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if target.split(".")[0] not in MAY_IMPORT[module.split(".")[0]]
+    )
+    assert not wrong, "imports against the layers: " + ", ".join(wrong)
