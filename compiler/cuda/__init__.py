@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler import ir
-from compiler.cuda import codegen, nvrtc
+from compiler.cuda import codegen, nvrtc, unlowered
 from compiler.diagnostics import CompileError
 from compiler.source import Span
 
@@ -50,7 +50,7 @@ class CompiledKernel:
 def generate_source(kernel: ir.Kernel, binding, *, tf32: bool = False) -> codegen.Generated:
     if tf32:
         raise CompileError(kernel.span, "the TF32 tensor-core path for dot is not implemented yet")
-    return codegen.generate(kernel, binding, tf32)
+    return codegen.generate(unlowered.legacy_view(kernel), binding, tf32)
 
 
 def compile_kernel(kernel: ir.Kernel, binding, *, tf32: bool = False) -> CompiledKernel:

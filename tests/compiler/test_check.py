@@ -46,7 +46,7 @@ def test_loads_by_storage_type_and_dropped_axes():
     assert types["t"] == TileType("f32", (S("B"), S("D")))
     assert types["row"] == TileType("f32", (S("D"),))
     assert types["one"] == F32
-    assert types["hb"] == TileType("f32", (S("B"),))  # bf16 storage loads as f32
+    assert types["hb"] == TileType("bf16", (S("B"),))  # bf16 storage loads as a narrow float
     assert types["ni"] == TileType("i32", (S("B"),))
     assert types["m"] == TileType("f32", (S("B"), S("D")))
 
@@ -92,7 +92,7 @@ def test_cluster_names_are_not_substituted():
         "  var acc: tile<f32>[32] = 0.0\n  acc = h[0 :+ B]",
         attrs="@cluster(B in [1024, 4096])\n@autotune(B in [32], D in [64])",
     )
-    with pytest.raises(CompileError, match="cannot assign tile<f32>\\[B\\]"):
+    with pytest.raises(CompileError, match="cannot assign tile<bf16>\\[B\\]"):
         load_text(source, "bad.phk")
 
 
