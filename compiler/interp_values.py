@@ -192,10 +192,11 @@ def round_to(kind: str, v: np.ndarray) -> np.ndarray:
     The exponent range is f32's; inf and nan pass unchanged.
     """
     f = cast(v, F32)
-    if kind == "bf16":
-        return f.astype(BF16).astype(F32)
-    if kind == "f16":
-        return f.astype(np.float16).astype(F32)
+    with np.errstate(over="ignore"):  # overflow to inf is the defined result
+        if kind == "bf16":
+            return f.astype(BF16).astype(F32)
+        if kind == "f16":
+            return f.astype(np.float16).astype(F32)
     if kind == "tf32":
         bits = np.ascontiguousarray(f).view(np.uint32)
         finite = (bits & _EXPONENT) != _EXPONENT

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -49,6 +50,18 @@ def rng(seed=0):
 
 def f32(*shape, seed=0):
     return rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def bf16(*shape, seed=0):
+    return f32(*shape, seed=seed).astype(ml_dtypes.bfloat16)
+
+
+def tf32_reference(x: np.ndarray) -> np.ndarray:
+    """x rounded to 11 significant bits, ties away from zero, in float64 (x normal or zero):
+    written apart from the interpreter's bit arithmetic on purpose."""
+    mantissa, exponent = np.frexp(x.astype(np.float64))  # |mantissa| in [0.5, 1)
+    scaled = mantissa * 2.0**11
+    return np.ldexp(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), exponent - 11)
 
 
 def autotune_points(name: str) -> list[dict[str, int]]:
@@ -155,6 +168,30 @@ def case_layernorm(tiles):
     return out["y"], ref, np.abs(x64) * rstd * np.abs(g) + np.abs(b), c
 
 
+def case_matmul_bf16(tiles):
+    # bf16 operands: the products are exact, so the f64 product of the bf16 values is the
+    # reference and only the f32 sums round.
+    m, n, k = 70, 45, 37
+    a, b = bf16(m, k, seed=1), bf16(k, n, seed=2)
+    c = f32(m, n, seed=3)
+    out = run("matmul_bf16", {"M": m, "N": n, "K": k}, {"A": a, "B": b, "C": c.copy()},
+              {"alpha": 0.5, "beta": 2.0}, tiles)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return out["C"], 0.5 * a64 @ b64 + 2.0 * c, 0.5 * np.abs(a64) @ np.abs(b64) + 2 * np.abs(c), k + 1
+
+
+def case_matmul_tf32(tiles):
+    # TF32: each operand is rounded to 11 significant bits (ties away from zero) first; the
+    # products of rounded values are exact and the sums f32.
+    m, n, k = 70, 45, 37
+    a, b = f32(m, k, seed=1), f32(k, n, seed=2)
+    c = f32(m, n, seed=3)
+    out = run("matmul_tf32", {"M": m, "N": n, "K": k}, {"A": a, "B": b, "C": c.copy()},
+              {"alpha": 0.5, "beta": 2.0}, tiles)
+    a64, b64 = tf32_reference(a), tf32_reference(b)
+    return out["C"], 0.5 * a64 @ b64 + 2.0 * c, 0.5 * np.abs(a64) @ np.abs(b64) + 2 * np.abs(c), k + 1
+
+
 def case_transpose(tiles):
     a = f32(70, 45, seed=1)
     out = run("transpose", {"M": 70, "N": 45}, {"a": a, "b": np.full((45, 70), np.nan, np.float32)},
@@ -172,11 +209,15 @@ CASES = {
     "softmax": case_softmax,
     "layernorm": case_layernorm,
     "transpose": case_transpose,
+    "matmul_bf16": case_matmul_bf16,
+    "matmul_tf32": case_matmul_tf32,
 }
+# Examples whose error bounds are not those of f32 sums: tests/compiler/test_interp_precision.py.
+PRECISION_CASES = {"mha_bf16", "causal_mha_bf16", "mha_tf32"}
 
 
 def test_every_example_has_a_case():
-    assert {p.stem for p in EXAMPLES.glob("*.phk")} == set(CASES)
+    assert {p.stem for p in EXAMPLES.glob("*.phk")} == set(CASES) | PRECISION_CASES
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
