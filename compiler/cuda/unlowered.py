@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler import ir, walk
-from compiler.diagnostics import CompileError
-from compiler.source import Span
+from compiler.frontend import ir, walk
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.source import Span
 
 
 def legacy_view(kernel: ir.Kernel) -> ir.Kernel:

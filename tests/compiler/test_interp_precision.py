@@ -2,11 +2,11 @@
 §4.1), the precision of each dot, and the multi-head attention examples in bf16 and TF32 against
 float64 references at ragged sizes.
 
-Error bounds follow from the operation. Rounding to p significant bits has relative error at
-most u = 2^-p: u = 2^-8 for bf16 (8 bits), 2^-11 for f16 and TF32 (11 bits). In attention, O = sum_j p_j v_j / l; rounding
-each p_j (or v_j) with relative error u moves O by at most u * sum_j p_j |v_j| / l; rounding the
-output itself adds u * |O|. The f32 arithmetic around it is a further sqrt(n) * 2^-24 term, far
-smaller.
+Error bounds follow from the operation. Rounding to p significant bits has relative error at most u
+= 2^-p: u = 2^-8 for bf16 (8 bits), 2^-11 for f16 and TF32 (11 bits). In attention, O = sum_j p_j
+v_j / l; rounding each p_j (or v_j) with relative error u moves O by at most u * sum_j p_j |v_j| /
+l; rounding the output itself adds u * |O|. The f32 arithmetic around it is a further sqrt(n) *
+2^-24 term, far smaller.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler import interp_values as val
-from compiler.binding import bind
-from compiler.frontend import load_file, load_text
-from compiler.interp import run_kernel
+from compiler.frontend.binding import bind
+from compiler.frontend.load import load_file, load_text
+from compiler.interp import values as val
+from compiler.interp.interpreter import run_kernel
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BF16 = ml_dtypes.bfloat16
@@ -91,7 +91,8 @@ def test_casts_and_a_narrow_fill_in_a_kernel():
     n = 45
     rng = np.random.default_rng(2)
     a = (rng.standard_normal(n) * 1000).astype(np.float32)
-    tensors = {"a": a, "h": rng.standard_normal(n).astype(BF16), "i": rng.integers(-300, 300, n, dtype=np.int32),
+    tensors = {"a": a, "h": rng.standard_normal(n).astype(BF16),
+               "i": rng.integers(-300, 300, n, dtype=np.int32),
                "ob": np.zeros(n, np.float32), "oh": np.zeros(n, np.float32), "oi": np.zeros(n, np.float32),
                "of": np.zeros(n, BF16)}
     binding = bind(kernel, {"N": n}, {k: v.shape for k, v in tensors.items()})
@@ -210,7 +211,8 @@ def test_heads_are_independent():
 
 def test_general_paths_agree_for_heads(monkeypatch):
     """The strided views over the heads axis are an optimisation: gather/scatter agrees."""
-    from compiler import interp, interp_memory
+    from compiler.interp import interpreter as interp
+    from compiler.interp import memory as interp_memory
 
     fast = run_mha("mha_bf16", 2, 40, 8, BF16, {"BR": 64, "BC": 32}, seed=6)[0]
     monkeypatch.setattr(interp_memory, "_plan", lambda windows: None)

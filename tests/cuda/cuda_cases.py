@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler import binding, frontend, ir
 from compiler.cuda import unlowered
-from compiler.diagnostics import CompileError
+from compiler.frontend import binding, ir
+from compiler.frontend import load as frontend
+from compiler.frontend.diagnostics import CompileError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -9,9 +9,10 @@ import dataclasses
 import pytest
 from cuda_cases import EXAMPLES, load_example
 
-from compiler import binding, frontend, walk
 from compiler.cuda import autotune, compile_kernel, generate_source
-from compiler.diagnostics import CompileError
+from compiler.frontend import binding, walk
+from compiler.frontend import load as frontend
+from compiler.frontend.diagnostics import CompileError
 
 
 def _refusal(name: str, dims: dict[str, int]) -> str:

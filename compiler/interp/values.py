@@ -22,7 +22,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from compiler import interp_blas
+from compiler.interp import blas
 
 GRID_RANK = 3  # x, y, z
 F32 = np.dtype(np.float32)
@@ -236,7 +236,7 @@ def dot(a: np.ndarray, b: np.ndarray, mode: str = "f32") -> np.ndarray:
 
     lhs = a.transpose(shared + a_only + a_rest + [g, g + 1]).reshape(batch, rows * m, k)
     rhs = b.transpose(shared + b_rest + [g] + b_only + [g + 1]).reshape(batch, k, cols * n)
-    with interp_blas.threads_for(batch * rows * m * k * cols * n):
+    with blas.threads_for(batch * rows * m * k * cols * n):
         out = np.matmul(lhs, rhs)
     # out is [shared..., a_only..., M, b_only..., N]; put the grid axes back in x, y, z order.
     out = out.reshape([sizes[i] for i in shared] + [sizes[i] for i in a_only] + [m]
