@@ -265,7 +265,12 @@ CASES = [
         "1:18",
         "duplicate attribute @precision",
     ),
-    ("cast_of_bool", k("  let x = bf16(a[0 :+ B] < 1.0)"), "3:16", "bf16() converts numbers, found tile<bool>[B]"),
+    (
+        "cast_of_bool",
+        k("  let x = bf16(a[0 :+ B] < 1.0)"),
+        "3:16",
+        "bf16() converts numbers, found tile<bool>[B]",
+    ),
     ("cast_arity", k("  let x = f16(a[0 :+ B], 2)"), "3:11", "f16 takes 1 argument, found 2"),
     (
         "narrow_into_i32_var",
