@@ -171,24 +171,23 @@ def case_layernorm(tiles):
 def case_matmul_bf16(tiles):
     # bf16 operands: the products are exact, so the f64 product of the bf16 values is the
     # reference and only the f32 sums round.
-    m, n, k = 70, 45, 37
-    a, b = bf16(m, k, seed=1), bf16(k, n, seed=2)
-    c = f32(m, n, seed=3)
-    out = run("matmul_bf16", {"M": m, "N": n, "K": k}, {"A": a, "B": b, "C": c.copy()},
-              {"alpha": 0.5, "beta": 2.0}, tiles)
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    return out["C"], 0.5 * a64 @ b64 + 2.0 * c, 0.5 * np.abs(a64) @ np.abs(b64) + 2 * np.abs(c), k + 1
+    a, b = bf16(70, 37, seed=1), bf16(37, 45, seed=2)
+    return _alpha_beta_matmul("matmul_bf16", a, b, a.astype(np.float64), b.astype(np.float64), tiles)
 
 
 def case_matmul_tf32(tiles):
     # TF32: each operand is rounded to 11 significant bits (ties away from zero) first; the
     # products of rounded values are exact and the sums f32.
-    m, n, k = 70, 45, 37
-    a, b = f32(m, k, seed=1), f32(k, n, seed=2)
+    a, b = f32(70, 37, seed=1), f32(37, 45, seed=2)
+    return _alpha_beta_matmul("matmul_tf32", a, b, tf32_reference(a), tf32_reference(b), tiles)
+
+
+def _alpha_beta_matmul(name, a, b, a64, b64, tiles):
+    """C = 0.5 A B + 2 C at ragged M, N, K, with a64, b64 the operands as the dot multiplies them."""
+    (m, k), n = a.shape, b.shape[1]
     c = f32(m, n, seed=3)
-    out = run("matmul_tf32", {"M": m, "N": n, "K": k}, {"A": a, "B": b, "C": c.copy()},
+    out = run(name, {"M": m, "N": n, "K": k}, {"A": a, "B": b, "C": c.copy()},
               {"alpha": 0.5, "beta": 2.0}, tiles)
-    a64, b64 = tf32_reference(a), tf32_reference(b)
     return out["C"], 0.5 * a64 @ b64 + 2.0 * c, 0.5 * np.abs(a64) @ np.abs(b64) + 2 * np.abs(c), k + 1
 
 
