@@ -81,14 +81,6 @@ def resolve_uri(uri: str, base_dir: Path) -> str:
     return path_to_uri(Path(os.path.abspath(path)))
 
 
-def uri_path(uri: str) -> Path:
-    """The filesystem path of an absolute file URI."""
-    parsed = parse_uri(uri)
-    if parsed.relative:
-        raise UserError(f"storage URI {uri!r}: expected an absolute file URI here")
-    return Path(parsed.path)
-
-
 def path_to_uri(path: Path) -> str:
     return "file://" + urllib.parse.quote(str(path))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -50,10 +49,6 @@ def rng(seed=0):
 
 def f32(*shape, seed=0):
     return rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def bf16(*shape, seed=0):
-    return f32(*shape, seed=seed).astype(ml_dtypes.bfloat16)
 
 
 def tf32_reference(x: np.ndarray) -> np.ndarray:
@@ -168,13 +163,6 @@ def case_layernorm(tiles):
     return out["y"], ref, np.abs(x64) * rstd * np.abs(g) + np.abs(b), c
 
 
-def case_matmul_bf16(tiles):
-    # bf16 operands: the products are exact, so the f64 product of the bf16 values is the
-    # reference and only the f32 sums round.
-    a, b = bf16(70, 37, seed=1), bf16(37, 45, seed=2)
-    return _alpha_beta_matmul("matmul_bf16", a, b, a.astype(np.float64), b.astype(np.float64), tiles)
-
-
 def case_matmul_tf32(tiles):
     # TF32: each operand is rounded to 11 significant bits (ties away from zero) first; the
     # products of rounded values are exact and the sums f32.
@@ -183,7 +171,7 @@ def case_matmul_tf32(tiles):
 
 
 def _alpha_beta_matmul(name, a, b, a64, b64, tiles):
-    """C = 0.5 A B + 2 C at ragged M, N, K, with a64, b64 the operands as the dot multiplies them."""
+    """C = 0.5 A B + 2 C at ragged M, N, K; a64, b64: the operands as the dot multiplies them."""
     (m, k), n = a.shape, b.shape[1]
     c = f32(m, n, seed=3)
     out = run(name, {"M": m, "N": n, "K": k}, {"A": a, "B": b, "C": c.copy()},
@@ -198,8 +186,30 @@ def case_transpose(tiles):
     return out["b"], a.T.astype(np.float64), np.zeros((45, 70)), 1  # a copy: exact
 
 
+def _case_matmul_16bit(name, storage, tiles):
+    """bf16 / f16 operands: the reference multiplies the same 16-bit values in float64."""
+    a = f32(150, 72, seed=1).astype(storage)
+    b = f32(72, 201, seed=2).astype(storage)
+    c = np.full((150, 201), np.nan, np.float32)
+    out = run(name, {"M": 150, "N": 201, "K": 72}, {"A": a, "B": b, "C": c}, tiles=tiles)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return out["C"], a64 @ b64, np.abs(a64) @ np.abs(b64), 72
+
+
+def case_matmul_bf16(tiles):
+    import ml_dtypes
+
+    return _case_matmul_16bit("matmul_bf16", ml_dtypes.bfloat16, tiles)
+
+
+def case_matmul_f16(tiles):
+    return _case_matmul_16bit("matmul_f16", np.float16, tiles)
+
+
 CASES = {
     "add": case_add,
+    "matmul_bf16": case_matmul_bf16,
+    "matmul_f16": case_matmul_f16,
     "axpby": case_axpby,
     "matmul": case_matmul,
     "matmul_plain": case_matmul_plain,
@@ -208,7 +218,6 @@ CASES = {
     "softmax": case_softmax,
     "layernorm": case_layernorm,
     "transpose": case_transpose,
-    "matmul_bf16": case_matmul_bf16,
     "matmul_tf32": case_matmul_tf32,
 }
 # Examples whose error bounds are not those of f32 sums: tests/compiler/test_interp_precision.py.
