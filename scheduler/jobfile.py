@@ -19,7 +19,7 @@ from pathlib import Path
 
 from common.atomic import write_atomically
 from common.errors import UserError
-from compiler import ir
+from compiler.frontend import ir
 
 JOB_FORMAT = 1
 
@@ -81,14 +81,6 @@ def resolve_uri(uri: str, base_dir: Path) -> str:
     return path_to_uri(Path(os.path.abspath(path)))
 
 
-def uri_path(uri: str) -> Path:
-    """The filesystem path of an absolute file URI."""
-    parsed = parse_uri(uri)
-    if parsed.relative:
-        raise UserError(f"storage URI {uri!r}: expected an absolute file URI here")
-    return Path(parsed.path)
-
-
 def path_to_uri(path: Path) -> str:
     return "file://" + urllib.parse.quote(str(path))
 
@@ -100,8 +92,8 @@ def path_to_uri(path: Path) -> str:
 
 def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
     """Parse and check `source`, returning the named kernel (or the only one)."""
-    from compiler.diagnostics import register_source
-    from compiler.frontend import load_text, select_kernel
+    from compiler.frontend.diagnostics import register_source
+    from compiler.frontend.load import load_text, select_kernel
 
     register_source(filename, source)
     return select_kernel(load_text(source, filename), name, flag="--name")
@@ -109,7 +101,7 @@ def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
 
 def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
     """Dimensions the job must give: every symbolic tensor dimension not fixed by @autotune."""
-    from compiler.binding import kernel_dims
+    from compiler.frontend.binding import kernel_dims
 
     at = kernel.autotune
     fixed = {d.name for d in at.dims} if at else set()
@@ -118,7 +110,7 @@ def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
 
 def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
     """Every dimension, scalar and tensor given exactly, nothing unknown, values sane."""
-    from compiler.binding import kernel_dims
+    from compiler.frontend.binding import kernel_dims
 
     all_dims = kernel_dims(kernel)
     dims = dict(job.dims)

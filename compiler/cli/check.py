@@ -1,0 +1,74 @@
+"""`//compiler -- check FILE.phk`: parse and check a kernel file and describe its kernels.
+
+For each kernel: its name, its grid axes (axis, dimension, tile), its attributes as written and
+the size of its search spaces (@autotune, and @cluster when present).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from common.cli import user_path
+from compiler.frontend import ir
+from compiler.frontend.load import load_file
+from compiler.frontend.source import Span
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "check", help="parse and check a kernel file; print its kernels, grids and search spaces"
+    )
+    parser.add_argument("file", help="the kernel source (.phk)")
+    parser.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    module = load_file(user_path(args.file), display_name=args.file)
+    print(describe_module(module))
+    return 0
+
+
+def span_text(text: str, span: Span) -> str:
+    """The source characters a span covers (joined with spaces when it spans lines)."""
+    lines = text.splitlines()
+    if span.line == span.end_line:
+        return lines[span.line - 1][span.col - 1 : span.end_col - 1]
+    parts = [lines[span.line - 1][span.col - 1 :]]
+    parts += [ln.strip() for ln in lines[span.line : span.end_line - 1]]
+    parts.append(lines[span.end_line - 1][: span.end_col - 1].strip())
+    return " ".join(p for p in parts if p)
+
+
+def search_space_size(attribute: ir.Autotune | ir.Cluster | None) -> int:
+    """The number of points of a search space: the product of each name's value count."""
+    return math.prod(len(d.values) for d in attribute.dims) if attribute else 1
+
+
+def describe_kernel(kernel: ir.Kernel, text: str) -> str:
+    out = [f"kernel {kernel.name}"]
+    if kernel.grid:
+        out.append("  grid:")
+        out += [f"    {g.axis}: dim {g.dim}, tile {g.tile}" for g in kernel.grid]
+    else:
+        out.append("  grid: one CTA (no ctx.block axis used)")
+    if kernel.attributes:
+        out.append("  attributes:")
+        out += [f"    {span_text(text, a.span)}" for a in kernel.attributes]
+    else:
+        out.append("  attributes: none")
+    at, cl = kernel.autotune, kernel.cluster
+    if at:
+        detail = ", ".join(f"{d.name}: {len(d.values)} ({', '.join(map(str, d.values))})" for d in at.dims)
+        out.append(f"  @autotune search space: {search_space_size(at)} points [{detail}]")
+    else:
+        out.append("  @autotune search space: 1 point (no @autotune)")
+    if cl:
+        detail = ", ".join(f"{d.name}: {len(d.values)} ({', '.join(map(str, d.values))})" for d in cl.dims)
+        out.append(f"  @cluster search space: {search_space_size(cl)} points [{detail}]")
+    out.append(f"  threads per CTA: {kernel.threads}")
+    return "\n".join(out)
+
+
+def describe_module(module: ir.Module) -> str:
+    return "\n\n".join(describe_kernel(k, module.text) for k in module.kernels)

@@ -1,0 +1,81 @@
+"""`//compiler -- cuda FILE ...` prints the generated CUDA C++; `... ptx FILE ... -o out.ptx`
+writes the PTX. Tile values: --set, else (with --autotune) the fastest point measured on this
+machine's GPU, else the autotune cache's winner for these dims on this GPU (when there is one),
+else each @autotune name's first value."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from common.atomic import write_atomically
+from common.cli import user_path
+from common.errors import UserError
+from compiler.cli.args import parse_assignments
+from compiler.frontend.binding import bind
+
+
+def register(subparsers) -> None:
+    for name, help_text in (
+        ("cuda", "print the CUDA C++ generated for one point of a kernel"),
+        ("ptx", "compile a kernel to PTX with NVRTC and write it"),
+    ):
+        p = subparsers.add_parser(name, help=help_text)
+        p.add_argument("file", help="kernel source (.phk)")
+        p.add_argument("--kernel", help="which kernel of the file (needed when it has several)")
+        p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
+        p.add_argument("--set", action="append", metavar="NAME=V", help="an @autotune tile value")
+        p.add_argument("--tf32", action="store_true", help="TF32 tensor cores for dot (not implemented yet)")
+        p.add_argument(
+            "--autotune",
+            action="store_true",
+            help="time the @autotune search space on this machine's GPU first (cached)",
+        )
+        if name == "ptx":
+            p.add_argument("-o", "--output", required=True, help="where to write the PTX")
+        p.set_defaults(func=handle_cuda if name == "cuda" else handle_ptx)
+
+
+def _bound(args: argparse.Namespace):
+    from compiler.frontend.load import load_file, select_kernel
+
+    dims = parse_assignments(args.dim, "--dim", int)
+    tiles = parse_assignments(args.set, "--set", int)
+    kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
+    if not tiles:
+        from compiler.cuda import autotune
+
+        if getattr(args, "autotune", False):
+            if autotune.gpu_name() is None:
+                raise UserError("--autotune needs a GPU (cupy sees none here); use --set instead")
+            result = autotune.tune(kernel, dims)
+            tiles = result.best
+            print(
+                f"// autotuned: {tiles} ({result.best_ms:.4f} ms{', cached' if result.cached else ''})",
+                file=sys.stderr,
+            )
+        else:
+            tiles = autotune.cached_choice(kernel, bind(kernel, dims).dims) or {}
+    return kernel, bind(kernel, dims, None, tiles)
+
+
+def handle_cuda(args: argparse.Namespace) -> int:
+    from compiler.cuda import generate_source
+
+    kernel, binding = _bound(args)
+    print(generate_source(kernel, binding, tf32=args.tf32).source, end="")
+    return 0
+
+
+def handle_ptx(args: argparse.Namespace) -> int:
+    from compiler.cuda import compile_kernel
+
+    kernel, binding = _bound(args)
+    compiled = compile_kernel(kernel, binding, tf32=args.tf32)
+    target = user_path(args.output)
+    write_atomically(target, compiled.ptx, label=f"-o {args.output}")
+    print(
+        f"wrote {compiled.entry} to {target} (grid {compiled.grid}, block {compiled.block}, "
+        f"{compiled.shared_bytes} bytes of shared memory)"
+    )
+    return 0

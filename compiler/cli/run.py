@@ -1,0 +1,145 @@
+"""`//compiler -- run`: run a kernel on .npy files, with the reference interpreter or on a GPU.
+
+    run FILE.phk [--kernel NAME] --dim N=... --scalar alpha=... --tensor a=in.npy ...
+        [--set BLOCK=...] [--device cpu|gpu]
+
+Inputs are memory-mapped; tensors the kernel stores to are read into memory (or created with
+zeros when their file does not exist yet) and written back only after the whole run succeeded,
+each through a temporary file and os.replace, so a failed run leaves every file as it was.
+bf16 tensors are .npy files of ml_dtypes.bfloat16, which numpy stores as raw 2-byte records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from common.cli import user_path
+from common.errors import UserError
+from compiler.cli.args import parse_assignments, parse_scalars
+from compiler.frontend import ir
+from compiler.frontend.binding import Binding, bind, tensor_shape
+from compiler.interp.interpreter import run_kernel, scalar_arguments, stored_tensors
+from compiler.interp.values import STORAGE_DTYPES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("run", help="run a kernel on .npy tensors (reference interpreter or GPU)")
+    p.add_argument("file", help="kernel source (.phk)")
+    p.add_argument("--kernel", help="which kernel of the file (needed when it has several)")
+    p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
+    p.add_argument("--scalar", action="append", metavar="NAME=V", help="a scalar argument")
+    p.add_argument("--tensor", action="append", metavar="NAME=FILE.npy",
+                   help="a tensor's .npy file; outputs are created when missing")
+    p.add_argument("--set", action="append", metavar="NAME=V", help="an @autotune tile value")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu: the reference interpreter (default); gpu: CUDA through cupy")
+    p.set_defaults(func=handle)
+
+
+def _read_npy(name: str, path: Path, expected: np.dtype, writable: bool) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode=None if writable else "r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise UserError(f"tensor {name}: cannot read {path} as .npy ({err})") from None
+    if expected == STORAGE_DTYPES["bf16"] and array.dtype == np.dtype("V2"):
+        array = array.view(expected)
+    if array.dtype != expected:
+        raise UserError(f"tensor {name}: {path} holds {array.dtype}, the kernel expects {expected.name}")
+    return array
+
+
+def load_tensors(kernel: ir.Kernel, paths: dict[str, str],
+                 env: Mapping[str, int]) -> tuple[dict[str, np.ndarray], dict[str, Path]]:
+    """Read every tensor (outputs into writable memory) and say where each output goes."""
+    params = {t.name: t for t in kernel.tensors}
+    for name in paths:
+        if name not in params:
+            raise UserError(f"kernel {kernel.name} has no tensor {name} (it has: {', '.join(params)})")
+    outputs = stored_tensors(kernel.body)
+    arrays: dict[str, np.ndarray] = {}
+    targets: dict[str, Path] = {}
+    for name, param in params.items():
+        if name not in paths:
+            raise UserError(f"missing tensor {name}: give --tensor {name}=FILE.npy")
+        path = user_path(paths[name])
+        expected = STORAGE_DTYPES[param.dtype]
+        if name in outputs:
+            targets[name] = path
+            if not path.parent.is_dir():
+                raise UserError(f"tensor {name}: folder {path.parent} does not exist")
+            if not path.exists():
+                arrays[name] = np.zeros(tensor_shape(param, env), dtype=expected)
+                continue
+        elif not path.exists():
+            raise UserError(f"tensor {name}: no such file {path}")
+        arrays[name] = _read_npy(name, path, expected, writable=name in outputs)
+    return arrays, targets
+
+
+def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> None:
+    """Write every output to a temporary file first, then move them all into place."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name, path in targets.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            staged.append((Path(tmp), path))
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, results[name], allow_pickle=False)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except OSError as err:
+        raise UserError(f"cannot write outputs: {err}") from None
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+
+
+def _require_gpu() -> None:
+    """A one-line user error when this machine cannot run `--device gpu` at all."""
+    try:
+        import cupy
+    except ImportError:
+        raise UserError("--device gpu needs cupy, which is not installed here") from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # cupy raises its own CUDA runtime errors when there is no driver
+        raise UserError(f"--device gpu: no usable NVIDIA GPU ({err})") from None
+    if count < 1:
+        raise UserError("--device gpu: no NVIDIA GPU is visible")
+
+
+def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], scalars: dict,
+            device: str) -> dict[str, np.ndarray]:
+    if device == "cpu":
+        run_kernel(kernel, binding, arrays, scalars)
+        return arrays
+    from compiler.cuda.launch import run_kernel_gpu
+
+    return run_kernel_gpu(kernel, binding, arrays, scalars)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from compiler.frontend.load import load_file, select_kernel
+
+    dims = parse_assignments(args.dim, "--dim", int)
+    tiles = parse_assignments(args.set, "--set", int)
+    scalars = parse_scalars(args.scalar)
+    paths = parse_assignments(args.tensor, "--tensor", None)
+    if args.device == "gpu":
+        _require_gpu()
+    kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
+    binding = bind(kernel, dims, None, tiles)
+    scalar_values = scalar_arguments(kernel, scalars)
+    arrays, targets = load_tensors(kernel, paths, binding.env)
+    bind(kernel, dims, {n: a.shape for n, a in arrays.items()}, tiles)
+    results = execute(kernel, binding, arrays, scalar_values, args.device)
+    write_outputs({n: np.asarray(results[n]) for n in targets}, targets)
+    for name, path in targets.items():
+        print(f"wrote {name} {tuple(results[name].shape)} to {path}")
+    return 0

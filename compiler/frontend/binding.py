@@ -1,0 +1,162 @@
+"""Binding a checked kernel to concrete sizes: dimension values, tile values and the launch grid.
+
+A kernel's source is symbolic: tensor extents are dimension names (M, N, ...) and tile extents
+are @autotune names (TILE_M, ...). Before it can run, every one of those names needs an integer.
+`bind` collects them, checks every promise the source makes about them (@aligned, the @autotune
+search space, the shapes of the tensors handed in) and computes the grid: ceil(dim / tile) CTAs
+per grid axis. Every mistake is a `UserError` with one line naming the offending value.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from common.errors import UserError
+from compiler.frontend import ir
+
+
+class FrozenDict(dict):
+    """A dict that cannot change after it is built; hashable and picklable (unlike a
+    MappingProxyType), so a Binding can be a cache key or cross a process boundary."""
+
+    def _immutable(self, *args, **kwargs):
+        raise TypeError("a Binding's mappings are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _immutable
+    __ior__ = _immutable
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.items())))
+
+    def __reduce__(self):
+        return (FrozenDict, (dict(self),))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Concrete values for one launch of one kernel.
+
+    `dims`: every dimension value (including ones fixed by a single-value @autotune entry);
+    `tile_values`: every @autotune name's value; `env`: dims and tile values together, the
+    environment for `Size.evaluate`; `grid`: CTA counts, one per entry of `kernel.grid`.
+    """
+
+    dims: Mapping[str, int]
+    tile_values: Mapping[str, int]
+    env: Mapping[str, int]
+    grid: tuple[int, ...]
+
+
+def kernel_dims(kernel: ir.Kernel) -> tuple[str, ...]:
+    """The symbolic dimension names of the kernel's tensor parameters, in order of appearance."""
+    names: dict[str, None] = {}
+    for t in kernel.tensors:
+        for d in t.dims:
+            if isinstance(d, str):
+                names.setdefault(d, None)
+    return tuple(names)
+
+
+def _search_space(kernel: ir.Kernel) -> dict[str, tuple[int, ...]]:
+    at = kernel.autotune
+    return {d.name: d.values for d in at.dims} if at else {}
+
+
+def _fmt_values(values: tuple[int, ...]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _bind_tiles(kernel: ir.Kernel, space: dict[str, tuple[int, ...]],
+                tile_values: Mapping[str, int] | None) -> dict[str, int]:
+    given = dict(tile_values or {})
+    for name, value in given.items():
+        if name not in space:
+            known = ", ".join(space) or "none"
+            raise UserError(f"kernel {kernel.name} has no @autotune name {name} (it has: {known})")
+        if value not in space[name]:
+            raise UserError(f"{name} = {value} is outside its @autotune search space "
+                            f"(allowed: {_fmt_values(space[name])})")
+    return {name: given.get(name, values[0]) for name, values in space.items()}
+
+
+def _bind_dims(kernel: ir.Kernel, space: dict[str, tuple[int, ...]], dims: Mapping[str, int],
+               tiles: dict[str, int], set_tiles: Mapping[str, int]) -> dict[str, int]:
+    names = kernel_dims(kernel)
+    for name, value in dims.items():
+        if name not in names:
+            known = ", ".join(names) or "none"
+            raise UserError(f"kernel {kernel.name} has no dimension {name} (it has: {known})")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise UserError(f"dimension {name} = {value!r} must be an integer")
+        if value < 1:
+            raise UserError(f"dimension {name} = {value} must be at least 1")
+    out: dict[str, int] = {}
+    for name in names:
+        if name in space:
+            # A dimension that is also an @autotune name (D in [64]) is fixed by the search
+            # space: the kernel is written for exactly those values.
+            if name in dims:
+                if dims[name] not in space[name]:
+                    raise UserError(f"dimension {name} = {dims[name]} conflicts with @autotune "
+                                    f"{name} in [{_fmt_values(space[name])}]")
+                if name in set_tiles and set_tiles[name] != dims[name]:
+                    raise UserError(f"dimension {name} = {dims[name]} conflicts with "
+                                    f"{name} = {set_tiles[name]} set as a tile value")
+                tiles[name] = int(dims[name])
+            out[name] = tiles[name]
+        elif name in dims:
+            out[name] = int(dims[name])
+        else:
+            raise UserError(f"missing dimension {name} for kernel {kernel.name}")
+    return out
+
+
+def _check_shapes(kernel: ir.Kernel, env: dict[str, int], shapes: Mapping[str, tuple]) -> None:
+    params = {t.name: t for t in kernel.tensors}
+    for name, shape in shapes.items():
+        if name not in params:
+            known = ", ".join(params) or "none"
+            raise UserError(f"kernel {kernel.name} has no tensor {name} (it has: {known})")
+        expected = tensor_shape(params[name], env)
+        if tuple(shape) != expected:
+            raise UserError(f"tensor {name}: expected shape {expected}, got {tuple(shape)}")
+
+
+def tensor_shape(param: ir.TensorParam, env: Mapping[str, int]) -> tuple[int, ...]:
+    """The concrete shape of a tensor parameter under bound dimensions."""
+    return tuple(d if isinstance(d, int) else env[d] for d in param.dims)
+
+
+def _check_aligned(kernel: ir.Kernel, env: dict[str, int]) -> None:
+    aligned = kernel.aligned
+    if aligned is None:
+        return
+    for dim, tile in aligned.pairs:
+        if dim not in env or tile not in env:
+            continue  # the checker reports unknown names; nothing to promise here
+        if env[dim] % env[tile] != 0:
+            raise UserError(f"{dim} = {env[dim]} is not a multiple of {tile} = {env[tile]} (@aligned)")
+
+
+def bind(kernel: ir.Kernel, dims: Mapping[str, int], tensor_shapes: Mapping[str, tuple] | None = None,
+         tile_values: Mapping[str, int] | None = None) -> Binding:
+    """Give every symbolic name of `kernel` a value and compute its grid (see the module doc)."""
+    space = _search_space(kernel)
+    tiles = _bind_tiles(kernel, space, tile_values)
+    dim_values = _bind_dims(kernel, space, dims, tiles, tile_values or {})
+    env = {**tiles, **dim_values}
+    if tensor_shapes is not None:
+        _check_shapes(kernel, env, tensor_shapes)
+    _check_aligned(kernel, env)
+    grid = []
+    for axis in kernel.grid:
+        extent, tile = env[axis.dim], env[axis.tile]
+        grid.append(-(-extent // tile))
+    return Binding(
+        dims=FrozenDict(dim_values),
+        tile_values=FrozenDict(tiles),
+        env=FrozenDict(env),
+        grid=tuple(grid),
+    )

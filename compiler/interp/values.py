@@ -1,0 +1,213 @@
+"""Grid-batched values for the reference interpreter, and the arithmetic on them.
+
+Every runtime value is one numpy array holding that value for every CTA of the grid at once:
+three leading *grid axes* (x, y, z), each either the grid's CTA count along that axis or 1 when
+the value does not depend on that block index, followed by the value's own *tile axes* (none for
+a scalar). So `ctx.block.x` is `arange(Gx)` shaped [Gx, 1, 1]; the literal 2.0 is [1, 1, 1]; a
+tile loaded at `ctx.block.x * BR :+ BR` along rows is [Gx, 1, 1, BR, D].
+
+Numpy broadcasting then does the right thing across grid axes for free. Across tile axes the
+language only allows explicit broadcasting (equal extents or 1), which numpy also accepts, once a
+scalar operand has been given trailing unit axes up to the other operand's rank (`with_rank`).
+
+dtypes: f32 values are float32, i32 values int32, bool values bool. Storage types f16/bf16 only
+exist in tensors: loads widen them to float32 (see memory.py).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from compiler.interp import blas
+
+GRID_RANK = 3  # x, y, z
+F32 = np.dtype(np.float32)
+I32 = np.dtype(np.int32)
+BOOL = np.dtype(np.bool_)
+VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL}
+STORAGE_DTYPES = {"f32": F32, "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "i32": I32}
+
+
+def tile_rank(v: np.ndarray) -> int:
+    return v.ndim - GRID_RANK
+
+
+def with_rank(v: np.ndarray, rank: int) -> np.ndarray:
+    """Append unit tile axes so that `v` broadcasts against tiles of `rank` axes."""
+    missing = rank - tile_rank(v)
+    return v.reshape(v.shape + (1,) * missing) if missing > 0 else v
+
+
+def constant(value: float | int | bool, dtype: np.dtype) -> np.ndarray:
+    """A value that is the same in every CTA."""
+    return np.full((1,) * GRID_RANK, value, dtype=dtype)
+
+
+def as_int(v: np.ndarray, what: str = "size") -> int:
+    """A compile-time integer (slice extent, loop step, arange length) out of a uniform value."""
+    if v.size != 1:
+        raise ValueError(f"{what} differs between CTAs")
+    return int(v.reshape(()))
+
+
+def common_dtype(*values: np.ndarray) -> np.dtype:
+    """The language's promotion: any f32 operand makes f32, else any i32 makes i32, else bool."""
+    kinds = {v.dtype for v in values}
+    if F32 in kinds:
+        return F32
+    if I32 in kinds:
+        return I32
+    return BOOL
+
+
+def cast(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return v if v.dtype == dtype else v.astype(dtype)
+
+
+def aligned(*values: np.ndarray) -> list[np.ndarray]:
+    rank = max(tile_rank(v) for v in values)
+    return [with_rank(v, rank) for v in values]
+
+
+_ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply}
+_COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+            ">": np.greater, ">=": np.greater_equal}
+
+
+def binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """An elementwise binary operator with the language's promotion and broadcasting."""
+    a, b = aligned(a, b)
+    if op == "and":
+        return np.logical_and(a, b)
+    if op == "or":
+        return np.logical_or(a, b)
+    dtype = common_dtype(a, b)
+    if dtype == BOOL and op not in _COMPARE:
+        dtype = I32  # arithmetic on bools counts them, as C does
+    a, b = cast(a, dtype), cast(b, dtype)
+    if op in _ARITH:
+        return _ARITH[op](a, b)
+    if op in _COMPARE:
+        return _COMPARE[op](a, b)
+    if op == "/":
+        return np.floor_divide(a, b) if dtype == I32 else np.true_divide(a, b)
+    if op == "%":
+        # Paired with floor division: a == (a / b) * b + a % b, with the sign of b.
+        return np.mod(a, b)
+    raise ValueError(f"unknown operator {op}")
+
+
+def negate(v: np.ndarray) -> np.ndarray:
+    return np.negative(cast(v, I32) if v.dtype == BOOL else v)
+
+
+def logical_not(v: np.ndarray) -> np.ndarray:
+    return np.logical_not(v)
+
+
+def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = aligned(a, b)
+    dtype = common_dtype(a, b)
+    return np.maximum(cast(a, dtype), cast(b, dtype))
+
+
+def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = aligned(a, b)
+    dtype = common_dtype(a, b)
+    return np.minimum(cast(a, dtype), cast(b, dtype))
+
+
+def select(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    cond, a, b = aligned(cond, a, b)
+    dtype = common_dtype(a, b)
+    return np.where(cast(cond, BOOL), cast(a, dtype), cast(b, dtype))
+
+
+_UNARY_F32 = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt}
+
+
+def unary_math(func: str, v: np.ndarray) -> np.ndarray:
+    if func == "abs":
+        return np.abs(v if v.dtype != BOOL else cast(v, I32))
+    return _UNARY_F32[func](cast(v, F32))
+
+
+def reduce(func: str, v: np.ndarray, axis: int) -> np.ndarray:
+    """`sum/max/min(v, axis = k)`: tile axis k disappears; f32 sums stay f32 (pairwise)."""
+    ax = GRID_RANK + axis
+    if func == "sum":
+        dtype = I32 if v.dtype == BOOL else v.dtype
+        return np.sum(v, axis=ax, dtype=dtype)
+    if func == "max":
+        return np.max(v, axis=ax)
+    return np.min(v, axis=ax)
+
+
+def expand(v: np.ndarray, axis: int) -> np.ndarray:
+    return np.expand_dims(v, GRID_RANK + axis)
+
+
+def transpose(v: np.ndarray) -> np.ndarray:
+    return np.swapaxes(v, -1, -2)
+
+
+def arange(n: int) -> np.ndarray:
+    return np.arange(n, dtype=I32).reshape((1,) * GRID_RANK + (n,))
+
+
+def full(shape: tuple[int, ...], v: np.ndarray) -> np.ndarray:
+    v = cast(with_rank(v, len(shape)), F32)
+    return np.broadcast_to(v, v.shape[:GRID_RANK] + tuple(shape))
+
+
+def to_f32(v: np.ndarray) -> np.ndarray:
+    return cast(v, F32)
+
+
+def to_i32(v: np.ndarray) -> np.ndarray:
+    """Conversion to i32 truncates towards zero, as C's (int) cast does."""
+    if v.dtype == F32:
+        return np.trunc(v).astype(I32)
+    return cast(v, I32)
+
+
+def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`dot(a, b)` for every CTA at once, as few large GEMMs rather than one per CTA.
+
+    Grid axes on which both operands vary become the batch of one `matmul`; grid axes on which
+    only `a` varies are folded into the rows of a, those on which only `b` varies into the
+    columns of b. Matmul's A[Gx,1,TM,TK] x B[1,Gy,TK,TN] so becomes a single
+    [Gx*TM, TK] @ [TK, Gy*TN] product.
+    """
+    a, b = cast(a, F32), cast(b, F32)
+    g = GRID_RANK
+    shared = [i for i in range(g) if a.shape[i] > 1 and b.shape[i] > 1]
+    a_only = [i for i in range(g) if a.shape[i] > 1 and b.shape[i] == 1]
+    b_only = [i for i in range(g) if b.shape[i] > 1 and a.shape[i] == 1]
+    a_rest = [i for i in range(g) if a.shape[i] == 1]
+    b_rest = [i for i in range(g) if b.shape[i] == 1]
+    m, k = a.shape[g], a.shape[g + 1]
+    n = b.shape[g + 1]
+    sizes = [max(a.shape[i], b.shape[i]) for i in range(g)]
+    batch = int(np.prod([sizes[i] for i in shared], dtype=np.int64))
+    rows = int(np.prod([sizes[i] for i in a_only], dtype=np.int64))
+    cols = int(np.prod([sizes[i] for i in b_only], dtype=np.int64))
+
+    lhs = a.transpose(shared + a_only + a_rest + [g, g + 1]).reshape(batch, rows * m, k)
+    rhs = b.transpose(shared + b_rest + [g] + b_only + [g + 1]).reshape(batch, k, cols * n)
+    with blas.threads_for(batch * rows * m * k * cols * n):
+        out = np.matmul(lhs, rhs)
+    # out is [shared..., a_only..., M, b_only..., N]; put the grid axes back in x, y, z order.
+    out = out.reshape([sizes[i] for i in shared] + [sizes[i] for i in a_only] + [m]
+                      + [sizes[i] for i in b_only] + [n])
+    position = {}
+    for pos, axis in enumerate(shared + a_only):
+        position[axis] = pos
+    m_pos = len(shared) + len(a_only)
+    for pos, axis in enumerate(b_only):
+        position[axis] = m_pos + 1 + pos
+    n_pos = out.ndim - 1
+    present = sorted(position)
+    out = out.transpose([position[i] for i in present] + [m_pos, n_pos])
+    return out.reshape([sizes[i] if i in position else 1 for i in range(g)] + [m, n])
