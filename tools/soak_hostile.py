@@ -4,9 +4,10 @@
     PYTHONPATH=. .venv/bin/python tools/soak_hostile.py --minutes 3           # soak
 
 --connections N: one CPU pod on uvloop takes N stranger connections (garbage, a bare frame
-header, an HTTP request, closed or reset at once; tests/faults/strangers.py), then N/100 wrong-token
-logins (in waves of 50, below the pod's cap of connections not logged in); prints its resident memory before (after a 300-connection warm-up), after, and the
-growth, checks that it still runs a job, and exits 1 when it died or grew more than 10 MB.
+header, an HTTP request, closed or reset at once: tests/faults/strangers.py), then N/100
+wrong-token logins in waves of 50 (below the pod's cap of connections not logged in); prints its
+resident memory before (after a 300-connection warm-up) and after, checks that it still runs a
+job, and exits 1 when it died or grew more than 10 MB.
 
 --minutes M: rounds until the time is up; each round runs the scheduler (a real process, on
 uvloop) against every kind of non-pod address (tests/faults/strangers.py HostileServer: exit 2
