@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                              f"(default {MAX_PENDING_LOGINS})")
     parser.add_argument("--no-data-port", action="store_true",
                         help="serve tiles only as chunks over the RPC port (no second, bulk TCP port)")
+    parser.add_argument("--keep-serving", action="store_true",
+                        help="when the scheduler leaves, drop its jobs and wait for the next scheduler "
+                             "instead of exiting (pods started once serve job after job)")
     plog.add_arguments(parser)
     return parser
 
@@ -108,7 +111,7 @@ def main(argv: list[str]) -> int:
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         scheduler_timeout=_positive("--scheduler-timeout", args.scheduler_timeout),
         fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout), data_port=not args.no_data_port,
-        login_timeout=_positive("--login-timeout", args.login_timeout),
+        keep_serving=args.keep_serving, login_timeout=_positive("--login-timeout", args.login_timeout),
         max_pending_logins=int(_positive("--max-pending-logins", args.max_pending_logins)))
     backend = make_backend(args.device)
 
