@@ -19,6 +19,7 @@ from common.log import get_logger
 from scheduler import prepare as prep
 from scheduler.cluster_state import Action, Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
 from scheduler.local_pods import choose_devices, new_token, start_local_pods, visible_gpus
+from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
 
@@ -60,6 +61,7 @@ def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
 
 async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
+    PROCESS.mark("pods_start")
     addresses, token = list(options.pods), options.token
     if not addresses:
         local = await start_pods_for(options)
@@ -69,6 +71,7 @@ async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> Run
     session = PodSession(addresses, token)
     try:
         await session.open()
+        PROCESS.mark("pods_ready")
         return await session.run(prepared, options)
     finally:
         await session.close()
@@ -200,6 +203,7 @@ class JobRun:
         self.options = options
         self.nodes = nodes
         self.t0 = time.time()
+        self.marks: dict[str, float] = {"compile_start": self.t0}  # Unix times (scheduler/phases.py)
         self.state: ClusterState | None = None
         self.trace = TraceRecorder(prepared)
         self.done = asyncio.Event()
@@ -208,6 +212,7 @@ class JobRun:
         # GPU pods: the leaves go to PTX once here rather than once per pod.
         leaf_ptx = compile_leaves(prepared.program) if "gpu" in backends else None
         self.job_program = self.io.job_program(prepared.program, prepared.scalars, leaf_ptx)
+        self.marks["compile_end"] = time.time()
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -229,14 +234,20 @@ class JobRun:
         self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
         try:
             # Plan before creating staging: a plan that does not fit fails with nothing written.
+            self._mark("plan_start")
             first = self.state.start(self.now())
+            self._mark("plan_end")
             staged = prep.create_staging(self.prepared)
+            self._mark("staging_end")
             self._spawn(self._ticker())
             self._apply(first)
             await self.done.wait()
+            self._mark("run_end")
             outcome = self.state.outcome
             if isinstance(outcome, Succeeded):
+                self._mark("commit_start")
                 prep.commit_staging(self.prepared, staged)
+                self._mark("commit_end")
                 staged = {}
                 ok, reason = True, ""
             else:
@@ -248,7 +259,13 @@ class JobRun:
             await self._cancel_everywhere()
         wall = self.now()
         trace = self.trace.finish(self.state, wall)
+        trace["phases"] = job_phases(PROCESS.take(), self.marks, trace["events"], self.t0)
         return RunResult(ok, reason, wall, trace)
+
+    def _mark(self, name: str) -> None:
+        self.marks[name] = time.time()
+        if name == "plan_end":
+            self.marks["staging_start"] = self.marks[name]
 
     async def _cancel_everywhere(self) -> None:
         """Drop the job on every live node: buffers of a failed job are freed at once."""
