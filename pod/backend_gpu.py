@@ -58,22 +58,16 @@ class GpuBackend:
     # ---- per job ----
 
     def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
-        from compiler.cuda import CompiledKernel, compile_kernel, generate_source
+        from compiler.cuda import compile_generated, generate_source
         from compiler.cuda.launch import load
 
         writes = {}
         ptx = dict(program.leaf_ptx)
         for leaf in program.leaves:
             prepared = prepare_leaf(leaf)
-            if leaf.name in ptx:
-                gen = generate_source(prepared.kernel, prepared.binding)
-                compiled = CompiledKernel(
-                    cuda_source=gen.source, ptx=ptx[leaf.name], entry=gen.entry, params=gen.params,
-                    grid=gen.grid, block=gen.block, shared_bytes=gen.shared_bytes,
-                    line_spans=gen.line_spans, tensors=tuple(p.name for p in prepared.kernel.tensors),
-                    scalars=tuple((p.name, p.dtype) for p in prepared.kernel.scalars))
-            else:
-                compiled = compile_kernel(prepared.kernel, prepared.binding)
+            # the scheduler's PTX when it sent one (same generator, same source), else NVRTC here
+            gen = generate_source(prepared.kernel, prepared.binding)
+            compiled = compile_generated(prepared.kernel, gen, ptx.get(leaf.name))
             with self.device:
                 # module load (the driver's PTX JIT) belongs to the job's set-up, not to its
                 # first compute instruction
