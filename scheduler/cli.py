@@ -45,7 +45,7 @@ def show_job_parser() -> argparse.ArgumentParser:
 
 
 def new_job(argv: list[str]) -> int:
-    from scheduler.jobfile import build_job, write_job
+    from scheduler.jobfile import build_job, check_tensor_files, write_job
 
     args = new_job_parser().parse_args(argv)
     job = build_job(
@@ -57,6 +57,7 @@ def new_job(argv: list[str]) -> int:
         cluster_values=parse_assignments(args.set, "--set", int),
     )
     out = user_path(args.output)
+    check_tensor_files(job, out.parent)
     write_job(job, out)
     print(f"wrote {out}")
     return 0

@@ -186,6 +186,18 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
     return job
 
 
+def check_tensor_files(job: Job, job_dir: Path) -> None:
+    """No output shares its file with another tensor (common.storage.check_distinct_files), with
+    relative URIs taken from `job_dir`, the folder the job file is written to."""
+    from common import storage
+    from compiler.walk import stored_tensors
+
+    written = set(stored_tensors(job_kernel(job)))
+    everywhere = (Path("/"),)  # new-job confines nothing; the scheduler checks its storage roots
+    storage.check_distinct_files([(name, storage.resolve_uri(uri, everywhere, base=job_dir), name in written)
+                                  for name, uri in job.tensors])
+
+
 def job_kernel(job: Job) -> ir.Kernel:
     """The job's kernel, parsed and checked, with errors pointing into the job's source text."""
     return load_kernel(job.kernel_source, job.kernel_file or "<job>", job.kernel_name)

@@ -14,10 +14,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.commit import CommitFailed
 from common.errors import UserError
 from common.log import get_logger
 from scheduler import prepare as prep
 from scheduler.cluster_state import Action, Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
+from scheduler.job_storage import JobStorage
 from scheduler.local_pods import choose_devices, new_token, start_local_pods, visible_gpus
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
@@ -219,7 +221,6 @@ class JobRun:
         return time.time() - self.t0
 
     async def run(self) -> RunResult:
-        staged: dict[str, Path] = {}
         figures = {}
         for node in self.nodes:
             info = self.session.infos[node]
@@ -233,28 +234,34 @@ class JobRun:
             return plan(program, live, uris, generation, units)
 
         self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
+        files = JobStorage.open(self.prepared)  # locks first: a busy output fails before any plan
         try:
             # Plan before creating staging: a plan that does not fit fails with nothing written.
             first = self.state.start(self.now())
-            staged = prep.create_staging(self.prepared)
+            files.stage()
             self._spawn(self._ticker())
             self._apply(first)
             await self.done.wait()
             outcome = self.state.outcome
             if isinstance(outcome, Succeeded):
-                prep.commit_staging(self.prepared, staged)
-                staged = {}
-                ok, reason = True, ""
+                ok, reason = self._commit(files)
             else:
                 ok, reason = False, outcome.reason if isinstance(outcome, Failed) else "stopped"
         finally:
-            prep.abort_staging(staged)
+            files.abandon()
             for task in self.tasks:
                 task.cancel()
             await self._cancel_everywhere()
         wall = self.now()
         trace = self.trace.finish(self.state, wall)
         return RunResult(ok, reason, wall, trace)
+
+    def _commit(self, files: JobStorage) -> tuple[bool, str]:
+        try:
+            files.commit()
+        except CommitFailed as err:
+            return False, str(err)
+        return True, ""
 
     async def _cancel_everywhere(self) -> None:
         """Drop the job on every live node: buffers of a failed job are freed at once."""
