@@ -167,5 +167,7 @@ def recover(interrupted: Interrupted) -> str:
         outcome = f"tidied up after job {job}, whose commit had finished: {names} hold its results"
     for record in records:
         record.unlink(missing_ok=True)
+        for half_written in record.parent.glob(f".{record.name}.*.tmp"):  # common/atomic.py's temporaries
+            half_written.unlink(missing_ok=True)
     _fsync_folders(records)
     return outcome

@@ -9,6 +9,7 @@ a staging copy is created or a pod allocates anything.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -86,6 +87,10 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
             storage.check_tensor(path, place.shape, place.dtype)
         elif not path.parent.is_dir():
             raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+        if info.role != "input" and not os.access(path.parent, os.W_OK | os.X_OK):
+            # Found here, before any pod starts: the staging copy and the commit need the folder.
+            raise UserError(f"tensor {info.name}: folder {path.parent} is not writable "
+                            "(the output's staging copy and commit are made there)")
         places[info.name] = place
     storage.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
