@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from common.cli import run_main, user_path
-from compiler.cli_args import parse_assignments, parse_scalars
+from compiler.cli.args import parse_assignments, parse_scalars
 
 COMMANDS = ("new-job", "show-job", "recover", "report", "chrome-trace")
 
@@ -115,11 +115,11 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "recover":
         return recover(argv[1:])
     if argv and argv[0] == "report":
-        from scheduler import report
+        from scheduler.report import page as report
 
         return report.main(argv[1:])
     if argv and argv[0] == "chrome-trace":
-        from scheduler import chrome_trace
+        from scheduler.report import chrome_trace
 
         return chrome_trace.main(argv[1:])
     from scheduler.run_cli import run_command

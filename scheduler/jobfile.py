@@ -19,7 +19,7 @@ from pathlib import Path
 
 from common.atomic import write_atomically
 from common.errors import UserError
-from compiler import ir
+from compiler.frontend import ir
 
 JOB_FORMAT = 1
 
@@ -100,8 +100,8 @@ def path_to_uri(path: Path) -> str:
 
 def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
     """Parse and check `source`, returning the named kernel (or the only one)."""
-    from compiler.diagnostics import register_source
-    from compiler.frontend import load_text, select_kernel
+    from compiler.frontend.diagnostics import register_source
+    from compiler.frontend.load import load_text, select_kernel
 
     register_source(filename, source)
     return select_kernel(load_text(source, filename), name, flag="--name")
@@ -109,7 +109,7 @@ def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
 
 def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
     """Dimensions the job must give: every symbolic tensor dimension not fixed by @autotune."""
-    from compiler.binding import kernel_dims
+    from compiler.frontend.binding import kernel_dims
 
     at = kernel.autotune
     fixed = {d.name for d in at.dims} if at else set()
@@ -118,7 +118,7 @@ def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
 
 def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
     """Every dimension, scalar and tensor given exactly, nothing unknown, values sane."""
-    from compiler.binding import kernel_dims
+    from compiler.frontend.binding import kernel_dims
 
     all_dims = kernel_dims(kernel)
     dims = dict(job.dims)
@@ -190,7 +190,7 @@ def check_tensor_files(job: Job, job_dir: Path) -> None:
     """No output shares its file with another tensor (common.storage.check_distinct_files), with
     relative URIs taken from `job_dir`, the folder the job file is written to."""
     from common import storage
-    from compiler.walk import stored_tensors
+    from compiler.frontend.walk import stored_tensors
 
     written = set(stored_tensors(job_kernel(job)))
     everywhere = (Path("/"),)  # new-job confines nothing; the scheduler checks its storage roots

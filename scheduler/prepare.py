@@ -105,7 +105,7 @@ MAX_TENSOR_ELEMENTS = 1 << 36
 def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None:
     """Before compiling: every tensor's size from the dims is sane, and every existing file's
     header matches them, so a wrong dimension fails as one line instead of a huge compile."""
-    from compiler.binding import tensor_shape
+    from compiler.frontend.binding import tensor_shape
 
     kernel = job_kernel(job)
     check_against_kernel(job, kernel)

@@ -14,10 +14,10 @@ import math
 from contextlib import contextmanager
 
 from common.errors import UserError
-from compiler import ir
 from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.program import Launch, Region, Unit
+from compiler.frontend import ir
 
 # Per axis of a region template: (source, stride) where source is the position of the unit's
 # coordinate that moves the axis, CHUNK for the cluster loop's chunk index, or FIXED.

@@ -8,10 +8,10 @@ import argparse
 
 from common.cli import user_path
 from common.errors import UserError
-from compiler.cli_args import parse_assignments
+from compiler.cli.args import parse_assignments
 from compiler.cluster import compile_cluster
 from compiler.cluster.text import format_program
-from compiler.frontend import load_file
+from compiler.frontend.load import load_file
 
 
 def register(subparsers) -> None:

@@ -21,11 +21,11 @@ import numpy as np
 
 from common.cli import user_path
 from common.errors import UserError
-from compiler import ir
-from compiler.binding import Binding, bind, tensor_shape
-from compiler.cli_args import parse_assignments, parse_scalars
-from compiler.interp import run_kernel, scalar_arguments, stored_tensors
-from compiler.interp_values import STORAGE_DTYPES
+from compiler.cli.args import parse_assignments, parse_scalars
+from compiler.frontend import ir
+from compiler.frontend.binding import Binding, bind, tensor_shape
+from compiler.interp.interpreter import run_kernel, scalar_arguments, stored_tensors
+from compiler.interp.values import STORAGE_DTYPES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -125,7 +125,7 @@ def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], 
 
 
 def handle(args: argparse.Namespace) -> int:
-    from compiler.frontend import load_file, select_kernel
+    from compiler.frontend.load import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
     tiles = parse_assignments(args.set, "--set", int)
