@@ -12,8 +12,10 @@ Decisions (the runtime's storage contract):
 - Tiles move as f32: reads convert to f32; writes convert f32 to the storage dtype rounding to
   nearest (ties to even), for i32 too (values outside i32's range are refused).
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
-  job id), committed with fsync + os.replace + directory fsync when the job succeeds; a failed or
-  killed job leaves the original untouched. Loads always read the ORIGINAL file.
+  job id), its space reserved up front; a job's outputs are committed together through a commit
+  record (common/commit.py) when it succeeds; a failed or killed job leaves the original untouched.
+  Loads always read the ORIGINAL file. Only regular files are opened (a FIFO would block).
+- No output shares its file with another tensor of the job (check_distinct_files).
 """
 
 from __future__ import annotations
