@@ -11,7 +11,7 @@ per-unit cost in `extra_info`; the assertion only guards against a return of qua
 from __future__ import annotations
 
 from common.paths import repo_file
-from compiler.cluster import compile_cluster
+from compiler.cluster.build import compile_cluster
 from compiler.cluster.serialize import from_bytes, to_bytes
 from compiler.frontend.load import load_file
 

@@ -80,9 +80,10 @@ def recover(argv: list[str]) -> int:
 
 
 def new_job(argv: list[str]) -> int:
-    from scheduler.jobfile import build_job, check_tensor_files, write_job
+    from scheduler.jobfile import build_job, write_job
 
     args = new_job_parser().parse_args(argv)
+    out = user_path(args.output)
     job = build_job(
         user_path(args.kernel),
         args.name,
@@ -90,9 +91,8 @@ def new_job(argv: list[str]) -> int:
         scalars=parse_scalars(args.scalar),
         tensors=parse_assignments(args.tensor, "--tensor", None),
         cluster_values=parse_assignments(args.set, "--set", int),
+        job_dir=out.parent,
     )
-    out = user_path(args.output)
-    check_tensor_files(job, out.parent)
     write_job(job, out)
     print(f"wrote {out}")
     return 0

@@ -81,14 +81,6 @@ def resolve_uri(uri: str, base_dir: Path) -> str:
     return path_to_uri(Path(os.path.abspath(path)))
 
 
-def uri_path(uri: str) -> Path:
-    """The filesystem path of an absolute file URI."""
-    parsed = parse_uri(uri)
-    if parsed.relative:
-        raise UserError(f"storage URI {uri!r}: expected an absolute file URI here")
-    return Path(parsed.path)
-
-
 def path_to_uri(path: Path) -> str:
     return "file://" + urllib.parse.quote(str(path))
 
@@ -167,7 +159,10 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
 
 
 def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], scalars: dict[str, float],
-              tensors: dict[str, str], cluster_values: dict[str, int] | None = None) -> Job:
+              tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
+              job_dir: Path | None = None) -> Job:
+    """The job, checked against its kernel; with `job_dir` (the folder the job file goes to, which
+    relative URIs start from) also checked for outputs sharing a file (check_tensor_files)."""
     try:
         source = kernel_path.read_text()
     except OSError as err:
@@ -183,16 +178,18 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
         cluster_values=tuple((cluster_values or {}).items()),
     )
     check_against_kernel(job, kernel)
+    if job_dir is not None:
+        check_tensor_files(job, kernel, job_dir)
     return job
 
 
-def check_tensor_files(job: Job, job_dir: Path) -> None:
+def check_tensor_files(job: Job, kernel: ir.Kernel, job_dir: Path) -> None:
     """No output shares its file with another tensor (common.storage.check_distinct_files), with
     relative URIs taken from `job_dir`, the folder the job file is written to."""
     from common import storage
     from compiler.frontend.walk import stored_tensors
 
-    written = set(stored_tensors(job_kernel(job)))
+    written = set(stored_tensors(kernel))
     everywhere = (Path("/"),)  # new-job confines nothing; the scheduler checks its storage roots
     storage.check_distinct_files([(name, storage.resolve_uri(uri, everywhere, base=job_dir), name in written)
                                   for name, uri in job.tensors])

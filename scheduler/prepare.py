@@ -1,5 +1,9 @@
 """Everything a job needs before any pod is touched: the cluster program and checked storage.
 
+The job's kernel is parsed and checked once, here (`PreparedJob.kernel`); every later compile of
+the job (the tuner's combinations, its leaf points, the chosen values) starts from that checked
+kernel through `compile_program`, the scheduler's one call of the cluster compiler.
+
 The order matters for the guarantee "bad input never half-writes an output": the kernel is
 compiled, every URI is resolved inside the storage roots, every input's header is checked
 against the shape and dtype the dims give, and every existing output's header too, all before
@@ -8,6 +12,7 @@ a staging copy is created or a pod allocates anything.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import secrets
@@ -17,8 +22,9 @@ from pathlib import Path
 
 from common import storage
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram
+from compiler.frontend import ir
 from scheduler.jobfile import Job, check_against_kernel, job_kernel
+from schemas.program import ClusterProgram
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class PreparedJob:
     job: Job
     job_id: str
     program: ClusterProgram
+    kernel: ir.Kernel  # the job's kernel, parsed and checked once by `prepare`
     scalars: dict[str, float | int]  # typed as the kernel declares them
     tensors: dict[str, TensorPlace]
 
@@ -52,18 +59,25 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(4)
 
 
-def compile_program(job: Job, cluster_values: dict[str, int] | None = None) -> ClusterProgram:
-    from compiler.cluster import compile_cluster
+def compile_program(kernel: ir.Kernel, dims: dict[str, int], cluster_values: dict[str, int] | None = None,
+                    tile_values: dict[str, int] | None = None) -> ClusterProgram:
+    """The cluster program of the checked `kernel` at `dims` and the given @cluster and @autotune
+    values (each name's first where not given): the scheduler's one way to compile."""
+    from compiler.cluster.build import compile_cluster
 
-    kernel = job_kernel(job)
-    check_against_kernel(job, kernel)
-    values = dict(job.cluster_values)
-    values.update(cluster_values or {})
-    return compile_cluster(kernel, dict(job.dims), cluster_values=values or None)
+    return compile_cluster(kernel, dict(dims), cluster_values=cluster_values or None,
+                           tile_values=dict(tile_values) if tile_values else None)
 
 
-def typed_scalars(job: Job) -> dict[str, float | int]:
-    kernel = job_kernel(job)
+def recompile(prepared: PreparedJob, cluster_values: dict[str, int],
+              tile_values: dict[str, int] | None = None) -> PreparedJob:
+    """The prepared job at other @cluster values (and @autotune values, where given; default each
+    name's first); the kernel is not parsed again and storage is the same."""
+    program = compile_program(prepared.kernel, dict(prepared.job.dims), cluster_values, tile_values)
+    return dataclasses.replace(prepared, program=program)
+
+
+def typed_scalars(job: Job, kernel: ir.Kernel) -> dict[str, float | int]:
     declared = {s.name: s.dtype for s in kernel.scalars}
     return {name: int(value) if declared.get(name) == "i32" else float(value) for name, value in job.scalars}
 
@@ -102,13 +116,11 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
 MAX_TENSOR_ELEMENTS = 1 << 36
 
 
-def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None:
+def check_dims_against_files(job: Job, kernel: ir.Kernel, job_dir: Path, roots: list[Path]) -> None:
     """Before compiling: every tensor's size from the dims is sane, and every existing file's
     header matches them, so a wrong dimension fails as one line instead of a huge compile."""
     from compiler.frontend.binding import tensor_shape
 
-    kernel = job_kernel(job)
-    check_against_kernel(job, kernel)
     dims = dict(job.dims)
     uris = dict(job.tensors)
     for param in kernel.tensors:
@@ -127,7 +139,10 @@ def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None
 
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
             job_id: str | None = None) -> PreparedJob:
-    check_dims_against_files(job, Path(job_path).resolve().parent, roots)
-    program = compile_program(job, cluster_values)
+    kernel = job_kernel(job)  # the one parse and check of the job's kernel
+    check_against_kernel(job, kernel)
+    check_dims_against_files(job, kernel, Path(job_path).resolve().parent, roots)
+    values = {**dict(job.cluster_values), **(cluster_values or {})}
+    program = compile_program(kernel, dict(job.dims), values)
     tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots)
-    return PreparedJob(job, job_id or new_job_id(), program, typed_scalars(job), tensors)
+    return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors)

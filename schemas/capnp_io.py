@@ -1,7 +1,7 @@
 """Loading the RPC schema and converting the runtime's dataclasses to and from Cap'n Proto.
 
 The scheduler and the pods talk in `schemas/rpc.capnp`; everything on either side works with the
-frozen dataclasses of `schemas/instructions.py`, `compiler/cluster/program.py` and the few below.
+frozen dataclasses of `schemas/instructions.py`, `schemas/program.py` and the few below.
 Each `write_*` fills a message builder in place (so it works on RPC request params as well as on
 `new_message()` builders); each `read_*` returns a dataclass from a reader (or a builder).
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import capnp
 
-from compiler.cluster.program import ClusterProgram, Leaf, Region, TensorInfo
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+from schemas.program import ClusterProgram, Leaf, Region, TensorInfo
 
 # Explicit reader limits for every RPC connection and every message read from bytes: a message
 # (or a chain of them) larger than this is refused instead of being traversed. 64 MiB in 8-byte

@@ -1,5 +1,5 @@
 @0xf86537b6d400394c;
-# A cluster program (compiler/cluster/program.py): the super-tile grid, the leaf kernels and the
+# A cluster program (schemas/program.py): the super-tile grid, the leaf kernels and the
 # units of work with the regions each launch reads and writes. Written by the cluster compiler
 # (compiler/cluster/serialize.py: to_capnp / from_capnp), read by the scheduler and by tools.
 # Field meanings are those of the dataclasses in program.py; every list keeps their order.

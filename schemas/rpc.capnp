@@ -25,7 +25,7 @@
 # ---- Plain data -----------------------------------------------------------------------------
 
 struct Region {
-  # A box of a tensor in storage (compiler/cluster/program.py Region).
+  # A box of a tensor in storage (schemas/program.py Region).
   tensor @0 :Text;
   start @1 :List(Int64);
   shape @2 :List(Int64);
@@ -53,7 +53,7 @@ struct TensorInfo {
 }
 
 struct Leaf {
-  # A leaf kernel (compiler/cluster/program.py Leaf): phobos source run on one super-tile.
+  # A leaf kernel (schemas/program.py Leaf): phobos source run on one super-tile.
   name @0 :Text;           # "main", "init", "step"
   kernel @1 :Text;         # the kernel's name inside `source`
   source @2 :Text;

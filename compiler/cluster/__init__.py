@@ -1,11 +1,9 @@
 """The cluster compiler: an @cluster kernel at concrete dims -> a ClusterProgram (program.py).
 
-    compile_cluster(kernel, dims, *, cluster_values=None, tile_values=None) -> ClusterProgram
-    cluster_space(kernel) -> list[dict[str, int]]      every combination of @cluster values
+    compiler.cluster.build.compile_cluster(kernel, dims, *, cluster_values=None, tile_values=None)
+    compiler.cluster.build.cluster_space(kernel) -> list[dict[str, int]]   every @cluster combination
 
-docs/cluster.md is the user's guide; build.py lists the stages.
+docs/cluster.md is the user's guide; build.py lists the stages. This file imports nothing, so that
+importing one module of the package does not import the whole compiler (and no cycle runs through
+the package).
 """
-
-from compiler.cluster.build import cluster_space, compile_cluster
-
-__all__ = ["cluster_space", "compile_cluster"]

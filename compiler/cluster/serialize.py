@@ -14,8 +14,8 @@ import functools
 from pathlib import Path
 
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 from compiler.cluster.units import no_gc_pauses
+from schemas.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 
 FORMAT = 1
 # A program of 100,000 units is tens of MiB; reading one must not trip the 64 MiB default.

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from common.errors import UserError
 from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
-from compiler.cluster.program import Launch, Region, Unit
 from compiler.frontend import ir
+from schemas.program import Launch, Region, Unit
 
 # Per axis of a region template: (source, stride) where source is the position of the unit's
 # coordinate that moves the axis, CHUNK for the cluster loop's chunk index, or FIXED.

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from compiler.cuda import codegen, nvrtc
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
-from compiler.frontend.source import Span
 
 COMPILER_VERSION = "phobos-cuda-3"
 
@@ -42,9 +41,6 @@ class CompiledKernel:
     line_spans: tuple  # generated line number (1-based) -> kernel Span or None
     tensors: tuple[str, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
-
-    def span_of_line(self, line: int) -> Span | None:
-        return self.line_spans[line] if 0 < line < len(self.line_spans) else None
 
 
 def generate_source(kernel: ir.Kernel, binding, *, tf32: bool = False) -> codegen.Generated:

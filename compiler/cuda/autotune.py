@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.atomic import write_atomically
+from common import cache
 from compiler.cuda import compile_kernel, compiler_version, nvrtc
 from compiler.frontend import ir
 from compiler.frontend.binding import bind
@@ -34,9 +33,11 @@ class TuneResult:
     cached: bool = False
 
 
+CACHE_FILE = "autotune.json"  # in common.cache's folder
+
+
 def cache_path() -> Path:
-    base = os.environ.get("PHOBOS_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "phobos") / "autotune.json"
+    return cache.cache_file(CACHE_FILE)
 
 
 def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str) -> str:
@@ -47,16 +48,11 @@ def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str) -> str:
 
 
 def _read_cache() -> dict:
-    try:
-        return json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
+    return cache.read_json(CACHE_FILE)
 
 
 def _write_cache(entries: dict) -> None:
-    path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(entries, indent=1, sort_keys=True))
+    cache.write_json(CACHE_FILE, entries)
 
 
 def gpu_name() -> str | None:

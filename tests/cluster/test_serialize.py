@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.errors import UserError
-from compiler.cluster import compile_cluster
+from compiler.cluster.build import compile_cluster
 from compiler.cluster.serialize import from_bytes, from_capnp, schema, to_bytes, to_capnp
 from tests.cluster.helpers import example, small
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cluster.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+from schemas.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 
 LEAF = Leaf(
     name="main", kernel="add", source="kernel add(...) {}\n", dims=(("N", 64),),
