@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common.atomic import write_atomically
 from common.errors import UserError
-from common.storage import staging_path
+from common.storage import fsync_path, staging_path
 
 RECORD_MARK = ".phobos-commit-"
 RECORD_FORMAT = "phobos-commit/1"
@@ -64,24 +64,16 @@ def _fault_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_folders(paths) -> None:
     for folder in sorted({Path(p).parent for p in paths}):
-        _fsync(folder)
+        fsync_path(folder)
 
 
 def commit_all(job_id: str, pairs: list[Pair]) -> None:
     """Make every staging copy its output, all or none (see the module doc)."""
     for pair in pairs:
         _fault_point("fsync")
-        _fsync(pair.staging)
+        fsync_path(pair.staging)
     text = json.dumps({"format": RECORD_FORMAT, "job": job_id,
                        "outputs": [{"staging": str(p.staging), "final": str(p.final)} for p in pairs]})
     written: list[Path] = []

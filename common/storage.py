@@ -329,7 +329,7 @@ def write_region(staging: Path, region, values: np.ndarray) -> int:
     return nbytes
 
 
-def _fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
+def fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
     fd = os.open(path, flags)
     try:
         os.fsync(fd)
@@ -339,9 +339,9 @@ def _fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
 
 def commit(staging: Path, final_path: Path) -> None:
     """Make the staging copy the final file atomically and durably."""
-    _fsync_path(staging)
+    fsync_path(staging)
     os.replace(staging, final_path)
-    _fsync_path(Path(final_path).parent)
+    fsync_path(Path(final_path).parent)
 
 
 def abort(staging: Path) -> None:
