@@ -21,6 +21,7 @@ from scheduler import prepare as prep
 from scheduler.cluster_state import Action, Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
 from scheduler.job_storage import JobStorage
 from scheduler.local_pods import choose_devices, new_token, start_local_pods, visible_gpus
+from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
 
@@ -67,6 +68,7 @@ def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
 
 async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
+    PROCESS.mark("pods_start")
     addresses, token = list(options.pods), options.token
     if not addresses:
         local = await start_pods_for(options)
@@ -76,6 +78,7 @@ async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> Run
     session = PodSession(addresses, token)
     try:
         await session.open()
+        PROCESS.mark("pods_ready")
         return await session.run(prepared, options)
     finally:
         await session.close()
@@ -208,6 +211,7 @@ class JobRun:
         self.options = options
         self.nodes = nodes
         self.t0 = time.time()
+        self.marks: dict[str, float] = {"compile_start": self.t0}  # Unix times (scheduler/phases.py)
         self.state: ClusterState | None = None
         self.trace = TraceRecorder(prepared)
         self.done = asyncio.Event()
@@ -216,6 +220,7 @@ class JobRun:
         # GPU pods: the leaves go to PTX once here rather than once per pod.
         leaf_ptx = compile_leaves(prepared.program) if "gpu" in backends else None
         self.job_program = self.io.job_program(prepared.program, prepared.scalars, leaf_ptx)
+        self.marks["compile_end"] = time.time()
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -237,14 +242,20 @@ class JobRun:
         files = JobStorage.open(self.prepared)  # locks first: a busy output fails before any plan
         try:
             # Plan before creating staging: a plan that does not fit fails with nothing written.
+            self._mark("plan_start")
             first = self.state.start(self.now())
+            self._mark("plan_end")
             files.stage()
+            self._mark("staging_end")
             self._spawn(self._ticker())
             self._apply(first)
             await self.done.wait()
+            self._mark("run_end")
             outcome = self.state.outcome
             if isinstance(outcome, Succeeded):
+                self._mark("commit_start")
                 ok, reason = self._commit(files)
+                self._mark("commit_end")
             else:
                 ok, reason = False, outcome.reason if isinstance(outcome, Failed) else "stopped"
         finally:
@@ -254,6 +265,7 @@ class JobRun:
             await self._cancel_everywhere()
         wall = self.now()
         trace = self.trace.finish(self.state, wall)
+        trace["phases"] = job_phases(PROCESS.take(), self.marks, trace["events"], self.t0)
         return RunResult(ok, reason, wall, trace)
 
     def _commit(self, files: JobStorage) -> tuple[bool, str]:
@@ -262,6 +274,11 @@ class JobRun:
         except CommitFailed as err:
             return False, str(err)
         return True, ""
+
+    def _mark(self, name: str) -> None:
+        self.marks[name] = time.time()
+        if name == "plan_end":
+            self.marks["staging_start"] = self.marks[name]
 
     async def _cancel_everywhere(self) -> None:
         """Drop the job on every live node: buffers of a failed job are freed at once."""

@@ -149,6 +149,7 @@ struct InstructionEvent {
   message @7 :Text;        # failure reason when not ok
   unit @8 :Int32;          # compute/store: the unit of work; -1 otherwise
   leaf @9 :Text;           # compute: the leaf's name; "" otherwise
+  copySeconds @10 :Float64; # load/store: seconds of it spent copying host<->device (scheduler/phases.py)
 }
 
 # ---- Interfaces -------------------------------------------------------------------------------

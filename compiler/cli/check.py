@@ -49,7 +49,10 @@ def describe_kernel(kernel: ir.Kernel, text: str) -> str:
     out = [f"kernel {kernel.name}"]
     if kernel.grid:
         out.append("  grid:")
-        out += [f"    {g.axis}: dim {g.dim}, tile {g.tile}" for g in kernel.grid]
+        out += [
+            f"    {g.axis}: dim {g.dim}, " + ("one CTA per element" if g.tile is None else f"tile {g.tile}")
+            for g in kernel.grid
+        ]
     else:
         out.append("  grid: one CTA (no ctx.block axis used)")
     if kernel.attributes:

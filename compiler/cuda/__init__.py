@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import codegen, nvrtc
+from compiler.cuda import codegen, nvrtc, unlowered
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -49,7 +49,7 @@ def generate_source(
 ) -> codegen.Generated:
     if tf32:
         raise CompileError(kernel.span, "the TF32 tensor-core path for dot is not implemented yet")
-    return codegen.generate(kernel, binding, tf32, schedule)
+    return codegen.generate(unlowered.legacy_view(kernel), binding, tf32, schedule)
 
 
 def compile_kernel(

@@ -8,6 +8,7 @@ not change), and a job that fails on a user error in between leaves them serving
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,9 +52,17 @@ def test_three_jobs_against_the_same_pods(tmp_path):
             b = np.full(N, 0.5 * round_, dtype=np.float32)
             write_inputs(tmp_path, {"a": a, "b": b})
             job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
-            done = _sched(tmp_path, token, str(job), "--pods", addresses, "--set", "BLOCK=256")
+            trace = tmp_path / "trace.json"
+            done = _sched(tmp_path, token, str(job), "--pods", addresses, "--set", "BLOCK=256",
+                          "--trace", str(trace))
             assert done.returncode == 0, done.stdout + done.stderr
             np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+            phases = json.loads(trace.read_text())["phases"]  # where the command's time went
+            for name in ("imports", "compile", "pods", "plan", "staging", "run", "commit", "read", "h2d",
+                         "compute", "d2h", "write", "first_compute"):
+                assert phases[name] >= 0, name
+            assert 0 < phases["first_compute"] and phases["compute"] > 0 and phases["read"] > 0
+            assert "command to first compute" in done.stdout
             for pod, _ in pods:
                 assert pod.poll() is None, "a --keep-serving pod exited after its scheduler left"
             if round_ == 1:  # a job refused before it runs leaves the pods serving too
