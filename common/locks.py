@@ -15,6 +15,7 @@ to NFS byte-range locks, so jobs on several hosts exclude each other as well.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -91,8 +92,9 @@ class Locks:
             raise LockRefused(f"tensor {name}: {real} is being written by another phobos job{holder}; "
                               "this job did not start: run it again when that job has ended") from None
         if exclusive:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"job {self.owner}, pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            with contextlib.suppress(OSError):  # only a courtesy for the next one's message
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"job {self.owner}, pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self.held[real] = (fd, exclusive)
 
     def holds_exclusive(self, path: Path) -> bool:
