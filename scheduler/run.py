@@ -56,14 +56,9 @@ class JobFailed(Exception):
 
 def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     """Run a prepared job to the end on its own event loop (uvloop when available)."""
-    import capnp
+    from schemas import rpc_streams
 
-    try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    coro = capnp.run(_run_with_pods(prepared, options))
-    return uvloop.run(coro) if uvloop is not None else asyncio.run(coro)
+    return rpc_streams.run(_run_with_pods(prepared, options))
 
 
 async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
@@ -127,27 +122,26 @@ class PodSession:
     async def _connect(self, node: int, address: str) -> None:
         import capnp
 
+        from schemas import rpc_streams
+
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise UserError(f"--pods {address!r}: expected HOST:PORT")
         try:
-            connecting = capnp.AsyncIoStream.create_connection(host.strip("[]"), int(port))
+            connecting = rpc_streams.connect(host.strip("[]"), int(port))
             stream = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError) as err:
             raise UserError(f"cannot reach pod {address}: {_one_line(err)}") from None
         client = capnp.TwoPartyClient(stream, traversal_limit_in_words=self.io.TRAVERSAL_LIMIT_WORDS,
                                       nesting_limit=self.io.NESTING_LIMIT)
         self.clients[node] = client
-        gate = client.bootstrap().cast_as(self.io.rpc().Gate)
         try:
-            pod = (await asyncio.wait_for(gate.login(self.token), CONNECT_TIMEOUT_S)).pod
+            pod = await rpc_streams.login(client, self.token, CONNECT_TIMEOUT_S)
             reply = await asyncio.wait_for(pod.hello(SinkImpl(self, node), node), CONNECT_TIMEOUT_S)
+        except rpc_streams.LoginRefused as err:
+            raise UserError(f"pod {address} refused the token: {err}") from None
         except Exception as err:
-            text = _one_line(err)
-            if "login refused" in text:
-                why = text[text.index("login refused"):]
-                raise UserError(f"pod {address} refused the token: {why}") from None
-            raise UserError(f"pod {address}: {text}") from None
+            raise UserError(f"pod {address}: {not_a_pod(err)}") from None
         self.pods[node] = pod
         self.infos[node] = self.io.read_pod_info(reply.info)
 
@@ -403,6 +397,18 @@ def SinkImpl(session: PodSession, node: int):  # noqa: N802 - builds the capnp s
 
 
 _SINK = None
+
+
+def not_a_pod(err: BaseException) -> str:
+    """Why login to an address failed, when it was not a refusal: what a user can act on."""
+    text = _one_line(err).removeprefix("message = ")
+    if isinstance(err, TimeoutError):
+        return f"no answer to the login within {CONNECT_TIMEOUT_S:g} s"
+    if "exceeds size limit" in text or "traversalLimit" in text or "segment" in text.lower():
+        return "it answered with something that is not Cap'n Proto (is this a phobos pod?)"
+    if any(word in text.lower() for word in ("disconnect", "closing", "reset", "broken pipe", "eof")):
+        return f"the connection closed before login ({text})"
+    return text
 
 
 def _one_line(err: BaseException) -> str:

@@ -154,10 +154,19 @@ struct InstructionEvent {
 
 # ---- Interfaces -------------------------------------------------------------------------------
 
+enum LoginRefusal {
+  # Why a login handed over nothing. The pod answers a refusal as data, never as an exception
+  # (an exception would carry the pod's Python traceback to a stranger), after a delay that
+  # throttles guessing, and then closes the connection: one attempt per connection.
+  none @0;          # logged in: `pod` is set
+  missingToken @1;
+  wrongToken @2;
+}
+
 interface Gate {
-  # The bootstrap capability of every pod. A wrong or missing token fails the call with
-  # "login refused: wrong token" and hands over nothing.
-  login @0 (token :Text) -> (pod :Pod);
+  # The bootstrap capability of every pod. A wrong or missing token hands over nothing and
+  # names the refusal.
+  login @0 (token :Text) -> (pod :Pod, refusal :LoginRefusal);
 }
 
 interface Pod {

@@ -58,11 +58,14 @@ def compile_kernel(
     return compile_generated(kernel, generate_source(kernel, binding, tf32=tf32, schedule=schedule))
 
 
-def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKernel:
-    try:
-        ptx = nvrtc.compile_to_ptx(gen.source)
-    except nvrtc.NvrtcError as e:
-        raise _nvrtc_error(kernel, gen, e) from None
+def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None = None) -> CompiledKernel:
+    """`gen` compiled by NVRTC; or, given `ptx` already compiled from `gen.source` elsewhere (a pod
+    gets the scheduler's), the same CompiledKernel around that PTX without compiling again."""
+    if ptx is None:
+        try:
+            ptx = nvrtc.compile_to_ptx(gen.source)
+        except nvrtc.NvrtcError as e:
+            raise _nvrtc_error(kernel, gen, e) from None
     return CompiledKernel(
         cuda_source=gen.source,
         ptx=ptx,
