@@ -438,3 +438,25 @@ def find_stale_staging(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if p.name.startswith(".") and STAGING_MARK in p.name)
+
+
+COPY_PIECE_BYTES = 64 << 20
+
+
+def copy_regions(source: Path, staging: Path, regions) -> int:
+    """Copy `regions` of the old file `source` into the staging copy, in the storage dtype, in
+    pieces of at most COPY_PIECE_BYTES along the first axis; returns bytes copied. The job's
+    own stores fill the rest (scheduler/coverage.py says which regions they leave)."""
+    dtype = _open(source, "r").dtype
+    copied = 0
+    for region in regions:
+        row_bytes = max(1, int(np.prod(region.shape[1:])) * dtype.itemsize)
+        rows = max(1, COPY_PIECE_BYTES // row_bytes)
+        for first in range(0, region.shape[0], rows):
+            start = (region.start[0] + first, *region.start[1:])
+            extent = (min(rows, region.shape[0] - first), *region.shape[1:])
+            piece = type(region)(region.tensor, start, extent)
+            values = np.empty(extent, dtype)
+            read_region_into(source, piece, values)
+            copied += write_region(staging, piece, values)
+    return copied

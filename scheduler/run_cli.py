@@ -145,6 +145,7 @@ def run_command(argv: list[str]) -> int:
     PROCESS.mark("imports_done")
     from common import log
     from scheduler import tuner_cli
+    from scheduler.interrupt import Interrupted
     from scheduler.jobfile import read_job
     from scheduler.prepare import prepare
     from scheduler.run import JobFailed, RunOptions, run_job
@@ -194,6 +195,9 @@ def run_command(argv: list[str]) -> int:
     except JobFailed as err:
         print(f"error: job failed: {err}", file=sys.stderr)
         return 1
+    except Interrupted as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     write_run_files(result.trace, outputs_of_run)
     print(summary_text(result.trace, result.ok, result.reason))
     if not result.ok:
