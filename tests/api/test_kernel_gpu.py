@@ -171,7 +171,8 @@ def test_bad_gpu_arrays_are_refused_before_launch():
         (dict(A=a, B=b, C=cupy.zeros((64, 128), cupy.float32)[:, ::2]), "C", r"not C-contiguous"),
         (dict(A=cupy.ones((8, 64), cupy.float32).T, B=b, C=c), "A", r"not C-contiguous"),
         (dict(A=cupy.ones(64 * 8 + 1, cupy.float32)[1:].reshape(64, 8), B=b, C=c), "A", r"16-byte boundary"),
-        (dict(A=np.ones((64, 8), np.float32), B=b, C=c), "A", r"in host memory while B is on a GPU"),
+        (dict(A=np.ones((64, 8), np.float32), B=b, C=c), "B", r"on a GPU while A is in host memory"),
+        (dict(A=a, B=np.ones((8, 64), np.float32), C=c), "B", r"in host memory while the first tensor"),
     ]
     for tensors, name, message in cases:
         with pytest.raises(phobos.ArrayError, match=message) as info:
@@ -190,7 +191,7 @@ def test_bad_torch_tensors_are_refused_before_launch():
         kernel(torch.ones(8, 64, device="cuda").t(), b, c, 1.0, 0.0)
     with pytest.raises(phobos.ArrayError, match="tensor C: the kernel expects f32, got f16"):
         kernel(a, b, c.half(), 1.0, 0.0)
-    with pytest.raises(phobos.ArrayError, match="tensor B: in host memory"):
+    with pytest.raises(phobos.ArrayError, match="tensor B: in host memory while the first tensor"):
         kernel(a, b.cpu(), c, 1.0, 0.0)
     torch.cuda.synchronize()
     assert bool((c == 5.0).all())
