@@ -200,11 +200,141 @@ def bench_attention(results, log, name, sizes, d, causal):
             log(json.dumps(r))
 
 
+def bench_matmul_tf32(results, log, sizes):
+    """examples/matmul.phk (alpha = 1, beta = 0) with the TF32 opt-in, against torch.matmul f32
+    with TF32 allowed (cuBLAS) and the Triton matmul on f32 (its dots are TF32 by default)."""
+    import torch
+
+    from benchmarks import triton_peers
+
+    k = kernel("matmul.phk")
+    t0 = time.time()
+    res = autotune.tune(k, {"M": 4096, "N": 4096, "K": 4096}, tf32=True)
+    log(f"tuned matmul tf32: {res.best} ({res.best_ms:.3f} ms, {time.time() - t0:.1f} s)")
+    TUNING["matmul tf32"] = {"best": res.best, "timings": [[dict(p), ms] for p, ms in res.timings]}
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for n in sizes:
+        c = compile_kernel(k, binding.bind(k, {"M": n, "N": n, "K": n}, None, res.best), tf32=True)
+        g = torch.Generator(device="cuda").manual_seed(n)
+        a, b = (torch.randn(n, n, device="cuda", generator=g) for _ in range(2))
+        out = torch.zeros(n, n, device="cuda")
+        arrays = {"A": as_cupy(a), "B": as_cupy(b), "C": as_cupy(out)}
+        scal = {"alpha": 1.0, "beta": 0.0}
+        launch(c, arrays, scal)
+        torch.cuda.synchronize()
+        ref = torch.matmul(a.double(), b.double())
+        err = rel_err(out, ref)
+        tri = torch.empty_like(out)
+        triton_peers.matmul(a, b, tri)
+        reps = 5 if n >= 16384 else 10
+        ours = median_ms(lambda c=c, arrays=arrays, scal=scal: launch(c, arrays, scal), 2, reps)
+        cublas = median_ms(lambda a=a, b=b: torch.matmul(a, b), 2, reps)
+        triton_ms = median_ms(lambda a=a, b=b, tri=tri: triton_peers.matmul(a, b, tri), 2, reps)
+        flops = 2.0 * n**3
+        extra = {"rel_err": err, "tiles": res.best, "attributes": function_attributes(c)}
+        for r in (
+            row(
+                f"matmul n={n}",
+                "tf32",
+                ours,
+                "torch.matmul f32, TF32 allowed (cuBLAS)",
+                cublas,
+                flops,
+                **extra,
+            ),
+            row(
+                f"matmul n={n}",
+                "tf32",
+                ours,
+                "triton",
+                triton_ms,
+                flops,
+                rel_err=err,
+                triton_rel_err=rel_err(tri, ref),
+            ),
+        ):
+            results.append(r)
+            log(json.dumps(r))
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def bench_attention_tf32(results, log, sizes, causal):
+    """examples/{flash,causal}_attention.phk with the TF32 opt-in, D = 64, 8 heads (one launch
+    per head on its own stream: these examples take one head), against torch SDPA f32 on
+    [1, 8, N, 64] and the Triton flash attention on f32 (TF32 dots)."""
+    import cupy
+    import torch
+    import torch.nn.functional as F
+
+    from benchmarks import triton_peers
+
+    name = "causal_attention.phk" if causal else "flash_attention.phk"
+    k = kernel(name)
+    heads, d = 8, 64
+    big = max(sizes)
+    res = autotune.tune(k, {"N": big} if causal else {"Nq": big, "Nk": big}, tf32=True)
+    TUNING[f"{k.name} tf32"] = {"best": res.best, "timings": [[dict(p), ms] for p, ms in res.timings]}
+    log(f"tuned {k.name} tf32: {res.best}")
+    scale = 0.125
+    for n in sizes:
+        dims = {"N": n} if causal else {"Nq": n, "Nk": n}
+        c = compile_kernel(k, binding.bind(k, dims, None, res.best), tf32=True)
+        g = torch.Generator(device="cuda").manual_seed(n)
+        q, kk, v = (torch.randn(1, heads, n, d, device="cuda", generator=g) for _ in range(3))
+        o = torch.full_like(q, float("nan"))
+        cq, ck, cv, co = (cupy.asarray(t) for t in (q, kk, v, o))
+        streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(heads)]
+
+        def ours(c=c, streams=streams, tensors=(cq, ck, cv, co)):
+            cq, ck, cv, co = tensors
+            cur = cupy.cuda.get_current_stream()
+            ev = cupy.cuda.Event()
+            ev.record(cur)
+            for h, s in enumerate(streams):
+                s.wait_event(ev)
+                launch(
+                    c,
+                    {"Q": cq[0, h], "K": ck[0, h], "V": cv[0, h], "O": co[0, h]},
+                    {"scale": scale},
+                    stream=s,
+                )
+            for s in streams:
+                done = cupy.cuda.Event()
+                done.record(s)
+                cur.wait_event(done)
+
+        ours()
+        torch.cuda.synchronize()
+        ref = F.scaled_dot_product_attention(
+            q.double(), kk.double(), v.double(), is_causal=causal, scale=scale
+        )
+        err = rel_err(o, ref)
+        tri = torch.empty_like(q[0])
+        triton_peers.attention(q[0], kk[0], v[0], tri, scale, causal)
+        t_ours = median_ms(ours, 2, 5)
+        qkv = (q, kk, v)
+        sdpa = F.scaled_dot_product_attention
+        t_sdpa = median_ms(lambda x=qkv: sdpa(*x, is_causal=causal, scale=scale), 2, 5)
+        heads0 = (q[0], kk[0], v[0], tri)
+        t_tri = median_ms(lambda x=heads0: triton_peers.attention(*x, scale, causal), 2, 5)
+        flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
+        what = f"attention D={d} N={n}{' causal' if causal else ''}"
+        extra = {"rel_err": err, "tiles": res.best, "attributes": function_attributes(c), "kernel": k.name}
+        for r in (
+            row(what, "tf32", t_ours, "torch SDPA f32", t_sdpa, flops, **extra),
+            row(
+                what, "tf32", t_ours, "triton", t_tri, flops, rel_err=err, triton_rel_err=rel_err(tri, ref[0])
+            ),
+        ):
+            results.append(r)
+            log(json.dumps(r))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--latest", default=None)
-    p.add_argument("--only", default="matmul,matmul_f16,attention")
+    p.add_argument("--only", default="matmul,matmul_f16,attention,matmul_tf32,attention_tf32")
     p.add_argument("--matmul-sizes", default="4096,8192,16384")
     p.add_argument("--attention-sizes", default="4096,16384")
     args = p.parse_args()
@@ -234,6 +364,9 @@ def main() -> None:
     jobs = [
         ("matmul", lambda: bench_matmul(results, log, sizes, "bf16", 4096)),
         ("matmul_f16", lambda: bench_matmul(results, log, [8192], "f16", 8192)),
+        ("matmul_tf32", lambda: bench_matmul_tf32(results, log, sizes)),
+        ("attention_tf32", lambda: bench_attention_tf32(results, log, att_sizes, False)),
+        ("attention_tf32", lambda: bench_attention_tf32(results, log, att_sizes, True)),
     ]
     for ex in ("flash_attention_bf16.phk", "causal_attention_bf16.phk"):
         if (EXAMPLES / ex).exists():

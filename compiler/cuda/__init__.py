@@ -19,6 +19,7 @@ from compiler.cuda import codegen, nvrtc
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.source import Span
 
 COMPILER_VERSION = "phobos-cuda-4"
 
@@ -42,13 +43,12 @@ class CompiledKernel:
     line_spans: tuple  # generated line number (1-based) -> kernel Span or None
     tensors: tuple[str, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
+    tensor_core_span: Span | None = None  # the first dot on tensor cores: needs sm_80 or later
 
 
 def generate_source(
     kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
 ) -> codegen.Generated:
-    if tf32:
-        raise CompileError(kernel.span, "the TF32 tensor-core path for dot is not implemented yet")
     return codegen.generate(kernel, binding, tf32, schedule)
 
 
@@ -74,6 +74,7 @@ def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKern
         line_spans=gen.line_spans,
         tensors=tuple(p.name for p in kernel.tensors),
         scalars=tuple((p.name, p.dtype) for p in kernel.scalars),
+        tensor_core_span=gen.tensor_core_span,
     )
 
 

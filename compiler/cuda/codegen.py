@@ -33,6 +33,7 @@ class Generated:
     block: tuple[int, int, int]
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
+    tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
 
 
 def _eval(size: ir.Size, env) -> int:
@@ -54,13 +55,13 @@ def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
     return shapes2d, dots, rows, cols
 
 
-def _tensor_core_dots(kernel: ir.Kernel) -> list[ir.Call]:
+def _tensor_core_dots(kernel: ir.Kernel, tf32: bool) -> list[ir.Call]:
     from compiler.frontend import walk
 
     return [
         e
         for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and mma.tensor_core_dtype(e, kernel)
+        if isinstance(e, ir.Call) and e.func == "dot" and mma.tensor_core_dtype(e, kernel, tf32)
     ]
 
 
@@ -77,7 +78,7 @@ def _reduces_rows(kernel: ir.Kernel) -> bool:
     )
 
 
-def _tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call]) -> set[str]:
+def _tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call], tf32: bool) -> set[str]:
     """Lets that feed only tensor-core dots (staged as 16-bit operands)."""
     from compiler.frontend import walk
 
@@ -87,7 +88,7 @@ def _tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call]) -> set[str]:
     others = [
         e
         for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and not mma.tensor_core_dtype(e, kernel)
+        if isinstance(e, ir.Call) and e.func == "dot" and not mma.tensor_core_dtype(e, kernel, tf32)
     ]
     return names(dots) - names(others)
 
@@ -120,9 +121,9 @@ def cta_threads(kernel: ir.Kernel, schedule: Schedule) -> int:
     return schedule.threads or kernel.threads
 
 
-def choose_grid(kernel: ir.Kernel, env, schedule: Schedule):
+def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool):
     threads = cta_threads(kernel, schedule)
-    if _tensor_core_dots(kernel):
+    if _tensor_core_dots(kernel, tf32):
         shapes = _register_shapes(kernel, env)
         pinned = schedule.threads is not None or any(isinstance(a, ir.Launch) for a in kernel.attributes)
         # without a pinned CTA size, fewer warps where the tiles have too few rows for all of them
@@ -150,15 +151,18 @@ class KernelGen(ExprEmitter):
                 kernel.span, f"@launch({threads}): a CTA has 32 to 1024 threads, a multiple of 32"
             )
         try:
-            grid = choose_grid(kernel, env, schedule)
+            grid = choose_grid(kernel, env, schedule, tf32)
         except LayoutError as e:
             raise self.pruned(kernel.span, f"cannot lay out its tiles on {threads} threads: {e}") from None
         super().__init__(kernel, env, grid)
         self.binding = binding
         self.tf32 = tf32
         self.schedule = schedule
+        self.tensor_core_span = None
         if self.tensor_cores:
-            self.tc_lets = _tensor_core_lets(kernel, _tensor_core_dots(kernel))
+            tc_dots = _tensor_core_dots(kernel, tf32)
+            self.tc_lets = _tensor_core_lets(kernel, tc_dots, tf32)
+            self.tensor_core_span = tc_dots[0].span
             self.uses_bf16 = True
         self.hints = analysis.layout_hints(kernel.body)
         self.shared = analysis.shared_lets(kernel.body)
@@ -397,23 +401,28 @@ class KernelGen(ExprEmitter):
         first = self.fresh("first")
         self.out.line(f"const int {first} = {start};")
         bases = []
-        for w in words:
+        for w, (*_, tile, _) in zip(words, entries, strict=True):
             base = self.fresh("ring")
             ring = self.alloc_perm(stages * w)
-            self.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
+            self.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
             bases.append(base)
+        per_word = [4 // t.elem_bytes for *_, t, _ in entries]
         for p in range(stages - 1):
             self.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
             self.out.open(f"if ({first}_{p} < {stop_name})")
             self.scalars[s.var] = (f"{first}_{p}", "i32")
-            for (st, role, transposed, _, plan), base, w in zip(entries, bases, words, strict=True):
-                ring = self.mma_let_tile(st.value, role, transposed, ptr=f"({base} + {p * 2 * w})")
+            for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
+                ring = self.mma_let_tile(
+                    st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
+                )
                 mma.issue_copy(self, plan, ring, st.value)
             self.out.close()
             self.out.line("cp_async_commit();")
         return {
-            st.name: ("ring", st, role, transposed, plan, base, 2 * w, stages, first)
-            for (st, role, transposed, _, plan), base, w in zip(entries, bases, words, strict=True)
+            st.name: ("ring", st, role, transposed, plan, base, e * w, stages, first)
+            for (st, role, transposed, _, plan), base, w, e in zip(
+                entries, bases, words, per_word, strict=True
+            )
         }
 
     def ring_lets(self, lets: list[ir.Let]) -> None:
@@ -443,8 +452,9 @@ class KernelGen(ExprEmitter):
         for s in lets:
             _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
             cur = self.fresh("stage")
-            self.out.line(f"unsigned short* const {cur} = {base} + ({it} % {stages}) * {size};")
-            self.vals[s.name] = self.mma_let_tile(st.value, role, transposed, ptr=cur)
+            tile = self.mma_let_tile(st.value, role, transposed, ptr=cur)
+            self.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
+            self.vals[s.name] = tile
 
     def pipelined_lets(self, lets: list[ir.Let]) -> None:
         self.out.span = lets[0].span
@@ -609,6 +619,7 @@ class KernelGen(ExprEmitter):
             (self.grid.threads, 1, 1),
             shared_bytes,
             tuple(spans),
+            self.tensor_core_span,
         )
 
 

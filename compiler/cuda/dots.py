@@ -41,7 +41,7 @@ class DotMixin:
         from compiler.cuda import mma
         from compiler.cuda.exprs import SharedTile
 
-        dtype = mma.tensor_core_dtype(e, self.kernel)
+        dtype = mma.tensor_core_dtype(e, self.kernel, self.tf32)
         if dtype is not None and self.tensor_cores:
             return mma.lower_dot(self, e, into, dtype)
         a, b = e.args

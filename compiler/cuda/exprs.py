@@ -64,6 +64,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         self.env = env
         self.grid = grid
         self.tensor_cores = isinstance(grid, MmaGrid)
+        self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
         self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}

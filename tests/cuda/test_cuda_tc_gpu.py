@@ -99,3 +99,41 @@ def _attention_dims(kernel, dims):
         elif n == "H":
             out[n] = 3
     return out
+
+
+# TF32 (the kernel-wide opt-in, `compile_kernel(..., tf32=True)`): operands rounded to 10-bit
+# mantissas (relative 2^-11 each), products and sums in f32. Against the exact-f32 interpreter a
+# random sum of K such products is off by about 2^-11 relative; 2e-3 leaves room for that and for
+# attention's softmax, never for a wrong element.
+TF32_TOL = 2e-3
+TF32_CASES = [
+    ("matmul.phk", {"M": 256, "N": 384, "K": 128}, [{"TILE_M": 128, "TILE_N": 128, "TILE_K": 32},
+                                                    {"TILE_M": 64, "TILE_N": 128, "TILE_K": 8}]),
+    ("matmul_plain.phk", {"M": 203, "N": 317, "K": 136}, [{"TILE_M": 128, "TILE_N": 128, "TILE_K": 16},
+                                                          {"TILE_M": 64, "TILE_N": 32, "TILE_K": 32}]),
+    ("flash_attention.phk", {"Nq": 203, "Nk": 331}, [{"BR": 128, "BC": 64}, {"BR": 64, "BC": 128},
+                                                     {"BR": 128, "BC": 128}]),
+    ("causal_attention.phk", {"N": 299}, [{"BR": 128, "BC": 64}, {"BR": 64, "BC": 64}]),
+]
+
+
+@pytest.mark.parametrize("name,dims,points", TF32_CASES, ids=[c[0] for c in TF32_CASES])
+def test_tf32_examples_equal_interpreter(name, dims, points):
+    from compiler.cuda.launch import run_kernel_gpu
+
+    kernel = load_example(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 7)
+    for point in points:
+        b = binding.bind(kernel, dims, None, point)
+        arrays, scalars = random_inputs(kernel, dict(b.env), rng)
+        scalars.update({"scale": 0.125} if "attention" in name else {})
+        ref = {n: a.copy() for n, a in arrays.items()}
+        interp.run_kernel(kernel, b, ref, scalars)
+        gpu_in = {n: a.copy() for n, a in arrays.items()}
+        for n in walk.stored_tensors(kernel):
+            if n != "C":  # matmul reads C (beta * C_old)
+                gpu_in[n][...] = np.nan
+        got = run_kernel_gpu(kernel, b, gpu_in, scalars, tf32=True)
+        for n in walk.stored_tensors(kernel):
+            err = _rel_err(got[n], ref[n])
+            assert err <= TF32_TOL, (name, point, n, err)

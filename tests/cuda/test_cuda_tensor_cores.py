@@ -213,3 +213,20 @@ def test_rows_that_fit_no_warp_layout_are_pruned_at_the_search_space(tmp_path):
     with pytest.raises(CompileError) as e:
         compile_kernel(kernel, binding.bind(kernel, {"M": 128, "N": 128, "K": 64}))
     assert "tensor-core tiles" in e.value.message and e.value.span.line == 1
+
+
+def test_tf32_on_a_gpu_without_tensor_cores_is_an_error_at_the_dot():
+    from compiler.cuda.launch import check_device
+
+    kernel = load_example("matmul.phk")
+    b = binding.bind(
+        kernel, {"M": 256, "N": 256, "K": 256}, None, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}
+    )
+    exact = compile_kernel(kernel, b)
+    check_device(exact, 75)  # exact f32 runs anywhere
+    tf32 = compile_kernel(kernel, b, tf32=True)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in tf32.ptx and "cvt.rna.tf32.f32" in tf32.ptx
+    check_device(tf32, 90)
+    with pytest.raises(CompileError) as e:
+        check_device(tf32, 75)
+    assert "compute capability 8.0" in e.value.message and e.value.span.line == 11  # acc += dot(a, b)
