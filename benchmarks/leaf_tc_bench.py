@@ -313,8 +313,8 @@ def bench_attention_tf32(results, log, sizes, causal):
         triton_peers.attention(q[0], kk[0], v[0], tri, scale, causal)
         t_ours = median_ms(ours, 2, 5)
         qkv = (q, kk, v)
-        sdpa = F.scaled_dot_product_attention
-        t_sdpa = median_ms(lambda x=qkv: sdpa(*x, is_causal=causal, scale=scale), 2, 5)
+        opts = {"is_causal": causal, "scale": scale}
+        t_sdpa = median_ms(lambda x=qkv, o=opts: F.scaled_dot_product_attention(*x, **o), 2, 5)
         heads0 = (q[0], kk[0], v[0], tri)
         t_tri = median_ms(lambda x=heads0: triton_peers.attention(*x, scale, causal), 2, 5)
         flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
