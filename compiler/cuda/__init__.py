@@ -8,14 +8,14 @@ Public API:
   round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out.
 - `compiler.cuda.nvrtc.compile_to_ptx(source, arch="compute_90")`, cached per (source, options).
 - `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
-Stages: codegen.py (statements) -> exprs.py / reductions.py / dots.py (expressions) -> nvrtc.py.
+Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import codegen, nvrtc
+from compiler.cuda import codegen, nvrtc, stages
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -26,9 +26,9 @@ COMPILER_VERSION = "phobos-cuda-4"
 
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
-    from compiler.cuda.dots import dot_unroll, legacy_schedule
+    from compiler.cuda.dots import dot_unroll
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}{'-legacy' if legacy_schedule() else ''}"
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}"
 
 
 @dataclass(frozen=True)
@@ -49,20 +49,30 @@ class CompiledKernel:
 def generate_source(
     kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
 ) -> codegen.Generated:
-    return codegen.generate(kernel, binding, tf32, schedule)
+    """The stages up to the CUDA C++ (stages.py)."""
+    return stages.run(kernel, binding, stages.Options(tf32, schedule), until="emit").generated
 
 
 def compile_kernel(
     kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
 ) -> CompiledKernel:
-    return compile_generated(kernel, generate_source(kernel, binding, tf32=tf32, schedule=schedule))
+    leaf = stages.run(kernel, binding, stages.Options(tf32, schedule))
+    return _compiled(kernel, leaf.generated, leaf.ptx)
 
 
 def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKernel:
+    return _compiled(kernel, gen, ptx_of(kernel, gen))
+
+
+def ptx_of(kernel: ir.Kernel, gen: codegen.Generated) -> str:
+    """The nvrtc stage: PTX, or an error at the kernel line the first failing generated line came from."""
     try:
-        ptx = nvrtc.compile_to_ptx(gen.source)
+        return nvrtc.compile_to_ptx(gen.source)
     except nvrtc.NvrtcError as e:
         raise _nvrtc_error(kernel, gen, e) from None
+
+
+def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKernel:
     return CompiledKernel(
         cuda_source=gen.source,
         ptx=ptx,

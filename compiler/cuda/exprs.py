@@ -5,57 +5,14 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from compiler.cuda import analysis
-from compiler.cuda.dots import DotMixin, legacy_schedule
+from compiler.cuda.dots import DotMixin
 from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
 from compiler.cuda.reductions import ReductionMixin
+from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
-
-LOCALS = {"2d": ("_i", "_j"), "row": ("_i",), "col": ("_j",), "flat": ("_f",)}
-POSITIONS = {"2d": ("_r", "_c"), "row": ("_r",), "col": ("_c",), "flat": ("_p",)}
-
-
-@dataclass(frozen=True)
-class Ctx:
-    """Where the element being computed sits: its tile `shape`, the layout `kind`, the C local
-    indices into register arrays and the C positions inside the tile. `native`: the local
-    indices are those of the layout (false inside a transposed read)."""
-
-    shape: tuple[int, ...]
-    kind: str
-    local: tuple[str, ...]
-    pos: tuple[str, ...]
-    native: bool = True
-
-    @property
-    def standard(self) -> bool:
-        return self.native and self.local == LOCALS[self.kind]
-
-
-@dataclass
-class Val:
-    """A tile held in registers: `cname[count0][count1]` in layout `kind`."""
-
-    cname: str
-    kind: str
-    shape: tuple[int, ...]
-    dtype: str
-    ty_shape: tuple = ()
-
-
-@dataclass
-class SharedTile:
-    """A dot operand staged in shared memory as S[k][x] (row stride `ld`), `role` 'a' or 'b'."""
-
-    ptr: str
-    role: str
-    k: int
-    x: int
-    ld: int
 
 
 class ExprEmitter(DotMixin, ReductionMixin):
@@ -100,7 +57,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         outside loops there is nothing to overtake; inside a loop the previous reads happened in
         an earlier iteration, and a barrier already emitted earlier in the innermost loop's body
         (not in a nested loop, which may run no iteration) lies on every path from them to here."""
-        if legacy_schedule() or self.loop_barriers and not self.loop_barriers[-1]:
+        if self.loop_barriers and not self.loop_barriers[-1]:
             self.sync()
 
     def fresh(self, base: str) -> str:

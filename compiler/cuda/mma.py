@@ -394,7 +394,7 @@ def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
 
 def write_elements(gen, tile: MmaTile, load: ir.Load) -> None:
     """Element by element (converted to the operand type), where no 16-byte copy fits."""
-    from compiler.cuda.exprs import Ctx
+    from compiler.cuda.values import Ctx
 
     t = gen.grid.threads
     total = tile.rows * tile.cols
@@ -446,7 +446,7 @@ def stage_load(gen, tile: MmaTile, load: ir.Load) -> bool:
 
 def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
     """The register Val that feeds A fragments directly, or None (see the module doc)."""
-    from compiler.cuda.exprs import Val
+    from compiler.cuda.values import Val
 
     if role != "a" or gen.grid.warps_n != 1 or isinstance(arg, ir.Load):
         return None
