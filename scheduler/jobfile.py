@@ -189,9 +189,9 @@ def job_kernel(job: Job) -> ir.Kernel:
 
 
 def job_to_bytes(job: Job) -> bytes:
-    from scheduler.schema_files import job_schema
+    from schemas.capnp_io import schema
 
-    msg = job_schema().Job.new_message()
+    msg = schema("job.capnp").Job.new_message()
     msg.format = JOB_FORMAT
     msg.kernelName = job.kernel_name
     msg.kernelSource = job.kernel_source
@@ -213,11 +213,11 @@ def job_to_bytes(job: Job) -> bytes:
 
 
 def job_from_bytes(data: bytes, where: str = "<job>") -> Job:
-    from scheduler.schema_files import job_schema
+    from schemas.capnp_io import read_message, schema
 
     try:
         # Limits keep a corrupt or hostile file from making us walk gigabytes of pointers.
-        with job_schema().Job.from_bytes(data, traversal_limit_in_words=64 << 20, nesting_limit=64) as msg:
+        with read_message(schema("job.capnp").Job, data) as msg:
             if msg.format != JOB_FORMAT:
                 raise UserError(f"{where}: job format {msg.format} is not supported (expected {JOB_FORMAT})")
             return Job(

@@ -130,6 +130,10 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
 
 
 def run_command(argv: list[str]) -> int:
+    from scheduler.phases import PROCESS, process_start_time
+
+    PROCESS.mark("started", process_start_time())
+    PROCESS.mark("imports_done")
     from common import log
     from scheduler import tuner_cli
     from scheduler.jobfile import read_job
@@ -159,7 +163,9 @@ def run_command(argv: list[str]) -> int:
             raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
     cluster_values = parse_assignments(args.set, "--set", int)
 
+    PROCESS.mark("prepare_start")
     prepared = prepare(job, job_path, roots, cluster_values)
+    PROCESS.mark("prepare_end")
     for name in expected:
         if name not in prepared.tensors or prepared.tensors[name].role == "input":
             outputs = ", ".join(t.name for t in prepared.outputs)

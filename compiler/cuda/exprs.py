@@ -14,6 +14,8 @@ from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
+FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
+
 
 class ExprEmitter(DotMixin, ReductionMixin):
     def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid | MmaGrid):
@@ -180,8 +182,12 @@ class ExprEmitter(DotMixin, ReductionMixin):
 
     def cast(self, c: str, expr: ir.Expr, dtype: str) -> str:
         src = expr.ty.dtype if expr.ty is not None else dtype
-        if src == dtype:
+        if src == dtype or src in ("bf16", "f16") and dtype == "f32":
             return c
+        if dtype in ("bf16", "f16"):  # into a narrow variable: rounded, as bf16() / f16() do
+            self.uses_bf16 |= dtype == "bf16"
+            self.uses_half |= dtype == "f16"
+            return f"{dtype}_to_f32(f32_to_{dtype}((float)({c})))"
         return f"(({CTYPE[dtype]})({c}))"
 
     # -- scalars ----------------------------------------------------------------------------
@@ -277,8 +283,9 @@ class ExprEmitter(DotMixin, ReductionMixin):
         ta, tb = e.lhs.ty.dtype, e.rhs.ty.dtype
         if e.op in ("and", "or"):
             return f"({a} {'&&' if e.op == 'and' else '||'} {b})"
-        if "f32" in (ta, tb):
-            a, b = (f"((float)({a}))" if ta != "f32" else a), (f"((float)({b}))" if tb != "f32" else b)
+        if ta in FLOATS or tb in FLOATS:  # bf16 / f16 values are held as exact floats
+            a = a if ta in FLOATS else f"((float)({a}))"
+            b = b if tb in FLOATS else f"((float)({b}))"
             if e.op == "%":
                 return f"floormod_f({a}, {b})"
             return f"({a} {e.op} {b})"
@@ -400,13 +407,13 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if f == "abs":
             a = e.args[0]
             inner = self.elem(a, self.sub_ctx(a, ctx))
-            return f"fabsf({inner})" if a.ty.dtype == "f32" else f"abs({inner})"
+            return f"fabsf({inner})" if a.ty.dtype in FLOATS else f"abs({inner})"
         if f in ("max", "min") and "axis" not in kw and len(e.args) == 2:
             a, b = e.args
             x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
-            if e.ty.dtype == "f32":
-                x = x if a.ty.dtype == "f32" else f"((float){x})"
-                y = y if b.ty.dtype == "f32" else f"((float){y})"
+            if e.ty.dtype in FLOATS:
+                x = x if a.ty.dtype in FLOATS else f"((float){x})"
+                y = y if b.ty.dtype in FLOATS else f"((float){y})"
                 return f"f{f}f({x}, {y})"
             return f"{f}({x}, {y})"
         if f in ("sum", "max", "min"):
@@ -414,10 +421,15 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if f == "where":
             c, a, b = e.args
             x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
-            if e.ty.dtype == "f32":
-                x = x if a.ty.dtype == "f32" else f"((float){x})"
-                y = y if b.ty.dtype == "f32" else f"((float){y})"
+            if e.ty.dtype in FLOATS:
+                x = x if a.ty.dtype in FLOATS else f"((float){x})"
+                y = y if b.ty.dtype in FLOATS else f"((float){y})"
             return f"({self.elem(c, self.sub_ctx(c, ctx))} ? {x} : {y})"
+        if f in ("bf16", "f16"):  # round to nearest even, held as the float it rounds to
+            x = self.f32_arg(e.args[0], ctx)
+            self.uses_bf16 |= f == "bf16"
+            self.uses_half |= f == "f16"
+            return f"{f}_to_f32(f32_to_{f}({x}))"
         if f == "f32":
             return f"((float)({self.elem(e.args[0], self.sub_ctx(e.args[0], ctx))}))"
         if f == "i32":
@@ -448,7 +460,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
 
     def f32_arg(self, a: ir.Expr, ctx):
         x = self.elem(a, self.sub_ctx(a, ctx))
-        return x if a.ty.dtype == "f32" else f"((float)({x}))"
+        return x if a.ty.dtype in FLOATS else f"((float)({x}))"
 
     def transpose(self, e: ir.Call, ctx: Ctx) -> str:
         a = e.args[0]

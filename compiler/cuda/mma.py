@@ -54,10 +54,14 @@ def operand_dtype(e: ir.Expr, kernel: ir.Kernel) -> str | None:
 def tensor_core_dtype(call: ir.Call, kernel: ir.Kernel, tf32: bool = False) -> str | None:
     """The operand type of a dot that runs on tensor cores ('bf16', 'f16' or 'tf32'), or None
     (exact f32 on the FMA path). f32 operands use TF32 only where the kernel asked for it."""
+    precision = getattr(call, "precision", None)
+    mode = precision.mode if precision is not None else None
+    if mode in TC_DTYPES or mode == "tf32":
+        return mode
     a, b = (operand_dtype(x, kernel) for x in call.args)
     if a == b and a in TC_DTYPES:
         return a
-    if (tf32 or getattr(call, "precision", None) == "tf32") and a is None and b is None:
+    if tf32 and a is None and b is None:
         return "tf32"
     return None
 

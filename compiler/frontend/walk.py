@@ -101,6 +101,12 @@ def read_tensors(kernel: ir.Kernel) -> tuple[str, ...]:
     return _unique((*loaded_tensors(kernel), *compound))
 
 
+def dot_modes(kernel: ir.Kernel) -> tuple[str, ...]:
+    """The precision modes of the kernel's dots (checked IR), sorted: ("bf16", "f32"), say."""
+    return tuple(sorted({e.precision.mode for e in iter_body_exprs(kernel.body)
+                         if isinstance(e, ir.Call) and e.precision is not None}))
+
+
 def block_axes_used(kernel: ir.Kernel) -> tuple[str, ...]:
     return tuple(sorted({e.axis for e in iter_body_exprs(kernel.body) if isinstance(e, ir.BlockIndex)}))
 

@@ -6,6 +6,7 @@ at the user's line."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -17,10 +18,10 @@ from pathlib import Path
 import pytest
 from cuda_cases import EXAMPLES, load_example
 
-from compiler.cuda import compile_kernel
+from compiler.cuda import autotune, compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
 from compiler.cuda.schedule import Schedule
-from compiler.frontend import binding
+from compiler.frontend import binding, walk
 from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError
 
@@ -230,3 +231,51 @@ def test_tf32_on_a_gpu_without_tensor_cores_is_an_error_at_the_dot():
     with pytest.raises(CompileError) as e:
         check_device(tf32, 75)
     assert "compute capability 8.0" in e.value.message and e.value.span.line == 11  # acc += dot(a, b)
+
+
+CAST = """@autotune(B in [64])
+kernel k(a: tensor<f32>[N], o: tensor<f32>[N], h: tensor<f16>[N]) {
+  let i = ctx.block.x * B
+  o[i :+ B] = f32(bf16(a[i :+ B]))
+  h[i :+ B] = f16(a[i :+ B])
+}
+"""
+
+
+def test_narrow_casts_round_to_nearest_even():
+    kernel = frontend.load_text(CAST, "cast.phk").kernel()
+    c = compile_kernel(kernel, binding.bind(kernel, {"N": 100}))
+    assert "cvt.rn.bf16.f32" in c.ptx and "cvt.rn.f16.f32" in c.ptx
+
+
+def test_tf32_precision_in_the_source_lowers_to_tf32_tensor_cores():
+    for name, dims in (
+        ("matmul_tf32.phk", {"M": 512, "N": 512, "K": 512}),
+        ("mha_tf32.phk", {"H": 2, "N": 512, "D": 64}),
+    ):
+        kernel = load_example(name)
+        c = compile_kernel(kernel, binding.bind(kernel, dims))
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in c.ptx, name
+
+
+def test_autotune_cache_key_names_the_precision():
+    kernel = load_example("matmul.phk")
+    (dot,) = [e for e in walk.iter_body_exprs(kernel.body) if getattr(e, "func", None) == "dot"]
+    as_tf32 = dataclasses.replace(dot, precision=dataclasses.replace(dot.precision, mode="tf32"))
+    body = tuple(_replace_expr(s, dot, as_tf32) for s in kernel.body)
+    other = dataclasses.replace(kernel, body=body)  # same source text, another precision
+    assert walk.dot_modes(other) == ("tf32",)
+    dims = {"M": 1, "N": 2, "K": 3}
+    assert autotune.cache_key(kernel, dims, "GPU X") != autotune.cache_key(other, dims, "GPU X")
+
+
+def _replace_expr(node, old, new):
+    if node is old:
+        return new
+    if isinstance(node, tuple):
+        return tuple(_replace_expr(x, old, new) for x in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return dataclasses.replace(
+            node, **{f.name: _replace_expr(getattr(node, f.name), old, new) for f in dataclasses.fields(node)}
+        )
+    return node

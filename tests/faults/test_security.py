@@ -17,7 +17,7 @@ import pytest
 from common import log as plog
 from common.cli import run_main
 from scheduler import cli
-from schemas import capnp_io
+from schemas import capnp_io, rpc_streams
 from tests.faults.harness import REPO, Pods, matmul_inputs, staging_files
 from tests.job_files import make_job
 
@@ -29,7 +29,7 @@ async def raw_client(address: str):
     import capnp
 
     host, port = address.rsplit(":", 1)
-    stream = await capnp.AsyncIoStream.create_connection(host, int(port))
+    stream = await rpc_streams.connect(host, int(port))
     return capnp.TwoPartyClient(stream, traversal_limit_in_words=capnp_io.TRAVERSAL_LIMIT_WORDS,
                                 nesting_limit=capnp_io.NESTING_LIMIT)
 
@@ -52,11 +52,10 @@ def test_token_never_appears_in_any_log(tmp_path):
 
         async def intruder():
             client = await raw_client(order[0].address)
-            gate = client.bootstrap().cast_as(rpc.Gate)
             try:
-                await gate.login(wrong)
-            except Exception as err:
-                return capnp_io.remote_reason(err)
+                await rpc_streams.login(client, wrong, 30)
+            except rpc_streams.LoginRefused as err:
+                return str(err)
             return "accepted"
 
         refusal = pods.loop.run_until_complete(intruder())
