@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cuda_cases import EXAMPLES, load_example
+from cuda_cases import load_example
 
 from compiler.cuda import autotune, compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
@@ -111,13 +111,10 @@ def _variants():
             Schedule(threads=128),
         ),
     ]
-    for p in sorted(EXAMPLES.glob("*attention*_bf16.phk")) + sorted(EXAMPLES.glob("*attention*_f16.phk")):
-        kernel = load_example(p.name)
-        dims = {d: (64 if d == "D" else 8 if d == "H" else 4096) for d in binding.kernel_dims(kernel)}
-        for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}):
-            fixed = {d.name for d in kernel.autotune.dims}
-            dims_here = {k: v for k, v in dims.items() if k not in fixed or k == "D"}
-            mm.append((p.name, dims_here, {k: v for k, v in point.items() if k in fixed}, Schedule()))
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk", "mha_tf32.phk"):
+        for d in (64, 128):
+            for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}):
+                mm.append((name, {"H": 8, "N": 4096, "D": d}, point, Schedule()))
     return mm
 
 
@@ -136,8 +133,12 @@ def _tool(name: str) -> str | None:
 def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims, point, schedule, tmp_path):
     kernel = load_example(name)
     dims = {k: v for k, v in dims.items() if k in binding.kernel_dims(kernel)}
-    c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
-    assert "mma.sync.aligned.m16n8k16" in c.ptx and "ldmatrix" in c.ptx, name
+    try:
+        c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
+    except CompileError as e:  # a point the generator prunes (registers, shared memory) is fine
+        assert "is pruned" in e.message, e.message
+        return
+    assert "mma.sync.aligned.m16n8k" in c.ptx, name
     assert "cp.async" in c.ptx, name
     ptx = tmp_path / "k.ptx"
     ptx.write_text(c.ptx)
@@ -154,7 +155,7 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     sass = subprocess.run(
         [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True, env=env
     ).stdout
-    assert re.search(r"\bHMMA\.16816\.F32", sass), f"{name}: no tensor-core instruction in the SASS"
+    assert re.search(r"\bHMMA\.(16816|1688)\.F32", sass), f"{name}: no tensor-core instruction in the SASS"
 
 
 def test_f32_dot_stays_exact_on_cuda_cores():
