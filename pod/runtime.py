@@ -184,9 +184,9 @@ class PodRuntime:
             await self.events_delivered()
         start = time.time()
         nbytes, peer, copy_s, ok, message = 0, None, 0.0, True, ""
-        delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None)
+        delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None, generation)
         if delay is not None:  # test-only: this instruction "runs" a while (then takes the pod down)
-            await asyncio.sleep(delay.seconds)
+            await delay.wait()
             if delay.then_kill:
                 self.faults.die()
         try:
@@ -256,19 +256,19 @@ class PodRuntime:
         return record
 
     def _load(self, path: Path, ins: Load, record: BufferRecord) -> tuple[int, float]:
-        """(bytes read from storage, seconds of the host-to-device copy)."""
-        host = storage.read_region(path, ins.region)
-        if tuple(host.shape) != tuple(record.array.shape):
-            raise UserError(f"load of {ins.uri}: region shape {list(host.shape)} does not match "
+        """(bytes read from storage, seconds of the host-to-device copy). The region is read
+        straight into the buffer (CPU) or into a pinned host buffer copied on asynchronously (GPU)."""
+        if tuple(ins.region.shape) != tuple(record.array.shape):
+            raise UserError(f"load of {ins.uri}: region shape {list(ins.region.shape)} does not match "
                             f"buffer {ins.buffer} of shape {list(record.array.shape)}")
-        return host.nbytes, _timed(self.backend.upload, record.array, host)
+        return self.backend.fill(record.array, lambda host: storage.read_region_into(path, ins.region, host))
 
     def _store(self, staging: Path, ins: Store, record: BufferRecord) -> tuple[int, float]:
         """(bytes written to storage, seconds of the device-to-host copy)."""
-        start = time.perf_counter()
-        host = self.backend.download(record.array)
-        copy_s = time.perf_counter() - start
-        return storage.write_region(staging, ins.region, np.asarray(host).reshape(ins.region.shape)), copy_s
+        def write(host: np.ndarray) -> int:
+            return storage.write_region(staging, ins.region, host.reshape(ins.region.shape))
+
+        return self.backend.drain(record.array, write)
 
     # ---- serving peers -----------------------------------------------------------------------
 
@@ -298,9 +298,9 @@ class PodRuntime:
 
     async def tile_header(self, job_id: str, generation: int, buffer: int, patience_s: float) -> TileHeader:
         """Describe a servable buffer and offer a ticket for it on the data port."""
-        delay = self.faults.hit("serve")
+        delay = self.faults.hit("serve", generation=generation)
         if delay is not None:  # test-only: a slow answer to a peer
-            await asyncio.sleep(delay.seconds)
+            await delay.wait()
         record = await self.wait_servable(job_id, generation, buffer, patience_s)
         if record.host is None:
             loop = asyncio.get_running_loop()

@@ -153,9 +153,10 @@ class TunedRun:
 
 def run_autotuned(prepared, options, tune: TuneOptions, say: Callable[[str], None] = print) -> TunedRun:
     """Reach the pods, rank, print the table, run the best (see the module doc)."""
+    from scheduler.interrupt import interruptible
     from schemas import rpc_streams
 
-    return rpc_streams.run(_run_autotuned(prepared, options, tune, say))
+    return rpc_streams.run(interruptible(_run_autotuned(prepared, options, tune, say)))
 
 
 async def _run_autotuned(prepared, options, tune: TuneOptions, say) -> TunedRun:

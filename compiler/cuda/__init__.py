@@ -60,8 +60,10 @@ def compile_kernel(
     return _compiled(kernel, leaf.generated, leaf.ptx)
 
 
-def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKernel:
-    return _compiled(kernel, gen, ptx_of(kernel, gen))
+def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None = None) -> CompiledKernel:
+    """`gen` compiled by NVRTC; or, given `ptx` already compiled from `gen.source` elsewhere (a pod
+    gets the scheduler's), the same CompiledKernel around that PTX without compiling again."""
+    return _compiled(kernel, gen, ptx if ptx is not None else ptx_of(kernel, gen))
 
 
 def ptx_of(kernel: ir.Kernel, gen: codegen.Generated) -> str:

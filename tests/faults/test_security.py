@@ -113,7 +113,7 @@ def test_pod_needs_a_token_and_reads_it_from_a_file(tmp_path):
     assert done.returncode == 2 and "holds no token" in done.stderr
     # from a file: a scheduler with the same file gets in, one with another token does not
     token_file = tmp_path / "token"
-    token_file.write_text("file-token-123\n")
+    token_file.write_text("file-token-0123456789\n")
     pod = subprocess.Popen(_pod_cmd(tmp_path, "--token-file", str(token_file)), env=env, cwd=REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -121,7 +121,7 @@ def test_pod_needs_a_token_and_reads_it_from_a_file(tmp_path):
         np.save(tmp_path / "a.npy", np.arange(1024, dtype=np.float32))
         np.save(tmp_path / "b.npy", np.ones(1024, np.float32))
         job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
-        (tmp_path / "bad").write_text("other-token\n")
+        (tmp_path / "bad").write_text("other-token-0123456789\n")
         code = subprocess.run([sys.executable, "-m", "scheduler.main", str(job), "--pods", address,
                                "--token-file", str(tmp_path / "bad"), "--storage-root", str(tmp_path)],
                               env=env, cwd=REPO, capture_output=True, text=True, timeout=60)

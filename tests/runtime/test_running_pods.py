@@ -43,7 +43,7 @@ def _sched(folder: Path, token: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 def test_three_jobs_against_the_same_pods(tmp_path):
-    token = "keep-serving-test"
+    token = "keep-serving-test-0123456789"
     pods = [_start_pod(tmp_path, token, "--keep-serving") for _ in range(2)]
     try:
         addresses = ",".join(address for _, address in pods)
@@ -75,7 +75,7 @@ def test_three_jobs_against_the_same_pods(tmp_path):
 
 
 def test_without_keep_serving_a_pod_exits_with_its_scheduler(tmp_path):
-    token = "one-job-test"
+    token = "one-job-test-0123456789"
     write_inputs(tmp_path, {"a": np.ones(N, np.float32), "b": np.ones(N, np.float32)})
     job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
     pod, address = _start_pod(tmp_path, token)
