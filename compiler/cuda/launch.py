@@ -61,10 +61,11 @@ def _function(compiled: CompiledKernel):
     return fn
 
 
-def load(compiled: CompiledKernel) -> None:
+def load(compiled: CompiledKernel):
     """Load the module on the current device now (the driver JIT-compiles the PTX here, which can
-    take tens of milliseconds), so that the first launch does not pay for it."""
-    _function(compiled)
+    take tens of milliseconds), so that the first launch does not pay for it; returns the loaded
+    cupy function, which phobos.Kernel launches directly."""
+    return _function(compiled)
 
 
 def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
