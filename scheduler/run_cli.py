@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="phobos-sched",
         description="Run a phobos job (a file written by `phobos-sched new-job`) over a cluster of pods. "
-                    "Other commands: `phobos-sched new-job --help`, `phobos-sched show-job JOB`.",
+                    "Other commands: `phobos-sched new-job --help`, `phobos-sched show-job JOB`, "
+                    "`phobos-sched recover JOB` (after a killed commit).",
         epilog="Without --pods, local pods are started: one per visible GPU, else two CPU pods, "
                "with a random token given to them through the environment; they stop when the job ends. "
                "See docs/runtime.md for running pods on several hosts.",
