@@ -106,7 +106,10 @@ def load_expected(items: list[str] | None) -> dict[str, np.ndarray]:
 
 
 def _read_npy(path: Path) -> np.ndarray:
-    array = np.load(path, allow_pickle=False)
+    from common.storage import open_regular
+
+    with open_regular(path) as f:  # a FIFO is refused, not waited on
+        array = np.load(f, allow_pickle=False)
     if array.dtype.kind == "V" and array.dtype.itemsize == 2:
         import ml_dtypes
 
