@@ -9,8 +9,10 @@ Decisions (the runtime's storage contract):
   other scheme. The pod's default root is its working directory (pod/cli.py --storage-root).
 - dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is stored by numpy (with
   ml_dtypes) as the opaque 2-byte void type `<V2`, so a 2-byte void header is read as bf16.
-- Tiles move as f32: reads convert to f32; writes convert f32 to the storage dtype rounding to
-  nearest (ties to even), for i32 too (values outside i32's range are refused).
+- Tiles keep the storage dtype: `read_region_into` a buffer of that dtype copies the bytes as
+  they are (pread); a buffer of another dtype (read_region's f32) gets them converted. Writes of
+  values already in the storage dtype store them as they are; other values are converted to it
+  rounding to nearest (ties to even), for i32 too (values outside i32's range are refused).
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
   job id), its space reserved up front; a job's outputs are committed together through a commit
   record (common/commit.py) when it succeeds; a failed or killed job leaves the original untouched.
@@ -42,6 +44,16 @@ STORAGE_DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype("<i4"),
 }
 MAX_RANK = 4
+
+
+def dtype_name(dtype) -> str:
+    """f32, f16, bf16 or i32 for a numpy dtype of STORAGE_DTYPES (bf16: ml_dtypes.bfloat16)."""
+    for name, known in STORAGE_DTYPES.items():
+        if np.dtype(dtype) == known:
+            return name
+    raise UserError(f"dtype {np.dtype(dtype)} is not a storage dtype ({', '.join(STORAGE_DTYPES)})")
+
+
 MIN_RUN_BYTES = 4096  # contiguous runs shorter than this are read and written through a memory map
 STAGING_MARK = ".phobos-staging-"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

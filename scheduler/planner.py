@@ -2,9 +2,11 @@
 
 Pure: no I/O, no clocks. The pipeline, in two passes over the units:
 
-1. Place and account (`_account`). Units are dealt round robin over the live nodes in the order
-   given (row-major index order for a first plan): the k-th unit goes to node `nodes[k % n]` as
-   that node's position `k // n`. Every node runs its units in position order, so a position is
+1. Place and account (`_account`). Units are dealt round robin over the live nodes longest first
+   (by the flops of their launches; among equals in the order given, row-major index order for a
+   first plan), so that the units of causal attention's last rows, the longest, start first and
+   the busiest node finishes first: the k-th unit goes to node `nodes[k % n]` as that node's
+   position `k // n`. Every node runs its units in position order, so a position is
    also a "round" shared by all nodes. For every node we note which input regions it reads and
    in which positions (first and last), and give every buffer its number.
 2. Choose loaders (`_choose_owners`). Each distinct input region is loaded from storage by
@@ -26,7 +28,8 @@ No deadlock: every wait points to an earlier round, except fetch -> peer's load 
 allocation within one round, and allocations only wait on earlier rounds; so the wait graph has
 no cycle whatever the speeds of the nodes.
 
-Tiles are f32 on the nodes whatever the storage dtype, so a buffer of `n` elements is `4 n` bytes.
+A buffer holds its tensor's storage dtype (tiles are never widened), so a buffer of `n` elements
+of a bf16 tensor is `2 n` bytes.
 """
 
 from __future__ import annotations
@@ -38,10 +41,8 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from compiler.cluster.units import no_gc_pauses
-from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Region, Unit
-
-BYTES_PER_ELEMENT = 4  # buffers hold f32
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,8 @@ def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _No
     return states, first_use
 
 
-def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list]) -> None:
+def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list],
+                   dtypes: Mapping[str, str]) -> None:
     """One loader per input region (see the module doc); marks owners and fetch counts."""
     # Regions in order of first round, then first appearance: dicts keep insertion order, and
     # a region first seen in a later round was inserted later.
@@ -160,7 +162,7 @@ def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list]) ->
             owner = min(candidates, key=lambda node: states[node].loaded_bytes)
         copy = states[owner].copies[key]
         copy.owner = True
-        states[owner].loaded_bytes += math.prod(copy.region.shape) * BYTES_PER_ELEMENT
+        states[owner].loaded_bytes += math.prod(copy.region.shape) * ITEMSIZE[dtypes[key[0]]]
         for node in holders:
             if node != owner:
                 copy.fetched_by += 1
@@ -185,7 +187,7 @@ def _release_pos(copy: _Copy) -> int:
 
 
 def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Mapping[str, str],
-                 ids: Iterator[int]) -> tuple[list[Instruction], int]:
+                 dtypes: Mapping[str, str], ids: Iterator[int]) -> tuple[list[Instruction], int]:
     out: list[Instruction] = []
     emit = out.append
     positions = len(state.work)
@@ -198,7 +200,7 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
         release = _release_pos(copy)
         if release < positions:
             released_at.setdefault(release, []).append(copy.buffer)
-        nbytes = math.prod(copy.region.shape) * BYTES_PER_ELEMENT
+        nbytes = math.prod(copy.region.shape) * ITEMSIZE[dtypes[copy.region.tensor]]
         delta[copy.first_pos] += nbytes
         delta[min(release, positions)] -= nbytes
         copy_of_buffer[copy.buffer] = copy
@@ -217,11 +219,12 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
 
         # Output buffers: this unit's own; they live from this position until two after it.
         for key, (region, buffer) in work.outputs.items():
-            nbytes = math.prod(region.shape) * BYTES_PER_ELEMENT
+            dtype = dtypes[region.tensor]
+            nbytes = math.prod(region.shape) * ITEMSIZE[dtype]
             delta[pos] += nbytes
             delta[min(pos + 2, positions)] -= nbytes
             alloc = next(ids)
-            emit(Allocate(alloc, gate_deps, buffer, region.shape))
+            emit(Allocate(alloc, gate_deps, buffer, region.shape, dtype))
             producer[buffer] = alloc
             if key in work.loaded_outputs:
                 load = next(ids)
@@ -234,7 +237,7 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
                 continue
             copy = copy_of_buffer[buffer]
             alloc = next(ids)
-            emit(Allocate(alloc, gate_deps, buffer, copy.region.shape))
+            emit(Allocate(alloc, gate_deps, buffer, copy.region.shape, dtypes[key[0]]))
             get = next(ids)
             if copy.owner:
                 emit(Load(get, (alloc,), buffer, uris[key[0]], copy.region))
@@ -309,18 +312,19 @@ def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str
 
 def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int,
           units: Sequence[Unit] | None) -> Plan:
-    units = program.units if units is None else units
+    units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
     for tensor in program.tensors:
         if tensor.name not in uris:
             raise UserError(f"no storage URI for tensor {tensor.name}")
+    dtypes = {t.name: t.dtype for t in program.tensors}
     states, first_use = _account(units, node_ids)
-    _choose_owners(states, first_use)
+    _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)
     ids = itertools.count()
     node_plans: dict[int, NodePlan] = {}
     for figure in nodes:
-        instructions, peak = _unroll_node(states[figure.node], owners, uris, ids)
+        instructions, peak = _unroll_node(states[figure.node], owners, uris, dtypes, ids)
         if figure.vram_bytes and peak > figure.vram_bytes:
             raise UserError(
                 f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "
@@ -329,6 +333,15 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
         node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak)
     placement = {w.unit.index: node for node, state in states.items() for w in state.work}
     return Plan(generation, node_plans, placement, len(first_use))
+
+
+def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[Unit]:
+    flops = {leaf.name: leaf.flops for leaf in program.leaves}
+    work = [sum(flops.get(launch.leaf, 0) for launch in unit.launches) for unit in units]
+    if all(w == work[0] for w in work):
+        return units  # the common case: nothing to reorder
+    order = sorted(range(len(units)), key=lambda i: -work[i])  # stable: equals keep their order
+    return [units[i] for i in order]
 
 
 def _mib(n: int) -> str:

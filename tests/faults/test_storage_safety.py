@@ -149,11 +149,14 @@ def test_stale_staging_of_a_killed_job_is_reported_and_removed(folder):
     stale.write_bytes(b"left by a scheduler killed with -9")
     other = folder / ".other.npy.phobos-staging-20260101-000000-deadbeef"  # not this job's tensor
     other.write_bytes(b"x")
+    half = folder / "..c.npy.phobos-commit-20260101-000000-deadbeef.k2j4_x.tmp"  # a record cut mid-write
+    half.write_bytes(b'{"format": "phobos-co')
     job = job_file(folder, ADD, {"N": N}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
     done = sched([job, "--local-pods", "1"])
     assert done.code == 0, done.err
     assert f"note: removed {stale}, a staging copy left by job 20260101-000000-deadbeef" in done.err
-    assert not stale.exists() and other.exists()
+    assert f"note: removed {half}, a commit record that a stopped job had not finished writing" in done.err
+    assert not stale.exists() and not half.exists() and other.exists()
     np.testing.assert_array_equal(np.load(folder / "c.npy"), np.arange(N, dtype=np.float32) + 1)
 
 
@@ -164,3 +167,20 @@ def test_two_output_job_runs(folder):
     a, b = np.load(folder / "a.npy"), np.load(folder / "b.npy")
     np.testing.assert_array_equal(np.load(folder / "s.npy"), a + b)
     np.testing.assert_array_equal(np.load(folder / "d.npy"), a - b)
+
+
+def test_a_disk_that_fills_up_before_the_commit_record_rolls_the_commit_back(folder):
+    n = 4096  # 16 KiB + header: 5 pages of tmpfs, for the old output and again for the staging copy
+    np.save(folder / "a.npy", np.ones(n, np.float32))
+    np.save(folder / "b.npy", np.ones(n, np.float32))
+    # 11 pages: the old output (5), the lock file with its holder's name (1), the staging copy (5),
+    # and not one more for the commit record
+    with mounted_tmpfs(folder / "disk", "size=44k") as disk:
+        old = np.full(n, 3.0, np.float32)
+        np.save(disk / "c.npy", old)
+        job = job_file(folder, ADD, {"N": n}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:disk/c.npy"})
+        done = sched([job, "--local-pods", "1", "--storage-root", folder])
+        assert done.code == 1, done.err
+        assert "cannot write the commit record" in done.err and "no output was changed" in done.err
+        np.testing.assert_array_equal(np.load(disk / "c.npy"), old)
+        assert leftovers(disk) == [] and "Traceback" not in done.err
