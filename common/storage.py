@@ -7,8 +7,10 @@ Decisions (the runtime's storage contract):
 - Confinement: a path must lie inside one of the operator's storage roots after every symlink is
   resolved; a `..` component is refused outright (even one that would stay inside), and so is any
   other scheme. The pod's default root is its working directory (pod/cli.py --storage-root).
-- dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is stored by numpy (with
-  ml_dtypes) as the opaque 2-byte void type `<V2`, so a 2-byte void header is read as bf16.
+- dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is written with the header
+  dtype `bfloat16`, which numpy reads back as ml_dtypes.bfloat16 once ml_dtypes is imported
+  (`write_npy`). Files numpy itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record);
+  such a header is read as bf16 too.
 - Tiles move as f32: reads convert to f32; writes convert f32 to the storage dtype rounding to
   nearest (ties to even), for i32 too (values outside i32's range are refused).
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
@@ -85,7 +87,7 @@ def path_to_uri(path: Path) -> str:
 
 
 def _dtype_name(dtype: np.dtype, path: Path) -> str:
-    if dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None:
+    if dtype == STORAGE_DTYPES["bf16"] or (dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None):
         return "bf16"
     for name, known in STORAGE_DTYPES.items():
         if name != "bf16" and dtype == known:
@@ -180,7 +182,7 @@ def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id:
     if not 1 <= len(shape) <= MAX_RANK:
         raise UserError(f"{final_path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
     staging = staging_path(final_path, job_id)
-    array = npy_format.open_memmap(staging, mode="w+", dtype=STORAGE_DTYPES[dtype], shape=tuple(shape))
+    array = create_npy(staging, tuple(shape), STORAGE_DTYPES[dtype])
     if copy_existing and Path(final_path).exists():
         check_tensor(Path(final_path), tuple(shape), dtype)
         source = _open(Path(final_path), "r")
@@ -188,6 +190,28 @@ def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id:
     array.flush()
     del array
     return staging
+
+
+def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> dict:
+    # numpy would write bf16 as '<V2', which a plain np.load cannot turn back into bf16.
+    descr = "bfloat16" if dtype == STORAGE_DTYPES["bf16"] else npy_format.dtype_to_descr(dtype)
+    return {"descr": descr, "fortran_order": False, "shape": tuple(int(n) for n in shape)}
+
+
+def write_npy(file, array: np.ndarray) -> None:
+    """Write `array` to a binary file object as .npy, bf16 with a header numpy reads back."""
+    array = np.ascontiguousarray(array)
+    npy_format.write_array_header_1_0(file, _npy_header(array.shape, array.dtype))
+    file.write(array.tobytes())
+
+
+def create_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np.memmap:
+    """A new .npy file of zeros, memory-mapped for writing."""
+    with open(path, "wb") as f:
+        npy_format.write_array_header_1_0(f, _npy_header(shape, dtype))
+        offset = f.tell()
+        f.truncate(offset + int(np.prod(shape)) * dtype.itemsize)
+    return np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=shape)
 
 
 def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:

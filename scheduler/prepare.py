@@ -51,14 +51,30 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(4)
 
 
-def compile_program(job: Job, cluster_values: dict[str, int] | None = None) -> ClusterProgram:
+def compile_program(job: Job, cluster_values: dict[str, int] | None = None,
+                    tile_values: dict[str, int] | None = None, any_values: bool = False) -> ClusterProgram:
+    """The job's program at its @cluster and leaf @autotune values (the job's, overridden by the
+    given ones). With `any_values` (for --autotune, which picks its own values) the first
+    combination that compiles; when none does, one error listing every combination's reason."""
     from compiler.cluster import compile_cluster
 
     kernel = job_kernel(job)
     check_against_kernel(job, kernel)
-    values = dict(job.cluster_values)
-    values.update(cluster_values or {})
-    return compile_cluster(kernel, dict(job.dims), cluster_values=values or None)
+    values = {**dict(job.cluster_values), **(cluster_values or {})}
+    tiles = {**dict(job.tile_values), **(tile_values or {})} or None
+    if not any_values:
+        return compile_cluster(kernel, dict(job.dims), cluster_values=values or None, tile_values=tiles)
+    from scheduler.tuner import search_space
+
+    reasons = []
+    for combination in search_space(kernel, values):
+        try:
+            return compile_cluster(kernel, dict(job.dims), cluster_values=combination, tile_values=tiles)
+        except UserError as err:
+            message = (getattr(err, "message", None) or str(err)).splitlines()[0]
+            label = " ".join(f"{k}={v}" for k, v in combination.items())
+            reasons.append(f"  {label}: {message}")
+    raise UserError("no @cluster combination compiles:\n" + "\n".join(reasons))
 
 
 def typed_scalars(job: Job) -> dict[str, float | int]:
@@ -78,7 +94,9 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
         path = storage.resolve_uri(uris[info.name], roots, base=job_dir)
         place = TensorPlace(info.name, storage.path_to_uri(path), path, info.role, info.dtype,
                             tuple(info.shape))
-        if info.role in ("input", "inout"):
+        if info.role == "inout" and not path.exists():
+            require_creatable(job, info.name, path)  # written before read: created like an output
+        if info.role == "input" or (info.role == "inout" and path.exists()):
             storage.check_tensor(path, place.shape, place.dtype)
         elif path.exists():
             # An output that exists is overwritten only when the job succeeds, and only by a
@@ -88,6 +106,18 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
             raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
         places[info.name] = place
     return places
+
+
+def require_creatable(job: Job, tensor: str, path: Path) -> None:
+    """An output that does not exist yet is created, unless the kernel reads its old values
+    first; then the error points at the line that reads them."""
+    from compiler.diagnostics import CompileError
+    from compiler.walk import first_old_value_read
+
+    span = first_old_value_read(job_kernel(job), tensor)
+    if span is not None:
+        raise CompileError(span, f"tensor {tensor}: {path} does not exist, and the kernel reads its old "
+                                 "values here before writing them; create the file first")
 
 
 # A tensor this large (2^36 elements, 256 GiB of f32) is a typo in a dimension, not a job; refusing
@@ -120,11 +150,35 @@ def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None
 
 
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
-            job_id: str | None = None) -> PreparedJob:
+            job_id: str | None = None, tile_values: dict[str, int] | None = None,
+            any_values: bool = False) -> PreparedJob:
     check_dims_against_files(job, Path(job_path).resolve().parent, roots)
-    program = compile_program(job, cluster_values)
+    program = compile_program(job, cluster_values, tile_values, any_values)
     tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots)
     return PreparedJob(job, job_id or new_job_id(), program, typed_scalars(job), tensors)
+
+
+def check_new_job(job: Job, job_path: Path) -> list[str]:
+    """Everything `prepare` checks that needs no pod, for `new-job`: a job that can never run is
+    refused (UserError); returned are warning lines (values outside a search space, tensor files
+    that do not exist yet and must before the job runs)."""
+    from compiler.cluster import values_outside_space
+    from compiler.walk import first_old_value_read
+
+    job_dir = Path(job_path).resolve().parent
+    anywhere = [Path("/")]  # the run confines storage to its roots; new-job only checks headers
+    kernel = job_kernel(job)
+    warnings = values_outside_space(kernel, dict(job.cluster_values))
+    check_dims_against_files(job, job_dir, anywhere)
+    program = compile_program(job)
+    for info in program.tensors:
+        path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
+        if not path.exists() and (info.role == "input" or first_old_value_read(kernel, info.name)):
+            warnings.append(f"warning: tensor {info.name}: {path} does not exist yet; the kernel reads it, "
+                            "so it must when the job runs")
+        if info.role != "input" and not path.parent.is_dir():
+            raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+    return warnings
 
 
 # ---- staging: created after every check passed, committed or removed at the end ------------------

@@ -16,7 +16,7 @@ import numpy as np
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
-from compiler.cli_args import parse_assignments
+from compiler.cli_args import add_value_flags, parse_assignments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="S",
                    help="a pod silent this long is declared dead and its work re-planned (default 5); "
                         "local pods also exit when the scheduler is silent this long")
-    p.add_argument("--set", action="append", metavar="NAME=V",
-                   help="choose an @cluster value (overrides the job's)")
+    add_value_flags(p, tile_help="a leaf @autotune value (repeat; overrides the job's)",
+                    cluster_help="an @cluster value (repeat; overrides the job's)")
     p.add_argument("--expect", action="append", metavar="NAME=FILE.npy",
                    help="after success, compare output NAME with FILE.npy (tolerance: see docs/runtime.md); "
                         "exit 1 when it differs")
@@ -131,8 +131,9 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
 
 def run_command(argv: list[str]) -> int:
     from common import log
+    from compiler.cluster import values_outside_space
     from scheduler import tuner_cli
-    from scheduler.jobfile import read_job
+    from scheduler.jobfile import job_kernel, read_job
     from scheduler.prepare import prepare
     from scheduler.run import JobFailed, RunOptions, run_job
     from scheduler.tracefile import summary_text
@@ -157,9 +158,14 @@ def run_command(argv: list[str]) -> int:
     for flag, path in outputs_of_run.items():
         if not path.parent.is_dir():  # refuse before the job runs, not after
             raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
-    cluster_values = parse_assignments(args.set, "--set", int)
+    cluster_values = parse_assignments(args.cluster, "--cluster", int)
+    tile_values = parse_assignments(args.tile, "--tile", int)
+    tune = tuner_cli.options_from_args(args)
+    for line in values_outside_space(job_kernel(job), {**dict(job.cluster_values), **cluster_values}):
+        print(line, file=sys.stderr)
 
-    prepared = prepare(job, job_path, roots, cluster_values)
+    prepared = prepare(job, job_path, roots, cluster_values, tile_values=tile_values,
+                       any_values=tune.autotune)
     for name in expected:
         if name not in prepared.tensors or prepared.tensors[name].role == "input":
             outputs = ", ".join(t.name for t in prepared.outputs)
@@ -170,7 +176,6 @@ def run_command(argv: list[str]) -> int:
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         heartbeat_timeout=_positive("--heartbeat-timeout", args.heartbeat_timeout),
         cluster_values=cluster_values, pod_log_level=args.pod_log_level)
-    tune = tuner_cli.options_from_args(args)
     try:
         if tune.active:
             tuned = tuner_cli.run_autotuned(prepared, options, tune)

@@ -7,7 +7,7 @@
 `run_autotuned` reaches the pods (starting local ones as a plain run would), takes the node count
 and memory from them unless the flags give them, ranks every @cluster combination with the model
 (scheduler/tuner.py; with --calibrate, on figures measured by probe jobs, scheduler/calibrate.py),
-prints the table, and runs the best combination on the same pods. Values given with --set are
+prints the table, and runs the best combination on the same pods. Values given with --cluster are
 pinned: the search covers the other @cluster names only. Values stored in the job file are not
 pinned under --autotune (the tuner replaces them). --tune-leaves then has one GPU pod time the
 leaves' @autotune points at the chosen @cluster values (scheduler/tuner_leaves.py); every node
@@ -150,12 +150,13 @@ def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
 
 def with_values(prepared, values: dict[str, int], tile_values: dict[str, int] | None = None):
     """The prepared job recompiled at other @cluster values (and @autotune values, where given;
-    default each name's first); storage is the same."""
+    default the ones it was prepared with); storage is the same."""
     from compiler.cluster import compile_cluster
     from scheduler.jobfile import job_kernel
 
+    tiles = tile_values if tile_values is not None else dict(prepared.program.tile_values)
     program = compile_cluster(job_kernel(prepared.job), dict(prepared.job.dims), cluster_values=values,
-                              tile_values=tile_values)
+                              tile_values=tiles)
     return dataclasses.replace(prepared, program=program)
 
 

@@ -17,6 +17,7 @@ struct Job {
   scalars @5 :List(Scalar);       # a value for every scalar parameter
   tensors @6 :List(Tensor);       # a URI for every tensor parameter
   clusterValues @7 :List(Dim);    # optional: pinned @cluster values (default: each one's first)
+  tileValues @8 :List(Dim);       # optional: pinned leaf @autotune values (default: each one's first)
 
   struct Dim {
     name @0 :Text;

@@ -211,23 +211,6 @@ def test_accumulator_old_value_from_another_region():
     expect(text, MATMUL_DIMS, 11, "c_old", "must be the output's old value")
 
 
-def test_dimension_not_a_multiple_of_its_super_tile():
-    rendered = expect(
-        ADD, {"N": 96}, 1, "BLOCK in", "dimension N = 96 is not a whole multiple of its super-tile BLOCK = 64"
-    )
-    assert "^" in rendered
-
-
-def test_chunked_dimension_not_a_multiple_of_its_super_tile():
-    expect(
-        MATMUL,
-        {"M": 64, "N": 64, "K": 40},
-        1,
-        "TILE_K in",
-        "dimension K = 40 is not a whole multiple of its super-tile TILE_K = 16",
-    )
-
-
 def test_super_tile_not_a_multiple_of_the_leaf_tile():
     text = ADD.replace("@cluster(BLOCK in [64, 256])", "@cluster(BLOCK in [48, 96, 192])").replace(
         "[16, 64]", "[32, 64]"
