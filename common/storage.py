@@ -116,6 +116,11 @@ def _read_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
     return tuple(shape), fortran, dtype
 
 
+def npy_shape(path: Path) -> tuple[int, ...]:
+    """The shape in a .npy header, whatever its dtype."""
+    return _read_header(path)[0]
+
+
 def tensor_meta(path: Path) -> tuple[tuple[int, ...], str]:
     """(shape, dtype name) from the .npy header, without reading the data."""
     shape, _, dtype = _read_header(path)

@@ -116,8 +116,8 @@ def _bind_dims(kernel: ir.Kernel, space: dict[str, tuple[int, ...]], dims: Mappi
 def missing_dims_error(kernel: ir.Kernel, missing: list[str]) -> UserError:
     """The one wording of a missing dimension, for the compiler and the scheduler alike."""
     flags = " ".join(f"--dim {n}=..." for n in missing)
-    return UserError(f"kernel {kernel.name} needs {flags}: no tensor file given gives "
-                     f"{'it' if len(missing) == 1 else 'them'}")
+    return UserError(f"missing dimension {', '.join(missing)} of kernel {kernel.name}: give {flags} "
+                     "or an existing tensor file whose shape sets it")
 
 
 def dims_from_files(kernel: ir.Kernel, dims: Mapping[str, int],

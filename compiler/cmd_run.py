@@ -88,10 +88,17 @@ def load_tensors(kernel: ir.Kernel, paths: dict[str, str],
 
 
 def existing_shapes(paths: dict[str, str]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The shape of every tensor file that exists (header only), for dims left out."""
-    from common.storage import tensor_meta
+    """The shape of every tensor file that exists and has a readable header, for dims left out
+    (a file that cannot be read is reported when it is loaded)."""
+    from common.storage import npy_shape
 
-    return {name: (tensor_meta(user_path(p))[0], p) for name, p in paths.items() if user_path(p).is_file()}
+    shapes = {}
+    for name, p in paths.items():
+        try:
+            shapes[name] = (npy_shape(user_path(p)), p)
+        except UserError:
+            continue
+    return shapes
 
 
 def require_creatable(kernel: ir.Kernel, name: str, path: Path) -> None:

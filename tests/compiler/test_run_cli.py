@@ -50,7 +50,7 @@ def add_inputs(tmp_path):
 
 def test_run_creates_missing_output(tmp_path, add_inputs, capsys):
     a, b = add_inputs
-    code, out, _ = run_cli(add_args(tmp_path, extra=["--set", "BLOCK=64"]), capsys)
+    code, out, _ = run_cli(add_args(tmp_path, extra=["--tile", "BLOCK=64"]), capsys)
     assert code == 0
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
     assert "wrote c" in out
@@ -84,9 +84,9 @@ def test_run_bf16_files(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("case,expected", [
-    ("wrong_shape", "tensor a: expected shape (1000,), got (999,)"),
+    ("wrong_shape", "--dim N=1000 conflicts with tensor a: "),
     ("wrong_dtype", "holds float64, the kernel expects float32"),
-    ("missing_dim", "missing dimension N for kernel add"),
+    ("missing_dim", "missing dimension N of kernel add: give --dim N=... or an existing tensor file"),
     ("missing_tensor", "missing tensor b: give --tensor b=FILE.npy"),
     ("missing_input_file", "tensor a: no such file"),
     ("unreadable", "tensor a: cannot read"),
@@ -105,6 +105,8 @@ def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs
         np.save(tmp_path / "b.npy", np.zeros(1000, np.float64))
     elif case == "missing_dim":
         args = [a for a in args if a not in ("--dim", "N=1000")]
+        os.remove(tmp_path / "a.npy")
+        os.remove(tmp_path / "b.npy")
     elif case == "missing_tensor":
         args = args[:5] + args[7:]
     elif case == "missing_input_file":
@@ -112,7 +114,7 @@ def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs
     elif case == "unreadable":
         (tmp_path / "a.npy").write_bytes(b"not an npy file")
     elif case == "bad_set":
-        args += ["--set", "BLOCK=3"]
+        args += ["--tile", "BLOCK=3"]
     elif case == "unknown_tensor":
         args += ["--tensor", f"q={tmp_path / 'q.npy'}"]
     elif case == "unknown_scalar":
@@ -157,7 +159,8 @@ def test_exit_code_2_and_no_traceback_in_a_real_process(tmp_path, add_inputs):
                           cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2
-    assert proc.stderr == "error: tensor a: expected shape (5,), got (1000,)\n"
+    assert proc.stderr == (f"error: --dim N=5 conflicts with tensor a: {tmp_path / 'a.npy'} "
+                           "has shape [1000], so N = 1000\n")
 
 
 @pytest.mark.gpu
