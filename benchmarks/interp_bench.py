@@ -6,7 +6,7 @@ from __future__ import annotations
 import timeit
 from pathlib import Path
 
-from compiler.frontend import load_file
+from compiler.frontend.load import load_file
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
         figures["compute_busy_s"] = busy_seconds(result.trace, "compute")
         from benchmarks.cluster_harness import kernel_path
         from compiler.cluster import compile_cluster
-        from compiler.frontend import load_file
+        from compiler.frontend.load import load_file
 
         kernel = load_file(kernel_path(case)).kernel("matmul")
         program = compile_cluster(kernel, problem.dim, cluster_values=dict(case.cluster_values))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from common.paths import repo_file
 from compiler.cluster import compile_cluster
 from compiler.cluster.serialize import from_bytes, to_bytes
-from compiler.frontend import load_file
+from compiler.frontend.load import load_file
 
 UNITS = 100_000
 

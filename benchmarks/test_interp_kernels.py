@@ -12,8 +12,8 @@ import pytest
 from benchmarks.interp_bench import best_of as _best_of
 from benchmarks.interp_bench import example_kernel as _kernel
 from benchmarks.interp_bench import record_ratio as _record
-from compiler.binding import bind
-from compiler.interp import run_kernel
+from compiler.frontend.binding import bind
+from compiler.interp.interpreter import run_kernel
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -15,14 +15,14 @@ import pytest
 from benchmarks.interp_bench import best_of as _best_of
 from benchmarks.interp_bench import example_kernel as _kernel
 from benchmarks.interp_bench import record_ratio as _record
-from compiler import interp
-from compiler.binding import bind
-from compiler.interp import run_kernel
+from compiler.frontend.binding import bind
+from compiler.interp import interpreter as interp
+from compiler.interp.interpreter import run_kernel
 
 
 @pytest.mark.parametrize("loop", ["fused", "iterated"])
 def test_matmul_1024_default_tiles(benchmark, monkeypatch, loop):
-    """`fused`: the K-loop runs as one GEMM (interp_fusion); `iterated`: one thin GEMM per
+    """`fused`: the K-loop runs as one GEMM (compiler/interp/fusion.py); `iterated`: one thin GEMM per
     iteration (K/TILE_K = 256 of them), the path every loop of another shape takes."""
     if loop == "iterated":
         monkeypatch.setattr(interp, "match_dot_loop", lambda stmt: None)

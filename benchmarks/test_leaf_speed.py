@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu_timing import cuda_median_s
-from compiler import binding, frontend
+from compiler.frontend import binding
+from compiler.frontend import load as frontend
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

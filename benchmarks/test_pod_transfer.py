@@ -143,7 +143,7 @@ def overhead_plan(kind: str, count: int) -> NodePlan:
 def leaf_time_s() -> float:
     """The interpreter's own time for one launch of the tiny leaf, in this process."""
     from compiler.cluster.sequential import load_leaf
-    from compiler.interp import run_kernel
+    from compiler.interp.interpreter import run_kernel
 
     kernel, binding = load_leaf(TINY)
     buffer = np.zeros(16, np.float32)

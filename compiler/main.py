@@ -1,6 +1,6 @@
-"""The //compiler program's entry point; the command line itself lives in compiler/cli.py."""
+"""The //compiler program's entry point; the command line itself lives in compiler/cli/commands.py."""
 
-from compiler.cli import entry
+from compiler.cli.commands import entry
 
 if __name__ == "__main__":
     entry()

@@ -6,10 +6,10 @@ the source (`ir.Module(file, text)`); `parse` fills in its kernels and `check` t
     STAGES = [("parse", parse_stage), ("check", check_stage)]
 
 Running it: `run_pipeline(ir.Module(file, text))` runs every stage; `until="check"` stops after
-the named stage (the front-end, `compiler.frontend.load_text`, does exactly that).
+the named stage (the front-end, `compiler.frontend.load.load_text`, does exactly that).
 
 Debugging: set PHOBOS_DUMP_STAGES=1 (or `dump=True`) and each stage's output is printed to
-stderr with compiler.ir_print, one `=== after <stage> ===` block per stage;
+stderr with compiler.frontend.ir_print, one `=== after <stage> ===` block per stage;
 PHOBOS_DUMP_STAGES=check,mystage dumps only the named stages.
 
 Verifying: `verify=True` (the tests use it) runs each stage's verifier on its output: after parse
@@ -32,11 +32,11 @@ import os
 import sys
 from collections.abc import Callable
 
-from compiler import ir, walk
-from compiler.check import check
-from compiler.ir_print import format_module
-from compiler.parser import parse
-from compiler.source import Span
+from compiler.frontend import ir, walk
+from compiler.frontend.check import check
+from compiler.frontend.ir_print import format_module
+from compiler.frontend.parser import parse
+from compiler.frontend.source import Span
 
 Stage = Callable[[ir.Module], ir.Module]
 Verifier = Callable[[ir.Module], None]

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from compiler import ir, walk
-from compiler.binding import Binding, tensor_shape
 from compiler.cluster.program import Leaf
+from compiler.frontend import ir, walk
+from compiler.frontend.binding import Binding, tensor_shape
 from schemas.capnp_io import JobProgram
 
 _PARAM_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
@@ -109,7 +109,7 @@ class CpuBackend:
     def compute(self, job_id: str, leaf_name: str, bound: dict[str, np.ndarray],
                 scalars: dict[str, float | int]) -> None:
         """Run one launch of the leaf on the bound buffers (blocking; called from a worker thread)."""
-        from compiler.interp import run_kernel
+        from compiler.interp.interpreter import run_kernel
 
         prepared = self._leaves[(job_id, leaf_name)]
         arrays, converted = _leaf_arrays(prepared, bound)

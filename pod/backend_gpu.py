@@ -162,7 +162,7 @@ class GpuBackend:
 def _device_arrays(cupy, prepared: PreparedLeaf, bound: dict):
     """Like the CPU backend's: converted copies for non-f32 parameters (bf16 as its bit pattern,
     which is what compiler.cuda.launch expects), zeros for unbound parameters."""
-    from compiler.binding import tensor_shape
+    from compiler.frontend.binding import tensor_shape
 
     arrays, converted = {}, []
     for param in prepared.kernel.tensors:

@@ -18,7 +18,7 @@ import sys
 
 from common.cli import run_main, user_path
 from common.errors import UserError
-from compiler.cli_args import FIRST_VALUE, add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
+from compiler.cli.args import FIRST_VALUE, add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
 
 COMMANDS = ("new-job", "show-job", "report", "chrome-trace")
 
@@ -92,11 +92,11 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "show-job":
         return show_job(argv[1:])
     if argv and argv[0] == "report":
-        from scheduler import report
+        from scheduler.report import page as report
 
         return report.main(argv[1:])
     if argv and argv[0] == "chrome-trace":
-        from scheduler import chrome_trace
+        from scheduler.report import chrome_trace
 
         return chrome_trace.main(argv[1:])
     from scheduler.run_cli import run_command

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from common.atomic import write_atomically
 from common.errors import UserError
-from compiler import ir
+from compiler.frontend import ir
 
 JOB_FORMAT = 1
 
@@ -101,8 +101,8 @@ def path_to_uri(path: Path) -> str:
 
 def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
     """Parse and check `source`, returning the named kernel (or the only one)."""
-    from compiler.diagnostics import register_source
-    from compiler.frontend import load_text, select_kernel
+    from compiler.frontend.diagnostics import register_source
+    from compiler.frontend.load import load_text, select_kernel
 
     register_source(filename, source)
     return select_kernel(load_text(source, filename), name)
@@ -110,7 +110,7 @@ def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
 
 def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
     """Dimensions the job must give: every symbolic tensor dimension not fixed by @autotune."""
-    from compiler.binding import kernel_dims
+    from compiler.frontend.binding import kernel_dims
 
     at = kernel.autotune
     fixed = {d.name for d in at.dims} if at else set()
@@ -119,7 +119,7 @@ def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
 
 def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
     """Every dimension, scalar and tensor given exactly, nothing unknown, values sane."""
-    from compiler.binding import kernel_dims
+    from compiler.frontend.binding import kernel_dims
 
     all_dims = kernel_dims(kernel)
     dims = dict(job.dims)
@@ -131,7 +131,7 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
             raise UserError(f"dimension {name} = {dims[name]} must be at least 1")
     missing = [d for d in required_dims(kernel) if d not in dims]
     if missing:
-        from compiler.binding import missing_dims_error
+        from compiler.frontend.binding import missing_dims_error
 
         raise missing_dims_error(kernel, missing)
 
@@ -175,14 +175,14 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
               tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
               tile_values: dict[str, int] | None = None, job_dir: Path | None = None) -> Job:
     """The job of these flags. With `job_dir` (where the job file goes), a dimension left out is
-    taken from the shape of an existing tensor file (see compiler.binding.dims_from_files)."""
+    taken from the shape of an existing tensor file (see compiler.frontend.binding.dims_from_files)."""
     try:
         source = kernel_path.read_text()
     except OSError as err:
         raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
     kernel = load_kernel(source, str(kernel_path), kernel_name)
     if job_dir is not None:
-        from compiler.binding import dims_from_files
+        from compiler.frontend.binding import dims_from_files
 
         dims = dims_from_files(kernel, dims, existing_shapes(tensors, job_dir))
     job = Job(

@@ -111,8 +111,8 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
 def require_creatable(job: Job, tensor: str, path: Path) -> None:
     """An output that does not exist yet is created, unless the kernel reads its old values
     first; then the error points at the line that reads them."""
-    from compiler.diagnostics import CompileError
-    from compiler.walk import first_old_value_read
+    from compiler.frontend.diagnostics import CompileError
+    from compiler.frontend.walk import first_old_value_read
 
     span = first_old_value_read(job_kernel(job), tensor)
     if span is not None:
@@ -129,7 +129,7 @@ MAX_TENSOR_ELEMENTS = 1 << 36
 def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None:
     """Before compiling: every tensor's size from the dims is sane, and every existing file's
     header matches them, so a wrong dimension fails as one line instead of a huge compile."""
-    from compiler.binding import tensor_shape
+    from compiler.frontend.binding import tensor_shape
 
     kernel = job_kernel(job)
     check_against_kernel(job, kernel)
@@ -163,7 +163,7 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
     refused (UserError); returned are warning lines (values outside a search space, tensor files
     that do not exist yet and must before the job runs)."""
     from compiler.cluster import values_outside_space
-    from compiler.walk import first_old_value_read
+    from compiler.frontend.walk import first_old_value_read
 
     job_dir = Path(job_path).resolve().parent
     anywhere = [Path("/")]  # the run confines storage to its roots; new-job only checks headers

@@ -16,7 +16,7 @@ import numpy as np
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
-from compiler.cli_args import add_value_flags, parse_assignments
+from compiler.cli.args import add_value_flags, parse_assignments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,10 +213,10 @@ def write_run_files(trace: dict, paths: dict) -> None:
     if "--trace" in paths:
         write_trace(trace, paths["--trace"])
     if "--report" in paths:
-        from scheduler.report import write_report
+        from scheduler.report.page import write_report
 
         write_report(trace, paths["--report"])
     if "--chrome-trace" in paths:
-        from scheduler.chrome_trace import write_chrome_trace
+        from scheduler.report.chrome_trace import write_chrome_trace
 
         write_chrome_trace(trace, paths["--chrome-trace"])

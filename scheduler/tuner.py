@@ -41,8 +41,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
-from compiler import ir
 from compiler.cluster.program import ClusterProgram, Leaf
+from compiler.frontend import ir
 from schemas.instructions import Allocate, Compute, Fetch, Load, NodePlan, Store
 
 BYTES_PER_ELEMENT = 4  # node buffers are f32 (see scheduler/planner.py)

@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Callable, Mapping
 
 from common.errors import UserError
-from compiler import ir
+from compiler.frontend import ir
 
 
 def leaf_points(kernel: ir.Kernel) -> list[dict[str, int]]:

@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from compiler import ir, walk
-from compiler.affine import Affine, affine_of
-from compiler.diagnostics import CompileError
-from compiler.ir import Size
+from compiler.frontend import ir, walk
+from compiler.frontend.affine import Affine, affine_of
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.ir import Size
 
 
 @dataclass(frozen=True)

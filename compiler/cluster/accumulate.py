@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir, walk
-from compiler.affine import affine_of
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir, walk
+from compiler.frontend.affine import affine_of
+from compiler.frontend.diagnostics import CompileError
 
 SHAPE = (
     "a cluster loop (a `for` whose step is an @cluster name) is accepted only for an accumulator "

@@ -21,9 +21,6 @@ import itertools
 from dataclasses import dataclass
 
 from common.errors import UserError
-from compiler import ir, walk
-from compiler.affine import affine_of
-from compiler.binding import bind, kernel_dims
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
 from compiler.cluster.accumulate import Accumulator, check_accumulator, find_cluster_loop
@@ -31,7 +28,10 @@ from compiler.cluster.flops import leaf_flops
 from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
 from compiler.cluster.program import ClusterProgram, Leaf, TensorInfo
 from compiler.cluster.tiling import LeafVariants, cut_dimension
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir, walk
+from compiler.frontend.affine import affine_of
+from compiler.frontend.binding import bind, kernel_dims
+from compiler.frontend.diagnostics import CompileError
 
 
 def cluster_space(kernel: ir.Kernel) -> list[dict[str, int]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from compiler import ir, walk
+from compiler.frontend import ir, walk
 
 _FREE_CALLS = {"transpose", "expand", "arange", "full", "f32", "i32"}
 _REDUCTIONS = {"sum", "max", "min"}

@@ -9,10 +9,10 @@ compiler, never the user's mistake.
 
 from __future__ import annotations
 
-from compiler import ir
 from compiler.cluster.accumulate import Accumulator
-from compiler.diagnostics import CompileError
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.source import Span
 
 
 class LeafBug(RuntimeError):
@@ -120,7 +120,7 @@ def init_leaf_text(
 
 def check_leaf(text: str, filename: str) -> ir.Kernel:
     """Parse and check a generated leaf; its only kernel, or LeafBug."""
-    from compiler.frontend import load_text
+    from compiler.frontend.load import load_text
 
     try:
         module = load_text(text, filename)

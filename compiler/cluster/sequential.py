@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from common.errors import UserError
-from compiler import ir
-from compiler.binding import Binding, bind, tensor_shape
 from compiler.cluster.leaves import check_leaf
 from compiler.cluster.program import ClusterProgram, Leaf, Region
+from compiler.frontend import ir
+from compiler.frontend.binding import Binding, bind, tensor_shape
 
 
 def _window(region: Region) -> tuple[slice, ...]:
@@ -54,7 +54,7 @@ def run_program(
     copies; the reference interpreter by default (tests pass a GPU runner to check the leaves'
     CUDA against the same plan)."""
     if runner is None:
-        from compiler.interp import run_kernel as runner
+        from compiler.interp.interpreter import run_kernel as runner
 
     _check_inputs(program, tensors, scalars)
     leaves = {leaf.name: (leaf, *load_leaf(leaf)) for leaf in program.leaves}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.binding import kernel_dims
+from compiler.frontend.binding import kernel_dims
 
 
 @dataclass(frozen=True)

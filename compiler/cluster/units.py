@@ -12,11 +12,11 @@ import gc
 import itertools
 from contextlib import contextmanager
 
-from compiler import ir
 from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.program import Launch, Region, Unit
 from compiler.cluster.tiling import DimCut, LeafVariants
+from compiler.frontend import ir
 
 # Per axis of a region template: (source, cut) where source is the position of the unit's
 # coordinate that moves the axis, CHUNK for the cluster loop's chunk index, or FIXED (the axis is

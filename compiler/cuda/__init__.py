@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir
 from compiler.cuda import codegen, nvrtc
-from compiler.diagnostics import CompileError
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.source import Span
 
 COMPILER_VERSION = "phobos-cuda-3"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from compiler import ir, walk
+from compiler.frontend import ir, walk
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from common.atomic import write_atomically
-from compiler import ir
-from compiler.binding import bind
 from compiler.cuda import compile_kernel, compiler_version, nvrtc
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir
+from compiler.frontend.binding import bind
+from compiler.frontend.diagnostics import CompileError
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir
 from compiler.cuda import analysis
 from compiler.cuda.dots import legacy_schedule
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter, Val
 from compiler.cuda.hoist import hoist_dot_loads
 from compiler.cuda.layout import LayoutError, ThreadGrid, choose_thread_grid
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 SMEM_LIMIT = 227 * 1024
 REGISTER_BUDGET = 200  # floats per thread held by tile variables before the point is pruned
@@ -39,7 +39,7 @@ def _eval(size: ir.Size, env) -> int:
 
 
 def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
-    from compiler import walk
+    from compiler.frontend import walk
 
     shapes2d, dots, rows, cols = set(), set(), set(), set()
     for e in walk.iter_body_exprs(kernel.body):
@@ -166,7 +166,7 @@ class KernelGen(ExprEmitter):
     def _dot_split(self, s: ir.Assign):
         """`acc += dot(a, b)` and `acc = X + dot(a, b)` accumulate the product straight into acc
         (when a and b do not read acc)."""
-        from compiler import walk
+        from compiler.frontend import walk
 
         def reads_target(e: ir.Expr) -> bool:
             return any(isinstance(x, ir.Name) and x.name == s.name for x in walk.iter_exprs(e))
@@ -235,7 +235,7 @@ class KernelGen(ExprEmitter):
         """Software pipelining: the loop's dot operands that are plain tensor loads depending only
         on the loop variable are loaded one iteration ahead into registers, so that their global
         reads overlap the previous iteration's arithmetic. Loads the first iteration's here."""
-        from compiler import walk
+        from compiler.frontend import walk
 
         inner = {st.name for st in walk.iter_stmts(s.body) if isinstance(st, ir.Let | ir.VarDecl)}
         inner |= {st.var for st in walk.iter_stmts(s.body) if isinstance(st, ir.For)}
@@ -430,7 +430,7 @@ class KernelGen(ExprEmitter):
 
 
 def _all_stmts(body):
-    from compiler import walk
+    from compiler.frontend import walk
 
     return walk.iter_stmts(body)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 
-from compiler import ir
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 PAD = 4
 

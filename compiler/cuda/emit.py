@@ -3,7 +3,7 @@ from: NVRTC errors and ptxas reports are mapped back to the user's line with it.
 
 from __future__ import annotations
 
-from compiler.source import Span
+from compiler.frontend.source import Span
 
 
 class Emitter:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir
 from compiler.cuda import analysis
 from compiler.cuda.dots import DotMixin, legacy_schedule
 from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, ThreadGrid
 from compiler.cuda.reductions import ReductionMixin
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 LOCALS = {"2d": ("_i", "_j"), "row": ("_i",), "col": ("_j",), "flat": ("_f",)}
 POSITIONS = {"2d": ("_r", "_c"), "row": ("_r",), "col": ("_c",), "flat": ("_p",)}
@@ -365,7 +365,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
 
     def stored_tensors(self) -> set[str]:
         if not hasattr(self, "_stored"):
-            from compiler import walk
+            from compiler.frontend import walk
 
             self._stored = {s.tensor for s in walk.iter_stmts(self.kernel.body) if isinstance(s, ir.Store)}
         return self._stored

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler import ir, walk
+from compiler.frontend import ir, walk
 
 FIXED_KINDS = ("dim", "tile", "scalar", "loop")
 

@@ -11,8 +11,8 @@ import threading
 import numpy as np
 
 from common.errors import UserError
-from compiler import ir
 from compiler.cuda import CompiledKernel, compile_kernel
+from compiler.frontend import ir
 
 _DTYPES = {
     "f32": np.dtype(np.float32),
@@ -96,7 +96,7 @@ def run_kernel_gpu(
     """Copy host arrays in, run, copy the stored tensors out (returned by name)."""
     import cupy
 
-    from compiler import walk
+    from compiler.frontend import walk
 
     compiled = compile_kernel(kernel, binding)
     device = {}

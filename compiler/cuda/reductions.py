@@ -11,9 +11,9 @@ once: replicas contribute the identity.
 
 from __future__ import annotations
 
-from compiler import ir
 from compiler.cuda import analysis
-from compiler.diagnostics import CompileError
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 IDENT = {
     "sum": ("0.0f", "0"),

@@ -41,7 +41,7 @@ def test_every_case_compiles_to_a_cluster_program(case):
     """Each pinned @cluster value is in its kernel's space and the job compiles; the unit count is
     the output's super-tile count (a wrong kernel or dims would fail here, not in a long run)."""
     from compiler.cluster import compile_cluster
-    from compiler.frontend import load_file
+    from compiler.frontend.load import load_file
 
     kernel = load_file(kernel_path(case)).kernel()
     program = compile_cluster(kernel, case.problem.dim, cluster_values=dict(case.cluster_values))
@@ -91,9 +91,9 @@ def test_ratios():
 def test_reference_matches_the_interpreter(problem):
     """The float64 numpy reference that checks every benchmark run agrees with the kernel run
     whole (no @cluster) under the reference interpreter."""
-    from compiler.binding import bind
-    from compiler.frontend import load_file
-    from compiler.interp import run_kernel
+    from compiler.frontend.binding import bind
+    from compiler.frontend.load import load_file
+    from compiler.interp.interpreter import run_kernel
 
     case = cc.Case(problem, (), "cpu", 1)
     kernel = load_file(kernel_path(case)).kernel()
@@ -119,7 +119,7 @@ def test_gpu_leaves_compile_to_ptx(kind):
     fail on a kernel the CUDA code generator refuses."""
     from compiler.cluster import compile_cluster
     from compiler.cuda import compile_kernel
-    from compiler.frontend import load_file
+    from compiler.frontend.load import load_file
     from pod.backend_cpu import prepare_leaf
 
     for case in [c for c in cc.gpu_cases() if c.kind == kind and c.pods == 1]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from common.paths import repo_file
-from compiler import ir
-from compiler.frontend import load_file, load_text
+from compiler.frontend import ir
+from compiler.frontend.load import load_file, load_text
 
 
 def example(name: str) -> ir.Kernel:

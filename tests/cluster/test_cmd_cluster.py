@@ -6,7 +6,7 @@ import pytest
 
 from common.cli import run_main
 from common.paths import repo_file
-from compiler.cli import main
+from compiler.cli.commands import main
 
 
 def _run(capsys, *argv) -> tuple[int, str, str]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from compiler.cluster import cluster_space, compile_cluster
-from compiler.diagnostics import CompileError
+from compiler.frontend.diagnostics import CompileError
 from tests.cluster.helpers import example, small
 
 CASES = [

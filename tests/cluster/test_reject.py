@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from compiler.cluster import compile_cluster
-from compiler.diagnostics import CompileError
-from compiler.frontend import load_text
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.load import load_text
 
 FILE = "bad.phk"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.binding import bind
 from compiler.cluster import cluster_space, compile_cluster
 from compiler.cluster.sequential import run_program
-from compiler.interp import run_kernel
+from compiler.frontend.binding import bind
+from compiler.interp.interpreter import run_kernel
 from tests.cluster.helpers import small
 
 RNG = np.random.default_rng(5)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from compiler import ir, walk
-from compiler.affine import Affine, affine_of
-from compiler.frontend import load_text
-from compiler.ir import Size
+from compiler.frontend import ir, walk
+from compiler.frontend.affine import Affine, affine_of
+from compiler.frontend.ir import Size
+from compiler.frontend.load import load_text
 
 SOURCE = """@autotune(T in [32, 64], U in [8])
 kernel k(a: tensor<f32>[N, M], b: tensor<i32>[N], n: i32, s: f32) {

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from common.errors import UserError
-from compiler.binding import bind
-from compiler.frontend import load_file
+from compiler.frontend.binding import bind
+from compiler.frontend.load import load_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from compiler import ir, walk
-from compiler.diagnostics import CompileError
-from compiler.frontend import load_text
-from compiler.ir import F32, I32, Size, TileType
+from compiler.frontend import ir, walk
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.ir import F32, I32, Size, TileType
+from compiler.frontend.load import load_text
 
 S = Size.sym
 

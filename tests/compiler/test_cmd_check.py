@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from common.paths import REPO_ROOT, repo_file
-from compiler import cmd_check
-from compiler.frontend import load_file
+from compiler.cli import check as cmd_check
+from compiler.frontend.load import load_file
 
 REPO = REPO_ROOT
 
@@ -18,7 +18,7 @@ REPO = REPO_ROOT
 CHECK_PROGRAM = """
 import argparse, sys
 from common.cli import run_main
-from compiler import cmd_check
+from compiler.cli import check as cmd_check
 
 def main(argv):
     parser = argparse.ArgumentParser()
@@ -98,11 +98,11 @@ def test_cli_good_kernel(tmp_path):
 
 
 def test_through_the_compiler_command_table(tmp_path):
-    """The same error through compiler.cli, the //compiler program's command table."""
+    """The same error through compiler.cli.commands, the //compiler program's command table."""
     (tmp_path / "bad.phk").write_text("kernel k(a: tensor<f32>[N]) {\n  a[0 :+ 4] = q\n}\n")
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     result = subprocess.run(
-        [sys.executable, "-c", "from compiler.cli import entry; entry()", "check", "bad.phk"],
+        [sys.executable, "-c", "from compiler.cli.commands import entry; entry()", "check", "bad.phk"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.diagnostics import CompileError
-from compiler.frontend import load_text
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.load import load_text
 
 ATTRS = "@autotune(B in [32, 64])"
 PARAMS = "a: tensor<f32>[N], b: tensor<f32>[N]"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from common.paths import repo_file
-from compiler import ir, walk
-from compiler.frontend import load_file
+from compiler.frontend import ir, walk
+from compiler.frontend.load import load_file
 
 EXAMPLES = sorted(repo_file("examples").glob("*.phk"))
 

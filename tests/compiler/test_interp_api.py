@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from common.errors import UserError
-from compiler.binding import bind
-from compiler.frontend import load_file, load_text
-from compiler.interp import run_kernel
+from compiler.frontend.binding import bind
+from compiler.frontend.load import load_file, load_text
+from compiler.interp.interpreter import run_kernel
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler.binding import bind
-from compiler.frontend import load_file
-from compiler.interp import run_kernel
+from compiler.frontend.binding import bind
+from compiler.frontend.load import load_file
+from compiler.interp.interpreter import run_kernel
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EPS32 = 2.0**-24
@@ -204,7 +204,8 @@ def test_general_paths_agree(name, monkeypatch):
     """The strided-view loads and stores and the fused dot loops are only optimisations: forcing
     every load and store through the general gather/scatter and every loop to run iteration by
     iteration gives the same results."""
-    from compiler import interp, interp_memory
+    from compiler.interp import interpreter as interp
+    from compiler.interp import memory as interp_memory
 
     tiles = autotune_points(name)[-1]
     fast, ref, mag, n = CASES[name](tiles)

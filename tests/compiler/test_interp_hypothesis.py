@@ -16,9 +16,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.binding import bind
-from compiler.frontend import load_text
-from compiler.interp import run_kernel
+from compiler.frontend.binding import bind
+from compiler.frontend.load import load_text
+from compiler.interp.interpreter import run_kernel
 
 EPS32 = 2.0**-24
 LEAVES = ("a", "b", "d", "s")

@@ -6,10 +6,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler import ir
-from compiler.binding import bind
-from compiler.frontend import load_text
-from compiler.interp import run_kernel
+from compiler.frontend import ir
+from compiler.frontend.binding import bind
+from compiler.frontend.load import load_text
+from compiler.interp.interpreter import run_kernel
 
 BF16 = ml_dtypes.bfloat16
 
@@ -355,7 +355,7 @@ def _fusable_reference(a, b, lo):
 
 @pytest.mark.parametrize("lo", [-4, 0, 2, 30])
 def test_dot_accumulating_loops_fused_or_not_give_the_same_sums(lo, monkeypatch):
-    from compiler import interp
+    from compiler.interp import interpreter as interp
 
     rng = np.random.default_rng(6)
     a = rng.integers(-3, 4, (10, 13)).astype(np.float32)  # small integers: exact sums
@@ -376,7 +376,7 @@ def test_dot_accumulating_loops_fused_or_not_give_the_same_sums(lo, monkeypatch)
 
 
 def test_loops_that_are_not_plain_dot_sums_are_not_fused():
-    from compiler.interp_fusion import match_dot_loop
+    from compiler.interp.fusion import match_dot_loop
 
     def loop_of(body):
         src = f"""

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.paths import repo_file
-from compiler import ir
-from compiler.frontend import load_text
-from compiler.ir_print import format_expr, format_module
-from compiler.parser import parse
-from compiler.source import UNKNOWN_SPAN
-from compiler.walk import without_spans as strip_spans
+from compiler.frontend import ir
+from compiler.frontend.ir_print import format_expr, format_module
+from compiler.frontend.load import load_text
+from compiler.frontend.parser import parse
+from compiler.frontend.source import UNKNOWN_SPAN
+from compiler.frontend.walk import without_spans as strip_spans
 
 EXAMPLES = sorted(repo_file("examples").glob("*.phk"))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from common.paths import repo_file
-from compiler.frontend import load_text
-from compiler.parser import expand_search_values
+from compiler.frontend.load import load_text
+from compiler.frontend.parser import expand_search_values
 
 DOC = repo_file("docs/language.md").read_text()
 
@@ -28,14 +28,14 @@ def test_expansion_examples():
 
 
 def test_keywords_listed_match_lexer():
-    from compiler.lexer import KEYWORDS
+    from compiler.frontend.lexer import KEYWORDS
 
     listed = re.search(r"\*\*Keywords\*\*: `([^`]*)`", DOC).group(1).split()
     assert set(listed) == set(KEYWORDS)
 
 
 def test_builtins_listed_match_checker():
-    from compiler.check_calls import SIGNATURES
+    from compiler.frontend.check_calls import SIGNATURES
 
     section = DOC.split("## 8. Built-in functions")[1].split("## 9.")[0]
     documented = set(re.findall(r"^\| `(\w+)\(", section, flags=re.M))

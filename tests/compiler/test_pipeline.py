@@ -8,8 +8,9 @@ import io
 import pytest
 
 from common.paths import repo_file
-from compiler import ir, pipeline
-from compiler.frontend import load_text
+from compiler import pipeline
+from compiler.frontend import ir
+from compiler.frontend.load import load_text
 
 EXAMPLES = sorted(repo_file("examples").glob("*.phk"))
 

@@ -12,9 +12,9 @@ import random
 import pytest
 
 from common.paths import repo_file
-from compiler.diagnostics import CompileError
-from compiler.frontend import load_text
-from compiler.lexer import tokenize
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.lexer import tokenize
+from compiler.frontend.load import load_text
 
 SOURCES = [p.read_text() for p in sorted(repo_file("examples").glob("*.phk"))]
 EXTRA_TOKENS = ["\n", "0", "-1", "1.5", "ctx.block.z", "ctx.block.y", "true", ":", ":+", "[", "]", "(", ")"]

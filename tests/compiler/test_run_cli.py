@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from common.cli import run_main
-from compiler import cmd_run
+from compiler.cli import run as cmd_run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
 def main(argv: list[str]) -> int:
-    """The run command alone, registered the way compiler/cli.py registers it."""
+    """The run command alone, registered the way compiler/cli/commands.py registers it."""
     parser = argparse.ArgumentParser(prog="phobos-compiler")
     cmd_run.register(parser.add_subparsers())
     args = parser.parse_args(argv)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler import binding, frontend, ir
+from compiler.frontend import binding, ir
+from compiler.frontend import load as frontend
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

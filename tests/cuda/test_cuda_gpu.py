@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs
 
-from compiler import binding, interp, walk
+from compiler.frontend import binding, walk
+from compiler.interp import interpreter as interp
 
 pytestmark = pytest.mark.gpu
 

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from cuda_cases import all_points, example_names, free_dims, load_example
 
-from compiler import binding
 from compiler.cuda import compile_generated, compile_kernel, generate_source
-from compiler.diagnostics import CompileError
+from compiler.frontend import binding
+from compiler.frontend.diagnostics import CompileError
 
 PRUNE_REASONS = ("registers", "shared memory", "cannot lay out")
 
@@ -154,7 +154,7 @@ def test_nvrtc_error_names_the_generated_line_and_the_kernel_line():
 
 
 def test_cuda_and_ptx_commands(tmp_path, capsys):
-    from compiler.cli import main
+    from compiler.cli.commands import main
 
     path = str(load_example.__globals__["EXAMPLES"] / "softmax.phk")
     assert main(["cuda", path, "--dim", "R=100", "--dim", "C=300", "--set", "BR=4"]) == 0
@@ -166,7 +166,7 @@ def test_cuda_and_ptx_commands(tmp_path, capsys):
 
 
 def test_ptx_command_reports_a_pruned_set_clearly(tmp_path):
-    from compiler.cli import main
+    from compiler.cli.commands import main
 
     path = str(load_example.__globals__["EXAMPLES"] / "matmul.phk")
     with pytest.raises(CompileError, match="registers"):
@@ -193,7 +193,7 @@ def test_ptx_command_reports_a_pruned_set_clearly(tmp_path):
 
 def test_autotune_flag_without_a_gpu_is_a_clear_user_error(monkeypatch):
     from common.errors import UserError
-    from compiler.cli import main
+    from compiler.cli.commands import main
     from compiler.cuda import autotune
 
     monkeypatch.setattr(autotune, "gpu_name", lambda: None)
@@ -214,7 +214,7 @@ kernel convert(a: tensor<f16>[N], b: tensor<bf16>[N], i: tensor<i32>[N],
 
 
 def test_f16_bf16_and_i32_tensors_compile_without_headers(tmp_path):
-    from compiler import frontend
+    from compiler.frontend import load as frontend
 
     k = frontend.load_text(HALF_KERNEL, "convert.phk").kernel()
     c = compile_kernel(k, binding.bind(k, {"N": 1000}))

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs
 
-from compiler import binding, frontend, interp, ir, walk
 from compiler.cuda import analysis, generate_source
 from compiler.cuda.hoist import hoist_dot_loads
+from compiler.frontend import binding, ir, walk
+from compiler.frontend import load as frontend
+from compiler.interp import interpreter as interp
 
 
 def _loop(kernel: ir.Kernel) -> ir.For:

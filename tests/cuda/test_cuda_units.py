@@ -8,9 +8,9 @@ import json
 import pytest
 from cuda_cases import load_example
 
-from compiler import ir
 from compiler.cuda import analysis, autotune
 from compiler.cuda.layout import LayoutError, choose_thread_grid, make_dist
+from compiler.frontend import ir
 
 
 def test_dist_positions_cover_the_extent_once():

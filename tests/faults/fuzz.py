@@ -3,7 +3,7 @@ tools/fuzz_soak.py (thousands): mutations of bytes and of kernel tokens, the ver
 job file (a clear error, or a run whose output matches the reference interpreter), and a recorder
 of a real client's byte stream to a pod, replayed mutated over raw sockets.
 
-What counts as "clear": common.errors.UserError or compiler.diagnostics.CompileError (both print
+What counts as "clear": common.errors.UserError or compiler.frontend.diagnostics.CompileError (both print
 one line, exit 2, no traceback), or for a job that ran, a failure with a reason. Anything else
 escaping (an IndexError, a segfault, a hang) is a bug the fuzzer reports.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import UserError
-from compiler.diagnostics import CompileError
+from compiler.frontend.diagnostics import CompileError
 
 CLEAR_ERRORS = (UserError, CompileError)
 
@@ -95,7 +95,7 @@ class Verdict:
 
 def check_kernel_source(text: str) -> str:
     """'ok' or 'refused'; any exception other than a clear error propagates (a bug)."""
-    from compiler.frontend import load_text
+    from compiler.frontend.load import load_text
 
     try:
         load_text(text, "<fuzz>")
@@ -107,9 +107,9 @@ def check_kernel_source(text: str) -> str:
 def reference_outputs(prepared) -> dict[str, np.ndarray]:
     """The job's kernel run whole by the reference interpreter on its files (read before the run
     overwrites an output that the kernel also reads)."""
-    from compiler.binding import bind, tensor_shape
-    from compiler.frontend import load_text
-    from compiler.interp import run_kernel
+    from compiler.frontend.binding import bind, tensor_shape
+    from compiler.frontend.load import load_text
+    from compiler.interp.interpreter import run_kernel
 
     job = prepared.job
     kernel = load_text(job.kernel_source, "<job>").kernel(job.kernel_name)

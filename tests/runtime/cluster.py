@@ -62,9 +62,9 @@ async def _enter(kj):
 def reference(kernel_file: Path, dims: dict[str, int], arrays: dict[str, np.ndarray],
               scalars: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """The plain kernel's result under the reference interpreter (the language's meaning)."""
-    from compiler.binding import bind
-    from compiler.frontend import load_file
-    from compiler.interp import run_kernel
+    from compiler.frontend.binding import bind
+    from compiler.frontend.load import load_file
+    from compiler.interp.interpreter import run_kernel
 
     kernel = load_file(kernel_file).kernel()
     tensors = {k: v.copy() for k, v in arrays.items()}

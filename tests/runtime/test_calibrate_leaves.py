@@ -28,7 +28,7 @@ def test_probe_seconds_times_the_steady_unit_and_choose_takes_the_fastest():
 
 
 def test_leaf_points_cover_the_autotune_space():
-    from compiler.frontend import load_file
+    from compiler.frontend.load import load_file
 
     kernel = load_file(JOB_KERNELS / "add.phk").kernel()
     assert leaf_points(kernel) == [{"BLOCK": 16}, {"BLOCK": 32}, {"BLOCK": 64}]

@@ -48,7 +48,7 @@ def test_a_dim_that_conflicts_with_a_file_names_both(tmp_path, capsys):
 
 
 def test_missing_dimension_is_worded_as_the_compiler_words_it(tmp_path, capsys):
-    from compiler.cli import main as compiler_main
+    from compiler.cli.commands import main as compiler_main
 
     args = ["--tensor", "a=file:a.npy", "--tensor", "b=file:b.npy", "--tensor", "c=file:c.npy"]
     code, _, sched_err = _new_job(capsys, tmp_path, str(EXAMPLES / "add.phk"), *args)

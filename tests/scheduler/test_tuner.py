@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.errors import UserError
-from compiler.frontend import load_text
+from compiler.frontend.load import load_text
 from scheduler.tuner import Figures, LeafRate, evaluate, predict, rank, render_table, tune
 
 ADD = """@cluster(BLOCK in [{values}])

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from common.errors import UserError
-from scheduler.chrome_trace import main, to_chrome_trace
-from scheduler.report_model import KINDS
+from scheduler.report.chrome_trace import main, to_chrome_trace
+from scheduler.report.model import KINDS
 from tests.visualizer.fake_trace import make_trace
 
 

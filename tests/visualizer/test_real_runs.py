@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from scheduler.chrome_trace import to_chrome_trace
-from scheduler.report import write_report
-from scheduler.report_model import build_model
+from scheduler.report.chrome_trace import to_chrome_trace
+from scheduler.report.model import build_model
+from scheduler.report.page import write_report
 from tests.visualizer.headless_chromium import dump_dom, find_chromium, parse_dom
 from tests.visualizer.real_runs import run_example
 

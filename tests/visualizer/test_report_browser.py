@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.report import write_report
+from scheduler.report.page import write_report
 from tests.visualizer.fake_trace import make_trace
 from tests.visualizer.headless_chromium import dump_dom, find_chromium, parse_dom, screenshot
 
@@ -152,7 +152,7 @@ def test_a_minimal_trace_renders_empty_panels(tmp_path):
 def test_the_harness_sees_script_errors(tmp_path):
     # The checks above would pass vacuously if errors went unseen: a page that throws must show up
     # both in #js-errors (the page's own hook) and as "Uncaught" in Chromium's log.
-    from scheduler.report import _asset
+    from scheduler.report.page import _asset
 
     page = tmp_path / "broken.html"
     page.write_text(f"<html><head><script>{_asset('error_hook.js')}</script></head><body>"

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from common.errors import UserError
-from scheduler.report import build_report, load_trace, main, write_report
-from scheduler.report_model import KINDS, WRAP_AT, build_model, busy_time
+from scheduler.report.model import KINDS, WRAP_AT, build_model, busy_time
+from scheduler.report.page import build_report, load_trace, main, write_report
 from tests.visualizer.fake_trace import make_trace
 
 

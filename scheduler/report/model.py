@@ -367,8 +367,8 @@ def super_tile_grids(trace: dict, events: list[Event]) -> list[dict]:
 def single_gpu_grid(job: dict) -> dict:
     """The kernel's CTA grid on one GPU (as if @cluster were not there) at the job's dims, with
     the @autotune values the leaves used; or why it could not be worked out."""
-    from compiler.binding import bind
-    from compiler.frontend import load_text
+    from compiler.frontend.binding import bind
+    from compiler.frontend.load import load_text
 
     try:
         module = load_text(str(job.get("source", "")), filename="<trace>")

@@ -11,7 +11,7 @@ language only allows explicit broadcasting (equal extents or 1), which numpy als
 scalar operand has been given trailing unit axes up to the other operand's rank (`with_rank`).
 
 dtypes: f32 values are float32, i32 values int32, bool values bool. Storage types f16/bf16 only
-exist in tensors: loads widen them to float32 (see interp_memory).
+exist in tensors: loads widen them to float32 (see memory.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from compiler import interp_blas
+from compiler.interp import blas
 
 GRID_RANK = 3  # x, y, z
 F32 = np.dtype(np.float32)
@@ -196,7 +196,7 @@ def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     lhs = a.transpose(shared + a_only + a_rest + [g, g + 1]).reshape(batch, rows * m, k)
     rhs = b.transpose(shared + b_rest + [g] + b_only + [g + 1]).reshape(batch, k, cols * n)
-    with interp_blas.threads_for(batch * rows * m * k * cols * n):
+    with blas.threads_for(batch * rows * m * k * cols * n):
         out = np.matmul(lhs, rhs)
     # out is [shared..., a_only..., M, b_only..., N]; put the grid axes back in x, y, z order.
     out = out.reshape([sizes[i] for i in shared] + [sizes[i] for i in a_only] + [m]

@@ -8,10 +8,10 @@ import argparse
 import sys
 
 from common.cli import user_path
-from compiler.cli_args import add_kernel_flag, add_value_flags, parse_assignments
+from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments
 from compiler.cluster import compile_cluster, values_outside_space
 from compiler.cluster.text import format_program
-from compiler.frontend import load_file, select_kernel
+from compiler.frontend.load import load_file, select_kernel
 
 
 def register(subparsers) -> None:

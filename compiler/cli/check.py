@@ -10,9 +10,9 @@ import argparse
 import math
 
 from common.cli import user_path
-from compiler import ir
-from compiler.frontend import load_file
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.load import load_file
+from compiler.frontend.source import Span
 
 
 def register(subparsers) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from compiler import ir
-from compiler.diagnostics import CompileError
-from compiler.ir import ScalarType, Size, TileType
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.ir import ScalarType, Size, TileType
+from compiler.frontend.source import Span
 
 NUMERIC = ("i32", "f32")
 

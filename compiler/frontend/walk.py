@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from compiler import ir
-from compiler.source import UNKNOWN_SPAN, Span
+from compiler.frontend import ir
+from compiler.frontend.source import UNKNOWN_SPAN, Span
 
 
 def iter_stmts(body: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:

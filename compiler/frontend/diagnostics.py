@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.errors import UserError
-from compiler.source import Span
+from compiler.frontend.source import Span
 
 # Source texts by file name, registered by whoever reads a kernel file, so that an error raised
 # deep in a later stage can still show the user's line.

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from compiler import ir
-from compiler.diagnostics import CompileError
-from compiler.ir import I32, ScalarType
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.ir import I32, ScalarType
+from compiler.frontend.source import Span
 
 
 def word_span(text: str, span: Span, word: str, after: str | None = None) -> Span:

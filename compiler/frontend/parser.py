@@ -1,18 +1,18 @@
 """Parser: tokens -> an unchecked ir.Module (every `ty` None, every Name.kind None).
 
 Recursive descent over the grammar in docs/language.md: this module parses kernels, attributes,
-parameters and statements; compiler/parse_expr.py parses expressions.
+parameters and statements; compiler/frontend/parse_expr.py parses expressions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir
-from compiler.diagnostics import CompileError
-from compiler.lexer import Token, tokenize
-from compiler.parse_expr import ExprParser
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.lexer import Token, tokenize
+from compiler.frontend.parse_expr import ExprParser
+from compiler.frontend.source import Span
 
 STORAGE_DTYPES = ("f32", "f16", "bf16", "i32")
 SCALAR_PARAM_DTYPES = ("f32", "i32")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.diagnostics import CompileError
-from compiler.source import Span
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.source import Span
 
 KEYWORDS = frozenset("kernel let var for in range and or not ctx tensor tile true false inf".split())
 

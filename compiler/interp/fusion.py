@@ -10,14 +10,14 @@ Summed over all iterations this is `acc += dot(A[..., s :+ T*TILE_K], B[s :+ T*T
 with T the trip count: the chunks tile the contraction axis exactly, elements past the tensor
 read the same fill either way, so one large GEMM gives the same sum (in another order, within
 f32 rounding). The interpreter then runs one GEMM instead of T thin ones. The runtime side
-(interp.py) also checks what only values can tell: a uniform trip count and extent == step.
+(interpreter.py) also checks what only values can tell: a uniform trip count and extent == step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler import ir
+from compiler.frontend import ir
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """One self-contained HTML report of a run: the kernel, its super-tiles, and every instruction.
 
-    python -m scheduler.report trace.json -o run.html
+    python -m scheduler.report.page trace.json -o run.html
 
 The page needs no server and no network: the script, the styles and the data are inline.
 `write_report(trace, path)` is what the scheduler calls at the end of a run given --report.
-The pipeline is trace -> report_model.build_model (pure, checked) -> HTML text -> atomic write.
+The pipeline is trace -> model.build_model (pure, checked) -> HTML text -> atomic write.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 from common.atomic import write_atomically
 from common.cli import run_main, user_path
 from common.errors import UserError
-from scheduler.report_model import build_model
+from scheduler.report.model import build_model
 
-ASSETS = Path(__file__).resolve().parent / "report_assets"
+ASSETS = Path(__file__).resolve().parent / "assets"
 # The page's script, in parts that share one scope (report.html wraps them in one strict function).
 SCRIPT_PARTS = ("base.js", "code.js", "grids.js", "timeline.js", "panels.js", "main.js")
 _MARKER = re.compile(r"@@(TITLE|CSS|ERROR_HOOK|DATA|SCRIPT)@@")
@@ -33,7 +33,7 @@ def _asset(name: str) -> str:
     try:
         return (ASSETS / name).read_text(encoding="utf-8")
     except OSError as err:  # a broken install, not a user mistake: let it show
-        raise RuntimeError(f"report asset missing: {ASSETS / name} (is report_assets/ packaged?)") from err
+        raise RuntimeError(f"report asset missing: {ASSETS / name} (are its assets packaged?)") from err
 
 
 def _json_for_script(value) -> str:
@@ -82,7 +82,7 @@ def load_trace(path: str | os.PathLike) -> dict:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m scheduler.report", description="Make the HTML report of a saved phobos trace."
+        prog="python -m scheduler.report.page", description="Make the HTML report of a saved phobos trace."
     )
     parser.add_argument("trace", help="trace JSON written by the scheduler with --trace")
     parser.add_argument("-o", "--output", required=True, help="HTML file to write")

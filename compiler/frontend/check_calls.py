@@ -6,11 +6,11 @@ CompileError at the most specific argument when something does not fit.
 
 from __future__ import annotations
 
-from compiler import ir
-from compiler.check_types import NUMERIC, Shapes, describe, make_type, promote, with_dtype
-from compiler.diagnostics import CompileError
-from compiler.ir import ScalarType, Size, TileType
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.check_types import NUMERIC, Shapes, describe, make_type, promote, with_dtype
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.ir import ScalarType, Size, TileType
+from compiler.frontend.source import Span
 
 # name -> (positional argument counts accepted, keyword arguments accepted)
 SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {

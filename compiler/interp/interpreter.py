@@ -1,7 +1,7 @@
 """The numpy reference interpreter: the meaning of the phobos language, and the CPU backend.
 
 Execution model. A kernel body runs once per CTA of its grid; here it runs once in total, with
-every value holding the whole grid at once (interp_values: three leading grid axes x, y, z, each
+every value holding the whole grid at once (values.py: three leading grid axes x, y, z, each
 the CTA count or 1, then the tile axes). `ctx.block.x` is arange(Gx) shaped [Gx, 1, 1], so a
 value only carries the grid axes it actually depends on, and a `dot` of an operand depending on x
 with one depending on y becomes a single large GEMM instead of one small product per CTA.
@@ -14,7 +14,7 @@ compute (and may produce inf/nan in padding); those values are never kept, so nu
 warnings are silenced for the whole run.
 
 Meaning (ir.py's docstrings): loads outside a tensor read 0 or the `fill`, stores outside are
-dropped (interp_memory); arithmetic is f32 whatever the storage type and stores round to nearest;
+dropped (memory.py); arithmetic is f32 whatever the storage type and stores round to nearest;
 i32 `/` floors; broadcasting is explicit (equal extents or 1); compound stores read, combine and
 write back the same region.
 """
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import UserError
-from compiler import interp_memory as mem
-from compiler import interp_values as val
-from compiler import ir
-from compiler.binding import Binding, tensor_shape
-from compiler.diagnostics import CompileError
-from compiler.interp_fusion import DotLoop, match_dot_loop
+from compiler.frontend import ir
+from compiler.frontend.binding import Binding, tensor_shape
+from compiler.frontend.diagnostics import CompileError
+from compiler.interp import memory as mem
+from compiler.interp import values as val
+from compiler.interp.fusion import DotLoop, match_dot_loop
 
 _GRID_AXES = {"x": 0, "y": 1, "z": 2}
 
@@ -171,7 +171,7 @@ class _Runner:
 
     def fused_dot_loop(self, stmt: ir.For, scope: dict, active: np.ndarray | None, start: np.ndarray,
                        step: int, count: int) -> bool:
-        """Run a loop that only accumulates a dot as one large dot (interp_fusion); False when
+        """Run a loop that only accumulates a dot as one large dot (compiler/interp/fusion.py); False when
         the loop does not have that shape."""
         key = id(stmt)  # the kernel outlives the run, so ids are stable; hashing a subtree is not cheap
         if key not in self.dot_loops:

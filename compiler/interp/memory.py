@@ -2,7 +2,7 @@
 
 A slice of a tensor is, per tensor axis, a *window*: `start :+ extent` (a `SliceIndex` is a
 window of extent 1 whose axis is dropped, `:` the window 0 :+ dim). The start is a grid-batched
-i32 value (see interp_values), so one window describes the slice of every CTA.
+i32 value (see values.py), so one window describes the slice of every CTA.
 
 Two ways to move the data:
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from compiler.interp_values import F32, GRID_RANK, I32, with_rank
+from compiler.interp.values import F32, GRID_RANK, I32, with_rank
 
 
 @dataclass(frozen=True)

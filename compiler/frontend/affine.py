@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from compiler import ir
-from compiler.ir import Size
+from compiler.frontend import ir
+from compiler.frontend.ir import Size
 
 BLOCK_KEYS = ("block.x", "block.y", "block.z")
 

@@ -1,4 +1,4 @@
-"""Expression parsing, shared by the statement parser (compiler/parser.py).
+"""Expression parsing, shared by the statement parser (compiler/frontend/parser.py).
 
 `TokenStream` holds the token helpers; `ExprParser` parses expressions by precedence, lowest
 first: `or`, `and`, `not`, comparisons, `+ -`, `* / %`, unary `-`, postfix (call, index), atoms.
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from compiler import ir
-from compiler.diagnostics import CompileError
-from compiler.lexer import Token
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.lexer import Token
+from compiler.frontend.source import Span
 
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 

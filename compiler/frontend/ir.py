@@ -1,6 +1,6 @@
 """The one IR of phobos: small frozen dataclasses, each node carrying its source span.
 
-The parser builds these nodes with `ty=None`; the check stage (compiler/check.py) returns a new
+The parser builds these nodes with `ty=None`; the check stage (compiler/frontend/check.py) returns a new
 module in which every expression has its `ty` filled in and every kernel its `grid`. Later stages
 (interpreter, CUDA code generator, cluster compiler) only ever see checked modules.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from compiler.source import Span
+from compiler.frontend.source import Span
 
 # --------------------------------------------------------------------------------------------
 # Symbolic sizes

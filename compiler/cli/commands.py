@@ -15,10 +15,10 @@ from common.cli import run_main
 
 # (module, what it provides); order is the order of `--help`.
 COMMAND_MODULES = (
-    "compiler.cmd_check",  # check
-    "compiler.cmd_run",  # run (reference interpreter, or --device gpu)
-    "compiler.cmd_cuda",  # cuda, ptx
-    "compiler.cmd_cluster",  # cluster
+    "compiler.cli.check",  # check
+    "compiler.cli.run",  # run (reference interpreter, or --device gpu)
+    "compiler.cli.cuda",  # cuda, ptx
+    "compiler.cli.cluster",  # cluster
 )
 
 

@@ -3,7 +3,7 @@
     load_text(text, filename="<string>") -> ir.Module   parsed and checked
     load_file(path, display_name=None) -> ir.Module       the same, for a file on disk
 
-Errors in the kernel raise compiler.diagnostics.CompileError (rendered with the source line);
+Errors in the kernel raise compiler.frontend.diagnostics.CompileError (rendered with the source line);
 a missing or unreadable file raises common.errors.UserError.
 """
 
@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 from common.errors import UserError
-from compiler import ir
-from compiler.diagnostics import register_source
+from compiler.frontend import ir
+from compiler.frontend.diagnostics import register_source
 from compiler.pipeline import run_pipeline
 
 

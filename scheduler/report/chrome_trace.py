@@ -1,6 +1,6 @@
 """A phobos trace in Chrome's trace-event JSON format, so Perfetto and chrome://tracing open a run.
 
-    python -m scheduler.chrome_trace trace.json -o trace.chrome.json
+    python -m scheduler.report.chrome_trace trace.json -o trace.chrome.json
 
 One process per node (pid = node), one thread per instruction kind, one complete event
 ("ph": "X") per instruction with times in microseconds, metadata events naming processes and
@@ -16,8 +16,8 @@ import os
 
 from common.atomic import write_atomically
 from common.cli import run_main, user_path
-from scheduler.report import load_trace
-from scheduler.report_model import KINDS, check_trace, derive_nodes, parse_events
+from scheduler.report.model import KINDS, check_trace, derive_nodes, parse_events
+from scheduler.report.page import load_trace
 
 US = 1e6  # trace-event times are microseconds; phobos traces hold seconds
 FAILURE_TID = len(KINDS)  # a thread of its own on the dead node's process for the failure marker
@@ -88,7 +88,7 @@ def write_chrome_trace(trace: dict, path: str | os.PathLike) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m scheduler.chrome_trace",
+        prog="python -m scheduler.report.chrome_trace",
         description="Convert a phobos trace to Chrome trace-event JSON (Perfetto, chrome://tracing).",
     )
     parser.add_argument("trace", help="trace JSON written by the scheduler with --trace")

@@ -11,8 +11,8 @@ import sys
 from common.atomic import write_atomically
 from common.cli import user_path
 from common.errors import UserError
-from compiler.binding import bind
-from compiler.cli_args import add_kernel_flag, add_value_flags, parse_assignments
+from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments
+from compiler.frontend.binding import bind
 
 
 def register(subparsers) -> None:
@@ -37,7 +37,7 @@ def register(subparsers) -> None:
 
 
 def _bound(args: argparse.Namespace):
-    from compiler.frontend import load_file, select_kernel
+    from compiler.frontend.load import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
     tiles = parse_assignments(args.tile, "--tile", int)

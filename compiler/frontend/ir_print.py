@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from compiler import ir
+from compiler.frontend import ir
 
 _PREC = {
     "or": 1,

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler import ir
-from compiler.affine import affine_of
-from compiler.check_calls import call_type, check_signature
-from compiler.check_header import Symbol, check_header, word_span
-from compiler.check_types import NUMERIC, Shapes, describe, make_type, promote
-from compiler.diagnostics import CompileError
-from compiler.ir import BOOL, F32, I32, ScalarType, Size, TileType
-from compiler.parser import UncheckedTileType
-from compiler.source import Span
+from compiler.frontend import ir
+from compiler.frontend.affine import affine_of
+from compiler.frontend.check_calls import call_type, check_signature
+from compiler.frontend.check_header import Symbol, check_header, word_span
+from compiler.frontend.check_types import NUMERIC, Shapes, describe, make_type, promote
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.ir import BOOL, F32, I32, ScalarType, Size, TileType
+from compiler.frontend.parser import UncheckedTileType
+from compiler.frontend.source import Span
 
 AXES = ("x", "y", "z")
 ORDERING = ("<", "<=", ">", ">=")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from common.errors import UserError
-from compiler import ir
+from compiler.frontend import ir
 
 
 class FrozenDict(dict):

@@ -23,13 +23,13 @@ import numpy as np
 from common.cli import user_path
 from common.errors import UserError
 from common.storage import write_npy
-from compiler import ir
-from compiler.binding import Binding, bind, dims_from_files, tensor_shape
-from compiler.cli_args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
-from compiler.diagnostics import CompileError
-from compiler.interp import run_kernel, scalar_arguments, stored_tensors
-from compiler.interp_values import STORAGE_DTYPES
-from compiler.walk import first_old_value_read
+from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
+from compiler.frontend import ir
+from compiler.frontend.binding import Binding, bind, dims_from_files, tensor_shape
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.walk import first_old_value_read
+from compiler.interp.interpreter import run_kernel, scalar_arguments, stored_tensors
+from compiler.interp.values import STORAGE_DTYPES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -153,7 +153,7 @@ def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], 
 
 
 def handle(args: argparse.Namespace) -> int:
-    from compiler.frontend import load_file, select_kernel
+    from compiler.frontend.load import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
     tiles = parse_assignments(args.tile, "--tile", int)
