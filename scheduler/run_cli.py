@@ -207,7 +207,8 @@ def run_command(argv: list[str]) -> int:
 
 
 def write_run_files(trace: dict, paths: dict) -> None:
-    """The trace, the HTML report and the Chrome trace, each where its flag asked."""
+    """The trace, the HTML report and the Chrome trace, each where its flag asked; each path is
+    printed, so the user knows where to look."""
     from scheduler.tracefile import write_trace
 
     if "--trace" in paths:
@@ -220,3 +221,8 @@ def write_run_files(trace: dict, paths: dict) -> None:
         from scheduler.report.chrome_trace import write_chrome_trace
 
         write_chrome_trace(trace, paths["--chrome-trace"])
+    for flag, path in paths.items():
+        print(f"wrote {path} ({_RUN_FILES[flag]})")
+
+
+_RUN_FILES = {"--trace": "trace", "--report": "HTML report", "--chrome-trace": "Chrome trace"}
