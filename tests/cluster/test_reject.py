@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cluster import compile_cluster
+from compiler.cluster import check_cluster, compile_cluster
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_text
 
@@ -19,9 +19,23 @@ def _error(text: str, dims: dict[str, int], **kw) -> CompileError:
     return info.value
 
 
+def _check_error(text: str) -> CompileError:
+    """What `check` reports: the checker's error, or the cluster compiler's dimension-free one."""
+    try:
+        kernel = load_text(text, FILE).kernels[0]
+    except CompileError as err:
+        return err
+    with pytest.raises(CompileError) as info:
+        check_cluster(kernel)
+    return info.value
+
+
 def expect(text: str, dims: dict[str, int], line: int, needle: str, message: str, **kw) -> str:
-    """The error is at `line`, at the column where `needle` starts on that line."""
+    """The error is at `line`, at the column where `needle` starts on that line; `check` reports
+    the same error, with no dimension given (unless the case pins other values)."""
     err = _error(text, dims, **kw)
+    if not kw:
+        assert _check_error(text).render() == err.render()
     col = text.splitlines()[line - 1].index(needle) + 1
     rendered = err.render()
     assert rendered.startswith(f"{FILE}:{line}:{col}: error: "), rendered

@@ -115,3 +115,21 @@ def test_through_the_compiler_command_table(tmp_path):
         "  a[0 :+ 4] = q",
         " " * 14 + "^",
     ]
+
+
+HALO = """@cluster(BLOCK in [64, 256])
+@autotune(BLOCK in [16, 64])
+kernel shift(a: tensor<f32>[N], c: tensor<f32>[N]) {
+  let base = ctx.block.x * BLOCK
+  c[base :+ BLOCK] = a[base + 1 :+ BLOCK]
+}
+"""
+
+
+def test_check_runs_the_cluster_rejections_that_need_no_dimension(tmp_path):
+    (tmp_path / "shift.phk").write_text(HALO)
+    done = run_check("shift.phk", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("shift.phk:5:24: error: 'a' is read outside its own super-tile"), done.stderr
+    assert "Traceback" not in done.stderr
