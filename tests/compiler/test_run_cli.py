@@ -183,3 +183,49 @@ def test_gpu_device_agrees_with_the_interpreter(tmp_path, capsys, name):
         results[device] = np.load(target)
     # f32 sums of at most 300 terms of unit size in a different order: well inside 1e-4.
     np.testing.assert_allclose(results["gpu"], results["cpu"], rtol=1e-4, atol=1e-5)
+
+
+BF16_COPY = """kernel copy(a: tensor<f32>[N], c: tensor<bf16>[N]) {
+  c[:] = a[:]
+}
+"""
+
+
+def test_bf16_output_is_a_file_numpy_reads_back_as_bf16(tmp_path, capsys):
+    import ml_dtypes
+
+    (tmp_path / "copy.phk").write_text(BF16_COPY)
+    np.save(tmp_path / "a.npy", np.array([1.0, 2.5, -3.0], np.float32))
+    code, _, err = run_cli([tmp_path / "copy.phk", "--tensor", f"a={tmp_path / 'a.npy'}",
+                            "--tensor", f"c={tmp_path / 'c.npy'}"], capsys)
+    assert code == 0, err
+    c = np.load(tmp_path / "c.npy")  # ml_dtypes is imported: numpy resolves the header's dtype
+    assert c.dtype == ml_dtypes.bfloat16 and c.astype(np.float32).tolist() == [1.0, 2.5, -3.0]
+
+
+MISSING_OUTPUTS = """kernel fill(a: tensor<f32>[R, C], c: tensor<f32>[R, C]) {
+  for j in range(0, C, 1) {
+    c[:, j] = a[:, j] * 2.0
+  }
+}
+
+kernel accumulate(a: tensor<f32>[R, C], c: tensor<f32>[R, C]) {
+  c[:, :] += a[:, :]
+}
+"""
+
+
+def test_missing_output_is_created_unless_the_kernel_reads_it_first(tmp_path, capsys):
+    (tmp_path / "k.phk").write_text(MISSING_OUTPUTS)
+    np.save(tmp_path / "a.npy", np.ones((4, 3), np.float32))
+    args = ["--tensor", f"a={tmp_path / 'a.npy'}", "--tensor", f"c={tmp_path / 'c.npy'}"]
+    code, _, err = run_cli([tmp_path / "k.phk", "--kernel", "fill", *args], capsys)
+    assert code == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full((4, 3), 2.0, np.float32))
+    (tmp_path / "c.npy").unlink()
+    code, _, err = run_cli([tmp_path / "k.phk", "--kernel", "accumulate", *args], capsys)
+    assert code == 2
+    assert err.splitlines()[0] == (f"{tmp_path / 'k.phk'}:8:3: error: tensor c: {tmp_path / 'c.npy'} "
+                                   "does not exist, and the kernel reads its old values here before writing "
+                                   "them; create the file first")
+    assert not (tmp_path / "c.npy").exists()
