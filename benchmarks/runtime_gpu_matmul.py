@@ -57,7 +57,7 @@ def leaf_seconds(program, scalars: dict) -> dict[str, float]:
     """Each leaf of the job compiled as the pods compile it, timed alone on random data."""
     import cupy
 
-    from compiler.cluster.sequential import load_leaf
+    from compiler.cluster.leaves import load_leaf
     from compiler.cuda import compile_kernel
     from compiler.cuda.launch import launch
 
@@ -121,7 +121,7 @@ def main(argv: list[str]) -> int:
         figures = trace_figures(result.trace)
         figures["compute_busy_s"] = busy_seconds(result.trace, "compute")
         from benchmarks.cluster_harness import kernel_path
-        from compiler.cluster import compile_cluster
+        from compiler.cluster.build import compile_cluster
         from compiler.frontend.load import load_file
 
         kernel = load_file(kernel_path(case)).kernel("matmul")

@@ -26,9 +26,9 @@ import capnp
 import numpy as np
 import pytest
 
-from compiler.cluster.program import Leaf, Region, TensorInfo
 from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan
+from schemas.program import Leaf, Region, TensorInfo
 from tests.pod.harness import Sink, connect, running_pods, submit
 
 TILE_BYTES = 16 * 1024 * 1024
@@ -142,7 +142,7 @@ def overhead_plan(kind: str, count: int) -> NodePlan:
 
 def leaf_time_s() -> float:
     """The interpreter's own time for one launch of the tiny leaf, in this process."""
-    from compiler.cluster.sequential import load_leaf
+    from compiler.cluster.leaves import load_leaf
     from compiler.interp.interpreter import run_kernel
 
     kernel, binding = load_leaf(TINY)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from compiler.cluster.program import Leaf
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import Binding, tensor_shape
 from schemas.capnp_io import JobProgram
+from schemas.program import Leaf
 
 _PARAM_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
                  "bf16": np.dtype(ml_dtypes.bfloat16), "i32": np.dtype(np.int32)}
@@ -53,7 +53,7 @@ class PreparedLeaf:
 
 
 def prepare_leaf(leaf: Leaf) -> PreparedLeaf:
-    from compiler.cluster.sequential import load_leaf  # parse + check + bind, the reference's way
+    from compiler.cluster.leaves import load_leaf  # parse + check + bind
 
     kernel, binding = load_leaf(leaf)
     return PreparedLeaf(leaf, kernel, binding, tuple(walk.stored_tensors(kernel)))

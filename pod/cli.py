@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="give up on a peer that sends nothing for this long (default 30)")
     parser.add_argument("--no-data-port", action="store_true",
                         help="serve tiles only as chunks over the RPC port (no second, bulk TCP port)")
+    parser.add_argument("--keep-serving", action="store_true",
+                        help="when the scheduler leaves, drop its jobs and wait for the next scheduler "
+                             "instead of exiting (pods started once serve job after job)")
     plog.add_arguments(parser)
     return parser
 
@@ -100,7 +103,8 @@ def main(argv: list[str]) -> int:
         host=host, port=port, token=required_token(args.token_file), roots=tuple(Path(r) for r in roots),
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         scheduler_timeout=_positive("--scheduler-timeout", args.scheduler_timeout),
-        fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout), data_port=not args.no_data_port)
+        fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout), data_port=not args.no_data_port,
+        keep_serving=args.keep_serving)
     backend = make_backend(args.device)
 
     def on_listening(bound_host: str, bound_port: int) -> None:

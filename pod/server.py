@@ -5,7 +5,8 @@ pycapnp's RPC (every connection read with explicit traversal and nesting limits)
 link (heartbeats every --heartbeat-interval, events batched with at most one batch in flight) and
 the instructions (pod/runtime.py). The pod exits when its scheduler's connection drops, when
 heartbeats keep failing for --scheduler-timeout, or on `shutdown`; on the way out it frees every
-buffer.
+buffer. With --keep-serving it instead drops that scheduler's jobs, frees their buffers and waits
+for the next scheduler's hello (pods started once serve job after job; docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class PodConfig:
     scheduler_timeout: float = 5.0  # heartbeats failing this long: the scheduler is gone, exit
     fetch_timeout: float = 30.0  # patience with a peer: tile not ready, or no bytes arriving
     data_port: bool = True  # offer tiles on a ticketed bulk TCP port (else: chunks over the RPC)
+    keep_serving: bool = False  # when the scheduler goes: drop its jobs and wait for the next one
 
 
 class _Connection:
@@ -92,6 +94,7 @@ class PodServer:
         self.background: set[asyncio.Task] = set()
         self.lease_from: float | None = None  # send time of the last heartbeat the scheduler took
         self.declared_dead = ""  # the scheduler's refusal, once it has declared this pod dead
+        self.heartbeats: asyncio.Task | None = None
         self.runtime.store_refusal = self._store_refusal
         name, memory = backend.describe()
         self.info = PodInfo(backend=backend.kind, device_name=name, vram_bytes=memory, pid=os.getpid(),
@@ -159,29 +162,49 @@ class PodServer:
             log.warning("connection closed", reason=_one_line(err))
         self.last_peer_failure = time.monotonic()  # its remains are frozen, not collected
         if conn is self.sink_conn:
-            log.info("scheduler connection dropped; exiting")
-            self.stop.set()
+            self._scheduler_gone("scheduler connection dropped")
 
     # ---- the scheduler link --------------------------------------------------------------------
 
     def hello(self, scheduler, node: int, conn: _Connection) -> None:
-        first = self.sink is None
         self.sink, self.sink_conn, self.node = scheduler, conn, node
         self.runtime.node = node
         self.lease_from = time.monotonic()
-        if first:
-            self._spawn(self._heartbeat())
+        self.declared_dead = ""
+        if self.heartbeats is None or self.heartbeats.done():
+            self.heartbeats = asyncio.ensure_future(self._heartbeat())
+            self.background.add(self.heartbeats)
+            self.heartbeats.add_done_callback(self.background.discard)
         self.outbox_ready.set()
+
+    def _scheduler_gone(self, why: str, **details) -> None:
+        """The scheduler left (or declared this pod dead): exit, or with --keep-serving drop its
+        work and wait for the next scheduler. Nothing of its jobs may be written or served after
+        this: their instructions are cancelled (a store already writing finishes its tile, the
+        window docs/runtime.md names) and their buffers freed."""
+        if not self.config.keep_serving:
+            log.warning(f"{why}; exiting", **details)
+            self.stop.set()
+            return
+        log.info(f"{why}; dropping its jobs and waiting for the next scheduler", **details)
+        self.runtime.drop_all()
+        for task in list(self.runtime.tasks):
+            task.cancel()
+        self.partial_plans.clear()
+        self.outbox.clear()
+        self._delivered(0, everything=True)
+        self.sink, self.sink_conn, self.lease_from = None, None, None
 
     async def _heartbeat(self) -> None:
         interval = self.config.heartbeat_interval
         last_ok = time.monotonic()
         unanswered = 0  # heartbeats in a row that got no answer in time
-        while not self.stop.is_set():
+        sink = self.sink
+        while not self.stop.is_set() and sink is not None and sink is self.sink:
             generation, running = self.runtime.running()
             sent = time.monotonic()
             try:
-                await asyncio.wait_for(self.sink.heartbeat(self.node, generation, running),
+                await asyncio.wait_for(sink.heartbeat(self.node, generation, running),
                                        timeout=max(interval, self.config.scheduler_timeout))
                 last_ok = self.lease_from = sent
                 unanswered = 0
@@ -191,11 +214,11 @@ class PodServer:
                 if "declared dead" in reason:
                     # Too late (paused, or cut off): the scheduler has re-planned this pod's work.
                     # Nothing it still holds may be written or served; free everything and exit.
-                    log.warning("the scheduler declared this pod dead; dropping its work and exiting")
                     self.declared_dead = reason
                     self.runtime.drop_all()
                     await asyncio.sleep(0.1)  # let pending stores see the refusal (and log it)
-                    self.stop.set()
+                    if sink is self.sink:
+                        self._scheduler_gone("the scheduler declared this pod dead")
                     return
                 # Gone only after a second unanswered heartbeat: one sent before this process was
                 # frozen (SIGSTOP, a paused VM) times out the moment it wakes, however alive the
@@ -203,8 +226,8 @@ class PodServer:
                 silent_s = time.monotonic() - last_ok
                 gone = silent_s > self.config.scheduler_timeout and unanswered >= 2
                 if "disconnect" in reason.lower() or gone:
-                    log.warning("scheduler unreachable; exiting", reason=reason)
-                    self.stop.set()
+                    if sink is self.sink:
+                        self._scheduler_gone("scheduler unreachable", reason=reason)
                     return
             await asyncio.sleep(interval)
 
@@ -266,11 +289,11 @@ class PodServer:
                     log.warning("reporting to the scheduler failed", reason=_one_line(err))
                     await asyncio.sleep(self.config.heartbeat_interval)  # the heartbeat decides if it is gone
 
-    def _delivered(self, count: int) -> None:
+    def _delivered(self, count: int, everything: bool = False) -> None:
         self.outbox_delivered += count
         waiting = []
         for target, fut in self.delivery_waiters:
-            if target <= self.outbox_delivered:
+            if everything or target <= self.outbox_delivered:
                 if not fut.done():
                     fut.set_result(None)
             else:

@@ -30,17 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import os
 import secrets
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.atomic import write_atomically
-from compiler.cluster.program import ClusterProgram
+from common import cache
 from scheduler.tuner import Figures, LeafRate
+from schemas.program import ClusterProgram
 
 CACHE_FILE = "cluster-calibration.json"
 CACHE_VERSION = 2  # 2: the per-instruction cost
@@ -379,8 +377,7 @@ def figures_from(calibration: Calibration, base: Figures, source: str = "calibra
 
 
 def cache_path() -> Path:
-    base = os.environ.get("PHOBOS_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "phobos") / CACHE_FILE
+    return cache.cache_file(CACHE_FILE)
 
 
 def cluster_key(pods: Sequence[tuple[str, str, str]]) -> str:
@@ -397,17 +394,12 @@ def kernel_key(program: ClusterProgram) -> str:
 
 
 def read_cache() -> dict:
-    try:
-        data = json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) and data.get("version") == CACHE_VERSION else {}
+    data = cache.read_json(CACHE_FILE)
+    return data if data.get("version") == CACHE_VERSION else {}
 
 
 def write_cache(data: dict) -> None:
-    path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps({**data, "version": CACHE_VERSION}, indent=1, sort_keys=True))
+    cache.write_json(CACHE_FILE, {**data, "version": CACHE_VERSION})
 
 
 def cached_calibration(ckey: str, kkey: str) -> Calibration | None:

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram, Unit
 from scheduler.planner import NodeFigure, Plan
 from schemas.instructions import Compute, Fetch, NodePlan, Store, kind_of
+from schemas.program import ClusterProgram, Unit
 
 # ---- actions ---------------------------------------------------------------------------------
 

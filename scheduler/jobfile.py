@@ -82,14 +82,6 @@ def resolve_uri(uri: str, base_dir: Path) -> str:
     return path_to_uri(Path(os.path.abspath(path)))
 
 
-def uri_path(uri: str) -> Path:
-    """The filesystem path of an absolute file URI."""
-    parsed = parse_uri(uri)
-    if parsed.relative:
-        raise UserError(f"storage URI {uri!r}: expected an absolute file URI here")
-    return Path(parsed.path)
-
-
 def path_to_uri(path: Path) -> str:
     return "file://" + urllib.parse.quote(str(path))
 
@@ -205,7 +197,7 @@ def existing_shapes(tensors: dict[str, str], job_dir: Path) -> dict[str, tuple[t
 
     out = {}
     for name, uri in tensors.items():
-        path = uri_path(resolve_uri(uri, job_dir))
+        path = Path(parse_uri(resolve_uri(uri, job_dir)).path)
         if path.is_file():
             out[name] = (tensor_meta(path)[0], uri)
     return out
@@ -222,9 +214,9 @@ def job_kernel(job: Job) -> ir.Kernel:
 
 
 def job_to_bytes(job: Job) -> bytes:
-    from scheduler.schema_files import job_schema
+    from schemas.capnp_io import schema
 
-    msg = job_schema().Job.new_message()
+    msg = schema("job.capnp").Job.new_message()
     msg.format = JOB_FORMAT
     msg.kernelName = job.kernel_name
     msg.kernelSource = job.kernel_source
@@ -247,11 +239,11 @@ def job_to_bytes(job: Job) -> bytes:
 
 
 def job_from_bytes(data: bytes, where: str = "<job>") -> Job:
-    from scheduler.schema_files import job_schema
+    from schemas.capnp_io import read_message, schema
 
     try:
         # Limits keep a corrupt or hostile file from making us walk gigabytes of pointers.
-        with job_schema().Job.from_bytes(data, traversal_limit_in_words=64 << 20, nesting_limit=64) as msg:
+        with read_message(schema("job.capnp").Job, data) as msg:
             if msg.format != JOB_FORMAT:
                 raise UserError(f"{where}: job format {msg.format} is not supported (expected {JOB_FORMAT})")
             return Job(

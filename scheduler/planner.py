@@ -37,9 +37,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram, Region, Unit
 from compiler.cluster.units import no_gc_pauses
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+from schemas.program import ClusterProgram, Region, Unit
 
 BYTES_PER_ELEMENT = 4  # buffers hold f32
 
@@ -68,10 +68,6 @@ class Plan:
 # Regions are keyed by plain tuples (tensor, start, shape): hashing a tuple is done in C, while a
 # frozen dataclass hashes in Python, and the planner looks regions up millions of times.
 Key = tuple
-
-
-def _key(region: Region) -> Key:
-    return (region.tensor, region.start, region.shape)
 
 
 @dataclass(slots=True)

@@ -1,5 +1,9 @@
 """Everything a job needs before any pod is touched: the cluster program and checked storage.
 
+The job's kernel is parsed and checked once, here (`PreparedJob.kernel`); every later compile of
+the job (the tuner's combinations, its leaf points, the chosen values) starts from that checked
+kernel through `compile_program`, the scheduler's one call of the cluster compiler.
+
 The order matters for the guarantee "bad input never half-writes an output": the kernel is
 compiled, every URI is resolved inside the storage roots, every input's header is checked
 against the shape and dtype the dims give, and every existing output's header too, all before
@@ -8,6 +12,7 @@ a staging copy is created or a pod allocates anything.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import time
@@ -16,8 +21,9 @@ from pathlib import Path
 
 from common import storage
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram
+from compiler.frontend import ir
 from scheduler.jobfile import Job, check_against_kernel, job_kernel
+from schemas.program import ClusterProgram
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,7 @@ class PreparedJob:
     job: Job
     job_id: str
     program: ClusterProgram
+    kernel: ir.Kernel  # the job's kernel, parsed and checked once by `prepare`
     scalars: dict[str, float | int]  # typed as the kernel declares them
     tensors: dict[str, TensorPlace]
 
@@ -51,25 +58,35 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(4)
 
 
-def compile_program(job: Job, cluster_values: dict[str, int] | None = None,
-                    tile_values: dict[str, int] | None = None, any_values: bool = False) -> ClusterProgram:
-    """The job's program at its @cluster and leaf @autotune values (the job's, overridden by the
-    given ones). With `any_values` (for --autotune, which picks its own values) the first
-    combination that compiles; when none does, one error listing every combination's reason."""
-    from compiler.cluster import compile_cluster
+def compile_program(kernel: ir.Kernel, dims: dict[str, int], cluster_values: dict[str, int] | None = None,
+                    tile_values: dict[str, int] | None = None) -> ClusterProgram:
+    """The cluster program of the checked `kernel` at `dims` and the given @cluster and @autotune
+    values (each name's first where not given): the scheduler's one way to compile."""
+    from compiler.cluster.build import compile_cluster
 
-    kernel = job_kernel(job)
-    check_against_kernel(job, kernel)
-    values = {**dict(job.cluster_values), **(cluster_values or {})}
-    tiles = {**dict(job.tile_values), **(tile_values or {})} or None
-    if not any_values:
-        return compile_cluster(kernel, dict(job.dims), cluster_values=values or None, tile_values=tiles)
+    return compile_cluster(kernel, dict(dims), cluster_values=cluster_values or None,
+                           tile_values=dict(tile_values) if tile_values else None)
+
+
+def recompile(prepared: PreparedJob, cluster_values: dict[str, int],
+              tile_values: dict[str, int] | None = None) -> PreparedJob:
+    """The prepared job at other @cluster values (and @autotune values, where given; default the
+    ones it was prepared with); the kernel is not parsed again and storage is the same."""
+    tiles = tile_values if tile_values is not None else dict(prepared.program.tile_values)
+    program = compile_program(prepared.kernel, dict(prepared.job.dims), cluster_values, tiles)
+    return dataclasses.replace(prepared, program=program)
+
+
+def compile_any(kernel: ir.Kernel, dims: dict[str, int], pinned: dict[str, int],
+                tile_values: dict[str, int] | None) -> ClusterProgram:
+    """For --autotune, which picks its own values: the program at the first @cluster combination
+    that compiles; when none does, one error listing every combination with its reason."""
     from scheduler.tuner import search_space
 
     reasons = []
-    for combination in search_space(kernel, values):
+    for combination in search_space(kernel, pinned):
         try:
-            return compile_cluster(kernel, dict(job.dims), cluster_values=combination, tile_values=tiles)
+            return compile_program(kernel, dims, combination, tile_values)
         except UserError as err:
             message = (getattr(err, "message", None) or str(err)).splitlines()[0]
             label = " ".join(f"{k}={v}" for k, v in combination.items())
@@ -77,15 +94,16 @@ def compile_program(job: Job, cluster_values: dict[str, int] | None = None,
     raise UserError("no @cluster combination compiles:\n" + "\n".join(reasons))
 
 
-def typed_scalars(job: Job) -> dict[str, float | int]:
-    kernel = job_kernel(job)
+def typed_scalars(job: Job, kernel: ir.Kernel) -> dict[str, float | int]:
     declared = {s.name: s.dtype for s in kernel.scalars}
     return {name: int(value) if declared.get(name) == "i32" else float(value) for name, value in job.scalars}
 
 
-def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
-                  roots: list[Path]) -> dict[str, TensorPlace]:
-    """Resolve and check every tensor's storage (reads .npy headers only; writes nothing)."""
+def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[Path],
+                  kernel: ir.Kernel | None = None) -> dict[str, TensorPlace]:
+    """Resolve and check every tensor's storage (reads .npy headers only; writes nothing). An
+    inout tensor whose file is missing is created like an output, unless `kernel` reads its old
+    values first."""
     places: dict[str, TensorPlace] = {}
     uris = dict(job.tensors)
     for info in program.tensors:
@@ -95,7 +113,7 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
         place = TensorPlace(info.name, storage.path_to_uri(path), path, info.role, info.dtype,
                             tuple(info.shape))
         if info.role == "inout" and not path.exists():
-            require_creatable(job, info.name, path)  # written before read: created like an output
+            require_creatable(kernel or job_kernel(job), info.name, path)
         if info.role == "input" or (info.role == "inout" and path.exists()):
             storage.check_tensor(path, place.shape, place.dtype)
         elif path.exists():
@@ -108,13 +126,13 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
     return places
 
 
-def require_creatable(job: Job, tensor: str, path: Path) -> None:
+def require_creatable(kernel: ir.Kernel, tensor: str, path: Path) -> None:
     """An output that does not exist yet is created, unless the kernel reads its old values
     first; then the error points at the line that reads them."""
     from compiler.frontend.diagnostics import CompileError
     from compiler.frontend.walk import first_old_value_read
 
-    span = first_old_value_read(job_kernel(job), tensor)
+    span = first_old_value_read(kernel, tensor)
     if span is not None:
         raise CompileError(span, f"tensor {tensor}: {path} does not exist, and the kernel reads its old "
                                  "values here before writing them; create the file first")
@@ -126,13 +144,11 @@ def require_creatable(job: Job, tensor: str, path: Path) -> None:
 MAX_TENSOR_ELEMENTS = 1 << 36
 
 
-def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None:
+def check_dims_against_files(job: Job, kernel: ir.Kernel, job_dir: Path, roots: list[Path]) -> None:
     """Before compiling: every tensor's size from the dims is sane, and every existing file's
     header matches them, so a wrong dimension fails as one line instead of a huge compile."""
     from compiler.frontend.binding import tensor_shape
 
-    kernel = job_kernel(job)
-    check_against_kernel(job, kernel)
     dims = dict(job.dims)
     uris = dict(job.tensors)
     for param in kernel.tensors:
@@ -152,25 +168,35 @@ def check_dims_against_files(job: Job, job_dir: Path, roots: list[Path]) -> None
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
             job_id: str | None = None, tile_values: dict[str, int] | None = None,
             any_values: bool = False) -> PreparedJob:
-    check_dims_against_files(job, Path(job_path).resolve().parent, roots)
-    program = compile_program(job, cluster_values, tile_values, any_values)
-    tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots)
-    return PreparedJob(job, job_id or new_job_id(), program, typed_scalars(job), tensors)
+    """`cluster_values` and `tile_values` override the job's; with `any_values` (--autotune) the
+    first @cluster combination that compiles stands in until the tuner chooses."""
+    kernel = job_kernel(job)  # the one parse and check of the job's kernel
+    check_against_kernel(job, kernel)
+    check_dims_against_files(job, kernel, Path(job_path).resolve().parent, roots)
+    values = {**dict(job.cluster_values), **(cluster_values or {})}
+    tiles = {**dict(job.tile_values), **(tile_values or {})}
+    if any_values:
+        program = compile_any(kernel, dict(job.dims), values, tiles)
+    else:
+        program = compile_program(kernel, dict(job.dims), values, tiles)
+    tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots, kernel)
+    return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors)
 
 
 def check_new_job(job: Job, job_path: Path) -> list[str]:
     """Everything `prepare` checks that needs no pod, for `new-job`: a job that can never run is
     refused (UserError); returned are warning lines (values outside a search space, tensor files
-    that do not exist yet and must before the job runs)."""
-    from compiler.cluster import values_outside_space
+    the kernel reads that do not exist yet and must before the job runs)."""
+    from compiler.cluster.build import values_outside_space
     from compiler.frontend.walk import first_old_value_read
 
     job_dir = Path(job_path).resolve().parent
     anywhere = [Path("/")]  # the run confines storage to its roots; new-job only checks headers
     kernel = job_kernel(job)
+    check_against_kernel(job, kernel)
     warnings = values_outside_space(kernel, dict(job.cluster_values))
-    check_dims_against_files(job, job_dir, anywhere)
-    program = compile_program(job)
+    check_dims_against_files(job, kernel, job_dir, anywhere)
+    program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values))
     for info in program.tensors:
         path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
         if not path.exists() and (info.role == "input" or first_old_value_read(kernel, info.name)):

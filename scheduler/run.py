@@ -339,8 +339,8 @@ class JobRun:
 
 
 def compile_leaves(program) -> dict[str, str]:
-    """Every leaf's PTX, bound exactly as the pods bind it (compiler.cluster.sequential.load_leaf)."""
-    from compiler.cluster.sequential import load_leaf
+    """Every leaf's PTX, bound exactly as the pods bind it (compiler.cluster.leaves.load_leaf)."""
+    from compiler.cluster.leaves import load_leaf
     from compiler.cuda import compile_kernel
 
     ptx = {}

@@ -131,9 +131,9 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
 
 def run_command(argv: list[str]) -> int:
     from common import log
-    from compiler.cluster import values_outside_space
+    from compiler.cluster.build import values_outside_space
     from scheduler import tuner_cli
-    from scheduler.jobfile import job_kernel, read_job
+    from scheduler.jobfile import read_job
     from scheduler.prepare import prepare
     from scheduler.run import JobFailed, RunOptions, run_job
     from scheduler.tracefile import summary_text
@@ -161,11 +161,10 @@ def run_command(argv: list[str]) -> int:
     cluster_values = parse_assignments(args.cluster, "--cluster", int)
     tile_values = parse_assignments(args.tile, "--tile", int)
     tune = tuner_cli.options_from_args(args)
-    for line in values_outside_space(job_kernel(job), {**dict(job.cluster_values), **cluster_values}):
-        print(line, file=sys.stderr)
-
     prepared = prepare(job, job_path, roots, cluster_values, tile_values=tile_values,
                        any_values=tune.autotune)
+    for line in values_outside_space(prepared.kernel, {**dict(job.cluster_values), **cluster_values}):
+        print(line, file=sys.stderr)
     for name in expected:
         if name not in prepared.tensors or prepared.tensors[name].role == "input":
             outputs = ", ".join(t.name for t in prepared.outputs)

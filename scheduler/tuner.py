@@ -41,9 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
-from compiler.cluster.program import ClusterProgram, Leaf
 from compiler.frontend import ir
 from schemas.instructions import Allocate, Compute, Fetch, Load, NodePlan, Store
+from schemas.program import ClusterProgram, Leaf
 
 BYTES_PER_ELEMENT = 4  # node buffers are f32 (see scheduler/planner.py)
 
@@ -292,7 +292,7 @@ def search_space(kernel: ir.Kernel, pinned: Mapping[str, int] | None = None) -> 
     import itertools
 
     if kernel.cluster is None:
-        from compiler.cluster import cluster_space
+        from compiler.cluster.build import cluster_space
 
         cluster_space(kernel)  # the one error for a kernel without @cluster
     pinned = dict(pinned or {})
@@ -309,14 +309,13 @@ def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
              pinned: Mapping[str, int] | None = None,
              tile_values: Mapping[str, int] | None = None) -> list[Candidate]:
     """Every combination, compiled, planned, pruned and (where kept) predicted."""
-    from compiler.cluster import compile_cluster
+    from scheduler.prepare import compile_program
 
     out = []
     for order, values in enumerate(search_space(kernel, pinned)):
         key = tuple(values.items())
         try:
-            program = compile_cluster(kernel, dict(dims), cluster_values=values,
-                                      tile_values=dict(tile_values) if tile_values else None)
+            program = compile_program(kernel, dict(dims), values, tile_values)
         except UserError as err:  # CompileError is a UserError: the compiler's reason, one line
             message = getattr(err, "message", None) or str(err)
             out.append(Candidate(key, dropped=message.splitlines()[0], order=order))

@@ -17,7 +17,6 @@ runs the winner. docs/performance.md ("Cluster tuner") describes the model and t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,23 +140,8 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
 
 
 def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
-    from scheduler.jobfile import job_kernel
-
-    kernel = job_kernel(prepared.job)
-    return tune(kernel, dict(prepared.job.dims), figures, pinned=pinned,
+    return tune(prepared.kernel, dict(prepared.job.dims), figures, pinned=pinned,
                 tile_values=dict(prepared.program.tile_values))
-
-
-def with_values(prepared, values: dict[str, int], tile_values: dict[str, int] | None = None):
-    """The prepared job recompiled at other @cluster values (and @autotune values, where given;
-    default the ones it was prepared with); storage is the same."""
-    from compiler.cluster import compile_cluster
-    from scheduler.jobfile import job_kernel
-
-    tiles = tile_values if tile_values is not None else dict(prepared.program.tile_values)
-    program = compile_cluster(job_kernel(prepared.job), dict(prepared.job.dims), cluster_values=values,
-                              tile_values=tiles)
-    return dataclasses.replace(prepared, program=program)
 
 
 @dataclass
@@ -207,6 +191,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
     The @cluster values first (ranked with --autotune, else the job's), then with --tune-leaves
     the leaves' @autotune values at those @cluster values."""
     from scheduler import calibrate as cal
+    from scheduler.prepare import recompile
     from scheduler.tuner_leaves import tune_leaves
 
     order = sorted(session.pods)
@@ -221,14 +206,14 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
         if tune.calibrate:
             candidates = (*ranking.ranked, *ranking.dropped)
             figures = await cal.calibrate(session, prepared, options, nodes, candidates, figures,
-                                          lambda v: with_values(prepared, v).program, say)
+                                          lambda v: recompile(prepared, v).program, say)
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)
     tile_values = None
     if tune.tune_leaves:
         tile_values = await tune_leaves(session, prepared, options, nodes, values, say)
-    best = with_values(prepared, values, tile_values)
+    best = recompile(prepared, values, tile_values)
     if tune.tune_only:
         return TunedRun(ranking, best, None)
     result = await session.run(best, options, nodes)

@@ -64,13 +64,12 @@ async def tune_leaves(session, prepared, options, nodes: list[int], cluster_valu
                       say: Callable[[str], None] = print, require_gpu: bool = True,
                       repeats: int = 1) -> dict[str, int]:
     """The @autotune values every node will use (see the module doc)."""
-    from compiler.cluster import compile_cluster
     from scheduler import calibrate as cal
-    from scheduler.jobfile import job_kernel
+    from scheduler.prepare import compile_program
 
     node = tuning_node(session, nodes, require_gpu)
     info = session.infos[node]
-    kernel = job_kernel(prepared.job)
+    kernel = prepared.kernel
     dims = dict(prepared.job.dims)
     key = "|".join([cal.cluster_key([(session.addresses[node].rpartition(":")[0], info.backend,
                                       info.device_name)]),
@@ -86,7 +85,7 @@ async def tune_leaves(session, prepared, options, nodes: list[int], cluster_valu
     warmed = False
     for point in leaf_points(kernel):
         try:
-            program = compile_cluster(kernel, dims, cluster_values=cluster_values, tile_values=point)
+            program = compile_program(kernel, dims, cluster_values, point)
         except UserError as err:
             skipped.append(f"{_label(point)}: {(getattr(err, 'message', None) or str(err)).splitlines()[0]}")
             continue

@@ -1,25 +1,29 @@
-"""Loading the RPC schema and converting the runtime's dataclasses to and from Cap'n Proto.
+"""The one loader of phobos's Cap'n Proto schemas and the one converter of its dataclasses.
 
-The scheduler and the pods talk in `schemas/rpc.capnp`; everything on either side works with the
-frozen dataclasses of `schemas/instructions.py`, `compiler/cluster/program.py` and the few below.
+`schema(name)` loads `schemas/<name>` (program.capnp, rpc.capnp, job.capnp) once per process;
+`read_message(struct, data)` reads bytes with the one set of reader limits below. The scheduler
+and the pods talk in `schemas/rpc.capnp`; everything on either side works with the frozen
+dataclasses of `schemas/instructions.py`, `schemas/program.py` and the few below.
 Each `write_*` fills a message builder in place (so it works on RPC request params as well as on
 `new_message()` builders); each `read_*` returns a dataclass from a reader (or a builder).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 
 import capnp
 
-from compiler.cluster.program import ClusterProgram, Leaf, Region, TensorInfo
+from common.paths import repo_file
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+from schemas.program import ClusterProgram, Leaf, Region, TensorInfo
 
-# Explicit reader limits for every RPC connection and every message read from bytes: a message
-# (or a chain of them) larger than this is refused instead of being traversed. 64 MiB in 8-byte
-# words, matching Cap'n Proto's own default, stated here so every side agrees.
+# Explicit reader limits for every RPC connection and every message read from bytes (job files
+# included): a message (or a chain of them) larger than this is refused instead of being
+# traversed. 64 MiB in 8-byte words, matching Cap'n Proto's own default, stated here so every
+# side agrees.
 TRAVERSAL_LIMIT_WORDS = 64 * 1024 * 1024 // 8
 NESTING_LIMIT = 64
 # Tiles move in chunks this size (and never more than MAX_CHUNK_BYTES in one readChunk).
@@ -27,19 +31,24 @@ CHUNK_BYTES = 4 * 1024 * 1024
 MAX_CHUNK_BYTES = 16 * 1024 * 1024
 
 
-def _schemas_dir() -> Path:
-    try:
-        from common.paths import repo_file
-    except ImportError:  # common.paths not written yet: the checkout layout is enough
-        return Path(__file__).resolve().parent
-    return Path(repo_file("schemas/rpc.capnp")).parent
-
-
 @functools.cache
+def schema(name: str):
+    """The loaded `schemas/<name>` module (loaded once per process; imports resolve beside it)."""
+    path = repo_file(f"schemas/{name}")
+    return capnp.load(str(path), imports=[str(path.parent)])
+
+
 def rpc():
-    """The loaded `schemas/rpc.capnp` module (loaded once per process)."""
-    folder = _schemas_dir()
-    return capnp.load(str(folder / "rpc.capnp"), imports=[str(folder)])
+    """The RPC schema (`schemas/rpc.capnp`)."""
+    return schema("rpc.capnp")
+
+
+@contextlib.contextmanager
+def read_message(struct, data: bytes):
+    """A reader of `data` as `struct` (e.g. `rpc().Plan`), under the reader limits above."""
+    with struct.from_bytes(data, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
+                           nesting_limit=NESTING_LIMIT) as reader:
+        yield reader
 
 
 # ---- dataclasses that exist only on the wire -------------------------------------------------
@@ -170,10 +179,10 @@ def write_tensor_info(builder, info: TensorInfo) -> None:
 
 
 def read_tensor_info(reader) -> TensorInfo:
-    return TensorInfo(name=reader.name, dtype=reader.dtype, shape=tuple(reader.shape), role=reader.role)
+    return TensorInfo(name=reader.name, dtype=reader.dtype, shape=tuple(reader.shape), role=str(reader.role))
 
 
-def write_leaf(builder, leaf: Leaf, ptx: str = "", writes: tuple[str, ...] = ()) -> None:
+def write_leaf(builder, leaf: Leaf) -> None:
     builder.name = leaf.name
     builder.kernel = leaf.kernel
     builder.source = leaf.source
@@ -184,13 +193,10 @@ def write_leaf(builder, leaf: Leaf, ptx: str = "", writes: tuple[str, ...] = ())
     builder.tensors = list(leaf.tensors)
     builder.scalars = list(leaf.scalars)
     builder.flops = leaf.flops
-    builder.ptx = ptx
-    builder.writes = list(writes)
 
 
-def read_leaf(reader) -> tuple[Leaf, str, tuple[str, ...]]:
-    """The leaf, its PTX ("" when the pod compiles it) and its written parameters."""
-    leaf = Leaf(
+def read_leaf(reader) -> Leaf:
+    return Leaf(
         name=reader.name,
         kernel=reader.kernel,
         source=reader.source,
@@ -202,7 +208,17 @@ def read_leaf(reader) -> tuple[Leaf, str, tuple[str, ...]]:
         scalars=tuple(reader.scalars),
         flops=reader.flops,
     )
-    return leaf, reader.ptx, tuple(reader.writes)
+
+
+def write_leaf_code(builder, leaf: Leaf, ptx: str = "", writes: tuple[str, ...] = ()) -> None:
+    write_leaf(builder.init("leaf"), leaf)
+    builder.ptx = ptx
+    builder.writes = list(writes)
+
+
+def read_leaf_code(reader) -> tuple[Leaf, str, tuple[str, ...]]:
+    """The leaf, its PTX ("" when the pod compiles it) and its written parameters."""
+    return read_leaf(reader.leaf), reader.ptx, tuple(reader.writes)
 
 
 def write_scalar(builder, name: str, value: float | int) -> None:
@@ -225,7 +241,7 @@ def write_program(builder, program: JobProgram) -> None:
     ptx = dict(program.leaf_ptx)
     leaves = builder.init("leaves", len(program.leaves))
     for entry, leaf in zip(leaves, program.leaves, strict=True):
-        write_leaf(entry, leaf, ptx.get(leaf.name, ""), program.writes_of(leaf.name) or ())
+        write_leaf_code(entry, leaf, ptx.get(leaf.name, ""), program.writes_of(leaf.name) or ())
     scalars = builder.init("scalars", len(program.scalars))
     for entry, (name, value) in zip(scalars, program.scalars, strict=True):
         write_scalar(entry, name, value)
@@ -237,7 +253,7 @@ def write_program(builder, program: JobProgram) -> None:
 def read_program(reader) -> JobProgram:
     leaves, ptx, writes = [], [], []
     for entry in reader.leaves:
-        leaf, leaf_ptx, leaf_writes = read_leaf(entry)
+        leaf, leaf_ptx, leaf_writes = read_leaf_code(entry)
         leaves.append(leaf)
         if leaf_ptx:
             ptx.append((leaf.name, leaf_ptx))
@@ -485,8 +501,7 @@ def plan_to_bytes(plan: NodePlan) -> bytes:
 
 
 def plan_from_bytes(data: bytes) -> NodePlan:
-    with rpc().Plan.from_bytes(data, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
-                               nesting_limit=NESTING_LIMIT) as reader:
+    with read_message(rpc().Plan, data) as reader:
         return read_plan(reader)
 
 
@@ -497,7 +512,6 @@ def program_to_bytes(program: JobProgram) -> bytes:
 
 
 def program_from_bytes(data: bytes) -> JobProgram:
-    with rpc().Program.from_bytes(data, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
-                                  nesting_limit=NESTING_LIMIT) as reader:
+    with read_message(rpc().Program, data) as reader:
         return read_program(reader)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cluster.program import Region
+from schemas.program import Region
 
 
 @dataclass(frozen=True)

@@ -8,21 +8,18 @@
 # URIs: `file:///abs/path.npy` (absolute), or `file:rel/path.npy` (relative: resolved against the
 # directory holding the job file when the job is run). No other scheme is accepted.
 
+using P = import "program.capnp";
+
 struct Job {
   format @0 :UInt32 = 1;          # bumped on an incompatible change; readers refuse unknown ones
   kernelName @1 :Text;            # the kernel to run (a file may hold several)
   kernelSource @2 :Text;          # the whole .phk source file
   kernelFile @3 :Text;            # where the source was read from (for messages only)
-  dims @4 :List(Dim);             # a value for every symbolic dimension of the kernel's tensors
+  dims @4 :List(P.NamedValue);    # a value for every symbolic dimension of the kernel's tensors
   scalars @5 :List(Scalar);       # a value for every scalar parameter
   tensors @6 :List(Tensor);       # a URI for every tensor parameter
-  clusterValues @7 :List(Dim);    # optional: pinned @cluster values (default: each one's first)
-  tileValues @8 :List(Dim);       # optional: pinned leaf @autotune values (default: each one's first)
-
-  struct Dim {
-    name @0 :Text;
-    value @1 :Int64;
-  }
+  clusterValues @7 :List(P.NamedValue);  # optional: pinned @cluster values (default: each one's first)
+  tileValues @8 :List(P.NamedValue);     # optional: pinned leaf @autotune values (default: each one's first)
 
   struct Scalar {
     name @0 :Text;

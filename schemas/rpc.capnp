@@ -24,17 +24,8 @@
 
 # ---- Plain data -----------------------------------------------------------------------------
 
-struct Region {
-  # A box of a tensor in storage (compiler/cluster/program.py Region).
-  tensor @0 :Text;
-  start @1 :List(Int64);
-  shape @2 :List(Int64);
-}
-
-struct NamedInt {
-  name @0 :Text;
-  value @1 :Int64;
-}
+# Regions, tensor infos and leaves are the program schema's (program.capnp).
+using P = import "program.capnp";
 
 struct Scalar {
   # A runtime scalar of the job; floats and ints keep their kind.
@@ -45,27 +36,11 @@ struct Scalar {
   }
 }
 
-struct TensorInfo {
-  name @0 :Text;
-  dtype @1 :Text;          # storage dtype: "f32", "f16", "bf16", "i32"
-  shape @2 :List(Int64);   # the whole tensor in storage
-  role @3 :Text;           # "input", "output", "inout"
-}
-
-struct Leaf {
-  # A leaf kernel (compiler/cluster/program.py Leaf): phobos source run on one super-tile.
-  name @0 :Text;           # "main", "init", "step"
-  kernel @1 :Text;         # the kernel's name inside `source`
-  source @2 :Text;
-  dims @3 :List(NamedInt);
-  tileValues @4 :List(NamedInt);
-  grid @5 :List(UInt32);
-  threads @6 :UInt32;
-  tensors @7 :List(Text);  # tensor parameters, in declaration order
-  scalars @8 :List(Text);  # scalar parameters, in declaration order
-  flops @9 :UInt64;
-  ptx @10 :Text;           # optional: PTX compiled once by the scheduler ("" = the pod compiles)
-  writes @11 :List(Text);  # tensor parameters the leaf stores to (a buffer bound to one of them
+struct LeafCode {
+  # A leaf as a pod runs it.
+  leaf @0 :P.Leaf;
+  ptx @1 :Text;            # optional: PTX compiled once by the scheduler ("" = the pod compiles)
+  writes @2 :List(Text);   # tensor parameters the leaf stores to (a buffer bound to one of them
                            # is servable to peers only after that compute); empty = the pod works
                            # it out from the source
 }
@@ -73,9 +48,9 @@ struct Leaf {
 struct Program {
   # What a pod needs of the cluster program to run its plan.
   kernel @0 :Text;
-  leaves @1 :List(Leaf);
+  leaves @1 :List(LeafCode);
   scalars @2 :List(Scalar);
-  tensors @3 :List(TensorInfo);
+  tensors @3 :List(P.TensorInfo);
 }
 
 struct Instruction {
@@ -99,7 +74,7 @@ struct Instruction {
   struct Load {
     buffer @0 :UInt32;
     uri @1 :Text;
-    region @2 :Region;
+    region @2 :P.Region;
   }
   struct Fetch {
     buffer @0 :UInt32;
@@ -118,7 +93,7 @@ struct Instruction {
   struct Store {
     buffer @0 :UInt32;
     uri @1 :Text;          # the ORIGINAL tensor's URI; the pod writes the job's staging copy
-    region @2 :Region;
+    region @2 :P.Region;
     unit @3 :UInt32;
   }
   struct Free {

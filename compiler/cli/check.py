@@ -12,7 +12,7 @@ import argparse
 import math
 
 from common.cli import user_path
-from compiler.cluster import check_cluster
+from compiler.cluster.build import check_cluster
 from compiler.frontend import ir
 from compiler.frontend.load import load_file
 from compiler.frontend.source import Span

@@ -9,7 +9,7 @@ import sys
 
 from common.cli import user_path
 from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments
-from compiler.cluster import compile_cluster, values_outside_space
+from compiler.cluster.build import compile_cluster, values_outside_space
 from compiler.cluster.text import format_program
 from compiler.frontend.load import load_file, select_kernel
 
@@ -47,7 +47,7 @@ def handle(args: argparse.Namespace) -> int:
 
 def leaf_cuda_sources(program) -> str:
     """Each leaf's CUDA C++ source, as the CUDA code generator writes it."""
-    from compiler.cluster.sequential import load_leaf
+    from compiler.cluster.leaves import load_leaf
     from compiler.cuda import compile_kernel
 
     out = []

@@ -1,13 +1,11 @@
 """The cluster compiler: an @cluster kernel at concrete dims -> a ClusterProgram (program.py).
 
-    compile_cluster(kernel, dims, *, cluster_values=None, tile_values=None) -> ClusterProgram
-    cluster_space(kernel) -> list[dict[str, int]]      every combination of @cluster values
-    check_cluster(kernel) -> ClusterShape              the rejections that need no dimension
-    values_outside_space(kernel, values) -> list[str]  warnings for pinned values outside the space
+    compiler.cluster.build.compile_cluster(kernel, dims, *, cluster_values=None, tile_values=None)
+    compiler.cluster.build.cluster_space(kernel) -> list[dict[str, int]]   every @cluster combination
+    compiler.cluster.build.check_cluster(kernel)        the rejections that need no dimension (`check`)
+    compiler.cluster.build.values_outside_space(kernel, values) -> warnings for pinned values
 
-docs/cluster.md is the user's guide; build.py lists the stages.
+docs/cluster.md is the user's guide; build.py lists the stages. This file imports nothing, so that
+importing one module of the package does not import the whole compiler (and no cycle runs through
+the package).
 """
-
-from compiler.cluster.build import check_cluster, cluster_space, compile_cluster, values_outside_space
-
-__all__ = ["check_cluster", "cluster_space", "compile_cluster", "values_outside_space"]

@@ -26,12 +26,12 @@ from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_va
 from compiler.cluster.accumulate import Accumulator, check_accumulator, find_cluster_loop
 from compiler.cluster.flops import leaf_flops
 from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
-from compiler.cluster.program import ClusterProgram, Leaf, TensorInfo
 from compiler.cluster.tiling import LeafVariants, cut_dimension
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.binding import bind, kernel_dims
 from compiler.frontend.diagnostics import CompileError
+from schemas.program import ClusterProgram, Leaf, TensorInfo
 
 
 def cluster_space(kernel: ir.Kernel) -> list[dict[str, int]]:

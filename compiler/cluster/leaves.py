@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from compiler.cluster.accumulate import Accumulator
 from compiler.frontend import ir
+from compiler.frontend.binding import Binding, bind
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.source import Span
+from schemas.program import Leaf
 
 
 class LeafBug(RuntimeError):
@@ -132,3 +134,10 @@ def check_leaf(text: str, filename: str) -> ir.Kernel:
     if len(module.kernels) != 1:
         raise LeafBug(f"cluster compiler bug: a generated leaf holds {len(module.kernels)} kernels")
     return module.kernels[0]
+
+
+def load_leaf(leaf: Leaf) -> tuple[ir.Kernel, Binding]:
+    """The leaf's checked kernel and its binding at the leaf's dims and tile values: what every
+    runner of a leaf (a pod, the PTX compile on the scheduler, the reference) starts from."""
+    kernel = check_leaf(leaf.source, f"<cluster leaf {leaf.name}>")
+    return kernel, bind(kernel, dict(leaf.dims), tile_values=dict(leaf.tile_values))

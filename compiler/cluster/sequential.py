@@ -13,20 +13,14 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from common.errors import UserError
-from compiler.cluster.leaves import check_leaf
-from compiler.cluster.program import ClusterProgram, Leaf, Region
+from compiler.cluster.leaves import load_leaf
 from compiler.frontend import ir
-from compiler.frontend.binding import Binding, bind, tensor_shape
+from compiler.frontend.binding import Binding, tensor_shape
+from schemas.program import ClusterProgram, Region
 
 
 def _window(region: Region) -> tuple[slice, ...]:
     return tuple(slice(s, s + n) for s, n in zip(region.start, region.shape, strict=True))
-
-
-def load_leaf(leaf: Leaf) -> tuple[ir.Kernel, Binding]:
-    """The leaf's checked kernel and its binding at the leaf's dims and tile values."""
-    kernel = check_leaf(leaf.source, f"<cluster leaf {leaf.name}>")
-    return kernel, bind(kernel, dict(leaf.dims), tile_values=dict(leaf.tile_values))
 
 
 def _check_inputs(program: ClusterProgram, tensors: Mapping[str, np.ndarray], scalars: Mapping) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.cluster.program import ClusterProgram, Launch, Leaf, Region
+from schemas.program import ClusterProgram, Launch, Leaf, Region
 
 UNITS_SHOWN = 16  # units listed in full; the rest are counted
 LAUNCHES_SHOWN = 6  # launches listed per unit; the rest are counted

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 
 from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
-from compiler.cluster.program import Launch, Region, Unit
 from compiler.cluster.tiling import DimCut, LeafVariants
 from compiler.frontend import ir
+from schemas.program import Launch, Region, Unit
 
 # Per axis of a region template: (source, cut) where source is the position of the unit's
 # coordinate that moves the axis, CHUNK for the cluster loop's chunk index, or FIXED (the axis is

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.cuda import codegen, nvrtc
+from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
-from compiler.frontend.source import Span
 
-COMPILER_VERSION = "phobos-cuda-3"
+COMPILER_VERSION = "phobos-cuda-4"
 
 
 def compiler_version() -> str:
@@ -43,18 +43,19 @@ class CompiledKernel:
     tensors: tuple[str, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
 
-    def span_of_line(self, line: int) -> Span | None:
-        return self.line_spans[line] if 0 < line < len(self.line_spans) else None
 
-
-def generate_source(kernel: ir.Kernel, binding, *, tf32: bool = False) -> codegen.Generated:
+def generate_source(
+    kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
+) -> codegen.Generated:
     if tf32:
         raise CompileError(kernel.span, "the TF32 tensor-core path for dot is not implemented yet")
-    return codegen.generate(kernel, binding, tf32)
+    return codegen.generate(kernel, binding, tf32, schedule)
 
 
-def compile_kernel(kernel: ir.Kernel, binding, *, tf32: bool = False) -> CompiledKernel:
-    return compile_generated(kernel, generate_source(kernel, binding, tf32=tf32))
+def compile_kernel(
+    kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
+) -> CompiledKernel:
+    return compile_generated(kernel, generate_source(kernel, binding, tf32=tf32, schedule=schedule))
 
 
 def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKernel:

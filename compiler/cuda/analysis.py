@@ -177,7 +177,7 @@ def layout_hints(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _dot_operand_name(e: ir.Expr) -> str | None:
+def dot_operand_name(e: ir.Expr) -> str | None:
     if isinstance(e, ir.Name):
         return e.name
     if isinstance(e, ir.Call) and e.func == "transpose" and isinstance(e.args[0], ir.Name):
@@ -208,7 +208,7 @@ def shared_lets(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
             all_uses[e.name] += 1
         if isinstance(e, ir.Call) and e.func == "dot":
             for role, arg in zip("ab", e.args, strict=True):
-                n = _dot_operand_name(arg)
+                n = dot_operand_name(arg)
                 if n in candidates:
                     dot_uses[n] += 1
                     roles[n].add((role, isinstance(arg, ir.Call)))
@@ -223,7 +223,7 @@ def shared_let_transposed(body: tuple[ir.Stmt, ...], name: str) -> bool:
     for e in walk.iter_body_exprs(body):
         if isinstance(e, ir.Call) and e.func == "dot":
             for arg in e.args:
-                if _dot_operand_name(arg) == name:
+                if dot_operand_name(arg) == name:
                     return isinstance(arg, ir.Call)
     return False
 

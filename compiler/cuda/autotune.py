@@ -8,9 +8,9 @@ the kernel's source, the dims, the GPU's name and the compiler version, and reus
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.atomic import write_atomically
+from common import cache
 from compiler.cuda import compile_kernel, compiler_version, nvrtc
+from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
@@ -32,11 +33,14 @@ class TuneResult:
     timings: tuple[tuple[tuple[tuple[str, int], ...], float], ...]  # (point, median ms)
     pruned: tuple[tuple[tuple[tuple[str, int], ...], str], ...] = field(default=())  # (point, why)
     cached: bool = False
+    schedule: Schedule = DEFAULT  # the code-generator choices of the winner (schedule.py)
+
+
+CACHE_FILE = "autotune.json"  # in common.cache's folder
 
 
 def cache_path() -> Path:
-    base = os.environ.get("PHOBOS_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "phobos") / "autotune.json"
+    return cache.cache_file(CACHE_FILE)
 
 
 def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str) -> str:
@@ -47,16 +51,11 @@ def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str) -> str:
 
 
 def _read_cache() -> dict:
-    try:
-        return json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
+    return cache.read_json(CACHE_FILE)
 
 
 def _write_cache(entries: dict) -> None:
-    path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(entries, indent=1, sort_keys=True))
+    cache.write_json(CACHE_FILE, entries)
 
 
 def gpu_name() -> str | None:
@@ -99,7 +98,12 @@ def _inputs(kernel: ir.Kernel, env: dict[str, int], seed: int = 0):
             host = rng.integers(0, 8, size=shape, dtype=np.int32)
         else:
             host = rng.standard_normal(shape, dtype=np.float32)
-            host = host.astype(np.float16) if p.dtype == "f16" else host
+            if p.dtype == "f16":
+                host = host.astype(np.float16)
+            elif p.dtype == "bf16":  # bf16 travels as its 16-bit pattern
+                import ml_dtypes
+
+                host = host.astype(ml_dtypes.bfloat16).view(np.uint16)
         arrays[p.name] = cupy.asarray(host)
     scalars = {p.name: (0.5 if p.dtype == "f32" else 1) for p in kernel.scalars}
     return arrays, scalars
@@ -124,31 +128,54 @@ def time_launch(compiled, arrays, scalars, warmup: int = 2, repeat: int = 7) -> 
     return float(np.median(times))
 
 
-def tune(kernel: ir.Kernel, dims: dict[str, int], *, use_cache: bool = True, log=None) -> TuneResult:
-    """Measure every fitting point on the current GPU; return (and cache) the fastest."""
+def tune(
+    kernel: ir.Kernel,
+    dims: dict[str, int],
+    *,
+    use_cache: bool = True,
+    log=None,
+    points: list[dict[str, int]] | None = None,
+    schedules: list[Schedule] | None = None,
+) -> TuneResult:
+    """Measure every fitting (point, schedule) on the current GPU; return (and cache) the fastest.
+    `points` defaults to the whole @autotune space, `schedules` to the default schedule alone."""
     gpu = gpu_name()
     if gpu is None:
         raise RuntimeError("autotuning needs a GPU")
     base = bind(kernel, dims)
+    schedules = schedules or [DEFAULT]
+    points = points if points is not None else search_points(kernel)
     key = cache_key(kernel, dict(base.dims), gpu)
+    if points != search_points(kernel) or schedules != [DEFAULT]:
+        space = (
+            ";".join(sorted(str(sorted(p.items())) for p in points))
+            + "|"
+            + ",".join(s.key() for s in schedules)
+        )
+        key += "|" + hashlib.sha256(space.encode()).hexdigest()[:16]
     if use_cache:
         entry = _read_cache().get(key)
         if entry:
-            return TuneResult(dict(entry["best"]), entry["ms"], (), (), cached=True)
-    points = search_points(kernel)
+            sched = Schedule(**entry.get("schedule", {}))
+            return TuneResult(dict(entry["best"]), entry["ms"], (), (), cached=True, schedule=sched)
+    candidates = [(p, s) for p in points for s in schedules]
 
-    def build(point):
+    def build(candidate):
+        point, schedule = candidate
         try:
-            return point, compile_kernel(kernel, bind(kernel, dims, None, point)), None
+            return candidate, compile_kernel(kernel, bind(kernel, dims, None, point), schedule=schedule), None
         except CompileError as e:
-            return point, None, e.message
+            return candidate, None, e.message
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        built = list(pool.map(build, points))
+        built = list(pool.map(build, candidates))
     arrays, scalars = _inputs(kernel, dict(base.env))
-    timings, pruned = [], []
-    for point, compiled, why in built:
+    timings, pruned, schedule_of = [], [], {}
+    for (point, schedule), compiled, why in built:
         items = tuple(sorted(point.items()))
+        if len(schedules) > 1:
+            items += (("schedule", schedule.key()),)
+        schedule_of[items] = schedule
         if compiled is None:
             pruned.append((items, why))
             continue
@@ -164,7 +191,9 @@ def tune(kernel: ir.Kernel, dims: dict[str, int], *, use_cache: bool = True, log
         reasons = "; ".join(f"{dict(p)}: {why}" for p, why in pruned[:3])
         raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
     best_items, best_ms = min(timings, key=lambda t: t[1])
+    best_schedule = schedule_of[best_items]
+    best = {k: v for k, v in best_items if k != "schedule"}
     entries = _read_cache()
-    entries[key] = {"best": dict(best_items), "ms": best_ms}
+    entries[key] = {"best": best, "ms": best_ms, "schedule": dataclasses.asdict(best_schedule)}
     _write_cache(entries)
-    return TuneResult(dict(best_items), best_ms, tuple(timings), tuple(pruned))
+    return TuneResult(best, best_ms, tuple(timings), tuple(pruned), schedule=best_schedule)

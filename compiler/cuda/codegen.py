@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis
+from compiler.cuda import analysis, mma
 from compiler.cuda.dots import legacy_schedule
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter, Val
 from compiler.cuda.hoist import hoist_dot_loads
-from compiler.cuda.layout import LayoutError, ThreadGrid, choose_thread_grid
+from compiler.cuda.layout import LayoutError, ThreadGrid, choose_mma_grid, choose_thread_grid
+from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
@@ -53,26 +54,112 @@ def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
     return shapes2d, dots, rows, cols
 
 
+def _tensor_core_dots(kernel: ir.Kernel) -> list[ir.Call]:
+    from compiler.frontend import walk
+
+    return [
+        e
+        for e in walk.iter_body_exprs(kernel.body)
+        if isinstance(e, ir.Call) and e.func == "dot" and mma.tensor_core_dtype(e, kernel)
+    ]
+
+
+def _reduces_rows(kernel: ir.Kernel) -> bool:
+    from compiler.frontend import walk
+
+    return any(
+        isinstance(e, ir.Call)
+        and e.func in ("sum", "max", "min")
+        and len(e.args) == 1
+        and e.args[0].ty.rank == 2
+        and dict(e.kwargs)["axis"].value == 1
+        for e in walk.iter_body_exprs(kernel.body)
+    )
+
+
+def _tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call]) -> set[str]:
+    """Lets that feed only tensor-core dots (staged as 16-bit operands)."""
+    from compiler.frontend import walk
+
+    def names(calls):
+        return {analysis.dot_operand_name(x) for c in calls for x in c.args} - {None}
+
+    others = [
+        e
+        for e in walk.iter_body_exprs(kernel.body)
+        if isinstance(e, ir.Call) and e.func == "dot" and not mma.tensor_core_dtype(e, kernel)
+    ]
+    return names(dots) - names(others)
+
+
+def _register_shapes(kernel: ir.Kernel, env) -> set:
+    """Shapes of the 2-D tiles held in registers: not the dot operands staged in shared memory."""
+    from compiler.frontend import walk
+
+    shared = analysis.shared_lets(kernel.body)
+    staged = {id(s.value) for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let) and s.name in shared}
+    for e in walk.iter_body_exprs(kernel.body):
+        if isinstance(e, ir.Call) and e.func == "dot":
+            for x in e.args:
+                staged.add(id(x))
+                if isinstance(x, ir.Call) and x.func == "transpose":
+                    staged.add(id(x.args[0]))
+    out = set()
+    for e in walk.iter_body_exprs(kernel.body):
+        if id(e) in staged or isinstance(e, ir.Name) and e.name in shared:
+            continue
+        if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
+            out.add(tuple(_eval(s, env) for s in e.ty.shape))
+    for s in walk.iter_stmts(kernel.body):
+        if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
+            out.add(tuple(_eval(x, env) for x in s.declared.shape))
+    return out
+
+
+def cta_threads(kernel: ir.Kernel, schedule: Schedule) -> int:
+    return schedule.threads or kernel.threads
+
+
+def choose_grid(kernel: ir.Kernel, env, schedule: Schedule):
+    threads = cta_threads(kernel, schedule)
+    if _tensor_core_dots(kernel):
+        shapes = _register_shapes(kernel, env)
+        pinned = schedule.threads is not None or any(isinstance(a, ir.Launch) for a in kernel.attributes)
+        # without a pinned CTA size, fewer warps where the tiles have too few rows for all of them
+        sizes = [threads] if pinned else [threads, threads // 2, threads // 4]
+        for n in sizes:
+            try:
+                return choose_mma_grid(n, shapes, _reduces_rows(kernel), schedule.warps_m)
+            except LayoutError:
+                if n == sizes[-1]:
+                    raise
+    shapes2d, dots, rows, cols = _shapes(kernel, env)
+    return choose_thread_grid(threads, shapes2d, dots, rows, cols)
+
+
 class KernelGen(ExprEmitter):
-    def __init__(self, kernel: ir.Kernel, binding, tf32: bool = False):
+    def __init__(self, kernel: ir.Kernel, binding, tf32: bool = False, schedule: Schedule = DEFAULT):
         if not legacy_schedule():
             kernel = hoist_dot_loads(kernel)
         env = dict(binding.env)
+        self.kernel = kernel
         self.point = ", ".join(f"{k}={v}" for k, v in binding.tile_values.items()) or "the only point"
-        if not 1 <= kernel.threads <= 1024 or kernel.threads % 32:
+        threads = cta_threads(kernel, schedule)
+        if not 1 <= threads <= 1024 or threads % 32:
             raise CompileError(
-                kernel.span, f"@launch({kernel.threads}): a CTA has 32 to 1024 threads, a multiple of 32"
+                kernel.span, f"@launch({threads}): a CTA has 32 to 1024 threads, a multiple of 32"
             )
-        shapes2d, dots, rows, cols = _shapes(kernel, env)
         try:
-            grid = choose_thread_grid(kernel.threads, shapes2d, dots, rows, cols)
+            grid = choose_grid(kernel, env, schedule)
         except LayoutError as e:
-            raise self.pruned(
-                kernel.span, f"cannot lay out its tiles on {kernel.threads} threads: {e}"
-            ) from None
+            raise self.pruned(kernel.span, f"cannot lay out its tiles on {threads} threads: {e}") from None
         super().__init__(kernel, env, grid)
         self.binding = binding
         self.tf32 = tf32
+        self.schedule = schedule
+        if self.tensor_cores:
+            self.tc_lets = _tensor_core_lets(kernel, _tensor_core_dots(kernel))
+            self.uses_bf16 = True
         self.hints = analysis.layout_hints(kernel.body)
         self.shared = analysis.shared_lets(kernel.body)
         self.let_floats = 0
@@ -86,6 +173,24 @@ class KernelGen(ExprEmitter):
                 self.reversed_blocks[axis] = counts["xyz".index(axis)]
         for i, a in enumerate("xyz"):
             self.ranges["%" + a] = analysis.IntRange(0, counts[i] - 1, 1)
+        self.order_lines = self.cta_order(counts)
+
+    def cta_order(self, counts) -> list[str]:
+        """Group-major CTA order for a 2-D grid (a tuner choice): CTAs launched one after another
+        take `group` neighbouring x indices and walk y, so that they share rows of the x operand
+        and a small band of the y operand in L2. Not with longest-first axes."""
+        gx, gy = counts[0], counts[1]
+        if self.schedule.order != "grouped" or gx <= 1 or gy <= 1 or self.reversed_blocks:
+            return []
+        g = min(self.schedule.group, gx)
+        self.block_remap = {"x": "cta_x", "y": "cta_y"}
+        return [
+            f"const int cta_id = (int)blockIdx.x + (int)blockIdx.y * {gx};",
+            f"const int cta_first = (cta_id / {g * gy}) * {g};",
+            f"const int cta_rows = min({gx} - cta_first, {g});",
+            f"const int cta_x = cta_first + (cta_id % {g * gy}) % cta_rows;",
+            f"const int cta_y = (cta_id % {g * gy}) / cta_rows;",
+        ]
 
     # -- statements -------------------------------------------------------------------------
 
@@ -204,7 +309,7 @@ class KernelGen(ExprEmitter):
         )
         saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
         self.ranges[s.var] = var_range
-        pipelined = self.prefetch_first(s, start, stop_name)
+        pipelined = self.prefetch_first(s, start, stop_name, step)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
         self.loop_barriers.append(False)
         self.scalars[s.var] = (var, "i32")
@@ -220,8 +325,12 @@ class KernelGen(ExprEmitter):
             while i < len(body) and isinstance(body[i], ir.Let) and body[i].name in pipelined:
                 run.append(body[i])
                 i += 1
-            if run:  # consecutive prefetched operands share one barrier pair
-                self.pipelined_lets(run)
+            rings = [x for x in run if self.pipelined[x.name][0] == "ring"]
+            regs = [x for x in run if self.pipelined[x.name][0] != "ring"]
+            if rings:
+                self.ring_lets(rings)
+            if regs:  # consecutive prefetched operands share one barrier pair
+                self.pipelined_lets(regs)
             else:
                 self.stmt(body[i])
                 i += 1
@@ -231,7 +340,7 @@ class KernelGen(ExprEmitter):
         self.out.span = s.span
         self.out.close()
 
-    def prefetch_first(self, s: ir.For, start: str, stop_name: str) -> dict:
+    def prefetch_first(self, s: ir.For, start: str, stop_name: str, step: str) -> dict:
         """Software pipelining: the loop's dot operands that are plain tensor loads depending only
         on the loop variable are loaded one iteration ahead into registers, so that their global
         reads overlap the previous iteration's arithmetic. Loads the first iteration's here."""
@@ -239,7 +348,7 @@ class KernelGen(ExprEmitter):
 
         inner = {st.name for st in walk.iter_stmts(s.body) if isinstance(st, ir.Let | ir.VarDecl)}
         inner |= {st.var for st in walk.iter_stmts(s.body) if isinstance(st, ir.For)}
-        out = {}
+        out, tensor_core = {}, []
         for st in s.body:
             if not (isinstance(st, ir.Let) and st.name in self.shared):
                 continue
@@ -249,6 +358,9 @@ class KernelGen(ExprEmitter):
             ):
                 continue
             transposed = analysis.shared_let_transposed(self.kernel.body, st.name)
+            if st.name in self.tc_lets:
+                tensor_core.append((st, transposed))
+                continue
             tile = self.shared_tile(load, self.shared[st.name], transposed)
             plan = self.vector_plan(tile, load, transposed)
             if plan is None:
@@ -262,7 +374,77 @@ class KernelGen(ExprEmitter):
             self.load_regs(plan, load, regs)
             self.out.close()
             out[st.name] = (tile, plan, regs, load)
+        if tensor_core:
+            out.update(self.copy_pipeline(s, tensor_core, start, stop_name, step))
         return out
+
+    def copy_pipeline(self, s: ir.For, lets, start: str, stop_name: str, step: str) -> dict:
+        """Tensor-core operands of a loop: a ring of `stages` shared buffers filled by cp.async,
+        stages - 1 iterations ahead; the prologue here issues the first stages - 1 iterations
+        (one commit group each, empty past the end, so that group counting stays uniform)."""
+        entries = []
+        for st, transposed in lets:
+            role = self.shared[st.name]
+            tile = self.mma_let_tile(st.value, role, transposed, ptr="")
+            plan = mma.copy_plan(self, tile, st.value)
+            if plan is None:
+                return {}
+            entries.append((st, role, transposed, tile, plan))
+        words = [mma.tile_floats(t) + (-mma.tile_floats(t)) % 4 for *_, t, _ in entries]
+        stages = max(2, self.schedule.stages)
+        while stages > 2 and (self.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
+            stages -= 1
+        first = self.fresh("first")
+        self.out.line(f"const int {first} = {start};")
+        bases = []
+        for w in words:
+            base = self.fresh("ring")
+            ring = self.alloc_perm(stages * w)
+            self.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
+            bases.append(base)
+        for p in range(stages - 1):
+            self.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
+            self.out.open(f"if ({first}_{p} < {stop_name})")
+            self.scalars[s.var] = (f"{first}_{p}", "i32")
+            for (st, role, transposed, _, plan), base, w in zip(entries, bases, words, strict=True):
+                ring = self.mma_let_tile(st.value, role, transposed, ptr=f"({base} + {p * 2 * w})")
+                mma.issue_copy(self, plan, ring, st.value)
+            self.out.close()
+            self.out.line("cp_async_commit();")
+        return {
+            st.name: ("ring", st, role, transposed, plan, base, 2 * w, stages, first)
+            for (st, role, transposed, _, plan), base, w in zip(entries, bases, words, strict=True)
+        }
+
+    def ring_lets(self, lets: list[ir.Let]) -> None:
+        """One iteration of the copy pipeline: wait for this iteration's stage, one barrier
+        (the stage about to be refilled was last read in the previous iteration), issue the
+        copies stages - 1 iterations ahead, then point the lets at this iteration's stage."""
+        self.out.span = lets[0].span
+        *_, stages, first = self.pipelined[lets[0].name][:9]
+        var_name, var_c, step, stop_name = self.pipelined[lets[0].name][9:]
+        it = self.fresh("it")
+        self.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
+        self.out.line(f"cp_async_wait<{stages - 2}>();")
+        self.sync()
+        nxt = self.fresh("ahead")
+        self.out.line(f"const int {nxt} = {var_c} + {stages - 1} * ({step});")
+        self.out.open(f"if ({nxt} < {stop_name})")
+        self.scalars[var_name] = (nxt, "i32")
+        for s in lets:
+            _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
+            ring = self.mma_let_tile(
+                st.value, role, transposed, ptr=f"({base} + (({it} + {stages - 1}) % {stages}) * {size})"
+            )
+            mma.issue_copy(self, plan, ring, st.value)
+        self.scalars[var_name] = (var_c, "i32")
+        self.out.close()
+        self.out.line("cp_async_commit();")
+        for s in lets:
+            _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
+            cur = self.fresh("stage")
+            self.out.line(f"unsigned short* const {cur} = {base} + ({it} % {stages}) * {size};")
+            self.vals[s.name] = self.mma_let_tile(st.value, role, transposed, ptr=cur)
 
     def pipelined_lets(self, lets: list[ir.Let]) -> None:
         self.out.span = lets[0].span
@@ -389,6 +571,8 @@ class KernelGen(ExprEmitter):
         if self.uses_half or self.uses_bf16:
             head.block(HALF_PRELUDE.splitlines())
         head.block(PRELUDE.splitlines())
+        if self.tensor_cores:
+            head.block(mma.PRELUDE.splitlines())
         params, order = [], []
         stored = {s.tensor for s in _all_stmts(k.body) if isinstance(s, ir.Store)}
         for p in k.params:
@@ -402,9 +586,8 @@ class KernelGen(ExprEmitter):
                 params.append(f"{CTYPE[p.dtype]} s_{p.name}")
             order.append(p.name)
         entry = f"phobos_{k.name}"
-        head.line(
-            f'extern "C" __global__ void __launch_bounds__({k.threads}) {entry}({", ".join(params)}) {{'
-        )
+        bounds = f"__launch_bounds__({self.grid.threads})"
+        head.line(f'extern "C" __global__ void {bounds} {entry}({", ".join(params)}) {{')
         head.depth = 1
         for name, value in sorted(self.env.items()):
             head.line(f"constexpr int c_{name} = {value};")
@@ -413,8 +596,8 @@ class KernelGen(ExprEmitter):
         head.line("extern __shared__ float4 smem_raw[];")
         head.line("float* smem = reinterpret_cast<float*>(smem_raw);")
         head.line("const int th_id = threadIdx.x;")
-        head.line(f"const int th_r = th_id / {g.cols};")
-        head.line(f"const int th_c = th_id % {g.cols};")
+        head.block(g.coordinates())
+        head.block(self.order_lines)
         head.line("(void)smem; (void)th_r; (void)th_c;")
         lines = head.lines + self.out.lines + ["}"]
         spans = [None] + head.spans + self.out.spans + [None]
@@ -423,7 +606,7 @@ class KernelGen(ExprEmitter):
             entry,
             tuple(order),
             self.grid_dims,
-            (k.threads, 1, 1),
+            (self.grid.threads, 1, 1),
             shared_bytes,
             tuple(spans),
         )
@@ -448,8 +631,8 @@ __device__ __forceinline__ float floormod_f(float a, float b) { return a - floor
 """.strip("\n")
 
 
-def generate(kernel: ir.Kernel, binding, tf32: bool = False) -> Generated:
-    return KernelGen(kernel, binding, tf32).generate()
+def generate(kernel: ir.Kernel, binding, tf32: bool = False, schedule: Schedule = DEFAULT) -> Generated:
+    return KernelGen(kernel, binding, tf32, schedule).generate()
 
 
 __all__ = ["generate", "Generated", "ThreadGrid", "Val"]

@@ -38,8 +38,12 @@ def legacy_schedule() -> bool:
 
 class DotMixin:
     def dot(self, e: ir.Call, into):
+        from compiler.cuda import mma
         from compiler.cuda.exprs import SharedTile
 
+        dtype = mma.tensor_core_dtype(e, self.kernel)
+        if dtype is not None and self.tensor_cores:
+            return mma.lower_dot(self, e, into, dtype)
         a, b = e.args
         m, kk = (self.size(s) for s in a.ty.shape)
         n = self.size(b.ty.shape[1])
@@ -47,8 +51,8 @@ class DotMixin:
         ops = []
         writes = []
         for role, arg in (("a", a), ("b", b)):
-            staged = self._staged(arg)
-            if staged is not None:
+            staged = self.staged_operand(arg)
+            if isinstance(staged, SharedTile):
                 ops.append(staged)
                 continue
             x = m if role == "a" else n
@@ -72,14 +76,16 @@ class DotMixin:
         self._fma_loop(into, sa, sb, m, n, kk)
         return into
 
-    def _staged(self, arg: ir.Expr):
+    def staged_operand(self, arg: ir.Expr):
+        """The shared-memory buffer a dot operand (a let or its transpose) already lives in."""
+        from compiler.cuda import mma
         from compiler.cuda.exprs import SharedTile
 
         name = arg.name if isinstance(arg, ir.Name) else None
         if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
             name = arg.args[0].name
         v = self.vals.get(name) if name else None
-        return v if isinstance(v, SharedTile) else None
+        return v if isinstance(v, SharedTile | mma.MmaTile) else None
 
     def shared_tile(self, load: ir.Load, role: str, transposed: bool):
         from compiler.cuda.exprs import SharedTile
@@ -92,6 +98,8 @@ class DotMixin:
         return SharedTile(ptr, role, k, x, x + PAD)
 
     def stage_shared_let(self, name: str, load: ir.Load, role: str, transposed: bool):
+        if name in self.tc_lets:
+            return self.stage_mma_let(load, role, transposed)
         tile = self.shared_tile(load, role, transposed)
         arg = (
             ir.Call(
@@ -103,6 +111,28 @@ class DotMixin:
         prep = self._prepare(arg, tile)
         self.sync_before_overwrite()
         self._write(tile, prep)
+        self.sync()
+        return tile
+
+    def mma_let_tile(self, load: ir.Load, role: str, transposed: bool, ptr: str | None = None):
+        """The tensor-core operand buffer of a let (at `ptr`, or newly allocated)."""
+        from compiler.cuda import mma
+
+        r, c = (self.size(s) for s in load.ty.shape)
+        k, x = (c, r) if (role == "a") != transposed else (r, c)
+        k_contiguous = (role == "a") != transposed
+        dtype = self.tensor(load.tensor, load.span).dtype
+        if ptr is None:
+            return mma.alloc_tile(self, role, k, x, k_contiguous, dtype, load.span)
+        return mma.make_tile(ptr, role, k, x, k_contiguous, dtype, load.span)
+
+    def stage_mma_let(self, load: ir.Load, role: str, transposed: bool):
+        from compiler.cuda import mma
+
+        tile = self.mma_let_tile(load, role, transposed)
+        self.sync_before_overwrite()
+        if mma.stage_load(self, tile, load):
+            self.out.line("cp_async_commit(); cp_async_wait<0>();")
         self.sync()
         return tile
 

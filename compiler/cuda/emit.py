@@ -41,7 +41,8 @@ def c_float(value: float) -> str:
     return f"{text}f"
 
 
-CTYPE = {"f32": "float", "i32": "int", "bool": "bool"}
+# registers hold bf16 / f16 values as floats (already rounded to the type)
+CTYPE = {"f32": "float", "i32": "int", "bool": "bool", "bf16": "float", "f16": "float"}
 # f16 / bf16 travel as their 16-bit patterns and convert with PTX cvt (see HALF_PRELUDE): the
 # generated code then needs no header, not even cuda_fp16.h, which NVRTC cannot find on its own.
 STORAGE_CTYPE = {"f32": "float", "i32": "int", "f16": "unsigned short", "bf16": "unsigned short"}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from compiler.cuda import analysis
 from compiler.cuda.dots import DotMixin, legacy_schedule
 from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
-from compiler.cuda.layout import Dist, LayoutError, ThreadGrid
+from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
 from compiler.cuda.reductions import ReductionMixin
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -59,10 +59,12 @@ class SharedTile:
 
 
 class ExprEmitter(DotMixin, ReductionMixin):
-    def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid):
+    def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid | MmaGrid):
         self.kernel = kernel
         self.env = env
         self.grid = grid
+        self.tensor_cores = isinstance(grid, MmaGrid)
+        self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}
@@ -82,6 +84,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         # one flag per enclosing loop body: has a barrier been emitted in it (at its own level)
         self.loop_barriers: list[bool] = []
         self.reversed_blocks: dict[str, int] = {}  # block axis -> CTA count, launched longest-first
+        self.block_remap: dict[str, str] = {}  # block axis -> C name of its index in a CTA order
 
     # -- small helpers ----------------------------------------------------------------------
 
@@ -258,6 +261,8 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if isinstance(e, ir.Name):
             return self.name_elem(e, ctx)
         if isinstance(e, ir.BlockIndex):
+            if e.axis in self.block_remap:
+                return self.block_remap[e.axis]
             if e.axis in self.reversed_blocks:
                 return f"({self.reversed_blocks[e.axis] - 1} - (int)blockIdx.{e.axis})"
             return f"((int)blockIdx.{e.axis})"

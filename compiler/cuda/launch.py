@@ -91,14 +91,18 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
 
 
 def run_kernel_gpu(
-    kernel: ir.Kernel, binding, arrays: dict[str, np.ndarray], scalars: dict
+    kernel: ir.Kernel, binding, arrays: dict[str, np.ndarray], scalars: dict, schedule=None
 ) -> dict[str, np.ndarray]:
     """Copy host arrays in, run, copy the stored tensors out (returned by name)."""
     import cupy
 
     from compiler.frontend import walk
 
-    compiled = compile_kernel(kernel, binding)
+    compiled = (
+        compile_kernel(kernel, binding)
+        if schedule is None
+        else compile_kernel(kernel, binding, schedule=schedule)
+    )
     device = {}
     for p in kernel.tensors:
         host = arrays.get(p.name)

@@ -81,6 +81,12 @@ class ThreadGrid:
     rows: int  # TR
     cols: int  # TC
 
+    lane_group = 32  # threads of one warp that can share a row
+
+    def coordinates(self) -> list[str]:
+        """C lines defining th_r and th_c from th_id."""
+        return [f"const int th_r = th_id / {self.cols};", f"const int th_c = th_id % {self.cols};"]
+
     def dist2(self, shape: tuple[int, int]) -> tuple[Dist, Dist]:
         return make_dist(shape[0], self.rows, "th_r"), make_dist(shape[1], self.cols, "th_c")
 
@@ -129,4 +135,141 @@ def choose_thread_grid(
         tc *= 2
     if best is None:
         raise LayoutError(f"no arrangement of {threads} threads divides tiles {sorted(shapes2d)}")
+    return best[1]
+
+
+# -- the tensor-core layout ----------------------------------------------------------------------
+#
+# When a kernel's dot runs on tensor cores, every 2-D tile is laid out like the accumulator of
+# `mma.sync.m16n8k16`: the CTA's W warps form a WR x WC grid, warp (wr, wc) owns the block
+# rows [wr*R/WR, (wr+1)*R/WR) x cols [wc*C/WC, (wc+1)*C/WC), and inside it lane = 4*g + t holds,
+# for every 16x8 sub-tile, rows g and g+8 and columns 2t and 2t+1. The thread coordinates are
+# th_r = wr*8 + g (TR = 8*WR) and th_c = wc*4 + t (TC = 4*WC), so a thread's rows depend on th_r
+# only and its columns on th_c only, as in ThreadGrid, and the four threads sharing a row inside
+# a warp are neighbouring lanes (row reductions: xor 1, 2, then across the WC warps).
+
+MMA_ROWS, MMA_COLS = 16, 8
+
+
+@dataclass(frozen=True)
+class MmaDist:
+    """Along one axis of the tensor-core layout: `warps` warps, each `lanes` thread coordinates
+    (8 along rows, 4 along columns) and sub-tiles of `granule` (16 rows or 8 columns)."""
+
+    extent: int
+    warps: int
+    lanes: int
+    granule: int
+    thread_var: str
+
+    replicated = False
+    vector = 1
+
+    @property
+    def threads(self) -> int:
+        return self.warps * self.lanes
+
+    @property
+    def per_warp(self) -> int:
+        return self.extent // self.warps
+
+    @property
+    def count(self) -> int:
+        return self.per_warp // self.lanes
+
+    def position(self, local: str) -> str:
+        v, lanes, g = self.thread_var, self.lanes, self.granule
+        warp = f"({v} / {lanes}) * {self.per_warp}" if self.warps > 1 else "0"
+        if lanes == 8:  # rows: local 2*s + h -> sub-tile s, half h (row g or g + 8)
+            inner = f"(({local}) / 2) * {g} + (({local}) % 2) * 8 + {v} % 8"
+        else:  # columns: local 2*s + e -> sub-tile s, column 2t + e
+            inner = f"(({local}) / 2) * {g} + ({v} % 4) * 2 + ({local}) % 2"
+        return f"({warp} + {inner})"
+
+    def primary(self) -> str:
+        return "true"
+
+
+def make_mma_dist(extent: int, warps: int, rows: bool, thread_var: str) -> MmaDist | Dist:
+    granule = MMA_ROWS if rows else MMA_COLS
+    if extent == 1:  # a broadcast axis: every thread holds the one element
+        return Dist(1, warps * (8 if rows else 4), thread_var)
+    if extent % (warps * granule):
+        what = "rows" if rows else "columns"
+        raise LayoutError(
+            f"tile extent {extent} does not split into {warps} warps of whole {granule}-{what[:-1]} "
+            f"tensor-core tiles"
+        )
+    return MmaDist(extent, warps, 8 if rows else 4, granule, thread_var)
+
+
+@dataclass(frozen=True)
+class MmaGrid:
+    threads: int
+    warps_m: int  # WR
+    warps_n: int  # WC
+
+    lane_group = 4  # threads of one warp that share a row
+
+    @property
+    def rows(self) -> int:
+        return 8 * self.warps_m
+
+    @property
+    def cols(self) -> int:
+        return 4 * self.warps_n
+
+    def dist2(self, shape: tuple[int, int]) -> tuple[MmaDist, MmaDist]:
+        return (
+            make_mma_dist(shape[0], self.warps_m, True, "th_r"),
+            make_mma_dist(shape[1], self.warps_n, False, "th_c"),
+        )
+
+    def dist1(self, extent: int, kind: Kind1D):
+        if kind == "row":
+            return make_mma_dist(extent, self.warps_m, True, "th_r")
+        if kind == "col":
+            return make_mma_dist(extent, self.warps_n, False, "th_c")
+        return make_dist(extent, self.threads, "th_id")
+
+    def coordinates(self) -> list[str]:
+        """C lines defining th_r and th_c from th_id."""
+        return [
+            "const int th_warp = th_id >> 5, th_lane = th_id & 31;",
+            f"const int th_r = (th_warp / {self.warps_n}) * 8 + (th_lane >> 2);",
+            f"const int th_c = (th_warp % {self.warps_n}) * 4 + (th_lane & 3);",
+        ]
+
+
+def choose_mma_grid(
+    threads: int, shapes2d: set[tuple[int, int]], row_reductions: bool, warps_m: int | None = None
+) -> MmaGrid:
+    """Pick WR x WC for the tensor-core layout: every 2-D tile must split into whole 16x8
+    sub-tiles per warp; kernels that reduce along rows keep WC = 1 (rows never leave a warp);
+    otherwise the most square warp tile of the largest tile (fewest shared-memory fragment
+    loads per MMA). `warps_m` pins WR (a tuner choice)."""
+    warps = threads // 32
+    best: tuple | None = None
+    for wr in [w for w in range(1, warps + 1) if warps % w == 0]:
+        wc = warps // wr
+        if warps_m is not None and wr != warps_m:
+            continue
+        if row_reductions and wc != 1:
+            continue
+        grid = MmaGrid(threads, wr, wc)
+        try:
+            for shape in shapes2d:
+                grid.dist2(shape)
+        except LayoutError:
+            continue
+        big = max(shapes2d, key=lambda s: s[0] * s[1], default=(16 * wr, 8 * wc))
+        tm, tn = big[0] / wr, big[1] / wc
+        score = abs(tm - tn) / max(tm, tn)
+        if best is None or score < best[0]:
+            best = (score, grid)
+    if best is None:
+        raise LayoutError(
+            f"no arrangement of {warps} warps splits tiles {sorted(shapes2d)} into 16x8 tensor-core tiles"
+            + (f" with {warps_m} warps along the rows" if warps_m else "")
+        )
     return best[1]

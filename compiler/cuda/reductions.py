@@ -112,10 +112,12 @@ class ReductionMixin:
         return self.through_shared(res, ctx)
 
     def lane_allreduce(self, res, count: int, lanes: int, comb, ctype: str) -> None:
-        """Combine the partial results of the `lanes` neighbouring threads that share each row."""
+        """Combine the partial results of the `lanes` threads that share each row: the ones of one
+        warp (neighbouring lanes) with shuffles, then the warps of a row through shared memory."""
         if lanes == 1:
             return
-        warp_lanes = min(lanes, 32)
+        group = self.grid.lane_group
+        warp_lanes = min(lanes, group)
         self.out.line("#pragma unroll")
         self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
         off = warp_lanes // 2
@@ -126,16 +128,16 @@ class ReductionMixin:
             )
             off //= 2
         self.out.close()
-        if lanes <= 32:
+        if lanes <= group:
             return
-        groups = lanes // 32
+        groups = lanes // group
         buf = self.alloc_scratch(self.grid.rows * groups * count)
         self.sync()
-        self.out.open("if ((th_c & 31) == 0)")
+        self.out.open(f"if (th_c % {group} == 0)")
         self.out.line("#pragma unroll")
         self.out.line(
             f"for (int _i = 0; _i < {count}; ++_i) "
-            f"{buf}[(th_r * {groups} + (th_c >> 5)) * {count} + _i] = {res.cname}[_i];"
+            f"{buf}[(th_r * {groups} + th_c / {group}) * {count} + _i] = {res.cname}[_i];"
         )
         self.out.close()
         self.sync()

@@ -24,13 +24,3 @@ class Span:
 
 
 UNKNOWN_SPAN = Span("<unknown>", 0, 0, 0, 0)
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    name: str
-    text: str
-
-    def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 1 <= line <= len(lines) else ""

@@ -40,7 +40,7 @@ def test_cases_cover_the_issue():
 def test_every_case_compiles_to_a_cluster_program(case):
     """Each pinned @cluster value is in its kernel's space and the job compiles; the unit count is
     the output's super-tile count (a wrong kernel or dims would fail here, not in a long run)."""
-    from compiler.cluster import compile_cluster
+    from compiler.cluster.build import compile_cluster
     from compiler.frontend.load import load_file
 
     kernel = load_file(kernel_path(case)).kernel()
@@ -117,7 +117,7 @@ def test_attention_reference_by_blocks_of_rows():
 def test_gpu_leaves_compile_to_ptx(kind):
     """NVRTC needs no GPU: every leaf of every GPU case compiles here, so the GPU run cannot
     fail on a kernel the CUDA code generator refuses."""
-    from compiler.cluster import compile_cluster
+    from compiler.cluster.build import compile_cluster
     from compiler.cuda import compile_kernel
     from compiler.frontend.load import load_file
     from pod.backend_cpu import prepare_leaf

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.cluster import compile_cluster
+from compiler.cluster.build import compile_cluster
 from compiler.cluster.sequential import run_program
 from tests.cluster.helpers import example
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.cluster import cluster_space, compile_cluster
+from compiler.cluster.build import cluster_space, compile_cluster
 from compiler.frontend.diagnostics import CompileError
 from tests.cluster.helpers import example, small
 

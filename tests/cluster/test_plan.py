@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from common.errors import UserError
-from compiler.cluster import cluster_space, compile_cluster, values_outside_space
-from compiler.cluster.program import Region
+from compiler.cluster.build import cluster_space, compile_cluster, values_outside_space
 from compiler.frontend.diagnostics import CompileError
+from schemas.program import Region
 from tests.cluster.helpers import example, small
 
 GiB_DIMS = {"M": 16384, "N": 16384, "K": 16384}

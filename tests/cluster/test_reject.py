@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cluster import check_cluster, compile_cluster
+from compiler.cluster.build import check_cluster, compile_cluster
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_text
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.cluster import cluster_space, compile_cluster
+from compiler.cluster.build import cluster_space, compile_cluster
 from compiler.cluster.sequential import run_program
 from compiler.frontend.binding import bind
 from compiler.interp.interpreter import run_kernel

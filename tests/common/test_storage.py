@@ -14,7 +14,7 @@ import pytest
 
 from common import storage
 from common.errors import UserError
-from compiler.cluster.program import Region
+from schemas.program import Region
 
 REPO = Path(__file__).resolve().parents[2]
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i32": np.int32}
@@ -244,7 +244,7 @@ def test_killed_writer_leaves_the_old_contents(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, numpy as np
         from common import storage
-        from compiler.cluster.program import Region
+        from schemas.program import Region
         final = {str(final)!r}
         staging = storage.create_staging(final, (64, 64), "f32", "killed")
         storage.write_region(staging, Region("out", (0, 0), (32, 64)), np.zeros((32, 64), np.float32))

@@ -162,8 +162,30 @@ def case_transpose(tiles):
     return out["b"], a.T.astype(np.float64), np.zeros((45, 70)), 1  # a copy: exact
 
 
+def _case_matmul_16bit(name, storage, tiles):
+    """bf16 / f16 operands: the reference multiplies the same 16-bit values in float64."""
+    a = f32(150, 72, seed=1).astype(storage)
+    b = f32(72, 201, seed=2).astype(storage)
+    c = np.full((150, 201), np.nan, np.float32)
+    out = run(name, {"M": 150, "N": 201, "K": 72}, {"A": a, "B": b, "C": c}, tiles=tiles)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return out["C"], a64 @ b64, np.abs(a64) @ np.abs(b64), 72
+
+
+def case_matmul_bf16(tiles):
+    import ml_dtypes
+
+    return _case_matmul_16bit("matmul_bf16", ml_dtypes.bfloat16, tiles)
+
+
+def case_matmul_f16(tiles):
+    return _case_matmul_16bit("matmul_f16", np.float16, tiles)
+
+
 CASES = {
     "add": case_add,
+    "matmul_bf16": case_matmul_bf16,
+    "matmul_f16": case_matmul_f16,
     "axpby": case_axpby,
     "matmul": case_matmul,
     "matmul_plain": case_matmul_plain,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from compiler.frontend import binding, ir
 from compiler.frontend import load as frontend
 
+STORAGE = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -39,6 +41,6 @@ def random_inputs(kernel: ir.Kernel, env: dict[str, int], rng: np.random.Generat
     arrays = {}
     for p in kernel.tensors:
         shape = tuple(d if isinstance(d, int) else env[d] for d in p.dims)
-        arrays[p.name] = rng.standard_normal(shape).astype(np.float32)
+        arrays[p.name] = rng.standard_normal(shape).astype(STORAGE.get(p.dtype, np.float32))
     scalars = {p.name: float(rng.uniform(0.2, 1.5)) for p in kernel.scalars}
     return arrays, scalars

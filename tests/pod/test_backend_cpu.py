@@ -5,9 +5,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from compiler.cluster.program import Leaf
 from pod.backend_cpu import CpuBackend
 from schemas.capnp_io import JobProgram
+from schemas.program import Leaf
 
 MIXED = """
 @autotune(BLOCK in [8])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cluster.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+from schemas.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 
 LEAF = Leaf(
     name="main", kernel="add", source="kernel add(...) {}\n", dims=(("N", 64),),
@@ -107,3 +107,29 @@ def test_oversized_message_is_refused_by_the_traversal_limit():
     data = capnp_io.program_to_bytes(program)
     with pytest.raises(Exception, match="[Tt]raversal|limit"):
         capnp_io.program_from_bytes(data)
+
+
+def test_one_program_schema_under_rpc_and_job():
+    """Regions, tensor infos and leaves are program.capnp's own structs in both other schemas."""
+    program = capnp_io.schema("program.capnp")
+    rpc = capnp_io.rpc()
+    job = capnp_io.schema("job.capnp")
+    assert rpc.Program.schema.fields["tensors"].proto.slot.type.list.elementType.struct.typeId == \
+        program.TensorInfo.schema.node.id
+    assert rpc.LeafCode.schema.fields["leaf"].proto.slot.type.struct.typeId == program.Leaf.schema.node.id
+    assert job.Job.schema.fields["dims"].proto.slot.type.list.elementType.struct.typeId == \
+        program.NamedValue.schema.node.id
+
+
+def test_roles_are_an_enum_and_grids_are_64_bit():
+    info = TensorInfo("c", "f32", (64,), "inout")
+    msg = capnp_io.schema("program.capnp").TensorInfo.new_message()
+    capnp_io.write_tensor_info(msg, info)
+    assert capnp_io.read_tensor_info(msg) == info
+    with pytest.raises(Exception):  # noqa: B017 - pycapnp raises its own KjException
+        msg.role = "sideways"
+    leaf = Leaf(name="main", kernel="k", source="", dims=(), tile_values=(), grid=(1 << 33, 1, 1),
+                threads=128, tensors=(), scalars=())
+    msg = capnp_io.schema("program.capnp").Leaf.new_message()
+    capnp_io.write_leaf(msg, leaf)
+    assert capnp_io.read_leaf(msg) == leaf

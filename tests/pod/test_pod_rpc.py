@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from common import storage
-from compiler.cluster.program import Leaf, Region, TensorInfo
 from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+from schemas.program import Leaf, Region, TensorInfo
 from tests.pod.harness import Sink, connect, remote_message, run_async, running_pods, submit
 
 ADD_LEAF_SOURCE = """

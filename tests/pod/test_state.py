@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cluster.program import Region
 from pod.state import (
     BufferServable,
     Cancelled,
@@ -19,6 +18,7 @@ from pod.state import (
     TileServed,
 )
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+from schemas.program import Region
 
 RA = Region("a", (0,), (8,))
 RC = Region("c", (0,), (8,))

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from compiler.cluster.program import ClusterProgram, Leaf, Region
 from scheduler import calibrate as cal
 from scheduler.tuner import Figures, LeafRate
 from schemas.instructions import Fetch, Load
+from schemas.program import ClusterProgram, Leaf, Region
 from tests.job_files import JOB_KERNELS, make_job, write_inputs
 from tests.runtime.cluster import open_cluster, reference
 

@@ -57,7 +57,7 @@ def _prepared(cluster, name):
 
 
 def test_leaf_values_tuned_on_one_pod_are_used_by_every_node(cluster, tmp_path, monkeypatch):
-    from scheduler.tuner_cli import with_values
+    from scheduler.prepare import recompile
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     prepared = _prepared(cluster, "c_leaves")
@@ -70,7 +70,7 @@ def test_leaf_values_tuned_on_one_pod_are_used_by_every_node(cluster, tmp_path, 
     assert any("3 points timed, 0 skipped" in line for line in said)
     assert not [p for p in cluster.root.iterdir() if "probe" in p.name]  # scratch outputs removed
 
-    tuned = with_values(prepared, values, best)
+    tuned = recompile(prepared, values, best)
     assert all(dict(leaf.tile_values) == best for leaf in tuned.program.leaves)
     result = run(asyncio.wait_for(cluster.session.run(tuned, cluster.options, [0, 1]), 120))
     assert result.ok, result.reason

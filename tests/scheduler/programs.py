@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from compiler.cluster.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
+from schemas.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 
 
 def _leaf(name: str, tensors: tuple[str, ...], scalars: tuple[str, ...] = ()) -> Leaf:

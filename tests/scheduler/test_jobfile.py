@@ -113,3 +113,58 @@ def test_cli_new_job_and_show_job(tmp_path, capsys):
     assert f"file:a.npy  -> file://{tmp_path}/a.npy" in text
     assert "| kernel matmul(" in text
     assert render_job(read_job(out)).startswith("job\n")
+
+
+# job.capnp before its dimensions became program.capnp's NamedValue (the same layout: a job file
+# written then reads the same now). Its file id differs from today's: Cap'n Proto refuses to load
+# two files with one id into a process, and ids never reach the wire.
+OLD_JOB_SCHEMA = """@0xd1c3a5b7e9f10203;
+struct Job {
+  format @0 :UInt32 = 1;
+  kernelName @1 :Text;
+  kernelSource @2 :Text;
+  kernelFile @3 :Text;
+  dims @4 :List(Dim);
+  scalars @5 :List(Scalar);
+  tensors @6 :List(Tensor);
+  clusterValues @7 :List(Dim);
+  struct Dim { name @0 :Text; value @1 :Int64; }
+  struct Scalar { name @0 :Text; value @1 :Float64; }
+  struct Tensor { name @0 :Text; uri @1 :Text; }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def old_job_schema(tmp_path_factory):
+    """Loaded once: Cap'n Proto also refuses one file id loaded from two paths."""
+    import capnp
+
+    folder = tmp_path_factory.mktemp("old-schema")
+    (folder / "job.capnp").write_text(OLD_JOB_SCHEMA)
+    return capnp.load(str(folder / "job.capnp"))
+
+
+def _old_job_bytes(schema, job: Job, format_: int = 1) -> bytes:
+    msg = schema.Job.new_message()
+    msg.format, msg.kernelName, msg.kernelSource, msg.kernelFile = (
+        format_, job.kernel_name, job.kernel_source, job.kernel_file)
+    for field, items in (("dims", job.dims), ("clusterValues", job.cluster_values)):
+        for entry, (name, value) in zip(msg.init(field, len(items)), items, strict=True):
+            entry.name, entry.value = name, value
+    for entry, (name, value) in zip(msg.init("scalars", len(job.scalars)), job.scalars, strict=True):
+        entry.name, entry.value = name, value
+    for entry, (name, uri) in zip(msg.init("tensors", len(job.tensors)), job.tensors, strict=True):
+        entry.name, entry.uri = name, uri
+    return msg.to_bytes()
+
+
+def test_a_job_file_of_the_old_schema_reads_the_same(old_job_schema):
+    job = matmul_job(cluster_values={"TILE_M": 8192})
+    assert job_from_bytes(_old_job_bytes(old_job_schema, job)) == job
+
+
+def test_a_job_file_of_another_format_names_the_versions(old_job_schema):
+    data = _old_job_bytes(old_job_schema, matmul_job(), format_=7)
+    with pytest.raises(UserError, match=r"job format 7 is not supported \(expected 1\)"):
+        job_from_bytes(data, "j.capnp")

@@ -1,0 +1,182 @@
+"""A phobos job against the hand-written script a user would write instead, on the same files.
+
+Both sides run as fresh processes from the command line, alternating, in one run, so that both see
+the same machine load:
+
+- script: `python -c "a = np.load(A); b = np.load(B); np.save(C, a + b)"` (numpy on the CPU, or
+  cupy with `--device gpu`: load, upload, add or matmul, download, save);
+- phobos: `python -m scheduler.main JOB --local-pods 1 --trace T` (starts its own pod), and with
+  `--running-pods` also the same job against one pod started once before the rounds
+  (`--pods HOST:PORT`), which is the documented way to run on a cluster.
+
+Reported per side: median command-to-exit seconds and the ratio phobos / script, and from each
+phobos trace the `phases` breakdown (start-up, compile, plan, staging, read, host-to-device,
+compute, device-to-host, write, commit). Outputs are checked against the script's before timing.
+
+Run (CPU, 2^25 f32 add):
+    PYTHONPATH=. .venv/bin/python benchmarks/script_vs_job.py --case add --n 33554432 --rounds 5 \
+        --out benchmarks/results/cpu-amd-epyc-2core/script-vs-job-add.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = {
+    ("add", "cpu"): ("benchmarks/kernels/cluster_add.phk", "BLOCK=4194304"),
+    ("add", "gpu"): ("benchmarks/kernels/cluster_add_gpu.phk", "BLOCK=16777216"),
+    ("matmul", "gpu"): ("benchmarks/kernels/cluster_matmul_gpu.phk", "TILE=4096"),
+}
+ADD_SCRIPT = """
+import numpy as np, sys
+a = np.load(sys.argv[1]); b = np.load(sys.argv[2]); np.save(sys.argv[3], a + b)
+"""
+ADD_SCRIPT_GPU = """
+import numpy as np, cupy as cp, sys
+a = cp.asarray(np.load(sys.argv[1])); b = cp.asarray(np.load(sys.argv[2]))
+np.save(sys.argv[3], cp.asnumpy(a + b))
+"""
+MATMUL_SCRIPT_GPU = """
+import numpy as np, cupy as cp, sys
+a = cp.asarray(np.load(sys.argv[1])); b = cp.asarray(np.load(sys.argv[2]))
+np.save(sys.argv[3], cp.asnumpy(a @ b))
+"""
+
+
+def make_case(case: str, device: str, n: int, folder: Path) -> tuple[Path, list[Path], Path, str]:
+    """Write the inputs and the job file; returns (job, inputs, phobos output, script source)."""
+    rng = np.random.default_rng(0)
+    kernel, cluster = KERNELS[(case, device)]
+    if case == "add":
+        shape_a = shape_b = (n,)
+        dims = [f"N={n}"]
+        tensors = ["a=file:a.npy", "b=file:b.npy", "c=file:c.npy"]
+        script = ADD_SCRIPT if device == "cpu" else ADD_SCRIPT_GPU
+    else:
+        shape_a = shape_b = (n, n)
+        dims = [f"M={n}", f"N={n}", f"K={n}"]
+        tensors = ["A=file:a.npy", "B=file:b.npy", "C=file:c.npy"]
+        script = MATMUL_SCRIPT_GPU
+    np.save(folder / "a.npy", rng.standard_normal(shape_a, dtype=np.float32))
+    np.save(folder / "b.npy", rng.standard_normal(shape_b, dtype=np.float32))
+    job = folder / "job.capnp"
+    cmd = [sys.executable, "-m", "scheduler.main", "new-job", "--kernel", str(ROOT / kernel),
+           "--set", cluster, "-o", str(job)]
+    for d in dims:
+        cmd += ["--dim", d]
+    for t in tensors:
+        cmd += ["--tensor", t]
+    if case == "matmul":
+        cmd += ["--scalar", "alpha=1", "--scalar", "beta=0"]
+    subprocess.run(cmd, check=True, cwd=ROOT, env=_env())
+    return job, [folder / "a.npy", folder / "b.npy"], folder / "c.npy", script
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def timed(cmd: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return elapsed
+
+
+def start_pod(device: str, folder: Path, token: str) -> tuple[subprocess.Popen, str]:
+    env = _env()
+    env["PHOBOS_TOKEN"] = token
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0", "--device",
+         "0" if device == "gpu" else "cpu", "--storage-root", str(folder), "--keep-serving",
+         "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("PHOBOS_POD_LISTENING "):
+            return proc, line.split()[1]
+    raise SystemExit("the pod did not start")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", choices=["add", "matmul"], default="add")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    p.add_argument("--n", type=int, default=1 << 25)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--running-pods", action="store_true", help="also time the job against a started pod")
+    p.add_argument("--out", help="write the results as JSON here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="phobos-script-vs-job-") as tmp:
+        folder = Path(tmp)
+        job, inputs, output, script = make_case(args.case, args.device, args.n, folder)
+        script_cmd = [sys.executable, "-c", script, *map(str, inputs), str(folder / "c_script.npy")]
+        trace = folder / "trace.json"
+        local_cmd = [sys.executable, "-m", "scheduler.main", str(job), "--local-pods", "1",
+                     "--trace", str(trace)]
+        sides = {"script": script_cmd, "phobos --local-pods 1": local_cmd}
+        pod = None
+        if args.running_pods:
+            token = "bench-" + os.urandom(8).hex()
+            pod, address = start_pod(args.device, folder, token)
+            (folder / "token").write_text(token + "\n")
+            sides["phobos --pods (running)"] = [
+                sys.executable, "-m", "scheduler.main", str(job), "--pods", address,
+                "--token-file", str(folder / "token"), "--trace", str(trace)]
+        try:
+            result = run_rounds(sides, folder, trace, output, args.rounds)
+        finally:
+            if pod is not None:
+                pod.terminate()
+                pod.wait()
+    result.update(case=args.case, device=args.device, n=args.n, rounds=args.rounds,
+                  command=" ".join(["benchmarks/script_vs_job.py", *(argv or sys.argv[1:])]),
+                  date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+def run_rounds(sides: dict[str, list[str]], folder: Path, trace: Path, output: Path, rounds: int) -> dict:
+    for name, cmd in sides.items():  # one unmeasured round: page cache warm, outputs checked
+        timed(cmd, folder)
+        if name != "script":
+            expected = np.load(folder / "c_script.npy")
+            np.testing.assert_allclose(np.load(output), expected, rtol=1e-5, atol=1e-4)
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    phases: dict[str, list[dict]] = {name: [] for name in sides if name != "script"}
+    loads = []
+    for _ in range(rounds):
+        loads.append(os.getloadavg()[0])
+        for name, cmd in sides.items():
+            times[name].append(timed(cmd, folder))
+            if name != "script":
+                data = json.loads(trace.read_text())
+                phases[name].append({"wall_s": data["summary"]["wall_s"], **data.get("phases", {})})
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    ratios = {name: round(medians[name] / medians["script"], 3) for name in sides if name != "script"}
+    phase_medians = {name: {key: round(statistics.median(p[key] for p in rows), 4) for key in rows[0]}
+                     for name, rows in phases.items()}
+    return {"seconds": times, "median_s": medians, "ratio_to_script": ratios,
+            "phases_median_s": phase_medians, "load_average_1min": loads}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The one cache folder of phobos: $PHOBOS_CACHE_DIR, default ~/.cache/phobos.
+
+What lives there, one JSON file each: the single-GPU tile autotuner's choices
+(compiler/cuda/autotune.py, `autotune.json`) and the cluster calibration with the leaf tuning
+(scheduler/calibrate.py, `cluster-calibration.json`). A cache is only ever a shortcut: a missing,
+unreadable or malformed file reads as empty, and writes are atomic so a reader never sees half.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from common.atomic import write_atomically
+
+ENV = "PHOBOS_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get(ENV)
+    return Path(base) if base else Path.home() / ".cache" / "phobos"
+
+
+def cache_file(name: str) -> Path:
+    return cache_dir() / name
+
+
+def read_json(name: str) -> dict:
+    """The cache file's object, or {} when it is missing or not a JSON object."""
+    try:
+        data = json.loads(cache_file(name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json(name: str, data: dict) -> None:
+    path = cache_file(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(data, indent=1, sort_keys=True))

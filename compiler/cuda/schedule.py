@@ -1,0 +1,33 @@
+"""Code-generator choices that do not change a kernel's meaning, only its speed: the tuner
+searches them beside the kernel's own @autotune values (autotune.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Schedule:
+    warps_m: int | None = None  # tensor-core warp layout: warps along the rows (None: the heuristic)
+    stages: int = 3  # depth of the cp.async pipeline of tensor-core operands in loops
+    order: str = "row"  # CTA order of a 2-D grid: "row" (launch order) or "grouped" (group-major)
+    group: int = 8  # CTAs along x per group in the grouped order
+    threads: int | None = None  # CTA size (None: the kernel's @launch, else 256)
+
+    def key(self) -> str:
+        order = f"grouped{self.group}" if self.order == "grouped" else self.order
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}"
+
+
+DEFAULT = Schedule()
+
+
+def tensor_core_space(warps: int) -> list[Schedule]:
+    """The schedules the tuner tries for a kernel whose dots run on tensor cores."""
+    layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
+    out = []
+    for wm in layouts:
+        for stages in (2, 3, 4):
+            for order in ("row", "grouped"):
+                out.append(Schedule(wm, stages, order))
+    return out

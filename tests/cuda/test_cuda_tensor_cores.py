@@ -1,0 +1,215 @@
+"""CI checks of the tensor-core leaves that need no GPU: the accumulator layout and the CTA order
+are permutations, every variant compiles through NVRTC, assembles with ptxas for sm_90 without
+spills, and its SASS holds tensor-core instructions (HMMA, read by cuobjdump from the
+nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm packages of the lock); bad tile shapes are errors
+at the user's line."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cuda_cases import EXAMPLES, load_example
+
+from compiler.cuda import compile_kernel
+from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
+from compiler.cuda.schedule import Schedule
+from compiler.frontend import binding
+from compiler.frontend import load as frontend
+from compiler.frontend.diagnostics import CompileError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _position(dist, thread: int, local: int) -> int:
+    text = dist.position(str(local)).replace(dist.thread_var, str(thread))
+    return eval(text.replace("/", "//"))  # noqa: S307 - our own integer expression
+
+
+@pytest.mark.parametrize(
+    "grid,shape",
+    [(MmaGrid(256, 2, 4), (128, 128)), (MmaGrid(256, 8, 1), (128, 64)), (MmaGrid(128, 1, 4), (32, 256))],
+)
+def test_accumulator_layout_gives_every_element_to_one_thread(grid, shape):
+    """The layout stage: thread (warp, lane) owns what mma.m16n8 leaves in its registers."""
+    dr, dc = grid.dist2(shape)
+    owners = {}
+    for tid in range(grid.threads):
+        warp, lane = divmod(tid, 32)
+        th_r = (warp // grid.warps_n) * 8 + (lane >> 2)
+        th_c = (warp % grid.warps_n) * 4 + (lane & 3)
+        for i, j in itertools.product(range(dr.count), range(dc.count)):
+            r, c = _position(dr, th_r, i), _position(dc, th_c, j)
+            assert (r, c) not in owners, ((r, c), owners.get((r, c)), tid)
+            owners[(r, c)] = tid
+            # the m16n8 accumulator: lane 4g + t holds rows g, g + 8 and columns 2t, 2t + 1
+            assert r % 8 == lane >> 2 and c % 8 // 2 == lane & 3
+    assert len(owners) == shape[0] * shape[1]
+
+
+def test_warp_layout_keeps_rows_in_one_warp_when_rows_are_reduced():
+    assert choose_mma_grid(256, {(128, 64)}, row_reductions=True).warps_n == 1
+    assert choose_mma_grid(256, {(128, 128)}, row_reductions=False).warps_n > 1
+    with pytest.raises(LayoutError, match="16x8 tensor-core tiles"):
+        choose_mma_grid(256, {(64, 64)}, row_reductions=True)
+
+
+def test_grouped_cta_order_visits_every_tile_once():
+    """The CTA-order stage: group-major order is a permutation of the grid."""
+    kernel = load_example("matmul_bf16.phk")
+    b = binding.bind(
+        kernel, {"M": 1000, "N": 3000, "K": 64}, None, {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}
+    )
+    c = compile_kernel(kernel, b, schedule=Schedule(order="grouped", group=3))
+    lines = [ln.strip() for ln in c.cuda_source.splitlines() if ln.strip().startswith("const int cta_")]
+    assert len(lines) == 5
+    gx, gy, _ = c.grid
+    seen = set()
+    for by, bx in itertools.product(range(gy), range(gx)):
+        env = {"blockIdx.x": bx, "blockIdx.y": by}
+        for ln in lines:
+            name, expr = ln[len("const int ") : -1].split(" = ", 1)
+            for k, v in env.items():
+                expr = expr.replace(f"(int){k}", str(v))
+            expr = expr.replace("min(", "_min(")
+            env[name] = eval(expr.replace("/", "//"), {"_min": min}, env)  # noqa: S307
+        seen.add((env["cta_x"], env["cta_y"]))
+    assert seen == set(itertools.product(range(gx), range(gy)))
+
+
+def _variants():
+    mm = [
+        (
+            "matmul_bf16.phk",
+            {"M": 4096, "N": 4096, "K": 4096},
+            {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
+            Schedule(),
+        ),
+        (
+            "matmul_bf16.phk",
+            {"M": 1000, "N": 999, "K": 1000},
+            {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32},
+            Schedule(warps_m=2, stages=4, order="grouped"),
+        ),
+        (
+            "matmul_f16.phk",
+            {"M": 4096, "N": 4096, "K": 4096},
+            {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64},
+            Schedule(warps_m=4, stages=2),
+        ),
+        (
+            "matmul_f16.phk",
+            {"M": 333, "N": 4096, "K": 512},
+            {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32},
+            Schedule(threads=128),
+        ),
+    ]
+    for p in sorted(EXAMPLES.glob("*attention*_bf16.phk")) + sorted(EXAMPLES.glob("*attention*_f16.phk")):
+        kernel = load_example(p.name)
+        dims = {d: (64 if d == "D" else 8 if d == "H" else 4096) for d in binding.kernel_dims(kernel)}
+        for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}):
+            fixed = {d.name for d in kernel.autotune.dims}
+            dims_here = {k: v for k, v in dims.items() if k not in fixed or k == "D"}
+            mm.append((p.name, dims_here, {k: v for k, v in point.items() if k in fixed}, Schedule()))
+    return mm
+
+
+def _tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    bin_dir = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (bin_dir / "site-packages" / "nvidia").glob(f"*/bin/{name}"):
+        return str(candidate)
+    return None
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+@pytest.mark.parametrize("name,dims,point,schedule", _variants(), ids=lambda v: str(v)[:40])
+def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims, point, schedule, tmp_path):
+    kernel = load_example(name)
+    dims = {k: v for k, v in dims.items() if k in binding.kernel_dims(kernel)}
+    c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
+    assert "mma.sync.aligned.m16n8k16" in c.ptx and "ldmatrix" in c.ptx, name
+    assert "cp.async" in c.ptx, name
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(c.ptx)
+    cubin = tmp_path / "k.cubin"
+    out = subprocess.run(
+        ["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(cubin)], capture_output=True, text=True, check=True
+    )
+    report = out.stderr + out.stdout
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+    assert "0 bytes stack frame" in report, report
+    cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
+    assert cuobjdump and nvdisasm, "cuobjdump/nvdisasm missing: tools/bazel installs them from the lock"
+    env = {**os.environ, "PATH": f"{Path(nvdisasm).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    sass = subprocess.run(
+        [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert re.search(r"\bHMMA\.16816\.F32", sass), f"{name}: no tensor-core instruction in the SASS"
+
+
+def test_f32_dot_stays_exact_on_cuda_cores():
+    kernel = load_example("matmul.phk")
+    c = compile_kernel(kernel, binding.bind(kernel, {"M": 512, "N": 512, "K": 512}))
+    assert "mma.sync" not in c.ptx and "fma.rn" in c.ptx
+
+
+BAD_K = """\
+@autotune(TM in [64], TN in [64], TK in [8])
+kernel mm(A: tensor<bf16>[M, K], B: tensor<bf16>[K, N], C: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, TK) {
+    acc += dot(A[ctx.block.x * TM :+ TM, kt :+ TK], B[kt :+ TK, ctx.block.y * TN :+ TN])
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+"""
+
+
+def test_tile_shape_that_fits_no_mma_shape_is_an_error_at_the_dot(tmp_path):
+    path = tmp_path / "bad.phk"
+    path.write_text(BAD_K)
+    kernel = frontend.load_file(path).kernel()
+    with pytest.raises(CompileError) as e:
+        compile_kernel(kernel, binding.bind(kernel, {"M": 128, "N": 128, "K": 64}))
+    assert "not a multiple of 16" in e.value.message and e.value.span.line == 5
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "compiler" / "main.py"),
+            "ptx",
+            str(path),
+            "--dim",
+            "M=128",
+            "--dim",
+            "N=128",
+            "--dim",
+            "K=64",
+            "-o",
+            str(tmp_path / "k.ptx"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert run.returncode == 2, run.stderr
+    assert re.search(r"bad\.phk:5:\d+: error: .*not a multiple of 16", run.stderr), run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_rows_that_fit_no_warp_layout_are_pruned_at_the_search_space(tmp_path):
+    path = tmp_path / "bad.phk"
+    path.write_text(BAD_K.replace("TM in [64]", "TM in [8]").replace("TK in [8]", "TK in [16]"))
+    kernel = frontend.load_file(path).kernel()
+    with pytest.raises(CompileError) as e:
+        compile_kernel(kernel, binding.bind(kernel, {"M": 128, "N": 128, "K": 64}))
+    assert "tensor-core tiles" in e.value.message and e.value.span.line == 1

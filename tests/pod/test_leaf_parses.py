@@ -1,0 +1,69 @@
+"""A pod parses each leaf at most once per job, however many units and plan generations it runs.
+
+The pod's runtime runs in this process (no network: one node, so no fetch), with the CPU backend;
+every parse goes through `compiler.pipeline.parse`, counted by file name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import numpy as np
+
+from pod.backend_cpu import CpuBackend
+from pod.runtime import PodRuntime
+from scheduler import prepare as prep
+from scheduler.jobfile import build_job, write_job
+from scheduler.planner import NodeFigure, plan
+from schemas.capnp_io import job_program
+from tests.job_files import JOB_KERNELS
+
+
+def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
+    import compiler.pipeline
+
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    job = build_job(JOB_KERNELS / "add.phk", None, {"N": 4096}, {},
+                    {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
+    write_job(job, tmp_path / "add.job")
+    prepared = prep.prepare(job, tmp_path / "add.job", [tmp_path], {"BLOCK": 256}, job_id="parse-count")
+    assert len(prepared.program.units) == 16
+    staged = prep.create_staging(prepared)
+
+    parses: Counter = Counter()
+    real = compiler.pipeline.parse
+
+    def counting(text, filename, *args, **kwargs):
+        parses[filename] += 1
+        return real(text, filename, *args, **kwargs)
+
+    monkeypatch.setattr(compiler.pipeline, "parse", counting)
+    program = job_program(prepared.program, prepared.scalars)
+
+    async def run_generations() -> list[tuple[int, bool, str]]:
+        runtime = PodRuntime(CpuBackend(), [tmp_path], data_host=None)
+        finished: list[tuple[int, bool, str]] = []
+        done = asyncio.Event()
+
+        def report_finished(job_id, generation, ok, message):
+            finished.append((generation, ok, message))
+            done.set()
+
+        runtime.report_finished = report_finished
+        for generation in (1, 2):  # a re-plan sends the program again with a newer plan
+            node_plan = plan(prepared.program, [NodeFigure(0, 0)], prepared.uris, generation).node_plans[0]
+            done.clear()
+            await runtime.submit(prepared.job_id, program, node_plan, ())
+            await asyncio.wait_for(done.wait(), 60)
+        runtime.drop_all()
+        return finished
+
+    finished = asyncio.run(run_generations())
+    assert finished == [(1, True, ""), (2, True, "")]
+    prep.commit_staging(prepared, staged)
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+    assert parses == Counter({"<cluster leaf main>": 1})  # 32 launches of one leaf, one parse

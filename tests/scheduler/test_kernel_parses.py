@@ -1,0 +1,70 @@
+"""The scheduler parses and checks a job's kernel once per job, tuner included.
+
+Every parse in phobos goes through the front end's pipeline (compiler/pipeline.py `parse_stage`
+calls `compiler.pipeline.parse`); counting those calls by file name tells the job's own kernel
+apart from the generated leaves (whose names say "cluster leaf").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from scheduler.jobfile import build_job, write_job
+from tests.job_files import JOB_KERNELS
+
+
+@pytest.fixture
+def parses(monkeypatch) -> Counter:
+    import compiler.pipeline
+
+    counts: Counter = Counter()
+    real = compiler.pipeline.parse
+
+    def counting(text, filename, *args, **kwargs):
+        counts[filename] += 1
+        return real(text, filename, *args, **kwargs)
+
+    monkeypatch.setattr(compiler.pipeline, "parse", counting)
+    return counts
+
+
+def _add_job(tmp_path) -> tuple[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    job = build_job(JOB_KERNELS / "add.phk", None, {"N": 4096}, {},
+                    {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
+    write_job(job, tmp_path / "add.job")
+    return job.kernel_file, a + b
+
+
+def _kernel_parses(parses: Counter, kernel_file: str) -> int:
+    return sum(n for name, n in parses.items() if name == kernel_file)
+
+
+def _leaf_parses(parses: Counter) -> dict[str, int]:
+    return {name: n for name, n in parses.items() if "cluster leaf" in name}
+
+
+@pytest.mark.parametrize("tuned", [False, True], ids=["plain", "autotune"])
+def test_one_parse_of_the_kernel_per_job(tmp_path, monkeypatch, capsys, parses, tuned):
+    from scheduler.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("scheduler.run.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+    kernel_file, want = _add_job(tmp_path)
+    parses.clear()  # building the job parsed it; that is `new-job`, not this run
+    flags = ["--autotune", "--nodes", "2"] if tuned else []
+    rc = main([str(tmp_path / "add.job"), "--local-pods", "2", "--storage-root", str(tmp_path), *flags])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), want)
+    assert _kernel_parses(parses, kernel_file) == 1, dict(parses)
+    if not tuned:
+        # add has one leaf, "main"; the cluster compiler checks it once, nothing parses it again
+        # on the scheduler (the CPU pods parse it in their own processes, once per job: tests/pod)
+        assert list(_leaf_parses(parses).values()) == [1], dict(parses)
