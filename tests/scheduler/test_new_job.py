@@ -11,8 +11,8 @@ import pytest
 
 from common.errors import UserError
 from scheduler import cli
-from scheduler.jobfile import read_job
-from scheduler.prepare import compile_program
+from scheduler.jobfile import job_kernel, read_job
+from scheduler.prepare import compile_any, compile_program
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -88,7 +88,8 @@ def test_values_outside_the_space_are_kept_with_a_warning_and_tiles_pinned(tmp_p
                    "8388608, 16777216); using it as given\n")
     job = read_job(tmp_path / "job.capnp")
     assert dict(job.cluster_values) == {"BLOCK": 1024} and dict(job.tile_values) == {"BLOCK": 256}
-    program = compile_program(job)
+    program = compile_program(job_kernel(job), dict(job.dims), dict(job.cluster_values),
+                              dict(job.tile_values))
     assert len(program.units) == 4 and dict(program.leaves[0].tile_values) == {"BLOCK": 256}
 
 
@@ -119,7 +120,7 @@ def test_autotune_start_lists_every_combination_with_its_reason(tmp_path):
     kernel.write_text((EXAMPLES / "add.phk").read_text().replace("[16, 4096]", "[48, 4096]"))
     job = build_job(kernel, None, {"N": 4096}, {}, {t: f"file:{t}.npy" for t in "abc"})
     with pytest.raises(UserError) as err:
-        compile_program(job, any_values=True)
+        compile_any(job_kernel(job), dict(job.dims), {}, None)
     lines = str(err.value).splitlines()
     assert lines[0] == "no @cluster combination compiles:"
     assert [line.split(":")[0].strip() for line in lines[1:]] == [
