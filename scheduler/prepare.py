@@ -81,10 +81,10 @@ def compile_any(kernel: ir.Kernel, dims: dict[str, int], pinned: dict[str, int],
                 tile_values: dict[str, int] | None) -> ClusterProgram:
     """For --autotune, which picks its own values: the program at the first @cluster combination
     that compiles; when none does, one error listing every combination with its reason."""
-    from scheduler.tuner import search_space
+    from compiler.cluster.build import cluster_space
 
     reasons = []
-    for combination in search_space(kernel, pinned):
+    for combination in cluster_space(kernel, pinned):
         try:
             return compile_program(kernel, dims, combination, tile_values)
         except UserError as err:

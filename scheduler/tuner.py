@@ -289,20 +289,9 @@ def predict(loads: Sequence[NodeLoad], figures: Figures,
 def search_space(kernel: ir.Kernel, pinned: Mapping[str, int] | None = None) -> list[dict[str, int]]:
     """Every @cluster combination (first values first); a pinned name takes only its pinned
     value, which may lie outside its search space."""
-    import itertools
+    from compiler.cluster.build import cluster_space
 
-    if kernel.cluster is None:
-        from compiler.cluster.build import cluster_space
-
-        cluster_space(kernel)  # the one error for a kernel without @cluster
-    pinned = dict(pinned or {})
-    names = [d.name for d in kernel.cluster.dims]
-    for name in pinned:
-        if name not in names:
-            raise UserError(f"--cluster {name}: kernel {kernel.name} has no @cluster name {name} "
-                            f"(it has: {', '.join(names)})")
-    choices = [(pinned[d.name],) if d.name in pinned else d.values for d in kernel.cluster.dims]
-    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
+    return cluster_space(kernel, dict(pinned or {}))
 
 
 def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,

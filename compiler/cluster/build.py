@@ -34,13 +34,18 @@ from compiler.frontend.diagnostics import CompileError
 from schemas.program import ClusterProgram, Leaf, TensorInfo
 
 
-def cluster_space(kernel: ir.Kernel) -> list[dict[str, int]]:
-    """Every combination of @cluster values, first values first (for the tuner)."""
+def cluster_space(kernel: ir.Kernel, pinned: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """Every combination of @cluster values, first values first (for the tuner); a `pinned` name
+    takes only its pinned value, which may lie outside its search space."""
     cluster = _require_cluster(kernel)
     names = [d.name for d in cluster.dims]
-    return [
-        dict(zip(names, combo, strict=True)) for combo in itertools.product(*(d.values for d in cluster.dims))
-    ]
+    pinned = dict(pinned or {})
+    for name in pinned:
+        if name not in names:
+            raise UserError(f"--cluster {name}: kernel {kernel.name} has no @cluster name {name} "
+                            f"(it has: {', '.join(names)})")
+    choices = [(pinned[d.name],) if d.name in pinned else d.values for d in cluster.dims]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
 
 
 def _require_cluster(kernel: ir.Kernel) -> ir.Cluster:
