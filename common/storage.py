@@ -38,6 +38,7 @@ STORAGE_DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype("<i4"),
 }
 MAX_RANK = 4
+MIN_RUN_BYTES = 4096  # contiguous runs shorter than this are read and written through a memory map
 STAGING_MARK = ".phobos-staging-"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -161,11 +162,64 @@ def _slices(region, shape: tuple[int, ...], path: Path) -> tuple[slice, ...]:
 
 def read_region(path: Path, region) -> np.ndarray:
     """The region's elements as a fresh C-contiguous f32 array (only the region is read)."""
-    array = _open(path, "r")
-    block = array[_slices(region, array.shape, path)]
-    out = np.empty(block.shape, dtype=np.float32)
-    out[...] = block  # converts from the storage dtype; exact for f16/bf16, RNE for big i32
+    out = np.empty(tuple(region.shape), dtype=np.float32)
+    read_region_into(path, region, out)  # converts the storage dtype: exact for f16/bf16, RNE for big i32
     return out
+
+
+def read_region_into(path: Path, region, out: np.ndarray) -> int:
+    """Read the region into `out` (C-contiguous, shaped like the region; returns bytes read from
+    storage). Stored in `out`'s own dtype, the bytes go straight from the file into `out` with
+    pread, one call per contiguous run (no memory map, no temporary); otherwise they are
+    converted through a memory map as in read_region."""
+    array = _open(path, "r")
+    slices = _slices(region, array.shape, path)
+    if tuple(out.shape) != tuple(region.shape):
+        raise UserError(f"{path}: a buffer of shape {list(out.shape)} for a region of shape "
+                        f"{list(region.shape)}")
+    runs = _runs(region, array.shape) if array.flags.c_contiguous else None
+    if array.dtype != out.dtype or not out.flags.c_contiguous or runs is None:
+        out[...] = array[slices]
+        return int(np.prod(region.shape)) * array.dtype.itemsize
+    itemsize, offset = array.dtype.itemsize, array.offset
+    del array
+    target = memoryview(out.reshape(-1).view(np.uint8))
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        done = 0
+        for first, count in runs:
+            _pread_exactly(fd, target[done:done + count * itemsize], offset + first * itemsize, path)
+            done += count * itemsize
+    finally:
+        os.close(fd)
+    return done
+
+
+def _runs(region, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """(first element, element count) of each contiguous run of a C-order region, in order; None
+    when the runs are too short for one system call each to beat a memory map."""
+    inner = len(shape) - 1
+    while inner > 0 and region.shape[inner] == shape[inner] and region.start[inner] == 0:
+        inner -= 1  # axes the region spans whole join the run
+    run = int(np.prod(region.shape[inner:]))
+    outer = region.shape[:inner]
+    if run * 4 < MIN_RUN_BYTES and np.prod(outer) > 1:
+        return None
+    strides = [int(np.prod(shape[axis + 1:])) for axis in range(len(shape))]
+    base = sum(start * stride for start, stride in zip(region.start, strides, strict=True))
+    if not outer or np.prod(outer) == 0:
+        return [(base, run)] if run else []
+    index = np.indices(outer).reshape(len(outer), -1)
+    offsets = base + sum(index[axis] * strides[axis] for axis in range(len(outer)))
+    return [(int(first), run) for first in offsets]
+
+
+def _pread_exactly(fd: int, into: memoryview, offset: int, path: Path) -> None:
+    while len(into):
+        got = os.preadv(fd, [into], offset)
+        if got <= 0:
+            raise UserError(f"{path}: the file ended early (truncated while the job ran?)")
+        into, offset = into[got:], offset + got
 
 
 # ---- staging and commit -------------------------------------------------------------------------
@@ -220,6 +274,9 @@ def create_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np.memmap
 
 
 def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
+    values = np.asarray(values)
+    if values.dtype == dtype:
+        return values  # a tile held in the storage dtype is stored as it is
     values = np.asarray(values, dtype=np.float32)
     if dtype.kind == "i":
         rounded = np.rint(values)
@@ -232,16 +289,39 @@ def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
 
 
 def write_region(staging: Path, region, values: np.ndarray) -> int:
-    """Write f32 `values` (shaped like the region) into the staging file; returns bytes written."""
-    array = _open(staging, "r+")
+    """Write `values` (shaped like the region, any dtype) into the staging file, converted to its
+    storage dtype; returns bytes written. Contiguous runs go in with pwrite and the file is closed
+    after the store, so a scheduler on another host sees the bytes after its fsync (NFS flushes
+    on close) without an msync per store; short runs go through a memory map, flushed."""
+    array = _open(staging, "r")
     slices = _slices(region, array.shape, staging)
     if tuple(values.shape) != tuple(region.shape):
         raise UserError(f"{staging}: values of shape {list(values.shape)} for a region of shape "
                         f"{list(region.shape)}")
-    array[slices] = _to_storage(values, array.dtype, staging)
-    array.flush()  # msync, so a scheduler on another host sees the bytes after its fsync
-    nbytes = int(np.prod(region.shape)) * array.dtype.itemsize
+    dtype, offset, shape = array.dtype, array.offset, array.shape
+    runs = _runs(region, shape) if array.flags.c_contiguous else None
     del array
+    stored = np.ascontiguousarray(_to_storage(values, dtype, staging))
+    nbytes = stored.nbytes
+    if runs is None:
+        array = _open(staging, "r+")
+        array[slices] = stored
+        array.flush()  # msync, so a scheduler on another host sees the bytes after its fsync
+        del array
+        return nbytes
+    source = memoryview(stored.reshape(-1).view(np.uint8))
+    fd = os.open(staging, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        done = 0
+        for first, count in runs:
+            piece = source[done:done + count * dtype.itemsize]
+            at = offset + first * dtype.itemsize
+            while len(piece):
+                wrote = os.pwrite(fd, piece, at)
+                piece, at = piece[wrote:], at + wrote
+            done += count * dtype.itemsize
+    finally:
+        os.close(fd)
     return nbytes
 
 

@@ -101,11 +101,26 @@ def verify_checked(module: ir.Module) -> None:
                 raise PipelineBug(f"untyped expression at {e.span}: {e!r}")
             if isinstance(e, ir.Name) and e.kind not in ("let", "var", "loop", "scalar", "dim", "tile"):
                 raise PipelineBug(f"unresolved name {e.name} at {e.span}")
+        _verify_dots(k)
         axes = tuple(g.axis for g in k.grid)
         if axes != ("x", "y", "z")[: len(axes)]:
             raise PipelineBug(f"kernel {k.name}: grid axes out of order: {axes}")
         if set(walk.block_axes_used(k)) - set(axes):
             raise PipelineBug(f"kernel {k.name}: a block index is used without a grid axis")
+
+
+def _verify_dots(k: ir.Kernel) -> None:
+    """Every dot carries its precision, consistent with its operand types, and no keyword left."""
+    for e in walk.iter_body_exprs(k.body):
+        if not (isinstance(e, ir.Call) and e.func == "dot"):
+            continue
+        if e.precision is None or e.kwargs:
+            raise PipelineBug(f"dot at {e.span} has no resolved precision: {e.precision!r}, {e.kwargs!r}")
+        _span_ok(e, e.precision.span)
+        kinds = {a.ty.dtype if a.ty.dtype in ir.NARROW_FLOATS else "f32" for a in e.args}
+        wanted = {e.precision.mode} if e.precision.mode in ir.NARROW_FLOATS else {"f32"}
+        if kinds != wanted:
+            raise PipelineBug(f"dot at {e.span}: precision {e.precision.mode} with operands {kinds}")
 
 
 # ---- the stage list --------------------------------------------------------------------------

@@ -93,6 +93,15 @@ class CpuBackend:
     def upload(self, buffer: np.ndarray, host: np.ndarray) -> None:
         buffer[...] = host
 
+    def fill(self, buffer: np.ndarray, read) -> tuple[int, float]:
+        """Fill the buffer with `read(host_array)` (it returns bytes read): on the CPU the
+        buffer is the host array. Returns (bytes read, seconds of host-to-device copy: none)."""
+        return read(buffer), 0.0
+
+    def drain(self, buffer: np.ndarray, write) -> tuple[int, float]:
+        """`write(host_array)` of the buffer's contents: (its result, copy seconds: none)."""
+        return write(buffer), 0.0
+
     def download(self, buffer: np.ndarray) -> np.ndarray:
         """The buffer's contents as a C-contiguous f32 host array (no copy on the CPU)."""
         return buffer

@@ -6,11 +6,20 @@ PTX). Each concurrent compute runs on its own CUDA stream taken from a small poo
 copies use a separate copy stream per calling thread. Buffers are allocated straight with
 cudaMalloc (not cupy's pool) so a buffer's pointer is its allocation's base, which is what a CUDA
 IPC handle describes (same-host peers map it instead of copying through the host).
+
+The data path (docs/runtime.md, "The data path"): a load reads storage straight into a pinned host
+buffer (cupy's pinned pool, reused) and copies it on with cudaMemcpyAsync on the thread's copy
+stream; a store copies back into a pinned buffer the same way and writes from there. Several
+storage threads run at once, so one load's read overlaps another's copy and the computes. No
+pageable synchronous copy is on that path. A peer's IPC handle is opened once and the mapping kept
+until the job is forgotten.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 
 import numpy as np
 
@@ -36,6 +45,8 @@ class GpuBackend:
         self._free_streams = list(self._streams)
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._ipc_open: dict[bytes, int] = {}  # a peer allocation's IPC handle -> our mapping of it
+        self._idle: dict[int, list] = {}  # bytes -> allocations no buffer uses now
 
     def describe(self) -> tuple[str, int]:
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device_index)
@@ -47,22 +58,16 @@ class GpuBackend:
     # ---- per job ----
 
     def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
-        from compiler.cuda import CompiledKernel, compile_kernel, generate_source
+        from compiler.cuda import compile_generated, generate_source
         from compiler.cuda.launch import load
 
         writes = {}
         ptx = dict(program.leaf_ptx)
         for leaf in program.leaves:
             prepared = prepare_leaf(leaf)
-            if leaf.name in ptx:
-                gen = generate_source(prepared.kernel, prepared.binding)
-                compiled = CompiledKernel(
-                    cuda_source=gen.source, ptx=ptx[leaf.name], entry=gen.entry, params=gen.params,
-                    grid=gen.grid, block=gen.block, shared_bytes=gen.shared_bytes,
-                    line_spans=gen.line_spans, tensors=tuple(p.name for p in prepared.kernel.tensors),
-                    scalars=tuple((p.name, p.dtype) for p in prepared.kernel.scalars))
-            else:
-                compiled = compile_kernel(prepared.kernel, prepared.binding)
+            # the scheduler's PTX when it sent one (same generator, same source), else NVRTC here
+            gen = generate_source(prepared.kernel, prepared.binding)
+            compiled = compile_generated(prepared.kernel, gen, ptx.get(leaf.name))
             with self.device:
                 # module load (the driver's PTX JIT) belongs to the job's set-up, not to its
                 # first compute instruction
@@ -74,21 +79,43 @@ class GpuBackend:
     def forget(self, job_id: str) -> None:
         for key in [k for k in self._leaves if k[0] == job_id]:
             del self._leaves[key]
+        self._close_ipc()
 
     # ---- buffers ----
 
-    def allocate(self, shape: tuple[int, ...]):
+    def allocate(self, shape: tuple[int, ...], dtype=np.float32):
         cupy = self.cupy
-        nbytes = max(4, int(np.prod(shape)) * 4)
+        nbytes = max(4, int(np.prod(shape)) * np.dtype(dtype).itemsize)
         with self.device:
-            mem = cupy.cuda.memory.Memory(nbytes)  # plain cudaMalloc: base pointer, IPC-able
-            array = cupy.ndarray(shape, dtype=cupy.float32, memptr=cupy.cuda.MemoryPointer(mem, 0))
+            mem = self._take_allocation(nbytes)
+            array = cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(mem, 0))
+            # back to the idle list when the runtime drops the buffer (its Free instruction)
+            weakref.finalize(array, self._give_back, nbytes, mem)
             stream = self._copy_stream()
             with stream:
                 array.fill(0)
             # our streams do not wait for each other: finish the fill before any upload or compute
             stream.synchronize()
         return array
+
+    def _take_allocation(self, nbytes: int):
+        """A plain cudaMalloc allocation (base pointer, IPC-able) of `nbytes`, reused from an
+        earlier buffer of that size where one is idle: a reused allocation keeps its IPC handle,
+        so a same-host peer that fetched from it before finds its mapping already open."""
+        with self._lock:
+            idle = self._idle.get(nbytes)
+            if idle:
+                return idle.pop()
+        try:
+            return self.cupy.cuda.memory.Memory(nbytes)
+        except self.cupy.cuda.memory.OutOfMemoryError:
+            with self._lock:
+                self._idle.clear()  # idle blocks of other sizes: give them back and retry
+            return self.cupy.cuda.memory.Memory(nbytes)
+
+    def _give_back(self, nbytes: int, mem) -> None:
+        with self._lock:
+            self._idle.setdefault(nbytes, []).append(mem)
 
     def _copy_stream(self):
         stream = getattr(self._local, "stream", None)
@@ -97,16 +124,47 @@ class GpuBackend:
                 stream = self._local.stream = self.cupy.cuda.Stream(non_blocking=True)
         return stream
 
-    def upload(self, buffer, host: np.ndarray) -> None:
+    def pinned(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A host array in page-locked memory (cupy's pinned pool: freed blocks are reused)."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape))
+        memory = self.cupy.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+        return np.frombuffer(memory, dtype, count).reshape(shape)  # keeps `memory` alive
+
+    def fill(self, buffer, read) -> tuple[int, float]:
+        """`read(host)` into a pinned host array, then one asynchronous copy to the buffer on this
+        thread's copy stream. Returns (bytes read, seconds of the copy)."""
+        host = self.pinned(tuple(buffer.shape), buffer.dtype)
+        nbytes = read(host)
+        start = time.perf_counter()
         stream = self._copy_stream()
         with self.device:
-            buffer.set(np.ascontiguousarray(host, dtype=np.float32), stream=stream)
-            stream.synchronize()
+            buffer.data.copy_from_host_async(host.ctypes.data, host.nbytes, stream=stream)
+            stream.synchronize()  # the pinned block goes back to the pool only after the copy
+        return nbytes, time.perf_counter() - start
+
+    def drain(self, buffer, write) -> tuple[int, float]:
+        """Copy the buffer into a pinned host array asynchronously, then `write(host)`."""
+        start = time.perf_counter()
+        host = self._to_host(buffer)
+        return write(host), time.perf_counter() - start
+
+    def upload(self, buffer, host: np.ndarray) -> None:
+        def read(pinned: np.ndarray) -> int:
+            pinned[...] = np.asarray(host).reshape(pinned.shape)
+            return pinned.nbytes
+
+        self.fill(buffer, read)
 
     def download(self, buffer) -> np.ndarray:
+        """The buffer's contents in a pinned host array (served to peers from there)."""
+        return self._to_host(buffer)
+
+    def _to_host(self, buffer) -> np.ndarray:
+        host = self.pinned(tuple(buffer.shape), buffer.dtype)
         stream = self._copy_stream()
         with self.device:
-            host = buffer.get(stream=stream)
+            buffer.data.copy_to_host_async(host.ctypes.data, host.nbytes, stream=stream)
             stream.synchronize()
         return host
 
@@ -127,14 +185,27 @@ class GpuBackend:
         cupy = self.cupy
         runtime = cupy.cuda.runtime
         with self.device:
-            ptr = runtime.ipcOpenMemHandle(handle)
-            try:
-                stream = self._copy_stream()
-                runtime.memcpyPeerAsync(buffer.data.ptr, self.device_index, ptr, peer_device,
-                                        buffer.nbytes, stream.ptr)
-                stream.synchronize()
-            finally:
-                runtime.ipcCloseMemHandle(ptr)
+            ptr = self._open_ipc(handle)
+            stream = self._copy_stream()
+            runtime.memcpyPeerAsync(buffer.data.ptr, self.device_index, ptr, peer_device,
+                                    buffer.nbytes, stream.ptr)
+            stream.synchronize()
+
+    def _open_ipc(self, handle: bytes) -> int:
+        """Our mapping of a peer allocation, opened on its first fetch and reused by later ones
+        (opening costs far more than a copy); closed when a job is forgotten."""
+        with self._lock:
+            ptr = self._ipc_open.get(handle)
+            if ptr is None:
+                ptr = self._ipc_open[handle] = self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
+        return ptr
+
+    def _close_ipc(self) -> None:
+        with self._lock:
+            opened, self._ipc_open = self._ipc_open, {}
+        with self.device:
+            for ptr in opened.values():
+                self.cupy.cuda.runtime.ipcCloseMemHandle(ptr)
 
     # ---- compute ----
 

@@ -21,6 +21,7 @@ from common import log as plog
 from common.cli import run_main, user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
+from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "unanswered (default 5)")
     parser.add_argument("--fetch-timeout", type=float, default=30.0, metavar="S",
                         help="give up on a peer that sends nothing for this long (default 30)")
+    parser.add_argument("--login-timeout", type=float, default=LOGIN_TIMEOUT_S, metavar="S",
+                        help="close a connection that has not logged in within S seconds "
+                             f"(default {LOGIN_TIMEOUT_S:g})")
+    parser.add_argument("--max-pending-logins", type=int, default=MAX_PENDING_LOGINS, metavar="N",
+                        help="connections not logged in at most; more are closed at once "
+                             f"(default {MAX_PENDING_LOGINS})")
     parser.add_argument("--no-data-port", action="store_true",
                         help="serve tiles only as chunks over the RPC port (no second, bulk TCP port)")
     parser.add_argument("--keep-serving", action="store_true",
@@ -104,24 +111,23 @@ def main(argv: list[str]) -> int:
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         scheduler_timeout=_positive("--scheduler-timeout", args.scheduler_timeout),
         fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout), data_port=not args.no_data_port,
-        keep_serving=args.keep_serving)
+        keep_serving=args.keep_serving, login_timeout=_positive("--login-timeout", args.login_timeout),
+        max_pending_logins=int(_positive("--max-pending-logins", args.max_pending_logins)))
     backend = make_backend(args.device)
 
     def on_listening(bound_host: str, bound_port: int) -> None:
         print(f"PHOBOS_POD_LISTENING {bound_host}:{bound_port}", flush=True)
+        loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop, or asyncio without it
         plog.get_logger().info("pod listening", address=f"{bound_host}:{bound_port}",
-                               backend=backend.kind, roots=[str(r) for r in roots])
+                               backend=backend.kind, roots=[str(r) for r in roots], loop=loop)
 
     return _run_loop(lambda: PodServer(config, backend), on_listening)
 
 
 def _run_loop(make_server, on_listening) -> int:
-    """Run the pod on the standard asyncio loop inside pycapnp's KJ loop.
-
-    Not uvloop: with uvloop 0.23 and pycapnp 2.2.4 a pod process segfaults on the first
-    connection it accepts after being idle a second or two (reproduced with a bare Gate server);
-    the standard loop does not, and the pod's heavy lifting runs in threads anyway."""
-    import capnp
+    """Run the pod on uvloop inside pycapnp's KJ loop (schemas/rpc_streams.py; it also says why
+    every connection goes through its stream glue: pycapnp's own crashed pods under uvloop)."""
+    from schemas import rpc_streams
 
     # Worker threads (leaf launches, storage, bulk transfers) hand results back to the loop; with
     # the default 5 ms GIL switch interval each hand-off can wait that long, which dominated the
@@ -132,7 +138,7 @@ def _run_loop(make_server, on_listening) -> int:
         server = make_server()  # needs the running loop (asyncio.Event, pycapnp)
         return await server.serve(on_listening)
 
-    return asyncio.run(capnp.run(run()))
+    return rpc_streams.run(run())
 
 
 def entry() -> None:

@@ -183,14 +183,14 @@ class PodRuntime:
             job.computing.add((generation, ins.unit))
             await self.events_delivered()
         start = time.time()
-        nbytes, peer, ok, message = 0, None, True, ""
+        nbytes, peer, copy_s, ok, message = 0, None, 0.0, True, ""
         delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None)
         if delay is not None:  # test-only: this instruction "runs" a while (then takes the pod down)
             await asyncio.sleep(delay.seconds)
             if delay.then_kill:
                 self.faults.die()
         try:
-            nbytes, peer = await self._execute(job, generation, ins)
+            nbytes, peer, copy_s = await self._execute(job, generation, ins)
         except Exception as err:  # any failure is the instruction's, reported with its reason
             ok, message = False, _one_line(err)
             if not isinstance(err, UserError | TransferError | st.Refused):
@@ -203,35 +203,37 @@ class PodRuntime:
         leaf = ins.leaf if isinstance(ins, Compute) else None
         self.report(job.job_id, generation, InstructionEvent(
             id=ins.id, kind=kind_of(ins), start=start, end=time.time(), bytes=nbytes, peer=peer,
-            ok=ok, message=message, unit=unit, leaf=leaf))
+            ok=ok, message=message, unit=unit, leaf=leaf, copy_s=copy_s))
         self._apply(job, job.state.handle(st.InstructionFinished(generation, ins.id, ok, message)))
 
-    async def _execute(self, job: Job, generation: int, ins: Instruction) -> tuple[int, int | None]:
+    async def _execute(self, job: Job, generation: int, ins: Instruction) -> tuple[int, int | None, float]:
+        """Run one instruction: (bytes moved, peer, seconds of host<->device copy)."""
         loop = asyncio.get_running_loop()
         if isinstance(ins, Allocate):
             job.buffers[(generation, ins.buffer)] = BufferRecord(self.backend.allocate(tuple(ins.shape)))
-            return 0, None
+            return 0, None, 0.0
         if isinstance(ins, Free):
             job.buffers.pop((generation, ins.buffer), None)
             self._wake(job, (generation, ins.buffer), st.Refused(f"buffer {ins.buffer} was freed"))
-            return 0, None
+            return 0, None, 0.0
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
         if isinstance(ins, Load):
             path = job.paths[ins.uri]
-            await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
-            return ins.region.size * 4, None
+            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
+            return nbytes, None, copy_s
         if isinstance(ins, Store):
             refusal = await self.store_refusal()
             if refusal is not None:
                 raise st.Refused(f"store refused: {refusal}")
             staging = storage.staging_path(job.paths[ins.uri], job.job_id)
-            return await loop.run_in_executor(self.io_pool, self._store, staging, ins, record), None
+            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._store, staging, ins, record)
+            return nbytes, None, copy_s
         if isinstance(ins, Fetch):
             address = job.peers.get(ins.peer)
             if address is None:
                 raise TransferError(f"node {ins.peer} is not among this plan's peers")
             await self.fetcher(job, generation, ins, address, record)
-            return self.backend.nbytes(record.array), ins.peer
+            return self.backend.nbytes(record.array), ins.peer, 0.0
         if isinstance(ins, Compute):
             bound = {param: self._buffer(job, generation, buf).array for param, buf in ins.bindings}
             args = (job.job_id, ins.leaf, bound, job.scalars)
@@ -244,7 +246,7 @@ class PodRuntime:
             else:
                 self.leaf_seconds[key] = await loop.run_in_executor(
                     self.compute_pool, _timed, self.backend.compute, *args)
-            return 0, None
+            return 0, None, 0.0
         raise TypeError(f"unknown instruction {ins!r}")
 
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
@@ -253,16 +255,20 @@ class PodRuntime:
             raise st.Refused(f"buffer {buffer} does not exist (not allocated yet, or freed)")
         return record
 
-    def _load(self, path: Path, ins: Load, record: BufferRecord) -> None:
-        host = storage.read_region(path, ins.region)
-        if tuple(host.shape) != tuple(record.array.shape):
-            raise UserError(f"load of {ins.uri}: region shape {list(host.shape)} does not match "
+    def _load(self, path: Path, ins: Load, record: BufferRecord) -> tuple[int, float]:
+        """(bytes read from storage, seconds of the host-to-device copy). The region is read
+        straight into the buffer (CPU) or into a pinned host buffer copied on asynchronously (GPU)."""
+        if tuple(ins.region.shape) != tuple(record.array.shape):
+            raise UserError(f"load of {ins.uri}: region shape {list(ins.region.shape)} does not match "
                             f"buffer {ins.buffer} of shape {list(record.array.shape)}")
-        self.backend.upload(record.array, host)
+        return self.backend.fill(record.array, lambda host: storage.read_region_into(path, ins.region, host))
 
-    def _store(self, staging: Path, ins: Store, record: BufferRecord) -> int:
-        host = self.backend.download(record.array)
-        return storage.write_region(staging, ins.region, np.asarray(host).reshape(ins.region.shape))
+    def _store(self, staging: Path, ins: Store, record: BufferRecord) -> tuple[int, float]:
+        """(bytes written to storage, seconds of the device-to-host copy)."""
+        def write(host: np.ndarray) -> int:
+            return storage.write_region(staging, ins.region, host.reshape(ins.region.shape))
+
+        return self.backend.drain(record.array, write)
 
     # ---- serving peers -----------------------------------------------------------------------
 

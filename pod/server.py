@@ -1,6 +1,6 @@
 """The pod's asyncio shell: the Gate/Pod RPC interfaces, peer fetches, heartbeats, event reports.
 
-One event loop (the standard asyncio one; pod/cli.py says why not uvloop) runs everything:
+One event loop (uvloop; schemas/rpc_streams.py runs it) runs everything:
 pycapnp's RPC (every connection read with explicit traversal and nesting limits), the scheduler
 link (heartbeats every --heartbeat-interval, events batched with at most one batch in flight) and
 the instructions (pod/runtime.py). The pod exits when its scheduler's connection drops, when
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hmac
 import os
 import time
 from dataclasses import dataclass
@@ -25,9 +24,10 @@ import numpy as np
 from common.log import get_logger
 from pod import state as st
 from pod.backend_cpu import host_id
+from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS, REFUSAL_DELAY_S, FrontDoor, Stranger
 from pod.runtime import NOT_READY, BufferRecord, Job, PodRuntime
 from pod.transfer import TransferError, check_crc, chunk_ranges, fetch_by_ticket, verify
-from schemas import capnp_io
+from schemas import capnp_io, rpc_streams
 from schemas.capnp_io import (
     CHUNK_BYTES,
     MAX_CHUNK_BYTES,
@@ -56,10 +56,9 @@ class PodConfig:
     fetch_timeout: float = 30.0  # patience with a peer: tile not ready, or no bytes arriving
     data_port: bool = True  # offer tiles on a ticketed bulk TCP port (else: chunks over the RPC)
     keep_serving: bool = False  # when the scheduler goes: drop its jobs and wait for the next one
-
-
-class _Connection:
-    """One accepted RPC connection (the scheduler's is remembered: its loss ends the pod)."""
+    login_timeout: float = LOGIN_TIMEOUT_S  # a connection not logged in by then is closed
+    max_pending_logins: int = MAX_PENDING_LOGINS  # connections not logged in, at most
+    refusal_delay: float = REFUSAL_DELAY_S  # a refused login is answered this late
 
 
 class PeerLink:
@@ -77,8 +76,10 @@ class PodServer:
         self.runtime.report_finished = self._queue_finished
         self.runtime.events_delivered = self.events_delivered
         self.stop = asyncio.Event()
+        self.door = FrontDoor(config.token, config.login_timeout, config.max_pending_logins,
+                              config.refusal_delay)
         self.sink = None
-        self.sink_conn: _Connection | None = None
+        self.sink_conn: Stranger | None = None
         self.node = 0
         self.peers: dict[str, PeerLink] = {}
         # Links to peers that failed are kept, never freed: a dead connection's client caught in a
@@ -103,11 +104,12 @@ class PodServer:
     # ---- serving ---------------------------------------------------------------------------
 
     async def serve(self, on_listening) -> int:
-        server = await capnp.AsyncIoStream.create_server(self._connection, self.config.host, self.config.port)
+        server = await rpc_streams.serve(self._connection, self.config.host, self.config.port)
         host, port = server.sockets[0].getsockname()[:2]
         on_listening(host, port)
         self._spawn(self._sender())
         self._spawn(self._collect_garbage())
+        self._spawn(self._log_strangers())
         try:
             await self.stop.wait()
         finally:
@@ -151,22 +153,35 @@ class PodServer:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    async def _connection(self, stream) -> None:
-        conn = _Connection()
-        server = capnp.TwoPartyServer(stream, bootstrap=GateImpl(self, conn),
-                                      traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
+    async def _connection(self, stream, peer: str) -> None:
+        conn = self.door.arrive(peer, stream)
+        if conn is None:
+            return  # at the cap of connections not logged in: closed before a byte was read
+        gate = GateImpl(self.door, conn, lambda: PodImpl(self, conn))
+        server = capnp.TwoPartyServer(stream, bootstrap=gate, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
                                       nesting_limit=NESTING_LIMIT)
+        broken = ""
         try:
             await server.on_disconnect()
         except Exception as err:  # a malformed or oversized message ends that connection only
-            log.warning("connection closed", reason=_one_line(err))
+            broken = _one_line(err)
+        self.door.leave(conn, broken)
+        if not conn.logged_in:
+            return  # a stranger's connection held no call of ours: its remains are collected
+        if broken:
+            log.warning("connection closed", reason=broken, peer=peer)
         self.last_peer_failure = time.monotonic()  # its remains are frozen, not collected
         if conn is self.sink_conn:
             self._scheduler_gone("scheduler connection dropped")
 
+    async def _log_strangers(self) -> None:
+        while not self.stop.is_set():
+            await asyncio.sleep(1.0)
+            self.door.flush_log()
+
     # ---- the scheduler link --------------------------------------------------------------------
 
-    def hello(self, scheduler, node: int, conn: _Connection) -> None:
+    def hello(self, scheduler, node: int, conn: Stranger) -> None:
         self.sink, self.sink_conn, self.node = scheduler, conn, node
         self.runtime.node = node
         self.lease_from = time.monotonic()
@@ -325,12 +340,11 @@ class PodServer:
         if link is not None:
             return link
         host, port = split_address(address)
-        stream = await asyncio.wait_for(capnp.AsyncIoStream.create_connection(host, port),
+        stream = await asyncio.wait_for(rpc_streams.connect(host, port),
                                         self.config.fetch_timeout)
         client = capnp.TwoPartyClient(stream, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
                                       nesting_limit=NESTING_LIMIT)
-        gate = client.bootstrap().cast_as(rpc.Gate)
-        pod = (await asyncio.wait_for(gate.login(self.config.token), self.config.fetch_timeout)).pod
+        pod = await rpc_streams.login(client, self.config.token, self.config.fetch_timeout)
         info = capnp_io.read_pod_info((await asyncio.wait_for(pod.info(), self.config.fetch_timeout)).info)
         link = self.peers[address] = PeerLink(client, pod, info)
         return link
@@ -458,20 +472,6 @@ async def _read_plan(reader) -> NodePlan:
                     peak_bytes=reader.peakBytes)
 
 
-def results_of_live_call(context):
-    """The results of the call this RPC method serves, for a method that awaited something first.
-
-    When the caller goes away (a peer killed mid-fetch), pycapnp frees the call and cancels the
-    method's task; touching the results after that is a use-after-free (a SIGSEGV: one healthy pod
-    lost in about 1,700 soak runs). The cancellation normally surfaces at the await, but anything
-    that swallows it (wait_for on Python 3.11 does when the awaited thing finishes at the same
-    moment) lets the method go on, so look before writing: a pending cancel ends the method."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError("the caller of this RPC is gone")
-    return context.results
-
-
 def split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -483,22 +483,23 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 class GateImpl(rpc.Gate.Server):
-    def __init__(self, pod: PodServer, conn: _Connection):
-        self.pod, self.conn = pod, conn
+    """The bootstrap capability: `login` is the only thing a connection can call before login."""
+
+    def __init__(self, door: FrontDoor, stranger: Stranger, make_pod):
+        self.door, self.stranger, self.make_pod = door, stranger, make_pod
 
     async def login(self, token, _context, **kwargs):
-        if not token:
-            raise PermissionError("login refused: missing token")
-        if not hmac.compare_digest(token.encode(), self.pod.config.token.encode()):
-            log.warning("login refused: wrong token")
-            raise PermissionError("login refused: wrong token")
-        _context.results.pod = PodImpl(self.pod, self.conn)
+        refusal = await self.door.check(self.stranger, token)
+        results = rpc_streams.results_of_live_call(_context)
+        results.refusal = refusal
+        if refusal == "none":
+            results.pod = self.make_pod()
 
 
 class PodImpl(rpc.Pod.Server):
     """Every method refuses with a one-line reason; nothing here can take the process down."""
 
-    def __init__(self, pod: PodServer, conn: _Connection):
+    def __init__(self, pod: PodServer, conn: Stranger):
         self.pod, self.conn = pod, conn
         self.runtime = pod.runtime
 
@@ -532,7 +533,7 @@ class PodImpl(rpc.Pod.Server):
 
     async def tileHeader(self, jobId, generation, buffer, _context, **kwargs):
         header = await self.runtime.tile_header(jobId, generation, buffer, self.pod.config.fetch_timeout)
-        capnp_io.write_tile_header(results_of_live_call(_context).header, header)
+        capnp_io.write_tile_header(rpc_streams.results_of_live_call(_context).header, header)
 
     async def readChunk(self, jobId, generation, buffer, offset, length, _context, **kwargs):
         if length > MAX_CHUNK_BYTES:
@@ -546,7 +547,7 @@ class PodImpl(rpc.Pod.Server):
         if self.pod.backend.kind != "gpu":
             raise st.Refused("ipcHandle: this pod has no GPU")
         record = await self.runtime.wait_servable(jobId, generation, buffer, self.pod.config.fetch_timeout)
-        results = results_of_live_call(_context)
+        results = rpc_streams.results_of_live_call(_context)
         results.handle = self.pod.backend.ipc_handle(record.array)
         shape = tuple(record.array.shape)
         capnp_io.write_tile_header(results.header, capnp_io.TileHeader(

@@ -118,8 +118,11 @@ async def start_local_pods(devices: list[str], roots: list[Path], token: str, ex
                     "--log-level", log_level, *extra_args]
             for r in roots:
                 argv += ["--storage-root", str(r)]
+            # A session of their own: a Ctrl-C at the terminal reaches the scheduler only, which
+            # stops the job and then these pods in order (scheduler/interrupt.py).
             process = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=root, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE)
+                *argv, env=env, cwd=root, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                start_new_session=True)
             pods.pods.append(LocalPod(device, process))
         for pod in pods.pods:
             pod.address = await _wait_ready(pod)

@@ -19,6 +19,7 @@ from common.log import get_logger
 from scheduler import prepare as prep
 from scheduler.cluster_state import Action, Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
 from scheduler.local_pods import choose_devices, new_token, start_local_pods, visible_gpus
+from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
 
@@ -52,19 +53,17 @@ class JobFailed(Exception):
 
 
 def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
-    """Run a prepared job to the end on its own event loop (uvloop when available)."""
-    import capnp
+    """Run a prepared job to the end on its own event loop (uvloop when available); a SIGINT or
+    SIGTERM stops it in order and raises scheduler.interrupt.Interrupted."""
+    from scheduler.interrupt import interruptible
+    from schemas import rpc_streams
 
-    try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    coro = capnp.run(_run_with_pods(prepared, options))
-    return uvloop.run(coro) if uvloop is not None else asyncio.run(coro)
+    return rpc_streams.run(interruptible(_run_with_pods(prepared, options)))
 
 
 async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
+    PROCESS.mark("pods_start")
     addresses, token = list(options.pods), options.token
     if not addresses:
         local = await start_pods_for(options)
@@ -74,6 +73,7 @@ async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> Run
     session = PodSession(addresses, token)
     try:
         await session.open()
+        PROCESS.mark("pods_ready")
         return await session.run(prepared, options)
     finally:
         await session.close()
@@ -122,27 +122,26 @@ class PodSession:
     async def _connect(self, node: int, address: str) -> None:
         import capnp
 
+        from schemas import rpc_streams
+
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise UserError(f"--pods {address!r}: expected HOST:PORT")
         try:
-            connecting = capnp.AsyncIoStream.create_connection(host.strip("[]"), int(port))
+            connecting = rpc_streams.connect(host.strip("[]"), int(port))
             stream = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError) as err:
             raise UserError(f"cannot reach pod {address}: {_one_line(err)}") from None
         client = capnp.TwoPartyClient(stream, traversal_limit_in_words=self.io.TRAVERSAL_LIMIT_WORDS,
                                       nesting_limit=self.io.NESTING_LIMIT)
         self.clients[node] = client
-        gate = client.bootstrap().cast_as(self.io.rpc().Gate)
         try:
-            pod = (await asyncio.wait_for(gate.login(self.token), CONNECT_TIMEOUT_S)).pod
+            pod = await rpc_streams.login(client, self.token, CONNECT_TIMEOUT_S)
             reply = await asyncio.wait_for(pod.hello(SinkImpl(self, node), node), CONNECT_TIMEOUT_S)
+        except rpc_streams.LoginRefused as err:
+            raise UserError(f"pod {address} refused the token: {err}") from None
         except Exception as err:
-            text = _one_line(err)
-            if "login refused" in text:
-                why = text[text.index("login refused"):]
-                raise UserError(f"pod {address} refused the token: {why}") from None
-            raise UserError(f"pod {address}: {text}") from None
+            raise UserError(f"pod {address}: {not_a_pod(err)}") from None
         self.pods[node] = pod
         self.infos[node] = self.io.read_pod_info(reply.info)
 
@@ -206,6 +205,7 @@ class JobRun:
         self.options = options
         self.nodes = nodes
         self.t0 = time.time()
+        self.marks: dict[str, float] = {"compile_start": self.t0}  # Unix times (scheduler/phases.py)
         self.state: ClusterState | None = None
         self.trace = TraceRecorder(prepared)
         self.done = asyncio.Event()
@@ -214,6 +214,7 @@ class JobRun:
         # GPU pods: the leaves go to PTX once here rather than once per pod.
         leaf_ptx = compile_leaves(prepared.program) if "gpu" in backends else None
         self.job_program = self.io.job_program(prepared.program, prepared.scalars, leaf_ptx)
+        self.marks["compile_end"] = time.time()
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -235,14 +236,20 @@ class JobRun:
         self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
         try:
             # Plan before creating staging: a plan that does not fit fails with nothing written.
+            self._mark("plan_start")
             first = self.state.start(self.now())
+            self._mark("plan_end")
             staged = prep.create_staging(self.prepared)
+            self._mark("staging_end")
             self._spawn(self._ticker())
             self._apply(first)
             await self.done.wait()
+            self._mark("run_end")
             outcome = self.state.outcome
             if isinstance(outcome, Succeeded):
+                self._mark("commit_start")
                 prep.commit_staging(self.prepared, staged)
+                self._mark("commit_end")
                 staged = {}
                 ok, reason = True, ""
             else:
@@ -254,7 +261,13 @@ class JobRun:
             await self._cancel_everywhere()
         wall = self.now()
         trace = self.trace.finish(self.state, wall)
+        trace["phases"] = job_phases(PROCESS.take(), self.marks, trace["events"], self.t0)
         return RunResult(ok, reason, wall, trace)
+
+    def _mark(self, name: str) -> None:
+        self.marks[name] = time.time()
+        if name == "plan_end":
+            self.marks["staging_start"] = self.marks[name]
 
     async def _cancel_everywhere(self) -> None:
         """Drop the job on every live node: buffers of a failed job are freed at once."""
@@ -379,6 +392,18 @@ def SinkImpl(session: PodSession, node: int):  # noqa: N802 - builds the capnp s
 
 
 _SINK = None
+
+
+def not_a_pod(err: BaseException) -> str:
+    """Why login to an address failed, when it was not a refusal: what a user can act on."""
+    text = _one_line(err).removeprefix("message = ")
+    if isinstance(err, TimeoutError):
+        return f"no answer to the login within {CONNECT_TIMEOUT_S:g} s"
+    if "exceeds size limit" in text or "traversalLimit" in text or "segment" in text.lower():
+        return "it answered with something that is not Cap'n Proto (is this a phobos pod?)"
+    if any(word in text.lower() for word in ("disconnect", "closing", "reset", "broken pipe", "eof")):
+        return f"the connection closed before login ({text})"
+    return text
 
 
 def _one_line(err: BaseException) -> str:

@@ -130,9 +130,14 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
 
 
 def run_command(argv: list[str]) -> int:
+    from scheduler.phases import PROCESS, process_start_time
+
+    PROCESS.mark("started", process_start_time())
+    PROCESS.mark("imports_done")
     from common import log
     from compiler.cluster.build import values_outside_space
     from scheduler import tuner_cli
+    from scheduler.interrupt import Interrupted
     from scheduler.jobfile import read_job
     from scheduler.prepare import prepare
     from scheduler.run import JobFailed, RunOptions, run_job
@@ -161,8 +166,11 @@ def run_command(argv: list[str]) -> int:
     cluster_values = parse_assignments(args.cluster, "--cluster", int)
     tile_values = parse_assignments(args.tile, "--tile", int)
     tune = tuner_cli.options_from_args(args)
+
+    PROCESS.mark("prepare_start")
     prepared = prepare(job, job_path, roots, cluster_values, tile_values=tile_values,
                        any_values=tune.autotune)
+    PROCESS.mark("prepare_end")
     for line in values_outside_space(prepared.kernel, {**dict(job.cluster_values), **cluster_values}):
         print(line, file=sys.stderr)
     for name in expected:
@@ -186,6 +194,9 @@ def run_command(argv: list[str]) -> int:
     except JobFailed as err:
         print(f"error: job failed: {err}", file=sys.stderr)
         return 1
+    except Interrupted as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     write_run_files(result.trace, outputs_of_run)
     print(summary_text(result.trace, result.ok, result.reason))
     if not result.ok:

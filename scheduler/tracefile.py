@@ -69,6 +69,7 @@ class TraceRecorder:
             "start": event.start - t0, "end": event.end - t0, "bytes": event.bytes,
             "peer": event.peer, "unit": unit, "leaf": event.leaf, "generation": generation,
             "replanned": generation > 1, "ok": event.ok and accepted,
+            **({"copy_s": event.copy_s} if event.copy_s else {}),
             **({"message": event.message} if event.message else {}),
         })
 
@@ -141,6 +142,10 @@ def summary_text(trace: dict, ok: bool, reason: str = "") -> str:
                      f"{_bytes(row['bytes_loaded']):>10} {_bytes(row['bytes_fetched']):>10} "
                      f"{_bytes(row['bytes_served']):>10} {_bytes(row['bytes_stored']):>10} "
                      f"{row['compute_s']:>10.3f}")
+    if trace.get("phases"):
+        from scheduler.phases import phases_text
+
+        lines.append(phases_text(trace["phases"]))
     for f in trace["failures"]:
         lines.append(f"node {f['node']} lost at {f['time']:.3f} s: {f['reason']}")
     return "\n".join(lines)

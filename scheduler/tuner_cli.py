@@ -153,16 +153,10 @@ class TunedRun:
 
 def run_autotuned(prepared, options, tune: TuneOptions, say: Callable[[str], None] = print) -> TunedRun:
     """Reach the pods, rank, print the table, run the best (see the module doc)."""
-    import asyncio
+    from scheduler.interrupt import interruptible
+    from schemas import rpc_streams
 
-    import capnp
-
-    try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    coro = capnp.run(_run_autotuned(prepared, options, tune, say))
-    return uvloop.run(coro) if uvloop is not None else asyncio.run(coro)
+    return rpc_streams.run(interruptible(_run_autotuned(prepared, options, tune, say)))
 
 
 async def _run_autotuned(prepared, options, tune: TuneOptions, say) -> TunedRun:

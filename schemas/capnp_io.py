@@ -139,6 +139,7 @@ class InstructionEvent:
     message: str = ""
     unit: int | None = None
     leaf: str | None = None
+    copy_s: float = 0.0  # load/store: the host<->device copy's share of start..end
 
 
 @dataclass(frozen=True)
@@ -456,6 +457,7 @@ def write_event(builder, event: InstructionEvent) -> None:
     builder.message = event.message
     builder.unit = -1 if event.unit is None else event.unit
     builder.leaf = event.leaf or ""
+    builder.copySeconds = event.copy_s
 
 
 def read_event(reader) -> InstructionEvent:
@@ -470,6 +472,7 @@ def read_event(reader) -> InstructionEvent:
         message=reader.message,
         unit=None if reader.unit < 0 else reader.unit,
         leaf=reader.leaf or None,
+        copy_s=reader.copySeconds,
     )
 
 

@@ -149,14 +149,24 @@ struct InstructionEvent {
   message @7 :Text;        # failure reason when not ok
   unit @8 :Int32;          # compute/store: the unit of work; -1 otherwise
   leaf @9 :Text;           # compute: the leaf's name; "" otherwise
+  copySeconds @10 :Float64; # load/store: seconds of it spent copying host<->device (scheduler/phases.py)
 }
 
 # ---- Interfaces -------------------------------------------------------------------------------
 
+enum LoginRefusal {
+  # Why a login handed over nothing. The pod answers a refusal as data, never as an exception
+  # (an exception would carry the pod's Python traceback to a stranger), after a delay that
+  # throttles guessing, and then closes the connection: one attempt per connection.
+  none @0;          # logged in: `pod` is set
+  missingToken @1;
+  wrongToken @2;
+}
+
 interface Gate {
-  # The bootstrap capability of every pod. A wrong or missing token fails the call with
-  # "login refused: wrong token" and hands over nothing.
-  login @0 (token :Text) -> (pod :Pod);
+  # The bootstrap capability of every pod. A wrong or missing token hands over nothing and
+  # names the refusal.
+  login @0 (token :Text) -> (pod :Pod, refusal :LoginRefusal);
 }
 
 interface Pod {

@@ -13,7 +13,7 @@ import math
 
 from common.cli import user_path
 from compiler.cluster.build import check_cluster
-from compiler.frontend import ir
+from compiler.frontend import ir, walk
 from compiler.frontend.load import load_file
 from compiler.frontend.source import Span
 
@@ -55,7 +55,10 @@ def describe_kernel(kernel: ir.Kernel, text: str) -> str:
     out = [f"kernel {kernel.name}"]
     if kernel.grid:
         out.append("  grid:")
-        out += [f"    {g.axis}: dim {g.dim}, tile {g.tile}" for g in kernel.grid]
+        out += [
+            f"    {g.axis}: dim {g.dim}, " + ("one CTA per element" if g.tile is None else f"tile {g.tile}")
+            for g in kernel.grid
+        ]
     else:
         out.append("  grid: one CTA (no ctx.block axis used)")
     if kernel.attributes:
@@ -73,7 +76,20 @@ def describe_kernel(kernel: ir.Kernel, text: str) -> str:
         detail = ", ".join(f"{d.name}: {len(d.values)} ({', '.join(map(str, d.values))})" for d in cl.dims)
         out.append(f"  @cluster search space: {search_space_size(cl)} points [{detail}]")
     out.append(f"  threads per CTA: {kernel.threads}")
+    out += _describe_dots(kernel)
     return "\n".join(out)
+
+
+def _describe_dots(kernel: ir.Kernel) -> list[str]:
+    """Each dot's precision and who chose it (docs/language.md §8.1)."""
+    dots = [e for e in walk.iter_body_exprs(kernel.body) if isinstance(e, ir.Call) and e.precision]
+    why = {"operands": "from its operands", "kernel": "from @precision", "dot": "from its precision argument"}
+    return [
+        f"  dot at {d.span.line}:{d.span.col}: {d.precision.mode} "
+        + ("(the default)" if d.precision.mode == "f32" and d.precision.origin == "operands" else
+           f"({why[d.precision.origin]})")
+        for d in dots
+    ]
 
 
 def describe_module(module: ir.Module) -> str:

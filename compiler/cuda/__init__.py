@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import codegen, nvrtc
+from compiler.cuda import codegen, nvrtc, unlowered
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -49,7 +49,7 @@ def generate_source(
 ) -> codegen.Generated:
     if tf32:
         raise CompileError(kernel.span, "the TF32 tensor-core path for dot is not implemented yet")
-    return codegen.generate(kernel, binding, tf32, schedule)
+    return codegen.generate(unlowered.legacy_view(kernel), binding, tf32, schedule)
 
 
 def compile_kernel(
@@ -58,11 +58,14 @@ def compile_kernel(
     return compile_generated(kernel, generate_source(kernel, binding, tf32=tf32, schedule=schedule))
 
 
-def compile_generated(kernel: ir.Kernel, gen: codegen.Generated) -> CompiledKernel:
-    try:
-        ptx = nvrtc.compile_to_ptx(gen.source)
-    except nvrtc.NvrtcError as e:
-        raise _nvrtc_error(kernel, gen, e) from None
+def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None = None) -> CompiledKernel:
+    """`gen` compiled by NVRTC; or, given `ptx` already compiled from `gen.source` elsewhere (a pod
+    gets the scheduler's), the same CompiledKernel around that PTX without compiling again."""
+    if ptx is None:
+        try:
+            ptx = nvrtc.compile_to_ptx(gen.source)
+        except nvrtc.NvrtcError as e:
+            raise _nvrtc_error(kernel, gen, e) from None
     return CompiledKernel(
         cuda_source=gen.source,
         ptx=ptx,

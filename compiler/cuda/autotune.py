@@ -3,7 +3,8 @@
 Points that cannot be generated (thread layout, shared memory, register budget) or that the
 driver refuses to launch are pruned and reported, never run. The winner is cached in JSON at
 $PHOBOS_CACHE_DIR/autotune.json (default ~/.cache/phobos/autotune.json), keyed by the sha256 of
-the kernel's source, the dims, the GPU's name and the compiler version, and reused by later calls.
+the kernel's source, the dims, the precision of its dots, the GPU's name and the compiler
+version, and reused by later calls.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from common import cache
 from compiler.cuda import compile_kernel, compiler_version, nvrtc
 from compiler.cuda.schedule import DEFAULT, Schedule
-from compiler.frontend import ir
+from compiler.frontend import ir, walk
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
 
@@ -47,7 +48,10 @@ def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str) -> str:
     src = hashlib.sha256(kernel.source.encode()).hexdigest()
     dims_text = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
     major, minor = nvrtc.version()
-    return f"{kernel.name}|{src}|{dims_text}|{gpu}|{compiler_version()}+nvrtc{major}.{minor}"
+    # The source already implies the precision; naming it keeps entries apart should a precision
+    # ever be chosen outside the source (a flag), and makes the cache readable.
+    dots = ",".join(walk.dot_modes(kernel))
+    return f"{kernel.name}|{src}|{dims_text}|dots={dots}|{gpu}|{compiler_version()}+nvrtc{major}.{minor}"
 
 
 def _read_cache() -> dict:

@@ -4,7 +4,8 @@ A kernel's source is symbolic: tensor extents are dimension names (M, N, ...) an
 are @autotune names (TILE_M, ...). Before it can run, every one of those names needs an integer.
 `bind` collects them, checks every promise the source makes about them (@aligned, the @autotune
 search space, the shapes of the tensors handed in) and computes the grid: ceil(dim / tile) CTAs
-per grid axis. Every mistake is a `UserError` with one line naming the offending value.
+per grid axis (one per element for an axis tied by a grid index).
+Every mistake is a `UserError` with one line naming the offending value.
 """
 
 from __future__ import annotations
@@ -183,10 +184,7 @@ def bind(kernel: ir.Kernel, dims: Mapping[str, int], tensor_shapes: Mapping[str,
     if tensor_shapes is not None:
         _check_shapes(kernel, env, tensor_shapes)
     _check_aligned(kernel, env)
-    grid = []
-    for axis in kernel.grid:
-        extent, tile = env[axis.dim], env[axis.tile]
-        grid.append(-(-extent // tile))
+    grid = [axis.count(env) for axis in kernel.grid]
     return Binding(
         dims=FrozenDict(dim_values),
         tile_values=FrozenDict(tiles),

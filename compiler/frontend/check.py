@@ -12,9 +12,9 @@ import dataclasses
 
 from compiler.frontend import ir
 from compiler.frontend.affine import affine_of
-from compiler.frontend.check_calls import call_type, check_signature
+from compiler.frontend.check_calls import call_type, check_signature, dot_precision
 from compiler.frontend.check_header import Symbol, check_header, word_span
-from compiler.frontend.check_types import NUMERIC, Shapes, describe, make_type, promote
+from compiler.frontend.check_types import FLOATS, NUMERIC, Shapes, describe, make_type, promote, widened
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import BOOL, F32, I32, ScalarType, Size, TileType
 from compiler.frontend.parser import UncheckedTileType
@@ -45,6 +45,8 @@ class _KernelChecker:
         self.tensors: dict[str, ir.TensorParam] = {}
         self.scopes: list[dict[str, Symbol]] = [{}]
         self.grid: dict[str, ir.GridAxis] = {}
+        self.grid_indices: dict[str, list[ir.GridAxis]] = {}  # ties by grid indices (see finish_grid)
+        self.f32_dots: list[ir.DotPrecision] = []
         self.block_uses: dict[str, Span] = {}
         self.shapes = Shapes({})
 
@@ -58,6 +60,7 @@ class _KernelChecker:
         self.shapes = Shapes(header.fixed)
         body = self.block(k.body)
         grid = self.finish_grid()
+        self.check_precision_used()
         return dataclasses.replace(k, body=body, grid=grid)
 
     # ---- scopes -----------------------------------------------------------------------------
@@ -125,7 +128,7 @@ class _KernelChecker:
                 value.span,
                 f"{what} is {describe(target)}; cannot assign {describe(vt)} (use where(c, 1.0, 0.0))",
             )
-        if target.dtype == "i32" and vt.dtype == "f32":
+        if target.dtype == "i32" and vt.dtype in FLOATS:
             raise CompileError(
                 value.span,
                 f"{what} is {describe(target)}; cannot assign {describe(vt)} without a conversion i32(...)",
@@ -227,9 +230,9 @@ class _KernelChecker:
                 checked.append(item)
                 shape.append(Size.sym(dim) if isinstance(dim, str) else Size.const(dim))
             elif isinstance(item, ir.SliceIndex):
-                checked.append(
-                    dataclasses.replace(item, index=self.scalar_i32(self.expr(item.index), "an index"))
-                )
+                index = self.scalar_i32(self.expr(item.index), "an index")
+                self.note_grid_index(param, pos, index, item.span)
+                checked.append(dataclasses.replace(item, index=index))
             else:
                 start = self.scalar_i32(self.expr(item.start), "a slice start")
                 extent = self.expr(item.extent)
@@ -272,7 +275,39 @@ class _KernelChecker:
                 f"of '{tile}', but line {old.span.line} covers '{old.dim}' in tiles of '{old.tile}'",
             )
 
+    def note_grid_index(self, param: ir.TensorParam, pos: int, index: ir.Expr, span: Span) -> None:
+        """An index that is exactly `ctx.block.a` (through lets) may tie grid axis a to the
+        dimension it indexes, one CTA per element; a grid slice of the same axis wins."""
+        form = affine_of(index, self.let_env())
+        if form is None or form.const != Size() or len(form.terms) != 1:
+            return
+        blocks = form.block_terms()
+        if len(blocks) != 1 or blocks[0][1] != Size.const(1):
+            return
+        axis, dim = blocks[0][0], param.dims[pos]
+        if not isinstance(dim, str):
+            return  # a fixed extent cannot size a grid axis; a grid slice may still tie it
+        self.grid_indices.setdefault(axis, []).append(ir.GridAxis(axis, dim, None, span))
+
     def finish_grid(self) -> tuple[ir.GridAxis, ...]:
+        for axis, ties in self.grid_indices.items():
+            if axis not in self.grid:
+                tie = ties[0]
+                other = next((t for t in ties if t.dim != tie.dim), None)
+                if other is not None:
+                    raise CompileError(
+                        other.span,
+                        f"inconsistent grid axis {axis}: this index gives it one CTA per element of "
+                        f"'{other.dim}', but line {tie.span.line} gives it one per element of '{tie.dim}'",
+                    )
+                if self.kernel.cluster is not None:
+                    raise CompileError(
+                        tie.span,
+                        f"grid axis {axis} is tied by an index (one CTA per element of "
+                        f"'{tie.dim}'); @cluster kernels need grid slices 'ctx.block.{axis} * "
+                        "TILE :+ TILE' on every axis",
+                    )
+                self.grid[axis] = tie
         for axis in AXES:
             if axis in self.block_uses and axis not in self.grid:
                 raise CompileError(
@@ -328,7 +363,7 @@ class _KernelChecker:
             if (operand.ty.dtype == "bool") != want_bool:
                 need = "bool" if want_bool else "a number"
                 raise CompileError(operand.span, f"'{e.op}' needs {need}, found {describe(operand.ty)}")
-            return dataclasses.replace(e, operand=operand, ty=operand.ty)
+            return dataclasses.replace(e, operand=operand, ty=widened(operand.ty))
         if isinstance(e, ir.Load):
             return self.load(e)
         if isinstance(e, ir.Call):
@@ -380,7 +415,7 @@ class _KernelChecker:
             fill = self.expr(e.fill)
             if not isinstance(fill.ty, ScalarType) or fill.ty.dtype not in NUMERIC:
                 raise CompileError(fill.span, f"fill must be a number, found {describe(fill.ty)}")
-        dtype = "i32" if param.dtype == "i32" else "f32"
+        dtype = "f32" if param.dtype == "f32" else param.dtype  # bf16 and f16 stay narrow
         return dataclasses.replace(e, index=index, fill=fill, ty=make_type(dtype, shape))
 
     def call(self, e: ir.Call) -> ir.Call:
@@ -394,6 +429,25 @@ class _KernelChecker:
                 )
             else:
                 args.append(self.expr(a))
-        kwargs = tuple((k, self.expr(v)) for k, v in e.kwargs)
+        # A dot's `precision = tf32` names a precision, not a value: it leaves kwargs for the
+        # call's `precision` field instead of being typed.
+        requested = next((v for k, v in e.kwargs if e.func == "dot" and k == "precision"), None)
+        kwargs = tuple((k, self.expr(v)) for k, v in e.kwargs if not (e.func == "dot" and k == "precision"))
         checked = dataclasses.replace(e, args=tuple(args), kwargs=kwargs)
-        return dataclasses.replace(checked, ty=call_type(checked, self.shapes, self.size_of))
+        checked = dataclasses.replace(checked, ty=call_type(checked, self.shapes, self.size_of))
+        if e.func != "dot":
+            return checked
+        precision = dot_precision(checked, requested, self.kernel.precision)
+        if precision.mode in ("f32", "tf32"):
+            self.f32_dots.append(precision)
+        return dataclasses.replace(checked, precision=precision)
+
+    def check_precision_used(self) -> None:
+        """`@precision(tf32)` on a kernel none of whose dots it could change is a mistake."""
+        attr = self.kernel.precision
+        if attr is not None and attr.mode == "tf32" and not any(p.origin == "kernel" for p in self.f32_dots):
+            raise CompileError(
+                attr.span,
+                "@precision(tf32) changes dots of f32 operands, and this kernel has none "
+                "(bf16 and f16 dots take their precision from their operands)",
+            )

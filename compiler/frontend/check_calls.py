@@ -7,14 +7,14 @@ CompileError at the most specific argument when something does not fit.
 from __future__ import annotations
 
 from compiler.frontend import ir
-from compiler.frontend.check_types import NUMERIC, Shapes, describe, make_type, promote, with_dtype
+from compiler.frontend.check_types import NUMERIC, Shapes, describe, make_type, promote, widened, with_dtype
 from compiler.frontend.diagnostics import CompileError
-from compiler.frontend.ir import ScalarType, Size, TileType
+from compiler.frontend.ir import NARROW_FLOATS, ScalarType, Size, TileType
 from compiler.frontend.source import Span
 
 # name -> (positional argument counts accepted, keyword arguments accepted)
 SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
-    "dot": ((2,), ()),
+    "dot": ((2,), ("precision",)),
     "transpose": ((1,), ()),
     "exp": ((1,), ()),
     "log": ((1,), ()),
@@ -29,7 +29,10 @@ SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
     "full": ((2,), ()),
     "f32": ((1,), ()),
     "i32": ((1,), ()),
+    "bf16": ((1,), ()),
+    "f16": ((1,), ()),
 }
+DOT_PRECISIONS = ("f32", "tf32")  # what `precision = ...` may ask for
 
 
 def check_signature(call: ir.Call) -> None:
@@ -93,23 +96,32 @@ def call_type(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
         a, b = (_tile(x, "dot", 2) for x in args)
         for x in args:
             _numeric(x, "dot")
+        _same_operand_kind(args[0], args[1])
         if not shapes.same(a.shape[1], b.shape[0]):
             raise CompileError(
                 args[1].span,
                 f"dot inner extents differ: {describe(a)} times {describe(b)} ({a.shape[1]} vs {b.shape[0]})",
             )
         return TileType("f32", (a.shape[0], b.shape[1]))
+    if f in ("bf16", "f16"):
+        if args[0].ty.dtype not in NUMERIC:
+            raise CompileError(
+                args[0].span,
+                f"{f}() converts numbers, found {describe(args[0].ty)}; "
+                "turn a condition into a number with where(c, 1.0, 0.0) first",
+            )
+        return with_dtype(args[0].ty, f)
     if f == "transpose":
         a = _tile(args[0], "transpose", 2)
         return TileType(a.dtype, (a.shape[1], a.shape[0]))
     if f in ("exp", "log", "sqrt", "abs"):
         _numeric(args[0], f)
-        return args[0].ty if f == "abs" else with_dtype(args[0].ty, "f32")
+        return widened(args[0].ty) if f == "abs" else with_dtype(args[0].ty, "f32")
     if f in ("max", "min", "sum") and len(args) == 1:
         a = _tile(args[0], f"{f}(x, axis = k)")
         _numeric(args[0], f)
         k = _axis(call, a.rank)
-        return make_type(a.dtype, a.shape[:k] + a.shape[k + 1 :])
+        return widened(make_type(a.dtype, a.shape[:k] + a.shape[k + 1 :]))
     if f in ("max", "min"):
         for x in args:
             _numeric(x, f)
@@ -147,3 +159,53 @@ def call_type(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
     if f in ("f32", "i32"):
         return with_dtype(args[0].ty, f)
     raise AssertionError(f"no typing rule for built-in {f}")
+
+
+def _dot_kind(dtype: str) -> str:
+    """What a dot multiplies: bf16 or f16 operands as they are, i32 and f32 ones as f32."""
+    return dtype if dtype in NARROW_FLOATS else "f32"
+
+
+def _same_operand_kind(a: ir.Expr, b: ir.Expr) -> None:
+    ka, kb = _dot_kind(a.ty.dtype), _dot_kind(b.ty.dtype)
+    if ka == kb:
+        return
+    narrow = ka if ka in NARROW_FLOATS else kb
+    raise CompileError(
+        b.span,
+        f"dot operands differ in type: {describe(a.ty)} times {describe(b.ty)}; both must be f32, "
+        f"both bf16 or both f16 (convert one, e.g. with {narrow}(...) or f32(...))",
+    )
+
+
+def dot_precision(
+    call: ir.Call, requested: ir.Expr | None, kernel_choice: ir.Precision | None
+) -> ir.DotPrecision:
+    """The precision of a typed dot: from its operands when they are bf16/f16, else from its own
+    `precision = ...` argument (`requested`, still unchecked), else from `@precision`, else f32."""
+    mode = _requested_mode(requested) if requested is not None else None
+    kind = _dot_kind(call.args[0].ty.dtype)
+    if kind in NARROW_FLOATS:
+        if requested is not None:
+            raise CompileError(
+                requested.span,
+                f"precision = {mode} applies only to a dot of f32 operands; these are {kind}, "
+                "whose products are exact and summed in f32",
+            )
+        return ir.DotPrecision(kind, "operands", call.span)
+    if requested is not None:
+        return ir.DotPrecision(mode, "dot", requested.span)
+    if kernel_choice is not None:
+        return ir.DotPrecision(kernel_choice.mode, "kernel", kernel_choice.span)
+    return ir.DotPrecision("f32", "operands", call.span)
+
+
+def _requested_mode(value: ir.Expr) -> str:
+    if not isinstance(value, ir.Name):
+        raise CompileError(value.span, "precision must be written as a name: f32 or tf32")
+    if value.name not in DOT_PRECISIONS:
+        hint = ""
+        if value.name in NARROW_FLOATS:
+            hint = " (bf16 and f16 dots take their precision from their operands)"
+        raise CompileError(value.span, f"unknown precision '{value.name}' (known: f32, tf32){hint}")
+    return value.name

@@ -9,7 +9,8 @@ from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import ScalarType, Size, TileType
 from compiler.frontend.source import Span
 
-NUMERIC = ("i32", "f32")
+NUMERIC = ("i32", "f32", "bf16", "f16")
+FLOATS = ("f32", "bf16", "f16")
 
 
 def describe(ty: ir.Type) -> str:
@@ -20,6 +21,11 @@ def describe(ty: ir.Type) -> str:
 
 def with_dtype(ty: ir.Type, dtype: str) -> ir.Type:
     return TileType(dtype, ty.shape) if isinstance(ty, TileType) else ScalarType(dtype)
+
+
+def widened(ty: ir.Type) -> ir.Type:
+    """Arithmetic on a narrow float (bf16, f16) computes in f32: its result type."""
+    return with_dtype(ty, "f32") if ty.dtype in ir.NARROW_FLOATS else ty
 
 
 def promote(a: str, b: str) -> str:

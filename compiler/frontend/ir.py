@@ -11,11 +11,16 @@ Meaning in brief (docs/language.md is the full reference):
   names (the `@autotune` names), dimensions and integer literals.
 - A tensor read `T[a :+ n, :]` is a tile load; elements outside the tensor read `fill` (0 unless
   the kernel names another value with `load(T[..], fill = v)`). A store drops elements outside.
-- Arithmetic happens in f32 whatever the storage type; f16/bf16 exist only in tensors.
+- Arithmetic happens in f32 whatever the storage type. A load of an f16/bf16 tensor, a `bf16(x)` /
+  `f16(x)` cast, and `transpose`/`expand` of such a value keep the narrow type (its values are
+  exactly representable in it); every arithmetic operation widens it to f32.
+- `dot` multiplies with the precision in `Call.precision` (a `DotPrecision`): exact f32, TF32, or
+  bf16/f16 operands with exact products; it always accumulates in f32.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -114,7 +119,10 @@ class Size:
 # --------------------------------------------------------------------------------------------
 
 StorageDType = Literal["f32", "f16", "bf16", "i32"]
-ValueDType = Literal["f32", "i32", "bool"]  # what arithmetic sees: storage f16/bf16 load as f32
+# What values hold. bf16 and f16 values are *narrow floats*: numbers exactly representable in that
+# format (loads of bf16/f16 tensors, bf16()/f16() casts); arithmetic on them computes in f32.
+ValueDType = Literal["f32", "i32", "bool", "bf16", "f16"]
+NARROW_FLOATS = ("bf16", "f16")
 
 
 @dataclass(frozen=True)
@@ -240,12 +248,35 @@ class Load:
     ty: Type | None = None
 
 
+DotMode = Literal["f32", "tf32", "bf16", "f16"]
+
+
+@dataclass(frozen=True)
+class DotPrecision:
+    """How one `dot` multiplies (the checker fills `Call.precision` for every dot).
+
+    mode "f32": f32 operands, products and sums exact f32 (the default);
+    mode "tf32": f32 operands each rounded to TF32 (docs/language.md: round to nearest, ties away
+        from zero, as cvt.rna.tf32.f32), products exact, sums in f32;
+    mode "bf16" / "f16": operands of that narrow type, products exact, sums in f32.
+    `origin` says who chose it: "operands" (bf16/f16 operands, or f32 by default), "kernel"
+    (`@precision(...)`) or "dot" (`dot(a, b, precision = ...)`); `span` points at that choice:
+    the dot itself, the attribute, or the argument's value.
+    """
+
+    mode: DotMode
+    origin: Literal["operands", "kernel", "dot"]
+    span: Span
+
+
 @dataclass(frozen=True)
 class Call:
     """A built-in function. `kwargs` holds keyword arguments such as `axis = 1`.
 
     Built-ins (the checker rejects anything else):
-      dot(a, b)            tile[M,K] x tile[K,N] -> tile[M,N]  (f32 accumulate)
+      dot(a, b)            tile[M,K] x tile[K,N] -> tile[M,N]  (f32 accumulate); operands both
+                           f32/i32, both bf16 or both f16; `precision = f32 | tf32` (f32 operands
+                           only) is taken out of `kwargs` by the checker into `precision`
       transpose(a)         tile[M,N] -> tile[N,M]
       exp, log, sqrt, abs  elementwise, f32
       max(a, b), min(a, b) elementwise (scalars or tiles, broadcast as BinOp)
@@ -255,6 +286,7 @@ class Call:
       expand(a, axis = k)  insert an axis of extent 1 at position k (explicit broadcasting)
       full([s0, s1], v)    tile<f32> of the given shape filled with scalar v
       f32(x), i32(x)       conversions
+      bf16(x), f16(x)      rounding to the narrow float (nearest, ties to even)
     """
 
     func: str
@@ -262,6 +294,7 @@ class Call:
     span: Span
     kwargs: tuple[tuple[str, Expr], ...] = ()
     ty: Type | None = None
+    precision: DotPrecision | None = None  # set by the checker on every `dot`, None elsewhere
 
 
 @dataclass(frozen=True)
@@ -403,18 +436,36 @@ class Launch:
     span: Span
 
 
-Attribute = Autotune | Cluster | Aligned | Launch
+@dataclass(frozen=True)
+class Precision:
+    """`@precision(tf32)`: the kernel's dots of f32 operands run in TF32 unless one says
+    `precision = f32`. `@precision(f32)` states the default. bf16/f16 dots are not affected."""
+
+    mode: Literal["f32", "tf32"]
+    span: Span
+
+
+Attribute = Autotune | Cluster | Aligned | Launch | Precision
 
 
 @dataclass(frozen=True)
 class GridAxis:
     """One axis of the launch grid, found by the checker from a slice `ctx.block.<axis> * TILE
-    :+ TILE` of tensor dimension `dim`: the grid has ceil(dim / TILE) points along `axis`."""
+    :+ TILE` of tensor dimension `dim`: the grid has ceil(dim / TILE) points along `axis`.
+
+    `tile` is None for an axis tied by a *grid index* instead: an index item that is exactly
+    `ctx.block.<axis>` (as in `Q[ctx.block.y, ...]`, which drops that tensor axis). The grid then
+    has `dim` points along `axis`, one per element (the heads of multi-head attention)."""
 
     axis: Literal["x", "y", "z"]
     dim: str
-    tile: str
+    tile: str | None
     span: Span
+
+    def count(self, env: Mapping[str, int]) -> int:
+        """CTAs along this axis under bound dims and tile values."""
+        step = 1 if self.tile is None else env[self.tile]
+        return -(-env[self.dim] // step)
 
 
 @dataclass(frozen=True)
@@ -443,6 +494,10 @@ class Kernel:
     def threads(self) -> int:
         launch = next((a for a in self.attributes if isinstance(a, Launch)), None)
         return launch.threads if launch else 256
+
+    @property
+    def precision(self) -> Precision | None:
+        return next((a for a in self.attributes if isinstance(a, Precision)), None)
 
     @property
     def tensors(self) -> tuple[TensorParam, ...]:

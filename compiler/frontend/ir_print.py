@@ -87,6 +87,8 @@ def _format(e: ir.Expr) -> str:
         return slice_text if e.fill is None else f"load({slice_text}, fill = {format_expr(e.fill)})"
     if isinstance(e, ir.Call):
         args = [format_expr(a) for a in e.args] + [f"{k} = {format_expr(v)}" for k, v in e.kwargs]
+        if e.precision is not None and e.precision.origin == "dot":
+            args.append(f"precision = {e.precision.mode}")  # the checker took it out of kwargs
         return f"{e.func}({', '.join(args)})"
     if isinstance(e, ir.ShapeList):
         return f"[{', '.join(format_expr(x) for x in e.items)}]"
@@ -138,6 +140,8 @@ def format_attribute(a: ir.Attribute) -> str:
         return f"@aligned({', '.join(f'{d} = {t}' for d, t in a.pairs)})"
     if isinstance(a, ir.Launch):
         return f"@launch(threads = {a.threads})"
+    if isinstance(a, ir.Precision):
+        return f"@precision({a.mode})"
     raise TypeError(f"not an attribute: {a!r}")
 
 
@@ -147,10 +151,14 @@ def format_param(p: ir.Param) -> str:
     return f"{p.name}: {p.dtype}"
 
 
+def _grid_axis(g: ir.GridAxis) -> str:
+    return f"{g.axis} = {g.dim}" if g.tile is None else f"{g.axis} = ceil({g.dim} / {g.tile})"
+
+
 def format_kernel(k: ir.Kernel) -> str:
     lines = [format_attribute(a) for a in k.attributes]
     if k.grid:
-        lines.append("// grid: " + ", ".join(f"{g.axis} = ceil({g.dim} / {g.tile})" for g in k.grid))
+        lines.append("// grid: " + ", ".join(_grid_axis(g) for g in k.grid))
     lines.append(f"kernel {k.name}({', '.join(format_param(p) for p in k.params)}) {{")
     lines += [line for s in k.body for line in format_stmt(s)]
     lines.append("}")

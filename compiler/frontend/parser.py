@@ -18,7 +18,8 @@ STORAGE_DTYPES = ("f32", "f16", "bf16", "i32")
 SCALAR_PARAM_DTYPES = ("f32", "i32")
 VAR_DTYPES = ("f32", "i32", "bool")
 ASSIGN_OPS = ("=", "+=", "-=", "*=", "/=")
-ATTRIBUTE_NAMES = ("autotune", "cluster", "aligned", "launch")
+ATTRIBUTE_NAMES = ("autotune", "cluster", "aligned", "launch", "precision")
+KERNEL_PRECISIONS = ("f32", "tf32")
 
 
 def parse(text: str, filename: str) -> ir.Module:
@@ -106,6 +107,8 @@ class _Parser(ExprParser):
                 span=at.span.to(close.span),
                 pair_spans=tuple(s for _, _, s in pairs),
             )
+        if name == "precision":
+            return self.precision_attribute(at)
         # @launch(threads = 128) or @launch(128)
         if self.tok.kind == "ident" and self.peek().is_op("="):
             key = self.advance()
@@ -115,6 +118,19 @@ class _Parser(ExprParser):
         value = self.int_literal("the number of threads")
         close = self.expect_op(")")
         return ir.Launch(threads=value, span=at.span.to(close.span))
+
+    def precision_attribute(self, at: Token) -> ir.Precision:
+        """`@precision(tf32)` or `@precision(f32)`: how the kernel's f32 dots multiply."""
+        mode = self.tok
+        if mode.kind != "ident" or mode.text not in KERNEL_PRECISIONS:
+            raise CompileError(
+                mode.span,
+                f"@precision takes f32 or tf32, found {self.describe(mode)} "
+                "(bf16 and f16 dots take their precision from their operands)",
+            )
+        self.advance()
+        close = self.expect_op(")")
+        return ir.Precision(mode=mode.text, span=at.span.to(close.span))
 
     def comma_list(self, item):
         if self.tok.is_op(")"):

@@ -117,6 +117,12 @@ def first_old_value_read(kernel: ir.Kernel, tensor: str) -> Span | None:
     return None
 
 
+def dot_modes(kernel: ir.Kernel) -> tuple[str, ...]:
+    """The precision modes of the kernel's dots (checked IR), sorted: ("bf16", "f32"), say."""
+    return tuple(sorted({e.precision.mode for e in iter_body_exprs(kernel.body)
+                         if isinstance(e, ir.Call) and e.precision is not None}))
+
+
 def block_axes_used(kernel: ir.Kernel) -> tuple[str, ...]:
     return tuple(sorted({e.axis for e in iter_body_exprs(kernel.body) if isinstance(e, ir.BlockIndex)}))
 

@@ -27,6 +27,7 @@ class DotLoop:
     rhs: ir.Load
     lhs_item: int  # position in lhs.index of the `kt :+ step` window (the contraction axis)
     rhs_item: int
+    mode: str = "f32"  # the dot's precision mode (rounding to TF32 is per element: fusing keeps it)
 
 
 def mentions(node, name: str) -> bool:
@@ -109,4 +110,5 @@ def match_dot_loop(loop: ir.For) -> DotLoop | None:
     rhs_item = _contraction_item(rhs, loop.var, 0)
     if lhs_item is None or rhs_item is None:
         return None
-    return DotLoop(last.name, lhs, rhs, lhs_item, rhs_item)
+    mode = call.precision.mode if call.precision is not None else "f32"
+    return DotLoop(last.name, lhs, rhs, lhs_item, rhs_item, mode)

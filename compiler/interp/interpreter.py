@@ -76,6 +76,10 @@ def stored_tensors(body: tuple[ir.Stmt, ...]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _dot_mode(call: ir.Call) -> str:
+    return call.precision.mode if call.precision is not None else "f32"
+
+
 def _dtype_of(ty: ir.Type) -> np.dtype:
     return val.VALUE_DTYPES[ty.dtype]
 
@@ -189,7 +193,7 @@ class _Runner:
                 return False  # chunks that overlap or leave gaps: not a plain sum over K
             windows[item] = mem.Window(windows[item].start, count * step)
             operands.append(self.load_windows(load, tensor, windows, inner))
-        self.update(scope[shape.var], "+=", val.dot(*operands), active)
+        self.update(scope[shape.var], "+=", val.dot(*operands, shape.mode), active)
         return True
 
     # ---------------------------------------------------------------- expressions
@@ -256,6 +260,8 @@ class _Runner:
                      scope: dict) -> np.ndarray:
         dtype = mem.value_dtype(tensor)
         fill = val.constant(0, dtype) if expr.fill is None else val.cast(self.eval(expr.fill, scope), dtype)
+        if expr.ty is not None and expr.ty.dtype in ir.NARROW_FLOATS:
+            fill = val.round_to(expr.ty.dtype, fill)  # a bf16 tile holds only bf16 values
         return mem.load(tensor, windows, fill, private=expr.tensor in self.launch.written)
 
     def call(self, expr: ir.Call, scope: dict) -> np.ndarray:
@@ -275,7 +281,7 @@ class _Runner:
                 return val.expand(args[0], axis)
             return val.reduce(f, args[0], axis)
         if f == "dot":
-            return val.dot(args[0], args[1])
+            return val.dot(args[0], args[1], _dot_mode(expr))
         if f == "transpose":
             return val.transpose(args[0])
         if f in ("exp", "log", "sqrt", "abs"):
@@ -290,6 +296,8 @@ class _Runner:
             return val.to_f32(args[0])
         if f == "i32":
             return val.to_i32(args[0])
+        if f in ir.NARROW_FLOATS:
+            return val.round_to(f, args[0])
         raise CompileError(expr.span, f"the interpreter has no built-in {f}")
 
 

@@ -10,8 +10,11 @@ Numpy broadcasting then does the right thing across grid axes for free. Across t
 language only allows explicit broadcasting (equal extents or 1), which numpy also accepts, once a
 scalar operand has been given trailing unit axes up to the other operand's rank (`with_rank`).
 
-dtypes: f32 values are float32, i32 values int32, bool values bool. Storage types f16/bf16 only
-exist in tensors: loads widen them to float32 (see memory.py).
+dtypes: f32 values are float32, i32 values int32, bool values bool. bf16 and f16 values (loads of
+such tensors, `bf16()` / `f16()` casts) are float32 arrays too, holding only numbers exactly
+representable in the narrow type: arithmetic on them is f32 arithmetic, as the language says, and
+`round_to` is where a value enters a narrow type. `dot` takes its precision from the IR
+(`ir.DotPrecision`) rather than from array dtypes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ GRID_RANK = 3  # x, y, z
 F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
-VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL}
+VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL, "bf16": F32, "f16": F32}
+BF16 = np.dtype(ml_dtypes.bfloat16)
 STORAGE_DTYPES = {"f32": F32, "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "i32": I32}
 
 
@@ -172,8 +176,42 @@ def to_i32(v: np.ndarray) -> np.ndarray:
     return cast(v, I32)
 
 
-def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+_TF32_DROPPED = 13  # f32 has 23 fraction bits, TF32 keeps 10
+_TF32_HALF = np.uint32(1 << (_TF32_DROPPED - 1))
+_TF32_KEEP = np.uint32((0xFFFFFFFF >> _TF32_DROPPED) << _TF32_DROPPED)
+_EXPONENT = np.uint32(0x7F800000)
+
+
+def round_to(kind: str, v: np.ndarray) -> np.ndarray:
+    """`v` (any number dtype) rounded to `kind`, returned as float32 (docs/language.md §4.1).
+
+    bf16, f16: round to nearest, ties to even, from f32 (an i32 converts to f32 first, also to
+    nearest even); magnitudes past the format's largest finite value become inf.
+    tf32: 10 fraction bits kept, round to nearest with ties *away from zero*: what the GPU's
+    `cvt.rna.tf32.f32` does, done here on the bits (add half of the dropped part, truncate).
+    The exponent range is f32's; inf and nan pass unchanged.
+    """
+    f = cast(v, F32)
+    with np.errstate(over="ignore"):  # overflow to inf is the defined result
+        if kind == "bf16":
+            return f.astype(BF16).astype(F32)
+        if kind == "f16":
+            return f.astype(np.float16).astype(F32)
+    if kind == "tf32":
+        bits = np.ascontiguousarray(f).view(np.uint32)
+        finite = (bits & _EXPONENT) != _EXPONENT
+        rounded = (bits + _TF32_HALF) & _TF32_KEEP
+        return np.where(finite, rounded, bits).view(F32)
+    raise ValueError(f"no rounding to {kind}")
+
+
+def dot(a: np.ndarray, b: np.ndarray, mode: str = "f32") -> np.ndarray:
     """`dot(a, b)` for every CTA at once, as few large GEMMs rather than one per CTA.
+
+    `mode` is the dot's `ir.DotPrecision.mode`. tf32 rounds both operands to TF32 first; bf16
+    and f16 operands already hold only such values. Either way the products are exact in f32 (at
+    most 11 x 11 significant bits) and the sums f32, as on tensor cores (the order of the sums,
+    and so the last bits, may differ).
 
     Grid axes on which both operands vary become the batch of one `matmul`; grid axes on which
     only `a` varies are folded into the rows of a, those on which only `b` varies into the
@@ -181,6 +219,8 @@ def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     [Gx*TM, TK] @ [TK, Gy*TN] product.
     """
     a, b = cast(a, F32), cast(b, F32)
+    if mode == "tf32":
+        a, b = round_to("tf32", a), round_to("tf32", b)
     g = GRID_RANK
     shared = [i for i in range(g) if a.shape[i] > 1 and b.shape[i] > 1]
     a_only = [i for i in range(g) if a.shape[i] > 1 and b.shape[i] == 1]

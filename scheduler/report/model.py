@@ -431,4 +431,13 @@ def build_model(trace: dict) -> dict:
         "super_tiles": sum(len(g["cells"]) for g in grids),
         "bytes": bytes_matrix(events, nodes),
         "summary": derive_summary(trace, events, nodes) | {"skipped_events": skipped},
+        "phases": _phases(trace),
     }
+
+
+def _phases(trace: dict) -> list[list]:
+    """[[phase, seconds], ...] in the order scheduler/phases.py gives them (empty: an older trace)."""
+    phases = trace.get("phases")
+    if not isinstance(phases, dict):
+        return []
+    return [[str(name), float(value)] for name, value in phases.items() if isinstance(value, int | float)]

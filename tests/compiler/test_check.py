@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from compiler.frontend import ir, walk
+from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import F32, I32, Size, TileType
 from compiler.frontend.load import load_text
 
@@ -43,7 +46,7 @@ def test_loads_by_storage_type_and_dropped_axes():
     assert types["t"] == TileType("f32", (S("B"), S("D")))
     assert types["row"] == TileType("f32", (S("D"),))
     assert types["one"] == F32
-    assert types["hb"] == TileType("f32", (S("B"),))  # bf16 storage loads as f32
+    assert types["hb"] == TileType("bf16", (S("B"),))  # bf16 storage loads as a narrow float
     assert types["ni"] == TileType("i32", (S("B"),))
     assert types["m"] == TileType("f32", (S("B"), S("D")))
 
@@ -157,3 +160,98 @@ def test_multiple_kernels():
     module = load_text(source, "two.phk")
     assert [k.name for k in module.kernels] == ["u", "t"]
     assert module.kernel("t").threads == 128
+
+
+# ---- narrow floats, dot precision, grid indices ---------------------------------------------
+
+NARROW_PARAMS = "h: tensor<bf16>[N, N], g: tensor<f16>[N, N], a: tensor<f32>[N, N], n: tensor<i32>[N, N]"
+
+
+def test_narrow_floats_stay_narrow_only_through_data_movement():
+    body = """  let hb = h[0 :+ B, 0 :+ B]
+  let one = h[0, 0]
+  let ht = transpose(hb)
+  let he = expand(hb, axis = 0)
+  let cast = bf16(a[0 :+ B, 0 :+ B])
+  let from_i32 = f16(n[0 :+ B, 0 :+ B])
+  let twice = hb + hb
+  let neg = -hb
+  let ab = abs(hb)
+  let rows = max(hb, axis = 1)
+  let mixed = where(hb < 0.0, hb, g[0 :+ B, 0 :+ B])
+  let back = f32(hb)"""
+    types = lets(kernel_source(body, attrs="@autotune(B in [32])", params=NARROW_PARAMS))
+    bb = (S("B"), S("B"))
+    assert types["hb"] == TileType("bf16", bb) and types["one"] == ir.ScalarType("bf16")
+    assert types["ht"] == TileType("bf16", bb) and types["he"] == TileType("bf16", (Size.const(1),) + bb)
+    assert types["cast"] == TileType("bf16", bb) and types["from_i32"] == TileType("f16", bb)
+    for name in ("twice", "neg", "ab", "mixed", "back"):
+        assert types[name] == TileType("f32", bb), name
+    assert types["rows"] == TileType("f32", (S("B"),))
+
+
+def _dots(source: str) -> list[ir.Call]:
+    kernel = load_text(source, "ok.phk").kernels[0]
+    return [e for e in walk.iter_body_exprs(kernel.body) if isinstance(e, ir.Call) and e.func == "dot"]
+
+
+def test_dot_precision_is_resolved_on_every_dot():
+    body = """  let x = dot(h[0 :+ B, 0 :+ B], transpose(h[0 :+ B, 0 :+ B]))
+  let y = dot(g[0 :+ B, 0 :+ B], g[0 :+ B, 0 :+ B])
+  let z = dot(a[0 :+ B, 0 :+ B], a[0 :+ B, 0 :+ B])
+  let t = dot(a[0 :+ B, 0 :+ B], n[0 :+ B, 0 :+ B], precision = tf32)"""
+    x, y, z, t = _dots(kernel_source(body, attrs="@autotune(B in [32])", params=NARROW_PARAMS))
+    assert [d.precision.mode for d in (x, y, z, t)] == ["bf16", "f16", "f32", "tf32"]
+    assert [d.precision.origin for d in (x, y, z, t)] == ["operands"] * 3 + ["dot"]
+    assert (t.precision.span.line, t.precision.span.col) == (6, 65) and t.kwargs == ()
+    assert x.precision.span == x.span
+    assert all(d.ty == TileType("f32", (S("B"), S("B"))) for d in (x, y, z, t))
+
+
+def test_kernel_precision_and_a_dot_that_overrides_it():
+    body = """  let z = dot(a[0 :+ B, 0 :+ B], a[0 :+ B, 0 :+ B])
+  let e = dot(a[0 :+ B, 0 :+ B], a[0 :+ B, 0 :+ B], precision = f32)
+  let x = dot(h[0 :+ B, 0 :+ B], h[0 :+ B, 0 :+ B])"""
+    source = kernel_source(body, attrs="@precision(tf32)\n@autotune(B in [32])", params=NARROW_PARAMS)
+    z, e, x = _dots(source)
+    assert (z.precision.mode, z.precision.origin, z.precision.span.line) == ("tf32", "kernel", 1)
+    assert (e.precision.mode, e.precision.origin) == ("f32", "dot")
+    assert x.precision.mode == "bf16"
+    kernel = load_text(source, "ok.phk").kernels[0]
+    assert kernel.precision == ir.Precision("tf32", kernel.precision.span)
+    assert walk.dot_modes(kernel) == ("bf16", "f32", "tf32")
+
+
+def test_grid_index_ties_an_axis_one_cta_per_element():
+    source = """@autotune(BR in [64])
+kernel k(q: tensor<bf16>[H, N, D], o: tensor<f32>[H, N, D]) {
+  let head = ctx.block.y
+  o[head, ctx.block.x * BR :+ BR, :] = q[head, ctx.block.x * BR :+ BR, :]
+}
+"""
+    kernel = load_text(source, "ok.phk").kernels[0]
+    assert [(g.axis, g.dim, g.tile) for g in kernel.grid] == [("x", "N", "BR"), ("y", "H", None)]
+    from compiler.frontend.binding import bind
+
+    assert bind(kernel, {"H": 5, "N": 130, "D": 8}).grid == (3, 5)
+
+
+def test_a_grid_slice_wins_over_a_grid_index():
+    # one partial result per CTA: the index by ctx.block.x is an ordinary index, x stays N / B
+    source = """@autotune(B in [64])
+kernel partial_sums(a: tensor<f32>[N], partial: tensor<f32>[P]) {
+  partial[ctx.block.x] = sum(a[ctx.block.x * B :+ B], axis = 0)
+}
+"""
+    kernel = load_text(source, "ok.phk").kernels[0]
+    assert [(g.axis, g.dim, g.tile) for g in kernel.grid] == [("x", "N", "B")]
+
+
+def test_an_offset_or_scaled_block_index_is_not_a_grid_index():
+    for index in ("ctx.block.x + 1", "2 * ctx.block.x"):
+        source = f"""kernel k(a: tensor<f32>[H, N], o: tensor<f32>[H, N]) {{
+  o[{index}, 0 :+ 4] = a[0, 0 :+ 4]
+}}
+"""
+        with pytest.raises(CompileError, match="ctx.block.x is used, but no slice"):
+            load_text(source, "bad.phk")

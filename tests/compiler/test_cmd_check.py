@@ -117,6 +117,16 @@ def test_through_the_compiler_command_table(tmp_path):
     ]
 
 
+def test_report_names_each_dots_precision():
+    text = cmd_check.describe_module(load_file(repo_file("examples") / "mha_tf32.phk"))
+    assert "y: dim H, one CTA per element" in text
+    assert "dot at 17:26: tf32 (from @precision)" in text and "dot at 22:48: tf32 (from @precision)" in text
+    text = cmd_check.describe_module(load_file(repo_file("examples") / "matmul_tf32.phk"))
+    assert "dot at 12:12: tf32 (from its precision argument)" in text
+    text = cmd_check.describe_module(load_file(repo_file("examples") / "matmul.phk"))
+    assert "dot at 11:12: f32 (the default)" in text
+
+
 HALO = """@cluster(BLOCK in [64, 256])
 @autotune(BLOCK in [16, 64])
 kernel shift(a: tensor<f32>[N], c: tensor<f32>[N]) {

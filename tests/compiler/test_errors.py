@@ -17,6 +17,8 @@ def k(body: str, attrs: str = ATTRS, params: str = PARAMS) -> str:
     return f"{attrs}\nkernel k({params}) {{\n{body}\n}}\n"
 
 
+NARROW = "a: tensor<f32>[N], h: tensor<bf16>[N, N], g: tensor<f16>[N, N], a2: tensor<f32>[N, N]"
+HEADS = "q: tensor<f32>[H, N], r: tensor<f32>[G, N]"
 GRID = "  let i = ctx.block.x * B\n"  # a body line 3 that uses grid axis x
 
 CASES = [
@@ -199,6 +201,94 @@ CASES = [
         k("  for j in range(0, N, n) {\n  }", params="a: tensor<f32>[N], n: i32"),
         "3:24",
         "the loop step must be known at compile time",
+    ),
+    # ---- precision, narrow floats, grid indices ----
+    (
+        "dot_mixed_types",
+        k("  let x = dot(h[0 :+ B, 0 :+ B], a2[0 :+ B, 0 :+ B])", params=NARROW),
+        "3:34",
+        "dot operands differ in type: tile<bf16>[B, B] times tile<f32>[B, B]",
+    ),
+    (
+        "dot_bf16_f16",
+        k("  let x = dot(h[0 :+ B, 0 :+ B], g[0 :+ B, 0 :+ B])", params=NARROW),
+        "3:34",
+        "dot operands differ in type: tile<bf16>[B, B] times tile<f16>[B, B]",
+    ),
+    (
+        "tf32_on_bf16",
+        k("  let x = dot(h[0 :+ B, 0 :+ B], h[0 :+ B, 0 :+ B], precision = tf32)", params=NARROW),
+        "3:65",
+        "precision = tf32 applies only to a dot of f32 operands; these are bf16",
+    ),
+    (
+        "f32_precision_on_f16",
+        k("  let x = dot(g[0 :+ B, 0 :+ B], g[0 :+ B, 0 :+ B], precision = f32)", params=NARROW),
+        "3:65",
+        "precision = f32 applies only to a dot of f32 operands; these are f16",
+    ),
+    (
+        "unknown_precision",
+        k("  let x = dot(a2[0 :+ B, 0 :+ B], a2[0 :+ B, 0 :+ B], precision = fp8)", params=NARROW),
+        "3:67",
+        "unknown precision 'fp8' (known: f32, tf32)",
+    ),
+    (
+        "precision_as_number",
+        k("  let x = dot(a2[0 :+ B, 0 :+ B], a2[0 :+ B, 0 :+ B], precision = 32)", params=NARROW),
+        "3:67",
+        "precision must be written as a name: f32 or tf32",
+    ),
+    (
+        "precision_on_exp",
+        k("  let x = exp(a[0 :+ B], precision = tf32)"),
+        "3:38",
+        "exp has no keyword argument 'precision'",
+    ),
+    ("kernel_precision_bf16", k("", attrs="@precision(bf16)"), "1:12", "@precision takes f32 or tf32"),
+    (
+        "kernel_tf32_without_f32_dots",
+        k("  b[0 :+ 4] = a[0 :+ 4]", attrs="@precision(tf32)"),
+        "1:1",
+        "@precision(tf32) changes dots of f32 operands, and this kernel has none",
+    ),
+    (
+        "kernel_tf32_on_bf16_dots_only",
+        k("  let x = dot(h[0 :+ B, 0 :+ B], h[0 :+ B, 0 :+ B])", attrs="@precision(tf32) " + ATTRS,
+          params=NARROW),
+        "1:1",
+        "@precision(tf32) changes dots of f32 operands, and this kernel has none",
+    ),
+    (
+        "duplicate_precision",
+        k("", attrs="@precision(tf32) @precision(f32)"),
+        "1:18",
+        "duplicate attribute @precision",
+    ),
+    (
+        "cast_of_bool",
+        k("  let x = bf16(a[0 :+ B] < 1.0)"),
+        "3:16",
+        "bf16() converts numbers, found tile<bool>[B]",
+    ),
+    ("cast_arity", k("  let x = f16(a[0 :+ B], 2)"), "3:11", "f16 takes 1 argument, found 2"),
+    (
+        "narrow_into_i32_var",
+        k("  var n: i32 = 0\n  n = h[0, 0]", params=NARROW),
+        "4:7",
+        "var 'n' is i32; cannot assign bf16 without a conversion i32(...)",
+    ),
+    (
+        "grid_index_two_dims",
+        k("  let x = q[ctx.block.x, 0 :+ B]\n  r[ctx.block.x, 0 :+ B] = x", params=HEADS),
+        "4:5",
+        "inconsistent grid axis x: this index gives it one CTA per element of 'G', but line 3",
+    ),
+    (
+        "grid_index_in_cluster_kernel",
+        k("  r[ctx.block.x, 0 :+ B] = q[0, 0 :+ B]", attrs="@cluster(B in [64]) " + ATTRS, params=HEADS),
+        "3:5",
+        "grid axis x is tied by an index (one CTA per element of 'G'); @cluster kernels need grid slices",
     ),
     (
         "duplicate_kernel",

@@ -51,6 +51,14 @@ def f32(*shape, seed=0):
     return rng(seed).standard_normal(shape).astype(np.float32)
 
 
+def tf32_reference(x: np.ndarray) -> np.ndarray:
+    """x rounded to 11 significant bits, ties away from zero, in float64 (x normal or zero):
+    written apart from the interpreter's bit arithmetic on purpose."""
+    mantissa, exponent = np.frexp(x.astype(np.float64))  # |mantissa| in [0.5, 1)
+    scaled = mantissa * 2.0**11
+    return np.ldexp(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), exponent - 11)
+
+
 def autotune_points(name: str) -> list[dict[str, int]]:
     """The corners of the kernel's @autotune space plus a middle point (used for independence)."""
     space = [(d.name, d.values) for d in kernel_of(name).autotune.dims]
@@ -155,6 +163,22 @@ def case_layernorm(tiles):
     return out["y"], ref, np.abs(x64) * rstd * np.abs(g) + np.abs(b), c
 
 
+def case_matmul_tf32(tiles):
+    # TF32: each operand is rounded to 11 significant bits (ties away from zero) first; the
+    # products of rounded values are exact and the sums f32.
+    a, b = f32(70, 37, seed=1), f32(37, 45, seed=2)
+    return _alpha_beta_matmul("matmul_tf32", a, b, tf32_reference(a), tf32_reference(b), tiles)
+
+
+def _alpha_beta_matmul(name, a, b, a64, b64, tiles):
+    """C = 0.5 A B + 2 C at ragged M, N, K; a64, b64: the operands as the dot multiplies them."""
+    (m, k), n = a.shape, b.shape[1]
+    c = f32(m, n, seed=3)
+    out = run(name, {"M": m, "N": n, "K": k}, {"A": a, "B": b, "C": c.copy()},
+              {"alpha": 0.5, "beta": 2.0}, tiles)
+    return out["C"], 0.5 * a64 @ b64 + 2.0 * c, 0.5 * np.abs(a64) @ np.abs(b64) + 2 * np.abs(c), k + 1
+
+
 def case_transpose(tiles):
     a = f32(70, 45, seed=1)
     out = run("transpose", {"M": 70, "N": 45}, {"a": a, "b": np.full((45, 70), np.nan, np.float32)},
@@ -194,11 +218,14 @@ CASES = {
     "softmax": case_softmax,
     "layernorm": case_layernorm,
     "transpose": case_transpose,
+    "matmul_tf32": case_matmul_tf32,
 }
+# Examples whose error bounds are not those of f32 sums: tests/compiler/test_interp_precision.py.
+PRECISION_CASES = {"mha_bf16", "causal_mha_bf16", "mha_tf32"}
 
 
 def test_every_example_has_a_case():
-    assert {p.stem for p in EXAMPLES.glob("*.phk")} == set(CASES)
+    assert {p.stem for p in EXAMPLES.glob("*.phk")} == set(CASES) | PRECISION_CASES
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

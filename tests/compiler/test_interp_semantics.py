@@ -415,3 +415,20 @@ kernel k(x: tensor<f32>[N], y: tensor<f32>[M]) {
     x = np.arange(3000, dtype=np.float32)
     out = run_src(src, {"N": 3000, "M": 10}, {"x": x, "y": np.zeros(10, np.float32)})
     np.testing.assert_array_equal(out["y"], [9, 0, 999, 1000, 1999, 2000, 2999, 9, 9, 9])
+
+
+def test_grid_indices_on_two_axes_and_a_ragged_slice():
+    """Batch on grid y and heads on grid z by grid indices, rows on x by a grid slice: every
+    [b, h] block of rows gets its own scale, and rows past N are dropped."""
+    src = """@autotune(BR in [16])
+kernel scale_heads(x: tensor<f32>[B, H, N, D], s: tensor<f32>[B, H], y: tensor<f32>[B, H, N, D]) {
+  let b = ctx.block.y
+  let h = ctx.block.z
+  y[b, h, ctx.block.x * BR :+ BR, :] = x[b, h, ctx.block.x * BR :+ BR, :] * s[b, h]
+}
+"""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 37, 5)).astype(np.float32)
+    s = rng.standard_normal((2, 3)).astype(np.float32)
+    out = run_src(src, {"B": 2, "H": 3, "N": 37, "D": 5}, {"x": x, "s": s, "y": np.zeros_like(x)})
+    assert np.array_equal(out["y"], x * s[:, :, None, None])

@@ -87,3 +87,23 @@ def test_add_stage_runs_in_place(monkeypatch):
         pipeline.add_stage("count", count_kernels)
     pipeline.run_pipeline(ir.Module("a.phk", EXAMPLES[0].read_text()), verify=True, dump=False)
     assert seen == [1]
+
+
+def test_verifier_catches_a_dot_without_its_precision():
+    module = load_text((repo_file("examples") / "matmul_tf32.phk").read_text(), "m.phk")
+    pipeline.verify_checked(module)
+
+    def with_dot_precision(precision):
+        kernel = module.kernels[0]
+        loop = next(s for s in kernel.body if isinstance(s, ir.For))
+        update = loop.body[-1]
+        changed = dataclasses.replace(update, value=dataclasses.replace(update.value, precision=precision))
+        new_loop = dataclasses.replace(loop, body=(*loop.body[:-1], changed))
+        body = tuple(new_loop if s is loop else s for s in kernel.body)
+        return dataclasses.replace(module, kernels=(dataclasses.replace(kernel, body=body),))
+
+    with pytest.raises(pipeline.PipelineBug, match="no resolved precision"):
+        pipeline.verify_checked(with_dot_precision(None))
+    wrong = ir.DotPrecision("bf16", "operands", module.kernels[0].span)
+    with pytest.raises(pipeline.PipelineBug, match="precision bf16 with operands"):
+        pipeline.verify_checked(with_dot_precision(wrong))

@@ -224,3 +224,18 @@ def test_f16_bf16_and_i32_tensors_compile_without_headers(tmp_path):
         subprocess.run(
             ["ptxas", "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")], check=True
         )
+
+
+def test_ptx_compiled_elsewhere_makes_the_same_kernel_without_nvrtc(monkeypatch):
+    """A GPU pod given the scheduler's PTX builds the same CompiledKernel without compiling."""
+    from compiler.cuda import nvrtc
+
+    kernel = load_example("add.phk")
+    bound = binding.bind(kernel, _dims(kernel))
+    compiled = compile_kernel(kernel, bound)
+
+    def no_nvrtc(*args, **kwargs):
+        raise AssertionError("NVRTC ran although the PTX was given")
+
+    monkeypatch.setattr(nvrtc, "compile_to_ptx", no_nvrtc)
+    assert compile_generated(kernel, generate_source(kernel, bound), compiled.ptx) == compiled

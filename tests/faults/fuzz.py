@@ -228,7 +228,7 @@ def record_client_stream(pods, job: Path, root: Path, address: str) -> bytes:
     from scheduler.jobfile import read_job
     from scheduler.planner import NodeFigure, plan
     from scheduler.prepare import prepare
-    from schemas import capnp_io
+    from schemas import capnp_io, rpc_streams
 
     prepared = prepare(read_job(job), job, [root], None)
     node_plan = plan(prepared.program, [NodeFigure(0)], prepared.uris).node_plans[0]
@@ -237,8 +237,8 @@ def record_client_stream(pods, job: Path, root: Path, address: str) -> bytes:
 
     async def talk():
         host, port = recorder.address.rsplit(":", 1)
-        client = capnp.TwoPartyClient(await capnp.AsyncIoStream.create_connection(host, int(port)))
-        pod = (await client.bootstrap().cast_as(capnp_io.rpc().Gate).login(pods.token)).pod
+        client = capnp.TwoPartyClient(await rpc_streams.connect(host, int(port)))
+        pod = await rpc_streams.login(client, pods.token, 30)
         await pod.info()
         request = pod.submit_request()
         capnp_io.write_submit(request, "fuzzjob", program, node_plan, [])

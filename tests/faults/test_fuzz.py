@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import capnp_io
+from schemas import capnp_io, rpc_streams
 from tests.faults.fuzz import (
     check_kernel_source,
     judge_job_bytes,
@@ -156,8 +156,8 @@ def test_the_pod_still_serves_a_real_client_after_the_fuzzing(rpc_bench):
         import capnp
 
         host, port = state["pod"].address.rsplit(":", 1)
-        client = capnp.TwoPartyClient(await capnp.AsyncIoStream.create_connection(host, int(port)))
-        pod = (await client.bootstrap().cast_as(capnp_io.rpc().Gate).login(pods.token)).pod
+        client = capnp.TwoPartyClient(await rpc_streams.connect(host, int(port)))
+        pod = await rpc_streams.login(client, pods.token, 30)
         return capnp_io.read_pod_info((await pod.info()).info)
 
     assert pods.loop.run_until_complete(asyncio.wait_for(info(), 10)).backend == "cpu"

@@ -17,7 +17,7 @@ import pytest
 from common import log as plog
 from common.cli import run_main
 from scheduler import cli
-from schemas import capnp_io
+from schemas import capnp_io, rpc_streams
 from tests.faults.harness import REPO, Pods, matmul_inputs, staging_files
 from tests.job_files import make_job
 
@@ -29,7 +29,7 @@ async def raw_client(address: str):
     import capnp
 
     host, port = address.rsplit(":", 1)
-    stream = await capnp.AsyncIoStream.create_connection(host, int(port))
+    stream = await rpc_streams.connect(host, int(port))
     return capnp.TwoPartyClient(stream, traversal_limit_in_words=capnp_io.TRAVERSAL_LIMIT_WORDS,
                                 nesting_limit=capnp_io.NESTING_LIMIT)
 
@@ -52,11 +52,10 @@ def test_token_never_appears_in_any_log(tmp_path):
 
         async def intruder():
             client = await raw_client(order[0].address)
-            gate = client.bootstrap().cast_as(rpc.Gate)
             try:
-                await gate.login(wrong)
-            except Exception as err:
-                return capnp_io.remote_reason(err)
+                await rpc_streams.login(client, wrong, 30)
+            except rpc_streams.LoginRefused as err:
+                return str(err)
             return "accepted"
 
         refusal = pods.loop.run_until_complete(intruder())
@@ -114,7 +113,7 @@ def test_pod_needs_a_token_and_reads_it_from_a_file(tmp_path):
     assert done.returncode == 2 and "holds no token" in done.stderr
     # from a file: a scheduler with the same file gets in, one with another token does not
     token_file = tmp_path / "token"
-    token_file.write_text("file-token-123\n")
+    token_file.write_text("file-token-0123456789\n")
     pod = subprocess.Popen(_pod_cmd(tmp_path, "--token-file", str(token_file)), env=env, cwd=REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -122,7 +121,7 @@ def test_pod_needs_a_token_and_reads_it_from_a_file(tmp_path):
         np.save(tmp_path / "a.npy", np.arange(1024, dtype=np.float32))
         np.save(tmp_path / "b.npy", np.ones(1024, np.float32))
         job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
-        (tmp_path / "bad").write_text("other-token\n")
+        (tmp_path / "bad").write_text("other-token-0123456789\n")
         code = subprocess.run([sys.executable, "-m", "scheduler.main", str(job), "--pods", address,
                                "--token-file", str(tmp_path / "bad"), "--storage-root", str(tmp_path)],
                               env=env, cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import capnp
 
-from schemas import capnp_io
+from schemas import capnp_io, rpc_streams
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-0123456789"
@@ -70,11 +70,10 @@ def run_async(coro_fn, *args):
 async def connect(address: str, token: str = TOKEN, limit_words: int = capnp_io.TRAVERSAL_LIMIT_WORDS):
     """Log in to a pod; `limit_words` above the pod's own lets a test send what the pod refuses."""
     host, port = address.rsplit(":", 1)
-    stream = await capnp.AsyncIoStream.create_connection(host, int(port))
+    stream = await rpc_streams.connect(host, int(port))
     client = capnp.TwoPartyClient(stream, traversal_limit_in_words=limit_words,
                                   nesting_limit=capnp_io.NESTING_LIMIT)
-    gate = client.bootstrap().cast_as(rpc.Gate)
-    pod = (await gate.login(token)).pod
+    pod = await rpc_streams.login(client, token, 30)
     return client, pod
 
 

@@ -26,14 +26,18 @@ def run_pod(args, env_token: str | None = None, timeout: float = 20):
                           text=True, timeout=timeout)
 
 
+T = "t" * 32  # a token long enough (16 bytes at least) for the errors after it to show
+
+
 @pytest.mark.parametrize("args,token,message", [
     (["--listen", "127.0.0.1:0"], None, "no token: pass --token-file PATH or set PHOBOS_TOKEN"),
-    (["--listen", "nonsense"], "t", "--listen 'nonsense': expected HOST:PORT"),
-    (["--listen", "127.0.0.1:99999"], "t", "expected HOST:PORT"),
-    (["--device", "gpu0"], "t", "--device 'gpu0': expected a CUDA device number or 'cpu'"),
-    (["--storage-root", "/no/such/dir"], "t", "--storage-root /no/such/dir: not a directory"),
-    (["--heartbeat-interval", "0"], "t", "--heartbeat-interval must be positive"),
+    (["--listen", "nonsense"], T, "--listen 'nonsense': expected HOST:PORT"),
+    (["--listen", "127.0.0.1:99999"], T, "expected HOST:PORT"),
+    (["--device", "gpu0"], T, "--device 'gpu0': expected a CUDA device number or 'cpu'"),
+    (["--storage-root", "/no/such/dir"], T, "--storage-root /no/such/dir: not a directory"),
+    (["--heartbeat-interval", "0"], T, "--heartbeat-interval must be positive"),
     (["--token-file", "/no/such/token"], None, "--token-file /no/such/token"),
+    (["--listen", "127.0.0.1:0"], "t", "$PHOBOS_TOKEN: the token is 1 bytes, shorter than the 16"),
 ])
 def test_user_errors_exit_2_with_one_line(args, token, message):
     proc = run_pod(args, token)

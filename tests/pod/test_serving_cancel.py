@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from pod.runtime import PodRuntime
-from pod.server import results_of_live_call
+from schemas.rpc_streams import results_of_live_call
 
 NO_BACKEND = SimpleNamespace(kind="cpu", forget=lambda job_id: None)  # these tests run no instruction
 

@@ -40,7 +40,7 @@ def one_line_error(code, err):
 
 
 def test_missing_input_is_refused_before_any_pod(folder, capsys, monkeypatch):
-    monkeypatch.setenv("PHOBOS_TOKEN", "t")
+    monkeypatch.setenv("PHOBOS_TOKEN", "t" * 32)
     job = make_job(folder, "add", {"N": N}, {"a": "a", "b": "missing", "c": "c"})
     code, _, err = run_cli([str(job), "--pods", "127.0.0.1:1", "--storage-root", str(folder)], capsys)
     # the storage check comes before even trying to reach the (non-existent) pod
@@ -81,7 +81,7 @@ def test_bad_flags(folder, capsys):
 
 def test_wrong_token_is_refused_naming_the_token(folder, capsys, monkeypatch):
     path = REPO + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    env = dict(os.environ, PHOBOS_TOKEN="right-token", PYTHONPATH=path)
+    env = dict(os.environ, PHOBOS_TOKEN="right-token-0123456789", PYTHONPATH=path)
     module = os.environ.get("PHOBOS_POD_MODULE", "pod.main")
     pod = subprocess.Popen([sys.executable, "-m", module, "--listen", "127.0.0.1:0", "--device", "cpu",
                             "--storage-root", str(folder), "--log-level", "error"],
@@ -91,7 +91,7 @@ def test_wrong_token_is_refused_naming_the_token(folder, capsys, monkeypatch):
         assert line.startswith("PHOBOS_POD_LISTENING "), line
         address = line.split()[1]
         job = make_job(folder, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
-        monkeypatch.setenv("PHOBOS_TOKEN", "wrong-token")
+        monkeypatch.setenv("PHOBOS_TOKEN", "wrong-token-0123456789")
         code, _, err = run_cli([str(job), "--pods", address, "--storage-root", str(folder)], capsys)
         text = one_line_error(code, err)
         assert "refused the token" in text and "wrong token" in text

@@ -8,6 +8,7 @@ not change), and a job that fails on a user error in between leaves them serving
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def _sched(folder: Path, token: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 def test_three_jobs_against_the_same_pods(tmp_path):
-    token = "keep-serving-test"
+    token = "keep-serving-test-0123456789"
     pods = [_start_pod(tmp_path, token, "--keep-serving") for _ in range(2)]
     try:
         addresses = ",".join(address for _, address in pods)
@@ -51,9 +52,17 @@ def test_three_jobs_against_the_same_pods(tmp_path):
             b = np.full(N, 0.5 * round_, dtype=np.float32)
             write_inputs(tmp_path, {"a": a, "b": b})
             job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
-            done = _sched(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=256")
+            trace = tmp_path / "trace.json"
+            done = _sched(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=256",
+                          "--trace", str(trace))
             assert done.returncode == 0, done.stdout + done.stderr
             np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+            phases = json.loads(trace.read_text())["phases"]  # where the command's time went
+            for name in ("imports", "compile", "pods", "plan", "staging", "run", "commit", "read", "h2d",
+                         "compute", "d2h", "write", "first_compute"):
+                assert phases[name] >= 0, name
+            assert 0 < phases["first_compute"] and phases["compute"] > 0 and phases["read"] > 0
+            assert "command to first compute" in done.stdout
             for pod, _ in pods:
                 assert pod.poll() is None, "a --keep-serving pod exited after its scheduler left"
             if round_ == 1:  # a job refused before it runs leaves the pods serving too
@@ -66,7 +75,7 @@ def test_three_jobs_against_the_same_pods(tmp_path):
 
 
 def test_without_keep_serving_a_pod_exits_with_its_scheduler(tmp_path):
-    token = "one-job-test"
+    token = "one-job-test-0123456789"
     write_inputs(tmp_path, {"a": np.ones(N, np.float32), "b": np.ones(N, np.float32)})
     job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
     pod, address = _start_pod(tmp_path, token)

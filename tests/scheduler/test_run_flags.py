@@ -37,13 +37,13 @@ def test_parse_pods():
 
 def test_read_token(tmp_path, monkeypatch):
     f = tmp_path / "token"
-    f.write_text("  secret \nignored\n")
-    assert read_token(str(f)) == "secret"
+    f.write_text("  secret-0123456789abcdef \nignored\n")
+    assert read_token(str(f)) == "secret-0123456789abcdef"
     f.write_text("\n")
     with pytest.raises(UserError, match="holds no token"):
         read_token(str(f))
-    monkeypatch.setenv("PHOBOS_TOKEN", "from-env")
-    assert read_token(None) == "from-env"
+    monkeypatch.setenv("PHOBOS_TOKEN", "from-env-0123456789")
+    assert read_token(None) == "from-env-0123456789"
     monkeypatch.delenv("PHOBOS_TOKEN")
     assert read_token(None) is None
 
@@ -80,3 +80,18 @@ def test_summarize_counts_bytes_and_compute_per_node():
     assert n0["compute_s"] == pytest.approx(0.3)
     assert (n1["instructions"], n1["bytes_fetched"], n1["bytes_stored"]) == (2, 100, 50)
     assert s["wall_s"] == 1.0
+
+
+@pytest.mark.parametrize("token", ["x", "fifteen-bytes!!", "é" * 7])
+def test_a_token_shorter_than_16_bytes_is_refused_saying_how_to_make_one(tmp_path, monkeypatch, token):
+    f = tmp_path / "token"
+    f.write_text(token + "\n")
+    for source, argument in ((f"--token-file {f}", str(f)), ("$PHOBOS_TOKEN", None)):
+        monkeypatch.setenv("PHOBOS_TOKEN", token)
+        with pytest.raises(UserError) as refused:
+            read_token(argument)
+        text = str(refused.value)
+        assert text.startswith(source) and "16" in text and "secrets.token_urlsafe" in text
+        assert token not in text  # never echo the token
+    monkeypatch.setenv("PHOBOS_TOKEN", "sixteen-bytes!!!")
+    assert read_token(None) == "sixteen-bytes!!!"

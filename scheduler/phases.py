@@ -1,0 +1,118 @@
+"""Where a job's time goes: the phases of one `phobos-sched JOB` command, for the trace and report.
+
+Scheduler-side phases are stamped as they happen (Unix seconds, `PROCESS` for the command's own
+ones, `JobRun` for the job's); pod-side ones are added up from the instruction events, whose
+`copy_s` says how much of a load or store was the host<->device copy:
+
+    start-up   imports (process start -> the command's own code), pods (start or reach them,
+               login, hello: a local pod's imports and CUDA context fall here)
+    compile    the job's kernel parsed, checked, the cluster program compiled, PTX for GPU pods
+    plan, staging
+    read       loads, less their host-to-device copies          (summed over every node)
+    h2d        host-to-device copies of loads
+    compute    leaf launches
+    d2h        device-to-host copies of stores
+    write      stores, less their device-to-host copies
+    fetch      tiles fetched from peers
+    commit     fsync + rename of every output
+
+Pod-side sums over several nodes and overlapping instructions can exceed the job's wall time; the
+scheduler-side phases follow one another. `first_compute` is the command's start to the first
+leaf launch on any node.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+SCHEDULER_PHASES = ("imports", "compile", "pods", "plan", "staging", "run", "commit")
+POD_PHASES = ("read", "h2d", "compute", "d2h", "write", "fetch")
+
+
+def process_start_time() -> float:
+    """Unix time at which this process started (Linux: /proc; elsewhere: the first call)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        started_ticks = int(fields[19])  # field 22 of stat, counted after the command name
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - uptime + started_ticks / _TICKS
+    except (OSError, ValueError, IndexError):
+        return _FIRST_CALL
+
+
+_FIRST_CALL = time.time()
+
+
+class ProcessMarks:
+    """The command's own moments: started, imports done, job compiled, pods ready."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+
+    def mark(self, name: str, at: float | None = None) -> None:
+        self.marks.setdefault(name, time.time() if at is None else at)
+
+    def take(self) -> dict[str, float]:
+        """The marks so far, forgotten here (a second job of the same process starts afresh)."""
+        marks, self.marks = self.marks, {}
+        return marks
+
+
+PROCESS = ProcessMarks()
+
+
+def job_phases(process: dict[str, float], job: dict[str, float], events: list[dict], t0: float) -> dict:
+    """Seconds per phase. `process` and `job` hold Unix-time marks; `events` are trace events
+    (times relative to `t0`, the job's start)."""
+    phases: dict[str, float] = {}
+    started = process.get("started")
+    if started is not None and "imports_done" in process:
+        phases["imports"] = process["imports_done"] - started
+    compile_s = _span(process, "prepare_start", "prepare_end") + _span(job, "compile_start", "compile_end")
+    phases["compile"] = compile_s
+    phases["pods"] = _span(process, "pods_start", "pods_ready")
+    phases["plan"] = _span(job, "plan_start", "plan_end")
+    phases["staging"] = _span(job, "staging_start", "staging_end")
+    phases["run"] = _span(job, "staging_end", "run_end")
+    phases["commit"] = _span(job, "commit_start", "commit_end")
+    phases.update(pod_phases(events))
+    computes = [e["start"] for e in events if e["kind"] == "compute"]
+    if computes and started is not None:
+        phases["first_compute"] = t0 + min(computes) - started
+    return {name: round(value, 6) for name, value in phases.items()}
+
+
+def pod_phases(events: list[dict]) -> dict[str, float]:
+    sums = dict.fromkeys(POD_PHASES, 0.0)
+    for e in events:
+        span = max(0.0, e["end"] - e["start"])
+        copy = min(span, e.get("copy_s", 0.0))
+        if e["kind"] == "load":
+            sums["read"] += span - copy
+            sums["h2d"] += copy
+        elif e["kind"] == "store":
+            sums["write"] += span - copy
+            sums["d2h"] += copy
+        elif e["kind"] in ("compute", "fetch"):
+            sums[e["kind"]] += span
+    return sums
+
+
+def _span(marks: dict[str, float], start: str, end: str) -> float:
+    if start in marks and end in marks:
+        return max(0.0, marks[end] - marks[start])
+    return 0.0
+
+
+def phases_text(phases: dict) -> str:
+    """One line for the summary: the phases in order, in seconds."""
+    order = [*SCHEDULER_PHASES[:-1], *POD_PHASES, "commit"]
+    parts = [f"{name} {phases[name]:.3f}" for name in order if name in phases]
+    line = "phases (s): " + ", ".join(parts)
+    if "first_compute" in phases:
+        line += f"; command to first compute {phases['first_compute']:.3f}"
+    return line

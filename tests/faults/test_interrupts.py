@@ -1,0 +1,141 @@
+"""Ctrl-C and SIGTERM stop a job (issue 16, point 8): the scheduler tells its pods to drop the job,
+removes its staging files, leaves the outputs as they were and exits 130 (SIGINT) or 143
+(SIGTERM); a second Ctrl-C exits at once; a Ctrl-C typed at a terminal (SIGINT to the whole
+process group) is the same Ctrl-C, not "no node left".
+
+The scheduler is a real process with its own local pods, on a job held running by a fault point
+(`slow-at=compute:1:600`: the first compute of each pod waits ten minutes while the pod stays
+responsive). Signals are sent once the job is seen running (its staging file exists); every wait
+is for an event (a file, an exit), bounded by a generous timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.faults.harness import REPO, staging_files
+from tests.job_files import make_job
+
+N = 4096
+OLD = np.full(N, 7.0, np.float32)
+
+
+def _start(folder, *extra: str) -> subprocess.Popen:
+    np.save(folder / "a.npy", np.arange(N, dtype=np.float32))
+    np.save(folder / "b.npy", np.ones(N, np.float32))
+    np.save(folder / "c.npy", OLD)
+    job = make_job(folder, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
+    env = dict(os.environ, PHOBOS_FAULT="slow-at=compute:1:600")  # reaches the local pods
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # a session of its own, as a shell gives a foreground job: the group is the scheduler's
+    with open(folder / "scheduler.err", "w") as err:
+        argv = [sys.executable, "-m", "scheduler.main", str(job), "--storage-root", str(folder),
+                "--local-pods", "2", "--set", "BLOCK=1024", *extra]
+        return subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
+
+
+def _wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of `pid`'s child processes (its local pods), from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _running(folder, scheduler: subprocess.Popen) -> list[int]:
+    """Wait until the job runs (its staging file exists, its two pods started); their pids."""
+    _wait_until(lambda: staging_files(folder) or scheduler.poll() is not None, 120, "the job to start")
+    assert scheduler.poll() is None, _stderr(folder)
+    pods = _children(scheduler.pid)
+    assert len(pods) == 2, pods
+    return pods
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _stderr(folder) -> str:
+    return (folder / "scheduler.err").read_text()
+
+
+def _finish(folder, scheduler: subprocess.Popen) -> tuple[int, str]:
+    scheduler.wait(timeout=120)
+    return scheduler.returncode, _stderr(folder)
+
+
+@pytest.mark.parametrize("sig, code, to_group", [
+    (signal.SIGINT, 130, False),
+    (signal.SIGTERM, 143, False),
+    (signal.SIGINT, 130, True),   # Ctrl-C at a terminal: the whole foreground process group
+])
+def test_a_signal_stops_the_job_removes_staging_and_keeps_the_output(tmp_path, sig, code, to_group):
+    scheduler = _start(tmp_path)
+    try:
+        pods = _running(tmp_path, scheduler)
+        if to_group:
+            os.killpg(scheduler.pid, sig)
+        else:
+            scheduler.send_signal(sig)
+        returncode, err = _finish(tmp_path, scheduler)
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+    assert returncode == code, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert lines and "interrupted" in lines[-1] and "Traceback" not in err, err[-3000:]
+    assert "no node left" not in err
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), OLD)
+    assert staging_files(tmp_path) == []
+    _wait_until(lambda: all(_gone(p) for p in pods), 30, "the local pods to exit")
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path):
+    """With both pods frozen, a first Ctrl-C's orderly stop must wait for them (cancel calls time
+    out, a stopped pod is killed only after a grace); a second Ctrl-C does not wait: the
+    scheduler is gone while the frozen pods are still there to be killed."""
+    scheduler = _start(tmp_path)
+    pods = []
+    try:
+        pods = _running(tmp_path, scheduler)
+        for pod in pods:
+            os.kill(pod, signal.SIGSTOP)
+        scheduler.send_signal(signal.SIGINT)
+        _wait_until(lambda: "interrupted" in _stderr(tmp_path), 60, "the first Ctrl-C to be taken")
+        scheduler.send_signal(signal.SIGINT)
+        returncode, _ = _finish(tmp_path, scheduler)
+        assert returncode == 130
+        assert not any(_gone(p) for p in pods), "the scheduler waited for its frozen pods"
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+        for pod in pods:
+            if not _gone(pod):
+                os.kill(pod, signal.SIGKILL)
+

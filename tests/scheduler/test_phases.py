@@ -1,0 +1,40 @@
+"""scheduler/phases.py: the breakdown of a command's time that --trace and the report carry."""
+
+from __future__ import annotations
+
+import time
+
+from scheduler.phases import job_phases, phases_text, pod_phases, process_start_time
+
+
+def _event(kind, start, end, copy_s=0.0):
+    return {"kind": kind, "start": start, "end": end, **({"copy_s": copy_s} if copy_s else {})}
+
+
+def test_pod_phases_split_loads_and_stores_into_storage_and_copy():
+    events = [_event("load", 0.0, 1.0, copy_s=0.25), _event("load", 0.5, 1.0),
+              _event("compute", 1.0, 3.0), _event("store", 3.0, 4.0, copy_s=0.5),
+              _event("fetch", 0.0, 0.5), _event("allocate", 0.0, 9.0), _event("serve", 0.0, 9.0)]
+    sums = pod_phases(events)
+    assert sums == {"read": 1.25, "h2d": 0.25, "compute": 2.0, "d2h": 0.5, "write": 0.5, "fetch": 0.5}
+
+
+def test_job_phases_follow_the_marks():
+    process = {"started": 100.0, "imports_done": 100.5, "prepare_start": 100.5, "prepare_end": 100.75,
+               "pods_start": 100.75, "pods_ready": 101.0}
+    job = {"compile_start": 101.0, "compile_end": 101.25, "plan_start": 101.25, "plan_end": 101.5,
+           "staging_start": 101.5, "staging_end": 102.0, "run_end": 103.0, "commit_start": 103.0,
+           "commit_end": 103.5}
+    phases = job_phases(process, job, [_event("compute", 1.25, 1.5)], t0=101.0)
+    assert phases["imports"] == 0.5 and phases["compile"] == 0.5 and phases["pods"] == 0.25
+    assert phases["plan"] == 0.25 and phases["staging"] == 0.5 and phases["run"] == 1.0
+    assert phases["commit"] == 0.5 and phases["compute"] == 0.25
+    assert phases["first_compute"] == 2.25  # 101 + 1.25 - 100
+    text = phases_text(phases)
+    assert text.startswith("phases (s): imports 0.500, compile 0.500, pods 0.250")
+    assert text.endswith("command to first compute 2.250")
+
+
+def test_process_start_time_is_in_the_past():
+    started = process_start_time()
+    assert started <= time.time() and time.time() - started < 24 * 3600
