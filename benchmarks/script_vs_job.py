@@ -71,8 +71,8 @@ def make_case(case: str, device: str, n: int, folder: Path) -> tuple[Path, list[
     np.save(folder / "a.npy", rng.standard_normal(shape_a, dtype=np.float32))
     np.save(folder / "b.npy", rng.standard_normal(shape_b, dtype=np.float32))
     job = folder / "job.capnp"
-    cmd = [sys.executable, "-m", "scheduler.main", "new-job", "--kernel", str(ROOT / kernel),
-           "--set", cluster, "-o", str(job)]
+    cmd = [sys.executable, "-m", "scheduler.main", "new-job", str(ROOT / kernel),
+           "--cluster", cluster, "-o", str(job)]
     for d in dims:
         cmd += ["--dim", d]
     for t in tensors:
