@@ -166,8 +166,10 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
 def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], scalars: dict[str, float],
               tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
               tile_values: dict[str, int] | None = None, job_dir: Path | None = None) -> Job:
-    """The job of these flags. With `job_dir` (where the job file goes), a dimension left out is
-    taken from the shape of an existing tensor file (see compiler.frontend.binding.dims_from_files)."""
+    """The job, checked against its kernel. With `job_dir` (the folder the job file goes to, which
+    relative URIs start from) a dimension left out is taken from the shape of an existing tensor
+    file (compiler.frontend.binding.dims_from_files), and outputs sharing a file are refused
+    (check_tensor_files)."""
     try:
         source = kernel_path.read_text()
     except OSError as err:
@@ -188,6 +190,8 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
         tile_values=tuple((tile_values or {}).items()),
     )
     check_against_kernel(job, kernel)
+    if job_dir is not None:
+        check_tensor_files(job, kernel, job_dir)
     return job
 
 
@@ -201,6 +205,18 @@ def existing_shapes(tensors: dict[str, str], job_dir: Path) -> dict[str, tuple[t
         if path.is_file():
             out[name] = (tensor_meta(path)[0], uri)
     return out
+
+
+def check_tensor_files(job: Job, kernel: ir.Kernel, job_dir: Path) -> None:
+    """No output shares its file with another tensor (common.storage.check_distinct_files), with
+    relative URIs taken from `job_dir`, the folder the job file is written to."""
+    from common import storage
+    from compiler.frontend.walk import stored_tensors
+
+    written = set(stored_tensors(kernel))
+    everywhere = (Path("/"),)  # new-job confines nothing; the scheduler checks its storage roots
+    storage.check_distinct_files([(name, storage.resolve_uri(uri, everywhere, base=job_dir), name in written)
+                                  for name, uri in job.tensors])
 
 
 def job_kernel(job: Job) -> ir.Kernel:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -122,7 +123,12 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[
             storage.check_tensor(path, place.shape, place.dtype)
         elif not path.parent.is_dir():
             raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+        if info.role != "input" and not os.access(path.parent, os.W_OK | os.X_OK):
+            # Found here, before any pod starts: the staging copy and the commit need the folder.
+            raise UserError(f"tensor {info.name}: folder {path.parent} is not writable "
+                            "(the output's staging copy and commit are made there)")
         places[info.name] = place
+    storage.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
 
 
@@ -205,28 +211,3 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
         if info.role != "input" and not path.parent.is_dir():
             raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
     return warnings
-
-
-# ---- staging: created after every check passed, committed or removed at the end ------------------
-
-
-def create_staging(prepared: PreparedJob) -> dict[str, Path]:
-    staged: dict[str, Path] = {}
-    try:
-        for place in prepared.outputs:
-            staged[place.name] = storage.create_staging(place.path, place.shape, place.dtype, prepared.job_id,
-                                                        copy_existing=place.path.exists())
-    except BaseException:
-        abort_staging(staged)
-        raise
-    return staged
-
-
-def commit_staging(prepared: PreparedJob, staged: dict[str, Path]) -> None:
-    for name, path in staged.items():
-        storage.commit(path, prepared.tensors[name].path)
-
-
-def abort_staging(staged: dict[str, Path]) -> None:
-    for path in staged.values():
-        storage.abort(path)

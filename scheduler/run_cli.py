@@ -64,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def storage_roots(items: list[str] | None, job_path: Path) -> list[Path]:
+    """The --storage-root folders, by default the working directory and the job file's folder."""
+    roots = [user_path(r) for r in items or []] or [user_path("."), job_path.resolve().parent]
+    for root in roots:
+        if not root.is_dir():
+            raise UserError(f"--storage-root {root}: not a directory")
+    return roots
+
+
 def _positive(flag: str, value: float) -> float:
     if not value > 0:
         raise UserError(f"{flag} must be positive, got {value}")
@@ -147,10 +156,7 @@ def run_command(argv: list[str]) -> int:
     log.configure_from_args(args)
     job_path = user_path(args.job)
     job = read_job(job_path)
-    roots = [user_path(r) for r in args.storage_root or []] or [user_path("."), job_path.resolve().parent]
-    for root in roots:
-        if not root.is_dir():
-            raise UserError(f"--storage-root {root}: not a directory")
+    roots = storage_roots(args.storage_root, job_path)
     pods = parse_pods(args.pods)
     if args.local_pods is not None and pods:
         raise UserError("--local-pods and --pods exclude each other")
