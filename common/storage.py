@@ -199,7 +199,7 @@ def _header_of(path: Path) -> _Header:
 
 def npy_shape(path: Path) -> tuple[int, ...]:
     """The shape in a .npy header, whatever its dtype."""
-    return _read_header(path)[0]
+    return _header_of(path).shape
 
 
 def tensor_meta(path: Path) -> tuple[tuple[int, ...], str]:
