@@ -22,6 +22,7 @@ from common import commit, storage
 from common.errors import UserError
 from common.locks import Locks
 from common.log import get_logger
+from scheduler.coverage import unwritten_regions
 
 log = get_logger(program="scheduler")
 _OPEN: list[JobStorage] = []
@@ -79,9 +80,17 @@ class JobStorage:
                         "before its commit")
 
     def stage(self) -> dict[str, Path]:
+        """A staging copy per output. Of an existing output only the regions no unit writes are
+        copied (scheduler/coverage.py): every store overwrites its whole region, so an output the
+        job writes whole goes straight into its new file without a copy of the old one."""
         for place in self.prepared.outputs:
-            self.staged[place.name] = storage.create_staging(
-                place.path, place.shape, place.dtype, self.prepared.job_id, copy_existing=place.path.exists())
+            staging = self.staged[place.name] = storage.create_staging(
+                place.path, place.shape, place.dtype, self.prepared.job_id)
+            if place.path.exists():
+                gaps = unwritten_regions(self.prepared.program, place.name, tuple(place.shape))
+                if gaps:
+                    storage.check_tensor(place.path, tuple(place.shape), place.dtype)
+                    storage.copy_regions(place.path, staging, gaps)
         return dict(self.staged)
 
     def commit(self) -> None:

@@ -174,7 +174,16 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
         source = kernel_path.read_text()
     except OSError as err:
         raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
-    kernel = load_kernel(source, str(kernel_path), kernel_name)
+    return job_from_source(source, str(kernel_path), kernel_name, dims, scalars, tensors, cluster_values,
+                           job_dir, tile_values)
+
+
+def job_from_source(source: str, filename: str, kernel_name: str | None, dims: dict[str, int],
+                    scalars: dict[str, float], tensors: dict[str, str],
+                    cluster_values: dict[str, int] | None = None, job_dir: Path | None = None,
+                    tile_values: dict[str, int] | None = None) -> Job:
+    """`build_job` for kernel source already in memory (phobos.job builds jobs this way)."""
+    kernel = load_kernel(source, filename, kernel_name)
     if job_dir is not None:
         from compiler.frontend.binding import dims_from_files
 
@@ -182,7 +191,7 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
     job = Job(
         kernel_name=kernel.name,
         kernel_source=source,
-        kernel_file=str(kernel_path),
+        kernel_file=filename,
         dims=tuple(dims.items()),
         scalars=tuple((k, float(v)) for k, v in scalars.items()),
         tensors=tuple(tensors.items()),

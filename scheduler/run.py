@@ -60,10 +60,10 @@ def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     from scheduler.interrupt import interruptible
     from schemas import rpc_streams
 
-    return rpc_streams.run(interruptible(_run_with_pods(prepared, options)))
+    return rpc_streams.run(interruptible(run_with_pods(prepared, options)))
 
 
-async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
+async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
     PROCESS.mark("pods_start")
     addresses, token = list(options.pods), options.token

@@ -145,17 +145,18 @@ def run_command(argv: list[str]) -> int:
     PROCESS.mark("imports_done")
     from common import log
     from compiler.cluster.build import values_outside_space
-    from scheduler import tuner_cli
+    from scheduler import (
+        api,  # the Python API's job path (phobos.run): one path, not two
+        tuner_cli,
+    )
     from scheduler.interrupt import Interrupted
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
-    from scheduler.run import JobFailed, RunOptions, run_job
+    from scheduler.run import JobFailed, RunOptions
     from scheduler.tracefile import summary_text
 
     args = build_parser().parse_args(argv)
     log.configure_from_args(args)
     job_path = user_path(args.job)
-    job = read_job(job_path)
+    cluster_job = api.ClusterJob.load(job_path)
     roots = storage_roots(args.storage_root, job_path)
     pods = parse_pods(args.pods)
     if args.local_pods is not None and pods:
@@ -174,15 +175,16 @@ def run_command(argv: list[str]) -> int:
     tune = tuner_cli.options_from_args(args)
 
     PROCESS.mark("prepare_start")
-    prepared = prepare(job, job_path, roots, cluster_values, tile_values=tile_values,
-                       any_values=tune.autotune)
+    prepared = api.prepare(cluster_job, roots, cluster_values, tile_values=tile_values,
+                           any_values=tune.autotune)
     PROCESS.mark("prepare_end")
-    for line in values_outside_space(prepared.kernel, {**dict(job.cluster_values), **cluster_values}):
+    pinned = {**dict(prepared.job.cluster_values), **cluster_values}
+    for line in values_outside_space(prepared.kernel, pinned):
         print(line, file=sys.stderr)
     for name in expected:
         if name not in prepared.tensors or prepared.tensors[name].role == "input":
             outputs = ", ".join(t.name for t in prepared.outputs)
-            raise UserError(f"--expect {name}: not an output of kernel {job.kernel_name} "
+            raise UserError(f"--expect {name}: not an output of kernel {cluster_job.kernel_name} "
                             f"(outputs: {outputs})")
     options = RunOptions(
         pods=pods, local_pods=args.local_pods, token=token, storage_roots=tuple(roots),
@@ -196,7 +198,7 @@ def run_command(argv: list[str]) -> int:
                 return 0
             prepared, result = tuned.prepared, tuned.result
         else:
-            result = run_job(prepared, options)
+            result = api.run_prepared(prepared, options)
     except JobFailed as err:
         print(f"error: job failed: {err}", file=sys.stderr)
         return 1

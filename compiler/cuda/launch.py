@@ -45,10 +45,11 @@ def _function(compiled: CompiledKernel):
     return fn
 
 
-def load(compiled: CompiledKernel) -> None:
+def load(compiled: CompiledKernel):
     """Load the module on the current device now (the driver JIT-compiles the PTX here, which can
-    take tens of milliseconds), so that the first launch does not pay for it."""
-    _function(compiled)
+    take tens of milliseconds), so that the first launch does not pay for it; returns the loaded
+    cupy function, which phobos.Kernel launches directly."""
+    return _function(compiled)
 
 
 def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
@@ -88,6 +89,40 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
         args.append(a)
     fn = _function(compiled)
     fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
+
+
+def prepared_launch(compiled: CompiledKernel, scalars: dict):
+    """`launch` with everything that does not change between launches done once: the function
+    looked up, the scalars converted, the parameter order fixed. The returned
+    `go(arrays, stream)` only puts the tensors in their slots (the pods' hot path; the arrays
+    are the pod's own allocations, checked once here by the first call's `launch`)."""
+    scalar_types = dict(compiled.scalars)
+    fixed: list = []
+    tensor_slots: list[tuple[int, str]] = []
+    for i, name in enumerate(compiled.params):
+        if name in scalar_types:
+            if name not in scalars:
+                raise UserError(f"scalar {name} is missing")
+            value = scalars[name]
+            fixed.append(np.float32(value) if scalar_types[name] == "f32" else np.int32(value))
+        else:
+            fixed.append(None)
+            tensor_slots.append((i, name))
+    fn = _function(compiled)
+    grid, block, shared = compiled.grid, compiled.block, compiled.shared_bytes
+    checked = []
+
+    def go(arrays: dict, stream) -> None:
+        if not checked:  # the first launch goes through every check of `launch`
+            launch(compiled, arrays, scalars, stream=stream)
+            checked.append(True)
+            return
+        args = list(fixed)
+        for i, name in tensor_slots:
+            args[i] = arrays[name]
+        fn(grid, block, tuple(args), shared_mem=shared, stream=stream)
+
+    return go
 
 
 def run_kernel_gpu(

@@ -164,3 +164,20 @@ def test_two_output_job_runs(folder):
     a, b = np.load(folder / "a.npy"), np.load(folder / "b.npy")
     np.testing.assert_array_equal(np.load(folder / "s.npy"), a + b)
     np.testing.assert_array_equal(np.load(folder / "d.npy"), a - b)
+
+
+def test_a_disk_that_fills_up_before_the_commit_record_rolls_the_commit_back(folder):
+    n = 4096  # 16 KiB + header: 5 pages of tmpfs, for the old output and again for the staging copy
+    np.save(folder / "a.npy", np.ones(n, np.float32))
+    np.save(folder / "b.npy", np.ones(n, np.float32))
+    # 11 pages: the old output (5), the lock file with its holder's name (1), the staging copy (5),
+    # and not one more for the commit record
+    with mounted_tmpfs(folder / "disk", "size=44k") as disk:
+        old = np.full(n, 3.0, np.float32)
+        np.save(disk / "c.npy", old)
+        job = job_file(folder, ADD, {"N": n}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:disk/c.npy"})
+        done = sched([job, "--local-pods", "1", "--storage-root", folder])
+        assert done.code == 1, done.err
+        assert "cannot write the commit record" in done.err and "no output was changed" in done.err
+        np.testing.assert_array_equal(np.load(disk / "c.npy"), old)
+        assert leftovers(disk) == [] and "Traceback" not in done.err
