@@ -20,7 +20,7 @@ import pytest
 
 from common.paths import REPO_ROOT
 
-PACKAGES = ("common", "compiler", "scheduler", "pod", "schemas")
+PACKAGES = ("phobos", "common", "compiler", "scheduler", "pod", "schemas")
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,8 @@ def test_commands_work_from_any_folder_with_relative_paths(installed, tmp_path):
     assert "c matches the expected values" in done.stdout
     done = _run(installed, work, "phobos-pod", "--help")
     assert done.returncode == 0 and "--listen" in done.stdout
+    done = _run(installed, work, "python3", "-c", "import phobos; print(phobos.load('add.phk').name)")
+    assert done.returncode == 0 and done.stdout.strip() == "add", done.stderr  # the Python API too
     done = _run(installed, work, "phobos", "run", "missing.phk")
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
 
