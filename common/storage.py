@@ -11,8 +11,10 @@ Decisions (the runtime's storage contract):
   dtype `bfloat16`, which numpy reads back as ml_dtypes.bfloat16 once ml_dtypes is imported
   (`write_npy`). Files numpy itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record);
   such a header is read as bf16 too.
-- Tiles move as f32: reads convert to f32; writes convert f32 to the storage dtype rounding to
-  nearest (ties to even), for i32 too (values outside i32's range are refused).
+- Tiles keep the storage dtype: `read_region_into` a buffer of that dtype copies the bytes as
+  they are (pread); a buffer of another dtype (read_region's f32) gets them converted. Writes of
+  values already in the storage dtype store them as they are; other values are converted to it
+  rounding to nearest (ties to even), for i32 too (values outside i32's range are refused).
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
   job id), its space reserved up front; a job's outputs are committed together through a commit
   record (common/commit.py) when it succeeds; a failed or killed job leaves the original untouched.
@@ -44,6 +46,16 @@ STORAGE_DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype("<i4"),
 }
 MAX_RANK = 4
+
+
+def dtype_name(dtype) -> str:
+    """f32, f16, bf16 or i32 for a numpy dtype of STORAGE_DTYPES (bf16: ml_dtypes.bfloat16)."""
+    for name, known in STORAGE_DTYPES.items():
+        if np.dtype(dtype) == known:
+            return name
+    raise UserError(f"dtype {np.dtype(dtype)} is not a storage dtype ({', '.join(STORAGE_DTYPES)})")
+
+
 MIN_RUN_BYTES = 4096  # contiguous runs shorter than this are read and written through a memory map
 STAGING_MARK = ".phobos-staging-"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

@@ -25,7 +25,9 @@ def register(subparsers) -> None:
         add_kernel_flag(p)
         p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
         add_value_flags(p, cluster=False)
-        p.add_argument("--tf32", action="store_true", help="TF32 tensor cores for dot (not implemented yet)")
+        p.add_argument(
+            "--tf32", action="store_true", help="f32 dots on TF32 tensor cores (operands rounded to TF32)"
+        )
         p.add_argument(
             "--autotune",
             action="store_true",

@@ -149,11 +149,14 @@ def test_stale_staging_of_a_killed_job_is_reported_and_removed(folder):
     stale.write_bytes(b"left by a scheduler killed with -9")
     other = folder / ".other.npy.phobos-staging-20260101-000000-deadbeef"  # not this job's tensor
     other.write_bytes(b"x")
+    half = folder / "..c.npy.phobos-commit-20260101-000000-deadbeef.k2j4_x.tmp"  # a record cut mid-write
+    half.write_bytes(b'{"format": "phobos-co')
     job = job_file(folder, ADD, {"N": N}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
     done = sched([job, "--local-pods", "1"])
     assert done.code == 0, done.err
     assert f"note: removed {stale}, a staging copy left by job 20260101-000000-deadbeef" in done.err
-    assert not stale.exists() and other.exists()
+    assert f"note: removed {half}, a commit record that a stopped job had not finished writing" in done.err
+    assert not stale.exists() and not half.exists() and other.exists()
     np.testing.assert_array_equal(np.load(folder / "c.npy"), np.arange(N, dtype=np.float32) + 1)
 
 
