@@ -97,6 +97,7 @@ class PodServer:
         self.lease_from: float | None = None  # send time of the last heartbeat the scheduler took
         self.declared_dead = ""  # the scheduler's refusal, once it has declared this pod dead
         self.heartbeats: asyncio.Task | None = None
+        self.heartbeat_sink = None  # the scheduler `heartbeats` reports to
         self.runtime.store_refusal = self._store_refusal
         name, memory = backend.describe()
         self.info = PodInfo(backend=backend.kind, device_name=name, vram_bytes=memory, pid=os.getpid(),
@@ -187,7 +188,11 @@ class PodServer:
         self.runtime.node = node
         self.lease_from = time.monotonic()
         self.declared_dead = ""
-        if self.heartbeats is None or self.heartbeats.done():
+        # A heartbeat loop serves one scheduler and ends once another has said hello; so a new
+        # scheduler gets a loop of its own even while the old one is still winding down (a new
+        # session on pods whose last session is still connected: the kill-matrix soak).
+        if self.heartbeats is None or self.heartbeats.done() or self.heartbeat_sink is not scheduler:
+            self.heartbeat_sink = scheduler
             self.heartbeats = asyncio.ensure_future(self._heartbeat())
             self.background.add(self.heartbeats)
             self.heartbeats.add_done_callback(self.background.discard)
