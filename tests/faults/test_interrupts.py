@@ -36,7 +36,7 @@ def _start(folder, *extra: str) -> subprocess.Popen:
     # a session of its own, as a shell gives a foreground job: the group is the scheduler's
     with open(folder / "scheduler.err", "w") as err:
         argv = [sys.executable, "-m", "scheduler.main", str(job), "--storage-root", str(folder),
-                "--local-pods", "2", "--set", "BLOCK=1024", *extra]
+                "--local-pods", "2", "--cluster", "BLOCK=1024", *extra]
         return subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True)
 

@@ -226,7 +226,7 @@ def test_pods_exit_when_the_scheduler_dies(data, tmp_path):
     scheduler = subprocess.Popen(
         [sys.executable, "-m", "scheduler.main", str(job(root, "C_orphan")), "--local-pods", "2",
          "--storage-root", str(root), "--heartbeat-interval", "0.1", "--heartbeat-timeout", "1",
-         "--set", "TILE_M=128", "--set", "TILE_N=128", "--set", "TILE_K=128"],
+         "--cluster", "TILE_M=128", "--cluster", "TILE_N=128", "--cluster", "TILE_K=128"],
         env=env, cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
