@@ -2,12 +2,14 @@
 
 The pipeline, in order:
   1. choose the @cluster values and bind dims and tile values (user errors for bad values);
-  2. find the cluster loop, if any, and check it has the accumulator shape (accumulate.py);
+  2. find the cluster loop, if any, and check it has one of the two combinable forms (combine.py):
+     a linear accumulator (accumulate.py) or an online softmax (softmax.py);
   3. classify every tensor axis as split by a grid axis, cut in chunks, or whole (access.py) and
      reject what a leaf could not compute with the same meaning;
   4. check the numbers: dims whole multiples of super-tiles, super-tiles of leaf tiles;
   5. write and check the leaves (leaves.py), bind each at its dims for its CTA grid and flops;
-  6. enumerate the units of work, one per output super-tile, with their regions (units.py);
+  6. enumerate the units of work, one per output super-tile, with their regions (units.py), and
+     split each one's cluster loop over shares merged by a tree when asked (reductions.py);
   7. write each unit's super-tile origin into the leaves that read `ctx.origin` (origins.py).
 """
 
@@ -18,10 +20,13 @@ import itertools
 from common.errors import UserError
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
-from compiler.cluster.accumulate import Accumulator, check_accumulator, find_cluster_loop
+from compiler.cluster.accumulate import find_cluster_loop
+from compiler.cluster.combine import Combine, check_cluster_loop
 from compiler.cluster.flops import leaf_flops
-from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
+from compiler.cluster.leaves import KernelText, check_leaf, main_leaf_text
 from compiler.cluster.origins import place_origins
+from compiler.cluster.reductions import combine_leaf_texts, split_program
+from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.binding import bind, kernel_dims
@@ -155,7 +160,7 @@ def _check_multiples(
             )
 
 
-def _tensor_roles(kernel: ir.Kernel, plan: AccessPlan, acc: Accumulator | None) -> dict[str, str]:
+def _tensor_roles(kernel: ir.Kernel, plan: AccessPlan, acc: Combine | None) -> dict[str, str]:
     out: dict[str, str] = {}
     grid = {(g.axis, g.dim, g.tile) for g in kernel.grid}
     for t in kernel.tensors:
@@ -204,7 +209,7 @@ def _block_tiled(item: ir.SliceItem, env) -> tuple[str, str] | None:
     return key.removeprefix("block."), next(iter(coeff.symbols))
 
 
-def _init_tiling(kernel: ir.Kernel, acc: Accumulator) -> tuple[tuple[str, str] | None, ...]:
+def _init_tiling(kernel: ir.Kernel, acc: Combine) -> tuple[tuple[str, str] | None, ...]:
     env = {s.name: s.value for s in kernel.body if isinstance(s, ir.Let)}
     grid = {g.axis for g in kernel.grid}
     out = []
@@ -246,14 +251,16 @@ def compile_cluster(
     *,
     cluster_values: dict[str, int] | None = None,
     tile_values: dict[str, int] | None = None,
+    split: SplitRequest | None = None,
 ) -> ClusterProgram:
-    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc)."""
+    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc);
+    `split` cuts each unit's cluster loop into shares merged by a tree (split.py)."""
     cv = _choose_cluster_values(kernel, cluster_values)
     binding = bind(kernel, dims, tile_values=tile_values)
     full, tv = dict(binding.dims), dict(binding.tile_values)
     names = set(cv)
     loop = find_cluster_loop(kernel, names)
-    acc = check_accumulator(kernel, loop) if loop is not None else None
+    acc = check_cluster_loop(kernel, loop) if loop is not None else None
     level = ClusterLevel(
         grid_tiles={g.axis: g.tile for g in kernel.grid if g.tile in names},
         loop_var=loop.var if loop else None,
@@ -271,11 +278,8 @@ def compile_cluster(
     if acc is None:
         leaves = (_make_leaf("main", main_leaf_text(kernel), filename, leaf_dims, tv),)
     else:
-        init_text = init_leaf_text(kernel, acc, _init_tiling(kernel, acc))
-        leaves = (
-            _make_leaf("init", init_text, filename, leaf_dims, tv),
-            _make_leaf("step", step_leaf_text(kernel, acc), filename, leaf_dims, tv),
-        )
+        texts = combine_leaf_texts(kernel, acc, _init_tiling(kernel, acc), split)
+        leaves = tuple(_make_leaf(name, text, filename, leaf_dims, tv) for name, text in texts.items())
 
     tensor_roles = _tensor_roles(kernel, plan, acc)
     infos = tuple(
@@ -303,4 +307,6 @@ def compile_cluster(
         leaves=leaves,
         units=units,
     )
+    if acc is not None:
+        program = split_program(program, kernel, acc, split)
     return place_origins(program, kernel, level.grid_tiles)
