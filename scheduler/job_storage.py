@@ -78,6 +78,9 @@ class JobStorage:
                     storage.abort(stale)
                     say(f"removed {stale}, a staging copy left by job {job}, which was stopped "
                         "before its commit")
+            for half in commit.find_half_written(place.path):
+                half.unlink(missing_ok=True)
+                say(f"removed {half}, a commit record that a stopped job had not finished writing")
 
     def stage(self) -> dict[str, Path]:
         """A staging copy per output. Of an existing output only the regions no unit writes are

@@ -57,13 +57,14 @@ class JobFailed(Exception):
 def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     """Run a prepared job to the end on its own event loop (uvloop when available); a SIGINT or
     SIGTERM stops it in order and raises scheduler.interrupt.Interrupted."""
+    PROCESS.mark("pods_start")  # loading the RPC library counts as reaching the pods
     from scheduler.interrupt import interruptible
     from schemas import rpc_streams
 
-    return rpc_streams.run(interruptible(_run_with_pods(prepared, options)))
+    return rpc_streams.run(interruptible(run_with_pods(prepared, options)))
 
 
-async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
+async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
     PROCESS.mark("pods_start")
     addresses, token = list(options.pods), options.token

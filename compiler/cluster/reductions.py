@@ -1,7 +1,7 @@
 """The leaves and units of a combinable cluster loop (combine.py), split over nodes or not.
 
     combine_leaf_texts(kernel, combine, tiled, request) -> {leaf name: source}
-    split_program(program, kernel, combine, request)   -> the program with its units split
+    split_units(units, tensors, kernel, combine, request, variant) -> units split into shares
 
 Without a split request a linear accumulator keeps its two leaves (init, step) and units; an
 online softmax gets its partial's leaves (init, step, finish) and runs as one share.
@@ -10,6 +10,7 @@ online softmax gets its partial's leaves (init, step, finish) and runs as one sh
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.combine import Combine
@@ -26,7 +27,7 @@ from compiler.cluster.partial_leaves import (
 from compiler.cluster.split import Partials, check_shares, reduction_of, split_unit
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir, walk
-from schemas.program import ClusterProgram
+from schemas.program import Region, TensorInfo, Unit
 
 
 def _taken(kernel: ir.Kernel) -> set[str]:
@@ -76,18 +77,18 @@ def combine_leaf_texts(
     return texts
 
 
-def split_program(
-    program: ClusterProgram, kernel: ir.Kernel, combine: Combine, request: SplitRequest | None
-) -> ClusterProgram:
+def split_units(units: tuple[Unit, ...], tensors: tuple[TensorInfo, ...], kernel: ir.Kernel, combine: Combine,
+                request: SplitRequest | None, variant: Callable[[str, Region], str]):
+    """(units, partial tensors, Reduction or None): `units` (init then one step per chunk each)
+    split into shares; `variant(base, output region)` names a generated leaf bound to that region's
+    extents (a ragged last super-tile's)."""
     softmax = not isinstance(combine, Accumulator)
-    if request is None:
-        if not softmax:
-            return program
-        request = SplitRequest(1)
-    chunks = len(program.units[0].launches) - 1
-    check_shares(request, chunks)
+    if not softmax and (request is None or request.shares == 1):
+        return units, (), None  # one share of a sum: the output's buffer is the partial, as ever
+    request = request or SplitRequest(1)
+    check_shares(request, len(units[0].launches) - 1)
     mine, other = _names(kernel, combine)
-    out = next(t for t in program.tensors if t.name == combine.store.tensor)
+    out = next(t for t in tensors if t.name == combine.store.tensor)
     if softmax:
         params = ((mine.m, mine.m), (mine.l, mine.l), (mine.acc, mine.acc))
         other_params = (other.m, other.l, other.acc)
@@ -95,8 +96,6 @@ def split_program(
         params, other_params = ((out.name, out.name + "~partial"),), (other.m,)
     partials = Partials("softmax" if softmax else "sum", out, params, other_params, request.shares)
     reduction = reduction_of(partials.form, request)
-    init_other = "zero" if not softmax and combine.beta is not None else "init"
-    units = tuple(split_unit(u, out.name, partials, reduction.rounds, init_other) for u in program.units)
-    return dataclasses.replace(
-        program, units=units, tensors=program.tensors + partials.tensors(), reduction=reduction
-    )
+    zero = "zero" if not softmax and combine.beta is not None else None
+    split = tuple(split_unit(u, out.name, partials, reduction.rounds, zero, variant) for u in units)
+    return split, partials.tensors(), reduction

@@ -85,26 +85,31 @@ def _rebind_step(
     return Launch(step.leaf, reads, partial, share)
 
 
-def split_unit(unit: Unit, out: str, partials: Partials, rounds, init_other: str) -> Unit:
-    """`unit` (init, then one step per chunk, all on the output's region) split into shares."""
+def split_unit(unit: Unit, out: str, partials: Partials, rounds, zero: str | None, variant) -> Unit:
+    """`unit` (init, then one step per chunk, all on the output's region) split into shares.
+    `zero` is the leaf that starts the sum's other shares at 0 (None: the init leaf does);
+    `variant(base, region)` names a generated leaf at the output region's extents."""
     init, steps = unit.launches[0], unit.launches[1:]
     out_region = next(r for _, r in init.writes if r.tensor == out)
     form = partials.form
+    other_init = init.leaf if zero is None else variant(zero, out_region)
     launches: list[Launch] = []
     for share, chunks in enumerate(share_chunks(len(steps), partials.shares)):
         partial = partials.regions(share, out_region)
         if form == "sum" and share == 0:
             launches.append(init)
         else:
-            launches.append(Launch(init_other if form == "sum" else init.leaf, (), partial, share))
+            launches.append(Launch(other_init if form == "sum" else init.leaf, (), partial, share))
         launches.extend(_rebind_step(steps[k], out, partial, share, form) for k in chunks)
+    merge = variant("merge", out_region) if rounds else ""
     for merges in rounds:
         for into, source in merges:
             mine, theirs = partials.regions(into, out_region), partials.regions(source, out_region)
             theirs = tuple((p, r) for p, (_, r) in zip(partials.other, theirs, strict=True))
-            launches.append(Launch("merge", mine + theirs, mine, into))
+            launches.append(Launch(merge, mine + theirs, mine, into))
     if form == "softmax":
-        launches.append(Launch("finish", partials.regions(0, out_region), ((out, out_region),), 0))
+        finish = variant("finish", out_region)
+        launches.append(Launch(finish, partials.regions(0, out_region), ((out, out_region),), 0))
     return dataclasses.replace(unit, launches=tuple(launches))
 
 

@@ -206,3 +206,42 @@ def test_share_chunks_are_contiguous_and_balanced():
 def test_bad_split_requests(kw, message):
     with pytest.raises(UserError, match=message):
         SplitRequest(**kw)
+
+
+RAGGED_MATMUL = """@cluster(TILE_M in [32, 64], TILE_N in [32, 64], TILE_K in [64, 128])
+@autotune(TILE_M in [16, 32], TILE_N in [16, 32], TILE_K in [8, 16])
+kernel matmul(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N], alpha: f32, beta: f32) {
+  let pm = ctx.block.x
+  let pn = ctx.block.y
+  var acc: tile<f32>[TILE_M, TILE_N] = 0.0
+  for kt in range(0, K, TILE_K) {
+    acc += dot(A[pm * TILE_M :+ TILE_M, kt :+ TILE_K], B[kt :+ TILE_K, pn * TILE_N :+ TILE_N])
+  }
+  let c_old = C[pm * TILE_M :+ TILE_M, pn * TILE_N :+ TILE_N]
+  C[pm * TILE_M :+ TILE_M, pn * TILE_N :+ TILE_N] = alpha * acc + beta * c_old
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "split",
+    [SplitRequest(2), SplitRequest(3, "binary"), SplitRequest(4, "hosts", (1, 3))],
+    ids=lambda s: f"{s.shares}-{s.shape}",
+)
+def test_split_k_with_ragged_super_tiles_and_a_ragged_last_chunk(split):
+    from compiler.frontend.load import load_text
+
+    kernel = load_text(RAGGED_MATMUL, "ragged.phk").kernels[0]
+    dims = {"M": 80, "N": 48, "K": 200}  # last super-tiles of 16 rows and 16 columns; chunks 64, 64, 64, 8
+    inputs = {
+        "A": RNG.standard_normal((80, 200)).astype(np.float32),
+        "B": RNG.standard_normal((200, 48)).astype(np.float32),
+        "C": RNG.standard_normal((80, 48)).astype(np.float32),
+    }
+    values = {"TILE_M": 32, "TILE_N": 32, "TILE_K": 64}
+    program, plain, clustered = _run(kernel, dims, inputs, {"alpha": 0.5, "beta": 2.0}, values, split)
+    np.testing.assert_allclose(clustered["C"], plain["C"], rtol=1e-5, atol=5e-4)
+    names = {leaf.name for leaf in program.leaves}
+    # The merge and zero leaves of the last super-tiles are bound to their smaller extents.
+    assert {"merge", "merge@M=16", "merge@N=16", "merge@M=16,N=16", "zero@M=16,N=16"} <= names
+    assert any(name.startswith("step@") and "K=8" in name for name in names)
