@@ -97,6 +97,7 @@ class PodServer:
         self.lease_from: float | None = None  # send time of the last heartbeat the scheduler took
         self.declared_dead = ""  # the scheduler's refusal, once it has declared this pod dead
         self.heartbeats: asyncio.Task | None = None
+        self.heartbeat_sink = None  # the scheduler `heartbeats` reports to
         self.runtime.store_refusal = self._store_refusal
         name, memory = backend.describe()
         self.info = PodInfo(backend=backend.kind, device_name=name, vram_bytes=memory, pid=os.getpid(),
@@ -187,7 +188,11 @@ class PodServer:
         self.runtime.node = node
         self.lease_from = time.monotonic()
         self.declared_dead = ""
-        if self.heartbeats is None or self.heartbeats.done():
+        # A heartbeat loop serves one scheduler and ends once another has said hello; so a new
+        # scheduler gets a loop of its own even while the old one is still winding down (a new
+        # session on pods whose last session is still connected: the kill-matrix soak).
+        if self.heartbeats is None or self.heartbeats.done() or self.heartbeat_sink is not scheduler:
+            self.heartbeat_sink = scheduler
             self.heartbeats = asyncio.ensure_future(self._heartbeat())
             self.background.add(self.heartbeats)
             self.heartbeats.add_done_callback(self.background.discard)
@@ -405,8 +410,7 @@ class PodServer:
                   path="bulk-port" if bulk else "rpc-chunks")
         if self.backend.host_view(record.array) is None:
             await loop.run_in_executor(self.runtime.io_pool, self.backend.upload, record.array, into)
-        await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
-                                                header.nbytes), patience)
+        self._release(link, job, generation, ins, header.nbytes)
 
     async def _fetch_chunks(self, job, generation, ins, link, nbytes: int, into: np.ndarray) -> None:
         view = byte_view(into)
@@ -453,9 +457,21 @@ class PodServer:
         await asyncio.get_running_loop().run_in_executor(
             self.runtime.io_pool, self.backend.copy_from_ipc, record.array, bytes(reply.handle),
             reply.deviceIndex)
-        await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
-                                                header.nbytes), self.config.fetch_timeout)
+        self._release(link, job, generation, ins, header.nbytes)
         log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, path="cuda-ipc")
+
+    def _release(self, link: PeerLink, job: Job, generation: int, ins: Fetch, nbytes: int) -> None:
+        """Tell the owner its tile arrived (so it may free it once every peer has it), without
+        holding the fetch up for the answer: the tile is here and checked, and an owner that
+        is gone by now is the heartbeats' business, not this fetch's."""
+        async def release() -> None:
+            try:
+                await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
+                                                        nbytes), self.config.fetch_timeout)
+            except Exception as err:
+                log.info("release to the tile's owner failed", peer=ins.peer, reason=_one_line(err))
+
+        self._spawn(release())
 
 
 def _check_same_tile(header, record: BufferRecord, dtype, ins: Fetch) -> None:

@@ -165,9 +165,9 @@ class Ranking:
     @property
     def best(self) -> Candidate:
         if not self.ranked:
-            reasons = "; ".join(f"{c.label()}: {c.dropped}" for c in self.dropped)
+            reasons = "".join(f"\n  {c.label()}: {c.dropped}" for c in self.dropped)
             raise UserError(f"--autotune: no @cluster combination can run on {self.figures.nodes} "
-                            f"node(s) ({reasons})")
+                            f"node(s):{reasons}")
         return self.ranked[0]
 
 
@@ -287,21 +287,11 @@ def predict(loads: Sequence[NodeLoad], figures: Figures,
 
 
 def search_space(kernel: ir.Kernel, pinned: Mapping[str, int] | None = None) -> list[dict[str, int]]:
-    """Every @cluster combination (first values first), restricted to the pinned values."""
+    """Every @cluster combination (first values first); a pinned name takes only its pinned
+    value, which may lie outside its search space."""
     from compiler.cluster.build import cluster_space
 
-    space = cluster_space(kernel)
-    pinned = dict(pinned or {})
-    if pinned:
-        names = set(space[0]) if space else set()
-        for name in pinned:
-            if name not in names:
-                raise UserError(f"--set {name}: kernel {kernel.name} has no @cluster name {name} "
-                                f"(it has: {', '.join(sorted(names))})")
-        space = [c for c in space if all(c[k] == v for k, v in pinned.items())]
-        if not space:
-            raise UserError("--set: the pinned values are outside the @cluster search space")
-    return space
+    return cluster_space(kernel, dict(pinned or {}))
 
 
 def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
@@ -404,7 +394,7 @@ def render_table(ranking: Ranking) -> str:
     """The ranked table: combination, predicted time, busiest node, bytes moved; then the drops."""
     lines = [f"cluster tuner: {describe_figures(ranking.figures)}"]
     if ranking.pinned:
-        lines.append("pinned by --set: " + " ".join(f"{k}={v}" for k, v in ranking.pinned))
+        lines.append("pinned by --cluster: " + " ".join(f"{k}={v}" for k, v in ranking.pinned))
     label_w = max([len(c.label()) for c in (*ranking.ranked, *ranking.dropped)] + [11])
     lines.append(f"{'rank':>4}  {'combination':<{label_w}} {'units':>6} {'predicted':>11} {'busiest':>8} "
                  f"{'compute':>10} {'transfer':>10} {'moved':>10} {'peak mem':>10}")
