@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, mma
+from compiler.cuda import analysis, mma, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
@@ -36,6 +36,7 @@ class Generated:
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
     tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
+    arch: str = "compute_90"  # NVRTC's virtual architecture (compute_90a for warpgroup MMA)
 
 
 class KernelGen(ExprEmitter):
@@ -53,6 +54,8 @@ class KernelGen(ExprEmitter):
         if self.tensor_cores:
             self.tc_lets = set(plan.tc_lets)
             self.uses_bf16 = True
+        self.wgmma = plan.wgmma
+        self.used_wgmma = False
         self.hints = dict(plan.hints)
         self.shared = dict(plan.shared)
         self.let_floats = 0
@@ -322,6 +325,8 @@ class KernelGen(ExprEmitter):
         it = self.fresh("it")
         self.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
         self.out.line(f"cp_async_wait<{stages - 2}>();")
+        if self.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
+            self.out.line("fence_async_smem();")
         self.sync()
         nxt = self.fresh("ahead")
         self.out.line(f"const int {nxt} = {var_c} + {stages - 1} * ({step});")
@@ -468,6 +473,8 @@ class KernelGen(ExprEmitter):
         head.block(PRELUDE.splitlines())
         if self.tensor_cores:
             head.block(mma.PRELUDE.splitlines())
+        if self.used_wgmma:
+            head.block(wgmma.PRELUDE.splitlines())
         params, order = [], []
         stored = {s.tensor for s in _all_stmts(k.body) if isinstance(s, ir.Store)}
         for p in k.params:
@@ -505,6 +512,7 @@ class KernelGen(ExprEmitter):
             shared_bytes,
             tuple(spans),
             self.tensor_core_span,
+            "compute_90a" if self.used_wgmma else "compute_90",
         )
 
 

@@ -25,6 +25,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         self.tensor_cores = isinstance(grid, MmaGrid)
         self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
         self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
+        self.wgmma = False  # tensor-core dots as warpgroup MMA (wgmma.py)
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}
