@@ -293,7 +293,7 @@ class KernelGen(ExprEmitter):
         bases = []
         for w, (*_, tile, _) in zip(words, entries, strict=True):
             base = self.fresh("ring")
-            ring = self.alloc_perm(stages * w)
+            ring = self.alloc_perm(stages * w, 256 if isinstance(tile, wgmma.CoreTile) else 4)
             self.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
             bases.append(base)
         per_word = [4 // t.elem_bytes for *_, t, _ in entries]
@@ -495,7 +495,8 @@ class KernelGen(ExprEmitter):
             head.line(f"constexpr int c_{name} = {value};")
         g = self.grid
         head.line(f"constexpr int PERM = {self.perm_floats};")
-        head.line("extern __shared__ float4 smem_raw[];")
+        align = " __align__(1024)" if self.used_wgmma else ""  # swizzled operands: 1024-byte tiles
+        head.line(f"extern __shared__{align} float4 smem_raw[];")
         head.line("float* smem = reinterpret_cast<float*>(smem_raw);")
         head.line("const int th_id = threadIdx.x;")
         head.block(g.coordinates())

@@ -121,7 +121,7 @@ class DotMixin:
 
             probe = wgmma.CoreTile("", role, k, x, dtype)
             if ptr is None:
-                ptr = f"(reinterpret_cast<unsigned short*>{self.alloc_perm(mma.tile_floats(probe))})"
+                ptr = f"(reinterpret_cast<unsigned short*>{self.alloc_perm(mma.tile_floats(probe), 256)})"
             return wgmma.CoreTile(ptr, role, k, x, dtype)
         if ptr is None:
             return mma.alloc_tile(self, role, k, x, k_contiguous, dtype, load.span)

@@ -84,7 +84,10 @@ class ExprEmitter(DotMixin, ReductionMixin):
     def dims_of(self, p: ir.TensorParam) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else self.env[d] for d in p.dims)
 
-    def alloc_perm(self, floats: int) -> str:
+    def alloc_perm(self, floats: int, align: int = 4) -> str:
+        """`floats` words of shared memory for the whole kernel, `align` words aligned (a
+        swizzled tensor-core operand needs 1024 bytes: 256 words)."""
+        self.perm_floats += -self.perm_floats % align
         off = self.perm_floats
         self.perm_floats += (floats + 3) // 4 * 4
         return f"(smem + {off})"

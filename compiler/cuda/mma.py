@@ -485,7 +485,7 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
         if t.k_contiguous:
             raise gen.pruned(e.span, "warpgroup MMA: a k-contiguous operand outside the core-matrix layout")
         probe = wgmma.CoreTile("", t.role, t.k, t.x, t.dtype)
-        ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe))})"
+        ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe), 256)})"
         core = wgmma.CoreTile(ptr, t.role, t.k, t.x, t.dtype)
         wgmma.transpose_into(gen, t, core)
         cores.append(core)
@@ -516,7 +516,7 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         x = m if role == "a" else n
         if gen.wgmma and k_contiguous:
             probe = wgmma.CoreTile("", role, kk, x, dtype)
-            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe))})"
+            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe), 256)})"
             tile = wgmma.CoreTile(ptr, role, kk, x, dtype)
         else:
             tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)

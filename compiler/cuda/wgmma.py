@@ -49,26 +49,41 @@ class CoreTile:
         return self.k
 
     @property
+    def swizzled(self) -> bool:
+        """Rows of exactly 128 bytes (k = 64) use the 128-byte swizzle: row r's 16-byte chunk c
+        sits at chunk c ^ (r % 8) of the row (the tile 1024-byte aligned)."""
+        return self.k == 64
+
+    @property
     def sbo(self) -> int:  # bytes between 8-row groups
-        return self.k // 8 * 128
+        return 1024 if self.swizzled else self.k // 8 * 128
+
+    @property
+    def k_step(self) -> int:  # elements from one k step of 16 to the next, in the descriptor
+        return 16 if self.swizzled else 128
 
     @property
     def elements(self) -> int:
         return self.x * self.k
 
     def chunk(self, e: str, per_row: int) -> tuple[str, str]:
-        """(row, col) of 16-byte chunk number e: eight consecutive chunks fill one core matrix."""
+        """(row, col) of 16-byte chunk number e: eight consecutive chunks fill 128 contiguous bytes."""
+        if self.swizzled:
+            return f"(({e}) / 8)", f"((({e}) % 8) * 8)"
         return f"(({e}) % 8 + (({e}) / {8 * per_row}) * 8)", f"(((({e}) / 8) % {per_row}) * 8)"
 
     def offset(self, row: str, col: str) -> str:
+        if self.swizzled:
+            return f"(({row}) * 64 + (((({col}) / 8) ^ (({row}) % 8)) * 8) + ({col}) % 8)"
         return f"((({row}) / 8) * {self.sbo // 2} + (({col}) / 8) * 64 + (({row}) % 8) * 8 + ({col}) % 8)"
 
 
 PRELUDE = r"""
-__device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned sbo_bytes) {
+__device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned sbo_bytes, unsigned swizzle) {
   unsigned long long a = smem_u32(p);
-  return ((a & 0x3FFFFull) >> 4) | ((unsigned long long)(128 >> 4) << 16)
-       | ((unsigned long long)(sbo_bytes >> 4) << 32);
+  unsigned long long lbo = swizzle ? 1 : (128 >> 4);  // unused (1) with a swizzle
+  return ((a & 0x3FFFFull) >> 4) | (lbo << 16) | ((unsigned long long)(sbo_bytes >> 4) << 32)
+       | ((unsigned long long)swizzle << 62);
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit_wait() {
@@ -111,10 +126,11 @@ def transpose_into(gen, staged, core: CoreTile) -> None:
     row, col = "(kb_ * 8 + (th_lane & 7))", "(xb_ + (th_lane >> 3)) * 8"
     gen.out.line(f"ldsm_x4_t(t4_, {staged.ptr} + {row} * {staged.ld} + {col});")
     gen.out.line("#pragma unroll")
-    gen.out.line(
-        f"for (int q_ = 0; q_ < 4; ++q_) *reinterpret_cast<unsigned*>({core.ptr} + (xb_ + q_) * "
-        f"{core.sbo // 2} + kb_ * 64 + (th_lane >> 2) * 8 + (th_lane & 3) * 2) = t4_[q_];"
-    )
+    if core.swizzled:  # row n = (xb_ + q_) * 8 + g, k = kb_ * 8 + 2t
+        at = "(xb_ + q_) * 512 + (th_lane >> 2) * 64 + ((kb_ ^ (th_lane >> 2)) * 8) + (th_lane & 3) * 2"
+    else:
+        at = f"(xb_ + q_) * {core.sbo // 2} + kb_ * 64 + (th_lane >> 2) * 8 + (th_lane & 3) * 2"
+    gen.out.line(f"for (int q_ = 0; q_ < 4; ++q_) *reinterpret_cast<unsigned*>({core.ptr} + {at}) = t4_[q_];")
     gen.out.close()
 
 
@@ -131,11 +147,11 @@ def emit_wgmma(gen, acc, sa: CoreTile, sb: CoreTile, m: int, n: int, kk: int, dt
     gen.out.line(f"// warpgroup MMA: m64n{n}k16 {kind}, {kk // 16} k steps")
     gen.out.line("wg_fence();")
     for s in range(kk // 16):
-        a_ptr = f"{sa.ptr} + (th_warp / 4) * {64 // 8 * sa.sbo // 2} + {s * 128}"
-        b_ptr = f"{sb.ptr} + {s * 128}"
+        a_ptr = f"{sa.ptr} + (th_warp / 4) * {64 * sa.k} + {s * sa.k_step}"
+        b_ptr = f"{sb.ptr} + {s * sb.k_step}"
         gen.out.open("")
-        gen.out.line(f"const unsigned long long da_ = wg_desc({a_ptr}, {sa.sbo});")
-        gen.out.line(f"const unsigned long long db_ = wg_desc({b_ptr}, {sb.sbo});")
+        gen.out.line(f"const unsigned long long da_ = wg_desc({a_ptr}, {sa.sbo}, {int(sa.swizzled)});")
+        gen.out.line(f"const unsigned long long db_ = wg_desc({b_ptr}, {sb.sbo}, {int(sb.swizzled)});")
         gen.out.line(
             f'asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; '
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{d}}}, %{regs}, %{regs + 1}, "
