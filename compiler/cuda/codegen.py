@@ -233,6 +233,8 @@ class KernelGen(ExprEmitter):
         self.loop_barriers.pop()
         self.out.span = s.span
         self.out.close()
+        if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
+            self.out.line("wg_wait_all();")
 
     def prefetch_first(self, s: ir.For, start: str, stop_name: str, step: str) -> dict:
         """Software pipelining: the loop's dot operands that are plain tensor loads depending only
@@ -285,9 +287,13 @@ class KernelGen(ExprEmitter):
                 return {}
             entries.append((st, role, transposed, tile, plan))
         words = [mma.tile_floats(t) + (-mma.tile_floats(t)) % 4 for *_, t, _ in entries]
-        stages = max(2, self.schedule.stages)
-        while stages > 2 and (self.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
+        # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
+        # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
+        low = 3 if self.wgmma else 2
+        stages = max(low, self.schedule.stages)
+        while stages > low and (self.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
             stages -= 1
+        ahead = stages - 2 if self.wgmma else stages - 1
         first = self.fresh("first")
         self.out.line(f"const int {first} = {start};")
         bases = []
@@ -297,7 +303,7 @@ class KernelGen(ExprEmitter):
             self.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
             bases.append(base)
         per_word = [4 // t.elem_bytes for *_, t, _ in entries]
-        for p in range(stages - 1):
+        for p in range(ahead):
             self.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
             self.out.open(f"if ({first}_{p} < {stop_name})")
             self.scalars[s.var] = (f"{first}_{p}", "i32")
@@ -309,7 +315,7 @@ class KernelGen(ExprEmitter):
             self.out.close()
             self.out.line("cp_async_commit();")
         return {
-            st.name: ("ring", st, role, transposed, plan, base, e * w, stages, first)
+            st.name: ("ring", st, role, transposed, plan, base, e * w, (stages, ahead), first)
             for (st, role, transposed, _, plan), base, w, e in zip(
                 entries, bases, words, per_word, strict=True
             )
@@ -320,22 +326,23 @@ class KernelGen(ExprEmitter):
         (the stage about to be refilled was last read in the previous iteration), issue the
         copies stages - 1 iterations ahead, then point the lets at this iteration's stage."""
         self.out.span = lets[0].span
-        *_, stages, first = self.pipelined[lets[0].name][:9]
+        *_, (stages, ahead), first = self.pipelined[lets[0].name][:9]
         var_name, var_c, step, stop_name = self.pipelined[lets[0].name][9:]
         it = self.fresh("it")
         self.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
-        self.out.line(f"cp_async_wait<{stages - 2}>();")
+        self.ring_iteration = it
+        self.out.line(f"cp_async_wait<{ahead - 1}>();")
         if self.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
             self.out.line("fence_async_smem();")
         self.sync()
         nxt = self.fresh("ahead")
-        self.out.line(f"const int {nxt} = {var_c} + {stages - 1} * ({step});")
+        self.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
         self.out.open(f"if ({nxt} < {stop_name})")
         self.scalars[var_name] = (nxt, "i32")
         for s in lets:
             _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
             ring = self.mma_let_tile(
-                st.value, role, transposed, ptr=f"({base} + (({it} + {stages - 1}) % {stages}) * {size})"
+                st.value, role, transposed, ptr=f"({base} + (({it} + {ahead}) % {stages}) * {size})"
             )
             mma.issue_copy(self, plan, ring, st.value)
         self.scalars[var_name] = (var_c, "i32")
@@ -346,6 +353,7 @@ class KernelGen(ExprEmitter):
             cur = self.fresh("stage")
             tile = self.mma_let_tile(st.value, role, transposed, ptr=cur)
             self.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
+            self.ring_tiles.add(cur)
             self.vals[s.name] = tile
 
     def pipelined_lets(self, lets: list[ir.Let]) -> None:

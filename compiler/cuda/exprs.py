@@ -26,6 +26,8 @@ class ExprEmitter(DotMixin, ReductionMixin):
         self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
         self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
         self.wgmma = False  # tensor-core dots as warpgroup MMA (wgmma.py)
+        self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
+        self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}

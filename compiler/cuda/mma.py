@@ -476,6 +476,10 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
     core-matrix layout first (after the barrier that made its copy visible)."""
     if not wgmma.fits(gen, m, n) or not all(isinstance(t, MmaTile | wgmma.CoreTile) for t in ops):
         raise gen.pruned(e.span, f"warpgroup MMA takes {m} rows on {gen.grid.threads // 32} warps, N <= 256")
+    # inside the copy ring, a group may stay in flight past its iteration: every buffer it reads
+    # is then a ring stage or a double buffer (refilled two iterations later)
+    ring = gen.ring_iteration is not None
+    overlap = ring and all(not isinstance(t, wgmma.CoreTile) or t.ptr in gen.ring_tiles for t in ops)
     cores, transposed = [], False
     for t in ops:
         if isinstance(t, wgmma.CoreTile):
@@ -485,7 +489,11 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
         if t.k_contiguous:
             raise gen.pruned(e.span, "warpgroup MMA: a k-contiguous operand outside the core-matrix layout")
         probe = wgmma.CoreTile("", t.role, t.k, t.x, t.dtype)
-        ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe), 256)})"
+        words = tile_floats(probe)
+        base = gen.alloc_perm(words * (2 if overlap else 1), 256)
+        ptr = f"(reinterpret_cast<unsigned short*>{base})"
+        if overlap:
+            ptr = f"({ptr} + ({gen.ring_iteration} & 1) * {words * 2})"
         core = wgmma.CoreTile(ptr, t.role, t.k, t.x, t.dtype)
         wgmma.transpose_into(gen, t, core)
         cores.append(core)
@@ -493,7 +501,7 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
         gen.out.line("fence_async_smem();")
         gen.sync()
     gen.used_wgmma = True
-    wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype)
+    wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype, overlap)
 
 
 def lower_dot(gen, e: ir.Call, into, dtype: str):

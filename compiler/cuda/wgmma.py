@@ -86,8 +86,15 @@ __device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned sb
        | ((unsigned long long)swizzle << 62);
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit_wait_one() {  // the group just issued may run on
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+}
 __device__ __forceinline__ void wg_commit_wait() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait_all() {
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 __device__ __forceinline__ void fence_async_smem() {
@@ -108,11 +115,7 @@ def operand_in_shared(e: ir.Expr, shared: dict) -> bool:
 def fits(gen, m: int, n: int) -> bool:
     grid = gen.grid
     return (
-        grid.warps_n == 1
-        and grid.warps_m % 4 == 0
-        and m == 16 * grid.warps_m
-        and n % 8 == 0
-        and n <= MAX_N
+        grid.warps_n == 1 and grid.warps_m % 4 == 0 and m == 16 * grid.warps_m and n % 8 == 0 and n <= MAX_N
     )
 
 
@@ -134,8 +137,12 @@ def transpose_into(gen, staged, core: CoreTile) -> None:
     gen.out.close()
 
 
-def emit_wgmma(gen, acc, sa: CoreTile, sb: CoreTile, m: int, n: int, kk: int, dtype: str) -> None:
-    """acc[M, N] += a b: per k step of 16 one wgmma per warpgroup, then commit and wait."""
+def emit_wgmma(
+    gen, acc, sa: CoreTile, sb: CoreTile, m: int, n: int, kk: int, dtype: str, overlap: bool
+) -> None:
+    """acc[M, N] += a b: per k step of 16 one wgmma per warpgroup, then commit and wait (for all
+    but this group when `overlap`: it runs on while the next iteration copies and transposes;
+    the loop's end waits for it before acc is read)."""
     kind = "bf16" if dtype == "bf16" else "f16"
     regs = n // 2
     c = acc.cname
@@ -158,4 +165,4 @@ def emit_wgmma(gen, acc, sa: CoreTile, sb: CoreTile, m: int, n: int, kk: int, dt
             f'p, 1, 1, 0, 0; }}" : {", ".join(outs)} : "l"(da_), "l"(db_));'
         )
         gen.out.close()
-    gen.out.line("wg_commit_wait();")
+    gen.out.line("wg_commit_wait_one();" if overlap else "wg_commit_wait();")
