@@ -99,14 +99,24 @@ def commit_all(job_id: str, pairs: list[Pair]) -> None:
     _fsync_folders(written)
 
 
-def find_records(path: Path) -> list[Path]:
-    """Commit records beside the tensor at `path` (left by a scheduler killed while committing)."""
-    path = Path(path)
-    prefix = f".{path.name}{RECORD_MARK}"
+def _beside(path: Path, prefix: str, suffix: str = "") -> list[Path]:
+    """Files in the folder of `path` whose names start with `prefix` and end with `suffix`."""
     try:
-        return sorted(p for p in path.parent.iterdir() if p.name.startswith(prefix))
+        names = sorted(Path(path).parent.iterdir())
     except OSError:
         return []
+    return [p for p in names if p.name.startswith(prefix) and p.name.endswith(suffix)]
+
+
+def find_records(path: Path) -> list[Path]:
+    """Commit records beside the tensor at `path` (left by a scheduler killed while committing)."""
+    return _beside(path, f".{Path(path).name}{RECORD_MARK}")
+
+
+def find_half_written(path: Path) -> list[Path]:
+    """Temporaries of records that a killed scheduler was writing (common/atomic.py names them
+    `.<record name>.XXXX.tmp`): never a record, only litter, once no live job holds `path`."""
+    return _beside(path, f"..{Path(path).name}{RECORD_MARK}", ".tmp")
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,9 @@ def read_record(record: Path) -> Interrupted:
         if pair.staging != staging_path(pair.final, job_id):
             raise UserError(f"{record}: names {pair.staging}, not the staging copy of {pair.final}; "
                             "move the record away to go on")
+    if Path(record) not in {record_path(p.final, job_id) for p in pairs}:
+        raise UserError(f"{record}: a commit record of job {job_id} that does not name the output beside "
+                        "it; move it away to go on")
     return Interrupted(job_id, pairs)
 
 

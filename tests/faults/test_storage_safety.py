@@ -25,7 +25,7 @@ ADD = JOB_KERNELS / "add.phk"
 
 
 def new_job(folder, kernel, tensors: dict[str, str]):
-    args = ["new-job", "--kernel", kernel, "--dim", f"N={N}", "-o", folder / "job.capnp"]
+    args = ["new-job", kernel, "--dim", f"N={N}", "-o", folder / "job.capnp"]
     for name, uri in tensors.items():
         args += ["--tensor", f"{name}={uri}"]
     return sched(args)
@@ -80,6 +80,9 @@ def test_a_fifo_in_the_storage_root_is_refused_not_waited_on(folder):
     assert "pipe.npy: not a regular file (a FIFO)" in line
     job = job_file(folder, ADD, {"N": N}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:pipe.npy"})
     assert "not a regular file (a FIFO)" in sched([job, "--local-pods", "1"], timeout=60).one_line_error()
+    job = job_file(folder, ADD, {"N": N}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
+    done = sched([job, "--local-pods", "1", "--expect", f"c={folder / 'pipe.npy'}"], timeout=60)
+    assert "not a regular file (a FIFO)" in done.one_line_error()
 
 
 def test_a_truncated_input_is_refused_naming_it(folder):
@@ -102,7 +105,7 @@ def test_a_read_only_output_folder_is_found_before_the_pods_start(folder):
 def test_a_job_with_too_many_units_is_refused_before_it_exhausts_memory(folder):
     big = 1 << 35  # under the 2^36-element limit, but 2^27 super-tiles of 256
     job = job_file(folder, ADD, {"N": big}, {"a": "file:x.npy", "b": "file:y.npy", "c": "file:z.npy"})
-    done = sched([job, "--set", "BLOCK=256", "--local-pods", "1"], address_space=4 << 30)
+    done = sched([job, "--cluster", "BLOCK=256", "--local-pods", "1"], address_space=4 << 30)
     assert "units of work" in done.one_line_error() and "choose larger @cluster values" in done.err
 
 
@@ -149,11 +152,14 @@ def test_stale_staging_of_a_killed_job_is_reported_and_removed(folder):
     stale.write_bytes(b"left by a scheduler killed with -9")
     other = folder / ".other.npy.phobos-staging-20260101-000000-deadbeef"  # not this job's tensor
     other.write_bytes(b"x")
+    half = folder / "..c.npy.phobos-commit-20260101-000000-deadbeef.k2j4_x.tmp"  # a record cut mid-write
+    half.write_bytes(b'{"format": "phobos-co')
     job = job_file(folder, ADD, {"N": N}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
     done = sched([job, "--local-pods", "1"])
     assert done.code == 0, done.err
     assert f"note: removed {stale}, a staging copy left by job 20260101-000000-deadbeef" in done.err
-    assert not stale.exists() and other.exists()
+    assert f"note: removed {half}, a commit record that a stopped job had not finished writing" in done.err
+    assert not stale.exists() and not half.exists() and other.exists()
     np.testing.assert_array_equal(np.load(folder / "c.npy"), np.arange(N, dtype=np.float32) + 1)
 
 
