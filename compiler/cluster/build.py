@@ -2,14 +2,16 @@
 
 The pipeline, in order:
   1. choose the @cluster values and bind dims and tile values (user errors for bad values);
-  2. find the cluster loop, if any, and check it has the accumulator shape (accumulate.py);
+  2. find the cluster loop, if any, and check it has one of the two combinable forms (combine.py):
+     a linear accumulator (accumulate.py) or an online softmax (softmax.py);
   3. classify every tensor axis as split by a grid axis, cut in chunks, or whole (access.py) and
      reject what a leaf could not compute with the same meaning;
   4. check the numbers: super-tiles whole multiples of leaf tiles; cut each split dimension into
      super-tiles, the last one smaller where the dimension is not a multiple (tiling.py);
   5. write and check the leaves (leaves.py), bind each at its dims for its CTA grid and flops,
      with a variant bound to the smaller extents for launches on the last super-tiles;
-  6. enumerate the units of work, one per output super-tile, with their regions (units.py);
+  6. enumerate the units of work, one per output super-tile, with their regions (units.py), and
+     split each one's cluster loop over shares merged by a tree when asked (reductions.py);
   7. write each unit's super-tile origin into the leaves that read `ctx.origin` (origins.py).
 
 Steps 1-3 and the leaf texts need no dimension: `analyze_cluster` runs them, and `check` runs them
@@ -24,11 +26,14 @@ from dataclasses import dataclass
 from common.errors import UserError
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
-from compiler.cluster.accumulate import Accumulator, check_accumulator, find_cluster_loop
+from compiler.cluster.accumulate import find_cluster_loop
+from compiler.cluster.combine import Combine, check_cluster_loop
 from compiler.cluster.flops import leaf_flops
-from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
+from compiler.cluster.leaves import KernelText, check_leaf, main_leaf_text
 from compiler.cluster.origins import place_origins
+from compiler.cluster.reductions import combine_leaf_texts, split_units
 from compiler.cluster.tiling import LeafVariants, cut_dimension
+from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.binding import bind, kernel_dims
@@ -164,7 +169,7 @@ def _check_tile_multiples(kernel: ir.Kernel, cv: dict[str, int], tv: dict[str, i
             )
 
 
-def _tensor_roles(kernel: ir.Kernel, plan: AccessPlan, acc: Accumulator | None) -> dict[str, str]:
+def _tensor_roles(kernel: ir.Kernel, plan: AccessPlan, acc: Combine | None) -> dict[str, str]:
     out: dict[str, str] = {}
     grid = {(g.axis, g.dim, g.tile) for g in kernel.grid}
     for t in kernel.tensors:
@@ -213,7 +218,7 @@ def _block_tiled(item: ir.SliceItem, env) -> tuple[str, str] | None:
     return key.removeprefix("block."), next(iter(coeff.symbols))
 
 
-def _init_tiling(kernel: ir.Kernel, acc: Accumulator) -> tuple[tuple[str, str] | None, ...]:
+def _init_tiling(kernel: ir.Kernel, acc: Combine) -> tuple[tuple[str, str] | None, ...]:
     env = {s.name: s.value for s in kernel.body if isinstance(s, ir.Let)}
     grid = {g.axis for g in kernel.grid}
     out = []
@@ -256,7 +261,7 @@ class ClusterShape:
     each dimension's role, and the leaves' source texts by base name."""
 
     loop: ir.For | None
-    acc: Accumulator | None
+    acc: Combine | None
     level: ClusterLevel
     plan: AccessPlan
     roles: dict[str, AxisRole]
@@ -267,7 +272,7 @@ def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
     """Every cluster rejection that does not depend on the dimensions (run by `check` too)."""
     names = {d.name for d in _require_cluster(kernel).dims}
     loop = find_cluster_loop(kernel, names)
-    acc = check_accumulator(kernel, loop) if loop is not None else None
+    acc = check_cluster_loop(kernel, loop) if loop is not None else None
     level = ClusterLevel(
         grid_tiles={g.axis: g.tile for g in kernel.grid if g.tile in names},
         loop_var=loop.var if loop else None,
@@ -280,9 +285,8 @@ def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
     roles = _dim_roles(kernel, plan, loop, level)
     if acc is None:
         texts = {"main": main_leaf_text(kernel)}
-    else:
-        texts = {"init": init_leaf_text(kernel, acc, _init_tiling(kernel, acc)),
-                 "step": step_leaf_text(kernel, acc)}
+    else:  # every leaf the loop may need, those of a split included (for `check`)
+        texts = combine_leaf_texts(kernel, acc, _init_tiling(kernel, acc), SplitRequest(2))
     return ClusterShape(loop, acc, level, plan, roles, texts)
 
 
@@ -303,8 +307,10 @@ def compile_cluster(
     *,
     cluster_values: dict[str, int] | None = None,
     tile_values: dict[str, int] | None = None,
+    split: SplitRequest | None = None,
 ) -> ClusterProgram:
-    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc)."""
+    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc);
+    `split` cuts each unit's cluster loop into shares merged by a tree (reductions.py)."""
     cv = _choose_cluster_values(kernel, cluster_values)
     binding = bind(kernel, dims, tile_values=tile_values)
     full, tv = dict(binding.dims), dict(binding.tile_values)
@@ -313,9 +319,12 @@ def compile_cluster(
     cuts = {d: cut_dimension(full[d], cv[r.tile]) for d, r in shape.roles.items() if r.kind != "whole"}
     leaf_dims = {d: (cuts[d].extent if d in cuts else full[d]) for d in shape.roles}
     filename = kernel.span.file
-    kernels = {b: check_leaf(t, f"{filename} (cluster leaf {b})") for b, t in shape.leaf_texts.items()}
+    texts = shape.leaf_texts
+    if shape.acc is not None:  # only the leaves this program uses
+        texts = combine_leaf_texts(kernel, shape.acc, _init_tiling(kernel, shape.acc), split)
+    kernels = {b: check_leaf(t, f"{filename} (cluster leaf {b})") for b, t in texts.items()}
     variants = LeafVariants(
-        lambda base, name, at: _make_leaf(base, name, kernels[base], shape.leaf_texts[base], at, tv),
+        lambda base, name, at: _make_leaf(base, name, kernels[base], texts[base], at, tv),
         kernels, leaf_dims,
     )
     tensor_roles = _tensor_roles(kernel, shape.plan, shape.acc)
@@ -333,6 +342,17 @@ def compile_cluster(
     units = unit_builder.build_units(
         kernel, shape.plan, shape.acc, super_axes, (full, shape.roles, cuts), variants
     )
+    reduction = None
+    if shape.acc is not None:
+        out = next(t for t in kernel.tensors if t.name == shape.acc.store.tensor)
+
+        def variant(base: str, region) -> str:  # a generated leaf at a ragged output super-tile
+            edges = tuple((d, n) for d, n in zip(out.dims, region.shape, strict=True)
+                          if isinstance(d, str) and n != leaf_dims.get(d, n))
+            return variants.name(base, edges)
+
+        units, partials, reduction = split_units(units, infos, kernel, shape.acc, split, variant)
+        infos += partials
     program = ClusterProgram(
         kernel=kernel.name,
         source=KernelText(kernel).text,
@@ -344,5 +364,6 @@ def compile_cluster(
         scalars=tuple(s.name for s in kernel.scalars),
         leaves=variants.leaves(),
         units=units,
+        reduction=reduction,
     )
     return place_origins(program, kernel, shape.level.grid_tiles)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.program import ClusterProgram, Launch, Leaf, Region
+from schemas.program import ClusterProgram, Launch, Leaf, Reduction, Region
 
 UNITS_SHOWN = 16  # units listed in full; the rest are counted
 LAUNCHES_SHOWN = 6  # launches listed per unit; the rest are counted
@@ -21,8 +21,18 @@ def _bound(pairs) -> str:
     return " ".join(format_region(r) if p == r.tensor else f"{p}={format_region(r)}" for p, r in pairs) or "-"
 
 
-def format_launch(launch: Launch) -> str:
-    return f"{launch.leaf:<5} reads {_bound(launch.reads)}  writes {_bound(launch.writes)}"
+def format_launch(launch: Launch, shares: bool = False) -> str:
+    share = f"share {launch.share}: " if shares else ""
+    return f"{share}{launch.leaf:<5} reads {_bound(launch.reads)}  writes {_bound(launch.writes)}"
+
+
+def format_tree(reduction: Reduction) -> list[str]:
+    """The reduction tree, one line per round of merges (`into <- source`)."""
+    hosts = f", hosts of {'+'.join(map(str, reduction.hosts))} shares" if reduction.hosts else ""
+    out = [f"  reduction: {reduction.form} over {reduction.shares} share(s), {reduction.tree} tree{hosts}"]
+    for i, merges in enumerate(reduction.rounds, 1):
+        out.append(f"    round {i}: " + "   ".join(f"{a} <- {b}" for a, b in merges))
+    return out
 
 
 def format_leaf(leaf: Leaf) -> str:
@@ -48,6 +58,8 @@ def format_program(program: ClusterProgram, units_shown: int = UNITS_SHOWN) -> s
     for t in program.tensors:
         shape = ", ".join(str(s) for s in t.shape)
         out.append(f"    {t.name:<{width}}  {t.dtype}[{shape}]  {t.role}")
+    if program.reduction is not None:
+        out += format_tree(program.reduction)
     out.append("  leaves:")
     out += [f"    {format_leaf(leaf)}" for leaf in program.leaves]
     out.append("  units (coordinate: launches in order):")
@@ -55,7 +67,7 @@ def format_program(program: ClusterProgram, units_shown: int = UNITS_SHOWN) -> s
         head = f"    #{unit.index} {unit.coord}: "
         pad = " " * len(head)
         for i, launch in enumerate(unit.launches[:LAUNCHES_SHOWN]):
-            out.append((head if i == 0 else pad) + format_launch(launch))
+            out.append((head if i == 0 else pad) + format_launch(launch, program.reduction is not None))
         hidden = len(unit.launches) - LAUNCHES_SHOWN
         if hidden > 0:
             out.append(f"{pad}... and {hidden} more launches")

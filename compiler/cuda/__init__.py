@@ -69,7 +69,7 @@ def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None
 def ptx_of(kernel: ir.Kernel, gen: codegen.Generated) -> str:
     """The nvrtc stage: PTX, or an error at the kernel line the first failing generated line came from."""
     try:
-        return nvrtc.compile_to_ptx(gen.source)
+        return nvrtc.compile_to_ptx(gen.source, arch=gen.arch)
     except nvrtc.NvrtcError as e:
         raise _nvrtc_error(kernel, gen, e) from None
 

@@ -77,7 +77,9 @@ class DotMixin:
         if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
             name = arg.args[0].name
         v = self.vals.get(name) if name else None
-        return v if isinstance(v, SharedTile | mma.MmaTile) else None
+        from compiler.cuda.wgmma import CoreTile
+
+        return v if isinstance(v, SharedTile | mma.MmaTile | CoreTile) else None
 
     def shared_tile(self, load: ir.Load, role: str, transposed: bool):
         from compiler.cuda.values import SharedTile
@@ -114,6 +116,13 @@ class DotMixin:
         k, x = (c, r) if (role == "a") != transposed else (r, c)
         k_contiguous = (role == "a") != transposed
         dtype = self.tensor(load.tensor, load.span).dtype
+        if self.wgmma and k_contiguous:
+            from compiler.cuda import wgmma
+
+            probe = wgmma.CoreTile("", role, k, x, dtype)
+            if ptr is None:
+                ptr = f"(reinterpret_cast<unsigned short*>{self.alloc_perm(mma.tile_floats(probe), 256)})"
+            return wgmma.CoreTile(ptr, role, k, x, dtype)
         if ptr is None:
             return mma.alloc_tile(self, role, k, x, k_contiguous, dtype, load.span)
         return mma.make_tile(ptr, role, k, x, k_contiguous, dtype, load.span)
@@ -125,6 +134,8 @@ class DotMixin:
         self.sync_before_overwrite()
         if mma.stage_load(self, tile, load):
             self.out.line("cp_async_commit(); cp_async_wait<0>();")
+        if self.wgmma:
+            self.out.line("fence_async_smem();")
         self.sync()
         return tile
 

@@ -25,6 +25,9 @@ class ExprEmitter(DotMixin, ReductionMixin):
         self.tensor_cores = isinstance(grid, MmaGrid)
         self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
         self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
+        self.wgmma = False  # tensor-core dots as warpgroup MMA (wgmma.py)
+        self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
+        self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}
@@ -83,7 +86,10 @@ class ExprEmitter(DotMixin, ReductionMixin):
     def dims_of(self, p: ir.TensorParam) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else self.env[d] for d in p.dims)
 
-    def alloc_perm(self, floats: int) -> str:
+    def alloc_perm(self, floats: int, align: int = 4) -> str:
+        """`floats` words of shared memory for the whole kernel, `align` words aligned (a
+        swizzled tensor-core operand needs 1024 bytes: 256 words)."""
+        self.perm_floats += -self.perm_floats % align
         off = self.perm_floats
         self.perm_floats += (floats + 3) // 4 * 4
         return f"(smem + {off})"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler.cuda import wgmma
 from compiler.cuda.emit import from_f32
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -385,14 +386,19 @@ def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
     gen.out.line(f"const int e_ = it_ * {t} + th_id;")
     if plan["chunks"] % t:
         gen.out.line(f"if (e_ >= {plan['chunks']}) break;")
-    gen.out.line(f"const int o_ = e_ / {plan['per_row']}, q_ = (e_ % {plan['per_row']}) * {tile.vector};")
+    if hasattr(tile, "chunk"):
+        o, q = tile.chunk("e_", plan["per_row"])
+        gen.out.line(f"const int o_ = {o}, q_ = {q};")
+    else:
+        gen.out.line(f"const int o_ = e_ / {plan['per_row']}, q_ = (e_ % {plan['per_row']}) * {tile.vector};")
+    dst = tile.offset("o_", "q_") if hasattr(tile, "offset") else f"o_ * {tile.ld} + q_"
     ptr, pred = gen.element_address(gen.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
     if pred == "true":
-        gen.out.line(f"cp_async16({tile.ptr} + o_ * {tile.ld} + q_, &{ptr}, true);")
+        gen.out.line(f"cp_async16({tile.ptr} + {dst}, &{ptr}, true);")
     else:  # out of bounds: zero-filled, from a valid address
         gen.out.line(f"const bool in_ = {pred};")
         base = f"t_{load.tensor}"
-        gen.out.line(f"cp_async16({tile.ptr} + o_ * {tile.ld} + q_, in_ ? &{ptr} : {base}, in_);")
+        gen.out.line(f"cp_async16({tile.ptr} + {dst}, in_ ? &{ptr} : {base}, in_);")
     gen.out.close()
 
 
@@ -407,7 +413,8 @@ def write_elements(gen, tile: MmaTile, load: ir.Load) -> None:
     gen.out.line(f"const int q_ = e_ % {tile.cols}; const int o_ = e_ / {tile.cols};")
     ctx = Ctx((tile.rows, tile.cols), "2d", ("0", "0"), ("o_", "q_"), native=False)
     value = gen.load_elem(load, ctx)
-    gen.out.line(f"{tile.ptr}[o_ * {tile.ld} + q_] = {from_f32(tile.dtype, value)};")
+    dst = tile.offset("o_", "q_") if hasattr(tile, "offset") else f"o_ * {tile.ld} + q_"
+    gen.out.line(f"{tile.ptr}[{dst}] = {from_f32(tile.dtype, value)};")
     gen.out.close()
 
 
@@ -464,6 +471,39 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
     return gen.materialize(arg, "2d")
 
 
+def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: str) -> None:
+    """The dot as warpgroup MMA (wgmma.py); an x-contiguous operand is transposed into the
+    core-matrix layout first (after the barrier that made its copy visible)."""
+    if not wgmma.fits(gen, m, n) or not all(isinstance(t, MmaTile | wgmma.CoreTile) for t in ops):
+        raise gen.pruned(e.span, f"warpgroup MMA takes {m} rows on {gen.grid.threads // 32} warps, N <= 256")
+    # inside the copy ring, a group may stay in flight past its iteration: every buffer it reads
+    # is then a ring stage or a double buffer (refilled two iterations later)
+    ring = gen.ring_iteration is not None
+    overlap = ring and all(not isinstance(t, wgmma.CoreTile) or t.ptr in gen.ring_tiles for t in ops)
+    cores, transposed = [], False
+    for t in ops:
+        if isinstance(t, wgmma.CoreTile):
+            cores.append(t)
+            continue
+        transposed = True
+        if t.k_contiguous:
+            raise gen.pruned(e.span, "warpgroup MMA: a k-contiguous operand outside the core-matrix layout")
+        probe = wgmma.CoreTile("", t.role, t.k, t.x, t.dtype)
+        words = tile_floats(probe)
+        base = gen.alloc_perm(words * (2 if overlap else 1), 256)
+        ptr = f"(reinterpret_cast<unsigned short*>{base})"
+        if overlap:
+            ptr = f"({ptr} + ({gen.ring_iteration} & 1) * {words * 2})"
+        core = wgmma.CoreTile(ptr, t.role, t.k, t.x, t.dtype)
+        wgmma.transpose_into(gen, t, core)
+        cores.append(core)
+    if transposed:
+        gen.out.line("fence_async_smem();")
+        gen.sync()
+    gen.used_wgmma = True
+    wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype, overlap)
+
+
 def lower_dot(gen, e: ir.Call, into, dtype: str):
     """dtype: the tensor-core type ('bf16', 'f16', 'tf32')."""
     a, b = e.args
@@ -473,7 +513,7 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
     ops, writes = [], []
     for role, arg in (("a", a), ("b", b)):
         staged = gen.staged_operand(arg)
-        if isinstance(staged, MmaTile):
+        if staged is not None:
             ops.append(staged)
             continue
         regs = register_operand(gen, role, arg, m, kk)
@@ -482,7 +522,12 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
             continue
         inner, transposed, k_contiguous = operand_orientation(role, arg)
         x = m if role == "a" else n
-        tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
+        if gen.wgmma and k_contiguous:
+            probe = wgmma.CoreTile("", role, kk, x, dtype)
+            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe), 256)})"
+            tile = wgmma.CoreTile(ptr, role, kk, x, dtype)
+        else:
+            tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
         if not (isinstance(inner, ir.Load) and inner.ty.rank == 2):
             inner = gen.materialize(inner, "2d")
         ops.append(tile)
@@ -502,7 +547,9 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         into = gen.declare(None, "2d", (m, n), "f32")
         ctx = gen.ctx_for("2d", (m, n))
         gen.emit_loop(ctx, [f"{gen.access(into, ctx)} = 0.0f;"])
-    if dtype == "tf32":
+    if gen.wgmma:
+        warpgroup_dot(gen, e, into, ops, m, n, kk, dtype)
+    elif dtype == "tf32":
         emit_mma_tf32(gen, into, ops[0], ops[1], m, n, kk)
     else:
         emit_mma(gen, into, ops[0], ops[1], m, n, kk, dtype)
