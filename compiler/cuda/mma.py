@@ -519,13 +519,14 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
 
 def lower_dot(gen, e: ir.Call, into, dtype: str):
     """dtype: the tensor-core type ('bf16', 'f16', 'tf32')."""
+    from compiler.cuda import dots
     a, b = e.args
     m, kk = (gen.size(s) for s in a.ty.shape)
     n = gen.size(b.ty.shape[1])
     gen.out.line(f"// dot [{m}x{kk}] x [{kk}x{n}] on tensor cores ({dtype})")
     ops, writes = [], []
     for role, arg in (("a", a), ("b", b)):
-        staged = gen.staged_operand(arg)
+        staged = dots.staged_operand(gen, arg)
         if staged is not None:
             ops.append(staged)
             continue
