@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, mma, wgmma
+from compiler.cuda import analysis, dots, mma, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
@@ -116,7 +116,7 @@ class KernelGen(ExprEmitter):
                 self.ranges[s.name] = analysis.int_range(s.value, self.ranges)
             return
         if s.name in self.shared:
-            self.vals[s.name] = self.stage_shared_let(
+            self.vals[s.name] = dots.stage_shared_let(self,
                 s.name, s.value, self.shared[s.name], analysis.shared_let_transposed(self.kernel.body, s.name)
             )
             return
@@ -158,7 +158,7 @@ class KernelGen(ExprEmitter):
         if dot is not None:
             if rest is not None:
                 self.assign_elementwise(val, "=", rest)
-            self.dot(dot, into=val)
+            dots.dot(self, dot, into=val)
             return
         self.assign_elementwise(val, s.op, s.value)
 
@@ -257,8 +257,8 @@ class KernelGen(ExprEmitter):
             if st.name in self.tc_lets:
                 tensor_core.append((st, transposed))
                 continue
-            tile = self.shared_tile(load, self.shared[st.name], transposed)
-            plan = self.vector_plan(tile, load, transposed)
+            tile = dots.shared_tile(self, load, self.shared[st.name], transposed)
+            plan = dots.vector_plan(self, tile, load, transposed)
             if plan is None:
                 continue
             regs = self.fresh("pf")
@@ -267,7 +267,7 @@ class KernelGen(ExprEmitter):
             self.out.line(f"const int {first} = {start};")
             self.scalars[s.var] = (first, "i32")
             self.out.open(f"if ({first} < {stop_name})")
-            self.load_regs(plan, load, regs)
+            dots.load_regs(self, plan, load, regs)
             self.out.close()
             out[st.name] = (tile, plan, regs, load)
         if tensor_core:
@@ -281,7 +281,7 @@ class KernelGen(ExprEmitter):
         entries = []
         for st, transposed in lets:
             role = self.shared[st.name]
-            tile = self.mma_let_tile(st.value, role, transposed, ptr="")
+            tile = dots.mma_let_tile(self, st.value, role, transposed, ptr="")
             plan = mma.copy_plan(self, tile, st.value)
             if plan is None:
                 return {}
@@ -308,7 +308,7 @@ class KernelGen(ExprEmitter):
             self.out.open(f"if ({first}_{p} < {stop_name})")
             self.scalars[s.var] = (f"{first}_{p}", "i32")
             for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
-                ring = self.mma_let_tile(
+                ring = dots.mma_let_tile(self,
                     st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
                 )
                 mma.issue_copy(self, plan, ring, st.value)
@@ -341,7 +341,7 @@ class KernelGen(ExprEmitter):
         self.scalars[var_name] = (nxt, "i32")
         for s in lets:
             _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
-            ring = self.mma_let_tile(
+            ring = dots.mma_let_tile(self,
                 st.value, role, transposed, ptr=f"({base} + (({it} + {ahead}) % {stages}) * {size})"
             )
             mma.issue_copy(self, plan, ring, st.value)
@@ -351,7 +351,7 @@ class KernelGen(ExprEmitter):
         for s in lets:
             _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
             cur = self.fresh("stage")
-            tile = self.mma_let_tile(st.value, role, transposed, ptr=cur)
+            tile = dots.mma_let_tile(self, st.value, role, transposed, ptr=cur)
             self.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
             self.ring_tiles.add(cur)
             self.vals[s.name] = tile
@@ -361,7 +361,7 @@ class KernelGen(ExprEmitter):
         self.sync_before_overwrite()
         for s in lets:
             tile, plan, regs, *_ = self.pipelined[s.name]
-            self.store_regs(plan, tile, regs)
+            dots.store_regs(self, plan, tile, regs)
         self.sync()
         for s in lets:
             self.out.span = s.span
@@ -370,7 +370,7 @@ class KernelGen(ExprEmitter):
             self.out.line(f"const int {nxt} = {var_c} + {step};")
             self.out.open(f"if ({nxt} < {stop_name})")
             self.scalars[var_name] = (nxt, "i32")
-            self.load_regs(plan, load, regs)
+            dots.load_regs(self, plan, load, regs)
             self.scalars[var_name] = (var_c, "i32")
             self.out.close()
             self.vals[s.name] = tile

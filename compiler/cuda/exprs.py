@@ -5,11 +5,9 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 
 from __future__ import annotations
 
-from compiler.cuda import analysis
-from compiler.cuda.dots import DotMixin
+from compiler.cuda import analysis, dots, reductions
 from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
-from compiler.cuda.reductions import ReductionMixin
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -17,7 +15,7 @@ from compiler.frontend.diagnostics import CompileError
 FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
 
 
-class ExprEmitter(DotMixin, ReductionMixin):
+class ExprEmitter:
     def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid | MmaGrid):
         self.kernel = kernel
         self.env = env
@@ -423,7 +421,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
                 return f"f{f}f({x}, {y})"
             return f"{f}({x}, {y})"
         if f in ("sum", "max", "min"):
-            return self.reduction(e, ctx)
+            return reductions.reduction(self, e, ctx)
         if f == "where":
             c, a, b = e.args
             x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
@@ -460,7 +458,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if f == "transpose":
             return self.transpose(e, ctx)
         if f == "dot":
-            val = self.dot(e, into=None)
+            val = dots.dot(self, e, into=None)
             return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
         raise CompileError(e.span, f"the CUDA backend cannot compile {f}()")
 

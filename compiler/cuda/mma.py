@@ -238,14 +238,31 @@ def fragment_offset(tile: MmaTile, kk: int, x: int) -> int:
     return kk * tile.ld + x
 
 
+@dataclass(frozen=True)
+class WarpTile:
+    """The block of an [M, N] accumulator one warp computes: rows x cols in m_tiles x n_tiles
+    16x8 sub-tiles, starting at the C expressions row_base / col_base."""
+
+    rows: int
+    cols: int
+    m_tiles: int
+    n_tiles: int
+    row_base: str
+    col_base: str
+
+
+def warp_tile(gen, m: int, n: int) -> WarpTile:
+    dr, dc = gen.dists("2d", (m, n))
+    wm, wn, grid = dr.per_warp, dc.per_warp, gen.grid
+    row_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
+    col_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
+    return WarpTile(wm, wn, wm // 16, wn // 8, row_base, col_base)
+
+
 def emit_mma(gen, acc, sa, sb, m: int, n: int, kk: int, dtype: str) -> None:
     """acc[M, N] (accumulator layout) += a[M, K] b[K, N]; sa is an MmaTile or a register Val."""
-    dr, dc = gen.dists("2d", (m, n))
-    wm, wn = dr.per_warp, dc.per_warp
-    mt, nt = wm // 16, wn // 8
-    grid = gen.grid
-    wr_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
-    wc_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
+    w = warp_tile(gen, m, n)
+    wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
     la = None if from_regs else fragment_loader(gen, sa, wr_base)
     lb = fragment_loader(gen, sb, wc_base)
@@ -300,12 +317,8 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     loads and rounded to TF32 (cvt.rna). A register operand a in the accumulator layout holds
     columns 2t, 2t+1 of each 8-wide k step where the A fragment wants t and t + 4: the dot sums
     over k, so B is read with the same permutation (slot t <- row 2t, slot t + 4 <- row 2t + 1)."""
-    dr, dc = gen.dists("2d", (m, n))
-    wm, wn = dr.per_warp, dc.per_warp
-    mt, nt = wm // 16, wn // 8
-    grid = gen.grid
-    wr_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
-    wc_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
+    w = warp_tile(gen, m, n)
+    wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
     g, t = "(th_lane >> 2)", "(th_lane & 3)"
     k_lo, k_hi = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
@@ -506,13 +519,14 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
 
 def lower_dot(gen, e: ir.Call, into, dtype: str):
     """dtype: the tensor-core type ('bf16', 'f16', 'tf32')."""
+    from compiler.cuda import dots
     a, b = e.args
     m, kk = (gen.size(s) for s in a.ty.shape)
     n = gen.size(b.ty.shape[1])
     gen.out.line(f"// dot [{m}x{kk}] x [{kk}x{n}] on tensor cores ({dtype})")
     ops, writes = [], []
     for role, arg in (("a", a), ("b", b)):
-        staged = gen.staged_operand(arg)
+        staged = dots.staged_operand(gen, arg)
         if staged is not None:
             ops.append(staged)
             continue
