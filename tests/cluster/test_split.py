@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.errors import UserError
 from compiler.cluster.build import compile_cluster
@@ -237,3 +239,36 @@ def test_split_k_with_ragged_super_tiles_and_a_ragged_last_chunk(split):
     # The merge and zero leaves of the last super-tiles are bound to their smaller extents.
     assert {"merge", "merge@M=16", "merge@N=16", "merge@M=16,N=16", "zero@M=16,N=16"} <= names
     assert any(name.startswith("step@") and "K=8" in name for name in names)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    chunks=st.integers(1, 9),
+    shares=st.integers(1, 9),
+    shape=st.sampled_from(["flat", "binary", "hosts"]),
+    softmax=st.booleans(),
+    data=st.data(),
+)
+def test_any_split_of_either_form_equals_the_plain_kernel(chunks, shares, shape, softmax, data):
+    shares = min(shares, chunks)
+    hosts = ()
+    if shape == "hosts":
+        cuts = sorted(data.draw(st.sets(st.integers(1, shares - 1), max_size=3))) if shares > 1 else []
+        hosts = tuple(b - a for a, b in zip([0, *cuts], [*cuts, shares], strict=True))
+    split = SplitRequest(shares, shape, hosts)
+    rng = np.random.default_rng(chunks * 100 + shares)
+    if softmax:
+        s = 64 * chunks
+        inputs = {"Q": rng.standard_normal((8, 16)), "K": rng.standard_normal((s, 16)) * 3,
+                  "V": rng.standard_normal((s, 16)), "O": np.zeros((8, 16))}
+        args = (small("decode_gqa_small"), {"G": 8, "S": s}, {"scale": 0.5}, {"BS": 64}, "O")
+    else:
+        k = 16 * chunks
+        inputs = {"A": rng.standard_normal((32, k)), "B": rng.standard_normal((k, 32)),
+                  "C": rng.standard_normal((32, 32))}
+        args = (small("matmul_small"), {"M": 32, "N": 32, "K": k}, {"alpha": 0.5, "beta": 1.5},
+                {"TILE_M": 32, "TILE_N": 32, "TILE_K": 16}, "C")
+    kernel, dims, scalars, values, out = args
+    inputs = {n: a.astype(np.float32) for n, a in inputs.items()}
+    _, plain, clustered = _run(kernel, dims, inputs, scalars, values, split)
+    np.testing.assert_allclose(clustered[out], plain[out], rtol=1e-5, atol=1e-4)
