@@ -115,6 +115,17 @@ def test_node_without_a_super_tile_is_dropped():
     assert "2 super-tile(s) for 4 nodes" in dropped.dropped and "2 node(s) would get none" in dropped.dropped
 
 
+def test_a_problem_smaller_than_nodes_times_super_tiles_is_still_ranked():
+    # N = 200: every combination is one super-tile; none can keep two nodes busy, so all rank.
+    ranking = tune(add_kernel(), {"N": 200}, Figures(**{**HAND, "nodes": 2}))
+    assert {c.label() for c in ranking.ranked} == {"BLOCK=256", "BLOCK=512"} and not ranking.dropped
+    assert [c.units for c in ranking.ranked] == [1, 1]
+    # N = 300: BLOCK=256 keeps both nodes busy (a super-tile of 256 and one of 44), so 512 drops.
+    ranking = tune(add_kernel(), {"N": 300}, Figures(**{**HAND, "nodes": 2}))
+    assert [c.label() for c in ranking.ranked] == ["BLOCK=256"]
+    assert "1 node(s) would get none" in ranking.dropped[0].dropped
+
+
 def test_vram_drops_combinations_whose_peak_does_not_fit():
     dims = {"M": 128, "N": 128, "K": 128}
     free = by_label(evaluate(matmul_kernel(), dims, Figures(**HAND)))
@@ -131,8 +142,11 @@ def test_vram_drops_combinations_whose_peak_does_not_fit():
 def test_nothing_fits_is_a_user_error_naming_every_reason():
     ranking = tune(add_kernel(), {"N": 1024}, Figures(**{**HAND, "vram_bytes": 100}))
     assert not ranking.ranked
-    with pytest.raises(UserError, match="no @cluster combination can run on 2 node"):
+    with pytest.raises(UserError, match="no @cluster combination can run on 2 node") as err:
         _ = ranking.best
+    lines = str(err.value).splitlines()  # one line per combination, each with its reason
+    assert [line.split(":")[0].strip() for line in lines[1:]] == ["BLOCK=256", "BLOCK=512"]
+    assert all("more than its 100 B of memory" in line for line in lines[1:])
 
 
 def test_compiler_rejection_is_a_drop_with_its_reason():
