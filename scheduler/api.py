@@ -71,12 +71,13 @@ class ClusterJob:
 
 def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.PathLike],
         dims: Mapping[str, int] | None = None, scalars: Mapping[str, float] | None = None,
-        cluster_values: Mapping[str, int] | None = None,
+        cluster_values: Mapping[str, int] | None = None, tile_values: Mapping[str, int] | None = None,
         base_dir: str | os.PathLike | None = None) -> ClusterJob:
     """A job for `kernel` (a phobos.Kernel, or the path of a .phk file with one kernel). `tensors`
     maps every tensor parameter to a `file:` URI or a path; `dims` defaults to the kernel's
-    pinned dims; `cluster_values` pins @cluster values; `base_dir` (default: the working folder)
-    is where relative URIs start."""
+    pinned dims; `cluster_values` pins @cluster values and `tile_values` the leaves' @autotune
+    values (new-job's --cluster and --tile); `base_dir` (default: the working folder) is where
+    relative URIs start."""
     from scheduler.jobfile import job_from_source, path_to_uri
 
     if not isinstance(kernel, Kernel):
@@ -89,7 +90,7 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
     with user_errors():
         built = job_from_source(kernel.source, kernel.file, kernel.name,
                                 dict(kernel.dims if dims is None else dims), dict(scalars or {}), uris,
-                                dict(cluster_values or {}), job_dir=base)
+                                dict(cluster_values or {}), job_dir=base, tile_values=dict(tile_values or {}))
     return ClusterJob(built, base)
 
 
