@@ -474,6 +474,22 @@ def find_stale_staging(directory: Path) -> list[Path]:
 COPY_PIECE_BYTES = 64 << 20
 
 
+def row_pieces(shape: tuple[int, ...], itemsize: int, piece_bytes: int) -> list[tuple[int, int]]:
+    """(first row, row count) along axis 0 of pieces of at most `piece_bytes` (at least one row
+    each) that together cover an array of `shape`; none for an empty array."""
+    if not shape or any(n == 0 for n in shape):
+        return []
+    row_bytes = max(1, math.prod(shape[1:]) * itemsize)
+    rows = max(1, piece_bytes // row_bytes)
+    return [(first, min(rows, shape[0] - first)) for first in range(0, shape[0], rows)]
+
+
+def region_rows(region, first: int, count: int):
+    """Rows first..first+count (along axis 0, counted within the region) of `region`."""
+    return type(region)(region.tensor, (region.start[0] + first, *region.start[1:]),
+                        (count, *region.shape[1:]))
+
+
 def copy_regions(source: Path, staging: Path, regions) -> int:
     """Copy `regions` of the old file `source` into the staging copy, in the storage dtype, in
     pieces of at most COPY_PIECE_BYTES along the first axis; returns bytes copied. The job's
@@ -481,13 +497,9 @@ def copy_regions(source: Path, staging: Path, regions) -> int:
     dtype = _open(source, "r").dtype
     copied = 0
     for region in regions:
-        row_bytes = max(1, int(np.prod(region.shape[1:])) * dtype.itemsize)
-        rows = max(1, COPY_PIECE_BYTES // row_bytes)
-        for first in range(0, region.shape[0], rows):
-            start = (region.start[0] + first, *region.start[1:])
-            extent = (min(rows, region.shape[0] - first), *region.shape[1:])
-            piece = type(region)(region.tensor, start, extent)
-            values = np.empty(extent, dtype)
+        for first, count in row_pieces(tuple(region.shape), dtype.itemsize, COPY_PIECE_BYTES):
+            piece = region_rows(region, first, count)
+            values = np.empty(piece.shape, dtype)
             read_region_into(source, piece, values)
             copied += write_region(staging, piece, values)
     return copied
