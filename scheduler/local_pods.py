@@ -26,6 +26,7 @@ from common.log import get_logger
 
 READY_LINE = "PHOBOS_POD_LISTENING "
 START_TIMEOUT_S = 60.0
+DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the NVIDIA driver drives
 log = get_logger(program="scheduler")
 
 
@@ -41,7 +42,7 @@ def visible_gpus() -> int:
     Read from the driver's /proc entries and CUDA_VISIBLE_DEVICES where the driver has them:
     importing cupy and initialising CUDA to count devices costs the command about half a second
     before its pods can start. Elsewhere (no /proc entries): cupy's count."""
-    gpus = Path("/proc/driver/nvidia/gpus")
+    gpus = DRIVER_GPUS
     if not gpus.is_dir():
         return _cupy_device_count()
     present = sum(1 for _ in gpus.iterdir())

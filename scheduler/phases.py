@@ -2,7 +2,9 @@
 
 Scheduler-side phases are stamped as they happen (Unix seconds, `PROCESS` for the command's own
 ones, `JobRun` for the job's); pod-side ones are added up from the instruction events, whose
-`copy_s` says how much of a load or store was the host<->device copy:
+`copy_s` says how much of a load or store was spent waiting for host<->device copies (on a GPU
+pod the copies of one piece run while the next piece is read or written, so only the part that
+storage did not hide counts):
 
     start-up   imports (process start -> the command's own code), cli (the command's modules,
                its arguments, the job file), pods (start or reach them, login, hello: a local
@@ -12,9 +14,9 @@ ones, `JobRun` for the job's); pod-side ones are added up from the instruction e
     submit     staging done -> the first instruction starts on any node: the plans' submission
                and the pods' set-up of the job (leaves compiled or their PTX loaded)
     read       loads, less their host-to-device copies          (summed over every node)
-    h2d        host-to-device copies of loads
+    h2d        host-to-device copies of loads (not hidden behind reading)
     compute    leaf launches
-    d2h        device-to-host copies of stores
+    d2h        device-to-host copies of stores (not hidden behind writing)
     write      stores, less their device-to-host copies
     fetch      tiles fetched from peers
     commit     fsync + rename of every output
