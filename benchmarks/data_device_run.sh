@@ -34,7 +34,9 @@ stage() {  # stage NAME TIMEOUT COMMAND...
   if (( SECONDS + 10 > BUDGET_S )); then echo "== $name: skipped (budget)" | tee -a $OUT/data-run.log; return; fi
   (( SECONDS + limit > BUDGET_S )) && limit=$(( BUDGET_S - SECONDS ))
   echo "== $name (${SECONDS}s, limit ${limit}s): $*" | tee -a $OUT/data-run.log
-  timeout $limit "$@" > $OUT/data-$name.log 2>&1 || { code=1; echo "   $name failed: $?" >> $OUT/data-run.log; }
+  timeout $limit "$@" > $OUT/data-$name.log 2>&1
+  local rc=$?
+  (( rc )) && { code=1; echo "   $name: exit $rc" >> $OUT/data-run.log; }
   tail -5 $OUT/data-$name.log
 }
 svj="python3 benchmarks/script_vs_job.py --device gpu"
