@@ -15,10 +15,10 @@
 #             script (<= 1.5x)
 #   cold      the same with the inputs out of the page cache before every command: job wall
 #             against max(cold read, cuBLAS) (<= 1.2x)
+#   big       16384^3 through the runtime: leaf time inside the job against solo (>= 0.9)
 #   transfer  16 MiB tiles between two pods on one GPU (CUDA IPC, >= 100 GB/s): one at a time
 #             and 16 in flight; the CPU pods on loopback against two plain processes
 #   launch    per-launch overhead of the GPU backend against solo launches (< 20 us)
-#   big       16384^3 through the runtime: leaf time inside the job against solo (>= 0.9)
 set -o pipefail
 BUDGET_S=${BUDGET_S:-270}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -30,7 +30,7 @@ code=0
 stage() {  # stage NAME TIMEOUT COMMAND...
   local name=$1 limit=$2
   shift 2
-  case " ${STAGES:-tests add matmul cold transfer launch big} " in *" $name "*) ;; *) return ;; esac
+  case " ${STAGES:-tests add matmul cold big transfer launch} " in *" $name "*) ;; *) return ;; esac
   if (( SECONDS + 10 > BUDGET_S )); then echo "== $name: skipped (budget)" | tee -a $OUT/data-run.log; return; fi
   (( SECONDS + limit > BUDGET_S )) && limit=$(( BUDGET_S - SECONDS ))
   echo "== $name (${SECONDS}s, limit ${limit}s): $*" | tee -a $OUT/data-run.log
@@ -44,9 +44,9 @@ stage tests 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/pod/test_ba
 stage add 40 $svj --case add --n 1048576 --rounds 5 --running-pods --out $OUT/script-vs-job-gpu-add.json
 stage matmul 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --out $OUT/script-vs-job-gpu-matmul.json
 stage cold 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --cold --out $OUT/script-vs-job-gpu-matmul-cold.json
+stage big 90 python3 benchmarks/runtime_gpu_matmul.py --out $OUT/runtime-gpu-matmul.json
 stage transfer 45 python3 -m pytest -q -p no:cacheprovider benchmarks/test_pod_transfer.py -k "tile_transfer or window" \
   --benchmark-only -s --benchmark-json=$OUT/pod-transfer.json
 stage launch 25 python3 benchmarks/launch_overhead.py --out $OUT/launch-overhead.json
-stage big 90 python3 benchmarks/runtime_gpu_matmul.py --out $OUT/runtime-gpu-matmul.json
 echo "== done at ${SECONDS}s, exit $code" | tee -a $OUT/data-run.log
 exit $code
