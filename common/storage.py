@@ -57,6 +57,10 @@ def dtype_name(dtype) -> str:
 
 
 MIN_RUN_BYTES = 4096  # contiguous runs shorter than this are read and written through a memory map
+# Reads of several runs each shorter than this go through a memory map too: one numpy copy, which
+# runs without the GIL, beats a pread per run when several storage threads read at once (a
+# 4096-row tile of a wider matrix: 4096 preads, each taking and dropping the GIL).
+PREAD_RUN_BYTES = 1 << 20
 STAGING_MARK = ".phobos-staging-"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -267,16 +271,17 @@ def read_region(path: Path, region) -> np.ndarray:
 
 def read_region_into(path: Path, region, out: np.ndarray) -> int:
     """Read the region into `out` (C-contiguous, shaped like the region; returns bytes read from
-    storage). Stored in `out`'s own dtype, the bytes go straight from the file into `out` with
-    pread, one call per contiguous run (no memory map, no temporary); otherwise they are
-    converted through a memory map as in read_region."""
+    storage). Stored in `out`'s own dtype and in one run or runs of PREAD_RUN_BYTES or more, the
+    bytes go straight from the file into `out` with pread, one call per run (no memory map, no
+    temporary); otherwise they are copied (and converted) through a memory map."""
     array = _open(path, "r")
     slices = _slices(region, array.shape, path)
     if tuple(out.shape) != tuple(region.shape):
         raise UserError(f"{path}: a buffer of shape {list(out.shape)} for a region of shape "
                         f"{list(region.shape)}")
     runs = _runs(region, array.shape) if array.flags.c_contiguous else None
-    if array.dtype != out.dtype or not out.flags.c_contiguous or runs is None:
+    if (array.dtype != out.dtype or not out.flags.c_contiguous or runs is None
+            or len(runs) > 1 and runs[0][1] * array.dtype.itemsize < PREAD_RUN_BYTES):
         out[...] = array[slices]
         return int(np.prod(region.shape)) * array.dtype.itemsize
     itemsize, offset = array.dtype.itemsize, array.offset

@@ -29,8 +29,11 @@ def _region(start, shape):
     return Region("t", tuple(start), tuple(shape))
 
 
+@pytest.mark.parametrize("pread_run_bytes", [storage.PREAD_RUN_BYTES, 0],
+                         ids=["short-runs-mapped", "pread-every-run"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_read_region_into_matches_numpy(tmp_path, shape):
+def test_read_region_into_matches_numpy(tmp_path, shape, pread_run_bytes, monkeypatch):
+    monkeypatch.setattr(storage, "PREAD_RUN_BYTES", pread_run_bytes)
     data = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     np.save(tmp_path / "t.npy", data)
     for start, extent in _regions(shape):
