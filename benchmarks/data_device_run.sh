@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call for the runtime's data path (issue 15): every GPU row of the issue's Speed
-# table, results and logs under $OUT, in about 4 minutes. Run from the repo root on the GPU
+# table, results and logs under $OUT (packed into data-results.tgz), in about 3 minutes. Run from the repo root on the GPU
 # machine with the wheels carried (docs/performance.md, "Where a job's time goes"):
 #
 #   run(command="bash benchmarks/data_device_run.sh", carry=[".whl"], timeout_s=330)
@@ -49,4 +49,7 @@ stage transfer 45 python3 -m pytest -q -p no:cacheprovider benchmarks/test_pod_t
   --benchmark-only -s --benchmark-json=$OUT/pod-transfer.json
 stage launch 25 python3 benchmarks/launch_overhead.py --out $OUT/launch-overhead.json
 echo "== done at ${SECONDS}s, exit $code" | tee -a $OUT/data-run.log
+# at most 8 files come back from a device call: everything in one archive, the run's log beside it
+(cd $OUT && tar czf data-results.tgz --exclude=data-results.tgz --exclude=data-run.log * && \
+  find . -maxdepth 1 -type f ! -name data-results.tgz ! -name data-run.log -delete)
 exit $code

@@ -14,8 +14,9 @@ phobos trace the `phases` breakdown (start-up, compile, plan, staging, read, hos
 compute, device-to-host, write, commit; `exit`: commit done to the command's exit). Outputs are
 checked against the script's before timing.
 
-With `--cold` every timed command starts with the inputs out of the page cache (fsync, then
-posix_fadvise DONTNEED; and as root also /proc/sys/vm/drop_caches), and the run also measures
+With `--cold` every timed command starts with the tensor files out of the page cache (fsync,
+then posix_fadvise DONTNEED; the programs' own files stay cached, as on a machine in use), and
+the run also measures
 what the job cannot beat: the inputs' cold read bandwidth (best of two) and, on a GPU, cuBLAS's
 time for the product; `bound_s` = max(input bytes / read bandwidth, cuBLAS), and the job's wall
 time (plan to commit, from its trace) and command-to-exit are reported against it.
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 sys.executable, "-m", "scheduler.main", str(job), "--pods", address,
                 "--token-file", str(folder / "token"), "--trace", str(trace)]
         files = [folder / name for name in ("a.npy", "b.npy", "c.npy") if (folder / name).exists()]
-        cold = (lambda: drop_all(files)) if args.cold else None
+        cold = (lambda: drop_cache(files)) if args.cold else None
         try:
             result = run_rounds(sides, folder, trace, output, args.rounds, cold)
             if args.cold:
@@ -223,15 +224,6 @@ def run_rounds(sides: dict[str, list[str]], folder: Path, trace: Path, output: P
                      for name, rows in phases.items()}
     return {"seconds": times, "median_s": medians, "ratio_to_script": ratios,
             "phases_median_s": phase_medians, "load_average_1min": loads}
-
-
-def drop_all(files: list[Path]) -> None:
-    """Every input out of the page cache (the whole cache too, where this process may)."""
-    drop_cache(files)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError:  # not root: the files' own pages are dropped, which is what matters here
-        pass
 
 
 def bound(files: list[Path], case: str, device: str, n: int, result: dict) -> dict:
