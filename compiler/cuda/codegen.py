@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, mma, wgmma
+from compiler.cuda import analysis, dots, mma, operands, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
@@ -282,11 +282,11 @@ class KernelGen(ExprEmitter):
         for st, transposed in lets:
             role = self.shared[st.name]
             tile = dots.mma_let_tile(self, st.value, role, transposed, ptr="")
-            plan = mma.copy_plan(self, tile, st.value)
+            plan = operands.copy_plan(self, tile, st.value)
             if plan is None:
                 return {}
             entries.append((st, role, transposed, tile, plan))
-        words = [mma.tile_floats(t) + (-mma.tile_floats(t)) % 4 for *_, t, _ in entries]
+        words = [operands.tile_floats(t) + (-operands.tile_floats(t)) % 4 for *_, t, _ in entries]
         # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
         # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
         low = 3 if self.wgmma else 2
@@ -311,7 +311,7 @@ class KernelGen(ExprEmitter):
                 ring = dots.mma_let_tile(self,
                     st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
                 )
-                mma.issue_copy(self, plan, ring, st.value)
+                operands.issue_copy(self, plan, ring, st.value)
             self.out.close()
             self.out.line("cp_async_commit();")
         return {
@@ -344,7 +344,7 @@ class KernelGen(ExprEmitter):
             ring = dots.mma_let_tile(self,
                 st.value, role, transposed, ptr=f"({base} + (({it} + {ahead}) % {stages}) * {size})"
             )
-            mma.issue_copy(self, plan, ring, st.value)
+            operands.issue_copy(self, plan, ring, st.value)
         self.scalars[var_name] = (var_c, "i32")
         self.out.close()
         self.out.line("cp_async_commit();")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from compiler.cuda import operands
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
@@ -72,7 +73,6 @@ def dot(gen, e: ir.Call, into):
 
 def staged_operand(gen, arg: ir.Expr):
     """The shared-memory buffer a dot operand (a let or its transpose) already lives in."""
-    from compiler.cuda import mma
     from compiler.cuda.values import SharedTile
 
     name = arg.name if isinstance(arg, ir.Name) else None
@@ -81,7 +81,7 @@ def staged_operand(gen, arg: ir.Expr):
     v = gen.vals.get(name) if name else None
     from compiler.cuda.wgmma import CoreTile
 
-    return v if isinstance(v, SharedTile | mma.MmaTile | CoreTile) else None
+    return v if isinstance(v, SharedTile | operands.MmaTile | CoreTile) else None
 
 def shared_tile(gen, load: ir.Load, role: str, transposed: bool):
     from compiler.cuda.values import SharedTile
@@ -112,7 +112,6 @@ def stage_shared_let(gen, name: str, load: ir.Load, role: str, transposed: bool)
 
 def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | None = None):
     """The tensor-core operand buffer of a let (at `ptr`, or newly allocated)."""
-    from compiler.cuda import mma
 
     r, c = (gen.size(s) for s in load.ty.shape)
     k, x = (c, r) if (role == "a") != transposed else (r, c)
@@ -123,18 +122,17 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
 
         probe = wgmma.CoreTile("", role, k, x, dtype)
         if ptr is None:
-            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(mma.tile_floats(probe), 256)})"
+            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(operands.tile_floats(probe), 256)})"
         return wgmma.CoreTile(ptr, role, k, x, dtype)
     if ptr is None:
-        return mma.alloc_tile(gen, role, k, x, k_contiguous, dtype, load.span)
-    return mma.make_tile(ptr, role, k, x, k_contiguous, dtype, load.span)
+        return operands.alloc_tile(gen, role, k, x, k_contiguous, dtype, load.span)
+    return operands.make_tile(ptr, role, k, x, k_contiguous, dtype, load.span)
 
 def stage_mma_let(gen, load: ir.Load, role: str, transposed: bool):
-    from compiler.cuda import mma
 
     tile = mma_let_tile(gen, load, role, transposed)
     gen.sync_before_overwrite()
-    if mma.stage_load(gen, tile, load):
+    if operands.stage_load(gen, tile, load):
         gen.out.line("cp_async_commit(); cp_async_wait<0>();")
     if gen.wgmma:
         gen.out.line("fence_async_smem();")
