@@ -1,6 +1,8 @@
 """A user's path through the runtime: the seed's kernels (examples/matmul.phk, examples/add.phk)
 at sizes that are no multiple of their super-tiles, written with `new-job` and run on local pods,
-match numpy; a missing output is created, unless the kernel reads its old values first."""
+match numpy; a missing output is created, unless the kernel reads its old values first; a pinned
+@cluster value outside the search space runs with a warning; and when no combination can run,
+--autotune names every one with its reason."""
 
 from __future__ import annotations
 
@@ -34,16 +36,70 @@ def test_seed_matmul_at_256_384_128(tmp_path, capsys):
     assert "(matmul, 1 units on 2 nodes) succeeded" in out and "C matches the expected values" in out
 
 
-def test_seed_add_at_196608_creates_its_output(tmp_path, capsys):
-    n = 196608
+def _seed_add_job(folder, capsys, n: int = 196608) -> tuple[np.ndarray, np.ndarray]:
     a, b = (RNG.standard_normal(n).astype(np.float32) for _ in range(2))
-    np.save(tmp_path / "a.npy", a)
-    np.save(tmp_path / "b.npy", b)
-    _new_job(capsys, tmp_path, "add", "--tensor", "a=file:a.npy", "--tensor", "b=file:b.npy",
+    np.save(folder / "a.npy", a)
+    np.save(folder / "b.npy", b)
+    _new_job(capsys, folder, "add", "--tensor", "a=file:a.npy", "--tensor", "b=file:b.npy",
              "--tensor", "c=file:c.npy")
+    return a, b
+
+
+def test_seed_add_at_196608_creates_its_output(tmp_path, capsys):
+    a, b = _seed_add_job(tmp_path, capsys)
     code, out, err = run_cli([str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path)], capsys)
     assert code == 0, err
+    assert "(add, 1 units on 2 nodes) succeeded" in out  # smaller than the smallest super-tile: one unit
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+
+
+SPACE = "(1048576, 2097152, 4194304, 8388608, 16777216)"  # examples/add.phk's @cluster BLOCK values
+
+
+def test_a_pinned_cluster_value_outside_the_space_runs_with_a_one_line_warning(tmp_path, capsys):
+    a, b = _seed_add_job(tmp_path, capsys)
+    warning = f"warning: @cluster BLOCK = 65536 is outside its search space {SPACE}; using it as given\n"
+    job = [str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path), "--cluster", "BLOCK=65536"]
+    code, out, err = run_cli(job, capsys)
+    assert (code, err) == (0, warning), err
+    assert "(add, 3 units on 2 nodes) succeeded" in out  # 196608 = 65536 * 3
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+    code, out, err = run_cli([*job, "--autotune", "--tune-only"], capsys)
+    assert (code, err) == (0, warning), err
+    assert "pinned by --cluster: BLOCK=65536" in out
+
+
+def test_autotune_lists_every_combination_with_its_reason_when_none_fits(tmp_path, capsys):
+    _seed_add_job(tmp_path, capsys)
+    code, out, err = run_cli([str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path), "--autotune",
+                              "--vram", "1000"], capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[0] == "error: --autotune: no @cluster combination can run on 2 node(s):", err
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        f"BLOCK={v}" for v in (1048576, 2097152, 4194304, 8388608, 16777216)]
+    assert all("at its peak, more than its 1000 B of memory" in line for line in lines[1:])
+
+
+def test_autotune_lists_every_combination_with_its_reason_when_none_compiles(tmp_path, capsys):
+    """No @cluster value is a whole multiple of the leaf's tile (48): `new-job` refuses such a job,
+    so it is written by hand, as another tool might."""
+    from scheduler.jobfile import build_job, write_job
+
+    kernel = tmp_path / "odd.phk"
+    kernel.write_text(repo_file("examples/add.phk").read_text().replace("[16, 4096]", "[48, 4096]"))
+    for name in "ab":
+        np.save(tmp_path / f"{name}.npy", np.ones(4096, np.float32))
+    write_job(build_job(kernel, None, {"N": 4096}, {}, {t: f"file:{t}.npy" for t in "abc"}),
+              tmp_path / "job.capnp")
+    code, _, err = run_cli([str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path), "--autotune"],
+                           capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[0] == "error: no @cluster combination compiles:", err
+    assert lines[1:] == [f"  BLOCK={v}: super-tile BLOCK = {v} is not a whole multiple of the leaf's tile "
+                         "BLOCK = 48 (@autotune)" for v in (1048576, 2097152, 4194304, 8388608, 16777216)]
+    assert not (tmp_path / "c.npy").exists()
 
 
 @pytest.mark.parametrize("values", [("TILE_M=96", "TILE_N=64", "TILE_K=48"), ("TILE_M=4096",)])
