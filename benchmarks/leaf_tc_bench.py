@@ -6,9 +6,11 @@
   torch.matmul bf16 (cuBLAS) and a Triton matmul written for this comparison
   (benchmarks/triton_peers.py). Our tile values and code-generator schedule (warp layout,
   pipeline depth, CTA order) are tuned at 4096 and reused for the larger sizes; f16 likewise at 8192.
-- attention bf16 (the *_bf16.phk attention examples, when present), [8, N, D] heads in one
-  launch, D in {64, 128}, N in {4096, 16384}, full and causal, against torch SDPA bf16 on
-  [1, 8, N, D] and a Triton flash attention.
+- matmul TF32 (examples/matmul_tf32.phk, `precision = tf32`) against torch.matmul f32 with TF32
+  allowed and the Triton matmul on f32 (TF32 dots).
+- attention: examples/mha_bf16.phk and causal_mha_bf16.phk (D in {64, 128}) and mha_tf32.phk
+  (D = 64), 8 heads in one launch, N in {4096, 16384}, against torch SDPA on [1, 8, N, D] in the
+  same type (f32 for TF32) and a Triton flash attention written for this comparison.
 Rows of --latest: {what, dtype, ours_tflops, anchor, anchor_tflops, ratio}, ratio = anchor time /
 our time. Every result is checked against the anchor before it is timed; every timing is the
 median of several runs timed with CUDA events after warm-up.
@@ -146,6 +148,9 @@ def bench_matmul(results, log, sizes, dtype_name, tune_n):
 
 
 def bench_attention(results, log, name, sizes, d, causal):
+    """One multi-head example (H = 8 heads on grid y, one launch) against torch SDPA on
+    [1, 8, N, D] in the same type (f32 for the TF32 example, TF32 not allowed) and the Triton
+    flash attention."""
     import torch
     import torch.nn.functional as F
 
@@ -153,58 +158,107 @@ def bench_attention(results, log, name, sizes, d, causal):
 
     k = kernel(name)
     heads = 8
-    dim_names = {p for p in binding.kernel_dims(k)}
-    big = max(sizes)
-
-    def dims_for(n):
-        out = {"D": d}
-        for key in ("N", "Nq", "Nk"):
-            if key in dim_names:
-                out[key] = n
-        if "H" in dim_names:
-            out["H"] = heads
-        return {key: v for key, v in out.items() if key in dim_names}
-
-    best = autotune.tune(k, dims_for(big)).best
+    storage = next(p.dtype for p in k.tensors if p.name == "Q")
+    tdtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[storage]
+    label = "tf32" if storage == "f32" else storage
+    best = autotune.tune(k, {"H": heads, "N": max(sizes), "D": d}).best
     TUNING[f"{k.name} D={d}"] = {"best": best}
     scale = d**-0.5
+    torch.backends.cuda.matmul.allow_tf32 = False
     for n in sizes:
-        c = compile_kernel(k, binding.bind(k, dims_for(n), None, best))
+        c = compile_kernel(k, binding.bind(k, {"H": heads, "N": n, "D": d}, None, best))
         g = torch.Generator(device="cuda").manual_seed(n + d)
-        q, kk, v = (torch.randn(heads, n, d, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
-        o = torch.full((heads, n, d), float("nan"), device="cuda")
+        q, kk, v = (torch.randn(heads, n, d, device="cuda", generator=g).to(tdtype) for _ in range(3))
+        o = torch.full((heads, n, d), float("nan"), device="cuda").to(tdtype)
         arrays = {"Q": as_cupy(q), "K": as_cupy(kk), "V": as_cupy(v), "O": as_cupy(o)}
         launch(c, arrays, {"scale": scale})
         torch.cuda.synchronize()
         ref = F.scaled_dot_product_attention(
-            q[None].float(), kk[None].float(), v[None].float(), is_causal=causal, scale=scale
+            *(x[None].double() for x in (q, kk, v)), is_causal=causal, scale=scale
         )[0]
         err = rel_err(o, ref)
         tri = torch.empty_like(q)
         triton_peers.attention(q, kk, v, tri, scale, causal)
-        err_tri = rel_err(tri.float(), ref)
+        err_tri = rel_err(tri, ref)
         ours = median_ms(lambda c=c, arrays=arrays: launch(c, arrays, {"scale": scale}), 2, 7)
         batch = (q[None], kk[None], v[None])
-        sdpa = median_ms(
-            lambda b=batch, c=causal: F.scaled_dot_product_attention(*b, is_causal=c, scale=scale), 2, 7
-        )
+        opts = {"is_causal": causal, "scale": scale}
+        sdpa = median_ms(lambda b=batch, o=opts: F.scaled_dot_product_attention(*b, **o), 2, 7)
         triton_ms = median_ms(lambda a=(q, kk, v, tri), c=causal: triton_peers.attention(*a, scale, c), 2, 7)
         flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
         what = f"attention D={d} N={n}{' causal' if causal else ''}"
         extra = {"rel_err": err, "tiles": best, "attributes": function_attributes(c), "kernel": k.name}
         for r in (
-            row(what, "bf16", ours, "torch SDPA", sdpa, flops, **extra),
-            row(what, "bf16", ours, "triton", triton_ms, flops, rel_err=err, triton_rel_err=err_tri),
+            row(what, label, ours, f"torch SDPA {storage}", sdpa, flops, **extra),
+            row(what, label, ours, "triton", triton_ms, flops, rel_err=err, triton_rel_err=err_tri),
         ):
             results.append(r)
             log(json.dumps(r))
+
+
+def bench_matmul_tf32(results, log, sizes):
+    """examples/matmul.phk (alpha = 1, beta = 0) with the TF32 opt-in, against torch.matmul f32
+    with TF32 allowed (cuBLAS) and the Triton matmul on f32 (its dots are TF32 by default)."""
+    import torch
+
+    from benchmarks import triton_peers
+
+    k = kernel("matmul_tf32.phk")
+    t0 = time.time()
+    res = autotune.tune(k, {"M": 4096, "N": 4096, "K": 4096})
+    log(f"tuned matmul tf32: {res.best} ({res.best_ms:.3f} ms, {time.time() - t0:.1f} s)")
+    TUNING["matmul tf32"] = {"best": res.best, "timings": [[dict(p), ms] for p, ms in res.timings]}
+    torch.backends.cuda.matmul.allow_tf32 = True
+    for n in sizes:
+        c = compile_kernel(k, binding.bind(k, {"M": n, "N": n, "K": n}, None, res.best))
+        g = torch.Generator(device="cuda").manual_seed(n)
+        a, b = (torch.randn(n, n, device="cuda", generator=g) for _ in range(2))
+        out = torch.zeros(n, n, device="cuda")
+        arrays = {"A": as_cupy(a), "B": as_cupy(b), "C": as_cupy(out)}
+        scal = {"alpha": 1.0, "beta": 0.0}
+        launch(c, arrays, scal)
+        torch.cuda.synchronize()
+        ref = torch.matmul(a.double(), b.double())
+        err = rel_err(out, ref)
+        tri = torch.empty_like(out)
+        triton_peers.matmul(a, b, tri)
+        reps = 5 if n >= 16384 else 10
+        ours = median_ms(lambda c=c, arrays=arrays, scal=scal: launch(c, arrays, scal), 2, reps)
+        cublas = median_ms(lambda a=a, b=b: torch.matmul(a, b), 2, reps)
+        triton_ms = median_ms(lambda a=a, b=b, tri=tri: triton_peers.matmul(a, b, tri), 2, reps)
+        flops = 2.0 * n**3
+        extra = {"rel_err": err, "tiles": res.best, "attributes": function_attributes(c)}
+        for r in (
+            row(
+                f"matmul n={n}",
+                "tf32",
+                ours,
+                "torch.matmul f32, TF32 allowed (cuBLAS)",
+                cublas,
+                flops,
+                **extra,
+            ),
+            row(
+                f"matmul n={n}",
+                "tf32",
+                ours,
+                "triton",
+                triton_ms,
+                flops,
+                rel_err=err,
+                triton_rel_err=rel_err(tri, ref),
+            ),
+        ):
+            results.append(r)
+            log(json.dumps(r))
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--latest", default=None)
-    p.add_argument("--only", default="matmul,matmul_f16,attention")
+    p.add_argument("--only", default="matmul,matmul_f16,attention,matmul_tf32,attention_tf32")
     p.add_argument("--matmul-sizes", default="4096,8192,16384")
     p.add_argument("--attention-sizes", default="4096,16384")
     args = p.parse_args()
@@ -234,18 +288,16 @@ def main() -> None:
     jobs = [
         ("matmul", lambda: bench_matmul(results, log, sizes, "bf16", 4096)),
         ("matmul_f16", lambda: bench_matmul(results, log, [8192], "f16", 8192)),
+        ("matmul_tf32", lambda: bench_matmul_tf32(results, log, sizes)),
     ]
-    for ex in ("flash_attention_bf16.phk", "causal_attention_bf16.phk"):
-        if (EXAMPLES / ex).exists():
-            for d in (64, 128):
-                jobs.append(
-                    (
-                        "attention",
-                        lambda ex=ex, d=d: bench_attention(
-                            results, log, ex, att_sizes, d, ex.startswith("causal")
-                        ),
-                    )
-                )
+    cases = (("mha_bf16.phk", (64, 128)), ("causal_mha_bf16.phk", (64, 128)), ("mha_tf32.phk", (64,)))
+    for ex, dims in cases:
+        for d in dims:
+            job = "attention_tf32" if "tf32" in ex else "attention"
+            causal = ex.startswith("causal")
+            jobs.append(
+                (job, lambda ex=ex, d=d, c=causal: bench_attention(results, log, ex, att_sizes, d, c))
+            )
     for name, job in jobs:
         if name in only:
             try:

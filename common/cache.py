@@ -2,8 +2,11 @@
 
 What lives there, one JSON file each: the single-GPU tile autotuner's choices
 (compiler/cuda/autotune.py, `autotune.json`) and the cluster calibration with the leaf tuning
-(scheduler/calibrate.py, `cluster-calibration.json`). A cache is only ever a shortcut: a missing,
-unreadable or malformed file reads as empty, and writes are atomic so a reader never sees half.
+(scheduler/calibrate.py, `cluster-calibration.json`); and one text file per compiled leaf under
+`ptx/` (compiler/cuda/nvrtc.py: PTX keyed by a hash of the CUDA source, the NVRTC options and
+the NVRTC version, so a leaf is compiled once per machine, not once per job). A cache is only
+ever a shortcut: a missing, unreadable or malformed file reads as empty, and writes are atomic so
+a reader never sees half.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 from pathlib import Path
 
 from common.atomic import write_atomically
+from common.errors import UserError
 
 ENV = "PHOBOS_CACHE_DIR"
 
@@ -33,6 +37,24 @@ def read_json(name: str) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def read_text(name: str) -> str | None:
+    """The cache file's text, or None when it is missing or unreadable."""
+    try:
+        return cache_file(name).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_text(name: str, text: str) -> None:
+    """Store `text` (atomically); a cache that cannot be written is skipped, never an error."""
+    path = cache_file(name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, text)
+    except (OSError, UserError):
+        pass
 
 
 def write_json(name: str, data: dict) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from common.errors import UserError
 
 USER_ERROR_EXIT = 2
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a filter killed by it
 
 
 def user_path(path: str | os.PathLike) -> Path:
@@ -29,6 +30,12 @@ def run_main(main: Callable[[list[str]], int | None], argv: list[str] | None = N
     """Run a program's main, turning user errors into one clean message and exit code 2."""
     try:
         code = main(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+    except BrokenPipeError:
+        # The reader went away (`show-job JOB | head`): stop quietly, as a filter killed by
+        # SIGPIPE does, and keep the interpreter's own last flush from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE_EXIT)
     except UserError as err:
         print(err.render(), file=sys.stderr)
         sys.exit(USER_ERROR_EXIT)

@@ -12,14 +12,20 @@ Decisions (the runtime's storage contract):
 - Tiles move as f32: reads convert to f32; writes convert f32 to the storage dtype rounding to
   nearest (ties to even), for i32 too (values outside i32's range are refused).
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
-  job id), committed with fsync + os.replace + directory fsync when the job succeeds; a failed or
-  killed job leaves the original untouched. Loads always read the ORIGINAL file.
+  job id), its space reserved up front; a job's outputs are committed together through a commit
+  record (common/commit.py) when it succeeds; a failed or killed job leaves the original untouched.
+  Loads always read the ORIGINAL file. Only regular files are opened (a FIFO would block).
+- No output shares its file with another tensor of the job (check_distinct_files).
 """
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import re
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -78,6 +84,39 @@ def resolve_uri(uri: str, roots: list[Path] | tuple[Path, ...], base: Path | Non
     raise UserError(f"storage URI {uri!r}: {real} is outside the storage roots ({allowed})")
 
 
+def _file_identity(path: Path) -> tuple:
+    """What makes two paths one file: the inode of an existing file (so hard links and symlinks
+    are caught), else the fully resolved path."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return ("path", real)
+    return ("inode", st.st_dev, st.st_ino)
+
+
+def check_distinct_files(tensors: list[tuple[str, Path, bool]]) -> None:
+    """Refuse a job in which a written tensor shares its file with another tensor.
+
+    `tensors` holds (name, path, written). Two outputs in one file would share one staging copy
+    (a mix of both is committed), and an output that is also another parameter's input would
+    change a file the job promises only to read. Inputs may share a file with each other."""
+    groups: dict[tuple, list[tuple[str, Path, bool]]] = {}
+    for item in tensors:
+        groups.setdefault(_file_identity(item[1]), []).append(item)
+    for group in groups.values():
+        writers = [name for name, _, written in group if written]
+        if not writers or len(group) < 2:
+            continue
+        real = os.path.realpath(group[0][1])
+        if len(writers) > 1:
+            raise UserError(f"tensors {writers[0]} and {writers[1]} are both outputs and name one file "
+                            f"({real}): give each output a file of its own")
+        reader = next(name for name, _, written in group if not written)
+        raise UserError(f"tensor {writers[0]} is an output and tensor {reader} an input, and both name "
+                        f"{real}: inputs are only read, so write {writers[0]} to another file")
+
+
 def path_to_uri(path: Path) -> str:
     return Path(path).resolve().as_uri()
 
@@ -94,31 +133,72 @@ def _dtype_name(dtype: np.dtype, path: Path) -> str:
     raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: f32, f16, bf16, i32, little-endian)")
 
 
-def _read_header(path: Path) -> tuple[tuple[int, ...], bool, np.dtype]:
+def _open_regular(path: Path, writable: bool = False):
+    """The file opened as a binary file object, or a UserError: a FIFO or a device is refused
+    without blocking (O_NONBLOCK), so a FIFO planted in a storage root cannot hang a reader."""
+    flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with open(path, "rb") as f:
-            version = npy_format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = npy_format.read_array_header_1_0(f)
-            elif version in ((2, 0), (3, 0)):
-                shape, fortran, dtype = npy_format.read_array_header_2_0(f)
-            else:
-                raise UserError(f"{path}: unsupported .npy version {version}")
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, not a .npy file") from None
     except PermissionError:
         raise UserError(f"{path}: permission denied") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot open ({err.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UserError(f"{path}: not a regular file ({_file_kind(mode)}); a tensor must be a .npy file")
+    return os.fdopen(fd, "r+b" if writable else "rb")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "not a plain file")
+
+
+@dataclass(frozen=True)
+class _Header:
+    shape: tuple[int, ...]
+    fortran: bool
+    dtype: np.dtype
+    offset: int  # where the data starts
+
+
+def _read_header(path: Path, f) -> _Header:
+    """The .npy header of the open file `f`, checked against the file's size (a truncated file
+    is refused here, naming it, instead of failing later inside a memory map)."""
+    try:
+        version = npy_format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = npy_format.read_array_header_1_0(f)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = npy_format.read_array_header_2_0(f)
+        else:
+            raise UserError(f"{path}: unsupported .npy version {version}")
     except ValueError as err:
         raise UserError(f"{path}: not a valid .npy file ({err})") from None
-    return tuple(shape), fortran, dtype
+    header = _Header(tuple(shape), fortran, dtype, f.tell())
+    expected = math.prod(header.shape) * dtype.itemsize
+    held = os.fstat(f.fileno()).st_size - header.offset
+    if held < expected:
+        raise UserError(f"{path}: truncated .npy file: its header promises {expected} bytes of data, "
+                        f"the file holds {max(held, 0)}")
+    return header
+
+
+def _header_of(path: Path) -> _Header:
+    with _open_regular(path) as f:
+        return _read_header(path, f)
 
 
 def tensor_meta(path: Path) -> tuple[tuple[int, ...], str]:
     """(shape, dtype name) from the .npy header, without reading the data."""
-    shape, _, dtype = _read_header(path)
-    name = _dtype_name(dtype, path)
+    header = _header_of(path)
+    shape, name = header.shape, _dtype_name(header.dtype, path)
     if not 1 <= len(shape) <= MAX_RANK:
         raise UserError(f"{path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
     return shape, name
@@ -134,8 +214,14 @@ def check_tensor(path: Path, shape: tuple[int, ...], dtype: str) -> None:
 
 def _open(path: Path, mode: str) -> np.memmap:
     """A memory map of the whole file with the storage dtype (bf16 viewed as such)."""
-    tensor_meta(path)  # clear errors for a missing file, a bad header or an unsupported dtype
-    array = np.load(path, mmap_mode=mode, allow_pickle=False)
+    with _open_regular(path, writable=mode == "r+") as f:
+        header = _read_header(path, f)
+        shape = header.shape
+        if not 1 <= len(shape) <= MAX_RANK:
+            raise UserError(f"{path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
+        _dtype_name(header.dtype, path)
+        array = np.memmap(f, dtype=header.dtype, mode=mode, offset=header.offset, shape=shape,
+                          order="F" if header.fortran else "C")
     if array.dtype.kind == "V":
         array = array.view(ml_dtypes.bfloat16)
     return array
@@ -228,19 +314,46 @@ def staging_path(final_path: Path, job_id: str) -> Path:
 
 def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id: str,
                    copy_existing: bool = False) -> Path:
-    """Create the job's staging copy (zeros, or the final file's contents with `copy_existing`)."""
+    """Create the job's staging copy (zeros, or the final file's contents with `copy_existing`).
+
+    Every byte is reserved on disk (posix_fallocate) before anything is written: pods write the
+    copy through memory maps, and a write into a hole of a full filesystem is a SIGBUS, not an
+    error. Out of space is one UserError naming the output, with no staging file left behind."""
     if dtype not in STORAGE_DTYPES:
         raise UserError(f"{final_path}: unsupported dtype {dtype!r} (supported: {', '.join(STORAGE_DTYPES)})")
     if not 1 <= len(shape) <= MAX_RANK:
         raise UserError(f"{final_path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
     staging = staging_path(final_path, job_id)
-    array = npy_format.open_memmap(staging, mode="w+", dtype=STORAGE_DTYPES[dtype], shape=tuple(shape))
-    if copy_existing and Path(final_path).exists():
-        check_tensor(Path(final_path), tuple(shape), dtype)
-        source = _open(Path(final_path), "r")
-        array.view(source.dtype)[...] = source
-    array.flush()
-    del array
+    header = io.BytesIO()
+    npy_format.write_array_header_1_0(header, {"descr": npy_format.dtype_to_descr(STORAGE_DTYPES[dtype]),
+                                               "fortran_order": False, "shape": tuple(shape)})
+    size = len(header.getvalue()) + math.prod(shape) * STORAGE_DTYPES[dtype].itemsize
+    try:
+        # O_EXCL: never adopt a file (or a FIFO) someone placed at the staging name.
+        fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+    except OSError as err:
+        raise UserError(f"{final_path}: cannot create its staging copy {staging} ({err.strerror})") from None
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as err:
+            raise UserError(f"{final_path}: cannot reserve {size} bytes for its staging copy "
+                            f"({err.strerror}); the output was not changed") from None
+        os.pwrite(fd, header.getvalue(), 0)
+        os.close(fd)
+        fd = -1
+        if copy_existing and Path(final_path).exists():
+            check_tensor(Path(final_path), tuple(shape), dtype)
+            source = _open(Path(final_path), "r")
+            array = _open(staging, "r+")
+            array.view(source.dtype)[...] = source
+            array.flush()
+            del array, source
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        abort(staging)
+        raise
     return staging
 
 
@@ -296,7 +409,7 @@ def write_region(staging: Path, region, values: np.ndarray) -> int:
     return nbytes
 
 
-def _fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
+def fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
     fd = os.open(path, flags)
     try:
         os.fsync(fd)
@@ -306,9 +419,9 @@ def _fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
 
 def commit(staging: Path, final_path: Path) -> None:
     """Make the staging copy the final file atomically and durably."""
-    _fsync_path(staging)
+    fsync_path(staging)
     os.replace(staging, final_path)
-    _fsync_path(Path(final_path).parent)
+    fsync_path(Path(final_path).parent)
 
 
 def abort(staging: Path) -> None:
@@ -325,3 +438,25 @@ def find_stale_staging(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if p.name.startswith(".") and STAGING_MARK in p.name)
+
+
+COPY_PIECE_BYTES = 64 << 20
+
+
+def copy_regions(source: Path, staging: Path, regions) -> int:
+    """Copy `regions` of the old file `source` into the staging copy, in the storage dtype, in
+    pieces of at most COPY_PIECE_BYTES along the first axis; returns bytes copied. The job's
+    own stores fill the rest (scheduler/coverage.py says which regions they leave)."""
+    dtype = _open(source, "r").dtype
+    copied = 0
+    for region in regions:
+        row_bytes = max(1, int(np.prod(region.shape[1:])) * dtype.itemsize)
+        rows = max(1, COPY_PIECE_BYTES // row_bytes)
+        for first in range(0, region.shape[0], rows):
+            start = (region.start[0] + first, *region.start[1:])
+            extent = (min(rows, region.shape[0] - first), *region.shape[1:])
+            piece = type(region)(region.tensor, start, extent)
+            values = np.empty(extent, dtype)
+            read_region_into(source, piece, values)
+            copied += write_region(staging, piece, values)
+    return copied

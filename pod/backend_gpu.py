@@ -47,6 +47,7 @@ class GpuBackend:
         self._local = threading.local()
         self._ipc_open: dict[bytes, int] = {}  # a peer allocation's IPC handle -> our mapping of it
         self._idle: dict[int, list] = {}  # bytes -> allocations no buffer uses now
+        self._launchers: dict[tuple[str, str], object] = {}  # (job, leaf) -> prepared launch
 
     def describe(self) -> tuple[str, int]:
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device_index)
@@ -79,6 +80,7 @@ class GpuBackend:
     def forget(self, job_id: str) -> None:
         for key in [k for k in self._leaves if k[0] == job_id]:
             del self._leaves[key]
+            self._launchers.pop(key, None)
         self._close_ipc()
 
     # ---- buffers ----
@@ -210,16 +212,19 @@ class GpuBackend:
     # ---- compute ----
 
     def compute(self, job_id: str, leaf_name: str, bound: dict, scalars: dict[str, float | int]) -> None:
-        from compiler.cuda.launch import launch
-
         prepared, compiled = self._leaves[(job_id, leaf_name)]
+        go = self._launchers.get((job_id, leaf_name))
+        if go is None:  # the job's scalars are fixed: the launch is prepared once per job and leaf
+            from compiler.cuda.launch import prepared_launch
+
+            go = self._launchers[(job_id, leaf_name)] = prepared_launch(
+                compiled, {name: scalars[name] for name in prepared.leaf.scalars})
         with self._lock:
             stream = self._free_streams.pop() if self._free_streams else self._streams[0]
         try:
             with self.device, stream:
                 arrays, converted = _device_arrays(self.cupy, prepared, bound)
-                launch(compiled, arrays, {name: scalars[name] for name in prepared.leaf.scalars},
-                       stream=stream)
+                go(arrays, stream)
                 for name in converted:
                     if name in prepared.writes:
                         bound[name][...] = _to_f32(self.cupy, arrays[name])

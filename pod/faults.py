@@ -9,6 +9,11 @@ Grammar: rules separated by commas, each one of
                      every time, after running long enough to appear in a heartbeat
     slow-at=KIND:N:S the N-th instruction of KIND waits S seconds before it runs, the pod staying
                      responsive meanwhile: a healthy node slow to produce a tile its peers fetch
+    hold-at=KIND:N:PATH  the same, until the file PATH exists: a test releases it on an event it
+                     observed (no guess at how long the rest of the cluster takes)
+    kill-at-generation=G:KIND  SIGKILL this process when it starts its first instruction of KIND
+                     in a plan of generation G or later: a cascade whose n-th death comes with the
+                     n-th plan, however fast the survivors are
 KIND is allocate, load, fetch, compute, store, free, or serve (a tile header asked by a peer).
 Counts are per process, from 1. Unset (the normal case): `hit` only looks up an empty tuple.
 
@@ -18,6 +23,7 @@ cleanup, no last message to the scheduler and its sockets closed by the kernel.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from dataclasses import dataclass
@@ -35,6 +41,8 @@ class Rule:
     nth: int | None = None  # the n-th instruction of `kind`
     unit: int | None = None  # or: every compute of this unit
     delay: float = 0.0  # seconds the instruction waits first (then the kill, for kill-unit)
+    until: str = ""  # hold-at: the file whose appearance releases the instruction
+    generation: int | None = None  # kill-at-generation: the first plan generation it applies to
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,14 @@ class Delay:
 
     seconds: float
     then_kill: bool
+    until: str = ""  # wait for this file instead of `seconds`
+
+    async def wait(self) -> None:
+        if not self.until:
+            await asyncio.sleep(self.seconds)
+            return
+        while not os.path.exists(self.until):
+            await asyncio.sleep(0.02)
 
 
 def parse(text: str) -> tuple[Rule, ...]:
@@ -60,6 +76,16 @@ def parse(text: str) -> tuple[Rule, ...]:
             elif name == "kill-unit":
                 unit, _, delay = value.partition(":")
                 rules.append(Rule("kill", "compute", unit=int(unit), delay=float(delay or 0.5)))
+            elif name == "hold-at":
+                kind, nth, path = value.split(":", 2)
+                if kind not in KINDS or int(nth) < 1 or not path:
+                    raise ValueError
+                rules.append(Rule("slow", kind, nth=int(nth), until=path))
+            elif name == "kill-at-generation":
+                generation, _, kind = value.partition(":")
+                if kind not in KINDS or int(generation) < 1:
+                    raise ValueError
+                rules.append(Rule("kill", kind, generation=int(generation)))
             elif name == "slow-at":
                 kind, nth, seconds = value.split(":")
                 if kind not in KINDS or int(nth) < 1 or float(seconds) < 0:
@@ -69,7 +95,8 @@ def parse(text: str) -> tuple[Rule, ...]:
                 raise ValueError
         except ValueError:
             raise UserError(f"{ENV}={text!r}: cannot read {item!r} (expected kill-at=KIND:N, stop-at=KIND:N, "
-                            f"kill-unit=U[:S] or slow-at=KIND:N:S; KIND one of {', '.join(KINDS)})") from None
+                            f"kill-unit=U[:S], slow-at=KIND:N:S, hold-at=KIND:N:PATH or "
+                            f"kill-at-generation=G:KIND; KIND one of {', '.join(KINDS)})") from None
     return tuple(rules)
 
 
@@ -82,7 +109,7 @@ class Faults:
     def from_env(cls) -> Faults:
         return cls(parse(os.environ.get(ENV, "")))
 
-    def hit(self, kind: str, unit: int | None = None) -> Delay | None:
+    def hit(self, kind: str, unit: int | None = None, generation: int = 0) -> Delay | None:
         """Called as an instruction of `kind` starts; signals this process when a rule matches at
         once, or returns how long the caller must wait first and whether to `die` after
         (kill-unit, slow-at)."""
@@ -92,9 +119,11 @@ class Faults:
         for rule in self.rules:
             if rule.kind != kind:
                 continue
+            if rule.generation is not None and generation >= rule.generation:
+                os.kill(os.getpid(), signal.SIGKILL)
             if rule.nth == count:
                 if rule.action == "slow":
-                    return Delay(rule.delay, then_kill=False)
+                    return Delay(rule.delay, then_kill=False, until=rule.until)
                 os.kill(os.getpid(), signal.SIGKILL if rule.action == "kill" else signal.SIGSTOP)
             if rule.unit is not None and rule.unit == unit:
                 return Delay(rule.delay, then_kill=True)

@@ -184,9 +184,9 @@ class PodRuntime:
             await self.events_delivered()
         start = time.time()
         nbytes, peer, copy_s, ok, message = 0, None, 0.0, True, ""
-        delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None)
+        delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None, generation)
         if delay is not None:  # test-only: this instruction "runs" a while (then takes the pod down)
-            await asyncio.sleep(delay.seconds)
+            await delay.wait()
             if delay.then_kill:
                 self.faults.die()
         try:
@@ -298,9 +298,9 @@ class PodRuntime:
 
     async def tile_header(self, job_id: str, generation: int, buffer: int, patience_s: float) -> TileHeader:
         """Describe a servable buffer and offer a ticket for it on the data port."""
-        delay = self.faults.hit("serve")
+        delay = self.faults.hit("serve", generation=generation)
         if delay is not None:  # test-only: a slow answer to a peer
-            await asyncio.sleep(delay.seconds)
+            await delay.wait()
         record = await self.wait_servable(job_id, generation, buffer, patience_s)
         if record.host is None:
             loop = asyncio.get_running_loop()

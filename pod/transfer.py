@@ -20,6 +20,7 @@ import socketserver
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,12 +111,20 @@ def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeo
     """Fill `into` (C-contiguous) from a peer's data port; returns the crc32 of what arrived.
     Blocking: run it in a worker thread.
 
-    The checksum is computed as the bytes arrive (in pieces of at least CRC_PIECE), so it overlaps
-    the transfer instead of following it. `timeout_s` bounds the connection and every wait for
-    bytes: a hung peer costs at most that long per stall, never forever."""
+    The checksum is computed as the bytes arrive (in pieces of at least CRC_PIECE) by a helper
+    thread of this one (zlib releases the GIL), so it runs beside the receiving instead of between
+    its reads: on loopback a 16 MiB tile's crc32 takes about as long as its bytes. `timeout_s`
+    bounds the connection and every wait for bytes: a hung peer costs at most that long per
+    stall, never forever."""
     view = memoryview(into).cast("B")
     n = len(view)
-    crc, checked = 0, 0
+    crc = [0]
+    checked, last = 0, None
+
+    def add(lo: int, hi: int) -> None:  # pieces run in order: the helper has one thread
+        crc[0] = zlib.crc32(view[lo:hi], crc[0])
+
+    helper = _crc_helper()
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -127,13 +136,27 @@ def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeo
                     raise TransferError(f"data port {host}:{port} closed after {got} of {n} bytes")
                 got += k
                 if got - checked >= CRC_PIECE or got == n:
-                    crc = zlib.crc32(view[checked:got], crc)
+                    last = helper.submit(add, checked, got)
                     checked = got
     except TimeoutError:
         raise TransferError(f"data port {host}:{port} sent nothing for {timeout_s:g} s") from None
     except OSError as err:
         raise TransferError(f"data port {host}:{port}: {err.strerror or err}") from None
-    return crc
+    finally:
+        if last is not None:
+            last.result()  # the view must outlive every piece's checksum
+    return crc[0]
+
+
+_helpers = threading.local()
+
+
+def _crc_helper() -> ThreadPoolExecutor:
+    """This thread's own one-thread checksum helper (kept for its later transfers)."""
+    helper = getattr(_helpers, "pool", None)
+    if helper is None:
+        helper = _helpers.pool = ThreadPoolExecutor(1, thread_name_prefix="pod-crc")
+    return helper
 
 
 def check_crc(actual: int, expected: int, peer: str) -> None:

@@ -450,6 +450,7 @@ async def run_probe(session, prepared, options, nodes: list[int], program: Clust
     """Run `program`'s first `units` units (default UNITS_PER_NODE per node) on the session's
     `nodes`, outputs to scratch files."""
     from common import storage
+    from common.locks import lock_path
     from scheduler.planner import NodeFigure, plan
 
     small = probe_program(program, units if units is not None else UNITS_PER_NODE * len(nodes))
@@ -471,8 +472,9 @@ async def run_probe(session, prepared, options, nodes: list[int], program: Clust
         table = {node: {ins.id: ins for ins in p.instructions} for node, p in planned.node_plans.items()}
         return Probe(result.trace, small, table)
     finally:
-        for path in scratch:
+        for path in scratch:  # private files: no other job can hold their locks
             path.unlink(missing_ok=True)
+            lock_path(path).unlink(missing_ok=True)
 
 
 async def calibrate(session, prepared, options, nodes: list[int], candidates, base: Figures,

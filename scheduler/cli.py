@@ -4,6 +4,7 @@
     phobos-sched show-job job.capnp
     phobos-sched job.capnp [--pods host:port,...] [--local-pods N] [--expect T=FILE.npy] [--trace FILE]
                  [--report FILE.html] [--chrome-trace FILE.json] ...
+    phobos-sched recover job.capnp [--storage-root DIR]   finish or roll back a killed commit
     phobos-sched report TRACE.json -o FILE.html          the HTML report of a saved trace
     phobos-sched chrome-trace TRACE.json -o FILE.json    a saved trace in Chrome trace-event format
 
@@ -17,7 +18,7 @@ import argparse
 from common.cli import run_main, user_path
 from compiler.cli.args import parse_assignments, parse_scalars
 
-COMMANDS = ("new-job", "show-job", "report", "chrome-trace")
+COMMANDS = ("new-job", "show-job", "recover", "report", "chrome-trace")
 
 
 def new_job_parser() -> argparse.ArgumentParser:
@@ -44,10 +45,45 @@ def show_job_parser() -> argparse.ArgumentParser:
     return p
 
 
+def recover_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="phobos-sched recover",
+        description="Finish or roll back a commit that a killed scheduler left beside the job's tensors, "
+                    "and remove staging copies left by killed jobs. Running the job again does the same "
+                    "first. Nothing is done to files a live job holds.")
+    p.add_argument("job", help="the job file")
+    p.add_argument("--storage-root", action="append", metavar="DIR",
+                   help="directory every storage URI must lie in (as for running the job)")
+    return p
+
+
+def recover(argv: list[str]) -> int:
+    from scheduler.job_storage import JobStorage
+    from scheduler.jobfile import read_job
+    from scheduler.prepare import prepare
+    from scheduler.run_cli import storage_roots
+
+    args = recover_parser().parse_args(argv)
+    job_path = user_path(args.job)
+    job = read_job(job_path)
+    prepared = prepare(job, job_path, storage_roots(args.storage_root, job_path))
+    said: list[str] = []
+
+    def say(text: str) -> None:
+        said.append(text)
+        print(text)
+
+    JobStorage.open(prepared, say=say).abandon()
+    if not said:
+        print("nothing to recover: no interrupted commit and no stale staging copy beside the job's tensors")
+    return 0
+
+
 def new_job(argv: list[str]) -> int:
     from scheduler.jobfile import build_job, write_job
 
     args = new_job_parser().parse_args(argv)
+    out = user_path(args.output)
     job = build_job(
         user_path(args.kernel),
         args.name,
@@ -55,8 +91,8 @@ def new_job(argv: list[str]) -> int:
         scalars=parse_scalars(args.scalar),
         tensors=parse_assignments(args.tensor, "--tensor", None),
         cluster_values=parse_assignments(args.set, "--set", int),
+        job_dir=out.parent,
     )
-    out = user_path(args.output)
     write_job(job, out)
     print(f"wrote {out}")
     return 0
@@ -76,6 +112,8 @@ def main(argv: list[str]) -> int:
         return new_job(argv[1:])
     if argv and argv[0] == "show-job":
         return show_job(argv[1:])
+    if argv and argv[0] == "recover":
+        return recover(argv[1:])
     if argv and argv[0] == "report":
         from scheduler.report import page as report
 

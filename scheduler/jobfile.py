@@ -159,23 +159,48 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
 
 
 def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], scalars: dict[str, float],
-              tensors: dict[str, str], cluster_values: dict[str, int] | None = None) -> Job:
+              tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
+              job_dir: Path | None = None) -> Job:
+    """The job, checked against its kernel; with `job_dir` (the folder the job file goes to, which
+    relative URIs start from) also checked for outputs sharing a file (check_tensor_files)."""
     try:
         source = kernel_path.read_text()
     except OSError as err:
         raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
-    kernel = load_kernel(source, str(kernel_path), kernel_name)
+    return job_from_source(source, str(kernel_path), kernel_name, dims, scalars, tensors, cluster_values,
+                           job_dir)
+
+
+def job_from_source(source: str, filename: str, kernel_name: str | None, dims: dict[str, int],
+                    scalars: dict[str, float], tensors: dict[str, str],
+                    cluster_values: dict[str, int] | None = None, job_dir: Path | None = None) -> Job:
+    """`build_job` for kernel source already in memory (phobos.job builds jobs this way)."""
+    kernel = load_kernel(source, filename, kernel_name)
     job = Job(
         kernel_name=kernel.name,
         kernel_source=source,
-        kernel_file=str(kernel_path),
+        kernel_file=filename,
         dims=tuple(dims.items()),
         scalars=tuple((k, float(v)) for k, v in scalars.items()),
         tensors=tuple(tensors.items()),
         cluster_values=tuple((cluster_values or {}).items()),
     )
     check_against_kernel(job, kernel)
+    if job_dir is not None:
+        check_tensor_files(job, kernel, job_dir)
     return job
+
+
+def check_tensor_files(job: Job, kernel: ir.Kernel, job_dir: Path) -> None:
+    """No output shares its file with another tensor (common.storage.check_distinct_files), with
+    relative URIs taken from `job_dir`, the folder the job file is written to."""
+    from common import storage
+    from compiler.frontend.walk import stored_tensors
+
+    written = set(stored_tensors(kernel))
+    everywhere = (Path("/"),)  # new-job confines nothing; the scheduler checks its storage roots
+    storage.check_distinct_files([(name, storage.resolve_uri(uri, everywhere, base=job_dir), name in written)
+                                  for name, uri in job.tensors])
 
 
 def job_kernel(job: Job) -> ir.Kernel:

@@ -2,9 +2,11 @@
 
 Pure: no I/O, no clocks. The pipeline, in two passes over the units:
 
-1. Place and account (`_account`). Units are dealt round robin over the live nodes in the order
-   given (row-major index order for a first plan): the k-th unit goes to node `nodes[k % n]` as
-   that node's position `k // n`. Every node runs its units in position order, so a position is
+1. Place and account (`_account`). Units are dealt round robin over the live nodes longest first
+   (by the flops of their launches; among equals in the order given, row-major index order for a
+   first plan), so that the units of causal attention's last rows, the longest, start first and
+   the busiest node finishes first: the k-th unit goes to node `nodes[k % n]` as that node's
+   position `k // n`. Every node runs its units in position order, so a position is
    also a "round" shared by all nodes. For every node we note which input regions it reads and
    in which positions (first and last), and give every buffer its number.
 2. Choose loaders (`_choose_owners`). Each distinct input region is loaded from storage by
@@ -309,7 +311,7 @@ def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str
 
 def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int,
           units: Sequence[Unit] | None) -> Plan:
-    units = program.units if units is None else units
+    units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
     for tensor in program.tensors:
         if tensor.name not in uris:
@@ -329,6 +331,15 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
         node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak)
     placement = {w.unit.index: node for node, state in states.items() for w in state.work}
     return Plan(generation, node_plans, placement, len(first_use))
+
+
+def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[Unit]:
+    flops = {leaf.name: leaf.flops for leaf in program.leaves}
+    work = [sum(flops.get(launch.leaf, 0) for launch in unit.launches) for unit in units]
+    if all(w == work[0] for w in work):
+        return units  # the common case: nothing to reorder
+    order = sorted(range(len(units)), key=lambda i: -work[i])  # stable: equals keep their order
+    return [units[i] for i in order]
 
 
 def _mib(n: int) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -100,7 +101,12 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
             storage.check_tensor(path, place.shape, place.dtype)
         elif not path.parent.is_dir():
             raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+        if info.role != "input" and not os.access(path.parent, os.W_OK | os.X_OK):
+            # Found here, before any pod starts: the staging copy and the commit need the folder.
+            raise UserError(f"tensor {info.name}: folder {path.parent} is not writable "
+                            "(the output's staging copy and commit are made there)")
         places[info.name] = place
+    storage.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
 
 
@@ -140,28 +146,3 @@ def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[st
     program = compile_program(kernel, dict(job.dims), values)
     tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots)
     return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors)
-
-
-# ---- staging: created after every check passed, committed or removed at the end ------------------
-
-
-def create_staging(prepared: PreparedJob) -> dict[str, Path]:
-    staged: dict[str, Path] = {}
-    try:
-        for place in prepared.outputs:
-            staged[place.name] = storage.create_staging(place.path, place.shape, place.dtype, prepared.job_id,
-                                                        copy_existing=place.path.exists())
-    except BaseException:
-        abort_staging(staged)
-        raise
-    return staged
-
-
-def commit_staging(prepared: PreparedJob, staged: dict[str, Path]) -> None:
-    for name, path in staged.items():
-        storage.commit(path, prepared.tensors[name].path)
-
-
-def abort_staging(staged: dict[str, Path]) -> None:
-    for path in staged.values():
-        storage.abort(path)

@@ -14,10 +14,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.commit import CommitFailed
 from common.errors import UserError
 from common.log import get_logger
 from scheduler import prepare as prep
 from scheduler.cluster_state import Action, Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
+from scheduler.job_storage import JobStorage
 from scheduler.local_pods import choose_devices, new_token, start_local_pods, visible_gpus
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
@@ -59,10 +61,10 @@ def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     from scheduler.interrupt import interruptible
     from schemas import rpc_streams
 
-    return rpc_streams.run(interruptible(_run_with_pods(prepared, options)))
+    return rpc_streams.run(interruptible(run_with_pods(prepared, options)))
 
 
-async def _run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
+async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
     PROCESS.mark("pods_start")
     addresses, token = list(options.pods), options.token
@@ -221,7 +223,6 @@ class JobRun:
         return time.time() - self.t0
 
     async def run(self) -> RunResult:
-        staged: dict[str, Path] = {}
         figures = {}
         for node in self.nodes:
             info = self.session.infos[node]
@@ -235,12 +236,13 @@ class JobRun:
             return plan(program, live, uris, generation, units)
 
         self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
+        files = JobStorage.open(self.prepared)  # locks first: a busy output fails before any plan
         try:
             # Plan before creating staging: a plan that does not fit fails with nothing written.
             self._mark("plan_start")
             first = self.state.start(self.now())
             self._mark("plan_end")
-            staged = prep.create_staging(self.prepared)
+            files.stage()
             self._mark("staging_end")
             self._spawn(self._ticker())
             self._apply(first)
@@ -249,14 +251,12 @@ class JobRun:
             outcome = self.state.outcome
             if isinstance(outcome, Succeeded):
                 self._mark("commit_start")
-                prep.commit_staging(self.prepared, staged)
+                ok, reason = self._commit(files)
                 self._mark("commit_end")
-                staged = {}
-                ok, reason = True, ""
             else:
                 ok, reason = False, outcome.reason if isinstance(outcome, Failed) else "stopped"
         finally:
-            prep.abort_staging(staged)
+            files.abandon()
             for task in self.tasks:
                 task.cancel()
             await self._cancel_everywhere()
@@ -264,6 +264,13 @@ class JobRun:
         trace = self.trace.finish(self.state, wall)
         trace["phases"] = job_phases(PROCESS.take(), self.marks, trace["events"], self.t0)
         return RunResult(ok, reason, wall, trace)
+
+    def _commit(self, files: JobStorage) -> tuple[bool, str]:
+        try:
+            files.commit()
+        except CommitFailed as err:
+            return False, str(err)
+        return True, ""
 
     def _mark(self, name: str) -> None:
         self.marks[name] = time.time()

@@ -64,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def storage_roots(items: list[str] | None, job_path: Path) -> list[Path]:
+    """The --storage-root folders, by default the working directory and the job file's folder."""
+    roots = [user_path(r) for r in items or []] or [user_path("."), job_path.resolve().parent]
+    for root in roots:
+        if not root.is_dir():
+            raise UserError(f"--storage-root {root}: not a directory")
+    return roots
+
+
 def _positive(flag: str, value: float) -> float:
     if not value > 0:
         raise UserError(f"{flag} must be positive, got {value}")
@@ -135,21 +144,19 @@ def run_command(argv: list[str]) -> int:
     PROCESS.mark("started", process_start_time())
     PROCESS.mark("imports_done")
     from common import log
-    from scheduler import tuner_cli
+    from scheduler import (
+        api,  # the Python API's job path (phobos.run): one path, not two
+        tuner_cli,
+    )
     from scheduler.interrupt import Interrupted
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
-    from scheduler.run import JobFailed, RunOptions, run_job
+    from scheduler.run import JobFailed, RunOptions
     from scheduler.tracefile import summary_text
 
     args = build_parser().parse_args(argv)
     log.configure_from_args(args)
     job_path = user_path(args.job)
-    job = read_job(job_path)
-    roots = [user_path(r) for r in args.storage_root or []] or [user_path("."), job_path.resolve().parent]
-    for root in roots:
-        if not root.is_dir():
-            raise UserError(f"--storage-root {root}: not a directory")
+    cluster_job = api.ClusterJob.load(job_path)
+    roots = storage_roots(args.storage_root, job_path)
     pods = parse_pods(args.pods)
     if args.local_pods is not None and pods:
         raise UserError("--local-pods and --pods exclude each other")
@@ -165,12 +172,12 @@ def run_command(argv: list[str]) -> int:
     cluster_values = parse_assignments(args.set, "--set", int)
 
     PROCESS.mark("prepare_start")
-    prepared = prepare(job, job_path, roots, cluster_values)
+    prepared = api.prepare(cluster_job, roots, cluster_values)
     PROCESS.mark("prepare_end")
     for name in expected:
         if name not in prepared.tensors or prepared.tensors[name].role == "input":
             outputs = ", ".join(t.name for t in prepared.outputs)
-            raise UserError(f"--expect {name}: not an output of kernel {job.kernel_name} "
+            raise UserError(f"--expect {name}: not an output of kernel {cluster_job.kernel_name} "
                             f"(outputs: {outputs})")
     options = RunOptions(
         pods=pods, local_pods=args.local_pods, token=token, storage_roots=tuple(roots),
@@ -185,7 +192,7 @@ def run_command(argv: list[str]) -> int:
                 return 0
             prepared, result = tuned.prepared, tuned.result
         else:
-            result = run_job(prepared, options)
+            result = api.run_prepared(prepared, options)
     except JobFailed as err:
         print(f"error: job failed: {err}", file=sys.stderr)
         return 1

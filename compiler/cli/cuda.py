@@ -25,7 +25,9 @@ def register(subparsers) -> None:
         p.add_argument("--kernel", help="which kernel of the file (needed when it has several)")
         p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
         p.add_argument("--set", action="append", metavar="NAME=V", help="an @autotune tile value")
-        p.add_argument("--tf32", action="store_true", help="TF32 tensor cores for dot (not implemented yet)")
+        p.add_argument(
+            "--tf32", action="store_true", help="f32 dots on TF32 tensor cores (operands rounded to TF32)"
+        )
         p.add_argument(
             "--autotune",
             action="store_true",

@@ -24,7 +24,7 @@ from common.errors import UserError
 from compiler.cli.args import parse_assignments, parse_scalars
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind, tensor_shape
-from compiler.interp.interpreter import run_kernel, scalar_arguments, stored_tensors
+from compiler.interp.interpreter import scalar_arguments, stored_tensors
 from compiler.interp.values import STORAGE_DTYPES
 
 
@@ -116,12 +116,28 @@ def _require_gpu() -> None:
 
 def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], scalars: dict,
             device: str) -> dict[str, np.ndarray]:
-    if device == "cpu":
-        run_kernel(kernel, binding, arrays, scalars)
-        return arrays
-    from compiler.cuda.launch import run_kernel_gpu
+    """Run through the Python API (phobos.Kernel), with the tile values already bound (the first
+    of each @autotune list unless --set pins them: the command line does not tune)."""
+    from compiler.api.kernel import Kernel
 
-    return run_kernel_gpu(kernel, binding, arrays, scalars)
+    api_kernel = Kernel(kernel, kernel.span.file, kernel.source, tiles=dict(binding.tile_values),
+                        autotune=False)
+    if device == "cpu":
+        api_kernel(**arrays, **scalars)
+        return arrays
+    return _execute_gpu(api_kernel, arrays, scalars)
+
+
+def _execute_gpu(api_kernel, arrays: dict[str, np.ndarray], scalars: dict) -> dict[str, np.ndarray]:
+    """Copy the host arrays to the current GPU, call the kernel there, copy its outputs back."""
+    import cupy
+
+    bf16 = STORAGE_DTYPES["bf16"]
+    device = {n: cupy.asarray(a.view(np.uint16) if a.dtype == bf16 else np.ascontiguousarray(a))
+              for n, a in arrays.items()}
+    api_kernel(**device, **scalars)
+    cupy.cuda.get_current_stream().synchronize()
+    return {n: cupy.asnumpy(device[n]).view(arrays[n].dtype) for n in api_kernel.outputs}
 
 
 def handle(args: argparse.Namespace) -> int:

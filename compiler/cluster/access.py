@@ -12,7 +12,9 @@ one of
 and every axis of one dimension must be cut the same way in every access, because the leaf sees
 one value per dimension. Positions at the cluster level (those block indices, the cluster loop
 variable) may only start slices: inside a leaf they count CTAs or chunk elements, so any other use
-would silently change meaning.
+would silently change meaning. The one exception is an absolute position, the sum
+`ctx.origin.a + ctx.block.a * S` (through lets, other summands allowed): in a leaf the origin is
+its super-tile's start, in the plain kernel 0, so the sum is the same number at both levels.
 """
 
 from __future__ import annotations
@@ -97,6 +99,12 @@ def classify_slice(
     start, extent = _slice_parts(item)
     if start is None:
         return WHOLE
+    if origin_axes(start, env):
+        if absolute_parts(start, env, level) is None:
+            raise CompileError(item.span, lone_origin_message(start, env))
+        # An absolute position (`ctx.origin.x + row`) is the same number in a leaf and in the
+        # plain kernel: it may index an axis that every unit reads whole, never a split one.
+        return WHOLE
     keys = level.position_keys()
     aff = affine_of(start, env)
     if aff is None:
@@ -138,13 +146,63 @@ def mentions_position(expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLeve
     return first_position_use(expr, env, level) is not None
 
 
+def origin_axes(expr: ir.Expr, env: dict[str, ir.Expr], _seen: frozenset[str] = frozenset()) -> set[str]:
+    """The axes of every `ctx.origin.<axis>` in `expr`, through lets."""
+    found: set[str] = set()
+    for e in walk.iter_exprs(expr):
+        if isinstance(e, ir.Const) and e.origin:
+            found.add(e.origin)
+        elif isinstance(e, ir.Name) and e.kind == "let" and e.name in env and e.name not in _seen:
+            found |= origin_axes(env[e.name], env, _seen | {e.name})
+    return found
+
+
+def _summands(expr: ir.Expr) -> list[ir.Expr]:
+    if isinstance(expr, ir.BinOp) and expr.op == "+":
+        return _summands(expr.lhs) + _summands(expr.rhs)
+    return [expr]
+
+
+def absolute_parts(expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> list[ir.Expr] | None:
+    """The summands of `expr` other than its absolute position, if `expr` is one: a sum holding
+    `ctx.origin.a` and exactly `ctx.block.a * S` (S the @cluster tile of grid axis a) for every
+    cluster grid axis a it names, through lets. None when it is not such a sum."""
+    value = expr
+    while isinstance(value, ir.Name) and value.kind == "let" and value.name in env:
+        value = env[value.name]
+    terms = _summands(value)
+    origins = {t.origin for t in terms if isinstance(t, ir.Const) and t.origin}
+    split = origins & set(level.grid_tiles)
+    if not split or len(origins) != sum(1 for t in terms if isinstance(t, ir.Const) and t.origin):
+        return None
+    rest = [t for t in terms if not (isinstance(t, ir.Const) and t.origin)]
+    for axis in split:
+        exact = Affine((("block." + axis, Size.sym(level.grid_tiles[axis])),), Size())
+        hit = [t for t in rest if affine_of(t, env) == exact]
+        if len(hit) != 1:
+            return None
+        rest.remove(hit[0])
+    return rest
+
+
+def lone_origin_message(expr: ir.Expr, env: dict[str, ir.Expr]) -> str:
+    axis = sorted(origin_axes(expr, env))[0]
+    return (
+        f"ctx.origin.{axis} is the start of the super-tile, 0 when the kernel runs on its own: use it "
+        f"only in an absolute position, added to the CTA's start (`ctx.origin.{axis} + "
+        f"ctx.block.{axis} * S`, S the @cluster tile of axis {axis}), and never to start a slice of "
+        "a tensor split along that axis"
+    )
+
+
 def first_position_use(
     expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel, _seen: frozenset[str] = frozenset()
 ) -> ir.Expr | None:
     """The first node of `expr` that stands for a cluster-level position (a cluster grid axis's
-    block index, the cluster loop's variable, or a let defined from one of them)."""
-    for e in _value_nodes(expr):
-        if isinstance(e, ir.BlockIndex) and e.axis in level.grid_tiles:
+    block index, the cluster loop's variable, or a let defined from one of them), outside the
+    absolute positions (`ctx.origin.x + row`), which mean the same at both levels."""
+    for e in _value_nodes(expr, env, level):
+        if isinstance(e, ir.BlockIndex | ir.Const) and _names_split_axis(e, level):
             return e
         if isinstance(e, ir.Name):
             if e.kind == "loop" and e.name == level.loop_var:
@@ -193,9 +251,12 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
     reads: set[str] = set()
     writes: set[str] = set()
     dims: dict[str, tuple[AxisRole, ir.Span]] = {}
+    absolute_slices: set[ir.Span] = set()  # slices started at an absolute position
     for tensor, index, env, is_store, compound in _accesses(kernel.body):
         verb = "written" if is_store else "read"
         roles = tuple(classify_slice(tensor, item, env, level, verb) for item in index)
+        starts = [(item, _slice_parts(item)[0]) for item in index]
+        absolute_slices.update(item.span for item, start in starts if start and origin_axes(start, env))
         if is_store:
             writes.add(tensor)
             _check_store_is_owned(tensor, index, roles, level)
@@ -224,6 +285,14 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
             # The leaf sees one extent per dimension: the same tile along two grid axes is fine.
             if dim in dims and (dims[dim][0].kind, dims[dim][0].tile) != (role.kind, role.tile):
                 other, other_span = dims[dim]
+                absolute = next((sp for sp in (item.span, other_span) if sp in absolute_slices), None)
+                if absolute is not None:
+                    raise CompileError(
+                        absolute,
+                        f"an absolute position (`ctx.origin...`) starts a slice of dimension '{dim}', "
+                        f"which is split into super-tiles elsewhere: a leaf's slices of a split "
+                        "dimension count from its super-tile's start, so start it at `ctx.block.<axis> * S`",
+                    )
                 raise CompileError(
                     item.span,
                     f"dimension '{dim}' is {role.describe()} here but "
@@ -252,27 +321,35 @@ def _value_exprs(stmt: ir.Stmt) -> tuple[tuple[ir.Expr, bool], ...]:
     return tuple((e, False) for e in walk.child_exprs(stmt))
 
 
-def _value_nodes(expr: ir.Expr):
+def _value_nodes(expr: ir.Expr, env: dict[str, ir.Expr] | None = None, level: ClusterLevel | None = None):
     """Pre-order over the nodes of `expr` evaluated as values: slice starts and extents, sizes
-    (arange's argument, full's shape) are skipped, but a load's fill and index-free parts are kept."""
+    (arange's argument, full's shape) are skipped, but a load's fill and index-free parts are kept.
+    Given `env` and `level`, an absolute position (`ctx.origin.x + row + ..`) yields only its
+    other summands: the origin and the CTA's start it pairs are the same at both levels."""
+    if level is not None and (origin_axes(expr, env) if isinstance(expr, ir.BinOp) else False):
+        rest = absolute_parts(expr, env, level)
+        if rest is not None:
+            for part in rest:
+                yield from _value_nodes(part, env, level)
+            return
     yield expr
     if isinstance(expr, ir.Load):
         if expr.fill is not None:
-            yield from _value_nodes(expr.fill)
+            yield from _value_nodes(expr.fill, env, level)
         return
     if isinstance(expr, ir.Call):
         if expr.func == "arange":
             return
         args = expr.args[1:] if expr.func == "full" else expr.args
         for a in args:
-            yield from _value_nodes(a)
+            yield from _value_nodes(a, env, level)
         for _, v in expr.kwargs:
-            yield from _value_nodes(v)
+            yield from _value_nodes(v, env, level)
         return
     if isinstance(expr, ir.ShapeList):
         return
     for child in walk.child_exprs(expr):
-        yield from _value_nodes(child)
+        yield from _value_nodes(child, env, level)
 
 
 def check_value_uses(kernel: ir.Kernel, level: ClusterLevel, plan: AccessPlan) -> None:
@@ -283,7 +360,7 @@ def check_value_uses(kernel: ir.Kernel, level: ClusterLevel, plan: AccessPlan) -
         if isinstance(stmt, ir.Let) and affine_of(stmt.value, env) is not None:
             continue  # an index let (`let row = ctx.block.x * BR`): checked where it is used
         for top, is_stop in _value_exprs(stmt):
-            for e in _value_nodes(top):
+            for e in _value_nodes(top, env, level):
                 hit = _position_node(e, env, level)
                 if hit is not None:
                     raise CompileError(hit.span, _position_message(hit, level))
@@ -320,8 +397,14 @@ def _split_dim_behind_let(e: ir.Expr, env: dict[str, ir.Expr], split_dims) -> st
     return next((d for d in sorted(symbols) if d in split_dims), None)
 
 
+def _names_split_axis(e: ir.BlockIndex | ir.Const, level: ClusterLevel) -> bool:
+    """`ctx.block.a` or `ctx.origin.a` for a grid axis a the cluster splits."""
+    axis = e.axis if isinstance(e, ir.BlockIndex) else e.origin
+    return axis in level.grid_tiles
+
+
 def _position_node(e: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> ir.Expr | None:
-    if isinstance(e, ir.BlockIndex) and e.axis in level.grid_tiles:
+    if isinstance(e, ir.BlockIndex | ir.Const) and _names_split_axis(e, level):
         return e
     if isinstance(e, ir.Name):
         if e.kind == "loop" and e.name == level.loop_var:
@@ -332,6 +415,8 @@ def _position_node(e: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> 
 
 
 def _position_message(hit: ir.Expr, level: ClusterLevel) -> str:
+    if isinstance(hit, ir.Const):
+        return lone_origin_message(hit, {})
     if isinstance(hit, ir.Name) and hit.kind == "loop":
         return (
             f"'{hit.name}' is the cluster loop's variable; inside a step leaf it counts from the chunk's "
@@ -340,6 +425,6 @@ def _position_message(hit: ir.Expr, level: ClusterLevel) -> str:
     what = f"ctx.block.{hit.axis}" if isinstance(hit, ir.BlockIndex) else f"'{hit.name}'"
     return (
         f"{what} is a super-tile position here, but inside a leaf it would count CTAs within the "
-        "super-tile: a leaf does not know where its super-tile lies, so a super-tile position may only "
-        "start a slice `ctx.block.<axis> * S :+ S`"
+        "super-tile: a super-tile position may only start a slice `ctx.block.<axis> * S :+ S`, or be "
+        "added to `ctx.origin.<axis>`, the super-tile's start, to make an absolute position"
     )

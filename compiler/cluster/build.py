@@ -7,7 +7,8 @@ The pipeline, in order:
      reject what a leaf could not compute with the same meaning;
   4. check the numbers: dims whole multiples of super-tiles, super-tiles of leaf tiles;
   5. write and check the leaves (leaves.py), bind each at its dims for its CTA grid and flops;
-  6. enumerate the units of work, one per output super-tile, with their regions (units.py).
+  6. enumerate the units of work, one per output super-tile, with their regions (units.py);
+  7. write each unit's super-tile origin into the leaves that read `ctx.origin` (origins.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_va
 from compiler.cluster.accumulate import Accumulator, check_accumulator, find_cluster_loop
 from compiler.cluster.flops import leaf_flops
 from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
+from compiler.cluster.origins import place_origins
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.binding import bind, kernel_dims
@@ -84,18 +86,30 @@ def _check_leaf_loops(kernel: ir.Kernel) -> None:
             isinstance(stmt.start, ir.Const)
             and stmt.start.value == 0
             and not isinstance(stmt.start.value, bool)
+            and not stmt.start.origin
         ):
             raise CompileError(
                 stmt.start.span,
                 "a loop inside a leaf must start at 0: the leaf sees only its "
                 "super-tile, whose positions count from 0",
             )
-        if not (isinstance(stmt.stop, ir.Name) and stmt.stop.kind == "dim"):
+        if not (_is_dim(stmt.stop) or _is_min_with_dim(stmt.stop)):
             raise CompileError(
                 stmt.stop.span,
                 "a loop inside a leaf must run to a tensor dimension (such as "
-                "`range(0, N, T)`), so that in the leaf it runs over the super-tile's share of it",
+                "`range(0, N, T)`), so that in the leaf it runs over the super-tile's share of it, "
+                "or to `min(<absolute position>, N)` with N a dimension every unit reads whole",
             )
+
+
+def _is_dim(e: ir.Expr) -> bool:
+    return isinstance(e, ir.Name) and e.kind == "dim"
+
+
+def _is_min_with_dim(e: ir.Expr) -> bool:
+    """`min(x, N)`: causal attention's bound. The value checks reject x if it is not the same
+    number in a leaf as in the plain kernel, and N if it is split."""
+    return isinstance(e, ir.Call) and e.func == "min" and len(e.args) == 2 and any(map(_is_dim, e.args))
 
 
 def _dim_roles(
@@ -277,7 +291,7 @@ def compile_cluster(
     super_axes = [(a, counts.get(a, 1)) for a in "xyz"[: last + 1]]
     super_grid = tuple(n for _, n in super_axes)
     units = unit_builder.build_units(kernel, plan, acc, super_axes, full, cv)
-    return ClusterProgram(
+    program = ClusterProgram(
         kernel=kernel.name,
         source=KernelText(kernel).text,
         dims=tuple(full.items()),
@@ -289,3 +303,4 @@ def compile_cluster(
         leaves=leaves,
         units=units,
     )
+    return place_origins(program, kernel, level.grid_tiles)

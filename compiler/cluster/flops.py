@@ -3,7 +3,9 @@
 Counted per CTA and multiplied by the CTA count: `dot` of [M, K] x [K, N] is 2*M*N*K, every other
 f32 elementwise operation or reduction is one operation per element it reads or makes; index
 arithmetic (i32), comparisons, loads, stores, layout changes (transpose, expand) count nothing.
-Loops multiply their body by their trip count.
+Loops multiply their body by their trip count. A trip count that depends on the CTA (causal
+attention's `min(ctx.origin.x + row + BR, N)`) is averaged over the first and the last CTA of the
+grid: exact when it grows linearly along the grid, as causal bounds do.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ def _int_value(e: ir.Expr, env: Mapping[str, int]) -> int | None:
         return e.value
     if isinstance(e, ir.Name) and e.name in env:
         return env[e.name]
+    if isinstance(e, ir.BlockIndex):
+        return env.get("block." + e.axis)
+    if isinstance(e, ir.Call) and e.func in ("min", "max") and len(e.args) == 2:
+        a, b = _int_value(e.args[0], env), _int_value(e.args[1], env)
+        return None if a is None or b is None else (min if e.func == "min" else max)(a, b)
     if isinstance(e, ir.BinOp) and e.op in "+-*/":
         a, b = _int_value(e.lhs, env), _int_value(e.rhs, env)
         if a is None or b is None:
@@ -69,7 +76,12 @@ def _trips(loop: ir.For, env: Mapping[str, int]) -> int:
 
 def _body_flops(body: tuple[ir.Stmt, ...], env: Mapping[str, int], var_types: dict[str, ir.Type]) -> int:
     total = 0
+    env = dict(env)
     for stmt in body:
+        if isinstance(stmt, ir.Let):
+            value = _int_value(stmt.value, env)
+            if value is not None:
+                env[stmt.name] = value
         if isinstance(stmt, ir.For):
             total += _trips(stmt, env) * _body_flops(stmt.body, env, var_types)
             continue
@@ -84,6 +96,11 @@ def _body_flops(body: tuple[ir.Stmt, ...], env: Mapping[str, int], var_types: di
     return total
 
 
-def leaf_flops(kernel: ir.Kernel, env: Mapping[str, int], ctas: int) -> int:
-    """Floating-point operations of one launch of `kernel` over `ctas` CTAs."""
-    return ctas * _body_flops(kernel.body, env, {})
+def leaf_flops(kernel: ir.Kernel, env: Mapping[str, int], ctas: int, grid: tuple[int, ...] = ()) -> int:
+    """Floating-point operations of one launch of `kernel` over `ctas` CTAs, its CTA grid `grid`
+    (without it, a bound that depends on the CTA counts its loop's body once)."""
+    if not grid:
+        return ctas * _body_flops(kernel.body, env, {})
+    first = {**env, **{f"block.{a}": 0 for a in "xyz"}}
+    last = {**env, **{f"block.{a}": g - 1 for a, g in zip("xyz", grid, strict=False)}}
+    return ctas * (_body_flops(kernel.body, first, {}) + _body_flops(kernel.body, last, {})) // 2

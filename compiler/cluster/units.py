@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
 from contextlib import contextmanager
 
+from common.errors import UserError
 from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
 from compiler.frontend import ir
@@ -76,6 +78,23 @@ def no_gc_pauses():
             gc.enable()
 
 
+# Every unit and every step of it is an object here and instructions in the plan: about 0.8 KiB
+# of scheduler memory per step (measured: 2^21 steps of a matmul took 1.7 GB and 14 s to build).
+# Beyond this bound a job is a typo in a dimension or a super-tile far too small, and enumerating
+# it would exhaust the scheduler's memory (found by fuzzing: a tensor under the 2^36-element
+# limit with 2^27 super-tiles).
+MAX_UNIT_STEPS = 1 << 20
+
+
+def _check_work_count(counts: list[int], steps: int) -> None:
+    units = math.prod(counts)
+    if units * steps > MAX_UNIT_STEPS:
+        grid = " x ".join(str(n) for n in counts)
+        raise UserError(f"the job has {units} units of work (super-grid {grid}) of {steps} step(s) each, "
+                        f"more than {MAX_UNIT_STEPS} steps in all: choose larger @cluster values "
+                        "(--set) or check the dimensions")
+
+
 def build_units(
     kernel: ir.Kernel,
     plan: AccessPlan,
@@ -92,6 +111,7 @@ def build_units(
         )
         regions[t.name] = _Regions(t.name, *_template(t, roles, positions, full, cv))
     counts = [n for _, n in super_axes] or [1]
+    _check_work_count(counts, full[acc.loop.stop.name] // cv[acc.loop.step.name] if acc else 1)
     coords = itertools.product(*(range(n) for n in counts))
     touched = [t.name for t in kernel.tensors if t.name in plan.tensors]
     reads = [t for t in touched if plan.tensors[t].reads]

@@ -8,26 +8,27 @@ Public API:
   round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out.
 - `compiler.cuda.nvrtc.compile_to_ptx(source, arch="compute_90")`, cached per (source, options).
 - `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
-Stages: codegen.py (statements) -> exprs.py / reductions.py / dots.py (expressions) -> nvrtc.py.
+Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import codegen, nvrtc, unlowered
+from compiler.cuda import codegen, nvrtc, stages
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.source import Span
 
 COMPILER_VERSION = "phobos-cuda-4"
 
 
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
-    from compiler.cuda.dots import dot_unroll, legacy_schedule
+    from compiler.cuda.dots import dot_unroll
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}{'-legacy' if legacy_schedule() else ''}"
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}"
 
 
 @dataclass(frozen=True)
@@ -42,30 +43,38 @@ class CompiledKernel:
     line_spans: tuple  # generated line number (1-based) -> kernel Span or None
     tensors: tuple[str, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
+    tensor_core_span: Span | None = None  # the first dot on tensor cores: needs sm_80 or later
 
 
 def generate_source(
     kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
 ) -> codegen.Generated:
-    if tf32:
-        raise CompileError(kernel.span, "the TF32 tensor-core path for dot is not implemented yet")
-    return codegen.generate(unlowered.legacy_view(kernel), binding, tf32, schedule)
+    """The stages up to the CUDA C++ (stages.py)."""
+    return stages.run(kernel, binding, stages.Options(tf32, schedule), until="emit").generated
 
 
 def compile_kernel(
     kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
 ) -> CompiledKernel:
-    return compile_generated(kernel, generate_source(kernel, binding, tf32=tf32, schedule=schedule))
+    leaf = stages.run(kernel, binding, stages.Options(tf32, schedule))
+    return _compiled(kernel, leaf.generated, leaf.ptx)
 
 
 def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None = None) -> CompiledKernel:
     """`gen` compiled by NVRTC; or, given `ptx` already compiled from `gen.source` elsewhere (a pod
     gets the scheduler's), the same CompiledKernel around that PTX without compiling again."""
-    if ptx is None:
-        try:
-            ptx = nvrtc.compile_to_ptx(gen.source)
-        except nvrtc.NvrtcError as e:
-            raise _nvrtc_error(kernel, gen, e) from None
+    return _compiled(kernel, gen, ptx if ptx is not None else ptx_of(kernel, gen))
+
+
+def ptx_of(kernel: ir.Kernel, gen: codegen.Generated) -> str:
+    """The nvrtc stage: PTX, or an error at the kernel line the first failing generated line came from."""
+    try:
+        return nvrtc.compile_to_ptx(gen.source)
+    except nvrtc.NvrtcError as e:
+        raise _nvrtc_error(kernel, gen, e) from None
+
+
+def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKernel:
     return CompiledKernel(
         cuda_source=gen.source,
         ptx=ptx,
@@ -77,6 +86,7 @@ def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None
         line_spans=gen.line_spans,
         tensors=tuple(p.name for p in kernel.tensors),
         scalars=tuple((p.name, p.dtype) for p in kernel.scalars),
+        tensor_core_span=gen.tensor_core_span,
     )
 
 

@@ -44,14 +44,17 @@ def cache_path() -> Path:
     return cache.cache_file(CACHE_FILE)
 
 
-def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str) -> str:
+def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str, tf32: bool = False) -> str:
+    """The precision is part of the key: a TF32 winner is not the exact-f32 winner."""
     src = hashlib.sha256(kernel.source.encode()).hexdigest()
     dims_text = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
     major, minor = nvrtc.version()
     # The source already implies the precision; naming it keeps entries apart should a precision
     # ever be chosen outside the source (a flag), and makes the cache readable.
     dots = ",".join(walk.dot_modes(kernel))
-    return f"{kernel.name}|{src}|{dims_text}|dots={dots}|{gpu}|{compiler_version()}+nvrtc{major}.{minor}"
+    forced = "|tf32" if tf32 else ""  # the compile_kernel(tf32=True) override of exact-f32 dots
+    version = f"{compiler_version()}+nvrtc{major}.{minor}"
+    return f"{kernel.name}|{src}|{dims_text}|dots={dots}{forced}|{gpu}|{version}"
 
 
 def _read_cache() -> dict:
@@ -140,6 +143,7 @@ def tune(
     log=None,
     points: list[dict[str, int]] | None = None,
     schedules: list[Schedule] | None = None,
+    tf32: bool = False,
 ) -> TuneResult:
     """Measure every fitting (point, schedule) on the current GPU; return (and cache) the fastest.
     `points` defaults to the whole @autotune space, `schedules` to the default schedule alone."""
@@ -149,7 +153,7 @@ def tune(
     base = bind(kernel, dims)
     schedules = schedules or [DEFAULT]
     points = points if points is not None else search_points(kernel)
-    key = cache_key(kernel, dict(base.dims), gpu)
+    key = cache_key(kernel, dict(base.dims), gpu, tf32)
     if points != search_points(kernel) or schedules != [DEFAULT]:
         space = (
             ";".join(sorted(str(sorted(p.items())) for p in points))
@@ -167,7 +171,8 @@ def tune(
     def build(candidate):
         point, schedule = candidate
         try:
-            return candidate, compile_kernel(kernel, bind(kernel, dims, None, point), schedule=schedule), None
+            compiled = compile_kernel(kernel, bind(kernel, dims, None, point), schedule=schedule, tf32=tf32)
+            return candidate, compiled, None
         except CompileError as e:
             return candidate, None, e.message
 

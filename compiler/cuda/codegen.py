@@ -11,17 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.cuda import analysis, mma
-from compiler.cuda.dots import legacy_schedule
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
-from compiler.cuda.exprs import ExprEmitter, Val
-from compiler.cuda.hoist import hoist_dot_loads
-from compiler.cuda.layout import LayoutError, ThreadGrid, choose_mma_grid, choose_thread_grid
-from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.cuda.exprs import ExprEmitter
+from compiler.cuda.layout import ThreadGrid
+from compiler.cuda.values import Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
 SMEM_LIMIT = 227 * 1024
 REGISTER_BUDGET = 200  # floats per thread held by tile variables before the point is pruned
+# With tensor cores the operand fragments, the rounded copy of a register operand and the ring's
+# addresses need registers too: past 128 tile values per thread ptxas spilled (mha D=128,
+# BR=64, BC=128 held 132 and spilled 72 bytes at 255 registers).
+TENSOR_CORE_REGISTER_BUDGET = 128
 
 
 @dataclass(frozen=True)
@@ -33,142 +35,31 @@ class Generated:
     block: tuple[int, int, int]
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
-
-
-def _eval(size: ir.Size, env) -> int:
-    return size.evaluate(dict(env))
-
-
-def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
-    from compiler.frontend import walk
-
-    shapes2d, dots, rows, cols = set(), set(), set(), set()
-    for e in walk.iter_body_exprs(kernel.body):
-        if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
-            shapes2d.add(tuple(_eval(s, env) for s in e.ty.shape))
-            if isinstance(e, ir.Call) and e.func == "dot":
-                dots.add(tuple(_eval(s, env) for s in e.ty.shape))
-    for s in walk.iter_stmts(kernel.body):
-        if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
-            shapes2d.add(tuple(_eval(x, env) for x in s.declared.shape))
-    return shapes2d, dots, rows, cols
-
-
-def _tensor_core_dots(kernel: ir.Kernel) -> list[ir.Call]:
-    from compiler.frontend import walk
-
-    return [
-        e
-        for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and mma.tensor_core_dtype(e, kernel)
-    ]
-
-
-def _reduces_rows(kernel: ir.Kernel) -> bool:
-    from compiler.frontend import walk
-
-    return any(
-        isinstance(e, ir.Call)
-        and e.func in ("sum", "max", "min")
-        and len(e.args) == 1
-        and e.args[0].ty.rank == 2
-        and dict(e.kwargs)["axis"].value == 1
-        for e in walk.iter_body_exprs(kernel.body)
-    )
-
-
-def _tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call]) -> set[str]:
-    """Lets that feed only tensor-core dots (staged as 16-bit operands)."""
-    from compiler.frontend import walk
-
-    def names(calls):
-        return {analysis.dot_operand_name(x) for c in calls for x in c.args} - {None}
-
-    others = [
-        e
-        for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and not mma.tensor_core_dtype(e, kernel)
-    ]
-    return names(dots) - names(others)
-
-
-def _register_shapes(kernel: ir.Kernel, env) -> set:
-    """Shapes of the 2-D tiles held in registers: not the dot operands staged in shared memory."""
-    from compiler.frontend import walk
-
-    shared = analysis.shared_lets(kernel.body)
-    staged = {id(s.value) for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let) and s.name in shared}
-    for e in walk.iter_body_exprs(kernel.body):
-        if isinstance(e, ir.Call) and e.func == "dot":
-            for x in e.args:
-                staged.add(id(x))
-                if isinstance(x, ir.Call) and x.func == "transpose":
-                    staged.add(id(x.args[0]))
-    out = set()
-    for e in walk.iter_body_exprs(kernel.body):
-        if id(e) in staged or isinstance(e, ir.Name) and e.name in shared:
-            continue
-        if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
-            out.add(tuple(_eval(s, env) for s in e.ty.shape))
-    for s in walk.iter_stmts(kernel.body):
-        if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
-            out.add(tuple(_eval(x, env) for x in s.declared.shape))
-    return out
-
-
-def cta_threads(kernel: ir.Kernel, schedule: Schedule) -> int:
-    return schedule.threads or kernel.threads
-
-
-def choose_grid(kernel: ir.Kernel, env, schedule: Schedule):
-    threads = cta_threads(kernel, schedule)
-    if _tensor_core_dots(kernel):
-        shapes = _register_shapes(kernel, env)
-        pinned = schedule.threads is not None or any(isinstance(a, ir.Launch) for a in kernel.attributes)
-        # without a pinned CTA size, fewer warps where the tiles have too few rows for all of them
-        sizes = [threads] if pinned else [threads, threads // 2, threads // 4]
-        for n in sizes:
-            try:
-                return choose_mma_grid(n, shapes, _reduces_rows(kernel), schedule.warps_m)
-            except LayoutError:
-                if n == sizes[-1]:
-                    raise
-    shapes2d, dots, rows, cols = _shapes(kernel, env)
-    return choose_thread_grid(threads, shapes2d, dots, rows, cols)
+    tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
 
 
 class KernelGen(ExprEmitter):
-    def __init__(self, kernel: ir.Kernel, binding, tf32: bool = False, schedule: Schedule = DEFAULT):
-        if not legacy_schedule():
-            kernel = hoist_dot_loads(kernel)
-        env = dict(binding.env)
-        self.kernel = kernel
-        self.point = ", ".join(f"{k}={v}" for k, v in binding.tile_values.items()) or "the only point"
-        threads = cta_threads(kernel, schedule)
-        if not 1 <= threads <= 1024 or threads % 32:
-            raise CompileError(
-                kernel.span, f"@launch({threads}): a CTA has 32 to 1024 threads, a multiple of 32"
-            )
-        try:
-            grid = choose_grid(kernel, env, schedule)
-        except LayoutError as e:
-            raise self.pruned(kernel.span, f"cannot lay out its tiles on {threads} threads: {e}") from None
-        super().__init__(kernel, env, grid)
-        self.binding = binding
-        self.tf32 = tf32
-        self.schedule = schedule
+    """The emit stage: one leaf's CUDA C++ from the products of the earlier stages (stages.py)."""
+
+    def __init__(self, leaf):
+        kernel, plan = leaf.kernel, leaf.plan
+        self.leaf = leaf
+        self.point = point_text(leaf.binding)
+        super().__init__(kernel, dict(leaf.env), leaf.grid)
+        self.binding = leaf.binding
+        self.tf32 = leaf.options.tf32
+        self.schedule = leaf.options.schedule
+        self.tensor_core_span = plan.tc_dots[0].span if self.tensor_cores else None
         if self.tensor_cores:
-            self.tc_lets = _tensor_core_lets(kernel, _tensor_core_dots(kernel))
+            self.tc_lets = set(plan.tc_lets)
             self.uses_bf16 = True
-        self.hints = analysis.layout_hints(kernel.body)
-        self.shared = analysis.shared_lets(kernel.body)
+        self.hints = dict(plan.hints)
+        self.shared = dict(plan.shared)
         self.let_floats = 0
         self.pipelined: dict[str, tuple] = {}
-        counts = [1, 1, 1]
-        for axis, n in zip(kernel.grid, binding.grid, strict=True):
-            counts["xyz".index(axis.axis)] = n
+        counts = list(leaf.counts)
         self.grid_dims = tuple(counts)
-        for axis in () if legacy_schedule() else analysis.longest_first_axes(kernel.body, env):
+        for axis in plan.longest_first:
             if counts["xyz".index(axis)] > 1:
                 self.reversed_blocks[axis] = counts["xyz".index(axis)]
         for i, a in enumerate("xyz"):
@@ -397,23 +288,28 @@ class KernelGen(ExprEmitter):
         first = self.fresh("first")
         self.out.line(f"const int {first} = {start};")
         bases = []
-        for w in words:
+        for w, (*_, tile, _) in zip(words, entries, strict=True):
             base = self.fresh("ring")
             ring = self.alloc_perm(stages * w)
-            self.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
+            self.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
             bases.append(base)
+        per_word = [4 // t.elem_bytes for *_, t, _ in entries]
         for p in range(stages - 1):
             self.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
             self.out.open(f"if ({first}_{p} < {stop_name})")
             self.scalars[s.var] = (f"{first}_{p}", "i32")
-            for (st, role, transposed, _, plan), base, w in zip(entries, bases, words, strict=True):
-                ring = self.mma_let_tile(st.value, role, transposed, ptr=f"({base} + {p * 2 * w})")
+            for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
+                ring = self.mma_let_tile(
+                    st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
+                )
                 mma.issue_copy(self, plan, ring, st.value)
             self.out.close()
             self.out.line("cp_async_commit();")
         return {
-            st.name: ("ring", st, role, transposed, plan, base, 2 * w, stages, first)
-            for (st, role, transposed, _, plan), base, w in zip(entries, bases, words, strict=True)
+            st.name: ("ring", st, role, transposed, plan, base, e * w, stages, first)
+            for (st, role, transposed, _, plan), base, w, e in zip(
+                entries, bases, words, per_word, strict=True
+            )
         }
 
     def ring_lets(self, lets: list[ir.Let]) -> None:
@@ -443,8 +339,9 @@ class KernelGen(ExprEmitter):
         for s in lets:
             _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
             cur = self.fresh("stage")
-            self.out.line(f"unsigned short* const {cur} = {base} + ({it} % {stages}) * {size};")
-            self.vals[s.name] = self.mma_let_tile(st.value, role, transposed, ptr=cur)
+            tile = self.mma_let_tile(st.value, role, transposed, ptr=cur)
+            self.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
+            self.vals[s.name] = tile
 
     def pipelined_lets(self, lets: list[ir.Let]) -> None:
         self.out.span = lets[0].span
@@ -545,10 +442,7 @@ class KernelGen(ExprEmitter):
             self.out.line(f"// line {span.line}: {text}")
 
     def pruned(self, span, why: str) -> CompileError:
-        """A point of the search space that does not fit the hardware: reported, never run."""
-        if span == self.kernel.span and self.kernel.autotune is not None:
-            span = self.kernel.autotune.span  # the search space the point comes from
-        return CompileError(span, f"tile point {self.point} does not fit a CTA and is pruned: {why}")
+        return pruned(self.kernel, self.binding, span, why)
 
     # -- the whole kernel -------------------------------------------------------------------
 
@@ -562,9 +456,10 @@ class KernelGen(ExprEmitter):
                 k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
             )
         held = self.register_floats + self.let_floats
-        if held > REGISTER_BUDGET:
+        budget = TENSOR_CORE_REGISTER_BUDGET if self.tensor_cores else REGISTER_BUDGET
+        if held > budget:
             raise self.pruned(
-                k.span, f"it holds {held} tile values per thread in registers (budget {REGISTER_BUDGET})"
+                k.span, f"it holds {held} tile values per thread in registers (budget {budget})"
             )
         head = Emitter()
         head.depth = 0
@@ -609,6 +504,7 @@ class KernelGen(ExprEmitter):
             (self.grid.threads, 1, 1),
             shared_bytes,
             tuple(spans),
+            self.tensor_core_span,
         )
 
 
@@ -631,8 +527,15 @@ __device__ __forceinline__ float floormod_f(float a, float b) { return a - floor
 """.strip("\n")
 
 
-def generate(kernel: ir.Kernel, binding, tf32: bool = False, schedule: Schedule = DEFAULT) -> Generated:
-    return KernelGen(kernel, binding, tf32, schedule).generate()
+def point_text(binding) -> str:
+    return ", ".join(f"{k}={v}" for k, v in binding.tile_values.items()) or "the only point"
 
 
-__all__ = ["generate", "Generated", "ThreadGrid", "Val"]
+def pruned(kernel: ir.Kernel, binding, span, why: str) -> CompileError:
+    """A point of the search space that does not fit the hardware: reported, never run."""
+    if span == kernel.span and kernel.autotune is not None:
+        span = kernel.autotune.span  # the search space the point comes from
+    return CompileError(span, f"tile point {point_text(binding)} does not fit a CTA and is pruned: {why}")
+
+
+__all__ = ["Generated", "KernelGen", "ThreadGrid", "Val", "pruned"]

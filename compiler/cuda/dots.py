@@ -28,20 +28,12 @@ def dot_unroll() -> int:
     return int(os.environ.get("PHOBOS_CUDA_DOT_UNROLL", "0"))
 
 
-def legacy_schedule() -> bool:
-    """PHOBOS_CUDA_LEGACY_SCHEDULE=1 turns off the attention scheduling changes of 2026-11-29
-    (dot operands hoisted and prefetched, barriers before overwrites elided, 16-byte register
-    stores to shared memory, longest-first block order), so that one benchmark run can measure
-    the code before and after them side by side."""
-    return os.environ.get("PHOBOS_CUDA_LEGACY_SCHEDULE", "0") == "1"
-
-
 class DotMixin:
     def dot(self, e: ir.Call, into):
         from compiler.cuda import mma
-        from compiler.cuda.exprs import SharedTile
+        from compiler.cuda.values import SharedTile
 
-        dtype = mma.tensor_core_dtype(e, self.kernel)
+        dtype = mma.tensor_core_dtype(e, self.kernel, self.tf32)
         if dtype is not None and self.tensor_cores:
             return mma.lower_dot(self, e, into, dtype)
         a, b = e.args
@@ -79,7 +71,7 @@ class DotMixin:
     def staged_operand(self, arg: ir.Expr):
         """The shared-memory buffer a dot operand (a let or its transpose) already lives in."""
         from compiler.cuda import mma
-        from compiler.cuda.exprs import SharedTile
+        from compiler.cuda.values import SharedTile
 
         name = arg.name if isinstance(arg, ir.Name) else None
         if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
@@ -88,7 +80,7 @@ class DotMixin:
         return v if isinstance(v, SharedTile | mma.MmaTile) else None
 
     def shared_tile(self, load: ir.Load, role: str, transposed: bool):
-        from compiler.cuda.exprs import SharedTile
+        from compiler.cuda.values import SharedTile
 
         r, c = (self.size(s) for s in load.ty.shape)
         # operand tile (as dot sees it): a is [x, k], b is [k, x]
@@ -148,7 +140,7 @@ class DotMixin:
                 self.out.line(f"float4 {regs}[{plan['iters']}];")
                 self.load_regs(plan, inner, regs)
             return ("load", (inner, regs), transposed)
-        from compiler.cuda.exprs import Val
+        from compiler.cuda.values import Val
 
         if (
             isinstance(inner, ir.Name)
@@ -181,7 +173,7 @@ class DotMixin:
         stores touch 4 of the 8 16-byte bank groups instead of 4 of the 32 banks: 8 wavefronts
         per store instruction instead of 8 per scalar store (a quarter of the shared-memory
         cycles; by our count of the addresses, not measured)."""
-        if val.dtype != "f32" or tile.ld % 4 or legacy_schedule():
+        if val.dtype != "f32" or tile.ld % 4:
             return False
         dr, dc = self.dists("2d", val.shape)
         along_rows = x == "_r"
@@ -282,7 +274,7 @@ class DotMixin:
         self.out.close()
 
     def _write_load(self, tile, load: ir.Load, transposed: bool, regs: str | None = None) -> None:
-        from compiler.cuda.exprs import Ctx
+        from compiler.cuda.values import Ctx
 
         plan = self.vector_plan(tile, load, transposed)
         if plan is not None:

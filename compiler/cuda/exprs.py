@@ -5,57 +5,16 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from compiler.cuda import analysis
-from compiler.cuda.dots import DotMixin, legacy_schedule
+from compiler.cuda.dots import DotMixin
 from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
 from compiler.cuda.reductions import ReductionMixin
+from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
-LOCALS = {"2d": ("_i", "_j"), "row": ("_i",), "col": ("_j",), "flat": ("_f",)}
-POSITIONS = {"2d": ("_r", "_c"), "row": ("_r",), "col": ("_c",), "flat": ("_p",)}
-
-
-@dataclass(frozen=True)
-class Ctx:
-    """Where the element being computed sits: its tile `shape`, the layout `kind`, the C local
-    indices into register arrays and the C positions inside the tile. `native`: the local
-    indices are those of the layout (false inside a transposed read)."""
-
-    shape: tuple[int, ...]
-    kind: str
-    local: tuple[str, ...]
-    pos: tuple[str, ...]
-    native: bool = True
-
-    @property
-    def standard(self) -> bool:
-        return self.native and self.local == LOCALS[self.kind]
-
-
-@dataclass
-class Val:
-    """A tile held in registers: `cname[count0][count1]` in layout `kind`."""
-
-    cname: str
-    kind: str
-    shape: tuple[int, ...]
-    dtype: str
-    ty_shape: tuple = ()
-
-
-@dataclass
-class SharedTile:
-    """A dot operand staged in shared memory as S[k][x] (row stride `ld`), `role` 'a' or 'b'."""
-
-    ptr: str
-    role: str
-    k: int
-    x: int
-    ld: int
+FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
 
 
 class ExprEmitter(DotMixin, ReductionMixin):
@@ -64,6 +23,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         self.env = env
         self.grid = grid
         self.tensor_cores = isinstance(grid, MmaGrid)
+        self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
         self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
@@ -99,7 +59,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         outside loops there is nothing to overtake; inside a loop the previous reads happened in
         an earlier iteration, and a barrier already emitted earlier in the innermost loop's body
         (not in a nested loop, which may run no iteration) lies on every path from them to here."""
-        if legacy_schedule() or self.loop_barriers and not self.loop_barriers[-1]:
+        if self.loop_barriers and not self.loop_barriers[-1]:
             self.sync()
 
     def fresh(self, base: str) -> str:
@@ -222,8 +182,12 @@ class ExprEmitter(DotMixin, ReductionMixin):
 
     def cast(self, c: str, expr: ir.Expr, dtype: str) -> str:
         src = expr.ty.dtype if expr.ty is not None else dtype
-        if src == dtype:
+        if src == dtype or src in ("bf16", "f16") and dtype == "f32":
             return c
+        if dtype in ("bf16", "f16"):  # into a narrow variable: rounded, as bf16() / f16() do
+            self.uses_bf16 |= dtype == "bf16"
+            self.uses_half |= dtype == "f16"
+            return f"{dtype}_to_f32(f32_to_{dtype}((float)({c})))"
         return f"(({CTYPE[dtype]})({c}))"
 
     # -- scalars ----------------------------------------------------------------------------
@@ -319,8 +283,9 @@ class ExprEmitter(DotMixin, ReductionMixin):
         ta, tb = e.lhs.ty.dtype, e.rhs.ty.dtype
         if e.op in ("and", "or"):
             return f"({a} {'&&' if e.op == 'and' else '||'} {b})"
-        if "f32" in (ta, tb):
-            a, b = (f"((float)({a}))" if ta != "f32" else a), (f"((float)({b}))" if tb != "f32" else b)
+        if ta in FLOATS or tb in FLOATS:  # bf16 / f16 values are held as exact floats
+            a = a if ta in FLOATS else f"((float)({a}))"
+            b = b if tb in FLOATS else f"((float)({b}))"
             if e.op == "%":
                 return f"floormod_f({a}, {b})"
             return f"({a} {e.op} {b})"
@@ -442,13 +407,13 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if f == "abs":
             a = e.args[0]
             inner = self.elem(a, self.sub_ctx(a, ctx))
-            return f"fabsf({inner})" if a.ty.dtype == "f32" else f"abs({inner})"
+            return f"fabsf({inner})" if a.ty.dtype in FLOATS else f"abs({inner})"
         if f in ("max", "min") and "axis" not in kw and len(e.args) == 2:
             a, b = e.args
             x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
-            if e.ty.dtype == "f32":
-                x = x if a.ty.dtype == "f32" else f"((float){x})"
-                y = y if b.ty.dtype == "f32" else f"((float){y})"
+            if e.ty.dtype in FLOATS:
+                x = x if a.ty.dtype in FLOATS else f"((float){x})"
+                y = y if b.ty.dtype in FLOATS else f"((float){y})"
                 return f"f{f}f({x}, {y})"
             return f"{f}({x}, {y})"
         if f in ("sum", "max", "min"):
@@ -456,10 +421,15 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if f == "where":
             c, a, b = e.args
             x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
-            if e.ty.dtype == "f32":
-                x = x if a.ty.dtype == "f32" else f"((float){x})"
-                y = y if b.ty.dtype == "f32" else f"((float){y})"
+            if e.ty.dtype in FLOATS:
+                x = x if a.ty.dtype in FLOATS else f"((float){x})"
+                y = y if b.ty.dtype in FLOATS else f"((float){y})"
             return f"({self.elem(c, self.sub_ctx(c, ctx))} ? {x} : {y})"
+        if f in ("bf16", "f16"):  # round to nearest even, held as the float it rounds to
+            x = self.f32_arg(e.args[0], ctx)
+            self.uses_bf16 |= f == "bf16"
+            self.uses_half |= f == "f16"
+            return f"{f}_to_f32(f32_to_{f}({x}))"
         if f == "f32":
             return f"((float)({self.elem(e.args[0], self.sub_ctx(e.args[0], ctx))}))"
         if f == "i32":
@@ -490,7 +460,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
 
     def f32_arg(self, a: ir.Expr, ctx):
         x = self.elem(a, self.sub_ctx(a, ctx))
-        return x if a.ty.dtype == "f32" else f"((float)({x}))"
+        return x if a.ty.dtype in FLOATS else f"((float)({x}))"
 
     def transpose(self, e: ir.Call, ctx: Ctx) -> str:
         a = e.args[0]

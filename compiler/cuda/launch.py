@@ -13,6 +13,7 @@ import numpy as np
 from common.errors import UserError
 from compiler.cuda import CompiledKernel, compile_kernel
 from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 _DTYPES = {
     "f32": np.dtype(np.float32),
@@ -27,10 +28,25 @@ _modules: dict[tuple[int, str, str], object] = {}  # kept alive as long as their
 _lock = threading.Lock()
 
 
+TENSOR_CORE_CC = 80  # mma.sync with bf16 / f16 / TF32 operands: sm_80 and later
+
+
+def check_device(compiled: CompiledKernel, capability: int) -> None:
+    """A dot lowered to tensor cores on a GPU without them is an error at that dot, never a
+    silently different result."""
+    if compiled.tensor_core_span is not None and capability < TENSOR_CORE_CC:
+        raise CompileError(
+            compiled.tensor_core_span,
+            f"this dot runs on tensor cores (bf16, f16 or TF32), which need compute capability 8.0 or "
+            f"later; this GPU has {capability // 10}.{capability % 10}",
+        )
+
+
 def _function(compiled: CompiledKernel):
     import cupy
 
     dev = cupy.cuda.Device().id
+    check_device(compiled, int(cupy.cuda.Device(dev).compute_capability))
     key = (dev, compiled.ptx, compiled.entry)
     with _lock:
         fn = _functions.get(key)
@@ -45,10 +61,11 @@ def _function(compiled: CompiledKernel):
     return fn
 
 
-def load(compiled: CompiledKernel) -> None:
+def load(compiled: CompiledKernel):
     """Load the module on the current device now (the driver JIT-compiles the PTX here, which can
-    take tens of milliseconds), so that the first launch does not pay for it."""
-    _function(compiled)
+    take tens of milliseconds), so that the first launch does not pay for it; returns the loaded
+    cupy function, which phobos.Kernel launches directly."""
+    return _function(compiled)
 
 
 def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
@@ -90,19 +107,50 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
     fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
 
 
+def prepared_launch(compiled: CompiledKernel, scalars: dict):
+    """`launch` with everything that does not change between launches done once: the function
+    looked up, the scalars converted, the parameter order fixed. The returned
+    `go(arrays, stream)` only puts the tensors in their slots (the pods' hot path; the arrays
+    are the pod's own allocations, checked once here by the first call's `launch`)."""
+    scalar_types = dict(compiled.scalars)
+    fixed: list = []
+    tensor_slots: list[tuple[int, str]] = []
+    for i, name in enumerate(compiled.params):
+        if name in scalar_types:
+            if name not in scalars:
+                raise UserError(f"scalar {name} is missing")
+            value = scalars[name]
+            fixed.append(np.float32(value) if scalar_types[name] == "f32" else np.int32(value))
+        else:
+            fixed.append(None)
+            tensor_slots.append((i, name))
+    fn = _function(compiled)
+    grid, block, shared = compiled.grid, compiled.block, compiled.shared_bytes
+    checked = []
+
+    def go(arrays: dict, stream) -> None:
+        if not checked:  # the first launch goes through every check of `launch`
+            launch(compiled, arrays, scalars, stream=stream)
+            checked.append(True)
+            return
+        args = list(fixed)
+        for i, name in tensor_slots:
+            args[i] = arrays[name]
+        fn(grid, block, tuple(args), shared_mem=shared, stream=stream)
+
+    return go
+
+
 def run_kernel_gpu(
-    kernel: ir.Kernel, binding, arrays: dict[str, np.ndarray], scalars: dict, schedule=None
+    kernel: ir.Kernel, binding, arrays: dict[str, np.ndarray], scalars: dict, schedule=None, tf32=False
 ) -> dict[str, np.ndarray]:
     """Copy host arrays in, run, copy the stored tensors out (returned by name)."""
     import cupy
 
     from compiler.frontend import walk
 
-    compiled = (
-        compile_kernel(kernel, binding)
-        if schedule is None
-        else compile_kernel(kernel, binding, schedule=schedule)
-    )
+    options = {"tf32": tf32} | ({"schedule": schedule} if schedule is not None else {})
+    compiled = compile_kernel(kernel, binding, **options)
     device = {}
     for p in kernel.tensors:
         host = arrays.get(p.name)

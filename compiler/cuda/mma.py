@@ -51,23 +51,58 @@ def operand_dtype(e: ir.Expr, kernel: ir.Kernel) -> str | None:
     return None
 
 
-def tensor_core_dtype(call: ir.Call, kernel: ir.Kernel) -> str | None:
-    """The operand type of a dot that runs on tensor cores, or None (FMA path)."""
+def tensor_core_dtype(call: ir.Call, kernel: ir.Kernel, tf32: bool = False) -> str | None:
+    """The operand type of a dot that runs on tensor cores ('bf16', 'f16' or 'tf32'), or None
+    (exact f32 on the FMA path). f32 operands use TF32 only where the kernel asked for it."""
+    precision = getattr(call, "precision", None)
+    mode = precision.mode if precision is not None else None
+    if mode in TC_DTYPES or mode == "tf32":
+        return mode
     a, b = (operand_dtype(x, kernel) for x in call.args)
-    return a if a == b and a in TC_DTYPES else None
+    if a == b and a in TC_DTYPES:
+        return a
+    if tf32 and a is None and b is None:
+        return "tf32"
+    return None
+
+
+def storage_dtype(dtype: str) -> str:
+    return "f32" if dtype == "tf32" else dtype
 
 
 @dataclass(frozen=True)
 class MmaTile:
-    """A dot operand in shared memory: 16-bit elements, stored [rows][cols] with row stride `ld`.
-    `role` 'a' ([x, k] as dot sees it) or 'b' ([k, x]); `k_contiguous`: the stored cols are k."""
+    """A dot operand in shared memory, stored [rows][cols] with row stride `ld`; `dtype` is the
+    storage type (bf16, f16, or f32 for TF32). `role` 'a' ([x, k] as dot sees it) or 'b'
+    ([k, x]); `k_contiguous`: the stored cols are k."""
 
-    ptr: str  # C expression of type unsigned short*
+    ptr: str  # C expression of type ctype*
     role: str
     k: int
     x: int
     k_contiguous: bool
     dtype: str
+
+    @property
+    def elem_bytes(self) -> int:
+        return 4 if self.dtype == "f32" else 2
+
+    @property
+    def ctype(self) -> str:
+        return "float" if self.dtype == "f32" else "unsigned short"
+
+    @property
+    def pad(self) -> int:
+        """16-bit: 16 bytes (ldmatrix rows in distinct bank groups). f32 fragments are read with
+        scalar loads: lane (g, t) reads row g col t (k-contiguous: stride = 4 mod 32 words) or
+        row t col g (otherwise: 8 mod 32), which puts the 32 lanes in 32 banks."""
+        if self.elem_bytes == 2:
+            return ROW_PAD
+        return 4 if self.k_contiguous else 8
+
+    @property
+    def vector(self) -> int:
+        return 16 // self.elem_bytes
 
     @property
     def rows(self) -> int:
@@ -79,26 +114,30 @@ class MmaTile:
 
     @property
     def ld(self) -> int:
-        return self.cols + ROW_PAD
+        return self.cols + self.pad
 
     @property
     def elements(self) -> int:
         return self.rows * self.ld
 
 
-def tile_floats(tile_or_shape) -> int:
+def tile_floats(tile) -> int:
     """Shared-memory size of an MmaTile in 4-byte words."""
-    return (tile_or_shape.elements + 1) // 2
+    return (tile.elements * tile.elem_bytes + 3) // 4
 
 
 def make_tile(ptr: str, role: str, k: int, x: int, k_contiguous: bool, dtype: str, span) -> MmaTile:
-    if k % MMA_K:
+    step = 8 if dtype == "f32" else MMA_K
+    if k % step:
         raise CompileError(
-            span, f"dot's inner extent {k} is not a multiple of {MMA_K} (the tensor-core k step)"
+            span, f"dot's inner extent {k} is not a multiple of {step} (the tensor-core k step)"
         )
     t = MmaTile(ptr, role, k, x, k_contiguous, dtype)
-    if t.cols % 8:
-        raise CompileError(span, f"dot operand extent {t.cols} is not a multiple of 8 (one ldmatrix row)")
+    if t.cols % t.vector:
+        raise CompileError(
+            span,
+            f"dot operand extent {t.cols} is not a multiple of {t.vector} (one 16-byte shared-memory row)",
+        )
     return t
 
 
@@ -140,6 +179,16 @@ __device__ __forceinline__ unsigned pack_f16x2(float lo, float hi) {
 __device__ __forceinline__ void mma_bf16(float& c0, float& c1, float& c2, float& c3,
                                          const unsigned* a, const unsigned* b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ unsigned tf32_of(float f) {
+  unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f)); return r;
+}
+__device__ __forceinline__ void mma_tf32(float& c0, float& c1, float& c2, float& c3,
+                                         const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
     : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -245,6 +294,58 @@ def emit_mma(gen, acc, sa, sb, m: int, n: int, kk: int, dtype: str) -> None:
     gen.out.close()
 
 
+def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
+    """acc += a b with `mma.sync.m16n8k8` TF32: fragments read from shared memory by scalar
+    loads and rounded to TF32 (cvt.rna). A register operand a in the accumulator layout holds
+    columns 2t, 2t+1 of each 8-wide k step where the A fragment wants t and t + 4: the dot sums
+    over k, so B is read with the same permutation (slot t <- row 2t, slot t + 4 <- row 2t + 1)."""
+    dr, dc = gen.dists("2d", (m, n))
+    wm, wn = dr.per_warp, dc.per_warp
+    mt, nt = wm // 16, wn // 8
+    grid = gen.grid
+    wr_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
+    wc_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
+    from_regs = not isinstance(sa, MmaTile)
+    g, t = "(th_lane >> 2)", "(th_lane & 3)"
+    k_lo, k_hi = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
+
+    def at(tile: MmaTile, x: str, k: str) -> str:
+        r, c = (x, k) if tile.k_contiguous else (k, x)
+        return f"tf32_of({tile.ptr}[({r}) * {tile.ld} + {c}])"
+
+    c = acc.cname
+    gen.out.line(f"// tensor cores: warp tile {wm}x{wn}, {mt}x{nt} mma.m16n8k8 tf32, k {kk}")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int kk_ = 0; kk_ < {kk}; kk_ += 8)")
+    gen.out.line(f"unsigned af_[{mt}][4], bf_[{nt}][2];")
+    for i in range(mt):
+        if from_regs:
+            p = sa.cname
+            regs = [f"{p}[{2 * i + h}][kk_ / 4 + {e}]" for e in (0, 1) for h in (0, 1)]
+            gen.out.line(" ".join(f"af_[{i}][{q}] = tf32_of({r});" for q, r in enumerate(regs)))
+        else:
+            x0 = f"{wr_base} + {16 * i} + {g}"
+            parts = [
+                (x0, f"kk_ + {k_lo}"),
+                (f"{x0} + 8", f"kk_ + {k_lo}"),
+                (x0, f"kk_ + {k_hi}"),
+                (f"{x0} + 8", f"kk_ + {k_hi}"),
+            ]
+            gen.out.line(" ".join(f"af_[{i}][{q}] = {at(sa, x, k)};" for q, (x, k) in enumerate(parts)))
+    for j in range(nt):
+        x0 = f"{wc_base} + {8 * j} + {g}"
+        gen.out.line(
+            f"bf_[{j}][0] = {at(sb, x0, f'kk_ + {k_lo}')}; bf_[{j}][1] = {at(sb, x0, f'kk_ + {k_hi}')};"
+        )
+    for i in range(mt):
+        for jj in range(nt):
+            gen.out.line(
+                f"mma_tf32({c}[{2 * i}][{2 * jj}], {c}[{2 * i}][{2 * jj + 1}], "
+                f"{c}[{2 * i + 1}][{2 * jj}], {c}[{2 * i + 1}][{2 * jj + 1}], af_[{i}], bf_[{jj}]);"
+            )
+    gen.out.close()
+
+
 def _offset_expr(tile: MmaTile, kk: str, x: int) -> str:
     if tile.k_contiguous:
         return f"{x * tile.ld} + {kk}"
@@ -266,13 +367,14 @@ def copy_plan(gen, tile: MmaTile, load: ir.Load) -> dict | None:
         fill = load.fill
         if not (isinstance(fill, ir.Const) and float(fill.value) == 0.0):
             return None
-    if gen.dims_of(param)[-1] % 8:
+    v = tile.vector
+    if gen.dims_of(param)[-1] % v:
         return None
     last = load.index[-1]
-    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.ranges).divisor % 8:
+    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.ranges).divisor % v:
         return None
-    chunks = tile.rows * tile.cols // 8
-    return {"chunks": chunks, "per_row": tile.cols // 8, "iters": -(-chunks // gen.grid.threads)}
+    chunks = tile.rows * tile.cols // v
+    return {"chunks": chunks, "per_row": tile.cols // v, "iters": -(-chunks // gen.grid.threads)}
 
 
 def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
@@ -283,7 +385,7 @@ def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
     gen.out.line(f"const int e_ = it_ * {t} + th_id;")
     if plan["chunks"] % t:
         gen.out.line(f"if (e_ >= {plan['chunks']}) break;")
-    gen.out.line(f"const int o_ = e_ / {plan['per_row']}, q_ = (e_ % {plan['per_row']}) * 8;")
+    gen.out.line(f"const int o_ = e_ / {plan['per_row']}, q_ = (e_ % {plan['per_row']}) * {tile.vector};")
     ptr, pred = gen.element_address(gen.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
     if pred == "true":
         gen.out.line(f"cp_async16({tile.ptr} + o_ * {tile.ld} + q_, &{ptr}, true);")
@@ -296,7 +398,7 @@ def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
 
 def write_elements(gen, tile: MmaTile, load: ir.Load) -> None:
     """Element by element (converted to the operand type), where no 16-byte copy fits."""
-    from compiler.cuda.exprs import Ctx
+    from compiler.cuda.values import Ctx
 
     t = gen.grid.threads
     total = tile.rows * tile.cols
@@ -323,7 +425,7 @@ def write_registers(gen, tile: MmaTile, val, transposed: bool) -> None:
 
 def alloc_tile(gen, role: str, k: int, x: int, k_contiguous: bool, dtype: str, span) -> MmaTile:
     probe = make_tile("", role, k, x, k_contiguous, dtype, span)
-    ptr = f"reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe))}"
+    ptr = f"reinterpret_cast<{probe.ctype}*>{gen.alloc_perm(tile_floats(probe))}"
     return make_tile(f"({ptr})", role, k, x, k_contiguous, dtype, span)
 
 
@@ -348,7 +450,7 @@ def stage_load(gen, tile: MmaTile, load: ir.Load) -> bool:
 
 def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
     """The register Val that feeds A fragments directly, or None (see the module doc)."""
-    from compiler.cuda.exprs import Val
+    from compiler.cuda.values import Val
 
     if role != "a" or gen.grid.warps_n != 1 or isinstance(arg, ir.Load):
         return None
@@ -363,6 +465,7 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
 
 
 def lower_dot(gen, e: ir.Call, into, dtype: str):
+    """dtype: the tensor-core type ('bf16', 'f16', 'tf32')."""
     a, b = e.args
     m, kk = (gen.size(s) for s in a.ty.shape)
     n = gen.size(b.ty.shape[1])
@@ -379,7 +482,7 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
             continue
         inner, transposed, k_contiguous = operand_orientation(role, arg)
         x = m if role == "a" else n
-        tile = alloc_tile(gen, role, kk, x, k_contiguous, dtype, e.span)
+        tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
         if not (isinstance(inner, ir.Load) and inner.ty.rank == 2):
             inner = gen.materialize(inner, "2d")
         ops.append(tile)
@@ -399,5 +502,8 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         into = gen.declare(None, "2d", (m, n), "f32")
         ctx = gen.ctx_for("2d", (m, n))
         gen.emit_loop(ctx, [f"{gen.access(into, ctx)} = 0.0f;"])
-    emit_mma(gen, into, ops[0], ops[1], m, n, kk, dtype)
+    if dtype == "tf32":
+        emit_mma_tf32(gen, into, ops[0], ops[1], m, n, kk)
+    else:
+        emit_mma(gen, into, ops[0], ops[1], m, n, kk, dtype)
     return into

@@ -4,13 +4,15 @@ The library is found automatically, in this order: $PHOBOS_NVRTC (a path), the
 `nvidia-cuda-nvrtc-cu12` wheel (nvidia/cuda_nvrtc/lib/libnvrtc.so.12), the cu13 wheel
 (nvidia/cu13/lib/libnvrtc.so.13), $CUDA_HOME/lib64 and /usr/local/cuda*/lib64.
 Compiled PTX is cached in memory per (source text, options): the runtime compiles the same leaf
-for many units of work.
+for many units of work; and on disk (common/cache.py, `ptx/`), keyed by a hash of the source, the
+options and NVRTC's version, so that a job compiles no leaf an earlier job compiled already.
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
 import os
 import re
 import sys
@@ -18,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from common import cache
 
 DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo", "--use_fast_math")
 
@@ -103,6 +107,22 @@ def compile_to_ptx(
     with _cache_lock:
         if key in _cache:
             return _cache[key]
+    disk_name = _disk_name(source, opts)
+    text = cache.read_text(disk_name)
+    if text is None or ".entry" not in text:  # missing or unreadable: compile again
+        text = _compile(source, opts, name)
+        cache.write_text(disk_name, text)
+    with _cache_lock:
+        _cache[key] = text
+    return text
+
+
+def _disk_name(source: str, opts: tuple[str, ...]) -> str:
+    digest = hashlib.sha256("\0".join((source, *opts, repr(version()))).encode()).hexdigest()
+    return f"ptx/{digest}.ptx"
+
+
+def _compile(source: str, opts: tuple[str, ...], name: str) -> str:
     lib = _library()
     prog = ctypes.c_void_p()
     _check(
@@ -124,7 +144,4 @@ def compile_to_ptx(
         _check(lib.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    text = ptx.value.decode()
-    with _cache_lock:
-        _cache[key] = text
-    return text
+    return ptx.value.decode()

@@ -31,7 +31,7 @@ class ReductionMixin:
         x = e.args[0]
         shape = tuple(self.size(s) for s in x.ty.shape)
         f = e.func
-        is_f = x.ty.dtype == "f32"
+        is_f = x.ty.dtype in ("f32", "bf16", "f16")
         ident = (
             IDENT[f][0 if is_f else 1]
             .replace("INT_MIN_", "(-2147483647 - 1)")

@@ -332,7 +332,7 @@ class _KernelChecker:
 
     def size_of(self, e: ir.Expr, what: str) -> Size:
         """A checked compile-time expression as a Size: literals, dims, tile names, + and *."""
-        if isinstance(e, ir.Const) and type(e.value) is int:
+        if isinstance(e, ir.Const) and type(e.value) is int and not e.origin:
             return Size.const(e.value)
         if isinstance(e, ir.Name) and e.kind in ("dim", "tile"):
             return Size.sym(e.name)

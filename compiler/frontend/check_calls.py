@@ -65,7 +65,7 @@ def check_signature(call: ir.Call) -> None:
 def _axis(call: ir.Call, limit: int) -> int:
     """The literal `axis = k` of a call, 0 <= k < limit."""
     value = dict(call.kwargs)["axis"]
-    if not (isinstance(value, ir.Const) and type(value.value) is int):
+    if not (isinstance(value, ir.Const) and type(value.value) is int and not value.origin):
         raise CompileError(value.span, "axis must be an integer literal")
     if not 0 <= value.value < limit:
         raise CompileError(

@@ -153,9 +153,15 @@ BOOL = ScalarType("bool")
 
 @dataclass(frozen=True)
 class Const:
+    """A literal, or `ctx.origin.<axis>` (`origin` set to the axis): the start, in elements, of
+    this kernel's super-tile along that grid axis. A kernel launched on its own is its own only
+    super-tile, so the origin is the constant 0 there; the cluster compiler writes each leaf's
+    origin into the leaf's text (docs/cluster.md)."""
+
     value: float | int | bool  # `inf` / `-inf` are float('inf') / float('-inf')
     span: Span
     ty: Type | None = None
+    origin: Literal["x", "y", "z"] | None = None
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def format_expr(e: ir.Expr, context: int = 0) -> str:
 
 def _format(e: ir.Expr) -> str:
     if isinstance(e, ir.Const):
-        return _const(e.value)
+        return f"ctx.origin.{e.origin}" if e.origin else _const(e.value)
     if isinstance(e, ir.Name):
         return e.name
     if isinstance(e, ir.BlockIndex):

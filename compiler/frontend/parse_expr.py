@@ -121,7 +121,7 @@ class ExprParser(TokenStream):
             minus = self.advance()
             operand = self.unary()
             span = minus.span.to(operand.span)
-            if isinstance(operand, ir.Const) and not isinstance(operand.value, bool):
+            if isinstance(operand, ir.Const) and not isinstance(operand.value, bool) and not operand.origin:
                 return ir.Const(value=-operand.value, span=span)
             return ir.UnaryOp(op="-", operand=operand, span=span)
         return self.postfix()
@@ -223,15 +223,18 @@ class ExprParser(TokenStream):
             return ir.Name(name=tok.text, span=tok.span)
         if tok.is_keyword("ctx"):
             self.advance()
-            self.expect_op(".", "'.block' after 'ctx'")
-            block = self.expect_ident("'block' after 'ctx.'")
-            if block.text != "block":
-                raise CompileError(block.span, f"ctx has no field '{block.text}' (known: block)")
-            self.expect_op(".", "'.x', '.y' or '.z' after 'ctx.block'")
+            self.expect_op(".", "'.block' or '.origin' after 'ctx'")
+            field = self.expect_ident("'block' or 'origin' after 'ctx.'")
+            if field.text not in ("block", "origin"):
+                raise CompileError(field.span, f"ctx has no field '{field.text}' (known: block, origin)")
+            self.expect_op(".", f"'.x', '.y' or '.z' after 'ctx.{field.text}'")
             axis = self.expect_ident("'x', 'y' or 'z'")
             if axis.text not in ("x", "y", "z"):
-                raise CompileError(axis.span, f"ctx.block has no axis '{axis.text}' (known: x, y, z)")
-            return ir.BlockIndex(axis=axis.text, span=tok.span.to(axis.span))
+                raise CompileError(axis.span, f"ctx.{field.text} has no axis '{axis.text}' (known: x, y, z)")
+            span = tok.span.to(axis.span)
+            if field.text == "origin":
+                return ir.Const(value=0, span=span, origin=axis.text)
+            return ir.BlockIndex(axis=axis.text, span=span)
         if tok.is_op("("):
             self.advance()
             inner = self.expr()

@@ -89,3 +89,19 @@ def test_runs_cover_the_region_in_order():
             want = flat[tuple(slice(a, a + n) for a, n in zip(start, extent, strict=True))].reshape(-1)
             got = list(itertools.chain.from_iterable(range(first, first + count) for first, count in runs))
             assert got == list(want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_copy_regions_copies_only_those(tmp_path, dtype, monkeypatch):
+    monkeypatch.setattr(storage, "COPY_PIECE_BYTES", 1000)  # several pieces per region
+    np_dtype = storage.STORAGE_DTYPES[dtype]
+    old = (np.arange(40 * 64) % 97).astype(np_dtype).reshape(40, 64)
+    np.save(tmp_path / "o.npy", old)
+    staging = storage.create_staging(tmp_path / "o.npy", (40, 64), dtype, "j")
+    gaps = [_region((0, 0), (40, 16)), _region((30, 16), (10, 48))]
+    copied = storage.copy_regions(tmp_path / "o.npy", staging, gaps)
+    assert copied == (40 * 16 + 10 * 48) * np_dtype.itemsize
+    stored = np.load(staging).view(np_dtype)
+    want = np.zeros_like(old)
+    want[:, :16], want[30:, 16:] = old[:, :16], old[30:, 16:]
+    np.testing.assert_array_equal(stored, want)

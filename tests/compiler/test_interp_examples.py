@@ -221,7 +221,7 @@ CASES = {
     "matmul_tf32": case_matmul_tf32,
 }
 # Examples whose error bounds are not those of f32 sums: tests/compiler/test_interp_precision.py.
-PRECISION_CASES = {"mha_bf16", "causal_mha_bf16", "mha_tf32"}
+PRECISION_CASES = {"mha_bf16", "causal_mha_bf16", "mha_tf32", "mha_f16"}
 
 
 def test_every_example_has_a_case():

@@ -181,6 +181,16 @@ def test_bf16_attention(name, causal, tiles):
 
 
 @pytest.mark.parametrize("tiles", POINTS)
+def test_f16_attention(tiles):
+    # as bf16 with the f16 unit roundoff u = 2^-11 (values of N(0, 1) are far from f16's range ends)
+    out, q, k, v = run_mha("mha_f16", 3, 77, 24, np.float16, tiles, seed=8)
+    ref, weight = attention_reference(q, k, v, 1 / np.sqrt(24), False)
+    u = 2.0**-11
+    bound = 1.01 * u * (weight + np.abs(ref)) + 1e-6
+    assert np.all(np.abs(out - ref) <= bound), np.max(np.abs(out - ref) - bound)
+
+
+@pytest.mark.parametrize("tiles", POINTS)
 def test_tf32_attention(tiles):
     # Both dots round their operands to TF32 (u = 2^-11): Q and K move S by u * scale * |q||k|
     # (twice), which moves O by up to that times max|v|; P and V by u each.

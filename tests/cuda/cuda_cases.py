@@ -8,10 +8,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from compiler.cuda import unlowered
 from compiler.frontend import binding, ir
 from compiler.frontend import load as frontend
-from compiler.frontend.diagnostics import CompileError
 
 STORAGE = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -22,17 +20,7 @@ def load_example(name: str) -> ir.Kernel:
 
 
 def example_names() -> list[str]:
-    """The examples the generator compiles; those it refuses for now (compiler/cuda/unlowered.py,
-    tested in test_cuda_unlowered.py) join this list as soon as it lowers them."""
-    return sorted(p.name for p in EXAMPLES.glob("*.phk") if not refused_example(p.name))
-
-
-def refused_example(name: str) -> bool:
-    try:
-        unlowered.refuse_unlowered(load_example(name))
-    except CompileError:
-        return True
-    return False
+    return sorted(p.name for p in EXAMPLES.glob("*.phk"))
 
 
 def free_dims(kernel: ir.Kernel) -> list[str]:

@@ -20,7 +20,10 @@ PRUNE_REASONS = ("registers", "shared memory", "cannot lay out")
 
 
 def _dims(kernel, value=2048):
-    return {d: value for d in free_dims(kernel)}
+    """Every free dim at `value`, except an attention head dim D (a tile extent, 64) and a heads
+    count H (8)."""
+    fixed = {"D": 64, "H": 8}
+    return {d: fixed.get(d, value) for d in free_dims(kernel)}
 
 
 def _sweep_jobs(sample: bool = False):

@@ -96,9 +96,3 @@ def test_flash_key_block_costs_three_barriers_and_p_is_stored_16_bytes_wide():
     assert loop.count("__syncthreads();") == 3
     assert src.count("__syncthreads();") == 4
     assert re.search(r"float4\*>\(&\(smem \+ \d+\)\[_c \* 132 \+ _r\]\) = make_float4\(u_p_", loop)
-
-
-def test_legacy_switch_restores_the_previous_code(monkeypatch):
-    monkeypatch.setenv("PHOBOS_CUDA_LEGACY_SCHEDULE", "1")
-    src = _source("flash_attention.phk", {"Nq": 4096, "Nk": 4096}, {"D": 64, "BR": 128, "BC": 64})
-    assert src.count("__syncthreads();") == 6 and "make_float4(u_p_" not in src

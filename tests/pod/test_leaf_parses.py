@@ -14,6 +14,7 @@ import numpy as np
 from pod.backend_cpu import CpuBackend
 from pod.runtime import PodRuntime
 from scheduler import prepare as prep
+from scheduler.job_storage import JobStorage
 from scheduler.jobfile import build_job, write_job
 from scheduler.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
@@ -32,7 +33,8 @@ def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
     write_job(job, tmp_path / "add.job")
     prepared = prep.prepare(job, tmp_path / "add.job", [tmp_path], {"BLOCK": 256}, job_id="parse-count")
     assert len(prepared.program.units) == 16
-    staged = prep.create_staging(prepared)
+    files = JobStorage.open(prepared)
+    files.stage()
 
     parses: Counter = Counter()
     real = compiler.pipeline.parse
@@ -64,6 +66,6 @@ def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
 
     finished = asyncio.run(run_generations())
     assert finished == [(1, True, ""), (2, True, "")]
-    prep.commit_staging(prepared, staged)
+    files.commit()
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
     assert parses == Counter({"<cluster leaf main>": 1})  # 32 launches of one leaf, one parse

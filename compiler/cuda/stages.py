@@ -1,0 +1,242 @@
+"""The CUDA leaf compiler as a visible list of stages, each `stage(Leaf) -> Leaf`:
+
+  bind     the binding's dims and tile values become the leaf's constants and CTA counts
+  hoist    dot operands that are tensor loads inside loops get lets at the loop top (hoist.py)
+  analyse  which lets live in shared memory, which dots run on tensor cores (and in which
+           type), layout hints of 1-D tiles, longest-first grid axes (analysis.py, mma.py)
+  lay out  the CTA's threads: ThreadGrid (CUDA cores) or MmaGrid (the tensor-core accumulator
+           layout) for every tile (layout.py); a point that fits no layout is pruned here
+  emit     CUDA C++: one emitter per IR operation over one context (codegen.py statements,
+           exprs.py expressions, reductions.py, dots.py FMA dots, mma.py tensor-core dots)
+  nvrtc    PTX through NVRTC (nvrtc.py); its errors point at the kernel's line
+
+`PHOBOS_CUDA_DUMP=DIR` writes what each stage produced to DIR/N-stage.txt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compiler.cuda import analysis, mma
+from compiler.cuda.hoist import hoist_dot_loads
+from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
+from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.frontend import ir, walk
+from compiler.frontend.diagnostics import CompileError
+
+
+@dataclass(frozen=True)
+class Options:
+    tf32: bool = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
+    schedule: Schedule = DEFAULT
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the analyse stage found."""
+
+    shared: dict  # let name -> dot operand role ('a' / 'b') of lets staged in shared memory
+    hints: dict  # 1-D let name -> 'row' / 'col' layout
+    tc_dots: tuple  # the dots that run on tensor cores
+    tc_lets: frozenset  # lets that feed only tensor-core dots (16-bit or TF32 operand buffers)
+    longest_first: tuple  # grid axes launched in reverse (causal loops: longest first)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    kernel: ir.Kernel
+    binding: object
+    options: Options = field(default_factory=Options)
+    env: dict | None = None
+    counts: tuple | None = None  # CTAs along x, y, z
+    plan: Plan | None = None
+    grid: ThreadGrid | MmaGrid | None = None
+    generated: object = None  # codegen.Generated
+    ptx: str | None = None
+
+
+def bind(leaf: Leaf) -> Leaf:
+    counts = [1, 1, 1]
+    for axis, n in zip(leaf.kernel.grid, leaf.binding.grid, strict=True):
+        counts["xyz".index(axis.axis)] = n
+    return dataclasses.replace(leaf, env=dict(leaf.binding.env), counts=tuple(counts))
+
+
+def hoist(leaf: Leaf) -> Leaf:
+    return dataclasses.replace(leaf, kernel=hoist_dot_loads(leaf.kernel))
+
+
+def analyse(leaf: Leaf) -> Leaf:
+    k, tf32 = leaf.kernel, leaf.options.tf32
+    dots = tuple(tensor_core_dots(k, tf32))
+    plan = Plan(
+        shared=analysis.shared_lets(k.body),
+        hints=analysis.layout_hints(k.body),
+        tc_dots=dots,
+        tc_lets=frozenset(tensor_core_lets(k, list(dots), tf32)) if dots else frozenset(),
+        longest_first=tuple(analysis.longest_first_axes(k.body, leaf.env)),
+    )
+    return dataclasses.replace(leaf, plan=plan)
+
+
+def lay_out(leaf: Leaf) -> Leaf:
+    from compiler.cuda.codegen import pruned
+
+    k, schedule = leaf.kernel, leaf.options.schedule
+    threads = cta_threads(k, schedule)
+    if not 1 <= threads <= 1024 or threads % 32:
+        raise CompileError(k.span, f"@launch({threads}): a CTA has 32 to 1024 threads, a multiple of 32")
+    try:
+        grid = choose_grid(k, leaf.env, schedule, leaf.options.tf32)
+    except LayoutError as e:
+        raise pruned(k, leaf.binding, k.span, f"cannot lay out its tiles on {threads} threads: {e}") from None
+    return dataclasses.replace(leaf, grid=grid)
+
+
+def emit(leaf: Leaf) -> Leaf:
+    from compiler.cuda.codegen import KernelGen
+
+    return dataclasses.replace(leaf, generated=KernelGen(leaf).generate())
+
+
+def to_ptx(leaf: Leaf) -> Leaf:
+    from compiler.cuda import ptx_of
+
+    return dataclasses.replace(leaf, ptx=ptx_of(leaf.kernel, leaf.generated))
+
+
+STAGES = (
+    ("bind", bind),
+    ("hoist", hoist),
+    ("analyse", analyse),
+    ("lay out", lay_out),
+    ("emit", emit),
+    ("nvrtc", to_ptx),
+)
+
+
+def run(kernel: ir.Kernel, binding, options: Options = Options(), until: str = "nvrtc") -> Leaf:
+    """Run the stages in order up to and including `until`."""
+    dump = os.environ.get("PHOBOS_CUDA_DUMP")
+    leaf = Leaf(kernel, binding, options)
+    for i, (name, stage) in enumerate(STAGES):
+        leaf = stage(leaf)
+        if dump:
+            _dump(Path(dump), i, name, leaf)
+        if name == until:
+            break
+    return leaf
+
+
+def _dump(folder: Path, index: int, name: str, leaf: Leaf) -> None:
+    from compiler.frontend import ir_print
+
+    text = {
+        "bind": lambda: f"env {leaf.env}\nCTAs {leaf.counts}",
+        "hoist": lambda: "\n".join(line for st in leaf.kernel.body for line in ir_print.format_stmt(st)),
+        "analyse": lambda: repr(leaf.plan),
+        "lay out": lambda: repr(leaf.grid),
+        "emit": lambda: leaf.generated.source,
+        "nvrtc": lambda: leaf.ptx,
+    }[name]()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{index}-{name.replace(' ', '-')}.txt").write_text(text)
+
+
+# -- analysis helpers (analyse and lay out) ------------------------------------------------------
+
+
+def _eval(size: ir.Size, env) -> int:
+    return size.evaluate(dict(env))
+
+
+def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
+    shapes2d, dots, rows, cols = set(), set(), set(), set()
+    for e in walk.iter_body_exprs(kernel.body):
+        if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
+            shapes2d.add(tuple(_eval(s, env) for s in e.ty.shape))
+            if isinstance(e, ir.Call) and e.func == "dot":
+                dots.add(tuple(_eval(s, env) for s in e.ty.shape))
+    for s in walk.iter_stmts(kernel.body):
+        if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
+            shapes2d.add(tuple(_eval(x, env) for x in s.declared.shape))
+    return shapes2d, dots, rows, cols
+
+
+def tensor_core_dots(kernel: ir.Kernel, tf32: bool) -> list[ir.Call]:
+    return [
+        e
+        for e in walk.iter_body_exprs(kernel.body)
+        if isinstance(e, ir.Call) and e.func == "dot" and mma.tensor_core_dtype(e, kernel, tf32)
+    ]
+
+
+def reduces_rows(kernel: ir.Kernel) -> bool:
+    return any(
+        isinstance(e, ir.Call)
+        and e.func in ("sum", "max", "min")
+        and len(e.args) == 1
+        and e.args[0].ty.rank == 2
+        and dict(e.kwargs)["axis"].value == 1
+        for e in walk.iter_body_exprs(kernel.body)
+    )
+
+
+def tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call], tf32: bool) -> set[str]:
+    """Lets that feed only tensor-core dots (staged as 16-bit operands)."""
+
+    def names(calls):
+        return {analysis.dot_operand_name(x) for c in calls for x in c.args} - {None}
+
+    others = [
+        e
+        for e in walk.iter_body_exprs(kernel.body)
+        if isinstance(e, ir.Call) and e.func == "dot" and not mma.tensor_core_dtype(e, kernel, tf32)
+    ]
+    return names(dots) - names(others)
+
+
+def register_shapes(kernel: ir.Kernel, env) -> set:
+    """Shapes of the 2-D tiles held in registers: not the dot operands staged in shared memory."""
+    shared = analysis.shared_lets(kernel.body)
+    staged = {id(s.value) for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let) and s.name in shared}
+    for e in walk.iter_body_exprs(kernel.body):
+        if isinstance(e, ir.Call) and e.func == "dot":
+            for x in e.args:
+                staged.add(id(x))
+                if isinstance(x, ir.Call) and x.func == "transpose":
+                    staged.add(id(x.args[0]))
+    out = set()
+    for e in walk.iter_body_exprs(kernel.body):
+        if id(e) in staged or isinstance(e, ir.Name) and e.name in shared:
+            continue
+        if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
+            out.add(tuple(_eval(s, env) for s in e.ty.shape))
+    for s in walk.iter_stmts(kernel.body):
+        if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
+            out.add(tuple(_eval(x, env) for x in s.declared.shape))
+    return out
+
+
+def cta_threads(kernel: ir.Kernel, schedule: Schedule) -> int:
+    return schedule.threads or kernel.threads
+
+
+def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool):
+    threads = cta_threads(kernel, schedule)
+    if tensor_core_dots(kernel, tf32):
+        shapes = register_shapes(kernel, env)
+        pinned = schedule.threads is not None or any(isinstance(a, ir.Launch) for a in kernel.attributes)
+        # without a pinned CTA size, fewer warps where the tiles have too few rows for all of them
+        sizes = [threads] if pinned else [threads, threads // 2, threads // 4]
+        for n in sizes:
+            try:
+                return choose_mma_grid(n, shapes, reduces_rows(kernel), schedule.warps_m)
+            except LayoutError:
+                if n == sizes[-1]:
+                    raise
+    shapes2d, dots, rows, cols = _shapes(kernel, env)
+    return choose_thread_grid(threads, shapes2d, dots, rows, cols)

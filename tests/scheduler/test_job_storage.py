@@ -1,0 +1,80 @@
+"""scheduler/job_storage.py without pods: the locks a job holds, and `abandon` (the call that
+Ctrl-C and SIGTERM handling makes) removing the staging copies and dropping the locks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from common.errors import UserError
+from common.locks import is_locked
+from scheduler.job_storage import JobStorage, abandon_open_jobs
+from scheduler.jobfile import read_job
+from scheduler.prepare import prepare
+from tests.job_files import make_job, write_inputs
+
+N = 1024
+
+
+@pytest.fixture()
+def prepared(tmp_path):
+    write_inputs(tmp_path, {"a": np.zeros(N, np.float32), "b": np.ones(N, np.float32)})
+    np.save(tmp_path / "c.npy", np.full(N, 5.0, np.float32))
+    job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
+    return lambda: prepare(read_job(job), job, [tmp_path])
+
+
+def test_abandon_open_jobs_removes_staging_and_drops_locks(prepared, tmp_path):
+    files = JobStorage.open(prepared())
+    staged = files.stage()
+    assert staged["c"].exists() and is_locked(tmp_path / "c.npy") and is_locked(tmp_path / "a.npy")
+    # the job writes all of c: nothing of the old file is copied (every store fills its region)
+    np.testing.assert_array_equal(np.load(staged["c"]), np.zeros(N, np.float32))
+    with pytest.raises(UserError, match="tensor c: .* is in use by another phobos job"):
+        JobStorage.open(prepared())
+    abandon_open_jobs()
+    assert not staged["c"].exists()
+    assert not is_locked(tmp_path / "c.npy") and not is_locked(tmp_path / "a.npy")
+    files.abandon()  # twice is fine
+    JobStorage.open(prepared()).abandon()
+
+
+def test_a_committed_job_releases_its_locks(prepared, tmp_path):
+    files = JobStorage.open(prepared())
+    staged = files.stage()
+    files.commit()
+    assert not staged["c"].exists() and not is_locked(tmp_path / "c.npy")
+    assert sorted(p.name for p in tmp_path.iterdir() if "phobos-" in p.name and "lock" not in p.name) == []
+
+
+def test_only_the_regions_no_unit_writes_are_copied(prepared, tmp_path, monkeypatch):
+    job = prepared()
+    units = job.program.units
+    kept = units[: len(units) // 2]  # as if the job wrote only the first half of c
+    job = dataclasses.replace(job, program=dataclasses.replace(job.program, units=kept))
+    written = {r.start[0] + i for u in kept for launch in u.launches for _, r in launch.writes
+               for i in range(r.shape[0])}
+    files = JobStorage.open(job)
+    try:
+        staged = np.load(files.stage()["c"])
+    finally:
+        files.abandon()
+    want = np.array([0.0 if i in written else 5.0 for i in range(N)], np.float32)
+    np.testing.assert_array_equal(staged, want)
+    assert 0 < len(written) < N
+
+
+def test_an_output_written_whole_is_not_copied(prepared, monkeypatch):
+    from common import storage
+
+    def refuse(*args):
+        raise AssertionError("the old output was copied although the job writes all of it")
+
+    monkeypatch.setattr(storage, "copy_regions", refuse)
+    files = JobStorage.open(prepared())
+    try:
+        files.stage()
+    finally:
+        files.abandon()
