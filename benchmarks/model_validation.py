@@ -137,7 +137,7 @@ async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict
 GUIDE = """\
 `phobos-sched JOB --autotune` chooses the `@cluster` values (scheduler/tuner.py, tuner_cli.py):
 
-1. every combination of the `@cluster` values (less those pinned with `--set`) is compiled by the
+1. every combination of the `@cluster` values (less those pinned with `--cluster`) is compiled by the
    cluster compiler and planned by the real planner over the nodes; a combination is **dropped**
    when the compiler rejects it (its reason is shown), when it has fewer super-tiles than nodes (a
    node would get none), or when a node's peak memory (the planner's) exceeds its memory;

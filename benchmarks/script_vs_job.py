@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = {  # (case, device) -> kernel, --set values (n below 2^24: the CPU kernel's 2^20 block)
+KERNELS = {  # (case, device) -> kernel, --cluster values (n below 2^24: the CPU kernel's 2^20 block)
     ("add", "cpu"): ("benchmarks/kernels/cluster_add.phk", ["BLOCK=4194304"]),
     ("add", "gpu"): ("benchmarks/kernels/cluster_add_gpu.phk", ["BLOCK=16777216"]),
     ("add", "gpu-small"): ("benchmarks/kernels/cluster_add.phk", ["BLOCK=1048576"]),
@@ -75,9 +75,9 @@ def make_case(case: str, device: str, n: int, folder: Path) -> tuple[Path, list[
     np.save(folder / "a.npy", rng.standard_normal(shape_a, dtype=np.float32))
     np.save(folder / "b.npy", rng.standard_normal(shape_b, dtype=np.float32))
     job = folder / "job.capnp"
-    cmd = [sys.executable, "-m", "scheduler.main", "new-job", "--kernel", str(ROOT / kernel), "-o", str(job)]
+    cmd = [sys.executable, "-m", "scheduler.main", "new-job", str(ROOT / kernel), "-o", str(job)]
     for value in cluster:
-        cmd += ["--set", value]
+        cmd += ["--cluster", value]
     for d in dims:
         cmd += ["--dim", d]
     for t in tensors:

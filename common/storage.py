@@ -7,10 +7,14 @@ Decisions (the runtime's storage contract):
 - Confinement: a path must lie inside one of the operator's storage roots after every symlink is
   resolved; a `..` component is refused outright (even one that would stay inside), and so is any
   other scheme. The pod's default root is its working directory (pod/cli.py --storage-root).
-- dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is stored by numpy (with
-  ml_dtypes) as the opaque 2-byte void type `<V2`, so a 2-byte void header is read as bf16.
-- Tiles move as f32: reads convert to f32; writes convert f32 to the storage dtype rounding to
-  nearest (ties to even), for i32 too (values outside i32's range are refused).
+- dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is written with the header
+  dtype `bfloat16`, which numpy reads back as ml_dtypes.bfloat16 once ml_dtypes is imported
+  (`write_npy`). Files numpy itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record);
+  such a header is read as bf16 too.
+- Tiles keep the storage dtype: `read_region_into` a buffer of that dtype copies the bytes as
+  they are (pread); a buffer of another dtype (read_region's f32) gets them converted. Writes of
+  values already in the storage dtype store them as they are; other values are converted to it
+  rounding to nearest (ties to even), for i32 too (values outside i32's range are refused).
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
   job id), its space reserved up front; a job's outputs are committed together through a commit
   record (common/commit.py) when it succeeds; a failed or killed job leaves the original untouched.
@@ -42,6 +46,16 @@ STORAGE_DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype("<i4"),
 }
 MAX_RANK = 4
+
+
+def dtype_name(dtype) -> str:
+    """f32, f16, bf16 or i32 for a numpy dtype of STORAGE_DTYPES (bf16: ml_dtypes.bfloat16)."""
+    for name, known in STORAGE_DTYPES.items():
+        if np.dtype(dtype) == known:
+            return name
+    raise UserError(f"dtype {np.dtype(dtype)} is not a storage dtype ({', '.join(STORAGE_DTYPES)})")
+
+
 MIN_RUN_BYTES = 4096  # contiguous runs shorter than this are read and written through a memory map
 STAGING_MARK = ".phobos-staging-"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -125,7 +139,7 @@ def path_to_uri(path: Path) -> str:
 
 
 def _dtype_name(dtype: np.dtype, path: Path) -> str:
-    if dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None:
+    if dtype == STORAGE_DTYPES["bf16"] or (dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None):
         return "bf16"
     for name, known in STORAGE_DTYPES.items():
         if name != "bf16" and dtype == known:
@@ -193,6 +207,11 @@ def _read_header(path: Path, f) -> _Header:
 def _header_of(path: Path) -> _Header:
     with _open_regular(path) as f:
         return _read_header(path, f)
+
+
+def npy_shape(path: Path) -> tuple[int, ...]:
+    """The shape in a .npy header, whatever its dtype."""
+    return _header_of(path).shape
 
 
 def tensor_meta(path: Path) -> tuple[tuple[int, ...], str]:
@@ -325,8 +344,7 @@ def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id:
         raise UserError(f"{final_path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
     staging = staging_path(final_path, job_id)
     header = io.BytesIO()
-    npy_format.write_array_header_1_0(header, {"descr": npy_format.dtype_to_descr(STORAGE_DTYPES[dtype]),
-                                               "fortran_order": False, "shape": tuple(shape)})
+    npy_format.write_array_header_1_0(header, _npy_header(tuple(shape), STORAGE_DTYPES[dtype]))
     size = len(header.getvalue()) + math.prod(shape) * STORAGE_DTYPES[dtype].itemsize
     try:
         # O_EXCL: never adopt a file (or a FIFO) someone placed at the staging name.
@@ -355,6 +373,19 @@ def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id:
         abort(staging)
         raise
     return staging
+
+
+def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> dict:
+    # numpy would write bf16 as '<V2', which a plain np.load cannot turn back into bf16.
+    descr = "bfloat16" if dtype == STORAGE_DTYPES["bf16"] else npy_format.dtype_to_descr(dtype)
+    return {"descr": descr, "fortran_order": False, "shape": tuple(int(n) for n in shape)}
+
+
+def write_npy(file, array: np.ndarray) -> None:
+    """Write `array` to a binary file object as .npy, bf16 with a header numpy reads back."""
+    array = np.ascontiguousarray(array)
+    npy_format.write_array_header_1_0(file, _npy_header(array.shape, array.dtype))
+    file.write(array.tobytes())
 
 
 def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:

@@ -1,8 +1,9 @@
-"""The CPU backend: buffers are numpy f32 arrays, leaves run on the reference interpreter.
+"""The CPU backend: buffers are numpy arrays, leaves run on the reference interpreter.
 
 Each leaf is parsed, checked and bound once per job (`prepare`), then launched as often as the
-plan says. Buffers hold f32 (tiles always travel as f32); a leaf whose tensor parameter is
-declared f16/bf16/i32 gets a converted copy, and written parameters are converted back.
+plan says. A buffer holds its tensor's storage dtype (f32, f16, bf16 as ml_dtypes.bfloat16, i32),
+which is the dtype the kernel declares, so a leaf gets its buffers as they are; a parameter bound
+to a buffer of another dtype gets a converted copy, and written parameters are converted back.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class CpuBackend:
 
     # ---- buffers ----
 
-    def allocate(self, shape: tuple[int, ...]) -> np.ndarray:
-        return np.zeros(shape, dtype=np.float32)
+    def allocate(self, shape: tuple[int, ...], dtype: str = "f32") -> np.ndarray:
+        return np.zeros(shape, dtype=_PARAM_DTYPES[dtype])
 
     def upload(self, buffer: np.ndarray, host: np.ndarray) -> None:
         buffer[...] = host
@@ -103,12 +104,16 @@ class CpuBackend:
         return write(buffer), 0.0
 
     def download(self, buffer: np.ndarray) -> np.ndarray:
-        """The buffer's contents as a C-contiguous f32 host array (no copy on the CPU)."""
+        """The buffer's contents as a C-contiguous host array (no copy on the CPU)."""
         return buffer
 
     def host_view(self, buffer: np.ndarray) -> np.ndarray | None:
         """A host array aliasing the buffer, written into directly by a fetch (None on a GPU)."""
         return buffer
+
+    def host_dtype(self, buffer: np.ndarray) -> np.dtype:
+        """The numpy dtype of the buffer's bytes on the host (its storage dtype)."""
+        return buffer.dtype
 
     def nbytes(self, buffer: np.ndarray) -> int:
         return buffer.nbytes
@@ -126,7 +131,7 @@ class CpuBackend:
                    {name: scalars[name] for name in prepared.leaf.scalars})
         for name in converted:
             if name in prepared.writes:
-                bound[name][...] = arrays[name].astype(np.float32)
+                bound[name][...] = arrays[name].astype(bound[name].dtype)
 
 
 def _leaf_arrays(prepared: PreparedLeaf, bound: dict[str, np.ndarray]):

@@ -1,4 +1,8 @@
-"""The GPU backend: buffers are cupy f32 arrays on one device, leaves run as PTX through cupy.
+"""The GPU backend: buffers are cupy arrays on one device, leaves run as PTX through cupy.
+
+A buffer holds its tensor's storage dtype: f32, f16 and i32 as such, bf16 as its 16-bit pattern
+(uint16: cupy has no bfloat16, and the leaves take bf16 as bits); on the host the same bytes are
+viewed as ml_dtypes.bfloat16 (`host_dtype`).
 
 Leaves are compiled once per job (compiler.cuda.compile_kernel at the leaf's own dims and tile
 values; when the scheduler sends PTX, the pod only regenerates the launch metadata and uses that
@@ -21,6 +25,7 @@ import threading
 import time
 import weakref
 
+import ml_dtypes
 import numpy as np
 
 from pod.backend_cpu import PreparedLeaf, prepare_leaf
@@ -85,9 +90,10 @@ class GpuBackend:
 
     # ---- buffers ----
 
-    def allocate(self, shape: tuple[int, ...], dtype=np.float32):
+    def allocate(self, shape: tuple[int, ...], dtype: str = "f32"):
         cupy = self.cupy
-        nbytes = max(4, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        dtype = _DEVICE_DTYPES[dtype]
+        nbytes = max(4, int(np.prod(shape)) * dtype.itemsize)
         with self.device:
             mem = self._take_allocation(nbytes)
             array = cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(mem, 0))
@@ -126,6 +132,10 @@ class GpuBackend:
                 stream = self._local.stream = self.cupy.cuda.Stream(non_blocking=True)
         return stream
 
+    def host_dtype(self, buffer) -> np.dtype:
+        """The numpy dtype of the buffer's bytes on the host: bf16 bits are ml_dtypes.bfloat16."""
+        return _HOST_DTYPES.get(np.dtype(buffer.dtype), np.dtype(buffer.dtype))
+
     def pinned(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         """A host array in page-locked memory (cupy's pinned pool: freed blocks are reused)."""
         dtype = np.dtype(dtype)
@@ -136,7 +146,7 @@ class GpuBackend:
     def fill(self, buffer, read) -> tuple[int, float]:
         """`read(host)` into a pinned host array, then one asynchronous copy to the buffer on this
         thread's copy stream. Returns (bytes read, seconds of the copy)."""
-        host = self.pinned(tuple(buffer.shape), buffer.dtype)
+        host = self.pinned(tuple(buffer.shape), self.host_dtype(buffer))
         nbytes = read(host)
         start = time.perf_counter()
         stream = self._copy_stream()
@@ -163,7 +173,7 @@ class GpuBackend:
         return self._to_host(buffer)
 
     def _to_host(self, buffer) -> np.ndarray:
-        host = self.pinned(tuple(buffer.shape), buffer.dtype)
+        host = self.pinned(tuple(buffer.shape), self.host_dtype(buffer))
         stream = self._copy_stream()
         with self.device:
             buffer.data.copy_to_host_async(host.ctypes.data, host.nbytes, stream=stream)
@@ -244,10 +254,12 @@ def _device_arrays(cupy, prepared: PreparedLeaf, bound: dict):
     for param in prepared.kernel.tensors:
         buf = bound.get(param.name)
         if buf is None:
-            dtype = {"f32": cupy.float32, "f16": cupy.float16, "bf16": cupy.uint16, "i32": cupy.int32}
-            arrays[param.name] = cupy.zeros(tensor_shape(param, prepared.binding.env), dtype[param.dtype])
-        elif param.dtype == "f32":
-            arrays[param.name] = buf
+            shape = tensor_shape(param, prepared.binding.env)
+            arrays[param.name] = cupy.zeros(shape, _DEVICE_DTYPES[param.dtype])
+        elif buf.dtype == _DEVICE_DTYPES[param.dtype]:
+            arrays[param.name] = buf  # held in the declared dtype: no conversion
+        elif buf.dtype != cupy.float32:
+            raise TypeError(f"tensor {param.name}: a {buf.dtype} buffer for a {param.dtype} parameter")
         elif param.dtype == "bf16":
             # round to nearest even on the bit pattern: bf16 = upper half of f32
             bits = buf.view(cupy.uint32)
@@ -264,3 +276,9 @@ def _to_f32(cupy, array):
     if array.dtype == cupy.uint16:  # bf16 bit pattern: the upper half of an f32
         return (array.astype(cupy.uint32) << 16).view(cupy.float32)
     return array.astype(cupy.float32)
+
+
+# storage dtype -> device dtype (bf16 as its bits) and back to the host view of those bytes
+_DEVICE_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16),
+                  "i32": np.dtype(np.int32)}
+_HOST_DTYPES = {np.dtype(np.uint16): np.dtype(ml_dtypes.bfloat16)}

@@ -21,7 +21,7 @@ from common.errors import UserError
 from common.log import get_logger
 from pod import state as st
 from pod.faults import Faults
-from pod.transfer import DataPort, TransferError, checksum
+from pod.transfer import DataPort, TransferError, byte_view, checksum
 from schemas.capnp_io import InstructionEvent, JobProgram, Peer, TileHeader
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
 from schemas.remote_errors import remote_reason as _one_line
@@ -34,7 +34,7 @@ NOT_READY = "was not ready within"
 
 @dataclass
 class BufferRecord:
-    array: object  # numpy (cpu) or cupy (gpu) f32 array
+    array: object  # numpy (cpu) or cupy (gpu) array in its tensor's storage dtype
     host: np.ndarray | None = None  # host copy for serving (gpu), or the array itself (cpu)
     crc: int | None = None
 
@@ -210,7 +210,10 @@ class PodRuntime:
         """Run one instruction: (bytes moved, peer, seconds of host<->device copy)."""
         loop = asyncio.get_running_loop()
         if isinstance(ins, Allocate):
-            job.buffers[(generation, ins.buffer)] = BufferRecord(self.backend.allocate(tuple(ins.shape)))
+            if ins.dtype not in storage.STORAGE_DTYPES:
+                raise st.Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
+            array = self.backend.allocate(tuple(ins.shape), ins.dtype)
+            job.buffers[(generation, ins.buffer)] = BufferRecord(array)
             return 0, None, 0.0
         if isinstance(ins, Free):
             job.buffers.pop((generation, ins.buffer), None)
@@ -312,7 +315,8 @@ class PodRuntime:
             port, ticket = 0, b""
         else:
             port, ticket = self.data_port.port, self.data_port.offer(record.host)
-        return TileHeader(shape=tuple(record.host.shape), dtype="f32", nbytes=record.host.nbytes,
+        return TileHeader(shape=tuple(record.host.shape), dtype=storage.dtype_name(record.host.dtype),
+                          nbytes=record.host.nbytes,
                           checksum=record.crc, data_port=port, ticket=ticket)
 
     def _servable(self, job: Job, generation: int, buffer: int) -> bool:
@@ -326,7 +330,7 @@ class PodRuntime:
         record = self._buffer(job, generation, buffer)
         if record.host is None:
             raise st.Refused(f"buffer {buffer}: ask tileHeader first")
-        data = memoryview(record.host).cast("B")
+        data = byte_view(record.host)
         if offset > len(data):
             raise st.Refused(f"buffer {buffer}: offset {offset} is past its {len(data)} bytes")
         return bytes(data[offset:offset + length])

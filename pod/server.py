@@ -21,12 +21,13 @@ from pathlib import Path
 import capnp
 import numpy as np
 
+from common import storage
 from common.log import get_logger
 from pod import state as st
 from pod.backend_cpu import host_id
 from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS, REFUSAL_DELAY_S, FrontDoor, Stranger
 from pod.runtime import NOT_READY, BufferRecord, Job, PodRuntime
-from pod.transfer import TransferError, check_crc, chunk_ranges, fetch_by_ticket, verify
+from pod.transfer import TransferError, byte_view, check_crc, chunk_ranges, fetch_by_ticket, verify
 from schemas import capnp_io, rpc_streams
 from schemas.capnp_io import (
     CHUNK_BYTES,
@@ -96,6 +97,7 @@ class PodServer:
         self.lease_from: float | None = None  # send time of the last heartbeat the scheduler took
         self.declared_dead = ""  # the scheduler's refusal, once it has declared this pod dead
         self.heartbeats: asyncio.Task | None = None
+        self.heartbeat_sink = None  # the scheduler `heartbeats` reports to
         self.runtime.store_refusal = self._store_refusal
         name, memory = backend.describe()
         self.info = PodInfo(backend=backend.kind, device_name=name, vram_bytes=memory, pid=os.getpid(),
@@ -186,7 +188,11 @@ class PodServer:
         self.runtime.node = node
         self.lease_from = time.monotonic()
         self.declared_dead = ""
-        if self.heartbeats is None or self.heartbeats.done():
+        # A heartbeat loop serves one scheduler and ends once another has said hello; so a new
+        # scheduler gets a loop of its own even while the old one is still winding down (a new
+        # session on pods whose last session is still connected: the kill-matrix soak).
+        if self.heartbeats is None or self.heartbeats.done() or self.heartbeat_sink is not scheduler:
+            self.heartbeat_sink = scheduler
             self.heartbeats = asyncio.ensure_future(self._heartbeat())
             self.background.add(self.heartbeats)
             self.heartbeats.add_done_callback(self.background.discard)
@@ -382,12 +388,10 @@ class PodServer:
         reply = await self._ask_owner(job, generation, ins,
                                       lambda: link.pod.tileHeader(job.job_id, generation, ins.peer_buffer))
         header = capnp_io.read_tile_header(reply.header)
-        if tuple(header.shape) != shape:
-            raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} has shape {list(header.shape)}, "
-                                f"local buffer {ins.buffer} has {list(shape)}")
+        _check_same_tile(header, record, self.backend.host_dtype(record.array), ins)
         into = self.backend.host_view(record.array)
         if into is None:
-            into = np.empty(shape, np.float32)
+            into = np.empty(shape, self.backend.host_dtype(record.array))
         host = split_address(address)[0]
         bulk = bool(header.data_port)
         if bulk:
@@ -410,7 +414,7 @@ class PodServer:
                                                 header.nbytes), patience)
 
     async def _fetch_chunks(self, job, generation, ins, link, nbytes: int, into: np.ndarray) -> None:
-        view = memoryview(into).cast("B")
+        view = byte_view(into)
         slots = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
 
         async def one(offset: int, length: int) -> None:
@@ -450,14 +454,21 @@ class PodServer:
         reply = await self._ask_owner(job, generation, ins,
                                       lambda: link.pod.ipcHandle(job.job_id, generation, ins.peer_buffer))
         header = capnp_io.read_tile_header(reply.header)
-        if tuple(header.shape) != tuple(record.array.shape):
-            raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} has shape {list(header.shape)}")
+        _check_same_tile(header, record, self.backend.host_dtype(record.array), ins)
         await asyncio.get_running_loop().run_in_executor(
             self.runtime.io_pool, self.backend.copy_from_ipc, record.array, bytes(reply.handle),
             reply.deviceIndex)
         await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
                                                 header.nbytes), self.config.fetch_timeout)
         log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, path="cuda-ipc")
+
+
+def _check_same_tile(header, record: BufferRecord, dtype, ins: Fetch) -> None:
+    """The owner's tile must have the local buffer's shape and dtype (tiles are never converted)."""
+    shape, name = tuple(record.array.shape), storage.dtype_name(dtype)
+    if tuple(header.shape) != shape or (header.dtype or "f32") != name:
+        raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} is {header.dtype}"
+                            f"{list(header.shape)}, local buffer {ins.buffer} is {name}{list(shape)}")
 
 
 async def _read_plan(reader) -> NodePlan:
@@ -550,8 +561,9 @@ class PodImpl(rpc.Pod.Server):
         results = rpc_streams.results_of_live_call(_context)
         results.handle = self.pod.backend.ipc_handle(record.array)
         shape = tuple(record.array.shape)
+        dtype = storage.dtype_name(self.pod.backend.host_dtype(record.array))
         capnp_io.write_tile_header(results.header, capnp_io.TileHeader(
-            shape=shape, dtype="f32", nbytes=int(record.array.nbytes), checksum=0))
+            shape=shape, dtype=dtype, nbytes=int(record.array.nbytes), checksum=0))
         results.deviceIndex = self.pod.backend.device_index
         results.hostId = self.pod.info.host_id
 

@@ -35,7 +35,13 @@ class TransferError(Exception):
 
 
 def checksum(array: np.ndarray) -> int:
-    return zlib.crc32(memoryview(np.ascontiguousarray(array)).cast("B"))
+    return zlib.crc32(byte_view(np.ascontiguousarray(array)))
+
+
+def byte_view(array: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array, writable where it is (no copy). Through a uint8 view,
+    since a buffer of ml_dtypes.bfloat16 cannot be exported to a memoryview directly."""
+    return memoryview(array.reshape(-1).view(np.uint8))
 
 
 @dataclass
@@ -72,7 +78,7 @@ class DataPort:
         with self._lock:
             for key in [k for k, o in self._offers.items() if o.expires < now]:
                 del self._offers[key]
-            view = memoryview(np.ascontiguousarray(data)).cast("B")
+            view = byte_view(np.ascontiguousarray(data))
             self._offers[ticket] = _Offer(view, now + TICKET_TTL_S)
         return ticket
 
@@ -116,7 +122,7 @@ def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeo
     its reads: on loopback a 16 MiB tile's crc32 takes about as long as its bytes. `timeout_s`
     bounds the connection and every wait for bytes: a hung peer costs at most that long per
     stall, never forever."""
-    view = memoryview(into).cast("B")
+    view = byte_view(into)
     n = len(view)
     crc = [0]
     checked, last = 0, None

@@ -1,6 +1,7 @@
 """The `//scheduler` command line (phobos-sched).
 
-    phobos-sched new-job --kernel K.phk [--name KERNEL] --dim N=... --scalar a=... --tensor T=URI -o job.capnp
+    phobos-sched new-job K.phk [--kernel NAME] [--dim N=...] --scalar a=... --tensor T=URI
+                 [--tile NAME=V] [--cluster NAME=V] -o job.capnp
     phobos-sched show-job job.capnp
     phobos-sched job.capnp [--pods host:port,...] [--local-pods N] [--expect T=FILE.npy] [--trace FILE]
                  [--report FILE.html] [--chrome-trace FILE.json] ...
@@ -14,9 +15,11 @@ The first word picks the command; anything else is a job file to run.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from common.cli import run_main, user_path
-from compiler.cli.args import parse_assignments, parse_scalars
+from common.errors import UserError
+from compiler.cli.args import FIRST_VALUE, add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
 
 COMMANDS = ("new-job", "show-job", "recover", "report", "chrome-trace")
 
@@ -24,17 +27,19 @@ COMMANDS = ("new-job", "show-job", "recover", "report", "chrome-trace")
 def new_job_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="phobos-sched new-job",
-        description="Write a job file: a kernel, its dimensions, scalars and one storage URI per tensor.",
+        description="Write a job file: a kernel, its dimensions, scalars and one storage URI per tensor. "
+                    "Every check that needs no pod runs here: a job that can never run is refused.",
         epilog="URIs: file:///abs/path.npy, or file:rel/path.npy, which is resolved against the folder "
-               "holding the job file when the job runs.",
+               "holding the job file when the job runs. A --dim may be left out when an existing "
+               "tensor file's shape gives it.",
     )
-    p.add_argument("--kernel", required=True, help="the .phk file")
-    p.add_argument("--name", help="the kernel to run when the file holds several")
+    p.add_argument("file", nargs="?", help="the kernel source (.phk)")
+    add_kernel_flag(p)
     p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value (repeat)")
     p.add_argument("--scalar", action="append", metavar="NAME=X", help="a scalar parameter (repeat)")
     p.add_argument("--tensor", action="append", metavar="NAME=URI", help="a tensor's storage URI (repeat)")
-    p.add_argument("--set", action="append", metavar="NAME=V",
-                   help="pin an @cluster value (default: each @cluster name's first value)")
+    add_value_flags(p, tile_help=f"pin a leaf @autotune value {FIRST_VALUE}",
+                    cluster_help=f"pin an @cluster value {FIRST_VALUE}")
     p.add_argument("-o", "--output", required=True, help="the job file to write")
     return p
 
@@ -81,18 +86,27 @@ def recover(argv: list[str]) -> int:
 
 def new_job(argv: list[str]) -> int:
     from scheduler.jobfile import build_job, write_job
+    from scheduler.prepare import check_new_job
 
     args = new_job_parser().parse_args(argv)
+    if args.file is None:
+        if args.kernel and args.kernel.endswith(".phk"):
+            raise UserError(f"new-job takes the kernel file first: `new-job {args.kernel} "
+                            "[--kernel NAME] ...`; --kernel now picks a kernel of the file by name")
+        raise UserError("new-job needs the kernel file: `new-job FILE.phk --tensor NAME=URI ... -o JOB`")
     out = user_path(args.output)
     job = build_job(
-        user_path(args.kernel),
-        args.name,
+        user_path(args.file),
+        args.kernel,
         dims=parse_assignments(args.dim, "--dim", int),
         scalars=parse_scalars(args.scalar),
         tensors=parse_assignments(args.tensor, "--tensor", None),
-        cluster_values=parse_assignments(args.set, "--set", int),
-        job_dir=out.parent,
+        cluster_values=parse_assignments(args.cluster, "--cluster", int),
+        tile_values=parse_assignments(args.tile, "--tile", int),
+        job_dir=out.resolve().parent,
     )
+    for line in check_new_job(job, out):
+        print(line, file=sys.stderr)
     write_job(job, out)
     print(f"wrote {out}")
     return 0

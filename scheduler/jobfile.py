@@ -33,6 +33,7 @@ class Job:
     scalars: tuple[tuple[str, float], ...]
     tensors: tuple[tuple[str, str], ...]  # (tensor parameter, URI as written)
     cluster_values: tuple[tuple[str, int], ...] = ()  # pinned @cluster values, if any
+    tile_values: tuple[tuple[str, int], ...] = ()  # pinned leaf @autotune values, if any
 
     def uri(self, tensor: str) -> str:
         return dict(self.tensors)[tensor]
@@ -96,7 +97,7 @@ def load_kernel(source: str, filename: str, name: str | None) -> ir.Kernel:
     from compiler.frontend.load import load_text, select_kernel
 
     register_source(filename, source)
-    return select_kernel(load_text(source, filename), name, flag="--name")
+    return select_kernel(load_text(source, filename), name)
 
 
 def required_dims(kernel: ir.Kernel) -> tuple[str, ...]:
@@ -122,7 +123,9 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
             raise UserError(f"dimension {name} = {dims[name]} must be at least 1")
     missing = [d for d in required_dims(kernel) if d not in dims]
     if missing:
-        raise UserError(f"missing --dim for {', '.join(missing)} (kernel {kernel.name})")
+        from compiler.frontend.binding import missing_dims_error
+
+        raise missing_dims_error(kernel, missing)
 
     scalar_types = {s.name: s.dtype for s in kernel.scalars}
     scalars = dict(job.scalars)
@@ -147,35 +150,44 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
     if missing:
         raise UserError(f"missing --tensor for {', '.join(missing)} (kernel {kernel.name})")
 
-    cluster = kernel.cluster
-    space = {d.name: d.values for d in cluster.dims} if cluster else {}
-    for name, value in job.cluster_values:
-        if name not in space:
-            raise UserError(f"kernel {kernel.name} has no @cluster name {name} "
-                            f"(it has: {', '.join(space) or 'none'})")
-        if value not in space[name]:
-            allowed = ", ".join(str(v) for v in space[name])
-            raise UserError(f"{name} = {value} is outside its @cluster search space (allowed: {allowed})")
+    # Values outside a search space are allowed (new-job and the run warn); unknown names are not.
+    for flag, attribute, given in (("--cluster", kernel.cluster, job.cluster_values),
+                                   ("--tile", kernel.autotune, job.tile_values)):
+        names = [d.name for d in attribute.dims] if attribute else []
+        what = "@cluster" if flag == "--cluster" else "@autotune"
+        for name, value in given:
+            if name not in names:
+                raise UserError(f"{flag} {name}: kernel {kernel.name} has no {what} name {name} "
+                                f"(it has: {', '.join(names) or 'none'})")
+            if value < 1:
+                raise UserError(f"{flag} {name}={value}: must be at least 1")
 
 
 def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], scalars: dict[str, float],
               tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
-              job_dir: Path | None = None) -> Job:
-    """The job, checked against its kernel; with `job_dir` (the folder the job file goes to, which
-    relative URIs start from) also checked for outputs sharing a file (check_tensor_files)."""
+              tile_values: dict[str, int] | None = None, job_dir: Path | None = None) -> Job:
+    """The job, checked against its kernel. With `job_dir` (the folder the job file goes to, which
+    relative URIs start from) a dimension left out is taken from the shape of an existing tensor
+    file (compiler.frontend.binding.dims_from_files), and outputs sharing a file are refused
+    (check_tensor_files)."""
     try:
         source = kernel_path.read_text()
     except OSError as err:
         raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
     return job_from_source(source, str(kernel_path), kernel_name, dims, scalars, tensors, cluster_values,
-                           job_dir)
+                           job_dir, tile_values)
 
 
 def job_from_source(source: str, filename: str, kernel_name: str | None, dims: dict[str, int],
                     scalars: dict[str, float], tensors: dict[str, str],
-                    cluster_values: dict[str, int] | None = None, job_dir: Path | None = None) -> Job:
+                    cluster_values: dict[str, int] | None = None, job_dir: Path | None = None,
+                    tile_values: dict[str, int] | None = None) -> Job:
     """`build_job` for kernel source already in memory (phobos.job builds jobs this way)."""
     kernel = load_kernel(source, filename, kernel_name)
+    if job_dir is not None:
+        from compiler.frontend.binding import dims_from_files
+
+        dims = dims_from_files(kernel, dims, existing_shapes(tensors, job_dir))
     job = Job(
         kernel_name=kernel.name,
         kernel_source=source,
@@ -184,11 +196,24 @@ def job_from_source(source: str, filename: str, kernel_name: str | None, dims: d
         scalars=tuple((k, float(v)) for k, v in scalars.items()),
         tensors=tuple(tensors.items()),
         cluster_values=tuple((cluster_values or {}).items()),
+        tile_values=tuple((tile_values or {}).items()),
     )
     check_against_kernel(job, kernel)
     if job_dir is not None:
         check_tensor_files(job, kernel, job_dir)
     return job
+
+
+def existing_shapes(tensors: dict[str, str], job_dir: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The shape of every tensor whose file exists (header only), with its URI as written."""
+    from common.storage import tensor_meta
+
+    out = {}
+    for name, uri in tensors.items():
+        path = Path(parse_uri(resolve_uri(uri, job_dir)).path)
+        if path.is_file():
+            out[name] = (tensor_meta(path)[0], uri)
+    return out
 
 
 def check_tensor_files(job: Job, kernel: ir.Kernel, job_dir: Path) -> None:
@@ -221,7 +246,8 @@ def job_to_bytes(job: Job) -> bytes:
     msg.kernelName = job.kernel_name
     msg.kernelSource = job.kernel_source
     msg.kernelFile = job.kernel_file
-    for field, items in (("dims", job.dims), ("clusterValues", job.cluster_values)):
+    for field, items in (("dims", job.dims), ("clusterValues", job.cluster_values),
+                         ("tileValues", job.tile_values)):
         lst = msg.init(field, len(items))
         for i, (name, value) in enumerate(items):
             lst[i].name = name
@@ -253,6 +279,7 @@ def job_from_bytes(data: bytes, where: str = "<job>") -> Job:
                 scalars=tuple((s.name, s.value) for s in msg.scalars),
                 tensors=tuple((t.name, t.uri) for t in msg.tensors),
                 cluster_values=tuple((d.name, d.value) for d in msg.clusterValues),
+                tile_values=tuple((d.name, d.value) for d in msg.tileValues),
             )
     except UserError:
         raise
@@ -276,7 +303,8 @@ def read_job(path: Path) -> Job:
 def render_job(job: Job, path: Path | None = None) -> str:
     """The job as readable text (`show-job`), with relative URIs shown resolved too."""
     lines = [f"job {path}" if path else "job", f"  kernel   {job.kernel_name}  (from {job.kernel_file})"]
-    for title, items in (("dims", job.dims), ("cluster", job.cluster_values), ("scalars", job.scalars)):
+    for title, items in (("dims", job.dims), ("cluster", job.cluster_values), ("tiles", job.tile_values),
+                         ("scalars", job.scalars)):
         if items:
             lines.append(f"  {title:<8} " + "  ".join(f"{k}={_fmt(v)}" for k, v in items))
     if job.tensors:

@@ -28,7 +28,8 @@ No deadlock: every wait points to an earlier round, except fetch -> peer's load 
 allocation within one round, and allocations only wait on earlier rounds; so the wait graph has
 no cycle whatever the speeds of the nodes.
 
-Tiles are f32 on the nodes whatever the storage dtype, so a buffer of `n` elements is `4 n` bytes.
+A buffer holds its tensor's storage dtype (tiles are never widened), so a buffer of `n` elements
+of a bf16 tensor is `2 n` bytes.
 """
 
 from __future__ import annotations
@@ -40,10 +41,8 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from compiler.cluster.units import no_gc_pauses
-from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Region, Unit
-
-BYTES_PER_ELEMENT = 4  # buffers hold f32
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,8 @@ def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _No
     return states, first_use
 
 
-def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list]) -> None:
+def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list],
+                   dtypes: Mapping[str, str]) -> None:
     """One loader per input region (see the module doc); marks owners and fetch counts."""
     # Regions in order of first round, then first appearance: dicts keep insertion order, and
     # a region first seen in a later round was inserted later.
@@ -162,7 +162,7 @@ def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list]) ->
             owner = min(candidates, key=lambda node: states[node].loaded_bytes)
         copy = states[owner].copies[key]
         copy.owner = True
-        states[owner].loaded_bytes += math.prod(copy.region.shape) * BYTES_PER_ELEMENT
+        states[owner].loaded_bytes += math.prod(copy.region.shape) * ITEMSIZE[dtypes[key[0]]]
         for node in holders:
             if node != owner:
                 copy.fetched_by += 1
@@ -187,7 +187,7 @@ def _release_pos(copy: _Copy) -> int:
 
 
 def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Mapping[str, str],
-                 ids: Iterator[int]) -> tuple[list[Instruction], int]:
+                 dtypes: Mapping[str, str], ids: Iterator[int]) -> tuple[list[Instruction], int]:
     out: list[Instruction] = []
     emit = out.append
     positions = len(state.work)
@@ -200,7 +200,7 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
         release = _release_pos(copy)
         if release < positions:
             released_at.setdefault(release, []).append(copy.buffer)
-        nbytes = math.prod(copy.region.shape) * BYTES_PER_ELEMENT
+        nbytes = math.prod(copy.region.shape) * ITEMSIZE[dtypes[copy.region.tensor]]
         delta[copy.first_pos] += nbytes
         delta[min(release, positions)] -= nbytes
         copy_of_buffer[copy.buffer] = copy
@@ -219,11 +219,12 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
 
         # Output buffers: this unit's own; they live from this position until two after it.
         for key, (region, buffer) in work.outputs.items():
-            nbytes = math.prod(region.shape) * BYTES_PER_ELEMENT
+            dtype = dtypes[region.tensor]
+            nbytes = math.prod(region.shape) * ITEMSIZE[dtype]
             delta[pos] += nbytes
             delta[min(pos + 2, positions)] -= nbytes
             alloc = next(ids)
-            emit(Allocate(alloc, gate_deps, buffer, region.shape))
+            emit(Allocate(alloc, gate_deps, buffer, region.shape, dtype))
             producer[buffer] = alloc
             if key in work.loaded_outputs:
                 load = next(ids)
@@ -236,7 +237,7 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
                 continue
             copy = copy_of_buffer[buffer]
             alloc = next(ids)
-            emit(Allocate(alloc, gate_deps, buffer, copy.region.shape))
+            emit(Allocate(alloc, gate_deps, buffer, copy.region.shape, dtypes[key[0]]))
             get = next(ids)
             if copy.owner:
                 emit(Load(get, (alloc,), buffer, uris[key[0]], copy.region))
@@ -316,13 +317,14 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     for tensor in program.tensors:
         if tensor.name not in uris:
             raise UserError(f"no storage URI for tensor {tensor.name}")
+    dtypes = {t.name: t.dtype for t in program.tensors}
     states, first_use = _account(units, node_ids)
-    _choose_owners(states, first_use)
+    _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)
     ids = itertools.count()
     node_plans: dict[int, NodePlan] = {}
     for figure in nodes:
-        instructions, peak = _unroll_node(states[figure.node], owners, uris, ids)
+        instructions, peak = _unroll_node(states[figure.node], owners, uris, dtypes, ids)
         if figure.vram_bytes and peak > figure.vram_bytes:
             raise UserError(
                 f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "

@@ -71,10 +71,28 @@ def compile_program(kernel: ir.Kernel, dims: dict[str, int], cluster_values: dic
 
 def recompile(prepared: PreparedJob, cluster_values: dict[str, int],
               tile_values: dict[str, int] | None = None) -> PreparedJob:
-    """The prepared job at other @cluster values (and @autotune values, where given; default each
-    name's first); the kernel is not parsed again and storage is the same."""
-    program = compile_program(prepared.kernel, dict(prepared.job.dims), cluster_values, tile_values)
+    """The prepared job at other @cluster values (and @autotune values, where given; default the
+    ones it was prepared with); the kernel is not parsed again and storage is the same."""
+    tiles = tile_values if tile_values is not None else dict(prepared.program.tile_values)
+    program = compile_program(prepared.kernel, dict(prepared.job.dims), cluster_values, tiles)
     return dataclasses.replace(prepared, program=program)
+
+
+def compile_any(kernel: ir.Kernel, dims: dict[str, int], pinned: dict[str, int],
+                tile_values: dict[str, int] | None) -> ClusterProgram:
+    """For --autotune, which picks its own values: the program at the first @cluster combination
+    that compiles; when none does, one error listing every combination with its reason."""
+    from compiler.cluster.build import cluster_space
+
+    reasons = []
+    for combination in cluster_space(kernel, pinned):
+        try:
+            return compile_program(kernel, dims, combination, tile_values)
+        except UserError as err:
+            message = (getattr(err, "message", None) or str(err)).splitlines()[0]
+            label = " ".join(f"{k}={v}" for k, v in combination.items())
+            reasons.append(f"  {label}: {message}")
+    raise UserError("no @cluster combination compiles:\n" + "\n".join(reasons))
 
 
 def typed_scalars(job: Job, kernel: ir.Kernel) -> dict[str, float | int]:
@@ -82,9 +100,11 @@ def typed_scalars(job: Job, kernel: ir.Kernel) -> dict[str, float | int]:
     return {name: int(value) if declared.get(name) == "i32" else float(value) for name, value in job.scalars}
 
 
-def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
-                  roots: list[Path]) -> dict[str, TensorPlace]:
-    """Resolve and check every tensor's storage (reads .npy headers only; writes nothing)."""
+def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[Path],
+                  kernel: ir.Kernel | None = None) -> dict[str, TensorPlace]:
+    """Resolve and check every tensor's storage (reads .npy headers only; writes nothing). An
+    inout tensor whose file is missing is created like an output, unless `kernel` reads its old
+    values first."""
     places: dict[str, TensorPlace] = {}
     uris = dict(job.tensors)
     for info in program.tensors:
@@ -93,7 +113,9 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
         path = storage.resolve_uri(uris[info.name], roots, base=job_dir)
         place = TensorPlace(info.name, storage.path_to_uri(path), path, info.role, info.dtype,
                             tuple(info.shape))
-        if info.role in ("input", "inout"):
+        if info.role == "inout" and not path.exists():
+            require_creatable(kernel or job_kernel(job), info.name, path)
+        if info.role == "input" or (info.role == "inout" and path.exists()):
             storage.check_tensor(path, place.shape, place.dtype)
         elif path.exists():
             # An output that exists is overwritten only when the job succeeds, and only by a
@@ -108,6 +130,18 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path,
         places[info.name] = place
     storage.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
+
+
+def require_creatable(kernel: ir.Kernel, tensor: str, path: Path) -> None:
+    """An output that does not exist yet is created, unless the kernel reads its old values
+    first; then the error points at the line that reads them."""
+    from compiler.frontend.diagnostics import CompileError
+    from compiler.frontend.walk import first_old_value_read
+
+    span = first_old_value_read(kernel, tensor)
+    if span is not None:
+        raise CompileError(span, f"tensor {tensor}: {path} does not exist, and the kernel reads its old "
+                                 "values here before writing them; create the file first")
 
 
 # A tensor this large (2^36 elements, 256 GiB of f32) is a typo in a dimension, not a job; refusing
@@ -138,11 +172,42 @@ def check_dims_against_files(job: Job, kernel: ir.Kernel, job_dir: Path, roots: 
 
 
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
-            job_id: str | None = None) -> PreparedJob:
+            job_id: str | None = None, tile_values: dict[str, int] | None = None,
+            any_values: bool = False) -> PreparedJob:
+    """`cluster_values` and `tile_values` override the job's; with `any_values` (--autotune) the
+    first @cluster combination that compiles stands in until the tuner chooses."""
     kernel = job_kernel(job)  # the one parse and check of the job's kernel
     check_against_kernel(job, kernel)
     check_dims_against_files(job, kernel, Path(job_path).resolve().parent, roots)
     values = {**dict(job.cluster_values), **(cluster_values or {})}
-    program = compile_program(kernel, dict(job.dims), values)
-    tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots)
+    tiles = {**dict(job.tile_values), **(tile_values or {})}
+    if any_values:
+        program = compile_any(kernel, dict(job.dims), values, tiles)
+    else:
+        program = compile_program(kernel, dict(job.dims), values, tiles)
+    tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots, kernel)
     return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors)
+
+
+def check_new_job(job: Job, job_path: Path) -> list[str]:
+    """Everything `prepare` checks that needs no pod, for `new-job`: a job that can never run is
+    refused (UserError); returned are warning lines (values outside a search space, tensor files
+    the kernel reads that do not exist yet and must before the job runs)."""
+    from compiler.cluster.build import values_outside_space
+    from compiler.frontend.walk import first_old_value_read
+
+    job_dir = Path(job_path).resolve().parent
+    anywhere = [Path("/")]  # the run confines storage to its roots; new-job only checks headers
+    kernel = job_kernel(job)
+    check_against_kernel(job, kernel)
+    warnings = values_outside_space(kernel, dict(job.cluster_values))
+    check_dims_against_files(job, kernel, job_dir, anywhere)
+    program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values))
+    for info in program.tensors:
+        path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
+        if not path.exists() and (info.role == "input" or first_old_value_read(kernel, info.name)):
+            warnings.append(f"warning: tensor {info.name}: {path} does not exist yet; the kernel reads it, "
+                            "so it must when the job runs")
+        if info.role != "input" and not path.parent.is_dir():
+            raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+    return warnings

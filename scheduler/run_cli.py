@@ -16,7 +16,7 @@ import numpy as np
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
-from compiler.cli.args import parse_assignments
+from compiler.cli.args import add_value_flags, parse_assignments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="S",
                    help="a pod silent this long is declared dead and its work re-planned (default 5); "
                         "local pods also exit when the scheduler is silent this long")
-    p.add_argument("--set", action="append", metavar="NAME=V",
-                   help="choose an @cluster value (overrides the job's)")
+    add_value_flags(p, tile_help="a leaf @autotune value (repeat; overrides the job's)",
+                    cluster_help="an @cluster value (repeat; overrides the job's)")
     p.add_argument("--expect", action="append", metavar="NAME=FILE.npy",
                    help="after success, compare output NAME with FILE.npy (tolerance: see docs/runtime.md); "
                         "exit 1 when it differs")
@@ -144,6 +144,7 @@ def run_command(argv: list[str]) -> int:
     PROCESS.mark("started", process_start_time())
     PROCESS.mark("imports_done")
     from common import log
+    from compiler.cluster.build import values_outside_space
     from scheduler import (
         api,  # the Python API's job path (phobos.run): one path, not two
         tuner_cli,
@@ -169,11 +170,17 @@ def run_command(argv: list[str]) -> int:
     for flag, path in outputs_of_run.items():
         if not path.parent.is_dir():  # refuse before the job runs, not after
             raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
-    cluster_values = parse_assignments(args.set, "--set", int)
+    cluster_values = parse_assignments(args.cluster, "--cluster", int)
+    tile_values = parse_assignments(args.tile, "--tile", int)
+    tune = tuner_cli.options_from_args(args)
 
     PROCESS.mark("prepare_start")
-    prepared = api.prepare(cluster_job, roots, cluster_values)
+    prepared = api.prepare(cluster_job, roots, cluster_values, tile_values=tile_values,
+                           any_values=tune.autotune)
     PROCESS.mark("prepare_end")
+    pinned = {**dict(prepared.job.cluster_values), **cluster_values}
+    for line in values_outside_space(prepared.kernel, pinned):
+        print(line, file=sys.stderr)
     for name in expected:
         if name not in prepared.tensors or prepared.tensors[name].role == "input":
             outputs = ", ".join(t.name for t in prepared.outputs)
@@ -184,7 +191,6 @@ def run_command(argv: list[str]) -> int:
         heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
         heartbeat_timeout=_positive("--heartbeat-timeout", args.heartbeat_timeout),
         cluster_values=cluster_values, pod_log_level=args.pod_log_level)
-    tune = tuner_cli.options_from_args(args)
     try:
         if tune.active:
             tuned = tuner_cli.run_autotuned(prepared, options, tune)
@@ -219,7 +225,8 @@ def run_command(argv: list[str]) -> int:
 
 
 def write_run_files(trace: dict, paths: dict) -> None:
-    """The trace, the HTML report and the Chrome trace, each where its flag asked."""
+    """The trace, the HTML report and the Chrome trace, each where its flag asked; each path is
+    printed, so the user knows where to look."""
     from scheduler.tracefile import write_trace
 
     if "--trace" in paths:
@@ -232,3 +239,8 @@ def write_run_files(trace: dict, paths: dict) -> None:
         from scheduler.report.chrome_trace import write_chrome_trace
 
         write_chrome_trace(trace, paths["--chrome-trace"])
+    for flag, path in paths.items():
+        print(f"wrote {path} ({_RUN_FILES[flag]})")
+
+
+_RUN_FILES = {"--trace": "trace", "--report": "HTML report", "--chrome-trace": "Chrome trace"}

@@ -81,7 +81,7 @@ class TraceRecorder:
             "job": {
                 "id": self.prepared.job_id,
                 "kernel": program.kernel,
-                "source": program.source,
+                "source": job.kernel_source or program.source,  # the whole file: comments too
                 "dims": dict(program.dims),
                 "scalars": dict(self.prepared.scalars),
                 "cluster_values": dict(program.cluster_values),

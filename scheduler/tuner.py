@@ -42,10 +42,8 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from compiler.frontend import ir
-from schemas.instructions import Allocate, Compute, Fetch, Load, NodePlan, Store
+from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Leaf
-
-BYTES_PER_ELEMENT = 4  # node buffers are f32 (see scheduler/planner.py)
 
 
 @dataclass(frozen=True)
@@ -167,9 +165,9 @@ class Ranking:
     @property
     def best(self) -> Candidate:
         if not self.ranked:
-            reasons = "; ".join(f"{c.label()}: {c.dropped}" for c in self.dropped)
+            reasons = "".join(f"\n  {c.label()}: {c.dropped}" for c in self.dropped)
             raise UserError(f"--autotune: no @cluster combination can run on {self.figures.nodes} "
-                            f"node(s) ({reasons})")
+                            f"node(s):{reasons}")
         return self.ranked[0]
 
 
@@ -181,25 +179,27 @@ class Ranking:
 def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram) -> tuple[NodeLoad, ...]:
     """Every node's launches and bytes, from the planner's instruction lists."""
     flops = {leaf.name: leaf.flops for leaf in program.leaves}
-    shapes: dict[tuple[int, int], tuple[int, ...]] = {}  # (node, buffer) -> shape
+    shapes: dict[tuple[int, int], int] = {}  # (node, buffer) -> its bytes (in its own dtype)
     for node, node_plan in node_plans.items():
         for ins in node_plan.instructions:
             if isinstance(ins, Allocate):
-                shapes[node, ins.buffer] = ins.shape
+                shapes[node, ins.buffer] = math.prod(ins.shape) * ITEMSIZE[ins.dtype]
     served: dict[int, int] = dict.fromkeys(node_plans, 0)
     for node, node_plan in node_plans.items():
         for ins in node_plan.instructions:
             if isinstance(ins, Fetch):
-                served[ins.peer] = served.get(ins.peer, 0) + _nbytes(shapes[node, ins.buffer])
-    return tuple(_account_node(node, p, flops, shapes, served.get(node, 0)) for node, p in node_plans.items())
+                served[ins.peer] = served.get(ins.peer, 0) + shapes[node, ins.buffer]
+    dtypes = {t.name: t.dtype for t in program.tensors}
+    return tuple(_account_node(node, p, flops, shapes, served.get(node, 0), dtypes)
+                 for node, p in node_plans.items())
 
 
-def _nbytes(shape: Sequence[int]) -> int:
-    return math.prod(shape) * BYTES_PER_ELEMENT
+def _region_bytes(region, dtypes: Mapping[str, str]) -> int:
+    return math.prod(region.shape) * ITEMSIZE[dtypes.get(region.tensor, "f32")]
 
 
 def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
-                  shapes: Mapping[tuple[int, int], tuple[int, ...]], served: int) -> NodeLoad:
+                  shapes: Mapping[tuple[int, int], int], served: int, dtypes: Mapping[str, str]) -> NodeLoad:
     launches: dict[str, list[int]] = {}
     loaded = fetched = stored = transfers = fetches = 0
     got: dict[int, tuple[str, int]] = {}  # instruction id -> ("load" | "fetch", bytes)
@@ -208,17 +208,17 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
     units = set()
     for ins in node_plan.instructions:
         if isinstance(ins, Load):
-            n = _nbytes(ins.region.shape)
+            n = _region_bytes(ins.region, dtypes)
             loaded += n
             transfers += 1
             got[ins.id] = ("load", n)
         elif isinstance(ins, Fetch):
-            n = _nbytes(shapes[node, ins.buffer])
+            n = shapes[node, ins.buffer]
             fetched += n
             fetches += 1
             got[ins.id] = ("fetch", n)
         elif isinstance(ins, Store):
-            end_stored = _nbytes(ins.region.shape)
+            end_stored = _region_bytes(ins.region, dtypes)
             stored += end_stored
             transfers += 1
         elif isinstance(ins, Compute):
@@ -287,21 +287,11 @@ def predict(loads: Sequence[NodeLoad], figures: Figures,
 
 
 def search_space(kernel: ir.Kernel, pinned: Mapping[str, int] | None = None) -> list[dict[str, int]]:
-    """Every @cluster combination (first values first), restricted to the pinned values."""
+    """Every @cluster combination (first values first); a pinned name takes only its pinned
+    value, which may lie outside its search space."""
     from compiler.cluster.build import cluster_space
 
-    space = cluster_space(kernel)
-    pinned = dict(pinned or {})
-    if pinned:
-        names = set(space[0]) if space else set()
-        for name in pinned:
-            if name not in names:
-                raise UserError(f"--set {name}: kernel {kernel.name} has no @cluster name {name} "
-                                f"(it has: {', '.join(sorted(names))})")
-        space = [c for c in space if all(c[k] == v for k, v in pinned.items())]
-        if not space:
-            raise UserError("--set: the pinned values are outside the @cluster search space")
-    return space
+    return cluster_space(kernel, dict(pinned or {}))
 
 
 def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
@@ -404,7 +394,7 @@ def render_table(ranking: Ranking) -> str:
     """The ranked table: combination, predicted time, busiest node, bytes moved; then the drops."""
     lines = [f"cluster tuner: {describe_figures(ranking.figures)}"]
     if ranking.pinned:
-        lines.append("pinned by --set: " + " ".join(f"{k}={v}" for k, v in ranking.pinned))
+        lines.append("pinned by --cluster: " + " ".join(f"{k}={v}" for k, v in ranking.pinned))
     label_w = max([len(c.label()) for c in (*ranking.ranked, *ranking.dropped)] + [11])
     lines.append(f"{'rank':>4}  {'combination':<{label_w}} {'units':>6} {'predicted':>11} {'busiest':>8} "
                  f"{'compute':>10} {'transfer':>10} {'moved':>10} {'peak mem':>10}")

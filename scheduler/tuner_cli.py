@@ -7,7 +7,7 @@
 `run_autotuned` reaches the pods (starting local ones as a plain run would), takes the node count
 and memory from them unless the flags give them, ranks every @cluster combination with the model
 (scheduler/tuner.py; with --calibrate, on figures measured by probe jobs, scheduler/calibrate.py),
-prints the table, and runs the best combination on the same pods. Values given with --set are
+prints the table, and runs the best combination on the same pods. Values given with --cluster are
 pinned: the search covers the other @cluster names only. Values stored in the job file are not
 pinned under --autotune (the tuner replaces them). --tune-leaves then has one GPU pod time the
 leaves' @autotune points at the chosen @cluster values (scheduler/tuner_leaves.py); every node

@@ -280,6 +280,7 @@ def write_instruction(builder, ins: Instruction) -> None:
         body = builder.init("allocate")
         body.buffer = ins.buffer
         body.shape = list(ins.shape)
+        body.dtype = ins.dtype
     elif isinstance(ins, Load):
         body = builder.init("load")
         body.buffer = ins.buffer
@@ -324,7 +325,7 @@ def read_instruction(reader) -> Instruction:
     which = _which(reader)
     if which == "allocate":
         b = reader.allocate
-        return Allocate(id=ident, deps=deps, buffer=b.buffer, shape=tuple(b.shape))
+        return Allocate(id=ident, deps=deps, buffer=b.buffer, shape=tuple(b.shape), dtype=b.dtype or "f32")
     if which == "load":
         b = reader.load
         return Load(id=ident, deps=deps, buffer=b.buffer, uri=b.uri, region=read_region(b.region))

@@ -5,7 +5,8 @@ The scheduler's planner produces them, the pod's state machine consumes them, an
 Every instruction has an `id` unique within its job and generation, and the ids of the
 instructions (on the same node) that must complete before it may start.
 
-Buffers are numbered per node. Tiles move between pods as f32, whatever the storage dtype.
+Buffers are numbered per node. A buffer holds its tensor's storage dtype (f32, f16, bf16 or i32):
+tiles are loaded, moved, held and stored in it, never widened.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 from schemas.program import Region
 
+ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}  # bytes per element of each storage dtype
+
 
 @dataclass(frozen=True)
 class Allocate:
@@ -21,11 +24,12 @@ class Allocate:
     deps: tuple[int, ...]
     buffer: int
     shape: tuple[int, ...]
+    dtype: str = "f32"  # the tensor's storage dtype
 
 
 @dataclass(frozen=True)
 class Load:
-    """Read `region` of the tensor stored at `uri` (converting to f32) into `buffer`."""
+    """Read `region` of the tensor stored at `uri` into `buffer` (in the storage dtype)."""
 
     id: int
     deps: tuple[int, ...]

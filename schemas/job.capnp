@@ -19,6 +19,7 @@ struct Job {
   scalars @5 :List(Scalar);       # a value for every scalar parameter
   tensors @6 :List(Tensor);       # a URI for every tensor parameter
   clusterValues @7 :List(P.NamedValue);  # optional: pinned @cluster values (default: each one's first)
+  tileValues @8 :List(P.NamedValue);     # optional: pinned leaf @autotune values (default: each one's first)
 
   struct Scalar {
     name @0 :Text;

@@ -70,6 +70,7 @@ struct Instruction {
   struct Allocate {
     buffer @0 :UInt32;
     shape @1 :List(Int64);
+    dtype @2 :Text;          # the tensor's storage dtype: f32, f16, bf16, i32 ("" reads as f32)
   }
   struct Load {
     buffer @0 :UInt32;

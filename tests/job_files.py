@@ -6,9 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paths import repo_file
 from scheduler.jobfile import build_job, write_job
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# Not resolved: under Bazel that would lead out of the runfiles tree into the checkout, and what
+# the tests write there (make_inputs.py's bytecode) would change the //examples filegroup.
+EXAMPLES = repo_file("examples")
 JOB_KERNELS = EXAMPLES / "jobs"
 
 

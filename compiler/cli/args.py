@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 from common.errors import UserError
@@ -37,3 +38,44 @@ def parse_assignments(items: list[str] | None, flag: str, kind: type | None = in
 def parse_scalars(items: list[str] | None) -> dict[str, float]:
     """Scalars are kept as floats here and converted to each parameter's declared type later."""
     return parse_assignments(items, "--scalar", float)
+
+
+# ---- the flags every program spells the same way ----------------------------------------------
+#
+#   --kernel NAME      which kernel of a file holding several
+#   --tile NAME=V      an @autotune value (the leaf's tile on the cluster path)
+#   --cluster NAME=V   an @cluster value (the super-tile)
+#
+# Spellings of earlier versions fail with a message naming the new ones, not with argparse's
+# "unrecognized arguments".
+
+RETIRED_FLAGS = {
+    "--set": "--set is gone: use --tile NAME=V for an @autotune value, "
+             "--cluster NAME=V for an @cluster value",
+    "--cluster-set": "--cluster-set is now --cluster NAME=V",
+    "--name": "--name is now --kernel NAME (the kernel to use when the file holds several)",
+}
+
+
+class _Retired(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UserError(RETIRED_FLAGS[self.option_strings[0]])
+
+
+def add_kernel_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kernel", metavar="NAME", help="the kernel to use when the file holds several")
+
+
+FIRST_VALUE = "(repeat; default: each name's first value)"
+
+
+def add_value_flags(parser: argparse.ArgumentParser, *, cluster: bool = True,
+                    tile_help: str = f"an @autotune value {FIRST_VALUE}",
+                    cluster_help: str = f"an @cluster value {FIRST_VALUE}") -> None:
+    """--tile, and --cluster where the command has a cluster level; the retired spellings fail
+    naming these."""
+    parser.add_argument("--tile", action="append", metavar="NAME=V", help=tile_help)
+    if cluster:
+        parser.add_argument("--cluster", action="append", metavar="NAME=V", help=cluster_help)
+    for flag in RETIRED_FLAGS:
+        parser.add_argument(flag, action=_Retired, nargs="?", help=argparse.SUPPRESS)

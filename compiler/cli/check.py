@@ -1,7 +1,9 @@
 """`//compiler -- check FILE.phk`: parse and check a kernel file and describe its kernels.
 
 For each kernel: its name, its grid axes (axis, dimension, tile), its attributes as written and
-the size of its search spaces (@autotune, and @cluster when present).
+the size of its search spaces (@autotune, and @cluster when present). A kernel with @cluster also
+goes through every rejection of the cluster compiler that does not depend on the dimensions, so a
+kernel that checks builds a cluster program at any size.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import math
 
 from common.cli import user_path
+from compiler.cluster.build import check_cluster
 from compiler.frontend import ir, walk
 from compiler.frontend.load import load_file
 from compiler.frontend.source import Span
@@ -25,6 +28,9 @@ def register(subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     module = load_file(user_path(args.file), display_name=args.file)
+    for kernel in module.kernels:
+        if kernel.cluster is not None:
+            check_cluster(kernel)  # every cluster rejection that needs no dimension
     print(describe_module(module))
     return 0
 

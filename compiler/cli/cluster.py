@@ -1,31 +1,25 @@
-"""`//compiler -- cluster FILE --dim ... [--set ...] [--cluster-set NAME=V] [--cuda]`: print the
+"""`//compiler -- cluster FILE --dim ... [--tile NAME=V] [--cluster NAME=V] [--cuda]`: print the
 cluster program of an @cluster kernel: its super-tile grid, each unit's regions and its leaves
 (with `--cuda`, each leaf's generated CUDA C++ as well)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from common.cli import user_path
-from common.errors import UserError
-from compiler.cli.args import parse_assignments
-from compiler.cluster.build import compile_cluster
+from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments
+from compiler.cluster.build import compile_cluster, values_outside_space
 from compiler.cluster.text import format_program
-from compiler.frontend.load import load_file
+from compiler.frontend.load import load_file, select_kernel
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("cluster", help="print the cluster program of an @cluster kernel")
     parser.add_argument("file", help="the kernel source (.phk)")
-    parser.add_argument("--kernel", help="the kernel to use when the file holds several")
+    add_kernel_flag(parser)
     parser.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension's value (repeat)")
-    parser.add_argument("--set", action="append", metavar="NAME=V", help="a leaf @autotune value (repeat)")
-    parser.add_argument(
-        "--cluster-set",
-        action="append",
-        metavar="NAME=V",
-        help="an @cluster value (repeat; default: each name's first value)",
-    )
+    add_value_flags(parser, tile_help="a leaf @autotune value (repeat; default: each name's first value)")
     parser.add_argument(
         "--units", type=int, default=16, metavar="N", help="units to list in full (default 16)"
     )
@@ -35,20 +29,15 @@ def register(subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     module = load_file(user_path(args.file), display_name=args.file)
-    try:
-        kernel = module.kernel(args.kernel)
-    except KeyError:
-        names = ", ".join(k.name for k in module.kernels)
-        raise UserError(
-            f"{args.file}: choose a kernel with --kernel (it has: {names})"
-            if args.kernel is None
-            else f"{args.file} has no kernel {args.kernel} (it has: {names})"
-        ) from None
+    kernel = select_kernel(module, args.kernel)
+    cluster_values = parse_assignments(args.cluster, "--cluster")
+    for line in values_outside_space(kernel, cluster_values):
+        print(line, file=sys.stderr)
     program = compile_cluster(
         kernel,
         parse_assignments(args.dim, "--dim"),
-        cluster_values=parse_assignments(args.cluster_set, "--cluster-set"),
-        tile_values=parse_assignments(args.set, "--set"),
+        cluster_values=cluster_values,
+        tile_values=parse_assignments(args.tile, "--tile"),
     )
     print(format_program(program, units_shown=max(0, args.units)))
     if args.cuda:

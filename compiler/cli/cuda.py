@@ -1,5 +1,5 @@
 """`//compiler -- cuda FILE ...` prints the generated CUDA C++; `... ptx FILE ... -o out.ptx`
-writes the PTX. Tile values: --set, else (with --autotune) the fastest point measured on this
+writes the PTX. Tile values: --tile, else (with --autotune) the fastest point measured on this
 machine's GPU, else the autotune cache's winner for these dims on this GPU (when there is one),
 else each @autotune name's first value."""
 
@@ -11,7 +11,7 @@ import sys
 from common.atomic import write_atomically
 from common.cli import user_path
 from common.errors import UserError
-from compiler.cli.args import parse_assignments
+from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments
 from compiler.frontend.binding import bind
 
 
@@ -22,9 +22,9 @@ def register(subparsers) -> None:
     ):
         p = subparsers.add_parser(name, help=help_text)
         p.add_argument("file", help="kernel source (.phk)")
-        p.add_argument("--kernel", help="which kernel of the file (needed when it has several)")
+        add_kernel_flag(p)
         p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
-        p.add_argument("--set", action="append", metavar="NAME=V", help="an @autotune tile value")
+        add_value_flags(p, cluster=False)
         p.add_argument(
             "--tf32", action="store_true", help="f32 dots on TF32 tensor cores (operands rounded to TF32)"
         )
@@ -42,14 +42,14 @@ def _bound(args: argparse.Namespace):
     from compiler.frontend.load import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
-    tiles = parse_assignments(args.set, "--set", int)
+    tiles = parse_assignments(args.tile, "--tile", int)
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
     if not tiles:
         from compiler.cuda import autotune
 
         if getattr(args, "autotune", False):
             if autotune.gpu_name() is None:
-                raise UserError("--autotune needs a GPU (cupy sees none here); use --set instead")
+                raise UserError("--autotune needs a GPU (cupy sees none here); use --tile instead")
             result = autotune.tune(kernel, dims)
             tiles = result.best
             print(

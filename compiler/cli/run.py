@@ -1,12 +1,13 @@
 """`//compiler -- run`: run a kernel on .npy files, with the reference interpreter or on a GPU.
 
     run FILE.phk [--kernel NAME] --dim N=... --scalar alpha=... --tensor a=in.npy ...
-        [--set BLOCK=...] [--device cpu|gpu]
+        [--tile BLOCK=...] [--device cpu|gpu]
 
 Inputs are memory-mapped; tensors the kernel stores to are read into memory (or created with
 zeros when their file does not exist yet) and written back only after the whole run succeeded,
 each through a temporary file and os.replace, so a failed run leaves every file as it was.
-bf16 tensors are .npy files of ml_dtypes.bfloat16, which numpy stores as raw 2-byte records.
+bf16 tensors are .npy files of ml_dtypes.bfloat16, written with a header numpy reads back as
+bf16 once ml_dtypes is imported (common.storage.write_npy).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ import numpy as np
 
 from common.cli import user_path
 from common.errors import UserError
-from compiler.cli.args import parse_assignments, parse_scalars
+from common.storage import write_npy
+from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
 from compiler.frontend import ir
-from compiler.frontend.binding import Binding, bind, tensor_shape
+from compiler.frontend.binding import Binding, bind, dims_from_files, tensor_shape
+from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.walk import first_old_value_read
 from compiler.interp.interpreter import scalar_arguments, stored_tensors
 from compiler.interp.values import STORAGE_DTYPES
 
@@ -31,12 +35,12 @@ from compiler.interp.values import STORAGE_DTYPES
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("run", help="run a kernel on .npy tensors (reference interpreter or GPU)")
     p.add_argument("file", help="kernel source (.phk)")
-    p.add_argument("--kernel", help="which kernel of the file (needed when it has several)")
+    add_kernel_flag(p)
     p.add_argument("--dim", action="append", metavar="NAME=N", help="a dimension value")
     p.add_argument("--scalar", action="append", metavar="NAME=V", help="a scalar argument")
     p.add_argument("--tensor", action="append", metavar="NAME=FILE.npy",
                    help="a tensor's .npy file; outputs are created when missing")
-    p.add_argument("--set", action="append", metavar="NAME=V", help="an @autotune tile value")
+    add_value_flags(p, cluster=False)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                    help="cpu: the reference interpreter (default); gpu: CUDA through cupy")
     p.set_defaults(func=handle)
@@ -74,12 +78,36 @@ def load_tensors(kernel: ir.Kernel, paths: dict[str, str],
             if not path.parent.is_dir():
                 raise UserError(f"tensor {name}: folder {path.parent} does not exist")
             if not path.exists():
+                require_creatable(kernel, name, path)
                 arrays[name] = np.zeros(tensor_shape(param, env), dtype=expected)
                 continue
         elif not path.exists():
             raise UserError(f"tensor {name}: no such file {path}")
         arrays[name] = _read_npy(name, path, expected, writable=name in outputs)
     return arrays, targets
+
+
+def existing_shapes(paths: dict[str, str]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The shape of every tensor file that exists and has a readable header, for dims left out
+    (a file that cannot be read is reported when it is loaded)."""
+    from common.storage import npy_shape
+
+    shapes = {}
+    for name, p in paths.items():
+        try:
+            shapes[name] = (npy_shape(user_path(p)), p)
+        except UserError:
+            continue
+    return shapes
+
+
+def require_creatable(kernel: ir.Kernel, name: str, path: Path) -> None:
+    """A missing output is created, unless the kernel reads its old values first: then the
+    error points at the line that reads them."""
+    span = first_old_value_read(kernel, name)
+    if span is not None:
+        raise CompileError(span, f"tensor {name}: {path} does not exist, and the kernel reads its old "
+                                 "values here before writing them; create the file first")
 
 
 def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> None:
@@ -90,7 +118,7 @@ def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> N
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append((Path(tmp), path))
             with os.fdopen(fd, "wb") as f:
-                np.save(f, results[name], allow_pickle=False)
+                write_npy(f, results[name])
         for tmp, path in staged:
             os.replace(tmp, path)
     except OSError as err:
@@ -117,7 +145,7 @@ def _require_gpu() -> None:
 def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], scalars: dict,
             device: str) -> dict[str, np.ndarray]:
     """Run through the Python API (phobos.Kernel), with the tile values already bound (the first
-    of each @autotune list unless --set pins them: the command line does not tune)."""
+    of each @autotune list unless --tile pins them: the command line does not tune)."""
     from compiler.api.kernel import Kernel
 
     api_kernel = Kernel(kernel, kernel.span.file, kernel.source, tiles=dict(binding.tile_values),
@@ -144,12 +172,13 @@ def handle(args: argparse.Namespace) -> int:
     from compiler.frontend.load import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
-    tiles = parse_assignments(args.set, "--set", int)
+    tiles = parse_assignments(args.tile, "--tile", int)
     scalars = parse_scalars(args.scalar)
     paths = parse_assignments(args.tensor, "--tensor", None)
     if args.device == "gpu":
         _require_gpu()
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
+    dims = dims_from_files(kernel, dims, existing_shapes(paths))
     binding = bind(kernel, dims, None, tiles)
     scalar_values = scalar_arguments(kernel, scalars)
     arrays, targets = load_tensors(kernel, paths, binding.env)

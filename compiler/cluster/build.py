@@ -5,15 +5,21 @@ The pipeline, in order:
   2. find the cluster loop, if any, and check it has the accumulator shape (accumulate.py);
   3. classify every tensor axis as split by a grid axis, cut in chunks, or whole (access.py) and
      reject what a leaf could not compute with the same meaning;
-  4. check the numbers: dims whole multiples of super-tiles, super-tiles of leaf tiles;
-  5. write and check the leaves (leaves.py), bind each at its dims for its CTA grid and flops;
+  4. check the numbers: super-tiles whole multiples of leaf tiles; cut each split dimension into
+     super-tiles, the last one smaller where the dimension is not a multiple (tiling.py);
+  5. write and check the leaves (leaves.py), bind each at its dims for its CTA grid and flops,
+     with a variant bound to the smaller extents for launches on the last super-tiles;
   6. enumerate the units of work, one per output super-tile, with their regions (units.py);
   7. write each unit's super-tile origin into the leaves that read `ctx.origin` (origins.py).
+
+Steps 1-3 and the leaf texts need no dimension: `analyze_cluster` runs them, and `check` runs them
+through `check_cluster` for every @cluster kernel.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from common.errors import UserError
 from compiler.cluster import units as unit_builder
@@ -22,6 +28,7 @@ from compiler.cluster.accumulate import Accumulator, check_accumulator, find_clu
 from compiler.cluster.flops import leaf_flops
 from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
 from compiler.cluster.origins import place_origins
+from compiler.cluster.tiling import LeafVariants, cut_dimension
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.binding import bind, kernel_dims
@@ -29,13 +36,18 @@ from compiler.frontend.diagnostics import CompileError
 from schemas.program import ClusterProgram, Leaf, TensorInfo
 
 
-def cluster_space(kernel: ir.Kernel) -> list[dict[str, int]]:
-    """Every combination of @cluster values, first values first (for the tuner)."""
+def cluster_space(kernel: ir.Kernel, pinned: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """Every combination of @cluster values, first values first (for the tuner); a `pinned` name
+    takes only its pinned value, which may lie outside its search space."""
     cluster = _require_cluster(kernel)
     names = [d.name for d in cluster.dims]
-    return [
-        dict(zip(names, combo, strict=True)) for combo in itertools.product(*(d.values for d in cluster.dims))
-    ]
+    pinned = dict(pinned or {})
+    for name in pinned:
+        if name not in names:
+            raise UserError(f"--cluster {name}: kernel {kernel.name} has no @cluster name {name} "
+                            f"(it has: {', '.join(names)})")
+    choices = [(pinned[d.name],) if d.name in pinned else d.values for d in cluster.dims]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
 
 
 def _require_cluster(kernel: ir.Kernel) -> ir.Cluster:
@@ -49,15 +61,27 @@ def _require_cluster(kernel: ir.Kernel) -> ir.Cluster:
 
 
 def _choose_cluster_values(kernel: ir.Kernel, given: dict[str, int] | None) -> dict[str, int]:
+    """Each @cluster name's given value, else its first; a value outside the search space is
+    accepted (see `values_outside_space` for the warning the programs print)."""
     space = {d.name: d.values for d in _require_cluster(kernel).dims}
     given = dict(given or {})
     for name, value in given.items():
         if name not in space:
             raise UserError(f"kernel {kernel.name} has no @cluster name {name} (it has: {', '.join(space)})")
-        if value not in space[name]:
-            allowed = ", ".join(str(v) for v in space[name])
-            raise UserError(f"{name} = {value} is outside its @cluster search space (allowed: {allowed})")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"@cluster {name} = {value!r} must be a positive integer")
     return {name: given.get(name, values[0]) for name, values in space.items()}
+
+
+def values_outside_space(kernel: ir.Kernel, given: dict[str, int] | None) -> list[str]:
+    """One warning line per pinned @cluster value that is outside its search space."""
+    space = {d.name: d.values for d in kernel.cluster.dims} if kernel.cluster else {}
+    return [
+        f"warning: @cluster {name} = {value} is outside its search space "
+        f"({', '.join(str(v) for v in space[name])}); using it as given"
+        for name, value in (given or {}).items()
+        if name in space and value not in space[name]
+    ]
 
 
 def _check_attribute(kernel: ir.Kernel, level: ClusterLevel) -> None:
@@ -129,23 +153,8 @@ def _dim_roles(
     return roles
 
 
-def _check_multiples(
-    kernel: ir.Kernel,
-    roles: dict[str, AxisRole],
-    full: dict[str, int],
-    cv: dict[str, int],
-    tv: dict[str, int],
-) -> None:
+def _check_tile_multiples(kernel: ir.Kernel, cv: dict[str, int], tv: dict[str, int]) -> None:
     entries = {d.name: d for d in kernel.cluster.dims}
-    for dim, role in roles.items():
-        if role.kind == "whole":
-            continue
-        s = role.tile
-        if full[dim] % cv[s]:
-            raise CompileError(
-                entries[s].span,
-                f"dimension {dim} = {full[dim]} is not a whole multiple of its super-tile {s} = {cv[s]}",
-            )
     for s, value in cv.items():
         if value % tv[s]:
             raise CompileError(
@@ -214,8 +223,8 @@ def _init_tiling(kernel: ir.Kernel, acc: Accumulator) -> tuple[tuple[str, str] |
     return tuple(out)
 
 
-def _make_leaf(name: str, text: str, filename: str, leaf_dims: dict[str, int], tv: dict[str, int]) -> Leaf:
-    kernel = check_leaf(text, f"{filename} (cluster leaf {name})")
+def _make_leaf(base: str, name: str, kernel: ir.Kernel, text: str, leaf_dims: dict[str, int],
+               tv: dict[str, int]) -> Leaf:
     dims = {d: leaf_dims[d] for d in kernel_dims(kernel)}
     tuned = {d.name for d in kernel.autotune.dims} if kernel.autotune else set()
     tiles = {n: v for n, v in tv.items() if n in tuned}
@@ -240,18 +249,23 @@ def _make_leaf(name: str, text: str, filename: str, leaf_dims: dict[str, int], t
     )
 
 
-def compile_cluster(
-    kernel: ir.Kernel,
-    dims: dict[str, int],
-    *,
-    cluster_values: dict[str, int] | None = None,
-    tile_values: dict[str, int] | None = None,
-) -> ClusterProgram:
-    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc)."""
-    cv = _choose_cluster_values(kernel, cluster_values)
-    binding = bind(kernel, dims, tile_values=tile_values)
-    full, tv = dict(binding.dims), dict(binding.tile_values)
-    names = set(cv)
+@dataclass(frozen=True)
+class ClusterShape:
+    """What the cluster compiler reads from an @cluster kernel before any dimension is known:
+    the cluster loop and accumulator (if any), the cluster level, how every tensor is accessed,
+    each dimension's role, and the leaves' source texts by base name."""
+
+    loop: ir.For | None
+    acc: Accumulator | None
+    level: ClusterLevel
+    plan: AccessPlan
+    roles: dict[str, AxisRole]
+    leaf_texts: dict[str, str]
+
+
+def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
+    """Every cluster rejection that does not depend on the dimensions (run by `check` too)."""
+    names = {d.name for d in _require_cluster(kernel).dims}
     loop = find_cluster_loop(kernel, names)
     acc = check_accumulator(kernel, loop) if loop is not None else None
     level = ClusterLevel(
@@ -264,20 +278,47 @@ def compile_cluster(
     plan = plan_accesses(kernel, level)
     check_value_uses(kernel, level, plan)
     roles = _dim_roles(kernel, plan, loop, level)
-    _check_multiples(kernel, roles, full, cv, tv)
-    leaf_dims = {d: (cv[r.tile] if r.kind != "whole" else full[d]) for d, r in roles.items()}
-
-    filename = kernel.span.file
     if acc is None:
-        leaves = (_make_leaf("main", main_leaf_text(kernel), filename, leaf_dims, tv),)
+        texts = {"main": main_leaf_text(kernel)}
     else:
-        init_text = init_leaf_text(kernel, acc, _init_tiling(kernel, acc))
-        leaves = (
-            _make_leaf("init", init_text, filename, leaf_dims, tv),
-            _make_leaf("step", step_leaf_text(kernel, acc), filename, leaf_dims, tv),
-        )
+        texts = {"init": init_leaf_text(kernel, acc, _init_tiling(kernel, acc)),
+                 "step": step_leaf_text(kernel, acc)}
+    return ClusterShape(loop, acc, level, plan, roles, texts)
 
-    tensor_roles = _tensor_roles(kernel, plan, acc)
+
+def check_cluster(kernel: ir.Kernel) -> ClusterShape:
+    """`analyze_cluster`, the leaves checked, and each @cluster name's first value a whole
+    multiple of its first @autotune value: what `check` reports for an @cluster kernel."""
+    shape = analyze_cluster(kernel)
+    for base, text in shape.leaf_texts.items():
+        check_leaf(text, f"{kernel.span.file} (cluster leaf {base})")
+    first = {d.name: d.values[0] for d in kernel.autotune.dims} if kernel.autotune else {}
+    _check_tile_multiples(kernel, {d.name: d.values[0] for d in kernel.cluster.dims}, first)
+    return shape
+
+
+def compile_cluster(
+    kernel: ir.Kernel,
+    dims: dict[str, int],
+    *,
+    cluster_values: dict[str, int] | None = None,
+    tile_values: dict[str, int] | None = None,
+) -> ClusterProgram:
+    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc)."""
+    cv = _choose_cluster_values(kernel, cluster_values)
+    binding = bind(kernel, dims, tile_values=tile_values)
+    full, tv = dict(binding.dims), dict(binding.tile_values)
+    shape = analyze_cluster(kernel)
+    _check_tile_multiples(kernel, cv, tv)
+    cuts = {d: cut_dimension(full[d], cv[r.tile]) for d, r in shape.roles.items() if r.kind != "whole"}
+    leaf_dims = {d: (cuts[d].extent if d in cuts else full[d]) for d in shape.roles}
+    filename = kernel.span.file
+    kernels = {b: check_leaf(t, f"{filename} (cluster leaf {b})") for b, t in shape.leaf_texts.items()}
+    variants = LeafVariants(
+        lambda base, name, at: _make_leaf(base, name, kernels[base], shape.leaf_texts[base], at, tv),
+        kernels, leaf_dims,
+    )
+    tensor_roles = _tensor_roles(kernel, shape.plan, shape.acc)
     infos = tuple(
         TensorInfo(
             t.name, t.dtype, tuple(d if isinstance(d, int) else full[d] for d in t.dims), tensor_roles[t.name]
@@ -286,21 +327,22 @@ def compile_cluster(
     )
     # Indexed by grid axis (x, y, z) up to the last cluster axis; an axis the cluster does not
     # split counts one super-tile (the leaf's CTAs cover it whole).
-    counts = {g.axis: full[g.dim] // cv[g.tile] for g in kernel.grid if g.axis in level.grid_tiles}
+    counts = {g.axis: cuts[g.dim].count for g in kernel.grid if g.axis in shape.level.grid_tiles}
     last = max(("xyz".index(a) for a in counts), default=0)
     super_axes = [(a, counts.get(a, 1)) for a in "xyz"[: last + 1]]
-    super_grid = tuple(n for _, n in super_axes)
-    units = unit_builder.build_units(kernel, plan, acc, super_axes, full, cv)
+    units = unit_builder.build_units(
+        kernel, shape.plan, shape.acc, super_axes, (full, shape.roles, cuts), variants
+    )
     program = ClusterProgram(
         kernel=kernel.name,
         source=KernelText(kernel).text,
         dims=tuple(full.items()),
         cluster_values=tuple(cv.items()),
         tile_values=tuple(tv.items()),
-        super_grid=super_grid,
+        super_grid=tuple(n for _, n in super_axes),
         tensors=infos,
         scalars=tuple(s.name for s in kernel.scalars),
-        leaves=leaves,
+        leaves=variants.leaves(),
         units=units,
     )
-    return place_origins(program, kernel, level.grid_tiles)
+    return place_origins(program, kernel, shape.level.grid_tiles)

@@ -110,7 +110,40 @@ def _bind_dims(kernel: ir.Kernel, space: dict[str, tuple[int, ...]], dims: Mappi
         elif name in dims:
             out[name] = int(dims[name])
         else:
-            raise UserError(f"missing dimension {name} for kernel {kernel.name}")
+            raise missing_dims_error(kernel, [n for n in names if n not in dims and n not in space])
+    return out
+
+
+def missing_dims_error(kernel: ir.Kernel, missing: list[str]) -> UserError:
+    """The one wording of a missing dimension, for the compiler and the scheduler alike."""
+    flags = " ".join(f"--dim {n}=..." for n in missing)
+    return UserError(f"missing dimension {', '.join(missing)} of kernel {kernel.name}: give {flags} "
+                     "or an existing tensor file whose shape sets it")
+
+
+def dims_from_files(kernel: ir.Kernel, dims: Mapping[str, int],
+                    files: Mapping[str, tuple[tuple[int, ...], str]]) -> dict[str, int]:
+    """`dims` completed from the shapes of existing tensor files (tensor -> (shape, the file as
+    the user named it)). A --dim that disagrees with a file, or two files that disagree, is an
+    error naming both; a file of the wrong rank is left to the shape check."""
+    out, source = dict(dims), {}
+    params = {t.name: t for t in kernel.tensors}
+    for name, (shape, label) in files.items():
+        param = params.get(name)
+        if param is None or len(shape) != len(param.dims):
+            continue
+        for d, n in zip(param.dims, shape, strict=True):
+            if not isinstance(d, str):
+                continue
+            if d in dims and dims[d] != n:
+                raise UserError(f"--dim {d}={dims[d]} conflicts with tensor {name}: {label} has shape "
+                                f"{list(shape)}, so {d} = {n}")
+            if d in source and out[d] != n:
+                first, where = source[d]
+                raise UserError(f"tensors {first} and {name} disagree on {d}: {where} gives {d} = {out[d]}, "
+                                f"{label} gives {d} = {n}")
+            out.setdefault(d, int(n))
+            source.setdefault(d, (name, label))
     return out
 
 

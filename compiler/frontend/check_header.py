@@ -42,7 +42,9 @@ class Symbol:
 class Header:
     tensors: dict[str, ir.TensorParam]
     symbols: dict[str, Symbol]  # scalar parameters, dimensions and tile names
-    # names with one @autotune value and not in @cluster: shape comparisons substitute them
+    # names with one @autotune value: shape comparisons substitute them (with or without @cluster:
+    # on one GPU the kernel compiles as if the @cluster line were not there, and the cluster
+    # compiler checks its leaves, which have no @cluster line, on their own)
     fixed: dict[str, int]
 
 
@@ -104,7 +106,6 @@ def _declare_params(kernel: ir.Kernel, text: str) -> Header:
             )
         scope[name] = Symbol("dim", I32, span)
     fixed: dict[str, int] = {}
-    cluster_names = {d.name for d in k.cluster.dims} if k.cluster else set()
     for d in k.autotune.dims if k.autotune else ():
         if d.name in tensors or (d.name in scope and scope[d.name].kind == "scalar"):
             raise CompileError(d.span, f"@autotune name '{d.name}' is already a parameter")
@@ -117,7 +118,7 @@ def _declare_params(kernel: ir.Kernel, text: str) -> Header:
                 )
         else:
             scope[d.name] = Symbol("tile", I32, d.span)
-        if len(d.values) == 1 and d.name not in cluster_names:
+        if len(d.values) == 1:
             fixed[d.name] = d.values[0]
     aligned = k.aligned
     if aligned:

@@ -34,8 +34,8 @@ def promote(a: str, b: str) -> str:
 
 class Shapes:
     """Compares Sizes after substituting names that have exactly one value (D -> 64 when the
-    kernel says `D in [64]`), so tile[BR, 64] and tile[BR, D] are the same shape. @cluster names
-    are never substituted: they take other values when the cluster compiler reads the kernel."""
+    kernel says `D in [64]`), so tile[BR, 64] and tile[BR, D] are the same shape, whether or not
+    the name is also an @cluster name: the body runs only as a leaf, with its @autotune values."""
 
     def __init__(self, fixed: Mapping[str, int]):
         self.fixed = dict(fixed)

@@ -101,6 +101,22 @@ def read_tensors(kernel: ir.Kernel) -> tuple[str, ...]:
     return _unique((*loaded_tensors(kernel), *compound))
 
 
+def first_old_value_read(kernel: ir.Kernel, tensor: str) -> Span | None:
+    """Where the kernel reads `tensor`'s old contents, or None when it writes before it reads.
+
+    Statements are taken in source order: a load of `tensor` (or a compound store to it) in a
+    statement at or before its first plain store reads what the tensor held before the kernel
+    ran, so that tensor's file must exist; a tensor only ever stored to, or read after it was
+    stored, can be created."""
+    for stmt in iter_stmts(kernel.body):
+        for expr in iter_exprs(stmt):
+            if isinstance(expr, ir.Load) and expr.tensor == tensor:
+                return expr.span
+        if isinstance(stmt, ir.Store) and stmt.tensor == tensor:
+            return stmt.span if stmt.op != "=" else None
+    return None
+
+
 def dot_modes(kernel: ir.Kernel) -> tuple[str, ...]:
     """The precision modes of the kernel's dots (checked IR), sorted: ("bf16", "f32"), say."""
     return tuple(sorted({e.precision.mode for e in iter_body_exprs(kernel.body)

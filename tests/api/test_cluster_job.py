@@ -54,7 +54,7 @@ def test_a_job_through_the_api_gives_the_command_lines_bytes(tmp_path):
     cli_folder, api_folder = _folder(tmp_path, "cli"), _folder(tmp_path, "api")
     flags = [f"--dim={k}={v}" for k, v in DIMS.items()] + [f"--scalar={k}={v}" for k, v in SCALARS.items()]
     flags += [f"--tensor={k}={v}" for k, v in TENSORS.items()]
-    made = _cli("new-job", "--kernel", str(JOBS / "matmul.phk"), *flags, "-o", "job.capnp", cwd=cli_folder)
+    made = _cli("new-job", str(JOBS / "matmul.phk"), *flags, "-o", "job.capnp", cwd=cli_folder)
     assert made.returncode == 0, made.stderr
     ran = _cli("job.capnp", "--local-pods", "2", cwd=cli_folder)
     assert ran.returncode == 0, ran.stderr

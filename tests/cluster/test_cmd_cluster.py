@@ -46,9 +46,9 @@ def test_abbreviates_beyond_sixteen_units(capsys):
         str(repo_file("tests/cluster/kernels/add_small.phk")),
         "--dim",
         "N=4096",
-        "--cluster-set",
+        "--cluster",
         "BLOCK=64",
-        "--set",
+        "--tile",
         "BLOCK=32",
     )
     assert code == 0
@@ -58,28 +58,35 @@ def test_abbreviates_beyond_sixteen_units(capsys):
     assert "tiles BLOCK=32; CTA grid 2;" in out
 
 
-def test_bad_cluster_value_is_one_line(capsys):
-    code, _, err = _run(
-        capsys,
-        "cluster",
-        str(repo_file("tests/cluster/kernels/add_small.phk")),
-        "--dim",
-        "N=4096",
-        "--cluster-set",
-        "BLOCK=100",
-    )
-    assert code == 2
-    assert err.strip() == "error: BLOCK = 100 is outside its @cluster search space (allowed: 64, 128, 256)"
+def test_cluster_value_outside_the_space_runs_with_a_one_line_warning(capsys):
+    path = str(repo_file("tests/cluster/kernels/add_small.phk"))
+    code, out, err = _run(capsys, "cluster", path, "--dim", "N=4096", "--cluster", "BLOCK=1024")
+    assert code == 0 and "= 4 units of work" in out
+    assert err == ("warning: @cluster BLOCK = 1024 is outside its search space (64, 128, 256); "
+                   "using it as given\n")
 
 
-def test_dimension_error_points_at_the_attribute(capsys):
+def test_any_size_runs_with_a_smaller_last_super_tile(capsys):
     path = str(repo_file("examples/add.phk"))
-    code, _, err = _run(capsys, "cluster", path, "--dim", "N=1000")
-    assert code == 2
-    assert err.startswith(
-        f"{path}:1:10: error: dimension N = 1000 is not a whole multiple of its super-tile BLOCK = 1048576"
-    )
-    assert "Traceback" not in err
+    code, out, err = _run(capsys, "cluster", path, "--dim", "N=1000")
+    assert code == 0 and err == ""
+    assert "super-tile grid: 1 (x) = 1 units of work" in out
+    assert "main: kernel add; dims N=1000; tiles BLOCK=16; CTA grid 63;" in out
+    code, out, _ = _run(capsys, "cluster", path, "--dim", "N=2500000")
+    assert "super-tile grid: 3 (x) = 3 units of work" in out
+    assert ("#2 (2,): main@N=402848 reads a[2097152:2500000] b[2097152:2500000]  "
+            "writes c[2097152:2500000]") in out
+
+
+@pytest.mark.parametrize("old, new", [
+    (["--set", "BLOCK=64"], "--set is gone: use --tile NAME=V for an @autotune value, --cluster NAME=V"),
+    (["--cluster-set", "BLOCK=64"], "--cluster-set is now --cluster NAME=V"),
+    (["--name", "add"], "--name is now --kernel NAME"),
+])
+def test_old_flag_spellings_name_the_new_ones(capsys, old, new):
+    path = str(repo_file("examples/add.phk"))
+    code, _, err = _run(capsys, "cluster", path, "--dim", "N=1000", *old)
+    assert code == 2 and err.startswith("error: " + new) and err.count("\n") == 1
 
 
 def test_cuda_prints_each_leafs_source(capsys):

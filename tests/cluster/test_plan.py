@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.errors import UserError
-from compiler.cluster.build import cluster_space, compile_cluster
+from compiler.cluster.build import cluster_space, compile_cluster, values_outside_space
 from compiler.frontend.diagnostics import CompileError
 from schemas.program import Region
 from tests.cluster.helpers import example, small
@@ -112,9 +112,17 @@ def test_cluster_space_lists_every_combination():
     assert len(space) == 2 * 2 * 3 and space[0] == {"TILE_M": 32, "TILE_N": 32, "TILE_K": 16}
 
 
-def test_cluster_value_outside_its_space_is_a_user_error():
-    with pytest.raises(UserError, match=r"BLOCK = 1000 is outside its @cluster search space"):
-        compile_cluster(example("add"), {"N": 1048576}, cluster_values={"BLOCK": 1000})
+def test_cluster_value_outside_its_space_is_used_with_a_warning():
+    kernel = example("add")
+    program = compile_cluster(kernel, {"N": 1048576}, cluster_values={"BLOCK": 1024 * 16})
+    assert dict(program.cluster_values) == {"BLOCK": 16384} and len(program.units) == 64
+    assert values_outside_space(kernel, {"BLOCK": 16384}) == [
+        "warning: @cluster BLOCK = 16384 is outside its search space (1048576, 2097152, 4194304, "
+        "8388608, 16777216); using it as given"
+    ]
+    assert values_outside_space(kernel, {"BLOCK": 1048576}) == []
+    with pytest.raises(UserError, match=r"BLOCK = 0 must be a positive integer"):
+        compile_cluster(kernel, {"N": 1048576}, cluster_values={"BLOCK": 0})
     with pytest.raises(UserError, match=r"no @cluster name TILE"):
         compile_cluster(example("add"), {"N": 1048576}, cluster_values={"TILE": 1})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cluster.build import compile_cluster
+from compiler.cluster.build import check_cluster, compile_cluster
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_text
 
@@ -19,9 +19,23 @@ def _error(text: str, dims: dict[str, int], **kw) -> CompileError:
     return info.value
 
 
+def _check_error(text: str) -> CompileError:
+    """What `check` reports: the checker's error, or the cluster compiler's dimension-free one."""
+    try:
+        kernel = load_text(text, FILE).kernels[0]
+    except CompileError as err:
+        return err
+    with pytest.raises(CompileError) as info:
+        check_cluster(kernel)
+    return info.value
+
+
 def expect(text: str, dims: dict[str, int], line: int, needle: str, message: str, **kw) -> str:
-    """The error is at `line`, at the column where `needle` starts on that line."""
+    """The error is at `line`, at the column where `needle` starts on that line; `check` reports
+    the same error, with no dimension given (unless the case pins other values)."""
     err = _error(text, dims, **kw)
+    if not kw:
+        assert _check_error(text).render() == err.render()
     col = text.splitlines()[line - 1].index(needle) + 1
     rendered = err.render()
     assert rendered.startswith(f"{FILE}:{line}:{col}: error: "), rendered
@@ -209,23 +223,6 @@ def test_accumulator_old_value_from_another_region():
         "let c_old = load(C[pm * TILE_M :+ TILE_M, pn * TILE_N :+ TILE_N], fill = 1.0)",
     )
     expect(text, MATMUL_DIMS, 11, "c_old", "must be the output's old value")
-
-
-def test_dimension_not_a_multiple_of_its_super_tile():
-    rendered = expect(
-        ADD, {"N": 96}, 1, "BLOCK in", "dimension N = 96 is not a whole multiple of its super-tile BLOCK = 64"
-    )
-    assert "^" in rendered
-
-
-def test_chunked_dimension_not_a_multiple_of_its_super_tile():
-    expect(
-        MATMUL,
-        {"M": 64, "N": 64, "K": 40},
-        1,
-        "TILE_K in",
-        "dimension K = 40 is not a whole multiple of its super-tile TILE_K = 16",
-    )
 
 
 def test_super_tile_not_a_multiple_of_the_leaf_tile():

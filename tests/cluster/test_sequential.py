@@ -163,3 +163,44 @@ def test_compound_store_makes_its_tensor_inout():
     assert {t.name: t.role for t in program.tensors} == {"a": "input", "c": "inout"}
     assert dict(program.units[3].launches[0].reads)["c"].start == (192,)
     np.testing.assert_array_equal(clustered["c"], plain["c"])  # one f32 add per element: exact
+
+
+# ---- every problem size runs: ragged last super-tiles, problems smaller than a super-tile ----
+
+
+@pytest.mark.parametrize("n", [4000, 100, 1, 4096 + 17])
+def test_add_at_any_size(n):
+    """The last super-tile holds what is left, and its leaf is bound to that extent (masked
+    edges); a problem smaller than the super-tile is one unit."""
+    kernel = small("add_small")
+    shapes = {"a": (n,), "b": (n,), "c": (n,)}
+    program, plain, clustered = _both(kernel, {"N": n}, shapes, {}, {"BLOCK": 256})
+    assert len(program.units) == -(-n // 256)
+    last = program.units[-1].launches[0]
+    assert dict(last.writes)["c"].shape == ((n - 1) % 256 + 1,)
+    np.testing.assert_array_equal(clustered["c"], plain["c"])
+
+
+@pytest.mark.parametrize("dims", [{"M": 96, "N": 80, "K": 48}, {"M": 16, "N": 16, "K": 16},
+                                  {"M": 160, "N": 32, "K": 112}])
+def test_matmul_with_ragged_super_tiles_and_chunks(dims):
+    kernel = small("matmul_small")
+    shapes = {"A": (dims["M"], dims["K"]), "B": (dims["K"], dims["N"]), "C": (dims["M"], dims["N"])}
+    values = {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}
+    program, plain, clustered = _both(kernel, dims, shapes, {"alpha": 1.5, "beta": -0.75}, values)
+    counts = [-(-dims[d] // values[t]) for d, t in (("M", "TILE_M"), ("N", "TILE_N"))]
+    assert len(program.units) == counts[0] * counts[1]
+    assert len(program.units[-1].launches) == 1 + -(-dims["K"] // 32)
+    np.testing.assert_allclose(clustered["C"], plain["C"], rtol=1e-5, atol=1e-4)
+
+
+def test_ragged_leaves_are_bound_to_the_smaller_extent():
+    kernel = small("matmul_small")
+    program = compile_cluster(kernel, {"M": 96, "N": 64, "K": 48},
+                              cluster_values={"TILE_M": 64, "TILE_N": 64, "TILE_K": 32})
+    leaves = {leaf.name: dict(leaf.dims) for leaf in program.leaves}
+    assert leaves["step"] == {"M": 64, "K": 32, "N": 64}
+    assert leaves["step@M=32,K=16"] == {"M": 32, "K": 16, "N": 64}
+    assert leaves["init@M=32"] == {"M": 32, "N": 64}
+    launches = [launch.leaf for launch in program.units[1].launches]
+    assert launches == ["init@M=32", "step@M=32", "step@M=32,K=16"]

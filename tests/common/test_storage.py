@@ -256,3 +256,31 @@ def test_killed_writer_leaves_the_old_contents(tmp_path):
     np.testing.assert_array_equal(np.load(final), np.full((64, 64), 3.0, np.float32))
     stale = storage.find_stale_staging(tmp_path)
     assert len(stale) == 1 and "killed" in stale[0].name
+
+
+READ_BF16 = """
+import ml_dtypes
+import numpy as np
+c = np.load(PATH)
+assert c.dtype == ml_dtypes.bfloat16, c.dtype
+print(c.astype(np.float32).tolist())
+"""
+
+
+def test_bf16_outputs_read_back_with_numpy_and_ml_dtypes(tmp_path):
+    """The two lines of docs/runtime.md read a bf16 output as bf16 (numpy alone wrote `<V2`)."""
+    final = tmp_path / "c.npy"
+    staging = storage.create_staging(final, (2, 2), "bf16", "job1")
+    storage.write_region(staging, Region("c", (0, 0), (2, 2)), np.array([[1, 2], [3, 0.5]], np.float32))
+    storage.commit(staging, final)
+    header = final.read_bytes()[:80]
+    assert b"'descr': 'bfloat16'" in header
+    script = READ_BF16.replace("PATH", repr(str(final)))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[[1.0, 2.0], [3.0, 0.5]]"
+    assert storage.tensor_meta(final) == ((2, 2), "bf16")
+
+
+def test_bf16_written_by_numpy_itself_is_still_read(tmp_path):
+    np.save(tmp_path / "v2.npy", np.array([1.5, 2.0], ml_dtypes.bfloat16))
+    assert storage.tensor_meta(tmp_path / "v2.npy") == ((2,), "bf16")

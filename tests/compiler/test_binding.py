@@ -51,7 +51,9 @@ def test_tile_values_from_the_expanded_search_space():
 
 
 def test_missing_unknown_and_bad_dimensions():
-    assert error_of(kernel("axpby"), {"M": 70}) == "missing dimension N for kernel axpby"
+    assert error_of(kernel("axpby"), {"M": 70}) == (
+        "missing dimension N of kernel axpby: give --dim N=... "
+        "or an existing tensor file whose shape sets it")
     assert error_of(kernel("axpby"), {"M": 70, "N": 4, "Q": 3}) == (
         "kernel axpby has no dimension Q (it has: M, N)")
     assert "must be at least 1" in error_of(kernel("axpby"), {"M": 0, "N": 4})

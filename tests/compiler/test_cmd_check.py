@@ -125,3 +125,21 @@ def test_report_names_each_dots_precision():
     assert "dot at 12:12: tf32 (from its precision argument)" in text
     text = cmd_check.describe_module(load_file(repo_file("examples") / "matmul.phk"))
     assert "dot at 11:12: f32 (the default)" in text
+
+
+HALO = """@cluster(BLOCK in [64, 256])
+@autotune(BLOCK in [16, 64])
+kernel shift(a: tensor<f32>[N], c: tensor<f32>[N]) {
+  let base = ctx.block.x * BLOCK
+  c[base :+ BLOCK] = a[base + 1 :+ BLOCK]
+}
+"""
+
+
+def test_check_runs_the_cluster_rejections_that_need_no_dimension(tmp_path):
+    (tmp_path / "shift.phk").write_text(HALO)
+    done = run_check("shift.phk", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("shift.phk:5:24: error: 'a' is read outside its own super-tile"), done.stderr
+    assert "Traceback" not in done.stderr

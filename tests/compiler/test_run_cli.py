@@ -50,7 +50,7 @@ def add_inputs(tmp_path):
 
 def test_run_creates_missing_output(tmp_path, add_inputs, capsys):
     a, b = add_inputs
-    code, out, _ = run_cli(add_args(tmp_path, extra=["--set", "BLOCK=64"]), capsys)
+    code, out, _ = run_cli(add_args(tmp_path, extra=["--tile", "BLOCK=64"]), capsys)
     assert code == 0
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
     assert "wrote c" in out
@@ -84,9 +84,9 @@ def test_run_bf16_files(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("case,expected", [
-    ("wrong_shape", "tensor a: expected shape (1000,), got (999,)"),
+    ("wrong_shape", "--dim N=1000 conflicts with tensor a: "),
     ("wrong_dtype", "holds float64, the kernel expects float32"),
-    ("missing_dim", "missing dimension N for kernel add"),
+    ("missing_dim", "missing dimension N of kernel add: give --dim N=... or an existing tensor file"),
     ("missing_tensor", "missing tensor b: give --tensor b=FILE.npy"),
     ("missing_input_file", "tensor a: no such file"),
     ("unreadable", "tensor a: cannot read"),
@@ -105,6 +105,8 @@ def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs
         np.save(tmp_path / "b.npy", np.zeros(1000, np.float64))
     elif case == "missing_dim":
         args = [a for a in args if a not in ("--dim", "N=1000")]
+        os.remove(tmp_path / "a.npy")
+        os.remove(tmp_path / "b.npy")
     elif case == "missing_tensor":
         args = args[:5] + args[7:]
     elif case == "missing_input_file":
@@ -112,7 +114,7 @@ def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs
     elif case == "unreadable":
         (tmp_path / "a.npy").write_bytes(b"not an npy file")
     elif case == "bad_set":
-        args += ["--set", "BLOCK=3"]
+        args += ["--tile", "BLOCK=3"]
     elif case == "unknown_tensor":
         args += ["--tensor", f"q={tmp_path / 'q.npy'}"]
     elif case == "unknown_scalar":
@@ -157,7 +159,8 @@ def test_exit_code_2_and_no_traceback_in_a_real_process(tmp_path, add_inputs):
                           cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2
-    assert proc.stderr == "error: tensor a: expected shape (5,), got (1000,)\n"
+    assert proc.stderr == (f"error: --dim N=5 conflicts with tensor a: {tmp_path / 'a.npy'} "
+                           "has shape [1000], so N = 1000\n")
 
 
 @pytest.mark.gpu
@@ -180,3 +183,49 @@ def test_gpu_device_agrees_with_the_interpreter(tmp_path, capsys, name):
         results[device] = np.load(target)
     # f32 sums of at most 300 terms of unit size in a different order: well inside 1e-4.
     np.testing.assert_allclose(results["gpu"], results["cpu"], rtol=1e-4, atol=1e-5)
+
+
+BF16_COPY = """kernel copy(a: tensor<f32>[N], c: tensor<bf16>[N]) {
+  c[:] = a[:]
+}
+"""
+
+
+def test_bf16_output_is_a_file_numpy_reads_back_as_bf16(tmp_path, capsys):
+    import ml_dtypes
+
+    (tmp_path / "copy.phk").write_text(BF16_COPY)
+    np.save(tmp_path / "a.npy", np.array([1.0, 2.5, -3.0], np.float32))
+    code, _, err = run_cli([tmp_path / "copy.phk", "--tensor", f"a={tmp_path / 'a.npy'}",
+                            "--tensor", f"c={tmp_path / 'c.npy'}"], capsys)
+    assert code == 0, err
+    c = np.load(tmp_path / "c.npy")  # ml_dtypes is imported: numpy resolves the header's dtype
+    assert c.dtype == ml_dtypes.bfloat16 and c.astype(np.float32).tolist() == [1.0, 2.5, -3.0]
+
+
+MISSING_OUTPUTS = """kernel fill(a: tensor<f32>[R, C], c: tensor<f32>[R, C]) {
+  for j in range(0, C, 1) {
+    c[:, j] = a[:, j] * 2.0
+  }
+}
+
+kernel accumulate(a: tensor<f32>[R, C], c: tensor<f32>[R, C]) {
+  c[:, :] += a[:, :]
+}
+"""
+
+
+def test_missing_output_is_created_unless_the_kernel_reads_it_first(tmp_path, capsys):
+    (tmp_path / "k.phk").write_text(MISSING_OUTPUTS)
+    np.save(tmp_path / "a.npy", np.ones((4, 3), np.float32))
+    args = ["--tensor", f"a={tmp_path / 'a.npy'}", "--tensor", f"c={tmp_path / 'c.npy'}"]
+    code, _, err = run_cli([tmp_path / "k.phk", "--kernel", "fill", *args], capsys)
+    assert code == 0, err
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full((4, 3), 2.0, np.float32))
+    (tmp_path / "c.npy").unlink()
+    code, _, err = run_cli([tmp_path / "k.phk", "--kernel", "accumulate", *args], capsys)
+    assert code == 2
+    assert err.splitlines()[0] == (f"{tmp_path / 'k.phk'}:8:3: error: tensor c: {tmp_path / 'c.npy'} "
+                                   "does not exist, and the kernel reads its old values here before writing "
+                                   "them; create the file first")
+    assert not (tmp_path / "c.npy").exists()

@@ -160,7 +160,7 @@ def test_cuda_and_ptx_commands(tmp_path, capsys):
     from compiler.cli.commands import main
 
     path = str(load_example.__globals__["EXAMPLES"] / "softmax.phk")
-    assert main(["cuda", path, "--dim", "R=100", "--dim", "C=300", "--set", "BR=4"]) == 0
+    assert main(["cuda", path, "--dim", "R=100", "--dim", "C=300", "--tile", "BR=4"]) == 0
     out = capsys.readouterr().out
     assert 'extern "C" __global__' in out and "constexpr int c_BR = 4;" in out
     target = tmp_path / "k.ptx"
@@ -183,9 +183,9 @@ def test_ptx_command_reports_a_pruned_set_clearly(tmp_path):
                 "N=512",
                 "--dim",
                 "K=512",
-                "--set",
+                "--tile",
                 "TILE_M=256",
-                "--set",
+                "--tile",
                 "TILE_N=256",
                 "-o",
                 str(tmp_path / "k.ptx"),

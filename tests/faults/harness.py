@@ -163,6 +163,30 @@ def matmul_inputs(folder: Path, m: int, n: int, k: int, seed: int = 0) -> None:
     np.save(folder / "B.npy", rng.standard_normal((k, n)).astype(np.float32))
 
 
+def child_pids(pid: int) -> list[int]:
+    """The pids of `pid`'s child processes (a scheduler's local pods), read from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def staging_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if STAGING_MARK in p.name)
 

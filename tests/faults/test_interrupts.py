@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.faults.harness import REPO, staging_files
+from tests.faults.harness import REPO, child_pids, process_alive, staging_files
 from tests.job_files import make_job
 
 N = 4096
@@ -36,7 +36,7 @@ def _start(folder, *extra: str) -> subprocess.Popen:
     # a session of its own, as a shell gives a foreground job: the group is the scheduler's
     with open(folder / "scheduler.err", "w") as err:
         argv = [sys.executable, "-m", "scheduler.main", str(job), "--storage-root", str(folder),
-                "--local-pods", "2", "--set", "BLOCK=1024", *extra]
+                "--local-pods", "2", "--cluster", "BLOCK=1024", *extra]
         return subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
                                 start_new_session=True)
 
@@ -49,36 +49,13 @@ def _wait_until(predicate, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _children(pid: int) -> list[int]:
-    """The pids of `pid`'s child processes (its local pods), from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
 def _running(folder, scheduler: subprocess.Popen) -> list[int]:
     """Wait until the job runs (its staging file exists, its two pods started); their pids."""
     _wait_until(lambda: staging_files(folder) or scheduler.poll() is not None, 120, "the job to start")
     assert scheduler.poll() is None, _stderr(folder)
-    pods = _children(scheduler.pid)
+    pods = child_pids(scheduler.pid)
     assert len(pods) == 2, pods
     return pods
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def _stderr(folder) -> str:
@@ -113,7 +90,7 @@ def test_a_signal_stops_the_job_removes_staging_and_keeps_the_output(tmp_path, s
     assert "no node left" not in err
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), OLD)
     assert staging_files(tmp_path) == []
-    _wait_until(lambda: all(_gone(p) for p in pods), 30, "the local pods to exit")
+    _wait_until(lambda: all(not process_alive(p) for p in pods), 30, "the local pods to exit")
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path):
@@ -131,11 +108,11 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
         scheduler.send_signal(signal.SIGINT)
         returncode, _ = _finish(tmp_path, scheduler)
         assert returncode == 130
-        assert not any(_gone(p) for p in pods), "the scheduler waited for its frozen pods"
+        assert all(process_alive(p) for p in pods), "the scheduler waited for its frozen pods"
     finally:
         if scheduler.poll() is None:
             scheduler.kill()
         for pod in pods:
-            if not _gone(pod):
+            if process_alive(pod):
                 os.kill(pod, signal.SIGKILL)
 

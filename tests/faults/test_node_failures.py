@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from scheduler.jobfile import build_job, write_job
-from tests.faults.harness import REPO, Pods, matmul_inputs, staging_files
+from tests.faults.harness import REPO, Pods, child_pids, matmul_inputs, process_alive, staging_files
 from tests.job_files import make_job
 
 DIMS = {"M": 512, "N": 512, "K": 256}
@@ -218,28 +218,6 @@ def test_a_unit_that_kills_its_pod_every_time_fails_the_job_after_3_attempts(dat
     assert staging_files(root) == []
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_pods_exit_when_the_scheduler_dies(data, tmp_path):
     root = data[0]
     old = np.full((DIMS["M"], DIMS["N"]), 5.0, np.float32)
@@ -248,23 +226,23 @@ def test_pods_exit_when_the_scheduler_dies(data, tmp_path):
     scheduler = subprocess.Popen(
         [sys.executable, "-m", "scheduler.main", str(job(root, "C_orphan")), "--local-pods", "2",
          "--storage-root", str(root), "--heartbeat-interval", "0.1", "--heartbeat-timeout", "1",
-         "--set", "TILE_M=128", "--set", "TILE_N=128", "--set", "TILE_K=128"],
+         "--cluster", "TILE_M=128", "--cluster", "TILE_N=128", "--cluster", "TILE_K=128"],
         env=env, cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while not staging_files(root) and time.monotonic() < deadline:  # the job is running
             time.sleep(0.05)
-        pods = _children(scheduler.pid)
+        pods = child_pids(scheduler.pid)
         assert len(pods) == 2 and staging_files(root)
         scheduler.kill()
         scheduler.wait()
         deadline = time.monotonic() + 10
-        while any(_alive(p) for p in pods) and time.monotonic() < deadline:
+        while any(process_alive(p) for p in pods) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_alive(p) for p in pods), "pods outlived their scheduler"
+        assert not any(process_alive(p) for p in pods), "pods outlived their scheduler"
     finally:
         scheduler.kill()
-        for pid in _children(scheduler.pid):
+        for pid in child_pids(scheduler.pid):
             os.kill(pid, signal.SIGKILL)
     # nothing was committed: the output keeps its old contents (the hidden staging copy of the
     # killed job is left behind, never read, as docs/runtime.md says)
@@ -284,3 +262,31 @@ def test_every_pod_killed_fails_clearly_and_keeps_the_old_output(data, pods_for)
     assert sorted(f["node"] for f in result.trace["failures"]) == [0, 1]
     np.testing.assert_array_equal(np.load(root / "C_lost.npy"), old)
     assert staging_files(root) == []
+
+
+def test_a_pod_heartbeats_to_a_second_session_while_the_first_is_still_connected(data, pods_for):
+    """Pods reused by a new session before the old one closed (the kill-matrix soak does this):
+    the heartbeat loop of the old scheduler ends, and the new one must get a loop of its own.
+    The pod's first load is held until the new session has taken five heartbeats from it."""
+    pods = pods_for(heartbeat_timeout=1.0)
+    gate = pods.logs / "release-load"
+    order = pods.start(1, fault=f"hold-at=load:1:{gate}")
+    pods.session(order)  # the first scheduler says hello, and stays connected
+    second = pods.session(order)
+    beats = []
+    taken = second.on_heartbeat
+
+    def counted(node, generation, running):
+        beats.append(node)
+        taken(node, generation, running)
+
+    second.on_heartbeat = counted
+
+    async def release_after_five_heartbeats(session):
+        while len(beats) < 5:
+            await asyncio.sleep(0.02)
+        gate.write_text("")
+
+    result = pods.run(second, job(data[0], "C_second_session"), CLUSTER, during=release_after_five_heartbeats)
+    assert result.ok and result.trace["failures"] == [], result.reason
+    assert_clean_result(data, "C_second_session")

@@ -25,7 +25,7 @@ ADD = JOB_KERNELS / "add.phk"
 
 
 def new_job(folder, kernel, tensors: dict[str, str]):
-    args = ["new-job", "--kernel", kernel, "--dim", f"N={N}", "-o", folder / "job.capnp"]
+    args = ["new-job", kernel, "--dim", f"N={N}", "-o", folder / "job.capnp"]
     for name, uri in tensors.items():
         args += ["--tensor", f"{name}={uri}"]
     return sched(args)
@@ -102,7 +102,7 @@ def test_a_read_only_output_folder_is_found_before_the_pods_start(folder):
 def test_a_job_with_too_many_units_is_refused_before_it_exhausts_memory(folder):
     big = 1 << 35  # under the 2^36-element limit, but 2^27 super-tiles of 256
     job = job_file(folder, ADD, {"N": big}, {"a": "file:x.npy", "b": "file:y.npy", "c": "file:z.npy"})
-    done = sched([job, "--set", "BLOCK=256", "--local-pods", "1"], address_space=4 << 30)
+    done = sched([job, "--cluster", "BLOCK=256", "--local-pods", "1"], address_space=4 << 30)
     assert "units of work" in done.one_line_error() and "choose larger @cluster values" in done.err
 
 

@@ -109,7 +109,7 @@ def test_expect_match_and_mismatch(folder, capsys):
     np.save(folder / "bad.npy", want_bad)
     trace = folder / "trace.json"
     code, out, err = run_cli([str(job), "--storage-root", str(folder), "--expect", f"c={folder / 'want.npy'}",
-                              "--trace", str(trace), "--set", "BLOCK=256"], capsys)
+                              "--trace", str(trace), "--cluster", "BLOCK=256"], capsys)
     assert code == 0, err
     assert "c matches" in out and "succeeded" in out and "wall time" in out
     assert trace.exists()

@@ -6,6 +6,7 @@ checkout, and it also proves the job's relative URIs follow the job file whereve
 from __future__ import annotations
 
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -23,7 +24,11 @@ def test_committed_inputs_are_what_make_inputs_makes():
 
     spec = importlib.util.spec_from_file_location("make_inputs", EXAMPLE / "make_inputs.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in examples/
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
     for name, array in module.make_arrays().items():
         np.testing.assert_array_equal(np.load(EXAMPLE / "data" / f"{name}.npy"), array)
 

@@ -53,7 +53,7 @@ def test_three_jobs_against_the_same_pods(tmp_path):
             write_inputs(tmp_path, {"a": a, "b": b})
             job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
             trace = tmp_path / "trace.json"
-            done = _sched(tmp_path, token, str(job), "--pods", addresses, "--set", "BLOCK=256",
+            done = _sched(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=256",
                           "--trace", str(trace))
             assert done.returncode == 0, done.stdout + done.stderr
             np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
@@ -66,7 +66,7 @@ def test_three_jobs_against_the_same_pods(tmp_path):
             for pod, _ in pods:
                 assert pod.poll() is None, "a --keep-serving pod exited after its scheduler left"
             if round_ == 1:  # a job refused before it runs leaves the pods serving too
-                bad = _sched(tmp_path, token, str(job), "--pods", addresses, "--set", "BLOCK=3")
+                bad = _sched(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=3")
                 assert bad.returncode == 2, bad.stdout + bad.stderr
     finally:
         for pod, _ in pods:
@@ -80,7 +80,7 @@ def test_without_keep_serving_a_pod_exits_with_its_scheduler(tmp_path):
     job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
     pod, address = _start_pod(tmp_path, token)
     try:
-        done = _sched(tmp_path, token, str(job), "--pods", address, "--set", "BLOCK=256")
+        done = _sched(tmp_path, token, str(job), "--pods", address, "--cluster", "BLOCK=256")
         assert done.returncode == 0, done.stdout + done.stderr
         assert pod.wait(timeout=60) == 0
     finally:

@@ -42,7 +42,7 @@ def test_round_trip_through_bytes_and_file(tmp_path):
 
 
 @pytest.mark.parametrize("over, words", [
-    ({"dims": {"M": 64, "N": 64}}, "missing --dim for K"),
+    ({"dims": {"M": 64, "N": 64}}, "missing dimension K of kernel matmul: give --dim K=..."),
     ({"dims": {"M": 64, "N": 64, "K": 32, "Q": 1}}, "no dimension Q"),
     ({"dims": {"M": 0, "N": 64, "K": 32}}, "M = 0 must be at least 1"),
     ({"scalars": {"alpha": 1.0}}, "missing --scalar for beta"),
@@ -53,8 +53,9 @@ def test_round_trip_through_bytes_and_file(tmp_path):
     ({"tensors": {**TENSORS, "A": "file://otherhost/a.npy"}}, "remote host"),
     ({"tensors": {**TENSORS, "A": "file:a.csv"}}, "expected a .npy file"),
     ({"tensors": {**TENSORS, "A": "a.npy"}}, "only file: URIs"),
-    ({"cluster_values": {"TILE_M": 5000}}, "outside its @cluster search space"),
+    ({"cluster_values": {"TILE_M": 0}}, "--cluster TILE_M=0: must be at least 1"),
     ({"cluster_values": {"TILE_Q": 4096}}, "no @cluster name TILE_Q"),
+    ({"tile_values": {"TILE_Q": 4}}, "--tile TILE_Q: kernel matmul has no @autotune name TILE_Q"),
 ])
 def test_bad_jobs_are_refused_with_one_line(over, words):
     with pytest.raises(UserError) as err:
@@ -101,7 +102,7 @@ def test_garbage_job_file_is_a_user_error(tmp_path):
 
 def test_cli_new_job_and_show_job(tmp_path, capsys):
     out = tmp_path / "job.capnp"
-    code = cli.main(["new-job", "--kernel", str(MATMUL), "--dim", "M=64", "--dim", "N=64", "--dim", "K=32",
+    code = cli.main(["new-job", str(MATMUL), "--dim", "M=64", "--dim", "N=64", "--dim", "K=32",
                      "--scalar", "alpha=2", "--scalar", "beta=0", "--tensor", "A=file:a.npy",
                      "--tensor", "B=file:b.npy", "--tensor", "C=file:c.npy", "-o", str(out)])
     assert code == 0 and out.exists()

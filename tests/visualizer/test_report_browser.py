@@ -70,12 +70,14 @@ def test_examples_render_with_every_node_row_and_super_tile(tmp_path, example, n
         assert dom.by_id["failure-list"] is not None
 
 
-def test_single_gpu_view_hides_the_cluster_line_and_cluster_view_shows_it(tmp_path):
+def test_the_cluster_line_is_hidden_by_default_and_shown_on_request(tmp_path):
     trace = make_trace("flash_attention", nodes=2, size=4)
     _, cluster = render(tmp_path, trace)
-    assert cluster.report["view"] == "cluster" and cluster.report["cluster-line-hidden"] == "false"
+    assert cluster.report["view"] == "cluster" and cluster.report["cluster-line-hidden"] == "true"
     assert cluster.report["cluster-lines"] == "1"
     assert cluster.class_counts.get("cluster-attr") == 1
+    _, shown = render(tmp_path, trace, fragment="#cluster-line=shown")
+    assert shown.report["cluster-line-hidden"] == "false"
     _, single = render(tmp_path, trace, fragment="#view=single")
     assert single.report["view"] == "single" and single.report["cluster-line-hidden"] == "true"
     assert single.report["single-gpu-ctas"] == str(4 * 1024 // 32)  # Nq / BR (BR = 32 on one GPU)
@@ -125,7 +127,9 @@ def test_page_answers_input_events(tmp_path):
     trace = make_trace("matmul", nodes=3, fail_node=1)
     _, dom = render(tmp_path, trace, fragment="#selftest")
     out = json.loads(dom.report["selftest"])
-    assert out["singleHidden"] == "true" and out["clusterHidden"] == "false"
+    # hidden by default in both views; the toggle shows it, and hides it again
+    assert out["singleHidden"] == "true" and out["clusterHidden"] == "true"
+    assert out["toggledHidden"] == "false" and out["toggledBackHidden"] == "true"
     assert out["wheelZoom"] == pytest.approx(0.5, rel=0.01)
     assert out["dragMovedRight"] is True and out["resetStart"] == 0
     assert out["tooltip"] == out["expected"]

@@ -1,4 +1,4 @@
-// The code panel: syntax colouring, and the single-GPU view that hides the @cluster line.
+// The code panel: syntax colouring, and the @cluster line, hidden until the toggle shows it.
 
 const KEYWORDS = new Set("kernel let var for in range and or not true false inf if else return".split(" "));
 const TYPES = new Set("tensor tile f32 f16 bf16 i32 bool".split(" "));
@@ -78,14 +78,26 @@ function renderValues(view) {
   }
 }
 
+function recordClusterLine() {
+  root.dataset.clusterLineHidden = String(clusterLineElements.length > 0 &&
+    clusterLineElements.every((e) => getComputedStyle(e).display === "none"));
+}
+
+function setClusterLine(shown) {
+  document.body.dataset.clusterLine = shown ? "shown" : "hidden";
+  const button = $("toggle-cluster-line");
+  button.setAttribute("aria-pressed", String(shown));
+  button.textContent = shown ? "hide @cluster" : "show @cluster";
+  button.hidden = clusterLineElements.length === 0;
+  recordClusterLine();
+}
+
 function setView(view) {
   document.body.dataset.view = view;
   $("view-single").classList.toggle("active", view === "single");
   $("view-cluster").classList.toggle("active", view === "cluster");
   $("view-label").textContent = view === "single" ? "· single-GPU view" : "· cluster view";
-  const hidden = clusterLineElements.length > 0 &&
-    clusterLineElements.every((e) => getComputedStyle(e).display === "none");
   root.dataset.view = view;
-  root.dataset.clusterLineHidden = String(hidden);
+  recordClusterLine();
   renderValues(view);
 }

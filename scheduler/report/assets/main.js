@@ -10,6 +10,10 @@ function selfTest() {
   out.singleHidden = root.dataset.clusterLineHidden;
   $("view-cluster").click();
   out.clusterHidden = root.dataset.clusterLineHidden;
+  $("toggle-cluster-line").click();
+  out.toggledHidden = root.dataset.clusterLineHidden;
+  $("toggle-cluster-line").click();
+  out.toggledBackHidden = root.dataset.clusterLineHidden;
 
   const canvas = timeline.canvas, rect = canvas.getBoundingClientRect();
   const mid = rect.left + (LABEL_W + rect.width) / 2, y = rect.top + AXIS_H + 10;
@@ -59,6 +63,10 @@ const params = new URLSearchParams(location.hash.replace(/^#/, ""));
 const startView = params.get("view") === "single" ? "single" : "cluster";
 $("view-single").addEventListener("click", () => setView("single"));
 $("view-cluster").addEventListener("click", () => setView("cluster"));
+// #cluster-line=shown shows the @cluster line from the start; the toggle flips it.
+$("toggle-cluster-line").addEventListener("click", () =>
+  setClusterLine(document.body.dataset.clusterLine !== "shown"));
+setClusterLine(params.get("cluster-line") === "shown");
 setView(startView);
 renderGrids();
 renderBytes();

@@ -1,0 +1,78 @@
+"""The //examples and //docs filegroups hold only files that git tracks.
+
+Every test depends on both; a file that a run or a test writes into one of their folders (bytecode
+in examples/jobs/__pycache__, the README's main job's examples/jobs/out/C.npy) would change the
+filegroup and make Bazel rerun every test. Under Bazel the filegroups are what the runfiles tree
+holds under examples/ and docs/; under plain pytest their glob patterns are evaluated here on the
+checkout. Either way the result must equal `git ls-files` (less the BUILD files).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from common.paths import REPO_ROOT
+
+FILEGROUPS = ("examples", "docs")
+
+
+def _checkout() -> Path:
+    """The git checkout: under Bazel, where the runfiles' symlinks lead."""
+    return Path(os.path.realpath(REPO_ROOT / "README.md")).parent
+
+
+def _tracked(folder: str) -> set[str]:
+    try:
+        out = subprocess.run(["git", "-C", str(_checkout()), "ls-files", "--", folder],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        pytest.fail(f"this test needs git and the checkout's .git ({err})")
+    # BUILD files and git's own files (examples/jobs/out/.gitignore) are no data.
+    return {line for line in out.splitlines()
+            if not line.endswith("BUILD.bazel") and not line.rsplit("/", 1)[-1].startswith(".git")}
+
+
+def _glob_patterns(folder: str) -> list[str]:
+    build = (_checkout() / folder / "BUILD.bazel").read_text()
+    match = re.search(r'name = "' + folder + r'",\s*srcs = glob\((\[.*?\])', build, re.S)
+    assert match, f"{folder}/BUILD.bazel: the {folder} filegroup is not a plain glob([...])"
+    return ast.literal_eval(match.group(1))
+
+
+def _filegroup(folder: str) -> set[str]:
+    if os.environ.get("TEST_SRCDIR"):  # under Bazel: the runfiles tree holds exactly the filegroup
+        root = REPO_ROOT / folder
+        return {f"{folder}/{p.relative_to(root)}" for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+    root = _checkout() / folder
+    return {f"{folder}/{p.relative_to(root)}" for pattern in _glob_patterns(folder)
+            for p in root.glob(pattern) if p.is_file()}
+
+
+@pytest.mark.parametrize("folder", FILEGROUPS)
+def test_filegroup_holds_only_tracked_files(folder):
+    assert _filegroup(folder) - _tracked(folder) == set()
+
+
+@pytest.mark.parametrize("folder", FILEGROUPS)
+def test_filegroup_holds_every_tracked_file(folder):
+    assert _tracked(folder) - _filegroup(folder) == set()
+
+
+@pytest.mark.parametrize("folder", FILEGROUPS)
+def test_written_files_stay_out_of_the_filegroup(folder, tmp_path):
+    """What runs and tests write (bytecode, job outputs, hidden files) is not globbed."""
+    if os.environ.get("TEST_SRCDIR"):
+        pytest.skip("evaluates the glob patterns on the checkout; under Bazel the two tests above check "
+                    "the real filegroup")
+    root = tmp_path / folder
+    for written in ("jobs/__pycache__/make_inputs.cpython-311.pyc", "jobs/out/C.npy", ".x.npy.tmp",
+                    "a.npy", "run.html"):
+        (root / written).parent.mkdir(parents=True, exist_ok=True)
+        (root / written).write_bytes(b"")
+    assert [p for pattern in _glob_patterns(folder) for p in root.glob(pattern)] == []
