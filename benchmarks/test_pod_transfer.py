@@ -130,7 +130,8 @@ def test_tile_transfer_16mib(benchmark, tmp_path, flags, devices):
             plans.append(time.perf_counter() - start)
             plain.append(plain_socket_seconds())  # the same tile between two plain processes
 
-        benchmark.pedantic(fetch_then_plain_socket, setup=setup, rounds=9, iterations=1)
+        rounds = int(os.environ.get("PHOBOS_TRANSFER_ROUNDS", "9"))
+        benchmark.pedantic(fetch_then_plain_socket, setup=setup, rounds=rounds, iterations=1)
         fetches = [e for node, e in sink.reported if e.kind == "fetch"]
         best_fetch = min(e.end - e.start for e in fetches)
         plan_gbps = TILE_BYTES / statistics.median(plans) / 1e9

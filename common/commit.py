@@ -144,6 +144,9 @@ def read_record(record: Path) -> Interrupted:
         if pair.staging != staging_path(pair.final, job_id):
             raise UserError(f"{record}: names {pair.staging}, not the staging copy of {pair.final}; "
                             "move the record away to go on")
+    if Path(record) not in {record_path(p.final, job_id) for p in pairs}:
+        raise UserError(f"{record}: a commit record of job {job_id} that does not name the output beside "
+                        "it; move it away to go on")
     return Interrupted(job_id, pairs)
 
 

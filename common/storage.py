@@ -147,7 +147,7 @@ def _dtype_name(dtype: np.dtype, path: Path) -> str:
     raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: f32, f16, bf16, i32, little-endian)")
 
 
-def _open_regular(path: Path, writable: bool = False):
+def open_regular(path: Path, writable: bool = False):
     """The file opened as a binary file object, or a UserError: a FIFO or a device is refused
     without blocking (O_NONBLOCK), so a FIFO planted in a storage root cannot hang a reader."""
     flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
@@ -205,7 +205,7 @@ def _read_header(path: Path, f) -> _Header:
 
 
 def _header_of(path: Path) -> _Header:
-    with _open_regular(path) as f:
+    with open_regular(path) as f:
         return _read_header(path, f)
 
 
@@ -233,7 +233,7 @@ def check_tensor(path: Path, shape: tuple[int, ...], dtype: str) -> None:
 
 def _open(path: Path, mode: str) -> np.memmap:
     """A memory map of the whole file with the storage dtype (bf16 viewed as such)."""
-    with _open_regular(path, writable=mode == "r+") as f:
+    with open_regular(path, writable=mode == "r+") as f:
         header = _read_header(path, f)
         shape = header.shape
         if not 1 <= len(shape) <= MAX_RANK:

@@ -21,6 +21,7 @@ until the job is forgotten.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 import weakref
@@ -151,7 +152,7 @@ class GpuBackend:
         start = time.perf_counter()
         stream = self._copy_stream()
         with self.device:
-            buffer.data.copy_from_host_async(host.ctypes.data, host.nbytes, stream=stream)
+            buffer.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), host.nbytes, stream=stream)
             stream.synchronize()  # the pinned block goes back to the pool only after the copy
         return nbytes, time.perf_counter() - start
 
@@ -176,7 +177,7 @@ class GpuBackend:
         host = self.pinned(tuple(buffer.shape), self.host_dtype(buffer))
         stream = self._copy_stream()
         with self.device:
-            buffer.data.copy_to_host_async(host.ctypes.data, host.nbytes, stream=stream)
+            buffer.data.copy_to_host_async(ctypes.c_void_p(host.ctypes.data), host.nbytes, stream=stream)
             stream.synchronize()
         return host
 

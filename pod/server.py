@@ -410,8 +410,7 @@ class PodServer:
                   path="bulk-port" if bulk else "rpc-chunks")
         if self.backend.host_view(record.array) is None:
             await loop.run_in_executor(self.runtime.io_pool, self.backend.upload, record.array, into)
-        await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
-                                                header.nbytes), patience)
+        self._release(link, job, generation, ins, header.nbytes)
 
     async def _fetch_chunks(self, job, generation, ins, link, nbytes: int, into: np.ndarray) -> None:
         view = byte_view(into)
@@ -458,9 +457,21 @@ class PodServer:
         await asyncio.get_running_loop().run_in_executor(
             self.runtime.io_pool, self.backend.copy_from_ipc, record.array, bytes(reply.handle),
             reply.deviceIndex)
-        await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
-                                                header.nbytes), self.config.fetch_timeout)
+        self._release(link, job, generation, ins, header.nbytes)
         log.debug("fetched", job=job.job_id, instruction=ins.id, bytes=header.nbytes, path="cuda-ipc")
+
+    def _release(self, link: PeerLink, job: Job, generation: int, ins: Fetch, nbytes: int) -> None:
+        """Tell the owner its tile arrived (so it may free it once every peer has it), without
+        holding the fetch up for the answer: the tile is here and checked, and an owner that
+        is gone by now is the heartbeats' business, not this fetch's."""
+        async def release() -> None:
+            try:
+                await asyncio.wait_for(link.pod.release(job.job_id, generation, ins.peer_buffer, self.node,
+                                                        nbytes), self.config.fetch_timeout)
+            except Exception as err:
+                log.info("release to the tile's owner failed", peer=ins.peer, reason=_one_line(err))
+
+        self._spawn(release())
 
 
 def _check_same_tile(header, record: BufferRecord, dtype, ins: Fetch) -> None:

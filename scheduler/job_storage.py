@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 from common import commit, storage
-from common.errors import UserError
 from common.locks import Locks
 from common.log import get_logger
 from scheduler.coverage import unwritten_regions
@@ -58,10 +57,7 @@ class JobStorage:
     def _recover_interrupted(self, say) -> None:
         for place in self.prepared.tensors.values():
             for record in commit.find_records(place.path):
-                interrupted = commit.read_record(record)
-                if place.path not in interrupted.outputs:
-                    raise UserError(f"{record}: a commit record that does not name {place.path}; "
-                                    "move it away to go on")
+                interrupted = commit.read_record(record)  # it names place.path, or it is refused
                 held = Locks(f"{self.prepared.job_id} (recovering job {interrupted.job_id})")
                 try:
                     for output in interrupted.outputs:

@@ -58,6 +58,7 @@ class JobFailed(Exception):
 def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     """Run a prepared job to the end on its own event loop (uvloop when available); a SIGINT or
     SIGTERM stops it in order and raises scheduler.interrupt.Interrupted."""
+    PROCESS.mark("pods_start")  # loading the RPC library counts as reaching the pods
     from scheduler.interrupt import interruptible
     from schemas import rpc_streams
 

@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="phobos-sched",
         description="Run a phobos job (a file written by `phobos-sched new-job`) over a cluster of pods. "
-                    "Other commands: `phobos-sched new-job --help`, `phobos-sched show-job JOB`.",
+                    "Other commands: `phobos-sched new-job --help`, `phobos-sched show-job JOB`, "
+                    "`phobos-sched recover JOB` (after a killed commit).",
         epilog="Without --pods, local pods are started: one per visible GPU, else two CPU pods, "
                "with a random token given to them through the environment; they stop when the job ends. "
                "See docs/runtime.md for running pods on several hosts.",
@@ -105,7 +106,10 @@ def load_expected(items: list[str] | None) -> dict[str, np.ndarray]:
 
 
 def _read_npy(path: Path) -> np.ndarray:
-    array = np.load(path, allow_pickle=False)
+    from common.storage import open_regular
+
+    with open_regular(path) as f:  # a FIFO is refused, not waited on
+        array = np.load(f, allow_pickle=False)
     if array.dtype.kind == "V" and array.dtype.itemsize == 2:
         import ml_dtypes
 

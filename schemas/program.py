@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-TensorRole = Literal["input", "output", "inout"]  # inout: read and written (C with beta)
+# inout: read and written (C with beta); partial: a split reduction's scratch, never in storage
+TensorRole = Literal["input", "output", "inout", "partial"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Launch:
     leaf: str
     reads: tuple[tuple[str, Region], ...]  # (parameter, region) for every tensor it loads
     writes: tuple[tuple[str, Region], ...]  # (parameter, region) for every tensor it stores
+    share: int = 0  # in a split reduction, the share (one node's part of the unit) that runs it
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,26 @@ class ClusterProgram:
     scalars: tuple[str, ...]  # scalar parameter names; values come with the job
     leaves: tuple[Leaf, ...]
     units: tuple[Unit, ...]
+    reduction: Reduction | None = None  # set when the cluster loop is split over nodes
 
     def leaf(self, name: str) -> Leaf:
         for leaf in self.leaves:
             if leaf.name == name:
                 return leaf
         raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A cluster loop split over nodes: each unit's chunks are cut into `shares` contiguous shares,
+    each reduced into its own partial, and the partials merged by `rounds` (compiler/cluster/tree.py):
+    per round, (into, source) shares merged at once. `form` is "sum" (the linear accumulator; share
+    0's partial is the output itself) or "softmax" (partials (m, l, acc), merged by the log-sum-exp
+    rule, and a "finish" launch stores the output from share 0's). `tree` names the shape, `hosts`
+    the shares per host of a tree by hosts."""
+
+    form: Literal["sum", "softmax"]
+    shares: int
+    tree: str
+    hosts: tuple[int, ...]
+    rounds: tuple[tuple[tuple[int, int], ...], ...]

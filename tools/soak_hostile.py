@@ -9,7 +9,8 @@ wrong-token logins in waves of 50 (below the pod's cap of connections not logged
 resident memory before (after a 300-connection warm-up) and after, checks that it still runs a
 job, and exits 1 when it died or grew more than 10 MB.
 
---minutes M: rounds until the time is up; each round runs the scheduler (a real process, on
+--minutes M: rounds until the time is up, against one pod (--keep-serving, so it outlives each
+job's scheduler); each round runs the scheduler (a real process, on
 uvloop) against every kind of non-pod address (tests/faults/strangers.py HostileServer: exit 2
 with one line expected), floods the pod with 500 strangers and 5 wrong logins, and runs a job
 through it (exit 0 and the right output expected). Prints the counts; exit 1 on any failure.
@@ -46,7 +47,7 @@ def _env() -> dict[str, str]:
 
 def start_pod(folder: Path) -> tuple[subprocess.Popen, str]:
     argv = [sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0", "--device", "cpu",
-            "--storage-root", str(folder), "--log-level", "warning"]
+            "--storage-root", str(folder), "--log-level", "warning", "--keep-serving"]
     with open(folder / "pod.log", "w") as log:
         process = subprocess.Popen(argv, env=_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True)
     return process, process.stdout.readline().split()[1]

@@ -1,6 +1,8 @@
-"""`//compiler -- cluster FILE --dim ... [--tile NAME=V] [--cluster NAME=V] [--cuda]`: print the
-cluster program of an @cluster kernel: its super-tile grid, each unit's regions and its leaves
-(with `--cuda`, each leaf's generated CUDA C++ as well)."""
+"""`//compiler -- cluster FILE --dim ... [--tile NAME=V] [--cluster NAME=V] [--split N [--tree T]
+[--hosts A,B,..]] [--verify] [--cuda]`: print the cluster program of an @cluster kernel: its
+super-tile grid, each unit's regions and its leaves (with `--split`, the cluster loop split over N
+shares merged by a tree; with `--verify`, the sequential reference run against the plain kernel on
+random inputs; with `--cuda`, each leaf's generated CUDA C++ as well)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import argparse
 import sys
 
 from common.cli import user_path
-from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments
+from common.errors import UserError
+from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
 from compiler.cluster.build import compile_cluster, values_outside_space
 from compiler.cluster.text import format_program
+from compiler.cluster.tree import SHAPES, SplitRequest
 from compiler.frontend.load import load_file, select_kernel
 
 
@@ -23,6 +27,13 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--units", type=int, default=16, metavar="N", help="units to list in full (default 16)"
     )
+    parser.add_argument("--split", type=int, metavar="N", help="split the cluster loop over N shares")
+    parser.add_argument("--tree", choices=SHAPES, default="flat", help="the reduction tree of a split")
+    parser.add_argument("--hosts", metavar="A,B,..", help="shares per host, for --tree hosts")
+    parser.add_argument("--verify", action="store_true",
+                        help="run the program's sequential reference and the plain kernel on random inputs "
+                             "and print how far apart they are")
+    parser.add_argument("--scalar", action="append", metavar="NAME=V", help="a scalar, for --verify (repeat)")
     parser.add_argument("--cuda", action="store_true", help="also print each leaf's CUDA C++ source")
     parser.set_defaults(func=handle)
 
@@ -33,16 +44,31 @@ def handle(args: argparse.Namespace) -> int:
     cluster_values = parse_assignments(args.cluster, "--cluster")
     for line in values_outside_space(kernel, cluster_values):
         print(line, file=sys.stderr)
-    program = compile_cluster(
-        kernel,
-        parse_assignments(args.dim, "--dim"),
-        cluster_values=cluster_values,
-        tile_values=parse_assignments(args.tile, "--tile"),
-    )
+    dims, tiles = parse_assignments(args.dim, "--dim"), parse_assignments(args.tile, "--tile")
+    program = compile_cluster(kernel, dims, cluster_values=cluster_values, tile_values=tiles,
+                              split=_split(args))
     print(format_program(program, units_shown=max(0, args.units)))
+    if args.verify:
+        from compiler.cli.cluster_verify import verify
+
+        print(verify(kernel, program, dims, tiles, parse_scalars(args.scalar)))
     if args.cuda:
         print(leaf_cuda_sources(program))
     return 0
+
+
+def _split(args: argparse.Namespace) -> SplitRequest | None:
+    if args.split is None:
+        if args.hosts or args.tree != "flat":
+            raise UserError("--tree and --hosts go with --split N")
+        return None
+    hosts: tuple[int, ...] = ()
+    if args.hosts:
+        try:
+            hosts = tuple(int(h) for h in args.hosts.split(","))
+        except ValueError:
+            raise UserError(f"--hosts {args.hosts}: expected share counts such as 2,2") from None
+    return SplitRequest(args.split, args.tree, hosts)
 
 
 def leaf_cuda_sources(program) -> str:

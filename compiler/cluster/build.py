@@ -4,8 +4,8 @@ The stages, in the order compiler/pipeline.py CLUSTER_STAGES lists them, each
 `stage(ClusterState) -> ClusterState` and dumped with PHOBOS_DUMP_STAGES:
   choose_values    choose the @cluster values and bind dims and tile values (user errors for bad
                    values);
-  find_loop        find the cluster loop, if any, and check it has the accumulator shape
-                   (accumulate.py);
+  find_loop        find the cluster loop, if any, and check it has one of the two combinable forms
+                   (combine.py): a linear accumulator (accumulate.py) or an online softmax (softmax.py);
   plan_accesses    classify every tensor axis as split by a grid axis, cut in chunks, or whole
                    (access.py) and reject what a leaf could not compute with the same meaning;
   check_multiples  super-tiles whole multiples of leaf tiles; cut each split dimension into
@@ -14,7 +14,8 @@ The stages, in the order compiler/pipeline.py CLUSTER_STAGES lists them, each
                    and flops, with a variant bound to the smaller extents for launches on the last
                    super-tiles;
   build_units      enumerate the units of work, one per output super-tile, with their regions
-                   (units.py), and write each unit's super-tile origin into the leaves that read
+                   (units.py), split each one's cluster loop over shares merged by a tree when asked
+                   (reductions.py), and write each unit's super-tile origin into the leaves that read
                    `ctx.origin` (origins.py).
 
 find_loop, plan_accesses and the leaf texts need no dimension: `analyze_cluster` runs them, and
@@ -30,12 +31,15 @@ from common.errors import UserError
 from compiler import pipeline
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
-from compiler.cluster.accumulate import Accumulator, check_accumulator, find_cluster_loop
+from compiler.cluster.accumulate import find_cluster_loop
+from compiler.cluster.combine import Combine, check_cluster_loop
 from compiler.cluster.flops import leaf_flops
-from compiler.cluster.leaves import KernelText, check_leaf, init_leaf_text, main_leaf_text, step_leaf_text
+from compiler.cluster.leaves import KernelText, check_leaf, main_leaf_text
 from compiler.cluster.origins import place_origins
-from compiler.cluster.text import format_leaf, format_program
+from compiler.cluster.reductions import combine_leaf_texts, split_units
+from compiler.cluster.text import describe_stage
 from compiler.cluster.tiling import DimCut, LeafVariants, cut_dimension
+from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.binding import bind, kernel_dims
@@ -171,7 +175,7 @@ def _check_tile_multiples(kernel: ir.Kernel, cv: dict[str, int], tv: dict[str, i
             )
 
 
-def _tensor_roles(kernel: ir.Kernel, plan: AccessPlan, acc: Accumulator | None) -> dict[str, str]:
+def _tensor_roles(kernel: ir.Kernel, plan: AccessPlan, acc: Combine | None) -> dict[str, str]:
     out: dict[str, str] = {}
     grid = {(g.axis, g.dim, g.tile) for g in kernel.grid}
     for t in kernel.tensors:
@@ -220,7 +224,7 @@ def _block_tiled(item: ir.SliceItem, env) -> tuple[str, str] | None:
     return key.removeprefix("block."), next(iter(coeff.symbols))
 
 
-def _init_tiling(kernel: ir.Kernel, acc: Accumulator) -> tuple[tuple[str, str] | None, ...]:
+def _init_tiling(kernel: ir.Kernel, acc: Combine) -> tuple[tuple[str, str] | None, ...]:
     env = {s.name: s.value for s in kernel.body if isinstance(s, ir.Let)}
     grid = {g.axis for g in kernel.grid}
     out = []
@@ -263,7 +267,7 @@ class ClusterShape:
     each dimension's role, and the leaves' source texts by base name."""
 
     loop: ir.For | None
-    acc: Accumulator | None
+    acc: Combine | None
     level: ClusterLevel
     plan: AccessPlan
     roles: dict[str, AxisRole]
@@ -279,11 +283,12 @@ class ClusterState:
     dims: dict[str, int] = field(default_factory=dict)
     given_cluster: dict[str, int] | None = None
     given_tiles: dict[str, int] | None = None
+    split: SplitRequest | None = None  # cut each unit's cluster loop into shares (reductions.py)
     cluster_values: dict[str, int] | None = None  # choose_values: @cluster values, all dims, tiles
     full: dict[str, int] | None = None
     tile_values: dict[str, int] | None = None
     loop: ir.For | None = None  # find_loop: the cluster loop, its accumulator, the cluster level
-    acc: Accumulator | None = None
+    acc: Combine | None = None
     level: ClusterLevel | None = None
     plan: AccessPlan | None = None  # plan_accesses: every tensor's access, every dimension's role
     roles: dict[str, AxisRole] | None = None
@@ -294,7 +299,7 @@ class ClusterState:
     program: ClusterProgram | None = None  # build_units
 
     def describe(self, stage: str) -> str:
-        return _DESCRIBE[stage](self)
+        return describe_stage(self, stage)
 
 
 @pipeline.cluster_stage("choose_values")
@@ -307,12 +312,12 @@ def choose_values(state: ClusterState) -> ClusterState:
 
 @pipeline.cluster_stage("find_loop")
 def find_loop(state: ClusterState) -> ClusterState:
-    """The cluster loop, if any, in the accumulator shape; the @cluster attribute and the leaf's
-    own loops checked against it."""
+    """The cluster loop, if any, in one of the two combinable forms (combine.py); the @cluster
+    attribute and the leaf's own loops checked against it."""
     kernel = state.kernel
     names = {d.name for d in _require_cluster(kernel).dims}
     loop = find_cluster_loop(kernel, names)
-    acc = check_accumulator(kernel, loop) if loop is not None else None
+    acc = check_cluster_loop(kernel, loop) if loop is not None else None
     level = ClusterLevel(
         grid_tiles={g.axis: g.tile for g in kernel.grid if g.tile in names},
         loop_var=loop.var if loop else None,
@@ -346,7 +351,7 @@ def check_multiples(state: ClusterState) -> ClusterState:
 def make_leaves(state: ClusterState) -> ClusterState:
     """The leaf texts, each parsed and checked once, bound at the leaf dims (edge variants are
     made as build_units finds launches on smaller last super-tiles)."""
-    texts = _leaf_texts(state.kernel, state.acc)
+    texts = _leaf_texts(state.kernel, state.acc, state.split)  # only the leaves this program uses
     filename = state.kernel.span.file
     kernels = {b: check_leaf(t, f"{filename} (cluster leaf {b})") for b, t in texts.items()}
     tv = state.tile_values
@@ -376,6 +381,17 @@ def build_units(state: ClusterState) -> ClusterState:
     units = unit_builder.build_units(
         kernel, state.plan, state.acc, super_axes, (full, state.roles, cuts), state.variants
     )
+    reduction = None
+    if state.acc is not None:
+        out = next(t for t in kernel.tensors if t.name == state.acc.store.tensor)
+
+        def variant(base: str, region) -> str:  # a generated leaf at a ragged output super-tile
+            edges = tuple((d, n) for d, n in zip(out.dims, region.shape, strict=True)
+                          if isinstance(d, str) and n != state.leaf_dims.get(d, n))
+            return state.variants.name(base, edges)
+
+        units, partials, reduction = split_units(units, infos, kernel, state.acc, state.split, variant)
+        infos += partials
     program = ClusterProgram(
         kernel=kernel.name,
         source=KernelText(kernel).text,
@@ -387,23 +403,24 @@ def build_units(state: ClusterState) -> ClusterState:
         scalars=tuple(s.name for s in kernel.scalars),
         leaves=state.variants.leaves(),
         units=units,
+        reduction=reduction,
     )
     return replace(state, program=place_origins(program, kernel, state.level.grid_tiles))
 
 
-def _leaf_texts(kernel: ir.Kernel, acc: Accumulator | None) -> dict[str, str]:
+def _leaf_texts(kernel: ir.Kernel, acc: Combine | None, split: SplitRequest | None) -> dict[str, str]:
     if acc is None:
         return {"main": main_leaf_text(kernel)}
-    return {"init": init_leaf_text(kernel, acc, _init_tiling(kernel, acc)),
-            "step": step_leaf_text(kernel, acc)}
+    return combine_leaf_texts(kernel, acc, _init_tiling(kernel, acc), split)
 
 
 def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
     """Every cluster rejection that does not depend on the dimensions (run by `check` too): the
     stages find_loop and plan_accesses, and the leaf texts."""
     state = plan_tensor_accesses(find_loop(ClusterState(kernel)))
+    # every leaf the loop may need, those of a split included (for `check`)
     return ClusterShape(state.loop, state.acc, state.level, state.plan, state.roles,
-                        _leaf_texts(kernel, state.acc))
+                        _leaf_texts(kernel, state.acc, SplitRequest(2)))
 
 
 def check_cluster(kernel: ir.Kernel) -> ClusterShape:
@@ -423,57 +440,11 @@ def compile_cluster(
     *,
     cluster_values: dict[str, int] | None = None,
     tile_values: dict[str, int] | None = None,
+    split: SplitRequest | None = None,
     dump: bool | str | None = None,
 ) -> ClusterProgram:
     """The cluster program of a checked @cluster kernel at concrete dims: the cluster stages of
-    compiler/pipeline.py, in order (`dump` or PHOBOS_DUMP_STAGES prints them)."""
-    start = ClusterState(kernel, dict(dims), cluster_values, tile_values)
+    compiler/pipeline.py, in order (`dump` or PHOBOS_DUMP_STAGES prints them); `split` cuts each
+    unit's cluster loop into shares merged by a tree (reductions.py)."""
+    start = ClusterState(kernel, dict(dims), cluster_values, tile_values, split)
     return pipeline.run_cluster(start, dump=dump).program
-
-
-# ---- the stages' dumps ----------------------------------------------------------------------------
-
-
-def _pairs(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "none"
-
-
-def _describe_values(s: ClusterState) -> str:
-    return (f"@cluster values: {_pairs(s.cluster_values)}\ndims: {_pairs(s.full)}\n"
-            f"tile values: {_pairs(s.tile_values)}")
-
-
-def _describe_loop(s: ClusterState) -> str:
-    axes = ", ".join(f"{axis} by {tile}" for axis, tile in sorted(s.level.grid_tiles.items())) or "none"
-    if s.loop is None:
-        return f"super-tile grid axes: {axes}\ncluster loop: none"
-    return (f"super-tile grid axes: {axes}\ncluster loop: {s.loop.var} in steps of {s.level.loop_tile}, "
-            f"accumulating {s.acc.var} into {s.acc.store.tensor}")
-
-
-def _describe_accesses(s: ClusterState) -> str:
-    lines = [f"{d}: {role.describe()}" for d, role in s.roles.items()]
-    for name, access in s.plan.tensors.items():
-        use = " and ".join(w for w, on in (("read", access.reads), ("written", access.writes)) if on)
-        lines.append(f"tensor {name}: {use}")
-    return "\n".join(lines)
-
-
-def _describe_multiples(s: ClusterState) -> str:
-    lines = [f"{d}: {c.count} super-tile(s) of {c.extent}" + (f", the last {c.last}" if c.ragged else "")
-             for d, c in s.cuts.items()]
-    return "\n".join([*lines, f"leaf dims: {_pairs(s.leaf_dims)}"])
-
-
-def _describe_leaves(s: ClusterState) -> str:
-    return "\n".join(format_leaf(leaf) for leaf in s.variants.leaves())
-
-
-_DESCRIBE = {
-    "choose_values": _describe_values,
-    "find_loop": _describe_loop,
-    "plan_accesses": _describe_accesses,
-    "check_multiples": _describe_multiples,
-    "make_leaves": _describe_leaves,
-    "build_units": lambda s: format_program(s.program, units_shown=4),
-}

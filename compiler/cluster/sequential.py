@@ -1,5 +1,7 @@
 """The honest reference for a cluster program: every launch of every unit, in order, in one
-process, with the reference interpreter.
+process, with the reference interpreter. A split reduction's launches (every share's, then the
+tree's merges, then the finish) are in an order in which each reads only what earlier ones wrote,
+so running them in order runs the tree.
 
 For each launch: copy the regions the launch is bound to out of the full arrays, run the leaf
 kernel on those copies at the leaf's dims, and write the written regions back. This is exactly
@@ -25,6 +27,8 @@ def _window(region: Region) -> tuple[slice, ...]:
 
 def _check_inputs(program: ClusterProgram, tensors: Mapping[str, np.ndarray], scalars: Mapping) -> None:
     for info in program.tensors:
+        if info.role == "partial":
+            continue
         if info.name not in tensors:
             raise UserError(f"missing tensor {info.name} for kernel {program.kernel}")
         if tuple(tensors[info.name].shape) != info.shape:
@@ -51,6 +55,10 @@ def run_program(
         from compiler.interp.interpreter import run_kernel as runner
 
     _check_inputs(program, tensors, scalars)
+    # A split reduction's partials are scratch: NaN until a launch writes them, so that a launch
+    # reading a partial no launch before it wrote shows in the result.
+    scratch = {i.name: np.full(i.shape, np.nan, np.float32) for i in program.tensors if i.role == "partial"}
+    tensors = {**tensors, **scratch}
     leaves = {leaf.name: (leaf, *load_leaf(leaf)) for leaf in program.leaves}
     for unit in program.units:
         for launch in unit.launches:

@@ -105,3 +105,33 @@ def test_cuda_prints_each_leafs_source(capsys):
     assert code == 0
     assert "// ---- leaf init ----" in out and "// ---- leaf step ----" in out
     assert out.count("__global__") >= 2
+
+
+SPLIT_K = ("cluster", str(repo_file("examples/jobs/matmul_split_k.phk")),
+           "--dim", "M=256", "--dim", "N=256", "--dim", "K=16384")
+
+
+def test_split_prints_the_tree_and_verifies(capsys):
+    code, out, _ = _run(capsys, *SPLIT_K, "--split", "4", "--tree", "hosts", "--hosts", "2,2", "--verify",
+                        "--scalar", "alpha=1.5", "--scalar", "beta=0.5")
+    assert code == 0, out
+    assert "reduction: sum over 4 share(s), hosts tree, hosts of 2+2 shares" in out
+    assert "round 1: 0 <- 1   2 <- 3" in out and "round 2: 0 <- 2" in out
+    assert "share 0: init" in out and "share 1: zero" in out
+    line = next(x for x in out.splitlines() if x.startswith("  C: max |difference|"))
+    # 16384 products of unit normals per element (|C| ~ 200), summed in chunks of 4096 in another
+    # grouping: f32 rounding only, far below 0.1.
+    assert float(line.split()[3].rstrip(",")) < 0.1
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--tree", "binary"], "--tree and --hosts go with --split N"),
+    (["--split", "4", "--tree", "hosts", "--hosts", "2,x"], "--hosts 2,x: expected share counts"),
+    (["--split", "4", "--tree", "hosts", "--hosts", "2,1"], "summing to 4"),
+    (["--split", "99"], "cannot split 4 chunk(s) of the cluster loop over 99 shares"),
+    (["--split", "2", "--verify"], "--verify needs every scalar: give --scalar alpha=V"),
+])
+def test_split_flag_errors(capsys, extra, message):
+    code, _, err = _run(capsys, *SPLIT_K, *extra)
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err

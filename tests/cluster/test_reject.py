@@ -181,13 +181,18 @@ kernel flash(Q: tensor<f32>[Nq, D], K: tensor<f32>[Nk, D], V: tensor<f32>[Nk, D]
 """
 
 
-def test_cluster_loop_that_is_not_an_accumulator():
+def test_online_softmax_updating_the_maximum_before_rescaling():
+    # Before the online softmax was a combine form, every such loop was refused; now a loop that
+    # updates m before rescaling l and acc is refused as an attempted online softmax.
+    text = FLASH_BC.replace("    m = m_new\n", "").replace(
+        "    l = l * correction", "    m = m_new\n    l = l * correction"
+    )
     expect(
-        FLASH_BC,
+        text,
         {"Nq": 128, "Nk": 128},
-        12,
-        "m, max(s",
-        "a cluster loop (a `for` whose step is an @cluster name) is accepted only for an accumulator",
+        next(i for i, x in enumerate(text.splitlines(), 1) if "l = l" in x),
+        "l = l",
+        "this loop is closest to the online softmax, but 'l' is rescaled after 'm' is updated",
     )
 
 

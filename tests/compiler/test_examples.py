@@ -41,6 +41,7 @@ EXPECTED_GRIDS = {
     "add.phk": [("x", "N", "BLOCK")],
     "axpby.phk": [("x", "M", "BM"), ("y", "N", "BN")],
     "causal_attention.phk": [("x", "N", "BR")],
+    "decode_gqa.phk": [("x", "G", "BG")],
     "flash_attention.phk": [("x", "Nq", "BR")],
     "layernorm.phk": [("x", "R", "BR")],
     "matmul.phk": [("x", "M", "TILE_M"), ("y", "N", "TILE_N")],

@@ -128,6 +128,15 @@ def case_flash_attention(tiles):
     return out["O"], ref, mag, nk + 64
 
 
+def case_decode_gqa(tiles):
+    g, s = 8, 768  # S a multiple of every @autotune BS (@aligned)
+    q, k, v = f32(g, 128, seed=1), f32(s, 128, seed=2), f32(s, 128, seed=3)
+    out = run("decode_gqa", {"G": g, "S": s}, {"Q": q, "K": k, "V": v, "O": np.zeros_like(q)},
+              {"scale": 0.125}, tiles)
+    ref, mag = _attention_ref(q, k, v, 0.125, causal=False)
+    return out["O"], ref, mag, s + 128
+
+
 def case_causal_attention(tiles):
     n = 200
     q, k, v = f32(n, 64, seed=1), f32(n, 64, seed=2), f32(n, 64, seed=3)
@@ -215,6 +224,7 @@ CASES = {
     "matmul_plain": case_matmul_plain,
     "flash_attention": case_flash_attention,
     "causal_attention": case_causal_attention,
+    "decode_gqa": case_decode_gqa,
     "softmax": case_softmax,
     "layernorm": case_layernorm,
     "transpose": case_transpose,

@@ -85,7 +85,9 @@ def children(pid: int) -> list[int]:
 
 
 def kill_tree(process: subprocess.Popen) -> None:
-    for pid in [*children(process.pid), process.pid]:
+    """SIGKILL a scheduler, then its pods (found first: a dead parent's children are re-parented).
+    The scheduler goes first, so it cannot see its pods die and clean up as a failed job would."""
+    for pid in [process.pid, *children(process.pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     process.wait()

@@ -80,6 +80,9 @@ def test_a_fifo_in_the_storage_root_is_refused_not_waited_on(folder):
     assert "pipe.npy: not a regular file (a FIFO)" in line
     job = job_file(folder, ADD, {"N": N}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:pipe.npy"})
     assert "not a regular file (a FIFO)" in sched([job, "--local-pods", "1"], timeout=60).one_line_error()
+    job = job_file(folder, ADD, {"N": N}, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
+    done = sched([job, "--local-pods", "1", "--expect", f"c={folder / 'pipe.npy'}"], timeout=60)
+    assert "not a regular file (a FIFO)" in done.one_line_error()
 
 
 def test_a_truncated_input_is_refused_naming_it(folder):

@@ -57,3 +57,40 @@ def test_gpu_pods_run_the_add_plans(tmp_path, devices):
     assert infos[0].backend == "gpu" and infos[0].device_index == 0
     storage.commit(staging, tmp_path / "c.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "i32", "f32"])
+def test_tiles_keep_their_dtype_through_pinned_copies(tmp_path, dtype):
+    """A region read into a pinned buffer and copied on asynchronously, then copied back and
+    written: the same bytes, in the tensor's own dtype (bf16 held as its bits on the device)."""
+    from pod.backend_gpu import GpuBackend
+    from schemas.program import Region
+
+    gpu = GpuBackend(0)
+    data = (np.arange(64 * 48) % 251 - 100).astype(storage.STORAGE_DTYPES[dtype]).reshape(64, 48)
+    np.save(tmp_path / "in.npy", data)
+    region = Region("t", (8, 0), (32, 48))
+    buffer = gpu.allocate((32, 48), dtype)
+    assert buffer.nbytes == 32 * 48 * data.dtype.itemsize
+    source = tmp_path / "in.npy"
+    nbytes, copy_s = gpu.fill(buffer, lambda host: storage.read_region_into(source, region, host))
+    assert nbytes == buffer.nbytes and copy_s >= 0
+    staging = storage.create_staging(tmp_path / "out.npy", (64, 48), dtype, "j")
+    gpu.drain(buffer, lambda host: storage.write_region(staging, region, host))
+    stored = np.load(staging).view(data.dtype)
+    np.testing.assert_array_equal(stored[8:40], data[8:40])
+
+
+def test_a_freed_buffer_allocation_is_reused_with_its_ipc_handle():
+    import gc
+
+    from pod.backend_gpu import GpuBackend
+
+    gpu = GpuBackend(0)
+    first = gpu.allocate((1 << 20,))
+    handle, pointer = gpu.ipc_handle(first), first.data.ptr
+    del first
+    gc.collect()
+    second = gpu.allocate((1 << 20,))
+    assert second.data.ptr == pointer and gpu.ipc_handle(second) == handle
+    assert not bool(second.any())  # a reused allocation starts zeroed like a new one

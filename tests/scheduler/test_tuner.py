@@ -131,8 +131,11 @@ def test_vram_drops_combinations_whose_peak_does_not_fit():
 def test_nothing_fits_is_a_user_error_naming_every_reason():
     ranking = tune(add_kernel(), {"N": 1024}, Figures(**{**HAND, "vram_bytes": 100}))
     assert not ranking.ranked
-    with pytest.raises(UserError, match="no @cluster combination can run on 2 node"):
+    with pytest.raises(UserError, match="no @cluster combination can run on 2 node") as err:
         _ = ranking.best
+    lines = str(err.value).splitlines()  # one line per combination, each with its reason
+    assert [line.split(":")[0].strip() for line in lines[1:]] == ["BLOCK=256", "BLOCK=512"]
+    assert all("more than its 100 B of memory" in line for line in lines[1:])
 
 
 def test_compiler_rejection_is_a_drop_with_its_reason():
