@@ -314,6 +314,7 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
           units: Sequence[Unit] | None) -> Plan:
     units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
+    refuse_partials(program)
     for tensor in program.tensors:
         if tensor.name not in uris:
             raise UserError(f"no storage URI for tensor {tensor.name}")
@@ -333,6 +334,17 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
         node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak)
     placement = {w.unit.index: node for node, state in states.items() for w in state.work}
     return Plan(generation, node_plans, placement, len(first_use))
+
+
+def refuse_partials(program: ClusterProgram) -> None:
+    """The pods do not yet hold a reduction's partials apart from the output (an online softmax
+    cluster loop, or a loop split over nodes): the sequential reference runs such programs, the
+    runtime refuses them rather than run something else."""
+    scratch = [t.name for t in program.tensors if t.role == "partial"]
+    if scratch:
+        raise UserError(f"kernel {program.kernel}: its cluster loop keeps its partials apart from the output "
+                        f"({', '.join(scratch)}), which the cluster runtime does not run yet; only the "
+                        "sequential reference (compiler/cluster/sequential.py) does (docs/cluster.md)")
 
 
 def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[Unit]:

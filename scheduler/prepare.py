@@ -64,22 +64,12 @@ def compile_program(kernel: ir.Kernel, dims: dict[str, int], cluster_values: dic
     """The cluster program of the checked `kernel` at `dims` and the given @cluster and @autotune
     values (each name's first where not given): the scheduler's one way to compile."""
     from compiler.cluster.build import compile_cluster
+    from scheduler.planner import refuse_partials
 
     program = compile_cluster(kernel, dict(dims), cluster_values=cluster_values or None,
                               tile_values=dict(tile_values) if tile_values else None)
     refuse_partials(program)
     return program
-
-
-def refuse_partials(program: ClusterProgram) -> None:
-    """The pods do not yet hold a reduction's partials apart from the output (an online softmax
-    cluster loop, or a loop split over nodes): the sequential reference runs such programs, the
-    runtime refuses them rather than run something else."""
-    scratch = [t.name for t in program.tensors if t.role == "partial"]
-    if scratch:
-        raise UserError(f"kernel {program.kernel}: its cluster loop keeps its partials apart from the output "
-                        f"({', '.join(scratch)}), which the cluster runtime does not run yet; only the "
-                        "sequential reference (compiler/cluster/sequential.py) does (docs/cluster.md)")
 
 
 def recompile(prepared: PreparedJob, cluster_values: dict[str, int],

@@ -36,6 +36,7 @@ Candidates are ranked by predicted time; ties keep the search-space order (first
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,6 +143,7 @@ class Candidate:
     dropped: str | None = None
     units: int = 0
     order: int = 0  # position in the search space
+    idle: str | None = None  # fewer super-tiles than nodes: dropped only when another keeps all busy
 
     @property
     def bytes_moved(self) -> int:
@@ -319,10 +321,10 @@ def evaluate_program(program: ClusterProgram, figures: Figures, order: int = 0) 
 
     key = tuple(program.cluster_values)
     units = len(program.units)
+    idle = None
     if units < figures.nodes:
-        return Candidate(key, dropped=f"{units} super-tile(s) for {figures.nodes} nodes: "
-                                      f"{figures.nodes - units} node(s) would get none",
-                         units=units, order=order)
+        idle = (f"{units} super-tile(s) for {figures.nodes} nodes: "
+                f"{figures.nodes - units} node(s) would get none")
     uris = {t.name: f"file:///{t.name}.npy" for t in program.tensors}  # the model never reads them
     result = plan(program, [NodeFigure(n, 0) for n in range(figures.nodes)], uris)
     loads = account(result.node_plans, program)
@@ -333,12 +335,20 @@ def evaluate_program(program: ClusterProgram, figures: Figures, order: int = 0) 
                              dropped=f"node {worst.node} needs {format_bytes(worst.peak_bytes)} at its peak, "
                                      f"more than its {format_bytes(figures.vram_bytes)} of memory")
     signatures = {leaf.name: leaf_signature(leaf) for leaf in program.leaves}
-    return Candidate(key, predict(loads, figures, signatures), loads, units=units, order=order)
+    return Candidate(key, predict(loads, figures, signatures), loads, units=units, order=order, idle=idle)
 
 
 def rank(candidates: Sequence[Candidate], figures: Figures,
          pinned: Mapping[str, int] | None = None) -> Ranking:
-    kept = sorted((c for c in candidates if c.dropped is None), key=lambda c: (c.prediction.total_s, c.order))
+    # A combination that leaves a node idle is dropped when another keeps every node busy; when
+    # none can (a problem smaller than nodes x the smallest super-tile) they are ranked, so that
+    # every problem size runs under --autotune too.
+    fits = [c for c in candidates if c.dropped is None]
+    if any(c.idle is None for c in fits):
+        candidates = [dataclasses.replace(c, dropped=c.idle) if c.dropped is None and c.idle else c
+                      for c in candidates]
+        fits = [c for c in candidates if c.dropped is None]
+    kept = sorted(fits, key=lambda c: (c.prediction.total_s, c.order))
     dropped = tuple(c for c in candidates if c.dropped is not None)
     return Ranking(tuple(kept), dropped, figures, tuple((pinned or {}).items()))
 

@@ -76,24 +76,18 @@ def _search_entry(d: ir.SearchDim) -> str:
     return f"{d.name} in [{', '.join(str(v) for v in d.written)}]"
 
 
-def init_leaf_text(
-    kernel: ir.Kernel, acc: Accumulator, tiled_axes: tuple[tuple[str, str] | None, ...]
-) -> str:
-    """A small kernel over the output's super-tile: `C[r] = 0.0` or `C[r] = beta * C[r]`.
+def tiled_index(tiled_axes, drop_last: bool = False) -> str:
+    """The index of the output's super-tile split among CTAs: per axis `ctx.block.a * T :+ T` for a
+    (grid axis, tile) pair, `:` for None; without the last axis for `drop_last`."""
+    items = [":" if t is None else f"ctx.block.{t[0]} * {t[1]} :+ {t[1]}" for t in tiled_axes]
+    return ", ".join(items[:-1] if drop_last else items)
 
-    `tiled_axes` gives, per axis of C, the (grid axis, tile name) that splits it among the leaf's
-    CTAs, or None for an axis each CTA takes whole."""
-    kt = KernelText(kernel)
-    out = next(t for t in kernel.tensors if t.name == acc.store.tensor)
-    items, names = [], []
-    for tiled in tiled_axes:
-        if tiled is None:
-            items.append(":")
-        else:
-            axis, tile = tiled
-            items.append(f"ctx.block.{axis} * {tile} :+ {tile}")
-            names.append(tile)
-    index = ", ".join(items)
+
+def generated_header(kernel: ir.Kernel, out: ir.TensorParam, tiled_axes, params: list[str]) -> list[str]:
+    """The attributes and the `kernel` line of a leaf generated over the output's super-tile: the
+    @autotune entries of its tiles and of the output's dims, the @aligned promises among them, the
+    user's @launch."""
+    names = [t[1] for t in tiled_axes if t is not None]
     dims = [d for d in out.dims if isinstance(d, str)]
     tuned = {d.name: d for d in kernel.autotune.dims}
     entries = [_search_entry(tuned[n]) for n in dict.fromkeys(names + dims) if n in tuned]
@@ -107,10 +101,23 @@ def init_leaf_text(
         lines.append(f"@aligned({', '.join(pairs)})")
     if kernel.threads != 256:
         lines.append(f"@launch(threads = {kernel.threads})")
+    lines.append(f"kernel {kernel.name}({', '.join(params)}) {{")
+    return lines
+
+
+def init_leaf_text(
+    kernel: ir.Kernel, acc: Accumulator, tiled_axes: tuple[tuple[str, str] | None, ...]
+) -> str:
+    """A small kernel over the output's super-tile: `C[r] = 0.0` or `C[r] = beta * C[r]`.
+
+    `tiled_axes` gives, per axis of C, the (grid axis, tile name) that splits it among the leaf's
+    CTAs, or None for an axis each CTA takes whole."""
+    kt = KernelText(kernel)
+    out = next(t for t in kernel.tensors if t.name == acc.store.tensor)
     shape = ", ".join(str(d) for d in out.dims)
     params = [f"{out.name}: tensor<{out.dtype}>[{shape}]"] + [f"{s.name}: {s.dtype}" for s in kernel.scalars]
-    lines.append(f"kernel {kernel.name}({', '.join(params)}) {{")
-    target = f"{out.name}[{index}]"
+    lines = generated_header(kernel, out, tiled_axes, params)
+    target = f"{out.name}[{tiled_index(tiled_axes)}]"
     value = "0.0" if acc.beta is None else f"({kt.of(acc.beta.span)}) * {target}"
     lines.append(f"  {target} = {value}")
     lines.append("}")

@@ -8,7 +8,10 @@ Public API:
   round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out.
 - `compiler.cuda.nvrtc.compile_to_ptx(source, arch="compute_90")`, cached per (source, options).
 - `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
-Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc.
+Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc. The emit stage is
+codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with dots.py (FMA dots),
+mma.py (tensor-core dots), wgmma.py (warpgroup MMA) and reductions.py as functions of that one
+emitter; values.py holds what they pass around.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None
 def ptx_of(kernel: ir.Kernel, gen: codegen.Generated) -> str:
     """The nvrtc stage: PTX, or an error at the kernel line the first failing generated line came from."""
     try:
-        return nvrtc.compile_to_ptx(gen.source)
+        return nvrtc.compile_to_ptx(gen.source, arch=gen.arch)
     except nvrtc.NvrtcError as e:
         raise _nvrtc_error(kernel, gen, e) from None
 

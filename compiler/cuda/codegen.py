@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, mma
+from compiler.cuda import analysis, dots, mma, operands, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
@@ -36,6 +36,7 @@ class Generated:
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
     tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
+    arch: str = "compute_90"  # NVRTC's virtual architecture (compute_90a for warpgroup MMA)
 
 
 class KernelGen(ExprEmitter):
@@ -53,6 +54,8 @@ class KernelGen(ExprEmitter):
         if self.tensor_cores:
             self.tc_lets = set(plan.tc_lets)
             self.uses_bf16 = True
+        self.wgmma = plan.wgmma
+        self.used_wgmma = False
         self.hints = dict(plan.hints)
         self.shared = dict(plan.shared)
         self.let_floats = 0
@@ -113,7 +116,7 @@ class KernelGen(ExprEmitter):
                 self.ranges[s.name] = analysis.int_range(s.value, self.ranges)
             return
         if s.name in self.shared:
-            self.vals[s.name] = self.stage_shared_let(
+            self.vals[s.name] = dots.stage_shared_let(self,
                 s.name, s.value, self.shared[s.name], analysis.shared_let_transposed(self.kernel.body, s.name)
             )
             return
@@ -155,7 +158,7 @@ class KernelGen(ExprEmitter):
         if dot is not None:
             if rest is not None:
                 self.assign_elementwise(val, "=", rest)
-            self.dot(dot, into=val)
+            dots.dot(self, dot, into=val)
             return
         self.assign_elementwise(val, s.op, s.value)
 
@@ -230,6 +233,8 @@ class KernelGen(ExprEmitter):
         self.loop_barriers.pop()
         self.out.span = s.span
         self.out.close()
+        if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
+            self.out.line("wg_wait_all();")
 
     def prefetch_first(self, s: ir.For, start: str, stop_name: str, step: str) -> dict:
         """Software pipelining: the loop's dot operands that are plain tensor loads depending only
@@ -252,8 +257,8 @@ class KernelGen(ExprEmitter):
             if st.name in self.tc_lets:
                 tensor_core.append((st, transposed))
                 continue
-            tile = self.shared_tile(load, self.shared[st.name], transposed)
-            plan = self.vector_plan(tile, load, transposed)
+            tile = dots.shared_tile(self, load, self.shared[st.name], transposed)
+            plan = dots.vector_plan(self, tile, load, transposed)
             if plan is None:
                 continue
             regs = self.fresh("pf")
@@ -262,7 +267,7 @@ class KernelGen(ExprEmitter):
             self.out.line(f"const int {first} = {start};")
             self.scalars[s.var] = (first, "i32")
             self.out.open(f"if ({first} < {stop_name})")
-            self.load_regs(plan, load, regs)
+            dots.load_regs(self, plan, load, regs)
             self.out.close()
             out[st.name] = (tile, plan, regs, load)
         if tensor_core:
@@ -276,37 +281,41 @@ class KernelGen(ExprEmitter):
         entries = []
         for st, transposed in lets:
             role = self.shared[st.name]
-            tile = self.mma_let_tile(st.value, role, transposed, ptr="")
-            plan = mma.copy_plan(self, tile, st.value)
+            tile = dots.mma_let_tile(self, st.value, role, transposed, ptr="")
+            plan = operands.copy_plan(self, tile, st.value)
             if plan is None:
                 return {}
             entries.append((st, role, transposed, tile, plan))
-        words = [mma.tile_floats(t) + (-mma.tile_floats(t)) % 4 for *_, t, _ in entries]
-        stages = max(2, self.schedule.stages)
-        while stages > 2 and (self.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
+        words = [operands.tile_floats(t) + (-operands.tile_floats(t)) % 4 for *_, t, _ in entries]
+        # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
+        # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
+        low = 3 if self.wgmma else 2
+        stages = max(low, self.schedule.stages)
+        while stages > low and (self.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
             stages -= 1
+        ahead = stages - 2 if self.wgmma else stages - 1
         first = self.fresh("first")
         self.out.line(f"const int {first} = {start};")
         bases = []
         for w, (*_, tile, _) in zip(words, entries, strict=True):
             base = self.fresh("ring")
-            ring = self.alloc_perm(stages * w)
+            ring = self.alloc_perm(stages * w, 256 if isinstance(tile, wgmma.CoreTile) else 4)
             self.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
             bases.append(base)
         per_word = [4 // t.elem_bytes for *_, t, _ in entries]
-        for p in range(stages - 1):
+        for p in range(ahead):
             self.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
             self.out.open(f"if ({first}_{p} < {stop_name})")
             self.scalars[s.var] = (f"{first}_{p}", "i32")
             for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
-                ring = self.mma_let_tile(
+                ring = dots.mma_let_tile(self,
                     st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
                 )
-                mma.issue_copy(self, plan, ring, st.value)
+                operands.issue_copy(self, plan, ring, st.value)
             self.out.close()
             self.out.line("cp_async_commit();")
         return {
-            st.name: ("ring", st, role, transposed, plan, base, e * w, stages, first)
+            st.name: ("ring", st, role, transposed, plan, base, e * w, (stages, ahead), first)
             for (st, role, transposed, _, plan), base, w, e in zip(
                 entries, bases, words, per_word, strict=True
             )
@@ -317,30 +326,34 @@ class KernelGen(ExprEmitter):
         (the stage about to be refilled was last read in the previous iteration), issue the
         copies stages - 1 iterations ahead, then point the lets at this iteration's stage."""
         self.out.span = lets[0].span
-        *_, stages, first = self.pipelined[lets[0].name][:9]
+        *_, (stages, ahead), first = self.pipelined[lets[0].name][:9]
         var_name, var_c, step, stop_name = self.pipelined[lets[0].name][9:]
         it = self.fresh("it")
         self.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
-        self.out.line(f"cp_async_wait<{stages - 2}>();")
+        self.ring_iteration = it
+        self.out.line(f"cp_async_wait<{ahead - 1}>();")
+        if self.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
+            self.out.line("fence_async_smem();")
         self.sync()
         nxt = self.fresh("ahead")
-        self.out.line(f"const int {nxt} = {var_c} + {stages - 1} * ({step});")
+        self.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
         self.out.open(f"if ({nxt} < {stop_name})")
         self.scalars[var_name] = (nxt, "i32")
         for s in lets:
             _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
-            ring = self.mma_let_tile(
-                st.value, role, transposed, ptr=f"({base} + (({it} + {stages - 1}) % {stages}) * {size})"
+            ring = dots.mma_let_tile(self,
+                st.value, role, transposed, ptr=f"({base} + (({it} + {ahead}) % {stages}) * {size})"
             )
-            mma.issue_copy(self, plan, ring, st.value)
+            operands.issue_copy(self, plan, ring, st.value)
         self.scalars[var_name] = (var_c, "i32")
         self.out.close()
         self.out.line("cp_async_commit();")
         for s in lets:
             _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
             cur = self.fresh("stage")
-            tile = self.mma_let_tile(st.value, role, transposed, ptr=cur)
+            tile = dots.mma_let_tile(self, st.value, role, transposed, ptr=cur)
             self.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
+            self.ring_tiles.add(cur)
             self.vals[s.name] = tile
 
     def pipelined_lets(self, lets: list[ir.Let]) -> None:
@@ -348,7 +361,7 @@ class KernelGen(ExprEmitter):
         self.sync_before_overwrite()
         for s in lets:
             tile, plan, regs, *_ = self.pipelined[s.name]
-            self.store_regs(plan, tile, regs)
+            dots.store_regs(self, plan, tile, regs)
         self.sync()
         for s in lets:
             self.out.span = s.span
@@ -357,7 +370,7 @@ class KernelGen(ExprEmitter):
             self.out.line(f"const int {nxt} = {var_c} + {step};")
             self.out.open(f"if ({nxt} < {stop_name})")
             self.scalars[var_name] = (nxt, "i32")
-            self.load_regs(plan, load, regs)
+            dots.load_regs(self, plan, load, regs)
             self.scalars[var_name] = (var_c, "i32")
             self.out.close()
             self.vals[s.name] = tile
@@ -468,6 +481,8 @@ class KernelGen(ExprEmitter):
         head.block(PRELUDE.splitlines())
         if self.tensor_cores:
             head.block(mma.PRELUDE.splitlines())
+        if self.used_wgmma:
+            head.block(wgmma.PRELUDE.splitlines())
         params, order = [], []
         stored = {s.tensor for s in _all_stmts(k.body) if isinstance(s, ir.Store)}
         for p in k.params:
@@ -488,7 +503,8 @@ class KernelGen(ExprEmitter):
             head.line(f"constexpr int c_{name} = {value};")
         g = self.grid
         head.line(f"constexpr int PERM = {self.perm_floats};")
-        head.line("extern __shared__ float4 smem_raw[];")
+        align = " __align__(1024)" if self.used_wgmma else ""  # swizzled operands: 1024-byte tiles
+        head.line(f"extern __shared__{align} float4 smem_raw[];")
         head.line("float* smem = reinterpret_cast<float*>(smem_raw);")
         head.line("const int th_id = threadIdx.x;")
         head.block(g.coordinates())
@@ -505,6 +521,7 @@ class KernelGen(ExprEmitter):
             shared_bytes,
             tuple(spans),
             self.tensor_core_span,
+            "compute_90a" if self.used_wgmma else "compute_90",
         )
 
 

@@ -9,12 +9,16 @@ Staging from a tensor: when the tensor's contiguous axis is the buffer's x axis,
 loads are stored as float4 ("direct"); when it is the k axis (a in A[m, k], or b = transpose of a
 row-major tile), float4 loads along k are stored as four scalars ("transposing"). A register tile
 operand (flash attention's p) is written to shared memory by the threads that hold it.
+
+Every function takes the kernel's emitter (`gen`, codegen.KernelGen) as its first argument: the one
+context all emitters share; a dot on tensor cores goes to mma.py.
 """
 
 from __future__ import annotations
 
 import os
 
+from compiler.cuda import operands
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
@@ -28,332 +32,338 @@ def dot_unroll() -> int:
     return int(os.environ.get("PHOBOS_CUDA_DOT_UNROLL", "0"))
 
 
-class DotMixin:
-    def dot(self, e: ir.Call, into):
-        from compiler.cuda import mma
-        from compiler.cuda.values import SharedTile
+def dot(gen, e: ir.Call, into):
+    from compiler.cuda import mma
+    from compiler.cuda.values import SharedTile
 
-        dtype = mma.tensor_core_dtype(e, self.kernel, self.tf32)
-        if dtype is not None and self.tensor_cores:
-            return mma.lower_dot(self, e, into, dtype)
-        a, b = e.args
-        m, kk = (self.size(s) for s in a.ty.shape)
-        n = self.size(b.ty.shape[1])
-        self.out.line(f"// dot [{m}x{kk}] x [{kk}x{n}]")
-        ops = []
-        writes = []
-        for role, arg in (("a", a), ("b", b)):
-            staged = self.staged_operand(arg)
-            if isinstance(staged, SharedTile):
-                ops.append(staged)
-                continue
-            x = m if role == "a" else n
-            ptr = self.alloc_perm(kk * (x + PAD))
-            tile = SharedTile(ptr, role, kk, x, x + PAD)
-            ops.append(tile)
-            writes.append((tile, arg))
-        if writes:
-            # registers first (they may need their own hoisted code), then one barrier pair
-            prepared = [(t, self._prepare(arg, t)) for t, arg in writes]
-            self.sync_before_overwrite()
-            for tile, prep in prepared:
-                self._write(tile, prep)
-            self.sync()
-        sa, sb = ops
-        if into is None:
-            into = self.declare(None, "2d", (m, n), "f32")
-            self.emit_loop(
-                self.ctx_for("2d", (m, n)), [f"{self.access(into, self.ctx_for('2d', (m, n)))} = 0.0f;"]
-            )
-        self._fma_loop(into, sa, sb, m, n, kk)
-        return into
-
-    def staged_operand(self, arg: ir.Expr):
-        """The shared-memory buffer a dot operand (a let or its transpose) already lives in."""
-        from compiler.cuda import mma
-        from compiler.cuda.values import SharedTile
-
-        name = arg.name if isinstance(arg, ir.Name) else None
-        if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
-            name = arg.args[0].name
-        v = self.vals.get(name) if name else None
-        return v if isinstance(v, SharedTile | mma.MmaTile) else None
-
-    def shared_tile(self, load: ir.Load, role: str, transposed: bool):
-        from compiler.cuda.values import SharedTile
-
-        r, c = (self.size(s) for s in load.ty.shape)
-        # operand tile (as dot sees it): a is [x, k], b is [k, x]
-        tr_, tc_ = (c, r) if transposed else (r, c)
-        k, x = (tc_, tr_) if role == "a" else (tr_, tc_)
-        ptr = self.alloc_perm(k * (x + PAD))
-        return SharedTile(ptr, role, k, x, x + PAD)
-
-    def stage_shared_let(self, name: str, load: ir.Load, role: str, transposed: bool):
-        if name in self.tc_lets:
-            return self.stage_mma_let(load, role, transposed)
-        tile = self.shared_tile(load, role, transposed)
-        arg = (
-            ir.Call(
-                "transpose", (load,), load.span, ty=ir.TileType("f32", (load.ty.shape[1], load.ty.shape[0]))
-            )
-            if transposed
-            else load
+    dtype = mma.tensor_core_dtype(e, gen.kernel, gen.tf32)
+    if dtype is not None and gen.tensor_cores:
+        return mma.lower_dot(gen, e, into, dtype)
+    a, b = e.args
+    m, kk = (gen.size(s) for s in a.ty.shape)
+    n = gen.size(b.ty.shape[1])
+    gen.out.line(f"// dot [{m}x{kk}] x [{kk}x{n}]")
+    ops = []
+    writes = []
+    for role, arg in (("a", a), ("b", b)):
+        staged = staged_operand(gen, arg)
+        if isinstance(staged, SharedTile):
+            ops.append(staged)
+            continue
+        x = m if role == "a" else n
+        ptr = gen.alloc_perm(kk * (x + PAD))
+        tile = SharedTile(ptr, role, kk, x, x + PAD)
+        ops.append(tile)
+        writes.append((tile, arg))
+    if writes:
+        # registers first (they may need their own hoisted code), then one barrier pair
+        prepared = [(t, _prepare(gen, arg, t)) for t, arg in writes]
+        gen.sync_before_overwrite()
+        for tile, prep in prepared:
+            _write(gen, tile, prep)
+        gen.sync()
+    sa, sb = ops
+    if into is None:
+        into = gen.declare(None, "2d", (m, n), "f32")
+        gen.emit_loop(
+            gen.ctx_for("2d", (m, n)), [f"{gen.access(into, gen.ctx_for('2d', (m, n)))} = 0.0f;"]
         )
-        prep = self._prepare(arg, tile)
-        self.sync_before_overwrite()
-        self._write(tile, prep)
-        self.sync()
-        return tile
+    _fma_loop(gen, into, sa, sb, m, n, kk)
+    return into
 
-    def mma_let_tile(self, load: ir.Load, role: str, transposed: bool, ptr: str | None = None):
-        """The tensor-core operand buffer of a let (at `ptr`, or newly allocated)."""
-        from compiler.cuda import mma
+def staged_operand(gen, arg: ir.Expr):
+    """The shared-memory buffer a dot operand (a let or its transpose) already lives in."""
+    from compiler.cuda.values import SharedTile
 
-        r, c = (self.size(s) for s in load.ty.shape)
-        k, x = (c, r) if (role == "a") != transposed else (r, c)
-        k_contiguous = (role == "a") != transposed
-        dtype = self.tensor(load.tensor, load.span).dtype
+    name = arg.name if isinstance(arg, ir.Name) else None
+    if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
+        name = arg.args[0].name
+    v = gen.vals.get(name) if name else None
+    from compiler.cuda.wgmma import CoreTile
+
+    return v if isinstance(v, SharedTile | operands.MmaTile | CoreTile) else None
+
+def shared_tile(gen, load: ir.Load, role: str, transposed: bool):
+    from compiler.cuda.values import SharedTile
+
+    r, c = (gen.size(s) for s in load.ty.shape)
+    # operand tile (as dot sees it): a is [x, k], b is [k, x]
+    tr_, tc_ = (c, r) if transposed else (r, c)
+    k, x = (tc_, tr_) if role == "a" else (tr_, tc_)
+    ptr = gen.alloc_perm(k * (x + PAD))
+    return SharedTile(ptr, role, k, x, x + PAD)
+
+def stage_shared_let(gen, name: str, load: ir.Load, role: str, transposed: bool):
+    if name in gen.tc_lets:
+        return stage_mma_let(gen, load, role, transposed)
+    tile = shared_tile(gen, load, role, transposed)
+    arg = (
+        ir.Call(
+            "transpose", (load,), load.span, ty=ir.TileType("f32", (load.ty.shape[1], load.ty.shape[0]))
+        )
+        if transposed
+        else load
+    )
+    prep = _prepare(gen, arg, tile)
+    gen.sync_before_overwrite()
+    _write(gen, tile, prep)
+    gen.sync()
+    return tile
+
+def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | None = None):
+    """The tensor-core operand buffer of a let (at `ptr`, or newly allocated)."""
+
+    r, c = (gen.size(s) for s in load.ty.shape)
+    k, x = (c, r) if (role == "a") != transposed else (r, c)
+    k_contiguous = (role == "a") != transposed
+    dtype = gen.tensor(load.tensor, load.span).dtype
+    if gen.wgmma and k_contiguous:
+        from compiler.cuda import wgmma
+
+        probe = wgmma.CoreTile("", role, k, x, dtype)
         if ptr is None:
-            return mma.alloc_tile(self, role, k, x, k_contiguous, dtype, load.span)
-        return mma.make_tile(ptr, role, k, x, k_contiguous, dtype, load.span)
+            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(operands.tile_floats(probe), 256)})"
+        return wgmma.CoreTile(ptr, role, k, x, dtype)
+    if ptr is None:
+        return operands.alloc_tile(gen, role, k, x, k_contiguous, dtype, load.span)
+    return operands.make_tile(ptr, role, k, x, k_contiguous, dtype, load.span)
 
-    def stage_mma_let(self, load: ir.Load, role: str, transposed: bool):
-        from compiler.cuda import mma
+def stage_mma_let(gen, load: ir.Load, role: str, transposed: bool):
 
-        tile = self.mma_let_tile(load, role, transposed)
-        self.sync_before_overwrite()
-        if mma.stage_load(self, tile, load):
-            self.out.line("cp_async_commit(); cp_async_wait<0>();")
-        self.sync()
-        return tile
+    tile = mma_let_tile(gen, load, role, transposed)
+    gen.sync_before_overwrite()
+    if operands.stage_load(gen, tile, load):
+        gen.out.line("cp_async_commit(); cp_async_wait<0>();")
+    if gen.wgmma:
+        gen.out.line("fence_async_smem();")
+    gen.sync()
+    return tile
 
-    def _prepare(self, arg: ir.Expr, tile):
-        """What a staging write needs: a plain 2-D load (maybe transposed), or a register tile."""
-        transposed = isinstance(arg, ir.Call) and arg.func == "transpose"
-        inner = arg.args[0] if transposed else arg
-        if isinstance(inner, ir.Load) and inner.ty.rank == 2:
-            plan = self.vector_plan(tile, inner, transposed)
-            regs = None
-            if plan is not None:  # issue the global loads before the barrier that precedes the store
-                regs = self.fresh("st")
-                self.out.line(f"float4 {regs}[{plan['iters']}];")
-                self.load_regs(plan, inner, regs)
-            return ("load", (inner, regs), transposed)
-        from compiler.cuda.values import Val
+def _prepare(gen, arg: ir.Expr, tile):
+    """What a staging write needs: a plain 2-D load (maybe transposed), or a register tile."""
+    transposed = isinstance(arg, ir.Call) and arg.func == "transpose"
+    inner = arg.args[0] if transposed else arg
+    if isinstance(inner, ir.Load) and inner.ty.rank == 2:
+        plan = vector_plan(gen, tile, inner, transposed)
+        regs = None
+        if plan is not None:  # issue the global loads before the barrier that precedes the store
+            regs = gen.fresh("st")
+            gen.out.line(f"float4 {regs}[{plan['iters']}];")
+            load_regs(gen, plan, inner, regs)
+        return ("load", (inner, regs), transposed)
+    from compiler.cuda.values import Val
 
-        if (
-            isinstance(inner, ir.Name)
-            and isinstance(self.vals.get(inner.name), Val)
-            and self.vals[inner.name].kind == "2d"
-        ):
-            return ("regs", self.vals[inner.name], transposed)
-        return ("regs", self.materialize(inner, "2d"), transposed)
+    if (
+        isinstance(inner, ir.Name)
+        and isinstance(gen.vals.get(inner.name), Val)
+        and gen.vals[inner.name].kind == "2d"
+    ):
+        return ("regs", gen.vals[inner.name], transposed)
+    return ("regs", gen.materialize(inner, "2d"), transposed)
 
-    def _write(self, tile, prep) -> None:
-        what, src, transposed = prep
-        if what == "regs":
-            self._write_regs(tile, src, transposed)
-        else:
-            self._write_load(tile, src[0], transposed, src[1])
+def _write(gen, tile, prep) -> None:
+    what, src, transposed = prep
+    if what == "regs":
+        _write_regs(gen, tile, src, transposed)
+    else:
+        _write_load(gen, tile, src[0], transposed, src[1])
 
-    def _write_regs(self, tile, val, transposed: bool) -> None:
-        ctx = self.ctx_for("2d", val.shape)
-        # tile coordinates (row, col) of the operand as dot sees it
-        row, col = ("_c", "_r") if transposed else ("_r", "_c")
-        k, x = (col, row) if tile.role == "a" else (row, col)
-        if self._write_regs_vector(tile, val, x):
-            return
-        self.emit_loop(ctx, [f"{tile.ptr}[{k} * {tile.ld} + {x}] = {self.access(val, ctx)};"])
+def _write_regs(gen, tile, val, transposed: bool) -> None:
+    ctx = gen.ctx_for("2d", val.shape)
+    # tile coordinates (row, col) of the operand as dot sees it
+    row, col = ("_c", "_r") if transposed else ("_r", "_c")
+    k, x = (col, row) if tile.role == "a" else (row, col)
+    if _write_regs_vector(gen, tile, val, x):
+        return
+    gen.emit_loop(ctx, [f"{tile.ptr}[{k} * {tile.ld} + {x}] = {gen.access(val, ctx)};"])
 
-    def _write_regs_vector(self, tile, val, x: str) -> bool:
-        """16-byte stores of a register tile into S[k][x] when each thread holds groups of 4
-        consecutive positions along the buffer's x axis (flash attention's p: 4 consecutive rows
-        of p per thread, x = row). One float4 store replaces four scalar ones, and a warp's
-        stores touch 4 of the 8 16-byte bank groups instead of 4 of the 32 banks: 8 wavefronts
-        per store instruction instead of 8 per scalar store (a quarter of the shared-memory
-        cycles; by our count of the addresses, not measured)."""
-        if val.dtype != "f32" or tile.ld % 4:
+def _write_regs_vector(gen, tile, val, x: str) -> bool:
+    """16-byte stores of a register tile into S[k][x] when each thread holds groups of 4
+    consecutive positions along the buffer's x axis (flash attention's p: 4 consecutive rows
+    of p per thread, x = row). One float4 store replaces four scalar ones, and a warp's
+    stores touch 4 of the 8 16-byte bank groups instead of 4 of the 32 banks: 8 wavefronts
+    per store instruction instead of 8 per scalar store (a quarter of the shared-memory
+    cycles; by our count of the addresses, not measured)."""
+    if val.dtype != "f32" or tile.ld % 4:
+        return False
+    dr, dc = gen.dists("2d", val.shape)
+    along_rows = x == "_r"
+    dx = dr if along_rows else dc
+    if dx.replicated or dx.vector != 4 or dx.extent != tile.x:
+        return False
+    dy = dc if along_rows else dr
+    x_loc, y_loc = ("_i", "_j") if along_rows else ("_j", "_i")
+    x_pos, y_pos = ("_r", "_c") if along_rows else ("_c", "_r")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int {x_loc} = 0; {x_loc} < {dx.count}; {x_loc} += 4)")
+    gen.out.line(f"const int {x_pos} = {dx.position(x_loc)};")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int {y_loc} = 0; {y_loc} < {dy.count}; ++{y_loc})")
+    gen.out.line(f"const int {y_pos} = {dy.position(y_loc)};")
+
+    def elem(q: int) -> str:
+        i, j = (f"_i + {q}", "_j") if along_rows else ("_i", f"_j + {q}")
+        return (
+            val.cname
+            + (f"[{i}]" if val.shape[0] != 1 else "[0]")
+            + (f"[{j}]" if val.shape[1] != 1 else "[0]")
+        )
+
+    parts = ", ".join(elem(q) for q in range(4))
+    gen.out.line(
+        f"*reinterpret_cast<float4*>(&{tile.ptr}[{y_pos} * {tile.ld} + {x_pos}]) = make_float4({parts});"
+    )
+    gen.out.close()
+    gen.out.close()
+    return True
+
+def vector_plan(gen, tile, load: ir.Load, transposed: bool):
+    """How 16-byte staging of `load` into `tile` goes, or None when it cannot be vectorised.
+
+    The load's own tile axes are (outer, contiguous). Operand element (row, col) is
+    load(row, col), or load(col, row) when transposed; buffer S[k][x] holds operand (x, k) for
+    a and (k, x) for b. "direct": the contiguous axis is x (float4 in, float4 out)."""
+    u_is_x = (tile.role == "a") != transposed
+    direct = not u_is_x
+    contiguous_extent = tile.x if direct else tile.k
+    if not _vec_ok(gen, load) or contiguous_extent % 4:
+        return None
+    t = gen.grid.threads
+    total = tile.k * tile.x // 4
+    return {
+        "direct": direct,
+        "total": total,
+        "per_row": contiguous_extent // 4,
+        "iters": -(-total // t),
+        "outer": tile.k if direct else tile.x,
+    }
+
+def _vector_indices(plan) -> str:
+    """Which float4 (outer row o_, contiguous column q_) thread element e_ moves. Direct:
+    neighbouring lanes take neighbouring columns (coalesced both sides). Transposing:
+    neighbouring lanes take neighbouring rows, so the four scalar shared-memory stores of a
+    warp land in distinct banks (the global reads then use half of each 32-byte sector per
+    warp; the other half is read by another warp, from L1)."""
+    if plan["direct"]:
+        return f"const int q_ = (e_ % {plan['per_row']}) * 4; const int o_ = e_ / {plan['per_row']};"
+    return f"const int o_ = e_ % {plan['outer']}; const int q_ = (e_ / {plan['outer']}) * 4;"
+
+def load_regs(gen, plan, load: ir.Load, regs: str) -> None:
+    """Global -> float4 registers `regs[iters]` (fill where outside the tensor)."""
+    t = gen.grid.threads
+    fill = gen.elem(load.fill, None) if load.fill is not None else "0.0f"
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
+    gen.out.line(f"const int e_ = it_ * {t} + th_id;")
+    gen.out.line(_vector_indices(plan))
+    ptr, pred = gen.element_address(gen.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
+    gen.out.line(f"{regs}[it_] = make_float4({fill}, {fill}, {fill}, {fill});")
+    conds = [
+        c
+        for c in (f"e_ < {plan['total']}" if plan["total"] % t else "", pred if pred != "true" else "")
+        if c
+    ]
+    ld = f"{regs}[it_] = __ldg(reinterpret_cast<const float4*>(&{ptr}));"
+    gen.out.line(f"if ({' && '.join(conds)}) {ld}" if conds else ld)
+    gen.out.close()
+
+def store_regs(gen, plan, tile, regs: str) -> None:
+    """float4 registers -> the shared-memory operand buffer."""
+    t = gen.grid.threads
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
+    gen.out.line(f"const int e_ = it_ * {t} + th_id;")
+    if plan["total"] % t:
+        gen.out.line(f"if (e_ >= {plan['total']}) continue;")
+    gen.out.line(_vector_indices(plan))
+    if plan["direct"]:  # o_ is k, q_ is x
+        gen.out.line(f"*reinterpret_cast<float4*>(&{tile.ptr}[o_ * {tile.ld} + q_]) = {regs}[it_];")
+    else:  # o_ is x, q_ is k
+        for q, comp in enumerate("xyzw"):
+            gen.out.line(f"{tile.ptr}[(q_ + {q}) * {tile.ld} + o_] = {regs}[it_].{comp};")
+    gen.out.close()
+
+def _write_load(gen, tile, load: ir.Load, transposed: bool, regs: str | None = None) -> None:
+    from compiler.cuda.values import Ctx
+
+    plan = vector_plan(gen, tile, load, transposed)
+    if plan is not None:
+        if regs is None:  # not loaded ahead of the barrier: load now
+            regs = gen.fresh("st")
+            gen.out.line(f"float4 {regs}[{plan['iters']}];")
+            load_regs(gen, plan, load, regs)
+        store_regs(gen, plan, tile, regs)
+        return
+    u_is_x = (tile.role == "a") != transposed
+    direct = not u_is_x
+    t = gen.grid.threads
+    kk, x = tile.k, tile.x
+    load_shape = (x, kk) if u_is_x else (kk, x)
+    total = kk * x
+    iters = (total + t - 1) // t
+    inner = x if direct else kk
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int it_ = 0; it_ < {iters}; ++it_)")
+    gen.out.line(f"const int e_ = it_ * {t} + th_id;")
+    gen.out.open(f"if (e_ < {total})")
+    gen.out.line(f"const int q_ = e_ % {inner}; const int o_ = e_ / {inner};")
+    ctx = Ctx(load_shape, "2d", ("0", "0"), ("o_", "q_"), native=False)
+    value = gen.load_elem(load, ctx)
+    if direct:
+        gen.out.line(f"{tile.ptr}[o_ * {tile.ld} + q_] = {value};")
+    else:
+        gen.out.line(f"{tile.ptr}[q_ * {tile.ld} + o_] = {value};")
+    gen.out.close()
+    gen.out.close()
+
+def _vec_ok(gen, load: ir.Load) -> bool:
+    from compiler.cuda import analysis
+
+    param = gen.tensor(load.tensor, load.span)
+    if param.dtype != "f32" or isinstance(load.index[-1], ir.SliceIndex):
+        return False
+    if gen.dims_of(param)[-1] % 4:
+        return False
+    last = load.index[-1]
+    if isinstance(last, ir.SliceRange):
+        if analysis.int_range(last.start, gen.ranges).divisor % 4:
             return False
-        dr, dc = self.dists("2d", val.shape)
-        along_rows = x == "_r"
-        dx = dr if along_rows else dc
-        if dx.replicated or dx.vector != 4 or dx.extent != tile.x:
+        if gen.size(last.extent) % 4:
             return False
-        dy = dc if along_rows else dr
-        x_loc, y_loc = ("_i", "_j") if along_rows else ("_j", "_i")
-        x_pos, y_pos = ("_r", "_c") if along_rows else ("_c", "_r")
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int {x_loc} = 0; {x_loc} < {dx.count}; {x_loc} += 4)")
-        self.out.line(f"const int {x_pos} = {dx.position(x_loc)};")
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int {y_loc} = 0; {y_loc} < {dy.count}; ++{y_loc})")
-        self.out.line(f"const int {y_pos} = {dy.position(y_loc)};")
+    return True
 
-        def elem(q: int) -> str:
-            i, j = (f"_i + {q}", "_j") if along_rows else ("_i", f"_j + {q}")
-            return (
-                val.cname
-                + (f"[{i}]" if val.shape[0] != 1 else "[0]")
-                + (f"[{j}]" if val.shape[1] != 1 else "[0]")
+def _fma_loop(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
+    dr, dc = gen.dists("2d", (m, n))
+    if sa.x != m or sb.x != n or sa.k != kk or sb.k != kk:
+        raise CompileError(gen.out.span, "internal: dot operand shapes disagree")
+    unroll = dot_unroll()
+    gen.out.line("#pragma unroll" if unroll == 0 or kk <= unroll else f"#pragma unroll {unroll}")
+    gen.out.open(f"for (int k_ = 0; k_ < {kk}; ++k_)")
+    gen.out.line(f"float ar_[{dr.count}], br_[{dc.count}];")
+    for d, s, reg in ((dr, sa, "ar_"), (dc, sb, "br_")):
+        if d.vector == 4:
+            gen.out.line("#pragma unroll")
+            gen.out.open(f"for (int g_ = 0; g_ < {d.count}; g_ += 4)")
+            gen.out.line(
+                f"const float4 w4 = *reinterpret_cast<const float4*>("
+                f"&{s.ptr}[k_ * {s.ld} + {d.position('g_')}]);"
             )
-
-        parts = ", ".join(elem(q) for q in range(4))
-        self.out.line(
-            f"*reinterpret_cast<float4*>(&{tile.ptr}[{y_pos} * {tile.ld} + {x_pos}]) = make_float4({parts});"
-        )
-        self.out.close()
-        self.out.close()
-        return True
-
-    def vector_plan(self, tile, load: ir.Load, transposed: bool):
-        """How 16-byte staging of `load` into `tile` goes, or None when it cannot be vectorised.
-
-        The load's own tile axes are (outer, contiguous). Operand element (row, col) is
-        load(row, col), or load(col, row) when transposed; buffer S[k][x] holds operand (x, k) for
-        a and (k, x) for b. "direct": the contiguous axis is x (float4 in, float4 out)."""
-        u_is_x = (tile.role == "a") != transposed
-        direct = not u_is_x
-        contiguous_extent = tile.x if direct else tile.k
-        if not self._vec_ok(load) or contiguous_extent % 4:
-            return None
-        t = self.grid.threads
-        total = tile.k * tile.x // 4
-        return {
-            "direct": direct,
-            "total": total,
-            "per_row": contiguous_extent // 4,
-            "iters": -(-total // t),
-            "outer": tile.k if direct else tile.x,
-        }
-
-    @staticmethod
-    def _vector_indices(plan) -> str:
-        """Which float4 (outer row o_, contiguous column q_) thread element e_ moves. Direct:
-        neighbouring lanes take neighbouring columns (coalesced both sides). Transposing:
-        neighbouring lanes take neighbouring rows, so the four scalar shared-memory stores of a
-        warp land in distinct banks (the global reads then use half of each 32-byte sector per
-        warp; the other half is read by another warp, from L1)."""
-        if plan["direct"]:
-            return f"const int q_ = (e_ % {plan['per_row']}) * 4; const int o_ = e_ / {plan['per_row']};"
-        return f"const int o_ = e_ % {plan['outer']}; const int q_ = (e_ / {plan['outer']}) * 4;"
-
-    def load_regs(self, plan, load: ir.Load, regs: str) -> None:
-        """Global -> float4 registers `regs[iters]` (fill where outside the tensor)."""
-        t = self.grid.threads
-        fill = self.elem(load.fill, None) if load.fill is not None else "0.0f"
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
-        self.out.line(f"const int e_ = it_ * {t} + th_id;")
-        self.out.line(self._vector_indices(plan))
-        ptr, pred = self.element_address(self.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
-        self.out.line(f"{regs}[it_] = make_float4({fill}, {fill}, {fill}, {fill});")
-        conds = [
-            c
-            for c in (f"e_ < {plan['total']}" if plan["total"] % t else "", pred if pred != "true" else "")
-            if c
-        ]
-        ld = f"{regs}[it_] = __ldg(reinterpret_cast<const float4*>(&{ptr}));"
-        self.out.line(f"if ({' && '.join(conds)}) {ld}" if conds else ld)
-        self.out.close()
-
-    def store_regs(self, plan, tile, regs: str) -> None:
-        """float4 registers -> the shared-memory operand buffer."""
-        t = self.grid.threads
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
-        self.out.line(f"const int e_ = it_ * {t} + th_id;")
-        if plan["total"] % t:
-            self.out.line(f"if (e_ >= {plan['total']}) continue;")
-        self.out.line(self._vector_indices(plan))
-        if plan["direct"]:  # o_ is k, q_ is x
-            self.out.line(f"*reinterpret_cast<float4*>(&{tile.ptr}[o_ * {tile.ld} + q_]) = {regs}[it_];")
-        else:  # o_ is x, q_ is k
-            for q, comp in enumerate("xyzw"):
-                self.out.line(f"{tile.ptr}[(q_ + {q}) * {tile.ld} + o_] = {regs}[it_].{comp};")
-        self.out.close()
-
-    def _write_load(self, tile, load: ir.Load, transposed: bool, regs: str | None = None) -> None:
-        from compiler.cuda.values import Ctx
-
-        plan = self.vector_plan(tile, load, transposed)
-        if plan is not None:
-            if regs is None:  # not loaded ahead of the barrier: load now
-                regs = self.fresh("st")
-                self.out.line(f"float4 {regs}[{plan['iters']}];")
-                self.load_regs(plan, load, regs)
-            self.store_regs(plan, tile, regs)
-            return
-        u_is_x = (tile.role == "a") != transposed
-        direct = not u_is_x
-        t = self.grid.threads
-        kk, x = tile.k, tile.x
-        load_shape = (x, kk) if u_is_x else (kk, x)
-        total = kk * x
-        iters = (total + t - 1) // t
-        inner = x if direct else kk
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int it_ = 0; it_ < {iters}; ++it_)")
-        self.out.line(f"const int e_ = it_ * {t} + th_id;")
-        self.out.open(f"if (e_ < {total})")
-        self.out.line(f"const int q_ = e_ % {inner}; const int o_ = e_ / {inner};")
-        ctx = Ctx(load_shape, "2d", ("0", "0"), ("o_", "q_"), native=False)
-        value = self.load_elem(load, ctx)
-        if direct:
-            self.out.line(f"{tile.ptr}[o_ * {tile.ld} + q_] = {value};")
+            gen.out.line(
+                f"{reg}[g_] = w4.x; {reg}[g_ + 1] = w4.y; {reg}[g_ + 2] = w4.z; {reg}[g_ + 3] = w4.w;"
+            )
+            gen.out.close()
         else:
-            self.out.line(f"{tile.ptr}[q_ * {tile.ld} + o_] = {value};")
-        self.out.close()
-        self.out.close()
-
-    def _vec_ok(self, load: ir.Load) -> bool:
-        from compiler.cuda import analysis
-
-        param = self.tensor(load.tensor, load.span)
-        if param.dtype != "f32" or isinstance(load.index[-1], ir.SliceIndex):
-            return False
-        if self.dims_of(param)[-1] % 4:
-            return False
-        last = load.index[-1]
-        if isinstance(last, ir.SliceRange):
-            if analysis.int_range(last.start, self.ranges).divisor % 4:
-                return False
-            if self.size(last.extent) % 4:
-                return False
-        return True
-
-    def _fma_loop(self, acc, sa, sb, m: int, n: int, kk: int) -> None:
-        dr, dc = self.dists("2d", (m, n))
-        if sa.x != m or sb.x != n or sa.k != kk or sb.k != kk:
-            raise CompileError(self.out.span, "internal: dot operand shapes disagree")
-        unroll = dot_unroll()
-        self.out.line("#pragma unroll" if unroll == 0 or kk <= unroll else f"#pragma unroll {unroll}")
-        self.out.open(f"for (int k_ = 0; k_ < {kk}; ++k_)")
-        self.out.line(f"float ar_[{dr.count}], br_[{dc.count}];")
-        for d, s, reg in ((dr, sa, "ar_"), (dc, sb, "br_")):
-            if d.vector == 4:
-                self.out.line("#pragma unroll")
-                self.out.open(f"for (int g_ = 0; g_ < {d.count}; g_ += 4)")
-                self.out.line(
-                    f"const float4 w4 = *reinterpret_cast<const float4*>("
-                    f"&{s.ptr}[k_ * {s.ld} + {d.position('g_')}]);"
-                )
-                self.out.line(
-                    f"{reg}[g_] = w4.x; {reg}[g_ + 1] = w4.y; {reg}[g_ + 2] = w4.z; {reg}[g_ + 3] = w4.w;"
-                )
-                self.out.close()
-            else:
-                self.out.line("#pragma unroll")
-                self.out.line(
-                    f"for (int g_ = 0; g_ < {d.count}; ++g_) "
-                    f"{reg}[g_] = {s.ptr}[k_ * {s.ld} + {d.position('g_')}];"
-                )
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-        self.out.line("#pragma unroll")
-        self.out.line(
-            f"for (int _j = 0; _j < {dc.count}; ++_j) "
-            f"{acc.cname}[_i][_j] = fmaf(ar_[_i], br_[_j], {acc.cname}[_i][_j]);"
-        )
-        self.out.close()
-        self.out.close()
+            gen.out.line("#pragma unroll")
+            gen.out.line(
+                f"for (int g_ = 0; g_ < {d.count}; ++g_) "
+                f"{reg}[g_] = {s.ptr}[k_ * {s.ld} + {d.position('g_')}];"
+            )
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+    gen.out.line("#pragma unroll")
+    gen.out.line(
+        f"for (int _j = 0; _j < {dc.count}; ++_j) "
+        f"{acc.cname}[_i][_j] = fmaf(ar_[_i], br_[_j], {acc.cname}[_i][_j]);"
+    )
+    gen.out.close()
+    gen.out.close()

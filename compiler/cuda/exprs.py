@@ -5,11 +5,9 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 
 from __future__ import annotations
 
-from compiler.cuda import analysis
-from compiler.cuda.dots import DotMixin
+from compiler.cuda import analysis, dots, reductions
 from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
-from compiler.cuda.reductions import ReductionMixin
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -17,7 +15,7 @@ from compiler.frontend.diagnostics import CompileError
 FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
 
 
-class ExprEmitter(DotMixin, ReductionMixin):
+class ExprEmitter:
     def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid | MmaGrid):
         self.kernel = kernel
         self.env = env
@@ -25,6 +23,9 @@ class ExprEmitter(DotMixin, ReductionMixin):
         self.tensor_cores = isinstance(grid, MmaGrid)
         self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
         self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
+        self.wgmma = False  # tensor-core dots as warpgroup MMA (wgmma.py)
+        self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
+        self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}
@@ -83,7 +84,10 @@ class ExprEmitter(DotMixin, ReductionMixin):
     def dims_of(self, p: ir.TensorParam) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else self.env[d] for d in p.dims)
 
-    def alloc_perm(self, floats: int) -> str:
+    def alloc_perm(self, floats: int, align: int = 4) -> str:
+        """`floats` words of shared memory for the whole kernel, `align` words aligned (a
+        swizzled tensor-core operand needs 1024 bytes: 256 words)."""
+        self.perm_floats += -self.perm_floats % align
         off = self.perm_floats
         self.perm_floats += (floats + 3) // 4 * 4
         return f"(smem + {off})"
@@ -417,7 +421,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
                 return f"f{f}f({x}, {y})"
             return f"{f}({x}, {y})"
         if f in ("sum", "max", "min"):
-            return self.reduction(e, ctx)
+            return reductions.reduction(self, e, ctx)
         if f == "where":
             c, a, b = e.args
             x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
@@ -454,7 +458,7 @@ class ExprEmitter(DotMixin, ReductionMixin):
         if f == "transpose":
             return self.transpose(e, ctx)
         if f == "dot":
-            val = self.dot(e, into=None)
+            val = dots.dot(self, e, into=None)
             return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
         raise CompileError(e.span, f"the CUDA backend cannot compile {f}()")
 

@@ -20,13 +20,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda.emit import from_f32
+from compiler.cuda import wgmma
+from compiler.cuda.operands import (
+    MMA_K,
+    MmaTile,
+    alloc_tile,
+    operand_orientation,
+    stage_load,
+    tile_floats,
+    write_registers,
+)
 from compiler.frontend import ir
-from compiler.frontend.diagnostics import CompileError
 
 TC_DTYPES = ("bf16", "f16")
-MMA_K = 16
-ROW_PAD = 8  # elements (16 bytes) of padding after each stored row
 
 
 def operand_dtype(e: ir.Expr, kernel: ir.Kernel) -> str | None:
@@ -68,77 +74,6 @@ def tensor_core_dtype(call: ir.Call, kernel: ir.Kernel, tf32: bool = False) -> s
 
 def storage_dtype(dtype: str) -> str:
     return "f32" if dtype == "tf32" else dtype
-
-
-@dataclass(frozen=True)
-class MmaTile:
-    """A dot operand in shared memory, stored [rows][cols] with row stride `ld`; `dtype` is the
-    storage type (bf16, f16, or f32 for TF32). `role` 'a' ([x, k] as dot sees it) or 'b'
-    ([k, x]); `k_contiguous`: the stored cols are k."""
-
-    ptr: str  # C expression of type ctype*
-    role: str
-    k: int
-    x: int
-    k_contiguous: bool
-    dtype: str
-
-    @property
-    def elem_bytes(self) -> int:
-        return 4 if self.dtype == "f32" else 2
-
-    @property
-    def ctype(self) -> str:
-        return "float" if self.dtype == "f32" else "unsigned short"
-
-    @property
-    def pad(self) -> int:
-        """16-bit: 16 bytes (ldmatrix rows in distinct bank groups). f32 fragments are read with
-        scalar loads: lane (g, t) reads row g col t (k-contiguous: stride = 4 mod 32 words) or
-        row t col g (otherwise: 8 mod 32), which puts the 32 lanes in 32 banks."""
-        if self.elem_bytes == 2:
-            return ROW_PAD
-        return 4 if self.k_contiguous else 8
-
-    @property
-    def vector(self) -> int:
-        return 16 // self.elem_bytes
-
-    @property
-    def rows(self) -> int:
-        return self.x if self.k_contiguous else self.k
-
-    @property
-    def cols(self) -> int:
-        return self.k if self.k_contiguous else self.x
-
-    @property
-    def ld(self) -> int:
-        return self.cols + self.pad
-
-    @property
-    def elements(self) -> int:
-        return self.rows * self.ld
-
-
-def tile_floats(tile) -> int:
-    """Shared-memory size of an MmaTile in 4-byte words."""
-    return (tile.elements * tile.elem_bytes + 3) // 4
-
-
-def make_tile(ptr: str, role: str, k: int, x: int, k_contiguous: bool, dtype: str, span) -> MmaTile:
-    step = 8 if dtype == "f32" else MMA_K
-    if k % step:
-        raise CompileError(
-            span, f"dot's inner extent {k} is not a multiple of {step} (the tensor-core k step)"
-        )
-    t = MmaTile(ptr, role, k, x, k_contiguous, dtype)
-    if t.cols % t.vector:
-        raise CompileError(
-            span,
-            f"dot operand extent {t.cols} is not a multiple of {t.vector} (one 16-byte shared-memory row)",
-        )
-    return t
 
 
 PRELUDE = r"""
@@ -237,14 +172,31 @@ def fragment_offset(tile: MmaTile, kk: int, x: int) -> int:
     return kk * tile.ld + x
 
 
+@dataclass(frozen=True)
+class WarpTile:
+    """The block of an [M, N] accumulator one warp computes: rows x cols in m_tiles x n_tiles
+    16x8 sub-tiles, starting at the C expressions row_base / col_base."""
+
+    rows: int
+    cols: int
+    m_tiles: int
+    n_tiles: int
+    row_base: str
+    col_base: str
+
+
+def warp_tile(gen, m: int, n: int) -> WarpTile:
+    dr, dc = gen.dists("2d", (m, n))
+    wm, wn, grid = dr.per_warp, dc.per_warp, gen.grid
+    row_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
+    col_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
+    return WarpTile(wm, wn, wm // 16, wn // 8, row_base, col_base)
+
+
 def emit_mma(gen, acc, sa, sb, m: int, n: int, kk: int, dtype: str) -> None:
     """acc[M, N] (accumulator layout) += a[M, K] b[K, N]; sa is an MmaTile or a register Val."""
-    dr, dc = gen.dists("2d", (m, n))
-    wm, wn = dr.per_warp, dc.per_warp
-    mt, nt = wm // 16, wn // 8
-    grid = gen.grid
-    wr_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
-    wc_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
+    w = warp_tile(gen, m, n)
+    wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
     la = None if from_regs else fragment_loader(gen, sa, wr_base)
     lb = fragment_loader(gen, sb, wc_base)
@@ -299,12 +251,8 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     loads and rounded to TF32 (cvt.rna). A register operand a in the accumulator layout holds
     columns 2t, 2t+1 of each 8-wide k step where the A fragment wants t and t + 4: the dot sums
     over k, so B is read with the same permutation (slot t <- row 2t, slot t + 4 <- row 2t + 1)."""
-    dr, dc = gen.dists("2d", (m, n))
-    wm, wn = dr.per_warp, dc.per_warp
-    mt, nt = wm // 16, wn // 8
-    grid = gen.grid
-    wr_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
-    wc_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
+    w = warp_tile(gen, m, n)
+    wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
     g, t = "(th_lane >> 2)", "(th_lane & 3)"
     k_lo, k_hi = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
@@ -352,100 +300,7 @@ def _offset_expr(tile: MmaTile, kk: str, x: int) -> str:
     return f"{kk} * {tile.ld} + {x}"
 
 
-# -- staging into shared memory -------------------------------------------------------------------
-
-
-def copy_plan(gen, tile: MmaTile, load: ir.Load) -> dict | None:
-    """16-byte cp.async copies of `load` (stored as it lies in memory) or None: the tensor's last
-    dim and the slice start along it must be multiples of 8 elements, and the fill zero."""
-    from compiler.cuda import analysis
-
-    param = gen.tensor(load.tensor, load.span)
-    if param.dtype != tile.dtype or isinstance(load.index[-1], ir.SliceIndex):
-        return None
-    if load.fill is not None:
-        fill = load.fill
-        if not (isinstance(fill, ir.Const) and float(fill.value) == 0.0):
-            return None
-    v = tile.vector
-    if gen.dims_of(param)[-1] % v:
-        return None
-    last = load.index[-1]
-    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.ranges).divisor % v:
-        return None
-    chunks = tile.rows * tile.cols // v
-    return {"chunks": chunks, "per_row": tile.cols // v, "iters": -(-chunks // gen.grid.threads)}
-
-
-def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
-    """Issue the cp.async copies of one operand tile (the caller commits and waits)."""
-    t = gen.grid.threads
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
-    gen.out.line(f"const int e_ = it_ * {t} + th_id;")
-    if plan["chunks"] % t:
-        gen.out.line(f"if (e_ >= {plan['chunks']}) break;")
-    gen.out.line(f"const int o_ = e_ / {plan['per_row']}, q_ = (e_ % {plan['per_row']}) * {tile.vector};")
-    ptr, pred = gen.element_address(gen.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
-    if pred == "true":
-        gen.out.line(f"cp_async16({tile.ptr} + o_ * {tile.ld} + q_, &{ptr}, true);")
-    else:  # out of bounds: zero-filled, from a valid address
-        gen.out.line(f"const bool in_ = {pred};")
-        base = f"t_{load.tensor}"
-        gen.out.line(f"cp_async16({tile.ptr} + o_ * {tile.ld} + q_, in_ ? &{ptr} : {base}, in_);")
-    gen.out.close()
-
-
-def write_elements(gen, tile: MmaTile, load: ir.Load) -> None:
-    """Element by element (converted to the operand type), where no 16-byte copy fits."""
-    from compiler.cuda.values import Ctx
-
-    t = gen.grid.threads
-    total = tile.rows * tile.cols
-    gen.out.line("#pragma unroll 4")
-    gen.out.open(f"for (int e_ = th_id; e_ < {total}; e_ += {t})")
-    gen.out.line(f"const int q_ = e_ % {tile.cols}; const int o_ = e_ / {tile.cols};")
-    ctx = Ctx((tile.rows, tile.cols), "2d", ("0", "0"), ("o_", "q_"), native=False)
-    value = gen.load_elem(load, ctx)
-    gen.out.line(f"{tile.ptr}[o_ * {tile.ld} + q_] = {from_f32(tile.dtype, value)};")
-    gen.out.close()
-
-
-def write_registers(gen, tile: MmaTile, val, transposed: bool) -> None:
-    """A register tile (any layout) into the operand buffer, rounded to the operand type."""
-    ctx = gen.ctx_for("2d", val.shape)
-    row, col = ("_c", "_r") if transposed else ("_r", "_c")  # operand coordinates
-    k, x = (col, row) if tile.role == "a" else (row, col)
-    r, c = (x, k) if tile.k_contiguous else (k, x)
-    gen.emit_loop(ctx, [f"{tile.ptr}[{r} * {tile.ld} + {c}] = {from_f32(tile.dtype, gen.access(val, ctx))};"])
-
-
 # -- lowering one dot ------------------------------------------------------------------------------
-
-
-def alloc_tile(gen, role: str, k: int, x: int, k_contiguous: bool, dtype: str, span) -> MmaTile:
-    probe = make_tile("", role, k, x, k_contiguous, dtype, span)
-    ptr = f"reinterpret_cast<{probe.ctype}*>{gen.alloc_perm(tile_floats(probe))}"
-    return make_tile(f"({ptr})", role, k, x, k_contiguous, dtype, span)
-
-
-def operand_orientation(role: str, arg: ir.Expr) -> tuple[ir.Expr, bool, bool]:
-    """(inner expression, transposed, k_contiguous) of a dot operand staged from `arg`."""
-    transposed = isinstance(arg, ir.Call) and arg.func == "transpose"
-    inner = arg.args[0] if transposed else arg
-    if isinstance(inner, ir.Load) and inner.ty.rank == 2:
-        return inner, transposed, (role == "a") != transposed
-    return inner, transposed, role == "a"
-
-
-def stage_load(gen, tile: MmaTile, load: ir.Load) -> bool:
-    """Copy `load` into `tile`; True when cp.async copies were issued (the caller commits)."""
-    plan = copy_plan(gen, tile, load)
-    if plan is None:
-        write_elements(gen, tile, load)
-        return False
-    issue_copy(gen, plan, tile, load)
-    return True
 
 
 def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
@@ -464,16 +319,50 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
     return gen.materialize(arg, "2d")
 
 
+def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: str) -> None:
+    """The dot as warpgroup MMA (wgmma.py); an x-contiguous operand is transposed into the
+    core-matrix layout first (after the barrier that made its copy visible)."""
+    if not wgmma.fits(gen, m, n) or not all(isinstance(t, MmaTile | wgmma.CoreTile) for t in ops):
+        raise gen.pruned(e.span, f"warpgroup MMA takes {m} rows on {gen.grid.threads // 32} warps, N <= 256")
+    # inside the copy ring, a group may stay in flight past its iteration: every buffer it reads
+    # is then a ring stage or a double buffer (refilled two iterations later)
+    ring = gen.ring_iteration is not None
+    overlap = ring and all(not isinstance(t, wgmma.CoreTile) or t.ptr in gen.ring_tiles for t in ops)
+    cores, transposed = [], False
+    for t in ops:
+        if isinstance(t, wgmma.CoreTile):
+            cores.append(t)
+            continue
+        transposed = True
+        if t.k_contiguous:
+            raise gen.pruned(e.span, "warpgroup MMA: a k-contiguous operand outside the core-matrix layout")
+        probe = wgmma.CoreTile("", t.role, t.k, t.x, t.dtype)
+        words = tile_floats(probe)
+        base = gen.alloc_perm(words * (2 if overlap else 1), 256)
+        ptr = f"(reinterpret_cast<unsigned short*>{base})"
+        if overlap:
+            ptr = f"({ptr} + ({gen.ring_iteration} & 1) * {words * 2})"
+        core = wgmma.CoreTile(ptr, t.role, t.k, t.x, t.dtype)
+        wgmma.transpose_into(gen, t, core)
+        cores.append(core)
+    if transposed:
+        gen.out.line("fence_async_smem();")
+        gen.sync()
+    gen.used_wgmma = True
+    wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype, overlap)
+
+
 def lower_dot(gen, e: ir.Call, into, dtype: str):
     """dtype: the tensor-core type ('bf16', 'f16', 'tf32')."""
+    from compiler.cuda import dots
     a, b = e.args
     m, kk = (gen.size(s) for s in a.ty.shape)
     n = gen.size(b.ty.shape[1])
     gen.out.line(f"// dot [{m}x{kk}] x [{kk}x{n}] on tensor cores ({dtype})")
     ops, writes = [], []
     for role, arg in (("a", a), ("b", b)):
-        staged = gen.staged_operand(arg)
-        if isinstance(staged, MmaTile):
+        staged = dots.staged_operand(gen, arg)
+        if staged is not None:
             ops.append(staged)
             continue
         regs = register_operand(gen, role, arg, m, kk)
@@ -482,7 +371,12 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
             continue
         inner, transposed, k_contiguous = operand_orientation(role, arg)
         x = m if role == "a" else n
-        tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
+        if gen.wgmma and k_contiguous:
+            probe = wgmma.CoreTile("", role, kk, x, dtype)
+            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe), 256)})"
+            tile = wgmma.CoreTile(ptr, role, kk, x, dtype)
+        else:
+            tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
         if not (isinstance(inner, ir.Load) and inner.ty.rank == 2):
             inner = gen.materialize(inner, "2d")
         ops.append(tile)
@@ -502,7 +396,9 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         into = gen.declare(None, "2d", (m, n), "f32")
         ctx = gen.ctx_for("2d", (m, n))
         gen.emit_loop(ctx, [f"{gen.access(into, ctx)} = 0.0f;"])
-    if dtype == "tf32":
+    if gen.wgmma:
+        warpgroup_dot(gen, e, into, ops, m, n, kk, dtype)
+    elif dtype == "tf32":
         emit_mma_tf32(gen, into, ops[0], ops[1], m, n, kk)
     else:
         emit_mma(gen, into, ops[0], ops[1], m, n, kk, dtype)

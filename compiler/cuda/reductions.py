@@ -6,7 +6,7 @@ ends with the result: row vectors are replicated over the row's threads); with T
 of a row meet in shared memory. Along the rows (axis = 0) the partial results of the TR threads of
 a column sit in different warps and meet in shared memory. A whole 1-D tile reduces to a scalar
 with a block all-reduce. Replicated elements (a tile smaller than its thread axis) contribute
-once: replicas contribute the identity.
+once: replicas contribute the identity. Functions of the kernel's emitter (`gen`), as in dots.py.
 """
 
 from __future__ import annotations
@@ -22,147 +22,146 @@ IDENT = {
 }
 
 
-class ReductionMixin:
-    # -- reductions -------------------------------------------------------------------------
+# -- reductions -------------------------------------------------------------------------
 
-    def reduction(self, e: ir.Call, ctx) -> str:
-        kw = dict(e.kwargs)
-        axis = kw["axis"].value
-        x = e.args[0]
-        shape = tuple(self.size(s) for s in x.ty.shape)
-        f = e.func
-        is_f = x.ty.dtype in ("f32", "bf16", "f16")
-        ident = (
-            IDENT[f][0 if is_f else 1]
-            .replace("INT_MIN_", "(-2147483647 - 1)")
-            .replace("INT_MAX_", "2147483647")
+def reduction(gen, e: ir.Call, ctx) -> str:
+    kw = dict(e.kwargs)
+    axis = kw["axis"].value
+    x = e.args[0]
+    shape = tuple(gen.size(s) for s in x.ty.shape)
+    f = e.func
+    is_f = x.ty.dtype in ("f32", "bf16", "f16")
+    ident = (
+        IDENT[f][0 if is_f else 1]
+        .replace("INT_MIN_", "(-2147483647 - 1)")
+        .replace("INT_MAX_", "2147483647")
+    )
+    ctype = "float" if is_f else "int"
+
+    def comb(a, b):
+        if f == "sum":
+            return f"({a} + {b})"
+        return f"f{f}f({a}, {b})" if is_f else f"{f}({a}, {b})"
+
+    if len(shape) == 1:
+        kind = analysis.natural_kind(x, gen.hints) or "flat"
+        src = gen.ctx_for(kind, shape)
+        body = gen.elem(x, src)
+        acc = gen.fresh("red")
+        gen.out.line(f"{ctype} {acc} = {ident};")
+        gen.emit_loop(src, [f"if ({gen.owner(kind, shape)}) {acc} = {comb(acc, body)};"])
+        block_allreduce(gen, acc, comb)
+        return acc
+    if len(shape) != 2:
+        raise CompileError(e.span, "the CUDA backend reduces tiles of rank 1 and 2 only")
+    src = gen.ctx_for("2d", shape)
+    body = gen.elem(x, src)
+    dr, dc = gen.dists("2d", shape)
+    out_kind = "row" if axis == 1 else "col"
+    keep = shape[0] if axis == 1 else shape[1]
+    res = gen.declare(None, out_kind, (keep,), x.ty.dtype)
+    if axis == 1:
+        gen.out.line("#pragma unroll")
+        gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+        gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+        gen.out.line(f"{ctype} a_ = {ident};")
+        gen.out.line("#pragma unroll")
+        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+        gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+        contrib = body if dc.primary() == "true" else f"({dc.primary()} ? {body} : {ident})"
+        gen.out.line(f"a_ = {comb('a_', contrib)};")
+        gen.out.close()
+        gen.out.line(f"{res.cname}[_i] = a_;")
+        gen.out.close()
+        lane_allreduce(gen, res, dr.count, gen.grid.cols, comb, ctype)
+    else:
+        gen.out.line("#pragma unroll")
+        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+        gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+        gen.out.line(f"{ctype} a_ = {ident};")
+        gen.out.line("#pragma unroll")
+        gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+        gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+        contrib = body if dr.primary() == "true" else f"({dr.primary()} ? {body} : {ident})"
+        gen.out.line(f"a_ = {comb('a_', contrib)};")
+        gen.out.close()
+        gen.out.line(f"{res.cname}[_j] = a_;")
+        gen.out.close()
+        # the TR threads of a column sit in different warps: combine through shared memory
+        tr = gen.grid.rows
+        buf = gen.alloc_scratch(tr * shape[1])
+        gen.sync()
+        gen.out.line("#pragma unroll")
+        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+        gen.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
+        gen.out.close()
+        gen.sync()
+        gen.out.line("#pragma unroll")
+        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+        gen.out.line(f"{ctype} a_ = {ident};")
+        gen.out.line(
+            f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
+            f"a_ = {comb('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};"
         )
-        ctype = "float" if is_f else "int"
+        gen.out.line(f"{res.cname}[_j] = a_;")
+        gen.out.close()
+    want = ctx.kind if ctx is not None else None
+    if ctx is not None and ctx.native and want == out_kind:
+        return gen.access(res, ctx)
+    return gen.through_shared(res, ctx)
 
-        def comb(a, b):
-            if f == "sum":
-                return f"({a} + {b})"
-            return f"f{f}f({a}, {b})" if is_f else f"{f}({a}, {b})"
-
-        if len(shape) == 1:
-            kind = analysis.natural_kind(x, self.hints) or "flat"
-            src = self.ctx_for(kind, shape)
-            body = self.elem(x, src)
-            acc = self.fresh("red")
-            self.out.line(f"{ctype} {acc} = {ident};")
-            self.emit_loop(src, [f"if ({self.owner(kind, shape)}) {acc} = {comb(acc, body)};"])
-            self.block_allreduce(acc, comb)
-            return acc
-        if len(shape) != 2:
-            raise CompileError(e.span, "the CUDA backend reduces tiles of rank 1 and 2 only")
-        src = self.ctx_for("2d", shape)
-        body = self.elem(x, src)
-        dr, dc = self.dists("2d", shape)
-        out_kind = "row" if axis == 1 else "col"
-        keep = shape[0] if axis == 1 else shape[1]
-        res = self.declare(None, out_kind, (keep,), x.ty.dtype)
-        if axis == 1:
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-            self.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
-            self.out.line(f"{ctype} a_ = {ident};")
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-            self.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
-            contrib = body if dc.primary() == "true" else f"({dc.primary()} ? {body} : {ident})"
-            self.out.line(f"a_ = {comb('a_', contrib)};")
-            self.out.close()
-            self.out.line(f"{res.cname}[_i] = a_;")
-            self.out.close()
-            self.lane_allreduce(res, dr.count, self.grid.cols, comb, ctype)
-        else:
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-            self.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
-            self.out.line(f"{ctype} a_ = {ident};")
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-            self.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
-            contrib = body if dr.primary() == "true" else f"({dr.primary()} ? {body} : {ident})"
-            self.out.line(f"a_ = {comb('a_', contrib)};")
-            self.out.close()
-            self.out.line(f"{res.cname}[_j] = a_;")
-            self.out.close()
-            # the TR threads of a column sit in different warps: combine through shared memory
-            tr = self.grid.rows
-            buf = self.alloc_scratch(tr * shape[1])
-            self.sync()
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-            self.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
-            self.out.close()
-            self.sync()
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-            self.out.line(f"{ctype} a_ = {ident};")
-            self.out.line(
-                f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
-                f"a_ = {comb('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};"
-            )
-            self.out.line(f"{res.cname}[_j] = a_;")
-            self.out.close()
-        want = ctx.kind if ctx is not None else None
-        if ctx is not None and ctx.native and want == out_kind:
-            return self.access(res, ctx)
-        return self.through_shared(res, ctx)
-
-    def lane_allreduce(self, res, count: int, lanes: int, comb, ctype: str) -> None:
-        """Combine the partial results of the `lanes` threads that share each row: the ones of one
-        warp (neighbouring lanes) with shuffles, then the warps of a row through shared memory."""
-        if lanes == 1:
-            return
-        group = self.grid.lane_group
-        warp_lanes = min(lanes, group)
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
-        off = warp_lanes // 2
-        while off >= 1:
-            self.out.line(
-                f"{res.cname}[_i] = "
-                f"{comb(f'{res.cname}[_i]', f'__shfl_xor_sync(0xffffffffu, {res.cname}[_i], {off})')};"
-            )
-            off //= 2
-        self.out.close()
-        if lanes <= group:
-            return
-        groups = lanes // group
-        buf = self.alloc_scratch(self.grid.rows * groups * count)
-        self.sync()
-        self.out.open(f"if (th_c % {group} == 0)")
-        self.out.line("#pragma unroll")
-        self.out.line(
-            f"for (int _i = 0; _i < {count}; ++_i) "
-            f"{buf}[(th_r * {groups} + th_c / {group}) * {count} + _i] = {res.cname}[_i];"
+def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
+    """Combine the partial results of the `lanes` threads that share each row: the ones of one
+    warp (neighbouring lanes) with shuffles, then the warps of a row through shared memory."""
+    if lanes == 1:
+        return
+    group = gen.grid.lane_group
+    warp_lanes = min(lanes, group)
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
+    off = warp_lanes // 2
+    while off >= 1:
+        gen.out.line(
+            f"{res.cname}[_i] = "
+            f"{comb(f'{res.cname}[_i]', f'__shfl_xor_sync(0xffffffffu, {res.cname}[_i], {off})')};"
         )
-        self.out.close()
-        self.sync()
-        self.out.line("#pragma unroll")
-        self.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
-        self.out.line(f"{ctype} a_ = {buf}[(th_r * {groups}) * {count} + _i];")
-        self.out.line(
-            f"for (int q_ = 1; q_ < {groups}; ++q_) "
-            f"a_ = {comb('a_', f'{buf}[(th_r * {groups} + q_) * {count} + _i]')};"
-        )
-        self.out.line(f"{res.cname}[_i] = a_;")
-        self.out.close()
+        off //= 2
+    gen.out.close()
+    if lanes <= group:
+        return
+    groups = lanes // group
+    buf = gen.alloc_scratch(gen.grid.rows * groups * count)
+    gen.sync()
+    gen.out.open(f"if (th_c % {group} == 0)")
+    gen.out.line("#pragma unroll")
+    gen.out.line(
+        f"for (int _i = 0; _i < {count}; ++_i) "
+        f"{buf}[(th_r * {groups} + th_c / {group}) * {count} + _i] = {res.cname}[_i];"
+    )
+    gen.out.close()
+    gen.sync()
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
+    gen.out.line(f"{ctype} a_ = {buf}[(th_r * {groups}) * {count} + _i];")
+    gen.out.line(
+        f"for (int q_ = 1; q_ < {groups}; ++q_) "
+        f"a_ = {comb('a_', f'{buf}[(th_r * {groups} + q_) * {count} + _i]')};"
+    )
+    gen.out.line(f"{res.cname}[_i] = a_;")
+    gen.out.close()
 
-    def block_allreduce(self, acc: str, comb) -> None:
-        t = self.grid.threads
-        off = 16
-        while off >= 1:
-            self.out.line(f"{acc} = {comb(acc, f'__shfl_xor_sync(0xffffffffu, {acc}, {off})')};")
-            off //= 2
-        warps = (t + 31) // 32
-        if warps == 1:
-            return
-        buf = self.alloc_scratch(warps)
-        self.sync()
-        self.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {acc};")
-        self.sync()
-        self.out.line(f"{acc} = {buf}[0];")
-        self.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, f'{buf}[q_]')};")
+def block_allreduce(gen, acc: str, comb) -> None:
+    t = gen.grid.threads
+    off = 16
+    while off >= 1:
+        gen.out.line(f"{acc} = {comb(acc, f'__shfl_xor_sync(0xffffffffu, {acc}, {off})')};")
+        off //= 2
+    warps = (t + 31) // 32
+    if warps == 1:
+        return
+    buf = gen.alloc_scratch(warps)
+    gen.sync()
+    gen.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {acc};")
+    gen.sync()
+    gen.out.line(f"{acc} = {buf}[0];")
+    gen.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, f'{buf}[q_]')};")

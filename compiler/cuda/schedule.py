@@ -13,10 +13,12 @@ class Schedule:
     order: str = "row"  # CTA order of a 2-D grid: "row" (launch order) or "grouped" (group-major)
     group: int = 8  # CTAs along x per group in the grouped order
     threads: int | None = None  # CTA size (None: the kernel's @launch, else 256)
+    wgmma: bool = False  # Hopper warpgroup MMA for dots with both operands in shared memory (wgmma.py)
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}"
+        mma = "-wgmma" if self.wgmma else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}"
 
 
 DEFAULT = Schedule()
@@ -30,4 +32,5 @@ def tensor_core_space(warps: int) -> list[Schedule]:
         for stages in (2, 3, 4):
             for order in ("row", "grouped"):
                 out.append(Schedule(wm, stages, order))
+    out += [Schedule(None, stages, order, wgmma=True) for stages in (2, 3, 4) for order in ("row", "grouped")]
     return out

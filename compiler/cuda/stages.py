@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.cuda import analysis, mma
+from compiler.cuda import analysis, mma, wgmma
 from compiler.cuda.hoist import hoist_dot_loads
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.schedule import DEFAULT, Schedule
@@ -43,6 +43,7 @@ class Plan:
     tc_dots: tuple  # the dots that run on tensor cores
     tc_lets: frozenset  # lets that feed only tensor-core dots (16-bit or TF32 operand buffers)
     longest_first: tuple  # grid axes launched in reverse (causal loops: longest first)
+    wgmma: bool = False  # the tensor-core dots run as warpgroup MMA (wgmma.py)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def analyse(leaf: Leaf) -> Leaf:
         tc_dots=dots,
         tc_lets=frozenset(tensor_core_lets(k, list(dots), tf32)) if dots else frozenset(),
         longest_first=tuple(analysis.longest_first_axes(k.body, leaf.env)),
+        wgmma=leaf.options.schedule.wgmma and uses_wgmma(k, dots),
     )
     return dataclasses.replace(leaf, plan=plan)
 
@@ -90,7 +92,7 @@ def lay_out(leaf: Leaf) -> Leaf:
     if not 1 <= threads <= 1024 or threads % 32:
         raise CompileError(k.span, f"@launch({threads}): a CTA has 32 to 1024 threads, a multiple of 32")
     try:
-        grid = choose_grid(k, leaf.env, schedule, leaf.options.tf32)
+        grid = choose_grid(k, leaf.env, schedule, leaf.options.tf32, leaf.plan.wgmma)
     except LayoutError as e:
         raise pruned(k, leaf.binding, k.span, f"cannot lay out its tiles on {threads} threads: {e}") from None
     return dataclasses.replace(leaf, grid=grid)
@@ -225,7 +227,17 @@ def cta_threads(kernel: ir.Kernel, schedule: Schedule) -> int:
     return schedule.threads or kernel.threads
 
 
-def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool):
+def uses_wgmma(kernel: ir.Kernel, dots) -> bool:
+    """Warpgroup MMA takes 16-bit dots whose operands both live in shared memory."""
+    shared = analysis.shared_lets(kernel.body)
+    return bool(dots) and all(
+        mma.tensor_core_dtype(d, kernel) in mma.TC_DTYPES
+        and all(wgmma.operand_in_shared(x, shared) for x in d.args)
+        for d in dots
+    )
+
+
+def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool, warpgroups: bool = False):
     threads = cta_threads(kernel, schedule)
     if tensor_core_dots(kernel, tf32):
         shapes = register_shapes(kernel, env)
@@ -234,7 +246,9 @@ def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool):
         sizes = [threads] if pinned else [threads, threads // 2, threads // 4]
         for n in sizes:
             try:
-                return choose_mma_grid(n, shapes, reduces_rows(kernel), schedule.warps_m)
+                # warpgroup MMA: every warp along the rows (64 rows per warpgroup of 4)
+                warps_m = n // 32 if warpgroups else schedule.warps_m
+                return choose_mma_grid(n, shapes, reduces_rows(kernel), warps_m)
             except LayoutError:
                 if n == sizes[-1]:
                     raise

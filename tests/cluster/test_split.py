@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from common.errors import UserError
 from compiler.cluster.build import compile_cluster
@@ -14,7 +16,7 @@ from compiler.cluster.tree import SplitRequest, share_chunks, tree_rounds
 from compiler.frontend.binding import bind
 from compiler.interp.interpreter import run_kernel
 from tests.cluster.helpers import small
-from tests.cluster.test_reject import FLASH_BC
+from tests.cluster.test_reject import FLASH_BC, MATMUL
 
 RNG = np.random.default_rng(23)
 
@@ -208,19 +210,11 @@ def test_bad_split_requests(kw, message):
         SplitRequest(**kw)
 
 
-RAGGED_MATMUL = """@cluster(TILE_M in [32, 64], TILE_N in [32, 64], TILE_K in [64, 128])
-@autotune(TILE_M in [16, 32], TILE_N in [16, 32], TILE_K in [8, 16])
-kernel matmul(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N], alpha: f32, beta: f32) {
-  let pm = ctx.block.x
-  let pn = ctx.block.y
-  var acc: tile<f32>[TILE_M, TILE_N] = 0.0
-  for kt in range(0, K, TILE_K) {
-    acc += dot(A[pm * TILE_M :+ TILE_M, kt :+ TILE_K], B[kt :+ TILE_K, pn * TILE_N :+ TILE_N])
-  }
-  let c_old = C[pm * TILE_M :+ TILE_M, pn * TILE_N :+ TILE_N]
-  C[pm * TILE_M :+ TILE_M, pn * TILE_N :+ TILE_N] = alpha * acc + beta * c_old
-}
-"""
+# test_reject's MATMUL without its @aligned promise, so that every dimension may be ragged.
+RAGGED_MATMUL = (
+    MATMUL.replace("@aligned(M = TILE_M, N = TILE_N, K = TILE_K)\n", "")
+    .replace("TILE_K in [16, 64])\n@autotune", "TILE_K in [64, 128])\n@autotune")
+)
 
 
 @pytest.mark.parametrize(
@@ -245,3 +239,36 @@ def test_split_k_with_ragged_super_tiles_and_a_ragged_last_chunk(split):
     # The merge and zero leaves of the last super-tiles are bound to their smaller extents.
     assert {"merge", "merge@M=16", "merge@N=16", "merge@M=16,N=16", "zero@M=16,N=16"} <= names
     assert any(name.startswith("step@") and "K=8" in name for name in names)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    chunks=st.integers(1, 9),
+    shares=st.integers(1, 9),
+    shape=st.sampled_from(["flat", "binary", "hosts"]),
+    softmax=st.booleans(),
+    data=st.data(),
+)
+def test_any_split_of_either_form_equals_the_plain_kernel(chunks, shares, shape, softmax, data):
+    shares = min(shares, chunks)
+    hosts = ()
+    if shape == "hosts":
+        cuts = sorted(data.draw(st.sets(st.integers(1, shares - 1), max_size=3))) if shares > 1 else []
+        hosts = tuple(b - a for a, b in zip([0, *cuts], [*cuts, shares], strict=True))
+    split = SplitRequest(shares, shape, hosts)
+    rng = np.random.default_rng(chunks * 100 + shares)
+    if softmax:
+        s = 64 * chunks
+        inputs = {"Q": rng.standard_normal((8, 16)), "K": rng.standard_normal((s, 16)) * 3,
+                  "V": rng.standard_normal((s, 16)), "O": np.zeros((8, 16))}
+        args = (small("decode_gqa_small"), {"G": 8, "S": s}, {"scale": 0.5}, {"BS": 64}, "O")
+    else:
+        k = 16 * chunks
+        inputs = {"A": rng.standard_normal((32, k)), "B": rng.standard_normal((k, 32)),
+                  "C": rng.standard_normal((32, 32))}
+        args = (small("matmul_small"), {"M": 32, "N": 32, "K": k}, {"alpha": 0.5, "beta": 1.5},
+                {"TILE_M": 32, "TILE_N": 32, "TILE_K": 16}, "C")
+    kernel, dims, scalars, values, out = args
+    inputs = {n: a.astype(np.float32) for n, a in inputs.items()}
+    _, plain, clustered = _run(kernel, dims, inputs, scalars, values, split)
+    np.testing.assert_allclose(clustered[out], plain[out], rtol=1e-5, atol=1e-4)

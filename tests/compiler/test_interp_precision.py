@@ -168,24 +168,18 @@ def run_mha(name, h, n, d, dtype, tiles, seed=0):
 POINTS = [None, {"BR": 128, "BC": 32}, {"BR": 64, "BC": 128}]
 
 
+NARROW = [("mha_bf16", False, BF16, 2.0**-8), ("causal_mha_bf16", True, BF16, 2.0**-8),
+          ("mha_f16", False, np.float16, 2.0**-11)]
+
+
 @pytest.mark.parametrize("tiles", POINTS)
-@pytest.mark.parametrize(("name", "causal"), [("mha_bf16", False), ("causal_mha_bf16", True)])
-def test_bf16_attention(name, causal, tiles):
-    # q, k, v are bf16 values (exact in float64); P is rounded to bf16 for the second dot and O
-    # to bf16 when stored: each a relative error of at most u = 2^-8.
-    out, q, k, v = run_mha(name, 3, 77, 24, BF16, tiles)
+@pytest.mark.parametrize(("name", "causal", "dtype", "u"), NARROW)
+def test_narrow_attention(name, causal, dtype, u, tiles):
+    # q, k, v are bf16/f16 values (exact in float64); P is rounded to that type for the second dot
+    # and O when stored: each a relative error of at most u (2^-8 bf16, 2^-11 f16; N(0, 1)
+    # values are far from f16's range ends).
+    out, q, k, v = run_mha(name, 3, 77, 24, dtype, tiles)
     ref, weight = attention_reference(q, k, v, 1 / np.sqrt(24), causal)
-    u = 2.0**-8
-    bound = 1.01 * u * (weight + np.abs(ref)) + 1e-6
-    assert np.all(np.abs(out - ref) <= bound), np.max(np.abs(out - ref) - bound)
-
-
-@pytest.mark.parametrize("tiles", POINTS)
-def test_f16_attention(tiles):
-    # as bf16 with the f16 unit roundoff u = 2^-11 (values of N(0, 1) are far from f16's range ends)
-    out, q, k, v = run_mha("mha_f16", 3, 77, 24, np.float16, tiles, seed=8)
-    ref, weight = attention_reference(q, k, v, 1 / np.sqrt(24), False)
-    u = 2.0**-11
     bound = 1.01 * u * (weight + np.abs(ref)) + 1e-6
     assert np.all(np.abs(out - ref) <= bound), np.max(np.abs(out - ref) - bound)
 

@@ -3,6 +3,8 @@ C++ of every example with @cluster equals that of the same file with the line bl
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from common.paths import repo_file
@@ -58,7 +60,7 @@ def cuda_sources(text: str, filename: str) -> list[str]:
 def test_generated_cuda_is_the_same_with_and_without_the_cluster_line(example):
     text = FIXED_TILE if example == "fixed_tile" else repo_file(example).read_text()
     plain = without_cluster_line(text, example + " (no @cluster)")
-    assert "@cluster" not in plain
+    assert re.search(r"^\s*@cluster\b", plain, re.M) is None  # comments may still mention it
     assert cuda_sources(text, example) == cuda_sources(plain, example + " (no @cluster)")
 
 

@@ -28,6 +28,8 @@ MATMUL_POINTS = [
     ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 64}, Schedule(warps_m=2, stages=4, order="grouped")),
     ({"TILE_M": 128, "TILE_N": 64, "TILE_K": 64}, Schedule(warps_m=4, stages=2, threads=128)),
     ({"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, Schedule(warps_m=1, stages=3, order="grouped", group=3)),
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True)),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=4, order="grouped")),
 ]
 MATMUL_DIMS = [{"M": 256, "N": 384, "K": 128}, {"M": 203, "N": 317, "K": 136}, {"M": 77, "N": 1000, "K": 264}]
 MATMUL_TOL = 1e-5

@@ -110,6 +110,18 @@ def _variants():
             {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32},
             Schedule(threads=128),
         ),
+        (
+            "matmul_bf16.phk",
+            {"M": 4096, "N": 4096, "K": 4096},
+            {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
+            Schedule(wgmma=True),
+        ),
+        (
+            "matmul_f16.phk",
+            {"M": 1000, "N": 999, "K": 1000},
+            {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32},
+            Schedule(wgmma=True),
+        ),
     ]
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk", "mha_tf32.phk"):
         for d in (64, 128):
@@ -138,13 +150,23 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     except CompileError as e:  # a point the generator prunes (registers, shared memory) is fine
         assert "is pruned" in e.message, e.message
         return
-    assert "mma.sync.aligned.m16n8k" in c.ptx, name
+    assert ("wgmma.mma_async" if schedule.wgmma else "mma.sync.aligned.m16n8k") in c.ptx, name
     assert "cp.async" in c.ptx, name
     ptx = tmp_path / "k.ptx"
     ptx.write_text(c.ptx)
     cubin = tmp_path / "k.cubin"
     out = subprocess.run(
-        ["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(cubin)], capture_output=True, text=True, check=True
+        [
+            "ptxas",
+            "-arch=sm_90a" if ".target sm_90a" in c.ptx else "-arch=sm_90",
+            "-v",
+            str(ptx),
+            "-o",
+            str(cubin),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     report = out.stderr + out.stdout
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
@@ -155,7 +177,8 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     sass = subprocess.run(
         [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True, env=env
     ).stdout
-    assert re.search(r"\bHMMA\.(16816|1688)\.F32", sass), f"{name}: no tensor-core instruction in the SASS"
+    want = r"\bHGMMA\.64x\d+x16\.F32" if schedule.wgmma else r"\bHMMA\.(16816|1688)\.F32"
+    assert re.search(want, sass), f"{name}: no tensor-core instruction in the SASS"
 
 
 def test_f32_dot_stays_exact_on_cuda_cores():

@@ -92,7 +92,7 @@ def test_a_token_shorter_than_16_bytes_is_refused_saying_how_to_make_one(tmp_pat
             read_token(argument)
         text = str(refused.value)
         assert text.startswith(source) and "16" in text and "secrets.token_urlsafe" in text
-        assert token not in text  # never echo the token
+        assert token not in text.replace(str(f), "")  # never echo the token (the file's path may hold it)
     monkeypatch.setenv("PHOBOS_TOKEN", "sixteen-bytes!!!")
     assert read_token(None) == "sixteen-bytes!!!"
 

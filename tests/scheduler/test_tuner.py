@@ -115,6 +115,17 @@ def test_node_without_a_super_tile_is_dropped():
     assert "2 super-tile(s) for 4 nodes" in dropped.dropped and "2 node(s) would get none" in dropped.dropped
 
 
+def test_a_problem_smaller_than_nodes_times_super_tiles_is_still_ranked():
+    # N = 200: every combination is one super-tile; none can keep two nodes busy, so all rank.
+    ranking = tune(add_kernel(), {"N": 200}, Figures(**{**HAND, "nodes": 2}))
+    assert {c.label() for c in ranking.ranked} == {"BLOCK=256", "BLOCK=512"} and not ranking.dropped
+    assert [c.units for c in ranking.ranked] == [1, 1]
+    # N = 300: BLOCK=256 keeps both nodes busy (a super-tile of 256 and one of 44), so 512 drops.
+    ranking = tune(add_kernel(), {"N": 300}, Figures(**{**HAND, "nodes": 2}))
+    assert [c.label() for c in ranking.ranked] == ["BLOCK=256"]
+    assert "1 node(s) would get none" in ranking.dropped[0].dropped
+
+
 def test_vram_drops_combinations_whose_peak_does_not_fit():
     dims = {"M": 128, "N": 128, "K": 128}
     free = by_label(evaluate(matmul_kernel(), dims, Figures(**HAND)))

@@ -1,0 +1,168 @@
+"""dot on Hopper's warpgroup MMA: `wgmma.mma_async.m64nNk16` with bf16 / f16 operands from shared
+memory, f32 accumulators in registers. A tuner choice (Schedule.wgmma) for kernels whose
+tensor-core dots read both operands from shared memory (matmul); PTX for compute_90a.
+
+Each warpgroup (4 consecutive warps) computes 64 rows x all N columns: the CTA is laid out as
+MmaGrid(WR = warps, WC = 1), 16 rows per warp, whose register order is wgmma's accumulator order
+(register 4s + 2h + e of a thread is its element acc[h][2s + e]).
+
+Operands are in the descriptors' K-major layout without swizzle: 8x8 core matrices of 16-bit
+elements (8 rows of 16 bytes, 128 contiguous bytes), neighbours along k 128 bytes apart (the
+leading byte offset), 8-row groups k/8 * 128 bytes apart (the stride byte offset). A k-contiguous
+source is copied into it by cp.async, 16 bytes a chunk, the 8 chunks of consecutive threads in one
+core matrix (128 contiguous bytes: no bank conflict); a source contiguous along x (matmul's
+B[k, n]) is copied as mma.py does and then transposed into it, 4 blocks of 8x8 per ldmatrix.trans
+and one 4-byte store per block and thread (a block's 32 stores fill its 128 bytes). Writes by
+threads are made visible to the tensor cores' async proxy (fence.proxy.async) before the barrier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.frontend import ir
+
+MAX_N = 256
+
+
+@dataclass(frozen=True)
+class CoreTile:
+    """A K-major operand in core-matrix layout: x rows (m or n), k columns."""
+
+    ptr: str  # C expression of type unsigned short*
+    role: str
+    k: int
+    x: int
+    dtype: str
+
+    k_contiguous = True
+    elem_bytes = 2
+    ctype = "unsigned short"
+    vector = 8
+
+    @property
+    def rows(self) -> int:
+        return self.x
+
+    @property
+    def cols(self) -> int:
+        return self.k
+
+    @property
+    def swizzled(self) -> bool:
+        """Rows of exactly 128 bytes (k = 64) use the 128-byte swizzle: row r's 16-byte chunk c
+        sits at chunk c ^ (r % 8) of the row (the tile 1024-byte aligned)."""
+        return self.k == 64
+
+    @property
+    def sbo(self) -> int:  # bytes between 8-row groups
+        return 1024 if self.swizzled else self.k // 8 * 128
+
+    @property
+    def k_step(self) -> int:  # elements from one k step of 16 to the next, in the descriptor
+        return 16 if self.swizzled else 128
+
+    @property
+    def elements(self) -> int:
+        return self.x * self.k
+
+    def chunk(self, e: str, per_row: int) -> tuple[str, str]:
+        """(row, col) of 16-byte chunk number e: eight consecutive chunks fill 128 contiguous bytes."""
+        if self.swizzled:
+            return f"(({e}) / 8)", f"((({e}) % 8) * 8)"
+        return f"(({e}) % 8 + (({e}) / {8 * per_row}) * 8)", f"(((({e}) / 8) % {per_row}) * 8)"
+
+    def offset(self, row: str, col: str) -> str:
+        if self.swizzled:
+            return f"(({row}) * 64 + (((({col}) / 8) ^ (({row}) % 8)) * 8) + ({col}) % 8)"
+        return f"((({row}) / 8) * {self.sbo // 2} + (({col}) / 8) * 64 + (({row}) % 8) * 8 + ({col}) % 8)"
+
+
+PRELUDE = r"""
+__device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned sbo_bytes, unsigned swizzle) {
+  unsigned long long a = smem_u32(p);
+  unsigned long long lbo = swizzle ? 1 : (128 >> 4);  // unused (1) with a swizzle
+  return ((a & 0x3FFFFull) >> 4) | (lbo << 16) | ((unsigned long long)(sbo_bytes >> 4) << 32)
+       | ((unsigned long long)swizzle << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit_wait_one() {  // the group just issued may run on
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit_wait() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+__device__ __forceinline__ void fence_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+""".strip("\n")
+
+
+def operand_in_shared(e: ir.Expr, shared: dict) -> bool:
+    """A dot operand that lives in shared memory: a 2-D load or a shared let, maybe transposed."""
+    if isinstance(e, ir.Call) and e.func == "transpose":
+        e = e.args[0]
+    if isinstance(e, ir.Load):
+        return e.ty.rank == 2
+    return isinstance(e, ir.Name) and e.name in shared
+
+
+def fits(gen, m: int, n: int) -> bool:
+    grid = gen.grid
+    return (
+        grid.warps_n == 1 and grid.warps_m % 4 == 0 and m == 16 * grid.warps_m and n % 8 == 0 and n <= MAX_N
+    )
+
+
+def transpose_into(gen, staged, core: CoreTile) -> None:
+    """The x-contiguous staging buffer `staged` (MmaTile, [k][x]) into `core` ([x][k] core matrices)."""
+    warps = gen.grid.threads // 32
+    units = (core.k // 8) * (core.x // 32)
+    gen.out.open(f"for (int u_ = th_warp; u_ < {units}; u_ += {warps})")
+    gen.out.line(f"const int kb_ = u_ % {core.k // 8}, xb_ = (u_ / {core.k // 8}) * 4;")
+    gen.out.line("unsigned t4_[4];")
+    row, col = "(kb_ * 8 + (th_lane & 7))", "(xb_ + (th_lane >> 3)) * 8"
+    gen.out.line(f"ldsm_x4_t(t4_, {staged.ptr} + {row} * {staged.ld} + {col});")
+    gen.out.line("#pragma unroll")
+    if core.swizzled:  # row n = (xb_ + q_) * 8 + g, k = kb_ * 8 + 2t
+        at = "(xb_ + q_) * 512 + (th_lane >> 2) * 64 + ((kb_ ^ (th_lane >> 2)) * 8) + (th_lane & 3) * 2"
+    else:
+        at = f"(xb_ + q_) * {core.sbo // 2} + kb_ * 64 + (th_lane >> 2) * 8 + (th_lane & 3) * 2"
+    gen.out.line(f"for (int q_ = 0; q_ < 4; ++q_) *reinterpret_cast<unsigned*>({core.ptr} + {at}) = t4_[q_];")
+    gen.out.close()
+
+
+def emit_wgmma(
+    gen, acc, sa: CoreTile, sb: CoreTile, m: int, n: int, kk: int, dtype: str, overlap: bool
+) -> None:
+    """acc[M, N] += a b: per k step of 16 one wgmma per warpgroup, then commit and wait (for all
+    but this group when `overlap`: it runs on while the next iteration copies and transposes;
+    the loop's end waits for it before acc is read)."""
+    kind = "bf16" if dtype == "bf16" else "f16"
+    regs = n // 2
+    c = acc.cname
+    outs = []
+    for i in range(regs):
+        s, h, e = i // 4, (i // 2) % 2, i % 2
+        outs.append(f'"+f"({c}[{h}][{2 * s + e}])')
+    d = ", ".join(f"%{i}" for i in range(regs))
+    gen.out.line(f"// warpgroup MMA: m64n{n}k16 {kind}, {kk // 16} k steps")
+    gen.out.line("wg_fence();")
+    for s in range(kk // 16):
+        a_ptr = f"{sa.ptr} + (th_warp / 4) * {64 * sa.k} + {s * sa.k_step}"
+        b_ptr = f"{sb.ptr} + {s * sb.k_step}"
+        gen.out.open("")
+        gen.out.line(f"const unsigned long long da_ = wg_desc({a_ptr}, {sa.sbo}, {int(sa.swizzled)});")
+        gen.out.line(f"const unsigned long long db_ = wg_desc({b_ptr}, {sb.sbo}, {int(sb.swizzled)});")
+        gen.out.line(
+            f'asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; '
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{d}}}, %{regs}, %{regs + 1}, "
+            f'p, 1, 1, 0, 0; }}" : {", ".join(outs)} : "l"(da_), "l"(db_));'
+        )
+        gen.out.close()
+    gen.out.line("wg_commit_wait_one();" if overlap else "wg_commit_wait();")
