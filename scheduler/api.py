@@ -71,12 +71,14 @@ class ClusterJob:
 
 def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.PathLike],
         dims: Mapping[str, int] | None = None, scalars: Mapping[str, float] | None = None,
-        cluster_values: Mapping[str, int] | None = None,
+        cluster_values: Mapping[str, int] | None = None, tile_values: Mapping[str, int] | None = None,
         base_dir: str | os.PathLike | None = None) -> ClusterJob:
     """A job for `kernel` (a phobos.Kernel, or the path of a .phk file with one kernel). `tensors`
     maps every tensor parameter to a `file:` URI or a path; `dims` defaults to the kernel's
-    pinned dims; `cluster_values` pins @cluster values; `base_dir` (default: the working folder)
-    is where relative URIs start."""
+    pinned dims (a dimension left out is read from an existing tensor file's shape, as
+    `phobos-sched new-job` does); `cluster_values` pins @cluster values and `tile_values` the
+    leaves' @autotune values (new-job's --cluster and --tile; default: the kernel's pinned
+    tiles); `base_dir` (default: the working folder) is where relative URIs start."""
     from scheduler.jobfile import job_from_source, path_to_uri
 
     if not isinstance(kernel, Kernel):
@@ -89,7 +91,8 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
     with user_errors():
         built = job_from_source(kernel.source, kernel.file, kernel.name,
                                 dict(kernel.dims if dims is None else dims), dict(scalars or {}), uris,
-                                dict(cluster_values or {}), job_dir=base)
+                                dict(cluster_values or {}), job_dir=base,
+                                tile_values=dict(kernel.tiles if tile_values is None else tile_values))
     return ClusterJob(built, base)
 
 
@@ -233,10 +236,12 @@ class _Background:
 
 
 def run(cluster_job: ClusterJob, *, pods=(), local_pods: int | None = None, token: str | None = None,
-        storage_roots=None, cluster_values: Mapping[str, int] | None = None, heartbeat_interval: float = 0.5,
+        storage_roots=None, cluster_values: Mapping[str, int] | None = None,
+        tile_values: Mapping[str, int] | None = None, heartbeat_interval: float = 0.5,
         heartbeat_timeout: float = 5.0, pod_log_level: str = "warning") -> JobResult:
     """Run `cluster_job` on the pods at `pods` (HOST:PORT, with the cluster's `token`), or on
-    local pods started for it (`local_pods` of them; default one per GPU, else two CPU pods)."""
+    local pods started for it (`local_pods` of them; default one per GPU, else two CPU pods).
+    `cluster_values` and `tile_values` override the job's, as --cluster and --tile do."""
     prepared, run_options = _prepare_with_options(**locals())
     return run_prepared(prepared, run_options)
 
@@ -244,14 +249,15 @@ def run(cluster_job: ClusterJob, *, pods=(), local_pods: int | None = None, toke
 async def run_async(cluster_job: ClusterJob, *, pods=(), local_pods: int | None = None,
                     token: str | None = None, storage_roots=None,
                     cluster_values: Mapping[str, int] | None = None,
-                    heartbeat_interval: float = 0.5, heartbeat_timeout: float = 5.0,
+                    tile_values: Mapping[str, int] | None = None, heartbeat_interval: float = 0.5,
+                    heartbeat_timeout: float = 5.0,
                     pod_log_level: str = "warning") -> JobResult:
     """`run` for a caller inside an event loop; cancel the task to stop the job in order."""
     prepared, run_options = await asyncio.to_thread(_prepare_with_options, **locals())
     return await run_prepared_async(prepared, run_options)
 
 
-def _prepare_with_options(cluster_job: ClusterJob, storage_roots, cluster_values, **rest):
+def _prepare_with_options(cluster_job: ClusterJob, storage_roots, cluster_values, tile_values, **rest):
     roots = [Path(r) for r in storage_roots] if storage_roots else [Path.cwd(), cluster_job.base_dir]
     run_options = options(storage_roots=roots, cluster_values=cluster_values, **rest)  # refused first
-    return prepare(cluster_job, roots, cluster_values), run_options
+    return prepare(cluster_job, roots, cluster_values, tile_values=tile_values), run_options

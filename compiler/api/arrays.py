@@ -13,8 +13,6 @@ Nothing is ever copied: an array that is not C-contiguous is refused, not made c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from common.errors import ArrayError
@@ -33,26 +31,35 @@ TORCH_DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "i32": "torch.in
                 "bf16": "torch.bfloat16"}
 
 
-@dataclass(frozen=True, slots=True)
 class DeviceArray:
-    """A GPU array as the launch sees it."""
+    """A GPU array as the launch sees it (a plain slotted class: built on every call, and a frozen
+    dataclass's __init__ costs a microsecond more per array)."""
 
-    ptr: int
-    device: int
-    dtype: str | None  # the kernel element type it holds, None when it is none of them
-    shape: tuple[int, ...]
-    contiguous: bool
-    torch: bool  # a torch tensor: the call runs on torch's current stream
+    __slots__ = ("ptr", "device", "dtype", "shape", "contiguous", "torch")
+
+    def __init__(self, ptr: int, device: int, dtype: str | None, shape: tuple[int, ...], contiguous: bool,
+                 torch: bool):
+        self.ptr = ptr
+        self.device = device
+        self.dtype = dtype  # the kernel element type it holds, None when it is none of them
+        self.shape = shape
+        self.contiguous = contiguous
+        self.torch = torch  # a torch tensor: the call runs on torch's current stream
+
+
+_TYPE_FAMILIES: dict[type, str] = {np.ndarray: "numpy"}  # filled as types are met
 
 
 def _family(obj) -> str:
-    module = type(obj).__module__
-    if isinstance(obj, np.ndarray):
-        return "numpy"
-    if module.startswith("torch"):
+    kind = type(obj)
+    family = _TYPE_FAMILIES.get(kind)
+    if family is None:
+        family = _TYPE_FAMILIES[kind] = _type_family(kind) if kind.__module__.startswith(
+            ("torch", "cupy")) or issubclass(kind, np.ndarray) else "dlpack"
+    if family == "torch":
         return "torch-gpu" if obj.is_cuda else "torch-cpu"
-    if module.startswith("cupy"):
-        return "cupy"
+    if family != "dlpack":
+        return family
     if hasattr(obj, "__dlpack_device__"):
         kind = obj.__dlpack_device__()[0]
         if kind == DLPACK_CPU:
@@ -60,6 +67,12 @@ def _family(obj) -> str:
         if kind in DLPACK_CUDA_DEVICES:
             return "dlpack-gpu"
     return "other"
+
+
+def _type_family(kind: type) -> str:
+    if issubclass(kind, np.ndarray):
+        return "numpy"
+    return "torch" if kind.__module__.startswith("torch") else "cupy"
 
 
 def on_gpu(name: str, obj) -> bool:
@@ -94,8 +107,13 @@ def host_array(name: str, obj, dtype: str) -> np.ndarray:
     return array
 
 
-def device_array(obj) -> DeviceArray:
+def device_array(name: str, obj) -> DeviceArray:
+    """What the launch needs of a GPU array; a host array is refused, naming `name`."""
     family = _family(obj)
+    if family not in ("torch-gpu", "cupy", "dlpack-gpu"):
+        on_gpu(name, obj)  # refuses what is no array at all
+        raise ArrayError(name, "in host memory while the first tensor is on a GPU: give all arrays "
+                               "on one device")  # (the first tensor decides where the call runs)
     if family == "torch-gpu":
         dtype = _TORCH_NAMES.get(str(obj.dtype))
         return DeviceArray(obj.data_ptr(), obj.device.index, dtype, tuple(obj.shape), obj.is_contiguous(),

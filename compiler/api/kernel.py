@@ -35,7 +35,9 @@ class _Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
-    order: tuple[tuple[str, str | None], ...]  # (parameter, scalar dtype or None for a tensor)
+    # per launch argument: (the tensor's index among the tensors, None) or (the scalar's index among
+    # all parameters, its dtype)
+    order: tuple[tuple[int, str | None], ...]
 
 
 class _Stream:
@@ -62,6 +64,8 @@ class Kernel:
         self._params = tuple(p.name for p in kernel.params)
         self._tensor_types = {p.name: p.dtype for p in kernel.tensors}
         self._scalar_types = {p.name: p.dtype for p in kernel.scalars}
+        self._tensor_indices = tuple(i for i, p in enumerate(kernel.params) if p.name in self._tensor_types)
+        self._scalar_indices = tuple(i for i, p in enumerate(kernel.params) if p.name in self._scalar_types)
         self._launches: dict[tuple, _Launch] = {}
         self._bindings: dict[tuple, Binding] = {}
         self._lock = threading.Lock()
@@ -132,23 +136,21 @@ class Kernel:
     def __call__(self, *args, **kwargs) -> None:
         """Run the kernel once over its whole grid; its stores land in the arrays given."""
         values = self._arguments(args, kwargs)
-        for name in self._scalar_types:
-            value = values[name]
+        for index in self._scalar_indices:
+            value = values[index]
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                msg = f"scalar {name} = {value!r} must be a number"
+                msg = f"scalar {self._params[index]} = {value!r} must be a number"
                 raise Error(f"error: {msg}", msg)
-        tensors = {n: values[n] for n in self._tensor_types}
-        where = {n: _arrays.on_gpu(n, t) for n, t in tensors.items()}
-        if all(where.values()):
-            self._call_gpu(tensors, {n: values[n] for n in self._scalar_types})
-        elif not any(where.values()):
-            self._call_host(tensors, {n: values[n] for n in self._scalar_types})
+        first = self._tensor_indices[0]
+        if _arrays.on_gpu(self._params[first], values[first]):
+            self._call_gpu(values)
         else:
-            gpu = next(n for n, g in where.items() if g)
-            host = next(n for n, g in where.items() if not g)
-            raise ArrayError(host, f"in host memory while {gpu} is on a GPU: give all arrays on one device")
+            self._call_host(values)
 
-    def _arguments(self, args: tuple, kwargs: dict) -> dict:
+    def _arguments(self, args: tuple, kwargs: dict) -> tuple:
+        """Every parameter's value, in declaration order."""
+        if not kwargs and len(args) == len(self._params):
+            return args
         if len(args) > len(self._params):
             raise Error(f"error: kernel {self.name} takes {len(self._params)} arguments "
                         f"({', '.join(self._params)}), got {len(args)}", "too many arguments")
@@ -165,7 +167,7 @@ class Kernel:
         if missing:
             msg = f"kernel {self.name}: missing argument(s) {', '.join(missing)}"
             raise Error(f"error: {msg}", msg)
-        return values
+        return tuple(values[n] for n in self._params)
 
     def _binding(self, shapes: dict[str, tuple[int, ...]], tiles: Mapping[str, int]) -> Binding:
         dims = self._infer_dims(shapes)
@@ -193,12 +195,19 @@ class Kernel:
 
     # ---- numpy arrays: the reference interpreter ------------------------------------------------
 
-    def _call_host(self, tensors: dict, scalars: dict) -> None:
+    def _call_host(self, values: tuple) -> None:
         from compiler.interp.interpreter import run_kernel, scalar_arguments
 
-        arrays = {n: _arrays.host_array(n, t, self._tensor_types[n]) for n, t in tensors.items()}
-        for name, array in arrays.items():
-            _arrays.check_host_array(name, array, self._tensor_types[name])
+        arrays = {}
+        for index in self._tensor_indices:
+            name = self._params[index]
+            if _arrays.on_gpu(name, values[index]):
+                first = self._params[self._tensor_indices[0]]
+                raise _arrays.ArrayError(name, f"on a GPU while {first} is in host memory: give all "
+                                               "arrays on one device")
+            arrays[name] = _arrays.host_array(name, values[index], self._tensor_types[name])
+            _arrays.check_host_array(name, arrays[name], self._tensor_types[name])
+        scalars = {self._params[i]: values[i] for i in self._scalar_indices}
         shapes = {n: tuple(a.shape) for n, a in arrays.items()}
         key = tuple(shapes.values())
         binding = self._bindings.get(key)
@@ -209,22 +218,23 @@ class Kernel:
 
     # ---- GPU arrays: generated CUDA ------------------------------------------------------------
 
-    def _call_gpu(self, tensors: dict, scalars: dict) -> None:
-        views = {n: _arrays.device_array(t) for n, t in tensors.items()}
-        device = next(iter(views.values())).device
-        for name, view in views.items():
+    def _call_gpu(self, values: tuple) -> None:
+        """The hot path: check the arrays, find what (shapes, device) prepared, launch."""
+        views = [_arrays.device_array(self._params[i], values[i]) for i in self._tensor_indices]
+        device = views[0].device
+        torch = False
+        for index, view in zip(self._tensor_indices, views, strict=True):
+            name = self._params[index]
             _arrays.check_device_array(name, view, self._tensor_types[name], view.shape, device)
-        key = (tuple(v.shape for v in views.values()), device)
+            torch = torch or view.torch
+        key = (tuple([v.shape for v in views]), device)
         launch = self._launches.get(key)
         if launch is None:
-            launch = self._prepare_gpu(key, {n: v.shape for n, v in views.items()}, device)
-        args = []
-        for name, scalar_type in launch.order:
-            if scalar_type is None:
-                args.append(views[name].ptr)
-            else:
-                args.append(_scalar(name, scalars[name], scalar_type))
-        stream = _current_stream(device, any(v.torch for v in views.values()))
+            shapes = {self._params[i]: v.shape for i, v in zip(self._tensor_indices, views, strict=True)}
+            launch = self._prepare_gpu(key, shapes, device)
+        args = [views[slot].ptr if dtype is None else _scalar(self._params[slot], values[slot], dtype)
+                for slot, dtype in launch.order]
+        stream = _current_stream(device, torch)
         launch.function(launch.grid, launch.block, tuple(args), shared_mem=launch.shared_bytes, stream=stream)
 
     def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int) -> _Launch:
@@ -243,11 +253,15 @@ class Kernel:
                 binding = bind(self._ir, dict(binding.dims), shapes, tiles)
                 compiled = compile_kernel(self._ir, binding, schedule=schedule)
                 function = load(compiled)
-            order = tuple((n, self._scalar_types.get(n)) for n in compiled.params)
+            order = tuple((self._slot(n), self._scalar_types.get(n)) for n in compiled.params)
             launch = _Launch(binding, key[0], function, compiled.grid, compiled.block,
                              compiled.shared_bytes, order)
             self._launches[key] = launch
             return launch
+
+    def _slot(self, name: str) -> int:
+        index = self._params.index(name)
+        return self._tensor_indices.index(index) if name in self._tensor_types else index
 
     def _tuned_tiles(self, binding: Binding):
         """The @autotune values for this binding: pinned, else tuned on the current GPU through

@@ -10,7 +10,8 @@ Public API:
 - `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
 Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc. The emit stage is
 codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with dots.py (FMA dots),
-mma.py (tensor-core dots), wgmma.py (warpgroup MMA) and reductions.py as functions of that one
+mma.py (tensor-core dots), operands.py (their shared-memory buffers), wgmma.py (warpgroup MMA),
+loops.py (software pipelining of loop operands) and reductions.py as functions of that one
 emitter; values.py holds what they pass around.
 """
 

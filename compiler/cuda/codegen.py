@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, mma, operands, wgmma
+from compiler.cuda import analysis, dots, loops, mma, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
-from compiler.cuda.layout import ThreadGrid
+from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
 from compiler.cuda.values import Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
-SMEM_LIMIT = 227 * 1024
 REGISTER_BUDGET = 200  # floats per thread held by tile variables before the point is pruned
 # With tensor cores the operand fragments, the rounded copy of a register operand and the ring's
 # addresses need registers too: past 128 tile values per thread ptxas spilled (mha D=128,
@@ -203,7 +202,7 @@ class KernelGen(ExprEmitter):
         )
         saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
         self.ranges[s.var] = var_range
-        pipelined = self.prefetch_first(s, start, stop_name, step)
+        pipelined = loops.prefetch_first(self, s, start, stop_name, step)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
         self.loop_barriers.append(False)
         self.scalars[s.var] = (var, "i32")
@@ -222,9 +221,9 @@ class KernelGen(ExprEmitter):
             rings = [x for x in run if self.pipelined[x.name][0] == "ring"]
             regs = [x for x in run if self.pipelined[x.name][0] != "ring"]
             if rings:
-                self.ring_lets(rings)
+                loops.ring_lets(self, rings)
             if regs:  # consecutive prefetched operands share one barrier pair
-                self.pipelined_lets(regs)
+                loops.pipelined_lets(self, regs)
             else:
                 self.stmt(body[i])
                 i += 1
@@ -235,145 +234,6 @@ class KernelGen(ExprEmitter):
         self.out.close()
         if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
-
-    def prefetch_first(self, s: ir.For, start: str, stop_name: str, step: str) -> dict:
-        """Software pipelining: the loop's dot operands that are plain tensor loads depending only
-        on the loop variable are loaded one iteration ahead into registers, so that their global
-        reads overlap the previous iteration's arithmetic. Loads the first iteration's here."""
-        from compiler.frontend import walk
-
-        inner = {st.name for st in walk.iter_stmts(s.body) if isinstance(st, ir.Let | ir.VarDecl)}
-        inner |= {st.var for st in walk.iter_stmts(s.body) if isinstance(st, ir.For)}
-        out, tensor_core = {}, []
-        for st in s.body:
-            if not (isinstance(st, ir.Let) and st.name in self.shared):
-                continue
-            load = st.value
-            if load.tensor in self.stored_tensors() or any(
-                isinstance(x, ir.Name) and x.name in inner for x in walk.iter_exprs(load)
-            ):
-                continue
-            transposed = analysis.shared_let_transposed(self.kernel.body, st.name)
-            if st.name in self.tc_lets:
-                tensor_core.append((st, transposed))
-                continue
-            tile = dots.shared_tile(self, load, self.shared[st.name], transposed)
-            plan = dots.vector_plan(self, tile, load, transposed)
-            if plan is None:
-                continue
-            regs = self.fresh("pf")
-            self.out.line(f"float4 {regs}[{plan['iters']}];")
-            first = self.fresh("first")
-            self.out.line(f"const int {first} = {start};")
-            self.scalars[s.var] = (first, "i32")
-            self.out.open(f"if ({first} < {stop_name})")
-            dots.load_regs(self, plan, load, regs)
-            self.out.close()
-            out[st.name] = (tile, plan, regs, load)
-        if tensor_core:
-            out.update(self.copy_pipeline(s, tensor_core, start, stop_name, step))
-        return out
-
-    def copy_pipeline(self, s: ir.For, lets, start: str, stop_name: str, step: str) -> dict:
-        """Tensor-core operands of a loop: a ring of `stages` shared buffers filled by cp.async,
-        stages - 1 iterations ahead; the prologue here issues the first stages - 1 iterations
-        (one commit group each, empty past the end, so that group counting stays uniform)."""
-        entries = []
-        for st, transposed in lets:
-            role = self.shared[st.name]
-            tile = dots.mma_let_tile(self, st.value, role, transposed, ptr="")
-            plan = operands.copy_plan(self, tile, st.value)
-            if plan is None:
-                return {}
-            entries.append((st, role, transposed, tile, plan))
-        words = [operands.tile_floats(t) + (-operands.tile_floats(t)) % 4 for *_, t, _ in entries]
-        # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
-        # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
-        low = 3 if self.wgmma else 2
-        stages = max(low, self.schedule.stages)
-        while stages > low and (self.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
-            stages -= 1
-        ahead = stages - 2 if self.wgmma else stages - 1
-        first = self.fresh("first")
-        self.out.line(f"const int {first} = {start};")
-        bases = []
-        for w, (*_, tile, _) in zip(words, entries, strict=True):
-            base = self.fresh("ring")
-            ring = self.alloc_perm(stages * w, 256 if isinstance(tile, wgmma.CoreTile) else 4)
-            self.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
-            bases.append(base)
-        per_word = [4 // t.elem_bytes for *_, t, _ in entries]
-        for p in range(ahead):
-            self.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
-            self.out.open(f"if ({first}_{p} < {stop_name})")
-            self.scalars[s.var] = (f"{first}_{p}", "i32")
-            for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
-                ring = dots.mma_let_tile(self,
-                    st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
-                )
-                operands.issue_copy(self, plan, ring, st.value)
-            self.out.close()
-            self.out.line("cp_async_commit();")
-        return {
-            st.name: ("ring", st, role, transposed, plan, base, e * w, (stages, ahead), first)
-            for (st, role, transposed, _, plan), base, w, e in zip(
-                entries, bases, words, per_word, strict=True
-            )
-        }
-
-    def ring_lets(self, lets: list[ir.Let]) -> None:
-        """One iteration of the copy pipeline: wait for this iteration's stage, one barrier
-        (the stage about to be refilled was last read in the previous iteration), issue the
-        copies stages - 1 iterations ahead, then point the lets at this iteration's stage."""
-        self.out.span = lets[0].span
-        *_, (stages, ahead), first = self.pipelined[lets[0].name][:9]
-        var_name, var_c, step, stop_name = self.pipelined[lets[0].name][9:]
-        it = self.fresh("it")
-        self.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
-        self.ring_iteration = it
-        self.out.line(f"cp_async_wait<{ahead - 1}>();")
-        if self.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
-            self.out.line("fence_async_smem();")
-        self.sync()
-        nxt = self.fresh("ahead")
-        self.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
-        self.out.open(f"if ({nxt} < {stop_name})")
-        self.scalars[var_name] = (nxt, "i32")
-        for s in lets:
-            _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
-            ring = dots.mma_let_tile(self,
-                st.value, role, transposed, ptr=f"({base} + (({it} + {ahead}) % {stages}) * {size})"
-            )
-            operands.issue_copy(self, plan, ring, st.value)
-        self.scalars[var_name] = (var_c, "i32")
-        self.out.close()
-        self.out.line("cp_async_commit();")
-        for s in lets:
-            _, st, role, transposed, plan, base, size, *_ = self.pipelined[s.name]
-            cur = self.fresh("stage")
-            tile = dots.mma_let_tile(self, st.value, role, transposed, ptr=cur)
-            self.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
-            self.ring_tiles.add(cur)
-            self.vals[s.name] = tile
-
-    def pipelined_lets(self, lets: list[ir.Let]) -> None:
-        self.out.span = lets[0].span
-        self.sync_before_overwrite()
-        for s in lets:
-            tile, plan, regs, *_ = self.pipelined[s.name]
-            dots.store_regs(self, plan, tile, regs)
-        self.sync()
-        for s in lets:
-            self.out.span = s.span
-            tile, plan, regs, load, var_name, var_c, step, stop_name = self.pipelined[s.name]
-            nxt = self.fresh("next")
-            self.out.line(f"const int {nxt} = {var_c} + {step};")
-            self.out.open(f"if ({nxt} < {stop_name})")
-            self.scalars[var_name] = (nxt, "i32")
-            dots.load_regs(self, plan, load, regs)
-            self.scalars[var_name] = (var_c, "i32")
-            self.out.close()
-            self.vals[s.name] = tile
 
     def store(self, s: ir.Store) -> None:
         param = self.tensor(s.tensor, s.span)

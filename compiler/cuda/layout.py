@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+SMEM_LIMIT = 227 * 1024  # shared memory one CTA may have on sm_90 (bytes)
+
 
 class LayoutError(Exception):
     """The point of the search space cannot be laid out on the CTA (reported as pruned)."""

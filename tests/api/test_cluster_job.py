@@ -10,14 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import phobos
-from tests.faults.harness import staging_files
+from tests.faults.harness import staging_files, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "examples" / "jobs"
@@ -89,14 +88,6 @@ def test_run_async_and_a_loaded_job(tmp_path):
     np.testing.assert_array_equal(np.load(folder / "out" / "C.npy"), _expected(folder))
 
 
-def _wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_cancelling_run_async_stops_the_job_in_order(tmp_path, monkeypatch):
     n = 4096
     np.save(tmp_path / "a.npy", np.arange(n, dtype=np.float32))
@@ -110,7 +101,7 @@ def test_cancelling_run_async_stops_the_job_in_order(tmp_path, monkeypatch):
     async def main():
         task = asyncio.ensure_future(phobos.run_async(job, local_pods=2, storage_roots=[tmp_path],
                                                       cluster_values={"BLOCK": 1024}))
-        await asyncio.to_thread(_wait_until, lambda: staging_files(tmp_path), 120, "the job's staging file")
+        await asyncio.to_thread(wait_until, lambda: staging_files(tmp_path), 120, "the job's staging file")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -179,3 +179,21 @@ def test_calls_from_several_threads():
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(one, range(16)))
+
+
+def test_torch_tensors_in_host_memory_run_on_the_interpreter_in_place():
+    torch = pytest.importorskip("torch")
+    kernel = phobos.load(EXAMPLES / "matmul_bf16.phk")
+    arrays = random_arrays(kernel, DIMS["matmul_bf16"], seed=3)
+    direct = {n: a.copy() for n, a in arrays.items()}
+    kernel(**direct)
+    tensors = {n: torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16 if n in "AB" else torch.float32)
+               for n, a in arrays.items()}
+    output = tensors["C"]
+    kernel(**tensors)
+    assert tensors["C"] is output  # written in place, no copy made
+    assert output.numpy().tobytes() == direct["C"].tobytes()
+    with pytest.raises(phobos.ArrayError, match="tensor B: not contiguous"):
+        kernel(tensors["A"], tensors["B"].t().contiguous().t(), output)
+    with pytest.raises(phobos.ArrayError, match="tensor A: the kernel expects bf16, got an array of float32"):
+        kernel(tensors["A"].float(), tensors["B"], output)

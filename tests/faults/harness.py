@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,6 +186,15 @@ def process_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    """Poll `predicate` until it holds: tests wait for events, bounded by a generous timeout."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 def staging_files(folder: Path) -> list[str]:

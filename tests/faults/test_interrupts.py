@@ -14,12 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from tests.faults.harness import REPO, child_pids, process_alive, staging_files
+from tests.faults.harness import REPO, child_pids, process_alive, staging_files, wait_until
 from tests.job_files import make_job
 
 N = 4096
@@ -41,17 +40,9 @@ def _start(folder, *extra: str) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def _wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def _running(folder, scheduler: subprocess.Popen) -> list[int]:
     """Wait until the job runs (its staging file exists, its two pods started); their pids."""
-    _wait_until(lambda: staging_files(folder) or scheduler.poll() is not None, 120, "the job to start")
+    wait_until(lambda: staging_files(folder) or scheduler.poll() is not None, 120, "the job to start")
     assert scheduler.poll() is None, _stderr(folder)
     pods = child_pids(scheduler.pid)
     assert len(pods) == 2, pods
@@ -90,7 +81,7 @@ def test_a_signal_stops_the_job_removes_staging_and_keeps_the_output(tmp_path, s
     assert "no node left" not in err
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), OLD)
     assert staging_files(tmp_path) == []
-    _wait_until(lambda: all(not process_alive(p) for p in pods), 30, "the local pods to exit")
+    wait_until(lambda: all(not process_alive(p) for p in pods), 30, "the local pods to exit")
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path):
@@ -104,7 +95,7 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
         for pod in pods:
             os.kill(pod, signal.SIGSTOP)
         scheduler.send_signal(signal.SIGINT)
-        _wait_until(lambda: "interrupted" in _stderr(tmp_path), 60, "the first Ctrl-C to be taken")
+        wait_until(lambda: "interrupted" in _stderr(tmp_path), 60, "the first Ctrl-C to be taken")
         scheduler.send_signal(signal.SIGINT)
         returncode, _ = _finish(tmp_path, scheduler)
         assert returncode == 130

@@ -126,3 +126,14 @@ def test_autotune_start_lists_every_combination_with_its_reason(tmp_path):
     assert [line.split(":")[0].strip() for line in lines[1:]] == [
         f"BLOCK={v}" for v in (1048576, 2097152, 4194304, 8388608, 16777216)]
     assert all("not a whole multiple of the leaf's tile BLOCK = 48" in line for line in lines[1:])
+
+
+def test_the_python_api_pins_leaf_tiles_too(tmp_path):
+    import phobos
+
+    _add_inputs(tmp_path, 4096)
+    job = phobos.job(EXAMPLES / "add.phk", tensors={t: f"file:{t}.npy" for t in "abc"}, dims={},
+                     cluster_values={"BLOCK": 1024}, tile_values={"BLOCK": 256}, base_dir=tmp_path)
+    job.save(tmp_path / "api.capnp")
+    saved = read_job(tmp_path / "api.capnp")
+    assert dict(saved.dims) == {"N": 4096} and dict(saved.tile_values) == {"BLOCK": 256}

@@ -1,0 +1,154 @@
+"""Software pipelining of a loop's dot operands (the loop's own code is codegen.for_loop).
+
+Operands that are plain tensor loads depending only on the loop variable are fetched ahead:
+f32 operands one iteration ahead into registers (prefetch_first / pipelined_lets), tensor-core
+operands into a ring of shared buffers by cp.async (copy_pipeline / ring_lets). Functions of the
+kernel's emitter (`gen`), as in dots.py.
+"""
+
+from __future__ import annotations
+
+from compiler.cuda import analysis, dots, operands, wgmma
+from compiler.cuda.layout import SMEM_LIMIT
+from compiler.frontend import ir
+
+
+def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dict:
+    """Software pipelining: the loop's dot operands that are plain tensor loads depending only
+    on the loop variable are loaded one iteration ahead into registers, so that their global
+    reads overlap the previous iteration's arithmetic. Loads the first iteration's here."""
+    from compiler.frontend import walk
+
+    inner = {st.name for st in walk.iter_stmts(s.body) if isinstance(st, ir.Let | ir.VarDecl)}
+    inner |= {st.var for st in walk.iter_stmts(s.body) if isinstance(st, ir.For)}
+    out, tensor_core = {}, []
+    for st in s.body:
+        if not (isinstance(st, ir.Let) and st.name in gen.shared):
+            continue
+        load = st.value
+        if load.tensor in gen.stored_tensors() or any(
+            isinstance(x, ir.Name) and x.name in inner for x in walk.iter_exprs(load)
+        ):
+            continue
+        transposed = analysis.shared_let_transposed(gen.kernel.body, st.name)
+        if st.name in gen.tc_lets:
+            tensor_core.append((st, transposed))
+            continue
+        tile = dots.shared_tile(gen, load, gen.shared[st.name], transposed)
+        plan = dots.vector_plan(gen, tile, load, transposed)
+        if plan is None:
+            continue
+        regs = gen.fresh("pf")
+        gen.out.line(f"float4 {regs}[{plan['iters']}];")
+        first = gen.fresh("first")
+        gen.out.line(f"const int {first} = {start};")
+        gen.scalars[s.var] = (first, "i32")
+        gen.out.open(f"if ({first} < {stop_name})")
+        dots.load_regs(gen, plan, load, regs)
+        gen.out.close()
+        out[st.name] = (tile, plan, regs, load)
+    if tensor_core:
+        out.update(copy_pipeline(gen, s, tensor_core, start, stop_name, step))
+    return out
+
+
+def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -> dict:
+    """Tensor-core operands of a loop: a ring of `stages` shared buffers filled by cp.async,
+    stages - 1 iterations ahead; the prologue here issues the first stages - 1 iterations
+    (one commit group each, empty past the end, so that group counting stays uniform)."""
+    entries = []
+    for st, transposed in lets:
+        role = gen.shared[st.name]
+        tile = dots.mma_let_tile(gen, st.value, role, transposed, ptr="")
+        plan = operands.copy_plan(gen, tile, st.value)
+        if plan is None:
+            return {}
+        entries.append((st, role, transposed, tile, plan))
+    words = [operands.tile_floats(t) + (-operands.tile_floats(t)) % 4 for *_, t, _ in entries]
+    # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
+    # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
+    low = 3 if gen.wgmma else 2
+    stages = max(low, gen.schedule.stages)
+    while stages > low and (gen.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
+        stages -= 1
+    ahead = stages - 2 if gen.wgmma else stages - 1
+    first = gen.fresh("first")
+    gen.out.line(f"const int {first} = {start};")
+    bases = []
+    for w, (*_, tile, _) in zip(words, entries, strict=True):
+        base = gen.fresh("ring")
+        ring = gen.alloc_perm(stages * w, 256 if isinstance(tile, wgmma.CoreTile) else 4)
+        gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
+        bases.append(base)
+    per_word = [4 // t.elem_bytes for *_, t, _ in entries]
+    for p in range(ahead):
+        gen.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
+        gen.out.open(f"if ({first}_{p} < {stop_name})")
+        gen.scalars[s.var] = (f"{first}_{p}", "i32")
+        for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
+            ring = dots.mma_let_tile(
+                gen, st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
+            )
+            operands.issue_copy(gen, plan, ring, st.value)
+        gen.out.close()
+        gen.out.line("cp_async_commit();")
+    return {
+        st.name: ("ring", st, role, transposed, plan, base, e * w, (stages, ahead), first)
+        for (st, role, transposed, _, plan), base, w, e in zip(entries, bases, words, per_word, strict=True)
+    }
+
+
+def ring_lets(gen, lets: list[ir.Let]) -> None:
+    """One iteration of the copy pipeline: wait for this iteration's stage, one barrier
+    (the stage about to be refilled was last read in the previous iteration), issue the
+    copies stages - 1 iterations ahead, then point the lets at this iteration's stage."""
+    gen.out.span = lets[0].span
+    *_, (stages, ahead), first = gen.pipelined[lets[0].name][:9]
+    var_name, var_c, step, stop_name = gen.pipelined[lets[0].name][9:]
+    it = gen.fresh("it")
+    gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
+    gen.ring_iteration = it
+    gen.out.line(f"cp_async_wait<{ahead - 1}>();")
+    if gen.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
+        gen.out.line("fence_async_smem();")
+    gen.sync()
+    nxt = gen.fresh("ahead")
+    gen.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
+    gen.out.open(f"if ({nxt} < {stop_name})")
+    gen.scalars[var_name] = (nxt, "i32")
+    for s in lets:
+        _, st, role, transposed, plan, base, size, *_ = gen.pipelined[s.name]
+        ring = dots.mma_let_tile(
+            gen, st.value, role, transposed, ptr=f"({base} + (({it} + {ahead}) % {stages}) * {size})"
+        )
+        operands.issue_copy(gen, plan, ring, st.value)
+    gen.scalars[var_name] = (var_c, "i32")
+    gen.out.close()
+    gen.out.line("cp_async_commit();")
+    for s in lets:
+        _, st, role, transposed, plan, base, size, *_ = gen.pipelined[s.name]
+        cur = gen.fresh("stage")
+        tile = dots.mma_let_tile(gen, st.value, role, transposed, ptr=cur)
+        gen.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
+        gen.ring_tiles.add(cur)
+        gen.vals[s.name] = tile
+
+
+def pipelined_lets(gen, lets: list[ir.Let]) -> None:
+    gen.out.span = lets[0].span
+    gen.sync_before_overwrite()
+    for s in lets:
+        tile, plan, regs, *_ = gen.pipelined[s.name]
+        dots.store_regs(gen, plan, tile, regs)
+    gen.sync()
+    for s in lets:
+        gen.out.span = s.span
+        tile, plan, regs, load, var_name, var_c, step, stop_name = gen.pipelined[s.name]
+        nxt = gen.fresh("next")
+        gen.out.line(f"const int {nxt} = {var_c} + {step};")
+        gen.out.open(f"if ({nxt} < {stop_name})")
+        gen.scalars[var_name] = (nxt, "i32")
+        dots.load_regs(gen, plan, load, regs)
+        gen.scalars[var_name] = (var_c, "i32")
+        gen.out.close()
+        gen.vals[s.name] = tile
