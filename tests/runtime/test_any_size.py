@@ -125,6 +125,25 @@ def test_ragged_super_tiles_on_pods(tmp_path, capsys, values):
     assert "C matches the expected values" in out
 
 
+def test_an_output_stored_inside_a_column_loop_is_created(tmp_path, capsys):
+    """examples/softmax.phk, given an @cluster line: its output is stored inside a loop over column
+    blocks and never read, so a missing file is created (it once counted as read, "no such file")."""
+    kernel = tmp_path / "softmax.phk"
+    kernel.write_text(repo_file("examples/softmax.phk").read_text().replace(
+        "@autotune", "@cluster(BR in [16, 64])\n@autotune"))
+    x = RNG.standard_normal((50, 300)).astype(np.float32)  # ragged along both axes
+    np.save(tmp_path / "x.npy", x)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.save(tmp_path / "want.npy", e / e.sum(axis=1, keepdims=True))
+    code, _, err = run_cli(["new-job", str(kernel), "--tensor", "x=file:x.npy", "--tensor", "y=file:y.npy",
+                            "-o", str(tmp_path / "job.capnp")], capsys)
+    assert (code, err) == (0, ""), err
+    code, out, err = run_cli([str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path),
+                              "--expect", f"y={tmp_path / 'want.npy'}"], capsys)
+    assert code == 0, err
+    assert "(softmax, 4 units on 2 nodes) succeeded" in out and "y matches the expected values" in out
+
+
 def test_output_read_before_written_must_exist(tmp_path, capsys):
     np.save(tmp_path / "A.npy", np.ones((64, 32), np.float32))
     np.save(tmp_path / "B.npy", np.ones((32, 64), np.float32))
