@@ -45,6 +45,10 @@ class PreparedJob:
     kernel: ir.Kernel  # the job's kernel, parsed and checked once by `prepare`
     scalars: dict[str, float | int]  # typed as the kernel declares them
     tensors: dict[str, TensorPlace]
+    # The values the user pinned (the job's, overridden by the run's --cluster/--tile): the tuners
+    # search only the other names; the program's values also hold each other name's first value.
+    pinned_cluster: dict[str, int] = dataclasses.field(default_factory=dict)
+    pinned_tiles: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def uris(self) -> dict[str, str]:
@@ -189,7 +193,8 @@ def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[st
     else:
         program = compile_program(kernel, dict(job.dims), values, tiles)
     tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots, kernel)
-    return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors)
+    return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors,
+                       pinned_cluster=values, pinned_tiles=tiles)
 
 
 def check_new_job(job: Job, job_path: Path) -> list[str]:

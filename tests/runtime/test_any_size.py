@@ -69,6 +69,26 @@ def test_a_pinned_cluster_value_outside_the_space_runs_with_a_one_line_warning(t
     assert "pinned by --cluster: BLOCK=65536" in out
 
 
+def test_values_pinned_by_new_job_stay_pinned_under_the_tuners(tmp_path, capsys):
+    from scheduler.jobfile import read_job
+    from scheduler.prepare import prepare
+
+    _seed_add_job(tmp_path, capsys)
+    _new_job(capsys, tmp_path, "add", "--tensor", "a=file:a.npy", "--tensor", "b=file:b.npy",
+             "--tensor", "c=file:c.npy", "--cluster", "BLOCK=65536", "--tile", "BLOCK=256")
+    job = tmp_path / "job.capnp"
+    prepared = prepare(read_job(job), job, [tmp_path])
+    assert (prepared.pinned_cluster, prepared.pinned_tiles) == ({"BLOCK": 65536}, {"BLOCK": 256})
+    code, out, err = run_cli([str(job), "--storage-root", str(tmp_path), "--autotune", "--tune-only"], capsys)
+    assert code == 0 and err.count("\n") == 1 and "BLOCK = 65536 is outside its search space" in err
+    assert "pinned by --cluster: BLOCK=65536" in out and "chosen: BLOCK=65536" in out
+    assert "BLOCK=1048576" not in out  # the search covered the pinned value only
+    code, out, err = run_cli([str(job), "--storage-root", str(tmp_path), "--autotune", "--tune-only",
+                              "--cluster", "BLOCK=1048576"], capsys)  # the run's value overrides the job's
+    assert (code, err) == (0, ""), err
+    assert "chosen: BLOCK=1048576" in out
+
+
 def test_autotune_lists_every_combination_with_its_reason_when_none_fits(tmp_path, capsys):
     _seed_add_job(tmp_path, capsys)
     code, out, err = run_cli([str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path), "--autotune",
