@@ -128,15 +128,20 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[
             # An output that exists is overwritten only when the job succeeds, and only by a
             # tensor of the same shape and dtype: anything else is probably the wrong file.
             storage.check_tensor(path, place.shape, place.dtype)
-        elif not path.parent.is_dir():
-            raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
-        if info.role != "input" and not os.access(path.parent, os.W_OK | os.X_OK):
-            # Found here, before any pod starts: the staging copy and the commit need the folder.
-            raise UserError(f"tensor {info.name}: folder {path.parent} is not writable "
-                            "(the output's staging copy and commit are made there)")
+        if info.role != "input":
+            check_output_folder(info.name, path)
         places[info.name] = place
     storage.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
+
+
+def check_output_folder(tensor: str, path: Path) -> None:
+    """Found before any pod starts: the output's staging copy and its commit are made in its folder."""
+    if not path.parent.is_dir():
+        raise UserError(f"tensor {tensor}: folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(f"tensor {tensor}: folder {path.parent} is not writable "
+                        "(the output's staging copy and commit are made there)")
 
 
 def require_creatable(kernel: ir.Kernel, tensor: str, path: Path) -> None:
@@ -213,9 +218,11 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
     program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values))
     for info in program.tensors:
         path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
-        if not path.exists() and (info.role == "input" or first_old_value_read(kernel, info.name)):
+        if path.exists():  # what the dims alone could not check (a shape naming a tile value)
+            storage.check_tensor(path, tuple(info.shape), info.dtype)
+        elif info.role == "input" or first_old_value_read(kernel, info.name):
             warnings.append(f"warning: tensor {info.name}: {path} does not exist yet; the kernel reads it, "
                             "so it must when the job runs")
-        if info.role != "input" and not path.parent.is_dir():
-            raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+        if info.role != "input":
+            check_output_folder(info.name, path)
     return warnings
