@@ -22,6 +22,7 @@ class Schedule:
 
 
 DEFAULT = Schedule()
+WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
 
 
 def tensor_core_space(warps: int) -> list[Schedule]:

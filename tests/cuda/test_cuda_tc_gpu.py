@@ -184,3 +184,20 @@ def test_tf32_examples_equal_interpreter(name, dims, points):
         for n in walk.stored_tensors(kernel):
             err = _rel_err(got[n], ref[n])
             assert err <= TF32_TOL, (name, point, n, err)
+
+
+def test_tuner_searches_the_schedules_of_a_tensor_core_kernel(tmp_path, monkeypatch):
+    """The default tuner on a tensor-core kernel measures warpgroup MMA and mma.sync schedules
+    beside the tile values, keeps the fastest, and the cache gives back its schedule."""
+    from compiler.cuda import autotune
+
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    kernel = load_example("matmul_bf16.phk")
+    dims = {"M": 512, "N": 512, "K": 512}
+    points = [{"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}]
+    first = autotune.tune(kernel, dims, points=points)
+    measured = {dict(p)["schedule"] for p, _ in first.timings}
+    assert any("wgmma" in s for s in measured) and any("wgmma" not in s for s in measured), measured
+    assert first.best_ms == min(ms for _, ms in first.timings)
+    again = autotune.tune(kernel, dims, points=points)
+    assert again.cached and (again.best, again.schedule) == (first.best, first.schedule)

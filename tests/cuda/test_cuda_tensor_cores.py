@@ -334,3 +334,35 @@ def _replace_expr(node, old, new):
             node, **{f.name: _replace_expr(getattr(node, f.name), old, new) for f in dataclasses.fields(node)}
         )
     return node
+
+
+def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_path):
+    """The tuner's search order (no GPU: timings made up): every point with the default
+    schedule and with warpgroup MMA, then each family's whole schedule space at its own best
+    point; the winner and its schedule are what the cache keeps."""
+    from compiler.cuda import schedule as sched
+
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    asked = []
+
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
+        asked.append(list(candidates))
+        timed = []
+        for point, s in candidates:
+            ms = point["TILE_M"] / 64 + (0.5 if s.wgmma else 1.0) - 0.01 * s.stages
+            timed.append(((tuple(sorted(point.items())), s), ms))
+        return timed, []
+
+    monkeypatch.setattr(autotune, "_measure", fake_measure)
+    kernel = load_example("matmul_bf16.phk")
+    res = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
+    points = autotune.search_points(kernel)
+    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_PROBE)]
+    for family in asked[1:]:
+        assert len({str(p) for p, _ in family}) == 1 and dict(family[0][0])["TILE_M"] == 64
+    assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
+    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == 5
+    again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
+    assert again.cached and again.schedule == res.schedule
