@@ -235,9 +235,13 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
         path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
         if path.exists():  # what the dims alone could not check (a shape naming a tile value)
             storage.check_tensor(path, tuple(info.shape), info.dtype)
-        elif info.role == "input" or first_old_value_read(kernel, info.name):
+        elif info.role == "input":
             warnings.append(f"warning: tensor {info.name}: {path} does not exist yet; the kernel reads it, "
                             "so it must when the job runs")
+        elif (span := first_old_value_read(kernel, info.name)) is not None:
+            warnings.append(f"warning: tensor {info.name}: {path} does not exist yet, and the kernel reads "
+                            f"its old values at {span.file}:{span.line}:{span.col} before writing them, so "
+                            "it must when the job runs")
         if info.role != "input":
             check_output_folder(info.name, path)
     return warnings

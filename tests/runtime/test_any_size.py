@@ -33,7 +33,7 @@ def test_seed_matmul_at_256_384_128(tmp_path, capsys):
     code, out, err = run_cli([str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path),
                               "--expect", f"C={tmp_path / 'want.npy'}"], capsys)
     assert code == 0, err
-    assert "(matmul, 1 units on 2 nodes) succeeded" in out and "C matches the expected values" in out
+    assert "(matmul, 1 unit on 2 nodes) succeeded" in out and "C matches the expected values" in out
 
 
 def _seed_add_job(folder, capsys, n: int = 196608) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +49,7 @@ def test_seed_add_at_196608_creates_its_output(tmp_path, capsys):
     a, b = _seed_add_job(tmp_path, capsys)
     code, out, err = run_cli([str(tmp_path / "job.capnp"), "--storage-root", str(tmp_path)], capsys)
     assert code == 0, err
-    assert "(add, 1 units on 2 nodes) succeeded" in out  # smaller than the smallest super-tile: one unit
+    assert "(add, 1 unit on 2 nodes) succeeded" in out  # smaller than the smallest super-tile: one unit
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
 
 
