@@ -47,3 +47,31 @@ def test_cpu_example_runs(index, tmp_path):
 def test_gpu_example_runs(index, tmp_path):
     pytest.importorskip("torch")
     run_block(blocks("gpu")[index], tmp_path)
+
+
+LOGGING = """
+import structlog
+
+{configure}
+import phobos
+from common.log import get_logger
+
+get_logger().debug("a debug event")
+get_logger().warning("a warning event")
+"""
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_importing_phobos_keeps_its_events_off_the_programs_stdout(configured, tmp_path):
+    """Unconfigured structlog prints every level to stdout, the program's own output; phobos
+    sends its warnings and errors to stderr instead, unless the program configured structlog."""
+    configure = "structlog.configure(logger_factory=structlog.PrintLoggerFactory())" if configured else ""
+    done = subprocess.run([sys.executable, "-c", LOGGING.format(configure=configure)], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    if configured:  # the program's choice stands: its default processors print every level
+        assert "a debug event" in done.stdout and "a warning event" in done.stdout
+    else:
+        assert done.stdout == "" and "a debug event" not in done.stderr
+        assert "a warning event" in done.stderr
