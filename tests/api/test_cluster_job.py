@@ -6,7 +6,6 @@ outputs as they were); mistakes are phobos.Error before anything runs."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 
 import phobos
 from scheduler.local_pods import READY_LINE, new_token
+from tests.api.test_python_doc import program_env
 from tests.faults.harness import child_pids, process_alive, staging_files, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def _folder(root: Path, name: str) -> Path:
 
 
 def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = program_env()
     return subprocess.run([sys.executable, "-m", "scheduler.main", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -122,9 +122,9 @@ def test_cancelling_run_async_stops_the_job_in_order(tmp_path, monkeypatch):
     assert (tmp_path / "c.npy").read_bytes() == before
 
 
-def _pod(folder: Path, token: str, log: Path) -> tuple[subprocess.Popen, str]:
+def _pod(folder: Path, token: str, log: Path, fault: str) -> tuple[subprocess.Popen, str]:
     """A pod process that outlives its schedulers (--keep-serving), as pods given by address do."""
-    env = dict(os.environ, PHOBOS_TOKEN=token, PHOBOS_FAULT=SLOW, PYTHONPATH=str(REPO))
+    env = program_env(PHOBOS_TOKEN=token, PHOBOS_FAULT=fault)
     argv = [sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0", "--device", "cpu",
             "--storage-root", str(folder), "--keep-serving", "--log-level", "info"]
     with open(log, "wb") as err:
@@ -136,21 +136,26 @@ def _pod(folder: Path, token: str, log: Path) -> tuple[subprocess.Popen, str]:
 
 
 def test_cancelling_a_job_on_pods_given_by_address_tells_the_pods(tmp_path):
-    """The pods outlive the job: they are told to drop it (each logs the scheduler's cancel),
-    stay up, and run the next job; staging is gone and the output is as it was."""
+    """The pods outlive the job: cancelled once both hold their plan (each pod's first compute
+    held until a file appears), they are told to drop it (each logs the scheduler's cancel), stay
+    up, and run the job again once the hold is released; staging is gone, the output as it was."""
     job = _slow_add_job(tmp_path)
     before = (tmp_path / "c.npy").read_bytes()
-    token = new_token()
+    token, release = new_token(), tmp_path / "release"
     logs = [tmp_path / f"pod{i}.log" for i in range(2)]
-    pods = [_pod(tmp_path, token, log) for log in logs]
+    pods = [_pod(tmp_path, token, log, f"hold-at=compute:1:{release}") for log in logs]
     try:
         addresses = [address for _, address in pods]
+
+        def plans_held() -> bool:
+            return all("plan submitted" in log.read_text() for log in logs)
 
         async def cancelled():
             task = asyncio.ensure_future(phobos.run_async(job, pods=addresses, token=token,
                                                           storage_roots=[tmp_path],
                                                           cluster_values={"BLOCK": 1024}))
-            await asyncio.to_thread(wait_until, lambda: staging_files(tmp_path), 120, "the staging file")
+            await asyncio.to_thread(wait_until, plans_held, 120, "both pods to hold their plan")
+            assert staging_files(tmp_path)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -161,7 +166,7 @@ def test_cancelling_a_job_on_pods_given_by_address_tells_the_pods(tmp_path):
         for log in logs:
             assert "job cancelled by the scheduler" in log.read_text(), log.read_text()[-3000:]
         assert all(pod.poll() is None for pod, _ in pods)
-        # each pod's first compute was the slow one: the same job now runs through
+        release.touch()
         result = phobos.run(job, pods=addresses, token=token, storage_roots=[tmp_path],
                             cluster_values={"BLOCK": 1024})
         assert result.ok and result.failures == []
@@ -193,7 +198,7 @@ def test_a_signal_stops_a_blocking_run_as_on_the_command_line(tmp_path, sig, cod
     removed, output as it was, local pods gone) and phobos.Interrupted carries the exit code."""
     _slow_add_job(tmp_path).save(tmp_path / "job.capnp")
     before = (tmp_path / "c.npy").read_bytes()
-    env = dict(os.environ, PHOBOS_FAULT=SLOW, PYTHONPATH=str(REPO))
+    env = program_env(PHOBOS_FAULT=SLOW)
     with open(tmp_path / "program.err", "w") as err:
         program = subprocess.Popen([sys.executable, "-c", CTRL_C_PROGRAM, str(tmp_path / "job.capnp"),
                                     str(tmp_path)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
