@@ -106,6 +106,7 @@ def test_the_call_runs_on_the_current_cupy_stream():
     kernel = phobos.load(EXAMPLES / "add.phk").bind(tiles={"BLOCK": 4096})
     a, b = cupy.arange(8192, dtype=cupy.float32), cupy.ones(8192, cupy.float32)
     c = cupy.zeros(8192, cupy.float32)
+    kernel(a, b, cupy.empty_like(c))  # the first call compiles and loads: not while capturing
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
@@ -123,6 +124,8 @@ def test_the_call_runs_on_the_current_torch_stream():
     kernel = phobos.load(EXAMPLES / "add.phk").bind(tiles={"BLOCK": 4096})
     a, b = torch.arange(8192, dtype=torch.float32, device="cuda"), torch.ones(8192, device="cuda")
     c = torch.zeros(8192, device="cuda")
+    kernel(a, b, torch.empty_like(c))  # the first call compiles and loads: not while capturing
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):  # makes a side stream current, and captures it
         kernel(a, b, c)
