@@ -14,6 +14,6 @@ export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
 echo "+ python3 benchmarks/api_call_overhead.py --out \$OUT/api-call-overhead.json" | tee $OUT/api-call-overhead.log
 timeout ${BENCH_TIMEOUT:-60} python3 benchmarks/api_call_overhead.py --out $OUT/api-call-overhead.json \
   2>&1 | tee -a $OUT/api-call-overhead.log
-echo "+ python3 -m pytest -m gpu tests/api -q -p no:cacheprovider -rs --durations=12" | tee $OUT/api-gpu-tests.log
-timeout ${TEST_TIMEOUT:-150} python3 -m pytest -m gpu tests/api -q -p no:cacheprovider -rs --durations=12 \
+echo "+ python3 -m pytest -m gpu tests/api -v -p no:cacheprovider -rs --durations=12" | tee $OUT/api-gpu-tests.log
+timeout ${TEST_TIMEOUT:-150} python3 -m pytest -m gpu tests/api -v -p no:cacheprovider -rs --durations=12 \
   2>&1 | tee -a $OUT/api-gpu-tests.log | tail -40
