@@ -233,3 +233,21 @@ def test_mistakes_are_errors_before_anything_runs(tmp_path):
     with pytest.raises(phobos.Error, match=r"data/A.npy: no such file"):
         phobos.run(job, local_pods=2, storage_roots=[folder])
     assert not list((folder / "out").glob(".*"))
+
+
+def test_a_job_is_checked_as_new_job_checks_it(tmp_path):
+    """phobos.job runs new-job's checks: what can never run is an Error at once, new-job's
+    warnings are UserWarnings naming the tensor."""
+    with pytest.raises(phobos.Error, match=r"tensor C: folder .*/out does not exist"):
+        phobos.job(JOBS / "matmul.phk", dims=DIMS, scalars=SCALARS, tensors=TENSORS, base_dir=tmp_path)
+    (tmp_path / "out").mkdir()
+    with pytest.warns(UserWarning) as record:
+        phobos.job(JOBS / "matmul.phk", dims=DIMS, scalars=SCALARS, tensors=TENSORS, base_dir=tmp_path)
+    said = [str(w.message) for w in record]
+    assert [line.split(":")[0] for line in said] == ["tensor A", "tensor B", "tensor C"], said
+    assert "A.npy does not exist yet; the kernel reads it" in said[0]
+    assert "the kernel reads its old values at" in said[2]  # beta * C
+    (tmp_path / "data").mkdir()
+    np.save(tmp_path / "data" / "A.npy", np.ones((200, 256), np.float32))  # M = 256 asked
+    with pytest.raises(phobos.Error, match=r"tensor A: file:data/A.npy has shape \[200, 256\], so M = 200"):
+        phobos.job(JOBS / "matmul.phk", dims=DIMS, scalars=SCALARS, tensors=TENSORS, base_dir=tmp_path)
