@@ -122,10 +122,12 @@ def missing_dims_error(kernel: ir.Kernel, missing: list[str]) -> UserError:
 
 
 def dims_from_files(kernel: ir.Kernel, dims: Mapping[str, int],
-                    files: Mapping[str, tuple[tuple[int, ...], str]]) -> dict[str, int]:
+                    files: Mapping[str, tuple[tuple[int, ...], str]],
+                    given: str = "--dim {name}={value}") -> dict[str, int]:
     """`dims` completed from the shapes of existing tensor files (tensor -> (shape, the file as
-    the user named it)). A --dim that disagrees with a file, or two files that disagree, is an
-    error naming both; a file of the wrong rank is left to the shape check."""
+    the user named it)). A given dim that disagrees with a file, or two files that disagree, is an
+    error naming both; `given` says how the caller gave a dim (a flag, or the Python API's
+    `dims=`); a file of the wrong rank is left to the shape check."""
     out, source = dict(dims), {}
     params = {t.name: t for t in kernel.tensors}
     for name, (shape, label) in files.items():
@@ -136,8 +138,9 @@ def dims_from_files(kernel: ir.Kernel, dims: Mapping[str, int],
             if not isinstance(d, str):
                 continue
             if d in dims and dims[d] != n:
-                raise UserError(f"--dim {d}={dims[d]} conflicts with tensor {name}: {label} has shape "
-                                f"{list(shape)}, so {d} = {n}")
+                asked = given.format(name=d, value=dims[d])
+                raise UserError(f"{asked} conflicts with tensor {name}: {label} has shape {list(shape)}, "
+                                f"so {d} = {n}")
             if d in source and out[d] != n:
                 first, where = source[d]
                 raise UserError(f"tensors {first} and {name} disagree on {d}: {where} gives {d} = {out[d]}, "
