@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from common.errors import UserError
 from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 
 class FrozenDict(dict):
@@ -170,11 +171,13 @@ def _check_aligned(kernel: ir.Kernel, env: dict[str, int]) -> None:
     aligned = kernel.aligned
     if aligned is None:
         return
-    for dim, tile in aligned.pairs:
+    for i, (dim, tile) in enumerate(aligned.pairs):
         if dim not in env or tile not in env:
             continue  # the checker reports unknown names; nothing to promise here
-        if env[dim] % env[tile] != 0:
-            raise UserError(f"{dim} = {env[dim]} is not a multiple of {tile} = {env[tile]} (@aligned)")
+        if env[dim] % env[tile] != 0:  # pointing at the promise the sizes break
+            span = aligned.pair_spans[i] if i < len(aligned.pair_spans) else aligned.span
+            message = f"{dim} = {env[dim]} is not a multiple of {tile} = {env[tile]} (@aligned)"
+            raise CompileError(span, message)
 
 
 def bind(kernel: ir.Kernel, dims: Mapping[str, int], tensor_shapes: Mapping[str, tuple] | None = None,
