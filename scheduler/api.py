@@ -97,7 +97,8 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
         built = job_from_source(kernel.source, kernel.file, kernel.name,
                                 dict(kernel.dims if dims is None else dims), dict(scalars or {}), uris,
                                 dict(cluster_values or {}), job_dir=base,
-                                tile_values=dict(kernel.tiles if tile_values is None else tile_values))
+                                tile_values=dict(kernel.tiles if tile_values is None else tile_values),
+                                given_dims="dims={{'{name}': {value}}}")
         for line in check_new_job(built, base / "job"):
             warnings.warn(line.removeprefix("warning: "), UserWarning, stacklevel=2)
     return ClusterJob(built, base)
