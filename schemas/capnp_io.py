@@ -391,7 +391,10 @@ PLAN_PART_INSTRUCTIONS = 200_000
 
 async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, peers,
                       part_instructions: int = PLAN_PART_INSTRUCTIONS) -> None:
-    """Submit `plan` to `pod` (a Pod capability), in parts when it is large (see rpc.capnp)."""
+    """Submit `plan` to `pod` (a Pod capability), in parts when it is large (see rpc.capnp); a
+    refused part raises remote_errors.Refused with the pod's kind and reason."""
+    from schemas.rpc_streams import check
+
     peers = list(peers)
     count = len(plan.instructions)
     starts = list(range(0, count, part_instructions)) or [0]
@@ -407,7 +410,7 @@ async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, pee
         write_plan(request.init("plan"), part)
         write_peers(request, "peers", peers if last else [])
         request.more = not last
-        await request.send()
+        check(await request.send())
 
 
 # ---- pod descriptions, tiles, events ---------------------------------------------------------------

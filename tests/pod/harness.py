@@ -121,7 +121,7 @@ async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, pa
         return
     request = pod.submit_request()
     capnp_io.write_submit(request, job_id, program, plan, peers)
-    await request.send()
+    rpc_streams.check(await request.send())
 
 
 def remote_message(err: BaseException) -> str:
