@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from common.log import get_logger
 from pod import machine as m
-from schemas import capnp_io, rpc_streams
-from schemas.remote_errors import FailureKind, classify, remote_reason
+from schemas import capnp_io
+from schemas.remote_errors import FailureKind, check, classify, remote_reason
 
 log = get_logger()
 EVENT_BATCH = 1024
@@ -52,7 +52,7 @@ class SchedulerLink:
             try:
                 reply = await asyncio.wait_for(sink.heartbeat(self.machine.node, generation, running),
                                                timeout=max(self.interval, self.timeout))
-                rpc_streams.check(reply)
+                check(reply)
                 self.feed(m.HeartbeatAnswered(session, sent, time.monotonic()))
             except Exception as err:
                 self.feed(m.HeartbeatFailed(session, classify(err), remote_reason(err), time.monotonic()))

@@ -20,7 +20,7 @@ from pod.transfer import TransferError, byte_view, check_crc, chunk_ranges, fetc
 from schemas import capnp_io, rpc_streams
 from schemas.capnp_io import CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
 from schemas.instructions import Fetch
-from schemas.remote_errors import classify, remote_reason
+from schemas.remote_errors import check, classify, remote_reason
 
 log = get_logger()
 CHUNKS_IN_FLIGHT = 4
@@ -131,7 +131,7 @@ class Peers:
 
         async def one(offset: int, length: int) -> None:
             async with slots:
-                reply = rpc_streams.check(await asyncio.wait_for(
+                reply = check(await asyncio.wait_for(
                     link.pod.readChunk(f.job_id, f.generation, f.ins.peer_buffer, offset, length),
                     self.patience))
                 data = reply.data
@@ -151,7 +151,7 @@ class Peers:
         wait plus 5 s), breaks the connection or sends a bad tile is blamed."""
         while True:
             try:
-                return rpc_streams.check(await asyncio.wait_for(ask(), self.patience + 5))
+                return check(await asyncio.wait_for(ask(), self.patience + 5))
             except Exception as err:
                 verdict = self.feed(m.FetchFailed(f.job_id, f.generation, f.ins.id, f.ins.peer, classify(err),
                                                   remote_reason(err)))
@@ -180,7 +180,7 @@ class Peers:
         is gone by now is the heartbeats' business, not this fetch's."""
         async def release() -> None:
             try:
-                rpc_streams.check(await asyncio.wait_for(link.pod.release(
+                check(await asyncio.wait_for(link.pod.release(
                     f.job_id, f.generation, f.ins.peer_buffer, self.node(), nbytes), self.patience))
             except Exception as err:
                 log.info("release to the tile's owner failed", peer=f.ins.peer, reason=remote_reason(err))

@@ -405,12 +405,11 @@ _SINK = None
 
 
 def not_a_pod(err: BaseException) -> str:
-    """Why login to an address failed, when it was not a refusal: what a user can act on."""
-    text = remote_reason(err).removeprefix("message = ")
-    if isinstance(err, TimeoutError):
+    """Why login to an address failed, when it was not a refusal: what a user can act on. By the
+    failure's kind (a timeout, a dropped connection, anything else the far side sent)."""
+    kind, text = classify(err), remote_reason(err)
+    if kind is FailureKind.TIMEOUT:
         return f"no answer to the login within {CONNECT_TIMEOUT_S:g} s"
-    if "exceeds size limit" in text or "traversalLimit" in text or "segment" in text.lower():
-        return "it answered with something that is not Cap'n Proto (is this a phobos pod?)"
-    if any(word in text.lower() for word in ("disconnect", "closing", "reset", "broken pipe", "eof")):
+    if kind is FailureKind.DISCONNECTED:
         return f"the connection closed before login ({text})"
-    return text
+    return f"it answered with something that is not a phobos pod's RPC ({text})"

@@ -19,6 +19,7 @@ import capnp
 from common.paths import repo_file
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Leaf, Region, TensorInfo
+from schemas.remote_errors import check
 
 # Explicit reader limits for every RPC connection and every message read from bytes (job files
 # included): a message (or a chain of them) larger than this is refused instead of being
@@ -393,7 +394,6 @@ async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, pee
                       part_instructions: int = PLAN_PART_INSTRUCTIONS) -> None:
     """Submit `plan` to `pod` (a Pod capability), in parts when it is large (see rpc.capnp); a
     refused part raises remote_errors.Refused with the pod's kind and reason."""
-    from schemas.rpc_streams import check
 
     peers = list(peers)
     count = len(plan.instructions)

@@ -41,6 +41,16 @@ class Refused(Exception):
         self.kind = kind
 
 
+def check(reply):
+    """`reply` (an RPC call's results) if the call was not refused; else its `failure` raised as
+    `Refused` with the callee's kind and message."""
+    failure = reply.failure
+    kind = FailureKind(str(failure.kind))
+    if kind is not FailureKind.NONE:
+        raise Refused(failure.message, kind)
+    return reply
+
+
 def classify(err: BaseException) -> FailureKind:
     """The kind of a failed call: a refusal's own kind, or what happened to the call."""
     if isinstance(err, Refused):

@@ -1,6 +1,6 @@
 @0xb3ad81906287ba64;
 # The RPC interfaces between the scheduler (phobos-sched) and the pods (phobos-pod), and between
-# pods (peer tile fetches). Owned by the pod engineer; kept stable once committed: add fields at
+# pods (peer tile fetches). Kept stable once committed: add fields at
 # the end of a struct with a new ordinal, never renumber.
 #
 # Conventions

@@ -175,15 +175,6 @@ def answers_refusals(method):
     return wrapped
 
 
-def check(reply):
-    """`reply` if its call was not refused; else the refusal raised as `Refused` with its kind."""
-    failure = reply.failure
-    kind = FailureKind(str(failure.kind))
-    if kind is not FailureKind.NONE:
-        raise Refused(failure.message, kind)
-    return reply
-
-
 def _address(peername) -> str:
     if isinstance(peername, tuple) and len(peername) >= 2:
         return f"{peername[0]}:{peername[1]}"

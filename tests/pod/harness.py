@@ -13,7 +13,7 @@ from pathlib import Path
 import capnp
 
 from schemas import capnp_io, rpc_streams
-from schemas.remote_errors import remote_reason
+from schemas.remote_errors import check, remote_reason
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-0123456789"
@@ -121,7 +121,7 @@ async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, pa
         return
     request = pod.submit_request()
     capnp_io.write_submit(request, job_id, program, plan, peers)
-    rpc_streams.check(await request.send())
+    check(await request.send())
 
 
 def remote_message(err: BaseException) -> str:

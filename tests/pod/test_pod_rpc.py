@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from common import storage
-from schemas import capnp_io, rpc_streams
+from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
 from schemas.program import Leaf, Region, TensorInfo
+from schemas.remote_errors import check
 from tests.pod.harness import Sink, connect, remote_message, run_async, running_pods, submit
 
 ADD_LEAF_SOURCE = """
@@ -166,7 +167,7 @@ def test_bad_plans_and_old_generations_are_refused_with_reasons(pods):
         except Exception as err:
             messages.append(remote_message(err))
         try:
-            rpc_streams.check(await pod.tileHeader("job-gen", 1, 0))
+            check(await pod.tileHeader("job-gen", 1, 0))
         except Exception as err:
             messages.append(remote_message(err))
         await pod.cancel("job-gen")
@@ -341,7 +342,7 @@ def test_a_waiting_peer_is_refused_when_the_generation_moves_on(pods):
         start = time.monotonic()
         await submit(pod, "job-wait", PROGRAM, NodePlan(1, 2, (), 0), [])  # the job moves to generation 2
         try:
-            rpc_streams.check(await waiting)
+            check(await waiting)
         except Exception as err:
             return remote_message(err), time.monotonic() - start
         return "served", 0.0
