@@ -376,16 +376,6 @@ def read_peers(lst) -> tuple[Peer, ...]:
     return tuple(Peer(node=entry.node, address=entry.address) for entry in lst)
 
 
-def write_submit(params, job_id: str, program: JobProgram, plan: NodePlan, peers) -> None:
-    """Fill a `Pod.submit` request (e.g. `request = pod.submit_request()`; then `request.send()`).
-    For plans that may exceed one message, use `send_submit`."""
-    params.jobId = job_id
-    params.generation = plan.generation
-    write_program(params.init("program"), program)
-    write_plan(params.init("plan"), plan)
-    write_peers(params, "peers", list(peers))
-
-
 # Instructions per submit part: ~100 bytes each on the wire, so a part stays far below the 64 MiB limit.
 PLAN_PART_INSTRUCTIONS = 200_000
 
