@@ -291,6 +291,7 @@ class PodImpl(rpc.Pod.Server):
         results.hostId = self.pod.info.host_id
 
     async def cancel(self, jobId, _context, **kwargs):
+        log.info("job cancelled by the scheduler", job=jobId)  # the trace of an orderly stop
         self.runtime.cancel(jobId)
 
     async def shutdown(self, _context, **kwargs):

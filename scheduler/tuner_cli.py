@@ -7,11 +7,11 @@
 `run_autotuned` reaches the pods (starting local ones as a plain run would), takes the node count
 and memory from them unless the flags give them, ranks every @cluster combination with the model
 (scheduler/tuner.py; with --calibrate, on figures measured by probe jobs, scheduler/calibrate.py),
-prints the table, and runs the best combination on the same pods. Values given with --cluster are
-pinned: the search covers the other @cluster names only. Values stored in the job file are not
-pinned under --autotune (the tuner replaces them). --tune-leaves then has one GPU pod time the
-leaves' @autotune points at the chosen @cluster values (scheduler/tuner_leaves.py); every node
-runs the winner. docs/performance.md ("Cluster tuner") describes the model and the figures.
+prints the table, and runs the best combination on the same pods. Pinned values (the job's, from
+`new-job --cluster`, and the run's --cluster, which overrides them) stay: the search covers the
+other @cluster names only. --tune-leaves then has one GPU pod time the leaves' @autotune points at
+the chosen @cluster values (scheduler/tuner_leaves.py), a pinned --tile name at its value only;
+every node runs the winner. docs/performance.md ("Cluster tuner") describes the model and the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import UserError
+from compiler.cluster.tree import SplitRequest
 from scheduler.tuner import Figures, Ranking, render_table, tune
 
 # Defaults per pod backend: figures of the machines this project runs on (docs/performance.md).
@@ -140,8 +141,12 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
 
 
 def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
+    """A split the job was prepared with (--split, or the job's) is pinned; else the tuner
+    chooses one for a cluster loop that can be split."""
+    from scheduler.prepare import split_of
+
     return tune(prepared.kernel, dict(prepared.job.dims), figures, pinned=pinned,
-                tile_values=dict(prepared.program.tile_values))
+                tile_values=dict(prepared.program.tile_values), split=split_of(prepared.program))
 
 
 @dataclass
@@ -192,9 +197,10 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
     infos = [session.infos[n] for n in order]
     figures = base_figures(tune, len(order), [i.backend for i in infos], [int(i.vram_bytes) for i in infos])
     nodes = order[: min(figures.nodes, len(order))]
-    pinned = dict(options.cluster_values)
+    pinned = dict(prepared.pinned_cluster)  # the job's pins and the run's --cluster
     ranking = None
     values = dict(prepared.program.cluster_values)
+    split = None  # as prepared
     if tune.autotune:
         ranking = rank_job(prepared, figures, pinned)
         if tune.calibrate:
@@ -204,10 +210,11 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)
+        split = ranking.best.split or SplitRequest(1)
     tile_values = None
     if tune.tune_leaves:
         tile_values = await tune_leaves(session, prepared, options, nodes, values, say)
-    best = recompile(prepared, values, tile_values)
+    best = recompile(prepared, values, tile_values, split)
     if tune.tune_only:
         return TunedRun(ranking, best, None)
     result = await session.run(best, options, nodes)

@@ -3,7 +3,8 @@
 For each kernel: its name, its grid axes (axis, dimension, tile), its attributes as written and
 the size of its search spaces (@autotune, and @cluster when present). A kernel with @cluster also
 goes through every rejection of the cluster compiler that does not depend on the dimensions, so a
-kernel that checks builds a cluster program at any size.
+kernel that checks builds a cluster program at any size, which the cluster runtime runs (an online
+softmax's partials and a split's included: docs/cluster.md, "Splitting a cluster loop over nodes").
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,32 @@ def test_check_runs_the_cluster_rejections_that_need_no_dimension(tmp_path):
     first = done.stderr.splitlines()[0]
     assert first.startswith("shift.phk:5:24: error: 'a' is read outside its own super-tile"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_online_softmax_cluster_loop_checks_without_a_warning(tmp_path):
+    """An online-softmax cluster loop keeps its partial (m, l, acc) apart from the output; the
+    cluster runtime holds such partials (and a split's), so `check` has nothing to warn about and
+    the scheduler plans every example's program at one super-tile."""
+    from compiler.cluster.build import compile_cluster
+    from scheduler.planner import NodeFigure, plan
+
+    shutil.copy(repo_file("examples/decode_gqa.phk"), tmp_path / "decode.phk")
+    done = run_check("decode.phk", cwd=tmp_path)
+    assert done.returncode == 0 and "\nkernel decode_gqa\n" in "\n" + done.stdout and done.stderr == ""
+    examples = sorted(REPO.glob("examples/**/*.phk"))
+    programs = [compile_cluster(k, _one_super_tile_dims(k)) for path in examples
+                for k in load_file(path).kernels if k.cluster is not None]
+    assert any(p.kernel == "decode_gqa" for p in programs)
+    for program in programs:
+        uris = {t.name: f"file:///{t.name}.npy" for t in program.tensors if t.role != "partial"}
+        assert plan(program, [NodeFigure(0), NodeFigure(1)], uris).node_plans
+
+
+def _one_super_tile_dims(kernel) -> dict[str, int]:
+    """Dimensions of one super-tile at the first @cluster values: single-valued @autotune names
+    (D) at their value, every other dimension at the largest first @cluster value."""
+    from compiler.frontend.binding import kernel_dims
+
+    fixed = {d.name: d.values[0] for d in kernel.autotune.dims if len(d.values) == 1}
+    size = max(d.values[0] for d in kernel.cluster.dims)
+    return {d: fixed.get(d, size) for d in kernel_dims(kernel)}
