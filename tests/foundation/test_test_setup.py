@@ -27,6 +27,10 @@ def test_runner_maps_bazels_test_environment_to_pytest():
     assert {"--junitxml=/o/test.xml", "--basetemp=/t/pytest"} <= set(args)
     assert args[-2:] == ["-k", "lexer"]
     assert runner.pytest_args([], {}) == ["-rs"]
+    # what tests and the programs they start write goes to the scratch folder, not the checkout
+    assert runner.scratch_environment({"TEST_TMPDIR": "/t"}) == {
+        "HYPOTHESIS_STORAGE_DIRECTORY": "/t/hypothesis", "PYTHONPYCACHEPREFIX": "/t/pycache"}
+    assert runner.scratch_environment({}) == {}
 
 
 def has_gpu() -> bool:
