@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -248,3 +249,32 @@ def test_a_job_is_checked_as_new_job_checks_it(tmp_path):
         phobos.job(JOBS / "matmul.phk", dims=DIMS, scalars=SCALARS, tensors=TENSORS, base_dir=tmp_path)
     assert str(info.value) == ("error: dims={'M': 256} conflicts with tensor A: file:data/A.npy has shape "
                                "[200, 256], so M = 200")
+
+
+def test_a_lost_node_is_in_the_results_failures_and_a_thread_may_run_the_job(tmp_path):
+    """Three pods given by address, one of which dies at its first compute: the job is re-planned
+    on the two others and succeeds, and JobResult.failures names the lost node. The blocking
+    run is called from a worker thread (signals stay the program's; the job runs all the same)."""
+    job = _slow_add_job(tmp_path)
+    token = new_token()
+    faults = ["", "", "kill-at=compute:1"]
+    pods = [_pod(tmp_path, token, tmp_path / f"pod{i}.log", fault) for i, fault in enumerate(faults)]
+    results: list = []
+    try:
+        worker = threading.Thread(target=lambda: results.append(phobos.run(
+            job, pods=[address for _, address in pods], token=token, storage_roots=[tmp_path],
+            cluster_values={"BLOCK": 1024}, heartbeat_interval=0.1, heartbeat_timeout=1.0)))
+        worker.start()
+        worker.join(timeout=240)
+        assert not worker.is_alive() and len(results) == 1
+    finally:
+        for pod, _ in pods:
+            pod.kill()
+            pod.wait()
+            pod.stdout.close()
+    result = results[0]
+    assert result.ok, result.reason
+    assert [f["node"] for f in result.failures] == [2], result.failures
+    lost = result.failures[0]
+    assert lost["reason"] and f"node 2 lost at {lost['time']:.3f} s: {lost['reason']}" in result.summary
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.arange(N_ADD, dtype=np.float32) + 1)

@@ -33,6 +33,16 @@ def test_runner_maps_bazels_test_environment_to_pytest():
     assert runner.scratch_environment({}) == {}
 
 
+def test_runner_empties_its_scratch_folder(tmp_path):
+    runner = load("tests/run_pytest.py")
+    for written in ("pytest/test_a0/x.npy", "pycache/work/compiler/ir.cpython-311.pyc", "hypothesis/db/1"):
+        (tmp_path / written).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / written).write_bytes(b"1")
+    (tmp_path / "loose.txt").write_text("1")
+    runner.empty_scratch(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
 def has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None and importlib.util.find_spec("cupy") is not None
 
