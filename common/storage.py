@@ -34,13 +34,14 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import ml_dtypes
 import numpy as np
 from numpy.lib import format as npy_format
 
 from common.errors import UserError
+from common.uri import parse_uri
+from common.uri import path_to_uri as uri_path_to_uri
 
 STORAGE_DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype("<f4"),
@@ -76,19 +77,7 @@ def resolve_uri(uri: str, roots: list[Path] | tuple[Path, ...], base: Path | Non
 
     Nothing is read or written here; the file need not exist (an output may be created later),
     but every existing part of its path is resolved through symlinks before the root check."""
-    parts = urlsplit(uri)
-    if parts.scheme != "file":
-        scheme = parts.scheme or "no scheme"
-        raise UserError(f"storage URI {uri!r}: only file:// URIs are supported (got {scheme})")
-    if parts.netloc not in ("", "localhost"):
-        raise UserError(f"storage URI {uri!r}: remote host {parts.netloc!r} is not supported")
-    if parts.query or parts.fragment:
-        raise UserError(f"storage URI {uri!r}: a query or fragment is not allowed")
-    raw = unquote(parts.path)
-    if not raw:
-        raise UserError(f"storage URI {uri!r}: no path")
-    if "\x00" in raw:
-        raise UserError(f"storage URI {uri!r}: a NUL byte is not allowed")
+    raw = parse_uri(uri).path
     if ".." in Path(raw).parts:
         raise UserError(f"storage URI {uri!r}: '..' is not allowed in a storage path")
     path = Path(raw)
@@ -139,7 +128,8 @@ def check_distinct_files(tensors: list[tuple[str, Path, bool]]) -> None:
 
 
 def path_to_uri(path: Path) -> str:
-    return Path(path).resolve().as_uri()
+    """The URI of `path` resolved through symlinks (the file the pods will open)."""
+    return uri_path_to_uri(Path(path).resolve())
 
 
 # ---- reading ---------------------------------------------------------------------------------------

@@ -43,9 +43,9 @@ def test_relative_uri_needs_a_base(tmp_path):
 
 
 @pytest.mark.parametrize("uri,reason", [
-    ("s3://bucket/a.npy", "only file://"),
-    ("http://host/a.npy", "only file://"),
-    ("/plain/path.npy", "only file://"),
+    ("s3://bucket/a.npy", "only file: URIs"),
+    ("http://host/a.npy", "only file: URIs"),
+    ("/plain/path.npy", "only file: URIs"),
     ("file://otherhost/a.npy", "remote host"),
     ("file:///x/a.npy?x=1", "query"),
 ])
