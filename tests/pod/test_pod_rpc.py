@@ -13,6 +13,7 @@ from common import storage
 from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
 from schemas.program import Leaf, Region, TensorInfo
+from schemas.remote_errors import check
 from tests.pod.harness import Sink, connect, remote_message, run_async, running_pods, submit
 
 ADD_LEAF_SOURCE = """
@@ -160,13 +161,13 @@ def test_bad_plans_and_old_generations_are_refused_with_reasons(pods):
                 await submit(pod, "job-bad", PROGRAM, plan, [])
             except Exception as err:
                 messages.append(remote_message(err))
-        await pod.newGeneration("job-gen", 3)
+        await submit(pod, "job-gen", PROGRAM, NodePlan(0, 3, (), 0), [])  # the job moves to generation 3
         try:
             await submit(pod, "job-gen", PROGRAM, add_plans(uris, generation=2)[0], [])
         except Exception as err:
             messages.append(remote_message(err))
         try:
-            await pod.tileHeader("job-gen", 1, 0)
+            check(await pod.tileHeader("job-gen", 1, 0))
         except Exception as err:
             messages.append(remote_message(err))
         await pod.cancel("job-gen")
@@ -339,9 +340,9 @@ def test_a_waiting_peer_is_refused_when_the_generation_moves_on(pods):
         await asyncio.sleep(0.2)
         assert not waiting.done()
         start = time.monotonic()
-        await pod.newGeneration("job-wait", 2)
+        await submit(pod, "job-wait", PROGRAM, NodePlan(1, 2, (), 0), [])  # the job moves to generation 2
         try:
-            await waiting
+            check(await waiting)
         except Exception as err:
             return remote_message(err), time.monotonic() - start
         return "served", 0.0
