@@ -235,7 +235,7 @@ class JobRun:
         figures = {}
         for node in self.nodes:
             info = self.session.infos[node]
-            figures[node] = NodeFigure(node, int(info.vram_bytes))
+            figures[node] = NodeFigure(node, int(info.vram_bytes), info.host_id)
             self.trace.add_node(NodeRecord(node, self.session.addresses[node], info.backend, info.device_name,
                                            int(info.vram_bytes)))
         uris = self.prepared.uris
