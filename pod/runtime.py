@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import storage
+from common import storage, uri
 from common.errors import UserError
 from common.log import get_logger
 from pod import machine as m
@@ -102,7 +102,7 @@ class PodRuntime:
         for ins in plan.instructions:
             if isinstance(ins, Load | Store) and ins.uri not in paths:
                 try:
-                    paths[ins.uri] = storage.resolve_uri(ins.uri, self.roots)
+                    paths[ins.uri] = uri.confine(ins.uri, self.roots)
                 except UserError as err:
                     raise Refused(str(err)) from None
         return paths

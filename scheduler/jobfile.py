@@ -193,15 +193,15 @@ def existing_shapes(tensors: dict[str, str], job_dir: Path) -> dict[str, tuple[t
 
 
 def check_tensor_files(job: Job, kernel: ir.Kernel, job_dir: Path) -> None:
-    """No output shares its file with another tensor (common.storage.check_distinct_files), with
+    """No output shares its file with another tensor (common.uri.check_distinct_files), with
     relative URIs taken from `job_dir`, the folder the job file is written to."""
-    from common import storage
     from compiler.frontend.walk import stored_tensors
 
     written = set(stored_tensors(kernel))
     everywhere = (Path("/"),)  # new-job confines nothing; the scheduler checks its storage roots
-    storage.check_distinct_files([(name, storage.resolve_uri(uri, everywhere, base=job_dir), name in written)
-                                  for name, uri in job.tensors])
+    places = [(name, uri_module.confine(text, everywhere, base=job_dir), name in written)
+              for name, text in job.tensors]
+    uri_module.check_distinct_files(places)
 
 
 def job_kernel(job: Job) -> ir.Kernel:
