@@ -107,7 +107,7 @@ def test_tile_transfer_16mib(benchmark, tmp_path, flags, devices):
 
         async def prepare_owner(job):
             owner = NodePlan(0, 1, (Allocate(0, (), 0, (N,)), Load(1, (0,), 0, uri, Region("x", (0,), (N,))),
-                                    Free(2, (1,), 0, serves=1)), TILE_BYTES)
+                                    Free(2, (1,), 0, peers=(1,))), TILE_BYTES)
             await submit(links[0][1], job, PROGRAM, owner, peers)
             await links[0][1].tileHeader(job, 1, 0)  # returns once loaded; caches the crc
 

@@ -107,8 +107,9 @@ class PodRuntime:
             job.scalars = dict(program.scalars)
             job.writes = writes
         job.paths.update(paths)
-        job.peers = {p.node: p.address for p in peers}
-        self._apply(job, job.state.handle(st.PlanSubmitted(plan, job.writes)))
+        job.peers.update({p.node: p.address for p in peers})
+        live = frozenset(p.node for p in peers)
+        self._apply(job, job.state.handle(st.PlanSubmitted(plan, job.writes, live)))
 
     def _confine(self, plan: NodePlan) -> dict[str, Path]:
         paths: dict[str, Path] = {}
@@ -141,10 +142,9 @@ class PodRuntime:
     # ---- actions -----------------------------------------------------------------------------
 
     def _apply(self, job: Job, actions: list[st.Action]) -> None:
-        stale = [k for k in job.waiters if k[0] < job.state.generation]
-        for key in stale:  # peers waiting on a generation this pod has moved past
-            self._wake(job, key, st.Refused(
-                f"job {job.job_id}: generation {key[0]} is older than {job.state.generation}"))
+        stale = [k for k in job.waiters if k[0] <= job.state.dropped_through]
+        for key in stale:  # peers waiting on a generation this pod dropped
+            self._wake(job, key, st.Refused(f"job {job.job_id}: generation {key[0]} was dropped"))
         for action in actions:
             if isinstance(action, st.StartInstruction):
                 task = asyncio.ensure_future(self._run(job, action.generation, action.instruction))
@@ -156,6 +156,11 @@ class PodRuntime:
                 self._drop(job, action.generation, action.reason)
             elif isinstance(action, st.PlanFinished):
                 self.report_finished(job.job_id, action.generation, action.ok, action.message)
+            elif isinstance(action, st.FetchAbandoned):
+                now, ins = time.time(), action.instruction
+                self.report(job.job_id, action.generation, InstructionEvent(
+                    id=ins.id, kind="fetch", start=now, end=now, bytes=0, peer=ins.peer, ok=False,
+                    message=action.reason))
 
     def _wake(self, job: Job, key: tuple[int, int], error: Exception | None) -> None:
         for fut in job.waiters.pop(key, []):
@@ -166,11 +171,11 @@ class PodRuntime:
                     fut.set_exception(error)
 
     def _drop(self, job: Job, generation: int, reason: str) -> None:
-        for key in [k for k in job.buffers if k[0] <= generation]:
+        for key in [k for k in job.buffers if k[0] == generation]:
             del job.buffers[key]
-        job.computing = {k for k in job.computing if k[0] > generation}
+        job.computing = {k for k in job.computing if k[0] != generation}
         error = st.Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})")
-        for key in [k for k in job.waiters if k[0] <= generation]:
+        for key in [k for k in job.waiters if k[0] == generation]:
             self._wake(job, key, error)
 
     # ---- running one instruction -----------------------------------------------------------
@@ -197,8 +202,8 @@ class PodRuntime:
                 log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
             elif isinstance(err, st.Refused):
                 log.info("instruction refused", job=job.job_id, instruction=ins.id, reason=message)
-        if not job.state.is_current(generation):
-            return  # a dropped plan: its result is discarded, nothing more is reported
+        if not job.state.is_running(generation, ins.id):
+            return  # a dropped plan or an abandoned fetch: its result is discarded, not reported
         unit = ins.unit if isinstance(ins, Compute | Store) else None
         leaf = ins.leaf if isinstance(ins, Compute) else None
         self.report(job.job_id, generation, InstructionEvent(
@@ -291,7 +296,7 @@ class PodRuntime:
                 async with asyncio.timeout(patience_s):
                     await fut
             except TimeoutError:
-                plan = job.state.plan
+                plan = job.state.plans.get(generation)
                 if not job.state.is_current(generation) or plan is None or not plan.produces(buffer):
                     # Nothing here will ever fill it: the asker must not wait on this node again.
                     raise st.Refused(f"buffer {buffer}: no plan of generation {generation} on this node "
@@ -320,7 +325,7 @@ class PodRuntime:
                           checksum=record.crc, data_port=port, ticket=ticket)
 
     def _servable(self, job: Job, generation: int, buffer: int) -> bool:
-        plan = job.state.plan
+        plan = job.state.plans.get(generation)
         return (job.state.is_current(generation) and plan is not None and plan.servable(buffer)
                 and (generation, buffer) in job.buffers)
 

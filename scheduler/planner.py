@@ -80,7 +80,7 @@ class _Copy:
     first_pos: int
     last_pos: int
     owner: bool = False  # loads it from storage (else fetches it from the owner)
-    fetched_by: int = 0  # owner only: number of peers that fetch it
+    fetched_by: list[int] = field(default_factory=list)  # owner only: the peers that fetch it
     last_fetch_round: int = -1  # owner only
 
 
@@ -165,7 +165,7 @@ def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list],
         states[owner].loaded_bytes += math.prod(copy.region.shape) * ITEMSIZE[dtypes[key[0]]]
         for node in holders:
             if node != owner:
-                copy.fetched_by += 1
+                copy.fetched_by.append(node)
                 copy.last_fetch_round = max(copy.last_fetch_round, states[node].copies[key].first_pos)
 
 
@@ -280,8 +280,8 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
             copy = copy_of_buffer[buffer]
             if copy.last_pos == pos and buffer not in free_id:
                 fid = next(ids)
-                serves = copy.fetched_by if copy.owner else 0
-                emit(Free(fid, tuple(users[buffer]), buffer, serves=serves))
+                peers = tuple(copy.fetched_by) if copy.owner else ()
+                emit(Free(fid, tuple(users[buffer]), buffer, peers=peers))
                 free_id[buffer] = fid
 
     peak = running = 0
@@ -297,8 +297,11 @@ def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Ma
 
 
 def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int = 1,
-         units: Sequence[Unit] | None = None) -> Plan:
+         units: Sequence[Unit] | None = None, first_id: int = 0) -> Plan:
     """Plan `units` (default: all of the program's, in index order) over `nodes`.
+
+    Instruction ids count up from `first_id`: a re-plan runs beside the plans before it, so the
+    scheduler numbers each plan after the last one and an id names one instruction of the job.
 
     `uris` maps each tensor to its (absolute) storage URI. Raises UserError when there is no node
     or when a node's peak memory does not fit its VRAM."""
@@ -307,11 +310,11 @@ def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str
     # The planner builds millions of small acyclic objects; the cycle collector would rescan
     # them over and over (it more than doubles the time) and has nothing to find here.
     with no_gc_pauses():  # the plan is acyclic tuples too
-        return _plan(program, nodes, uris, generation, units)
+        return _plan(program, nodes, uris, generation, units, first_id)
 
 
 def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int,
-          units: Sequence[Unit] | None) -> Plan:
+          units: Sequence[Unit] | None, first_id: int) -> Plan:
     units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
     refuse_partials(program)
@@ -322,7 +325,7 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     states, first_use = _account(units, node_ids)
     _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)
-    ids = itertools.count()
+    ids = itertools.count(first_id)
     node_plans: dict[int, NodePlan] = {}
     for figure in nodes:
         instructions, peak = _unroll_node(states[figure.node], owners, uris, dtypes, ids)
