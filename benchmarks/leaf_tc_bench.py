@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
 from compiler.cuda import autotune, compile_kernel  # noqa: E402
 from compiler.cuda.launch import function_attributes, launch  # noqa: E402
-from compiler.cuda.schedule import DEFAULT, tensor_core_space  # noqa: E402
 from compiler.frontend import binding  # noqa: E402
 from compiler.frontend import load as frontend  # noqa: E402
 
@@ -63,24 +62,24 @@ def as_cupy(t):
     return cupy.asarray(t)
 
 
-def tune_two_phases(k, dims, log):
-    """Tile values with the default schedule, then the schedule space at the best tile values."""
+def tune(k, dims, log, label=None):
+    """The library's tuner (compiler/cuda/autotune.py): for tensor-core kernels it searches the
+    tile values and the code generator's schedule (warp layout or warpgroup MMA, pipeline depth,
+    CTA order)."""
     t0 = time.time()
-    first = autotune.tune(k, dims)
-    second = autotune.tune(k, dims, points=[first.best], schedules=tensor_core_space(8) + [DEFAULT])
+    res = autotune.tune(k, dims, use_cache=False)
     log(
-        f"tuned {k.name} at {dims}: {first.best} {second.schedule} ({second.best_ms:.3f} ms; "
-        f"{len(first.timings) + len(second.timings)} timed, {len(first.pruned) + len(second.pruned)} pruned, "
-        f"{time.time() - t0:.1f} s)"
+        f"tuned {k.name} at {dims}: {res.best} {res.schedule} ({res.best_ms:.3f} ms; "
+        f"{len(res.timings)} timed, {len(res.pruned)} pruned, {time.time() - t0:.1f} s)"
     )
-    TUNING[k.name] = {
+    TUNING[label or k.name] = {
         "dims": dims,
-        "best": first.best,
-        "schedule": str(second.schedule),
-        "timings": [[dict(p), ms] for p, ms in first.timings + second.timings],
-        "pruned": [[dict(p), why] for p, why in first.pruned + second.pruned],
+        "best": res.best,
+        "schedule": str(res.schedule),
+        "timings": [[dict(p), ms] for p, ms in res.timings],
+        "pruned": [[dict(p), why] for p, why in res.pruned],
     }
-    return first.best, second.schedule
+    return res.best, res.schedule
 
 
 def row(what, dtype, ours_ms, anchor, anchor_ms, flops, **extra):
@@ -104,7 +103,7 @@ def bench_matmul(results, log, sizes, dtype_name, tune_n):
 
     k = kernel(f"matmul_{dtype_name}.phk")
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype_name]
-    best, schedule = tune_two_phases(k, {"M": tune_n, "N": tune_n, "K": tune_n}, log)
+    best, schedule = tune(k, {"M": tune_n, "N": tune_n, "K": tune_n}, log)
     for n in sizes:
         c = compile_kernel(k, binding.bind(k, {"M": n, "N": n, "K": n}, None, best), schedule=schedule)
         g = torch.Generator(device="cuda").manual_seed(n)
@@ -161,12 +160,11 @@ def bench_attention(results, log, name, sizes, d, causal):
     storage = next(p.dtype for p in k.tensors if p.name == "Q")
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[storage]
     label = "tf32" if storage == "f32" else storage
-    best = autotune.tune(k, {"H": heads, "N": max(sizes), "D": d}).best
-    TUNING[f"{k.name} D={d}"] = {"best": best}
+    best, schedule = tune(k, {"H": heads, "N": max(sizes), "D": d}, log, f"{k.name} D={d}")
     scale = d**-0.5
     torch.backends.cuda.matmul.allow_tf32 = False
     for n in sizes:
-        c = compile_kernel(k, binding.bind(k, {"H": heads, "N": n, "D": d}, None, best))
+        c = compile_kernel(k, binding.bind(k, {"H": heads, "N": n, "D": d}, None, best), schedule=schedule)
         g = torch.Generator(device="cuda").manual_seed(n + d)
         q, kk, v = (torch.randn(heads, n, d, device="cuda", generator=g).to(tdtype) for _ in range(3))
         o = torch.full((heads, n, d), float("nan"), device="cuda").to(tdtype)
@@ -187,7 +185,8 @@ def bench_attention(results, log, name, sizes, d, causal):
         triton_ms = median_ms(lambda a=(q, kk, v, tri), c=causal: triton_peers.attention(*a, scale, c), 2, 7)
         flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
         what = f"attention D={d} N={n}{' causal' if causal else ''}"
-        extra = {"rel_err": err, "tiles": best, "attributes": function_attributes(c), "kernel": k.name}
+        extra = {"rel_err": err, "tiles": best, "schedule": str(schedule), "kernel": k.name}
+        extra["attributes"] = function_attributes(c)
         for r in (
             row(what, label, ours, f"torch SDPA {storage}", sdpa, flops, **extra),
             row(what, label, ours, "triton", triton_ms, flops, rel_err=err, triton_rel_err=err_tri),
@@ -204,13 +203,10 @@ def bench_matmul_tf32(results, log, sizes):
     from benchmarks import triton_peers
 
     k = kernel("matmul_tf32.phk")
-    t0 = time.time()
-    res = autotune.tune(k, {"M": 4096, "N": 4096, "K": 4096})
-    log(f"tuned matmul tf32: {res.best} ({res.best_ms:.3f} ms, {time.time() - t0:.1f} s)")
-    TUNING["matmul tf32"] = {"best": res.best, "timings": [[dict(p), ms] for p, ms in res.timings]}
+    best, schedule = tune(k, {"M": 4096, "N": 4096, "K": 4096}, log)
     torch.backends.cuda.matmul.allow_tf32 = True
     for n in sizes:
-        c = compile_kernel(k, binding.bind(k, {"M": n, "N": n, "K": n}, None, res.best))
+        c = compile_kernel(k, binding.bind(k, {"M": n, "N": n, "K": n}, None, best), schedule=schedule)
         g = torch.Generator(device="cuda").manual_seed(n)
         a, b = (torch.randn(n, n, device="cuda", generator=g) for _ in range(2))
         out = torch.zeros(n, n, device="cuda")
@@ -227,7 +223,8 @@ def bench_matmul_tf32(results, log, sizes):
         cublas = median_ms(lambda a=a, b=b: torch.matmul(a, b), 2, reps)
         triton_ms = median_ms(lambda a=a, b=b, tri=tri: triton_peers.matmul(a, b, tri), 2, reps)
         flops = 2.0 * n**3
-        extra = {"rel_err": err, "tiles": res.best, "attributes": function_attributes(c)}
+        extra = {"rel_err": err, "tiles": best, "schedule": str(schedule)}
+        extra["attributes"] = function_attributes(c)
         for r in (
             row(
                 f"matmul n={n}",

@@ -1,15 +1,31 @@
-"""The compiler's visible pipeline: one list of named stages, in order.
+"""The compiler's visible pipelines: the named stages, in order.
 
-Each stage is `stage(module) -> module`. The input of the first stage is a Module holding only
-the source (`ir.Module(file, text)`); `parse` fills in its kernels and `check` types them.
+The front end, source to a kernel bound to concrete sizes:
+
+    FRONT_END_STAGES = ("parse", "check", "bind")
+
+`parse` and `check` are `stage(module) -> module`, listed with their functions in STAGES. The input
+of the first is a Module holding only the source (`ir.Module(file, text)`); `parse` fills in its
+kernels and `check` types them. `bind` then takes one checked kernel and its dimension and tile
+values to a Binding (`bind_stage`: dims, tile values, CTA grid).
 
     STAGES = [("parse", parse_stage), ("check", check_stage)]
+
+The cluster compiler, an @cluster kernel at concrete dims to a ClusterProgram:
+
+    CLUSTER_STAGES = ("choose_values", "find_loop", "plan_accesses", "check_multiples",
+                      "make_leaves", "build_units")
+
+Each is `stage(state) -> state` over compiler/cluster/build.py's ClusterState, which implements
+them (registered here with `@cluster_stage(name)`: this module imports nothing of the cluster
+compiler, so the front end it serves stays below it); `run_cluster(state)` runs them in this order.
 
 Running it: `run_pipeline(ir.Module(file, text))` runs every stage; `until="check"` stops after
 the named stage (the front-end, `compiler.frontend.load.load_text`, does exactly that).
 
 Debugging: set PHOBOS_DUMP_STAGES=1 (or `dump=True`) and each stage's output is printed to
-stderr with compiler.frontend.ir_print, one `=== after <stage> ===` block per stage;
+stderr, one `=== after <stage> ===` block per stage (a module with compiler.frontend.ir_print, a
+binding as its values, a cluster stage as its state's `describe(stage)`);
 PHOBOS_DUMP_STAGES=check,mystage dumps only the named stages.
 
 Verifying: `verify=True` (the tests use it) runs each stage's verifier on its output: after parse
@@ -33,6 +49,7 @@ import sys
 from collections.abc import Callable
 
 from compiler.frontend import ir, walk
+from compiler.frontend.binding import Binding, bind
 from compiler.frontend.check import check
 from compiler.frontend.ir_print import format_module
 from compiler.frontend.parser import parse
@@ -181,3 +198,67 @@ def run_pipeline(
         if name == until:
             break
     return module
+
+
+def _dump(name: str, text: str, dump: bool | str | None, out) -> None:
+    selection = _dump_selection(dump)
+    if selection is True or (selection and name in selection):
+        print(f"=== after {name} ===\n{text}", file=out or sys.stderr)
+
+
+# ---- bind: the front end's last stage, one kernel at concrete sizes ----------------------------
+
+FRONT_END_STAGES = ("parse", "check", "bind")
+
+
+def format_binding(binding: Binding) -> str:
+    def pairs(values) -> str:
+        return ", ".join(f"{k}={v}" for k, v in values.items()) or "none"
+
+    grid = " x ".join(str(n) for n in binding.grid) or "1"
+    return f"dims: {pairs(binding.dims)}\ntile values: {pairs(binding.tile_values)}\nCTA grid: {grid}"
+
+
+def bind_stage(kernel: ir.Kernel, dims, tile_values=None, dump: bool | str | None = None,
+               out=None) -> Binding:
+    """The checked `kernel` bound to `dims` and `tile_values` (compiler/frontend/binding.py)."""
+    binding = bind(kernel, dims, tile_values=tile_values)
+    _dump("bind", format_binding(binding), dump, out)
+    return binding
+
+
+# ---- the cluster compiler's stages ---------------------------------------------------------------
+
+CLUSTER_STAGES = (
+    "choose_values", "find_loop", "plan_accesses", "check_multiples", "make_leaves", "build_units",
+)
+_CLUSTER_IMPLEMENTATIONS: dict[str, Callable] = {}
+
+
+def cluster_stage(name: str) -> Callable[[Callable], Callable]:
+    """Register the implementation of the cluster stage `name` (a decorator)."""
+    if name not in CLUSTER_STAGES:
+        raise ValueError(f"no cluster stage {name!r}; stages: {', '.join(CLUSTER_STAGES)}")
+    if name in _CLUSTER_IMPLEMENTATIONS:
+        raise ValueError(f"cluster stage {name!r} is already registered")
+
+    def register(stage: Callable) -> Callable:
+        _CLUSTER_IMPLEMENTATIONS[name] = stage
+        return stage
+
+    return register
+
+
+def run_cluster(state, until: str | None = None, dump: bool | str | None = None, out=None):
+    """Run the cluster stages in order on `state` (through `until`, inclusive); dumps as above."""
+    if until is not None and until not in CLUSTER_STAGES:
+        raise ValueError(f"no cluster stage {until!r}; stages: {', '.join(CLUSTER_STAGES)}")
+    for name in CLUSTER_STAGES:
+        stage = _CLUSTER_IMPLEMENTATIONS.get(name)
+        if stage is None:
+            raise PipelineBug(f"cluster stage {name!r} has no implementation (compiler/cluster/build.py)")
+        state = stage(state)
+        _dump(name, state.describe(name), dump, out)
+        if name == until:
+            break
+    return state

@@ -23,8 +23,8 @@ from pod import state as st
 from pod.faults import Faults
 from pod.transfer import DataPort, TransferError, byte_view, checksum
 from schemas.capnp_io import InstructionEvent, JobProgram, Peer, TileHeader
-from schemas.capnp_io import remote_reason as _one_line
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
+from schemas.remote_errors import remote_reason as _one_line
 
 log = get_logger()
 INLINE_COMPUTE_S = 0.002

@@ -36,8 +36,8 @@ from schemas.capnp_io import (
     TRAVERSAL_LIMIT_WORDS,
     PodInfo,
 )
-from schemas.capnp_io import remote_reason as _one_line
 from schemas.instructions import Fetch, NodePlan
+from schemas.remote_errors import remote_reason as _one_line
 
 log = get_logger()
 rpc = capnp_io.rpc()

@@ -45,6 +45,10 @@ class PreparedJob:
     kernel: ir.Kernel  # the job's kernel, parsed and checked once by `prepare`
     scalars: dict[str, float | int]  # typed as the kernel declares them
     tensors: dict[str, TensorPlace]
+    # The values the user pinned (the job's, overridden by the run's --cluster/--tile): the tuners
+    # search only the other names; the program's values also hold each other name's first value.
+    pinned_cluster: dict[str, int] = dataclasses.field(default_factory=dict)
+    pinned_tiles: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def uris(self) -> dict[str, str]:
@@ -124,15 +128,20 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[
             # An output that exists is overwritten only when the job succeeds, and only by a
             # tensor of the same shape and dtype: anything else is probably the wrong file.
             storage.check_tensor(path, place.shape, place.dtype)
-        elif not path.parent.is_dir():
-            raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
-        if info.role != "input" and not os.access(path.parent, os.W_OK | os.X_OK):
-            # Found here, before any pod starts: the staging copy and the commit need the folder.
-            raise UserError(f"tensor {info.name}: folder {path.parent} is not writable "
-                            "(the output's staging copy and commit are made there)")
+        if info.role != "input":
+            check_output_folder(info.name, path)
         places[info.name] = place
     storage.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
+
+
+def check_output_folder(tensor: str, path: Path) -> None:
+    """Found before any pod starts: the output's staging copy and its commit are made in its folder."""
+    if not path.parent.is_dir():
+        raise UserError(f"tensor {tensor}: folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(f"tensor {tensor}: folder {path.parent} is not writable "
+                        "(the output's staging copy and commit are made there)")
 
 
 def require_creatable(kernel: ir.Kernel, tensor: str, path: Path) -> None:
@@ -189,7 +198,8 @@ def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[st
     else:
         program = compile_program(kernel, dict(job.dims), values, tiles)
     tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots, kernel)
-    return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors)
+    return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors,
+                       pinned_cluster=values, pinned_tiles=tiles)
 
 
 def check_new_job(job: Job, job_path: Path) -> list[str]:
@@ -208,9 +218,15 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
     program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values))
     for info in program.tensors:
         path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
-        if not path.exists() and (info.role == "input" or first_old_value_read(kernel, info.name)):
+        if path.exists():  # what the dims alone could not check (a shape naming a tile value)
+            storage.check_tensor(path, tuple(info.shape), info.dtype)
+        elif info.role == "input":
             warnings.append(f"warning: tensor {info.name}: {path} does not exist yet; the kernel reads it, "
                             "so it must when the job runs")
-        if info.role != "input" and not path.parent.is_dir():
-            raise UserError(f"tensor {info.name}: folder {path.parent} does not exist")
+        elif (span := first_old_value_read(kernel, info.name)) is not None:
+            warnings.append(f"warning: tensor {info.name}: {path} does not exist yet, and the kernel reads "
+                            f"its old values at {span.file}:{span.line}:{span.col} before writing them, so "
+                            "it must when the job runs")
+        if info.role != "input":
+            check_output_folder(info.name, path)
     return warnings

@@ -33,6 +33,7 @@ from scheduler.local_pods import choose_devices, new_token, start_local_pods, vi
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
+from schemas.remote_errors import remote_reason
 
 log = get_logger(program="scheduler")
 CONNECT_TIMEOUT_S = 30.0
@@ -143,7 +144,7 @@ class PodSession:
             connecting = rpc_streams.connect(host.strip("[]"), int(port))
             stream = await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError) as err:
-            raise UserError(f"cannot reach pod {address}: {_one_line(err)}") from None
+            raise UserError(f"cannot reach pod {address}: {remote_reason(err)}") from None
         client = capnp.TwoPartyClient(stream, traversal_limit_in_words=self.io.TRAVERSAL_LIMIT_WORDS,
                                       nesting_limit=self.io.NESTING_LIMIT)
         self.clients[node] = client
@@ -162,7 +163,7 @@ class PodSession:
             await self.clients[node].on_disconnect()
             reason = "connection lost"
         except Exception as err:
-            reason = f"connection lost ({_one_line(err)})"
+            reason = f"connection lost ({remote_reason(err)})"
         self.lost[node] = reason
         if self.current is not None:
             self.current.on_disconnected(node, reason)
@@ -334,7 +335,7 @@ class JobRun:
         except Exception as err:
             if action.node not in self.state.live or self.state.outcome is not None:
                 return  # declared dead, or the job ended, while in flight
-            text = _one_line(err)
+            text = remote_reason(err)
             if "disconnect" in text.lower() or isinstance(err, asyncio.TimeoutError):
                 self._apply(self.state.disconnected(action.node, f"submit failed: {text}", self.now()))
             else:
@@ -417,7 +418,7 @@ _SINK = None
 
 def not_a_pod(err: BaseException) -> str:
     """Why login to an address failed, when it was not a refusal: what a user can act on."""
-    text = _one_line(err).removeprefix("message = ")
+    text = remote_reason(err).removeprefix("message = ")
     if isinstance(err, TimeoutError):
         return f"no answer to the login within {CONNECT_TIMEOUT_S:g} s"
     if "exceeds size limit" in text or "traversalLimit" in text or "segment" in text.lower():
@@ -425,21 +426,3 @@ def not_a_pod(err: BaseException) -> str:
     if any(word in text.lower() for word in ("disconnect", "closing", "reset", "broken pipe", "eof")):
         return f"the connection closed before login ({text})"
     return text
-
-
-def _one_line(err: BaseException) -> str:
-    """The reason in an exception's text: Cap'n Proto appends a "stack: ..." line (addresses),
-    and wraps a remote error as "remote exception: <type>: <reason>"."""
-    text = str(getattr(err, "description", None) or str(err).strip() or type(err).__name__)
-    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("stack:")]
-    if not lines:
-        return type(err).__name__
-    line = lines[0].strip()
-    if "Traceback (most recent call last)" in text:
-        # A Python error on the pod comes as its whole traceback: its last unindented line
-        # ("PermissionError: login refused: wrong token") is the reason.
-        line = [ln for ln in lines if not ln.startswith(" ")][-1]
-        kind, sep, rest = line.partition(": ")
-        if sep and kind.isidentifier():
-            line = rest
-    return line.strip()[:300]

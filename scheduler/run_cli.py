@@ -182,8 +182,7 @@ def run_command(argv: list[str]) -> int:
     prepared = api.prepare(cluster_job, roots, cluster_values, tile_values=tile_values,
                            any_values=tune.autotune)
     PROCESS.mark("prepare_end")
-    pinned = {**dict(prepared.job.cluster_values), **cluster_values}
-    for line in values_outside_space(prepared.kernel, pinned):
+    for line in values_outside_space(prepared.kernel, prepared.pinned_cluster):
         print(line, file=sys.stderr)
     for name in expected:
         if name not in prepared.tensors or prepared.tensors[name].role == "input":

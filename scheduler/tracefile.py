@@ -135,7 +135,9 @@ def summary_text(trace: dict, ok: bool, reason: str = "") -> str:
     job = trace["job"]
     head = "succeeded" if ok else f"FAILED: {reason}"
     units = len({u["unit"] for u in trace["units"]})
-    lines = [f"job {job['id']} ({job['kernel']}, {units} units on {len(trace['nodes'])} nodes) {head}",
+    nodes = len(trace["nodes"])
+    lines = [f"job {job['id']} ({job['kernel']}, {units} unit{'s' * (units != 1)} on {nodes} "
+             f"node{'s' * (nodes != 1)}) {head}",
              f"wall time {s['wall_s']:.3f} s"]
     header = f"{'node':>4}  {'backend':<8} {'instr':>7} {'loaded':>10} {'fetched':>10} {'served':>10} " \
              f"{'stored':>10} {'compute s':>10}"

@@ -7,11 +7,11 @@
 `run_autotuned` reaches the pods (starting local ones as a plain run would), takes the node count
 and memory from them unless the flags give them, ranks every @cluster combination with the model
 (scheduler/tuner.py; with --calibrate, on figures measured by probe jobs, scheduler/calibrate.py),
-prints the table, and runs the best combination on the same pods. Values given with --cluster are
-pinned: the search covers the other @cluster names only. Values stored in the job file are not
-pinned under --autotune (the tuner replaces them). --tune-leaves then has one GPU pod time the
-leaves' @autotune points at the chosen @cluster values (scheduler/tuner_leaves.py); every node
-runs the winner. docs/performance.md ("Cluster tuner") describes the model and the figures.
+prints the table, and runs the best combination on the same pods. Pinned values (the job's, from
+`new-job --cluster`, and the run's --cluster, which overrides them) stay: the search covers the
+other @cluster names only. --tune-leaves then has one GPU pod time the leaves' @autotune points at
+the chosen @cluster values (scheduler/tuner_leaves.py), a pinned --tile name at its value only;
+every node runs the winner. docs/performance.md ("Cluster tuner") describes the model and the figures.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
     infos = [session.infos[n] for n in order]
     figures = base_figures(tune, len(order), [i.backend for i in infos], [int(i.vram_bytes) for i in infos])
     nodes = order[: min(figures.nodes, len(order))]
-    pinned = dict(options.cluster_values)
+    pinned = dict(prepared.pinned_cluster)  # the job's pins and the run's --cluster
     ranking = None
     values = dict(prepared.program.cluster_values)
     if tune.autotune:

@@ -26,12 +26,14 @@ from common.errors import UserError
 from compiler.frontend import ir
 
 
-def leaf_points(kernel: ir.Kernel) -> list[dict[str, int]]:
-    """Every @autotune combination, first values first."""
+def leaf_points(kernel: ir.Kernel, pinned: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """Every @autotune combination, first values first; a pinned name takes only its value."""
     if kernel.autotune is None:
         return [{}]
+    pinned = pinned or {}
     names = [d.name for d in kernel.autotune.dims]
-    combos = itertools.product(*(d.values for d in kernel.autotune.dims))
+    combos = itertools.product(*([pinned[d.name]] if d.name in pinned else d.values
+                                 for d in kernel.autotune.dims))
     return [dict(zip(names, combo, strict=True)) for combo in combos]
 
 
@@ -74,7 +76,8 @@ async def tune_leaves(session, prepared, options, nodes: list[int], cluster_valu
     key = "|".join([cal.cluster_key([(session.addresses[node].rpartition(":")[0], info.backend,
                                       info.device_name)]),
                     cal.kernel_key(prepared.program).rsplit("|", 1)[0],
-                    ",".join(f"{k}={v}" for k, v in sorted(cluster_values.items()))])
+                    ",".join(f"{k}={v}" for k, v in sorted(cluster_values.items())),
+                    ",".join(f"{k}={v}" for k, v in sorted(prepared.pinned_tiles.items()))])  # searched less
     cached = cal.read_cache().get("leaf_tuning", {}).get(key)
     if cached:
         say(f"leaf tuning: reusing {_label(cached['values'])} from {cal.cache_path()}")
@@ -83,7 +86,7 @@ async def tune_leaves(session, prepared, options, nodes: list[int], cluster_valu
     timings: dict[tuple[tuple[str, int], ...], list[float]] = {}
     skipped: list[str] = []
     warmed = False
-    for point in leaf_points(kernel):
+    for point in leaf_points(kernel, prepared.pinned_tiles):
         try:
             program = compile_program(kernel, dims, cluster_values, point)
         except UserError as err:

@@ -489,18 +489,6 @@ def write_events(builder, name: str, events: list[InstructionEvent] | tuple[Inst
         write_event(entry, event)
 
 
-def remote_reason(err: BaseException) -> str:
-    """The one-line reason out of an error from an RPC call.
-
-    pycapnp hands a remote Python exception over as text holding the remote traceback; the
-    reason is its last line (e.g. "Refused: job j: generation 1 is older than 2")."""
-    text = str(err)
-    if "remote exception" not in text:
-        return text.strip().splitlines()[0] if text.strip() else type(err).__name__
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("stack:")]
-    return lines[-1] if lines else text
-
-
 # ---- whole messages as bytes (tests, files) ------------------------------------------------------
 
 

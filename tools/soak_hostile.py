@@ -80,6 +80,7 @@ def wrong_logins(address: str, count: int) -> list[str]:
     import capnp
 
     from schemas import capnp_io, rpc_streams
+    from schemas.remote_errors import remote_reason
 
     async def one(i: int) -> str:
         host, port = address.rsplit(":", 1)
@@ -88,7 +89,7 @@ def wrong_logins(address: str, count: int) -> list[str]:
         try:
             return str((await asyncio.wait_for(gate.login(f"wrong-{i}-{'y' * 24}"), 60)).refusal)
         except Exception as err:
-            return f"exception: {capnp_io.remote_reason(err)}"
+            return f"exception: {remote_reason(err)}"
 
     async def all_of_them() -> list[str]:
         return list(await asyncio.gather(*(one(i) for i in range(count))))

@@ -142,8 +142,9 @@ def classify_slice(
     return role
 
 
-def mentions_position(expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> bool:
-    return first_position_use(expr, env, level) is not None
+def mentions_position(expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel,
+                      chunk_dim: str | None = None) -> bool:
+    return first_position_use(expr, env, level, chunk_dim=chunk_dim) is not None
 
 
 def origin_axes(expr: ir.Expr, env: dict[str, ir.Expr], _seen: frozenset[str] = frozenset()) -> set[str]:
@@ -196,19 +197,21 @@ def lone_origin_message(expr: ir.Expr, env: dict[str, ir.Expr]) -> str:
 
 
 def first_position_use(
-    expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel, _seen: frozenset[str] = frozenset()
+    expr: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel, _seen: frozenset[str] = frozenset(),
+    chunk_dim: str | None = None,
 ) -> ir.Expr | None:
     """The first node of `expr` that stands for a cluster-level position (a cluster grid axis's
     block index, the cluster loop's variable, or a let defined from one of them), outside the
-    absolute positions (`ctx.origin.x + row`), which mean the same at both levels."""
-    for e in _value_nodes(expr, env, level):
+    absolute positions (`ctx.origin.x + row`) and, given `chunk_dim`, the chunk edge masks
+    (`j + arange(BS) < S`), which mean the same at both levels."""
+    for e in _value_nodes(expr, env, level, chunk_dim):
         if isinstance(e, ir.BlockIndex | ir.Const) and _names_split_axis(e, level):
             return e
         if isinstance(e, ir.Name):
             if e.kind == "loop" and e.name == level.loop_var:
                 return e
             if e.kind == "let" and e.name in env and e.name not in _seen:
-                if first_position_use(env[e.name], env, level, _seen | {e.name}) is not None:
+                if first_position_use(env[e.name], env, level, _seen | {e.name}, chunk_dim) is not None:
                     return e
     return None
 
@@ -321,47 +324,74 @@ def _value_exprs(stmt: ir.Stmt) -> tuple[tuple[ir.Expr, bool], ...]:
     return tuple((e, False) for e in walk.child_exprs(stmt))
 
 
-def _value_nodes(expr: ir.Expr, env: dict[str, ir.Expr] | None = None, level: ClusterLevel | None = None):
+def _value_nodes(expr: ir.Expr, env: dict[str, ir.Expr] | None = None, level: ClusterLevel | None = None,
+                 chunk_dim: str | None = None):
     """Pre-order over the nodes of `expr` evaluated as values: slice starts and extents, sizes
     (arange's argument, full's shape) are skipped, but a load's fill and index-free parts are kept.
     Given `env` and `level`, an absolute position (`ctx.origin.x + row + ..`) yields only its
-    other summands: the origin and the CTA's start it pairs are the same at both levels."""
+    other summands: the origin and the CTA's start it pairs are the same at both levels; given
+    `chunk_dim`, so does a chunk's edge mask (`_chunk_mask_parts`)."""
     if level is not None and (origin_axes(expr, env) if isinstance(expr, ir.BinOp) else False):
         rest = absolute_parts(expr, env, level)
         if rest is not None:
             for part in rest:
-                yield from _value_nodes(part, env, level)
+                yield from _value_nodes(part, env, level, chunk_dim)
             return
+    mask = _chunk_mask_parts(expr, level, chunk_dim)
+    if mask is not None:
+        for part in mask:
+            yield from _value_nodes(part, env, level, chunk_dim)
+        return
     yield expr
     if isinstance(expr, ir.Load):
         if expr.fill is not None:
-            yield from _value_nodes(expr.fill, env, level)
+            yield from _value_nodes(expr.fill, env, level, chunk_dim)
         return
     if isinstance(expr, ir.Call):
         if expr.func == "arange":
             return
         args = expr.args[1:] if expr.func == "full" else expr.args
         for a in args:
-            yield from _value_nodes(a, env, level)
+            yield from _value_nodes(a, env, level, chunk_dim)
         for _, v in expr.kwargs:
-            yield from _value_nodes(v, env, level)
+            yield from _value_nodes(v, env, level, chunk_dim)
         return
     if isinstance(expr, ir.ShapeList):
         return
     for child in walk.child_exprs(expr):
-        yield from _value_nodes(child, env, level)
+        yield from _value_nodes(child, env, level, chunk_dim)
+
+
+def _chunk_mask_parts(expr: ir.Expr, level: ClusterLevel | None, chunk_dim: str | None):
+    """The other summands of a chunk's edge mask `j + x < N`, j the cluster loop's variable and N
+    the dimension it runs to; None for anything else. In a step leaf j counts from the chunk's start
+    and N is the chunk's extent (the last chunk's smaller one), so the comparison is the plain
+    kernel's `j + x < N` element for element: true inside the dimension, false past its end."""
+    if chunk_dim is None or level is None or not level.loop_var:
+        return None
+    if not (isinstance(expr, ir.BinOp) and expr.op == "<"):
+        return None
+    if not (isinstance(expr.rhs, ir.Name) and expr.rhs.kind == "dim" and expr.rhs.name == chunk_dim):
+        return None
+    terms = _summands(expr.lhs)
+    loop = [t for t in terms if isinstance(t, ir.Name) and t.kind == "loop" and t.name == level.loop_var]
+    if len(loop) != 1:
+        return None
+    return [t for t in terms if t is not loop[0]]
 
 
 def check_value_uses(kernel: ir.Kernel, level: ClusterLevel, plan: AccessPlan) -> None:
     """Reject positions and split dimensions used as values, where a leaf would see other numbers
     than the plain kernel: a leaf does not know where its super-tile lies."""
     split_dims = {d: r for d, r in plan.dims.items() if r.kind != "whole"}
+    loop = next((s for s in kernel.body if isinstance(s, ir.For) and s.var == level.loop_var), None)
+    chunk_dim = loop.stop.name if loop is not None and isinstance(loop.stop, ir.Name) else None
     for stmt, env in walk.iter_stmts_with_env(kernel.body):
         if isinstance(stmt, ir.Let) and affine_of(stmt.value, env) is not None:
             continue  # an index let (`let row = ctx.block.x * BR`): checked where it is used
         for top, is_stop in _value_exprs(stmt):
-            for e in _value_nodes(top, env, level):
-                hit = _position_node(e, env, level)
+            for e in _value_nodes(top, env, level, chunk_dim):
+                hit = _position_node(e, env, level, chunk_dim)
                 if hit is not None:
                     raise CompileError(hit.span, _position_message(hit, level))
                 if (
@@ -403,13 +433,14 @@ def _names_split_axis(e: ir.BlockIndex | ir.Const, level: ClusterLevel) -> bool:
     return axis in level.grid_tiles
 
 
-def _position_node(e: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel) -> ir.Expr | None:
+def _position_node(e: ir.Expr, env: dict[str, ir.Expr], level: ClusterLevel,
+                   chunk_dim: str | None = None) -> ir.Expr | None:
     if isinstance(e, ir.BlockIndex | ir.Const) and _names_split_axis(e, level):
         return e
     if isinstance(e, ir.Name):
         if e.kind == "loop" and e.name == level.loop_var:
             return e
-        if e.kind == "let" and e.name in env and mentions_position(env[e.name], env, level):
+        if e.kind == "let" and e.name in env and mentions_position(env[e.name], env, level, chunk_dim):
             return e
     return None
 
@@ -420,7 +451,8 @@ def _position_message(hit: ir.Expr, level: ClusterLevel) -> str:
     if isinstance(hit, ir.Name) and hit.kind == "loop":
         return (
             f"'{hit.name}' is the cluster loop's variable; inside a step leaf it counts from the chunk's "
-            f"start, so it may only start a slice `{hit.name} :+ {level.loop_tile}`"
+            f"start, so it may only start a slice `{hit.name} :+ {level.loop_tile}` or mask the chunk's "
+            f"edge, `{hit.name} + .. < N` with N the dimension the loop runs to"
         )
     what = f"ctx.block.{hit.axis}" if isinstance(hit, ir.BlockIndex) else f"'{hit.name}'"
     return (

@@ -1,29 +1,34 @@
 """compile_cluster: an @cluster kernel and concrete dims -> a ClusterProgram.
 
-The pipeline, in order:
-  1. choose the @cluster values and bind dims and tile values (user errors for bad values);
-  2. find the cluster loop, if any, and check it has one of the two combinable forms (combine.py):
-     a linear accumulator (accumulate.py) or an online softmax (softmax.py);
-  3. classify every tensor axis as split by a grid axis, cut in chunks, or whole (access.py) and
-     reject what a leaf could not compute with the same meaning;
-  4. check the numbers: super-tiles whole multiples of leaf tiles; cut each split dimension into
-     super-tiles, the last one smaller where the dimension is not a multiple (tiling.py);
-  5. write and check the leaves (leaves.py), bind each at its dims for its CTA grid and flops,
-     with a variant bound to the smaller extents for launches on the last super-tiles;
-  6. enumerate the units of work, one per output super-tile, with their regions (units.py), and
-     split each one's cluster loop over shares merged by a tree when asked (reductions.py);
-  7. write each unit's super-tile origin into the leaves that read `ctx.origin` (origins.py).
+The stages, in the order compiler/pipeline.py CLUSTER_STAGES lists them, each
+`stage(ClusterState) -> ClusterState` and dumped with PHOBOS_DUMP_STAGES:
+  choose_values    choose the @cluster values and bind dims and tile values (user errors for bad
+                   values);
+  find_loop        find the cluster loop, if any, and check it has one of the two combinable forms
+                   (combine.py): a linear accumulator (accumulate.py) or an online softmax (softmax.py);
+  plan_accesses    classify every tensor axis as split by a grid axis, cut in chunks, or whole
+                   (access.py) and reject what a leaf could not compute with the same meaning;
+  check_multiples  super-tiles whole multiples of leaf tiles; cut each split dimension into
+                   super-tiles, the last one smaller where the dimension is not a multiple (tiling.py);
+  make_leaves      write and check the leaves (leaves.py), bind each at its dims for its CTA grid
+                   and flops, with a variant bound to the smaller extents for launches on the last
+                   super-tiles;
+  build_units      enumerate the units of work, one per output super-tile, with their regions
+                   (units.py), split each one's cluster loop over shares merged by a tree when asked
+                   (reductions.py), and write each unit's super-tile origin into the leaves that read
+                   `ctx.origin` (origins.py).
 
-Steps 1-3 and the leaf texts need no dimension: `analyze_cluster` runs them, and `check` runs them
-through `check_cluster` for every @cluster kernel.
+find_loop, plan_accesses and the leaf texts need no dimension: `analyze_cluster` runs them, and
+`check` runs them through `check_cluster` for every @cluster kernel.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from common.errors import UserError
+from compiler import pipeline
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
 from compiler.cluster.accumulate import find_cluster_loop
@@ -32,7 +37,8 @@ from compiler.cluster.flops import leaf_flops
 from compiler.cluster.leaves import KernelText, check_leaf, main_leaf_text
 from compiler.cluster.origins import place_origins
 from compiler.cluster.reductions import combine_leaf_texts, split_units
-from compiler.cluster.tiling import LeafVariants, cut_dimension
+from compiler.cluster.text import describe_stage
+from compiler.cluster.tiling import DimCut, LeafVariants, cut_dimension
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
@@ -268,8 +274,47 @@ class ClusterShape:
     leaf_texts: dict[str, str]
 
 
-def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
-    """Every cluster rejection that does not depend on the dimensions (run by `check` too)."""
+@dataclass(frozen=True)
+class ClusterState:
+    """What the cluster stages (compiler/pipeline.py CLUSTER_STAGES) know so far: the input, then
+    what each stage adds. A stage returns a new state; `describe(stage)` is its dump."""
+
+    kernel: ir.Kernel
+    dims: dict[str, int] = field(default_factory=dict)
+    given_cluster: dict[str, int] | None = None
+    given_tiles: dict[str, int] | None = None
+    split: SplitRequest | None = None  # cut each unit's cluster loop into shares (reductions.py)
+    cluster_values: dict[str, int] | None = None  # choose_values: @cluster values, all dims, tiles
+    full: dict[str, int] | None = None
+    tile_values: dict[str, int] | None = None
+    loop: ir.For | None = None  # find_loop: the cluster loop, its accumulator, the cluster level
+    acc: Combine | None = None
+    level: ClusterLevel | None = None
+    plan: AccessPlan | None = None  # plan_accesses: every tensor's access, every dimension's role
+    roles: dict[str, AxisRole] | None = None
+    cuts: dict[str, DimCut] | None = None  # check_multiples: split dimensions cut in super-tiles
+    leaf_dims: dict[str, int] | None = None
+    leaf_texts: dict[str, str] | None = None  # make_leaves: texts, and leaves by base name and edge
+    variants: LeafVariants | None = None
+    program: ClusterProgram | None = None  # build_units
+
+    def describe(self, stage: str) -> str:
+        return describe_stage(self, stage)
+
+
+@pipeline.cluster_stage("choose_values")
+def choose_values(state: ClusterState) -> ClusterState:
+    """The @cluster values (given, else each one's first) and the kernel bound at the dims."""
+    cv = _choose_cluster_values(state.kernel, state.given_cluster)
+    binding = pipeline.bind_stage(state.kernel, state.dims, tile_values=state.given_tiles, dump=False)
+    return replace(state, cluster_values=cv, full=dict(binding.dims), tile_values=dict(binding.tile_values))
+
+
+@pipeline.cluster_stage("find_loop")
+def find_loop(state: ClusterState) -> ClusterState:
+    """The cluster loop, if any, in one of the two combinable forms (combine.py); the @cluster
+    attribute and the leaf's own loops checked against it."""
+    kernel = state.kernel
     names = {d.name for d in _require_cluster(kernel).dims}
     loop = find_cluster_loop(kernel, names)
     acc = check_cluster_loop(kernel, loop) if loop is not None else None
@@ -280,14 +325,102 @@ def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
     )
     _check_attribute(kernel, level)
     _check_leaf_loops(kernel)
-    plan = plan_accesses(kernel, level)
-    check_value_uses(kernel, level, plan)
-    roles = _dim_roles(kernel, plan, loop, level)
+    return replace(state, loop=loop, acc=acc, level=level)
+
+
+@pipeline.cluster_stage("plan_accesses")
+def plan_tensor_accesses(state: ClusterState) -> ClusterState:
+    """Every tensor axis split by a grid axis, cut in chunks, or whole; what a leaf could not
+    compute with the same meaning rejected."""
+    plan = plan_accesses(state.kernel, state.level)
+    check_value_uses(state.kernel, state.level, plan)
+    return replace(state, plan=plan, roles=_dim_roles(state.kernel, plan, state.loop, state.level))
+
+
+@pipeline.cluster_stage("check_multiples")
+def check_multiples(state: ClusterState) -> ClusterState:
+    """Super-tiles whole multiples of leaf tiles; each split dimension cut into super-tiles."""
+    cv, full = state.cluster_values, state.full
+    _check_tile_multiples(state.kernel, cv, state.tile_values)
+    cuts = {d: cut_dimension(full[d], cv[r.tile]) for d, r in state.roles.items() if r.kind != "whole"}
+    leaf_dims = {d: (cuts[d].extent if d in cuts else full[d]) for d in state.roles}
+    return replace(state, cuts=cuts, leaf_dims=leaf_dims)
+
+
+@pipeline.cluster_stage("make_leaves")
+def make_leaves(state: ClusterState) -> ClusterState:
+    """The leaf texts, each parsed and checked once, bound at the leaf dims (edge variants are
+    made as build_units finds launches on smaller last super-tiles)."""
+    texts = _leaf_texts(state.kernel, state.acc, state.split)  # only the leaves this program uses
+    filename = state.kernel.span.file
+    kernels = {b: check_leaf(t, f"{filename} (cluster leaf {b})") for b, t in texts.items()}
+    tv = state.tile_values
+    variants = LeafVariants(
+        lambda base, name, at: _make_leaf(base, name, kernels[base], texts[base], at, tv),
+        kernels, state.leaf_dims,
+    )
+    return replace(state, leaf_texts=texts, variants=variants)
+
+
+@pipeline.cluster_stage("build_units")
+def build_units(state: ClusterState) -> ClusterState:
+    """The units of work, one per output super-tile with its launches' regions, and the program."""
+    kernel, full, cuts = state.kernel, state.full, state.cuts
+    tensor_roles = _tensor_roles(kernel, state.plan, state.acc)
+    infos = tuple(
+        TensorInfo(
+            t.name, t.dtype, tuple(d if isinstance(d, int) else full[d] for d in t.dims), tensor_roles[t.name]
+        )
+        for t in kernel.tensors
+    )
+    # Indexed by grid axis (x, y, z) up to the last cluster axis; an axis the cluster does not
+    # split counts one super-tile (the leaf's CTAs cover it whole).
+    counts = {g.axis: cuts[g.dim].count for g in kernel.grid if g.axis in state.level.grid_tiles}
+    last = max(("xyz".index(a) for a in counts), default=0)
+    super_axes = [(a, counts.get(a, 1)) for a in "xyz"[: last + 1]]
+    units = unit_builder.build_units(
+        kernel, state.plan, state.acc, super_axes, (full, state.roles, cuts), state.variants
+    )
+    reduction = None
+    if state.acc is not None:
+        out = next(t for t in kernel.tensors if t.name == state.acc.store.tensor)
+
+        def variant(base: str, region) -> str:  # a generated leaf at a ragged output super-tile
+            edges = tuple((d, n) for d, n in zip(out.dims, region.shape, strict=True)
+                          if isinstance(d, str) and n != state.leaf_dims.get(d, n))
+            return state.variants.name(base, edges)
+
+        units, partials, reduction = split_units(units, infos, kernel, state.acc, state.split, variant)
+        infos += partials
+    program = ClusterProgram(
+        kernel=kernel.name,
+        source=KernelText(kernel).text,
+        dims=tuple(full.items()),
+        cluster_values=tuple(state.cluster_values.items()),
+        tile_values=tuple(state.tile_values.items()),
+        super_grid=tuple(n for _, n in super_axes),
+        tensors=infos,
+        scalars=tuple(s.name for s in kernel.scalars),
+        leaves=state.variants.leaves(),
+        units=units,
+        reduction=reduction,
+    )
+    return replace(state, program=place_origins(program, kernel, state.level.grid_tiles))
+
+
+def _leaf_texts(kernel: ir.Kernel, acc: Combine | None, split: SplitRequest | None) -> dict[str, str]:
     if acc is None:
-        texts = {"main": main_leaf_text(kernel)}
-    else:  # every leaf the loop may need, those of a split included (for `check`)
-        texts = combine_leaf_texts(kernel, acc, _init_tiling(kernel, acc), SplitRequest(2))
-    return ClusterShape(loop, acc, level, plan, roles, texts)
+        return {"main": main_leaf_text(kernel)}
+    return combine_leaf_texts(kernel, acc, _init_tiling(kernel, acc), split)
+
+
+def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
+    """Every cluster rejection that does not depend on the dimensions (run by `check` too): the
+    stages find_loop and plan_accesses, and the leaf texts."""
+    state = plan_tensor_accesses(find_loop(ClusterState(kernel)))
+    # every leaf the loop may need, those of a split included (for `check`)
+    return ClusterShape(state.loop, state.acc, state.level, state.plan, state.roles,
+                        _leaf_texts(kernel, state.acc, SplitRequest(2)))
 
 
 def check_cluster(kernel: ir.Kernel) -> ClusterShape:
@@ -308,62 +441,10 @@ def compile_cluster(
     cluster_values: dict[str, int] | None = None,
     tile_values: dict[str, int] | None = None,
     split: SplitRequest | None = None,
+    dump: bool | str | None = None,
 ) -> ClusterProgram:
-    """The cluster program of a checked @cluster kernel at concrete dims (see the module doc);
-    `split` cuts each unit's cluster loop into shares merged by a tree (reductions.py)."""
-    cv = _choose_cluster_values(kernel, cluster_values)
-    binding = bind(kernel, dims, tile_values=tile_values)
-    full, tv = dict(binding.dims), dict(binding.tile_values)
-    shape = analyze_cluster(kernel)
-    _check_tile_multiples(kernel, cv, tv)
-    cuts = {d: cut_dimension(full[d], cv[r.tile]) for d, r in shape.roles.items() if r.kind != "whole"}
-    leaf_dims = {d: (cuts[d].extent if d in cuts else full[d]) for d in shape.roles}
-    filename = kernel.span.file
-    texts = shape.leaf_texts
-    if shape.acc is not None:  # only the leaves this program uses
-        texts = combine_leaf_texts(kernel, shape.acc, _init_tiling(kernel, shape.acc), split)
-    kernels = {b: check_leaf(t, f"{filename} (cluster leaf {b})") for b, t in texts.items()}
-    variants = LeafVariants(
-        lambda base, name, at: _make_leaf(base, name, kernels[base], texts[base], at, tv),
-        kernels, leaf_dims,
-    )
-    tensor_roles = _tensor_roles(kernel, shape.plan, shape.acc)
-    infos = tuple(
-        TensorInfo(
-            t.name, t.dtype, tuple(d if isinstance(d, int) else full[d] for d in t.dims), tensor_roles[t.name]
-        )
-        for t in kernel.tensors
-    )
-    # Indexed by grid axis (x, y, z) up to the last cluster axis; an axis the cluster does not
-    # split counts one super-tile (the leaf's CTAs cover it whole).
-    counts = {g.axis: cuts[g.dim].count for g in kernel.grid if g.axis in shape.level.grid_tiles}
-    last = max(("xyz".index(a) for a in counts), default=0)
-    super_axes = [(a, counts.get(a, 1)) for a in "xyz"[: last + 1]]
-    units = unit_builder.build_units(
-        kernel, shape.plan, shape.acc, super_axes, (full, shape.roles, cuts), variants
-    )
-    reduction = None
-    if shape.acc is not None:
-        out = next(t for t in kernel.tensors if t.name == shape.acc.store.tensor)
-
-        def variant(base: str, region) -> str:  # a generated leaf at a ragged output super-tile
-            edges = tuple((d, n) for d, n in zip(out.dims, region.shape, strict=True)
-                          if isinstance(d, str) and n != leaf_dims.get(d, n))
-            return variants.name(base, edges)
-
-        units, partials, reduction = split_units(units, infos, kernel, shape.acc, split, variant)
-        infos += partials
-    program = ClusterProgram(
-        kernel=kernel.name,
-        source=KernelText(kernel).text,
-        dims=tuple(full.items()),
-        cluster_values=tuple(cv.items()),
-        tile_values=tuple(tv.items()),
-        super_grid=tuple(n for _, n in super_axes),
-        tensors=infos,
-        scalars=tuple(s.name for s in kernel.scalars),
-        leaves=variants.leaves(),
-        units=units,
-        reduction=reduction,
-    )
-    return place_origins(program, kernel, shape.level.grid_tiles)
+    """The cluster program of a checked @cluster kernel at concrete dims: the cluster stages of
+    compiler/pipeline.py, in order (`dump` or PHOBOS_DUMP_STAGES prints them); `split` cuts each
+    unit's cluster loop into shares merged by a tree (reductions.py)."""
+    start = ClusterState(kernel, dict(dims), cluster_values, tile_values, split)
+    return pipeline.run_cluster(start, dump=dump).program

@@ -9,9 +9,10 @@ compiler, never the user's mistake.
 
 from __future__ import annotations
 
+from compiler import pipeline
 from compiler.cluster.accumulate import Accumulator
 from compiler.frontend import ir
-from compiler.frontend.binding import Binding, bind
+from compiler.frontend.binding import Binding
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.source import Span
 from schemas.program import Leaf
@@ -147,4 +148,4 @@ def load_leaf(leaf: Leaf) -> tuple[ir.Kernel, Binding]:
     """The leaf's checked kernel and its binding at the leaf's dims and tile values: what every
     runner of a leaf (a pod, the PTX compile on the scheduler, the reference) starts from."""
     kernel = check_leaf(leaf.source, f"<cluster leaf {leaf.name}>")
-    return kernel, bind(kernel, dict(leaf.dims), tile_values=dict(leaf.tile_values))
+    return kernel, pipeline.bind_stage(kernel, dict(leaf.dims), tile_values=dict(leaf.tile_values))

@@ -75,3 +75,56 @@ def format_program(program: ClusterProgram, units_shown: int = UNITS_SHOWN) -> s
     if hidden > 0:
         out.append(f"    ... and {hidden} more units")
     return "\n".join(out)
+
+
+# ---- the cluster compiler's stages, as text (compiler/cluster/build.py ClusterState.describe) ------
+
+
+def _describe_values(s) -> str:
+    return (f"@cluster values: {_pairs(s.cluster_values.items())}\ndims: {_pairs(s.full.items())}\n"
+            f"tile values: {_pairs(s.tile_values.items())}")
+
+
+def _describe_loop(s) -> str:
+    axes = ", ".join(f"{axis} by {tile}" for axis, tile in sorted(s.level.grid_tiles.items())) or "none"
+    if s.loop is None:
+        return f"super-tile grid axes: {axes}\ncluster loop: none"
+    if hasattr(s.acc, "var"):  # an accumulator (accumulate.py)
+        combine = f"accumulating {s.acc.var}"
+    else:  # an online softmax (softmax.py)
+        combine = f"an online softmax of {s.acc.m.name}, {s.acc.l.name} and {s.acc.acc.name}"
+    return (f"super-tile grid axes: {axes}\ncluster loop: {s.loop.var} in steps of {s.level.loop_tile}, "
+            f"{combine} into {s.acc.store.tensor}")
+
+
+def _describe_accesses(s) -> str:
+    lines = [f"{d}: {role.describe()}" for d, role in s.roles.items()]
+    for name, access in s.plan.tensors.items():
+        use = " and ".join(w for w, on in (("read", access.reads), ("written", access.writes)) if on)
+        lines.append(f"tensor {name}: {use}")
+    return "\n".join(lines)
+
+
+def _describe_multiples(s) -> str:
+    lines = [f"{d}: {c.count} super-tile(s) of {c.extent}" + (f", the last {c.last}" if c.ragged else "")
+             for d, c in s.cuts.items()]
+    return "\n".join([*lines, f"leaf dims: {_pairs(s.leaf_dims.items())}"])
+
+
+def _describe_leaves(s) -> str:
+    return "\n".join(format_leaf(leaf) for leaf in s.variants.leaves())
+
+
+_DESCRIBE = {
+    "choose_values": _describe_values,
+    "find_loop": _describe_loop,
+    "plan_accesses": _describe_accesses,
+    "check_multiples": _describe_multiples,
+    "make_leaves": _describe_leaves,
+    "build_units": lambda s: format_program(s.program, units_shown=4),
+}
+
+
+def describe_stage(state, stage: str) -> str:
+    """What the cluster stage `stage` added to `state` (a ClusterState), as text."""
+    return _DESCRIBE[stage](state)

@@ -25,7 +25,7 @@ from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.source import Span
 
-COMPILER_VERSION = "phobos-cuda-4"
+COMPILER_VERSION = "phobos-cuda-5"
 
 
 def compiler_version() -> str:

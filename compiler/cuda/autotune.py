@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from common import cache
-from compiler.cuda import compile_kernel, compiler_version, nvrtc
-from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.cuda import compile_kernel, compiler_version, nvrtc, stages
+from compiler.cuda.schedule import DEFAULT, WGMMA_PROBE, Schedule, tensor_core_space
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
@@ -146,19 +146,21 @@ def tune(
     tf32: bool = False,
 ) -> TuneResult:
     """Measure every fitting (point, schedule) on the current GPU; return (and cache) the fastest.
-    `points` defaults to the whole @autotune space, `schedules` to the default schedule alone."""
+    `points` defaults to the whole @autotune space. `schedules` defaults to the default schedule
+    alone, except for kernels whose dots run on tensor cores: there the code generator's
+    choices are searched too (schedule_search)."""
     gpu = gpu_name()
     if gpu is None:
         raise RuntimeError("autotuning needs a GPU")
     base = bind(kernel, dims)
-    schedules = schedules or [DEFAULT]
     points = points if points is not None else search_points(kernel)
+    searched = schedules is None and bool(stages.tensor_core_dots(kernel, tf32))
     key = cache_key(kernel, dict(base.dims), gpu, tf32)
-    if points != search_points(kernel) or schedules != [DEFAULT]:
+    if points != search_points(kernel) or schedules not in (None, [DEFAULT]):
         space = (
             ";".join(sorted(str(sorted(p.items())) for p in points))
             + "|"
-            + ",".join(s.key() for s in schedules)
+            + ",".join(s.key() for s in schedules or [DEFAULT])
         )
         key += "|" + hashlib.sha256(space.encode()).hexdigest()[:16]
     if use_cache:
@@ -166,7 +168,53 @@ def tune(
         if entry:
             sched = Schedule(**entry.get("schedule", {}))
             return TuneResult(dict(entry["best"]), entry["ms"], (), (), cached=True, schedule=sched)
-    candidates = [(p, s) for p in points for s in schedules]
+    arrays, scalars = _inputs(kernel, dict(base.env))
+    if searched:
+        timings, pruned = schedule_search(kernel, dims, points, tf32, (arrays, scalars), log)
+    else:
+        cands = [(p, s) for p in points for s in schedules or [DEFAULT]]
+        timings, pruned = _measure(kernel, dims, cands, tf32, (arrays, scalars), log)
+    if not timings:
+        reasons = "; ".join(f"{dict(p)}: {why}" for (p, _), why in pruned[:3])
+        raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
+    (best_items, best_schedule), best_ms = min(timings, key=lambda t: t[1])
+    best = dict(best_items)
+    entries = _read_cache()
+    entries[key] = {"best": best, "ms": best_ms, "schedule": dataclasses.asdict(best_schedule)}
+    _write_cache(entries)
+    many = len({sched for (_, sched), _ in timings + pruned}) > 1  # name the schedule when it varied
+
+    def flat(rows):
+        return tuple((p + ((("schedule", sched.key()),) if many else ()), v) for (p, sched), v in rows)
+
+    return TuneResult(best, best_ms, flat(timings), flat(pruned), schedule=best_schedule)
+
+
+def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
+    """Tensor-core kernels: every point with the default schedule (mma.sync) and, where its dots
+    can, with warpgroup MMA (4 stages, grouped order); then the best point of each family with
+    that family's whole schedule space (schedule.tensor_core_space: warp layout, pipeline depth,
+    CTA order). A tile shape that is best for one family is often not for the other."""
+    families = [[s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if not s.wgmma]]
+    if stages.uses_wgmma(kernel, stages.tensor_core_dots(kernel, tf32)):
+        families.append([s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if s.wgmma])
+    probes = [DEFAULT, WGMMA_PROBE][: len(families)]
+    timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
+    for probe, space in zip(probes, families, strict=True):
+        mine = [t for t in timings if t[0][1] == probe]
+        if not mine:
+            continue
+        best = dict(min(mine, key=lambda t: t[1])[0][0])
+        rest = [(best, s) for s in space if s != probe]
+        more, why = _measure(kernel, dims, rest, tf32, inputs, log)
+        timings += more
+        pruned += why
+    return timings, pruned
+
+
+def _measure(kernel, dims, candidates, tf32: bool, inputs, log):
+    """((point items, schedule), median ms) of each candidate that compiles and launches, and
+    ((point items, schedule), why) of the others."""
 
     def build(candidate):
         point, schedule = candidate
@@ -178,13 +226,10 @@ def tune(
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         built = list(pool.map(build, candidates))
-    arrays, scalars = _inputs(kernel, dict(base.env))
-    timings, pruned, schedule_of = [], [], {}
+    arrays, scalars = inputs
+    timings, pruned = [], []
     for (point, schedule), compiled, why in built:
-        items = tuple(sorted(point.items()))
-        if len(schedules) > 1:
-            items += (("schedule", schedule.key()),)
-        schedule_of[items] = schedule
+        items = (tuple(sorted(point.items())), schedule)
         if compiled is None:
             pruned.append((items, why))
             continue
@@ -195,14 +240,5 @@ def tune(
             continue
         timings.append((items, ms))
         if log:
-            log(f"{kernel.name} {dict(items)}: {ms:.4f} ms")
-    if not timings:
-        reasons = "; ".join(f"{dict(p)}: {why}" for p, why in pruned[:3])
-        raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
-    best_items, best_ms = min(timings, key=lambda t: t[1])
-    best_schedule = schedule_of[best_items]
-    best = {k: v for k, v in best_items if k != "schedule"}
-    entries = _read_cache()
-    entries[key] = {"best": best, "ms": best_ms, "schedule": dataclasses.asdict(best_schedule)}
-    _write_cache(entries)
-    return TuneResult(best, best_ms, tuple(timings), tuple(pruned), schedule=best_schedule)
+            log(f"{kernel.name} {point} {schedule.key()}: {ms:.4f} ms")
+    return timings, pruned

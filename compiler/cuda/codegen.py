@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mma, wgmma
+from compiler.cuda import analysis, dots, loops, mma, stores, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
@@ -256,6 +256,9 @@ class KernelGen(ExprEmitter):
         ctx = self.ctx_for(kind, shape)
         if self.vector_store_ok(s, param, ctx):
             self.vector_store(s, param, ctx)
+            return
+        if stores.pair_store_ok(self, s, param, ctx):
+            stores.pair_store(self, s, param, ctx)
             return
         if isinstance(value.ty, ir.TileType):
             v = self.tile_elem(value, ctx)

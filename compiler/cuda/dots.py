@@ -117,13 +117,14 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
     k, x = (c, r) if (role == "a") != transposed else (r, c)
     k_contiguous = (role == "a") != transposed
     dtype = gen.tensor(load.tensor, load.span).dtype
-    if gen.wgmma and k_contiguous:
+    if gen.wgmma:
         from compiler.cuda import wgmma
 
-        probe = wgmma.CoreTile("", role, k, x, dtype)
-        if ptr is None:
-            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(operands.tile_floats(probe), 256)})"
-        return wgmma.CoreTile(ptr, role, k, x, dtype)
+        mn_major = wgmma.core_layout(k_contiguous, x)
+        if mn_major is not None:
+            if ptr is None:
+                return wgmma.alloc_core(gen, role, k, x, dtype, mn_major)
+            return wgmma.CoreTile(ptr, role, k, x, dtype, mn_major)
     if ptr is None:
         return operands.alloc_tile(gen, role, k, x, k_contiguous, dtype, load.span)
     return operands.make_tile(ptr, role, k, x, k_contiguous, dtype, load.span)

@@ -371,10 +371,11 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
             continue
         inner, transposed, k_contiguous = operand_orientation(role, arg)
         x = m if role == "a" else n
-        if gen.wgmma and k_contiguous:
-            probe = wgmma.CoreTile("", role, kk, x, dtype)
-            ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe), 256)})"
-            tile = wgmma.CoreTile(ptr, role, kk, x, dtype)
+        mn_major = wgmma.core_layout(k_contiguous, x) if gen.wgmma else None
+        if mn_major is not None and isinstance(inner, ir.Load) and inner.ty.rank == 2:
+            tile = wgmma.alloc_core(gen, role, kk, x, dtype, mn_major)
+        elif gen.wgmma and k_contiguous:
+            tile = wgmma.alloc_core(gen, role, kk, x, dtype, False)
         else:
             tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
         if not (isinstance(inner, ir.Load) and inner.ty.rank == 2):

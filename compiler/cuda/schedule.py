@@ -22,6 +22,7 @@ class Schedule:
 
 
 DEFAULT = Schedule()
+WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
 
 
 def tensor_core_space(warps: int) -> list[Schedule]:
@@ -32,5 +33,6 @@ def tensor_core_space(warps: int) -> list[Schedule]:
         for stages in (2, 3, 4):
             for order in ("row", "grouped"):
                 out.append(Schedule(wm, stages, order))
-    out += [Schedule(None, stages, order, wgmma=True) for stages in (2, 3, 4) for order in ("row", "grouped")]
+    # warpgroup MMA keeps a group in flight past its iteration: copies run stages - 2 ahead
+    out += [Schedule(None, stages, order, wgmma=True) for stages in (3, 4, 5) for order in ("row", "grouped")]
     return out

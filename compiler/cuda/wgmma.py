@@ -6,14 +6,22 @@ Each warpgroup (4 consecutive warps) computes 64 rows x all N columns: the CTA i
 MmaGrid(WR = warps, WC = 1), 16 rows per warp, whose register order is wgmma's accumulator order
 (register 4s + 2h + e of a thread is its element acc[h][2s + e]).
 
-Operands are in the descriptors' K-major layout without swizzle: 8x8 core matrices of 16-bit
-elements (8 rows of 16 bytes, 128 contiguous bytes), neighbours along k 128 bytes apart (the
-leading byte offset), 8-row groups k/8 * 128 bytes apart (the stride byte offset). A k-contiguous
-source is copied into it by cp.async, 16 bytes a chunk, the 8 chunks of consecutive threads in one
-core matrix (128 contiguous bytes: no bank conflict); a source contiguous along x (matmul's
-B[k, n]) is copied as mma.py does and then transposed into it, 4 blocks of 8x8 per ldmatrix.trans
-and one 4-byte store per block and thread (a block's 32 stores fill its 128 bytes). Writes by
-threads are made visible to the tensor cores' async proxy (fence.proxy.async) before the barrier.
+Operands sit in shared memory in the orientation of their source, so that staging is a straight
+16-byte cp.async copy, and the descriptor tells the tensor cores which it is:
+- K-major (a k-contiguous source, matmul's A[m, k]): 8x8 core matrices of 16-bit elements (8 rows
+  of 16 bytes, 128 contiguous bytes). Rows of exactly 128 bytes (k = 64) use the 128-byte swizzle
+  (8-row groups 1024 bytes apart); otherwise no swizzle: neighbours along k 128 bytes apart (the
+  leading byte offset), 8-row groups k/8 * 128 bytes apart (the stride byte offset). The 8 chunks
+  of consecutive threads fill one core matrix or one swizzled row: no bank conflict.
+- MN-major (a source contiguous along x, matmul's B[k, n], x a multiple of 64): blocks of 64 x
+  (128 bytes) by all k rows, 128-byte swizzle (row r's chunk c at c ^ (r % 8)); with the
+  transpose bit of wgmma (imm-trans) the leading byte offset is the stride between 64-wide x
+  blocks and the stride byte offset the one between 8-row groups of k (1024 bytes). Consecutive
+  threads copy consecutive 16-byte chunks of a source row: coalesced, one 128-byte row per 8.
+An x-contiguous operand whose x is not a multiple of 64 is copied as mma.py does and transposed
+into the K-major layout (transpose_into: 4 blocks of 8x8 per ldmatrix.trans, one 4-byte store per
+block and thread). Writes by threads are made visible to the tensor cores' async proxy
+(fence.proxy.async) before the barrier.
 """
 
 from __future__ import annotations
@@ -27,40 +35,57 @@ MAX_N = 256
 
 @dataclass(frozen=True)
 class CoreTile:
-    """A K-major operand in core-matrix layout: x rows (m or n), k columns."""
+    """A 16-bit operand in a layout the wgmma descriptor reads: K-major ([x][k] core matrices)
+    or, `mn_major`, the source's [k][x] in 64-wide swizzled blocks (see the module doc)."""
 
     ptr: str  # C expression of type unsigned short*
     role: str
     k: int
     x: int
     dtype: str
+    mn_major: bool = False
 
-    k_contiguous = True
     elem_bytes = 2
     ctype = "unsigned short"
     vector = 8
 
     @property
-    def rows(self) -> int:
-        return self.x
+    def k_contiguous(self) -> bool:
+        return not self.mn_major
+
+    @property
+    def rows(self) -> int:  # stored rows, as the source lies: [x][k] or [k][x]
+        return self.k if self.mn_major else self.x
 
     @property
     def cols(self) -> int:
-        return self.k
+        return self.x if self.mn_major else self.k
 
     @property
     def swizzled(self) -> bool:
-        """Rows of exactly 128 bytes (k = 64) use the 128-byte swizzle: row r's 16-byte chunk c
-        sits at chunk c ^ (r % 8) of the row (the tile 1024-byte aligned)."""
-        return self.k == 64
+        """128-byte swizzle: MN-major blocks always; K-major rows of exactly 128 bytes (k = 64).
+        Row r's 16-byte chunk c sits at chunk c ^ (r % 8) of the row (the tile 1024-byte aligned)."""
+        return self.mn_major or self.k == 64
 
     @property
-    def sbo(self) -> int:  # bytes between 8-row groups
+    def sbo(self) -> int:  # bytes between 8-row groups (of x, or of k when MN-major)
         return 1024 if self.swizzled else self.k // 8 * 128
 
     @property
+    def lbo(self) -> int:  # bytes between 64-wide x blocks (MN-major), core matrices along k (K-major)
+        if self.mn_major:
+            return self.k * 128
+        return 16 if self.swizzled else 128  # 16: unused with a swizzle
+
+    @property
     def k_step(self) -> int:  # elements from one k step of 16 to the next, in the descriptor
+        if self.mn_major:
+            return 16 * 64
         return 16 if self.swizzled else 128
+
+    @property
+    def x_block(self) -> int:  # elements from one 64-wide x block (a warpgroup's rows of a) to the next
+        return 64 * self.k
 
     @property
     def elements(self) -> int:
@@ -68,22 +93,45 @@ class CoreTile:
 
     def chunk(self, e: str, per_row: int) -> tuple[str, str]:
         """(row, col) of 16-byte chunk number e: eight consecutive chunks fill 128 contiguous bytes."""
+        if self.mn_major:
+            return f"(({e}) / {per_row})", f"((({e}) % {per_row}) * 8)"
         if self.swizzled:
             return f"(({e}) / 8)", f"((({e}) % 8) * 8)"
         return f"(({e}) % 8 + (({e}) / {8 * per_row}) * 8)", f"(((({e}) / 8) % {per_row}) * 8)"
 
     def offset(self, row: str, col: str) -> str:
+        if self.mn_major:  # row: k, col: x
+            return (
+                f"((({col}) / 64) * {self.x_block} + ({row}) * 64"
+                f" + (((({col}) % 64) / 8) ^ (({row}) % 8)) * 8 + ({col}) % 8)"
+            )
         if self.swizzled:
             return f"(({row}) * 64 + (((({col}) / 8) ^ (({row}) % 8)) * 8) + ({col}) % 8)"
         return f"((({row}) / 8) * {self.sbo // 2} + (({col}) / 8) * 64 + (({row}) % 8) * 8 + ({col}) % 8)"
 
 
+def core_layout(k_contiguous: bool, x: int) -> bool | None:
+    """mn_major for an operand stored as its source lies, or None where the descriptor cannot
+    read that orientation (x-contiguous with x not a multiple of 64: transposed instead)."""
+    if k_contiguous:
+        return False
+    return True if x % 64 == 0 else None
+
+
+def alloc_core(gen, role: str, k: int, x: int, dtype: str, mn_major: bool) -> CoreTile:
+    from compiler.cuda.operands import tile_floats
+
+    probe = CoreTile("", role, k, x, dtype, mn_major)
+    ptr = f"(reinterpret_cast<unsigned short*>{gen.alloc_perm(tile_floats(probe), 256)})"
+    return CoreTile(ptr, role, k, x, dtype, mn_major)
+
+
 PRELUDE = r"""
-__device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned sbo_bytes, unsigned swizzle) {
+__device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned lbo_bytes, unsigned sbo_bytes,
+                                                      unsigned swizzle) {
   unsigned long long a = smem_u32(p);
-  unsigned long long lbo = swizzle ? 1 : (128 >> 4);  // unused (1) with a swizzle
-  return ((a & 0x3FFFFull) >> 4) | (lbo << 16) | ((unsigned long long)(sbo_bytes >> 4) << 32)
-       | ((unsigned long long)swizzle << 62);
+  return ((a & 0x3FFFFull) >> 4) | ((unsigned long long)(lbo_bytes >> 4) << 16)
+       | ((unsigned long long)(sbo_bytes >> 4) << 32) | ((unsigned long long)swizzle << 62);
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit_wait_one() {  // the group just issued may run on
@@ -154,15 +202,19 @@ def emit_wgmma(
     gen.out.line(f"// warpgroup MMA: m64n{n}k16 {kind}, {kk // 16} k steps")
     gen.out.line("wg_fence();")
     for s in range(kk // 16):
-        a_ptr = f"{sa.ptr} + (th_warp / 4) * {64 * sa.k} + {s * sa.k_step}"
+        a_ptr = f"{sa.ptr} + (th_warp / 4) * {sa.x_block} + {s * sa.k_step}"
         b_ptr = f"{sb.ptr} + {s * sb.k_step}"
         gen.out.open("")
-        gen.out.line(f"const unsigned long long da_ = wg_desc({a_ptr}, {sa.sbo}, {int(sa.swizzled)});")
-        gen.out.line(f"const unsigned long long db_ = wg_desc({b_ptr}, {sb.sbo}, {int(sb.swizzled)});")
+        gen.out.line(f"const unsigned long long da_ = {_desc(sa, a_ptr)};")
+        gen.out.line(f"const unsigned long long db_ = {_desc(sb, b_ptr)};")
         gen.out.line(
             f'asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; '
             f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{d}}}, %{regs}, %{regs + 1}, "
-            f'p, 1, 1, 0, 0; }}" : {", ".join(outs)} : "l"(da_), "l"(db_));'
+            f'p, 1, 1, {int(sa.mn_major)}, {int(sb.mn_major)}; }}" : {", ".join(outs)} : "l"(da_), "l"(db_));'
         )
         gen.out.close()
     gen.out.line("wg_commit_wait_one();" if overlap else "wg_commit_wait();")
+
+
+def _desc(t: CoreTile, ptr: str) -> str:
+    return f"wg_desc({ptr}, {t.lbo}, {t.sbo}, {int(t.swizzled)})"

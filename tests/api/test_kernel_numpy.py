@@ -23,7 +23,7 @@ DIMS = {
     "axpby": {"M": 10, "N": 40},
     "causal_attention": {"N": 40, "D": 64},
     "causal_mha_bf16": {"H": 2, "N": 70, "D": 64},
-    "decode_gqa": {"G": 5, "S": 128, "D": 128},
+    "decode_gqa": {"G": 5, "S": 100, "D": 128},
     "flash_attention": {"Nq": 40, "Nk": 50, "D": 64},
     "layernorm": {"R": 5, "C": 300},
     "matmul": {"M": 64, "N": 64, "K": 8},

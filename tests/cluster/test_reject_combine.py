@@ -73,3 +73,21 @@ def test_linear_accumulator_stored_twice():
         "  let c_old", "  C[pm * TILE_M :+ TILE_M, pn * TILE_N :+ TILE_N] = acc\n  let c_old"
     )
     expect(text, MATMUL_DIMS, _line(text, "TILE_N] = acc"), "C[pm", LINEAR + "only lets may come between")
+
+
+def _decode_text() -> str:
+    from tests.cluster.helpers import small
+
+    return small("decode_gqa_small").source
+
+
+def test_chunk_mask_in_another_form_is_a_position_use():
+    # `j + arange(BS) < S` is the chunk's edge mask, the same in a step leaf; `<= S` is not.
+    text = _decode_text().replace("j + arange(BS) < S", "j + arange(BS) <= S")
+    line = _line(text, "<= S")
+    expect(text, {"G": 8, "S": 256}, line, "j + arange", "'j' is the cluster loop's variable")
+
+
+def test_chunk_mask_against_another_dimension():
+    text = _decode_text().replace("j + arange(BS) < S", "j + arange(BS) < G")
+    expect(text, {"G": 8, "S": 256}, _line(text, "< G"), "j + arange", "'j' is the cluster loop's variable")

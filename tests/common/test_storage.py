@@ -258,25 +258,32 @@ def test_killed_writer_leaves_the_old_contents(tmp_path):
     assert len(stale) == 1 and "killed" in stale[0].name
 
 
-READ_BF16 = """
-import ml_dtypes
-import numpy as np
-c = np.load(PATH)
-assert c.dtype == ml_dtypes.bfloat16, c.dtype
-print(c.astype(np.float32).tolist())
-"""
+def docs_bf16_lines() -> str:
+    """The code block of docs/runtime.md that reads a bf16 .npy file (of `c.npy`)."""
+    import re
+
+    from common.paths import repo_file
+
+    text = repo_file("docs/runtime.md").read_text()
+    match = re.search(r"these two lines read one:\n\n```python\n(.*?)```", text, re.S)
+    assert match, "docs/runtime.md no longer shows the lines that read a bf16 file"
+    lines = match.group(1).strip().splitlines()
+    assert len(lines) == 2 and "c.npy" in lines[1], lines
+    return match.group(1)
 
 
-def test_bf16_outputs_read_back_with_numpy_and_ml_dtypes(tmp_path):
-    """The two lines of docs/runtime.md read a bf16 output as bf16 (numpy alone wrote `<V2`)."""
+def test_bf16_outputs_read_back_with_the_two_lines_of_the_docs(tmp_path):
+    """The two lines of docs/runtime.md, run as written (numpy alone once wrote `<V2`)."""
     final = tmp_path / "c.npy"
     staging = storage.create_staging(final, (2, 2), "bf16", "job1")
     storage.write_region(staging, Region("c", (0, 0), (2, 2)), np.array([[1, 2], [3, 0.5]], np.float32))
     storage.commit(staging, final)
     header = final.read_bytes()[:80]
     assert b"'descr': 'bfloat16'" in header
-    script = READ_BF16.replace("PATH", repr(str(final)))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    script = ("import numpy as np\n" + docs_bf16_lines() +
+              "assert c.dtype == ml_dtypes.bfloat16, c.dtype\nprint(c.astype(np.float32).tolist())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[[1.0, 2.0], [3.0, 0.5]]"
     assert storage.tensor_meta(final) == ((2, 2), "bf16")
 

@@ -143,3 +143,50 @@ def test_check_runs_the_cluster_rejections_that_need_no_dimension(tmp_path):
     first = done.stderr.splitlines()[0]
     assert first.startswith("shift.phk:5:24: error: 'a' is read outside its own super-tile"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_check_warns_when_the_cluster_runtime_refuses_every_job_of_the_kernel(tmp_path):
+    """An online-softmax cluster loop: the cluster compiler accepts it (its sequential reference
+    runs), phobos-sched refuses it at any size; `check` says so and still succeeds. The warning
+    agrees with the scheduler's own rule on the compiled program, here and for every example."""
+    import pytest
+
+    from common.errors import UserError
+    from compiler.cluster.build import check_cluster, compile_cluster
+    from compiler.frontend.load import load_text
+    from scheduler.planner import refuse_partials
+    from tests.cluster.test_reject import FLASH_BC
+
+    (tmp_path / "flash.phk").write_text(FLASH_BC)
+    done = run_check("flash.phk", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("kernel flash\n"), done.stderr
+    assert done.stderr == ("warning: kernel flash: its cluster loop (line 10) is an online softmax, whose "
+                           "partials the cluster runtime does not hold yet: phobos-sched refuses its jobs; "
+                           "`cluster --verify` runs its sequential reference (docs/cluster.md)\n")
+    kernel = load_text(FLASH_BC, "flash.phk").kernels[0]
+    with pytest.raises(UserError, match="the cluster runtime does not run yet"):
+        refuse_partials(compile_cluster(kernel, {"Nq": 128, "Nk": 128}))
+    refused = set()
+    for path in sorted(REPO.glob("examples/**/*.phk")):
+        for kernel in load_file(path).kernels:
+            if kernel.cluster is None:
+                continue
+            warned = cmd_check.runtime_warnings(kernel, check_cluster(kernel)) != []
+            try:
+                refuse_partials(compile_cluster(kernel, _one_super_tile_dims(kernel)))
+            except UserError:
+                refused.add(path.name)
+                assert warned, path
+            else:
+                assert not warned, path
+    assert "decode_gqa.phk" in refused  # the rule is exercised by an example, not only by FLASH_BC
+
+
+def _one_super_tile_dims(kernel) -> dict[str, int]:
+    """Dimensions of one super-tile at the first @cluster values: single-valued @autotune names
+    (D) at their value, every other dimension at the largest first @cluster value."""
+    from compiler.frontend.binding import kernel_dims
+
+    fixed = {d.name: d.values[0] for d in kernel.autotune.dims if len(d.values) == 1}
+    size = max(d.values[0] for d in kernel.cluster.dims)
+    return {d: fixed.get(d, size) for d in kernel_dims(kernel)}

@@ -15,7 +15,38 @@ STORAGE = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+# Kernels that reach the operand layouts of warpgroup MMA the examples do not: A read through
+# transpose (MN-major A, the descriptor's transpose bit for a) and a B tile 32 wide (not a whole
+# 64-wide swizzle block: transposed into the K-major layout in shared memory).
+INLINE = {
+    "matmul_tn_bf16": """\
+@autotune(TM in [64, 128], TN in [64, 128], TK in [32, 64])
+kernel matmul_tn_bf16(At: tensor<bf16>[K, M], B: tensor<bf16>[K, N], C: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, TK) {
+    let a = At[kt :+ TK, ctx.block.x * TM :+ TM]
+    let b = B[kt :+ TK, ctx.block.y * TN :+ TN]
+    acc += dot(transpose(a), b)
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+""",
+    "matmul_narrow_f16": """\
+@autotune(TM in [64], TN in [32], TK in [32, 64])
+kernel matmul_narrow_f16(A: tensor<f16>[M, K], B: tensor<f16>[K, N], C: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, TK) {
+    acc += dot(A[ctx.block.x * TM :+ TM, kt :+ TK], B[kt :+ TK, ctx.block.y * TN :+ TN])
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+""",
+}
+
+
 def load_example(name: str) -> ir.Kernel:
+    if name in INLINE:
+        return frontend.load_text(INLINE[name], f"{name}.phk").kernel()
     return frontend.load_file(EXAMPLES / name).kernel()
 
 

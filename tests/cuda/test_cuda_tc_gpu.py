@@ -30,6 +30,10 @@ MATMUL_POINTS = [
     ({"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, Schedule(warps_m=1, stages=3, order="grouped", group=3)),
     ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True)),
     ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=4, order="grouped")),
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True, stages=4, order="grouped")),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, Schedule(wgmma=True, stages=5)),
+    ({"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, Schedule(wgmma=True, stages=3)),
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=5)),
 ]
 MATMUL_DIMS = [{"M": 256, "N": 384, "K": 128}, {"M": 203, "N": 317, "K": 136}, {"M": 77, "N": 1000, "K": 264}]
 MATMUL_TOL = 1e-5
@@ -75,6 +79,25 @@ def test_matmul_on_tensor_cores_equals_interpreter(name, case):
     rng = np.random.default_rng(zlib.crc32(name.encode()) + case)
     for dims in MATMUL_DIMS:
         _check(kernel, dims, point, schedule, MATMUL_TOL, rng)
+
+
+@pytest.mark.parametrize(
+    "name,point",
+    [
+        ("matmul_tn_bf16", {"TM": 128, "TN": 128, "TK": 64}),
+        ("matmul_tn_bf16", {"TM": 64, "TN": 64, "TK": 32}),
+        ("matmul_narrow_f16", {"TM": 64, "TN": 32, "TK": 64}),
+        ("matmul_narrow_f16", {"TM": 64, "TN": 32, "TK": 32}),
+    ],
+)
+def test_warpgroup_mma_operand_layouts_equal_interpreter(name, point):
+    """A read through transpose (the descriptor's transpose bit for a), and a 32-wide B
+    (transposed into the K-major layout in shared memory), at even and ragged sizes."""
+    kernel = load_example(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + point["TK"])
+    for dims in MATMUL_DIMS:
+        for stages in (3, 4):
+            _check(kernel, dims, point, Schedule(wgmma=True, stages=stages), MATMUL_TOL, rng)
 
 
 # Multi-head attention, all heads in one launch, against the interpreter, which rounds what the
@@ -161,3 +184,20 @@ def test_tf32_examples_equal_interpreter(name, dims, points):
         for n in walk.stored_tensors(kernel):
             err = _rel_err(got[n], ref[n])
             assert err <= TF32_TOL, (name, point, n, err)
+
+
+def test_tuner_searches_the_schedules_of_a_tensor_core_kernel(tmp_path, monkeypatch):
+    """The default tuner on a tensor-core kernel measures warpgroup MMA and mma.sync schedules
+    beside the tile values, keeps the fastest, and the cache gives back its schedule."""
+    from compiler.cuda import autotune
+
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    kernel = load_example("matmul_bf16.phk")
+    dims = {"M": 512, "N": 512, "K": 512}
+    points = [{"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}]
+    first = autotune.tune(kernel, dims, points=points)
+    measured = {dict(p)["schedule"] for p, _ in first.timings}
+    assert any("wgmma" in s for s in measured) and any("wgmma" not in s for s in measured), measured
+    assert first.best_ms == min(ms for _, ms in first.timings)
+    again = autotune.tune(kernel, dims, points=points)
+    assert again.cached and (again.best, again.schedule) == (first.best, first.schedule)

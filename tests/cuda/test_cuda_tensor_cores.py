@@ -21,6 +21,7 @@ from cuda_cases import load_example
 from compiler.cuda import autotune, compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
 from compiler.cuda.schedule import Schedule
+from compiler.cuda.wgmma import CoreTile
 from compiler.frontend import binding, walk
 from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError
@@ -122,6 +123,18 @@ def _variants():
             {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32},
             Schedule(wgmma=True),
         ),
+        (
+            "matmul_bf16.phk",
+            {"M": 8192, "N": 8192, "K": 8192},
+            {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64},
+            Schedule(wgmma=True, stages=5, order="grouped"),
+        ),
+    ]
+    wg = Schedule(wgmma=True)
+    mm += [  # MN-major A (transpose bit), and a 32-wide B transposed into K-major
+        ("matmul_tn_bf16", {"M": 1000, "N": 1000, "K": 1000}, {"TM": 128, "TN": 128, "TK": 64}, wg),
+        ("matmul_tn_bf16", {"M": 512, "N": 512, "K": 512}, {"TM": 64, "TN": 64, "TK": 32}, wg),
+        ("matmul_narrow_f16", {"M": 300, "N": 200, "K": 96}, {"TM": 64, "TN": 32, "TK": 64}, wg),
     ]
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk", "mha_tf32.phk"):
         for d in (64, 128):
@@ -179,6 +192,24 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     ).stdout
     want = r"\bHGMMA\.64x\d+x16\.F32" if schedule.wgmma else r"\bHMMA\.(16816|1688)\.F32"
     assert re.search(want, sass), f"{name}: no tensor-core instruction in the SASS"
+
+
+@pytest.mark.parametrize("k,x,mn_major", [(64, 128, False), (32, 64, False), (64, 256, True), (32, 64, True)])
+def test_core_tile_copies_fill_every_element_once(k, x, mn_major):
+    """The lay-out of warpgroup MMA operands: the cp.async chunks of a tile land on distinct
+    16-byte slots covering the tile, each chunk's 8 elements contiguous, and the 8 chunks of
+    consecutive threads in one 128-byte row (no bank conflict)."""
+    tile = CoreTile("", "b", k, x, "bf16", mn_major)
+    per_row = tile.cols // 8
+    slots = []
+    for e in range(tile.rows * per_row):
+        row, col = (eval(c.replace("/", "//"), {"e": e}) for c in tile.chunk("e", per_row))  # noqa: S307
+        at = [eval(tile.offset(str(row), str(col + i)).replace("/", "//")) for i in range(8)]  # noqa: S307
+        assert at == list(range(at[0], at[0] + 8)) and at[0] % 8 == 0
+        slots.append(at[0] // 8)
+    assert sorted(slots) == list(range(tile.elements // 8))
+    for first in range(0, len(slots), 8):
+        assert len({s // 8 for s in slots[first : first + 8]}) == 1
 
 
 def test_f32_dot_stays_exact_on_cuda_cores():
@@ -303,3 +334,35 @@ def _replace_expr(node, old, new):
             node, **{f.name: _replace_expr(getattr(node, f.name), old, new) for f in dataclasses.fields(node)}
         )
     return node
+
+
+def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_path):
+    """The tuner's search order (no GPU: timings made up): every point with the default
+    schedule and with warpgroup MMA, then each family's whole schedule space at its own best
+    point; the winner and its schedule are what the cache keeps."""
+    from compiler.cuda import schedule as sched
+
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    asked = []
+
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
+        asked.append(list(candidates))
+        timed = []
+        for point, s in candidates:
+            ms = point["TILE_M"] / 64 + (0.5 if s.wgmma else 1.0) - 0.01 * s.stages
+            timed.append(((tuple(sorted(point.items())), s), ms))
+        return timed, []
+
+    monkeypatch.setattr(autotune, "_measure", fake_measure)
+    kernel = load_example("matmul_bf16.phk")
+    res = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
+    points = autotune.search_points(kernel)
+    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_PROBE)]
+    for family in asked[1:]:
+        assert len({str(p) for p, _ in family}) == 1 and dict(family[0][0])["TILE_M"] == 64
+    assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
+    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == 5
+    again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
+    assert again.cached and again.schedule == res.schedule

@@ -18,6 +18,7 @@ from common import log as plog
 from common.cli import run_main
 from scheduler import cli
 from schemas import capnp_io, rpc_streams
+from schemas.remote_errors import remote_reason
 from tests.faults.harness import REPO, Pods, matmul_inputs, staging_files
 from tests.job_files import make_job
 
@@ -87,7 +88,7 @@ def test_no_capability_before_login(tmp_path):
                     await asyncio.wait_for(call(), 5)
                     outcomes.append("served")
                 except Exception as err:
-                    outcomes.append(capnp_io.remote_reason(err))
+                    outcomes.append(remote_reason(err))
             return outcomes
 
         outcomes = pods.loop.run_until_complete(sneak())

@@ -100,6 +100,10 @@ def test_a_read_only_output_folder_is_found_before_the_pods_start(folder):
         done = sched([job, "--local-pods", "1", "--storage-root", folder])
         assert f"folder {ro} is not writable" in done.one_line_error()
         assert "PHOBOS_POD" not in done.out and "pod" not in done.err.lower()
+        (folder / "job.capnp").unlink()
+        refused = new_job(folder, ADD, {"a": "file:a.npy", "b": "file:b.npy", "c": "file:ro/c.npy"})
+        assert f"folder {ro} is not writable" in refused.one_line_error()  # new-job finds it too
+        assert not (folder / "job.capnp").exists()
 
 
 def test_a_job_with_too_many_units_is_refused_before_it_exhausts_memory(folder):

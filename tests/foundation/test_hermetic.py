@@ -76,3 +76,23 @@ def test_written_files_stay_out_of_the_filegroup(folder, tmp_path):
         (root / written).parent.mkdir(parents=True, exist_ok=True)
         (root / written).write_bytes(b"")
     assert [p for pattern in _glob_patterns(folder) for p in root.glob(pattern)] == []
+
+
+# Options `test` may set beyond `build`'s without making Bazel discard its analysis cache when the
+# user switches between `run` and `test`: they steer running and reporting, not the configuration.
+# A configuration option (--test_env, --test_arg, --define, ...) belongs under `build`, which both
+# commands inherit.
+TEST_ONLY_OPTIONS = {"--test_output", "--test_summary", "--test_verbose_timeout_warnings",
+                     "--build_tests_only", "--test_tag_filters", "--test_size_filters",
+                     "--test_timeout_filters"}
+
+
+def test_run_and_test_share_one_configuration():
+    rc = (_checkout() / ".bazelrc").read_text()
+    commands = {line.split()[0] for line in rc.splitlines() if line.strip() and not line.startswith("#")}
+    assert commands <= {"build", "test", "try-import"}, commands  # no `run`-only options either
+    test_options = [option.split("=")[0] for line in rc.splitlines() if line.startswith("test ")
+                    for option in line.split()[1:]]
+    assert set(test_options) <= TEST_ONLY_OPTIONS, set(test_options) - TEST_ONLY_OPTIONS
+    build_options = [line.split()[1] for line in rc.splitlines() if line.startswith("build ")]
+    assert "--test_env=PHOBOS_VENV_STAMP" in build_options  # tools/bazel's stamp still reaches tests

@@ -13,6 +13,7 @@ from pathlib import Path
 import capnp
 
 from schemas import capnp_io, rpc_streams
+from schemas.remote_errors import remote_reason
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-0123456789"
@@ -124,4 +125,4 @@ async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, pa
 
 
 def remote_message(err: BaseException) -> str:
-    return capnp_io.remote_reason(err)
+    return remote_reason(err)

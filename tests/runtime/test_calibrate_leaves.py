@@ -32,6 +32,7 @@ def test_leaf_points_cover_the_autotune_space():
 
     kernel = load_file(JOB_KERNELS / "add.phk").kernel()
     assert leaf_points(kernel) == [{"BLOCK": 16}, {"BLOCK": 32}, {"BLOCK": 64}]
+    assert leaf_points(kernel, {"BLOCK": 32}) == [{"BLOCK": 32}]  # pinned: its value only
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +91,23 @@ def test_tune_leaves_needs_a_gpu_pod(cluster, tmp_path, monkeypatch):
     with pytest.raises(UserError, match="--tune-leaves needs a GPU pod to tune on; the pods are cpu pods"):
         cluster.loop.run_until_complete(tune_leaves(cluster.session, prepared, cluster.options, [0, 1],
                                                     {"BLOCK": 256}, lambda _: None))
+
+
+def test_a_pinned_leaf_value_is_kept_by_tune_leaves(cluster, tmp_path, monkeypatch):
+    """`new-job --tile` (or the run's --tile) pins a leaf value: --tune-leaves times only that point
+    and keeps it, and a cached result of an unpinned search is not reused for it."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    prepared = _prepared(cluster, "c_pinned")
+    said: list[str] = []
+    run = cluster.loop.run_until_complete
+    free = run(tune_leaves(cluster.session, prepared, cluster.options, [0, 1], {"BLOCK": 256}, said.append,
+                           require_gpu=False))
+    value = next(v for v in (16, 32, 64) if v != free["BLOCK"])  # a point the free search did not pick
+    pinned = replace(prepared, pinned_tiles={"BLOCK": value})
+    said.clear()
+    best = run(tune_leaves(cluster.session, pinned, cluster.options, [0, 1], {"BLOCK": 256}, said.append,
+                           require_gpu=False))
+    assert best == {"BLOCK": value}
+    assert any("1 points timed, 0 skipped" in line for line in said), said

@@ -100,6 +100,9 @@ def test_missing_input_is_a_warning_and_an_output_read_first_too(tmp_path, capsy
     assert code == 0
     assert [line.split(":")[0] + ":" + line.split(":")[1] for line in err.splitlines()] == [
         "warning: tensor A", "warning: tensor B", "warning: tensor C"]
+    assert err.splitlines()[2] == (
+        f"warning: tensor C: {tmp_path / 'C.npy'} does not exist yet, and the kernel reads its old values at "
+        f"{EXAMPLES / 'matmul.phk'}:13:15 before writing them, so it must when the job runs")  # c_old = C[..]
 
 
 @pytest.mark.parametrize("old, new", [

@@ -7,9 +7,9 @@ import pytest
 
 from common.errors import UserError
 from scheduler.local_pods import choose_devices
-from scheduler.run import _one_line
 from scheduler.run_cli import compare, parse_pods, read_token
 from scheduler.tracefile import summarize
+from schemas.remote_errors import remote_reason
 
 
 def test_compare_accepts_summation_order_noise_and_names_real_differences():
@@ -57,13 +57,13 @@ def test_choose_devices():
         choose_devices(0, 1)
 
 
-def test_remote_error_reason_is_one_line():
+def test_remote_error_reason_isremote_reason():
     remote = Exception("remote exception: message = Traceback (most recent call last):\n"
                        '  File "x.py", line 1, in login\n    raise PermissionError("no")\n'
                        "PermissionError: login refused: wrong token\n\nstack: 7f 7f")
-    assert _one_line(remote) == "login refused: wrong token"
-    assert _one_line(OSError("Connection refused")) == "Connection refused"
-    assert _one_line(TimeoutError()) == "TimeoutError"
+    assert remote_reason(remote) == "login refused: wrong token"
+    assert remote_reason(OSError("Connection refused")) == "Connection refused"
+    assert remote_reason(TimeoutError()) == "TimeoutError"
 
 
 def test_summarize_counts_bytes_and_compute_per_node():
@@ -95,3 +95,11 @@ def test_a_token_shorter_than_16_bytes_is_refused_saying_how_to_make_one(tmp_pat
         assert token not in text.replace(str(f), "")  # never echo the token (the file's path may hold it)
     monkeypatch.setenv("PHOBOS_TOKEN", "sixteen-bytes!!!")
     assert read_token(None) == "sixteen-bytes!!!"
+
+
+def test_a_dropped_connection_says_so():
+    class Dropped(Exception):  # what pycapnp raises: KJ's kind apart from the description
+        type = "DISCONNECTED"
+        description = "message = [Errno 32] Broken pipe"
+
+    assert remote_reason(Dropped()) == "disconnected: [Errno 32] Broken pipe"

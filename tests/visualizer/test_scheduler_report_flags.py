@@ -25,6 +25,12 @@ def test_run_writes_report_and_chrome_trace_and_commands_rebuild_them(tmp_path):
     run = _scheduler("jobs/matmul.capnp", "--expect", "C=jobs/data/C_expected.npy", "--trace", "t.json",
                      "--report", "run.html", "--chrome-trace", "run.chrome.json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
+    wrote = [line for line in run.stdout.splitlines() if line.startswith("wrote ")]
+    assert sorted(wrote) == sorted([  # every file it writes, once, by its path
+        f"wrote {jobs / 'out' / 'C.npy'}", f"wrote {tmp_path / 't.json'} (trace)",
+        f"wrote {tmp_path / 'run.html'} (HTML report)",
+        f"wrote {tmp_path / 'run.chrome.json'} (Chrome trace)",
+    ]), run.stdout
     page = (tmp_path / "run.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "kernel matmul" in page
     assert "<script src=" not in page and "http://" not in page.replace("http://www.w3.org", "")

@@ -1,0 +1,72 @@
+"""Stores of a tile in the tensor-core accumulator layout: each thread holds columns 2t and
+2t + 1 of its rows (layout.MmaDist), so the pair goes out as one 8-byte (f32) or 4-byte (bf16,
+f16) store. A warp's store then writes 8 rows x 32 contiguous bytes, whole 32-byte sectors,
+instead of two instructions that each write every other 4-byte word of those sectors: half the
+store instructions and sector writes of the epilogue (matmul's C, attention's O)."""
+
+from __future__ import annotations
+
+from compiler.cuda import analysis
+from compiler.cuda.layout import MmaDist
+from compiler.cuda.values import Ctx, Val
+from compiler.frontend import ir
+
+_PACK = {"bf16": "pack_bf16x2", "f16": "pack_f16x2"}
+_PURE_CALLS = {"exp", "log", "sqrt", "abs", "max", "min", "where", "f32", "i32", "bf16", "f16"}
+
+
+def pair_store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
+    """A plain `=` of a 2-D tile in the accumulator layout, whose column pairs are both inside
+    or both outside the tensor (even last dim, even slice start), read by an expression that
+    emits no code of its own (evaluated once per column of the pair)."""
+    if s.op != "=" or ctx.kind != "2d" or param.dtype not in ("f32", "bf16", "f16"):
+        return False
+    d = gen.dists(ctx.kind, ctx.shape)[-1]
+    if not isinstance(d, MmaDist) or d.lanes != 4 or gen.owner(ctx.kind, ctx.shape) != "true":
+        return False
+    last = s.index[-1]
+    if isinstance(last, ir.SliceIndex) or gen.dims_of(param)[-1] % 2:
+        return False
+    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.ranges).divisor % 2:
+        return False
+    return _pure(gen, s.value, ctx.shape)
+
+
+def _pure(gen, e: ir.Expr, shape) -> bool:
+    """An element of `e` is a C expression with no code before it: constants, scalars, loads,
+    register tiles already in this layout, and element-wise operations on those."""
+    if isinstance(e, ir.Const | ir.Load):
+        return True
+    if isinstance(e, ir.Name):
+        v = gen.vals.get(e.name)
+        return e.name in gen.scalars or isinstance(v, Val) and v.kind == "2d" and v.shape == shape
+    if isinstance(e, ir.BinOp):
+        return _pure(gen, e.lhs, shape) and _pure(gen, e.rhs, shape)
+    if isinstance(e, ir.UnaryOp):
+        return _pure(gen, e.operand, shape)
+    if isinstance(e, ir.Call) and e.func == "expand" and isinstance(e.args[0], ir.Name):  # a row or column
+        v = gen.vals.get(e.args[0].name)
+        return isinstance(v, Val) and v.kind == ("row" if dict(e.kwargs)["axis"].value == 1 else "col")
+    if isinstance(e, ir.Call) and e.func in _PURE_CALLS and not e.kwargs:
+        return all(_pure(gen, a, shape) for a in e.args)
+    return False
+
+
+def pair_store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
+    dr, dc = gen.dists(ctx.kind, ctx.shape)
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+    gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _j = 0; _j < {dc.count}; _j += 2)")
+    gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+    second = Ctx(ctx.shape, ctx.kind, ("_i", "_j + 1"), ("_r", "_c + 1"), ctx.native)
+    lo, hi = (gen.cast(gen.tile_elem(s.value, c), s.value, "f32") for c in (ctx, second))
+    ptr, pred = gen.element_address(param, s.index, ctx.pos)
+    if param.dtype == "f32":
+        st = f"*reinterpret_cast<float2*>(&{ptr}) = make_float2({lo}, {hi});"
+    else:
+        st = f"*reinterpret_cast<unsigned*>(&{ptr}) = {_PACK[param.dtype]}({lo}, {hi});"
+    gen.out.line(st if pred == "true" else f"if ({pred}) {st}")
+    gen.out.close()
+    gen.out.close()
