@@ -7,7 +7,10 @@ times and synchronized once at the end, alternating in rounds:
 
 - raw: a hand-written CUDA add as a `cupy.RawKernel`, called with cupy arrays and an int;
 - phobos/cupy: `kernel(a, b, c)` on the same cupy arrays (examples/add.phk, BLOCK pinned);
-- phobos/torch: `kernel(a, b, c)` on torch tensors, when torch is installed.
+- phobos/torch: `kernel(a, b, c)` on torch tensors, when torch is installed;
+- before-launch/cupy and before-launch/torch: the Python path of a phobos call without the launch
+  itself (argument binding, array checks, the prepared launch's lookup, the caller's stream), run
+  the same way, so that the split of the overhead is visible.
 
 Reported: microseconds per call (medians over rounds) and the difference phobos - raw, the
 overhead issue 20 bounds at 20 us. Needs a GPU:
@@ -62,15 +65,19 @@ def main(argv: list[str] | None = None) -> int:
     cases = {
         "raw": lambda: raw(grid, block, (a, b, c, n)),
         "phobos/cupy": lambda: kernel(a, b, c),
+        "before-launch/cupy": lambda: kernel._gpu_launch(kernel._arguments((a, b, c), {})),
     }
     sync = cupy.cuda.get_current_stream().synchronize
-    syncs = {"raw": sync, "phobos/cupy": sync}
+    syncs = dict.fromkeys(cases, sync)
+    versions = {"python": sys.version.split()[0], "cupy": cupy.__version__}
     try:
         import torch
 
         ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (a, b, c))
         cases["phobos/torch"] = lambda: kernel(ta, tb, tc)
-        syncs["phobos/torch"] = torch.cuda.synchronize
+        cases["before-launch/torch"] = lambda: kernel._gpu_launch(kernel._arguments((ta, tb, tc), {}))
+        syncs["phobos/torch"] = syncs["before-launch/torch"] = torch.cuda.synchronize
+        versions["torch"] = torch.__version__
     except ImportError:
         pass
     for name, call in cases.items():  # compile, load, warm up; check the result once
@@ -85,10 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
         "elements": N, "launches": args.launches, "rounds": args.rounds,
+        "versions": versions,
         "us_per_call": medians,
-        "overhead_us": {name: medians[name] - medians["raw"] for name in medians if name != "raw"},
+        "us_per_call_rounds": times,
+        "overhead_us": {name: medians[name] - medians["raw"] for name in medians
+                        if name.startswith("phobos/")},
         "target_overhead_us": 20.0,
-        "command": "python3 benchmarks/api_call_overhead.py",
+        "command": " ".join(["python3", "benchmarks/api_call_overhead.py", *(argv or sys.argv[1:])]),
     }
     text = json.dumps(report, indent=1)
     print(text)

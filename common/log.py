@@ -40,10 +40,33 @@ _STDERR = _Stderr()
 
 def configure(level: str = "info", stream: TextIO | None = None) -> None:
     """Send events at `level` and above to `stream` (default: stderr); stdlib `logging` goes there too."""
+    out = _STDERR if stream is None else stream
+    number, stamp, render = _configure_structlog(level, out)
+    # Libraries (asyncio, uvloop) log through the standard library: render them the same way.
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=stamp,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(number)
+
+
+def configure_for_library(level: str = "warning") -> None:
+    """phobos imported by a program (docs/python.md): unless the program configured structlog
+    itself, events at `level` and above go to stderr (structlog's own default prints every level
+    to stdout, which is the program's). The standard library's logging stays the program's."""
+    if not structlog.is_configured():
+        _configure_structlog(level, _STDERR)
+
+
+def _configure_structlog(level: str, out) -> tuple[int, list, list]:
     if level.lower() not in LEVELS:
         raise UserError(f"unknown log level {level!r}; use one of: {', '.join(LEVELS)}")
     number = logging.getLevelName(level.upper())
-    out = _STDERR if stream is None else stream
     stamp = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -60,17 +83,7 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
         # Loggers made before configure() (module level) must pick up this configuration.
         cache_logger_on_first_use=False,
     )
-    # Libraries (asyncio, uvloop) log through the standard library: render them the same way.
-    handler = logging.StreamHandler(out)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=stamp,
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render],
-        )
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(number)
+    return number, stamp, render
 
 
 def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:

@@ -12,6 +12,7 @@ so that the command lines, which call the same code, never import upwards.
     result = phobos.run(job)                             # or: await phobos.run_async(job)
 """
 
+from common import log as _log
 from common.errors import ArrayError, Error
 from compiler.api.kernel import Kernel, from_source, load
 from scheduler.api import ClusterJob, JobResult, job, run, run_async
@@ -31,6 +32,8 @@ __all__ = [
     "run",
     "run_async",
 ]
+
+_log.configure_for_library()  # phobos's own events: warnings and errors, on stderr
 
 
 def __getattr__(name: str):

@@ -582,6 +582,7 @@ class PodImpl(rpc.Pod.Server):
         self.runtime.new_generation(jobId, generation)
 
     async def cancel(self, jobId, _context, **kwargs):
+        log.info("job cancelled by the scheduler", job=jobId)  # the trace of an orderly stop
         self.runtime.cancel(jobId)
 
     async def shutdown(self, _context, **kwargs):

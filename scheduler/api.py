@@ -125,9 +125,10 @@ class JobResult:
 
 
 def prepare(cluster_job: ClusterJob, storage_roots=None, cluster_values: Mapping[str, int] | None = None,
-            tile_values: Mapping[str, int] | None = None, any_values: bool = False):
-    """scheduler.prepare.prepare for this job (the command line's prepare, too): `cluster_values`
-    and `tile_values` override the job's; `any_values` (--autotune) lets the tuner choose."""
+            tile_values: Mapping[str, int] | None = None, any_values: bool = False, split=None):
+    """scheduler.prepare.prepare for this job (the command line's prepare, too): `cluster_values`,
+    `tile_values` and `split` (a SplitRequest) override the job's; `any_values` (--autotune) lets
+    the tuner choose."""
     from scheduler.prepare import prepare as prepare_job
 
     roots = [Path(r) for r in storage_roots] if storage_roots else [Path.cwd(), cluster_job.base_dir]
@@ -137,7 +138,7 @@ def prepare(cluster_job: ClusterJob, storage_roots=None, cluster_values: Mapping
             raise Error(f"error: {msg}", msg)
     with user_errors():
         return prepare_job(cluster_job._job, cluster_job.base_dir / "job", roots, dict(cluster_values or {}),
-                           tile_values=dict(tile_values or {}), any_values=any_values)
+                           tile_values=dict(tile_values or {}), any_values=any_values, split=split)
 
 
 def options(*, pods=(), local_pods: int | None = None, token: str | None = None, storage_roots=(),

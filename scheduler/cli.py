@@ -1,7 +1,7 @@
 """The `//scheduler` command line (phobos-sched).
 
     phobos-sched new-job K.phk [--kernel NAME] [--dim N=...] --scalar a=... --tensor T=URI
-                 [--tile NAME=V] [--cluster NAME=V] -o job.capnp
+                 [--tile NAME=V] [--cluster NAME=V] [--split N [--tree T]] -o job.capnp
     phobos-sched show-job job.capnp
     phobos-sched job.capnp [--pods host:port,...] [--local-pods N] [--expect T=FILE.npy] [--trace FILE]
                  [--report FILE.html] [--chrome-trace FILE.json] ...
@@ -19,7 +19,15 @@ import sys
 
 from common.cli import run_main, user_path
 from common.errors import UserError
-from compiler.cli.args import FIRST_VALUE, add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
+from compiler.cli.args import (
+    FIRST_VALUE,
+    add_kernel_flag,
+    add_split_flags,
+    add_value_flags,
+    parse_assignments,
+    parse_scalars,
+    split_from_args,
+)
 
 COMMANDS = ("new-job", "show-job", "recover", "report", "chrome-trace")
 
@@ -40,6 +48,7 @@ def new_job_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor", action="append", metavar="NAME=URI", help="a tensor's storage URI (repeat)")
     add_value_flags(p, tile_help=f"pin a leaf @autotune value {FIRST_VALUE}",
                     cluster_help=f"pin an @cluster value {FIRST_VALUE}")
+    add_split_flags(p, "pin a split of the cluster loop")
     p.add_argument("-o", "--output", required=True, help="the job file to write")
     return p
 
@@ -104,6 +113,7 @@ def new_job(argv: list[str]) -> int:
         cluster_values=parse_assignments(args.cluster, "--cluster", int),
         tile_values=parse_assignments(args.tile, "--tile", int),
         job_dir=out.resolve().parent,
+        split=split_from_args(args),
     )
     for line in check_new_job(job, out):
         print(line, file=sys.stderr)

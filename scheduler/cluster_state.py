@@ -187,8 +187,9 @@ class ClusterState:
 
     def __post_init__(self):
         self.live = set(self.figures)
+        scratch = {t.name for t in self.program.tensors if t.role == "partial"}  # never stored
         for unit in self.program.units:
-            written = {r for launch in unit.launches for _, r in launch.writes}
+            written = {r for launch in unit.launches for _, r in launch.writes if r.tensor not in scratch}
             self.outputs_per_unit[unit.index] = len(written)
 
     # ---- stimuli ----

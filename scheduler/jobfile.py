@@ -19,6 +19,7 @@ from pathlib import Path
 
 from common.atomic import write_atomically
 from common.errors import UserError
+from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
 
 JOB_FORMAT = 1
@@ -34,6 +35,7 @@ class Job:
     tensors: tuple[tuple[str, str], ...]  # (tensor parameter, URI as written)
     cluster_values: tuple[tuple[str, int], ...] = ()  # pinned @cluster values, if any
     tile_values: tuple[tuple[str, int], ...] = ()  # pinned leaf @autotune values, if any
+    split: SplitRequest | None = None  # the cluster loop split over nodes, if pinned
 
     def uri(self, tensor: str) -> str:
         return dict(self.tensors)[tensor]
@@ -165,7 +167,8 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
 
 def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], scalars: dict[str, float],
               tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
-              tile_values: dict[str, int] | None = None, job_dir: Path | None = None) -> Job:
+              tile_values: dict[str, int] | None = None, job_dir: Path | None = None,
+              split: SplitRequest | None = None) -> Job:
     """The job, checked against its kernel. With `job_dir` (the folder the job file goes to, which
     relative URIs start from) a dimension left out is taken from the shape of an existing tensor
     file (compiler.frontend.binding.dims_from_files), and outputs sharing a file are refused
@@ -175,13 +178,13 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
     except OSError as err:
         raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
     return job_from_source(source, str(kernel_path), kernel_name, dims, scalars, tensors, cluster_values,
-                           job_dir, tile_values)
+                           job_dir, tile_values, split)
 
 
 def job_from_source(source: str, filename: str, kernel_name: str | None, dims: dict[str, int],
                     scalars: dict[str, float], tensors: dict[str, str],
                     cluster_values: dict[str, int] | None = None, job_dir: Path | None = None,
-                    tile_values: dict[str, int] | None = None) -> Job:
+                    tile_values: dict[str, int] | None = None, split: SplitRequest | None = None) -> Job:
     """`build_job` for kernel source already in memory (phobos.job builds jobs this way)."""
     kernel = load_kernel(source, filename, kernel_name)
     if job_dir is not None:
@@ -197,6 +200,7 @@ def job_from_source(source: str, filename: str, kernel_name: str | None, dims: d
         tensors=tuple(tensors.items()),
         cluster_values=tuple((cluster_values or {}).items()),
         tile_values=tuple((tile_values or {}).items()),
+        split=split,
     )
     check_against_kernel(job, kernel)
     if job_dir is not None:
@@ -252,6 +256,12 @@ def job_to_bytes(job: Job) -> bytes:
         for i, (name, value) in enumerate(items):
             lst[i].name = name
             lst[i].value = int(value)
+    if job.split is not None:
+        split = msg.init("split")
+        split.shares, split.tree = job.split.shares, job.split.shape
+        hosts = split.init("hosts", len(job.split.hosts))
+        for i, n in enumerate(job.split.hosts):
+            hosts[i] = n
     lst = msg.init("scalars", len(job.scalars))
     for i, (name, value) in enumerate(job.scalars):
         lst[i].name = name
@@ -280,12 +290,19 @@ def job_from_bytes(data: bytes, where: str = "<job>") -> Job:
                 tensors=tuple((t.name, t.uri) for t in msg.tensors),
                 cluster_values=tuple((d.name, d.value) for d in msg.clusterValues),
                 tile_values=tuple((d.name, d.value) for d in msg.tileValues),
+                split=_split_of(msg),
             )
     except UserError:
         raise
     except Exception as err:  # pycapnp raises KjException and friends for malformed bytes
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"{where}: not a valid job file ({first[:200]})") from None
+
+
+def _split_of(msg) -> SplitRequest | None:
+    if not msg._has("split") or msg.split.shares == 0:
+        return None
+    return SplitRequest(msg.split.shares, msg.split.tree, tuple(msg.split.hosts))
 
 
 def write_job(job: Job, path: Path) -> None:
@@ -307,6 +324,8 @@ def render_job(job: Job, path: Path | None = None) -> str:
                          ("scalars", job.scalars)):
         if items:
             lines.append(f"  {title:<8} " + "  ".join(f"{k}={_fmt(v)}" for k, v in items))
+    if job.split is not None:
+        lines.append(f"  split    {split_label(job.split)}")
     if job.tensors:
         lines.append("  tensors")
         width = max(len(name) for name, _ in job.tensors)
@@ -319,6 +338,12 @@ def render_job(job: Job, path: Path | None = None) -> str:
     lines.append("  source")
     lines.extend("    | " + text for text in job.kernel_source.rstrip("\n").splitlines())
     return "\n".join(lines)
+
+
+def split_label(split: SplitRequest) -> str:
+    """`4 shares, binary tree` (and the hosts' share counts for a tree by hosts)."""
+    hosts = f" ({','.join(map(str, split.hosts))} per host)" if split.hosts else ""
+    return f"{split.shares} shares, {split.shape} tree{hosts}"
 
 
 def _fmt(value: float | int) -> str:

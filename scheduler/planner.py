@@ -2,31 +2,39 @@
 
 Pure: no I/O, no clocks. The pipeline, in two passes over the units:
 
-1. Place and account (`_account`). Units are dealt round robin over the live nodes longest first
-   (by the flops of their launches; among equals in the order given, row-major index order for a
+1. Place (scheduler/placement.py) and account (`_account`). Units are placed longest first (by
+   the flops of their launches; among equals in the order given, row-major index order for a
    first plan), so that the units of causal attention's last rows, the longest, start first and
-   the busiest node finishes first: the k-th unit goes to node `nodes[k % n]` as that node's
-   position `k // n`. Every node runs its units in position order, so a position is
-   also a "round" shared by all nodes. For every node we note which input regions it reads and
-   in which positions (first and last), and give every buffer its number.
+   the busiest node finishes first. A plain unit is one piece on one node; a split reduction's
+   unit is one piece per node its shares run on, all in one round. Dealt round robin, the k-th
+   plain unit goes to node `nodes[k % n]` in round `k // n`; every node runs its pieces in round
+   order, so a round is shared by all nodes. For every node we note which input regions it reads
+   and in which rounds (first and last), and give every buffer its number.
 2. Choose loaders (`_choose_owners`). Each distinct input region is loaded from storage by
    exactly one node: among the nodes that need it in the first round in which anyone does, the
    one that has loaded the fewest bytes so far (so that K and V of an attention, both wanted by
    everyone in round 0, are loaded by two different nodes). Every other node that needs the
    region fetches it from that node, once, and keeps its copy until its own last use.
-3. Unroll (`_unroll_node`): per node, per position: allocate, load/fetch, compute per launch, store
-   each output once after the unit's last launch, free each buffer after its last local use.
+3. Unroll (`_Unroll`): per node, per piece: allocate, load/fetch, compute per launch, store each
+   output once after the piece's last launch, free each buffer after its last local use.
 
-Bounded memory. A unit's allocations wait for (a) the stores (and output frees) of the node's unit two
-positions before and (b) the frees of every buffer "released" at this position: a buffer is released two
-positions after its last local use, and a buffer that peers fetch is also held until the first
-position after the last round in which a peer fetches it. So at most two units are in flight per
-node, and the peak is the largest sum of buffers whose [allocation position, release position)
-covers a position: `NodePlan.peak_bytes`, checked against the node's VRAM.
+Partials. A split reduction's partials (role "partial", never in storage) are written by the
+piece of their share and read by the tree's merge on another node: that node fetches the partial
+from its writer like any tile (a buffer is servable once every launch writing it is done, so the
+fetch gets the share's final partial), and the writer frees it only after that fetch (its Free
+names the fetching node, so a fetcher lost to the job is no longer waited for).
 
-No deadlock: every wait points to an earlier round, except fetch -> peer's load -> peer's
-allocation within one round, and allocations only wait on earlier rounds; so the wait graph has
-no cycle whatever the speeds of the nodes.
+Bounded memory. A piece's allocations wait for (a) the stores and frees of the node's piece two
+before it and (b) the frees of every buffer "released" by its round: a buffer is released two
+rounds after its last local use, and a buffer that peers fetch is also held until the first
+round after the last round in which a peer fetches it. So at most two pieces are in flight per
+node, and the peak is the largest sum of buffers whose [allocation round, release round)
+covers a round: `NodePlan.peak_bytes`, checked against the node's VRAM.
+
+No deadlock: every wait points to an earlier round, except fetch -> peer's load, or peer's
+compute of a partial, -> peer's allocation within one round, and allocations only wait on
+earlier rounds; so the wait graph has no cycle whatever the speeds of the nodes. (The tree's
+merges within one round form no cycle: a share is never merged into after it was a source.)
 
 A buffer holds its tensor's storage dtype (tiles are never widened), so a buffer of `n` elements
 of a bf16 tensor is `2 n` bytes.
@@ -34,6 +42,7 @@ of a bf16 tensor is `2 n` bytes.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,6 +50,7 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from compiler.cluster.units import no_gc_pauses
+from scheduler.placement import Piece, place, root_node
 from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Region, Unit
 
@@ -86,12 +96,15 @@ class _Copy:
 
 @dataclass(slots=True)
 class _UnitWork:
+    """One piece (scheduler/placement.py): a unit's launches that one node runs in one round."""
+
     unit: Unit
-    pos: int
+    pos: int  # the round
     outputs: dict[Key, tuple[Region, int]]  # region written -> (region, buffer)
     loaded_outputs: frozenset[Key]  # outputs also read in the unit: start from storage
     inputs: dict[Key, int]  # region only read -> buffer (a node's copy, maybe shared by units)
     launches: list[tuple[str, list[tuple[str, Key]], list[tuple[str, Key]]]]  # leaf, reads, writes
+    peer_partials: dict[Key, int] = field(default_factory=dict)  # another node's partial -> buffer
 
 
 @dataclass
@@ -102,53 +115,83 @@ class _NodeState:
     loaded_bytes: int = 0
 
 
-def _account(units: Sequence[Unit], nodes: Sequence[int]) -> tuple[dict[int, _NodeState], dict[Key, list]]:
-    """Place units and record every node's copies; returns node states and, per input region,
-    [first round, nodes needing it in that round, every node needing it] (nodes in order)."""
-    n = len(nodes)
+@dataclass
+class _Partials:
+    """Where each partial (a split reduction's scratch region) is written, and how many other
+    nodes fetch it: its writer frees it only after they have."""
+
+    writer: dict[Key, tuple[int, int]] = field(default_factory=dict)  # key -> (node, buffer)
+    fetches: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (node, buffer) -> peers
+
+
+def _account(pieces: Sequence[Piece], nodes: Sequence[int], scratch: frozenset[str]
+             ) -> tuple[dict[int, _NodeState], dict[Key, list], _Partials]:
+    """Record every node's copies; returns node states, per input region [first round, nodes
+    needing it in that round, every node needing it] (nodes in order), and the partials."""
     states = {node: _NodeState() for node in nodes}
     first_use: dict[Key, list] = {}
-    for k, unit in enumerate(units):
-        node, pos = nodes[k % n], k // n
-        state = states[node]
-        copies = state.copies
-        launches = []
-        written: dict[Key, tuple[Region, int]] = {}
-        read_before_written: set[Key] = set()  # outputs whose old contents the unit reads
-        read: set[Key] = set()
-        for launch in unit.launches:
-            reads = [(p, (r.tensor, r.start, r.shape)) for p, r in launch.reads]
-            writes = [(p, (r.tensor, r.start, r.shape)) for p, r in launch.writes]
-            launches.append((launch.leaf, reads, writes))
-            read.update(key for _, key in reads)
-            for (_, key), (_, region) in zip(writes, launch.writes, strict=True):
-                if key not in written:
-                    written[key] = (region, state.next_buffer)
-                    state.next_buffer += 1
-                    if key in read:  # read by this launch or an earlier one: `beta * C_old`
-                        read_before_written.add(key)
-        inputs: dict[Key, int] = {}
-        for launch, (_, reads, _) in zip(unit.launches, launches, strict=True):
-            for (_, key), (_, region) in zip(reads, launch.reads, strict=True):
-                if key in written or key in inputs:
-                    continue
-                copy = copies.get(key)
-                if copy is None:
-                    copy = copies[key] = _Copy(region, state.next_buffer, pos, pos)
-                    state.next_buffer += 1
-                    entry = first_use.get(key)
-                    if entry is None:
-                        first_use[key] = [pos, [node], [node]]
-                    else:
-                        if entry[0] == pos:
-                            entry[1].append(node)
-                        entry[2].append(node)
+    partials = _Partials()
+    for piece in pieces:
+        state = states[piece.node]
+        work = _account_piece(piece, state, first_use, scratch)
+        state.work.append(work)
+        for key, (_, buffer) in work.outputs.items():
+            if key[0] in scratch:
+                partials.writer[key] = (piece.node, buffer)
+    for node, state in states.items():
+        for work in state.work:
+            for key in work.peer_partials:
+                partials.fetches.setdefault(partials.writer[key], []).append(node)
+    return states, first_use, partials
+
+
+def _account_piece(piece: Piece, state: _NodeState, first_use: dict[Key, list],
+                   scratch: frozenset[str]) -> _UnitWork:
+    node, pos = piece.node, piece.round
+    copies = state.copies
+    launches = []
+    written: dict[Key, tuple[Region, int]] = {}
+    read_before_written: set[Key] = set()  # outputs whose old contents the unit reads
+    read: set[Key] = set()
+    for launch in piece.launches:
+        reads = [(p, (r.tensor, r.start, r.shape)) for p, r in launch.reads]
+        writes = [(p, (r.tensor, r.start, r.shape)) for p, r in launch.writes]
+        launches.append((launch.leaf, reads, writes))
+        read.update(key for _, key in reads)
+        for (_, key), (_, region) in zip(writes, launch.writes, strict=True):
+            if key not in written:
+                written[key] = (region, state.next_buffer)
+                state.next_buffer += 1
+                if key in read:  # read by this launch or an earlier one: `beta * C_old`
+                    if key[0] in scratch:
+                        raise AssertionError(f"partial {key} read before any launch writes it")
+                    read_before_written.add(key)
+    inputs: dict[Key, int] = {}
+    peer_partials: dict[Key, int] = {}
+    for launch, (_, reads, _) in zip(piece.launches, launches, strict=True):
+        for (_, key), (_, region) in zip(reads, launch.reads, strict=True):
+            if key in written or key in inputs or key in peer_partials:
+                continue
+            if key[0] in scratch:  # another node's share: fetched from its writer
+                peer_partials[key] = state.next_buffer
+                state.next_buffer += 1
+                continue
+            copy = copies.get(key)
+            if copy is None:
+                copy = copies[key] = _Copy(region, state.next_buffer, pos, pos)
+                state.next_buffer += 1
+                entry = first_use.get(key)
+                if entry is None:
+                    first_use[key] = [pos, [node], [node]]
                 else:
-                    copy.last_pos = pos
-                inputs[key] = copy.buffer
-        loaded = frozenset(read_before_written)
-        state.work.append(_UnitWork(unit, pos, written, loaded, inputs, launches))
-    return states, first_use
+                    if entry[0] == pos:
+                        entry[1].append(node)
+                    entry[2].append(node)
+            else:
+                copy.last_pos = pos
+            inputs[key] = copy.buffer
+    return _UnitWork(piece.unit, pos, written, frozenset(read_before_written), inputs, launches,
+                     peer_partials)
 
 
 def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list],
@@ -186,109 +229,149 @@ def _release_pos(copy: _Copy) -> int:
     return release
 
 
-def _unroll_node(state: _NodeState, owners: dict[Key, tuple[int, int]], uris: Mapping[str, str],
-                 dtypes: Mapping[str, str], ids: Iterator[int]) -> tuple[list[Instruction], int]:
-    out: list[Instruction] = []
-    emit = out.append
-    positions = len(state.work)
-    # Which input copies are released (their frees gate allocations) at each position, and the
-    # bytes each position adds to or removes from the node's footprint.
-    released_at: dict[int, list[int]] = {}
-    delta = [0] * (positions + 1)
-    copy_of_buffer: dict[int, _Copy] = {}
-    for copy in state.copies.values():
-        release = _release_pos(copy)
-        if release < positions:
-            released_at.setdefault(release, []).append(copy.buffer)
-        nbytes = math.prod(copy.region.shape) * ITEMSIZE[dtypes[copy.region.tensor]]
-        delta[copy.first_pos] += nbytes
-        delta[min(release, positions)] -= nbytes
-        copy_of_buffer[copy.buffer] = copy
+class _Unroll:
+    """One node's instructions, piece by piece (`run`), and its peak footprint.
 
-    producer: dict[int, int] = {}  # buffer -> id of the instruction that last wrote it
-    users: dict[int, list[int]] = {}  # input buffer -> ids of local instructions using it
-    free_id: dict[int, int] = {}  # buffer -> id of its Free
-    unit_done: list[tuple[int, ...]] = []
+    Positions are rounds (placement.py); a node may have no piece in some rounds. Allocations of
+    the node's i-th piece wait for the frees of its outputs of piece i - 2, and for the frees of the
+    input copies released by then (a copy released in a round the node skips gates its next piece).
+    """
 
-    for work in state.work:
-        pos = work.pos
-        unit_index = work.unit.index
-        gate = list(unit_done[pos - 2]) if pos >= 2 else []
-        gate.extend(free_id[b] for b in released_at.get(pos, ()))
-        gate_deps = tuple(gate)
+    def __init__(self, node: int, state: _NodeState, owners: dict[Key, tuple[int, int]],
+                 partials: _Partials, scratch: frozenset[str], uris: Mapping[str, str],
+                 dtypes: Mapping[str, str], ids: Iterator[int]):
+        self.node, self.state, self.owners, self.partials = node, state, owners, partials
+        self.scratch = scratch
+        self.uris, self.dtypes, self.ids = uris, dtypes, ids
+        self.out: list[Instruction] = []
+        rounds = self.piece_rounds = [w.pos for w in state.work]
+        self.rounds = rounds[-1] + 1 if rounds else 0
+        # Which input copies are released (their frees gate allocations) at each piece, and the
+        # bytes each round adds to or removes from the node's footprint.
+        self.released_at: dict[int, list[int]] = {}
+        self.delta = [0] * (self.rounds + 1)
+        self.copy_of_buffer: dict[int, _Copy] = {}
+        for copy in state.copies.values():
+            release = _release_pos(copy)
+            at = bisect.bisect_left(rounds, release)
+            if at < len(rounds):
+                self.released_at.setdefault(at, []).append(copy.buffer)
+            self._hold(copy.region.shape, copy.region.tensor, copy.first_pos, self._round_of(at))
+            self.copy_of_buffer[copy.buffer] = copy
+        self.producer: dict[int, int] = {}  # buffer -> id of the instruction that last wrote it
+        self.users: dict[int, list[int]] = {}  # buffer -> ids of local instructions using it
+        self.free_id: dict[int, int] = {}  # buffer -> id of its Free
+        self.unit_done: list[tuple[int, ...]] = []
 
-        # Output buffers: this unit's own; they live from this position until two after it.
+    def _round_of(self, index: int) -> int:
+        """The round of the node's piece `index`, or past the last round: a buffer that gates
+        that piece's allocations is held until then."""
+        return self.piece_rounds[index] if index < len(self.piece_rounds) else self.rounds
+
+    def _hold(self, shape, tensor: str, start: int, stop: int) -> None:
+        nbytes = math.prod(shape) * ITEMSIZE[self.dtypes[tensor]]
+        self.delta[start] += nbytes
+        self.delta[min(stop, self.rounds)] -= nbytes
+
+    def _allocate(self, gate: tuple[int, ...], buffer: int, shape, tensor: str) -> int:
+        alloc = next(self.ids)
+        self.out.append(Allocate(alloc, gate, buffer, shape, self.dtypes[tensor]))
+        return alloc
+
+    def run(self) -> tuple[list[Instruction], int]:
+        for index, work in enumerate(self.state.work):
+            gate = list(self.unit_done[index - 2]) if index >= 2 else []
+            gate.extend(self.free_id[b] for b in self.released_at.get(index, ()))
+            self._buffers(work, tuple(gate), self._round_of(index + 2))
+            self._computes(work)
+            self._finish(work)
+        peak = running = 0
+        for d in self.delta:
+            running += d
+            peak = max(peak, running)
+        return self.out, peak
+
+    def _buffers(self, work: _UnitWork, gate: tuple[int, ...], freed_by: int) -> None:
+        """Outputs (this piece's own, held for two rounds), input copies first needed here (loaded
+        or fetched from their loader) and other nodes' partials (fetched from their writer)."""
+        emit, ids = self.out.append, self.ids
         for key, (region, buffer) in work.outputs.items():
-            dtype = dtypes[region.tensor]
-            nbytes = math.prod(region.shape) * ITEMSIZE[dtype]
-            delta[pos] += nbytes
-            delta[min(pos + 2, positions)] -= nbytes
-            alloc = next(ids)
-            emit(Allocate(alloc, gate_deps, buffer, region.shape, dtype))
-            producer[buffer] = alloc
+            self._hold(region.shape, region.tensor, work.pos, freed_by)
+            self.producer[buffer] = self._allocate(gate, buffer, region.shape, region.tensor)
+            self.users[buffer] = []
             if key in work.loaded_outputs:
                 load = next(ids)
-                emit(Load(load, (alloc,), buffer, uris[region.tensor], region))
-                producer[buffer] = load
-
-        # Input copies first needed here: load from storage, or fetch from the loader.
+                emit(Load(load, (self.producer[buffer],), buffer, self.uris[region.tensor], region))
+                self.producer[buffer] = load
         for key, buffer in work.inputs.items():
-            if buffer in producer:
+            if buffer in self.producer:
                 continue
-            copy = copy_of_buffer[buffer]
-            alloc = next(ids)
-            emit(Allocate(alloc, gate_deps, buffer, copy.region.shape, dtypes[key[0]]))
+            copy = self.copy_of_buffer[buffer]
+            alloc = self._allocate(gate, buffer, copy.region.shape, key[0])
             get = next(ids)
             if copy.owner:
-                emit(Load(get, (alloc,), buffer, uris[key[0]], copy.region))
+                emit(Load(get, (alloc,), buffer, self.uris[key[0]], copy.region))
             else:
-                peer, peer_buffer = owners[key]
+                peer, peer_buffer = self.owners[key]
                 emit(Fetch(get, (alloc,), buffer, peer, peer_buffer))
-            producer[buffer] = get
-            users[buffer] = [get]
+            self.producer[buffer] = get
+            self.users[buffer] = [get]
+        for key, buffer in work.peer_partials.items():
+            self._hold(key[2], key[0], work.pos, freed_by)
+            alloc = self._allocate(gate, buffer, key[2], key[0])
+            peer, peer_buffer = self.partials.writer[key]
+            get = next(ids)
+            emit(Fetch(get, (alloc,), buffer, peer, peer_buffer))
+            self.producer[buffer] = get
+            self.users[buffer] = [get]
 
-        # The launches, in order; each output buffer's writes chain through `producer`.
-        outputs, inputs = work.outputs, work.inputs
+    def _computes(self, work: _UnitWork) -> None:
+        """The launches, in order; each written buffer's writes chain through `producer`."""
+        outputs, inputs, peers = work.outputs, work.inputs, work.peer_partials
         for leaf, reads, writes in work.launches:
             bindings: dict[str, int] = {}
             for param, key in reads:
                 out_buffer = outputs.get(key)
-                bindings[param] = out_buffer[1] if out_buffer else inputs[key]
+                bindings[param] = out_buffer[1] if out_buffer else inputs.get(key, peers.get(key))
             for param, key in writes:
                 bindings[param] = outputs[key][1]
-            cid = next(ids)
-            deps = tuple(dict.fromkeys([producer[b] for b in bindings.values()]))
-            emit(Compute(cid, deps, leaf, tuple(bindings.items()), unit_index))
+            cid = next(self.ids)
+            deps = tuple(dict.fromkeys([self.producer[b] for b in bindings.values()]))
+            self.out.append(Compute(cid, deps, leaf, tuple(bindings.items()), work.unit.index))
+            for buffer in bindings.values():
+                self.users[buffer].append(cid)
             for _, key in writes:
-                producer[outputs[key][1]] = cid
-            for _, key in reads:
-                if key not in outputs:
-                    users[inputs[key]].append(cid)
+                self.producer[outputs[key][1]] = cid
 
+    def _finish(self, work: _UnitWork) -> None:
+        """Store each output once (a partial is never stored: its free waits for the peers that
+        fetch it), free the fetched partials, and the input copies whose last local use was here."""
+        emit, ids = self.out.append, self.ids
         done = []
-        for region, buffer in outputs.values():
-            sid = next(ids)
-            emit(Store(sid, (producer[buffer],), buffer, uris[region.tensor], region, unit_index))
-            fid = next(ids)
-            emit(Free(fid, (sid,), buffer))
-            free_id[buffer] = fid
-            done.append(fid)
-        unit_done.append(tuple(done))
+        for key, (region, buffer) in work.outputs.items():
+            deps = tuple(self.users[buffer]) or (self.producer[buffer],)
+            peers: tuple[int, ...] = ()
+            if key[0] in self.scratch:
+                peers = tuple(self.partials.fetches.get((self.node, buffer), ()))
+            else:
+                sid = next(ids)
+                emit(Store(sid, (self.producer[buffer],), buffer, self.uris[region.tensor], region,
+                           work.unit.index))
+                deps = (sid,)
+            done.append(self._free(deps, buffer, peers))
+        self.unit_done.append(tuple(done))
+        for buffer in work.peer_partials.values():
+            self._free(tuple(self.users[buffer]), buffer)
+        for buffer in work.inputs.values():
+            copy = self.copy_of_buffer[buffer]
+            if copy.last_pos == work.pos and buffer not in self.free_id:
+                self._free(tuple(self.users[buffer]), buffer, tuple(copy.fetched_by) if copy.owner else ())
 
-        # Input copies whose last local use was this unit.
-        for buffer in inputs.values():
-            copy = copy_of_buffer[buffer]
-            if copy.last_pos == pos and buffer not in free_id:
-                fid = next(ids)
-                peers = tuple(copy.fetched_by) if copy.owner else ()
-                emit(Free(fid, tuple(users[buffer]), buffer, peers=peers))
-                free_id[buffer] = fid
-
-    peak = running = 0
-    for d in delta:
-        running += d
-        peak = max(peak, running)
-    return out, peak
+    def _free(self, deps: tuple[int, ...], buffer: int, peers: tuple[int, ...] = ()) -> int:
+        fid = next(self.ids)
+        self.out.append(Free(fid, deps, buffer, peers=peers))
+        self.free_id[buffer] = fid
+        return fid
 
 
 # ------------------------------------------------------------------------------------------
@@ -317,37 +400,27 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
           units: Sequence[Unit] | None, first_id: int) -> Plan:
     units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
-    refuse_partials(program)
+    scratch = frozenset(t.name for t in program.tensors if t.role == "partial")
     for tensor in program.tensors:
-        if tensor.name not in uris:
+        if tensor.name not in uris and tensor.name not in scratch:
             raise UserError(f"no storage URI for tensor {tensor.name}")
     dtypes = {t.name: t.dtype for t in program.tensors}
-    states, first_use = _account(units, node_ids)
+    pieces = place(units, node_ids)
+    states, first_use, partials = _account(pieces, node_ids, scratch)
     _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)
     ids = itertools.count(first_id)
     node_plans: dict[int, NodePlan] = {}
     for figure in nodes:
-        instructions, peak = _unroll_node(states[figure.node], owners, uris, dtypes, ids)
+        unroll = _Unroll(figure.node, states[figure.node], owners, partials, scratch, uris, dtypes, ids)
+        instructions, peak = unroll.run()
         if figure.vram_bytes and peak > figure.vram_bytes:
             raise UserError(
                 f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "
                 f"{_mib(figure.vram_bytes)} ({figure.vram_bytes} bytes): choose smaller @cluster values "
                 f"or more nodes")
         node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak)
-    placement = {w.unit.index: node for node, state in states.items() for w in state.work}
-    return Plan(generation, node_plans, placement, len(first_use))
-
-
-def refuse_partials(program: ClusterProgram) -> None:
-    """The pods do not yet hold a reduction's partials apart from the output (an online softmax
-    cluster loop, or a loop split over nodes): the sequential reference runs such programs, the
-    runtime refuses them rather than run something else."""
-    scratch = [t.name for t in program.tensors if t.role == "partial"]
-    if scratch:
-        raise UserError(f"kernel {program.kernel}: its cluster loop keeps its partials apart from the output "
-                        f"({', '.join(scratch)}), which the cluster runtime does not run yet; only the "
-                        "sequential reference (compiler/cluster/sequential.py) does (docs/cluster.md)")
+    return Plan(generation, node_plans, root_node(pieces), len(first_use))
 
 
 def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[Unit]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from common import storage
 from common.errors import UserError
+from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
 from scheduler.jobfile import Job, check_against_kernel, job_kernel
 from schemas.program import ClusterProgram
@@ -64,29 +65,35 @@ def new_job_id() -> str:
 
 
 def compile_program(kernel: ir.Kernel, dims: dict[str, int], cluster_values: dict[str, int] | None = None,
-                    tile_values: dict[str, int] | None = None) -> ClusterProgram:
+                    tile_values: dict[str, int] | None = None, split: SplitRequest | None = None
+                    ) -> ClusterProgram:
     """The cluster program of the checked `kernel` at `dims` and the given @cluster and @autotune
-    values (each name's first where not given): the scheduler's one way to compile."""
+    values (each name's first where not given), its cluster loop split as `split` asks (None: not
+    split): the scheduler's one way to compile."""
     from compiler.cluster.build import compile_cluster
-    from scheduler.planner import refuse_partials
 
-    program = compile_cluster(kernel, dict(dims), cluster_values=cluster_values or None,
-                              tile_values=dict(tile_values) if tile_values else None)
-    refuse_partials(program)
-    return program
+    return compile_cluster(kernel, dict(dims), cluster_values=cluster_values or None,
+                           tile_values=dict(tile_values) if tile_values else None, split=split)
+
+
+def split_of(program: ClusterProgram) -> SplitRequest | None:
+    """The split `program` was compiled with (None: its cluster loop is not split)."""
+    r = program.reduction
+    return SplitRequest(r.shares, r.tree, r.hosts) if r is not None and r.shares > 1 else None
 
 
 def recompile(prepared: PreparedJob, cluster_values: dict[str, int],
-              tile_values: dict[str, int] | None = None) -> PreparedJob:
-    """The prepared job at other @cluster values (and @autotune values, where given; default the
-    ones it was prepared with); the kernel is not parsed again and storage is the same."""
+              tile_values: dict[str, int] | None = None, split: SplitRequest | None = None) -> PreparedJob:
+    """The prepared job at other @cluster values (and @autotune values and split, where given;
+    default the ones it was prepared with); the kernel is not parsed again and storage is the same."""
     tiles = tile_values if tile_values is not None else dict(prepared.program.tile_values)
-    program = compile_program(prepared.kernel, dict(prepared.job.dims), cluster_values, tiles)
+    split = split if split is not None else split_of(prepared.program)
+    program = compile_program(prepared.kernel, dict(prepared.job.dims), cluster_values, tiles, split)
     return dataclasses.replace(prepared, program=program)
 
 
 def compile_any(kernel: ir.Kernel, dims: dict[str, int], pinned: dict[str, int],
-                tile_values: dict[str, int] | None) -> ClusterProgram:
+                tile_values: dict[str, int] | None, split: SplitRequest | None = None) -> ClusterProgram:
     """For --autotune, which picks its own values: the program at the first @cluster combination
     that compiles; when none does, one error listing every combination with its reason."""
     from compiler.cluster.build import cluster_space
@@ -94,12 +101,18 @@ def compile_any(kernel: ir.Kernel, dims: dict[str, int], pinned: dict[str, int],
     reasons = []
     for combination in cluster_space(kernel, pinned):
         try:
-            return compile_program(kernel, dims, combination, tile_values)
+            return compile_program(kernel, dims, combination, tile_values, split)
         except UserError as err:
             message = (getattr(err, "message", None) or str(err)).splitlines()[0]
             label = " ".join(f"{k}={v}" for k, v in combination.items())
             reasons.append(f"  {label}: {message}")
     raise UserError("no @cluster combination compiles:\n" + "\n".join(reasons))
+
+
+def stored_tensors(program: ClusterProgram):
+    """The program's tensors that live in storage: all but a split reduction's partials, which
+    live only in the pods' buffers."""
+    return [t for t in program.tensors if t.role != "partial"]
 
 
 def typed_scalars(job: Job, kernel: ir.Kernel) -> dict[str, float | int]:
@@ -114,7 +127,7 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[
     values first."""
     places: dict[str, TensorPlace] = {}
     uris = dict(job.tensors)
-    for info in program.tensors:
+    for info in stored_tensors(program):
         if info.name not in uris:
             raise UserError(f"job gives no URI for tensor {info.name}")
         path = storage.resolve_uri(uris[info.name], roots, base=job_dir)
@@ -185,18 +198,19 @@ def check_dims_against_files(job: Job, kernel: ir.Kernel, job_dir: Path, roots: 
 
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
             job_id: str | None = None, tile_values: dict[str, int] | None = None,
-            any_values: bool = False) -> PreparedJob:
-    """`cluster_values` and `tile_values` override the job's; with `any_values` (--autotune) the
-    first @cluster combination that compiles stands in until the tuner chooses."""
+            any_values: bool = False, split: SplitRequest | None = None) -> PreparedJob:
+    """`cluster_values`, `tile_values` and `split` override the job's; with `any_values`
+    (--autotune) the first @cluster combination that compiles stands in until the tuner chooses."""
     kernel = job_kernel(job)  # the one parse and check of the job's kernel
     check_against_kernel(job, kernel)
     check_dims_against_files(job, kernel, Path(job_path).resolve().parent, roots)
     values = {**dict(job.cluster_values), **(cluster_values or {})}
     tiles = {**dict(job.tile_values), **(tile_values or {})}
+    split = split or job.split
     if any_values:
-        program = compile_any(kernel, dict(job.dims), values, tiles)
+        program = compile_any(kernel, dict(job.dims), values, tiles, split)
     else:
-        program = compile_program(kernel, dict(job.dims), values, tiles)
+        program = compile_program(kernel, dict(job.dims), values, tiles, split)
     tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots, kernel)
     return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors,
                        pinned_cluster=values, pinned_tiles=tiles)
@@ -215,8 +229,9 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
     check_against_kernel(job, kernel)
     warnings = values_outside_space(kernel, dict(job.cluster_values))
     check_dims_against_files(job, kernel, job_dir, anywhere)
-    program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values))
-    for info in program.tensors:
+    program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values),
+                              job.split)
+    for info in stored_tensors(program):
         path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
         if path.exists():  # what the dims alone could not check (a shape naming a tile value)
             storage.check_tensor(path, tuple(info.shape), info.dtype)

@@ -16,7 +16,7 @@ import numpy as np
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
-from compiler.cli.args import add_value_flags, parse_assignments
+from compiler.cli.args import add_split_flags, add_value_flags, parse_assignments, split_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "local pods also exit when the scheduler is silent this long")
     add_value_flags(p, tile_help="a leaf @autotune value (repeat; overrides the job's)",
                     cluster_help="an @cluster value (repeat; overrides the job's)")
+    add_split_flags(p, "split the cluster loop (overrides the job's; pinned under --autotune)")
     p.add_argument("--expect", action="append", metavar="NAME=FILE.npy",
                    help="after success, compare output NAME with FILE.npy (tolerance: see docs/runtime.md); "
                         "exit 1 when it differs")
@@ -176,11 +177,12 @@ def run_command(argv: list[str]) -> int:
             raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
     cluster_values = parse_assignments(args.cluster, "--cluster", int)
     tile_values = parse_assignments(args.tile, "--tile", int)
+    split = split_from_args(args)
     tune = tuner_cli.options_from_args(args)
 
     PROCESS.mark("prepare_start")
     prepared = api.prepare(cluster_job, roots, cluster_values, tile_values=tile_values,
-                           any_values=tune.autotune)
+                           any_values=tune.autotune, split=split)
     PROCESS.mark("prepare_end")
     for line in values_outside_space(prepared.kernel, prepared.pinned_cluster):
         print(line, file=sys.stderr)

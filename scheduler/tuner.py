@@ -31,7 +31,18 @@ Pure: no I/O, no clocks. The pipeline, for every combination of @cluster values:
    unexplained of the probes' node spans (on CPU pods sharing cores: dispatch, event reports,
    waits for the interpreter lock and for a core).
 
-Candidates are ranked by predicted time; ties keep the search-space order (first values first).
+   A split reduction (a cluster loop cut into shares, merged by a tree) is planned like any other
+   program, so its merges count as launches of the merge leaf and its partials as fetched and
+   served bytes; the fetches of partials are the tree's and come after the shares' compute, so
+   they are counted into the end, not hidden under compute:
+
+       end      += partials fetched / link_bw + link_s per partial fetched
+
+Candidates: every @cluster combination, and for a kernel whose cluster loop can be split
+(compiler/cluster/combine.py) each with every split the nodes allow: 1 share (not split), and 2 to
+`nodes` shares by a flat and a binary tree (a tree by hosts where the nodes span several hosts). A
+split given with --split or in the job is pinned. Candidates are ranked by predicted time; ties
+keep the search-space order (first values first, fewer shares first, flat before binary).
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
+from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
 from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Leaf
@@ -114,6 +126,8 @@ class NodeLoad:
     end_stored: int  # bytes of the last store
     peak_bytes: int
     instructions: int = 0  # every instruction of the node's plan (allocate and free included)
+    tree_fetched: int = 0  # bytes of other nodes' partials fetched (of bytes_fetched)
+    tree_fetches: int = 0  # of fetches
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,7 @@ class Candidate:
     units: int = 0
     order: int = 0  # position in the search space
     idle: str | None = None  # fewer super-tiles than nodes: dropped only when another keeps all busy
+    split: SplitRequest | None = None  # the cluster loop's split (None: not split)
 
     @property
     def bytes_moved(self) -> int:
@@ -154,7 +169,11 @@ class Candidate:
         return max((n.peak_bytes for n in self.loads), default=0)
 
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.values)
+        text = " ".join(f"{k}={v}" for k, v in self.values)
+        if self.split is not None and self.split.shares > 1:
+            hosts = f"({','.join(map(str, self.split.hosts))})" if self.split.hosts else ""
+            text += f" split={self.split.shares}/{self.split.shape}{hosts}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -192,7 +211,13 @@ def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram) -> tupl
             if isinstance(ins, Fetch):
                 served[ins.peer] = served.get(ins.peer, 0) + shapes[node, ins.buffer]
     dtypes = {t.name: t.dtype for t in program.tensors}
-    return tuple(_account_node(node, p, flops, shapes, served.get(node, 0), dtypes)
+    # A buffer that launches write and nothing loads or fetches, when a peer fetches it, is a
+    # partial of a split reduction (the copies of inputs that peers fetch are loaded).
+    filled = {(node, ins.buffer) for node, p in node_plans.items() for ins in p.instructions
+              if isinstance(ins, Load | Fetch)}
+    partials = {(node, buffer) for node, p in node_plans.items() for ins in p.instructions
+                if isinstance(ins, Compute) for _, buffer in ins.bindings} - filled
+    return tuple(_account_node(node, p, flops, shapes, served.get(node, 0), dtypes, partials)
                  for node, p in node_plans.items())
 
 
@@ -201,9 +226,10 @@ def _region_bytes(region, dtypes: Mapping[str, str]) -> int:
 
 
 def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
-                  shapes: Mapping[tuple[int, int], int], served: int, dtypes: Mapping[str, str]) -> NodeLoad:
+                  shapes: Mapping[tuple[int, int], int], served: int, dtypes: Mapping[str, str],
+                  partials: set[tuple[int, int]]) -> NodeLoad:
     launches: dict[str, list[int]] = {}
-    loaded = fetched = stored = transfers = fetches = 0
+    loaded = fetched = stored = transfers = fetches = tree_fetched = tree_fetches = 0
     got: dict[int, tuple[str, int]] = {}  # instruction id -> ("load" | "fetch", bytes)
     start: tuple[int, int] | None = None
     end_stored = 0
@@ -219,6 +245,9 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
             fetched += n
             fetches += 1
             got[ins.id] = ("fetch", n)
+            if (ins.peer, ins.peer_buffer) in partials:
+                tree_fetched += n
+                tree_fetches += 1
         elif isinstance(ins, Store):
             end_stored = _region_bytes(ins.region, dtypes)
             stored += end_stored
@@ -240,7 +269,8 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
         launches=tuple((leaf, c, f) for leaf, (c, f) in launches.items()),
         bytes_loaded=loaded, bytes_fetched=fetched, bytes_served=served, bytes_stored=stored,
         transfers=transfers, fetches=fetches, start_loaded=start_loaded, start_fetched=start_fetched,
-        end_stored=end_stored, peak_bytes=node_plan.peak_bytes, instructions=len(node_plan.instructions))
+        end_stored=end_stored, peak_bytes=node_plan.peak_bytes, instructions=len(node_plan.instructions),
+        tree_fetched=tree_fetched, tree_fetches=tree_fetches)
 
 
 # ------------------------------------------------------------------------------------------
@@ -270,6 +300,7 @@ def estimate_node(load: NodeLoad, figures: Figures,
     start = load.start_loaded / figures.storage_bw + load.start_fetched / figures.link_bw
     start += max(figures.transfer_s if load.start_loaded else 0.0, link_s if load.start_fetched else 0.0)
     end = load.end_stored / figures.storage_bw + (figures.transfer_s if load.end_stored else 0.0)
+    end += load.tree_fetched / figures.link_bw + load.tree_fetches * link_s  # after the shares' compute
     middle = max(0.0, transfer - start - end)
     total = start + compute + middle - figures.overlap * min(compute, middle) + end + fixed
     return NodeEstimate(load.node, compute, transfer, start, end, total)
@@ -296,46 +327,66 @@ def search_space(kernel: ir.Kernel, pinned: Mapping[str, int] | None = None) -> 
     return cluster_space(kernel, dict(pinned or {}))
 
 
+def split_space(kernel: ir.Kernel, nodes: int,
+                pinned: SplitRequest | None = None) -> list[SplitRequest | None]:
+    """The splits to try: the pinned one; else, for a cluster loop of a combinable form, no split
+    then 2 to `nodes` shares by a flat and (from 3 shares, where it differs) a binary tree."""
+    from compiler.cluster.build import analyze_cluster
+
+    if pinned is not None:
+        return [pinned]
+    if analyze_cluster(kernel).acc is None:
+        return [None]
+    return [None] + [SplitRequest(s, shape) for s in range(2, nodes + 1)
+                     for shape in ("flat", "binary") if shape == "flat" or s > 2]
+
+
 def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
              pinned: Mapping[str, int] | None = None,
-             tile_values: Mapping[str, int] | None = None) -> list[Candidate]:
-    """Every combination, compiled, planned, pruned and (where kept) predicted."""
+             tile_values: Mapping[str, int] | None = None,
+             split: SplitRequest | None = None) -> list[Candidate]:
+    """Every combination and split, compiled, planned, pruned and (where kept) predicted."""
     from scheduler.prepare import compile_program
 
     out = []
-    for order, values in enumerate(search_space(kernel, pinned)):
+    splits = split_space(kernel, figures.nodes, split)
+    for order, (values, request) in enumerate(
+            (v, s) for v in search_space(kernel, pinned) for s in splits):
         key = tuple(values.items())
         try:
-            program = compile_program(kernel, dict(dims), values, tile_values)
+            program = compile_program(kernel, dict(dims), values, tile_values, request)
         except UserError as err:  # CompileError is a UserError: the compiler's reason, one line
             message = getattr(err, "message", None) or str(err)
-            out.append(Candidate(key, dropped=message.splitlines()[0], order=order))
+            out.append(Candidate(key, dropped=message.splitlines()[0], order=order, split=request))
             continue
-        out.append(evaluate_program(program, figures, order))
+        out.append(evaluate_program(program, figures, order, request))
     return out
 
 
-def evaluate_program(program: ClusterProgram, figures: Figures, order: int = 0) -> Candidate:
+def evaluate_program(program: ClusterProgram, figures: Figures, order: int = 0,
+                     split: SplitRequest | None = None) -> Candidate:
     """One compiled combination: planned over `figures.nodes` nodes, pruned, predicted."""
     from scheduler.planner import NodeFigure, plan
 
     key = tuple(program.cluster_values)
     units = len(program.units)
+    shares = split.shares if split is not None else 1
     idle = None
-    if units < figures.nodes:
-        idle = (f"{units} super-tile(s) for {figures.nodes} nodes: "
-                f"{figures.nodes - units} node(s) would get none")
+    if units * shares < figures.nodes:
+        pieces = f"{units} super-tile(s)" + (f" of {shares} shares" if shares > 1 else "")
+        idle = f"{pieces} for {figures.nodes} nodes: {figures.nodes - units * shares} node(s) would get none"
     uris = {t.name: f"file:///{t.name}.npy" for t in program.tensors}  # the model never reads them
     result = plan(program, [NodeFigure(n, 0) for n in range(figures.nodes)], uris)
     loads = account(result.node_plans, program)
     if figures.vram_bytes:
         worst = max(loads, key=lambda load: load.peak_bytes)
         if worst.peak_bytes > figures.vram_bytes:
-            return Candidate(key, loads=loads, units=units, order=order,
+            return Candidate(key, loads=loads, units=units, order=order, split=split,
                              dropped=f"node {worst.node} needs {format_bytes(worst.peak_bytes)} at its peak, "
                                      f"more than its {format_bytes(figures.vram_bytes)} of memory")
     signatures = {leaf.name: leaf_signature(leaf) for leaf in program.leaves}
-    return Candidate(key, predict(loads, figures, signatures), loads, units=units, order=order, idle=idle)
+    return Candidate(key, predict(loads, figures, signatures), loads, units=units, order=order, idle=idle,
+                     split=split)
 
 
 def rank(candidates: Sequence[Candidate], figures: Figures,
@@ -354,11 +405,12 @@ def rank(candidates: Sequence[Candidate], figures: Figures,
 
 
 def tune(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
-         pinned: Mapping[str, int] | None = None, tile_values: Mapping[str, int] | None = None) -> Ranking:
-    """The whole baseline: evaluate every combination and rank them."""
+         pinned: Mapping[str, int] | None = None, tile_values: Mapping[str, int] | None = None,
+         split: SplitRequest | None = None) -> Ranking:
+    """The whole baseline: evaluate every combination (and split; `split` pins one) and rank them."""
     if figures.nodes < 1:
         raise UserError("--nodes must be at least 1")
-    return rank(evaluate(kernel, dims, figures, pinned, tile_values), figures, pinned)
+    return rank(evaluate(kernel, dims, figures, pinned, tile_values, split), figures, pinned)
 
 
 # ------------------------------------------------------------------------------------------

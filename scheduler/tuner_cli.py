@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import UserError
+from compiler.cluster.tree import SplitRequest
 from scheduler.tuner import Figures, Ranking, render_table, tune
 
 # Defaults per pod backend: figures of the machines this project runs on (docs/performance.md).
@@ -140,8 +141,12 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
 
 
 def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
+    """A split the job was prepared with (--split, or the job's) is pinned; else the tuner
+    chooses one for a cluster loop that can be split."""
+    from scheduler.prepare import split_of
+
     return tune(prepared.kernel, dict(prepared.job.dims), figures, pinned=pinned,
-                tile_values=dict(prepared.program.tile_values))
+                tile_values=dict(prepared.program.tile_values), split=split_of(prepared.program))
 
 
 @dataclass
@@ -195,6 +200,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
     pinned = dict(prepared.pinned_cluster)  # the job's pins and the run's --cluster
     ranking = None
     values = dict(prepared.program.cluster_values)
+    split = None  # as prepared
     if tune.autotune:
         ranking = rank_job(prepared, figures, pinned)
         if tune.calibrate:
@@ -204,10 +210,11 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)
+        split = ranking.best.split or SplitRequest(1)
     tile_values = None
     if tune.tune_leaves:
         tile_values = await tune_leaves(session, prepared, options, nodes, values, say)
-    best = recompile(prepared, values, tile_values)
+    best = recompile(prepared, values, tile_values, split)
     if tune.tune_only:
         return TunedRun(ranking, best, None)
     result = await session.run(best, options, nodes)

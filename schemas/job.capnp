@@ -20,6 +20,13 @@ struct Job {
   tensors @6 :List(Tensor);       # a URI for every tensor parameter
   clusterValues @7 :List(P.NamedValue);  # optional: pinned @cluster values (default: each one's first)
   tileValues @8 :List(P.NamedValue);     # optional: pinned leaf @autotune values (default: each one's first)
+  split @9 :Split;                # optional: the cluster loop split over nodes (unset or 0 shares: not split)
+
+  struct Split {
+    shares @0 :UInt32;            # how many nodes share each output's chunks
+    tree @1 :Text;                # the reduction tree: flat, binary or hosts
+    hosts @2 :List(UInt32);       # for hosts: each host's share count
+  }
 
   struct Scalar {
     name @0 :Text;

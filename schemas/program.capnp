@@ -27,6 +27,7 @@ struct TensorInfo {
     input @0;                          # read, never written
     output @1;                         # written; its old contents are never needed
     inout @2;                          # written, and its old contents are read
+    partial @3;                        # a split reduction's scratch: never in storage
   }
 }
 

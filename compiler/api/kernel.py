@@ -9,6 +9,7 @@ of the arrays' device (torch's when a torch tensor is among them, else cupy's).
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 import threading
@@ -31,6 +32,7 @@ class _Launch:
 
     binding: Binding
     shapes: tuple[tuple[int, ...], ...]  # per tensor parameter, in declaration order
+    device: int  # the GPU the function is loaded on, and the arrays are on
     function: object  # the loaded cupy function on its device
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -220,6 +222,17 @@ class Kernel:
 
     def _call_gpu(self, values: tuple) -> None:
         """The hot path: check the arrays, find what (shapes, device) prepared, launch."""
+        launch, args, stream = self._gpu_launch(values)
+        cuda = _cupy_cuda()
+        if cuda.runtime.getDevice() == launch.device:
+            launch.function(launch.grid, launch.block, args, shared_mem=launch.shared_bytes, stream=stream)
+            return
+        with cuda.Device(launch.device):  # the module is loaded in that device's context
+            launch.function(launch.grid, launch.block, args, shared_mem=launch.shared_bytes, stream=stream)
+
+    def _gpu_launch(self, values: tuple) -> tuple[_Launch, tuple, _Stream]:
+        """Everything a GPU call does before the launch itself (benchmarks/api_call_overhead.py
+        times it alone): the prepared launch, its arguments and the caller's stream."""
         views = [_arrays.device_array(self._params[i], values[i]) for i in self._tensor_indices]
         device = views[0].device
         torch = False
@@ -234,8 +247,7 @@ class Kernel:
             launch = self._prepare_gpu(key, shapes, device)
         args = [views[slot].ptr if dtype is None else _scalar(self._params[slot], values[slot], dtype)
                 for slot, dtype in launch.order]
-        stream = _current_stream(device, torch)
-        launch.function(launch.grid, launch.block, tuple(args), shared_mem=launch.shared_bytes, stream=stream)
+        return launch, tuple(args), _current_stream(device, torch)
 
     def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int) -> _Launch:
         import cupy
@@ -254,7 +266,7 @@ class Kernel:
                 compiled = compile_kernel(self._ir, binding, schedule=schedule)
                 function = load(compiled)
             order = tuple((self._slot(n), self._scalar_types.get(n)) for n in compiled.params)
-            launch = _Launch(binding, key[0], function, compiled.grid, compiled.block,
+            launch = _Launch(binding, key[0], device, function, compiled.grid, compiled.block,
                              compiled.shared_bytes, order)
             self._launches[key] = launch
             return launch
@@ -293,21 +305,33 @@ _streams: dict[int, _Stream] = {}
 def _current_stream(device: int, torch: bool) -> _Stream:
     """The caller's current stream on `device`: torch's when torch tensors are passed, else cupy's."""
     if torch:
-        import torch as _torch
-
-        ptr = _torch.cuda.current_stream(device).cuda_stream
+        ptr = _torch_cuda().current_stream(device).cuda_stream
     else:
-        import cupy
-
-        if cupy.cuda.runtime.getDevice() == device:
-            ptr = cupy.cuda.get_current_stream().ptr
+        cuda = _cupy_cuda()
+        if cuda.runtime.getDevice() == device:
+            ptr = cuda.get_current_stream().ptr
         else:
-            with cupy.cuda.Device(device):
-                ptr = cupy.cuda.get_current_stream().ptr
+            with cuda.Device(device):
+                ptr = cuda.get_current_stream().ptr
     stream = _streams.get(ptr)
     if stream is None:
         stream = _streams[ptr] = _Stream(ptr)
     return stream
+
+
+@functools.cache
+def _cupy_cuda():
+    """cupy.cuda, imported once: an import statement in the hot path costs a lookup per call."""
+    import cupy
+
+    return cupy.cuda
+
+
+@functools.cache
+def _torch_cuda():
+    import torch
+
+    return torch.cuda
 
 
 def _all_dims(kernel: ir.Kernel, dims: Mapping[str, int]) -> bool:

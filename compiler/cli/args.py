@@ -62,6 +62,33 @@ class _Retired(argparse.Action):
         raise UserError(RETIRED_FLAGS[self.option_strings[0]])
 
 
+def add_split_flags(parser: argparse.ArgumentParser, what: str = "split the cluster loop") -> None:
+    """--split N [--tree flat|binary|hosts] [--hosts A,B,..]: a cluster loop's chunks cut into N
+    shares, one per node, merged by a reduction tree (docs/cluster.md, "Splitting a reduction")."""
+    from compiler.cluster.tree import SHAPES
+
+    parser.add_argument("--split", type=int, metavar="N", help=f"{what} over N shares, one per node")
+    parser.add_argument("--tree", choices=SHAPES, help="the split's reduction tree (default flat)")
+    parser.add_argument("--hosts", metavar="A,B,..", help="shares per host, for --tree hosts")
+
+
+def split_from_args(args: argparse.Namespace):
+    """The SplitRequest the flags ask for, or None without --split."""
+    from compiler.cluster.tree import SplitRequest
+
+    if args.split is None:
+        if args.hosts or args.tree:
+            raise UserError("--tree and --hosts go with --split N")
+        return None
+    hosts: tuple[int, ...] = ()
+    if args.hosts:
+        try:
+            hosts = tuple(int(h) for h in args.hosts.split(","))
+        except ValueError:
+            raise UserError(f"--hosts {args.hosts}: expected share counts such as 2,2") from None
+    return SplitRequest(args.split, args.tree or "flat", hosts)
+
+
 def add_kernel_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel", metavar="NAME", help="the kernel to use when the file holds several")
 

@@ -10,11 +10,16 @@ import argparse
 import sys
 
 from common.cli import user_path
-from common.errors import UserError
-from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
+from compiler.cli.args import (
+    add_kernel_flag,
+    add_split_flags,
+    add_value_flags,
+    parse_assignments,
+    parse_scalars,
+    split_from_args,
+)
 from compiler.cluster.build import compile_cluster, values_outside_space
 from compiler.cluster.text import format_program
-from compiler.cluster.tree import SHAPES, SplitRequest
 from compiler.frontend.load import load_file, select_kernel
 
 
@@ -27,9 +32,7 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--units", type=int, default=16, metavar="N", help="units to list in full (default 16)"
     )
-    parser.add_argument("--split", type=int, metavar="N", help="split the cluster loop over N shares")
-    parser.add_argument("--tree", choices=SHAPES, default="flat", help="the reduction tree of a split")
-    parser.add_argument("--hosts", metavar="A,B,..", help="shares per host, for --tree hosts")
+    add_split_flags(parser)
     parser.add_argument("--verify", action="store_true",
                         help="run the program's sequential reference and the plain kernel on random inputs "
                              "and print how far apart they are")
@@ -46,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     dims, tiles = parse_assignments(args.dim, "--dim"), parse_assignments(args.tile, "--tile")
     program = compile_cluster(kernel, dims, cluster_values=cluster_values, tile_values=tiles,
-                              split=_split(args))
+                              split=split_from_args(args))
     print(format_program(program, units_shown=max(0, args.units)))
     if args.verify:
         from compiler.cli.cluster_verify import verify
@@ -55,20 +58,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.cuda:
         print(leaf_cuda_sources(program))
     return 0
-
-
-def _split(args: argparse.Namespace) -> SplitRequest | None:
-    if args.split is None:
-        if args.hosts or args.tree != "flat":
-            raise UserError("--tree and --hosts go with --split N")
-        return None
-    hosts: tuple[int, ...] = ()
-    if args.hosts:
-        try:
-            hosts = tuple(int(h) for h in args.hosts.split(","))
-        except ValueError:
-            raise UserError(f"--hosts {args.hosts}: expected share counts such as 2,2") from None
-    return SplitRequest(args.split, args.tree, hosts)
 
 
 def leaf_cuda_sources(program) -> str:

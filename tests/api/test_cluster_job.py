@@ -6,8 +6,8 @@ outputs as they were); mistakes are phobos.Error before anything runs."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import phobos
-from tests.faults.harness import staging_files, wait_until
+from scheduler.local_pods import READY_LINE, new_token
+from tests.api.test_python_doc import program_env
+from tests.faults.harness import child_pids, process_alive, staging_files, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "examples" / "jobs"
@@ -38,7 +40,7 @@ def _folder(root: Path, name: str) -> Path:
 
 
 def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = program_env()
     return subprocess.run([sys.executable, "-m", "scheduler.main", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -88,15 +90,24 @@ def test_run_async_and_a_loaded_job(tmp_path):
     np.testing.assert_array_equal(np.load(folder / "out" / "C.npy"), _expected(folder))
 
 
+def _slow_add_job(folder: Path) -> phobos.ClusterJob:
+    """A 4-unit add whose pods, started with PHOBOS_FAULT=slow-at=compute:1:600, hold their first
+    compute ten minutes (staying responsive): a job that is surely running when stopped."""
+    np.save(folder / "a.npy", np.arange(N_ADD, dtype=np.float32))
+    np.save(folder / "b.npy", np.ones(N_ADD, np.float32))
+    np.save(folder / "c.npy", np.full(N_ADD, 7.0, np.float32))
+    return phobos.job(JOBS / "add.phk", dims={"N": N_ADD}, base_dir=folder,
+                      tensors={"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
+
+
+N_ADD = 4096
+SLOW = "slow-at=compute:1:600"
+
+
 def test_cancelling_run_async_stops_the_job_in_order(tmp_path, monkeypatch):
-    n = 4096
-    np.save(tmp_path / "a.npy", np.arange(n, dtype=np.float32))
-    np.save(tmp_path / "b.npy", np.ones(n, np.float32))
-    np.save(tmp_path / "c.npy", np.full(n, 7.0, np.float32))
+    job = _slow_add_job(tmp_path)
     before = (tmp_path / "c.npy").read_bytes()
-    monkeypatch.setenv("PHOBOS_FAULT", "slow-at=compute:1:600")  # the local pods' first compute waits
-    job = phobos.job(JOBS / "add.phk", dims={"N": n}, base_dir=tmp_path,
-                     tensors={"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
+    monkeypatch.setenv("PHOBOS_FAULT", SLOW)  # reaches the local pods
 
     async def main():
         task = asyncio.ensure_future(phobos.run_async(job, local_pods=2, storage_roots=[tmp_path],
@@ -109,6 +120,103 @@ def test_cancelling_run_async_stops_the_job_in_order(tmp_path, monkeypatch):
     asyncio.run(main())
     assert staging_files(tmp_path) == []
     assert (tmp_path / "c.npy").read_bytes() == before
+
+
+def _pod(folder: Path, token: str, log: Path, fault: str) -> tuple[subprocess.Popen, str]:
+    """A pod process that outlives its schedulers (--keep-serving), as pods given by address do."""
+    env = program_env(PHOBOS_TOKEN=token, PHOBOS_FAULT=fault)
+    argv = [sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0", "--device", "cpu",
+            "--storage-root", str(folder), "--keep-serving", "--log-level", "info"]
+    with open(log, "wb") as err:
+        pod = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=err, text=True)
+    line = pod.stdout.readline()  # the pod's first line: its address, once it listens
+    assert line.startswith(READY_LINE), (line, log.read_text()[-2000:])
+    return pod, line[len(READY_LINE):].strip()
+
+
+def test_cancelling_a_job_on_pods_given_by_address_tells_the_pods(tmp_path):
+    """The pods outlive the job: cancelled once both hold their plan (each pod's first compute
+    held until a file appears), they are told to drop it (each logs the scheduler's cancel), stay
+    up, and run the job again once the hold is released; staging is gone, the output as it was."""
+    job = _slow_add_job(tmp_path)
+    before = (tmp_path / "c.npy").read_bytes()
+    token, release = new_token(), tmp_path / "release"
+    logs = [tmp_path / f"pod{i}.log" for i in range(2)]
+    pods = [_pod(tmp_path, token, log, f"hold-at=compute:1:{release}") for log in logs]
+    try:
+        addresses = [address for _, address in pods]
+
+        def plans_held() -> bool:
+            return all("plan submitted" in log.read_text() for log in logs)
+
+        async def cancelled():
+            task = asyncio.ensure_future(phobos.run_async(job, pods=addresses, token=token,
+                                                          storage_roots=[tmp_path],
+                                                          cluster_values={"BLOCK": 1024}))
+            await asyncio.to_thread(wait_until, plans_held, 120, "both pods to hold their plan")
+            assert staging_files(tmp_path)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled())
+        assert staging_files(tmp_path) == []
+        assert (tmp_path / "c.npy").read_bytes() == before
+        for log in logs:
+            assert "job cancelled by the scheduler" in log.read_text(), log.read_text()[-3000:]
+        assert all(pod.poll() is None for pod, _ in pods)
+        release.touch()
+        result = phobos.run(job, pods=addresses, token=token, storage_roots=[tmp_path],
+                            cluster_values={"BLOCK": 1024})
+        assert result.ok and result.failures == []
+        np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.arange(N_ADD, dtype=np.float32) + 1)
+    finally:
+        for pod, _ in pods:
+            pod.kill()
+            pod.wait()
+            pod.stdout.close()
+
+
+CTRL_C_PROGRAM = """
+import sys
+
+import phobos
+
+job = phobos.ClusterJob.load(sys.argv[1])
+try:
+    phobos.run(job, local_pods=2, storage_roots=[sys.argv[2]], cluster_values={"BLOCK": 1024})
+except phobos.Interrupted as err:
+    print("interrupted", err.exit_code, flush=True)
+    sys.exit(err.exit_code)
+"""
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_a_blocking_run_as_on_the_command_line(tmp_path, sig, code):
+    """A program blocked in phobos.run gets Ctrl-C (or SIGTERM): the job stops in order (staging
+    removed, output as it was, local pods gone) and phobos.Interrupted carries the exit code."""
+    _slow_add_job(tmp_path).save(tmp_path / "job.capnp")
+    before = (tmp_path / "c.npy").read_bytes()
+    env = program_env(PHOBOS_FAULT=SLOW)
+    with open(tmp_path / "program.err", "w") as err:
+        program = subprocess.Popen([sys.executable, "-c", CTRL_C_PROGRAM, str(tmp_path / "job.capnp"),
+                                    str(tmp_path)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                   stderr=err, text=True)
+    try:
+        wait_until(lambda: staging_files(tmp_path) or program.poll() is not None, 120, "the job to start")
+        pods = child_pids(program.pid)
+        assert program.poll() is None and len(pods) == 2, (tmp_path / "program.err").read_text()[-3000:]
+        program.send_signal(sig)
+        out, _ = program.communicate(timeout=120)
+    finally:
+        if program.poll() is None:
+            program.kill()
+    err = (tmp_path / "program.err").read_text()
+    assert (program.returncode, out) == (code, f"interrupted {code}\n"), err[-3000:]
+    assert staging_files(tmp_path) == []
+    assert (tmp_path / "c.npy").read_bytes() == before
+    wait_until(lambda: all(not process_alive(p) for p in pods), 30, "the local pods to exit")
 
 
 def test_mistakes_are_errors_before_anything_runs(tmp_path):

@@ -30,18 +30,20 @@ class _Node:
 
 
 def simulate(plans: dict[int, NodePlan], writes: dict[str, tuple[str, ...]], seed: int = 0,
-             check_peak: bool = True) -> dict:
+             check_peak: bool = True, partials: bool = False) -> dict:
+    """`partials`: a split reduction's merges read computed values (another share's partial), which
+    are then recorded whole in the reader's history."""
     rng = random.Random(seed)
     nodes = {n: _Node(p, pending={i.id: i for i in p.instructions}) for n, p in plans.items()}
     stores: dict = {}
     while any(node.pending for node in nodes.values()):
         ready = [(n, ins) for n, node in nodes.items() for ins in node.pending.values()
-                 if _can_run(nodes, n, ins)]
+                 if _can_run(nodes, n, ins, writes)]
         if not ready:
             stuck = {n: sorted(node.pending)[:5] for n, node in nodes.items() if node.pending}
             raise SimulationError(f"deadlock: nothing can run; pending {stuck}")
         n, ins = rng.choice(ready)
-        _run(nodes, n, ins, stores, writes)
+        _run(nodes, n, ins, stores, writes, partials)
     for n, node in nodes.items():
         if node.buffers:
             raise SimulationError(f"node {n} ends with buffers still allocated: {sorted(node.buffers)}")
@@ -50,19 +52,30 @@ def simulate(plans: dict[int, NodePlan], writes: dict[str, tuple[str, ...]], see
     return stores
 
 
-def _can_run(nodes, n, ins) -> bool:
+def _can_run(nodes, n, ins, writes) -> bool:
     node = nodes[n]
     if not all(d in node.done for d in ins.deps):
         return False
-    if isinstance(ins, Fetch):
+    if isinstance(ins, Fetch):  # a pod serves a buffer once every instruction filling it is done
         peer = nodes[ins.peer].buffers.get(ins.peer_buffer)
-        return peer is not None and peer[1] is not None
+        ready = peer is not None and peer[1] is not None
+        return ready and not _fills_pending(nodes[ins.peer], ins.peer_buffer, writes)
     if isinstance(ins, Free):
         return node.buffers[ins.buffer][2] >= ins.serves
     return True
 
 
-def _run(nodes, n, ins, stores, writes) -> None:
+def _fills_pending(node: _Node, buffer: int, writes) -> bool:
+    for other in node.pending.values():
+        if isinstance(other, Load | Fetch) and other.buffer == buffer:
+            return True
+        if isinstance(other, Compute) and any(b == buffer and p in writes[other.leaf]
+                                              for p, b in other.bindings):
+            return True
+    return False
+
+
+def _run(nodes, n, ins, stores, writes, partials=False) -> None:
     node = nodes[n]
     del node.pending[ins.id]
     node.done.add(ins.id)
@@ -87,9 +100,9 @@ def _run(nodes, n, ins, stores, writes) -> None:
         for param, b in ins.bindings:
             value = node.buffers[b][1]
             if param not in written:
-                if value is None or value[1]:
+                if value is None or (value[1] and not partials):
                     raise SimulationError(f"compute {ins.id} reads {param} from buffer {b} holding {value}")
-                inputs.append((param, value[0]))
+                inputs.append((param, value if value[1] else value[0]))
         for param, b in ins.bindings:
             if param in written:
                 value = node.buffers[b][1] or (None, ())

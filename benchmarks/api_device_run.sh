@@ -1,0 +1,19 @@
+#!/bin/bash
+# One device call for the Python API (issue 20): the call-overhead benchmark first (the figure,
+# against a cupy RawKernel in the same run), then the GPU tests of tests/api (every example on
+# cupy and torch against the interpreter, streams, dtypes, refusals, threads, the autotune cache,
+# the doc's GPU example). Logs and JSON under $OUT. Run from the repo root on the GPU machine with
+# the structlog/pycapnp/ml_dtypes wheels in WHL (default .whl).
+set -o pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv; lscpu | grep 'Model name'
+  python3 -c 'import sys, cupy, torch; print(sys.version.split()[0], "cupy", cupy.__version__, "torch", torch.__version__)'
+} 2>&1 | tee $OUT/api-device.log
+echo "+ python3 benchmarks/api_call_overhead.py --out \$OUT/api-call-overhead.json" | tee $OUT/api-call-overhead.log
+timeout ${BENCH_TIMEOUT:-60} python3 benchmarks/api_call_overhead.py --out $OUT/api-call-overhead.json \
+  2>&1 | tee -a $OUT/api-call-overhead.log
+echo "+ python3 -m pytest -m gpu tests/api -v -p no:cacheprovider -rs --durations=12" | tee $OUT/api-gpu-tests.log
+timeout ${TEST_TIMEOUT:-150} python3 -m pytest -m gpu tests/api -v -p no:cacheprovider -rs --durations=12 \
+  2>&1 | tee -a $OUT/api-gpu-tests.log | tail -40

@@ -1,0 +1,71 @@
+"""Placement: which node runs which part of each unit, and in which round.
+
+Pure. The planner (scheduler/planner.py) unrolls what this decides. A unit is placed as one or
+more pieces, one per node it uses:
+
+    plain unit    one piece. Units are dealt round robin: the k-th unit goes to node k % n in
+                  round k // n, so every node runs one unit per round.
+    split unit    its cluster loop is cut into S shares (compiler/cluster/split.py; `Launch.share`
+                  says which share runs each launch). With S <= n the shares go to S distinct
+                  nodes, those with the fewest rounds so far (ties in turn from where the last unit
+                  stopped), all in one round: the first round in which all of them are free; the root, share
+                  0, moves to the next of them with every unit. With
+                  S > n (a re-plan after nodes died) share s goes to node (start + s) % n, so a
+                  node runs several shares of the unit in one piece.
+
+A piece holds its shares' launches in the unit's order: each share's init and steps, the tree's
+merges into one of its shares, and the finish where share 0 runs. All pieces of a unit share its
+round, so a merge's source partial is produced in the same round as the merge that fetches it;
+the planner's "every wait points to an earlier round" argument rests on that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schemas.program import Launch, Unit
+
+
+@dataclass(frozen=True)
+class Piece:
+    unit: Unit
+    node: int
+    round: int
+    launches: tuple[Launch, ...]
+    shares: tuple[int, ...]  # the unit's shares this piece runs (a plain unit: (0,))
+
+
+def shares_of(unit: Unit) -> int:
+    return 1 + max((launch.share for launch in unit.launches), default=0)
+
+
+def place(units: Sequence[Unit], nodes: Sequence[int]) -> list[Piece]:
+    """The pieces of `units` (in the order given) over `nodes`, in placement order."""
+    n = len(nodes)
+    free_from = dict.fromkeys(nodes, 0)  # node -> first round it has nothing in
+    turn = 0  # where the next unit's choice of nodes starts, so that roots rotate
+    pieces: list[Piece] = []
+    for placed, unit in enumerate(units):
+        shares = shares_of(unit)
+        if shares <= n:
+            rank = sorted(range(n), key=lambda i: (free_from[nodes[i]], (i - turn) % n))
+            chosen = [nodes[i] for i in rank[:shares]]
+            # the root (share 0, which merges last and stores) moves on with every unit
+            of_share = {s: chosen[(s + placed) % shares] for s in range(shares)}
+        else:
+            of_share = {s: nodes[(turn + s) % n] for s in range(shares)}
+        turn = (turn + shares) % n
+        used = list(dict.fromkeys(of_share.values()))
+        at = max(free_from[node] for node in used)
+        for node in used:
+            free_from[node] = at + 1
+            mine = tuple(s for s, on in of_share.items() if on == node)
+            launches = tuple(la for la in unit.launches if la.share in mine)
+            pieces.append(Piece(unit, node, at, launches, mine))
+    return pieces
+
+
+def root_node(pieces: Sequence[Piece]) -> dict[int, int]:
+    """unit index -> the node running its share 0, which stores the unit's outputs."""
+    return {p.unit.index: p.node for p in pieces if 0 in p.shares}
