@@ -188,7 +188,8 @@ class PodRuntime:
             job.computing.add((generation, ins.unit))
             await self.events_delivered()
         start = time.time()
-        nbytes, peer, copy_s, ok, message = 0, None, 0.0, True, ""
+        nbytes, copy_s, ok, message = 0, 0.0, True, ""
+        peer = ins.peer if isinstance(ins, Fetch) else None  # a failed fetch names its peer too
         delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None, generation)
         if delay is not None:  # test-only: this instruction "runs" a while (then takes the pod down)
             await delay.wait()
