@@ -1,38 +1,55 @@
 #!/bin/bash
-# One device call for the runtime's data path (issue 15), results and logs under $OUT. Run from
-# the repo root on the GPU machine with the wheels carried (see cluster_device_run.sh):
+# One device call for the runtime's data path (issue 15): every GPU row of the issue's Speed
+# table, results and logs under $OUT (packed into data-results.tgz), in about 3 minutes. Run from the repo root on the GPU
+# machine with the wheels carried (docs/performance.md, "Where a job's time goes"):
 #
-#   run(command="bash benchmarks/data_device_run.sh", carry=[".whl"], timeout_s=600)
+#   run(command="bash benchmarks/data_device_run.sh", carry=[".whl"], timeout_s=330)
 #
-# Stages (each with its own timeout, so one cut short costs only its own results):
-#   tests     the GPU tests of the pod and the runtime (pinned copies, IPC, prepared launches)
-#   launch    per-launch overhead of the pod's GPU backend against solo launches (< 20 us)
-#   transfer  16 MiB tile between two GPU pods on one GPU (CUDA IPC), and CPU pods on loopback
-#             against two plain processes with a blocking socket
-#   script    the job against the cupy script on the same files, in one run, both sides:
-#             tiny add 2^20 (--local-pods 1, target <= 1.0 s), matmul 8192^3 (1 running pod,
-#             target <= 1.5x cupy), each with the phase breakdown from --trace
-#   matmul    16384^3 through the runtime: leaf time inside the job against solo (>= 0.9)
+# Stages, in order, each with its own time limit (one cut short costs only its own results) and
+# skipped once the run is past BUDGET_S:
+#   tests     the GPU tests of the data path (pinned pieces keeping each dtype, reused IPC
+#             allocations, the GPU count, jobs on one and two pods of one GPU)
+#   add       tiny add 2^20: --local-pods 1 command to exit (<= 1.0 s), and against a running
+#             pod (first compute within 0.5 s), with the phases from --trace
+#   matmul    8192^3 against one running pod, warm files: command to exit against the cupy
+#             script (<= 1.5x)
+#   cold      the same with the inputs out of the page cache before every command: job wall
+#             against max(cold read, cuBLAS) (<= 1.2x)
+#   big       16384^3 through the runtime: leaf time inside the job against solo (>= 0.9)
+#   transfer  16 MiB tiles between two pods on one GPU (CUDA IPC, >= 100 GB/s): one at a time
+#             and 16 in flight; the CPU pods on loopback against two plain processes
+#   launch    per-launch overhead of the GPU backend against solo launches (< 20 us)
 set -o pipefail
+BUDGET_S=${BUDGET_S:-270}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/data-gpu.txt
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; nproc; id -u;
+  df -h /tmp; findmnt -T /tmp; git log --oneline -1 2>/dev/null; } > $OUT/data-machine.txt 2>&1
 code=0
 stage() {  # stage NAME TIMEOUT COMMAND...
   local name=$1 limit=$2
   shift 2
-  case " ${STAGES:-tests launch transfer script matmul} " in *" $name "*) ;; *) return ;; esac
-  echo "== $name: $*" | tee -a $OUT/data-run.log
-  timeout $limit "$@" 2>&1 | tee $OUT/data-$name.log || code=1
+  case " ${STAGES:-tests add matmul cold big transfer launch} " in *" $name "*) ;; *) return ;; esac
+  if (( SECONDS + 10 > BUDGET_S )); then echo "== $name: skipped (budget)" | tee -a $OUT/data-run.log; return; fi
+  (( SECONDS + limit > BUDGET_S )) && limit=$(( BUDGET_S - SECONDS ))
+  echo "== $name (${SECONDS}s, limit ${limit}s): $*" | tee -a $OUT/data-run.log
+  timeout $limit "$@" > $OUT/data-$name.log 2>&1
+  local rc=$?
+  (( rc )) && { code=1; echo "   $name: exit $rc" >> $OUT/data-run.log; }
+  tail -5 $OUT/data-$name.log
 }
-stage tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/pod tests/runtime/test_gpu.py tests/cuda/test_ptx_cache.py
-stage launch 60 python3 benchmarks/launch_overhead.py --out $OUT/launch-overhead.json
-stage transfer 120 python3 -m pytest -q -p no:cacheprovider benchmarks/test_pod_transfer.py -k "tile_transfer" \
+svj="python3 benchmarks/script_vs_job.py --device gpu"
+stage tests 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/pod/test_backend_gpu.py tests/runtime/test_gpu.py
+stage add 40 $svj --case add --n 1048576 --rounds 5 --running-pods --out $OUT/script-vs-job-gpu-add.json
+stage matmul 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --out $OUT/script-vs-job-gpu-matmul.json
+stage cold 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --cold --out $OUT/script-vs-job-gpu-matmul-cold.json
+stage big 90 python3 benchmarks/runtime_gpu_matmul.py --out $OUT/runtime-gpu-matmul.json
+stage transfer 45 python3 -m pytest -q -p no:cacheprovider benchmarks/test_pod_transfer.py -k "tile_transfer or window" \
   --benchmark-only -s --benchmark-json=$OUT/pod-transfer.json
-stage script 200 bash -c "python3 benchmarks/script_vs_job.py --device gpu --case add --n 1048576 --rounds 5 \
-  --out $OUT/script-vs-job-gpu-add.json && python3 benchmarks/script_vs_job.py --device gpu --case matmul \
-  --n 8192 --rounds 3 --running-pods --out $OUT/script-vs-job-gpu-matmul.json"
-stage matmul 150 python3 benchmarks/runtime_gpu_matmul.py --out $OUT/runtime-gpu-matmul.json
-ls -la $OUT
+stage launch 25 python3 benchmarks/launch_overhead.py --out $OUT/launch-overhead.json
+echo "== done at ${SECONDS}s, exit $code" | tee -a $OUT/data-run.log
+# at most 8 files come back from a device call: everything in one archive, the run's log beside it
+(cd $OUT && tar czf data-results.tgz --exclude=data-results.tgz --exclude=data-run.log * && \
+  find . -maxdepth 1 -type f ! -name data-results.tgz ! -name data-run.log -delete)
 exit $code

@@ -11,11 +11,22 @@ the same machine load:
 
 Reported per side: median command-to-exit seconds and the ratio phobos / script, and from each
 phobos trace the `phases` breakdown (start-up, compile, plan, staging, read, host-to-device,
-compute, device-to-host, write, commit). Outputs are checked against the script's before timing.
+compute, device-to-host, write, commit; `exit`: commit done to the command's exit). Outputs are
+checked against the script's before timing.
+
+With `--cold` every timed command starts with the tensor files out of the page cache (fsync,
+then posix_fadvise DONTNEED; the programs' own files stay cached, as on a machine in use), and
+the run also measures
+what the job cannot beat: the inputs' cold read bandwidth (best of two) and, on a GPU, cuBLAS's
+time for the product; `bound_s` = max(input bytes / read bandwidth, cuBLAS), and the job's wall
+time (plan to commit, from its trace) and command-to-exit are reported against it.
 
 Run (CPU, 2^25 f32 add):
     PYTHONPATH=. .venv/bin/python benchmarks/script_vs_job.py --case add --n 33554432 --rounds 5 \
         --out benchmarks/results/cpu-amd-epyc-2core/script-vs-job-add.json
+GPU, cold files, only the running pod against the script:
+    python3 benchmarks/script_vs_job.py --device gpu --case matmul --n 8192 --running-pods \
+        --no-local --cold --out $OUT/script-vs-job-gpu-matmul-cold.json
 """
 
 from __future__ import annotations
@@ -33,6 +44,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.cluster_harness import drop_cache, read_bandwidth  # noqa: E402
+
 KERNELS = {  # (case, device) -> kernel, --cluster values (n below 2^24: the CPU kernel's 2^20 block)
     ("add", "cpu"): ("benchmarks/kernels/cluster_add.phk", ["BLOCK=4194304"]),
     ("add", "gpu"): ("benchmarks/kernels/cluster_add_gpu.phk", ["BLOCK=16777216"]),
@@ -48,6 +62,17 @@ ADD_SCRIPT_GPU = """
 import numpy as np, cupy as cp, sys
 a = cp.asarray(np.load(sys.argv[1])); b = cp.asarray(np.load(sys.argv[2]))
 np.save(sys.argv[3], cp.asnumpy(a + b))
+"""
+CUBLAS_SECONDS = """
+import sys, cupy as cp
+n = int(sys.argv[1])
+a, b = (cp.random.standard_normal((n, n), dtype=cp.float32) for _ in range(2))
+cp.matmul(a, b)
+start, end, times = cp.cuda.Event(), cp.cuda.Event(), []
+for _ in range(5):
+    start.record(); cp.matmul(a, b); end.record(); end.synchronize()
+    times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+print(sorted(times)[2])
 """
 MATMUL_SCRIPT_GPU = """
 import numpy as np, cupy as cp, sys
@@ -124,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=1 << 25)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--running-pods", action="store_true", help="also time the job against a started pod")
+    p.add_argument("--no-local", action="store_true", help="leave out the --local-pods 1 side")
+    p.add_argument("--cold", action="store_true",
+                   help="inputs out of the page cache before every command; measure the bound")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="phobos-script-vs-job-") as tmp:
@@ -133,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         trace = folder / "trace.json"
         local_cmd = [sys.executable, "-m", "scheduler.main", str(job), "--local-pods", "1",
                      "--trace", str(trace)]
-        sides = {"script": script_cmd, "phobos --local-pods 1": local_cmd}
+        sides = {"script": script_cmd}
+        if not args.no_local:
+            sides["phobos --local-pods 1"] = local_cmd
         pod = None
         if args.running_pods:
             token = "bench-" + os.urandom(8).hex()
@@ -142,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
             sides["phobos --pods (running)"] = [
                 sys.executable, "-m", "scheduler.main", str(job), "--pods", address,
                 "--token-file", str(folder / "token"), "--trace", str(trace)]
+        files = [folder / name for name in ("a.npy", "b.npy", "c.npy") if (folder / name).exists()]
+        cold = (lambda: drop_cache(files)) if args.cold else None
         try:
-            result = run_rounds(sides, folder, trace, output, args.rounds)
+            result = run_rounds(sides, folder, trace, output, args.rounds, cold)
+            if args.cold:
+                result["bound"] = bound(files, args.case, args.device, args.n, result)
         finally:
             if pod is not None:
                 pod.terminate()
@@ -159,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_rounds(sides: dict[str, list[str]], folder: Path, trace: Path, output: Path, rounds: int) -> dict:
-    for name, cmd in sides.items():  # one unmeasured round: page cache warm, outputs checked
+def run_rounds(sides: dict[str, list[str]], folder: Path, trace: Path, output: Path, rounds: int,
+               cold=None) -> dict:
+    for name, cmd in sides.items():  # one unmeasured round: caches warm, outputs checked
         timed(cmd, folder)
         if name != "script":
             expected = np.load(folder / "c_script.npy")
@@ -172,16 +207,40 @@ def run_rounds(sides: dict[str, list[str]], folder: Path, trace: Path, output: P
     for _ in range(rounds):
         loads.append(os.getloadavg()[0])
         for name, cmd in sides.items():
-            times[name].append(timed(cmd, folder))
+            if cold is not None:
+                cold()
+            elapsed = timed(cmd, folder)
+            times[name].append(elapsed)
             if name != "script":
                 data = json.loads(trace.read_text())
-                phases[name].append({"wall_s": data["summary"]["wall_s"], **data.get("phases", {})})
+                row = {"wall_s": data["summary"]["wall_s"], **data.get("phases", {})}
+                row["bytes_loaded"] = sum(n["bytes_loaded"] for n in data["summary"]["nodes"])
+                if "to_commit" in row:
+                    row["exit"] = elapsed - row["to_commit"]
+                phases[name].append(row)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     ratios = {name: round(medians[name] / medians["script"], 3) for name in sides if name != "script"}
     phase_medians = {name: {key: round(statistics.median(p[key] for p in rows), 4) for key in rows[0]}
                      for name, rows in phases.items()}
     return {"seconds": times, "median_s": medians, "ratio_to_script": ratios,
             "phases_median_s": phase_medians, "load_average_1min": loads}
+
+
+def bound(files: list[Path], case: str, device: str, n: int, result: dict) -> dict:
+    """What the job cannot beat, measured now: its inputs at the cold read bandwidth, and on a
+    GPU cuBLAS's product; the phobos sides' wall and command times against it."""
+    read_bw = read_bandwidth(files, repeats=2, cold=True)
+    nbytes = sum(f.stat().st_size for f in files if f.name != "c.npy" or case == "matmul")
+    figures = {"read_bandwidth_Bps": read_bw, "input_bytes": nbytes, "read_s": nbytes / read_bw}
+    if device == "gpu" and case == "matmul":
+        done = subprocess.run([sys.executable, "-c", CUBLAS_SECONDS, str(n)], env=_env(), check=True,
+                              capture_output=True, text=True)
+        figures["cublas_s"] = float(done.stdout.split()[-1])
+    figures["bound_s"] = max(figures["read_s"], figures.get("cublas_s", 0.0))
+    for name, phases in result["phases_median_s"].items():
+        figures[f"{name}: wall / bound"] = round(phases["wall_s"] / figures["bound_s"], 3)
+        figures[f"{name}: command / bound"] = round(result["median_s"][name] / figures["bound_s"], 3)
+    return figures
 
 
 if __name__ == "__main__":

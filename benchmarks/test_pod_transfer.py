@@ -148,6 +148,71 @@ def test_tile_transfer_16mib(benchmark, tmp_path, flags, devices):
               f"{plain_gbps:.2f} GB/s: fetch / plain = {fetch_gbps / plain_gbps:.2f}")
 
 
+WINDOW = 16  # tiles in flight at once for the bandwidth figure
+
+
+@pytest.mark.parametrize("flags,devices", [
+    ((), ()),
+    pytest.param((), ("0", "0"), marks=pytest.mark.gpu),
+], ids=["bulk-port", "gpu-pods"])
+def test_tile_window_bandwidth(benchmark, tmp_path, flags, devices):
+    """Bandwidth with WINDOW 16 MiB tiles in flight between two pods (one plan of WINDOW
+    independent fetches): the bytes over the time from the first fetch's start to the last one's
+    end. One tile alone (test_tile_transfer_16mib) pays the owner's RPC round trip per tile; with
+    several in flight the round trips overlap and the copies set the pace, as in a job whose
+    units wait for several tiles."""
+    if devices:
+        cupy = pytest.importorskip("cupy")
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no GPU")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal(N).astype(np.float32))
+    uri = (tmp_path / "x.npy").as_uri()
+    counter = itertools.count()
+    owner = NodePlan(0, 1, tuple(itertools.chain.from_iterable(
+        (Allocate(3 * i, (), i, (N,)), Load(3 * i + 1, (3 * i,), i, uri, Region("x", (0,), (N,))),
+         Free(3 * i + 2, (3 * i + 1,), i, serves=1)) for i in range(WINDOW))), WINDOW * TILE_BYTES)
+    fetcher = NodePlan(1, 1, tuple(itertools.chain.from_iterable(
+        (Allocate(3 * i, (), i, (N,)), Fetch(3 * i + 1, (3 * i,), i, peer=0, peer_buffer=i),
+         Free(3 * i + 2, (3 * i + 1,), i)) for i in range(WINDOW))), WINDOW * TILE_BYTES)
+    with running_pods(2, tmp_path, extra=flags, devices=devices) as procs, loop_runner() as runner:
+        sink = Sink()
+
+        async def connect_all():
+            links = [await connect(addr) for _, addr in procs]
+            for node, (_, pod) in enumerate(links):
+                await pod.hello(sink, node)
+            return links
+
+        links = runner.run(connect_all())
+        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+        jobs = []
+
+        async def prepare_owner():
+            job = f"w{next(counter)}"
+            jobs.append(job)
+            await submit(links[0][1], job, PROGRAM, owner, peers)
+            for i in range(WINDOW):  # every tile loaded (and its crc cached) before the clock
+                await links[0][1].tileHeader(job, 1, i)
+
+        async def fetch_all():
+            await submit(links[1][1], jobs[-1], PROGRAM, fetcher, peers)
+            assert await sink.wait_finished([(1, jobs[-1], 1)], timeout=120) == [(True, "")]
+
+        benchmark.pedantic(lambda: runner.run(fetch_all()), setup=lambda: runner.run(prepare_owner()),
+                           rounds=int(os.environ.get("PHOBOS_TRANSFER_ROUNDS", "9")), iterations=1)
+        spans = []
+        for job in jobs:
+            fetches = [e for e in sink.job_events[job] if e.kind == "fetch"]  # the fetcher's only
+            assert len(fetches) == WINDOW
+            spans.append(max(e.end for e in fetches) - min(e.start for e in fetches))
+        gbps = WINDOW * TILE_BYTES / statistics.median(spans) / 1e9
+        benchmark.extra_info.update(window=WINDOW, tile_bytes=TILE_BYTES, window_GBps=round(gbps, 3),
+                                    best_window_GBps=round(WINDOW * TILE_BYTES / min(spans) / 1e9, 3),
+                                    load_average=os.getloadavg()[0])
+        print(f"\n{WINDOW} x 16 MiB tiles in flight, {devices or 'cpu bulk port'}: {gbps:.2f} GB/s "
+              f"(median of {len(spans)}; best {WINDOW * TILE_BYTES / min(spans) / 1e9:.2f})")
+
+
 PLAIN_SENDER = """
 import socket, sys
 import numpy as np

@@ -27,14 +27,14 @@ class Error(UserError):
     def __init__(self, text: str, message: str, file: str | None = None, line: int | None = None,
                  col: int | None = None):
         super().__init__(text)
-        self.text = text
+        self._text = text
         self.message = message
         self.file = file
         self.line = line
         self.col = col
 
     def render(self) -> str:
-        return self.text
+        return self._text
 
 
 class ArrayError(Error, ValueError):

@@ -95,13 +95,15 @@ class CpuBackend:
         buffer[...] = host
 
     def fill(self, buffer: np.ndarray, read) -> tuple[int, float]:
-        """Fill the buffer with `read(host_array)` (it returns bytes read): on the CPU the
-        buffer is the host array. Returns (bytes read, seconds of host-to-device copy: none)."""
-        return read(buffer), 0.0
+        """Fill the buffer with `read(host, first, count)` (rows first..first+count along axis 0;
+        it returns bytes read): on the CPU the buffer is the host array, filled in one piece.
+        Returns (bytes read, seconds of host-to-device copy: none)."""
+        return read(buffer, 0, _rows(buffer)), 0.0
 
     def drain(self, buffer: np.ndarray, write) -> tuple[int, float]:
-        """`write(host_array)` of the buffer's contents: (its result, copy seconds: none)."""
-        return write(buffer), 0.0
+        """`write(host, first, count)` of the buffer's contents, in one piece: (its result, copy
+        seconds: none)."""
+        return write(buffer, 0, _rows(buffer)), 0.0
 
     def download(self, buffer: np.ndarray) -> np.ndarray:
         """The buffer's contents as a C-contiguous host array (no copy on the CPU)."""
@@ -150,3 +152,7 @@ def _leaf_arrays(prepared: PreparedLeaf, bound: dict[str, np.ndarray]):
             arrays[param.name] = buf.astype(dtype)
             converted.append(param.name)
     return arrays, converted
+
+
+def _rows(buffer: np.ndarray) -> int:
+    return int(buffer.shape[0]) if buffer.ndim else 1

@@ -11,12 +11,13 @@ copies use a separate copy stream per calling thread. Buffers are allocated stra
 cudaMalloc (not cupy's pool) so a buffer's pointer is its allocation's base, which is what a CUDA
 IPC handle describes (same-host peers map it instead of copying through the host).
 
-The data path (docs/runtime.md, "The data path"): a load reads storage straight into a pinned host
-buffer (cupy's pinned pool, reused) and copies it on with cudaMemcpyAsync on the thread's copy
-stream; a store copies back into a pinned buffer the same way and writes from there. Several
-storage threads run at once, so one load's read overlaps another's copy and the computes. No
-pageable synchronous copy is on that path. A peer's IPC handle is opened once and the mapping kept
-until the job is forgotten.
+The data path (docs/runtime.md, "The data path"): a load reads storage straight into pinned host
+memory (cupy's pinned pool, reused) in pieces of PIECE_BYTES, two pieces in turn, and each piece
+goes on with cudaMemcpyAsync on the thread's copy stream while the next is read; a store copies
+back the same way and writes one piece while the next comes off the device. Several storage
+threads run at once, so loads and stores also overlap each other and the computes. No pageable
+synchronous copy is on that path. A peer's IPC handle is opened once and the mapping kept until
+the job is forgotten.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import weakref
 import ml_dtypes
 import numpy as np
 
+from common import storage
 from pod.backend_cpu import PreparedLeaf, prepare_leaf
 from schemas.capnp_io import JobProgram
 
 STREAMS = 4
+PIECE_BYTES = 8 << 20  # loads and stores move through two pinned pieces of this size
 
 
 class GpuBackend:
@@ -54,6 +57,7 @@ class GpuBackend:
         self._ipc_open: dict[bytes, int] = {}  # a peer allocation's IPC handle -> our mapping of it
         self._idle: dict[int, list] = {}  # bytes -> allocations no buffer uses now
         self._launchers: dict[tuple[str, str], object] = {}  # (job, leaf) -> prepared launch
+        self.piece_bytes = PIECE_BYTES
 
     def describe(self) -> tuple[str, int]:
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device_index)
@@ -145,26 +149,66 @@ class GpuBackend:
         return np.frombuffer(memory, dtype, count).reshape(shape)  # keeps `memory` alive
 
     def fill(self, buffer, read) -> tuple[int, float]:
-        """`read(host)` into a pinned host array, then one asynchronous copy to the buffer on this
-        thread's copy stream. Returns (bytes read, seconds of the copy)."""
-        host = self.pinned(tuple(buffer.shape), self.host_dtype(buffer))
-        nbytes = read(host)
-        start = time.perf_counter()
+        """Fill the buffer piece by piece: `read(host, first, count)` puts rows first..first+count
+        (along axis 0) into a pinned host piece, which is copied on asynchronously on this
+        thread's copy stream while the next piece is read into the other pinned piece (double
+        buffered). Returns (bytes read, seconds spent waiting for copies: the part of the
+        host-to-device copy that reading did not hide)."""
+        pieces = storage.row_pieces(tuple(buffer.shape), buffer.itemsize, self.piece_bytes)
+        hosts = self._pinned_pieces(buffer, pieces)
+        row_bytes = _row_bytes(buffer)
+        copied = [None, None]  # the copy out of each pinned piece, not yet waited for
+        nbytes, waited = 0, 0.0
         stream = self._copy_stream()
         with self.device:
-            buffer.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), host.nbytes, stream=stream)
-            stream.synchronize()  # the pinned block goes back to the pool only after the copy
-        return nbytes, time.perf_counter() - start
+            for i, (first, count) in enumerate(pieces):
+                if copied[i % 2] is not None:
+                    waited += _wait(copied[i % 2])
+                host = hosts[i % 2][:count]
+                nbytes += read(host, first, count)
+                (buffer.data + first * row_bytes).copy_from_host_async(
+                    ctypes.c_void_p(host.ctypes.data), host.nbytes, stream=stream)
+                copied[i % 2] = stream.record()
+            waited += _wait(stream)  # the pinned pieces go back to the pool only after the copies
+        return nbytes, waited
 
     def drain(self, buffer, write) -> tuple[int, float]:
-        """Copy the buffer into a pinned host array asynchronously, then `write(host)`."""
-        start = time.perf_counter()
-        host = self._to_host(buffer)
-        return write(host), time.perf_counter() - start
+        """Fill's reverse: each piece is copied into a pinned host piece asynchronously while the
+        one before it is written by `write(host, first, count)`. Returns (its results summed,
+        seconds spent waiting for device-to-host copies)."""
+        pieces = storage.row_pieces(tuple(buffer.shape), buffer.itemsize, self.piece_bytes)
+        hosts = self._pinned_pieces(buffer, pieces)
+        row_bytes = _row_bytes(buffer)
+        stream = self._copy_stream()
+
+        def copy_out(i: int):
+            first, count = pieces[i]
+            host = hosts[i % 2][:count]
+            (buffer.data + first * row_bytes).copy_to_host_async(
+                ctypes.c_void_p(host.ctypes.data), host.nbytes, stream=stream)
+            return host, stream.record()
+
+        written, waited = 0, 0.0
+        with self.device:
+            pending = copy_out(0) if pieces else None
+            for i, (first, count) in enumerate(pieces):
+                host, copied = pending
+                waited += _wait(copied)
+                if i + 1 < len(pieces):
+                    pending = copy_out(i + 1)  # into the other piece, whose write is done
+                written += write(host, first, count)
+        return written, waited
+
+    def _pinned_pieces(self, buffer, pieces: list[tuple[int, int]]) -> list[np.ndarray]:
+        rows = pieces[0][1] if pieces else 0
+        shape = (rows, *buffer.shape[1:])
+        return [self.pinned(shape, self.host_dtype(buffer)) for _ in range(min(2, len(pieces)))]
 
     def upload(self, buffer, host: np.ndarray) -> None:
-        def read(pinned: np.ndarray) -> int:
-            pinned[...] = np.asarray(host).reshape(pinned.shape)
+        source = np.asarray(host).reshape(buffer.shape)
+
+        def read(pinned: np.ndarray, first: int, count: int) -> int:
+            pinned[...] = source[first:first + count]
             return pinned.nbytes
 
         self.fill(buffer, read)
@@ -244,6 +288,16 @@ class GpuBackend:
             with self._lock:
                 if stream not in self._free_streams:
                     self._free_streams.append(stream)
+
+
+def _row_bytes(buffer) -> int:
+    return int(np.prod(buffer.shape[1:], dtype=np.int64)) * buffer.itemsize
+
+
+def _wait(stream_or_event) -> float:
+    start = time.perf_counter()
+    stream_or_event.synchronize()
+    return time.perf_counter() - start
 
 
 def _device_arrays(cupy, prepared: PreparedLeaf, bound: dict):

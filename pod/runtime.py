@@ -266,16 +266,26 @@ class PodRuntime:
 
     def _load(self, path: Path, ins: Load, record: BufferRecord) -> tuple[int, float]:
         """(bytes read from storage, seconds of the host-to-device copy). The region is read
-        straight into the buffer (CPU) or into a pinned host buffer copied on asynchronously (GPU)."""
+        straight into the buffer (CPU) or, piece by piece, into pinned host memory copied on
+        asynchronously (GPU)."""
         if tuple(ins.region.shape) != tuple(record.array.shape):
             raise UserError(f"load of {ins.uri}: region shape {list(ins.region.shape)} does not match "
                             f"buffer {ins.buffer} of shape {list(record.array.shape)}")
-        return self.backend.fill(record.array, lambda host: storage.read_region_into(path, ins.region, host))
+
+        def read(host: np.ndarray, first: int, count: int) -> int:
+            return storage.read_region_into(path, storage.region_rows(ins.region, first, count), host)
+
+        return self.backend.fill(record.array, read)
 
     def _store(self, staging: Path, ins: Store, record: BufferRecord) -> tuple[int, float]:
         """(bytes written to storage, seconds of the device-to-host copy)."""
-        def write(host: np.ndarray) -> int:
-            return storage.write_region(staging, ins.region, host.reshape(ins.region.shape))
+        if tuple(ins.region.shape) != tuple(record.array.shape):
+            raise UserError(f"store to {ins.uri}: region shape {list(ins.region.shape)} does not match "
+                            f"buffer {ins.buffer} of shape {list(record.array.shape)}")
+
+        def write(host: np.ndarray, first: int, count: int) -> int:
+            piece = storage.region_rows(ins.region, first, count)
+            return storage.write_region(staging, piece, host)
 
         return self.backend.drain(record.array, write)
 

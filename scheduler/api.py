@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,12 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
     pinned dims (a dimension left out is read from an existing tensor file's shape, as
     `phobos-sched new-job` does); `cluster_values` pins @cluster values and `tile_values` the
     leaves' @autotune values (new-job's --cluster and --tile; default: the kernel's pinned
-    tiles); `base_dir` (default: the working folder) is where relative URIs start."""
+    tiles); `base_dir` (default: the working folder) is where relative URIs start. Checked as
+    `phobos-sched new-job` checks it: a job that can never run is an Error; new-job's warnings
+    (values outside a search space, a file the kernel reads that does not exist yet) are
+    `UserWarning`s."""
     from scheduler.jobfile import job_from_source, path_to_uri
+    from scheduler.prepare import check_new_job
 
     if not isinstance(kernel, Kernel):
         from compiler.api.kernel import load
@@ -92,7 +97,10 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
         built = job_from_source(kernel.source, kernel.file, kernel.name,
                                 dict(kernel.dims if dims is None else dims), dict(scalars or {}), uris,
                                 dict(cluster_values or {}), job_dir=base,
-                                tile_values=dict(kernel.tiles if tile_values is None else tile_values))
+                                tile_values=dict(kernel.tiles if tile_values is None else tile_values),
+                                given_dims="dims={{'{name}': {value}}}")
+        for line in check_new_job(built, base / "job"):
+            warnings.warn(line.removeprefix("warning: "), UserWarning, stacklevel=2)
     return ClusterJob(built, base)
 
 

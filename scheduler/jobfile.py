@@ -184,13 +184,15 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
 def job_from_source(source: str, filename: str, kernel_name: str | None, dims: dict[str, int],
                     scalars: dict[str, float], tensors: dict[str, str],
                     cluster_values: dict[str, int] | None = None, job_dir: Path | None = None,
-                    tile_values: dict[str, int] | None = None, split: SplitRequest | None = None) -> Job:
-    """`build_job` for kernel source already in memory (phobos.job builds jobs this way)."""
+                    tile_values: dict[str, int] | None = None, split: SplitRequest | None = None,
+                    given_dims: str = "--dim {name}={value}") -> Job:
+    """`build_job` for kernel source already in memory (phobos.job builds jobs this way, saying
+    `given_dims` how its dims were given, for the message of one that disagrees with a file)."""
     kernel = load_kernel(source, filename, kernel_name)
     if job_dir is not None:
         from compiler.frontend.binding import dims_from_files
 
-        dims = dims_from_files(kernel, dims, existing_shapes(tensors, job_dir))
+        dims = dims_from_files(kernel, dims, existing_shapes(tensors, job_dir), given_dims)
     job = Job(
         kernel_name=kernel.name,
         kernel_source=source,

@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from common.log import get_logger
 
 READY_LINE = "PHOBOS_POD_LISTENING "
 START_TIMEOUT_S = 60.0
+DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the NVIDIA driver drives
 log = get_logger(program="scheduler")
 
 
@@ -33,7 +37,29 @@ def repo_root() -> Path:
 
 
 def visible_gpus() -> int:
-    """How many CUDA devices this process can see (0 without cupy or a driver)."""
+    """How many CUDA devices this process can see (0 without a driver or a device).
+
+    Read from the driver's /proc entries and CUDA_VISIBLE_DEVICES where the driver has them:
+    importing cupy and initialising CUDA to count devices costs the command about half a second
+    before its pods can start. Elsewhere (no /proc entries): cupy's count."""
+    gpus = DRIVER_GPUS
+    if not gpus.is_dir():
+        return _cupy_device_count()
+    present = sum(1 for _ in gpus.iterdir())
+    chosen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if chosen is None:
+        return present
+    count = 0
+    for item in chosen.split(","):  # CUDA stops at the first entry that names no device
+        item = item.strip()
+        if item.isdigit() and int(item) < present or item.startswith(("GPU-", "MIG-")):
+            count += 1
+        else:
+            break
+    return count
+
+
+def _cupy_device_count() -> int:
     try:
         import cupy
 
@@ -54,10 +80,52 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+class PodProcess:
+    """A local pod's process. Started with subprocess.Popen, so a command can start its pods
+    before its event loop exists (first thing: their start-up then overlaps the command's own
+    imports and compile); asyncio waits on top. A thread reads the pod's stdout: the ready line,
+    then anything else (a chatty pod never blocks on a full pipe)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str):
+        # A session of their own: a Ctrl-C at the terminal reaches the scheduler only, which
+        # stops the job and then these pods in order (scheduler/interrupt.py).
+        self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, start_new_session=True)
+        self.pid = self.popen.pid
+        self.address: str | None = None
+        self.said = threading.Event()  # the ready line came, or stdout ended without it
+        threading.Thread(target=self._read, name=f"pod-{self.pid}-stdout", daemon=True).start()
+
+    def _read(self) -> None:
+        for raw in self.popen.stdout:
+            line = raw.decode(errors="replace").strip()
+            if self.address is None and line.startswith(READY_LINE):
+                self.address = line[len(READY_LINE):].strip()
+                self.said.set()
+        self.said.set()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def terminate(self) -> None:
+        self.popen.terminate()
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+    async def wait(self) -> int:
+        pause = 0.001
+        while self.popen.poll() is None:
+            await asyncio.sleep(pause)
+            pause = min(0.02, pause * 2)
+        return self.popen.returncode
+
+
 @dataclass
 class LocalPod:
     device: str
-    process: asyncio.subprocess.Process
+    process: PodProcess
     address: str = ""
 
 
@@ -65,10 +133,22 @@ class LocalPod:
 class LocalPods:
     token: str
     pods: list[LocalPod] = field(default_factory=list)
+    adopted: bool = False  # a job runs on them and stops them at its end
 
     @property
     def addresses(self) -> list[str]:
         return [p.address for p in self.pods]
+
+    async def ready(self) -> LocalPods:
+        """Wait until every pod listens (stopping them all if one does not)."""
+        try:
+            for pod in self.pods:
+                pod.address = await _wait_ready(pod)
+        except BaseException:
+            await self.stop(grace_s=2.0)
+            raise
+        log.debug("local pods started", addresses=self.addresses, devices=[p.device for p in self.pods])
+        return self
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Terminate every pod still running, then kill the ones that do not exit in time."""
@@ -89,6 +169,19 @@ class LocalPods:
                     pass
                 await pod.process.wait()
 
+    def stop_now(self, grace_s: float = 5.0) -> None:
+        """`stop`, blocking: for pods started by a command that ended before its job ran."""
+        for pod in self.pods:
+            if pod.process.returncode is None:
+                pod.process.terminate()
+        deadline = time.monotonic() + grace_s
+        for pod in self.pods:
+            try:
+                pod.process.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pod.process.kill()
+                pod.process.popen.wait()
+
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -103,8 +196,9 @@ def blas_threads(cpu_pods: int, env: dict[str, str]) -> dict[str, str]:
     return {name: per_pod for name in BLAS_THREAD_VARIABLES if name not in env}
 
 
-async def start_local_pods(devices: list[str], roots: list[Path], token: str, extra_args: list[str] = (),
-                           log_level: str = "warning") -> LocalPods:
+def spawn_local_pods(devices: list[str], roots: list[Path], token: str, extra_args: list[str] = (),
+                     log_level: str = "warning") -> LocalPods:
+    """Start one pod per device without waiting for them (`LocalPods.ready` waits)."""
     env = dict(os.environ)
     env[TOKEN_ENV] = token
     root = str(repo_root())
@@ -118,43 +212,35 @@ async def start_local_pods(devices: list[str], roots: list[Path], token: str, ex
                     "--log-level", log_level, *extra_args]
             for r in roots:
                 argv += ["--storage-root", str(r)]
-            # A session of their own: a Ctrl-C at the terminal reaches the scheduler only, which
-            # stops the job and then these pods in order (scheduler/interrupt.py).
-            process = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=root, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                start_new_session=True)
-            pods.pods.append(LocalPod(device, process))
-        for pod in pods.pods:
-            pod.address = await _wait_ready(pod)
+            pods.pods.append(LocalPod(device, PodProcess(argv, env, root)))
     except BaseException:
-        await pods.stop(grace_s=2.0)
+        pods.stop_now(grace_s=2.0)
         raise
-    log.debug("local pods started", addresses=pods.addresses, devices=devices)
     return pods
 
 
+def spawn_for(count: int | None, roots: list[Path], heartbeat_interval: float, heartbeat_timeout: float,
+              log_level: str) -> LocalPods:
+    """The local pods of a job run without --pods: `count` of them (default: one per visible GPU,
+    else two CPU pods), heartbeating at the job's interval, started without waiting for them."""
+    extra = ["--heartbeat-interval", str(heartbeat_interval), "--scheduler-timeout", str(heartbeat_timeout)]
+    return spawn_local_pods(choose_devices(count, visible_gpus()), roots, new_token(), extra, log_level)
+
+
+async def start_local_pods(devices: list[str], roots: list[Path], token: str, extra_args: list[str] = (),
+                           log_level: str = "warning") -> LocalPods:
+    return await spawn_local_pods(devices, roots, token, extra_args, log_level).ready()
+
+
 async def _wait_ready(pod: LocalPod) -> str:
-    async def read_line() -> str:
-        while True:
-            raw = await pod.process.stdout.readline()
-            if not raw:
-                code = await pod.process.wait()
-                raise UserError(f"local pod (device {pod.device}) exited with code {code} before listening; "
-                                "its error is above")
-            line = raw.decode(errors="replace").strip()
-            if line.startswith(READY_LINE):
-                return line[len(READY_LINE):].strip()
-
-    try:
-        address = await asyncio.wait_for(read_line(), START_TIMEOUT_S)
-    except TimeoutError:
-        raise UserError(f"local pod (device {pod.device}) did not start listening within "
-                        f"{START_TIMEOUT_S:g} s") from None
-    # Keep draining stdout so a chatty pod can never block on a full pipe.
-    asyncio.ensure_future(_drain(pod.process.stdout))
-    return address
-
-
-async def _drain(stream) -> None:
-    while await stream.readline():
-        pass
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not pod.process.said.is_set():
+        if time.monotonic() > deadline:
+            raise UserError(f"local pod (device {pod.device}) did not start listening within "
+                            f"{START_TIMEOUT_S:g} s")
+        await asyncio.sleep(0.002)
+    if pod.process.address is None:
+        code = await pod.process.wait()
+        raise UserError(f"local pod (device {pod.device}) exited with code {code} before listening; "
+                        "its error is above")
+    return pod.process.address

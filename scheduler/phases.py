@@ -2,23 +2,29 @@
 
 Scheduler-side phases are stamped as they happen (Unix seconds, `PROCESS` for the command's own
 ones, `JobRun` for the job's); pod-side ones are added up from the instruction events, whose
-`copy_s` says how much of a load or store was the host<->device copy:
+`copy_s` says how much of a load or store was spent waiting for host<->device copies (on a GPU
+pod the copies of one piece run while the next piece is read or written, so only the part that
+storage did not hide counts):
 
-    start-up   imports (process start -> the command's own code), pods (start or reach them,
-               login, hello: a local pod's imports and CUDA context fall here)
+    start-up   imports (process start -> the command's own code), cli (the command's modules,
+               its arguments, the job file), pods (start or reach them, login, hello: a local
+               pod's imports and CUDA context fall here)
     compile    the job's kernel parsed, checked, the cluster program compiled, PTX for GPU pods
     plan, staging
+    submit     staging done -> the first instruction starts on any node: the plans' submission
+               and the pods' set-up of the job (leaves compiled or their PTX loaded)
     read       loads, less their host-to-device copies          (summed over every node)
-    h2d        host-to-device copies of loads
+    h2d        host-to-device copies of loads (not hidden behind reading)
     compute    leaf launches
-    d2h        device-to-host copies of stores
+    d2h        device-to-host copies of stores (not hidden behind writing)
     write      stores, less their device-to-host copies
     fetch      tiles fetched from peers
     commit     fsync + rename of every output
 
 Pod-side sums over several nodes and overlapping instructions can exceed the job's wall time; the
 scheduler-side phases follow one another. `first_compute` is the command's start to the first
-leaf launch on any node.
+leaf launch on any node, `to_commit` the command's start to the end of the commit (what follows
+is the pods' stop, for local pods, and the process's exit).
 """
 
 from __future__ import annotations
@@ -26,8 +32,11 @@ from __future__ import annotations
 import os
 import time
 
+from schemas.instructions import KINDS
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-SCHEDULER_PHASES = ("imports", "compile", "pods", "plan", "staging", "run", "commit")
+SCHEDULER_PHASES = ("imports", "cli", "compile", "pods", "plan", "staging", "submit", "run", "commit")
+INSTRUCTION_KINDS = frozenset(KINDS.values())  # a pod's "serve" events are not its instructions
 POD_PHASES = ("read", "h2d", "compute", "d2h", "write", "fetch")
 
 
@@ -72,6 +81,7 @@ def job_phases(process: dict[str, float], job: dict[str, float], events: list[di
     started = process.get("started")
     if started is not None and "imports_done" in process:
         phases["imports"] = process["imports_done"] - started
+    phases["cli"] = _span(process, "imports_done", "prepare_start")
     compile_s = _span(process, "prepare_start", "prepare_end") + _span(job, "compile_start", "compile_end")
     phases["compile"] = compile_s
     phases["pods"] = _span(process, "pods_start", "pods_ready")
@@ -79,10 +89,15 @@ def job_phases(process: dict[str, float], job: dict[str, float], events: list[di
     phases["staging"] = _span(job, "staging_start", "staging_end")
     phases["run"] = _span(job, "staging_end", "run_end")
     phases["commit"] = _span(job, "commit_start", "commit_end")
+    instructions = [e["start"] for e in events if e["kind"] in INSTRUCTION_KINDS]
+    if instructions and "staging_end" in job:
+        phases["submit"] = max(0.0, t0 + min(instructions) - job["staging_end"])
     phases.update(pod_phases(events))
     computes = [e["start"] for e in events if e["kind"] == "compute"]
     if computes and started is not None:
         phases["first_compute"] = t0 + min(computes) - started
+    if started is not None and "commit_end" in job:
+        phases["to_commit"] = job["commit_end"] - started
     return {name: round(value, 6) for name, value in phases.items()}
 
 

@@ -29,7 +29,7 @@ from scheduler.cluster_state import (
     Succeeded,
 )
 from scheduler.job_storage import JobStorage
-from scheduler.local_pods import choose_devices, new_token, start_local_pods, visible_gpus
+from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
@@ -50,6 +50,9 @@ class RunOptions:
     heartbeat_timeout: float = 5.0
     cluster_values: dict[str, int] = field(default_factory=dict)
     pod_log_level: str = "warning"
+    # Local pods the command started before compiling (spawn_pods_for); the job waits for them
+    # to listen, uses them and stops them, as it would pods it started itself.
+    started_pods: LocalPods | None = None
 
 
 @dataclass
@@ -79,7 +82,9 @@ async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunR
     PROCESS.mark("pods_start")
     addresses, token = list(options.pods), options.token
     if not addresses:
-        local = await start_pods_for(options)
+        local = options.started_pods or spawn_pods_for(options)
+        local.adopted = True
+        await local.ready()
         addresses, token = local.addresses, local.token
     elif not token:
         raise UserError("--pods needs the cluster's token: --token-file PATH or PHOBOS_TOKEN")
@@ -94,12 +99,14 @@ async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunR
             await local.stop()
 
 
-async def start_pods_for(options: RunOptions, count: int | None = None):
-    devices = choose_devices(count if count is not None else options.local_pods, visible_gpus())
-    extra = ["--heartbeat-interval", str(options.heartbeat_interval),
-             "--scheduler-timeout", str(options.heartbeat_timeout)]
-    return await start_local_pods(devices, list(options.storage_roots), new_token(), extra,
-                                  log_level=options.pod_log_level)
+def spawn_pods_for(options: RunOptions, count: int | None = None) -> LocalPods:
+    """Start the local pods a job without --pods runs on (`LocalPods.ready` waits for them)."""
+    return spawn_for(count if count is not None else options.local_pods, list(options.storage_roots),
+                     options.heartbeat_interval, options.heartbeat_timeout, options.pod_log_level)
+
+
+async def start_pods_for(options: RunOptions, count: int | None = None) -> LocalPods:
+    return await spawn_pods_for(options, count).ready()
 
 
 class PodSession:

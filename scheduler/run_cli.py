@@ -149,23 +149,43 @@ def run_command(argv: list[str]) -> int:
     PROCESS.mark("started", process_start_time())
     PROCESS.mark("imports_done")
     from common import log
+    from scheduler import tuner_cli
+
+    args = build_parser().parse_args(argv)
+    log.configure_from_args(args)
+    job_path = user_path(args.job)
+    roots = storage_roots(args.storage_root, job_path)
+    pods = parse_pods(args.pods)
+    if args.local_pods is not None and pods:
+        raise UserError("--local-pods and --pods exclude each other")
+    tune = tuner_cli.options_from_args(args)
+    heartbeat = (_positive("--heartbeat-interval", args.heartbeat_interval),
+                 _positive("--heartbeat-timeout", args.heartbeat_timeout))
+    started = None
+    if not pods and not tune.active:  # the tuner starts the pods it needs itself
+        from scheduler.local_pods import spawn_for
+
+        # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own.
+        started = spawn_for(args.local_pods, roots, *heartbeat, args.pod_log_level)
+    try:
+        return _run(args, job_path, roots, pods, tune, heartbeat, started)
+    finally:
+        if started is not None and not started.adopted:
+            started.stop_now()
+
+
+def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, heartbeat: tuple[float, float],
+         started) -> int:
     from compiler.cluster.build import values_outside_space
     from scheduler import (
         api,  # the Python API's job path (phobos.run): one path, not two
         tuner_cli,
     )
     from scheduler.interrupt import Interrupted
+    from scheduler.phases import PROCESS
     from scheduler.run import JobFailed, RunOptions
-    from scheduler.tracefile import summary_text
 
-    args = build_parser().parse_args(argv)
-    log.configure_from_args(args)
-    job_path = user_path(args.job)
     cluster_job = api.ClusterJob.load(job_path)
-    roots = storage_roots(args.storage_root, job_path)
-    pods = parse_pods(args.pods)
-    if args.local_pods is not None and pods:
-        raise UserError("--local-pods and --pods exclude each other")
     token = read_token(args.token_file) if pods else None
     if pods and not token:
         raise UserError(f"--pods needs the cluster's token: --token-file PATH or set {TOKEN_ENV}")
@@ -178,7 +198,6 @@ def run_command(argv: list[str]) -> int:
     cluster_values = parse_assignments(args.cluster, "--cluster", int)
     tile_values = parse_assignments(args.tile, "--tile", int)
     split = split_from_args(args)
-    tune = tuner_cli.options_from_args(args)
 
     PROCESS.mark("prepare_start")
     prepared = api.prepare(cluster_job, roots, cluster_values, tile_values=tile_values,
@@ -193,9 +212,8 @@ def run_command(argv: list[str]) -> int:
                             f"(outputs: {outputs})")
     options = RunOptions(
         pods=pods, local_pods=args.local_pods, token=token, storage_roots=tuple(roots),
-        heartbeat_interval=_positive("--heartbeat-interval", args.heartbeat_interval),
-        heartbeat_timeout=_positive("--heartbeat-timeout", args.heartbeat_timeout),
-        cluster_values=cluster_values, pod_log_level=args.pod_log_level)
+        heartbeat_interval=heartbeat[0], heartbeat_timeout=heartbeat[1],
+        cluster_values=cluster_values, pod_log_level=args.pod_log_level, started_pods=started)
     try:
         if tune.active:
             tuned = tuner_cli.run_autotuned(prepared, options, tune)
@@ -210,6 +228,13 @@ def run_command(argv: list[str]) -> int:
     except Interrupted as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    return _report(result, prepared, expected, outputs_of_run)
+
+
+def _report(result, prepared, expected: dict[str, np.ndarray], outputs_of_run: dict[str, Path]) -> int:
+    """The run's files, its summary and the --expect comparisons: the command's exit code."""
+    from scheduler.tracefile import summary_text
+
     write_run_files(result.trace, outputs_of_run)
     print(summary_text(result.trace, result.ok, result.reason))
     if not result.ok:

@@ -21,14 +21,43 @@ def pytest_args(argv: list[str], env: dict[str, str]) -> list[str]:
     return args
 
 
+def scratch_environment(env: dict[str, str]) -> dict[str, str]:
+    """Under Bazel, where tools write their own files: in the test's scratch folder, never in the
+    checkout. Many tests start programs (pods, the scheduler) with the checkout on PYTHONPATH; their
+    bytecode would otherwise land in compiler/__pycache__ and the like. Inherited by subprocesses."""
+    if "TEST_TMPDIR" not in env:
+        return {}
+    tmp = env["TEST_TMPDIR"]
+    # Hypothesis keeps its example database in the working directory, the runfiles tree here.
+    return {"HYPOTHESIS_STORAGE_DIRECTORY": f"{tmp}/hypothesis", "PYTHONPYCACHEPREFIX": f"{tmp}/pycache"}
+
+
+def empty_scratch(tmp: str) -> None:
+    """After a passing run, remove what it wrote to TEST_TMPDIR (pytest's folders, bytecode). Bazel
+    would otherwise delete it at the start of the next command, while planting the execroot's
+    symlinks, even when every test result is cached: that took 43 s of the second `bazel test
+    //...` on a fresh clone of the shared 2-core machine. A failing run keeps its files for a look."""
+    import shutil
+
+    for entry in os.scandir(tmp):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.unlink(entry.path)
+
+
 if __name__ == "__main__":
     # Python put this script's folder, symlinks resolved, first on sys.path: that is tests/ in the
     # checkout, where tests/compiler would pass for the compiler package. Imports come from the
     # runfiles tree only (pytest adds its root, see pythonpath in pyproject.toml).
     del sys.path[0]
-    if "TEST_TMPDIR" in os.environ:
-        # Hypothesis keeps its example database in the working directory, the runfiles tree here.
-        os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", f"{os.environ['TEST_TMPDIR']}/hypothesis")
+    for name, value in scratch_environment(dict(os.environ)).items():
+        os.environ.setdefault(name, value)
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]  # this process too, not only its children
     import pytest
 
-    sys.exit(pytest.main(pytest_args(sys.argv[1:], dict(os.environ))))
+    code = pytest.main(pytest_args(sys.argv[1:], dict(os.environ)))
+    if code == 0 and os.environ.get("TEST_TMPDIR"):
+        empty_scratch(os.environ["TEST_TMPDIR"])
+    sys.exit(code)

@@ -1,7 +1,8 @@
 """`//compiler -- cuda FILE ...` prints the generated CUDA C++; `... ptx FILE ... -o out.ptx`
 writes the PTX. Tile values: --tile, else (with --autotune) the fastest point measured on this
 machine's GPU, else the autotune cache's winner for these dims on this GPU (when there is one),
-else each @autotune name's first value."""
+else each @autotune name's first value. A tuned or cached winner brings its code-generator
+schedule (compiler/cuda/schedule.py) along."""
 
 from __future__ import annotations
 
@@ -39,41 +40,46 @@ def register(subparsers) -> None:
 
 
 def _bound(args: argparse.Namespace):
+    """(kernel, binding, schedule): tile values and, when tuned, the code generator's schedule."""
+    from compiler.cuda.schedule import DEFAULT
     from compiler.frontend.load import load_file, select_kernel
 
     dims = parse_assignments(args.dim, "--dim", int)
     tiles = parse_assignments(args.tile, "--tile", int)
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
+    schedule = DEFAULT
     if not tiles:
         from compiler.cuda import autotune
 
         if getattr(args, "autotune", False):
             if autotune.gpu_name() is None:
                 raise UserError("--autotune needs a GPU (cupy sees none here); use --tile instead")
-            result = autotune.tune(kernel, dims)
-            tiles = result.best
+            result = autotune.tune(kernel, dims, tf32=args.tf32)
             print(
-                f"// autotuned: {tiles} ({result.best_ms:.4f} ms{', cached' if result.cached else ''})",
+                f"// autotuned: {result.best} {result.schedule.key()} "
+                f"({result.best_ms:.4f} ms{', cached' if result.cached else ''})",
                 file=sys.stderr,
             )
         else:
-            tiles = autotune.cached_choice(kernel, bind(kernel, dims).dims) or {}
-    return kernel, bind(kernel, dims, None, tiles)
+            result = autotune.cached_result(kernel, bind(kernel, dims).dims, args.tf32)
+        if result is not None:
+            tiles, schedule = result.best, result.schedule
+    return kernel, bind(kernel, dims, None, tiles), schedule
 
 
 def handle_cuda(args: argparse.Namespace) -> int:
     from compiler.cuda import generate_source
 
-    kernel, binding = _bound(args)
-    print(generate_source(kernel, binding, tf32=args.tf32).source, end="")
+    kernel, binding, schedule = _bound(args)
+    print(generate_source(kernel, binding, tf32=args.tf32, schedule=schedule).source, end="")
     return 0
 
 
 def handle_ptx(args: argparse.Namespace) -> int:
     from compiler.cuda import compile_kernel
 
-    kernel, binding = _bound(args)
-    compiled = compile_kernel(kernel, binding, tf32=args.tf32)
+    kernel, binding, schedule = _bound(args)
+    compiled = compile_kernel(kernel, binding, tf32=args.tf32, schedule=schedule)
     target = user_path(args.output)
     write_atomically(target, compiled.ptx, label=f"-o {args.output}")
     print(

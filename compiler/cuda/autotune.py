@@ -76,12 +76,23 @@ def gpu_name() -> str | None:
         return None
 
 
-def cached_choice(kernel: ir.Kernel, dims: dict[str, int]) -> dict[str, int] | None:
+def cached_result(kernel: ir.Kernel, dims: dict[str, int], tf32: bool = False) -> TuneResult | None:
+    """The cached winner (tile values and schedule) of a whole-space tuning on this GPU, or None."""
     gpu = gpu_name()
     if gpu is None or kernel.autotune is None:
         return None
-    entry = _read_cache().get(cache_key(kernel, dict(dims), gpu))
-    return dict(entry["best"]) if entry else None
+    entry = _read_cache().get(cache_key(kernel, dict(dims), gpu, tf32))
+    return _from_entry(entry) if entry else None
+
+
+def cached_choice(kernel: ir.Kernel, dims: dict[str, int]) -> dict[str, int] | None:
+    found = cached_result(kernel, dims)
+    return found.best if found else None
+
+
+def _from_entry(entry: dict) -> TuneResult:
+    sched = Schedule(**entry.get("schedule", {}))
+    return TuneResult(dict(entry["best"]), entry["ms"], (), (), cached=True, schedule=sched)
 
 
 def search_points(kernel: ir.Kernel) -> list[dict[str, int]]:
@@ -166,8 +177,7 @@ def tune(
     if use_cache:
         entry = _read_cache().get(key)
         if entry:
-            sched = Schedule(**entry.get("schedule", {}))
-            return TuneResult(dict(entry["best"]), entry["ms"], (), (), cached=True, schedule=sched)
+            return _from_entry(entry)
     arrays, scalars = _inputs(kernel, dict(base.env))
     if searched:
         timings, pruned = schedule_search(kernel, dims, points, tf32, (arrays, scalars), log)

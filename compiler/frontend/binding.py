@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from common.errors import UserError
 from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 
 class FrozenDict(dict):
@@ -122,10 +123,12 @@ def missing_dims_error(kernel: ir.Kernel, missing: list[str]) -> UserError:
 
 
 def dims_from_files(kernel: ir.Kernel, dims: Mapping[str, int],
-                    files: Mapping[str, tuple[tuple[int, ...], str]]) -> dict[str, int]:
+                    files: Mapping[str, tuple[tuple[int, ...], str]],
+                    given: str = "--dim {name}={value}") -> dict[str, int]:
     """`dims` completed from the shapes of existing tensor files (tensor -> (shape, the file as
-    the user named it)). A --dim that disagrees with a file, or two files that disagree, is an
-    error naming both; a file of the wrong rank is left to the shape check."""
+    the user named it)). A given dim that disagrees with a file, or two files that disagree, is an
+    error naming both; `given` says how the caller gave a dim (a flag, or the Python API's
+    `dims=`); a file of the wrong rank is left to the shape check."""
     out, source = dict(dims), {}
     params = {t.name: t for t in kernel.tensors}
     for name, (shape, label) in files.items():
@@ -136,8 +139,9 @@ def dims_from_files(kernel: ir.Kernel, dims: Mapping[str, int],
             if not isinstance(d, str):
                 continue
             if d in dims and dims[d] != n:
-                raise UserError(f"--dim {d}={dims[d]} conflicts with tensor {name}: {label} has shape "
-                                f"{list(shape)}, so {d} = {n}")
+                asked = given.format(name=d, value=dims[d])
+                raise UserError(f"{asked} conflicts with tensor {name}: {label} has shape {list(shape)}, "
+                                f"so {d} = {n}")
             if d in source and out[d] != n:
                 first, where = source[d]
                 raise UserError(f"tensors {first} and {name} disagree on {d}: {where} gives {d} = {out[d]}, "
@@ -167,11 +171,13 @@ def _check_aligned(kernel: ir.Kernel, env: dict[str, int]) -> None:
     aligned = kernel.aligned
     if aligned is None:
         return
-    for dim, tile in aligned.pairs:
+    for i, (dim, tile) in enumerate(aligned.pairs):
         if dim not in env or tile not in env:
             continue  # the checker reports unknown names; nothing to promise here
-        if env[dim] % env[tile] != 0:
-            raise UserError(f"{dim} = {env[dim]} is not a multiple of {tile} = {env[tile]} (@aligned)")
+        if env[dim] % env[tile] != 0:  # pointing at the promise the sizes break
+            span = aligned.pair_spans[i] if i < len(aligned.pair_spans) else aligned.span
+            message = f"{dim} = {env[dim]} is not a multiple of {tile} = {env[tile]} (@aligned)"
+            raise CompileError(span, message)
 
 
 def bind(kernel: ir.Kernel, dims: Mapping[str, int], tensor_shapes: Mapping[str, tuple] | None = None,

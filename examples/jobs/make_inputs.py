@@ -1,4 +1,4 @@
-"""Make the example job: its inputs, the numpy-expected output and the job file, deterministically.
+"""Make the example jobs: their inputs, the numpy-expected output and the job files, deterministically.
 
     PYTHONPATH=. .venv/bin/python examples/jobs/make_inputs.py
 
@@ -6,6 +6,17 @@ writes examples/jobs/data/{A,B,C_expected}.npy and examples/jobs/matmul.capnp (U
 the job file: file:data/A.npy, file:data/B.npy, file:out/C.npy). Then run it with
 
     tools/bazel run //scheduler -- examples/jobs/matmul.capnp --expect C=examples/jobs/data/C_expected.npy
+
+The split-K job (examples/jobs/matmul_split_k.capnp: M = N = 256, K = 65536, its K loop split over 4
+shares by a binary tree, docs/cluster.md) is committed; its 128 MiB of inputs are not:
+
+    PYTHONPATH=. .venv/bin/python examples/jobs/make_inputs.py --split-k
+    tools/bazel run //scheduler -- examples/jobs/matmul_split_k.capnp --local-pods 4 \
+        --expect C=examples/jobs/out/C_split_k_expected.npy
+
+writes them to examples/jobs/out/ (git-ignored). Their values are multiples of 1/8 in [-1, 1), so
+every partial sum is a multiple of 1/64 below 2^16 in size: exact in f32, whatever the order of
+the additions, and the split job's output equals numpy's bit for bit.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ sys.path.insert(0, str(HERE.parents[1]))  # the repo root, for `scheduler` and `
 
 M = N = K = 512
 SEED = 20261129
+SPLIT_K = {"M": 256, "N": 256, "K": 65536}
 
 
 def make_arrays() -> dict[str, np.ndarray]:
@@ -32,9 +44,36 @@ def make_arrays() -> dict[str, np.ndarray]:
     return {"A": a, "B": b, "C_expected": expected}
 
 
+def split_k_arrays() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(SEED + 1)
+    m, n, k = SPLIT_K["M"], SPLIT_K["N"], SPLIT_K["K"]
+    a = (np.floor(rng.uniform(-8, 8, (m, k))) / 8).astype(np.float32)
+    b = (np.floor(rng.uniform(-8, 8, (k, n))) / 8).astype(np.float32)
+    expected = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    return {"A_split_k": a, "B_split_k": b, "C_split_k": np.zeros((m, n), np.float32),
+            "C_split_k_expected": expected}
+
+
+def split_k_job():
+    from compiler.cluster.tree import SplitRequest
+    from scheduler.jobfile import build_job
+
+    tensors = {t: f"file:out/{t}_split_k.npy" for t in "ABC"}
+    job = build_job(HERE / "matmul_split_k.phk", None, SPLIT_K, {"alpha": 1.0, "beta": 0.0}, tensors,
+                    cluster_values={"TILE_K": 4096}, split=SplitRequest(4, "binary"))
+    return type(job)(**{**job.__dict__, "kernel_file": "examples/jobs/matmul_split_k.phk"})
+
+
 def main() -> None:
     from scheduler.jobfile import build_job, write_job
 
+    if sys.argv[1:] == ["--split-k"]:
+        (HERE / "out").mkdir(exist_ok=True)
+        for name, array in split_k_arrays().items():
+            np.save(HERE / "out" / f"{name}.npy", array)
+        write_job(split_k_job(), HERE / "matmul_split_k.capnp")
+        print(f"wrote {HERE / 'out'}/{{A,B,C,C_expected}}_split_k.npy and {HERE / 'matmul_split_k.capnp'}")
+        return
     data = HERE / "data"
     data.mkdir(exist_ok=True)
     (HERE / "out").mkdir(exist_ok=True)

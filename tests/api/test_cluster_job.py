@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -104,20 +105,25 @@ N_ADD = 4096
 SLOW = "slow-at=compute:1:600"
 
 
-def test_cancelling_run_async_stops_the_job_in_order(tmp_path, monkeypatch):
-    job = _slow_add_job(tmp_path)
-    before = (tmp_path / "c.npy").read_bytes()
-    monkeypatch.setenv("PHOBOS_FAULT", SLOW)  # reaches the local pods
-
+def _cancel_once(running, job: phobos.ClusterJob, folder: Path, **where) -> None:
+    """run_async the job on `where` (local_pods= or pods=), cancel it once `running()` holds, and
+    see CancelledError reach the caller."""
     async def main():
-        task = asyncio.ensure_future(phobos.run_async(job, local_pods=2, storage_roots=[tmp_path],
-                                                      cluster_values={"BLOCK": 1024}))
-        await asyncio.to_thread(wait_until, lambda: staging_files(tmp_path), 120, "the job's staging file")
+        task = asyncio.ensure_future(phobos.run_async(job, storage_roots=[folder],
+                                                      cluster_values={"BLOCK": 1024}, **where))
+        await asyncio.to_thread(wait_until, running, 120, "the job to run")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(main())
+
+
+def test_cancelling_run_async_stops_the_job_in_order(tmp_path, monkeypatch):
+    job = _slow_add_job(tmp_path)
+    before = (tmp_path / "c.npy").read_bytes()
+    monkeypatch.setenv("PHOBOS_FAULT", SLOW)  # reaches the local pods
+    _cancel_once(lambda: staging_files(tmp_path), job, tmp_path, local_pods=2)
     assert staging_files(tmp_path) == []
     assert (tmp_path / "c.npy").read_bytes() == before
 
@@ -148,19 +154,9 @@ def test_cancelling_a_job_on_pods_given_by_address_tells_the_pods(tmp_path):
         addresses = [address for _, address in pods]
 
         def plans_held() -> bool:
-            return all("plan submitted" in log.read_text() for log in logs)
+            return bool(staging_files(tmp_path)) and all("plan submitted" in log.read_text() for log in logs)
 
-        async def cancelled():
-            task = asyncio.ensure_future(phobos.run_async(job, pods=addresses, token=token,
-                                                          storage_roots=[tmp_path],
-                                                          cluster_values={"BLOCK": 1024}))
-            await asyncio.to_thread(wait_until, plans_held, 120, "both pods to hold their plan")
-            assert staging_files(tmp_path)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-
-        asyncio.run(cancelled())
+        _cancel_once(plans_held, job, tmp_path, pods=addresses, token=token)
         assert staging_files(tmp_path) == []
         assert (tmp_path / "c.npy").read_bytes() == before
         for log in logs:
@@ -233,3 +229,52 @@ def test_mistakes_are_errors_before_anything_runs(tmp_path):
     with pytest.raises(phobos.Error, match=r"data/A.npy: no such file"):
         phobos.run(job, local_pods=2, storage_roots=[folder])
     assert not list((folder / "out").glob(".*"))
+
+
+def test_a_job_is_checked_as_new_job_checks_it(tmp_path):
+    """phobos.job runs new-job's checks: what can never run is an Error at once, new-job's
+    warnings are UserWarnings naming the tensor."""
+    with pytest.raises(phobos.Error, match=r"tensor C: folder .*/out does not exist"):
+        phobos.job(JOBS / "matmul.phk", dims=DIMS, scalars=SCALARS, tensors=TENSORS, base_dir=tmp_path)
+    (tmp_path / "out").mkdir()
+    with pytest.warns(UserWarning) as record:
+        phobos.job(JOBS / "matmul.phk", dims=DIMS, scalars=SCALARS, tensors=TENSORS, base_dir=tmp_path)
+    said = [str(w.message) for w in record]
+    assert [line.split(":")[0] for line in said] == ["tensor A", "tensor B", "tensor C"], said
+    assert "A.npy does not exist yet; the kernel reads it" in said[0]
+    assert "the kernel reads its old values at" in said[2]  # beta * C
+    (tmp_path / "data").mkdir()
+    np.save(tmp_path / "data" / "A.npy", np.ones((200, 256), np.float32))  # M = 256 asked
+    with pytest.raises(phobos.Error) as info:
+        phobos.job(JOBS / "matmul.phk", dims=DIMS, scalars=SCALARS, tensors=TENSORS, base_dir=tmp_path)
+    assert str(info.value) == ("error: dims={'M': 256} conflicts with tensor A: file:data/A.npy has shape "
+                               "[200, 256], so M = 200")
+
+
+def test_a_lost_node_is_in_the_results_failures_and_a_thread_may_run_the_job(tmp_path):
+    """Three pods given by address, one of which dies at its first compute: the job is re-planned
+    on the two others and succeeds, and JobResult.failures names the lost node. The blocking
+    run is called from a worker thread (signals stay the program's; the job runs all the same)."""
+    job = _slow_add_job(tmp_path)
+    token = new_token()
+    faults = ["", "", "kill-at=compute:1"]
+    pods = [_pod(tmp_path, token, tmp_path / f"pod{i}.log", fault) for i, fault in enumerate(faults)]
+    results: list = []
+    try:
+        worker = threading.Thread(target=lambda: results.append(phobos.run(
+            job, pods=[address for _, address in pods], token=token, storage_roots=[tmp_path],
+            cluster_values={"BLOCK": 1024}, heartbeat_interval=0.1, heartbeat_timeout=1.0)))
+        worker.start()
+        worker.join(timeout=240)
+        assert not worker.is_alive() and len(results) == 1
+    finally:
+        for pod, _ in pods:
+            pod.kill()
+            pod.wait()
+            pod.stdout.close()
+    result = results[0]
+    assert result.ok, result.reason
+    assert [f["node"] for f in result.failures] == [2], result.failures
+    lost = result.failures[0]
+    assert lost["reason"] and f"node 2 lost at {lost['time']:.3f} s: {lost['reason']}" in result.summary
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.arange(N_ADD, dtype=np.float32) + 1)

@@ -157,6 +157,20 @@ def test_kernel_errors_carry_the_command_lines_diagnostic(tmp_path):
         phobos.load(tmp_path / "missing.phk")
 
 
+def test_sizes_that_break_a_promise_of_the_kernel_point_at_it():
+    """A call whose arrays break the kernel's @aligned promise is refused before it runs, with the
+    diagnostic pointing at the promise, as the command line prints it."""
+    kernel = phobos.load(EXAMPLES / "matmul.phk")
+    c = np.zeros((63, 64), np.float32)
+    with pytest.raises(phobos.Error) as info:
+        kernel(np.ones((63, 8), np.float32), np.ones((8, 64), np.float32), c, 1.0, 0.0)
+    err = info.value
+    assert (Path(err.file).name, err.line, err.col) == ("matmul.phk", 3, 10)
+    assert str(err).splitlines()[1:] == ["@aligned(M = TILE_M, N = TILE_N, K = TILE_K)", " " * 9 + "^" * 10]
+    assert err.message == "M = 63 is not a multiple of TILE_M = 32 (@aligned)"
+    assert not c.any()
+
+
 def test_several_kernels_need_a_name():
     source = ("kernel f(a: tensor<f32>[N]) {\n  a[0 :+ 4] = a[0 :+ 4]\n}\n"
               "kernel g(a: tensor<f32>[N]) {\n  a[0 :+ 4] = a[0 :+ 4]\n}\n")

@@ -84,3 +84,37 @@ def test_importing_phobos_keeps_its_events_off_the_programs_stdout(configured, t
     else:
         assert done.stdout == "" and "a debug event" not in done.stderr
         assert "a warning event" in done.stderr
+
+
+def _reference_row(name: str) -> str:
+    """The row of the doc's Reference whose first cell names `phobos.<name>`."""
+    table = DOC.split("## Reference", 1)[1].splitlines()
+    rows = [line for line in table if re.search(rf"`(await )?phobos\.{name}\b", line.split(" | ")[0])]
+    assert len(rows) == 1, f"phobos.{name}: {len(rows)} rows in docs/python.md's Reference"
+    return rows[0]
+
+
+def test_every_public_name_is_in_the_reference():
+    """The public surface is what docs/python.md's Reference lists: every name of `phobos` and
+    every public member of its classes; anything else carries a leading underscore."""
+    import dataclasses
+
+    import phobos
+
+    assert {n for n in vars(phobos) if not n.startswith("_")} == set(phobos.__all__) - {"JobFailed"}
+    assert phobos.JobFailed.__name__ == "JobFailed"  # imported on first use (see phobos/__init__.py)
+    for name in phobos.__all__:
+        _reference_row(name)
+    error = set(vars(phobos.Error("error: x", "x")))
+    members = {
+        "Kernel": set(vars(phobos.Kernel)),
+        "ClusterJob": set(vars(phobos.ClusterJob)) | {"base_dir"},
+        "JobResult": set(vars(phobos.JobResult)) | {f.name for f in dataclasses.fields(phobos.JobResult)},
+        "Error": error,
+        "ArrayError": set(vars(phobos.ArrayError("t", "x"))) - error,
+        "Interrupted": {"exit_code"},
+    }
+    for cls, names in members.items():
+        row = _reference_row(cls)
+        for member in sorted(n for n in names if not n.startswith("_")):
+            assert f"`{member}" in row, f"phobos.{cls}.{member} is public but not in docs/python.md"

@@ -29,8 +29,11 @@ def _region(start, shape):
     return Region("t", tuple(start), tuple(shape))
 
 
+@pytest.mark.parametrize("pread_run_bytes", [storage.PREAD_RUN_BYTES, 0],
+                         ids=["short-runs-mapped", "pread-every-run"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_read_region_into_matches_numpy(tmp_path, shape):
+def test_read_region_into_matches_numpy(tmp_path, shape, pread_run_bytes, monkeypatch):
+    monkeypatch.setattr(storage, "PREAD_RUN_BYTES", pread_run_bytes)
     data = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     np.save(tmp_path / "t.npy", data)
     for start, extent in _regions(shape):
@@ -105,3 +108,26 @@ def test_copy_regions_copies_only_those(tmp_path, dtype, monkeypatch):
     want = np.zeros_like(old)
     want[:, :16], want[30:, 16:] = old[:, :16], old[30:, 16:]
     np.testing.assert_array_equal(stored, want)
+
+
+@pytest.mark.parametrize("shape", SHAPES + [(5,), (1, 8), (0, 4)])
+@pytest.mark.parametrize("piece_bytes", [1, 100, 4096, 1 << 30])
+def test_row_pieces_cover_the_rows_once_within_the_size(shape, piece_bytes):
+    """The pieces a GPU load or store moves through its two pinned buffers: every row once, in
+    order, each piece within piece_bytes unless a single row is larger."""
+    itemsize = 4
+    pieces = storage.row_pieces(shape, itemsize, piece_bytes)
+    rows = [first + i for first, count in pieces for i in range(count)]
+    assert rows == list(range(shape[0] if 0 not in shape else 0))
+    row_bytes = int(np.prod(shape[1:])) * itemsize
+    assert all(count == 1 or count * row_bytes <= piece_bytes for _, count in pieces)
+
+
+def test_region_rows_reads_back_as_the_slice(tmp_path):
+    data = np.arange(40 * 64, dtype=np.float32).reshape(40, 64)
+    np.save(tmp_path / "d.npy", data)
+    region = _region((8, 16), (24, 32))
+    for first, count in storage.row_pieces((24, 32), 4, 7 * 32 * 4):  # 7 rows, then a short 3
+        out = np.empty((count, 32), np.float32)
+        storage.read_region_into(tmp_path / "d.npy", storage.region_rows(region, first, count), out)
+        np.testing.assert_array_equal(out, data[8 + first:8 + first + count, 16:48])

@@ -205,6 +205,31 @@ def test_autotune_flag_without_a_gpu_is_a_clear_user_error(monkeypatch):
         main(["cuda", path, "--dim", "N=1000", "--autotune"])
 
 
+def test_cached_winner_brings_its_schedule_to_the_cli(monkeypatch, tmp_path, capsys):
+    """`compiler cuda` without --tile takes the cached tile values and their schedule (here
+    warpgroup MMA), under the key of the precision asked for."""
+    import dataclasses
+
+    from compiler.cli.commands import main
+    from compiler.cuda import autotune
+    from compiler.cuda.schedule import Schedule
+
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    kernel = load_example("matmul_bf16.phk")
+    dims = {"M": 512, "N": 512, "K": 512}
+    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}
+    key = autotune.cache_key(kernel, dims, "GPU X")
+    entry = {"best": point, "ms": 0.1, "schedule": dataclasses.asdict(Schedule(stages=4, wgmma=True))}
+    autotune._write_cache({key: entry})
+    path = str(load_example.__globals__["EXAMPLES"] / "matmul_bf16.phk")
+    main(["cuda", path, "--dim", "M=512", "--dim", "N=512", "--dim", "K=512"])
+    source = capsys.readouterr().out
+    assert "wgmma.mma_async" in source and "c_TILE_N = 128;" in source
+    main(["cuda", path, "--dim", "M=512", "--dim", "N=512", "--dim", "K=512", "--tf32"])
+    assert "wgmma.mma_async" not in capsys.readouterr().out  # another precision: not this entry
+
+
 HALF_KERNEL = """
 @autotune(B in [256, 1024])
 kernel convert(a: tensor<f16>[N], b: tensor<bf16>[N], i: tensor<i32>[N],

@@ -212,6 +212,41 @@ def test_core_tile_copies_fill_every_element_once(k, x, mn_major):
         assert len({s // 8 for s in slots[first : first + 8]}) == 1
 
 
+def _descriptor_reads(tile: CoreTile, base: int, x: int, k: int) -> int:
+    """The byte address at which wgmma reads operand element (x, k) of one k step of 16, for
+    a descriptor starting at byte `base` with the generator's fields (the PTX ISA's canonical
+    layouts, written out independently of CoreTile.offset): 8x16-byte core matrices, K-major
+    without swizzle (LBO along k, SBO between 8-row groups), K-major with the 128-byte swizzle
+    (128-byte rows, SBO between 8-row groups), MN-major (64-wide rows of 128 bytes, LBO between
+    64-wide blocks, SBO between 8-row groups of k); the swizzle XORs address bits 4-6 with 7-9."""
+    if tile.mn_major:
+        a = base + (x // 64) * tile.lbo + (x % 64) * 2 + (k // 8) * tile.sbo + (k % 8) * 128
+    elif tile.swizzled:
+        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * 2
+    else:
+        a = base + (x // 8) * tile.sbo + (k // 8) * tile.lbo + (x % 8) * 16 + (k % 8) * 2
+    return a ^ (((a >> 7) & 7) << 4) if tile.swizzled else a
+
+
+@pytest.mark.parametrize(
+    "k,x,mn_major",
+    [(64, 128, False), (32, 128, False), (128, 64, False), (64, 256, True), (32, 64, True), (128, 128, True)],
+)
+def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major):
+    """For every k step (and, for a, every warpgroup's 64 rows), the element the descriptor
+    addresses is the one the cp.async copies put there (CoreTile.offset)."""
+    tile = CoreTile("", "a", k, x, "bf16", mn_major)
+    for step in range(k // 16):
+        for group in range(x // 64):
+            base = 2 * (group * tile.x_block + step * tile.k_step)
+            for xx in range(64):
+                for kk in range(16):
+                    xk = (group * 64 + xx, step * 16 + kk)  # stored [k][x] when MN-major, else [x][k]
+                    row, col = xk[::-1] if mn_major else xk
+                    at = eval(tile.offset(str(row), str(col)).replace("/", "//"))  # noqa: S307
+                    assert _descriptor_reads(tile, base, xx, kk) == 2 * at, (step, group, xx, kk)
+
+
 def test_f32_dot_stays_exact_on_cuda_cores():
     kernel = load_example("matmul.phk")
     c = compile_kernel(kernel, binding.bind(kernel, {"M": 512, "N": 512, "K": 512}))

@@ -27,6 +27,20 @@ def test_runner_maps_bazels_test_environment_to_pytest():
     assert {"--junitxml=/o/test.xml", "--basetemp=/t/pytest"} <= set(args)
     assert args[-2:] == ["-k", "lexer"]
     assert runner.pytest_args([], {}) == ["-rs"]
+    # what tests and the programs they start write goes to the scratch folder, not the checkout
+    assert runner.scratch_environment({"TEST_TMPDIR": "/t"}) == {
+        "HYPOTHESIS_STORAGE_DIRECTORY": "/t/hypothesis", "PYTHONPYCACHEPREFIX": "/t/pycache"}
+    assert runner.scratch_environment({}) == {}
+
+
+def test_runner_empties_its_scratch_folder(tmp_path):
+    runner = load("tests/run_pytest.py")
+    for written in ("pytest/test_a0/x.npy", "pycache/work/compiler/ir.cpython-311.pyc", "hypothesis/db/1"):
+        (tmp_path / written).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / written).write_bytes(b"1")
+    (tmp_path / "loose.txt").write_text("1")
+    runner.empty_scratch(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
 
 
 def has_gpu() -> bool:

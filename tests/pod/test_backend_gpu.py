@@ -59,8 +59,9 @@ def test_gpu_pods_run_the_add_plans(tmp_path, devices):
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
 
 
+@pytest.mark.parametrize("piece_bytes", [1 << 20, 5 * 48 * 4], ids=["one-piece", "several-pieces"])
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "i32", "f32"])
-def test_tiles_keep_their_dtype_through_pinned_copies(tmp_path, dtype):
+def test_tiles_keep_their_dtype_through_pinned_copies(tmp_path, dtype, piece_bytes):
     """A region read into a pinned buffer and copied on asynchronously, then copied back and
     written: the same bytes, in the tensor's own dtype (bf16 held as its bits on the device)."""
     from pod.backend_gpu import GpuBackend
@@ -73,10 +74,13 @@ def test_tiles_keep_their_dtype_through_pinned_copies(tmp_path, dtype):
     buffer = gpu.allocate((32, 48), dtype)
     assert buffer.nbytes == 32 * 48 * data.dtype.itemsize
     source = tmp_path / "in.npy"
-    nbytes, copy_s = gpu.fill(buffer, lambda host: storage.read_region_into(source, region, host))
+    gpu.piece_bytes = piece_bytes  # several pieces through the two pinned ones, a short last one
+    nbytes, copy_s = gpu.fill(buffer, lambda host, first, count: storage.read_region_into(
+        source, storage.region_rows(region, first, count), host))
     assert nbytes == buffer.nbytes and copy_s >= 0
     staging = storage.create_staging(tmp_path / "out.npy", (64, 48), dtype, "j")
-    gpu.drain(buffer, lambda host: storage.write_region(staging, region, host))
+    gpu.drain(buffer, lambda host, first, count: storage.write_region(
+        staging, storage.region_rows(region, first, count), host))
     stored = np.load(staging).view(data.dtype)
     np.testing.assert_array_equal(stored[8:40], data[8:40])
 

@@ -169,7 +169,7 @@ def cluster(tmp_path_factory):
               "C0": rng.standard_normal((256, 256)).astype(np.float32)}
     write_inputs(root, arrays)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler.run.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+        patch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
         c, _, close = open_cluster(root, 2)
     c.arrays = arrays
     yield c

@@ -12,7 +12,7 @@ def test_autotune_prints_the_table_and_runs_the_best(tmp_path, monkeypatch, caps
     from scheduler.cli import main
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("scheduler.run.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+    monkeypatch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
     rng = np.random.default_rng(8)
     a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
     np.save(tmp_path / "a.npy", a)

@@ -42,7 +42,7 @@ def cluster(tmp_path_factory):
     arrays = {name: rng.standard_normal(4096).astype(np.float32) for name in "ab"}
     write_inputs(root, arrays)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler.run.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+        patch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
         c, _, close = open_cluster(root, 2)
     c.arrays = arrays
     yield c

@@ -38,6 +38,15 @@ def cluster(request, tmp_path_factory):
     close()
 
 
+def test_the_gpu_count_without_cuda_is_cudas():
+    """scheduler.local_pods counts GPUs from the driver's /proc entries (no CUDA start-up)."""
+    import cupy
+
+    from scheduler.local_pods import visible_gpus
+
+    assert visible_gpus() == cupy.cuda.runtime.getDeviceCount()
+
+
 def test_add_on_gpu(cluster):
     job = make_job(cluster.root, "add", {"N": 4096}, {"a": "a", "b": "b", "c": "c_add"}, name="add")
     result = cluster.run(job, cluster_values={"BLOCK": 256})

@@ -1,11 +1,13 @@
 """Split reductions end to end on four real CPU pods (`phobos-sched JOB --local-pods 4`, real
-processes, loopback RPC, .npy files): split-K matmul M = N = 256, K = 65536 computes on all four
-nodes and matches numpy; split-KV decode G = 8, D = 128, S = 2^20 matches a float64 reference."""
+processes, loopback RPC, .npy files): the split-K example job (M = N = 256, K = 65536) computes on
+all four nodes and equals numpy; split-KV decode G = 8, D = 128, S = 2^20 matches a float64
+reference."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,26 +43,27 @@ def _computing_nodes(trace: dict) -> dict[int, set[str]]:
     return out
 
 
-def test_split_k_matmul_on_four_pods(tmp_path):
-    m = n = 256
-    k = 65536
-    rng = np.random.default_rng(3)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    c = rng.standard_normal((m, n)).astype(np.float32)
-    for name, x in (("A", a), ("B", b), ("C", c)):
-        np.save(tmp_path / f"{name}.npy", x)
-    trace = _run(tmp_path, JOB_KERNELS / "matmul_split_k.phk", {"M": m, "N": n, "K": k},
-                 {"alpha": 1.5, "beta": 0.5}, ["A", "B", "C"], ["--split", "4", "--tree", "binary"])
+def test_the_split_k_example_job_on_four_pods(tmp_path):
+    """examples/jobs/matmul_split_k.capnp as committed (M = N = 256, K = 65536, 4 shares, binary
+    tree), its inputs from make_inputs.py: values exact in f32 in any order of additions, so the
+    output must equal numpy's bit for bit."""
+    sys.path.insert(0, str(JOB_KERNELS))
+    import make_inputs
+
+    shutil.copy(JOB_KERNELS / "matmul_split_k.capnp", tmp_path / "job.capnp")
+    (tmp_path / "out").mkdir()
+    for name, array in make_inputs.split_k_arrays().items():
+        np.save(tmp_path / "out" / f"{name}.npy", array)
+    ran = _sched(tmp_path, "job.capnp", "--local-pods", "4", "--trace", "trace.json",
+                 "--expect", "C=out/C_split_k_expected.npy")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    trace = json.loads((tmp_path / "trace.json").read_text())
     # One output super-tile, its 16 chunks of K in four shares: every node runs steps.
     leaves = _computing_nodes(trace)
     assert sorted(leaves) == [0, 1, 2, 3] and all("step" in v for v in leaves.values())
     assert sum("merge" in v for v in leaves.values()) == 2  # binary: the root and share 2 merge
-    want = 1.5 * (a.astype(np.float64) @ b.astype(np.float64)) + 0.5 * c
-    got = np.load(tmp_path / "C.npy")
-    # f32 sums of 65536 products of unit normals, each entry ~ 256 in size: the f32 rounding of
-    # the regrouped sums stays under 1e-5 of max |C|; a lost or doubled chunk is ~25% of it
-    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "C_split_k.npy"),
+                                  np.load(tmp_path / "out" / "C_split_k_expected.npy"))
 
 
 def test_split_kv_decode_on_four_pods(tmp_path):

@@ -20,18 +20,21 @@ def test_pod_phases_split_loads_and_stores_into_storage_and_copy():
 
 
 def test_job_phases_follow_the_marks():
-    process = {"started": 100.0, "imports_done": 100.5, "prepare_start": 100.5, "prepare_end": 100.75,
+    process = {"started": 100.0, "imports_done": 100.5, "prepare_start": 100.625, "prepare_end": 100.75,
                "pods_start": 100.75, "pods_ready": 101.0}
     job = {"compile_start": 101.0, "compile_end": 101.25, "plan_start": 101.25, "plan_end": 101.5,
            "staging_start": 101.5, "staging_end": 102.0, "run_end": 103.0, "commit_start": 103.0,
            "commit_end": 103.5}
-    phases = job_phases(process, job, [_event("compute", 1.25, 1.5)], t0=101.0)
-    assert phases["imports"] == 0.5 and phases["compile"] == 0.5 and phases["pods"] == 0.25
-    assert phases["plan"] == 0.25 and phases["staging"] == 0.5 and phases["run"] == 1.0
-    assert phases["commit"] == 0.5 and phases["compute"] == 0.25
+    events = [_event("serve", 0.5, 0.5), _event("load", 1.125, 1.25), _event("compute", 1.25, 1.5)]
+    phases = job_phases(process, job, events, t0=101.0)
+    assert phases["imports"] == 0.5 and phases["cli"] == 0.125 and phases["compile"] == 0.375
+    assert phases["pods"] == 0.25 and phases["plan"] == 0.25 and phases["staging"] == 0.5
+    assert phases["submit"] == 0.125  # staging done at 102, the first instruction (not the serve) at 102.125
+    assert phases["run"] == 1.0 and phases["commit"] == 0.5 and phases["compute"] == 0.25
     assert phases["first_compute"] == 2.25  # 101 + 1.25 - 100
+    assert phases["to_commit"] == 3.5
     text = phases_text(phases)
-    assert text.startswith("phases (s): imports 0.500, compile 0.500, pods 0.250")
+    assert text.startswith("phases (s): imports 0.500, cli 0.125, compile 0.375, pods 0.250")
     assert text.endswith("command to first compute 2.250")
 
 

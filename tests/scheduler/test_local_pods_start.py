@@ -1,0 +1,98 @@
+"""Local pods: counted without starting CUDA, started before the command's compile, and stopped
+whatever happens to the command (real pod processes, no GPU needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.errors import UserError
+from scheduler import local_pods
+from scheduler.local_pods import spawn_local_pods, visible_gpus
+from tests.job_files import make_job, write_inputs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("chosen,want", [
+    (None, 4), ("0,1", 2), ("3", 1), ("", 0), ("-1", 0), ("0,7,1", 1), ("GPU-5d3c,1", 2), ("1, 2", 2),
+])
+def test_the_gpu_count_follows_the_driver_and_cuda_visible_devices(tmp_path, monkeypatch, chosen, want):
+    for i in range(4):
+        (tmp_path / f"0000:0{i}:00.0").mkdir()
+    monkeypatch.setattr(local_pods, "DRIVER_GPUS", tmp_path)
+    if chosen is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", chosen)
+    assert visible_gpus() == want
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_spawned_pods_listen_once_ready_and_stop(tmp_path):
+    pods = spawn_local_pods(["cpu", "cpu"], [tmp_path], local_pods.new_token())
+    pids = [p.process.pid for p in pods.pods]
+    assert all(_alive(pid) for pid in pids)  # started at once, not waited for
+
+    async def use():
+        await pods.ready()
+        assert all(p.address.startswith("127.0.0.1:") for p in pods.pods)
+        await pods.stop()
+
+    asyncio.run(use())
+    assert all(p.process.returncode is not None for p in pods.pods)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_pods_of_a_command_that_never_ran_its_job_are_stopped(tmp_path):
+    pods = spawn_local_pods(["cpu"], [tmp_path], local_pods.new_token())
+    pods.stop_now()
+    assert pods.pods[0].process.returncode is not None
+
+
+def test_a_pod_that_exits_before_listening_is_a_user_error(tmp_path):
+    pods = spawn_local_pods(["no-such-device"], [tmp_path], local_pods.new_token())
+
+    async def wait():
+        await pods.ready()
+
+    with pytest.raises(UserError, match="exited with code 2 before listening"):
+        asyncio.run(wait())
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            pass
+    return found
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--cluster=BLOCK=3", "BLOCK"),  # refused by the compile, after the pods were started
+    ("--expect=c=missing.npy", "missing.npy"),
+])
+def test_a_command_refused_after_starting_its_pods_leaves_none_running(tmp_path, flag, message):
+    write_inputs(tmp_path, {"a": np.ones(1024, np.float32), "b": np.ones(1024, np.float32)})
+    job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
+    done = subprocess.run([sys.executable, "-m", "scheduler.main", str(job), "--local-pods", "1", flag],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert _processes_naming(str(tmp_path)) == []  # the pod, started first thing, was stopped
