@@ -7,8 +7,8 @@ saves them) and every pod device (cpu, gpu), the newest saved pytest-benchmark J
 cases is shown (a GPU run and a CPU run on one machine may be separate runs): one table each, and
 one figure each (docs/images/perf-cluster-<machine>-<device>.png) when matplotlib is
 importable (tables only otherwise; the section says so). Only the "## Cluster benchmarks" section
-of docs/performance.md is rewritten; other sections (the leaf and tuner sections of other
-engineers) are kept byte for byte. The file is written atomically.
+of docs/performance.md is rewritten; other sections (the leaf and tuner sections, written by
+their own benchmarks) are kept byte for byte. The file is written atomically.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import ml_dtypes
 import numpy as np
@@ -66,80 +65,6 @@ MIN_RUN_BYTES = 4096  # contiguous runs shorter than this are read and written t
 PREAD_RUN_BYTES = 1 << 20
 STAGING_MARK = ".phobos-staging-"
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-# ---- URIs --------------------------------------------------------------------------------------
-
-
-def resolve_uri(uri: str, roots: list[Path] | tuple[Path, ...], base: Path | None = None) -> Path:
-    """The confined absolute path a `file://` URI names, or a UserError saying why not.
-
-    Nothing is read or written here; the file need not exist (an output may be created later),
-    but every existing part of its path is resolved through symlinks before the root check."""
-    parts = urlsplit(uri)
-    if parts.scheme != "file":
-        scheme = parts.scheme or "no scheme"
-        raise UserError(f"storage URI {uri!r}: only file:// URIs are supported (got {scheme})")
-    if parts.netloc not in ("", "localhost"):
-        raise UserError(f"storage URI {uri!r}: remote host {parts.netloc!r} is not supported")
-    if parts.query or parts.fragment:
-        raise UserError(f"storage URI {uri!r}: a query or fragment is not allowed")
-    raw = unquote(parts.path)
-    if not raw:
-        raise UserError(f"storage URI {uri!r}: no path")
-    if "\x00" in raw:
-        raise UserError(f"storage URI {uri!r}: a NUL byte is not allowed")
-    if ".." in Path(raw).parts:
-        raise UserError(f"storage URI {uri!r}: '..' is not allowed in a storage path")
-    path = Path(raw)
-    if not path.is_absolute():
-        if base is None:
-            raise UserError(f"storage URI {uri!r}: relative path with nothing to resolve it against")
-        path = Path(base) / path
-    real = Path(os.path.realpath(path))
-    for root in roots:
-        real_root = Path(os.path.realpath(root))
-        if real == real_root or real.is_relative_to(real_root):
-            return real
-    allowed = ", ".join(str(r) for r in roots) or "(none)"
-    raise UserError(f"storage URI {uri!r}: {real} is outside the storage roots ({allowed})")
-
-
-def _file_identity(path: Path) -> tuple:
-    """What makes two paths one file: the inode of an existing file (so hard links and symlinks
-    are caught), else the fully resolved path."""
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError:
-        return ("path", real)
-    return ("inode", st.st_dev, st.st_ino)
-
-
-def check_distinct_files(tensors: list[tuple[str, Path, bool]]) -> None:
-    """Refuse a job in which a written tensor shares its file with another tensor.
-
-    `tensors` holds (name, path, written). Two outputs in one file would share one staging copy
-    (a mix of both is committed), and an output that is also another parameter's input would
-    change a file the job promises only to read. Inputs may share a file with each other."""
-    groups: dict[tuple, list[tuple[str, Path, bool]]] = {}
-    for item in tensors:
-        groups.setdefault(_file_identity(item[1]), []).append(item)
-    for group in groups.values():
-        writers = [name for name, _, written in group if written]
-        if not writers or len(group) < 2:
-            continue
-        real = os.path.realpath(group[0][1])
-        if len(writers) > 1:
-            raise UserError(f"tensors {writers[0]} and {writers[1]} are both outputs and name one file "
-                            f"({real}): give each output a file of its own")
-        reader = next(name for name, _, written in group if not written)
-        raise UserError(f"tensor {writers[0]} is an output and tensor {reader} an input, and both name "
-                        f"{real}: inputs are only read, so write {writers[0]} to another file")
-
-
-def path_to_uri(path: Path) -> str:
-    return Path(path).resolve().as_uri()
 
 
 # ---- reading ---------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ every node has a real span; after check (and any later stage) every expression a
 every name a kind and every var a shape of Sizes. A verifier failure is a compiler bug, so it
 raises `PipelineBug` (an AssertionError), never a user error.
 
-Adding a stage (for a later engineer, e.g. a lowering pass): write `my_stage(module) -> module`
+Adding a stage (e.g. a lowering pass): write `my_stage(module) -> module`
 in your own module and register it from there, after the stage it needs:
 
     from compiler import pipeline

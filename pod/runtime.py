@@ -1,35 +1,36 @@
 """The pod's shell around the state machine: runs instructions, keeps buffers, serves peers.
 
 Everything here runs on the pod's one asyncio loop; blocking work (storage reads and writes,
-leaf launches, bulk socket transfers) goes to worker threads. `pod/state.py` decides what may
-start; this module only does it and reports back.
+leaf launches, bulk socket transfers) goes to worker threads. The machine (pod/machine.py)
+decides what may start and when a store may write; this module only does it and reports back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from common import storage
+from common import storage, uri
 from common.errors import UserError
 from common.log import get_logger
+from pod import machine as m
 from pod import state as st
 from pod.faults import Faults
+from pod.peers import Fetching
 from pod.transfer import DataPort, TransferError, byte_view, checksum
-from schemas.capnp_io import InstructionEvent, JobProgram, Peer, TileHeader
+from schemas.capnp_io import InstructionEvent, JobProgram, TileHeader
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
-from schemas.remote_errors import remote_reason as _one_line
+from schemas.remote_errors import FailureKind, Refused, remote_reason
 
 log = get_logger()
 INLINE_COMPUTE_S = 0.002
-# A live owner's answer when a tile is still being produced; the fetcher asks again (pod/server.py).
-NOT_READY = "was not ready within"
+STALE = FailureKind.STALE_GENERATION
 
 
 @dataclass
@@ -55,27 +56,23 @@ class Job:
 
 
 class PodRuntime:
-    """One pod's jobs, buffers and work. `fetcher` (pod/server.py) fetches tiles from peers;
-    `report` and `report_finished` hand events to the scheduler link."""
+    """One pod's jobs, buffers and work: the execution shell. `feed` hands a stimulus to the
+    machine and carries out what it answers (pod/server.py); `link` takes the events for the
+    scheduler, `fetch` (pod/peers.py) fills a buffer from a peer."""
 
-    def __init__(self, backend, roots: list[Path], data_host: str | None):
+    def __init__(self, backend, roots: list[Path], data_host: str | None, machine: m.PodMachine,
+                 feed: Callable[[m.Stimulus], list], link, fetch: Callable, io_pool: ThreadPoolExecutor):
         self.backend = backend
         self.roots = roots
+        self.machine, self.feed, self.link, self.fetch = machine, feed, link, fetch
         self.jobs: dict[str, Job] = {}
-        self.node = 0
-        self.io_pool = ThreadPoolExecutor(4, thread_name_prefix="pod-io")
+        self.io_pool = io_pool
         workers = 4 if backend.kind == "gpu" else 2
         self.compute_pool = ThreadPoolExecutor(workers, thread_name_prefix="pod-compute")
         self.data_port = DataPort(data_host) if data_host else None  # None: chunks over the RPC only
         self.tasks: set[asyncio.Task] = set()
         self.leaf_seconds: dict[tuple[str, str], float] = {}  # last launch time of each leaf
-        self.fetcher: Callable | None = None
-        self.report: Callable[[str, int, InstructionEvent], None] = lambda job, gen, ev: None
-        self.report_finished: Callable[[str, int, bool, str], None] = lambda job, gen, ok, msg: None
-        self.events_delivered: Callable[[], Awaitable[None]] = _nothing_to_wait_for
-        # Why a store may not write now (None: it may): the server's scheduler lease, so a pod
-        # paused past the scheduler's heartbeat timeout never writes a late tile (docs/runtime.md).
-        self.store_refusal: Callable[[], Awaitable[str | None]] = _no_refusal
+        self.stores: dict[tuple[str, int, int], asyncio.Future] = {}  # stores waiting for a verdict
         self.faults = Faults.from_env()  # test-only (PHOBOS_FAULT); inert when unset
 
     # ---- jobs and plans ------------------------------------------------------------------
@@ -83,84 +80,97 @@ class PodRuntime:
     def job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
         if job is None:
-            job = self.jobs[job_id] = Job(job_id, st.PodState(job_id))
+            job = self.jobs[job_id] = Job(job_id, self.machine.job(job_id))
         return job
 
-    def running(self) -> tuple[int, list[int]]:
-        """(highest current generation, running instruction ids) for heartbeats."""
-        generation, running = 0, []
-        for job in self.jobs.values():
-            generation = max(generation, job.state.generation)
-            running += job.state.running()
-        return generation, running
-
-    async def submit(self, job_id: str, program: JobProgram, plan: NodePlan, peers: tuple[Peer, ...]) -> None:
-        job = self.job(job_id)
-        job.state.check_generation(plan.generation)
-        st.validate_plan(plan)
-        _check_leaves(plan, program if not job.prepared else job.program)
-        paths = self._confine(plan)  # every URI checked before anything is read or written
+    async def prepare(self, p: m.Prepare) -> None:
+        """Carry out a Prepare: confine every URI, prepare a new job's program, then PlanReady."""
+        job = self.job(p.job)
+        paths = self._confine(p.checked.plan)  # every URI checked before anything is read or written
         if not job.prepared:
             writes = await asyncio.get_running_loop().run_in_executor(
-                self.compute_pool, self.backend.prepare, job_id, program)
-            job.program, job.prepared = program, True
-            job.scalars = dict(program.scalars)
+                self.compute_pool, self.backend.prepare, p.job, p.program)
+            job.program, job.prepared = p.program, True
+            job.scalars = dict(p.program.scalars)
             job.writes = writes
         job.paths.update(paths)
-        job.peers.update({p.node: p.address for p in peers})
-        live = frozenset(p.node for p in peers)
-        self._apply(job, job.state.handle(st.PlanSubmitted(plan, job.writes, live)))
+        job.peers.update({peer.node: peer.address for peer in p.peers})
+        live = frozenset(peer.node for peer in p.peers)
+        self.feed(m.PlanReady(p.job, p.checked, job.writes, job.program, live))
 
     def _confine(self, plan: NodePlan) -> dict[str, Path]:
         paths: dict[str, Path] = {}
         for ins in plan.instructions:
             if isinstance(ins, Load | Store) and ins.uri not in paths:
                 try:
-                    paths[ins.uri] = storage.resolve_uri(ins.uri, self.roots)
+                    paths[ins.uri] = uri.confine(ins.uri, self.roots)
                 except UserError as err:
-                    raise st.Refused(str(err)) from None
+                    raise Refused(str(err)) from None
         return paths
-
-    def new_generation(self, job_id: str, generation: int) -> None:
-        job = self.job(job_id)
-        self._apply(job, job.state.handle(st.GenerationChanged(generation)))
 
     def cancel(self, job_id: str) -> None:
         job = self.jobs.get(job_id)
         if job is None:
             return
-        self._apply(job, job.state.handle(st.Cancelled()))
+        self.feed(m.CancelJob(job_id))
+        self._forget_code(job_id)
+        for key in list(job.waiters):  # peers waiting for a plan that will never come here
+            self._wake(job, key, Refused(f"job {job_id} was cancelled", STALE))
+
+    def forget(self, job_id: str) -> None:
+        """The machine dropped the job entirely (its scheduler is gone)."""
+        self._forget_code(job_id)
+        self.jobs.pop(job_id, None)
+
+    def _forget_code(self, job_id: str) -> None:
         self.backend.forget(job_id)
         for key in [k for k in self.leaf_seconds if k[0] == job_id]:
             del self.leaf_seconds[key]
 
-    def drop_all(self) -> None:
-        for job_id in list(self.jobs):
-            self.cancel(job_id)
-        self.jobs.clear()
+    def cancel_tasks(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
 
     # ---- actions -----------------------------------------------------------------------------
 
-    def _apply(self, job: Job, actions: list[st.Action]) -> None:
+    def apply(self, job_id: str, action: st.Action) -> None:
+        """Carry out one of a job's actions (the machine's OnJob)."""
+        job = self.job(job_id)
         stale = [k for k in job.waiters if k[0] <= job.state.dropped_through]
         for key in stale:  # peers waiting on a generation this pod dropped
-            self._wake(job, key, st.Refused(f"job {job.job_id}: generation {key[0]} was dropped"))
-        for action in actions:
-            if isinstance(action, st.StartInstruction):
-                task = asyncio.ensure_future(self._run(job, action.generation, action.instruction))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
-            elif isinstance(action, st.BufferServable):
-                self._wake(job, (action.generation, action.buffer), None)
-            elif isinstance(action, st.DropGeneration):
-                self._drop(job, action.generation, action.reason)
-            elif isinstance(action, st.PlanFinished):
-                self.report_finished(job.job_id, action.generation, action.ok, action.message)
-            elif isinstance(action, st.FetchAbandoned):
-                now, ins = time.time(), action.instruction
-                self.report(job.job_id, action.generation, InstructionEvent(
-                    id=ins.id, kind="fetch", start=now, end=now, bytes=0, peer=ins.peer, ok=False,
-                    message=action.reason))
+            self._wake(job, key, Refused(f"job {job.job_id}: generation {key[0]} was dropped", STALE))
+        if isinstance(action, st.StartInstruction):
+            task = asyncio.ensure_future(self._run(job, action.generation, action.instruction))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        elif isinstance(action, st.BufferServable):
+            self._wake(job, (action.generation, action.buffer), None)
+        elif isinstance(action, st.DropGeneration):
+            self._drop(job, action.generation, action.reason)
+        elif isinstance(action, st.PlanFinished):
+            self.link.queue_finished(job.job_id, action.generation, action.ok, action.message)
+        elif isinstance(action, st.FetchAbandoned):
+            now, ins = time.time(), action.instruction
+            self.link.queue_event(job.job_id, action.generation, InstructionEvent(
+                id=ins.id, kind="fetch", start=now, end=now, bytes=0, peer=ins.peer, ok=False,
+                message=action.reason))
+
+    def store_verdict(self, verdict: m.StoreVerdict) -> None:
+        fut = self.stores.pop((verdict.job, verdict.generation, verdict.id), None)
+        if fut is not None and not fut.done():
+            fut.set_result(verdict.refusal)
+
+    async def _lease(self, job: Job, generation: int, ins: Store) -> None:
+        """Wait for the machine's word that this store may write (a live scheduler lease)."""
+        key = (job.job_id, generation, ins.id)
+        fut = self.stores[key] = asyncio.get_running_loop().create_future()
+        try:
+            self.feed(m.StoreAsked(job.job_id, generation, ins.id, time.monotonic()))
+            refusal = await fut
+        finally:
+            self.stores.pop(key, None)
+        if refusal is not None:
+            raise Refused(f"store refused: {refusal}")
 
     def _wake(self, job: Job, key: tuple[int, int], error: Exception | None) -> None:
         for fut in job.waiters.pop(key, []):
@@ -174,7 +184,7 @@ class PodRuntime:
         for key in [k for k in job.buffers if k[0] == generation]:
             del job.buffers[key]
         job.computing = {k for k in job.computing if k[0] != generation}
-        error = st.Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})")
+        error = Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})", STALE)
         for key in [k for k in job.waiters if k[0] == generation]:
             self._wake(job, key, error)
 
@@ -186,7 +196,7 @@ class PodRuntime:
             # its inputs' "finished" among them: should the leaf take the pod down at once, the
             # scheduler knows the compute was ready and charges the unit (docs/runtime.md).
             job.computing.add((generation, ins.unit))
-            await self.events_delivered()
+            await self.link.events_delivered()
         start = time.time()
         nbytes, copy_s, ok, message = 0, 0.0, True, ""
         peer = ins.peer if isinstance(ins, Fetch) else None  # a failed fetch names its peer too
@@ -198,32 +208,32 @@ class PodRuntime:
         try:
             nbytes, peer, copy_s = await self._execute(job, generation, ins)
         except Exception as err:  # any failure is the instruction's, reported with its reason
-            ok, message = False, _one_line(err)
-            if not isinstance(err, UserError | TransferError | st.Refused):
+            ok, message = False, remote_reason(err)
+            if not isinstance(err, UserError | TransferError | Refused):
                 log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
-            elif isinstance(err, st.Refused):
+            elif isinstance(err, Refused):
                 log.info("instruction refused", job=job.job_id, instruction=ins.id, reason=message)
         if not job.state.is_running(generation, ins.id):
             return  # a dropped plan or an abandoned fetch: its result is discarded, not reported
         unit = ins.unit if isinstance(ins, Compute | Store) else None
         leaf = ins.leaf if isinstance(ins, Compute) else None
-        self.report(job.job_id, generation, InstructionEvent(
+        self.link.queue_event(job.job_id, generation, InstructionEvent(
             id=ins.id, kind=kind_of(ins), start=start, end=time.time(), bytes=nbytes, peer=peer,
             ok=ok, message=message, unit=unit, leaf=leaf, copy_s=copy_s))
-        self._apply(job, job.state.handle(st.InstructionFinished(generation, ins.id, ok, message)))
+        self.feed(m.InstructionDone(job.job_id, generation, ins.id, ok, message))
 
     async def _execute(self, job: Job, generation: int, ins: Instruction) -> tuple[int, int | None, float]:
         """Run one instruction: (bytes moved, peer, seconds of host<->device copy)."""
         loop = asyncio.get_running_loop()
         if isinstance(ins, Allocate):
             if ins.dtype not in storage.STORAGE_DTYPES:
-                raise st.Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
+                raise Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
             array = self.backend.allocate(tuple(ins.shape), ins.dtype)
             job.buffers[(generation, ins.buffer)] = BufferRecord(array)
             return 0, None, 0.0
         if isinstance(ins, Free):
             job.buffers.pop((generation, ins.buffer), None)
-            self._wake(job, (generation, ins.buffer), st.Refused(f"buffer {ins.buffer} was freed"))
+            self._wake(job, (generation, ins.buffer), Refused(f"buffer {ins.buffer} was freed", STALE))
             return 0, None, 0.0
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
         if isinstance(ins, Load):
@@ -231,9 +241,7 @@ class PodRuntime:
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
             return nbytes, None, copy_s
         if isinstance(ins, Store):
-            refusal = await self.store_refusal()
-            if refusal is not None:
-                raise st.Refused(f"store refused: {refusal}")
+            await self._lease(job, generation, ins)
             staging = storage.staging_path(job.paths[ins.uri], job.job_id)
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._store, staging, ins, record)
             return nbytes, None, copy_s
@@ -241,7 +249,7 @@ class PodRuntime:
             address = job.peers.get(ins.peer)
             if address is None:
                 raise TransferError(f"node {ins.peer} is not among this plan's peers")
-            await self.fetcher(job, generation, ins, address, record)
+            await self.fetch(Fetching(job.job_id, generation, ins, address), record.array)
             return self.backend.nbytes(record.array), ins.peer, 0.0
         if isinstance(ins, Compute):
             bound = {param: self._buffer(job, generation, buf).array for param, buf in ins.bindings}
@@ -261,7 +269,7 @@ class PodRuntime:
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
         record = job.buffers.get((generation, buffer))
         if record is None:
-            raise st.Refused(f"buffer {buffer} does not exist (not allocated yet, or freed)")
+            raise Refused(f"buffer {buffer} does not exist (not allocated yet, or freed)")
         return record
 
     def _load(self, path: Path, ins: Load, record: BufferRecord) -> tuple[int, float]:
@@ -307,12 +315,7 @@ class PodRuntime:
                 async with asyncio.timeout(patience_s):
                     await fut
             except TimeoutError:
-                plan = job.state.plans.get(generation)
-                if not job.state.is_current(generation) or plan is None or not plan.produces(buffer):
-                    # Nothing here will ever fill it: the asker must not wait on this node again.
-                    raise st.Refused(f"buffer {buffer}: no plan of generation {generation} on this node "
-                                     f"produces it (waited {patience_s:g} s)") from None
-                raise st.Refused(f"buffer {buffer} {NOT_READY} {patience_s:g} s") from None
+                raise job.state.unservable(generation, buffer, patience_s) from None
         return self._buffer(job, generation, buffer)
 
     async def tile_header(self, job_id: str, generation: int, buffer: int, patience_s: float) -> TileHeader:
@@ -345,48 +348,28 @@ class PodRuntime:
         job.state.check_generation(generation)
         record = self._buffer(job, generation, buffer)
         if record.host is None:
-            raise st.Refused(f"buffer {buffer}: ask tileHeader first")
+            raise Refused(f"buffer {buffer}: ask tileHeader first")
         data = byte_view(record.host)
         if offset > len(data):
-            raise st.Refused(f"buffer {buffer}: offset {offset} is past its {len(data)} bytes")
+            raise Refused(f"buffer {buffer}: offset {offset} is past its {len(data)} bytes")
         return bytes(data[offset:offset + length])
 
     def release(self, job_id: str, generation: int, buffer: int, node: int, nbytes: int) -> None:
-        job = self.job(job_id)
-        now = time.time()
-        actions = job.state.handle(st.TileServed(generation, buffer, node))
-        self.report(job_id, generation, InstructionEvent(id=buffer, kind="serve", start=now, end=now,
-                                                         bytes=nbytes, peer=node))
-        self._apply(job, actions)
+        self.job(job_id)
+        self.feed(m.TileReleased(job_id, generation, buffer, node, nbytes, time.time()))
+
+    def report_served(self, r: m.ReportServed) -> None:
+        self.link.queue_event(r.job, r.generation, InstructionEvent(
+            id=r.buffer, kind="serve", start=r.at, end=r.at, bytes=r.nbytes, peer=r.node))
 
     def close(self) -> None:
-        self.drop_all()
+        for job_id in list(self.jobs):
+            self.cancel(job_id)
+        self.jobs.clear()
         if self.data_port is not None:
             self.data_port.close()
         self.io_pool.shutdown(wait=False, cancel_futures=True)
         self.compute_pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _check_leaves(plan: NodePlan, program: JobProgram) -> None:
-    """Refuse a plan whose computes name a leaf or a parameter the program does not have."""
-    leaves = {leaf.name: set(leaf.tensors) for leaf in program.leaves}
-    for ins in plan.instructions:
-        if not isinstance(ins, Compute):
-            continue
-        if ins.leaf not in leaves:
-            raise st.Refused(f"instruction {ins.id}: no leaf {ins.leaf!r} in the program "
-                             f"(it has: {', '.join(sorted(leaves)) or 'none'})")
-        for param, _ in ins.bindings:
-            if param not in leaves[ins.leaf]:
-                raise st.Refused(f"instruction {ins.id}: leaf {ins.leaf} has no tensor parameter {param!r}")
-
-
-async def _nothing_to_wait_for() -> None:
-    return None
-
-
-async def _no_refusal() -> str | None:
-    return None
 
 
 def _timed(fn, *args) -> float:

@@ -1,8 +1,8 @@
 """The pod's pure state machine for one job: which instruction may start, when a buffer may be
 served to peers or freed, which generation is current.
 
-No I/O here: the asyncio shell (pod/server.py) turns RPC calls and finished work into events,
-calls `PodState.handle(event)`, and carries out the actions it gets back. Tested without sockets.
+No I/O here: the pod's machine (pod/machine.py) keeps one PodState per job and routes the job's
+stimuli to `PodState.handle(event)`; the shells carry out the actions. Tested without sockets.
 
 Rules
 - An instruction starts once every dep has completed. A Free additionally waits until peers have
@@ -40,10 +40,16 @@ from schemas.instructions import (
     abandoned_by,
     kind_of,
 )
+from schemas.remote_errors import FailureKind, Refused
+
+BAD_PLAN, STALE = FailureKind.BAD_PLAN, FailureKind.STALE_GENERATION
 
 
-class Refused(Exception):
-    """A request the pod turns down (old generation, bad plan, unknown buffer); the text says why."""
+@dataclass(frozen=True)
+class CheckedPlan:
+    """A plan `validate_plan` accepted: the type says it needs no second look."""
+
+    plan: NodePlan
 
 
 # ---- events (stimuli) -------------------------------------------------------------------------
@@ -51,7 +57,7 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class PlanSubmitted:
-    plan: NodePlan
+    plan: NodePlan | CheckedPlan  # a NodePlan is validated here, a CheckedPlan was already
     leaf_writes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     peers: frozenset[int] | None = None  # the job's live nodes as of this plan (None: not said)
 
@@ -146,33 +152,43 @@ def _used_buffers(ins: Instruction) -> tuple[int, ...]:
     return (ins.buffer,)
 
 
-def validate_plan(plan: NodePlan) -> None:
+def validate_plan(plan: NodePlan) -> CheckedPlan:
     """Refuse a plan that breaks the schema's invariants: duplicate ids, deps naming unknown ids,
     a dependency cycle, a buffer allocated or freed twice, a buffer used without an Allocate."""
     ids: set[int] = set()
     for ins in plan.instructions:
         if ins.id in ids:
-            raise Refused(f"plan for node {plan.node}: instruction id {ins.id} appears twice")
+            raise Refused(f"plan for node {plan.node}: instruction id {ins.id} appears twice", BAD_PLAN)
         ids.add(ins.id)
+    _check_buffers(plan, ids)
+    _check_acyclic(plan, ids)
+    return CheckedPlan(plan)
+
+
+def _check_buffers(plan: NodePlan, ids: set[int]) -> None:
     allocated: set[int] = set()
     freed: set[int] = set()
     for ins in plan.instructions:
         for dep in ins.deps:
             if dep not in ids:
-                raise Refused(f"plan for node {plan.node}: instruction {ins.id} depends on unknown id {dep}")
+                raise Refused(f"plan for node {plan.node}: instruction {ins.id} depends on unknown id {dep}",
+                              BAD_PLAN)
         if isinstance(ins, Allocate):
             if ins.buffer in allocated:
-                raise Refused(f"plan for node {plan.node}: buffer {ins.buffer} is allocated twice")
+                raise Refused(f"plan for node {plan.node}: buffer {ins.buffer} is allocated twice", BAD_PLAN)
             allocated.add(ins.buffer)
         elif isinstance(ins, Free):
             if ins.buffer in freed:
-                raise Refused(f"plan for node {plan.node}: buffer {ins.buffer} is freed twice")
+                raise Refused(f"plan for node {plan.node}: buffer {ins.buffer} is freed twice", BAD_PLAN)
             freed.add(ins.buffer)
     for ins in plan.instructions:
         for buf in _used_buffers(ins):
             if buf not in allocated:
                 raise Refused(f"plan for node {plan.node}: instruction {ins.id} ({kind_of(ins)}) uses "
-                              f"buffer {buf}, which no Allocate creates")
+                              f"buffer {buf}, which no Allocate creates", BAD_PLAN)
+
+
+def _check_acyclic(plan: NodePlan, ids: set[int]) -> None:
     # Kahn's algorithm: every instruction must be reachable in dependency order.
     indegree = {ins.id: len(set(ins.deps)) for ins in plan.instructions}
     dependents: dict[int, list[int]] = {i: [] for i in ids}
@@ -189,14 +205,14 @@ def validate_plan(plan: NodePlan) -> None:
             if indegree[j] == 0:
                 ready.append(j)
     if seen != len(ids):
-        raise Refused(f"plan for node {plan.node}: the dependencies form a cycle")
+        raise Refused(f"plan for node {plan.node}: the dependencies form a cycle", BAD_PLAN)
 
 
 class PlanState:
     """Progress of one plan: pending dep counts, running, done and abandoned sets, buffer readiness."""
 
-    def __init__(self, plan: NodePlan, leaf_writes: Mapping[str, tuple[str, ...]]):
-        validate_plan(plan)
+    def __init__(self, checked: CheckedPlan, leaf_writes: Mapping[str, tuple[str, ...]]):
+        plan = checked.plan
         self.plan = plan
         self.generation = plan.generation
         self.by_id: dict[int, Instruction] = {ins.id: ins for ins in plan.instructions}
@@ -364,6 +380,20 @@ def _describe(ins: Instruction) -> str:
     return f"{kind_of(ins)} buffer {ins.buffer}"
 
 
+def check_leaves(plan: NodePlan, leaves: Mapping[str, frozenset[str]]) -> None:
+    """Refuse a plan whose computes name a leaf (or a leaf's parameter) the program lacks."""
+    for ins in plan.instructions:
+        if not isinstance(ins, Compute):
+            continue
+        if ins.leaf not in leaves:
+            raise Refused(f"instruction {ins.id}: no leaf {ins.leaf!r} in the program "
+                          f"(it has: {', '.join(sorted(leaves)) or 'none'})", BAD_PLAN)
+        for param, _ in ins.bindings:
+            if param not in leaves[ins.leaf]:
+                raise Refused(f"instruction {ins.id}: leaf {ins.leaf} has no tensor parameter {param!r}",
+                              BAD_PLAN)
+
+
 # ---- one job --------------------------------------------------------------------------------------
 
 
@@ -386,10 +416,10 @@ class PodState:
     def check_generation(self, generation: int) -> None:
         """Refuse a request for a dropped generation (or for a cancelled job)."""
         if self.cancelled:
-            raise Refused(f"job {self.job_id} was cancelled")
+            raise Refused(f"job {self.job_id} was cancelled", STALE)
         if generation <= self.dropped_through:
             raise Refused(f"job {self.job_id}: generation {generation} was dropped "
-                          f"(generations up to {self.dropped_through} are)")
+                          f"(generations up to {self.dropped_through} are)", STALE)
 
     def is_current(self, generation: int) -> bool:
         """Whether a plan of `generation` runs here (submitted, not dropped)."""
@@ -403,6 +433,15 @@ class PodState:
     def running(self) -> list[int]:
         return sorted(i for plan in self.plans.values() for i in plan.running)
 
+    def unservable(self, generation: int, buffer: int, patience_s: float) -> Refused:
+        """Why a peer waited `patience_s` for `buffer` in vain: not ready yet (ask again), or
+        nothing here will ever fill it (the asker must not wait on this node again)."""
+        plan = self.plans.get(generation)
+        if not self.is_current(generation) or plan is None or not plan.produces(buffer):
+            return Refused(f"buffer {buffer}: no plan of generation {generation} on this node "
+                           f"produces it (waited {patience_s:g} s)", STALE)
+        return Refused(f"buffer {buffer} was not ready within {patience_s:g} s", FailureKind.NOT_READY)
+
     def handle(self, event: Event) -> list[Action]:
         if isinstance(event, PlanSubmitted):
             return self._submit(event)
@@ -414,7 +453,7 @@ class PodState:
         if isinstance(event, TileServed):
             self.check_generation(event.generation)
             if not self.is_current(event.generation):
-                raise Refused(f"job {self.job_id}: no plan of generation {event.generation}")
+                raise Refused(f"job {self.job_id}: no plan of generation {event.generation}", STALE)
             return self.plans[event.generation].serve_done(event.buffer, event.node)
         if isinstance(event, GenerationChanged):
             self.check_generation(event.generation)
@@ -434,11 +473,13 @@ class PodState:
         return [DropGeneration(g, reason) for g in old]
 
     def _submit(self, event: PlanSubmitted) -> list[Action]:
-        generation = event.plan.generation
+        raw = event.plan.plan if isinstance(event.plan, CheckedPlan) else event.plan
+        generation = raw.generation
         self.check_generation(generation)
         if generation in self.plans:
             raise Refused(f"job {self.job_id}: a plan for generation {generation} was already submitted")
-        plan = PlanState(event.plan, event.leaf_writes)  # validates before anything changes
+        checked = event.plan if isinstance(event.plan, CheckedPlan) else validate_plan(raw)
+        plan = PlanState(checked, event.leaf_writes)  # validated before anything changes
         actions: list[Action] = []
         if event.peers is not None:
             newly_lost = (self.peers - event.peers) - self.lost
@@ -456,7 +497,7 @@ class PodState:
 
 
 __all__ = [
-    "Action", "BufferServable", "Cancelled", "DropGeneration", "Event", "FetchAbandoned", "GenerationChanged",
-    "InstructionFinished", "PlanFinished", "PlanSubmitted", "PodState", "Refused", "StartInstruction",
-    "TileServed", "validate_plan",
+    "Action", "BufferServable", "Cancelled", "CheckedPlan", "DropGeneration", "Event", "FetchAbandoned",
+    "GenerationChanged", "InstructionFinished", "PlanFinished", "PlanSubmitted", "PodState", "Refused",
+    "StartInstruction", "TileServed", "check_leaves", "validate_plan",
 ]

@@ -449,7 +449,7 @@ async def run_probe(session, prepared, options, nodes: list[int], program: Clust
                     units: int | None = None) -> Probe:
     """Run `program`'s first `units` units (default UNITS_PER_NODE per node) on the session's
     `nodes`, outputs to scratch files."""
-    from common import storage
+    from common import storage, uri
     from common.locks import lock_path
     from scheduler.planner import NodeFigure, plan
 
@@ -463,7 +463,7 @@ async def run_probe(session, prepared, options, nodes: list[int], program: Clust
             staging = storage.create_staging(path, place.shape, place.dtype, probe_id)
             storage.commit(staging, path)
             scratch.append(path)
-            tensors[place.name] = dataclasses.replace(place, path=path, uri=storage.path_to_uri(path))
+            tensors[place.name] = dataclasses.replace(place, path=path, uri=uri.resolved_uri(path))
         job = dataclasses.replace(prepared, job_id=probe_id, program=small, tensors=tensors)
         result = await session.run(job, options, nodes)
         if not result.ok:

@@ -4,21 +4,21 @@ A job is a kernel (its whole source text travels inside the job), a value for ev
 the scalars and one storage URI per tensor. Building a job checks the kernel and that nothing is
 missing or unknown, so a job file that exists is one the scheduler can at least start binding.
 
-URIs (see `parse_uri`): `file:///abs/a.npy`, `file://localhost/abs/a.npy`, or a relative
+URIs (common/uri.py): `file:///abs/a.npy`, `file://localhost/abs/a.npy`, or a relative
 `file:data/a.npy`, which is resolved against the directory holding the job file, so a job and
-its data can be moved or committed together.
+its data can be moved or committed together; a job's tensors are `.npy` files.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import uri as uri_module
 from common.atomic import write_atomically
 from common.errors import UserError
+from common.uri import FileUri
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
 
@@ -46,46 +46,16 @@ class Job:
 # ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FileUri:
-    path: str  # percent-decoded
-    relative: bool
-
-
 def parse_uri(uri: str) -> FileUri:
-    """Check that `uri` is a file URI we accept; a UserError names it otherwise."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme != "file":
-        scheme = parts.scheme or "no scheme"
-        raise UserError(f"storage URI {uri!r}: only file: URIs are supported (got {scheme})")
-    if parts.query or parts.fragment:
-        raise UserError(f"storage URI {uri!r}: a query or fragment is not allowed")
-    if parts.netloc not in ("", "localhost"):
-        raise UserError(f"storage URI {uri!r}: remote host {parts.netloc!r} is not supported")
-    path = urllib.parse.unquote(parts.path)
-    if not path or path.endswith("/"):
-        raise UserError(f"storage URI {uri!r}: names no file")
-    if "\x00" in path:
-        raise UserError(f"storage URI {uri!r}: contains a NUL character")
-    if not path.endswith(".npy"):
+    """A job's tensor URI: any storage URI (common/uri.py) naming a `.npy` file."""
+    parsed = uri_module.parse_uri(uri)
+    if not parsed.path.endswith(".npy"):
         raise UserError(f"storage URI {uri!r}: expected a .npy file")
-    relative = not path.startswith("/")
-    if relative and parts.netloc:
-        raise UserError(f"storage URI {uri!r}: a relative path cannot have a host")
-    return FileUri(path=path, relative=relative)
+    return parsed
 
 
-def resolve_uri(uri: str, base_dir: Path) -> str:
-    """The absolute `file:///...` form of `uri`, relative paths taken from `base_dir`."""
-    parsed = parse_uri(uri)
-    path = Path(parsed.path)
-    if parsed.relative:
-        path = base_dir / path
-    return path_to_uri(Path(os.path.abspath(path)))
-
-
-def path_to_uri(path: Path) -> str:
-    return "file://" + urllib.parse.quote(str(path))
+resolve_uri = uri_module.absolute_uri
+path_to_uri = uri_module.path_to_uri
 
 
 # ------------------------------------------------------------------------------------------
@@ -223,15 +193,15 @@ def existing_shapes(tensors: dict[str, str], job_dir: Path) -> dict[str, tuple[t
 
 
 def check_tensor_files(job: Job, kernel: ir.Kernel, job_dir: Path) -> None:
-    """No output shares its file with another tensor (common.storage.check_distinct_files), with
+    """No output shares its file with another tensor (common.uri.check_distinct_files), with
     relative URIs taken from `job_dir`, the folder the job file is written to."""
-    from common import storage
     from compiler.frontend.walk import stored_tensors
 
     written = set(stored_tensors(kernel))
     everywhere = (Path("/"),)  # new-job confines nothing; the scheduler checks its storage roots
-    storage.check_distinct_files([(name, storage.resolve_uri(uri, everywhere, base=job_dir), name in written)
-                                  for name, uri in job.tensors])
+    places = [(name, uri_module.confine(text, everywhere, base=job_dir), name in written)
+              for name, text in job.tensors]
+    uri_module.check_distinct_files(places)
 
 
 def job_kernel(job: Job) -> ir.Kernel:

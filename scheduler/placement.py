@@ -12,6 +12,12 @@ more pieces, one per node it uses:
                   0, moves to the next of them with every unit. With
                   S > n (a re-plan after nodes died) share s goes to node (start + s) % n, so a
                   node runs several shares of the unit in one piece.
+    tree by hosts the split's share groups (tree.py: `hosts`, each group merged into its first
+                  share, then the groups' first shares into the root) go to hosts in turn, group g
+                  onto the nodes of the g-th host (hosts in order of their first node), so that only
+                  the groups' partials cross hosts. Where the nodes left do not allow it (fewer hosts
+                  than groups, or fewer nodes on a host than its group's shares) the shares are
+                  placed as any split's: still right, only with more transfers across hosts.
 
 A piece holds its shares' launches in the unit's order: each share's init and steps, the tree's
 merges into one of its shares, and the finish where share 0 runs. All pieces of a unit share its
@@ -21,7 +27,7 @@ the planner's "every wait points to an earlier round" argument rests on that.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from schemas.program import Launch, Unit
@@ -40,21 +46,20 @@ def shares_of(unit: Unit) -> int:
     return 1 + max((launch.share for launch in unit.launches), default=0)
 
 
-def place(units: Sequence[Unit], nodes: Sequence[int]) -> list[Piece]:
-    """The pieces of `units` (in the order given) over `nodes`, in placement order."""
+def place(units: Sequence[Unit], nodes: Sequence[int], hosts: Mapping[int, str] | None = None,
+          groups: tuple[int, ...] = ()) -> list[Piece]:
+    """The pieces of `units` (in the order given) over `nodes`, in placement order; `hosts` maps a
+    node to its host, `groups` are the shares per host of a tree by hosts (empty: another tree)."""
     n = len(nodes)
     free_from = dict.fromkeys(nodes, 0)  # node -> first round it has nothing in
     turn = 0  # where the next unit's choice of nodes starts, so that roots rotate
+    by_host = _nodes_by_host(nodes, hosts or {})
     pieces: list[Piece] = []
     for placed, unit in enumerate(units):
         shares = shares_of(unit)
-        if shares <= n:
-            rank = sorted(range(n), key=lambda i: (free_from[nodes[i]], (i - turn) % n))
-            chosen = [nodes[i] for i in rank[:shares]]
-            # the root (share 0, which merges last and stores) moves on with every unit
-            of_share = {s: chosen[(s + placed) % shares] for s in range(shares)}
-        else:
-            of_share = {s: nodes[(turn + s) % n] for s in range(shares)}
+        of_share = _by_host(groups, by_host, free_from) if groups and shares == sum(groups) else None
+        if of_share is None:
+            of_share = _spread(shares, nodes, free_from, turn, placed)
         turn = (turn + shares) % n
         used = list(dict.fromkeys(of_share.values()))
         at = max(free_from[node] for node in used)
@@ -64,6 +69,40 @@ def place(units: Sequence[Unit], nodes: Sequence[int]) -> list[Piece]:
             launches = tuple(la for la in unit.launches if la.share in mine)
             pieces.append(Piece(unit, node, at, launches, mine))
     return pieces
+
+
+def _spread(shares: int, nodes: Sequence[int], free_from: dict[int, int], turn: int, placed: int
+            ) -> dict[int, int]:
+    """share -> node: distinct nodes, the least busy first (ties in turn from `turn`), the root
+    (share 0, which merges last and stores) moving on with every unit; or round robin from `turn`
+    when there are more shares than nodes."""
+    n = len(nodes)
+    if shares > n:
+        return {s: nodes[(turn + s) % n] for s in range(shares)}
+    rank = sorted(range(n), key=lambda i: (free_from[nodes[i]], (i - turn) % n))
+    chosen = [nodes[i] for i in rank[:shares]]
+    return {s: chosen[(s + placed) % shares] for s in range(shares)}
+
+
+def _nodes_by_host(nodes: Sequence[int], hosts: Mapping[int, str]) -> list[list[int]]:
+    out: dict[str, list[int]] = {}
+    for node in nodes:
+        out.setdefault(hosts.get(node, ""), []).append(node)
+    return list(out.values())
+
+
+def _by_host(groups: tuple[int, ...], by_host: list[list[int]], free_from: dict[int, int]
+             ) -> dict[int, int] | None:
+    """share -> node for a tree by hosts, group g on the g-th host's least busy nodes; None where
+    the hosts cannot hold the groups."""
+    if len(by_host) < len(groups) or any(len(h) < g for h, g in zip(by_host, groups, strict=False)):
+        return None
+    of_share, share = {}, 0
+    for count, members in zip(groups, by_host, strict=False):
+        for node in sorted(members, key=lambda m: free_from[m])[:count]:
+            of_share[share] = node
+            share += 1
+    return of_share
 
 
 def root_node(pieces: Sequence[Piece]) -> dict[int, int]:

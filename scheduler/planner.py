@@ -57,10 +57,12 @@ from schemas.program import ClusterProgram, Region, Unit
 
 @dataclass(frozen=True)
 class NodeFigure:
-    """What the planner needs to know about a node. `vram_bytes` 0 means unknown: not checked."""
+    """What the planner needs to know about a node. `vram_bytes` 0 means unknown: not checked.
+    `host` names the machine it runs on (a split's tree by hosts keeps each group on one)."""
 
     node: int
     vram_bytes: int = 0
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -405,7 +407,8 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
         if tensor.name not in uris and tensor.name not in scratch:
             raise UserError(f"no storage URI for tensor {tensor.name}")
     dtypes = {t.name: t.dtype for t in program.tensors}
-    pieces = place(units, node_ids)
+    hosts = {f.node: f.host for f in nodes}
+    pieces = place(units, node_ids, hosts, program.reduction.hosts if program.reduction else ())
     states, first_use, partials = _account(pieces, node_ids, scratch)
     _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)

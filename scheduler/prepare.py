@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import storage
+from common import storage, uri
 from common.errors import UserError
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
@@ -130,8 +130,8 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[
     for info in stored_tensors(program):
         if info.name not in uris:
             raise UserError(f"job gives no URI for tensor {info.name}")
-        path = storage.resolve_uri(uris[info.name], roots, base=job_dir)
-        place = TensorPlace(info.name, storage.path_to_uri(path), path, info.role, info.dtype,
+        path = uri.confine(uris[info.name], roots, base=job_dir)
+        place = TensorPlace(info.name, uri.resolved_uri(path), path, info.role, info.dtype,
                             tuple(info.shape))
         if info.role == "inout" and not path.exists():
             require_creatable(kernel or job_kernel(job), info.name, path)
@@ -144,7 +144,7 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[
         if info.role != "input":
             check_output_folder(info.name, path)
         places[info.name] = place
-    storage.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
+    uri.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
 
 
@@ -191,7 +191,7 @@ def check_dims_against_files(job: Job, kernel: ir.Kernel, job_dir: Path, roots: 
             raise UserError(f"tensor {param.name}: dims give it shape {list(shape)}, more than "
                             f"{MAX_TENSOR_ELEMENTS} elements; is a dimension wrong?")
         if param.name in uris:
-            path = storage.resolve_uri(uris[param.name], roots, base=job_dir)
+            path = uri.confine(uris[param.name], roots, base=job_dir)
             if path.exists():
                 storage.check_tensor(path, shape, param.dtype)
 
@@ -232,7 +232,7 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
     program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values),
                               job.split)
     for info in stored_tensors(program):
-        path = storage.resolve_uri(dict(job.tensors)[info.name], anywhere, base=job_dir)
+        path = uri.confine(dict(job.tensors)[info.name], anywhere, base=job_dir)
         if path.exists():  # what the dims alone could not check (a shape naming a tile value)
             storage.check_tensor(path, tuple(info.shape), info.dtype)
         elif info.role == "input":

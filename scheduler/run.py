@@ -33,7 +33,7 @@ from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
-from schemas.remote_errors import remote_reason
+from schemas.remote_errors import FailureKind, Refused, classify, remote_reason
 
 log = get_logger(program="scheduler")
 CONNECT_TIMEOUT_S = 30.0
@@ -201,7 +201,8 @@ class PodSession:
         if node in self.lost:
             # A pod paused past the timeout wakes up: tell it, so it drops its stale work and exits
             # (its stores wait for a heartbeat the scheduler takes: docs/runtime.md, Guarantees).
-            raise RuntimeError(f"node {node} was declared dead ({self.lost[node]}); its work was re-planned")
+            raise Refused(f"node {node} was declared dead ({self.lost[node]}); its work was re-planned",
+                          FailureKind.DECLARED_DEAD)
         if self.current is not None:
             self.current.on_heartbeat(node, generation, running)
 
@@ -243,7 +244,7 @@ class JobRun:
         figures = {}
         for node in self.nodes:
             info = self.session.infos[node]
-            figures[node] = NodeFigure(node, int(info.vram_bytes))
+            figures[node] = NodeFigure(node, int(info.vram_bytes), info.host_id)
             self.trace.add_node(NodeRecord(node, self.session.addresses[node], info.backend, info.device_name,
                                            int(info.vram_bytes)))
         uris = self.prepared.uris
@@ -336,14 +337,13 @@ class JobRun:
         pod = self.session.pods[action.node]
         peers = [Peer(n, self.session.addresses[n]) for n in sorted(self.state.live)]
         try:
-            request = pod.submit_request()
-            self.io.write_submit(request, self.prepared.job_id, self.job_program, action.plan, peers)
-            await asyncio.wait_for(request.send(), CALL_TIMEOUT_S)
+            sending = self.io.send_submit(pod, self.prepared.job_id, self.job_program, action.plan, peers)
+            await asyncio.wait_for(sending, CALL_TIMEOUT_S)
         except Exception as err:
             if action.node not in self.state.live or self.state.outcome is not None:
                 return  # declared dead, or the job ended, while in flight
             text = remote_reason(err)
-            if "disconnect" in text.lower() or isinstance(err, asyncio.TimeoutError):
+            if classify(err) in (FailureKind.DISCONNECTED, FailureKind.TIMEOUT):
                 self._apply(self.state.disconnected(action.node, f"submit failed: {text}", self.now()))
             else:
                 self._apply(self.state.fail(f"node {action.node} refused its plan: {text}"))
@@ -393,7 +393,7 @@ def compile_leaves(program) -> dict[str, str]:
 
 
 def _sink_class():
-    from schemas import capnp_io
+    from schemas import capnp_io, rpc_streams
 
     class SinkImpl(capnp_io.rpc().SchedulerSink.Server):
         """One per node: the `node` a pod claims is ignored in favour of the connection's own."""
@@ -401,6 +401,7 @@ def _sink_class():
         def __init__(self, session: PodSession, node: int):
             self.runner, self.node = session, node
 
+        @rpc_streams.answers_refusals
         async def heartbeat(self, node, generation, running, _context, **kwargs):
             self.runner.on_heartbeat(self.node, generation, list(running))
 
@@ -424,12 +425,11 @@ _SINK = None
 
 
 def not_a_pod(err: BaseException) -> str:
-    """Why login to an address failed, when it was not a refusal: what a user can act on."""
-    text = remote_reason(err).removeprefix("message = ")
-    if isinstance(err, TimeoutError):
+    """Why login to an address failed, when it was not a refusal: what a user can act on. By the
+    failure's kind (a timeout, a dropped connection, anything else the far side sent)."""
+    kind, text = classify(err), remote_reason(err)
+    if kind is FailureKind.TIMEOUT:
         return f"no answer to the login within {CONNECT_TIMEOUT_S:g} s"
-    if "exceeds size limit" in text or "traversalLimit" in text or "segment" in text.lower():
-        return "it answered with something that is not Cap'n Proto (is this a phobos pod?)"
-    if any(word in text.lower() for word in ("disconnect", "closing", "reset", "broken pipe", "eof")):
+    if kind is FailureKind.DISCONNECTED:
         return f"the connection closed before login ({text})"
-    return text
+    return f"it answered with something that is not a phobos pod's RPC ({text})"

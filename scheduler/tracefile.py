@@ -91,6 +91,7 @@ class TraceRecorder:
                              "uri": dict(job.tensors).get(t.name, "")} for t in program.tensors],
                 "leaves": [{"name": leaf.name, "grid": list(leaf.grid), "threads": leaf.threads,
                             "dims": dict(leaf.dims)} for leaf in program.leaves],
+                "reduction": _reduction(program.reduction),
             },
             "nodes": [{"node": n.node, "address": n.address, "backend": n.backend, "device": n.device,
                        "vram_bytes": n.vram_bytes} for n in self.nodes],
@@ -130,13 +131,23 @@ def summarize(events: list[dict], nodes: list[int], wall_s: float) -> dict:
     return {"wall_s": wall_s, "nodes": [per[n] for n in nodes]}
 
 
+def _reduction(reduction) -> dict | None:
+    """A split cluster loop, for the trace (None: not split)."""
+    if reduction is None or reduction.shares < 2:
+        return None
+    return {"form": reduction.form, "shares": reduction.shares, "tree": reduction.tree,
+            "hosts": list(reduction.hosts)}
+
+
 def summary_text(trace: dict, ok: bool, reason: str = "") -> str:
     s = trace["summary"]
     job = trace["job"]
     head = "succeeded" if ok else f"FAILED: {reason}"
     units = len({u["unit"] for u in trace["units"]})
     nodes = len(trace["nodes"])
-    lines = [f"job {job['id']} ({job['kernel']}, {units} unit{'s' * (units != 1)} on {nodes} "
+    split = job.get("reduction")
+    each = f", each split over {split['shares']} shares ({split['tree']} tree)" if split else ""
+    lines = [f"job {job['id']} ({job['kernel']}, {units} unit{'s' * (units != 1)}{each} on {nodes} "
              f"node{'s' * (nodes != 1)}) {head}",
              f"wall time {s['wall_s']:.3f} s"]
     header = f"{'node':>4}  {'backend':<8} {'instr':>7} {'loaded':>10} {'fetched':>10} {'served':>10} " \

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -93,6 +94,8 @@ class Figures:
     # overriding the rates: a leaf's speed is not one line in its FLOPs (caches, tile shapes).
     launch_times: tuple[tuple[str, float], ...] = ()
     source: str = "command line"  # where the figures come from, for the table's heading
+    hosts: tuple[str, ...] = ()  # each node's host (empty: all on one); several: a tree by hosts is tried
+    host_bw: float = 0.0  # bytes/s between nodes of different hosts (0: link_bw)
 
     def launch_time(self, leaf: str, signature: str | None, flops: float) -> float:
         if signature is not None:
@@ -128,6 +131,8 @@ class NodeLoad:
     instructions: int = 0  # every instruction of the node's plan (allocate and free included)
     tree_fetched: int = 0  # bytes of other nodes' partials fetched (of bytes_fetched)
     tree_fetches: int = 0  # of fetches
+    host_moved: int = 0  # bytes fetched or served across hosts (of fetched + served)
+    tree_host_fetched: int = 0  # of tree_fetched, across hosts
 
 
 @dataclass(frozen=True)
@@ -197,8 +202,11 @@ class Ranking:
 # ------------------------------------------------------------------------------------------
 
 
-def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram) -> tuple[NodeLoad, ...]:
-    """Every node's launches and bytes, from the planner's instruction lists."""
+def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram,
+            hosts: Mapping[int, str] | None = None) -> tuple[NodeLoad, ...]:
+    """Every node's launches and bytes, from the planner's instruction lists; `hosts` (node ->
+    host) sorts out the bytes that cross hosts."""
+    hosts = hosts or {}
     flops = {leaf.name: leaf.flops for leaf in program.leaves}
     shapes: dict[tuple[int, int], int] = {}  # (node, buffer) -> its bytes (in its own dtype)
     for node, node_plan in node_plans.items():
@@ -206,10 +214,14 @@ def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram) -> tupl
             if isinstance(ins, Allocate):
                 shapes[node, ins.buffer] = math.prod(ins.shape) * ITEMSIZE[ins.dtype]
     served: dict[int, int] = dict.fromkeys(node_plans, 0)
+    across: dict[int, int] = dict.fromkeys(node_plans, 0)  # bytes a node moves across hosts
     for node, node_plan in node_plans.items():
         for ins in node_plan.instructions:
             if isinstance(ins, Fetch):
                 served[ins.peer] = served.get(ins.peer, 0) + shapes[node, ins.buffer]
+                if hosts.get(node, "") != hosts.get(ins.peer, ""):
+                    across[node] += shapes[node, ins.buffer]
+                    across[ins.peer] = across.get(ins.peer, 0) + shapes[node, ins.buffer]
     dtypes = {t.name: t.dtype for t in program.tensors}
     # A buffer that launches write and nothing loads or fetches, when a peer fetches it, is a
     # partial of a split reduction (the copies of inputs that peers fetch are loaded).
@@ -217,7 +229,8 @@ def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram) -> tupl
               if isinstance(ins, Load | Fetch)}
     partials = {(node, buffer) for node, p in node_plans.items() for ins in p.instructions
                 if isinstance(ins, Compute) for _, buffer in ins.bindings} - filled
-    return tuple(_account_node(node, p, flops, shapes, served.get(node, 0), dtypes, partials)
+    return tuple(dataclasses.replace(_account_node(node, p, flops, shapes, served.get(node, 0), dtypes,
+                                                   partials, hosts), host_moved=across.get(node, 0))
                  for node, p in node_plans.items())
 
 
@@ -227,9 +240,9 @@ def _region_bytes(region, dtypes: Mapping[str, str]) -> int:
 
 def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
                   shapes: Mapping[tuple[int, int], int], served: int, dtypes: Mapping[str, str],
-                  partials: set[tuple[int, int]]) -> NodeLoad:
+                  partials: set[tuple[int, int]], hosts: Mapping[int, str]) -> NodeLoad:
     launches: dict[str, list[int]] = {}
-    loaded = fetched = stored = transfers = fetches = tree_fetched = tree_fetches = 0
+    loaded = fetched = stored = transfers = fetches = tree_fetched = tree_fetches = tree_host = 0
     got: dict[int, tuple[str, int]] = {}  # instruction id -> ("load" | "fetch", bytes)
     start: tuple[int, int] | None = None
     end_stored = 0
@@ -248,6 +261,7 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
             if (ins.peer, ins.peer_buffer) in partials:
                 tree_fetched += n
                 tree_fetches += 1
+                tree_host += n if hosts.get(node, "") != hosts.get(ins.peer, "") else 0
         elif isinstance(ins, Store):
             end_stored = _region_bytes(ins.region, dtypes)
             stored += end_stored
@@ -270,7 +284,7 @@ def _account_node(node: int, node_plan: NodePlan, flops: Mapping[str, int],
         bytes_loaded=loaded, bytes_fetched=fetched, bytes_served=served, bytes_stored=stored,
         transfers=transfers, fetches=fetches, start_loaded=start_loaded, start_fetched=start_fetched,
         end_stored=end_stored, peak_bytes=node_plan.peak_bytes, instructions=len(node_plan.instructions),
-        tree_fetched=tree_fetched, tree_fetches=tree_fetches)
+        tree_fetched=tree_fetched, tree_fetches=tree_fetches, tree_host_fetched=tree_host)
 
 
 # ------------------------------------------------------------------------------------------
@@ -291,16 +305,18 @@ def estimate_node(load: NodeLoad, figures: Figures,
     compute = sum(count * figures.launch_time(leaf, signatures.get(leaf), total / count)
                   for leaf, count, total in load.launches if count)
     link_s = figures.transfer_s if figures.link_s is None else figures.link_s
+    host_bw = figures.host_bw or figures.link_bw
     transfer = ((load.bytes_loaded + load.bytes_stored) / figures.storage_bw
-                + (load.bytes_fetched + load.bytes_served) / figures.link_bw
-                + load.transfers * figures.transfer_s + load.fetches * link_s)
+                + (load.bytes_fetched + load.bytes_served - load.host_moved) / figures.link_bw
+                + load.host_moved / host_bw + load.transfers * figures.transfer_s + load.fetches * link_s)
     fixed = load.instructions * figures.instruction_s
     if not load.launches:
         return NodeEstimate(load.node, 0.0, transfer, 0.0, 0.0, transfer + fixed)
     start = load.start_loaded / figures.storage_bw + load.start_fetched / figures.link_bw
     start += max(figures.transfer_s if load.start_loaded else 0.0, link_s if load.start_fetched else 0.0)
     end = load.end_stored / figures.storage_bw + (figures.transfer_s if load.end_stored else 0.0)
-    end += load.tree_fetched / figures.link_bw + load.tree_fetches * link_s  # after the shares' compute
+    end += ((load.tree_fetched - load.tree_host_fetched) / figures.link_bw + load.tree_host_fetched / host_bw
+            + load.tree_fetches * link_s)  # after the shares' compute
     middle = max(0.0, transfer - start - end)
     total = start + compute + middle - figures.overlap * min(compute, middle) + end + fixed
     return NodeEstimate(load.node, compute, transfer, start, end, total)
@@ -327,18 +343,23 @@ def search_space(kernel: ir.Kernel, pinned: Mapping[str, int] | None = None) -> 
     return cluster_space(kernel, dict(pinned or {}))
 
 
-def split_space(kernel: ir.Kernel, nodes: int,
-                pinned: SplitRequest | None = None) -> list[SplitRequest | None]:
+def split_space(kernel: ir.Kernel, nodes: int, pinned: SplitRequest | None = None,
+                hosts: tuple[str, ...] = ()) -> list[SplitRequest | None]:
     """The splits to try: the pinned one; else, for a cluster loop of a combinable form, no split
-    then 2 to `nodes` shares by a flat and (from 3 shares, where it differs) a binary tree."""
+    then 2 to `nodes` shares by a flat and (from 3 shares, where it differs) a binary tree, and
+    where the nodes span several hosts a share per node by a tree by hosts."""
     from compiler.cluster.build import analyze_cluster
 
     if pinned is not None:
         return [pinned]
     if analyze_cluster(kernel).acc is None:
         return [None]
-    return [None] + [SplitRequest(s, shape) for s in range(2, nodes + 1)
-                     for shape in ("flat", "binary") if shape == "flat" or s > 2]
+    out = [None] + [SplitRequest(s, shape) for s in range(2, nodes + 1)
+                    for shape in ("flat", "binary") if shape == "flat" or s > 2]
+    counts = list(Counter(hosts[:nodes]).values())  # nodes per host, hosts in order of first node
+    if len(counts) > 1:
+        out.append(SplitRequest(nodes, "hosts", tuple(counts)))
+    return out
 
 
 def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
@@ -349,7 +370,7 @@ def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
     from scheduler.prepare import compile_program
 
     out = []
-    splits = split_space(kernel, figures.nodes, split)
+    splits = split_space(kernel, figures.nodes, split, figures.hosts)
     for order, (values, request) in enumerate(
             (v, s) for v in search_space(kernel, pinned) for s in splits):
         key = tuple(values.items())
@@ -376,8 +397,9 @@ def evaluate_program(program: ClusterProgram, figures: Figures, order: int = 0,
         pieces = f"{units} super-tile(s)" + (f" of {shares} shares" if shares > 1 else "")
         idle = f"{pieces} for {figures.nodes} nodes: {figures.nodes - units * shares} node(s) would get none"
     uris = {t.name: f"file:///{t.name}.npy" for t in program.tensors}  # the model never reads them
-    result = plan(program, [NodeFigure(n, 0) for n in range(figures.nodes)], uris)
-    loads = account(result.node_plans, program)
+    hosts = dict(enumerate(figures.hosts))
+    result = plan(program, [NodeFigure(n, 0, hosts.get(n, "")) for n in range(figures.nodes)], uris)
+    loads = account(result.node_plans, program, hosts)
     if figures.vram_bytes:
         worst = max(loads, key=lambda load: load.peak_bytes)
         if worst.peak_bytes > figures.vram_bytes:
@@ -437,6 +459,9 @@ def describe_figures(figures: Figures) -> str:
     vram = format_bytes(figures.vram_bytes) if figures.vram_bytes else "unchecked"
     text = (f"{figures.nodes} nodes, memory {vram}, leaf {figures.leaf_flops:.3g} FLOP/s, "
             f"link {figures.link_bw:.3g} B/s, storage {figures.storage_bw:.3g} B/s")
+    if len(set(figures.hosts)) > 1:
+        between = figures.host_bw or figures.link_bw
+        text += f", {len(set(figures.hosts))} hosts, between hosts {between:.3g} B/s"
     if figures.overlap != 1.0:
         text += f", overlap {figures.overlap:.2f}"
     if figures.launch_s or figures.transfer_s or figures.job_s:

@@ -47,6 +47,7 @@ class TuneOptions:
     link_bw: float | None = None
     storage_bw: float | None = None
     launch_s: float | None = None
+    host_bw: float | None = None
 
     @property
     def active(self) -> bool:
@@ -73,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="FLOP/s of a leaf on one node (default 40e12 for GPU pods, 5e9 for CPU pods)")
     g.add_argument("--link-bw", type=float, metavar="B",
                    help="bytes/s between two nodes (default 50e9 GPU, 1e9 CPU)")
+    g.add_argument("--host-bw", type=float, metavar="B",
+                   help="bytes/s between nodes of different hosts (default: --link-bw); with pods on "
+                        "several hosts a split's tree by hosts is searched too")
     g.add_argument("--storage-bw", type=float, metavar="B",
                    help="bytes/s a node reads or writes storage (default 2e9)")
     g.add_argument("--launch-overhead", type=float, metavar="S",
@@ -101,7 +105,7 @@ def parse_size(text: str, flag: str = "--vram") -> int:
 
 def options_from_args(args: argparse.Namespace) -> TuneOptions:
     for flag, value in (("--leaf-flops", args.leaf_flops), ("--link-bw", args.link_bw),
-                        ("--storage-bw", args.storage_bw)):
+                        ("--storage-bw", args.storage_bw), ("--host-bw", args.host_bw)):
         if value is not None and not value > 0:
             raise UserError(f"{flag} must be positive, got {value}")
     if args.launch_overhead is not None and args.launch_overhead < 0:
@@ -114,12 +118,13 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         autotune=args.autotune, calibrate=args.calibrate, tune_only=args.tune_only,
         tune_leaves=args.tune_leaves, nodes=args.nodes,
         vram_bytes=parse_size(args.vram) if args.vram else None, leaf_flops=args.leaf_flops,
-        link_bw=args.link_bw, storage_bw=args.storage_bw, launch_s=args.launch_overhead)
+        link_bw=args.link_bw, storage_bw=args.storage_bw, launch_s=args.launch_overhead, host_bw=args.host_bw)
 
 
-def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: list[int]) -> Figures:
-    """The model's figures from the flags, else the pods (count, memory), else the defaults for
-    the pods' backend (GPU figures when any pod is a GPU)."""
+def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: list[int],
+                 hosts: list[str] | None = None) -> Figures:
+    """The model's figures from the flags, else the pods (count, memory, hosts), else the defaults
+    for the pods' backend (GPU figures when any pod is a GPU)."""
     nodes = tune.nodes if tune.nodes is not None else connected
     if nodes > connected and not tune.tune_only:  # a table for a bigger cluster is fine; a run is not
         raise UserError(f"--nodes {nodes}: only {connected} pod(s) are connected")
@@ -137,6 +142,7 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
         storage_bw=tune.storage_bw or defaults["storage_bw"],
         launch_s=tune.launch_s if tune.launch_s is not None else defaults["launch_s"],
         transfer_s=defaults["transfer_s"],
+        hosts=tuple((hosts or [])[:nodes]), host_bw=tune.host_bw or 0.0,
         source="command line and defaults" if given else f"defaults for {kind.upper()} pods")
 
 
@@ -195,7 +201,8 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
 
     order = sorted(session.pods)
     infos = [session.infos[n] for n in order]
-    figures = base_figures(tune, len(order), [i.backend for i in infos], [int(i.vram_bytes) for i in infos])
+    figures = base_figures(tune, len(order), [i.backend for i in infos], [int(i.vram_bytes) for i in infos],
+                           [i.host_id for i in infos])
     nodes = order[: min(figures.nodes, len(order))]
     pinned = dict(prepared.pinned_cluster)  # the job's pins and the run's --cluster
     ranking = None

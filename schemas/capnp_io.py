@@ -19,6 +19,7 @@ import capnp
 from common.paths import repo_file
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Leaf, Region, TensorInfo
+from schemas.remote_errors import check
 
 # Explicit reader limits for every RPC connection and every message read from bytes (job files
 # included): a message (or a chain of them) larger than this is refused instead of being
@@ -381,23 +382,15 @@ def read_peers(lst) -> tuple[Peer, ...]:
     return tuple(Peer(node=entry.node, address=entry.address) for entry in lst)
 
 
-def write_submit(params, job_id: str, program: JobProgram, plan: NodePlan, peers) -> None:
-    """Fill a `Pod.submit` request (e.g. `request = pod.submit_request()`; then `request.send()`).
-    For plans that may exceed one message, use `send_submit`."""
-    params.jobId = job_id
-    params.generation = plan.generation
-    write_program(params.init("program"), program)
-    write_plan(params.init("plan"), plan)
-    write_peers(params, "peers", list(peers))
-
-
 # Instructions per submit part: ~100 bytes each on the wire, so a part stays far below the 64 MiB limit.
 PLAN_PART_INSTRUCTIONS = 200_000
 
 
 async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, peers,
                       part_instructions: int = PLAN_PART_INSTRUCTIONS) -> None:
-    """Submit `plan` to `pod` (a Pod capability), in parts when it is large (see rpc.capnp)."""
+    """Submit `plan` to `pod` (a Pod capability), in parts when it is large (see rpc.capnp); a
+    refused part raises remote_errors.Refused with the pod's kind and reason."""
+
     peers = list(peers)
     count = len(plan.instructions)
     starts = list(range(0, count, part_instructions)) or [0]
@@ -413,7 +406,7 @@ async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, pee
         write_plan(request.init("plan"), part)
         write_peers(request, "peers", peers if last else [])
         request.more = not last
-        await request.send()
+        check(await request.send())
 
 
 # ---- pod descriptions, tiles, events ---------------------------------------------------------------

@@ -1,6 +1,6 @@
 @0xb3ad81906287ba64;
 # The RPC interfaces between the scheduler (phobos-sched) and the pods (phobos-pod), and between
-# pods (peer tile fetches). Owned by the pod engineer; kept stable once committed: add fields at
+# pods (peer tile fetches). Kept stable once committed: add fields at
 # the end of a struct with a new ordinal, never renumber.
 #
 # Conventions
@@ -8,8 +8,9 @@
 #   `login` is called with the cluster's token (the scheduler and every peer present the same one).
 # - `jobId` is the scheduler's name for a job (Text); `generation` is the plan generation
 #   (starts at 1, raised by every re-plan). The plans of a job's generations run side by side on a
-#   pod; a pod refuses `submit`, `tileHeader`, `readChunk`, `release` and `ipcHandle` carrying a
-#   generation it dropped (`newGeneration`). Instruction ids of one job's plans do not overlap.
+#   pod (a re-plan does not replace the plans before it); a pod refuses `submit`, `tileHeader`,
+#   `readChunk`, `release` and `ipcHandle` for a job it cancelled. Instruction ids of one job's
+#   plans do not overlap.
 # - Buffers are numbered per node and per generation (schemas/instructions.py); within one plan a
 #   buffer number names one buffer only (not reused after its Free), so a peer's (generation,
 #   buffer) is unambiguous. Instruction ids are unique within a plan and deps name ids of the same
@@ -20,8 +21,10 @@
 # - Message limits: every connection is read with an explicit traversal limit (see
 #   schemas/capnp_io.py TRAVERSAL_LIMIT_WORDS: 64 MiB) and nesting limit (64). That is why tiles
 #   travel in chunks (`readChunk`, 4 MiB by default), never as one message.
-# - Errors: a refused call fails with an exception whose text names the reason (e.g. "wrong
-#   token", "generation 1 is older than 2"); callers report it, nothing retries silently forever.
+# - Errors: a refused call answers with `failure` (a FailureKind and a one-line message, e.g.
+#   staleGeneration "generation 1 is older than 2"); callers decide by the kind, report the
+#   message, and nothing retries silently forever. A call fails with an exception only when the
+#   connection itself does (Cap'n Proto's DISCONNECTED) or the message breaks the limits.
 
 # ---- Plain data -----------------------------------------------------------------------------
 
@@ -156,6 +159,22 @@ struct InstructionEvent {
   copySeconds @10 :Float64; # load/store: seconds of it spent copying host<->device (scheduler/phases.py)
 }
 
+enum FailureKind {
+  # Why a call was refused (schemas/remote_errors.py FailureKind mirrors it).
+  none @0;             # not refused
+  refused @1;          # a bad request: unknown buffer, URI outside the roots, chunk too long
+  badPlan @2;          # the plan breaks the schema's invariants or names an unknown leaf
+  staleGeneration @3;  # the job moved on (older generation, dropped, cancelled)
+  notReady @4;         # the tile is not filled yet; the owner is alive, ask again
+  declaredDead @5;     # the scheduler has declared this pod dead and re-planned its work
+  internal @6;         # the callee failed in a way the caller cannot fix (a bug, a broken device)
+}
+
+struct Failure {
+  kind @0 :FailureKind;
+  message @1 :Text;    # one line, no traceback
+}
+
 # ---- Interfaces -------------------------------------------------------------------------------
 
 enum LoginRefusal {
@@ -188,25 +207,28 @@ interface Pod {
   # first part and `peers` from the last, and starts nothing before the last part
   # (schemas/capnp_io.py send_submit does this).
   submit @1 (jobId :Text, generation :UInt32, program :Program, plan :Plan, peers :List(Peer),
-             more :Bool = false) -> ();
+             more :Bool = false) -> (failure :Failure);
 
   # Peer fetches. `tileHeader` waits until the buffer's producers are done (bounded by the
   # caller's patience), then describes it. `readChunk` returns bytes [offset, offset+length) of
   # the tile (length <= 16 MiB). `release` tells the owner one fetch of the buffer is complete,
   # which is what a Free with `serves` > 0 waits for.
-  tileHeader @2 (jobId :Text, generation :UInt32, buffer :UInt32) -> (header :TileHeader);
+  tileHeader @2 (jobId :Text, generation :UInt32, buffer :UInt32)
+      -> (header :TileHeader, failure :Failure);
   readChunk @3 (jobId :Text, generation :UInt32, buffer :UInt32, offset :UInt64, length :UInt32)
-      -> (data :Data);
-  release @4 (jobId :Text, generation :UInt32, buffer :UInt32, node :UInt32, bytes :UInt64) -> ();
+      -> (data :Data, failure :Failure);
+  release @4 (jobId :Text, generation :UInt32, buffer :UInt32, node :UInt32, bytes :UInt64)
+      -> (failure :Failure);
 
   # Same-host GPU peers: a CUDA IPC memory handle of the buffer (cupy runtime.ipcGetMemHandle)
   # and its header. Fails on a CPU pod; the caller then falls back to readChunk.
   ipcHandle @5 (jobId :Text, generation :UInt32, buffer :UInt32)
-      -> (handle :Data, header :TileHeader, deviceIndex :Int32, hostId :Text);
+      -> (handle :Data, header :TileHeader, deviceIndex :Int32, hostId :Text, failure :Failure);
 
-  # A re-plan: drop every plan of the job older than `generation` (running instructions finish,
-  # their results are discarded, buffers freed) and refuse older generations from now on.
-  newGeneration @6 (jobId :Text, generation :UInt32) -> ();
+  # @6 was newGeneration (drop the job's older plans): never called; a re-plan's plans run beside
+  # the older ones. Ordinals cannot skip, so it stays as a method no pod implements
+  # (a caller gets UNIMPLEMENTED) and the later ordinals keep their numbers.
+  retired6 @6 () -> ();
 
   # Drop the job entirely (buffers freed, nothing more reported).
   cancel @7 (jobId :Text) -> ();
@@ -220,7 +242,8 @@ interface Pod {
 
 interface SchedulerSink {
   # `running`: ids of the instructions running now, of every generation; `generation` the newest.
-  heartbeat @0 (node :UInt32, generation :UInt32, running :List(UInt32)) -> ();
+  # `failure` declaredDead: this pod's work was re-planned; it must drop everything and go.
+  heartbeat @0 (node :UInt32, generation :UInt32, running :List(UInt32)) -> (failure :Failure);
 
   # Finished instructions, batched (a pod sends at most one batch in flight at a time).
   # `jobId` names the job the events belong to.

@@ -24,9 +24,12 @@ asked to read again meanwhile. The protocol's behaviour is otherwise pycapnp's o
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import capnp
 from capnp.lib.capnp import _PyAsyncIoStreamProtocol
+
+from schemas.remote_errors import FailureKind, Refused, remote_reason
 
 
 class _DeferredPauseTransport:
@@ -145,6 +148,31 @@ def results_of_live_call(context):
     if task is not None and task.cancelling():
         raise asyncio.CancelledError("the caller of this RPC is gone")
     return context.results
+
+
+def refuse(context, err: Refused) -> None:
+    """Answer the call `context` serves with `err` as its `failure` result (not an exception: an
+    exception would cross as text, and pycapnp would put the callee's traceback in it)."""
+    failure = results_of_live_call(context).failure
+    failure.kind = err.kind.value
+    failure.message = str(err)[:300]
+
+
+def answers_refusals(method):
+    """Wrap an RPC method so that a `Refused` it raises is answered as the call's failure, and
+    any other error as an `internal` one (logged by the caller, never a traceback on the wire)."""
+    @functools.wraps(method)
+    async def wrapped(self, *args, _context, **kwargs):
+        try:
+            return await method(self, *args, _context=_context, **kwargs)
+        except Refused as err:
+            refuse(_context, err)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a bug or a broken device: the caller learns it as a failure
+            refuse(_context, Refused(remote_reason(err), FailureKind.INTERNAL))
+
+    return wrapped
 
 
 def _address(peername) -> str:

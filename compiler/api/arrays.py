@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.errors import ArrayError
+from common.errors import ArrayError, Error
 from compiler.interp.values import STORAGE_DTYPES
 
 DLPACK_CPU = 1  # DLPack device types (dlpack.h DLDeviceType)
@@ -119,11 +119,20 @@ def device_array(name: str, obj) -> DeviceArray:
         return DeviceArray(obj.data_ptr(), obj.device.index, dtype, tuple(obj.shape), obj.is_contiguous(),
                            True)
     if family == "dlpack-gpu":
-        import cupy
-
-        obj = cupy.from_dlpack(obj)
+        obj = cupy_module().from_dlpack(obj)
     dtype = _CUPY_NAMES.get(obj.dtype)
     return DeviceArray(obj.data.ptr, obj.device.id, dtype, obj.shape, obj.flags.c_contiguous, False)
+
+
+def cupy_module():
+    """cupy, which loads and launches the generated code whatever array library the caller uses;
+    its absence is the caller's to fix, said in one line."""
+    try:
+        import cupy
+    except ImportError:
+        msg = "calling a kernel on GPU arrays needs cupy, which is not installed here"
+        raise Error(f"error: {msg}", msg) from None
+    return cupy
 
 
 _TORCH_NAMES = {v: k for k, v in TORCH_DTYPES.items()}

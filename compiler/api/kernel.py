@@ -250,10 +250,10 @@ class Kernel:
         return launch, tuple(args), _current_stream(device, torch)
 
     def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int) -> _Launch:
-        import cupy
-
         from compiler.cuda import compile_kernel
         from compiler.cuda.launch import load
+
+        cupy = _arrays.cupy_module()
 
         with self._lock:
             launch = self._launches.get(key)
@@ -322,9 +322,7 @@ def _current_stream(device: int, torch: bool) -> _Stream:
 @functools.cache
 def _cupy_cuda():
     """cupy.cuda, imported once: an import statement in the hot path costs a lookup per call."""
-    import cupy
-
-    return cupy.cuda
+    return _arrays.cupy_module().cuda
 
 
 @functools.cache

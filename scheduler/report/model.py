@@ -280,10 +280,20 @@ def super_tile_grids(trace: dict, events: list[Event]) -> list[dict]:
     newest generation whose store completed, else the newest planned; earlier owners are kept as
     `previous` and the super-tile is marked re-planned.
     """
-    stored = {(e.unit, e.generation) for e in events if e.kind == "store" and e.ok and e.unit is not None}
     tensors = {t["name"]: t for t in trace["job"].get("tensors", []) if isinstance(t, dict)}
-    claims: dict[tuple[str, tuple[int, ...]], list[dict]] = {}
-    shapes: dict[tuple[str, tuple[int, ...]], tuple[int, ...]] = {}
+    claims, shapes = _claims(trace, events)
+    names = sorted({t for t, _ in claims}, key=lambda t: list(tensors).index(t) if t in tensors else 0)
+    return [_grid(name, tensors.get(name, {}), claims, shapes) for name in names]
+
+
+Key = tuple[str, tuple[int, ...]]  # (tensor, a super-tile's start)
+
+
+def _claims(trace: dict, events: list[Event]) -> tuple[dict[Key, list[dict]], dict[Key, tuple[int, ...]]]:
+    """Every unit's claim on each super-tile it writes, and each super-tile's shape."""
+    stored = {(e.unit, e.generation) for e in events if e.kind == "store" and e.ok and e.unit is not None}
+    claims: dict[Key, list[dict]] = {}
+    shapes: dict[Key, tuple[int, ...]] = {}
     for u, unit in enumerate(trace.get("units", [])):
         _require(isinstance(unit, dict) and isinstance(unit.get("outputs", []), list),
                  f"trace: units[{u}] must be an object with a list of outputs")
@@ -296,67 +306,41 @@ def super_tile_grids(trace: dict, events: list[Event]) -> list[dict]:
             )
             key = (out["tensor"], tuple(out["start"]))
             shapes[key] = tuple(out["shape"])
-            claims.setdefault(key, []).append(
-                {
-                    "unit": unit.get("unit"),
-                    "node": unit.get("node"),
-                    "generation": int(unit.get("generation") or 0),
-                    "replanned": bool(unit.get("replanned", False)),
-                    "stored": (unit.get("unit"), int(unit.get("generation") or 0)) in stored,
-                    "coord": list(unit.get("coord", [])),
-                }
-            )
-    grids = []
-    for name in sorted({t for t, _ in claims}, key=lambda t: list(tensors).index(t) if t in tensors else 0):
-        keys = [k for k in claims if k[0] == name]
-        rank = len(keys[0][1])
-        _require(all(len(k[1]) == rank for k in keys), f"trace: outputs of tensor {name} differ in rank")
-        # position of each start along each axis: the super-tile's index on that axis
-        starts = [{v: i for i, v in enumerate(sorted({k[1][a] for k in keys}))} for a in range(rank)]
-        n_per_axis = [len(s) for s in starts]
-        cells = []
-        for key in sorted(keys, key=lambda k: k[1]):
-            history = sorted(claims[key], key=lambda c: (c["generation"], c["stored"]))
-            done = [c for c in history if c["stored"]]
-            owner = done[-1] if done else history[-1]
-            coord = tuple(starts[a][key[1][a]] for a in range(rank))
-            row, col = _layout(n_per_axis, coord)
-            cells.append(
-                {
-                    "row": row,
-                    "col": col,
-                    "index": coord,
-                    "start": list(key[1]),
-                    "shape": list(shapes[key]),
-                    "node": owner["node"],
-                    "unit": owner["unit"],
-                    "generation": owner["generation"],
-                    "stored": owner["stored"],
-                    "replanned": owner["replanned"] or owner is not history[0],
-                    "previous": [
-                        {"node": c["node"], "unit": c["unit"], "generation": c["generation"]}
-                        for c in history
-                        if c is not owner
-                    ],
-                }
-            )
-        rows = math.prod(n_per_axis[:-1]) if rank > 1 else 1
-        rows, cols, wrapped = _wrap(rows, n_per_axis[-1], cells)
-        info = tensors.get(name, {})
-        grids.append(
-            {
-                "tensor": name,
-                "role": info.get("role", "output"),
-                "dtype": info.get("dtype", ""),
-                "shape": list(info.get("shape", [])),
-                "per_axis": n_per_axis,
-                "rows": rows,
-                "cols": cols,
-                "wrapped": wrapped,
-                "cells": cells,
-            }
-        )
-    return grids
+            generation = int(unit.get("generation") or 0)
+            claims.setdefault(key, []).append({
+                "unit": unit.get("unit"), "node": unit.get("node"), "generation": generation,
+                "replanned": bool(unit.get("replanned", False)),
+                "stored": (unit.get("unit"), generation) in stored, "coord": list(unit.get("coord", [])),
+            })
+    return claims, shapes
+
+
+def _grid(name: str, info: dict, claims: dict[Key, list[dict]], shapes: dict[Key, tuple[int, ...]]) -> dict:
+    keys = [k for k in claims if k[0] == name]
+    rank = len(keys[0][1])
+    _require(all(len(k[1]) == rank for k in keys), f"trace: outputs of tensor {name} differ in rank")
+    # position of each start along each axis: the super-tile's index on that axis
+    starts = [{v: i for i, v in enumerate(sorted({k[1][a] for k in keys}))} for a in range(rank)]
+    n_per_axis = [len(s) for s in starts]
+    cells = []
+    for key in sorted(keys, key=lambda k: k[1]):
+        history = sorted(claims[key], key=lambda c: (c["generation"], c["stored"]))
+        done = [c for c in history if c["stored"]]
+        owner = done[-1] if done else history[-1]
+        coord = tuple(starts[a][key[1][a]] for a in range(rank))
+        row, col = _layout(n_per_axis, coord)
+        cells.append({
+            "row": row, "col": col, "index": coord, "start": list(key[1]), "shape": list(shapes[key]),
+            "node": owner["node"], "unit": owner["unit"], "generation": owner["generation"],
+            "stored": owner["stored"], "replanned": owner["replanned"] or owner is not history[0],
+            "previous": [{"node": c["node"], "unit": c["unit"], "generation": c["generation"]}
+                         for c in history if c is not owner],
+        })
+    rows = math.prod(n_per_axis[:-1]) if rank > 1 else 1
+    rows, cols, wrapped = _wrap(rows, n_per_axis[-1], cells)
+    return {"tensor": name, "role": info.get("role", "output"), "dtype": info.get("dtype", ""),
+            "shape": list(info.get("shape", [])), "per_axis": n_per_axis, "rows": rows, "cols": cols,
+            "wrapped": wrapped, "cells": cells}
 
 
 # --------------------------------------------------------------------------------------------

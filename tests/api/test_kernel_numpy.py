@@ -211,3 +211,26 @@ def test_torch_tensors_in_host_memory_run_on_the_interpreter_in_place():
         kernel(tensors["A"], tensors["B"].t().contiguous().t(), output)
     with pytest.raises(phobos.ArrayError, match="tensor A: the kernel expects bf16, got an array of float32"):
         kernel(tensors["A"].float(), tensors["B"], output)
+
+
+class _GpuExporter:
+    """What any DLPack exporter of GPU memory says of itself (kDLCUDA, device 0)."""
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("its memory is never read without cupy")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_gpu_arrays_without_cupy_are_a_one_line_error():
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("cupy is installed here")
+    kernel = phobos.load(EXAMPLES / "add.phk")
+    with pytest.raises(phobos.Error) as info:
+        kernel(_GpuExporter(), _GpuExporter(), _GpuExporter())
+    assert str(info.value) == "error: calling a kernel on GPU arrays needs cupy, which is not installed here"

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from common import storage
+from common import uri as uris
 from common.errors import UserError
 from schemas.program import Region
 
@@ -27,31 +28,31 @@ def test_resolve_uri_accepts_file_uris_inside_a_root(tmp_path):
     target = tmp_path / "data" / "a.npy"
     target.parent.mkdir()
     for uri in (target.as_uri(), f"file://localhost{target}", f"file:{target}"):
-        assert storage.resolve_uri(uri, [tmp_path]) == target.resolve()
+        assert uris.confine(uri, [tmp_path]) == target.resolve()
 
 
 def test_resolve_uri_decodes_percent_escapes(tmp_path):
     target = tmp_path / "a b.npy"
-    assert storage.resolve_uri(target.as_uri(), [tmp_path]) == target.resolve()
+    assert uris.confine(target.as_uri(), [tmp_path]) == target.resolve()
 
 
 def test_relative_uri_needs_a_base(tmp_path):
-    got = storage.resolve_uri("file:data/a.npy", [tmp_path], base=tmp_path)
+    got = uris.confine("file:data/a.npy", [tmp_path], base=tmp_path)
     assert got == (tmp_path / "data/a.npy").resolve()
     with pytest.raises(UserError, match="relative"):
-        storage.resolve_uri("file:data/a.npy", [tmp_path])
+        uris.confine("file:data/a.npy", [tmp_path])
 
 
 @pytest.mark.parametrize("uri,reason", [
-    ("s3://bucket/a.npy", "only file://"),
-    ("http://host/a.npy", "only file://"),
-    ("/plain/path.npy", "only file://"),
+    ("s3://bucket/a.npy", "only file: URIs"),
+    ("http://host/a.npy", "only file: URIs"),
+    ("/plain/path.npy", "only file: URIs"),
     ("file://otherhost/a.npy", "remote host"),
     ("file:///x/a.npy?x=1", "query"),
 ])
 def test_other_schemes_and_hosts_are_refused(tmp_path, uri, reason):
     with pytest.raises(UserError, match=reason):
-        storage.resolve_uri(uri, [tmp_path])
+        uris.confine(uri, [tmp_path])
 
 
 def test_dotdot_is_refused_even_when_it_stays_inside(tmp_path):
@@ -59,16 +60,16 @@ def test_dotdot_is_refused_even_when_it_stays_inside(tmp_path):
     for uri in (f"file://{tmp_path}/sub/../a.npy", f"file://{tmp_path}/sub/%2e%2e/a.npy",
                 f"file://{tmp_path}/../etc/passwd"):
         with pytest.raises(UserError, match=r"'\.\.'"):
-            storage.resolve_uri(uri, [tmp_path])
+            uris.confine(uri, [tmp_path])
 
 
 def test_paths_outside_every_root_are_refused(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     with pytest.raises(UserError, match="outside the storage roots"):
-        storage.resolve_uri((tmp_path / "elsewhere.npy").as_uri(), [root])
+        uris.confine((tmp_path / "elsewhere.npy").as_uri(), [root])
     with pytest.raises(UserError, match="outside the storage roots"):
-        storage.resolve_uri(Path("/etc/passwd").as_uri(), [root])
+        uris.confine(Path("/etc/passwd").as_uri(), [root])
 
 
 def test_symlink_leading_out_is_refused(tmp_path):
@@ -79,20 +80,20 @@ def test_symlink_leading_out_is_refused(tmp_path):
     (root / "link.npy").symlink_to(outside / "secret.npy")
     (root / "dirlink").symlink_to(outside)
     with pytest.raises(UserError, match="outside"):
-        storage.resolve_uri((root / "link.npy").as_uri(), [root])
+        uris.confine((root / "link.npy").as_uri(), [root])
     with pytest.raises(UserError, match="outside"):
-        storage.resolve_uri((root / "dirlink" / "secret.npy").as_uri(), [root])
+        uris.confine((root / "dirlink" / "secret.npy").as_uri(), [root])
     # a symlink that stays inside the root is fine
     np.save(root / "real.npy", np.zeros(3, np.float32))
     (root / "inner.npy").symlink_to(root / "real.npy")
-    assert storage.resolve_uri((root / "inner.npy").as_uri(), [root]) == (root / "real.npy").resolve()
+    assert uris.confine((root / "inner.npy").as_uri(), [root]) == (root / "real.npy").resolve()
 
 
 def test_several_roots(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    assert storage.resolve_uri((b / "x.npy").as_uri(), [a, b]) == (b / "x.npy").resolve()
+    assert uris.confine((b / "x.npy").as_uri(), [a, b]) == (b / "x.npy").resolve()
 
 
 # ---- metadata and region reads -----------------------------------------------------------------

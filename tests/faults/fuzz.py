@@ -240,9 +240,7 @@ def record_client_stream(pods, job: Path, root: Path, address: str) -> bytes:
         client = capnp.TwoPartyClient(await rpc_streams.connect(host, int(port)))
         pod = await rpc_streams.login(client, pods.token, 30)
         await pod.info()
-        request = pod.submit_request()
-        capnp_io.write_submit(request, "fuzzjob", program, node_plan, [])
-        await request.send()
+        await capnp_io.send_submit(pod, "fuzzjob", program, node_plan, [])
         try:
             await pod.tileHeader("fuzzjob", 1, 0)
         except Exception:  # the tile may be refused; the bytes are what matter

@@ -116,12 +116,9 @@ class Sink(rpc.SchedulerSink.Server):
 
 
 async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, part_instructions=None) -> None:
-    if part_instructions is not None:  # several parts, as the scheduler sends a huge plan
-        await capnp_io.send_submit(pod, job_id, program, plan, peers, part_instructions)
-        return
-    request = pod.submit_request()
-    capnp_io.write_submit(request, job_id, program, plan, peers)
-    await request.send()
+    # several parts when `part_instructions` says so, as the scheduler sends a huge plan
+    await capnp_io.send_submit(pod, job_id, program, plan, peers,
+                               part_instructions or capnp_io.PLAN_PART_INSTRUCTIONS)
 
 
 def remote_message(err: BaseException) -> str:

@@ -1,7 +1,8 @@
 """A pod parses each leaf at most once per job, however many units and plan generations it runs.
 
-The pod's runtime runs in this process (no network: one node, so no fetch), with the CPU backend;
-every parse goes through `compiler.pipeline.parse`, counted by file name.
+The pod (its machine and shells) runs in this process with the CPU backend, fed by hand (no
+network: one node, so no fetch, and no scheduler); every parse goes through
+`compiler.pipeline.parse`, counted by file name.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import Counter
 import numpy as np
 
 from pod.backend_cpu import CpuBackend
-from pod.runtime import PodRuntime
+from pod.server import PodConfig, PodServer
 from scheduler import prepare as prep
 from scheduler.job_storage import JobStorage
 from scheduler.jobfile import build_job, write_job
@@ -47,21 +48,26 @@ def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
     program = job_program(prepared.program, prepared.scalars)
 
     async def run_generations() -> list[tuple[int, bool, str]]:
-        runtime = PodRuntime(CpuBackend(), [tmp_path], data_host=None)
+        pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), CpuBackend())
         finished: list[tuple[int, bool, str]] = []
         done = asyncio.Event()
+        queue_finished = pod.link.queue_finished
 
-        def report_finished(job_id, generation, ok, message):
+        def record(job_id, generation, ok, message):
             finished.append((generation, ok, message))
             done.set()
+            queue_finished(job_id, generation, ok, message)
 
-        runtime.report_finished = report_finished
-        for generation in (1, 2):  # a re-plan sends the program again with a newer plan
-            node_plan = plan(prepared.program, [NodeFigure(0, 0)], prepared.uris, generation).node_plans[0]
-            done.clear()
-            await runtime.submit(prepared.job_id, program, node_plan, ())
-            await asyncio.wait_for(done.wait(), 60)
-        runtime.drop_all()
+        pod.link.queue_finished = record
+        try:
+            for generation in (1, 2):  # a re-plan sends the program again with a newer plan
+                figures = [NodeFigure(0, 0)]
+                node_plan = plan(prepared.program, figures, prepared.uris, generation).node_plans[0]
+                done.clear()
+                await pod.submit(prepared.job_id, generation, program, node_plan, (), more=False)
+                await asyncio.wait_for(done.wait(), 60)
+        finally:
+            pod.runtime.close()
         return finished
 
     finished = asyncio.run(run_generations())

@@ -13,6 +13,7 @@ from common import storage
 from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
 from schemas.program import Leaf, Region, TensorInfo
+from schemas.remote_errors import check
 from tests.pod.harness import Sink, connect, remote_message, run_async, running_pods, submit
 
 ADD_LEAF_SOURCE = """
@@ -145,7 +146,7 @@ def test_wrong_or_missing_token_is_refused(pods):
     assert info.backend == "cpu"
 
 
-def test_bad_plans_and_old_generations_are_refused_with_reasons(pods):
+def test_bad_plans_and_a_cancelled_jobs_requests_are_refused_with_reasons(pods):
     root, procs = pods
     _, _, uris = make_inputs(root)
     outside = "file:///etc/passwd"
@@ -157,26 +158,27 @@ def test_bad_plans_and_old_generations_are_refused_with_reasons(pods):
         cycle = NodePlan(0, 1, (Allocate(0, (1,), 0, (HALF,)), Free(1, (0,), 0)), 0)
         for plan in (bad, cycle):
             try:
-                await submit(pod, "job-bad", PROGRAM, plan, [])
+                await submit(pod, "job-gen", PROGRAM, plan, [])
             except Exception as err:
                 messages.append(remote_message(err))
-        await pod.newGeneration("job-gen", 3)
-        try:
-            await submit(pod, "job-gen", PROGRAM, add_plans(uris, generation=2)[0], [])
-        except Exception as err:
-            messages.append(remote_message(err))
-        try:
-            await pod.tileHeader("job-gen", 1, 0)
-        except Exception as err:
-            messages.append(remote_message(err))
+        await submit(pod, "job-gen", PROGRAM, NodePlan(0, 3, (), 0), [])
+        await submit(pod, "job-gen", PROGRAM, NodePlan(0, 2, (), 0), [])  # an older one runs beside it
         await pod.cancel("job-gen")
+        try:
+            await submit(pod, "job-gen", PROGRAM, add_plans(uris, generation=4)[0], [])
+        except Exception as err:
+            messages.append(remote_message(err))
+        try:
+            check(await pod.tileHeader("job-gen", 3, 0))
+        except Exception as err:
+            messages.append(remote_message(err))
         return messages
 
     messages = run_async(scenario)
     assert "outside the storage roots" in messages[0]
     assert "cycle" in messages[1]
-    assert "generation 2 was dropped" in messages[2]
-    assert "generation 1 was dropped" in messages[3]
+    assert "job job-gen was cancelled" in messages[2]
+    assert "job job-gen was cancelled" in messages[3]
 
 
 def test_malformed_and_oversized_messages_do_not_crash_the_pod(pods):
@@ -332,7 +334,7 @@ def test_pod_exits_when_heartbeats_stop_being_answered(tmp_path):
     assert "scheduler unreachable; exiting" in (tmp_path / "pod-0.log").read_text()
 
 
-def test_a_waiting_peer_is_refused_when_its_generation_is_dropped(pods):
+def test_a_waiting_peer_is_refused_when_the_job_is_cancelled(pods):
     _, procs = pods
 
     async def scenario():
@@ -341,12 +343,12 @@ def test_a_waiting_peer_is_refused_when_its_generation_is_dropped(pods):
         await asyncio.sleep(0.2)
         assert not waiting.done()
         start = time.monotonic()
-        await pod.newGeneration("job-wait", 2)
+        await pod.cancel("job-wait")
         try:
-            await waiting
+            check(await waiting)
         except Exception as err:
             return remote_message(err), time.monotonic() - start
         return "served", 0.0
 
     message, waited = run_async(scenario)
-    assert "generation 1 was dropped" in message and waited < 2
+    assert "job job-wait was cancelled" in message and waited < 2

@@ -10,19 +10,28 @@ results of a call whose task is being cancelled are never handed out.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
 
+from pod.machine import PodMachine
 from pod.runtime import PodRuntime
 from schemas.rpc_streams import results_of_live_call
 
 NO_BACKEND = SimpleNamespace(kind="cpu", forget=lambda job_id: None)  # these tests run no instruction
 
 
+def bare_runtime(root) -> PodRuntime:
+    """A runtime with its machine and no scheduler or peers (these tests only serve)."""
+    machine = PodMachine(scheduler_timeout=5.0)
+    return PodRuntime(NO_BACKEND, [root], None, machine, machine.handle, link=None, fetch=None,
+                      io_pool=ThreadPoolExecutor(1))
+
+
 def test_cancel_arriving_with_the_buffer_is_not_swallowed(tmp_path):
     async def scenario():
-        runtime = PodRuntime(NO_BACKEND, [tmp_path], data_host=None)
+        runtime = bare_runtime(tmp_path)
         try:
             waiting = asyncio.ensure_future(runtime.wait_servable("job", 0, 5, patience_s=10))
             await asyncio.sleep(0)  # now parked on the buffer's waiter
@@ -40,7 +49,7 @@ def test_cancel_arriving_with_the_buffer_is_not_swallowed(tmp_path):
 
 def test_waiting_past_the_patience_for_a_buffer_no_plan_produces_is_refused(tmp_path):
     async def scenario():
-        runtime = PodRuntime(NO_BACKEND, [tmp_path], data_host=None)
+        runtime = bare_runtime(tmp_path)
         try:
             with pytest.raises(Exception, match="no plan of generation 0 on this node produces it"):
                 await runtime.wait_servable("job", 0, 5, patience_s=0.05)

@@ -57,7 +57,10 @@ def test_the_split_k_example_job_on_four_pods(tmp_path):
     ran = _sched(tmp_path, "job.capnp", "--local-pods", "4", "--trace", "trace.json",
                  "--expect", "C=out/C_split_k_expected.npy")
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    head = "(matmul_split_k, 1 unit, each split over 4 shares (binary tree) on 4 nodes) succeeded"
+    assert head in ran.stdout
     trace = json.loads((tmp_path / "trace.json").read_text())
+    assert trace["job"]["reduction"] == {"form": "sum", "shares": 4, "tree": "binary", "hosts": []}
     # One output super-tile, its 16 chunks of K in four shares: every node runs steps.
     leaves = _computing_nodes(trace)
     assert sorted(leaves) == [0, 1, 2, 3] and all("step" in v for v in leaves.values())

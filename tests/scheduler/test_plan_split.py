@@ -102,3 +102,28 @@ def test_replan_onto_fewer_nodes_than_shares():
     assert sorted(result.placement) == [1, 2, 3]
     stores = simulate(result.node_plans, _writes(program), partials=True)
     assert len(stores) == 3
+
+
+def test_a_tree_by_hosts_keeps_each_group_on_its_host():
+    # Four nodes listed A, B, A, B: the groups (2, 2) go to host A's nodes and to host B's, so the
+    # one partial that crosses hosts per unit is group B's, into the root on host A.
+    program = _matmul(4, "hosts", (2, 2))
+    figures = [NodeFigure(i, 0, "AB"[i % 2]) for i in range(4)]
+    host = {f.node: f.host for f in figures}
+    result = plan(program, figures, _uris(program))
+    across = [(node, ins) for node, p in result.node_plans.items() for ins in p.instructions
+              if isinstance(ins, Fetch) and host[ins.peer] != host[node]]
+    assert len(across) == len(program.units) and {host[node] for node, _ in across} == {"A"}
+    simulate(result.node_plans, _writes(program), partials=True)
+    # Not knowing the hosts, the planner places the shares as any split's: more partials cross.
+    blind = plan(program, [NodeFigure(i) for i in range(4)], _uris(program))
+    crossing = sum(isinstance(ins, Fetch) and host[ins.peer] != host[node]
+                   for node, p in blind.node_plans.items() for ins in p.instructions)
+    assert crossing > len(program.units)
+
+
+def test_a_tree_by_hosts_the_hosts_cannot_hold_is_placed_as_any_split():
+    program = _matmul(3, "hosts", (2, 1))
+    figures = [NodeFigure(0, 0, "A"), NodeFigure(1, 0, "B"), NodeFigure(2, 0, "C")]  # no host has 2
+    result = plan(program, figures, _uris(program))
+    simulate(result.node_plans, _writes(program), partials=True)

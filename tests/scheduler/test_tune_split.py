@@ -61,3 +61,22 @@ def test_a_pinned_split_is_the_only_one():
     ranking = tune(SPLIT_K, {"M": 256, "N": 256, "K": 65536}, Figures(nodes=4, **CPU),
                    split=SplitRequest(2, "flat"))
     assert {c.split for c in (*ranking.ranked, *ranking.dropped)} == {SplitRequest(2, "flat")}
+
+
+def test_nodes_on_several_hosts_add_a_tree_by_hosts():
+    # Four nodes, two per host, interleaved; the link between hosts 100x slower than inside one.
+    hosts = ("a", "b", "a", "b")
+    ranking = tune(SPLIT_K, {"M": 256, "N": 256, "K": 65536},
+                   Figures(nodes=4, hosts=hosts, **{**CPU, "link_bw": 1e9}, host_bw=1e7))
+    by = {(c.split.shape, dict(c.values)["TILE_K"]): c
+          for c in ranking.ranked if c.split and c.split.shares == 4}
+    by_hosts, flat = by["hosts", 4096], by["flat", 4096]
+    assert by_hosts.split.hosts == (2, 2)
+    # The root takes its host's other share inside the host and one partial across: flat takes two
+    # of its three across the slow link.
+    assert sum(n.host_moved for n in by_hosts.loads) < sum(n.host_moved for n in flat.loads)
+    assert by_hosts.prediction.total_s < flat.prediction.total_s
+    assert "2 hosts, between hosts 1e+07 B/s" in render_table(ranking).splitlines()[0]
+    # On one host no tree by hosts is tried.
+    one = tune(SPLIT_K, {"M": 256, "N": 256, "K": 65536}, Figures(nodes=4, **CPU))
+    assert all(c.split is None or c.split.shape != "hosts" for c in (*one.ranked, *one.dropped))

@@ -1,0 +1,203 @@
+"""The pod's shell toward its peers: fetching tiles (CUDA IPC, the bulk data port, RPC chunks).
+
+I/O only: whether to ask an owner again after a refusal is the machine's call (pod/machine.py
+FetchFailed); the transfer paths themselves are pod/transfer.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import capnp
+import numpy as np
+
+from common import storage
+from common.log import get_logger
+from pod import machine as m
+from pod.transfer import TransferError, byte_view, check_crc, chunk_ranges, fetch_by_ticket, verify
+from schemas import capnp_io, rpc_streams
+from schemas.capnp_io import CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
+from schemas.instructions import Fetch
+from schemas.remote_errors import check, classify, remote_reason
+
+log = get_logger()
+CHUNKS_IN_FLIGHT = 4
+
+
+@dataclass
+class PeerLink:
+    client: object
+    pod: object
+    info: PodInfo
+
+
+@dataclass(frozen=True)
+class Fetching:
+    """One Fetch instruction as the peers shell needs it."""
+
+    job_id: str
+    generation: int
+    ins: Fetch
+    address: str
+
+
+class Peers:
+    """Connections to other pods (made on first use, kept) and the fetches over them."""
+
+    def __init__(self, token: str, fetch_timeout: float, backend, info: PodInfo, io_pool,
+                 feed: Callable[[m.Stimulus], list], node: Callable[[], int], failed: Callable[[], None],
+                 spawn: Callable):
+        self.token, self.patience = token, fetch_timeout
+        self.backend, self.info, self.io_pool = backend, info, io_pool
+        self.feed, self.node, self.failed, self.spawn = feed, node, failed, spawn
+        self.links: dict[str, PeerLink] = {}
+        # Links to peers that failed are kept, never freed: a dead connection's client caught in a
+        # reference cycle (an exception's traceback) and torn down by the cycle collector in the
+        # wrong order crashes the process (SIGSEGV, seen in tests/faults).
+        self.retired: list[PeerLink] = []
+
+    async def _link(self, address: str) -> PeerLink:
+        link = self.links.get(address)
+        if link is not None:
+            return link
+        host, port = split_address(address)
+        stream = await asyncio.wait_for(rpc_streams.connect(host, port), self.patience)
+        client = capnp.TwoPartyClient(stream, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
+                                      nesting_limit=NESTING_LIMIT)
+        pod = await rpc_streams.login(client, self.token, self.patience)
+        info = capnp_io.read_pod_info((await asyncio.wait_for(pod.info(), self.patience)).info)
+        link = self.links[address] = PeerLink(client, pod, info)
+        return link
+
+    def _retire(self, address: str) -> None:
+        self.failed()
+        link = self.links.pop(address, None)
+        if link is not None:
+            self.retired.append(link)
+
+    async def fetch(self, f: Fetching, array) -> None:
+        """Fill `array` (a buffer of ours) with the peer's tile; TransferError says why not."""
+        try:
+            await self._fetch(f, array)
+        except TransferError:
+            raise
+        except TimeoutError:
+            self._retire(f.address)
+            raise TransferError(f"node {f.ins.peer} ({f.address}) did not answer within "
+                                f"{self.patience:g} s") from None
+        except Exception as err:
+            self._retire(f.address)
+            raise TransferError(f"fetch from node {f.ins.peer} ({f.address}): {remote_reason(err)}") from None
+
+    async def _fetch(self, f: Fetching, array) -> None:
+        loop = asyncio.get_running_loop()
+        link = await self._link(f.address)
+        if self._ipc_possible(link):
+            try:
+                await self._fetch_ipc(f, link, array)
+                return
+            except Exception as err:  # fall back to the host path, saying why
+                log.info("CUDA IPC fetch failed; using the host path", reason=remote_reason(err))
+        reply = await self._ask_owner(
+            f, lambda: link.pod.tileHeader(f.job_id, f.generation, f.ins.peer_buffer))
+        header = capnp_io.read_tile_header(reply.header)
+        _check_same_tile(header, array, self.backend.host_dtype(array), f.ins)
+        into = self.backend.host_view(array)
+        if into is None:
+            into = np.empty(tuple(array.shape), self.backend.host_dtype(array))
+        bulk = bool(header.data_port)
+        if bulk:
+            try:
+                crc = await loop.run_in_executor(self.io_pool, fetch_by_ticket, split_address(f.address)[0],
+                                                 header.data_port, header.ticket, into, self.patience)
+                check_crc(crc, header.checksum, f"node {f.ins.peer}")
+            except TransferError as err:
+                log.info("bulk path failed; reading chunks over the RPC", reason=str(err))
+                bulk = False
+        if not bulk:
+            await self._fetch_chunks(f, link, header.nbytes, into)
+            await loop.run_in_executor(self.io_pool, verify, into, header.checksum, f"node {f.ins.peer}")
+        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=header.nbytes,
+                  path="bulk-port" if bulk else "rpc-chunks")
+        if self.backend.host_view(array) is None:
+            await loop.run_in_executor(self.io_pool, self.backend.upload, array, into)
+        self._release(f, link, header.nbytes)
+
+    async def _fetch_chunks(self, f: Fetching, link: PeerLink, nbytes: int, into: np.ndarray) -> None:
+        view = byte_view(into)
+        slots = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+        async def one(offset: int, length: int) -> None:
+            async with slots:
+                reply = check(await asyncio.wait_for(
+                    link.pod.readChunk(f.job_id, f.generation, f.ins.peer_buffer, offset, length),
+                    self.patience))
+                data = reply.data
+                if len(data) != length:
+                    raise TransferError(f"node {f.ins.peer} sent {len(data)} bytes for a {length}-byte chunk")
+                view[offset:offset + length] = data
+
+        await asyncio.gather(*(one(o, n) for o, n in chunk_ranges(nbytes, CHUNK_BYTES)))
+
+    async def _ask_owner(self, f: Fetching, ask):
+        """The owner's reply to `ask()` (tileHeader or ipcHandle), once the owner has the tile.
+
+        The owner waits up to --fetch-timeout for the tile, then answers notReady. Such an owner
+        is alive and answering; what it waits for may be slow (a big leaf) or stuck on a third
+        node, which whoever fetches from that node directly will blame. The machine says whether
+        to ask again (while this plan is current): only an owner that does not answer (within its
+        wait plus 5 s), breaks the connection or sends a bad tile is blamed."""
+        while True:
+            try:
+                return check(await asyncio.wait_for(ask(), self.patience + 5))
+            except Exception as err:
+                verdict = self.feed(m.FetchFailed(f.job_id, f.generation, f.ins.id, f.ins.peer, classify(err),
+                                                  remote_reason(err)))
+                if not any(isinstance(v, m.FetchVerdict) and v.again for v in verdict):
+                    raise
+            log.info("tile not ready at its owner yet; asking again", job=f.job_id, instruction=f.ins.id,
+                     peer=f.ins.peer)
+
+    def _ipc_possible(self, link: PeerLink) -> bool:
+        return (self.backend.kind == "gpu" and link.info.backend == "gpu"
+                and link.info.host_id == self.info.host_id and link.info.pid != self.info.pid)
+
+    async def _fetch_ipc(self, f: Fetching, link: PeerLink, array) -> None:
+        reply = await self._ask_owner(
+            f, lambda: link.pod.ipcHandle(f.job_id, f.generation, f.ins.peer_buffer))
+        header = capnp_io.read_tile_header(reply.header)
+        _check_same_tile(header, array, self.backend.host_dtype(array), f.ins)
+        await asyncio.get_running_loop().run_in_executor(
+            self.io_pool, self.backend.copy_from_ipc, array, bytes(reply.handle), reply.deviceIndex)
+        self._release(f, link, header.nbytes)
+        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=header.nbytes, path="cuda-ipc")
+
+    def _release(self, f: Fetching, link: PeerLink, nbytes: int) -> None:
+        """Tell the owner its tile arrived (so it may free it once every peer has it), without
+        holding the fetch up for the answer: the tile is here and checked, and an owner that
+        is gone by now is the heartbeats' business, not this fetch's."""
+        async def release() -> None:
+            try:
+                check(await asyncio.wait_for(link.pod.release(
+                    f.job_id, f.generation, f.ins.peer_buffer, self.node(), nbytes), self.patience))
+            except Exception as err:
+                log.info("release to the tile's owner failed", peer=f.ins.peer, reason=remote_reason(err))
+
+        self.spawn(release())
+
+
+def _check_same_tile(header, array, dtype, ins: Fetch) -> None:
+    """The owner's tile must have the local buffer's shape and dtype (tiles are never converted)."""
+    shape, name = tuple(array.shape), storage.dtype_name(dtype)
+    if tuple(header.shape) != shape or (header.dtype or "f32") != name:
+        raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} is {header.dtype}"
+                            f"{list(header.shape)}, local buffer {ins.buffer} is {name}{list(shape)}")
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
