@@ -23,8 +23,10 @@ plan, submit, every instruction, commit), the median of the reps. From each run'
 With more shares than pods a pod runs several shares' launches at once, and `steps` and `merge`
 sum them (they can exceed the wall time).
 
-and the tuner's prediction for the same program and pod count (scheduler/tuner.py, the default
-figures of the pods' backend, nothing calibrated), to set beside the measurement.
+and the tuner's prediction for the same program and pod count (scheduler/tuner.py): with the default
+figures of the pods' backend, and with `--calibrate`, with figures calibrated on the same pods by
+the tuner's own probes (scheduler/calibrate.py, run after the timed jobs), to set beside the
+measurement.
 """
 
 from __future__ import annotations
@@ -150,15 +152,36 @@ def _covered(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def predicted(program, pods: int, backend: str) -> float:
-    from scheduler.tuner import evaluate_program
+def default_figures(pods: int, backend: str):
     from scheduler.tuner_cli import TuneOptions, base_figures
 
-    figures = base_figures(TuneOptions(nodes=pods), pods, [backend] * pods, [0] * pods)
-    return evaluate_program(program, figures).prediction.total_s
+    return base_figures(TuneOptions(nodes=pods), pods, [backend] * pods, [0] * pods)
 
 
-async def measure(problem: Problem, pods: int, reps: int, folder: Path, say, extra=()) -> list[dict]:
+def predicted(program, figures) -> float:
+    from scheduler.prepare import split_of
+    from scheduler.tuner import evaluate_program
+
+    return evaluate_program(program, figures, 0, split_of(program)).prediction.total_s
+
+
+async def calibrated(session, prepared, options, order, programs, base, say):
+    """The tuner's figures measured on these pods (`--calibrate`'s probes) for these programs."""
+    from scheduler import calibrate as cal
+    from scheduler.prepare import recompile, split_of
+    from scheduler.tuner import evaluate_program
+    from scheduler.tuner_cli import NO_SPLIT
+
+    candidates = [evaluate_program(p, base, i, split_of(p)) for i, p in enumerate(programs)]
+
+    def compile_at(values, split=NO_SPLIT):
+        return recompile(prepared, values, split=split).program
+
+    return await cal.calibrate(session, prepared, options, order, candidates, base, compile_at, say)
+
+
+async def measure(problem: Problem, pods: int, reps: int, folder: Path, say, extra=(),
+                  calibrate: bool = False) -> list[dict]:
     from common.errors import UserError
     from scheduler.jobfile import build_job, write_job
     from scheduler.prepare import new_job_id, prepare, recompile
@@ -196,13 +219,17 @@ async def measure(problem: Problem, pods: int, reps: int, folder: Path, say, ext
                     del jobs[name]
                 elif rep:
                     runs[name].append((result.wall_s, breakdown(result.trace)))
+        base = default_figures(pods, backend)
+        measured = await calibrated(session, prepared, options, order, [j.program for j in jobs.values()],
+                                    base, say) if calibrate and jobs else None
         for name, j in jobs.items():
             walls = [w for w, _ in runs[name]]
             median = statistics.median(walls)
             parts = min(runs[name], key=lambda r: abs(r[0] - median))[1]
             rows.append({"problem": problem.name, "pods": pods, "backend": backend, "variant": name,
                          "wall_s": median, "runs_s": walls, **parts,
-                         "predicted_s": predicted(j.program, pods, backend)})
+                         "predicted_s": predicted(j.program, base),
+                         "calibrated_s": predicted(j.program, measured) if measured else None})
             say(f"{problem.name:>16} {pods} pods {name:<16} {median:8.3f} s  {json.dumps(parts)}")
         return rows
     finally:
@@ -240,11 +267,15 @@ def sdpa(problem: Problem, folder: Path, reps: int) -> list[dict]:
     return out
 
 
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value:.3f} s"
+
+
 def markdown(rows: list[dict], command: str) -> str:
     lines = [f"`{command}`", "",
-             "| problem | pods | variant | job wall | vs one node | predicted | nodes computing "
+             "| problem | pods | variant | job wall | vs one node | predicted | calibrated | nodes computing "
              "| busiest steps | tree | root merges | root partial fetches | busiest loads |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     base = {r["problem"]: r["wall_s"] for r in rows if r.get("pods") == 1}
     for r in rows:
         if "error" in r:
@@ -253,7 +284,8 @@ def markdown(rows: list[dict], command: str) -> str:
             continue
         speed = f"{base[r['problem']] / r['wall_s']:.2f}x" if r["problem"] in base else "-"
         lines.append(f"| {r['problem']} | {r['pods']} | {r['variant']} | {r['wall_s']:.3f} s | {speed} "
-                     f"| {r['predicted_s']:.3f} s | {r['nodes_computing']} | {r['steps_s']:.3f} s "
+                     f"| {r['predicted_s']:.3f} s | {_seconds(r.get('calibrated_s'))} "
+                     f"| {r['nodes_computing']} | {r['steps_s']:.3f} s "
                      f"| {r['tree_s']:.4f} s "
                      f"| {r['merge_s']:.4f} s | {r['fetch_s']:.4f} s | {r['loads_s']:.3f} s |")
     for r in rows:
@@ -275,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--sdpa", action="store_true", help="also time torch SDPA on the decode cases (GPU)")
     p.add_argument("--extra-shares", default="", help="more share counts to run (comma-separated)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="also predict with figures calibrated on the pods (--calibrate's probes, after "
+                        "the runs)")
     p.add_argument("--data", help="folder for the inputs (default: a temporary one)")
     p.add_argument("--out", required=True, help="JSON results")
     p.add_argument("--markdown", help="also write the table here")
@@ -291,11 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="phobos-split-", dir=args.data) as tmp:
         folder = Path(tmp)
+        os.environ["PHOBOS_CACHE_DIR"] = str(folder / "cache")  # calibrate afresh, not from a cache
         for problem in problems(args.cases):
             for pods in (int(n) for n in args.pods.split(",")):
                 started = time.monotonic()
                 extra = tuple(int(n) for n in args.extra_shares.split(",") if n)
-                rows += asyncio.run(capnp.run(measure(problem, pods, args.reps, folder, print, extra)))
+                rows += asyncio.run(capnp.run(measure(problem, pods, args.reps, folder, print, extra,
+                                                      args.calibrate)))
                 print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
                 _save(rows, args, command)
             if args.sdpa and problem.name.startswith("decode"):

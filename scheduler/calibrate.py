@@ -214,16 +214,21 @@ def overlap_fraction(probes: Sequence[Probe]) -> float:
 
 
 def _fetch_samples(probe: Probe) -> tuple[list[float], list[float]]:
-    """(bytes, seconds) of every fetch, timed from when its peer's tile was ready."""
-    from schemas.instructions import Fetch, Load
+    """(bytes, seconds) of every fetch, timed from when its peer's tile was ready: the end of the
+    load that filled it, or for a split's partial, of the last launch that wrote it."""
+    from schemas.instructions import Compute, Fetch, Load
 
     ready: dict[tuple[int, int], float] = {}  # (node, buffer) -> end of the load that filled it
+    written: dict[tuple[int, int], list[float]] = {}  # (node, buffer) -> ends of launches binding it
     ends = {(e["node"], e["id"]): e["end"] for e in probe.trace["events"]
-            if e["kind"] in ("load", "fetch") and e["ok"]}
+            if e["kind"] in ("load", "fetch", "compute") and e["ok"]}
     for node, table in probe.instructions.items():
         for ins_id, ins in table.items():
             if isinstance(ins, Load) and (node, ins_id) in ends:
                 ready[node, ins.buffer] = ends[node, ins_id]
+            elif isinstance(ins, Compute) and (node, ins_id) in ends:
+                for _, buffer in ins.bindings:
+                    written.setdefault((node, buffer), []).append(ends[node, ins_id])
     xs, ys = [], []
     for e in probe.trace["events"]:
         if e["kind"] != "fetch" or not e["ok"]:
@@ -231,7 +236,9 @@ def _fetch_samples(probe: Probe) -> tuple[list[float], list[float]]:
         ins = probe.instructions.get(e["node"], {}).get(e["id"])
         start = e["start"]
         if isinstance(ins, Fetch):
-            start = max(start, ready.get((ins.peer, ins.peer_buffer), start))
+            key = (ins.peer, ins.peer_buffer)
+            launches = [end for end in written.get(key, ()) if end <= e["end"]]
+            start = max(start, ready.get(key, max(launches, default=start)))
         xs.append(float(e["bytes"]))
         ys.append(max(0.0, e["end"] - start))
     return xs, ys
@@ -477,9 +484,18 @@ async def run_probe(session, prepared, options, nodes: list[int], program: Clust
             lock_path(path).unlink(missing_ok=True)
 
 
+def _compile(compile_at, candidate) -> ClusterProgram:
+    """The candidate's program: its @cluster values, and its split where it has one (a caller's
+    `compile_at(values)` that takes no split compiles as the job was prepared)."""
+    if candidate.split is None:
+        return compile_at(dict(candidate.values))
+    return compile_at(dict(candidate.values), candidate.split)
+
+
 async def calibrate(session, prepared, options, nodes: list[int], candidates, base: Figures,
                     compile_at, say=print) -> Figures:
-    """Figures for `base`'s cluster measured by probes (or read from the cache)."""
+    """Figures for `base`'s cluster measured by probes (or read from the cache); `compile_at(values,
+    split)` compiles a candidate (`split` given only for a split candidate)."""
     infos = [session.infos[n] for n in nodes]
     ckey = cluster_key([(session.addresses[n].rpartition(":")[0], info.backend, info.device_name)
                         for n, info in zip(nodes, infos, strict=True)])
@@ -495,19 +511,19 @@ async def calibrate(session, prepared, options, nodes: list[int], candidates, ba
         # A warm-up, not measured: the first job on fresh pods also pays for imports, the BLAS's
         # or GPU's first use and cold page-cache reads, which no later job pays.
         say(f"calibration: warm-up at {combos[0].label()} on {len(nodes)} nodes")
-        await run_probe(session, prepared, options, nodes, compile_at(dict(combos[0].values)), len(nodes))
+        await run_probe(session, prepared, options, nodes, _compile(compile_at, combos[0]), len(nodes))
     if not combos:
         return base
     # The probes: the two combinations above, then the leaves of every other kept combination
     # whose leaves (at their own dims and tile values) those do not run.
     plan_: list[tuple[str, ClusterProgram, int | None]] = [
-        ("probe", compile_at(dict(c.values)), None) for c in combos]
+        ("probe", _compile(compile_at, c), None) for c in combos]
     labels = [c.label() for c in combos]
     measured = {leaf_signature(leaf) for _, program, _ in plan_ for leaf in program.leaves}
     for cand in candidates:
         if cand.dropped is not None:
             continue
-        program = compile_at(dict(cand.values))
+        program = _compile(compile_at, cand)
         if all(leaf_signature(leaf) in measured for leaf in program.leaves):
             continue
         plan_.append(("leaf probe", program, LEAF_PROBE_UNITS * len(nodes)))

@@ -8,6 +8,7 @@ before anything ran (bad flags, job, kernel, storage, token, memory).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -161,17 +162,31 @@ def run_command(argv: list[str]) -> int:
     tune = tuner_cli.options_from_args(args)
     heartbeat = (_positive("--heartbeat-interval", args.heartbeat_interval),
                  _positive("--heartbeat-timeout", args.heartbeat_timeout))
-    started = None
-    if not pods and not tune.active:  # the tuner starts the pods it needs itself
-        from scheduler.local_pods import spawn_for
+    if pods or tune.active:  # the tuner starts the pods it needs itself
+        return _run(args, job_path, roots, pods, tune, heartbeat, None)
+    from scheduler.interrupt import Interrupted
+    from scheduler.local_pods import spawn_for
 
-        # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own.
-        started = spawn_for(args.local_pods, roots, *heartbeat, args.pod_log_level)
+    # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own. Until
+    # the job's own signal handling begins, a SIGTERM unwinds too, so that they are stopped.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    started = None
     try:
+        started = spawn_for(args.local_pods, roots, *heartbeat, args.pod_log_level)
         return _run(args, job_path, roots, pods, tune, heartbeat, started)
+    except Interrupted as err:  # before the job ran
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if started is not None and not started.adopted:
             started.stop_now()
+
+
+def _interrupt(signum: int, _frame) -> None:
+    from scheduler.interrupt import Interrupted
+
+    raise Interrupted(signum)
 
 
 def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, heartbeat: tuple[float, float],

@@ -35,6 +35,9 @@ DEFAULTS = {
 }
 
 
+NO_SPLIT = SplitRequest(1)  # a candidate without a split: its cluster loop on one node
+
+
 @dataclass(frozen=True)
 class TuneOptions:
     autotune: bool = False
@@ -212,12 +215,16 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
         ranking = rank_job(prepared, figures, pinned)
         if tune.calibrate:
             candidates = (*ranking.ranked, *ranking.dropped)
+
+            def compile_at(values, split=NO_SPLIT):
+                return recompile(prepared, values, split=split).program
+
             figures = await cal.calibrate(session, prepared, options, nodes, candidates, figures,
-                                          lambda v: recompile(prepared, v).program, say)
+                                          compile_at, say)
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)
-        split = ranking.best.split or SplitRequest(1)
+        split = ranking.best.split or NO_SPLIT
     tile_values = None
     if tune.tune_leaves:
         tile_values = await tune_leaves(session, prepared, options, nodes, values, say)

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SKIPPED_DIRS = {"third_party", "node_modules"}  # besides hidden folders and bazel-*
+# Besides hidden folders and bazel-*; build/ is what `pip install .` leaves in a checkout (README).
+SKIPPED_DIRS = {"third_party", "node_modules", "build"}
 
 
 def python_files(root: Path) -> set[str]:

@@ -96,3 +96,12 @@ def test_run_and_test_share_one_configuration():
     assert set(test_options) <= TEST_ONLY_OPTIONS, set(test_options) - TEST_ONLY_OPTIONS
     build_options = [line.split()[1] for line in rc.splitlines() if line.startswith("build ")]
     assert "--test_env=PHOBOS_VENV_STAMP" in build_options  # tools/bazel's stamp still reaches tests
+
+
+def test_the_root_package_globs_no_subfolder():
+    """A `**` glob at the root walks into the bazel-<folder> convenience symlink, the execroot that
+    every command replants: each `bazel run`, `build` or `test` then reloaded the root package and
+    re-analysed its dependents. Subfolders have their own packages."""
+    build = (_checkout() / "BUILD.bazel").read_text()
+    patterns = [p for args in re.findall(r"glob\((\[.*?\])", build, re.S) for p in ast.literal_eval(args)]
+    assert patterns and all("/" not in p for p in patterns), patterns

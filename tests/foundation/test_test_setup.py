@@ -67,7 +67,7 @@ def test_gpu_tests_skip_cleanly_without_a_gpu(tmp_path):
 def test_ruff_check_names_files_left_out_of_its_data(tmp_path, monkeypatch):
     ruff_check = load("tests/foundation/ruff_check.py")
     checkout, runfiles = tmp_path / "checkout", tmp_path / "runfiles"
-    skipped = [".venv/x.py", "third_party/y.py", "bazel-out/z.py"]
+    skipped = [".venv/x.py", "third_party/y.py", "bazel-out/z.py", "build/lib/pkg/a.py"]
     for rel in ["pyproject.toml", "pkg/a.py", "newpkg/b.py", *skipped]:
         (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
         (checkout / rel).write_text("")

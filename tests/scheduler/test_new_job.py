@@ -135,8 +135,9 @@ def test_the_python_api_pins_leaf_tiles_too(tmp_path):
     import phobos
 
     _add_inputs(tmp_path, 4096)
-    job = phobos.job(EXAMPLES / "add.phk", tensors={t: f"file:{t}.npy" for t in "abc"}, dims={},
-                     cluster_values={"BLOCK": 1024}, tile_values={"BLOCK": 256}, base_dir=tmp_path)
+    with pytest.warns(UserWarning, match=r"^@cluster BLOCK = 1024 is outside its search space"):
+        job = phobos.job(EXAMPLES / "add.phk", tensors={t: f"file:{t}.npy" for t in "abc"}, dims={},
+                         cluster_values={"BLOCK": 1024}, tile_values={"BLOCK": 256}, base_dir=tmp_path)
     job.save(tmp_path / "api.capnp")
     saved = read_job(tmp_path / "api.capnp")
     assert dict(saved.dims) == {"N": 4096} and dict(saved.tile_values) == {"BLOCK": 256}
