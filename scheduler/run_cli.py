@@ -11,13 +11,15 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
 from compiler.cli.args import add_split_flags, add_value_flags, parse_assignments, split_from_args
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the pods start before it loads
+    import numpy as np
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +110,8 @@ def load_expected(items: list[str] | None) -> dict[str, np.ndarray]:
 
 
 def _read_npy(path: Path) -> np.ndarray:
+    import numpy as np
+
     from common.storage import open_regular
 
     with open_regular(path) as f:  # a FIFO is refused, not waited on
@@ -126,6 +130,8 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
     order than numpy (per super-tile chunk, per CTA tile), and an f32 sum of n terms differs by
     about n * 2^-24 of its largest magnitude; 1e-4 of the output's scale covers sums of thousands
     of terms while still catching any misplaced or missing tile (an error of order 1)."""
+    import numpy as np
+
     if actual.shape != expected.shape:
         return f"{name}: shape {list(actual.shape)} but expected {list(expected.shape)}"
     a = actual.astype(np.float64)
