@@ -79,35 +79,43 @@ class LoopRunner:
         asyncio.set_event_loop(None)
 
 
+def _tile_file(folder, devices: tuple[str, ...]) -> str:
+    """The tile's file (16 MiB of f32), as a URI; skips GPU pods where there is no GPU."""
+    if devices:  # benchmarks/ has no conftest that skips `gpu` tests where there is no GPU
+        cupy = pytest.importorskip("cupy")
+        if cupy.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no GPU")
+    np.save(folder / "x.npy", np.random.default_rng(0).standard_normal(N).astype(np.float32))
+    return (folder / "x.npy").as_uri()
+
+
+def _connect_all(runner, procs, sink) -> tuple[list, list]:
+    """Links to every pod (each said hello to `sink`) and the pods as plan peers."""
+    async def connect_all():
+        links = [await connect(addr) for _, addr in procs]
+        for node, (_, pod) in enumerate(links):
+            await pod.hello(sink, node)
+        return links
+
+    return runner.run(connect_all()), [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+
+
 @pytest.mark.parametrize("flags,devices", [
     ((), ()),
     (("--no-data-port",), ()),
     pytest.param((), ("0", "0"), marks=pytest.mark.gpu),
 ], ids=["bulk-port", "rpc-chunks", "gpu-pods"])
 def test_tile_transfer_16mib(benchmark, tmp_path, flags, devices):
-    if devices:  # benchmarks/ has no conftest that skips `gpu` tests where there is no GPU
-        cupy = pytest.importorskip("cupy")
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no GPU")
-    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal(N).astype(np.float32))
-    uri = (tmp_path / "x.npy").as_uri()
+    uri = _tile_file(tmp_path, devices)
     counter = itertools.count()
     with running_pods(2, tmp_path, extra=flags, devices=devices) as procs, loop_runner() as runner:
         sink = Sink()
-
-        async def connect_all():
-            links = [await connect(addr) for _, addr in procs]
-            for node, (_, pod) in enumerate(links):
-                await pod.hello(sink, node)
-            return links
-
-        links = runner.run(connect_all())
-        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+        links, peers = _connect_all(runner, procs, sink)
         current = {}
 
         async def prepare_owner(job):
-            owner = NodePlan(0, 1, (Allocate(0, (), 0, (N,)), Load(1, (0,), 0, uri, Region("x", (0,), (N,))),
-                                    Free(2, (1,), 0, serves=1)), TILE_BYTES)
+            owner = NodePlan(0, 1, (Allocate(0, (), 0, (N,)), Load(1, (0,), 0, 0, Region("x", (0,), (N,))),
+                                    Free(2, (1,), 0, serves=1)), TILE_BYTES, (uri,))
             await submit(links[0][1], job, PROGRAM, owner, peers)
             await links[0][1].tileHeader(job, 1, 0)  # returns once loaded; caches the crc
 
@@ -161,30 +169,17 @@ def test_tile_window_bandwidth(benchmark, tmp_path, flags, devices):
     end. One tile alone (test_tile_transfer_16mib) pays the owner's RPC round trip per tile; with
     several in flight the round trips overlap and the copies set the pace, as in a job whose
     units wait for several tiles."""
-    if devices:
-        cupy = pytest.importorskip("cupy")
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no GPU")
-    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal(N).astype(np.float32))
-    uri = (tmp_path / "x.npy").as_uri()
+    uri = _tile_file(tmp_path, devices)
     counter = itertools.count()
     owner = NodePlan(0, 1, tuple(itertools.chain.from_iterable(
-        (Allocate(3 * i, (), i, (N,)), Load(3 * i + 1, (3 * i,), i, uri, Region("x", (0,), (N,))),
-         Free(3 * i + 2, (3 * i + 1,), i, serves=1)) for i in range(WINDOW))), WINDOW * TILE_BYTES)
+        (Allocate(3 * i, (), i, (N,)), Load(3 * i + 1, (3 * i,), i, 0, Region("x", (0,), (N,))),
+         Free(3 * i + 2, (3 * i + 1,), i, serves=1)) for i in range(WINDOW))), WINDOW * TILE_BYTES, (uri,))
     fetcher = NodePlan(1, 1, tuple(itertools.chain.from_iterable(
         (Allocate(3 * i, (), i, (N,)), Fetch(3 * i + 1, (3 * i,), i, peer=0, peer_buffer=i),
          Free(3 * i + 2, (3 * i + 1,), i)) for i in range(WINDOW))), WINDOW * TILE_BYTES)
     with running_pods(2, tmp_path, extra=flags, devices=devices) as procs, loop_runner() as runner:
         sink = Sink()
-
-        async def connect_all():
-            links = [await connect(addr) for _, addr in procs]
-            for node, (_, pod) in enumerate(links):
-                await pod.hello(sink, node)
-            return links
-
-        links = runner.run(connect_all())
-        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+        links, peers = _connect_all(runner, procs, sink)
         jobs = []
 
         async def prepare_owner():

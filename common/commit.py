@@ -31,7 +31,8 @@ from pathlib import Path
 
 from common.atomic import write_atomically
 from common.errors import UserError
-from common.storage import fsync_path, staging_path
+from common.fileio import fsync_path
+from common.storage import staging_path
 
 RECORD_MARK = ".phobos-commit-"
 RECORD_FORMAT = "phobos-commit/1"

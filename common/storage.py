@@ -24,14 +24,11 @@ Decisions (the runtime's storage contract):
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import io
 import math
 import os
 import re
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +36,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib import format as npy_format
 
+from common import fileio
 from common.errors import UserError
 
 STORAGE_DTYPES: dict[str, np.dtype] = {
@@ -219,7 +217,7 @@ def read_region_into(path: Path, region, out: np.ndarray) -> int:
     try:
         done = 0
         for first, count in runs:
-            _pread_exactly(fd, target[done:done + count * itemsize], offset + first * itemsize, path)
+            fileio.pread_exactly(fd, target[done:done + count * itemsize], offset + first * itemsize, path)
             done += count * itemsize
     finally:
         os.close(fd)
@@ -243,14 +241,6 @@ def _runs(region, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
     index = np.indices(outer).reshape(len(outer), -1)
     offsets = base + sum(index[axis] * strides[axis] for axis in range(len(outer)))
     return [(int(first), run) for first in offsets]
-
-
-def _pread_exactly(fd: int, into: memoryview, offset: int, path: Path) -> None:
-    while len(into):
-        got = os.preadv(fd, [into], offset)
-        if got <= 0:
-            raise UserError(f"{path}: the file ended early (truncated while the job ran?)")
-        into, offset = into[got:], offset + got
 
 
 # ---- staging and commit -------------------------------------------------------------------------
@@ -370,49 +360,17 @@ def write_region(staging: Path, region, values: np.ndarray) -> int:
             done += count * dtype.itemsize
         if runs:
             first_byte = offset + runs[0][0] * dtype.itemsize
-            start_writeback(fd, first_byte, offset + sum(runs[-1]) * dtype.itemsize - first_byte)
+            fileio.start_writeback(fd, first_byte, offset + sum(runs[-1]) * dtype.itemsize - first_byte)
     finally:
         os.close(fd)
     return nbytes
 
 
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def start_writeback(fd: int, offset: int, nbytes: int) -> None:
-    """Start writing these bytes to disk without waiting (Linux sync_file_range): the commit's
-    fsync, which keeps its guarantee, then finds most of a job's stores on disk already instead
-    of writing them all at the end. Elsewhere, or where the filesystem refuses: nothing."""
-    call = _sync_file_range()
-    if call is not None:
-        call(fd, ctypes.c_int64(offset), ctypes.c_int64(nbytes), _SYNC_FILE_RANGE_WRITE)
-
-
-@functools.cache
-def _sync_file_range():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return call
-
-
-def fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def commit(staging: Path, final_path: Path) -> None:
     """Make the staging copy the final file atomically and durably."""
-    fsync_path(staging)
+    fileio.fsync_path(staging)
     os.replace(staging, final_path)
-    fsync_path(Path(final_path).parent)
+    fileio.fsync_path(Path(final_path).parent)
 
 
 def abort(staging: Path) -> None:

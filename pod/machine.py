@@ -396,7 +396,7 @@ class PodMachine:
             self.parts[key] = (program, instructions)
             return []
         plan = NodePlan(node=s.plan.node, generation=s.generation, peak_bytes=s.plan.peak_bytes,
-                        instructions=instructions)
+                        instructions=instructions, uris=s.plan.uris)
         checked = st.validate_plan(plan)
         st.check_leaves(plan, self.leaves.get(s.job) or _leaves_of(program))
         self._tell(("job", s.job), f"plan of generation {s.generation} accepted: "

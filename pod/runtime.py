@@ -47,7 +47,7 @@ class Job:
     program: JobProgram | None = None
     scalars: dict = field(default_factory=dict)
     peers: dict[int, str] = field(default_factory=dict)
-    paths: dict[str, Path] = field(default_factory=dict)  # uri -> confined path
+    paths: dict[tuple[int, int], Path] = field(default_factory=dict)  # (generation, tensor) -> confined path
     buffers: dict[tuple[int, int], BufferRecord] = field(default_factory=dict)  # (generation, buffer)
     waiters: dict[tuple[int, int], list[asyncio.Future]] = field(default_factory=dict)
     computing: set[tuple[int, int]] = field(default_factory=set)  # (generation, unit) computes begun
@@ -97,14 +97,13 @@ class PodRuntime:
         job.peers = {peer.node: peer.address for peer in p.peers}
         self.feed(m.PlanReady(p.job, p.checked, job.writes, job.program))
 
-    def _confine(self, plan: NodePlan) -> dict[str, Path]:
-        paths: dict[str, Path] = {}
-        for ins in plan.instructions:
-            if isinstance(ins, Load | Store) and ins.uri not in paths:
-                try:
-                    paths[ins.uri] = uri.confine(ins.uri, self.roots)
-                except UserError as err:
-                    raise Refused(str(err)) from None
+    def _confine(self, plan: NodePlan) -> dict[tuple[int, int], Path]:
+        paths: dict[tuple[int, int], Path] = {}
+        for tensor, text in enumerate(plan.uris):
+            try:
+                paths[(plan.generation, tensor)] = uri.confine(text, self.roots)
+            except UserError as err:
+                raise Refused(str(err)) from None
         return paths
 
     def cancel(self, job_id: str) -> None:
@@ -175,6 +174,8 @@ class PodRuntime:
     def _drop(self, job: Job, generation: int, reason: str) -> None:
         for key in [k for k in job.buffers if k[0] <= generation]:
             del job.buffers[key]
+        for key in [k for k in job.paths if k[0] <= generation]:
+            del job.paths[key]
         job.computing = {k for k in job.computing if k[0] > generation}
         error = Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})", STALE)
         for key in [k for k in job.waiters if k[0] <= generation]:
@@ -228,12 +229,12 @@ class PodRuntime:
             return 0, None, 0.0
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
         if isinstance(ins, Load):
-            path = job.paths[ins.uri]
+            path = job.paths[(generation, ins.tensor)]
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
             return nbytes, None, copy_s
         if isinstance(ins, Store):
             await self._lease(job, generation, ins)
-            staging = storage.staging_path(job.paths[ins.uri], job.job_id)
+            staging = storage.staging_path(job.paths[(generation, ins.tensor)], job.job_id)
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._store, staging, ins, record)
             return nbytes, None, copy_s
         if isinstance(ins, Fetch):
@@ -268,8 +269,8 @@ class PodRuntime:
         straight into the buffer (CPU) or, piece by piece, into pinned host memory copied on
         asynchronously (GPU)."""
         if tuple(ins.region.shape) != tuple(record.array.shape):
-            raise UserError(f"load of {ins.uri}: region shape {list(ins.region.shape)} does not match "
-                            f"buffer {ins.buffer} of shape {list(record.array.shape)}")
+            raise UserError(f"load of {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
+                            f"match buffer {ins.buffer} of shape {list(record.array.shape)}")
 
         def read(host: np.ndarray, first: int, count: int) -> int:
             return storage.read_region_into(path, storage.region_rows(ins.region, first, count), host)
@@ -279,8 +280,8 @@ class PodRuntime:
     def _store(self, staging: Path, ins: Store, record: BufferRecord) -> tuple[int, float]:
         """(bytes written to storage, seconds of the device-to-host copy)."""
         if tuple(ins.region.shape) != tuple(record.array.shape):
-            raise UserError(f"store to {ins.uri}: region shape {list(ins.region.shape)} does not match "
-                            f"buffer {ins.buffer} of shape {list(record.array.shape)}")
+            raise UserError(f"store to {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
+                            f"match buffer {ins.buffer} of shape {list(record.array.shape)}")
 
         def write(host: np.ndarray, first: int, count: int) -> int:
             piece = storage.region_rows(ins.region, first, count)

@@ -217,7 +217,7 @@ async def _read_plan(reader) -> NodePlan:
         if i % 4096 == 4095:
             await asyncio.sleep(0)
     return NodePlan(node=reader.node, generation=reader.generation, instructions=tuple(instructions),
-                    peak_bytes=reader.peakBytes)
+                    peak_bytes=reader.peakBytes, uris=tuple(reader.uris))
 
 
 # ---- the RPC interfaces ------------------------------------------------------------------------

@@ -128,12 +128,16 @@ def _used_buffers(ins: Instruction) -> tuple[int, ...]:
 
 def validate_plan(plan: NodePlan) -> CheckedPlan:
     """Refuse a plan that breaks the schema's invariants: duplicate ids, deps naming unknown ids,
-    a dependency cycle, a buffer allocated or freed twice, a buffer used without an Allocate."""
+    a dependency cycle, a buffer allocated or freed twice, a buffer used without an Allocate, a
+    load or store naming a tensor the plan has no URI for."""
     ids: set[int] = set()
     for ins in plan.instructions:
         if ins.id in ids:
             raise Refused(f"plan for node {plan.node}: instruction id {ins.id} appears twice", BAD_PLAN)
         ids.add(ins.id)
+        if isinstance(ins, Load | Store) and not 0 <= ins.tensor < len(plan.uris):
+            raise Refused(f"plan for node {plan.node}: instruction {ins.id} ({kind_of(ins)}) names tensor "
+                          f"{ins.tensor}, but the plan states {len(plan.uris)} URIs", BAD_PLAN)
     _check_buffers(plan, ids)
     _check_acyclic(plan, ids)
     return CheckedPlan(plan)
@@ -286,7 +290,7 @@ def _describe(ins: Instruction) -> str:
     if isinstance(ins, Compute):
         return f"compute leaf {ins.leaf}, unit {ins.unit}"
     if isinstance(ins, Load | Store):
-        return f"{kind_of(ins)} {ins.uri}"
+        return f"{kind_of(ins)} of {ins.region.tensor}"
     if isinstance(ins, Fetch):
         return f"fetch buffer {ins.peer_buffer} from node {ins.peer}"
     return f"{kind_of(ins)} buffer {ins.buffer}"

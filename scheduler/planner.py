@@ -240,11 +240,11 @@ class _Unroll:
     """
 
     def __init__(self, node: int, state: _NodeState, owners: dict[Key, tuple[int, int]],
-                 partials: _Partials, scratch: frozenset[str], uris: Mapping[str, str],
+                 partials: _Partials, scratch: frozenset[str], tensor_index: Mapping[str, int],
                  dtypes: Mapping[str, str], ids: Iterator[int]):
         self.node, self.state, self.owners, self.partials = node, state, owners, partials
         self.scratch = scratch
-        self.uris, self.dtypes, self.ids = uris, dtypes, ids
+        self.tensor_index, self.dtypes, self.ids = tensor_index, dtypes, ids
         self.out: list[Instruction] = []
         rounds = self.piece_rounds = [w.pos for w in state.work]
         self.rounds = rounds[-1] + 1 if rounds else 0
@@ -303,7 +303,7 @@ class _Unroll:
             self.users[buffer] = []
             if key in work.loaded_outputs:
                 load = next(ids)
-                emit(Load(load, (self.producer[buffer],), buffer, self.uris[region.tensor], region))
+                emit(Load(load, (self.producer[buffer],), buffer, self.tensor_index[region.tensor], region))
                 self.producer[buffer] = load
         for key, buffer in work.inputs.items():
             if buffer in self.producer:
@@ -312,7 +312,7 @@ class _Unroll:
             alloc = self._allocate(gate, buffer, copy.region.shape, key[0])
             get = next(ids)
             if copy.owner:
-                emit(Load(get, (alloc,), buffer, self.uris[key[0]], copy.region))
+                emit(Load(get, (alloc,), buffer, self.tensor_index[key[0]], copy.region))
             else:
                 peer, peer_buffer = self.owners[key]
                 emit(Fetch(get, (alloc,), buffer, peer, peer_buffer))
@@ -357,7 +357,7 @@ class _Unroll:
                 serves = self.partials.fetches.get((self.node, buffer), 0)
             else:
                 sid = next(ids)
-                emit(Store(sid, (self.producer[buffer],), buffer, self.uris[region.tensor], region,
+                emit(Store(sid, (self.producer[buffer],), buffer, self.tensor_index[region.tensor], region,
                            work.unit.index))
                 deps = (sid,)
             done.append(self._free(deps, buffer, serves))
@@ -400,9 +400,12 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
     scratch = frozenset(t.name for t in program.tensors if t.role == "partial")
-    for tensor in program.tensors:
-        if tensor.name not in uris and tensor.name not in scratch:
-            raise UserError(f"no storage URI for tensor {tensor.name}")
+    stored = [t.name for t in program.tensors if t.name not in scratch]
+    for name in stored:
+        if name not in uris:
+            raise UserError(f"no storage URI for tensor {name}")
+    plan_uris = tuple(uris[name] for name in stored)  # each URI once; instructions name an index
+    tensor_index = {name: i for i, name in enumerate(stored)}
     dtypes = {t.name: t.dtype for t in program.tensors}
     hosts = {f.node: f.host for f in nodes}
     reduction = program.reduction
@@ -414,14 +417,15 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     ids = itertools.count()
     node_plans: dict[int, NodePlan] = {}
     for figure in nodes:
-        unroll = _Unroll(figure.node, states[figure.node], owners, partials, scratch, uris, dtypes, ids)
+        unroll = _Unroll(figure.node, states[figure.node], owners, partials, scratch, tensor_index, dtypes,
+                         ids)
         instructions, peak = unroll.run()
         if figure.vram_bytes and peak > figure.vram_bytes:
             raise UserError(
                 f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "
                 f"{_mib(figure.vram_bytes)} ({figure.vram_bytes} bytes): choose smaller @cluster values "
                 f"or more nodes")
-        node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak)
+        node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak, plan_uris)
     return Plan(generation, node_plans, root_node(pieces), len(first_use))
 
 

@@ -8,15 +8,18 @@ before anything ran (bad flags, job, kernel, storage, token, memory).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
 from compiler.cli.args import add_split_flags, add_value_flags, parse_assignments, split_from_args
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the pods start before it loads
+    import numpy as np
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +110,8 @@ def load_expected(items: list[str] | None) -> dict[str, np.ndarray]:
 
 
 def _read_npy(path: Path) -> np.ndarray:
+    import numpy as np
+
     from common.storage import open_regular
 
     with open_regular(path) as f:  # a FIFO is refused, not waited on
@@ -125,6 +130,8 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
     order than numpy (per super-tile chunk, per CTA tile), and an f32 sum of n terms differs by
     about n * 2^-24 of its largest magnitude; 1e-4 of the output's scale covers sums of thousands
     of terms while still catching any misplaced or missing tile (an error of order 1)."""
+    import numpy as np
+
     if actual.shape != expected.shape:
         return f"{name}: shape {list(actual.shape)} but expected {list(expected.shape)}"
     a = actual.astype(np.float64)
@@ -161,17 +168,31 @@ def run_command(argv: list[str]) -> int:
     tune = tuner_cli.options_from_args(args)
     heartbeat = (_positive("--heartbeat-interval", args.heartbeat_interval),
                  _positive("--heartbeat-timeout", args.heartbeat_timeout))
-    started = None
-    if not pods and not tune.active:  # the tuner starts the pods it needs itself
-        from scheduler.local_pods import spawn_for
+    if pods or tune.active:  # the tuner starts the pods it needs itself
+        return _run(args, job_path, roots, pods, tune, heartbeat, None)
+    from scheduler.interrupt import Interrupted
+    from scheduler.local_pods import spawn_for
 
-        # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own.
-        started = spawn_for(args.local_pods, roots, *heartbeat, args.pod_log_level)
+    # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own. Until
+    # the job's own signal handling begins, a SIGTERM unwinds too, so that they are stopped.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    started = None
     try:
+        started = spawn_for(args.local_pods, roots, *heartbeat, args.pod_log_level)
         return _run(args, job_path, roots, pods, tune, heartbeat, started)
+    except Interrupted as err:  # before the job ran
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if started is not None and not started.adopted:
             started.stop_now()
+
+
+def _interrupt(signum: int, _frame) -> None:
+    from scheduler.interrupt import Interrupted
+
+    raise Interrupted(signum)
 
 
 def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, heartbeat: tuple[float, float],

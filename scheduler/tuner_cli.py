@@ -20,10 +20,13 @@ import argparse
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from common.errors import UserError
 from compiler.cluster.tree import SplitRequest
-from scheduler.tuner import Figures, Ranking, render_table, tune
+
+if TYPE_CHECKING:  # the tuner itself is imported where it runs: the flags alone stay light
+    from scheduler.tuner import Figures, Ranking
 
 # Defaults per pod backend: figures of the machines this project runs on (docs/performance.md).
 # GPU: a leaf at about the SGEMM rate of one H200 (DESIGN.md), a 50 GB/s link (NVLink-class peer
@@ -137,6 +140,8 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
     kind = "gpu" if "gpu" in backends[:nodes] else "cpu"
     defaults = DEFAULTS[kind]
     given = tune.leaf_flops or tune.link_bw or tune.storage_bw or tune.launch_s is not None
+    from scheduler.tuner import Figures
+
     return Figures(
         nodes=nodes,
         vram_bytes=tune.vram_bytes if tune.vram_bytes is not None else (min(known) if known else 0),
@@ -153,6 +158,7 @@ def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
     """A split the job was prepared with (--split, or the job's) is pinned; else the tuner
     chooses one for a cluster loop that can be split."""
     from scheduler.prepare import split_of
+    from scheduler.tuner import tune
 
     return tune(prepared.kernel, dict(prepared.job.dims), figures, pinned=pinned,
                 tile_values=dict(prepared.program.tile_values), split=split_of(prepared.program))
@@ -200,6 +206,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
     the leaves' @autotune values at those @cluster values."""
     from scheduler import calibrate as cal
     from scheduler.prepare import recompile
+    from scheduler.tuner import render_table
     from scheduler.tuner_leaves import tune_leaves
 
     order = sorted(session.pods)

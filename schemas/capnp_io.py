@@ -285,7 +285,7 @@ def write_instruction(builder, ins: Instruction) -> None:
     elif isinstance(ins, Load):
         body = builder.init("load")
         body.buffer = ins.buffer
-        body.uri = ins.uri
+        body.tensor = ins.tensor
         write_region(body.init("region"), ins.region)
     elif isinstance(ins, Fetch):
         body = builder.init("fetch")
@@ -303,7 +303,7 @@ def write_instruction(builder, ins: Instruction) -> None:
     elif isinstance(ins, Store):
         body = builder.init("store")
         body.buffer = ins.buffer
-        body.uri = ins.uri
+        body.tensor = ins.tensor
         body.unit = ins.unit
         write_region(body.init("region"), ins.region)
     elif isinstance(ins, Free):
@@ -329,7 +329,7 @@ def read_instruction(reader) -> Instruction:
         return Allocate(id=ident, deps=deps, buffer=b.buffer, shape=tuple(b.shape), dtype=b.dtype or "f32")
     if which == "load":
         b = reader.load
-        return Load(id=ident, deps=deps, buffer=b.buffer, uri=b.uri, region=read_region(b.region))
+        return Load(id=ident, deps=deps, buffer=b.buffer, tensor=b.tensor, region=read_region(b.region))
     if which == "fetch":
         b = reader.fetch
         return Fetch(id=ident, deps=deps, buffer=b.buffer, peer=b.peer, peer_buffer=b.peerBuffer)
@@ -340,7 +340,7 @@ def read_instruction(reader) -> Instruction:
     if which == "store":
         b = reader.store
         region = read_region(b.region)
-        return Store(id=ident, deps=deps, buffer=b.buffer, uri=b.uri, region=region, unit=b.unit)
+        return Store(id=ident, deps=deps, buffer=b.buffer, tensor=b.tensor, region=region, unit=b.unit)
     if which == "free":
         b = reader.free
         return Free(id=ident, deps=deps, buffer=b.buffer, serves=b.serves)
@@ -351,6 +351,7 @@ def write_plan(builder, plan: NodePlan) -> None:
     builder.node = plan.node
     builder.generation = plan.generation
     builder.peakBytes = plan.peak_bytes
+    builder.uris = list(plan.uris)
     lst = builder.init("instructions", len(plan.instructions))
     for entry, ins in zip(lst, plan.instructions, strict=True):
         write_instruction(entry, ins)
@@ -362,6 +363,7 @@ def read_plan(reader) -> NodePlan:
         generation=reader.generation,
         instructions=tuple(read_instruction(entry) for entry in reader.instructions),
         peak_bytes=reader.peakBytes,
+        uris=tuple(reader.uris),
     )
 
 
@@ -391,7 +393,7 @@ async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, pee
     for n, start in enumerate(starts):
         last = n == len(starts) - 1
         part = NodePlan(node=plan.node, generation=plan.generation, peak_bytes=plan.peak_bytes,
-                        instructions=plan.instructions[start:start + part_instructions])
+                        instructions=plan.instructions[start:start + part_instructions], uris=plan.uris)
         request = pod.submit_request()
         request.jobId = job_id
         request.generation = plan.generation

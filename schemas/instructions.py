@@ -29,12 +29,13 @@ class Allocate:
 
 @dataclass(frozen=True)
 class Load:
-    """Read `region` of the tensor stored at `uri` into `buffer` (in the storage dtype)."""
+    """Read `region` of tensor `tensor` (an index into its plan's `uris`) into `buffer` (in the
+    storage dtype)."""
 
     id: int
     deps: tuple[int, ...]
     buffer: int
-    uri: str
+    tensor: int
     region: Region
 
 
@@ -64,12 +65,13 @@ class Compute:
 
 @dataclass(frozen=True)
 class Store:
-    """Write `buffer` to `region` of the job's staging copy of the tensor at `uri`."""
+    """Write `buffer` to `region` of the job's staging copy of tensor `tensor` (an index into its
+    plan's `uris`)."""
 
     id: int
     deps: tuple[int, ...]
     buffer: int
-    uri: str
+    tensor: int
     region: Region
     unit: int
 
@@ -99,9 +101,11 @@ class NodePlan:
     """One node's share of a job under one plan generation.
 
     A re-plan after a failure raises the generation; messages carrying an older one are refused.
-    `peak_bytes` is the planner's figure for the node's largest simultaneous buffer footprint."""
+    `peak_bytes` is the planner's figure for the node's largest simultaneous buffer footprint.
+    `uris` states each tensor's storage URI once; loads and stores name a tensor by its index."""
 
     node: int
     generation: int
     instructions: tuple[Instruction, ...]
     peak_bytes: int
+    uris: tuple[str, ...] = ()

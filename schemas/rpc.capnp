@@ -76,8 +76,9 @@ struct Instruction {
   }
   struct Load {
     buffer @0 :UInt32;
-    uri @1 :Text;
+    unusedUri @1 :Text;      # before `tensor`: the URI itself; never written now
     region @2 :P.Region;
+    tensor @3 :UInt32;       # an index into the plan's `uris`
   }
   struct Fetch {
     buffer @0 :UInt32;
@@ -95,9 +96,11 @@ struct Instruction {
   }
   struct Store {
     buffer @0 :UInt32;
-    uri @1 :Text;          # the ORIGINAL tensor's URI; the pod writes the job's staging copy
+    unusedUri @1 :Text;      # before `tensor`: the URI itself; never written now
     region @2 :P.Region;
     unit @3 :UInt32;
+    tensor @4 :UInt32;       # an index into the plan's `uris` (the ORIGINAL tensor's URI; the
+                             # pod writes the job's staging copy)
   }
   struct Free {
     buffer @0 :UInt32;
@@ -111,6 +114,7 @@ struct Plan {
   generation @1 :UInt32;
   instructions @2 :List(Instruction);
   peakBytes @3 :UInt64;
+  uris @4 :List(Text);     # each tensor's storage URI, stated once; Load and Store name an index
 }
 
 struct Peer {

@@ -22,14 +22,15 @@ def sample_plan() -> NodePlan:
         node=2, generation=3, peak_bytes=1 << 40,
         instructions=(
             Allocate(id=0, deps=(), buffer=0, shape=(8, 16)),
-            Load(id=1, deps=(0,), buffer=0, uri="file:///tmp/a.npy", region=ra),
+            Load(id=1, deps=(0,), buffer=0, tensor=0, region=ra),
             Allocate(id=2, deps=(), buffer=1, shape=(8, 16)),
             Fetch(id=3, deps=(2,), buffer=1, peer=1, peer_buffer=7),
             Compute(id=4, deps=(1, 3), leaf="main", bindings=(("a", 0), ("b", 1), ("c", 1)), unit=5),
-            Store(id=5, deps=(4,), buffer=1, uri="file:///tmp/c.npy", region=rc, unit=5),
+            Store(id=5, deps=(4,), buffer=1, tensor=1, region=rc, unit=5),
             Free(id=6, deps=(4,), buffer=0, serves=2),
             Free(id=7, deps=(5,), buffer=1),
         ),
+        uris=("file:///tmp/a.npy", "file:///tmp/c.npy"),
     )
 
 

@@ -23,9 +23,9 @@ def unit_plan(generation: int = 1) -> NodePlan:
     return NodePlan(node=0, generation=generation, peak_bytes=32, instructions=(
         Allocate(0, (), 0, (8,)),
         Compute(1, (0,), "main", (("c", 0),), unit=7),
-        Store(2, (1,), 0, "file:///c.npy", RC, unit=7),
+        Store(2, (1,), 0, 0, RC, unit=7),
         Free(3, (2,), 0),
-    ))
+    ), uris=("file:///c.npy",))
 
 
 def of(actions, kind):
@@ -126,7 +126,7 @@ def test_parts_of_a_plan_are_joined_and_checked_once(monkeypatch):
 
     monkeypatch.setattr(st, "validate_plan", counting)
     first = NodePlan(0, 1, plan.instructions[:2], 32)
-    rest = NodePlan(0, 1, plan.instructions[2:], 32)
+    rest = NodePlan(0, 1, plan.instructions[2:], 32, plan.uris)
     assert machine.handle(m.PlanPart("j", 1, first, PROGRAM, more=True)) == []
     [prepare] = machine.handle(m.PlanPart("j", 1, rest, None, peers=("p",)))
     assert prepare.checked.plan.instructions == plan.instructions and prepare.peers == ("p",)

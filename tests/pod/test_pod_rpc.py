@@ -41,23 +41,24 @@ def region(name: str, half: int) -> Region:
 def add_plans(uris: dict[str, str], generation: int = 1) -> tuple[NodePlan, NodePlan]:
     """c = a + b over two halves. Node 0 loads both halves of `a` and serves the second to node 1,
     which fetches it instead of loading it (the planner's one-loader rule)."""
+    tensors = (uris["a"], uris["b"], uris["c"])  # loads and stores name these by index
     node0 = NodePlan(node=0, generation=generation, peak_bytes=4 * HALF * 4, instructions=(
-        Allocate(0, (), 0, (HALF,)), Load(1, (0,), 0, uris["a"], region("a", 0)),
-        Allocate(2, (), 1, (HALF,)), Load(3, (2,), 1, uris["b"], region("b", 0)),
+        Allocate(0, (), 0, (HALF,)), Load(1, (0,), 0, 0, region("a", 0)),
+        Allocate(2, (), 1, (HALF,)), Load(3, (2,), 1, 1, region("b", 0)),
         Allocate(4, (), 2, (HALF,)),
-        Allocate(5, (), 3, (HALF,)), Load(6, (5,), 3, uris["a"], region("a", 1)),
+        Allocate(5, (), 3, (HALF,)), Load(6, (5,), 3, 0, region("a", 1)),
         Compute(7, (1, 3, 4), "main", (("a", 0), ("b", 1), ("c", 2)), unit=0),
-        Store(8, (7,), 2, uris["c"], region("c", 0), unit=0),
+        Store(8, (7,), 2, 2, region("c", 0), unit=0),
         Free(9, (7,), 0), Free(10, (7,), 1), Free(11, (8,), 2), Free(12, (6,), 3, serves=1),
-    ))
+    ), uris=tensors)
     node1 = NodePlan(node=1, generation=generation, peak_bytes=3 * HALF * 4, instructions=(
         Allocate(0, (), 0, (HALF,)), Fetch(1, (0,), 0, peer=0, peer_buffer=3),
-        Allocate(2, (), 1, (HALF,)), Load(3, (2,), 1, uris["b"], region("b", 1)),
+        Allocate(2, (), 1, (HALF,)), Load(3, (2,), 1, 1, region("b", 1)),
         Allocate(4, (), 2, (HALF,)),
         Compute(5, (1, 3, 4), "main", (("a", 0), ("b", 1), ("c", 2)), unit=1),
-        Store(6, (5,), 2, uris["c"], region("c", 1), unit=1),
+        Store(6, (5,), 2, 2, region("c", 1), unit=1),
         Free(7, (5,), 0), Free(8, (5,), 1), Free(9, (6,), 2),
-    ))
+    ), uris=tensors)
     return node0, node1
 
 
@@ -154,7 +155,8 @@ def test_bad_plans_and_old_generations_are_refused_with_reasons(pods):
     async def scenario():
         _, pod = await connect(procs[0][1])
         messages = []
-        bad = NodePlan(0, 1, (Allocate(0, (), 0, (HALF,)), Load(1, (0,), 0, outside, region("a", 0))), 0)
+        bad = NodePlan(0, 1, (Allocate(0, (), 0, (HALF,)), Load(1, (0,), 0, 0, region("a", 0))), 0,
+                       uris=(outside,))
         cycle = NodePlan(0, 1, (Allocate(0, (1,), 0, (HALF,)), Free(1, (0,), 0)), 0)
         for plan in (bad, cycle):
             try:
@@ -241,11 +243,11 @@ def test_pod_exits_when_its_scheduler_disconnects(tmp_path):
 def transfer_plans(uri_in: str, uri_out: str, n: int) -> tuple[NodePlan, NodePlan]:
     """Node 0 loads x; node 1 fetches it and stores it into the staging copy of y."""
     node0 = NodePlan(node=0, generation=1, peak_bytes=n * 4, instructions=(
-        Allocate(0, (), 0, (n,)), Load(1, (0,), 0, uri_in, Region("x", (0,), (n,))),
-        Free(2, (1,), 0, serves=1)))
+        Allocate(0, (), 0, (n,)), Load(1, (0,), 0, 0, Region("x", (0,), (n,))),
+        Free(2, (1,), 0, serves=1)), uris=(uri_in,))
     node1 = NodePlan(node=1, generation=1, peak_bytes=n * 4, instructions=(
         Allocate(0, (), 0, (n,)), Fetch(1, (0,), 0, peer=0, peer_buffer=0),
-        Store(2, (1,), 0, uri_out, Region("y", (0,), (n,)), unit=0), Free(3, (2,), 0)))
+        Store(2, (1,), 0, 0, Region("y", (0,), (n,)), unit=0), Free(3, (2,), 0)), uris=(uri_out,))
     return node0, node1
 
 

@@ -29,16 +29,16 @@ def add_plan(generation: int = 1, serves: int = 0) -> NodePlan:
     """c = a + b: a loaded here (and served to `serves` peers), b fetched from node 1."""
     return NodePlan(node=0, generation=generation, peak_bytes=96, instructions=(
         Allocate(0, (), 0, (8,)),
-        Load(1, (0,), 0, "file:///a.npy", RA),
+        Load(1, (0,), 0, 0, RA),
         Allocate(2, (), 1, (8,)),
         Fetch(3, (2,), 1, peer=1, peer_buffer=4),
         Allocate(4, (), 2, (8,)),
         Compute(5, (1, 3, 4), "main", (("a", 0), ("b", 1), ("c", 2)), unit=0),
-        Store(6, (5,), 2, "file:///c.npy", RC, unit=0),
+        Store(6, (5,), 2, 1, RC, unit=0),
         Free(7, (5,), 0, serves=serves),
         Free(8, (5,), 1),
         Free(9, (6,), 2),
-    ))
+    ), uris=("file:///a.npy", "file:///c.npy"))
 
 
 def started(actions) -> list[int]:
@@ -167,12 +167,13 @@ def test_empty_plan_finishes_at_once():
     ((Allocate(0, (1,), 0, (1,)), Free(1, (0,), 0)), "cycle"),
     ((Allocate(0, (), 0, (1,)), Allocate(1, (), 0, (1,))), "allocated twice"),
     ((Allocate(0, (), 0, (1,)), Free(1, (0,), 0), Free(2, (0,), 0)), "freed twice"),
-    ((Load(0, (), 3, "file:///a.npy", RA),), "no Allocate"),
+    ((Load(0, (), 3, 0, RA),), "no Allocate"),
+    ((Allocate(0, (), 0, (8,)), Load(1, (0,), 0, 1, RA)), "names tensor 1, but the plan states 1 URIs"),
 ])
 def test_bad_plans_are_refused_with_the_reason(instructions, reason):
     state = PodState("j")
     with pytest.raises(Refused, match=reason):
-        state.handle(PlanSubmitted(NodePlan(0, 1, instructions, 0)))
+        state.handle(PlanSubmitted(NodePlan(0, 1, instructions, 0, ("file:///a.npy",))))
     assert state.plan is None and state.generation == 0  # nothing changed
 
 

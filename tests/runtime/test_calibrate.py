@@ -84,7 +84,7 @@ def test_overlapping_computes_share_the_node():
 
 def test_fetch_time_counts_from_when_the_peer_had_the_tile():
     region = Region("A", (0, 0), (256, 256))
-    instructions = {0: {10: Load(10, (), 5, "file:///A.npy", region)},
+    instructions = {0: {10: Load(10, (), 5, 0, region)},
                     1: {20: Fetch(20, (), 7, 0, 5)}}
     events = [event(0, 10, "load", 0.0, 1.0, 262144),
               event(1, 20, "fetch", 0.1, 1.25, 262144, peer=0),  # waited 0.9 s for the load
@@ -121,7 +121,7 @@ def test_instruction_cost_is_what_the_events_leave_unexplained_of_a_nodes_span()
     from schemas.instructions import Allocate, Compute, Free
 
     region = Region("A", (0, 0), (16, 16))
-    table = {1: Allocate(1, (), 5, (16, 16)), 2: Load(2, (1,), 5, "file:///A.npy", region),
+    table = {1: Allocate(1, (), 5, (16, 16)), 2: Load(2, (1,), 5, 0, region),
              3: Compute(3, (2,), "main", (("A", 5),), 0), 4: Free(4, (3,), 5)}
     events = [event(0, 1, "allocate", 0.0, 0.0), event(0, 2, "load", 0.1, 1.1, 1024),
               event(0, 3, "compute", 1.6, 2.6, leaf_name="main"), event(0, 4, "free", 2.8, 2.8)]

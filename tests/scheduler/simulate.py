@@ -108,7 +108,7 @@ def _run(nodes, n, ins, stores, writes, partials=False) -> None:
                 value = node.buffers[b][1] or (None, ())
                 node.buffers[b][1] = (value[0], value[1] + ((ins.leaf, tuple(sorted(inputs))),))
     elif isinstance(ins, Store):
-        key = (ins.region, ins.uri)
+        key = (ins.region, ins.tensor)
         if key in stores:
             raise SimulationError(f"{ins.region} stored twice")
         stores[key] = (ins.unit, node.buffers[ins.buffer][1])

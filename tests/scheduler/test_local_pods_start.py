@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,11 +74,13 @@ def test_a_pod_that_exits_before_listening_is_a_user_error(tmp_path):
         asyncio.run(wait())
 
 
-def _processes_naming(text: str) -> list[int]:
+def _pods_serving(folder: Path) -> list[int]:
+    """Pids of pod processes whose storage root is `folder`."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if entry.name.isdigit() and "pod.main" in argv and str(folder) in argv:
                 found.append(int(entry.name))
         except OSError:  # gone meanwhile
             pass
@@ -95,4 +98,28 @@ def test_a_command_refused_after_starting_its_pods_leaves_none_running(tmp_path,
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
-    assert _processes_naming(str(tmp_path)) == []  # the pod, started first thing, was stopped
+    assert _pods_serving(tmp_path) == []  # the pod, started first thing, was stopped
+
+
+def test_a_command_terminated_while_it_compiles_stops_its_pods(tmp_path):
+    """SIGTERM as soon as the command's pod exists (the command is then compiling, or at the
+    latest starting the job): exit 143, no pod left running."""
+    write_inputs(tmp_path, {"a": np.ones(1024, np.float32), "b": np.ones(1024, np.float32)})
+    job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
+    command = subprocess.Popen([sys.executable, "-m", "scheduler.main", str(job), "--local-pods", "1"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _pods_serving(tmp_path) and command.poll() is None:
+            assert time.monotonic() < deadline, "the pod never started"
+            time.sleep(0.002)
+        command.terminate()
+        _, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+    assert command.returncode in (143, 0), err  # 0: the job was done before the signal came
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while _pods_serving(tmp_path):
+        assert time.monotonic() < deadline, "a pod outlived its command"
+        time.sleep(0.01)
