@@ -411,7 +411,9 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     tensor_index = {name: i for i, name in enumerate(stored)}
     dtypes = {t.name: t.dtype for t in program.tensors}
     hosts = {f.node: f.host for f in nodes}
-    pieces = place(units, node_ids, hosts, program.reduction.hosts if program.reduction else ())
+    reduction = program.reduction
+    split = reduction is not None and reduction.shares > 1
+    pieces = place(units, node_ids, hosts, reduction.hosts if split else (), split)
     states, first_use, partials = _account(pieces, node_ids, scratch)
     _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)
