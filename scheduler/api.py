@@ -73,13 +73,17 @@ class ClusterJob:
 def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.PathLike],
         dims: Mapping[str, int] | None = None, scalars: Mapping[str, float] | None = None,
         cluster_values: Mapping[str, int] | None = None, tile_values: Mapping[str, int] | None = None,
-        base_dir: str | os.PathLike | None = None) -> ClusterJob:
+        base_dir: str | os.PathLike | None = None, split: int | None = None, tree: str = "flat",
+        hosts: tuple[int, ...] = ()) -> ClusterJob:
     """A job for `kernel` (a phobos.Kernel, or the path of a .phk file with one kernel). `tensors`
     maps every tensor parameter to a `file:` URI or a path; `dims` defaults to the kernel's
     pinned dims (a dimension left out is read from an existing tensor file's shape, as
     `phobos-sched new-job` does); `cluster_values` pins @cluster values and `tile_values` the
     leaves' @autotune values (new-job's --cluster and --tile; default: the kernel's pinned
-    tiles); `base_dir` (default: the working folder) is where relative URIs start. Checked as
+    tiles); `split` cuts the cluster loop's chunks into that many shares, one per node, merged by a
+    `tree` ("flat", "binary", or "hosts" with `hosts` the shares per host), as new-job's --split,
+    --tree and --hosts (docs/cluster.md); `base_dir` (default: the working folder) is where
+    relative URIs start. Checked as
     `phobos-sched new-job` checks it: a job that can never run is an Error; new-job's warnings
     (values outside a search space, a file the kernel reads that does not exist yet) are
     `UserWarning`s."""
@@ -94,11 +98,14 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
     uris = {name: value if isinstance(value, str) else path_to_uri(Path(os.path.abspath(value)))
             for name, value in tensors.items()}
     with user_errors():
+        from compiler.cluster.tree import SplitRequest
+
+        request = SplitRequest(split, tree, tuple(hosts)) if split is not None else None
         built = job_from_source(kernel.source, kernel.file, kernel.name,
                                 dict(kernel.dims if dims is None else dims), dict(scalars or {}), uris,
                                 dict(cluster_values or {}), job_dir=base,
                                 tile_values=dict(kernel.tiles if tile_values is None else tile_values),
-                                given_dims="dims={{'{name}': {value}}}")
+                                given_dims="dims={{'{name}': {value}}}", split=request)
         for line in check_new_job(built, base / "job"):
             warnings.warn(line.removeprefix("warning: "), UserWarning, stacklevel=2)
     return ClusterJob(built, base)

@@ -47,10 +47,13 @@ def shares_of(unit: Unit) -> int:
 
 
 def place(units: Sequence[Unit], nodes: Sequence[int], hosts: Mapping[int, str] | None = None,
-          groups: tuple[int, ...] = ()) -> list[Piece]:
+          groups: tuple[int, ...] = (), split: bool = True) -> list[Piece]:
     """The pieces of `units` (in the order given) over `nodes`, in placement order; `hosts` maps a
-    node to its host, `groups` are the shares per host of a tree by hosts (empty: another tree)."""
+    node to its host, `groups` are the shares per host of a tree by hosts (empty: another tree).
+    `split` False says that no unit is split: they are dealt round robin, without the search."""
     n = len(nodes)
+    if not split:  # the common case, and the planner's hot path at a million units
+        return [Piece(unit, nodes[k % n], k // n, unit.launches, (0,)) for k, unit in enumerate(units)]
     free_from = dict.fromkeys(nodes, 0)  # node -> first round it has nothing in
     turn = 0  # where the next unit's choice of nodes starts, so that roots rotate
     by_host = _nodes_by_host(nodes, hosts or {})
