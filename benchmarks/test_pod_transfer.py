@@ -115,7 +115,7 @@ def test_tile_transfer_16mib(benchmark, tmp_path, flags, devices):
 
         async def prepare_owner(job):
             owner = NodePlan(0, 1, (Allocate(0, (), 0, (N,)), Load(1, (0,), 0, 0, Region("x", (0,), (N,))),
-                                    Free(2, (1,), 0, serves=1)), TILE_BYTES, (uri,))
+                                    Free(2, (1,), 0, peers=(1,))), TILE_BYTES, (uri,))
             await submit(links[0][1], job, PROGRAM, owner, peers)
             await links[0][1].tileHeader(job, 1, 0)  # returns once loaded; caches the crc
 
@@ -173,7 +173,7 @@ def test_tile_window_bandwidth(benchmark, tmp_path, flags, devices):
     counter = itertools.count()
     owner = NodePlan(0, 1, tuple(itertools.chain.from_iterable(
         (Allocate(3 * i, (), i, (N,)), Load(3 * i + 1, (3 * i,), i, 0, Region("x", (0,), (N,))),
-         Free(3 * i + 2, (3 * i + 1,), i, serves=1)) for i in range(WINDOW))), WINDOW * TILE_BYTES, (uri,))
+         Free(3 * i + 2, (3 * i + 1,), i, peers=(1,))) for i in range(WINDOW))), WINDOW * TILE_BYTES, (uri,))
     fetcher = NodePlan(1, 1, tuple(itertools.chain.from_iterable(
         (Allocate(3 * i, (), i, (N,)), Fetch(3 * i + 1, (3 * i,), i, peer=0, peer_buffer=i),
          Free(3 * i + 2, (3 * i + 1,), i)) for i in range(WINDOW))), WINDOW * TILE_BYTES)

@@ -97,6 +97,7 @@ class PlanReady:
     checked: st.CheckedPlan
     writes: Mapping[str, tuple[str, ...]]
     program: object  # the JobProgram the job now runs (its first)
+    peers: frozenset[int] | None = None  # the job's live nodes, as the submit named them
 
 
 @dataclass(frozen=True)
@@ -405,13 +406,13 @@ class PodMachine:
 
     def _plan_ready(self, s: PlanReady) -> list[Action]:
         self.leaves.setdefault(s.job, _leaves_of(s.program))  # the job's first program stays its own
-        return self._on_job(s.job, self.job(s.job).handle(st.PlanSubmitted(s.checked, s.writes)))
+        return self._on_job(s.job, self.job(s.job).handle(st.PlanSubmitted(s.checked, s.writes, s.peers)))
 
     def _done(self, s: InstructionDone) -> list[Action]:
         state = self.jobs.get(s.job)
         if state is None or not state.is_current(s.generation):
             return []  # work of a dropped plan: its result is discarded
-        ins = state.plan.by_id.get(s.id)
+        ins = state.plans[s.generation].by_id.get(s.id)
         if ins is not None and isinstance(ins, Compute | Store):
             outcome = "done" if s.ok else f"failed: {s.message}"
             self._tell(("unit", s.job, ins.unit), f"{_name(ins)} (generation {s.generation}) {outcome}")
@@ -450,6 +451,9 @@ class PodMachine:
                 self._tell(("tile", job, action.generation, action.buffer), "filled: servable to peers")
             elif isinstance(action, st.DropGeneration):
                 self._tell(("job", job), f"generation {action.generation} dropped: {action.reason}")
+            elif isinstance(action, st.FetchAbandoned):
+                self._tell(("job", job), f"fetch {action.instruction.id} (generation {action.generation}) "
+                                         f"abandoned: {action.reason}")
             elif isinstance(action, st.PlanFinished):
                 self._tell(("job", job), f"plan of generation {action.generation} "
                                          f"{'finished' if action.ok else 'failed: ' + action.message}")

@@ -94,8 +94,9 @@ class PodRuntime:
             job.scalars = dict(p.program.scalars)
             job.writes = writes
         job.paths.update(paths)
-        job.peers = {peer.node: peer.address for peer in p.peers}
-        self.feed(m.PlanReady(p.job, p.checked, job.writes, job.program))
+        job.peers.update({peer.node: peer.address for peer in p.peers})
+        live = frozenset(peer.node for peer in p.peers)
+        self.feed(m.PlanReady(p.job, p.checked, job.writes, job.program, live))
 
     def _confine(self, plan: NodePlan) -> dict[tuple[int, int], Path]:
         paths: dict[tuple[int, int], Path] = {}
@@ -107,10 +108,13 @@ class PodRuntime:
         return paths
 
     def cancel(self, job_id: str) -> None:
-        if job_id not in self.jobs:
+        job = self.jobs.get(job_id)
+        if job is None:
             return
         self.feed(m.CancelJob(job_id))
         self._forget_code(job_id)
+        for key in list(job.waiters):  # peers waiting for a plan that will never come here
+            self._wake(job, key, Refused(f"job {job_id} was cancelled", STALE))
 
     def forget(self, job_id: str) -> None:
         """The machine dropped the job entirely (its scheduler is gone)."""
@@ -131,10 +135,9 @@ class PodRuntime:
     def apply(self, job_id: str, action: st.Action) -> None:
         """Carry out one of a job's actions (the machine's OnJob)."""
         job = self.job(job_id)
-        stale = [k for k in job.waiters if k[0] < job.state.generation]
-        for key in stale:  # peers waiting on a generation this pod has moved past
-            self._wake(job, key, Refused(
-                f"job {job.job_id}: generation {key[0]} is older than {job.state.generation}", STALE))
+        stale = [k for k in job.waiters if k[0] <= job.state.dropped_through]
+        for key in stale:  # peers waiting on a generation this pod dropped
+            self._wake(job, key, Refused(f"job {job.job_id}: generation {key[0]} was dropped", STALE))
         if isinstance(action, st.StartInstruction):
             task = asyncio.ensure_future(self._run(job, action.generation, action.instruction))
             self.tasks.add(task)
@@ -145,6 +148,11 @@ class PodRuntime:
             self._drop(job, action.generation, action.reason)
         elif isinstance(action, st.PlanFinished):
             self.link.queue_finished(job.job_id, action.generation, action.ok, action.message)
+        elif isinstance(action, st.FetchAbandoned):
+            now, ins = time.time(), action.instruction
+            self.link.queue_event(job.job_id, action.generation, InstructionEvent(
+                id=ins.id, kind="fetch", start=now, end=now, bytes=0, peer=ins.peer, ok=False,
+                message=action.reason))
 
     def store_verdict(self, verdict: m.StoreVerdict) -> None:
         fut = self.stores.pop((verdict.job, verdict.generation, verdict.id), None)
@@ -172,13 +180,13 @@ class PodRuntime:
                     fut.set_exception(error)
 
     def _drop(self, job: Job, generation: int, reason: str) -> None:
-        for key in [k for k in job.buffers if k[0] <= generation]:
+        for key in [k for k in job.buffers if k[0] == generation]:
             del job.buffers[key]
-        for key in [k for k in job.paths if k[0] <= generation]:
+        for key in [k for k in job.paths if k[0] == generation]:
             del job.paths[key]
-        job.computing = {k for k in job.computing if k[0] > generation}
+        job.computing = {k for k in job.computing if k[0] != generation}
         error = Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})", STALE)
-        for key in [k for k in job.waiters if k[0] <= generation]:
+        for key in [k for k in job.waiters if k[0] == generation]:
             self._wake(job, key, error)
 
     # ---- running one instruction -----------------------------------------------------------
@@ -191,7 +199,8 @@ class PodRuntime:
             job.computing.add((generation, ins.unit))
             await self.link.events_delivered()
         start = time.time()
-        nbytes, peer, copy_s, ok, message = 0, None, 0.0, True, ""
+        nbytes, copy_s, ok, message = 0, 0.0, True, ""
+        peer = ins.peer if isinstance(ins, Fetch) else None  # a failed fetch names its peer too
         delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None, generation)
         if delay is not None:  # test-only: this instruction "runs" a while (then takes the pod down)
             await delay.wait()
@@ -205,8 +214,8 @@ class PodRuntime:
                 log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
             elif isinstance(err, Refused):
                 log.info("instruction refused", job=job.job_id, instruction=ins.id, reason=message)
-        if not job.state.is_current(generation):
-            return  # a dropped plan: its result is discarded, nothing more is reported
+        if not job.state.is_running(generation, ins.id):
+            return  # a dropped plan or an abandoned fetch: its result is discarded, not reported
         unit = ins.unit if isinstance(ins, Compute | Store) else None
         leaf = ins.leaf if isinstance(ins, Compute) else None
         self.link.queue_event(job.job_id, generation, InstructionEvent(
@@ -331,7 +340,7 @@ class PodRuntime:
                           checksum=record.crc, data_port=port, ticket=ticket)
 
     def _servable(self, job: Job, generation: int, buffer: int) -> bool:
-        plan = job.state.plan
+        plan = job.state.plans.get(generation)
         return (job.state.is_current(generation) and plan is not None and plan.servable(buffer)
                 and (generation, buffer) in job.buffers)
 

@@ -11,11 +11,16 @@ Rules
 - A buffer is servable to peers once every instruction that fills it has completed: its Allocate,
   Load or Fetch, and each Compute binding it to a parameter the leaf writes (`leaf_writes`; a leaf
   missing from it counts every binding as a write, which is safe but may serve later).
-- Generations: a plan or a peer request of an older generation than the job's current one is
-  refused; a newer generation drops the current plan (its running work finishes, but the results
-  are discarded and nothing more of it starts).
-- The first failed instruction stops the plan: nothing more starts, the buffers stay servable
-  until the job is cancelled or re-planned, and the scheduler is told.
+- Generations: a re-plan after a node's death is a new generation that runs BESIDE the plans
+  before it (they keep their running work); plans are dropped only by `GenerationChanged` (every
+  plan older than it) or by cancelling the job, and requests for a dropped generation are refused.
+- Lost peers: every submit names the job's live nodes; a node named before and missing now is
+  lost, for good. Each plan then stops waiting for it: a Free no longer waits for its fetch, and
+  a fetch from it not yet done is abandoned with everything that depends on it except Frees
+  (`schemas.instructions.abandoned_by`), so the plan's other units go on. A failed fetch is
+  abandoned the same way (the scheduler blames the peer and re-plans what was abandoned).
+- Any other failed instruction stops the plan: nothing more starts, the buffers stay servable
+  until the job is cancelled, and the scheduler is told.
 """
 
 from __future__ import annotations
@@ -23,7 +28,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
+from schemas.instructions import (
+    Allocate,
+    Compute,
+    Fetch,
+    Free,
+    Instruction,
+    Load,
+    NodePlan,
+    Store,
+    abandoned_by,
+    kind_of,
+)
 from schemas.remote_errors import FailureKind, Refused
 
 BAD_PLAN, STALE = FailureKind.BAD_PLAN, FailureKind.STALE_GENERATION
@@ -43,6 +59,7 @@ class CheckedPlan:
 class PlanSubmitted:
     plan: NodePlan | CheckedPlan  # a NodePlan is validated here, a CheckedPlan was already
     leaf_writes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    peers: frozenset[int] | None = None  # the job's live nodes as of this plan (None: not said)
 
 
 @dataclass(frozen=True)
@@ -105,7 +122,16 @@ class PlanFinished:
     message: str = ""
 
 
-Action = StartInstruction | BufferServable | DropGeneration | PlanFinished
+@dataclass(frozen=True)
+class FetchAbandoned:
+    """A fetch from a lost peer will not run (its dependents neither): tell the scheduler."""
+
+    generation: int
+    instruction: Fetch
+    reason: str
+
+
+Action = StartInstruction | BufferServable | DropGeneration | PlanFinished | FetchAbandoned
 
 
 # ---- one plan ------------------------------------------------------------------------------------
@@ -187,7 +213,7 @@ def _check_acyclic(plan: NodePlan, ids: set[int]) -> None:
 
 
 class PlanState:
-    """Progress of one plan: pending dep counts, running and done sets, buffer readiness."""
+    """Progress of one plan: pending dep counts, running, done and abandoned sets, buffer readiness."""
 
     def __init__(self, checked: CheckedPlan, leaf_writes: Mapping[str, tuple[str, ...]]):
         plan = checked.plan
@@ -199,11 +225,15 @@ class PlanState:
         self.producers_left: dict[int, int] = {}  # buffer -> fill instructions not yet done
         self.fills: dict[int, tuple[int, ...]] = {}  # instruction -> buffers it fills
         self.free_of: dict[int, Free] = {}  # buffer -> its Free
-        self.served: dict[int, int] = {}  # buffer -> peer releases so far
+        self.users: dict[int, list[int]] = {}  # buffer -> the instructions using it, but its Free
+        self.served: dict[int, set[int]] = {}  # buffer -> peers that released it so far
+        self.lost: set[int] = set()  # peers lost to the job: no Free waits for them
         self.waiting_frees: set[int] = set()  # Free ids whose deps are done, waiting for serves
         self.running: set[int] = set()
         self.done: set[int] = set()
+        self.abandoned: set[int] = set()  # will never run (a fetch from a lost or failing peer)
         self.failed: str | None = None
+        self.reported = False  # PlanFinished sent
         for ins in plan.instructions:
             deps = set(ins.deps)
             self.missing_deps[ins.id] = len(deps)
@@ -215,10 +245,13 @@ class PlanState:
                 self.producers_left[buf] = self.producers_left.get(buf, 0) + 1
             if isinstance(ins, Free):
                 self.free_of[ins.buffer] = ins
+            else:
+                for buf in _used_buffers(ins):
+                    self.users.setdefault(buf, []).append(ins.id)
 
     @property
     def finished(self) -> bool:
-        return len(self.done) == len(self.by_id)
+        return len(self.done) + len(self.abandoned) == len(self.by_id)
 
     def servable(self, buffer: int) -> bool:
         return self.producers_left.get(buffer, 1) == 0
@@ -228,9 +261,23 @@ class PlanState:
         return buffer in self.producers_left
 
     def _may_start(self, ins: Instruction) -> bool:
-        if isinstance(ins, Free) and ins.serves:
-            return self.served.get(ins.buffer, 0) >= ins.serves
-        return True
+        if not isinstance(ins, Free):
+            return True
+        # Its deps imply every user is done, unless some were abandoned: then a user outside the
+        # abandoned set (an earlier launch on the same output) may still be running.
+        done, abandoned = self.done, self.abandoned
+        if not all(u in done or u in abandoned for u in self.users.get(ins.buffer, ())):
+            return False
+        served = self.served.get(ins.buffer, set())
+        return all(p in served or p in self.lost for p in ins.peers)
+
+    def _wake_frees(self, buffers, actions: list[Action]) -> None:
+        """Start the waiting Frees of `buffers` that may start now."""
+        for buf in buffers:
+            free = self.free_of.get(buf)
+            if free is not None and free.id in self.waiting_frees and self._may_start(free):
+                self.waiting_frees.discard(free.id)
+                self._start([free.id], actions)
 
     def _start(self, ids: list[int], actions: list[Action]) -> None:
         for i in ids:
@@ -243,14 +290,20 @@ class PlanState:
 
     def start_ready(self) -> list[Action]:
         actions: list[Action] = []
-        self._start([i for i, n in self.missing_deps.items() if n == 0], actions)
+        idle = self.running | self.waiting_frees | self.done | self.abandoned
+        self._start([i for i, n in self.missing_deps.items() if n == 0 and i not in idle], actions)
         return actions
 
     def finish(self, ident: int, ok: bool, message: str) -> list[Action]:
         if ident not in self.running:
-            return []  # unknown or repeated report: nothing to do
+            return []  # unknown, repeated or abandoned meanwhile: nothing to do
         self.running.discard(ident)
         actions: list[Action] = []
+        if not ok and isinstance(self.by_id[ident], Fetch):
+            # The peer's fault or its death: this fetch's dependents cannot run, the rest can.
+            self._abandon([ident], actions)
+            self.finish_check(actions)
+            return actions
         if not ok:
             if self.failed is None:
                 ins = self.by_id[ident]
@@ -262,27 +315,62 @@ class PlanState:
             self.producers_left[buf] -= 1
             if self.producers_left[buf] == 0:
                 actions.append(BufferServable(self.generation, buf))
-        if self.failed is None:
-            newly_ready = []
-            for j in self.dependents[ident]:
-                self.missing_deps[j] -= 1
-                if self.missing_deps[j] == 0:
-                    newly_ready.append(j)
-            self._start(newly_ready, actions)
-            if self.finished:
-                actions.append(PlanFinished(self.generation, True))
+        self._satisfied(ident, actions)
+        if self.abandoned and self.failed is None:
+            self._wake_frees(_used_buffers(self.by_id[ident]), actions)
+        self.finish_check(actions)
         return actions
 
-    def serve_done(self, buffer: int) -> list[Action]:
+    def _satisfied(self, ident: int, actions: list[Action]) -> None:
+        """`ident` is done or abandoned: its dependents wait for it no longer."""
+        if self.failed is not None:
+            return
+        newly_ready = []
+        for j in self.dependents[ident]:
+            self.missing_deps[j] -= 1
+            if self.missing_deps[j] == 0 and j not in self.abandoned:
+                newly_ready.append(j)
+        self._start(newly_ready, actions)
+
+    def finish_check(self, actions: list[Action]) -> None:
+        if self.failed is None and self.finished and not self.reported:
+            self.reported = True
+            actions.append(PlanFinished(self.generation, True))
+
+    def _abandon(self, roots: list[int], actions: list[Action]) -> None:
+        """Drop `roots` and what depends on them (abandoned_by); the Frees they gated may go."""
+        dropped = abandoned_by(self.plan.instructions, roots) - self.done - self.abandoned
+        self.abandoned |= dropped
+        self.running -= dropped
+        self.waiting_frees -= dropped
+        for ident in sorted(dropped):
+            self._satisfied(ident, actions)
+        if self.failed is None:
+            self._wake_frees({b for i in dropped for b in _used_buffers(self.by_id[i])}, actions)
+
+    def peers_lost(self, lost: set[int]) -> list[Action]:
+        """Stop waiting for `lost`: abandon fetches from them not done, start Frees they held."""
+        self.lost |= lost
+        actions: list[Action] = []
+        if self.failed is not None:
+            return actions
+        roots = [ins.id for ins in self.plan.instructions if isinstance(ins, Fetch) and ins.peer in lost
+                 and ins.id not in self.done and ins.id not in self.abandoned]
+        for ident in roots:
+            fetch = self.by_id[ident]
+            actions.append(FetchAbandoned(self.generation, fetch, f"node {fetch.peer} was lost to the job"))
+        self._abandon(roots, actions)
+        self._wake_frees([self.by_id[i].buffer for i in sorted(self.waiting_frees)], actions)
+        self.finish_check(actions)
+        return actions
+
+    def serve_done(self, buffer: int, node: int) -> list[Action]:
         if buffer not in self.producers_left:
             raise Refused(f"buffer {buffer} is not in the plan of generation {self.generation}")
-        self.served[buffer] = self.served.get(buffer, 0) + 1
-        free = self.free_of.get(buffer)
+        self.served.setdefault(buffer, set()).add(node)
         actions: list[Action] = []
-        waiting = free is not None and free.id in self.waiting_frees
-        if self.failed is None and waiting and self._may_start(free):
-            self.waiting_frees.discard(free.id)
-            self._start([free.id], actions)
+        if self.failed is None:
+            self._wake_frees([buffer], actions)
         return actions
 
 
@@ -314,32 +402,46 @@ def check_leaves(plan: NodePlan, leaves: Mapping[str, frozenset[str]]) -> None:
 
 
 class PodState:
-    """One job on this pod: its current generation and the plan running under it."""
+    """One job on this pod: its plans (one per generation, side by side) and its lost peers."""
 
     def __init__(self, job_id: str):
         self.job_id = job_id
-        self.generation = 0
-        self.plan: PlanState | None = None
+        self.plans: dict[int, PlanState] = {}
+        self.dropped_through = -1  # generations up to this one were dropped: refused from now on
+        self.peers: set[int] = set()  # the job's live nodes, as the last submit named them
+        self.lost: set[int] = set()
         self.cancelled = False
 
+    @property
+    def generation(self) -> int:
+        """The newest generation this pod has seen for the job."""
+        return max(self.plans, default=max(self.dropped_through, 0))
+
     def check_generation(self, generation: int) -> None:
-        """Refuse a request from an older generation (or for a cancelled job)."""
+        """Refuse a request for a dropped generation (or for a cancelled job)."""
         if self.cancelled:
             raise Refused(f"job {self.job_id} was cancelled", STALE)
-        if generation < self.generation:
-            raise Refused(f"job {self.job_id}: generation {generation} is older than {self.generation}",
-                          STALE)
+        if generation <= self.dropped_through:
+            raise Refused(f"job {self.job_id}: generation {generation} was dropped "
+                          f"(generations up to {self.dropped_through} are)", STALE)
 
     def is_current(self, generation: int) -> bool:
-        return not self.cancelled and generation == self.generation and self.plan is not None
+        """Whether a plan of `generation` runs here (submitted, not dropped)."""
+        return not self.cancelled and generation in self.plans
+
+    def is_running(self, generation: int, ident: int) -> bool:
+        """Whether the state still waits for instruction `ident`'s end (not abandoned meanwhile)."""
+        plan = self.plans.get(generation)
+        return not self.cancelled and plan is not None and ident in plan.running
 
     def running(self) -> list[int]:
-        return sorted(self.plan.running) if self.plan else []
+        return sorted(i for plan in self.plans.values() for i in plan.running)
 
     def unservable(self, generation: int, buffer: int, patience_s: float) -> Refused:
         """Why a peer waited `patience_s` for `buffer` in vain: not ready yet (ask again), or
         nothing here will ever fill it (the asker must not wait on this node again)."""
-        if not self.is_current(generation) or not self.plan.produces(buffer):
+        plan = self.plans.get(generation)
+        if not self.is_current(generation) or plan is None or not plan.produces(buffer):
             return Refused(f"buffer {buffer}: no plan of generation {generation} on this node "
                            f"produces it (waited {patience_s:g} s)", STALE)
         return Refused(f"buffer {buffer} was not ready within {patience_s:g} s", FailureKind.NOT_READY)
@@ -348,53 +450,58 @@ class PodState:
         if isinstance(event, PlanSubmitted):
             return self._submit(event)
         if isinstance(event, InstructionFinished):
-            if not self.is_current(event.generation):
+            plan = self.plans.get(event.generation)
+            if self.cancelled or plan is None:
                 return []  # work of a dropped plan: its result is discarded
-            return self.plan.finish(event.id, event.ok, event.message)
+            return plan.finish(event.id, event.ok, event.message)
         if isinstance(event, TileServed):
             self.check_generation(event.generation)
             if not self.is_current(event.generation):
                 raise Refused(f"job {self.job_id}: no plan of generation {event.generation}", STALE)
-            return self.plan.serve_done(event.buffer)
+            return self.plans[event.generation].serve_done(event.buffer, event.node)
         if isinstance(event, GenerationChanged):
             self.check_generation(event.generation)
-            return self._advance(event.generation, f"generation {event.generation} replaces it")
+            return self._drop_older(event.generation, f"generation {event.generation} replaces it")
         if isinstance(event, Cancelled):
             self.cancelled = True
-            return self._drop("the job was cancelled")
+            return self._drop_older(None, "the job was cancelled")
         raise TypeError(f"unknown event {event!r}")
 
-    def _drop(self, reason: str) -> list[Action]:
-        if self.plan is None:
-            return []
-        old, self.plan = self.plan, None
-        return [DropGeneration(old.generation, reason)]
-
-    def _advance(self, generation: int, reason: str) -> list[Action]:
-        actions: list[Action] = []
-        if generation > self.generation:
-            actions = self._drop(reason)
-            self.generation = generation
-        return actions
+    def _drop_older(self, generation: int | None, reason: str) -> list[Action]:
+        """Drop every plan older than `generation` (None: every plan)."""
+        old = sorted(g for g in self.plans if generation is None or g < generation)
+        for g in old:
+            del self.plans[g]
+        if generation is not None:
+            self.dropped_through = max(self.dropped_through, generation - 1)
+        return [DropGeneration(g, reason) for g in old]
 
     def _submit(self, event: PlanSubmitted) -> list[Action]:
         raw = event.plan.plan if isinstance(event.plan, CheckedPlan) else event.plan
         generation = raw.generation
         self.check_generation(generation)
-        if generation == self.generation and self.plan is not None:
+        if generation in self.plans:
             raise Refused(f"job {self.job_id}: a plan for generation {generation} was already submitted")
         checked = event.plan if isinstance(event.plan, CheckedPlan) else validate_plan(raw)
         plan = PlanState(checked, event.leaf_writes)  # validated before anything changes
-        actions = self._advance(generation, f"generation {generation} replaces it")
-        self.plan = plan
+        actions: list[Action] = []
+        if event.peers is not None:
+            newly_lost = (self.peers - event.peers) - self.lost
+            self.lost |= newly_lost
+            self.peers = set(event.peers) - self.lost
+            if newly_lost:
+                for older in self.plans.values():
+                    actions += older.peers_lost(newly_lost)
+        self.plans[generation] = plan
+        if self.lost:  # a plan made before a loss it arrives after (submits may cross)
+            actions += plan.peers_lost(set(self.lost))
         actions += plan.start_ready()
-        if plan.finished:
-            actions.append(PlanFinished(generation, True))
+        plan.finish_check(actions)
         return actions
 
 
 __all__ = [
-    "Action", "BufferServable", "Cancelled", "CheckedPlan", "DropGeneration", "Event", "GenerationChanged",
-    "InstructionFinished", "PlanFinished", "PlanSubmitted", "PodState", "Refused", "StartInstruction",
-    "TileServed", "check_leaves", "validate_plan",
+    "Action", "BufferServable", "Cancelled", "CheckedPlan", "DropGeneration", "Event", "FetchAbandoned",
+    "GenerationChanged", "InstructionFinished", "PlanFinished", "PlanSubmitted", "PodState", "Refused",
+    "StartInstruction", "TileServed", "check_leaves", "validate_plan",
 ]

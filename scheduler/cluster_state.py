@@ -9,8 +9,17 @@ Rules (docs/runtime.md states them for users):
 - A unit is stored once every output of it has an acknowledged store event, from a live node,
   under the current generation. Events from dead nodes and older generations are ignored.
 - A node that sends nothing (heartbeat, events, finished) for `heartbeat_timeout` seconds, or
-  whose connection drops, is declared dead. Every unit not yet stored is then re-planned over the
-  nodes left, under a new generation, with its inputs loaded again from storage.
+  whose connection drops, is declared dead. Only ITS units not yet stored are re-planned, over the
+  nodes left, under a new generation that runs beside the plans before it (the live nodes keep
+  their running work), with their inputs loaded again from storage. The new plan's peer list tells
+  the live nodes the node is lost: they stop waiting for its fetches of their tiles, and abandon
+  their own fetches from it not yet done, with what depends on them (`abandoned_by`); each such
+  fetch comes back as a failed fetch event, and the units it abandoned are re-planned at the next
+  tick (one re-plan for the reports of every node).
+  So at most the dead node's unstored units, and the units that needed a tile only it held, run
+  again. Every re-plan is a `Replanned` action naming the units and where they came from.
+- Instruction ids are unique within the job (each plan is numbered after the last), so a
+  heartbeat's running ids and an event's id name one instruction whatever its generation.
 - A dead node's crash is charged to the units it was computing: those of its last heartbeat's
   running computes not reported finished since, and those of its computes that were ready
   (every dependency reported finished, the compute itself not), which catches a unit that kills
@@ -21,7 +30,8 @@ Rules (docs/runtime.md states them for users):
 - An instruction that fails on a live node (a bad leaf, a storage error) fails the job at once:
   such errors repeat wherever the unit runs. Except a failed fetch: the peer that could not serve
   the tile (it died, hung past the fetch timeout, or sent a corrupt tile) is declared dead, and the
-  re-plan loads the region again from storage.
+  units the fetch abandoned are re-planned with the dead peer's, their regions loaded again from
+  storage.
 - No node left: the job fails. The job succeeds when every unit is stored and every live node
   has finished the current generation's plan.
 """
@@ -33,7 +43,7 @@ from dataclasses import dataclass, field
 
 from common.errors import UserError
 from scheduler.planner import NodeFigure, Plan
-from schemas.instructions import Compute, Fetch, NodePlan, Store, kind_of
+from schemas.instructions import Compute, Fetch, NodePlan, Store, abandoned_by, kind_of
 from schemas.program import ClusterProgram, Unit
 
 # ---- actions ---------------------------------------------------------------------------------
@@ -62,7 +72,17 @@ class Succeeded:
     pass
 
 
-Action = Submit | Cancel | Failed | Succeeded
+@dataclass(frozen=True)
+class Replanned:
+    """A re-plan (for the log and the trace): `moved` holds (unit, from node, to node)."""
+
+    generation: int
+    time: float
+    cause: str
+    moved: tuple[tuple[int, int, int], ...]
+
+
+Action = Submit | Cancel | Failed | Succeeded | Replanned
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,7 @@ class InstructionInfo:
     leaf: str | None
     node: int
     deps: tuple[int, ...] = ()
+    generation: int = 0
 
 
 def describe_instructions(plan: NodePlan) -> dict[int, InstructionInfo]:
@@ -105,26 +126,26 @@ def describe_instructions(plan: NodePlan) -> dict[int, InstructionInfo]:
             continue
         if unit is not None:
             for w in waiting:
-                out[w.id] = InstructionInfo(kind_of(w), unit, None, plan.node, w.deps)
+                out[w.id] = InstructionInfo(kind_of(w), unit, None, plan.node, w.deps, plan.generation)
             waiting.clear()
             last_unit = unit
         out[ins.id] = InstructionInfo(kind_of(ins), unit if unit is not None else last_unit, leaf, plan.node,
-                                      ins.deps)
+                                      ins.deps, plan.generation)
     for w in waiting:
-        out[w.id] = InstructionInfo(kind_of(w), last_unit, None, plan.node, w.deps)
+        out[w.id] = InstructionInfo(kind_of(w), last_unit, None, plan.node, w.deps, plan.generation)
     return out
 
 
 # ---- the state ---------------------------------------------------------------------------------
 
-Planner = Callable[[Sequence[NodeFigure], int, Sequence[Unit]], Plan]
+Planner = Callable[[Sequence[NodeFigure], int, Sequence[Unit], int], Plan]
 
 
 @dataclass
 class ClusterState:
     program: ClusterProgram
     figures: dict[int, NodeFigure]
-    planner: Planner  # (live figures, generation, units) -> Plan
+    planner: Planner  # (live figures, generation, units, first instruction id) -> Plan
     heartbeat_timeout: float = 5.0
     max_attempts: int = 3
     # A failed fetch blames the serving peer only if the fetching node is still alive this long
@@ -132,26 +153,36 @@ class ClusterState:
     # its connection drops, which must not condemn a healthy peer (seen in the kill matrix).
     fetch_blame_grace: float = 0.5
 
-    generation: int = 0
+    generation: int = 0  # the newest plan's
+    next_id: int = 0  # the first instruction id of the next plan
     live: set[int] = field(default_factory=set)
     failures: list[NodeFailure] = field(default_factory=list)
-    plan: Plan | None = None
-    plans: dict[int, Plan] = field(default_factory=dict)  # generation -> plan
+    plan: Plan | None = None  # the newest plan
+    plans: dict[int, Plan] = field(default_factory=dict)  # generation -> plan (all run side by side)
+    placement: dict[int, tuple[int, int]] = field(default_factory=dict)  # unit -> (node, generation)
     stored: set[int] = field(default_factory=set)  # unit indices fully stored
-    outputs_stored: dict[int, int] = field(default_factory=dict)  # unit -> acknowledged stores
+    outputs_stored: dict[tuple[int, int], int] = field(default_factory=dict)  # (unit, gen) -> stores
     outputs_per_unit: dict[int, int] = field(default_factory=dict)
     crashes: dict[int, int] = field(default_factory=dict)  # unit -> times its node died under it
     last_seen: dict[int, float] = field(default_factory=dict)
     running: dict[int, tuple[int, ...]] = field(default_factory=dict)  # node -> running ids
     done: dict[int, set[int]] = field(default_factory=dict)  # node -> ids reported finished (ok)
-    finished_nodes: set[int] = field(default_factory=set)
+    finished_plans: set[tuple[int, int]] = field(default_factory=set)  # (node, generation) ran to the end
+    abandoned: set[int] = field(default_factory=set)  # ids a pod dropped (a failed fetch's dependents)
+    # unit -> node: abandoned on that live node because a fetch of it failed; re-planned at once
+    # when the fetch's peer is already dead, else with the next death (the peer's once blamed)
+    stranded: dict[int, int] = field(default_factory=dict)
+    # some of them wait on a peer already dead: re-planned at the next tick, so that the reports of
+    # every live node (one batch per node and generation) go out in one re-plan, not one each
+    strand_due: bool = False
     instruction_info: dict[int, InstructionInfo] = field(default_factory=dict)
-    fetch_peers: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, fetch id) -> peer
+    fetch_peers: dict[int, int] = field(default_factory=dict)  # fetch id -> peer
     # peer -> (since, fetching node, message): a fetch from it failed; blamed after the grace
     fetch_suspects: dict[int, tuple[float, int, str]] = field(default_factory=dict)
-    # node -> (since, generation, message): its plan failed; the job fails after the grace unless a
-    # re-plan (a peer blamed for a failed fetch) replaced that generation meanwhile
-    failed_plans: dict[int, tuple[float, int, str]] = field(default_factory=dict)
+    # node -> (since, message): its plan stopped at a failed instruction; the job fails after the
+    # grace unless the node is declared dead meanwhile
+    failed_plans: dict[int, tuple[float, str]] = field(default_factory=dict)
+    replans: list[Replanned] = field(default_factory=list)
     outcome: Action | None = None
 
     def __post_init__(self):
@@ -172,45 +203,46 @@ class ClusterState:
         if node not in self.live:
             return []
         self.last_seen[node] = now
-        if generation == self.generation:
-            self.running[node] = tuple(running)
+        self.running[node] = tuple(running)  # ids are unique in the job: no generation needed
         return []
 
     def events(self, node: int, generation: int, events: Sequence[EventInfo], now: float) -> list[Action]:
         if node not in self.live:
             return []
         self.last_seen[node] = now
-        if generation != self.generation or self.outcome is not None:
+        if generation not in self.plans or self.outcome is not None:
             return []
+        failed_fetches, from_lost = [], False
         for event in events:
             if not event.ok:
-                peer = self.fetch_peers.get((node, event.id))
-                if peer is not None and peer != node:
-                    if peer in self.live:
-                        self.fetch_suspects.setdefault(peer, (now, node, event.message))
-                    continue  # a peer already dead: its death re-planned this work
-                return self._fail(f"node {node}: {self._name(event.id)} failed: {event.message}")
+                peer = self.fetch_peers.get(event.id)
+                info = self.instruction_info.get(event.id)
+                if peer is None or peer == node or info is None or info.node != node:
+                    return self._fail(f"node {node}: {self._name(event.id)} failed: {event.message}")
+                failed_fetches.append(event.id)
+                if peer in self.live:
+                    self.fetch_suspects.setdefault(peer, (now, node, event.message))
+                from_lost = from_lost or peer not in self.live
+                continue
             if event.kind != "serve":  # a serve event's id is a buffer, not an instruction
                 self.done.setdefault(node, set()).add(event.id)
             if event.kind == "store":
-                info = self.instruction_info.get(event.id)
-                if info is None or info.unit is None or info.node != node:
-                    continue
-                self.outputs_stored[info.unit] = self.outputs_stored.get(info.unit, 0) + 1
-                if self.outputs_stored[info.unit] >= self.outputs_per_unit[info.unit]:
-                    self.stored.add(info.unit)
+                self._stored(node, generation, event.id)
+        if failed_fetches:
+            self._strand(node, generation, failed_fetches)
+            self.strand_due = self.strand_due or from_lost
         return self._check_done()
 
     def finished(self, node: int, generation: int, ok: bool, message: str, now: float) -> list[Action]:
-        if node not in self.live or generation != self.generation or self.outcome is not None:
+        if node not in self.live or generation not in self.plans or self.outcome is not None:
             return []
         self.last_seen[node] = now
         if not ok:
-            # Its event report (e.g. a fetch that failed on a peer) may still be on its way and
-            # the failure may be the peer's: decide once the fetch-blame grace has passed.
-            self.failed_plans.setdefault(node, (now, generation, message))
+            # Its node may be dying (its report racing its connection's end): decide once the
+            # fetch-blame grace has passed.
+            self.failed_plans.setdefault(node, (now, message))
             return []
-        self.finished_nodes.add(node)
+        self.finished_plans.add((node, generation))
         return self._check_done()
 
     def disconnected(self, node: int, reason: str, now: float) -> list[Action]:
@@ -224,6 +256,10 @@ class ClusterState:
         late = sorted(n for n in self.live if now - self.last_seen.get(n, now) > self.heartbeat_timeout)
         if late:
             return self._declare_dead(late, f"no heartbeat for {self.heartbeat_timeout:g} s", now)
+        if self.strand_due and self.stranded:
+            nodes = ", ".join(str(n) for n in sorted(set(self.stranded.values())))
+            return self._replan(dict(self.stranded), f"node {nodes} dropped work that needed a tile only "
+                                "a lost node held", now)
         return self._blame_fetch_failures(now)
 
     def _blame_fetch_failures(self, now: float) -> list[Action]:
@@ -235,8 +271,8 @@ class ClusterState:
             elif now - since >= self.fetch_blame_grace:
                 del self.fetch_suspects[peer]
                 return self._declare_dead([peer], f"node {fetcher} could not fetch from it: {message}", now)
-        for node, (since, generation, message) in sorted(self.failed_plans.items()):
-            if node not in self.live or generation != self.generation:
+        for node, (since, message) in sorted(self.failed_plans.items()):
+            if node not in self.live:
                 del self.failed_plans[node]
             elif now - since >= 2 * self.fetch_blame_grace and not self.fetch_suspects:
                 return self._fail(f"node {node}: {message}")
@@ -253,13 +289,39 @@ class ClusterState:
         instruction as soon as its dependencies are done, so a ready compute was running (or
         about to) even if it started and crashed the node between two heartbeats."""
         done = self.done.get(node, set())
-        heard = [i for i in self.running.get(node, ()) if i not in done]
-        ready = sorted(i for i, info in self.instruction_info.items()
-                       if info.node == node and info.kind == "compute" and i not in done
-                       and all(d in done for d in info.deps))
+        skip = done | self.abandoned
+        info = self.instruction_info
+        heard = [i for i in self.running.get(node, ())
+                 if i not in skip and i in info and info[i].node == node]
+        ready = sorted(i for i, x in info.items()
+                       if x.node == node and x.kind == "compute" and i not in skip
+                       and all(d in done for d in x.deps))
         return heard + [i for i in ready if i not in heard]
 
     # ---- internals ----
+
+    def _stored(self, node: int, generation: int, ins_id: int) -> None:
+        """An acknowledged store: counts towards its unit where that unit is placed now."""
+        info = self.instruction_info.get(ins_id)
+        if info is None or info.unit is None or info.node != node or info.generation != generation:
+            return
+        if self.placement.get(info.unit) != (node, generation):
+            return
+        key = (info.unit, generation)
+        self.outputs_stored[key] = self.outputs_stored.get(key, 0) + 1
+        if self.outputs_stored[key] >= self.outputs_per_unit[info.unit]:
+            self.stored.add(info.unit)
+
+    def _strand(self, node: int, generation: int, fetches: list[int]) -> None:
+        """The pod dropped these fetches and what depends on them (the same `abandoned_by`):
+        their units, where still placed there, wait for a re-plan."""
+        dropped = abandoned_by(self.plans[generation].node_plans[node].instructions, fetches)
+        self.abandoned |= dropped
+        for ins_id in dropped:
+            info = self.instruction_info[ins_id]
+            if info.kind == "compute" and info.unit not in self.stored \
+                    and self.placement.get(info.unit) == (node, generation):
+                self.stranded[info.unit] = node
 
     def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:
         actions: list[Action] = []
@@ -267,60 +329,90 @@ class ClusterState:
             self.live.discard(node)
             self.failures.append(NodeFailure(node, now, reason))
             actions.append(Cancel(node))
-            # One crash per unit per death, and only for a compute: a leaf is the unit's own code,
-            # while a load, fetch or store running when a node dies is the node's business (a
-            # cascade of machines dying must not add up against the units they were loading).
-            culprits: dict[int, int] = {}
-            for ins_id in self.suspects(node):
-                info = self.instruction_info.get(ins_id)
-                if info is None or info.kind != "compute" or info.unit in self.stored:
-                    continue
-                culprits.setdefault(info.unit, ins_id)
-            self.running.pop(node, None)
-            for unit, ins_id in sorted(culprits.items()):
-                self.crashes[unit] = self.crashes.get(unit, 0) + 1
-                if self.crashes[unit] >= self.max_attempts:
-                    return actions + self._fail(
-                        f"unit {unit} killed its node {self.crashes[unit]} times; the last "
-                        f"time node {node} was running {self._name(ins_id)} ({reason})")
+            charged = self._charge(node, reason)
+            if charged:
+                return actions + charged
         if not self.live:
             dead = ", ".join(f"node {f.node}: {f.reason}" for f in self.failures)
             return actions + self._fail(f"no node left to run the job ({dead})")
-        left = [u for u in self.program.units if u.index not in self.stored]
-        if not left:  # everything is stored already: the nodes left only have to finish
-            return actions + self._check_done()
+        moved = {u: n for u, (n, _) in self.placement.items() if n in nodes and u not in self.stored}
+        moved.update(self.stranded)
+        done = self._check_done()
+        if done:  # everything is stored and the nodes left have finished: nothing to tell them
+            return actions + done
+        names = ", ".join(str(n) for n in nodes)
+        return actions + self._replan(moved, f"node {names} died ({reason})", now)
+
+    def _charge(self, node: int, reason: str) -> list[Action]:
+        """One crash per unit per death, and only for a compute: a leaf is the unit's own code,
+        while a load, fetch or store running when a node dies is the node's business (a cascade
+        of machines dying must not add up against the units they were loading)."""
+        culprits: dict[int, int] = {}
+        for ins_id in self.suspects(node):
+            info = self.instruction_info.get(ins_id)
+            if info is None or info.kind != "compute" or info.unit in self.stored:
+                continue
+            culprits.setdefault(info.unit, ins_id)
+        self.running.pop(node, None)
+        for unit, ins_id in sorted(culprits.items()):
+            self.crashes[unit] = self.crashes.get(unit, 0) + 1
+            if self.crashes[unit] >= self.max_attempts:
+                return self._fail(f"unit {unit} killed its node {self.crashes[unit]} times; the last "
+                                  f"time node {node} was running {self._name(ins_id)} ({reason})")
+        return []
+
+    def _replan(self, moved: dict[int, int], cause: str, now: float) -> list[Action]:
+        """Plan the units in `moved` (unit -> the node it leaves) over the live nodes, as a new
+        generation beside the running ones. With no unit to move it still goes out (empty): its
+        peer list is how the live nodes learn who was lost."""
+        for unit in moved:
+            self.stranded.pop(unit, None)
+        self.strand_due = False
+        units = [u for u in self.program.units if u.index in moved]
         try:
-            return actions + self._plan(left)
-        except UserError as err:  # e.g. the remaining nodes lack the memory
-            return actions + self._fail(f"re-planning after losing node(s) {nodes}: {err}")
+            actions = self._plan(units)
+        except UserError as err:  # e.g. the nodes left lack the memory
+            return self._fail(f"re-planning after: {cause}: {err}")
+        record = Replanned(self.generation, now, cause,
+                           tuple((u, moved[u], self.plan.placement[u]) for u in sorted(moved)))
+        self.replans.append(record)
+        return [record, *actions]
+
+    def _room(self, node: int) -> NodeFigure:
+        """The node's figure for a new plan: its memory less the peaks of its plans still running
+        (a re-plan runs beside them)."""
+        figure = self.figures[node]
+        if not figure.vram_bytes:
+            return figure
+        busy = sum(p.node_plans[node].peak_bytes for g, p in self.plans.items()
+                   if node in p.node_plans and (node, g) not in self.finished_plans)
+        return NodeFigure(node, max(1, figure.vram_bytes - busy))
 
     def _plan(self, units: list[Unit]) -> list[Action]:
         self.generation += 1
-        figures = [self.figures[n] for n in sorted(self.live)]
-        plan = self.planner(figures, self.generation, units)
+        figures = [self._room(n) for n in sorted(self.live)]
+        plan = self.planner(figures, self.generation, units, self.next_id)
         self.plan = plan
         self.plans[self.generation] = plan
-        self.finished_nodes.clear()
-        self.running.clear()
-        self.done.clear()
-        self.outputs_stored = {u: n for u, n in self.outputs_stored.items() if u in self.stored}
-        self.instruction_info = {}
-        self.fetch_peers = {}
         for node_plan in plan.node_plans.values():
             self.instruction_info.update(describe_instructions(node_plan))
             for ins in node_plan.instructions:
+                self.next_id = max(self.next_id, ins.id + 1)
                 if isinstance(ins, Fetch):
-                    self.fetch_peers[(node_plan.node, ins.id)] = ins.peer
+                    self.fetch_peers[ins.id] = ins.peer
+        for unit, node in plan.placement.items():
+            self.placement[unit] = (node, self.generation)
         actions: list[Action] = [Submit(node, p) for node, p in sorted(plan.node_plans.items())]
         return actions + self._check_done()
 
     def _check_done(self) -> list[Action]:
-        if self.outcome is not None:
+        if self.outcome is not None or len(self.stored) < len(self.program.units):
             return []
-        if len(self.stored) == len(self.program.units) and self.live <= self.finished_nodes:
-            self.outcome = Succeeded()
-            return [self.outcome]
-        return []
+        for generation, plan in self.plans.items():
+            if any(n in self.live and (n, generation) not in self.finished_plans for n in plan.node_plans):
+                return []
+        self.outcome = Succeeded()
+        return [self.outcome]
 
     def _fail(self, reason: str) -> list[Action]:
         if self.outcome is not None:

@@ -21,7 +21,8 @@ Pure: no I/O, no clocks. The pipeline, in two passes over the units:
 Partials. A split reduction's partials (role "partial", never in storage) are written by the
 piece of their share and read by the tree's merge on another node: that node fetches the partial
 from its writer like any tile (a buffer is servable once every launch writing it is done, so the
-fetch gets the share's final partial), and the writer frees it only after that fetch (`serves`).
+fetch gets the share's final partial), and the writer frees it only after that fetch (its Free
+names the fetching node, so a fetcher lost to the job is no longer waited for).
 
 Bounded memory. A piece's allocations wait for (a) the stores and frees of the node's piece two
 before it and (b) the frees of every buffer "released" by its round: a buffer is released two
@@ -91,7 +92,7 @@ class _Copy:
     first_pos: int
     last_pos: int
     owner: bool = False  # loads it from storage (else fetches it from the owner)
-    fetched_by: int = 0  # owner only: number of peers that fetch it
+    fetched_by: list[int] = field(default_factory=list)  # owner only: the peers that fetch it
     last_fetch_round: int = -1  # owner only
 
 
@@ -122,7 +123,7 @@ class _Partials:
     nodes fetch it: its writer frees it only after they have."""
 
     writer: dict[Key, tuple[int, int]] = field(default_factory=dict)  # key -> (node, buffer)
-    fetches: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, buffer) -> peers
+    fetches: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (node, buffer) -> peers
 
 
 def _account(pieces: Sequence[Piece], nodes: Sequence[int], scratch: frozenset[str]
@@ -139,11 +140,10 @@ def _account(pieces: Sequence[Piece], nodes: Sequence[int], scratch: frozenset[s
         for key, (_, buffer) in work.outputs.items():
             if key[0] in scratch:
                 partials.writer[key] = (piece.node, buffer)
-    for state in states.values():
+    for node, state in states.items():
         for work in state.work:
             for key in work.peer_partials:
-                where = partials.writer[key]
-                partials.fetches[where] = partials.fetches.get(where, 0) + 1
+                partials.fetches.setdefault(partials.writer[key], []).append(node)
     return states, first_use, partials
 
 
@@ -210,7 +210,7 @@ def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list],
         states[owner].loaded_bytes += math.prod(copy.region.shape) * ITEMSIZE[dtypes[key[0]]]
         for node in holders:
             if node != owner:
-                copy.fetched_by += 1
+                copy.fetched_by.append(node)
                 copy.last_fetch_round = max(copy.last_fetch_round, states[node].copies[key].first_pos)
 
 
@@ -352,26 +352,26 @@ class _Unroll:
         done = []
         for key, (region, buffer) in work.outputs.items():
             deps = tuple(self.users[buffer]) or (self.producer[buffer],)
-            serves = 0
+            peers: tuple[int, ...] = ()
             if key[0] in self.scratch:
-                serves = self.partials.fetches.get((self.node, buffer), 0)
+                peers = tuple(self.partials.fetches.get((self.node, buffer), ()))
             else:
                 sid = next(ids)
                 emit(Store(sid, (self.producer[buffer],), buffer, self.tensor_index[region.tensor], region,
                            work.unit.index))
                 deps = (sid,)
-            done.append(self._free(deps, buffer, serves))
+            done.append(self._free(deps, buffer, peers))
         self.unit_done.append(tuple(done))
         for buffer in work.peer_partials.values():
             self._free(tuple(self.users[buffer]), buffer)
         for buffer in work.inputs.values():
             copy = self.copy_of_buffer[buffer]
             if copy.last_pos == work.pos and buffer not in self.free_id:
-                self._free(tuple(self.users[buffer]), buffer, copy.fetched_by if copy.owner else 0)
+                self._free(tuple(self.users[buffer]), buffer, tuple(copy.fetched_by) if copy.owner else ())
 
-    def _free(self, deps: tuple[int, ...], buffer: int, serves: int = 0) -> int:
+    def _free(self, deps: tuple[int, ...], buffer: int, peers: tuple[int, ...] = ()) -> int:
         fid = next(self.ids)
-        self.out.append(Free(fid, deps, buffer, serves=serves))
+        self.out.append(Free(fid, deps, buffer, peers=peers))
         self.free_id[buffer] = fid
         return fid
 
@@ -382,8 +382,11 @@ class _Unroll:
 
 
 def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int = 1,
-         units: Sequence[Unit] | None = None) -> Plan:
+         units: Sequence[Unit] | None = None, first_id: int = 0) -> Plan:
     """Plan `units` (default: all of the program's, in index order) over `nodes`.
+
+    Instruction ids count up from `first_id`: a re-plan runs beside the plans before it, so the
+    scheduler numbers each plan after the last one and an id names one instruction of the job.
 
     `uris` maps each tensor to its (absolute) storage URI. Raises UserError when there is no node
     or when a node's peak memory does not fit its VRAM."""
@@ -392,11 +395,11 @@ def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str
     # The planner builds millions of small acyclic objects; the cycle collector would rescan
     # them over and over (it more than doubles the time) and has nothing to find here.
     with no_gc_pauses():  # the plan is acyclic tuples too
-        return _plan(program, nodes, uris, generation, units)
+        return _plan(program, nodes, uris, generation, units, first_id)
 
 
 def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int,
-          units: Sequence[Unit] | None) -> Plan:
+          units: Sequence[Unit] | None, first_id: int) -> Plan:
     units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
     scratch = frozenset(t.name for t in program.tensors if t.role == "partial")
@@ -414,7 +417,7 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     states, first_use, partials = _account(pieces, node_ids, scratch)
     _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)
-    ids = itertools.count()
+    ids = itertools.count(first_id)
     node_plans: dict[int, NodePlan] = {}
     for figure in nodes:
         unroll = _Unroll(figure.node, states[figure.node], owners, partials, scratch, tensor_index, dtypes,

@@ -18,7 +18,16 @@ from common.commit import CommitFailed
 from common.errors import UserError
 from common.log import get_logger
 from scheduler import prepare as prep
-from scheduler.cluster_state import Action, Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
+from scheduler.cluster_state import (
+    Action,
+    Cancel,
+    ClusterState,
+    EventInfo,
+    Failed,
+    Replanned,
+    Submit,
+    Succeeded,
+)
 from scheduler.job_storage import JobStorage
 from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
@@ -241,8 +250,8 @@ class JobRun:
         uris = self.prepared.uris
         program = self.prepared.program
 
-        def planner(live, generation, units):
-            return plan(program, live, uris, generation, units)
+        def planner(live, generation, units, first_id):
+            return plan(program, live, uris, generation, units, first_id)
 
         self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
         files = JobStorage.open(self.prepared)  # locks first: a busy output fails before any plan
@@ -314,6 +323,10 @@ class JobRun:
                 reason = next((f.reason for f in reversed(self.state.failures) if f.node == action.node), "")
                 self.session.lost.setdefault(action.node, reason)
                 self._spawn(self._cancel(action.node))
+            elif isinstance(action, Replanned):
+                moved = ", ".join(f"unit {u} from node {a} to node {b}" for u, a, b in action.moved)
+                log.warning("re-planned", job=self.prepared.job_id, generation=action.generation,
+                            cause=action.cause, units=len(action.moved), moved=moved or "none")
             elif isinstance(action, Failed | Succeeded):
                 log.debug("job outcome", job=self.prepared.job_id, outcome=type(action).__name__)
                 self.done.set()
@@ -327,8 +340,8 @@ class JobRun:
             sending = self.io.send_submit(pod, self.prepared.job_id, self.job_program, action.plan, peers)
             await asyncio.wait_for(sending, CALL_TIMEOUT_S)
         except Exception as err:
-            if action.plan.generation != self.state.generation or action.node not in self.state.live:
-                return  # superseded while in flight
+            if action.node not in self.state.live or self.state.outcome is not None:
+                return  # declared dead, or the job ended, while in flight
             text = remote_reason(err)
             if classify(err) in (FailureKind.DISCONNECTED, FailureKind.TIMEOUT):
                 self._apply(self.state.disconnected(action.node, f"submit failed: {text}", self.now()))

@@ -99,6 +99,10 @@ class TraceRecorder:
             "events": sorted(self.events, key=lambda e: (e["start"], e["node"])),
             "failures": [{"node": f.node, "time": f.time, "reason": f.reason}
                          for f in (state.failures if state is not None else [])],
+            # each re-plan after a death: the units it moved, from which node to which
+            "replans": [{"generation": r.generation, "time": r.time, "cause": r.cause,
+                         "units": [{"unit": u, "from": a, "to": b} for u, a, b in r.moved]}
+                        for r in (state.replans if state is not None else [])],
             "summary": summarize(self.events, [n.node for n in self.nodes], wall_s),
         }
 
@@ -161,7 +165,25 @@ def summary_text(trace: dict, ok: bool, reason: str = "") -> str:
         lines.append(phases_text(trace["phases"]))
     for f in trace["failures"]:
         lines.append(f"node {f['node']} lost at {f['time']:.3f} s: {f['reason']}")
+    for r in trace.get("replans", ()):
+        moved = {}
+        for u in r["units"]:
+            moved.setdefault(u["from"], []).append(u["unit"])
+        which = "; ".join(f"from node {n}: {_ranges(units)}" for n, units in sorted(moved.items())) or "none"
+        lines.append(f"re-planned {len(r['units'])} unit(s) at {r['time']:.3f} s (generation "
+                     f"{r['generation']}; {r['cause']}): {which}")
     return "\n".join(lines)
+
+
+def _ranges(units: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5"."""
+    out: list[tuple[int, int]] = []
+    for u in sorted(units):
+        if out and out[-1][1] == u - 1:
+            out[-1] = (out[-1][0], u)
+        else:
+            out.append((u, u))
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
 def _bytes(n: int) -> str:

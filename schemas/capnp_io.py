@@ -310,6 +310,9 @@ def write_instruction(builder, ins: Instruction) -> None:
         body = builder.init("free")
         body.buffer = ins.buffer
         body.serves = ins.serves
+        lst = body.init("peers", len(ins.peers))
+        for i, node in enumerate(ins.peers):
+            lst[i] = node
     else:
         raise TypeError(f"not an instruction: {ins!r}")
 
@@ -343,7 +346,10 @@ def read_instruction(reader) -> Instruction:
         return Store(id=ident, deps=deps, buffer=b.buffer, tensor=b.tensor, region=region, unit=b.unit)
     if which == "free":
         b = reader.free
-        return Free(id=ident, deps=deps, buffer=b.buffer, serves=b.serves)
+        peers = tuple(b.peers)
+        if len(peers) != b.serves:
+            raise ValueError(f"free {ident}: waits for {b.serves} serves but names {len(peers)} peers")
+        return Free(id=ident, deps=deps, buffer=b.buffer, peers=peers)
     raise ValueError(f"unknown instruction kind {which!r}")
 
 

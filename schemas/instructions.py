@@ -11,6 +11,7 @@ tiles are loaded, moved, held and stored in it, never widened.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from schemas.program import Region
@@ -78,13 +79,18 @@ class Store:
 
 @dataclass(frozen=True)
 class Free:
-    """Release `buffer` once its local deps are done AND peers have fetched it `serves` times:
-    a peer's fetch is not a local instruction, so the count is how the owner knows it may free."""
+    """Release `buffer` once its local deps are done AND each node in `peers` has fetched it (or
+    was lost to the job): a peer's fetch is not a local instruction, so its release call is how
+    the owner knows, and naming the peers lets the owner stop waiting for one that died."""
 
     id: int
     deps: tuple[int, ...]
     buffer: int
-    serves: int = 0
+    peers: tuple[int, ...] = ()  # the nodes that fetch this buffer, each once
+
+    @property
+    def serves(self) -> int:
+        return len(self.peers)
 
 
 Instruction = Allocate | Load | Fetch | Compute | Store | Free
@@ -94,6 +100,26 @@ KINDS = {Allocate: "allocate", Load: "load", Fetch: "fetch", Compute: "compute",
 
 def kind_of(instruction: Instruction) -> str:
     return KINDS[type(instruction)]
+
+
+def abandoned_by(instructions: Sequence[Instruction], roots: Iterable[int]) -> set[int]:
+    """The instructions of one plan that can no longer run once `roots` (fetches whose peer was
+    lost or failed) will not complete: the roots and every transitive dependent, except Frees.
+    A Free stops the spread: its buffer is released whatever became of its users, so the
+    allocations gated on it (later units) still go ahead. The pod drops exactly this set and the
+    scheduler re-plans its units: both sides compute it with this one function."""
+    dependents: dict[int, list[Instruction]] = {}
+    for ins in instructions:
+        for dep in ins.deps:
+            dependents.setdefault(dep, []).append(ins)
+    out = set(roots)
+    todo = list(out)
+    while todo:
+        for ins in dependents.get(todo.pop(), ()):
+            if not isinstance(ins, Free) and ins.id not in out:
+                out.add(ins.id)
+                todo.append(ins.id)
+    return out
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@
 # - Every connection is opened on the bootstrap interface `Gate`; nothing else is reachable until
 #   `login` is called with the cluster's token (the scheduler and every peer present the same one).
 # - `jobId` is the scheduler's name for a job (Text); `generation` is the plan generation
-#   (starts at 1, raised by every re-plan). A pod refuses `submit`, `tileHeader`, `readChunk`,
-#   `release` and `ipcHandle` carrying a generation older than the newest it has seen for the job.
+#   (starts at 1, raised by every re-plan). The plans of a job's generations run side by side on a
+#   pod (a re-plan does not replace the plans before it); a pod refuses `submit`, `tileHeader`,
+#   `readChunk`, `release` and `ipcHandle` for a job it cancelled. Instruction ids of one job's
+#   plans do not overlap.
 # - Buffers are numbered per node and per generation (schemas/instructions.py); within one plan a
 #   buffer number names one buffer only (not reused after its Free), so a peer's (generation,
 #   buffer) is unambiguous. Instruction ids are unique within a plan and deps name ids of the same
@@ -104,7 +106,9 @@ struct Instruction {
   }
   struct Free {
     buffer @0 :UInt32;
-    serves @1 :UInt32;     # peer fetches to wait for before freeing
+    serves @1 :UInt32;     # peer fetches to wait for before freeing (= the length of `peers`)
+    peers @2 :List(UInt32); # the nodes that fetch it, each once; a node missing from a later
+                            # submit's `peers` is lost to the job and no longer waited for
   }
 }
 
@@ -198,8 +202,10 @@ interface Pod {
   # `node` is this pod's node number in the cluster.
   hello @0 (scheduler :SchedulerSink, node :UInt32) -> (info :PodInfo);
 
-  # Run `plan` (this node's share). A generation newer than the pod's current one for the job
-  # abandons the older plan first; an older one is refused.
+  # Run `plan` (this node's share), beside the job's plans of other generations. `peers` are the
+  # job's live nodes: a node named by an earlier submit and missing now is lost for good, and the
+  # pod's plans stop waiting for it (a Free no longer waits for its fetch; a fetch from it not yet
+  # done is dropped with what depends on it, reported as a failed fetch event).
   # A plan too big for one message (64 MiB: some 600,000 instructions) travels in parts, in order:
   # every part but the last says `more`; the pod joins their instructions, takes `program` from the
   # first part and `peers` from the last, and starts nothing before the last part
@@ -223,8 +229,8 @@ interface Pod {
   ipcHandle @5 (jobId :Text, generation :UInt32, buffer :UInt32)
       -> (handle :Data, header :TileHeader, deviceIndex :Int32, hostId :Text, failure :Failure);
 
-  # @6 was newGeneration (a re-plan without a plan): never called, since a submit of a newer
-  # generation does the same. Ordinals cannot skip, so it stays as a method no pod implements
+  # @6 was newGeneration (drop the job's older plans): never called; a re-plan's plans run beside
+  # the older ones. Ordinals cannot skip, so it stays as a method no pod implements
   # (a caller gets UNIMPLEMENTED) and the later ordinals keep their numbers.
   retired6 @6 () -> ();
 
@@ -239,7 +245,7 @@ interface Pod {
 }
 
 interface SchedulerSink {
-  # `running`: ids of the instructions running now (current generation).
+  # `running`: ids of the instructions running now, of every generation; `generation` the newest.
   # `failure` declaredDead: this pod's work was re-planned; it must drop everything and go.
   heartbeat @0 (node :UInt32, generation :UInt32, running :List(UInt32)) -> (failure :Failure);
 

@@ -1,6 +1,6 @@
 """The scheduler's failure rules, tick by tick on its pure state machine (no processes): a failed
 fetch blames the serving peer, a crash charges each running unit once, stores from a dead node
-or an old generation are not acknowledged."""
+are not acknowledged while a live node's plan goes on beside the re-plan."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from scheduler.cluster_state import Cancel, ClusterState, EventInfo, Failed, Sub
 from scheduler.jobfile import read_job
 from scheduler.planner import NodeFigure, plan
 from scheduler.prepare import prepare
-from schemas.instructions import Compute, Fetch, Load, Store
+from schemas.instructions import Compute, Fetch, Load, Store, abandoned_by
 from tests.faults.harness import matmul_inputs
 from tests.job_files import make_job
 
@@ -24,8 +24,8 @@ def matmul(tmp_path_factory):
 
 
 def make_state(prepared, nodes=4):
-    def planner(figures, generation, units):
-        return plan(prepared.program, figures, prepared.uris, generation, units)
+    def planner(figures, generation, units, first_id):
+        return plan(prepared.program, figures, prepared.uris, generation, units, first_id)
 
     figures = {n: NodeFigure(n) for n in range(nodes)}
     return ClusterState(prepared.program, figures, planner, heartbeat_timeout=5.0)
@@ -35,13 +35,21 @@ def stores(node_plan):
     return [EventInfo(i.id, "store") for i in node_plan.instructions if isinstance(i, Store)]
 
 
+def finish_every_plan(state, now):
+    actions = []
+    for generation, whole in sorted(state.plans.items()):
+        for node in sorted(set(whole.node_plans) & state.live):
+            actions += state.events(node, generation, stores(whole.node_plans[node]), now)
+            actions += state.finished(node, generation, True, "", now)
+    return actions
+
+
 def test_a_failed_fetch_declares_the_serving_peer_dead_and_replans(matmul):
     state = make_state(matmul)
     state.start(0.0)
     fetcher, fetch = next((n, i) for n, p in sorted(state.plan.node_plans.items())
                           for i in p.instructions if isinstance(i, Fetch))
     assert state.events(fetcher, 1, [EventInfo(fetch.id, "fetch", ok=False, message="peer gone")], 1.0) == []
-    assert state.finished(fetcher, 1, False, "fetch failed", 1.1) == []  # waits for the blame
     for node in state.live:  # both keep heartbeating; the peer is blamed once the grace has passed
         state.heartbeat(node, 1, (), 1.2)
     assert state.tick(1.2) == [] and state.generation == 1
@@ -52,11 +60,14 @@ def test_a_failed_fetch_declares_the_serving_peer_dead_and_replans(matmul):
     # the re-plan loads again from storage what the dead peer held
     loads = [i for a in actions if isinstance(a, Submit) for i in a.plan.instructions if isinstance(i, Load)]
     assert loads
-    # the fetcher's own failure report for the old plan is ignored
-    assert state.finished(fetcher, 1, False, "fetch failed", 1.1) == []
-    for node, node_plan in state.plan.node_plans.items():
-        state.events(node, 2, stores(node_plan), 2.0)
-    assert [a for n in sorted(state.live) for a in state.finished(n, 2, True, "", 2.0)] == [Succeeded()]
+    # it moves the peer's units and the fetcher's units that needed the tile, nothing else
+    first = state.plans[1]
+    peers_units = {u for u, n in first.placement.items() if n == fetch.peer}
+    mine = first.node_plans[fetcher].instructions
+    dropped = abandoned_by(mine, [fetch.id])
+    stranded = {i.unit for i in mine if isinstance(i, Compute) and i.id in dropped}
+    assert stranded and {u for u, _, _ in state.replans[-1].moved} == peers_units | stranded
+    assert finish_every_plan(state, 2.0)[-1:] == [Succeeded()]
 
 
 def test_a_failure_that_is_not_a_fetch_still_fails_the_job(matmul):
@@ -79,15 +90,19 @@ def test_a_crash_charges_each_running_unit_once(matmul):
     assert state.crashes == {unit: 1}
 
 
-def test_stores_from_a_dead_node_or_an_old_generation_are_not_acknowledged(matmul):
+def test_stores_from_a_dead_node_are_not_acknowledged_and_a_live_nodes_old_plan_goes_on(matmul):
     state = make_state(matmul)
     state.start(0.0)
     first = state.plan
     state.disconnected(3, "connection lost", 0.5)
     assert state.events(3, 1, stores(first.node_plans[3]), 0.6) == []  # the zombie's stores
-    assert state.events(0, 1, stores(first.node_plans[0]), 0.6) == []  # an old generation's
-    assert state.stored == set()
+    assert state.events(0, 1, stores(first.node_plans[0]), 0.6) == []  # node 0 keeps its plan
+    assert state.stored == {u for u, n in first.placement.items() if n == 0}
     assert state.live == {0, 1, 2}
+    # the dead node's units went elsewhere: a store of one under its first plan counts for nothing
+    moved = {u for u, _, _ in state.replans[-1].moved}
+    assert moved == {u for u, n in first.placement.items() if n == 3}
+    assert all(state.placement[u][1] == 2 for u in moved)
 
 
 def test_a_fetch_failure_reported_by_a_dying_node_does_not_condemn_the_peer(matmul):

@@ -1,7 +1,7 @@
 """Node failures end to end (issue 7), each with real pod processes and real signals, made
 reproducible by PHOBOS_FAULT (pod/faults.py): a cascade of deaths, a paused "zombie" pod, a peer
 that dies or hangs while serving a fetch, a pod merely busy in a long leaf, a unit that kills its
-pod every time, and the scheduler itself dying.
+pod every time, the scheduler itself dying, and how much a death re-runs.
 
 Outputs are compared bitwise with a failure-free run: a re-planned unit runs the same launches on
 the same f32 tiles in the same order, and the CPU backend is deterministic.
@@ -20,7 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.jobfile import build_job, write_job
+from scheduler.jobfile import build_job, read_job, write_job
+from scheduler.planner import NodeFigure, plan
+from scheduler.prepare import prepare
+from schemas.instructions import Compute, Fetch, abandoned_by
 from tests.faults.harness import REPO, Pods, child_pids, matmul_inputs, process_alive, staging_files
 from tests.job_files import make_job
 
@@ -69,16 +72,20 @@ def assert_clean_result(data, out: str) -> None:
 def test_cascade_three_of_four_die_and_the_last_finishes(data, pods_for):
     pods = pods_for()
     # Machines dying for reasons of their own, one after the other: node n dies as it starts its
-    # share of plan generation n (its first allocation there), so each death comes with the
-    # re-plan the death before caused, however fast the survivors are. (Counting loads instead,
+    # share of a plan of generation n or later (its first allocation there), so each death comes
+    # with a re-plan an earlier death caused, however fast the survivors are. (Nodes 2 and 3 may
+    # die in either order: the live nodes' dropped fetches from node 1 make a re-plan of their own
+    # that can reach generation 3 first.) (Counting loads instead,
     # "the 10th load", let a fast survivor finish the job before the later faults were reached.
     # At computes, one unit can be computing at all three deaths, which is exactly what a leaf
     # that kills its node looks like: that job rightly fails.)
     order = pods.start(1) + [pods.start(1, fault=f"kill-at-generation={g}:allocate")[0] for g in (1, 2, 3)]
     result = pods.run(pods.session(order), job(data[0], "C_cascade"), CLUSTER)
     assert result.ok, result.reason
-    assert [f["node"] for f in result.trace["failures"]] == [1, 2, 3]
-    assert max(u["generation"] for u in result.trace["units"]) == 4  # re-planned after each death
+    dead = [f["node"] for f in result.trace["failures"]]
+    assert dead[0] == 1 and sorted(dead) == [1, 2, 3]
+    deaths = [r for r in result.trace["replans"] if "died" in r["cause"]]
+    assert [int(r["cause"].split()[1]) for r in deaths] == dead  # re-planned after each death
     assert all(pods.wait_exit(p, 10) == -signal.SIGKILL for p in order[1:])
     assert_clean_result(data, "C_cascade")
 
@@ -290,3 +297,58 @@ def test_a_pod_heartbeats_to_a_second_session_while_the_first_is_still_connected
     result = pods.run(second, job(data[0], "C_second_session"), CLUSTER, during=release_after_five_heartbeats)
     assert result.ok and result.trace["failures"] == [], result.reason
     assert_clean_result(data, "C_second_session")
+
+
+def test_a_death_reruns_only_the_dead_nodes_unstored_work(data, pods_for):
+    """Issue 16, point 12. Nodes 0-2 hold every store until the scheduler has declared node 3
+    dead (a file the test writes on that event), so every unit of theirs is unstored at the death;
+    node 3 dies as it starts its third compute. Only node 3's units and the live units that still
+    needed a tile only node 3 held run again: every other unit is computed once, by its first plan,
+    and the trace says which units were re-planned and from which node."""
+    pods = pods_for(heartbeat_timeout=5.0)
+    gate = pods.logs / "release-stores"
+    hold = ",".join(f"hold-at=store:{n}:{gate}" for n in range(1, 5))
+    order = pods.start(3, fault=hold) + pods.start(1, fault="kill-at=compute:3")
+
+    async def release_on_the_death(session):
+        while not (session.current and session.current.state and session.current.state.failures):
+            await asyncio.sleep(0.02)
+        gate.write_text("")
+
+    job_path = job(data[0], "C_scope")
+    result = pods.run(pods.session(order), job_path, CLUSTER, during=release_on_the_death)
+    assert result.ok, result.reason
+    assert [f["node"] for f in result.trace["failures"]] == [3]
+    assert pods.wait_exit(order[3], 10) == -signal.SIGKILL
+    assert_clean_result(data, "C_scope")
+
+    prepared = prepare(read_job(job_path), job_path, [data[0]], CLUSTER)
+    launches = {u.index: len(u.launches) for u in prepared.program.units}
+    first = plan(prepared.program, [NodeFigure(n) for n in range(4)], prepared.uris)
+    # the live units that fetch nothing from node 3: no death of node 3 can strand them
+    safe = set()
+    for node in (0, 1, 2):
+        mine = first.node_plans[node].instructions
+        dropped = abandoned_by(mine, [i.id for i in mine if isinstance(i, Fetch) and i.peer == 3])
+        units = {i.unit for i in mine if isinstance(i, Compute)}
+        safe |= units - {i.unit for i in mine if isinstance(i, Compute) and i.id in dropped}
+    assert safe, "the plan should leave some live units independent of node 3"
+
+    trace = result.trace
+    moved = {u["unit"] for u in trace["units"] if u["generation"] > 1}
+    assert first.placement.keys() - moved >= safe  # no live unit independent of node 3 moved
+    computes: dict[int, list[int]] = {}
+    for e in trace["events"]:
+        if e["kind"] == "compute" and e["ok"]:
+            computes.setdefault(e["unit"], []).append(e["generation"])
+    rerun = sum(len(g) for g in computes.values()) - sum(launches.values())
+    for unit in set(launches) - moved:
+        assert computes[unit] == [1] * launches[unit], f"unit {unit} ran {computes[unit]}"
+    assert 0 <= rerun <= sum(launches[u] for u in moved), (rerun, sorted(moved))
+
+    # the trace names each re-plan's units and the node each came from
+    lost_fetch = {e["node"] for e in trace["events"]
+                  if e["kind"] == "fetch" and not e["ok"] and e["peer"] == 3}
+    for replan in trace["replans"]:  # (a fetch from node 3 may fail just before its death is seen)
+        assert {u["from"] for u in replan["units"]} <= {3} | lost_fetch, replan
+    assert {u["unit"] for r in trace["replans"] for u in r["units"]} == moved

@@ -27,7 +27,7 @@ def sample_plan() -> NodePlan:
             Fetch(id=3, deps=(2,), buffer=1, peer=1, peer_buffer=7),
             Compute(id=4, deps=(1, 3), leaf="main", bindings=(("a", 0), ("b", 1), ("c", 1)), unit=5),
             Store(id=5, deps=(4,), buffer=1, tensor=1, region=rc, unit=5),
-            Free(id=6, deps=(4,), buffer=0, serves=2),
+            Free(id=6, deps=(4,), buffer=0, peers=(1, 3)),
             Free(id=7, deps=(5,), buffer=1),
         ),
         uris=("file:///tmp/a.npy", "file:///tmp/c.npy"),

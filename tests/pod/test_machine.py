@@ -151,11 +151,14 @@ def test_bad_plans_are_refused_with_a_kind(plan, kind, reason):
     assert refused.value.kind is kind
 
 
-def test_an_older_generation_is_refused_as_stale():
+def test_generations_run_side_by_side_and_a_cancelled_job_is_refused_as_stale():
     machine = leased()
     submit(machine, unit_plan(2))
-    with pytest.raises(Refused, match="generation 1 is older than 2") as refused:
-        machine.handle(m.PlanPart("j", 1, unit_plan(1), PROGRAM))
+    [prepare] = machine.handle(m.PlanPart("j", 1, unit_plan(1), PROGRAM))  # a re-plan's submits may cross
+    assert prepare.checked.plan.generation == 1
+    machine.handle(m.CancelJob("j"))
+    with pytest.raises(Refused, match="cancelled") as refused:
+        machine.handle(m.PlanPart("j", 3, unit_plan(3), PROGRAM))
     assert refused.value.kind is FailureKind.STALE_GENERATION
 
 
@@ -166,7 +169,9 @@ def test_a_fetch_asks_again_only_for_a_tile_not_ready_of_the_current_plan():
     assert machine.handle(m.FetchFailed("j", 1, 4, 1, FailureKind.NOT_READY, "not ready")) == [again]
     for kind in (FailureKind.TIMEOUT, FailureKind.STALE_GENERATION, FailureKind.DISCONNECTED):
         assert machine.handle(m.FetchFailed("j", 1, 4, 1, kind, "x")) == [m.FetchVerdict("j", 4, False)]
-    submit(machine, unit_plan(2))
+    submit(machine, unit_plan(2))  # generation 1 runs on beside it
+    assert machine.handle(m.FetchFailed("j", 1, 4, 1, FailureKind.NOT_READY, "x")) == [again]
+    machine.handle(m.CancelJob("j"))
     assert machine.handle(m.FetchFailed("j", 1, 4, 1, FailureKind.NOT_READY, "x"))[0].again is False
 
 

@@ -1,4 +1,5 @@
-"""The pod's state machine, without sockets: dependency order, serving, frees, generations."""
+"""The pod's state machine, without sockets: dependency order, serving, frees, generations side by
+side, lost peers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pod.state import (
     BufferServable,
     Cancelled,
     DropGeneration,
+    FetchAbandoned,
     GenerationChanged,
     InstructionFinished,
     PlanFinished,
@@ -25,8 +27,8 @@ RC = Region("c", (0,), (8,))
 WRITES = {"main": ("c",)}
 
 
-def add_plan(generation: int = 1, serves: int = 0) -> NodePlan:
-    """c = a + b: a loaded here (and served to `serves` peers), b fetched from node 1."""
+def add_plan(generation: int = 1, peers: tuple[int, ...] = ()) -> NodePlan:
+    """c = a + b: a loaded here (and served to `peers`), b fetched from node 1."""
     return NodePlan(node=0, generation=generation, peak_bytes=96, instructions=(
         Allocate(0, (), 0, (8,)),
         Load(1, (0,), 0, 0, RA),
@@ -35,7 +37,7 @@ def add_plan(generation: int = 1, serves: int = 0) -> NodePlan:
         Allocate(4, (), 2, (8,)),
         Compute(5, (1, 3, 4), "main", (("a", 0), ("b", 1), ("c", 2)), unit=0),
         Store(6, (5,), 2, 1, RC, unit=0),
-        Free(7, (5,), 0, serves=serves),
+        Free(7, (5,), 0, peers=peers),
         Free(8, (5,), 1),
         Free(9, (6,), 2),
     ), uris=("file:///a.npy", "file:///c.npy"))
@@ -76,10 +78,10 @@ def test_buffers_become_servable_when_their_producers_are_done():
     state.handle(PlanSubmitted(add_plan(), WRITES))
     assert servable(finish(state, 0)) == []  # allocated but not loaded yet
     assert servable(finish(state, 1)) == [0]
-    assert state.plan.servable(0)
+    assert state.plans[1].servable(0)
     assert servable(finish(state, 2, 3)) == [1]  # a fetched buffer may be served on
     finish(state, 4)
-    assert not state.plan.servable(2)  # the compute writing c has not run
+    assert not state.plans[1].servable(2)  # the compute writing c has not run
     assert servable(finish(state, 5)) == [2]  # c is written by the leaf; a and b are only read
 
 
@@ -87,24 +89,25 @@ def test_unknown_leaf_writes_count_every_binding():
     state = PodState("j")
     state.handle(PlanSubmitted(add_plan(), {}))
     finish(state, 0, 1, 2, 3, 4)
-    assert state.plan.servable(0) is False  # the compute binds a: it might write it
+    assert state.plans[1].servable(0) is False  # the compute binds a: it might write it
     assert sorted(servable(finish(state, 5))) == [0, 1, 2]
 
 
 def test_free_waits_for_peer_fetches():
     state = PodState("j")
-    state.handle(PlanSubmitted(add_plan(serves=2), WRITES))
+    state.handle(PlanSubmitted(add_plan(peers=(2, 3)), WRITES))
     actions = finish(state, 0, 1, 2, 3, 4, 5)
     assert 7 not in started(actions)
-    assert started(state.handle(TileServed(1, buffer=0, node=1))) == []
-    assert started(state.handle(TileServed(1, buffer=0, node=2))) == [7]
+    assert started(state.handle(TileServed(1, buffer=0, node=2))) == []
+    assert started(state.handle(TileServed(1, buffer=0, node=2))) == []  # the same peer twice
+    assert started(state.handle(TileServed(1, buffer=0, node=3))) == [7]
 
 
 def test_serves_before_the_deps_are_done_still_count():
     state = PodState("j")
-    state.handle(PlanSubmitted(add_plan(serves=1), WRITES))
+    state.handle(PlanSubmitted(add_plan(peers=(2,)), WRITES))
     finish(state, 0, 1)
-    state.handle(TileServed(1, buffer=0, node=1))  # peer fetched before our compute ran
+    state.handle(TileServed(1, buffer=0, node=2))  # peer fetched before our compute ran
     assert 7 in started(finish(state, 2, 3, 4, 5))
 
 
@@ -118,7 +121,7 @@ def test_failure_stops_the_plan_and_names_the_instruction():
     assert state.running() == []
 
 
-def test_older_generations_are_refused_and_newer_ones_drop_the_plan():
+def test_dropped_generations_are_refused():
     state = PodState("j")
     state.handle(PlanSubmitted(add_plan(generation=1), WRITES))
     finish(state, 0, 1)
@@ -126,24 +129,64 @@ def test_older_generations_are_refused_and_newer_ones_drop_the_plan():
     assert actions == [DropGeneration(1, "generation 2 replaces it")]
     # late results of generation 1 are ignored
     assert state.handle(InstructionFinished(1, 2)) == []
-    with pytest.raises(Refused, match="generation 1 is older than 2"):
+    with pytest.raises(Refused, match="generation 1 was dropped"):
         state.handle(PlanSubmitted(add_plan(generation=1), WRITES))
-    with pytest.raises(Refused, match="older"):
+    with pytest.raises(Refused, match="dropped"):
         state.check_generation(1)
-    with pytest.raises(Refused, match="older"):
+    with pytest.raises(Refused, match="dropped"):
         state.handle(TileServed(1, 0, 1))
     assert started(state.handle(PlanSubmitted(add_plan(generation=2), WRITES))) == [0, 2, 4]
     with pytest.raises(Refused, match="already submitted"):
         state.handle(PlanSubmitted(add_plan(generation=2), WRITES))
 
 
-def test_a_newer_submit_replaces_the_running_plan():
+def test_a_newer_submit_runs_beside_the_running_plan():
     state = PodState("j")
-    state.handle(PlanSubmitted(add_plan(generation=1), WRITES))
-    actions = state.handle(PlanSubmitted(add_plan(generation=3), WRITES))
-    assert actions[0] == DropGeneration(1, "generation 3 replaces it")
+    state.handle(PlanSubmitted(add_plan(generation=1), WRITES, frozenset({0, 1})))
+    finish(state, 0, 2)
+    actions = state.handle(PlanSubmitted(add_plan(generation=3), WRITES, frozenset({0, 1})))
+    assert not any(isinstance(a, DropGeneration) for a in actions)
     assert started(actions) == [0, 2, 4]
-    assert state.generation == 3
+    assert state.generation == 3 and sorted(state.plans) == [1, 3]
+    # the first plan goes on: its fetch finishes and its compute starts
+    assert state.running() == sorted([1, 3, 4] + [0, 2, 4])  # both plans (a scheduler numbers them apart)
+    assert started(finish(state, 1, 3, 4)) == [5]
+
+
+def test_a_lost_peer_abandons_fetches_from_it_and_frees_what_waited_for_it():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(peers=(2,)), WRITES, frozenset({0, 1, 2})))
+    finish(state, 0, 1, 2, 4)  # fetch 3 from node 1 still running; node 2 owes a fetch of buffer 0
+    actions = state.handle(PlanSubmitted(NodePlan(0, 2, (), 0), WRITES, frozenset({0})))
+    abandoned = [a for a in actions if isinstance(a, FetchAbandoned)]
+    assert [(a.generation, a.instruction.id) for a in abandoned] == [(1, 3)]
+    assert "node 1 was lost" in abandoned[0].reason
+    # compute 5 and store 6 are dropped; the Frees go ahead (7 no longer waits for node 2)
+    assert sorted(started(actions)) == [7, 8, 9]
+    assert state.plans[1].abandoned == {3, 5, 6}
+    assert not state.is_running(1, 3)  # the fetch's late end will be discarded
+    assert finish(state, 3) == []
+    assert PlanFinished(2, True) in actions
+    assert finish(state, 7, 8)[-1:] == [] and finish(state, 9) == [PlanFinished(1, True)]
+
+
+def test_a_failed_fetch_abandons_its_dependents_and_the_plan_goes_on():
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(), WRITES))
+    finish(state, 0, 1, 2, 4)
+    actions = state.handle(InstructionFinished(1, 3, ok=False, message="bad checksum"))
+    assert not any(isinstance(a, PlanFinished) and not a.ok for a in actions)
+    assert sorted(started(actions)) == [7, 8, 9]
+    assert finish(state, 7, 8, 9)[-1] == PlanFinished(1, True)
+
+
+def test_a_plan_arriving_after_a_loss_abandons_its_fetches_from_the_lost_peer():
+    state = PodState("j")
+    state.handle(PlanSubmitted(NodePlan(0, 1, (), 0), WRITES, frozenset({0, 1})))
+    state.handle(PlanSubmitted(NodePlan(0, 3, (), 0), WRITES, frozenset({0})))
+    actions = state.handle(PlanSubmitted(add_plan(generation=2), WRITES, frozenset({0, 1})))
+    assert [a.instruction.id for a in actions if isinstance(a, FetchAbandoned)] == [3]
+    assert 3 not in started(actions) and state.lost == {1}
 
 
 def test_cancel_drops_everything_and_refuses_more():
@@ -174,7 +217,7 @@ def test_bad_plans_are_refused_with_the_reason(instructions, reason):
     state = PodState("j")
     with pytest.raises(Refused, match=reason):
         state.handle(PlanSubmitted(NodePlan(0, 1, instructions, 0, ("file:///a.npy",))))
-    assert state.plan is None and state.generation == 0  # nothing changed
+    assert state.plans == {} and state.generation == 0  # nothing changed
 
 
 def test_repeated_finish_reports_are_harmless():
@@ -194,4 +237,4 @@ def test_long_chain_is_linear():
     state.handle(PlanSubmitted(NodePlan(0, 1, tuple(instructions), 4), WRITES))
     for i in range(n):
         state.handle(InstructionFinished(1, i))
-    assert state.plan.finished
+    assert state.plans[1].finished

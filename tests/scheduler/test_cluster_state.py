@@ -8,20 +8,21 @@ from scheduler.cluster_state import (
     ClusterState,
     EventInfo,
     Failed,
+    Replanned,
     Submit,
     Succeeded,
     describe_instructions,
 )
 from scheduler.planner import NodeFigure, plan
-from schemas.instructions import Compute, Store
+from schemas.instructions import Compute, Fetch, Store, abandoned_by
 from tests.scheduler.programs import add_program, matmul_program, uris_of
 
 
 def make_state(program, n_nodes=3, timeout=5.0):
     uris = uris_of(program)
 
-    def planner(figures, generation, units):
-        return plan(program, figures, uris, generation, units)
+    def planner(figures, generation, units, first_id):
+        return plan(program, figures, uris, generation, units, first_id)
 
     figures = {i: NodeFigure(i) for i in range(n_nodes)}
     return ClusterState(program, figures, planner, heartbeat_timeout=timeout)
@@ -37,10 +38,13 @@ def compute_ids(node_plan, unit):
 
 
 def finish_all(state, now):
+    """Every live node stores and finishes every plan it was given (oldest first)."""
     actions = []
-    for node, p in state.plan.node_plans.items():
-        actions += state.events(node, state.generation, stores_of(p), now)
-        actions += state.finished(node, state.generation, True, "", now)
+    for generation, whole in sorted(state.plans.items()):
+        for node, p in whole.node_plans.items():
+            if node in state.live:
+                actions += state.events(node, generation, stores_of(p), now)
+                actions += state.finished(node, generation, True, "", now)
     return actions
 
 
@@ -64,7 +68,7 @@ def test_not_done_until_every_node_finished():
     assert state.finished(2, 1, True, "", 0.6) == [Succeeded()]
 
 
-def test_missed_heartbeats_replan_unstored_units_onto_the_rest():
+def test_missed_heartbeats_replan_the_dead_nodes_unstored_units_onto_the_rest():
     state = make_state(add_program(640, 64), timeout=5.0)
     state.start(0.0)
     first = state.plan
@@ -80,12 +84,13 @@ def test_missed_heartbeats_replan_unstored_units_onto_the_rest():
     assert {a.node for a in submits} == {0, 1} and state.generation == 2
     replanned = sorted(u for a in submits for i in a.plan.instructions if isinstance(i, Compute)
                        for u in [i.unit])
-    assert replanned == [2, 3, 5, 6, 8, 9]  # everything but node 1's units and unit 0
+    assert replanned == [2, 5, 8]  # node 2's units only: node 0 keeps running 3 and 6
     assert state.failures[0].node == 2 and "heartbeat" in state.failures[0].reason
-    # late events from the dead node and from the old generation are ignored
+    assert state.replans[-1].moved == tuple((u, 2, state.plan.placement[u]) for u in (2, 5, 8))
+    # late events from the dead node are ignored; the live node's first plan goes on
     assert state.events(2, 1, stores_of(first.node_plans[2]), 6.5) == []
     assert state.events(0, 1, stores_of(first.node_plans[0]), 6.5) == []
-    assert state.stored == {0, 1, 4, 7}
+    assert state.stored == {0, 1, 3, 4, 6, 7, 9}
     assert finish_all(state, 7.0) == [Succeeded()]
 
 
@@ -133,10 +138,10 @@ def test_replan_that_does_not_fit_fails_clearly():
     program = add_program(64 * 8, 64)
     uris = uris_of(program)
 
-    def planner(figures, generation, units):
+    def planner(figures, generation, units, first_id):
         if generation > 1:
             raise UserError("node 0 needs 9 GiB of memory at its peak")
-        return plan(program, figures, uris, generation, units)
+        return plan(program, figures, uris, generation, units, first_id)
 
     state = ClusterState(program, {0: NodeFigure(0), 1: NodeFigure(1)}, planner)
     state.start(0.0)
@@ -239,3 +244,49 @@ def test_a_node_dying_while_it_only_loads_and_fetches_charges_nobody():
     state.heartbeat(node, 1, loading, 0.2)  # the heartbeat saw only loads running
     state.disconnected(node, "connection lost", 0.3)
     assert state.crashes == {}
+
+
+# ---- what a death re-plans (issue 16, point 12) ----
+
+
+def test_a_death_replans_only_the_dead_nodes_units_and_what_needed_its_tiles():
+    program = matmul_program(64, 64, 32, 16, 16, 16)
+    state = make_state(program, n_nodes=4)
+    state.start(0.0)
+    first = state.plan
+    dead_units = {u for u, n in first.placement.items() if n == 3}
+    stored_before = {min(dead_units)}
+    state.events(3, 1, stores_of(first.node_plans[3], stored_before), 0.5)  # its first unit is stored
+    actions = state.disconnected(3, "connection lost", 1.0)
+    replanned = [a for a in actions if isinstance(a, Replanned)]
+    assert len(replanned) == 1 and "node 3 died" in replanned[0].cause
+    assert {(u, src) for u, src, _ in replanned[0].moved} == {(u, 3) for u in dead_units - stored_before}
+    submits = [a for a in actions if isinstance(a, Submit)]
+    assert sorted(a.node for a in submits) == [0, 1, 2]  # every live node hears of the loss
+    new_units = {i.unit for a in submits for i in a.plan.instructions if isinstance(i, Compute)}
+    assert new_units == dead_units - stored_before
+    ids = [i.id for a in submits for i in a.plan.instructions]
+    assert min(ids) > max(i.id for p in first.node_plans.values() for i in p.instructions)
+
+    # node 1 drops its fetches from node 3 that were not done: those units, and only those, move
+    # (at the next tick, so every live node's report goes out in one re-plan)
+    mine = first.node_plans[1].instructions
+    lost = [i.id for i in mine if isinstance(i, Fetch) and i.peer == 3]
+    assert lost, "node 1 should fetch a tile from node 3 in this plan"
+    dropped = abandoned_by(mine, lost)
+    stranded = {i.unit for i in mine if isinstance(i, Compute) and i.id in dropped}
+    failed = [EventInfo(i, "fetch", ok=False, message="node 3 was lost to the job") for i in lost]
+    assert state.events(1, 1, failed, 1.1) == []
+    actions = state.tick(1.2)
+    assert [(u, src) for u, src, _ in actions[0].moved] == [(u, 1) for u in sorted(stranded)]
+    assert actions[0].generation == 3 and "node 1 dropped work" in actions[0].cause
+
+    # everything left runs once more; the live nodes' other units were never re-planned
+    assert finish_all(state, 2.0) == [Succeeded()]
+    planned: dict[int, int] = {}
+    for whole in state.plans.values():
+        for u in whole.placement:
+            planned[u] = planned.get(u, 0) + 1
+    rerun = {u for u, n in planned.items() if n > 1}
+    assert rerun == (dead_units - stored_before) | stranded
+    assert len(rerun) < len(program.units) - len(stored_before)  # not every unstored unit
