@@ -19,7 +19,6 @@ FUNCTION_LINES = 60
 LEFT_OUT = ("compiler/cuda/",)
 CEILINGS = {  # over today; may shrink, may not grow
     "compiler/frontend/ir.py": 538,
-    "scheduler/calibrate.py": 543,
     "compiler/cluster/accumulate.py:check_accumulator": 69,
     "compiler/frontend/check_calls.py:call_type": 70,
 }

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scheduler import calibrate as cal
+from scheduler import calibration_fit as fit
 from scheduler.tuner import Figures, LeafRate
 from schemas.instructions import Compute, Fetch, Load
 from schemas.program import ClusterProgram, Leaf, Region
@@ -33,23 +34,23 @@ def event(node, id_, kind, start, end, nbytes=0, leaf_name=None, peer=None):
 
 
 def probe(events, prog, wall, instructions=None):
-    return cal.Probe({"events": events, "summary": {"wall_s": wall}}, prog, instructions or {})
+    return fit.Probe({"events": events, "summary": {"wall_s": wall}}, prog, instructions or {})
 
 
 # ---- pure fits ---------------------------------------------------------------------------------
 
 
 def test_fit_line_recovers_a_line_and_keeps_costs_non_negative():
-    assert cal.fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((1, 2))
-    assert cal.fit_line([2, 2], [4, 6]) == pytest.approx((0, 2.5))  # one size: all on the slope
+    assert fit.fit_line([1, 2, 3], [3, 5, 7]) == pytest.approx((1, 2))
+    assert fit.fit_line([2, 2], [4, 6]) == pytest.approx((0, 2.5))  # one size: all on the slope
     # falling with size (scatter; no leaf or transfer does): through the origin, not an infinite rate
-    assert cal.fit_line([1, 2], [5, 3]) == pytest.approx((0, (5 + 6) / 5))
-    a, b = cal.fit_line([1, 2, 3], [0.5, 3, 5.5])  # intercept -2 would be negative: through 0
+    assert fit.fit_line([1, 2], [5, 3]) == pytest.approx((0, (5 + 6) / 5))
+    a, b = fit.fit_line([1, 2, 3], [0.5, 3, 5.5])  # intercept -2 would be negative: through 0
     assert a == 0 and b == pytest.approx((0.5 + 6 + 16.5) / 14)
 
 
 def test_grouped_medians_ignore_a_few_slow_samples():
-    xs, ys = cal.grouped_medians([1, 1, 1, 2, 2, 2], [1, 1, 50, 2, 2, 90])
+    xs, ys = fit.grouped_medians([1, 1, 1, 2, 2, 2], [1, 1, 50, 2, 2, 90])
     assert (xs, ys) == ([1, 2], [1, 2])
 
 
@@ -63,11 +64,11 @@ def test_leaf_rates_from_two_sizes_skip_each_nodes_first_launch():
     events_big = [event(1, 0, "compute", 0.0, 0.7, leaf_name="step")]
     events_big += [event(1, i, "compute", i, i + 0.02, leaf_name="step") for i in range(1, 4)]
     probes = [probe(events_small, small, 4.0), probe(events_big, big, 4.0)]
-    rates = cal.fit_leaf_rates(probes)
+    rates = fit.fit_leaf_rates(probes)
     assert rates["step"].launch_s == pytest.approx(0.01)
     assert rates["step"].flops_per_s == pytest.approx(1e9)
     # preparation: first launches beyond a steady one, median over the two nodes, summed per leaf
-    assert cal.leaf_preparation_s(probes, rates) == pytest.approx(((0.5 - 0.011) + (0.7 - 0.02)) / 2)
+    assert fit.leaf_preparation_s(probes, rates) == pytest.approx(((0.5 - 0.011) + (0.7 - 0.02)) / 2)
 
 
 def test_overlapping_computes_share_the_node():
@@ -76,9 +77,9 @@ def test_overlapping_computes_share_the_node():
     events = [event(0, 1, "compute", 0, 0.1, leaf_name="main"),  # first launch (preparation)
               event(0, 2, "compute", 1, 2, leaf_name="main"), event(0, 3, "compute", 1, 2, leaf_name="main")]
     p = probe(events, prog, 3.0)
-    assert cal.concurrency([p], ("compute",)) == pytest.approx((0.1 + 2) / 1.1)
+    assert fit.concurrency([p], ("compute",)) == pytest.approx((0.1 + 2) / 1.1)
     together = (0.1 + 2) / 1.1
-    rate = cal.fit_leaf_rates([p])["main"]
+    rate = fit.fit_leaf_rates([p])["main"]
     assert rate.launch_time(1000) == pytest.approx(1 / together)
 
 
@@ -90,10 +91,10 @@ def test_fetch_time_counts_from_when_the_peer_had_the_tile():
               event(1, 20, "fetch", 0.1, 1.25, 262144, peer=0),  # waited 0.9 s for the load
               event(0, 11, "store", 1.0, 1.5, 262144)]
     p = probe(events, program(), 2.0, instructions)
-    assert cal._fetch_samples(p) == ([262144.0], [pytest.approx(0.25)])
-    fit = cal.fit_transfers([p], BASE)
-    assert fit.job_s == pytest.approx(2.0 - 1.5)  # wall minus the span of the events
-    assert fit.link_bw == pytest.approx(262144 / 0.25 * cal.concurrency([p], ("load", "store", "fetch")))
+    assert fit._fetch_samples(p) == ([262144.0], [pytest.approx(0.25)])
+    fitted = fit.fit_transfers([p], BASE)
+    assert fitted.job_s == pytest.approx(2.0 - 1.5)  # wall minus the span of the events
+    assert fitted.link_bw == pytest.approx(262144 / 0.25 * fit.concurrency([p], ("load", "store", "fetch")))
 
 
 def test_a_partials_fetch_counts_from_its_writers_last_launch():
@@ -109,14 +110,14 @@ def test_a_partials_fetch_counts_from_its_writers_last_launch():
               event(1, 20, "fetch", 0.2, 1.75, 262144, peer=0),
               event(0, 12, "compute", 2.0, 3.0, leaf_name="step")]
     p = probe(events, program(step=1, merge=1), 3.5, instructions)
-    assert cal._fetch_samples(p) == ([262144.0], [pytest.approx(0.25)])
+    assert fit._fetch_samples(p) == ([262144.0], [pytest.approx(0.25)])
 
 
 def test_figures_from_a_calibration_and_the_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
-    calibration = cal.Calibration(cal.TransferFit(0.002, 5e8, 0.004, 2e8, 0.05),
+    calibration = fit.Calibration(fit.TransferFit(0.002, 5e8, 0.004, 2e8, 0.05),
                                   {"init": LeafRate(0.001, 1e10), "step": LeafRate(0.003, 2e9)}, 0.02)
-    figures = cal.figures_from(calibration, BASE)
+    figures = fit.figures_from(calibration, BASE)
     got = (figures.storage_bw, figures.link_bw, figures.transfer_s, figures.link_s)
     assert got == (5e8, 2e8, 0.002, 0.004)
     assert figures.job_s == pytest.approx(0.07)
@@ -143,11 +144,11 @@ def test_instruction_cost_is_what_the_events_leave_unexplained_of_a_nodes_span()
               event(0, 3, "compute", 1.6, 2.6, leaf_name="main"), event(0, 4, "free", 2.8, 2.8)]
     p = probe(events, program(main=1000), 3.0, {0: table})
     figures = Figures(nodes=1, vram_bytes=0, leaf_flops=1000.0, link_bw=1e9, storage_bw=1024.0, overlap=0.0)
-    assert cal.node_spans(p) == {0: pytest.approx(2.8)}
-    assert cal.instruction_cost([p], figures, 0.0) == pytest.approx(0.2)
-    assert cal.instruction_cost([p], figures, 0.4) == pytest.approx(0.1)  # less the preparation
+    assert fit.node_spans(p) == {0: pytest.approx(2.8)}
+    assert fit.instruction_cost([p], figures, 0.0) == pytest.approx(0.2)
+    assert fit.instruction_cost([p], figures, 0.4) == pytest.approx(0.1)  # less the preparation
     slow = Figures(**{**figures.__dict__, "leaf_flops": 100.0})  # explains more than the span: 0, not < 0
-    assert cal.instruction_cost([p], slow, 0.0) == 0.0
+    assert fit.instruction_cost([p], slow, 0.0) == 0.0
 
 
 def test_calibrated_figures_use_one_line_per_leaf_not_per_shape_times():
@@ -161,7 +162,7 @@ def test_calibrated_figures_use_one_line_per_leaf_not_per_shape_times():
     big = ClusterProgram("k", "", (), (), (), (1,), (), (), (other,), ())
     p1 = probe([event(0, i, "compute", i, i + 0.01, leaf_name="step") for i in range(4)], small, 5.0)
     p2 = probe([event(0, i, "compute", i, i + 0.05, leaf_name="step") for i in range(4)], big, 5.0)
-    figures = cal.figures_from(cal.measure([p1, p2], BASE), BASE)
+    figures = fit.figures_from(fit.measure([p1, p2], BASE), BASE)
     assert figures.launch_times == ()
     t1 = figures.launch_time("step", leaf_signature(small.leaves[0]), 1_000_000)
     t2 = figures.launch_time("step", leaf_signature(other), 1_000_000)
@@ -252,7 +253,7 @@ def test_launch_times_are_measured_per_leaf_shape_and_override_the_line():
     big = ClusterProgram("k", "", (), (), (), (1,), (), (), (other_dims,), ())
     events_small = [event(0, i, "compute", i, i + 0.01, leaf_name="step") for i in range(4)]
     events_big = [event(0, i, "compute", i, i + 0.05, leaf_name="step") for i in range(4)]
-    times = cal.measure_launch_times([probe(events_small, small, 5.0), probe(events_big, big, 5.0)])
+    times = fit.measure_launch_times([probe(events_small, small, 5.0), probe(events_big, big, 5.0)])
     assert times == {leaf_signature(small.leaves[0]): pytest.approx(0.01),
                      leaf_signature(big.leaves[0]): pytest.approx(0.05)}
     figures = Figures(**{**BASE.__dict__, "launch_times": tuple(times.items())})
