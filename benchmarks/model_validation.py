@@ -85,7 +85,7 @@ async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict
     from scheduler.prepare import new_job_id, prepare, recompile
     from scheduler.run import PodSession, RunOptions, start_pods_for
     from scheduler.tuner import render_table
-    from scheduler.tuner_cli import TuneOptions, base_figures, rank_job
+    from scheduler.tuner_cli import NO_SPLIT, TuneOptions, base_figures, candidate_compiler, rank_job
 
     job_path = make_job(case, folder)
     prepared = prepare(read_job(job_path), job_path, [folder])
@@ -101,14 +101,15 @@ async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict
         first = rank_job(prepared, base, {})
         candidates = (*first.ranked, *first.dropped)
         figures = await cal.calibrate(session, prepared, options, order, candidates, base,
-                                      lambda values: recompile(prepared, values).program, say)
+                                      candidate_compiler(prepared), say)
         ranking = rank_job(prepared, figures, {})
         say(render_table(ranking))
         kept = list(ranking.ranked)
         times: dict[str, list[float]] = {c.label(): [] for c in kept}
         for _ in range(reps):
             for c in sorted(kept, key=lambda c: c.order):
-                job = dataclasses.replace(recompile(prepared, dict(c.values)), job_id=new_job_id())
+                job = dataclasses.replace(recompile(prepared, dict(c.values), split=c.split or NO_SPLIT),
+                                          job_id=new_job_id())
                 result = await session.run(job, options, order)
                 if not result.ok:
                     raise RuntimeError(f"{case.name} at {c.label()} failed: {result.reason}")

@@ -168,16 +168,13 @@ def predicted(program, figures) -> float:
 async def calibrated(session, prepared, options, order, programs, base, say):
     """The tuner's figures measured on these pods (`--calibrate`'s probes) for these programs."""
     from scheduler import calibrate as cal
-    from scheduler.prepare import recompile, split_of
+    from scheduler.prepare import split_of
     from scheduler.tuner import evaluate_program
-    from scheduler.tuner_cli import NO_SPLIT
+    from scheduler.tuner_cli import candidate_compiler
 
     candidates = [evaluate_program(p, base, i, split_of(p)) for i, p in enumerate(programs)]
-
-    def compile_at(values, split=NO_SPLIT):
-        return recompile(prepared, values, split=split).program
-
-    return await cal.calibrate(session, prepared, options, order, candidates, base, compile_at, say)
+    return await cal.calibrate(session, prepared, options, order, candidates, base,
+                               candidate_compiler(prepared), say)
 
 
 async def measure(problem: Problem, pods: int, reps: int, folder: Path, say, extra=(),

@@ -230,7 +230,7 @@ ALONE, LEASED, STOPPING = "alone", "leased", "stopping"
 
 # (state, stimulus) -> what happens. Pairs not listed leave the state as it is and do nothing
 # (a heartbeat of an old session, anything once stopping). `handle` dispatches through this
-# table; docs/runtime.md prints it.
+# table; docs/architecture.md prints it.
 LINK_TABLE: dict[tuple[str, type], tuple[str, str]] = {
     (ALONE, Hello): ("_hello", "leased: heartbeats start, the lease runs from now"),
     (LEASED, Hello): ("_hello", "leased to the new scheduler: heartbeats go to it"),

@@ -42,99 +42,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
+from scheduler.cluster_messages import (
+    TRANSITIONS,
+    Action,
+    Cancel,
+    EventInfo,
+    Failed,
+    InstructionInfo,
+    NodeFailure,
+    Replanned,
+    Stimulus,
+    Submit,
+    Succeeded,
+    describe_instructions,
+)
 from scheduler.planner import NodeFigure, Plan
-from schemas.instructions import Compute, Fetch, NodePlan, Store, abandoned_by, kind_of
+from schemas.instructions import Fetch, abandoned_by
 from schemas.program import ClusterProgram, Unit
-
-# ---- actions ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Submit:
-    node: int
-    plan: NodePlan
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """Best effort: tell a node declared dead to drop the job (it may be alive but too slow)."""
-
-    node: int
-
-
-@dataclass(frozen=True)
-class Failed:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Succeeded:
-    pass
-
-
-@dataclass(frozen=True)
-class Replanned:
-    """A re-plan (for the log and the trace): `moved` holds (unit, from node, to node)."""
-
-    generation: int
-    time: float
-    cause: str
-    moved: tuple[tuple[int, int, int], ...]
-
-
-Action = Submit | Cancel | Failed | Succeeded | Replanned
-
-
-@dataclass(frozen=True)
-class NodeFailure:
-    node: int
-    time: float
-    reason: str
-
-
-@dataclass(frozen=True)
-class EventInfo:
-    """What the state machine needs of one pod event (the shell converts the wire form)."""
-
-    id: int
-    kind: str
-    ok: bool = True
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class InstructionInfo:
-    kind: str
-    unit: int | None
-    leaf: str | None
-    node: int
-    deps: tuple[int, ...] = ()
-    generation: int = 0
-
-
-def describe_instructions(plan: NodePlan) -> dict[int, InstructionInfo]:
-    """Every instruction's kind and unit: allocations, loads and fetches belong to the unit whose
-    first compute follows them; frees to the unit before."""
-    out: dict[int, InstructionInfo] = {}
-    waiting: list = []
-    last_unit = None
-    for ins in plan.instructions:
-        unit = ins.unit if isinstance(ins, Compute | Store) else None
-        leaf = ins.leaf if isinstance(ins, Compute) else None
-        if unit is None and kind_of(ins) in ("allocate", "load", "fetch"):
-            waiting.append(ins)
-            continue
-        if unit is not None:
-            for w in waiting:
-                out[w.id] = InstructionInfo(kind_of(w), unit, None, plan.node, w.deps, plan.generation)
-            waiting.clear()
-            last_unit = unit
-        out[ins.id] = InstructionInfo(kind_of(ins), unit if unit is not None else last_unit, leaf, plan.node,
-                                      ins.deps, plan.generation)
-    for w in waiting:
-        out[w.id] = InstructionInfo(kind_of(w), last_unit, None, plan.node, w.deps, plan.generation)
-    return out
-
+from schemas.remote_errors import FailureKind
 
 # ---- the state ---------------------------------------------------------------------------------
 
@@ -184,6 +109,8 @@ class ClusterState:
     failed_plans: dict[int, tuple[float, str]] = field(default_factory=dict)
     replans: list[Replanned] = field(default_factory=list)
     outcome: Action | None = None
+    # ("unit", u), ("node", n) or ("job",) -> what happened to it, as (what, *details): story()
+    stories: dict[tuple, list[tuple]] = field(default_factory=dict)
 
     def __post_init__(self):
         self.live = set(self.figures)
@@ -191,6 +118,25 @@ class ClusterState:
         for unit in self.program.units:
             written = {r for launch in unit.launches for _, r in launch.writes if r.tensor not in scratch}
             self.outputs_per_unit[unit.index] = len(written)
+
+    # ---- the entry point ----
+
+    def handle(self, stimulus: Stimulus) -> list[Action]:
+        """The actions `stimulus` calls for, decided by its row of TRANSITIONS."""
+        rule = getattr(self, TRANSITIONS[type(stimulus)].rule)
+        fields = {k: getattr(stimulus, k) for k in stimulus.__dataclass_fields__}
+        return rule(**fields)
+
+    def story(self, key: tuple) -> tuple[str, ...]:
+        """What happened to a unit ("unit", u), a node ("node", n) or the job ("job",), in order."""
+        return tuple(_STORY[what].format(*details) for what, *details in self.stories.get(key, ()))
+
+    def death_of(self, node: int) -> str:
+        """Why `node` was declared dead ("" while it is alive)."""
+        return next((f.reason for f in reversed(self.failures) if f.node == node), "")
+
+    def _tell(self, key: tuple, *entry) -> None:
+        self.stories.setdefault(key, []).append(entry)
 
     # ---- stimuli ----
 
@@ -241,14 +187,23 @@ class ClusterState:
             # Its node may be dying (its report racing its connection's end): decide once the
             # fetch-blame grace has passed.
             self.failed_plans.setdefault(node, (now, message))
+            self._tell(("node", node), "plan_failed", generation, message)
             return []
         self.finished_plans.add((node, generation))
+        self._tell(("node", node), "finished", generation)
         return self._check_done()
 
     def disconnected(self, node: int, reason: str, now: float) -> list[Action]:
         if node not in self.live or self.outcome is not None:
             return []
         return self._declare_dead([node], reason, now)
+
+    def submit_failed(self, node: int, kind: FailureKind, message: str, now: float) -> list[Action]:
+        if node not in self.live or self.outcome is not None:
+            return []  # declared dead, or the job ended, while the submit was in flight
+        if kind in (FailureKind.DISCONNECTED, FailureKind.TIMEOUT):
+            return self._declare_dead([node], f"submit failed: {message}", now)
+        return self._fail(f"node {node} refused its plan: {message}")
 
     def tick(self, now: float) -> list[Action]:
         if self.outcome is not None:
@@ -311,6 +266,7 @@ class ClusterState:
         self.outputs_stored[key] = self.outputs_stored.get(key, 0) + 1
         if self.outputs_stored[key] >= self.outputs_per_unit[info.unit]:
             self.stored.add(info.unit)
+            self._tell(("unit", info.unit), "stored", node, generation)
 
     def _strand(self, node: int, generation: int, fetches: list[int]) -> None:
         """The pod dropped these fetches and what depends on them (the same `abandoned_by`):
@@ -322,12 +278,14 @@ class ClusterState:
             if info.kind == "compute" and info.unit not in self.stored \
                     and self.placement.get(info.unit) == (node, generation):
                 self.stranded[info.unit] = node
+                self._tell(("unit", info.unit), "stranded", node)
 
     def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:
         actions: list[Action] = []
         for node in nodes:
             self.live.discard(node)
             self.failures.append(NodeFailure(node, now, reason))
+            self._tell(("node", node), "dead", reason)
             actions.append(Cancel(node))
             charged = self._charge(node, reason)
             if charged:
@@ -356,6 +314,7 @@ class ClusterState:
         self.running.pop(node, None)
         for unit, ins_id in sorted(culprits.items()):
             self.crashes[unit] = self.crashes.get(unit, 0) + 1
+            self._tell(("unit", unit), "charged", node, self.crashes[unit], self.max_attempts)
             if self.crashes[unit] >= self.max_attempts:
                 return self._fail(f"unit {unit} killed its node {self.crashes[unit]} times; the last "
                                   f"time node {node} was running {self._name(ins_id)} ({reason})")
@@ -376,6 +335,8 @@ class ClusterState:
         record = Replanned(self.generation, now, cause,
                            tuple((u, moved[u], self.plan.placement[u]) for u in sorted(moved)))
         self.replans.append(record)
+        for unit, source, target in record.moved:
+            self._tell(("unit", unit), "moved", source, target, cause)
         return [record, *actions]
 
     def _room(self, node: int) -> NodeFigure:
@@ -402,6 +363,9 @@ class ClusterState:
                     self.fetch_peers[ins.id] = ins.peer
         for unit, node in plan.placement.items():
             self.placement[unit] = (node, self.generation)
+            self._tell(("unit", unit), "planned", node, self.generation)
+        for node, node_plan in plan.node_plans.items():
+            self._tell(("node", node), "plan", self.generation, len(node_plan.instructions))
         actions: list[Action] = [Submit(node, p) for node, p in sorted(plan.node_plans.items())]
         return actions + self._check_done()
 
@@ -412,12 +376,14 @@ class ClusterState:
             if any(n in self.live and (n, generation) not in self.finished_plans for n in plan.node_plans):
                 return []
         self.outcome = Succeeded()
+        self._tell(("job",), "succeeded")
         return [self.outcome]
 
     def _fail(self, reason: str) -> list[Action]:
         if self.outcome is not None:
             return []
         self.outcome = Failed(reason)
+        self._tell(("job",), "failed", reason)
         return [self.outcome]
 
     def _name(self, ins_id: int) -> str:
@@ -432,3 +398,18 @@ class ClusterState:
         if info.unit is not None:
             what += f" of unit {info.unit}"
         return what
+
+
+_STORY = {  # each story entry's words; its details fill the braces in order
+    "planned": "planned on node {0} (generation {1})",
+    "stored": "stored by node {0} (generation {1})",
+    "moved": "re-planned from node {0} to node {1}: {2}",
+    "stranded": "stranded on node {0}: a fetch it needed failed",
+    "charged": "charged with the death of node {0} ({1} of {2})",
+    "plan": "plan of generation {0}: {1} instructions",
+    "finished": "ran its plan of generation {0} to the end",
+    "plan_failed": "its plan of generation {0} stopped: {1}",
+    "dead": "declared dead: {0}",
+    "succeeded": "succeeded",
+    "failed": "failed: {0}",
+}

@@ -1,10 +1,12 @@
 """The job runner: the thin asyncio shell around `cluster_state.ClusterState`.
 
     prepare (compile, check storage) -> start or reach pods (login, hello) -> staging outputs
-    -> submit plans -> collect heartbeats and events (feeding the state machine, which answers
-    with Submit / Cancel / Failed / Succeeded) -> commit or abort staging -> summary and trace.
+    -> submit plans -> collect heartbeats and events (each one a stimulus of
+    scheduler/cluster_messages.py fed to `ClusterState.handle`, which answers with Submit /
+    Cancel / Replanned / Failed / Succeeded) -> commit or abort staging -> summary and trace.
 
-Everything here only moves messages; decisions live in cluster_state.py and planner.py.
+Everything here only moves messages; decisions live in cluster_state.py (even what a failed
+submit means) and planner.py.
 """
 
 from __future__ import annotations
@@ -17,17 +19,10 @@ from pathlib import Path
 from common.commit import CommitFailed
 from common.errors import UserError
 from common.log import get_logger
+from scheduler import cluster_messages as cm
 from scheduler import prepare as prep
-from scheduler.cluster_state import (
-    Action,
-    Cancel,
-    ClusterState,
-    EventInfo,
-    Failed,
-    Replanned,
-    Submit,
-    Succeeded,
-)
+from scheduler.cluster_messages import Action, Cancel, EventInfo, Failed, Replanned, Submit, Succeeded
+from scheduler.cluster_state import ClusterState
 from scheduler.job_storage import JobStorage
 from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
@@ -258,7 +253,7 @@ class JobRun:
         try:
             # Plan before creating staging: a plan that does not fit fails with nothing written.
             self._mark("plan_start")
-            first = self.state.start(self.now())
+            first = self.state.handle(cm.Started(self.now()))
             self._mark("plan_end")
             files.stage()
             self._mark("staging_end")
@@ -309,7 +304,7 @@ class JobRun:
         period = max(0.05, min(0.5, self.options.heartbeat_timeout / 4))
         while not self.done.is_set():
             await asyncio.sleep(period)
-            self._apply(self.state.tick(self.now()))
+            self._apply(self.state.handle(cm.Tick(self.now())))
 
     # ---- actions -----------------------------------------------------------------------------
 
@@ -320,8 +315,7 @@ class JobRun:
                 self._spawn(self._submit(action))
             elif isinstance(action, Cancel):
                 # Declared dead: later jobs of this session must not count on it either.
-                reason = next((f.reason for f in reversed(self.state.failures) if f.node == action.node), "")
-                self.session.lost.setdefault(action.node, reason)
+                self.session.lost.setdefault(action.node, self.state.death_of(action.node))
                 self._spawn(self._cancel(action.node))
             elif isinstance(action, Replanned):
                 moved = ", ".join(f"unit {u} from node {a} to node {b}" for u, a, b in action.moved)
@@ -340,13 +334,8 @@ class JobRun:
             sending = self.io.send_submit(pod, self.prepared.job_id, self.job_program, action.plan, peers)
             await asyncio.wait_for(sending, CALL_TIMEOUT_S)
         except Exception as err:
-            if action.node not in self.state.live or self.state.outcome is not None:
-                return  # declared dead, or the job ended, while in flight
-            text = remote_reason(err)
-            if classify(err) in (FailureKind.DISCONNECTED, FailureKind.TIMEOUT):
-                self._apply(self.state.disconnected(action.node, f"submit failed: {text}", self.now()))
-            else:
-                self._apply(self.state.fail(f"node {action.node} refused its plan: {text}"))
+            failed = cm.SubmitFailed(action.node, classify(err), remote_reason(err), self.now())
+            self._apply(self.state.handle(failed))
 
     async def _cancel(self, node: int) -> None:
         try:
@@ -358,11 +347,11 @@ class JobRun:
 
     def on_disconnected(self, node: int, reason: str) -> None:
         if node in self.nodes and self.state is not None:
-            self._apply(self.state.disconnected(node, reason, self.now()))
+            self._apply(self.state.handle(cm.Disconnected(node, reason, self.now())))
 
     def on_heartbeat(self, node: int, generation: int, running: list[int]) -> None:
         if node in self.nodes and self.state is not None:
-            self._apply(self.state.heartbeat(node, generation, running, self.now()))
+            self._apply(self.state.handle(cm.Heartbeat(node, generation, tuple(running), self.now())))
 
     def on_events(self, node: int, generation: int, events) -> None:
         if node not in self.nodes or self.state is None:
@@ -373,11 +362,11 @@ class JobRun:
             event = self.io.read_event(reader)
             self.trace.add_event(node, generation, event, self.t0, accepted=live)
             infos.append(EventInfo(event.id, event.kind, event.ok, event.message))
-        self._apply(self.state.events(node, generation, infos, self.now()))
+        self._apply(self.state.handle(cm.Events(node, generation, infos, self.now())))
 
     def on_finished(self, node: int, generation: int, ok: bool, message: str) -> None:
         if node in self.nodes and self.state is not None:
-            self._apply(self.state.finished(node, generation, ok, message, self.now()))
+            self._apply(self.state.handle(cm.Finished(node, generation, ok, message, self.now())))
 
 
 def compile_leaves(program) -> dict[str, str]:

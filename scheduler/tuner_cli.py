@@ -154,6 +154,17 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
         source="command line and defaults" if given else f"defaults for {kind.upper()} pods")
 
 
+def candidate_compiler(prepared):
+    """`compile_at(values, split)` for the calibration: the prepared job's program at a candidate's
+    @cluster values and split (not split unless given)."""
+    from scheduler.prepare import recompile
+
+    def compile_at(values, split=NO_SPLIT):
+        return recompile(prepared, values, split=split).program
+
+    return compile_at
+
+
 def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
     """A split the job was prepared with (--split, or the job's) is pinned; else the tuner
     chooses one for a cluster loop that can be split."""
@@ -222,12 +233,8 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
         ranking = rank_job(prepared, figures, pinned)
         if tune.calibrate:
             candidates = (*ranking.ranked, *ranking.dropped)
-
-            def compile_at(values, split=NO_SPLIT):
-                return recompile(prepared, values, split=split).program
-
             figures = await cal.calibrate(session, prepared, options, nodes, candidates, figures,
-                                          compile_at, say)
+                                          candidate_compiler(prepared), say)
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)

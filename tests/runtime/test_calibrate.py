@@ -10,7 +10,7 @@ import pytest
 
 from scheduler import calibrate as cal
 from scheduler.tuner import Figures, LeafRate
-from schemas.instructions import Fetch, Load
+from schemas.instructions import Compute, Fetch, Load
 from schemas.program import ClusterProgram, Leaf, Region
 from tests.job_files import JOB_KERNELS, make_job, write_inputs
 from tests.runtime.cluster import open_cluster, reference
@@ -94,6 +94,22 @@ def test_fetch_time_counts_from_when_the_peer_had_the_tile():
     fit = cal.fit_transfers([p], BASE)
     assert fit.job_s == pytest.approx(2.0 - 1.5)  # wall minus the span of the events
     assert fit.link_bw == pytest.approx(262144 / 0.25 * cal.concurrency([p], ("load", "store", "fetch")))
+
+
+def test_a_partials_fetch_counts_from_its_writers_last_launch():
+    # A split's partial is no load's: node 0 writes buffer 5 in two launches (a step, then a merge
+    # into it), and node 1's fetch of it waits for the second; a launch after the fetch's end
+    # (a later unit's, the buffer number used again) does not count.
+    instructions = {0: {10: Compute(10, (), "step", (("C", 5),), 0),
+                        11: Compute(11, (), "merge", (("C", 5),), 0),
+                        12: Compute(12, (), "step", (("C", 5),), 1)},
+                    1: {20: Fetch(20, (), 7, 0, 5)}}
+    events = [event(0, 10, "compute", 0.0, 1.0, leaf_name="step"),
+              event(0, 11, "compute", 1.0, 1.5, leaf_name="merge"),
+              event(1, 20, "fetch", 0.2, 1.75, 262144, peer=0),
+              event(0, 12, "compute", 2.0, 3.0, leaf_name="step")]
+    p = probe(events, program(step=1, merge=1), 3.5, instructions)
+    assert cal._fetch_samples(p) == ([262144.0], [pytest.approx(0.25)])
 
 
 def test_figures_from_a_calibration_and_the_cache_round_trip(tmp_path, monkeypatch):
@@ -212,7 +228,9 @@ def test_autotuned_calibrated_run_is_right_and_reuses_its_cache(cluster, tmp_pat
     cache = json.loads((tmp_path / "cache" / cal.CACHE_FILE).read_text())
     assert len(cache["clusters"]) == 1 and len(cache["leaves"]) == 1
     (rates,) = cache["leaves"].values()
-    assert set(rates["rates"]) == {"init", "step"}
+    # The K loop can be split, so the split candidates' leaves are timed too: merge (the tree) and
+    # zero (a share other than the root starts at 0, since the store has beta).
+    assert set(rates["rates"]) == {"init", "step", "merge", "zero"}
 
     # Again: the figures come from the cache, nothing is probed, and the same choice is made.
     said.clear()
