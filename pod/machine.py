@@ -20,8 +20,9 @@ Two parts:
   A fetch whose owner answers notReady is asked again while its plan is current.
 
 `story(key)` tells what happened to a unit ("unit", job, unit), a tile ("tile", job,
-generation, buffer), a job ("job", job) or a connection ("connection", "scheduler" or a peer's
-address): one line per step, the newest STORY_LINES kept.
+generation, buffer), a job ("job", job), the scheduler connection ("connection", "scheduler")
+or a peer ("connection", node: what its answers to this pod's fetches were): one line per step,
+the newest STORY_LINES kept.
 """
 
 from __future__ import annotations
@@ -435,8 +436,9 @@ class PodMachine:
     def _fetch_failed(self, s: FetchFailed) -> list[Action]:
         state = self.jobs.get(s.job)
         again = s.kind is FailureKind.NOT_READY and state is not None and state.is_current(s.generation)
-        self._tell(("job", s.job), f"fetch {s.id} from node {s.peer}: {s.kind.value}"
-                                   f"{', asking again' if again else ''}")
+        line = f"fetch {s.id} from node {s.peer}: {s.kind.value}{', asking again' if again else ''}"
+        self._tell(("job", s.job), line)
+        self._tell(("connection", s.peer), f"job {s.job}: {line} ({s.message})")
         return [FetchVerdict(s.job, s.id, again)]
 
     def _on_job(self, job: str, actions: list[st.Action]) -> list[Action]:

@@ -173,6 +173,8 @@ def test_a_fetch_asks_again_only_for_a_tile_not_ready_of_the_current_plan():
     assert machine.handle(m.FetchFailed("j", 1, 4, 1, FailureKind.NOT_READY, "x")) == [again]
     machine.handle(m.CancelJob("j"))
     assert machine.handle(m.FetchFailed("j", 1, 4, 1, FailureKind.NOT_READY, "x"))[0].again is False
+    first = machine.story(("connection", 1))[0]
+    assert first == "job j: fetch 4 from node 1: notReady, asking again (not ready)"
 
 
 def test_stories_of_a_unit_a_tile_and_the_scheduler_connection():
