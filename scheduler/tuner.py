@@ -40,8 +40,9 @@ Pure: no I/O, no clocks. The pipeline, for every combination of @cluster values:
 
 Candidates: every @cluster combination, and for a kernel whose cluster loop can be split
 (compiler/cluster/combine.py) each with every split the nodes allow: 1 share (not split), and 2 to
-`nodes` shares by a flat and a binary tree (a tree by hosts where the nodes span several hosts). A
-split given with --split or in the job is pinned. Candidates are ranked by predicted time; ties
+`nodes` shares by a flat and a binary tree (a tree by hosts where the nodes span several hosts),
+the splits only where the unsplit units do not share out evenly over the nodes. A split given with
+--split or in the job is pinned. Candidates are ranked by predicted time; ties
 keep the search-space order (first values first, fewer shares first, flat before binary).
 """
 
@@ -366,21 +367,26 @@ def evaluate(kernel: ir.Kernel, dims: Mapping[str, int], figures: Figures,
              pinned: Mapping[str, int] | None = None,
              tile_values: Mapping[str, int] | None = None,
              split: SplitRequest | None = None) -> list[Candidate]:
-    """Every combination and split, compiled, planned, pruned and (where kept) predicted."""
+    """Every combination and split, compiled, planned, pruned and (where kept) predicted. The splits
+    of a combination are tried only where its unsplit units do not share out evenly over the nodes
+    (fewer units than nodes, say): with a whole number of units per node, a split only adds merges
+    and transfers to the same compute, and trying it would multiply the tuner's work."""
     from scheduler.prepare import compile_program
 
-    out = []
+    out: list[Candidate] = []
     splits = split_space(kernel, figures.nodes, split, figures.hosts)
-    for order, (values, request) in enumerate(
-            (v, s) for v in search_space(kernel, pinned) for s in splits):
+    for values in search_space(kernel, pinned):
         key = tuple(values.items())
-        try:
-            program = compile_program(kernel, dict(dims), values, tile_values, request)
-        except UserError as err:  # CompileError is a UserError: the compiler's reason, one line
-            message = getattr(err, "message", None) or str(err)
-            out.append(Candidate(key, dropped=message.splitlines()[0], order=order, split=request))
-            continue
-        out.append(evaluate_program(program, figures, order, request))
+        for request in splits:
+            try:
+                program = compile_program(kernel, dict(dims), values, tile_values, request)
+            except UserError as err:  # CompileError is a UserError: the compiler's reason, one line
+                message = getattr(err, "message", None) or str(err)
+                out.append(Candidate(key, dropped=message.splitlines()[0], order=len(out), split=request))
+                continue
+            out.append(evaluate_program(program, figures, len(out), request))
+            if request is None and split is None and len(program.units) % figures.nodes == 0:
+                break  # every node gets as many units: no split of these values is tried
     return out
 
 

@@ -290,3 +290,29 @@ def test_a_death_replans_only_the_dead_nodes_units_and_what_needed_its_tiles():
     rerun = {u for u, n in planned.items() if n > 1}
     assert rerun == (dead_units - stored_before) | stranded
     assert len(rerun) < len(program.units) - len(stored_before)  # not every unstored unit
+
+
+def test_a_replan_must_fit_beside_the_plans_still_running():
+    program = add_program(64 * 8, 64)
+    uris = uris_of(program)
+    first = plan(program, [NodeFigure(0), NodeFigure(1)], uris)
+    peak = max(p.peak_bytes for p in first.node_plans.values())
+
+    def planner(figures, generation, units, first_id):
+        return plan(program, figures, uris, generation, units, first_id)
+
+    # room for one plan, not two: node 0's running plan leaves no room for node 1's units
+    state = ClusterState(program, {0: NodeFigure(0, peak + peak // 2), 1: NodeFigure(1, peak + peak // 2)},
+                         planner)
+    state.start(0.0)
+    actions = state.disconnected(1, "connection lost", 1.0)
+    assert isinstance(actions[-1], Failed)
+    assert "node 1 died" in actions[-1].reason and "memory" in actions[-1].reason
+    # once node 0's first plan has finished, its whole memory is free again
+    state = ClusterState(program, {0: NodeFigure(0, peak + peak // 2), 1: NodeFigure(1, peak + peak // 2)},
+                         planner)
+    state.start(0.0)
+    state.events(0, 1, stores_of(state.plan.node_plans[0]), 0.5)
+    state.finished(0, 1, True, "", 0.6)
+    actions = state.disconnected(1, "connection lost", 1.0)
+    assert not any(isinstance(a, Failed) for a in actions) and state.generation == 2

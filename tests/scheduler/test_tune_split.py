@@ -80,3 +80,13 @@ def test_nodes_on_several_hosts_add_a_tree_by_hosts():
     # On one host no tree by hosts is tried.
     one = tune(SPLIT_K, {"M": 256, "N": 256, "K": 65536}, Figures(nodes=4, **CPU))
     assert all(c.split is None or c.split.shape != "hosts" for c in (*one.ranked, *one.dropped))
+
+
+def test_splits_are_tried_only_where_units_do_not_share_out_evenly():
+    # 4 x 4 output super-tiles on 4 nodes: 4 units each, no split tried; on 3 nodes 16 units do not
+    # share out (6, 5, 5), so the splits are tried and ranked with the rest.
+    dims = {"M": 1024, "N": 1024, "K": 16384}
+    four = tune(SPLIT_K, dims, Figures(nodes=4, **CPU))
+    assert all(c.split is None for c in (*four.ranked, *four.dropped) if c.units == 16)
+    three = tune(SPLIT_K, dims, Figures(nodes=3, **CPU))
+    assert {c.split.shares for c in three.ranked if c.split} == {2, 3}
