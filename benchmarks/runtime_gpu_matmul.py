@@ -58,7 +58,7 @@ def leaf_seconds(program, scalars: dict) -> dict[str, float]:
     import cupy
 
     from compiler.cluster.leaves import load_leaf
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
     from compiler.cuda.launch import launch
 
     out = {}

@@ -48,7 +48,7 @@ def _record(benchmark, anchor_s: float) -> None:
 def test_matmul_4096_against_cublas(benchmark):
     import cupy
 
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
 
     k = frontend.load_file(EXAMPLES / "matmul.phk").kernel()
     n = 4096
@@ -71,7 +71,7 @@ def test_matmul_4096_against_cublas(benchmark):
 def test_add_2_28_against_cupy_add(benchmark):
     import cupy
 
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
 
     k = frontend.load_file(EXAMPLES / "add.phk").kernel()
     n = 2**28

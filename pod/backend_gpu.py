@@ -4,7 +4,7 @@ A buffer holds its tensor's storage dtype: f32, f16 and i32 as such, bf16 as its
 (uint16: cupy has no bfloat16, and the leaves take bf16 as bits); on the host the same bytes are
 viewed as ml_dtypes.bfloat16 (`host_dtype`).
 
-Leaves are compiled once per job (compiler.cuda.compile_kernel at the leaf's own dims and tile
+Leaves are compiled once per job (compiler.cuda.compiled.compile_kernel at the leaf's own dims and tile
 values; when the scheduler sends PTX, the pod only regenerates the launch metadata and uses that
 PTX). Each concurrent compute runs on its own CUDA stream taken from a small pool; host<->device
 copies use a separate copy stream per calling thread. Buffers are allocated straight with
@@ -69,7 +69,7 @@ class GpuBackend:
     # ---- per job ----
 
     def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
-        from compiler.cuda import compile_generated, generate_source
+        from compiler.cuda.compiled import compile_generated, generate_source
         from compiler.cuda.launch import load
 
         writes = {}

@@ -372,7 +372,7 @@ class JobRun:
 def compile_leaves(program) -> dict[str, str]:
     """Every leaf's PTX, bound exactly as the pods bind it (compiler.cluster.leaves.load_leaf)."""
     from compiler.cluster.leaves import load_leaf
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
 
     ptx = {}
     for leaf in program.leaves:

@@ -250,7 +250,7 @@ class Kernel:
         return launch, tuple(args), _current_stream(device, torch)
 
     def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int) -> _Launch:
-        from compiler.cuda import compile_kernel
+        from compiler.cuda.compiled import compile_kernel
         from compiler.cuda.launch import load
 
         cupy = _arrays.cupy_module()

@@ -63,7 +63,7 @@ def handle(args: argparse.Namespace) -> int:
 def leaf_cuda_sources(program) -> str:
     """Each leaf's CUDA C++ source, as the CUDA code generator writes it."""
     from compiler.cluster.leaves import load_leaf
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
 
     out = []
     for leaf in program.leaves:

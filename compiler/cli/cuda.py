@@ -68,7 +68,7 @@ def _bound(args: argparse.Namespace):
 
 
 def handle_cuda(args: argparse.Namespace) -> int:
-    from compiler.cuda import generate_source
+    from compiler.cuda.compiled import generate_source
 
     kernel, binding, schedule = _bound(args)
     print(generate_source(kernel, binding, tf32=args.tf32, schedule=schedule).source, end="")
@@ -76,7 +76,7 @@ def handle_cuda(args: argparse.Namespace) -> int:
 
 
 def handle_ptx(args: argparse.Namespace) -> int:
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
 
     kernel, binding, schedule = _bound(args)
     compiled = compile_kernel(kernel, binding, tf32=args.tf32, schedule=schedule)

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from common import cache
-from compiler.cuda import compile_kernel, compiler_version, nvrtc, stages
+from compiler.cuda import nvrtc, stages
+from compiler.cuda.compiled import compile_kernel, compiler_version
 from compiler.cuda.schedule import DEFAULT, WGMMA_PROBE, Schedule, tensor_core_space
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import bind

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from compiler.cuda import operands
+from compiler.cuda import staged as staged_buffers
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
@@ -46,7 +47,7 @@ def dot(gen, e: ir.Call, into):
     ops = []
     writes = []
     for role, arg in (("a", a), ("b", b)):
-        staged = staged_operand(gen, arg)
+        staged = staged_buffers.staged_operand(gen, arg)
         if isinstance(staged, SharedTile):
             ops.append(staged)
             continue
@@ -70,18 +71,6 @@ def dot(gen, e: ir.Call, into):
         )
     _fma_loop(gen, into, sa, sb, m, n, kk)
     return into
-
-def staged_operand(gen, arg: ir.Expr):
-    """The shared-memory buffer a dot operand (a let or its transpose) already lives in."""
-    from compiler.cuda.values import SharedTile
-
-    name = arg.name if isinstance(arg, ir.Name) else None
-    if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
-        name = arg.args[0].name
-    v = gen.vals.get(name) if name else None
-    from compiler.cuda.wgmma import CoreTile
-
-    return v if isinstance(v, SharedTile | operands.MmaTile | CoreTile) else None
 
 def shared_tile(gen, load: ir.Load, role: str, transposed: bool):
     from compiler.cuda.values import SharedTile

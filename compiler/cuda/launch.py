@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from common.errors import UserError
-from compiler.cuda import CompiledKernel, compile_kernel
+from compiler.cuda.compiled import CompiledKernel, compile_kernel
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 

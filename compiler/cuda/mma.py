@@ -354,14 +354,15 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
 
 def lower_dot(gen, e: ir.Call, into, dtype: str):
     """dtype: the tensor-core type ('bf16', 'f16', 'tf32')."""
-    from compiler.cuda import dots
+    from compiler.cuda import staged as staged_buffers
+
     a, b = e.args
     m, kk = (gen.size(s) for s in a.ty.shape)
     n = gen.size(b.ty.shape[1])
     gen.out.line(f"// dot [{m}x{kk}] x [{kk}x{n}] on tensor cores ({dtype})")
     ops, writes = [], []
     for role, arg in (("a", a), ("b", b)):
-        staged = dots.staged_operand(gen, arg)
+        staged = staged_buffers.staged_operand(gen, arg)
         if staged is not None:
             ops.append(staged)
             continue

@@ -11,6 +11,8 @@ once: replicas contribute the identity. Functions of the kernel's emitter (`gen`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from compiler.cuda import analysis
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -25,90 +27,112 @@ IDENT = {
 # -- reductions -------------------------------------------------------------------------
 
 def reduction(gen, e: ir.Call, ctx) -> str:
-    kw = dict(e.kwargs)
-    axis = kw["axis"].value
+    axis = dict(e.kwargs)["axis"].value
     x = e.args[0]
     shape = tuple(gen.size(s) for s in x.ty.shape)
-    f = e.func
-    is_f = x.ty.dtype in ("f32", "bf16", "f16")
-    ident = (
-        IDENT[f][0 if is_f else 1]
-        .replace("INT_MIN_", "(-2147483647 - 1)")
-        .replace("INT_MAX_", "2147483647")
-    )
-    ctype = "float" if is_f else "int"
-
-    def comb(a, b):
-        if f == "sum":
-            return f"({a} + {b})"
-        return f"f{f}f({a}, {b})" if is_f else f"{f}({a}, {b})"
-
+    op = _Combine.of(e.func, x.ty.dtype in ("f32", "bf16", "f16"))
     if len(shape) == 1:
-        kind = analysis.natural_kind(x, gen.hints) or "flat"
-        src = gen.ctx_for(kind, shape)
-        body = gen.elem(x, src)
-        acc = gen.fresh("red")
-        gen.out.line(f"{ctype} {acc} = {ident};")
-        gen.emit_loop(src, [f"if ({gen.owner(kind, shape)}) {acc} = {comb(acc, body)};"])
-        block_allreduce(gen, acc, comb)
-        return acc
+        return _reduce_flat(gen, x, shape, op)
     if len(shape) != 2:
         raise CompileError(e.span, "the CUDA backend reduces tiles of rank 1 and 2 only")
-    src = gen.ctx_for("2d", shape)
-    body = gen.elem(x, src)
-    dr, dc = gen.dists("2d", shape)
     out_kind = "row" if axis == 1 else "col"
-    keep = shape[0] if axis == 1 else shape[1]
-    res = gen.declare(None, out_kind, (keep,), x.ty.dtype)
+    body = gen.elem(x, gen.ctx_for("2d", shape))  # before the result's declaration, as ever
+    res = gen.declare(None, out_kind, (shape[0] if axis == 1 else shape[1],), x.ty.dtype)
     if axis == 1:
-        gen.out.line("#pragma unroll")
-        gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-        gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
-        gen.out.line(f"{ctype} a_ = {ident};")
-        gen.out.line("#pragma unroll")
-        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-        gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
-        contrib = body if dc.primary() == "true" else f"({dc.primary()} ? {body} : {ident})"
-        gen.out.line(f"a_ = {comb('a_', contrib)};")
-        gen.out.close()
-        gen.out.line(f"{res.cname}[_i] = a_;")
-        gen.out.close()
-        lane_allreduce(gen, res, dr.count, gen.grid.cols, comb, ctype)
+        _reduce_rows(gen, body, shape, op, res)
     else:
-        gen.out.line("#pragma unroll")
-        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-        gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
-        gen.out.line(f"{ctype} a_ = {ident};")
-        gen.out.line("#pragma unroll")
-        gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-        gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
-        contrib = body if dr.primary() == "true" else f"({dr.primary()} ? {body} : {ident})"
-        gen.out.line(f"a_ = {comb('a_', contrib)};")
-        gen.out.close()
-        gen.out.line(f"{res.cname}[_j] = a_;")
-        gen.out.close()
-        # the TR threads of a column sit in different warps: combine through shared memory
-        tr = gen.grid.rows
-        buf = gen.alloc_scratch(tr * shape[1])
-        gen.sync()
-        gen.out.line("#pragma unroll")
-        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-        gen.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
-        gen.out.close()
-        gen.sync()
-        gen.out.line("#pragma unroll")
-        gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-        gen.out.line(f"{ctype} a_ = {ident};")
-        gen.out.line(
-            f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
-            f"a_ = {comb('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};"
-        )
-        gen.out.line(f"{res.cname}[_j] = a_;")
-        gen.out.close()
-    want = ctx.kind if ctx is not None else None
-    if ctx is not None and ctx.native and want == out_kind:
+        _reduce_columns(gen, body, shape, op, res)
+    if ctx is not None and ctx.native and ctx.kind == out_kind:
         return gen.access(res, ctx)
     return gen.through_shared(res, ctx)
+
+
+@dataclass(frozen=True)
+class _Combine:
+    """One reduction's operator: its identity, C type and how two partial values combine."""
+
+    func: str
+    is_float: bool
+    ident: str
+    ctype: str
+
+    @staticmethod
+    def of(func: str, is_float: bool) -> _Combine:
+        ident = (
+            IDENT[func][0 if is_float else 1]
+            .replace("INT_MIN_", "(-2147483647 - 1)")
+            .replace("INT_MAX_", "2147483647")
+        )
+        return _Combine(func, is_float, ident, "float" if is_float else "int")
+
+    def __call__(self, a: str, b: str) -> str:
+        if self.func == "sum":
+            return f"({a} + {b})"
+        return f"f{self.func}f({a}, {b})" if self.is_float else f"{self.func}({a}, {b})"
+
+
+def _reduce_flat(gen, x: ir.Expr, shape: tuple[int, ...], op: _Combine) -> str:
+    kind = analysis.natural_kind(x, gen.hints) or "flat"
+    src = gen.ctx_for(kind, shape)
+    body = gen.elem(x, src)
+    acc = gen.fresh("red")
+    gen.out.line(f"{op.ctype} {acc} = {op.ident};")
+    gen.emit_loop(src, [f"if ({gen.owner(kind, shape)}) {acc} = {op(acc, body)};"])
+    block_allreduce(gen, acc, op)
+    return acc
+
+
+def _reduce_rows(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -> None:
+    """axis = 1: each thread folds its columns of each of its rows, then the lanes of a row."""
+    dr, dc = gen.dists("2d", shape)
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+    gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+    gen.out.line(f"{op.ctype} a_ = {op.ident};")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+    gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+    contrib = body if dc.primary() == "true" else f"({dc.primary()} ? {body} : {op.ident})"
+    gen.out.line(f"a_ = {op('a_', contrib)};")
+    gen.out.close()
+    gen.out.line(f"{res.cname}[_i] = a_;")
+    gen.out.close()
+    lane_allreduce(gen, res, dr.count, gen.grid.cols, op, op.ctype)
+
+
+def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -> None:
+    """axis = 0: each thread folds its rows of each of its columns; the TR threads of a column
+    sit in different warps, so they combine through shared memory."""
+    dr, dc = gen.dists("2d", shape)
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+    gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
+    gen.out.line(f"{op.ctype} a_ = {op.ident};")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+    gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
+    contrib = body if dr.primary() == "true" else f"({dr.primary()} ? {body} : {op.ident})"
+    gen.out.line(f"a_ = {op('a_', contrib)};")
+    gen.out.close()
+    gen.out.line(f"{res.cname}[_j] = a_;")
+    gen.out.close()
+    tr = gen.grid.rows
+    buf = gen.alloc_scratch(tr * shape[1])
+    gen.sync()
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+    gen.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
+    gen.out.close()
+    gen.sync()
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
+    gen.out.line(f"{op.ctype} a_ = {op.ident};")
+    gen.out.line(
+        f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
+        f"a_ = {op('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};"
+    )
+    gen.out.line(f"{res.cname}[_j] = a_;")
+    gen.out.close()
 
 def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
     """Combine the partial results of the `lanes` threads that share each row: the ones of one

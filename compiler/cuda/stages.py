@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.cuda import analysis, mma, wgmma
+from compiler.cuda import analysis, mma, nvrtc, wgmma
 from compiler.cuda.hoist import hoist_dot_loads
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.schedule import DEFAULT, Schedule
@@ -105,9 +105,29 @@ def emit(leaf: Leaf) -> Leaf:
 
 
 def to_ptx(leaf: Leaf) -> Leaf:
-    from compiler.cuda import ptx_of
-
     return dataclasses.replace(leaf, ptx=ptx_of(leaf.kernel, leaf.generated))
+
+
+def ptx_of(kernel: ir.Kernel, gen) -> str:
+    """The nvrtc stage: PTX, or an error at the kernel line the first failing generated line came from."""
+    try:
+        return nvrtc.compile_to_ptx(gen.source, arch=gen.arch)
+    except nvrtc.NvrtcError as e:
+        raise _nvrtc_error(kernel, gen, e) from None
+
+
+def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:
+    """Point at the kernel line the first failing generated line came from, quoting it."""
+    lines = gen.source.splitlines()
+    for entry in nvrtc.parse_log(err.log):
+        span = gen.line_spans[entry.line] if 0 < entry.line < len(gen.line_spans) else None
+        quoted = lines[entry.line - 1].strip() if 0 < entry.line <= len(lines) else ""
+        return CompileError(
+            span or kernel.span,
+            f"NVRTC rejected the generated CUDA: {entry.text}",
+            note=f"generated line {entry.line}: {quoted}",
+        )
+    return CompileError(kernel.span, "NVRTC rejected the generated CUDA", note=err.log.strip()[:2000])
 
 
 STAGES = (

@@ -118,7 +118,7 @@ def test_gpu_leaves_compile_to_ptx(kind):
     """NVRTC needs no GPU: every leaf of every GPU case compiles here, so the GPU run cannot
     fail on a kernel the CUDA code generator refuses."""
     from compiler.cluster.build import compile_cluster
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
     from compiler.frontend.load import load_file
     from pod.backend_cpu import prepare_leaf
 

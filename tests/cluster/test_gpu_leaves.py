@@ -24,7 +24,7 @@ def gpu_runner(kernel, binding, arrays, scalars) -> None:
     """Run one leaf launch on the GPU in place: compile_kernel's PTX, launched with cupy."""
     import cupy
 
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
 
     compiled = compile_kernel(kernel, binding)
     module = _MODULES.get(compiled.ptx)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from common.paths import repo_file
-from compiler.cuda import generate_source
+from compiler.cuda.compiled import generate_source
 from compiler.frontend.binding import bind, kernel_dims
 from compiler.frontend.load import load_text
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from cuda_cases import all_points, example_names, free_dims, load_example
 
-from compiler.cuda import compile_generated, compile_kernel, generate_source
+from compiler.cuda.compiled import compile_generated, compile_kernel, generate_source
 from compiler.frontend import binding
 from compiler.frontend.diagnostics import CompileError
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs
 
-from compiler.cuda import analysis, generate_source
+from compiler.cuda import analysis
+from compiler.cuda.compiled import generate_source
 from compiler.cuda.hoist import hoist_dot_loads
 from compiler.frontend import binding, ir, walk
 from compiler.frontend import load as frontend

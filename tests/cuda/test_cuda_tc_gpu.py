@@ -48,7 +48,7 @@ def _rel_err(out, ref):
 def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None):
     """One point against the interpreter; a point the generator prunes (registers, shared
     memory) is skipped, since pruned points are never run."""
-    from compiler.cuda import compile_kernel
+    from compiler.cuda.compiled import compile_kernel
     from compiler.cuda.launch import run_kernel_gpu
 
     b = binding.bind(kernel, dims, None, point)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from cuda_cases import load_example
 
-from compiler.cuda import autotune, compile_kernel
+from compiler.cuda import autotune
+from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
 from compiler.cuda.schedule import Schedule
 from compiler.cuda.wgmma import CoreTile

@@ -15,10 +15,6 @@ from common.paths import REPO_ROOT
 
 PACKAGES = ("common", "compiler", "phobos", "pod", "scheduler", "schemas")
 
-# The CUDA code generator's modules import each other through compiler/cuda/__init__.py; the
-# tensor-core rebuild of compiler/cuda (issue 14) removes that cycle. Cycles wholly inside this
-# package are tolerated until then; any other cycle fails.
-TOLERATED_INSIDE = ("compiler.cuda",)
 
 
 def _module_name(path: Path) -> str:
@@ -101,12 +97,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _tolerated(component: list[str]) -> bool:
-    return any(all(m == p or m.startswith(p + ".") for m in component) for p in TOLERATED_INSIDE)
-
-
 def test_no_import_cycles():
-    bad = [c for c in cycles(import_graph()) if not _tolerated(c)]
+    bad = cycles(import_graph())
     assert not bad, "import cycles: " + "; ".join(" <-> ".join(c) for c in bad)
 
 

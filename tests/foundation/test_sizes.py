@@ -3,7 +3,7 @@
 "About": a module fails past MODULE_LINES * 1.04 and a function past FUNCTION_LINES * 1.1, so a
 few lines over the mark in passing is not a failure, a second screenful is. The few that are over
 today are listed with their size as a ceiling they may not grow past (split them to take them
-off the list); compiler/cuda's code generator is left out: the tensor-core rebuild replaces it.
+off the list).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from common.paths import REPO_ROOT
 PACKAGES = ("common", "compiler", "phobos", "pod", "scheduler", "schemas")
 MODULE_LINES = 500
 FUNCTION_LINES = 60
-LEFT_OUT = ("compiler/cuda/",)
+LEFT_OUT: tuple[str, ...] = ()
 CEILINGS = {  # over today; may shrink, may not grow
     "compiler/frontend/ir.py": 538,
     "compiler/cluster/accumulate.py:check_accumulator": 69,

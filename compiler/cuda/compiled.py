@@ -1,0 +1,75 @@
+"""What the CUDA leaf compiler hands out: `CompiledKernel`, and the calls that make one.
+
+The package's `__init__` only describes it, so that no module of the package imports the
+package back through it.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.cuda import codegen, stages
+from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.frontend import ir
+from compiler.frontend.source import Span
+
+COMPILER_VERSION = "phobos-cuda-5"
+
+
+def compiler_version() -> str:
+    """Part of the autotune cache key: the generator's version and its code-shaping switches."""
+    from compiler.cuda.dots import dot_unroll
+
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}"
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    cuda_source: str
+    ptx: str
+    entry: str
+    params: tuple[str, ...]  # tensor and scalar parameter names in launch order
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    line_spans: tuple  # generated line number (1-based) -> kernel Span or None
+    tensors: tuple[str, ...] = ()
+    scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
+    tensor_core_span: Span | None = None  # the first dot on tensor cores: needs sm_80 or later
+
+
+def generate_source(
+    kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
+) -> codegen.Generated:
+    """The stages up to the CUDA C++ (stages.py)."""
+    return stages.run(kernel, binding, stages.Options(tf32, schedule), until="emit").generated
+
+
+def compile_kernel(
+    kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
+) -> CompiledKernel:
+    leaf = stages.run(kernel, binding, stages.Options(tf32, schedule))
+    return _compiled(kernel, leaf.generated, leaf.ptx)
+
+
+def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None = None) -> CompiledKernel:
+    """`gen` compiled by NVRTC; or, given `ptx` already compiled from `gen.source` elsewhere (a pod
+    gets the scheduler's), the same CompiledKernel around that PTX without compiling again."""
+    return _compiled(kernel, gen, ptx if ptx is not None else stages.ptx_of(kernel, gen))
+
+
+def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKernel:
+    return CompiledKernel(
+        cuda_source=gen.source,
+        ptx=ptx,
+        entry=gen.entry,
+        params=gen.params,
+        grid=gen.grid,
+        block=gen.block,
+        shared_bytes=gen.shared_bytes,
+        line_spans=gen.line_spans,
+        tensors=tuple(p.name for p in kernel.tensors),
+        scalars=tuple((p.name, p.dtype) for p in kernel.scalars),
+        tensor_core_span=gen.tensor_core_span,
+    )
