@@ -144,6 +144,9 @@ class PodRuntime:
             task.add_done_callback(self.tasks.discard)
         elif isinstance(action, st.BufferServable):
             self._wake(job, (action.generation, action.buffer), None)
+        elif isinstance(action, st.BufferDoomed):
+            key = (action.generation, action.buffer)
+            self._wake(job, key, job.state.doomed(*key))
         elif isinstance(action, st.DropGeneration):
             self._drop(job, action.generation, action.reason)
         elif isinstance(action, st.PlanFinished):
@@ -307,6 +310,9 @@ class PodRuntime:
         job.state.check_generation(generation)
         key = (generation, buffer)
         if not self._servable(job, generation, buffer):
+            refusal = job.state.doomed(generation, buffer)
+            if refusal is not None:
+                raise refusal
             fut = asyncio.get_running_loop().create_future()
             job.waiters.setdefault(key, []).append(fut)
             try:

@@ -123,6 +123,15 @@ class PlanFinished:
 
 
 @dataclass(frozen=True)
+class BufferDoomed:
+    """`buffer` will never be filled (an instruction filling it was abandoned): refuse the peers
+    waiting for it at once, so that they drop what needs it instead of asking again."""
+
+    generation: int
+    buffer: int
+
+
+@dataclass(frozen=True)
 class FetchAbandoned:
     """A fetch from a lost peer will not run (its dependents neither): tell the scheduler."""
 
@@ -131,7 +140,7 @@ class FetchAbandoned:
     reason: str
 
 
-Action = StartInstruction | BufferServable | DropGeneration | PlanFinished | FetchAbandoned
+Action = StartInstruction | BufferServable | DropGeneration | PlanFinished | FetchAbandoned | BufferDoomed
 
 
 # ---- one plan ------------------------------------------------------------------------------------
@@ -232,6 +241,7 @@ class PlanState:
         self.running: set[int] = set()
         self.done: set[int] = set()
         self.abandoned: set[int] = set()  # will never run (a fetch from a lost or failing peer)
+        self.doomed: set[int] = set()  # buffers an abandoned instruction was to fill
         self.failed: str | None = None
         self.reported = False  # PlanFinished sent
         for ins in plan.instructions:
@@ -268,6 +278,8 @@ class PlanState:
         done, abandoned = self.done, self.abandoned
         if not all(u in done or u in abandoned for u in self.users.get(ins.buffer, ())):
             return False
+        if ins.buffer in self.doomed:
+            return True  # never filled: no peer can fetch it, so none is waited for
         served = self.served.get(ins.buffer, set())
         return all(p in served or p in self.lost for p in ins.peers)
 
@@ -343,6 +355,9 @@ class PlanState:
         self.abandoned |= dropped
         self.running -= dropped
         self.waiting_frees -= dropped
+        for buf in sorted({b for i in dropped for b in self.fills[i]} - self.doomed):
+            self.doomed.add(buf)
+            actions.append(BufferDoomed(self.generation, buf))
         for ident in sorted(dropped):
             self._satisfied(ident, actions)
         if self.failed is None:
@@ -444,7 +459,17 @@ class PodState:
         if not self.is_current(generation) or plan is None or not plan.produces(buffer):
             return Refused(f"buffer {buffer}: no plan of generation {generation} on this node "
                            f"produces it (waited {patience_s:g} s)", STALE)
+        if buffer in plan.doomed:
+            return self.doomed(generation, buffer)
         return Refused(f"buffer {buffer} was not ready within {patience_s:g} s", FailureKind.NOT_READY)
+
+    def doomed(self, generation: int, buffer: int) -> Refused | None:
+        """The refusal for a peer asking for a buffer that will never be filled, else None."""
+        plan = self.plans.get(generation)
+        if plan is None or buffer not in plan.doomed:
+            return None
+        return Refused(f"buffer {buffer} of generation {generation} will not be filled here: an input "
+                       "it needs was lost with a node", STALE)
 
     def handle(self, event: Event) -> list[Action]:
         if isinstance(event, PlanSubmitted):
@@ -501,7 +526,7 @@ class PodState:
 
 
 __all__ = [
-    "Action", "BufferServable", "Cancelled", "CheckedPlan", "DropGeneration", "Event", "FetchAbandoned",
-    "GenerationChanged", "InstructionFinished", "PlanFinished", "PlanSubmitted", "PodState", "Refused",
-    "StartInstruction", "TileServed", "check_leaves", "validate_plan",
+    "Action", "BufferDoomed", "BufferServable", "Cancelled", "CheckedPlan", "DropGeneration", "Event",
+    "FetchAbandoned", "GenerationChanged", "InstructionFinished", "PlanFinished", "PlanSubmitted", "PodState",
+    "Refused", "StartInstruction", "TileServed", "check_leaves", "validate_plan",
 ]

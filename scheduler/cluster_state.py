@@ -57,7 +57,7 @@ from scheduler.cluster_messages import (
     describe_instructions,
 )
 from scheduler.planner import NodeFigure, Plan
-from schemas.instructions import Fetch, abandoned_by
+from schemas.instructions import Compute, Fetch, Free, abandoned_by
 from schemas.program import ClusterProgram, Unit
 from schemas.remote_errors import FailureKind
 
@@ -102,8 +102,10 @@ class ClusterState:
     strand_due: bool = False
     instruction_info: dict[int, InstructionInfo] = field(default_factory=dict)
     fetch_peers: dict[int, int] = field(default_factory=dict)  # fetch id -> peer
-    # peer -> (since, fetching node, message): a fetch from it failed; blamed after the grace
-    fetch_suspects: dict[int, tuple[float, int, str]] = field(default_factory=dict)
+    fetch_buffers: dict[int, int] = field(default_factory=dict)  # fetch id -> the peer's buffer
+    # peer -> (since, fetching node, message, fetch id): a fetch from it failed; blamed after the
+    # grace unless the tile it asked for will never be filled there (its own input was lost)
+    fetch_suspects: dict[int, tuple[float, int, str, int]] = field(default_factory=dict)
     # node -> (since, message): its plan stopped at a failed instruction; the job fails after the
     # grace unless the node is declared dead meanwhile
     failed_plans: dict[int, tuple[float, str]] = field(default_factory=dict)
@@ -166,9 +168,10 @@ class ClusterState:
                 if peer is None or peer == node or info is None or info.node != node:
                     return self._fail(f"node {node}: {self._name(event.id)} failed: {event.message}")
                 failed_fetches.append(event.id)
-                if peer in self.live:
-                    self.fetch_suspects.setdefault(peer, (now, node, event.message))
-                from_lost = from_lost or peer not in self.live
+                doomed = self._doomed_tile(event.id)  # not the peer's fault: its own input was lost
+                if peer in self.live and not doomed:
+                    self.fetch_suspects.setdefault(peer, (now, node, event.message, event.id))
+                from_lost = from_lost or peer not in self.live or doomed
                 continue
             if event.kind != "serve":  # a serve event's id is a buffer, not an instruction
                 self.done.setdefault(node, set()).add(event.id)
@@ -220,9 +223,12 @@ class ClusterState:
     def _blame_fetch_failures(self, now: float) -> list[Action]:
         """Declare dead a peer whose tile could not be fetched once the grace has passed with the
         fetching node still alive; forget the suspicion when either of the two died meanwhile."""
-        for peer, (since, fetcher, message) in sorted(self.fetch_suspects.items()):
+        for peer, (since, fetcher, message, fetch) in sorted(self.fetch_suspects.items()):
             if peer not in self.live or fetcher not in self.live:
                 del self.fetch_suspects[peer]
+            elif self._doomed_tile(fetch):  # the peer's report of its lost input came meanwhile
+                del self.fetch_suspects[peer]
+                self.strand_due = True
             elif now - since >= self.fetch_blame_grace:
                 del self.fetch_suspects[peer]
                 return self._declare_dead([peer], f"node {fetcher} could not fetch from it: {message}", now)
@@ -275,10 +281,23 @@ class ClusterState:
         self.abandoned |= dropped
         for ins_id in dropped:
             info = self.instruction_info[ins_id]
+            # (a split unit's piece on another node than its root breaks the unit as well)
             if info.kind == "compute" and info.unit not in self.stored \
-                    and self.placement.get(info.unit) == (node, generation):
+                    and self.placement.get(info.unit, (None, None))[1] == generation:
                 self.stranded[info.unit] = node
                 self._tell(("unit", info.unit), "stranded", node)
+
+    def _doomed_tile(self, fetch: int) -> bool:
+        """Whether the tile `fetch` asked for will never be filled on its peer: an instruction
+        there that fills or reads it was dropped (a split reduction's merge whose own input was
+        lost with a node). The peer refuses such a fetch at once; that is not its fault."""
+        info = self.instruction_info.get(fetch)
+        peer_plan = self.plans[info.generation].node_plans.get(self.fetch_peers.get(fetch)) if info else None
+        if peer_plan is None:
+            return False
+        buffer = self.fetch_buffers[fetch]
+        return any(ins.id in self.abandoned for ins in peer_plan.instructions
+                   if not isinstance(ins, Free) and buffer in _buffers_of(ins))
 
     def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:
         actions: list[Action] = []
@@ -361,6 +380,7 @@ class ClusterState:
                 self.next_id = max(self.next_id, ins.id + 1)
                 if isinstance(ins, Fetch):
                     self.fetch_peers[ins.id] = ins.peer
+                    self.fetch_buffers[ins.id] = ins.peer_buffer
         for unit, node in plan.placement.items():
             self.placement[unit] = (node, self.generation)
             self._tell(("unit", unit), "planned", node, self.generation)
@@ -413,3 +433,9 @@ _STORY = {  # each story entry's words; its details fill the braces in order
     "succeeded": "succeeded",
     "failed": "failed: {0}",
 }
+
+
+def _buffers_of(ins) -> tuple[int, ...]:
+    if isinstance(ins, Compute):
+        return tuple(buf for _, buf in ins.bindings)
+    return (ins.buffer,)

@@ -3,6 +3,9 @@
 SIGKILLs itself (PHOBOS_FAULT) at a point inside the tree, chosen by event, not by time:
 
     serve:1      share 2's node, when the root asks for its merged partial (round 2)
+    serve:1      share 3's node, when share 2's node asks for its partial (round 1): share 2 can
+                 never merge, so the root's fetch of its merged partial is refused at once (not
+                 blamed on node 2) and the unit is re-planned whole
     fetch:1      the root, at its first fetch of a partial (round 1)
     compute:N    the decode's root, at its first merge (after its init and steps)
 
@@ -92,6 +95,7 @@ def cluster(tmp_path_factory):
 
 @pytest.mark.parametrize("which,node,fault", [
     ("matmul", 2, "kill-at=serve:1"),
+    ("matmul", 3, "kill-at=serve:1"),
     ("matmul", 0, "kill-at=fetch:1"),
     ("decode", 0, "merge"),
 ])

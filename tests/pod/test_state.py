@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pod.state import (
+    BufferDoomed,
     BufferServable,
     Cancelled,
     DropGeneration,
@@ -238,3 +239,26 @@ def test_long_chain_is_linear():
     for i in range(n):
         state.handle(InstructionFinished(1, i))
     assert state.plans[1].finished
+
+
+def test_a_buffer_an_abandoned_instruction_fills_is_doomed_and_its_free_waits_for_no_peer():
+    """A merge whose own input was lost never fills its output: peers asking for it are refused
+    at once, and its Free does not wait for their fetches."""
+    plan = NodePlan(node=2, generation=1, peak_bytes=64, instructions=(
+        Allocate(0, (), 0, (8,)),
+        Fetch(1, (0,), 0, peer=3, peer_buffer=0),  # the partial of node 3
+        Allocate(2, (), 1, (8,)),
+        Compute(3, (1, 2), "main", (("a", 0), ("c", 1)), unit=0),  # the merge into buffer 1
+        Free(4, (3,), 0),
+        Free(5, (3,), 1, peers=(0,)),  # node 0 fetches the merged partial
+    ), uris=())
+    state = PodState("j")
+    state.handle(PlanSubmitted(plan, {"main": ("c",)}, frozenset({0, 2, 3})))
+    finish(state, 0, 2)
+    assert state.doomed(1, 1) is None
+    actions = state.handle(PlanSubmitted(NodePlan(2, 2, (), 0), {}, frozenset({0, 2})))
+    assert BufferDoomed(1, 1) in actions and BufferDoomed(1, 0) in actions
+    assert sorted(started(actions)) == [4, 5]  # neither Free waits: node 0 can never fetch buffer 1
+    refusal = state.doomed(1, 1)
+    assert refusal is not None and "will not be filled" in str(refusal)
+    assert "will not be filled" in str(state.unservable(1, 1, 5.0))
