@@ -149,6 +149,21 @@ def check_accumulator(kernel: ir.Kernel, loop: ir.For) -> Accumulator:
         raise _fail(loop.span, "the loop adds to no accumulator")
     acc = assign.name
     _check_loop_body(loop.body, acc)
+    _check_declaration(pre, assign)
+    store, env = _final_store(loop, pre, post, acc)
+    alpha, beta, beta_term, c_old = _stored_value_parts(store, env, acc)
+    _check_output_unread(pre + (loop,) + post[:-1], store, c_old, env)
+    uses = [n for s in post[:-1] for n in walk.iter_exprs(s) if isinstance(n, ir.Name) and n.name == acc]
+    if uses:
+        raise _fail(uses[0].span, f"the accumulator '{acc}' may only be used in the store")
+    return Accumulator(
+        loop=loop, var=acc, store=store, alpha=alpha, beta=beta, beta_term=beta_term, c_old=c_old
+    )
+
+
+def _check_declaration(pre, assign: ir.Assign) -> None:
+    """Before the loop: lets, and the accumulator's declaration as a tile var starting at 0."""
+    acc = assign.name
     decl = next((s for s in pre if isinstance(s, ir.VarDecl) and s.name == acc), None)
     for stmt in pre:
         if isinstance(stmt, ir.VarDecl) and stmt is not decl:
@@ -159,6 +174,11 @@ def check_accumulator(kernel: ir.Kernel, loop: ir.For) -> Accumulator:
         raise _fail(assign.span, f"'{acc}' must be a tile var declared before the loop")
     if not (isinstance(decl.init, ir.Const) and decl.init.value == 0):
         raise _fail(decl.init.span, f"the accumulator '{acc}' must start at 0")
+
+
+def _final_store(loop: ir.For, pre, post, acc: str) -> tuple[ir.Store, dict[str, ir.Expr]]:
+    """After the loop: lets that leave the accumulator alone, then the one plain, whole-tile store
+    of the output; with the lets' environment."""
     if not post or not isinstance(post[-1], ir.Store):
         raise _fail((post[-1] if post else loop).span, "the kernel must end with the one store of the output")
     store = post[-1]
@@ -173,6 +193,12 @@ def check_accumulator(kernel: ir.Kernel, loop: ir.For) -> Accumulator:
     for item in store.index:
         if isinstance(item, ir.SliceIndex):
             raise _fail(item.span, "the store must write a whole tile (`:+` or `:` along every axis)")
+    return store, env
+
+
+def _stored_value_parts(store: ir.Store, env: dict[str, ir.Expr], acc: str):
+    """(alpha, beta, beta_term, c_old) of the stored `alpha * acc + beta * c_old`; c_old, if
+    any, must load exactly the region stored."""
     parts = _split_value(store.value, acc)
     if parts is False:
         raise _fail(store.value.span, "the stored value has another form")
@@ -190,8 +216,12 @@ def check_accumulator(kernel: ir.Kernel, loop: ir.For) -> Accumulator:
                 f"'{_describe(c_old)}' must be the output's old value, a load of exactly "
                 f"the region stored, `{store.tensor}[..]`",
             )
-    # The output must not be read anywhere else: the step leaves keep a running sum in it.
-    for stmt in walk.iter_stmts(pre + (loop,) + post[:-1]):
+    return alpha, beta, beta_term, c_old
+
+
+def _check_output_unread(stmts, store: ir.Store, c_old, env: dict[str, ir.Expr]) -> None:
+    """The output is read nowhere but as c_old: the step leaves keep a running sum in it."""
+    for stmt in walk.iter_stmts(stmts):
         for e in walk.iter_exprs(stmt):
             if (
                 isinstance(e, ir.Load)
@@ -203,12 +233,6 @@ def check_accumulator(kernel: ir.Kernel, loop: ir.For) -> Accumulator:
                     f"'{store.tensor}' is read here, but it holds the running sum while the "
                     "cluster loop runs",
                 )
-    uses = [n for s in post[:-1] for n in walk.iter_exprs(s) if isinstance(n, ir.Name) and n.name == acc]
-    if uses:
-        raise _fail(uses[0].span, f"the accumulator '{acc}' may only be used in the store")
-    return Accumulator(
-        loop=loop, var=acc, store=store, alpha=alpha, beta=beta, beta_term=beta_term, c_old=c_old
-    )
 
 
 def _load_of(c_old: ir.Expr, env: dict[str, ir.Expr]) -> ir.Expr:

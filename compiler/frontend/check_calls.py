@@ -93,16 +93,7 @@ def call_type(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
     """`size_of(expr) -> Size` turns a compile-time argument into a Size (raising otherwise)."""
     f, args = call.func, call.args
     if f == "dot":
-        a, b = (_tile(x, "dot", 2) for x in args)
-        for x in args:
-            _numeric(x, "dot")
-        _same_operand_kind(args[0], args[1])
-        if not shapes.same(a.shape[1], b.shape[0]):
-            raise CompileError(
-                args[1].span,
-                f"dot inner extents differ: {describe(a)} times {describe(b)} ({a.shape[1]} vs {b.shape[0]})",
-            )
-        return TileType("f32", (a.shape[0], b.shape[1]))
+        return _dot_type(args, shapes)
     if f in ("bf16", "f16"):
         if args[0].ty.dtype not in NUMERIC:
             raise CompileError(
@@ -128,18 +119,7 @@ def call_type(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
         shape = shapes.broadcast(args[0].ty, args[1].ty, args[1].span)
         return make_type(promote(args[0].ty.dtype, args[1].ty.dtype), shape)
     if f == "where":
-        cond, a, b = args
-        if cond.ty.dtype != "bool":
-            raise CompileError(cond.span, f"where's condition must be bool, found {describe(cond.ty)}")
-        if (a.ty.dtype == "bool") != (b.ty.dtype == "bool"):
-            raise CompileError(
-                b.span,
-                f"where's choices must both be numbers or both bool: {describe(a.ty)} and {describe(b.ty)}",
-            )
-        value_shape = shapes.broadcast(a.ty, b.ty, b.span)
-        dtype = "bool" if a.ty.dtype == "bool" else promote(a.ty.dtype, b.ty.dtype)
-        shape = shapes.broadcast(cond.ty, make_type(dtype, value_shape), call.span)
-        return make_type(dtype, shape)
+        return _where_type(call, shapes)
     if f == "arange":
         return TileType("i32", (size_of(args[0], "arange's length"),))
     if f == "expand":
@@ -147,18 +127,50 @@ def call_type(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
         k = _axis(call, a.rank + 1)
         return TileType(a.dtype, a.shape[:k] + (Size.const(1),) + a.shape[k:])
     if f == "full":
-        shape_arg, value = args
-        if not isinstance(shape_arg, ir.ShapeList):
-            raise CompileError(
-                shape_arg.span, "full's first argument is a shape list, as in full([BR, D], 0.0)"
-            )
-        if not isinstance(value.ty, ScalarType):
-            raise CompileError(value.span, f"full's fill value must be a scalar, found {describe(value.ty)}")
-        _numeric(value, "full")
-        return TileType("f32", tuple(size_of(item, "a shape entry") for item in shape_arg.items))
+        return _full_type(args, size_of)
     if f in ("f32", "i32"):
         return with_dtype(args[0].ty, f)
     raise AssertionError(f"no typing rule for built-in {f}")
+
+
+def _dot_type(args, shapes: Shapes) -> ir.Type:
+    a, b = (_tile(x, "dot", 2) for x in args)
+    for x in args:
+        _numeric(x, "dot")
+    _same_operand_kind(args[0], args[1])
+    if not shapes.same(a.shape[1], b.shape[0]):
+        raise CompileError(
+            args[1].span,
+            f"dot inner extents differ: {describe(a)} times {describe(b)} ({a.shape[1]} vs {b.shape[0]})",
+        )
+    return TileType("f32", (a.shape[0], b.shape[1]))
+
+
+def _where_type(call: ir.Call, shapes: Shapes) -> ir.Type:
+    cond, a, b = call.args
+    if cond.ty.dtype != "bool":
+        raise CompileError(cond.span, f"where's condition must be bool, found {describe(cond.ty)}")
+    if (a.ty.dtype == "bool") != (b.ty.dtype == "bool"):
+        raise CompileError(
+            b.span,
+            f"where's choices must both be numbers or both bool: {describe(a.ty)} and {describe(b.ty)}",
+        )
+    value_shape = shapes.broadcast(a.ty, b.ty, b.span)
+    dtype = "bool" if a.ty.dtype == "bool" else promote(a.ty.dtype, b.ty.dtype)
+    shape = shapes.broadcast(cond.ty, make_type(dtype, value_shape), call.span)
+    return make_type(dtype, shape)
+
+
+def _full_type(args, size_of) -> ir.Type:
+    shape_arg, value = args
+    if not isinstance(shape_arg, ir.ShapeList):
+        raise CompileError(
+            shape_arg.span, "full's first argument is a shape list, as in full([BR, D], 0.0)"
+        )
+    if not isinstance(value.ty, ScalarType):
+        raise CompileError(value.span, f"full's fill value must be a scalar, found {describe(value.ty)}")
+    _numeric(value, "full")
+    return TileType("f32", tuple(size_of(item, "a shape entry") for item in shape_arg.items))
 
 
 def _dot_kind(dtype: str) -> str:

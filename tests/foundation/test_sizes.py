@@ -17,11 +17,7 @@ PACKAGES = ("common", "compiler", "phobos", "pod", "scheduler", "schemas")
 MODULE_LINES = 500
 FUNCTION_LINES = 60
 LEFT_OUT: tuple[str, ...] = ()
-CEILINGS = {  # over today; may shrink, may not grow
-    "compiler/frontend/ir.py": 538,
-    "compiler/cluster/accumulate.py:check_accumulator": 69,
-    "compiler/frontend/check_calls.py:call_type": 70,
-}
+CEILINGS: dict[str, int] = {}  # over the mark today, as a ceiling: may shrink, may not grow
 
 
 def sizes() -> dict[str, int]:
@@ -56,11 +52,11 @@ def test_modules_and_functions_stay_small():
     assert not bad, "split these: " + "; ".join(bad)
 
 
-def test_the_check_finds_a_long_function_and_a_long_module(tmp_path):
-    measured = {"pkg/a.py": 600, "pkg/a.py:f": 80, "pkg/b.py": 510, "pkg/b.py:g": 64,
-                "compiler/frontend/ir.py": 539}
-    assert too_big(measured) == ["compiler/frontend/ir.py: 539 lines (at most 538)",
-                                 "pkg/a.py: 600 lines (at most 520)", "pkg/a.py:f: 80 lines (at most 66)"]
+def test_the_check_finds_a_long_function_and_a_long_module(monkeypatch):
+    monkeypatch.setitem(CEILINGS, "pkg/c.py", 538)
+    measured = {"pkg/a.py": 600, "pkg/a.py:f": 80, "pkg/b.py": 510, "pkg/b.py:g": 64, "pkg/c.py": 539}
+    assert too_big(measured) == ["pkg/a.py: 600 lines (at most 520)", "pkg/a.py:f: 80 lines (at most 66)",
+                                 "pkg/c.py: 539 lines (at most 538)"]
 
 
 def test_every_ceiling_names_something_that_exists():
