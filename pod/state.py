@@ -39,6 +39,7 @@ from schemas.instructions import (
     Store,
     abandoned_by,
     kind_of,
+    used_buffers,
 )
 from schemas.remote_errors import FailureKind, Refused
 
@@ -155,12 +156,6 @@ def _written_buffers(ins: Instruction, leaf_writes: Mapping[str, tuple[str, ...]
     return ()
 
 
-def _used_buffers(ins: Instruction) -> tuple[int, ...]:
-    if isinstance(ins, Compute):
-        return tuple(buf for _, buf in ins.bindings)
-    return (ins.buffer,)
-
-
 def validate_plan(plan: NodePlan) -> CheckedPlan:
     """Refuse a plan that breaks the schema's invariants: duplicate ids, deps naming unknown ids,
     a dependency cycle, a buffer allocated or freed twice, a buffer used without an Allocate, a
@@ -195,7 +190,7 @@ def _check_buffers(plan: NodePlan, ids: set[int]) -> None:
                 raise Refused(f"plan for node {plan.node}: buffer {ins.buffer} is freed twice", BAD_PLAN)
             freed.add(ins.buffer)
     for ins in plan.instructions:
-        for buf in _used_buffers(ins):
+        for buf in used_buffers(ins):
             if buf not in allocated:
                 raise Refused(f"plan for node {plan.node}: instruction {ins.id} ({kind_of(ins)}) uses "
                               f"buffer {buf}, which no Allocate creates", BAD_PLAN)
@@ -256,7 +251,7 @@ class PlanState:
             if isinstance(ins, Free):
                 self.free_of[ins.buffer] = ins
             else:
-                for buf in _used_buffers(ins):
+                for buf in used_buffers(ins):
                     self.users.setdefault(buf, []).append(ins.id)
 
     @property
@@ -329,7 +324,7 @@ class PlanState:
                 actions.append(BufferServable(self.generation, buf))
         self._satisfied(ident, actions)
         if self.abandoned and self.failed is None:
-            self._wake_frees(_used_buffers(self.by_id[ident]), actions)
+            self._wake_frees(used_buffers(self.by_id[ident]), actions)
         self.finish_check(actions)
         return actions
 
@@ -361,7 +356,7 @@ class PlanState:
         for ident in sorted(dropped):
             self._satisfied(ident, actions)
         if self.failed is None:
-            self._wake_frees({b for i in dropped for b in _used_buffers(self.by_id[i])}, actions)
+            self._wake_frees({b for i in dropped for b in used_buffers(self.by_id[i])}, actions)
 
     def peers_lost(self, lost: set[int]) -> list[Action]:
         """Stop waiting for `lost`: abandon fetches from them not done, start Frees they held."""

@@ -57,7 +57,7 @@ from scheduler.cluster_messages import (
     describe_instructions,
 )
 from scheduler.planner import NodeFigure, Plan
-from schemas.instructions import Compute, Fetch, Free, abandoned_by
+from schemas.instructions import Fetch, Free, abandoned_by, used_buffers
 from schemas.program import ClusterProgram, Unit
 from schemas.remote_errors import FailureKind
 
@@ -297,7 +297,7 @@ class ClusterState:
             return False
         buffer = self.fetch_buffers[fetch]
         return any(ins.id in self.abandoned for ins in peer_plan.instructions
-                   if not isinstance(ins, Free) and buffer in _buffers_of(ins))
+                   if not isinstance(ins, Free) and buffer in used_buffers(ins))
 
     def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:
         actions: list[Action] = []
@@ -433,9 +433,3 @@ _STORY = {  # each story entry's words; its details fill the braces in order
     "succeeded": "succeeded",
     "failed": "failed: {0}",
 }
-
-
-def _buffers_of(ins) -> tuple[int, ...]:
-    if isinstance(ins, Compute):
-        return tuple(buf for _, buf in ins.bindings)
-    return (ins.buffer,)

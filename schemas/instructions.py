@@ -102,6 +102,13 @@ def kind_of(instruction: Instruction) -> str:
     return KINDS[type(instruction)]
 
 
+def used_buffers(ins: Instruction) -> tuple[int, ...]:
+    """The local buffers an instruction reads or writes (a Compute's bindings, else its buffer)."""
+    if isinstance(ins, Compute):
+        return tuple(buf for _, buf in ins.bindings)
+    return (ins.buffer,)
+
+
 def abandoned_by(instructions: Sequence[Instruction], roots: Iterable[int]) -> set[int]:
     """The instructions of one plan that can no longer run once `roots` (fetches whose peer was
     lost or failed) will not complete: the roots and every transitive dependent, except Frees.
