@@ -110,6 +110,7 @@ class ClusterState:
     # grace unless the node is declared dead meanwhile
     failed_plans: dict[int, tuple[float, str]] = field(default_factory=dict)
     replans: list[Replanned] = field(default_factory=list)
+    charged_together: set[int] = field(default_factory=set)  # units charged by the deaths being handled
     outcome: Action | None = None
     # ("unit", u), ("node", n) or ("job",) -> what happened to it, as (what, *details): story()
     stories: dict[tuple, list[tuple]] = field(default_factory=dict)
@@ -301,6 +302,7 @@ class ClusterState:
 
     def _declare_dead(self, nodes: list[int], reason: str, now: float) -> list[Action]:
         actions: list[Action] = []
+        self.charged_together = set()
         for node in nodes:
             self.live.discard(node)
             self.failures.append(NodeFailure(node, now, reason))
@@ -331,6 +333,7 @@ class ClusterState:
                 continue
             culprits.setdefault(info.unit, ins_id)
         self.running.pop(node, None)
+        self.charged_together |= culprits.keys()
         for unit, ins_id in sorted(culprits.items()):
             self.crashes[unit] = self.crashes.get(unit, 0) + 1
             self._tell(("unit", unit), "charged", node, self.crashes[unit], self.max_attempts)
@@ -346,7 +349,13 @@ class ClusterState:
         for unit in moved:
             self.stranded.pop(unit, None)
         self.strand_due = False
-        units = [u for u in self.program.units if u.index in moved]
+        # Units charged with the same death go first, so that they land on distinct nodes (one
+        # each while there are nodes enough): a leaf that crashes again then charges itself, not
+        # the innocent unit that happened to share a node with it (the planner deals units round
+        # robin and keeps this order among units of equal work).
+        units = sorted((u for u in self.program.units if u.index in moved),
+                       key=lambda u: u.index not in self.charged_together)
+        self.charged_together = set()
         try:
             actions = self._plan(units)
         except UserError as err:  # e.g. the nodes left lack the memory

@@ -235,6 +235,25 @@ def test_the_heartbeat_names_what_the_events_cannot_and_finished_work_is_not_cha
     assert state.crashes == {second: 1}
 
 
+def test_units_charged_by_one_death_are_replanned_onto_distinct_nodes():
+    """A poison leaf and an innocent unit computing beside it are both charged; re-planned onto
+    one node again (round robin can deal them so), the next crash would charge both again and the
+    job could fail naming the innocent one. Suspects go first, one per node."""
+    state = make_state(add_program(64 * 32, 64), n_nodes=4)
+    state.start(0.0)
+    node = 1
+    p = state.plan.node_plans[node]
+    units = sorted({i.unit for i in p.instructions if isinstance(i, Compute)})
+    # three nodes are left: in unit order the round robin deals the 1st and the 4th unit moved to
+    # one node
+    suspects = [units[0], units[3]]
+    state.heartbeat(node, 1, [first_compute(p, u).id for u in suspects], 0.5)
+    state.disconnected(node, "connection lost", 0.6)
+    assert state.crashes == dict.fromkeys(suspects, 1)
+    placed = [state.plan.placement[u] for u in suspects]
+    assert len(set(placed)) == len(suspects), placed
+
+
 def test_a_node_dying_while_it_only_loads_and_fetches_charges_nobody():
     state = make_state(add_program(64 * 8, 64), n_nodes=4)
     state.start(0.0)
