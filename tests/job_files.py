@@ -28,3 +28,15 @@ def make_job(folder: Path, kernel: str, dims: dict[str, int], tensors: dict[str,
 def write_inputs(folder: Path, arrays: dict[str, np.ndarray]) -> None:
     for name, array in arrays.items():
         np.save(folder / f"{name}.npy", array)
+
+
+def write_add_job(folder: Path, seed: int, n: int = 4096):
+    """examples/jobs/add.phk over random a and b of `n` elements, written to `folder/add.job`
+    (c.npy its output): the job, and the sum it must write."""
+    rng = np.random.default_rng(seed)
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    write_inputs(folder, {"a": a, "b": b})
+    job = build_job(JOB_KERNELS / "add.phk", None, {"N": n}, {},
+                    {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
+    write_job(job, folder / "add.job")
+    return job, a + b

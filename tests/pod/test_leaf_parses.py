@@ -16,22 +16,15 @@ from pod.backend_cpu import CpuBackend
 from pod.server import PodConfig, PodServer
 from scheduler import prepare as prep
 from scheduler.job_storage import JobStorage
-from scheduler.jobfile import build_job, write_job
 from scheduler.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
-from tests.job_files import JOB_KERNELS
+from tests.job_files import write_add_job
 
 
 def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
     import compiler.pipeline
 
-    rng = np.random.default_rng(5)
-    a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
-    np.save(tmp_path / "a.npy", a)
-    np.save(tmp_path / "b.npy", b)
-    job = build_job(JOB_KERNELS / "add.phk", None, {"N": 4096}, {},
-                    {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
-    write_job(job, tmp_path / "add.job")
+    job, want = write_add_job(tmp_path, seed=5)
     prepared = prep.prepare(job, tmp_path / "add.job", [tmp_path], {"BLOCK": 256}, job_id="parse-count")
     assert len(prepared.program.units) == 16
     files = JobStorage.open(prepared)
@@ -73,5 +66,5 @@ def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
     finished = asyncio.run(run_generations())
     assert finished == [(1, True, ""), (2, True, "")]
     files.commit()
-    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), want)
     assert parses == Counter({"<cluster leaf main>": 1})  # 32 launches of one leaf, one parse

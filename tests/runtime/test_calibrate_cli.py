@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.jobfile import build_job, write_job
-from tests.job_files import JOB_KERNELS
+from tests.job_files import write_add_job
 
 
 def test_autotune_prints_the_table_and_runs_the_best(tmp_path, monkeypatch, capsys):
@@ -13,13 +12,7 @@ def test_autotune_prints_the_table_and_runs_the_best(tmp_path, monkeypatch, caps
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
-    rng = np.random.default_rng(8)
-    a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
-    np.save(tmp_path / "a.npy", a)
-    np.save(tmp_path / "b.npy", b)
-    job = build_job(JOB_KERNELS / "add.phk", None, {"N": 4096}, {},
-                    {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
-    write_job(job, tmp_path / "add.job")
+    _, want = write_add_job(tmp_path, seed=8)
     # 4096 elements: BLOCK=256 gives 16 super-tiles, 512 gives 8, 1024 gives 4; on 8 nodes the
     # last leaves 4 idle and is dropped. A huge fixed cost per launch makes the fewest launches win.
     rc = main([str(tmp_path / "add.job"), "--autotune", "--local-pods", "2", "--nodes", "2",
@@ -28,7 +21,7 @@ def test_autotune_prints_the_table_and_runs_the_best(tmp_path, monkeypatch, caps
     assert rc == 0, out
     assert "cluster tuner: 2 nodes" in out and "chosen: BLOCK=1024" in out
     assert "(add, 4 units on 2 nodes) succeeded" in out
-    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), want)
 
     rc = main([str(tmp_path / "add.job"), "--autotune", "--tune-only", "--local-pods", "1", "--nodes", "8",
                "--storage-root", str(tmp_path)])

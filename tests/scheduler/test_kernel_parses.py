@@ -12,8 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from scheduler.jobfile import build_job, write_job
-from tests.job_files import JOB_KERNELS
+from tests.job_files import write_add_job
 
 
 @pytest.fixture
@@ -32,14 +31,8 @@ def parses(monkeypatch) -> Counter:
 
 
 def _add_job(tmp_path) -> tuple[str, np.ndarray]:
-    rng = np.random.default_rng(3)
-    a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
-    np.save(tmp_path / "a.npy", a)
-    np.save(tmp_path / "b.npy", b)
-    job = build_job(JOB_KERNELS / "add.phk", None, {"N": 4096}, {},
-                    {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
-    write_job(job, tmp_path / "add.job")
-    return job.kernel_file, a + b
+    job, want = write_add_job(tmp_path, seed=3)
+    return job.kernel_file, want
 
 
 def _kernel_parses(parses: Counter, kernel_file: str) -> int:
