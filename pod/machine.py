@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from pod import plan_check
 from pod import state as st
 from schemas.instructions import Compute, Instruction, NodePlan, Store
 from schemas.remote_errors import FailureKind, Refused
@@ -95,7 +96,7 @@ class PlanReady:
     """The shell confined the plan's URIs and prepared its program; the plan may start."""
 
     job: str
-    checked: st.CheckedPlan
+    checked: plan_check.CheckedPlan
     writes: Mapping[str, tuple[str, ...]]
     program: object  # the JobProgram the job now runs (its first)
     peers: frozenset[int] | None = None  # the job's live nodes, as the submit named them
@@ -170,7 +171,7 @@ class Prepare:
 
     job: str
     program: object
-    checked: st.CheckedPlan
+    checked: plan_check.CheckedPlan
     peers: tuple
 
 
@@ -399,8 +400,8 @@ class PodMachine:
             return []
         plan = NodePlan(node=s.plan.node, generation=s.generation, peak_bytes=s.plan.peak_bytes,
                         instructions=instructions, uris=s.plan.uris)
-        checked = st.validate_plan(plan)
-        st.check_leaves(plan, self.leaves.get(s.job) or _leaves_of(program))
+        checked = plan_check.validate_plan(plan)
+        plan_check.check_leaves(plan, self.leaves.get(s.job) or _leaves_of(program))
         self._tell(("job", s.job), f"plan of generation {s.generation} accepted: "
                                    f"{len(instructions)} instructions")
         return [Prepare(s.job, program, checked, s.peers)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pod import machine as m
+from pod import plan_check
 from pod import state as st
 from schemas.capnp_io import JobProgram
 from schemas.instructions import Allocate, Compute, Free, NodePlan, Store
@@ -118,13 +119,13 @@ def test_parts_of_a_plan_are_joined_and_checked_once(monkeypatch):
     machine = leased()
     plan = unit_plan()
     checks = []
-    real = st.validate_plan
+    real = plan_check.validate_plan
 
     def counting(p):
         checks.append(p)
         return real(p)
 
-    monkeypatch.setattr(st, "validate_plan", counting)
+    monkeypatch.setattr(plan_check, "validate_plan", counting)
     first = NodePlan(0, 1, plan.instructions[:2], 32)
     rest = NodePlan(0, 1, plan.instructions[2:], 32, plan.uris)
     assert machine.handle(m.PlanPart("j", 1, first, PROGRAM, more=True)) == []
