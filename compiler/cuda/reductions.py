@@ -85,18 +85,7 @@ def _reduce_flat(gen, x: ir.Expr, shape: tuple[int, ...], op: _Combine) -> str:
 def _reduce_rows(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -> None:
     """axis = 1: each thread folds its columns of each of its rows, then the lanes of a row."""
     dr, dc = gen.dists("2d", shape)
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-    gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
-    gen.out.line(f"{op.ctype} a_ = {op.ident};")
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-    gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
-    contrib = body if dc.primary() == "true" else f"({dc.primary()} ? {body} : {op.ident})"
-    gen.out.line(f"a_ = {op('a_', contrib)};")
-    gen.out.close()
-    gen.out.line(f"{res.cname}[_i] = a_;")
-    gen.out.close()
+    _fold_own(gen, body, op, res, (dr, "_i", "_r"), (dc, "_j", "_c"))
     lane_allreduce(gen, res, dr.count, gen.grid.cols, op, op.ctype)
 
 
@@ -104,18 +93,7 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     """axis = 0: each thread folds its rows of each of its columns; the TR threads of a column
     sit in different warps, so they combine through shared memory."""
     dr, dc = gen.dists("2d", shape)
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-    gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
-    gen.out.line(f"{op.ctype} a_ = {op.ident};")
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-    gen.out.line(f"const int _r = {dr.position('_i')}; (void)_r;")
-    contrib = body if dr.primary() == "true" else f"({dr.primary()} ? {body} : {op.ident})"
-    gen.out.line(f"a_ = {op('a_', contrib)};")
-    gen.out.close()
-    gen.out.line(f"{res.cname}[_j] = a_;")
-    gen.out.close()
+    _fold_own(gen, body, op, res, (dc, "_j", "_c"), (dr, "_i", "_r"))
     tr = gen.grid.rows
     buf = gen.alloc_scratch(tr * shape[1])
     gen.sync()
@@ -133,6 +111,25 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     )
     gen.out.line(f"{res.cname}[_j] = a_;")
     gen.out.close()
+
+def _fold_own(gen, body: str, op: _Combine, res, kept, folded) -> None:
+    """Each thread folds its own elements along the reduced axis: for each of its positions on the
+    kept axis (`kept` = (distribution, loop index, position name)), the identity combined with
+    every element it holds along `folded`, masked where the tile is smaller than its threads."""
+    (keep, k, k_pos), (fold, f, f_pos) = kept, folded
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int {k} = 0; {k} < {keep.count}; ++{k})")
+    gen.out.line(f"const int {k_pos} = {keep.position(k)}; (void){k_pos};")
+    gen.out.line(f"{op.ctype} a_ = {op.ident};")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int {f} = 0; {f} < {fold.count}; ++{f})")
+    gen.out.line(f"const int {f_pos} = {fold.position(f)}; (void){f_pos};")
+    contrib = body if fold.primary() == "true" else f"({fold.primary()} ? {body} : {op.ident})"
+    gen.out.line(f"a_ = {op('a_', contrib)};")
+    gen.out.close()
+    gen.out.line(f"{res.cname}[{k}] = a_;")
+    gen.out.close()
+
 
 def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
     """Combine the partial results of the `lanes` threads that share each row: the ones of one
