@@ -39,6 +39,7 @@ class TuneResult:
 
 
 CACHE_FILE = "autotune.json"  # in common.cache's folder
+FINALISTS = 2  # tile points per schedule family searched over the family's whole schedule space
 
 
 def cache_path() -> Path:
@@ -203,20 +204,19 @@ def tune(
 
 def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     """Tensor-core kernels: every point with the default schedule (mma.sync) and, where its dots
-    can, with warpgroup MMA (4 stages, grouped order); then the best point of each family with
-    that family's whole schedule space (schedule.tensor_core_space: warp layout, pipeline depth,
-    CTA order). A tile shape that is best for one family is often not for the other."""
+    can, with warpgroup MMA (4 stages, grouped order); then the FINALISTS best points of each
+    family with that family's whole schedule space (schedule.tensor_core_space: warp layout,
+    pipeline depth, CTA order, copy placement). A tile shape that is best for one family is
+    often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
+    multiprocessor)."""
     families = [[s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if not s.wgmma]]
     if stages.uses_wgmma(kernel, stages.tensor_core_dots(kernel, tf32)):
         families.append([s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if s.wgmma])
     probes = [DEFAULT, WGMMA_PROBE][: len(families)]
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     for probe, space in zip(probes, families, strict=True):
-        mine = [t for t in timings if t[0][1] == probe]
-        if not mine:
-            continue
-        best = dict(min(mine, key=lambda t: t[1])[0][0])
-        rest = [(best, s) for s in space if s != probe]
+        mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])
+        rest = [(dict(items), s) for (items, _), _ in mine[:FINALISTS] for s in space if s != probe]
         more, why = _measure(kernel, dims, rest, tf32, inputs, log)
         timings += more
         pruned += why

@@ -59,6 +59,7 @@ class KernelGen(ExprEmitter):
         self.shared = dict(plan.shared)
         self.let_floats = 0
         self.pipelined: dict[str, tuple] = {}
+        self.loop_tail: list = []
         counts = list(leaf.counts)
         self.grid_dims = tuple(counts)
         for axis in plan.longest_first:
@@ -206,7 +207,8 @@ class KernelGen(ExprEmitter):
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
         self.loop_barriers.append(False)
         self.scalars[s.var] = (var, "i32")
-        saved_pipe = self.pipelined
+        saved_pipe, saved_tail = self.pipelined, self.loop_tail
+        self.loop_tail = []  # code queued for the end of this loop's body (loops.ring_lets)
         self.pipelined = {
             **self.pipelined,
             **{n: (*v, s.var, var, step, stop_name) for n, v in pipelined.items()},
@@ -227,6 +229,9 @@ class KernelGen(ExprEmitter):
             else:
                 self.stmt(body[i])
                 i += 1
+        for emit_tail in self.loop_tail:
+            emit_tail()
+        self.loop_tail = saved_tail
         self.pipelined = saved_pipe
         self.vals, self.scalars, self.ranges = saved
         self.loop_barriers.pop()

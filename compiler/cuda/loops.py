@@ -101,7 +101,8 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
 def ring_lets(gen, lets: list[ir.Let]) -> None:
     """One iteration of the copy pipeline: wait for this iteration's stage, one barrier
     (the stage about to be refilled was last read in the previous iteration), issue the
-    copies stages - 1 iterations ahead, then point the lets at this iteration's stage."""
+    copies stages - 1 iterations ahead (or queue them for the end of the body), then point the
+    lets at this iteration's stage."""
     gen.out.span = lets[0].span
     *_, (stages, ahead), first = gen.pipelined[lets[0].name][:9]
     var_name, var_c, step, stop_name = gen.pipelined[lets[0].name][9:]
@@ -112,19 +113,27 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
     if gen.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
         gen.out.line("fence_async_smem();")
     gen.sync()
-    nxt = gen.fresh("ahead")
-    gen.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
-    gen.out.open(f"if ({nxt} < {stop_name})")
-    gen.scalars[var_name] = (nxt, "i32")
-    for s in lets:
-        _, st, role, transposed, plan, base, size, *_ = gen.pipelined[s.name]
-        ring = dots.mma_let_tile(
-            gen, st.value, role, transposed, ptr=f"({base} + (({it} + {ahead}) % {stages}) * {size})"
-        )
-        operands.issue_copy(gen, plan, ring, st.value)
-    gen.scalars[var_name] = (var_c, "i32")
-    gen.out.close()
-    gen.out.line("cp_async_commit();")
+    entries = [gen.pipelined[s.name] for s in lets]
+
+    def refill() -> None:
+        nxt = gen.fresh("ahead")
+        gen.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
+        gen.out.open(f"if ({nxt} < {stop_name})")
+        gen.scalars[var_name] = (nxt, "i32")
+        for _, st, role, transposed, plan, base, size, *_ in entries:
+            ptr = f"({base} + (({it} + {ahead}) % {stages}) * {size})"
+            ring = dots.mma_let_tile(gen, st.value, role, transposed, ptr=ptr)
+            operands.issue_copy(gen, plan, ring, st.value)
+        gen.scalars[var_name] = (var_c, "i32")
+        gen.out.close()
+        gen.out.line("cp_async_commit();")
+
+    # the stage refilled was last read an iteration (warpgroup MMA: two) ago, which the barrier
+    # above orders; so the copies may go here or after this iteration's dots (Schedule.late_copies)
+    if gen.schedule.late_copies:
+        gen.loop_tail.append(refill)
+    else:
+        refill()
     for s in lets:
         _, st, role, transposed, plan, base, size, *_ = gen.pipelined[s.name]
         cur = gen.fresh("stage")

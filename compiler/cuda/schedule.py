@@ -14,11 +14,15 @@ class Schedule:
     group: int = 8  # CTAs along x per group in the grouped order
     threads: int | None = None  # CTA size (None: the kernel's @launch, else 256)
     wgmma: bool = False  # Hopper warpgroup MMA for dots with both operands in shared memory (wgmma.py)
+    # where a loop iteration issues the copies of a later stage: after the barrier at its top
+    # (False) or at its end, once its dots are issued (True: the tensor cores get work sooner)
+    late_copies: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
         mma = "-wgmma" if self.wgmma else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}"
+        late = "-late" if self.late_copies else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}"
 
 
 DEFAULT = Schedule()
@@ -34,5 +38,10 @@ def tensor_core_space(warps: int) -> list[Schedule]:
             for order in ("row", "grouped"):
                 out.append(Schedule(wm, stages, order))
     # warpgroup MMA keeps a group in flight past its iteration: copies run stages - 2 ahead
-    out += [Schedule(None, stages, order, wgmma=True) for stages in (3, 4, 5) for order in ("row", "grouped")]
+    out += [
+        Schedule(None, stages, order, wgmma=True, late_copies=late)
+        for stages in (3, 4, 5)
+        for order in ("row", "grouped")
+        for late in (False, True)
+    ]
     return out

@@ -134,10 +134,11 @@ __device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned lb
        | ((unsigned long long)(sbo_bytes >> 4) << 32) | ((unsigned long long)swizzle << 62);
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit_wait_one() {  // the group just issued may run on
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_one() {  // all but the group just issued are done
   asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
 }
+__device__ __forceinline__ void wg_commit_wait_one() { wg_commit(); wg_wait_one(); }
 __device__ __forceinline__ void wg_commit_wait() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -190,7 +191,8 @@ def emit_wgmma(
 ) -> None:
     """acc[M, N] += a b: per k step of 16 one wgmma per warpgroup, then commit and wait (for all
     but this group when `overlap`: it runs on while the next iteration copies and transposes;
-    the loop's end waits for it before acc is read)."""
+    the loop's end waits for it before acc is read). With late copies the wait goes to the end
+    of the loop body, after the copies of a later stage (loops.ring_lets)."""
     kind = "bf16" if dtype == "bf16" else "f16"
     regs = n // 2
     c = acc.cname
@@ -213,7 +215,11 @@ def emit_wgmma(
             f'p, 1, 1, {int(sa.mn_major)}, {int(sb.mn_major)}; }}" : {", ".join(outs)} : "l"(da_), "l"(db_));'
         )
         gen.out.close()
-    gen.out.line("wg_commit_wait_one();" if overlap else "wg_commit_wait();")
+    if overlap and gen.schedule.late_copies:  # the later stage's copies go out before the wait
+        gen.out.line("wg_commit();")
+        gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
+    else:
+        gen.out.line("wg_commit_wait_one();" if overlap else "wg_commit_wait();")
 
 
 def _desc(t: CoreTile, ptr: str) -> str:

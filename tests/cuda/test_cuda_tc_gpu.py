@@ -34,6 +34,9 @@ MATMUL_POINTS = [
     ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, Schedule(wgmma=True, stages=5)),
     ({"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, Schedule(wgmma=True, stages=3)),
     ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=5)),
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True, stages=4, late_copies=True)),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=3, late_copies=True)),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(stages=3, late_copies=True)),
 ]
 MATMUL_DIMS = [{"M": 256, "N": 384, "K": 128}, {"M": 203, "N": 317, "K": 136}, {"M": 77, "N": 1000, "K": 264}]
 MATMUL_TOL = 1e-5
@@ -96,8 +99,9 @@ def test_warpgroup_mma_operand_layouts_equal_interpreter(name, point):
     kernel = load_example(name)
     rng = np.random.default_rng(zlib.crc32(name.encode()) + point["TK"])
     for dims in MATMUL_DIMS:
-        for stages in (3, 4):
-            _check(kernel, dims, point, Schedule(wgmma=True, stages=stages), MATMUL_TOL, rng)
+        for stages, late in ((3, False), (4, False), (4, True)):
+            schedule = Schedule(wgmma=True, stages=stages, late_copies=late)
+            _check(kernel, dims, point, schedule, MATMUL_TOL, rng)
 
 
 # Multi-head attention, all heads in one launch, against the interpreter, which rounds what the

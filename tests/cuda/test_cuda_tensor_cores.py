@@ -130,6 +130,12 @@ def _variants():
             {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64},
             Schedule(wgmma=True, stages=5, order="grouped"),
         ),
+        (
+            "matmul_bf16.phk",
+            {"M": 8192, "N": 8192, "K": 8192},
+            {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
+            Schedule(wgmma=True, stages=4, order="grouped", late_copies=True),
+        ),
     ]
     wg = Schedule(wgmma=True)
     mm += [  # MN-major A (transpose bit), and a 32-wide B transposed into K-major
@@ -396,9 +402,11 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     res = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     points = autotune.search_points(kernel)
     assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_PROBE)]
-    for family in asked[1:]:
-        assert len({str(p) for p, _ in family}) == 1 and dict(family[0][0])["TILE_M"] == 64
+    for family in asked[1:]:  # the two best points of the family, each with the family's space
+        assert len({str(p) for p, _ in family}) == autotune.FINALISTS
+        assert all(p["TILE_M"] == 64 for p, _ in family)
     assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
+    assert any(s.late_copies for _, s in asked[2])
     assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == 5
     again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     assert again.cached and again.schedule == res.schedule
