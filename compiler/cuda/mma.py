@@ -93,6 +93,13 @@ __device__ __forceinline__ void ldsm_x2(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
     : "=r"(r[0]), "=r"(r[1]) : "r"(smem_u32(p)));
 }
+__device__ __forceinline__ void ldsm_x4_at(unsigned* r, unsigned a) {  // a: a shared-window address
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x2_at(unsigned* r, unsigned a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
 __device__ __forceinline__ void ldsm_x2_t(unsigned* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
     : "=r"(r[0]), "=r"(r[1]) : "r"(smem_u32(p)));
@@ -247,8 +254,9 @@ def emit_mma(gen, acc, sa, sb, m: int, n: int, kk: int, dtype: str) -> None:
 
 
 def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
-    """acc += a b with `mma.sync.m16n8k8` TF32: fragments read from shared memory by scalar
-    loads and rounded to TF32 (cvt.rna). A register operand a in the accumulator layout holds
+    """acc += a b with `mma.sync.m16n8k8` TF32: fragments of k-contiguous operands read from
+    shared memory by ldmatrix (_tf32_lane_base), the others by scalar loads, and rounded to
+    TF32 (cvt.rna). A register operand a in the accumulator layout holds
     columns 2t, 2t+1 of each 8-wide k step where the A fragment wants t and t + 4: the dot sums
     over k, so B is read with the same permutation (slot t <- row 2t, slot t + 4 <- row 2t + 1)."""
     w = warp_tile(gen, m, n)
@@ -262,6 +270,9 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
         return f"tf32_of({tile.ptr}[({r}) * {tile.ld} + {c}])"
 
     c = acc.cname
+    la = None if from_regs or not sa.k_contiguous else _tf32_lane_base(gen, sa, wr_base, "a")
+    # ldmatrix gives k slots t and t + 4 in order: not for b beside a register a (permuted k)
+    lb = _tf32_lane_base(gen, sb, wc_base, "b") if sb.k_contiguous and not from_regs else None
     gen.out.line(f"// tensor cores: warp tile {wm}x{wn}, {mt}x{nt} mma.m16n8k8 tf32, k {kk}")
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int kk_ = 0; kk_ < {kk}; kk_ += 8)")
@@ -271,6 +282,9 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
             p = sa.cname
             regs = [f"{p}[{2 * i + h}][kk_ / 4 + {e}]" for e in (0, 1) for h in (0, 1)]
             gen.out.line(" ".join(f"af_[{i}][{q}] = tf32_of({r});" for q, r in enumerate(regs)))
+        elif la is not None:
+            at_a = f"{la} + {16 * i * sa.ld * 4} + kk_ * 4"
+            gen.out.line(f"ldsm_x4_at(af_[{i}], {at_a}); {_round_tf32(f'af_[{i}]', 4)}")
         else:
             x0 = f"{wr_base} + {16 * i} + {g}"
             parts = [
@@ -282,9 +296,20 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
             gen.out.line(" ".join(f"af_[{i}][{q}] = {at(sa, x, k)};" for q, (x, k) in enumerate(parts)))
     for j in range(nt):
         x0 = f"{wc_base} + {8 * j} + {g}"
-        gen.out.line(
-            f"bf_[{j}][0] = {at(sb, x0, f'kk_ + {k_lo}')}; bf_[{j}][1] = {at(sb, x0, f'kk_ + {k_hi}')};"
-        )
+        if lb is not None and j % 2 == 0 and j + 1 < nt:  # two n sub-tiles per ldmatrix.x4
+            gen.out.line(
+                f"{{ unsigned t4_[4]; ldsm_x4_at(t4_, {lb} + {8 * j * sb.ld * 4} + kk_ * 4); "
+                f"{_round_tf32('t4_', 4)} "
+                f"bf_[{j}][0] = t4_[0]; bf_[{j}][1] = t4_[1]; "
+                f"bf_[{j + 1}][0] = t4_[2]; bf_[{j + 1}][1] = t4_[3]; }}"
+            )
+        elif lb is not None and j % 2 == 0:
+            at_b = f"{lb} + {8 * j * sb.ld * 4} + kk_ * 4"
+            gen.out.line(f"ldsm_x2_at(bf_[{j}], {at_b}); {_round_tf32(f'bf_[{j}]', 2)}")
+        elif lb is None:
+            gen.out.line(
+                f"bf_[{j}][0] = {at(sb, x0, f'kk_ + {k_lo}')}; bf_[{j}][1] = {at(sb, x0, f'kk_ + {k_hi}')};"
+            )
     for i in range(mt):
         for jj in range(nt):
             gen.out.line(
@@ -292,6 +317,25 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
                 f"{c}[{2 * i + 1}][{2 * jj}], {c}[{2 * i + 1}][{2 * jj + 1}], af_[{i}], bf_[{jj}]);"
             )
     gen.out.close()
+
+
+def _tf32_lane_base(gen, tile: MmaTile, x_base: str, role: str) -> str:
+    """This lane's ldmatrix row address (shared window, bytes) for a k-contiguous f32 operand
+    ([x][k], 16-byte rows of 4 values): an 8x8 b16 matrix is then 8 rows x 4 f32, and lane
+    (g, t) receives the value at row g, column t, which is the m16n8k8 TF32 fragment's element.
+    Matrices of one x4: a: (m 0-7 | 8-15) x (k 0-3 | 4-7); b: (k 0-3 | 4-7) x (n 0-7 | 8-15).
+    Rows ld = k + 4 words apart fall in 8 distinct 16-byte bank groups (operands.MmaTile.pad)."""
+    second, fourth = "((th_lane >> 3) & 1)", "(th_lane >> 4)"
+    x_off, k_off = (f"{second} * 8", f"{fourth} * 4") if role == "a" else (f"{fourth} * 8", f"{second} * 4")
+    name = gen.fresh("lm")
+    row = f"({x_base} + {x_off} + (th_lane & 7))"
+    gen.out.line(f"const unsigned {name} = smem_u32({tile.ptr} + {row} * {tile.ld} + {k_off});")
+    return name
+
+
+def _round_tf32(regs: str, n: int) -> str:
+    """The f32 bit patterns ldmatrix delivered, rounded to TF32 (cvt.rna) as the scalar path does."""
+    return " ".join(f"{regs}[{q}] = tf32_of(__uint_as_float({regs}[{q}]));" for q in range(n))
 
 
 def _offset_expr(tile: MmaTile, kk: str, x: int) -> str:

@@ -38,9 +38,10 @@ class MmaTile:
 
     @property
     def pad(self) -> int:
-        """16-bit: 16 bytes (ldmatrix rows in distinct bank groups). f32 fragments are read with
-        scalar loads: lane (g, t) reads row g col t (k-contiguous: stride = 4 mod 32 words) or
-        row t col g (otherwise: 8 mod 32), which puts the 32 lanes in 32 banks."""
+        """16-bit: 16 bytes (ldmatrix rows in distinct bank groups). f32, k-contiguous: 4 words,
+        so the 8 16-byte rows of an ldmatrix phase fall in distinct bank groups (and a scalar
+        read of row g col t puts the 32 lanes in 32 banks); otherwise 8 words: scalar reads of
+        row t col g, 8 mod 32 words apart, land in 32 banks."""
         if self.elem_bytes == 2:
             return ROW_PAD
         return 4 if self.k_contiguous else 8
