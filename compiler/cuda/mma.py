@@ -364,18 +364,20 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
 
 
 def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: str) -> None:
-    """The dot as warpgroup MMA (wgmma.py); an x-contiguous operand is transposed into the
-    core-matrix layout first (after the barrier that made its copy visible)."""
-    if not wgmma.fits(gen, m, n) or not all(isinstance(t, MmaTile | wgmma.CoreTile) for t in ops):
+    """The dot as warpgroup MMA (wgmma.py); a from shared memory or registers; an x-contiguous
+    operand the descriptor cannot read is transposed into the core-matrix layout first (after
+    the barrier that made its copy visible)."""
+    if not wgmma.fits(gen, m, n) or not isinstance(ops[1], MmaTile | wgmma.CoreTile):
         raise gen.pruned(e.span, f"warpgroup MMA takes {m} rows on {gen.grid.threads // 32} warps, N <= 256")
-    # inside the copy ring, a group may stay in flight past its iteration: every buffer it reads
-    # is then a ring stage or a double buffer (refilled two iterations later)
-    ring = gen.ring_iteration is not None
+    # a group may stay in flight past its iteration when the dot is the kernel's only one and
+    # accumulates into a variable (matmul's acc, read after the loop) from buffers that are ring
+    # stages or double buffers (refilled two iterations later)
+    ring = gen.ring_iteration is not None and into is not None and len(gen.leaf.plan.tc_dots) == 1
     overlap = ring and all(not isinstance(t, wgmma.CoreTile) or t.ptr in gen.ring_tiles for t in ops)
     cores, transposed = [], False
     for t in ops:
-        if isinstance(t, wgmma.CoreTile):
-            cores.append(t)
+        if not isinstance(t, MmaTile):
+            cores.append(t)  # a CoreTile, or a register a
             continue
         transposed = True
         if t.k_contiguous:

@@ -13,7 +13,7 @@ class Schedule:
     order: str = "row"  # CTA order of a 2-D grid: "row" (launch order) or "grouped" (group-major)
     group: int = 8  # CTAs along x per group in the grouped order
     threads: int | None = None  # CTA size (None: the kernel's @launch, else 256)
-    wgmma: bool = False  # Hopper warpgroup MMA for dots with both operands in shared memory (wgmma.py)
+    wgmma: bool = False  # Hopper warpgroup MMA for dots whose b is in shared memory (wgmma.py)
     # where a loop iteration issues the copies of a later stage: after the barrier at its top
     # (False) or at its end, once its dots are issued (True: the tensor cores get work sooner)
     late_copies: bool = False

@@ -1,6 +1,7 @@
-"""dot on Hopper's warpgroup MMA: `wgmma.mma_async.m64nNk16` with bf16 / f16 operands from shared
-memory, f32 accumulators in registers. A tuner choice (Schedule.wgmma) for kernels whose
-tensor-core dots read both operands from shared memory (matmul); PTX for compute_90a.
+"""dot on Hopper's warpgroup MMA: `wgmma.mma_async.m64nNk16` with bf16 / f16 operands, b from
+shared memory, a from shared memory or from registers (attention's P), f32 accumulators in
+registers. A tuner choice (Schedule.wgmma) for kernels whose tensor-core dots read b from shared
+memory (matmul, attention); PTX for compute_90a.
 
 Each warpgroup (4 consecutive warps) computes 64 rows x all N columns: the CTA is laid out as
 MmaGrid(WR = warps, WC = 1), 16 rows per warp, whose register order is wgmma's accumulator order
@@ -186,13 +187,13 @@ def transpose_into(gen, staged, core: CoreTile) -> None:
     gen.out.close()
 
 
-def emit_wgmma(
-    gen, acc, sa: CoreTile, sb: CoreTile, m: int, n: int, kk: int, dtype: str, overlap: bool
-) -> None:
+def emit_wgmma(gen, acc, sa, sb: CoreTile, m: int, n: int, kk: int, dtype: str, overlap: bool) -> None:
     """acc[M, N] += a b: per k step of 16 one wgmma per warpgroup, then commit and wait (for all
     but this group when `overlap`: it runs on while the next iteration copies and transposes;
     the loop's end waits for it before acc is read). With late copies the wait goes to the end
-    of the loop body, after the copies of a later stage (loops.ring_lets)."""
+    of the loop body, after the copies of a later stage (loops.ring_lets). `sa` is a CoreTile or
+    a register tile in the accumulator layout (attention's P): each warp's 16 rows of a k step
+    are then the A fragment of mma.m16n8k16, which is wgmma's register A layout per warp."""
     kind = "bf16" if dtype == "bf16" else "f16"
     regs = n // 2
     c = acc.cname
@@ -201,18 +202,26 @@ def emit_wgmma(
         s, h, e = i // 4, (i // 2) % 2, i % 2
         outs.append(f'"+f"({c}[{h}][{2 * s + e}])')
     d = ", ".join(f"%{i}" for i in range(regs))
-    gen.out.line(f"// warpgroup MMA: m64n{n}k16 {kind}, {kk // 16} k steps")
+    from_regs = not isinstance(sa, CoreTile)
+    where = ", a from registers" if from_regs else ""
+    gen.out.line(f"// warpgroup MMA: m64n{n}k16 {kind}, {kk // 16} k steps{where}")
     gen.out.line("wg_fence();")
     for s in range(kk // 16):
-        a_ptr = f"{sa.ptr} + (th_warp / 4) * {sa.x_block} + {s * sa.k_step}"
         b_ptr = f"{sb.ptr} + {s * sb.k_step}"
         gen.out.open("")
-        gen.out.line(f"const unsigned long long da_ = {_desc(sa, a_ptr)};")
         gen.out.line(f"const unsigned long long db_ = {_desc(sb, b_ptr)};")
+        if from_regs:
+            _register_fragment(gen, sa.cname, s, dtype)
+            a_op, trans, b_op = "{" + ", ".join(f"%{regs + q}" for q in range(4)) + "}", "", f"%{regs + 4}"
+            a_in = ", ".join(f'"r"(a{q}_)' for q in range(4))
+        else:
+            a_ptr = f"{sa.ptr} + (th_warp / 4) * {sa.x_block} + {s * sa.k_step}"
+            gen.out.line(f"const unsigned long long da_ = {_desc(sa, a_ptr)};")
+            a_op, a_in, trans, b_op = f"%{regs}", '"l"(da_)', f"{int(sa.mn_major)}, ", f"%{regs + 1}"
         gen.out.line(
             f'asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; '
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{d}}}, %{regs}, %{regs + 1}, "
-            f'p, 1, 1, {int(sa.mn_major)}, {int(sb.mn_major)}; }}" : {", ".join(outs)} : "l"(da_), "l"(db_));'
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{d}}}, {a_op}, {b_op}, "
+            f'p, 1, 1, {trans}{int(sb.mn_major)}; }}" : {", ".join(outs)} : {a_in}, "l"(db_));'
         )
         gen.out.close()
     if overlap and gen.schedule.late_copies:  # the later stage's copies go out before the wait
@@ -220,6 +229,15 @@ def emit_wgmma(
         gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
     else:
         gen.out.line("wg_commit_wait_one();" if overlap else "wg_commit_wait();")
+
+
+def _register_fragment(gen, p: str, step: int, dtype: str) -> None:
+    """a0_..a3_: this lane's A fragment of k step `step` from register tile p (rows g, g + 8 in
+    p[0], p[1]; k columns 16 step + 2t, +1 at local 4 step, +1 and + 8 at 4 step + 2, + 3),
+    rounded to the operand type."""
+    pack, j = ("pack_bf16x2" if dtype == "bf16" else "pack_f16x2"), 4 * step
+    frag = [f"{pack}({p}[{h}][{j + q}], {p}[{h}][{j + q + 1}])" for q in (0, 2) for h in (0, 1)]
+    gen.out.line("const unsigned " + ", ".join(f"a{q}_ = {f}" for q, f in enumerate(frag)) + ";")
 
 
 def _desc(t: CoreTile, ptr: str) -> str:

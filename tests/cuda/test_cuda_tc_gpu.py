@@ -119,15 +119,22 @@ ATTENTION_DIMS = [{"H": 3, "N": 299, "D": 64}, {"H": 2, "N": 128, "D": 64}, {"H"
 ATTENTION_POINTS = [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}]
 
 
+ATTENTION_SCHEDULES = [Schedule(), Schedule(wgmma=True), Schedule(wgmma=True, stages=4, late_copies=True)]
+
+
+@pytest.mark.parametrize("schedule", range(len(ATTENTION_SCHEDULES)))
 @pytest.mark.parametrize("name,tol", ATTENTION, ids=[a[0] for a in ATTENTION])
-def test_attention_on_tensor_cores_equals_interpreter(name, tol):
+def test_attention_on_tensor_cores_equals_interpreter(name, tol, schedule):
+    """mma.sync, and warpgroup MMA (S = Q K^T from shared memory, P V with P from registers;
+    the TF32 example has no warpgroup MMA and compiles as mma.sync under every schedule)."""
     kernel = load_example(name)
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + schedule)
     for dims in ATTENTION_DIMS:
         for point in ATTENTION_POINTS:
             if dims["D"] == 128 and point.get("BR") == 128 and point.get("BC") == 128:
                 continue
-            _check(kernel, dims, point, Schedule(), tol, rng, {"scale": dims["D"] ** -0.5})
+            scalars = {"scale": dims["D"] ** -0.5}
+            _check(kernel, dims, point, ATTENTION_SCHEDULES[schedule], tol, rng, scalars)
 
 
 def test_tf32_examples_in_source_equal_interpreter():

@@ -147,6 +147,8 @@ def _variants():
         for d in (64, 128):
             for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}):
                 mm.append((name, {"H": 8, "N": 4096, "D": d}, point, Schedule()))
+                if name != "mha_tf32.phk":  # S = Q K^T from shared memory, P V with P in registers
+                    mm.append((name, {"H": 8, "N": 4096, "D": d}, point, Schedule(wgmma=True, stages=4)))
     return mm
 
 
