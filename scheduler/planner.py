@@ -43,15 +43,15 @@ of a bf16 tensor is `2 n` bytes.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
 from compiler.cluster.units import no_gc_pauses
 from scheduler.placement import Piece, place, root_node
-from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
+from schemas.instruction_table import ALLOCATE, COMPUTE, FETCH, FREE, LOAD, STORE, InstructionTable
+from schemas.instructions import ITEMSIZE, NodePlan
 from schemas.program import ClusterProgram, Region, Unit
 
 
@@ -82,39 +82,28 @@ class Plan:
 # frozen dataclass hashes in Python, and the planner looks regions up millions of times.
 Key = tuple
 
-
-@dataclass(slots=True)
-class _Copy:
-    """One node's copy of one input region."""
-
-    region: Region
-    buffer: int
-    first_pos: int
-    last_pos: int
-    owner: bool = False  # loads it from storage (else fetches it from the owner)
-    fetched_by: list[int] = field(default_factory=list)  # owner only: the peers that fetch it
-    last_fetch_round: int = -1  # owner only
+# One node's copy of one input region is a list (building a list is several times cheaper than
+# an object, and there is one per unit and input): these are its fields.
+BUFFER, FIRST, LAST, REGION, OWNER, FETCHED_BY, LAST_FETCH, SOURCE = range(8)
+# OWNER: loads it from storage; FETCHED_BY: owner only, the peers that fetch it, in order;
+# LAST_FETCH: owner only, the last round a peer fetches it in; SOURCE: a fetcher's (owner, buffer).
 
 
-@dataclass(slots=True)
-class _UnitWork:
-    """One piece (scheduler/placement.py): a unit's launches that one node runs in one round."""
-
-    unit: Unit
-    pos: int  # the round
-    outputs: dict[Key, tuple[Region, int]]  # region written -> (region, buffer)
-    loaded_outputs: frozenset[Key]  # outputs also read in the unit: start from storage
-    inputs: dict[Key, int]  # region only read -> buffer (a node's copy, maybe shared by units)
-    launches: list[tuple[str, list[tuple[str, Key]], list[tuple[str, Key]]]]  # leaf, reads, writes
-    peer_partials: dict[Key, int] = field(default_factory=dict)  # another node's partial -> buffer
+def _copy(buffer: int, pos: int, region: Region) -> list:
+    return [buffer, pos, pos, region, False, (), -1, None]
 
 
-@dataclass
-class _NodeState:
-    next_buffer: int = 0
-    copies: dict[Key, _Copy] = field(default_factory=dict)
-    work: list[_UnitWork] = field(default_factory=list)
-    loaded_bytes: int = 0
+class _Node:
+    """What pass 1 notes about one node: its copies of input regions (key -> copy), its pieces
+    (records, see `_account_piece`), the buffers numbered so far and the bytes it loads."""
+
+    __slots__ = ("copies", "works", "buffers", "loaded_bytes")
+
+    def __init__(self):
+        self.copies: dict[Key, list] = {}
+        self.works: list[tuple] = []
+        self.buffers = 0
+        self.loaded_bytes = 0
 
 
 @dataclass
@@ -127,61 +116,83 @@ class _Partials:
 
 
 def _account(pieces: Sequence[Piece], nodes: Sequence[int], scratch: frozenset[str]
-             ) -> tuple[dict[int, _NodeState], dict[Key, list], _Partials]:
-    """Record every node's copies; returns node states, per input region [first round, nodes
-    needing it in that round, every node needing it] (nodes in order), and the partials."""
-    states = {node: _NodeState() for node in nodes}
+             ) -> tuple[dict[int, _Node], dict[Key, list], _Partials]:
+    """Record every node's copies and pieces; returns the nodes, per input region [first round,
+    nodes needing it in that round, every node needing it] (nodes in order), and the partials."""
+    states = {node: _Node() for node in nodes}
     first_use: dict[Key, list] = {}
     partials = _Partials()
     for piece in pieces:
         state = states[piece.node]
         work = _account_piece(piece, state, first_use, scratch)
-        state.work.append(work)
-        for key, (_, buffer) in work.outputs.items():
-            if key[0] in scratch:
-                partials.writer[key] = (piece.node, buffer)
+        state.works.append(work)
+        if scratch:
+            for key, _, buffer, _ in work[2]:
+                if key[0] in scratch:
+                    partials.writer[key] = (piece.node, buffer)
     for node, state in states.items():
-        for work in state.work:
-            for key in work.peer_partials:
+        for work in state.works:
+            for key, _ in work[4]:
                 partials.fetches.setdefault(partials.writer[key], []).append(node)
     return states, first_use, partials
 
 
-def _account_piece(piece: Piece, state: _NodeState, first_use: dict[Key, list],
-                   scratch: frozenset[str]) -> _UnitWork:
-    node, pos = piece.node, piece.round
-    copies = state.copies
-    launches = []
-    written: dict[Key, tuple[Region, int]] = {}
-    read_before_written: set[Key] = set()  # outputs whose old contents the unit reads
+def _account_piece(piece: Piece, state: _Node, first_use: dict[Key, list], scratch: frozenset[str]
+                   ) -> tuple:
+    """One piece's record: (unit, round, outputs, inputs, peer partials, launches) where outputs
+    are (key, region, buffer, loaded from storage first) in order of first write, inputs (key,
+    copy) and peer partials (key, buffer) in order of first read, and launches (leaf, bindings,
+    buffers written). Outputs are numbered first, then what the piece reads."""
+    pos = piece.round
+    buffer_of: dict[Key, int] = {}
+    outputs = []
     read: set[Key] = set()
+    keyed = []
     for launch in piece.launches:
-        reads = [(p, (r.tensor, r.start, r.shape)) for p, r in launch.reads]
-        writes = [(p, (r.tensor, r.start, r.shape)) for p, r in launch.writes]
-        launches.append((launch.leaf, reads, writes))
-        read.update(key for _, key in reads)
-        for (_, key), (_, region) in zip(writes, launch.writes, strict=True):
-            if key not in written:
-                written[key] = (region, state.next_buffer)
-                state.next_buffer += 1
-                if key in read:  # read by this launch or an earlier one: `beta * C_old`
-                    if key[0] in scratch:
-                        raise AssertionError(f"partial {key} read before any launch writes it")
-                    read_before_written.add(key)
-    inputs: dict[Key, int] = {}
-    peer_partials: dict[Key, int] = {}
-    for launch, (_, reads, _) in zip(piece.launches, launches, strict=True):
-        for (_, key), (_, region) in zip(reads, launch.reads, strict=True):
-            if key in written or key in inputs or key in peer_partials:
+        reads = [(p, (r.tensor, r.start, r.shape), r) for p, r in launch.reads]
+        read.update([k for _, k, _ in reads])
+        writes = []
+        for p, r in launch.writes:
+            key = (r.tensor, r.start, r.shape)
+            writes.append((p, key))
+            if key not in buffer_of:
+                loaded = key in read  # read by this launch or an earlier one: `beta * C_old`
+                if loaded and key[0] in scratch:
+                    raise AssertionError(f"partial {key} read before any launch writes it")
+                buffer_of[key] = state.buffers
+                outputs.append((key, r, state.buffers, loaded))
+                state.buffers += 1
+        keyed.append((launch.leaf, reads, writes))
+    inputs, peer_partials = _reads(keyed, buffer_of, state, pos, piece.node, first_use, scratch)
+    launches = []
+    for leaf, reads, writes in keyed:
+        bindings = {p: buffer_of[k] for p, k, _ in reads}
+        for p, k in writes:
+            bindings[p] = buffer_of[k]
+        launches.append((leaf, tuple(bindings.items()), tuple(buffer_of[k] for _, k in writes)))
+    return piece.unit.index, pos, outputs, inputs, peer_partials, launches
+
+
+def _reads(keyed: list, buffer_of: dict[Key, int], state: _Node, pos: int, node: int,
+           first_use: dict[Key, list], scratch: frozenset[str]) -> tuple[list, list]:
+    """Number what a piece reads and did not write: another node's partial gets a buffer to fetch
+    it into; an input region the node's copy (made here if it has none: the region's first use
+    on this node, noted in `first_use`)."""
+    copies = state.copies
+    inputs, peer_partials = [], []
+    for _, reads, _ in keyed:
+        for _, key, region in reads:
+            if key in buffer_of:
                 continue
             if key[0] in scratch:  # another node's share: fetched from its writer
-                peer_partials[key] = state.next_buffer
-                state.next_buffer += 1
+                buffer_of[key] = state.buffers
+                peer_partials.append((key, state.buffers))
+                state.buffers += 1
                 continue
             copy = copies.get(key)
             if copy is None:
-                copy = copies[key] = _Copy(region, state.next_buffer, pos, pos)
-                state.next_buffer += 1
+                copy = copies[key] = _copy(state.buffers, pos, region)
+                state.buffers += 1
                 entry = first_use.get(key)
                 if entry is None:
                     first_use[key] = [pos, [node], [node]]
@@ -190,33 +201,33 @@ def _account_piece(piece: Piece, state: _NodeState, first_use: dict[Key, list],
                         entry[1].append(node)
                     entry[2].append(node)
             else:
-                copy.last_pos = pos
-            inputs[key] = copy.buffer
-    return _UnitWork(piece.unit, pos, written, frozenset(read_before_written), inputs, launches,
-                     peer_partials)
+                copy[LAST] = pos
+            buffer_of[key] = copy[BUFFER]
+            inputs.append((key, copy))
+    return inputs, peer_partials
 
 
-def _choose_owners(states: dict[int, _NodeState], first_use: dict[Key, list],
-                   dtypes: Mapping[str, str]) -> None:
-    """One loader per input region (see the module doc); marks owners and fetch counts."""
+def _choose_owners(states: dict[int, _Node], first_use: dict[Key, list], dtypes: Mapping[str, str]) -> None:
+    """One loader per input region (see the module doc); marks owners, their fetchers, and each
+    fetcher's source."""
     # Regions in order of first round, then first appearance: dicts keep insertion order, and
     # a region first seen in a later round was inserted later.
+    itemsize = {name: ITEMSIZE[dtype] for name, dtype in dtypes.items()}
     for key, (_, candidates, holders) in first_use.items():
         owner = candidates[0]
         if len(candidates) > 1:
             owner = min(candidates, key=lambda node: states[node].loaded_bytes)
         copy = states[owner].copies[key]
-        copy.owner = True
-        states[owner].loaded_bytes += math.prod(copy.region.shape) * ITEMSIZE[dtypes[key[0]]]
-        for node in holders:
-            if node != owner:
-                copy.fetched_by.append(node)
-                copy.last_fetch_round = max(copy.last_fetch_round, states[node].copies[key].first_pos)
-
-
-def _owner_buffers(states: dict[int, _NodeState]) -> dict[Key, tuple[int, int]]:
-    return {key: (node, copy.buffer) for node, state in states.items()
-            for key, copy in state.copies.items() if copy.owner}
+        copy[OWNER] = True
+        states[owner].loaded_bytes += math.prod(copy[REGION].shape) * itemsize[key[0]]
+        if len(holders) > 1:
+            fetchers = [node for node in holders if node != owner]
+            copy[FETCHED_BY] = tuple(fetchers)
+            source = (owner, copy[BUFFER])
+            for node in fetchers:
+                theirs = states[node].copies[key]
+                theirs[SOURCE] = source
+                copy[LAST_FETCH] = max(copy[LAST_FETCH], theirs[FIRST])
 
 
 # ------------------------------------------------------------------------------------------
@@ -224,46 +235,45 @@ def _owner_buffers(states: dict[int, _NodeState]) -> dict[Key, tuple[int, int]]:
 # ------------------------------------------------------------------------------------------
 
 
-def _release_pos(copy: _Copy) -> int:
-    release = copy.last_pos + 2
-    if copy.owner and copy.fetched_by:
-        release = max(release, copy.last_fetch_round + 1)
+def _release_pos(copy: list) -> int:
+    release = copy[LAST] + 2
+    if copy[OWNER] and copy[FETCHED_BY]:
+        release = max(release, copy[LAST_FETCH] + 1)
     return release
 
 
 class _Unroll:
-    """One node's instructions, piece by piece (`run`), and its peak footprint.
+    """One node's instructions, piece by piece (`run`), into an InstructionTable, and its peak
+    footprint.
 
     Positions are rounds (placement.py); a node may have no piece in some rounds. Allocations of
     the node's i-th piece wait for the frees of its outputs of piece i - 2, and for the frees of the
     input copies released by then (a copy released in a round the node skips gates its next piece).
+    Buffers are numbered densely per node, so per-buffer facts are lists indexed by buffer.
     """
 
-    def __init__(self, node: int, state: _NodeState, owners: dict[Key, tuple[int, int]],
-                 partials: _Partials, scratch: frozenset[str], tensor_index: Mapping[str, int],
-                 dtypes: Mapping[str, str], ids: Iterator[int]):
-        self.node, self.state, self.owners, self.partials = node, state, owners, partials
-        self.scratch = scratch
-        self.tensor_index, self.dtypes, self.ids = tensor_index, dtypes, ids
-        self.out: list[Instruction] = []
-        rounds = self.piece_rounds = [w.pos for w in state.work]
+    def __init__(self, node: int, state: _Node, partials: _Partials, scratch: frozenset[str],
+                 tensor_index: Mapping[str, int], dtypes: Mapping[str, str], first_id: int):
+        self.node, self.state, self.partials, self.scratch = node, state, partials, scratch
+        self.tensor_index = tensor_index
+        self.table = InstructionTable(first_id)
+        self.dtype_ref = {name: self.table.name(dtype) for name, dtype in dtypes.items()}
+        self.itemsize = {name: ITEMSIZE[dtype] for name, dtype in dtypes.items()}
+        rounds = self.piece_rounds = [w[1] for w in state.works]
         self.rounds = rounds[-1] + 1 if rounds else 0
         # Which input copies are released (their frees gate allocations) at each piece, and the
         # bytes each round adds to or removes from the node's footprint.
         self.released_at: dict[int, list[int]] = {}
         self.delta = [0] * (self.rounds + 1)
-        self.copy_of_buffer: dict[int, _Copy] = {}
         for copy in state.copies.values():
-            release = _release_pos(copy)
-            at = bisect.bisect_left(rounds, release)
+            at = bisect.bisect_left(rounds, _release_pos(copy))
             if at < len(rounds):
-                self.released_at.setdefault(at, []).append(copy.buffer)
-            self._hold(copy.region.shape, copy.region.tensor, copy.first_pos, self._round_of(at))
-            self.copy_of_buffer[copy.buffer] = copy
-        self.producer: dict[int, int] = {}  # buffer -> id of the instruction that last wrote it
-        self.users: dict[int, list[int]] = {}  # buffer -> ids of local instructions using it
-        self.free_id: dict[int, int] = {}  # buffer -> id of its Free
-        self.unit_done: list[tuple[int, ...]] = []
+                self.released_at.setdefault(at, []).append(copy[BUFFER])
+            self._hold(copy[REGION].shape, copy[REGION].tensor, copy[FIRST], self._round_of(at))
+        self.producer = [-1] * state.buffers  # buffer -> id of the instruction that last wrote it
+        self.users: list[list[int] | None] = [None] * state.buffers  # buffer -> local users' ids
+        self.free_id = [-1] * state.buffers  # buffer -> id of its Free
+        self.unit_done: list[list[int]] = []
 
     def _round_of(self, index: int) -> int:
         """The round of the node's piece `index`, or past the last round: a buffer that gates
@@ -271,108 +281,94 @@ class _Unroll:
         return self.piece_rounds[index] if index < len(self.piece_rounds) else self.rounds
 
     def _hold(self, shape, tensor: str, start: int, stop: int) -> None:
-        nbytes = math.prod(shape) * ITEMSIZE[self.dtypes[tensor]]
+        nbytes = math.prod(shape) * self.itemsize[tensor]
         self.delta[start] += nbytes
         self.delta[min(stop, self.rounds)] -= nbytes
 
-    def _allocate(self, gate: tuple[int, ...], buffer: int, shape, tensor: str) -> int:
-        alloc = next(self.ids)
-        self.out.append(Allocate(alloc, gate, buffer, shape, self.dtypes[tensor]))
-        return alloc
-
-    def run(self) -> tuple[list[Instruction], int]:
-        for index, work in enumerate(self.state.work):
+    def run(self) -> tuple[InstructionTable, int]:
+        for index, work in enumerate(self.state.works):
             gate = list(self.unit_done[index - 2]) if index >= 2 else []
             gate.extend(self.free_id[b] for b in self.released_at.get(index, ()))
-            self._buffers(work, tuple(gate), self._round_of(index + 2))
+            self._buffers(work, gate, self._round_of(index + 2))
             self._computes(work)
             self._finish(work)
         peak = running = 0
         for d in self.delta:
             running += d
             peak = max(peak, running)
-        return self.out, peak
+        return self.table, peak
 
-    def _buffers(self, work: _UnitWork, gate: tuple[int, ...], freed_by: int) -> None:
+    def _buffers(self, work: tuple, gate: list[int], freed_by: int) -> None:
         """Outputs (this piece's own, held for two rounds), input copies first needed here (loaded
         or fetched from their loader) and other nodes' partials (fetched from their writer)."""
-        emit, ids = self.out.append, self.ids
-        for key, (region, buffer) in work.outputs.items():
-            self._hold(region.shape, region.tensor, work.pos, freed_by)
-            self.producer[buffer] = self._allocate(gate, buffer, region.shape, region.tensor)
-            self.users[buffer] = []
-            if key in work.loaded_outputs:
-                load = next(ids)
-                emit(Load(load, (self.producer[buffer],), buffer, self.tensor_index[region.tensor], region))
-                self.producer[buffer] = load
-        for key, buffer in work.inputs.items():
-            if buffer in self.producer:
+        _, pos, outputs, inputs, peer_partials, _ = work
+        add, ref, producer, users = self.table.add, self.table.ref, self.producer, self.users
+        for key, region, buffer, loaded in outputs:
+            self._hold(region.shape, key[0], pos, freed_by)
+            get = add(ALLOCATE, buffer, ref(region.shape), self.dtype_ref[key[0]], 0, gate)
+            if loaded:
+                get = add(LOAD, buffer, self.tensor_index[key[0]], ref(region), 0, (get,))
+            producer[buffer] = get
+            users[buffer] = []
+        for key, copy in inputs:
+            buffer = copy[BUFFER]
+            if producer[buffer] >= 0:
                 continue
-            copy = self.copy_of_buffer[buffer]
-            alloc = self._allocate(gate, buffer, copy.region.shape, key[0])
-            get = next(ids)
-            if copy.owner:
-                emit(Load(get, (alloc,), buffer, self.tensor_index[key[0]], copy.region))
+            region = copy[REGION]
+            alloc = add(ALLOCATE, buffer, ref(region.shape), self.dtype_ref[key[0]], 0, gate)
+            if copy[OWNER]:
+                get = add(LOAD, buffer, self.tensor_index[key[0]], ref(region), 0, (alloc,))
             else:
-                peer, peer_buffer = self.owners[key]
-                emit(Fetch(get, (alloc,), buffer, peer, peer_buffer))
-            self.producer[buffer] = get
-            self.users[buffer] = [get]
-        for key, buffer in work.peer_partials.items():
-            self._hold(key[2], key[0], work.pos, freed_by)
-            alloc = self._allocate(gate, buffer, key[2], key[0])
+                peer, peer_buffer = copy[SOURCE]
+                get = add(FETCH, buffer, peer, peer_buffer, 0, (alloc,))
+            producer[buffer] = get
+            users[buffer] = [get]
+        for key, buffer in peer_partials:
+            self._hold(key[2], key[0], pos, freed_by)
+            alloc = add(ALLOCATE, buffer, ref(key[2]), self.dtype_ref[key[0]], 0, gate)
             peer, peer_buffer = self.partials.writer[key]
-            get = next(ids)
-            emit(Fetch(get, (alloc,), buffer, peer, peer_buffer))
-            self.producer[buffer] = get
-            self.users[buffer] = [get]
+            producer[buffer] = get = add(FETCH, buffer, peer, peer_buffer, 0, (alloc,))
+            users[buffer] = [get]
 
-    def _computes(self, work: _UnitWork) -> None:
+    def _computes(self, work: tuple) -> None:
         """The launches, in order; each written buffer's writes chain through `producer`."""
-        outputs, inputs, peers = work.outputs, work.inputs, work.peer_partials
-        for leaf, reads, writes in work.launches:
-            bindings: dict[str, int] = {}
-            for param, key in reads:
-                out_buffer = outputs.get(key)
-                bindings[param] = out_buffer[1] if out_buffer else inputs.get(key, peers.get(key))
-            for param, key in writes:
-                bindings[param] = outputs[key][1]
-            cid = next(self.ids)
-            deps = tuple(dict.fromkeys([self.producer[b] for b in bindings.values()]))
-            self.out.append(Compute(cid, deps, leaf, tuple(bindings.items()), work.unit.index))
-            for buffer in bindings.values():
-                self.users[buffer].append(cid)
-            for _, key in writes:
-                self.producer[outputs[key][1]] = cid
+        unit, launches = work[0], work[5]
+        add, name, producer, users = self.table.add, self.table.name, self.producer, self.users
+        for leaf, bindings, written in launches:
+            deps = tuple(dict.fromkeys([producer[b] for _, b in bindings]))
+            extra = []
+            for param, buffer in bindings:
+                extra += (name(param), buffer)
+            cid = add(COMPUTE, 0, name(leaf), unit, 0, deps, extra)
+            for _, buffer in bindings:
+                users[buffer].append(cid)
+            for buffer in written:
+                producer[buffer] = cid
 
-    def _finish(self, work: _UnitWork) -> None:
+    def _finish(self, work: tuple) -> None:
         """Store each output once (a partial is never stored: its free waits for the peers that
         fetch it), free the fetched partials, and the input copies whose last local use was here."""
-        emit, ids = self.out.append, self.ids
+        unit, pos, outputs, inputs, peer_partials, _ = work
+        add, producer, users = self.table.add, self.producer, self.users
         done = []
-        for key, (region, buffer) in work.outputs.items():
-            deps = tuple(self.users[buffer]) or (self.producer[buffer],)
-            peers: tuple[int, ...] = ()
+        for key, region, buffer, _ in outputs:
             if key[0] in self.scratch:
-                peers = tuple(self.partials.fetches.get((self.node, buffer), ()))
+                deps = tuple(users[buffer]) or (producer[buffer],)
+                done.append(self._free(deps, buffer, self.partials.fetches.get((self.node, buffer), ())))
             else:
-                sid = next(ids)
-                emit(Store(sid, (self.producer[buffer],), buffer, self.tensor_index[region.tensor], region,
-                           work.unit.index))
-                deps = (sid,)
-            done.append(self._free(deps, buffer, peers))
-        self.unit_done.append(tuple(done))
-        for buffer in work.peer_partials.values():
-            self._free(tuple(self.users[buffer]), buffer)
-        for buffer in work.inputs.values():
-            copy = self.copy_of_buffer[buffer]
-            if copy.last_pos == work.pos and buffer not in self.free_id:
-                self._free(tuple(self.users[buffer]), buffer, tuple(copy.fetched_by) if copy.owner else ())
+                sid = add(STORE, buffer, self.tensor_index[key[0]], self.table.ref(region), unit,
+                          (producer[buffer],))
+                done.append(self._free((sid,), buffer))
+        self.unit_done.append(done)
+        for _, buffer in peer_partials:
+            self._free(users[buffer], buffer)
+        for _, copy in inputs:
+            buffer = copy[BUFFER]
+            if copy[LAST] == pos and self.free_id[buffer] < 0:
+                self._free(users[buffer], buffer, copy[FETCHED_BY] if copy[OWNER] else ())
 
-    def _free(self, deps: tuple[int, ...], buffer: int, peers: tuple[int, ...] = ()) -> int:
-        fid = next(self.ids)
-        self.out.append(Free(fid, deps, buffer, peers=peers))
-        self.free_id[buffer] = fid
+    def _free(self, deps: Sequence[int], buffer: int, peers: Sequence[int] = ()) -> int:
+        fid = self.free_id[buffer] = self.table.add(FREE, buffer, 0, 0, 0, deps, peers)
         return fid
 
 
@@ -416,19 +412,18 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     pieces = place(units, node_ids, hosts, reduction.hosts if split else (), split)
     states, first_use, partials = _account(pieces, node_ids, scratch)
     _choose_owners(states, first_use, dtypes)
-    owners = _owner_buffers(states)
-    ids = itertools.count(first_id)
+    next_id = first_id
     node_plans: dict[int, NodePlan] = {}
     for figure in nodes:
-        unroll = _Unroll(figure.node, states[figure.node], owners, partials, scratch, tensor_index, dtypes,
-                         ids)
+        unroll = _Unroll(figure.node, states[figure.node], partials, scratch, tensor_index, dtypes, next_id)
         instructions, peak = unroll.run()
+        next_id += len(instructions)
         if figure.vram_bytes and peak > figure.vram_bytes:
             raise UserError(
                 f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "
                 f"{_mib(figure.vram_bytes)} ({figure.vram_bytes} bytes): choose smaller @cluster values "
                 f"or more nodes")
-        node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak, plan_uris)
+        node_plans[figure.node] = NodePlan(figure.node, generation, instructions, peak, plan_uris)
     return Plan(generation, node_plans, root_node(pieces), len(first_use))
 
 

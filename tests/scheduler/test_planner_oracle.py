@@ -12,10 +12,10 @@ import random
 import pytest
 
 from common.errors import UserError
+from common.paths import repo_file
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend.load import load_file
-from common.paths import repo_file
 from scheduler import planner
 from tests.cluster.helpers import small
 from tests.scheduler import planner_oracle
