@@ -1,124 +1,109 @@
-"""A node's instructions held as one packed array: the planner's output at a million units.
+"""A node's instructions held as columns of arrays: the planner's output at a million units.
 
-A frozen dataclass per instruction costs about 0.6 µs to build and a few hundred bytes to keep;
-a million-unit plan has about ten million instructions. So the planner (scheduler/planner.py)
-appends each instruction as a record of machine integers to one `array('q')` instead, and the
-table reads as a `Sequence[Instruction]`: indexing or iterating it builds the same
-`schemas.instructions` objects the pods get, only when someone asks for them. Ids are
-consecutive from `first_id` (the planner numbers a node's instructions in order), so a record
-does not store its id.
+A frozen dataclass per instruction costs about 0.6 µs to build and a few hundred bytes to keep,
+and a million-unit plan has about ten million instructions. So the planner (scheduler/planner.py)
+computes each field of every instruction as a numpy column, and the table reads as a
+`Sequence[Instruction]`: indexing or iterating it builds the same `schemas.instructions` objects
+the pods get, only when someone asks for them. Ids are consecutive from `first_id` (the planner
+numbers a node's instructions in order), so no column holds them.
 
-A record is `kind, buffer, a, b, c, ndeps, deps..., nextra, extra...` where, per kind:
+Columns, one row per instruction (`kind` says which):
 
-    Allocate  a = shape (index into `refs`), b = dtype (index into `refs`)
-    Load      a = tensor, b = region (index into `refs`)
-    Fetch     a = peer, b = peer buffer
-    Compute   a = leaf (index into `refs`), b = unit; extra = (parameter index into `refs`, buffer)*
-    Store     a = tensor, b = region (index into `refs`), c = unit
-    Free      extra = the peers that fetch the buffer
+    Allocate  buffer; a = region whose shape it has (index into `regions`); b = dtype (into `names`)
+    Load      buffer; a = tensor; b = region (into `regions`)
+    Fetch     buffer; a = peer; b = peer buffer
+    Compute   a = leaf (into `names`); b = unit; extra = (parameter (into `names`), buffer) pairs
+    Store     buffer; a = tensor; b = region (into `regions`); c = unit
+    Free      buffer; extra = the peers that fetch the buffer
 
-`refs` holds the few Python objects a record points to (regions, shapes, names), each appended
-once by the planner and shared, never copied.
+`deps` and `extra` are ragged: row i's deps are `deps[dep_start[i]:dep_start[i + 1]]`. Several
+nodes' tables may share one `deps`, `extra`, `regions` and `names` (views of the planner's
+arrays); the starts are offsets into those shared arrays.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, Store
 
 ALLOCATE, LOAD, FETCH, COMPUTE, STORE, FREE = range(6)
-_CHUNK = 1 << 16  # records decoded per step of an iteration (bounded temporary lists)
+_CHUNK = 1 << 16  # rows decoded per step of an iteration (bounded temporary lists)
 
 
+@dataclass(frozen=True, eq=False)
 class InstructionTable(Sequence[Instruction]):
-    """Append with the kind's method (each returns the new instruction's id); read as a sequence."""
-
-    __slots__ = ("first_id", "records", "offsets", "refs", "_ref_index")
-
-    def __init__(self, first_id: int = 0):
-        self.first_id = first_id
-        self.records = array("q")
-        self.offsets = array("q")  # where each record starts in `records`
-        self.refs: list = []
-        self._ref_index: dict = {}  # names and dtypes interned (regions and shapes are not)
-
-    # ---- building ----------------------------------------------------------------------------
-
-    def name(self, text: str) -> int:
-        """The index of a short string (a dtype, a leaf or parameter name) in `refs`, interned."""
-        at = self._ref_index.get(text)
-        if at is None:
-            at = self._ref_index[text] = len(self.refs)
-            self.refs.append(text)
-        return at
-
-    def ref(self, obj) -> int:
-        self.refs.append(obj)
-        return len(self.refs) - 1
-
-    def add(self, kind: int, buffer: int, a: int, b: int, c: int, deps: Sequence[int],
-            extra: Sequence[int] = ()) -> int:
-        """Append one record; returns its instruction id."""
-        index = len(self.offsets)
-        self.offsets.append(len(self.records))
-        self.records.extend((kind, buffer, a, b, c, len(deps), *deps, len(extra), *extra))
-        return self.first_id + index
-
-    # ---- reading -----------------------------------------------------------------------------
+    first_id: int
+    kind: np.ndarray  # int8, one of ALLOCATE..FREE
+    buffer: np.ndarray  # int64 columns
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    dep_start: np.ndarray  # len(self) + 1 offsets into `deps`
+    deps: np.ndarray
+    extra_start: np.ndarray  # len(self) + 1 offsets into `extra`
+    extra: np.ndarray
+    regions: Sequence  # schemas.program.Region objects, shared
+    names: Sequence[str]
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.kind)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return tuple(self[i] for i in range(*index.indices(len(self))))
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return tuple(self[i] for i in range(start, stop, step))
+            return tuple(self._rows(start, max(start, stop)))
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(index)
-        start = self.offsets[index]
-        stop = self.offsets[index + 1] if index + 1 < len(self) else len(self.records)
-        return self._decode(self.first_id + index, self.records[start:stop].tolist())
+        return next(self._rows(index, index + 1))
 
     def __iter__(self) -> Iterator[Instruction]:
-        count = len(self)
-        for first in range(0, count, _CHUNK):
-            last = min(first + _CHUNK, count)
-            start = self.offsets[first]
-            stop = self.offsets[last] if last < count else len(self.records)
-            flat = self.records[start:stop].tolist()
-            ends = [self.offsets[i] - start for i in range(first + 1, last)] + [stop - start]
-            at = 0
-            for i, end in enumerate(ends):
-                yield self._decode(self.first_id + first + i, flat[at:end])
-                at = end
+        return self._rows(0, len(self))
 
     def __eq__(self, other) -> bool:
         if isinstance(other, InstructionTable | tuple | list):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
-    __hash__ = None  # a table is built in place; compare by contents
+    __hash__ = None  # compared by contents
 
     def __repr__(self) -> str:
         return f"InstructionTable({len(self)} instructions from id {self.first_id})"
 
-    def _decode(self, ident: int, rec: list[int]) -> Instruction:
-        kind, buffer, a, b, c, ndeps = rec[:6]
-        deps = tuple(rec[6:6 + ndeps])
-        extra = rec[7 + ndeps:]
-        refs = self.refs
+    def _rows(self, start: int, stop: int) -> Iterator[Instruction]:
+        """Decode rows start..stop, a chunk of plain lists at a time."""
+        for lo in range(start, stop, _CHUNK):
+            hi = min(stop, lo + _CHUNK)
+            columns = zip(range(self.first_id + lo, self.first_id + hi), self.kind[lo:hi].tolist(),
+                          self.buffer[lo:hi].tolist(), self.a[lo:hi].tolist(), self.b[lo:hi].tolist(),
+                          self.c[lo:hi].tolist(), strict=True)
+            dep_at, extra_at = self.dep_start[lo:hi + 1].tolist(), self.extra_start[lo:hi + 1].tolist()
+            deps = self.deps[dep_at[0]:dep_at[-1]].tolist()
+            extra = self.extra[extra_at[0]:extra_at[-1]].tolist()
+            d0, e0 = dep_at[0], extra_at[0]
+            for i, row in enumerate(columns):
+                yield self._decode(row, tuple(deps[dep_at[i] - d0:dep_at[i + 1] - d0]),
+                                   extra[extra_at[i] - e0:extra_at[i + 1] - e0])
+
+    def _decode(self, row: tuple, deps: tuple[int, ...], extra: list[int]) -> Instruction:
+        ident, kind, buffer, a, b, c = row
         if kind == ALLOCATE:
-            return Allocate(ident, deps, buffer, refs[a], refs[b])
+            return Allocate(ident, deps, buffer, self.regions[a].shape, self.names[b])
         if kind == LOAD:
-            return Load(ident, deps, buffer, a, refs[b])
+            return Load(ident, deps, buffer, a, self.regions[b])
         if kind == FETCH:
             return Fetch(ident, deps, buffer, a, b)
         if kind == COMPUTE:
-            bindings = tuple((refs[extra[i]], extra[i + 1]) for i in range(0, len(extra), 2))
-            return Compute(ident, deps, refs[a], bindings, b)
+            names = self.names
+            return Compute(ident, deps, names[a], tuple(zip([names[p] for p in extra[0::2]], extra[1::2],
+                                                            strict=True)), b)
         if kind == STORE:
-            return Store(ident, deps, buffer, a, refs[b], c)
+            return Store(ident, deps, buffer, a, self.regions[b], c)
         return Free(ident, deps, buffer, peers=tuple(extra))
