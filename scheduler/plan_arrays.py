@@ -72,88 +72,91 @@ class Flat:
     w_out: np.ndarray
     k_tensor: np.ndarray  # tensor index (into the planner's tensor list) of every key
     k_elements: np.ndarray
-    regions: list  # Region of every key (the first seen)
+    keys: list[tuple]  # every key: (tensor, start, shape) of its region
     names: list[str]
 
 
 def flatten(pieces: Sequence[Piece], rank_of: Mapping[int, int], tensors: Mapping[str, int]) -> Flat:
-    """One walk over the pieces' launches (see the module doc)."""
+    """The program as columns. Python walks it once with comprehensions (the planner's only
+    per-access Python: numbering each region's key); the rest is grouping with numpy."""
+    n_pieces = len(pieces)
+    launches = [launch for piece in pieces for launch in piece.launches]
+    n_launches = len(launches)
+    l_piece = np.repeat(np.arange(n_pieces, dtype=I64),
+                        np.fromiter((len(piece.launches) for piece in pieces), I64, n_pieces))
+    n_read = np.fromiter((len(launch.reads) for launch in launches), I64, n_launches)
+    n_access = n_read + np.fromiter((len(launch.writes) for launch in launches), I64, n_launches)
+    accesses = [pair for launch in launches for part in (launch.reads, launch.writes) for pair in part]
+    count = len(accesses)
     ids: dict[tuple, int] = {}
-    regions: list = []
-    k_tensor, k_elements = [], []
-    size_of: dict[tuple, int] = {}
-    rstamp: list[int] = []  # per key: the last piece that read it, wrote it; its row there
-    wstamp: list[int] = []
-    slot: list[int] = []
+    number = ids.setdefault
+    a_key = np.fromiter((number((r.tensor, r.start, r.shape), len(ids)) for _, r in accesses), I64, count)
     names: dict[str, int] = {}
-    p_rank, p_round, p_unit = [], [], []
-    o_piece, o_key, o_loaded, r_piece, r_key = [], [], [], [], []
-    l_piece, l_leaf, b_launch, b_param, b_ent, w_launch, w_out = [], [], [], [], [], [], []
+    name = names.setdefault
+    a_param = np.fromiter((name(p, len(names)) for p, _ in accesses), I64, count)
+    l_leaf = np.fromiter((name(launch.leaf, len(names)) for launch in launches), I64, n_launches)
+    a_launch = np.repeat(np.arange(n_launches, dtype=I64), n_access)
+    a_write = ragged(n_access) >= np.repeat(n_read, n_access)
+    keys = list(ids)  # (tensor, start, shape), numbered in order of first access
+    size_of = {shape: math.prod(shape) for shape in {key[2] for key in keys}}
+    rows = _piece_rows(l_piece[a_launch], a_key, a_write, a_launch, a_param, len(keys))
+    flat = Flat(
+        p_rank=np.fromiter((rank_of[piece.node] for piece in pieces), I64, n_pieces),
+        p_round=np.fromiter((piece.round for piece in pieces), I64, n_pieces),
+        p_unit=np.fromiter((piece.unit.index for piece in pieces), I64, n_pieces),
+        l_piece=l_piece, l_leaf=l_leaf, **rows,
+        k_tensor=np.fromiter((tensors[key[0]] for key in keys), I64, len(keys)),
+        k_elements=np.fromiter((size_of[key[2]] for key in keys), I64, len(keys)),
+        keys=keys, names=list(names))
+    return flat
 
-    def key_of(region) -> int:
-        key = (region.tensor, region.start, region.shape)
-        kid = ids.get(key)
-        if kid is None:
-            kid = ids[key] = len(regions)
-            regions.append(region)
-            k_tensor.append(tensors[region.tensor])
-            size = size_of.get(region.shape)
-            if size is None:
-                size = size_of[region.shape] = math.prod(region.shape)
-            k_elements.append(size)
-            rstamp.append(-1)
-            wstamp.append(-1)
-            slot.append(0)
-        return kid
 
-    for p, piece in enumerate(pieces):
-        p_rank.append(rank_of[piece.node])
-        p_round.append(piece.round)
-        p_unit.append(piece.unit.index)
-        reads_here, binds = [], []
-        for launch in piece.launches:
-            li = len(l_piece)
-            l_piece.append(p)
-            l_leaf.append(names.setdefault(launch.leaf, len(names)))
-            first = len(binds)
-            for param, region in launch.reads:
-                kid = key_of(region)
-                if rstamp[kid] != p:
-                    rstamp[kid] = p
-                    reads_here.append(kid)
-                binds.append((li, param, kid))
-            for param, region in launch.writes:
-                kid = key_of(region)
-                if wstamp[kid] != p:  # first write in the piece: an output row
-                    wstamp[kid] = p
-                    slot[kid] = len(o_key)
-                    o_piece.append(p)
-                    o_key.append(kid)
-                    o_loaded.append(rstamp[kid] == p)  # read before (or by) its first write
-                w_launch.append(li)
-                w_out.append(slot[kid])
-                for j in range(first, len(binds)):  # a parameter bound once: the write wins
-                    if binds[j][1] == param:
-                        binds[j] = (li, param, kid)
-                        break
-                else:
-                    binds.append((li, param, kid))
-        for kid in reads_here:
-            if wstamp[kid] != p:
-                slot[kid] = -1 - len(r_key)
-                r_piece.append(p)
-                r_key.append(kid)
-        for li, param, kid in binds:
-            b_launch.append(li)
-            b_param.append(names.setdefault(param, len(names)))
-            b_ent.append(slot[kid])
+def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[str, np.ndarray]:
+    """Per piece, from its accesses (reads then writes of each launch, in order): its outputs by
+    first write (loaded when read before or by that launch), the keys it only reads by first
+    read, its writes, and its bindings: one per (launch, parameter), the write's where a
+    parameter is both read and written."""
+    count = len(a_key)
+    code = a_piece * max(keys, 1) + a_key
+    by = np.argsort(code, kind="stable")
+    starts = np.ones(count, bool)
+    starts[1:] = code[by][1:] != code[by][:-1]
+    group_sorted = np.cumsum(starts) - 1
+    groups = int(group_sorted[-1]) + 1 if count else 0
+    group = np.empty(count, I64)
+    group[by] = group_sorted
+    g_first = by[starts]
+    writes_sorted = np.flatnonzero(a_write[by])
+    write_group = group_sorted[writes_sorted]
+    first_write = np.ones(len(write_group), bool)
+    first_write[1:] = write_group[1:] != write_group[:-1]
+    g_write = np.full(groups, -1, I64)
+    g_write[write_group[first_write]] = by[writes_sorted[first_write]]
+    outs = np.flatnonzero(g_write >= 0)
+    outs = outs[np.argsort(g_write[outs], kind="stable")]
+    reads = np.flatnonzero(g_write < 0)
+    reads = reads[np.argsort(g_first[reads], kind="stable")]
+    entity = np.empty(groups, I64)
+    entity[outs] = np.arange(len(outs))
+    entity[reads] = -1 - np.arange(len(reads))
+    bound = _bindings(a_launch, a_param)
+    return dict(o_piece=a_piece[g_first[outs]], o_key=a_key[g_first[outs]], o_loaded=~a_write[g_first[outs]],
+                r_piece=a_piece[g_first[reads]], r_key=a_key[g_first[reads]],
+                b_launch=a_launch[bound[0]], b_param=a_param[bound[0]], b_ent=entity[group[bound[1]]],
+                w_launch=a_launch[a_write], w_out=entity[group[a_write]])
 
-    def arr(values, dtype=I64) -> np.ndarray:
-        return np.array(values, dtype)
 
-    return Flat(arr(p_rank), arr(p_round), arr(p_unit), arr(o_piece), arr(o_key), arr(o_loaded, bool),
-                arr(r_piece), arr(r_key), arr(l_piece), arr(l_leaf), arr(b_launch), arr(b_param), arr(b_ent),
-                arr(w_launch), arr(w_out), arr(k_tensor), arr(k_elements), regions, list(names))
+def _bindings(a_launch: np.ndarray, a_param: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each binding's parameter first appears in its launch, its last access there)."""
+    code = a_launch * (int(a_param.max(initial=0)) + 1) + a_param
+    by = np.argsort(code, kind="stable")
+    starts = np.ones(len(code), bool)
+    starts[1:] = code[by][1:] != code[by][:-1]
+    ends = np.ones(len(code), bool)
+    ends[:-1] = starts[1:]
+    first, last = by[starts], by[ends]
+    order = np.argsort(first, kind="stable")
+    return first[order], last[order]
 
 
 # ------------------------------------------------------------------------------------------
@@ -216,7 +219,7 @@ def number_buffers(flat: Flat, order: Order, r_scratch: np.ndarray) -> Buffers:
     """Per node, in piece order: a piece's outputs first, then in order of first read the
     partials it fetches and the input regions the node has no copy of yet (a copy keeps its
     buffer for its later pieces)."""
-    pieces, keys, rows = len(flat.p_rank), len(flat.regions), len(flat.r_piece)
+    pieces, keys, rows = len(flat.p_rank), len(flat.keys), len(flat.r_piece)
     inputs = np.flatnonzero(~r_scratch)
     ranks = flat.p_rank[flat.r_piece]
     uniq, first_sub, inverse = np.unique(ranks[inputs] * keys + flat.r_key[inputs], return_index=True,

@@ -175,8 +175,9 @@ def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scrat
         return np.bincount(rows_piece, minlength=pieces)
 
     n_out, n_part = count(flat.o_piece), count(flat.r_piece[r_scratch])
-    blocks = [n_out + count(flat.o_piece[flat.o_loaded]), 2 * count(flat.r_piece[bufs.r_first]), 2 * n_part,
-              count(flat.l_piece), n_out + count(flat.o_piece[stored]), n_part, count(flat.r_piece[bufs.r_last])]
+    blocks = [n_out + count(flat.o_piece[flat.o_loaded]), 2 * count(flat.r_piece[bufs.r_first]),
+              2 * n_part, count(flat.l_piece), n_out + count(flat.o_piece[stored]), n_part,
+              count(flat.r_piece[bufs.r_last])]
     offset = np.cumsum([np.zeros(pieces, I64)] + blocks, axis=0)  # offset[k]: where block k starts
     by_node = excl(offset[-1][order.order])
     first = np.empty(pieces, I64)
@@ -185,12 +186,14 @@ def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scrat
     o_base, r_base = first[flat.o_piece], first[flat.r_piece]
     o_alloc = o_base + within(flat.o_piece, 1 + flat.o_loaded, o_first)
     o_store = o_base + offset[4][flat.o_piece] + within(flat.o_piece, 1 + stored, o_first)
-    r_alloc = r_base + np.where(r_scratch, offset[2][flat.r_piece] + 2 * within(flat.r_piece, r_scratch, r_first),
-                                offset[1][flat.r_piece] + 2 * within(flat.r_piece, bufs.r_first, r_first))
-    r_free = r_base + np.where(r_scratch, offset[5][flat.r_piece] + within(flat.r_piece, r_scratch, r_first),
-                               offset[6][flat.r_piece] + within(flat.r_piece, bufs.r_last, r_first))
+    at = offset[:, flat.r_piece]
+    r_alloc = r_base + np.where(r_scratch, at[2] + 2 * within(flat.r_piece, r_scratch, r_first),
+                                at[1] + 2 * within(flat.r_piece, bufs.r_first, r_first))
+    r_free = r_base + np.where(r_scratch, at[5] + within(flat.r_piece, r_scratch, r_first),
+                               at[6] + within(flat.r_piece, bufs.r_last, r_first))
     launches = np.arange(len(flat.l_piece))
-    l_row = first[flat.l_piece] + offset[3][flat.l_piece] + launches - first_rows(flat.l_piece, pieces)[flat.l_piece]
+    l_first = first_rows(flat.l_piece, pieces)
+    l_row = first[flat.l_piece] + offset[3][flat.l_piece] + launches - l_first[flat.l_piece]
     return Rows(o_alloc, o_store, o_store + stored, r_alloc, r_free, l_row, by_node[order.start])
 
 
@@ -202,9 +205,12 @@ class Columns:
         self.buffer, self.a, self.b, self.c = (np.zeros(total, I64) for _ in range(4))
         self.dep_count, self.extra_count = np.zeros(total, I64), np.zeros(total, I64)
 
-    def set(self, rows, kind, buffer=0, a=0, b=0, c=0) -> None:
+    def set(self, rows, kind, buffer=None, a=None, b=None, c=None) -> None:
+        """Fill the rows' kind and the fields given (the others stay 0)."""
         self.kind[rows] = kind
-        self.buffer[rows], self.a[rows], self.b[rows], self.c[rows] = buffer, a, b, c
+        for column, values in ((self.buffer, buffer), (self.a, a), (self.b, b), (self.c, c)):
+            if values is not None:
+                column[rows] = values
 
 
 def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: Releases, tensors: Tensors,
@@ -222,9 +228,9 @@ def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: R
     out = []
     for rank in range(len(node_ids)):
         lo, hi = int(rows.node_start[rank]), int(rows.node_start[rank + 1])
-        out.append(InstructionTable(first_id + lo, col.kind[lo:hi], col.buffer[lo:hi], col.a[lo:hi], col.b[lo:hi],
-                                    col.c[lo:hi], deps.start[lo:hi + 1], deps.values, extra[0][lo:hi + 1],
-                                    extra[1], flat.regions, flat.names))
+        out.append(InstructionTable(first_id + lo, col.kind[lo:hi], col.buffer[lo:hi], col.a[lo:hi],
+                                    col.b[lo:hi], col.c[lo:hi], deps.start[lo:hi + 1], deps.values,
+                                    extra[0][lo:hi + 1], extra[1], flat.keys, flat.names))
     return out
 
 
@@ -240,26 +246,28 @@ def _fields(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows,
             flat.o_key[stored], units[stored])
     col.set(rows.o_free, FREE, bufs.o_buffer)
     new = np.flatnonzero(bufs.r_first | r_scratch)
-    col.set(rows.r_alloc[new], ALLOCATE, bufs.r_buffer[new], flat.r_key[new], tensors.dtype_name[r_tensor[new]])
+    col.set(rows.r_alloc[new], ALLOCATE, bufs.r_buffer[new], flat.r_key[new],
+            tensors.dtype_name[r_tensor[new]])
     first = np.flatnonzero(bufs.r_first)
     mine = first[owners.c_owner[bufs.r_copy[first]]]
-    col.set(rows.r_alloc[mine] + 1, LOAD, bufs.r_buffer[mine], tensors.stored[r_tensor[mine]], flat.r_key[mine])
+    col.set(rows.r_alloc[mine] + 1, LOAD, bufs.r_buffer[mine], tensors.stored[r_tensor[mine]],
+            flat.r_key[mine])
     theirs = first[~owners.c_owner[bufs.r_copy[first]]]
     source = owners.g_owner[owners.c_group[bufs.r_copy[theirs]]]
     col.set(rows.r_alloc[theirs] + 1, FETCH, bufs.r_buffer[theirs], node_ids[bufs.c_rank[source]],
             bufs.r_buffer[bufs.c_first_row[source]])
     partials = np.flatnonzero(r_scratch)
-    last_writer = np.full(len(flat.regions), -1, I64)
+    last_writer = np.full(len(flat.keys), -1, I64)
     scratch_out = np.flatnonzero(~stored)
     np.maximum.at(last_writer, flat.o_key[scratch_out], scratch_out)
     writer = last_writer[flat.r_key[partials]]
     if np.any(writer < 0):
         raise AssertionError("a partial is read that no piece writes")
-    col.set(rows.r_alloc[partials] + 1, FETCH, bufs.r_buffer[partials], node_ids[flat.p_rank[flat.o_piece[writer]]],
-            bufs.o_buffer[writer])
+    col.set(rows.r_alloc[partials] + 1, FETCH, bufs.r_buffer[partials],
+            node_ids[flat.p_rank[flat.o_piece[writer]]], bufs.o_buffer[writer])
     freed = np.flatnonzero(r_scratch | bufs.r_last)
     col.set(rows.r_free[freed], FREE, bufs.r_buffer[freed])
-    col.set(rows.l_row, COMPUTE, 0, flat.l_leaf, flat.p_unit[flat.l_piece])
+    col.set(rows.l_row, COMPUTE, a=flat.l_leaf, b=flat.p_unit[flat.l_piece])
     return writer
 
 
@@ -320,7 +328,8 @@ class _Deps:
         values[at[users[3] == 1]] = self.r_get_of_users
         n = users[2] - users[1]
         j = ragged(n)
-        values[np.repeat(at + users[3], n) + j] = rows.l_row[flat.b_launch[self.users_order[np.repeat(users[1], n) + j]]]
+        bound = self.users_order[np.repeat(users[1], n) + j]
+        values[np.repeat(at + users[3], n) + j] = rows.l_row[flat.b_launch[bound]]
         j = ragged(gate[2])
         values[np.repeat(self.start[gate[0]], gate[2]) + j] = gate[3][np.repeat(gate[1], gate[2]) + j]
         b_first = first_rows(flat.b_launch, self.launches)
@@ -416,7 +425,8 @@ def _extras(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows,
     start = excl(counts)
     values = np.empty(int(start[-1]), I64)
     b_first = first_rows(flat.b_launch, launches)
-    at = start[rows.l_row[flat.b_launch]] + 2 * within(flat.b_launch, np.ones(len(flat.b_launch), I64), b_first)
+    at = start[rows.l_row[flat.b_launch]] + 2 * within(flat.b_launch, np.ones(len(flat.b_launch), I64),
+                                                       b_first)
     values[at], values[at + 1] = flat.b_param, deps.b_buffer
     ranks = flat.p_rank[flat.r_piece[partials]]
     by = np.lexsort((partials, ranks, writer))

@@ -153,11 +153,20 @@ def _tensor_columns(program: ClusterProgram, stored_index: Mapping[str, int], na
 
 def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[Unit]:
     flops = {leaf.name: leaf.flops for leaf in program.leaves}
-    work = [sum(flops.get(launch.leaf, 0) for launch in unit.launches) for unit in units]
-    if all(w == work[0] for w in work):
+    counts = np.fromiter((len(unit.launches) for unit in units), np.int64, len(units))
+    if len(set(flops.values())) <= 1:  # every launch alike: the longest units have most launches
+        if not any(flops.values()):
+            return units  # no estimate: keep the order given
+        work = counts
+    else:
+        each = np.fromiter((flops.get(launch.leaf, 0) for unit in units for launch in unit.launches),
+                           np.int64, int(counts.sum()))
+        work = np.add.reduceat(each, np.cumsum(counts) - counts) if len(each) else counts
+        work[counts == 0] = 0
+    if len(work) == 0 or np.all(work == work[0]):
         return units  # the common case: nothing to reorder
-    order = sorted(range(len(units)), key=lambda i: -work[i])  # stable: equals keep their order
-    return [units[i] for i in order]
+    order = np.argsort(-work, kind="stable")  # stable: equals keep their order
+    return [units[i] for i in order.tolist()]
 
 
 def _mib(n: int) -> str:

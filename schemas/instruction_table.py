@@ -9,16 +9,17 @@ numbers a node's instructions in order), so no column holds them.
 
 Columns, one row per instruction (`kind` says which):
 
-    Allocate  buffer; a = region whose shape it has (index into `regions`); b = dtype (into `names`)
-    Load      buffer; a = tensor; b = region (into `regions`)
+    Allocate  buffer; a = region whose shape it has (index into `keys`); b = dtype (into `names`)
+    Load      buffer; a = tensor; b = region (index into `keys`)
     Fetch     buffer; a = peer; b = peer buffer
     Compute   a = leaf (into `names`); b = unit; extra = (parameter (into `names`), buffer) pairs
-    Store     buffer; a = tensor; b = region (into `regions`); c = unit
+    Store     buffer; a = tensor; b = region (index into `keys`); c = unit
     Free      buffer; extra = the peers that fetch the buffer
 
 `deps` and `extra` are ragged: row i's deps are `deps[dep_start[i]:dep_start[i + 1]]`. Several
-nodes' tables may share one `deps`, `extra`, `regions` and `names` (views of the planner's
-arrays); the starts are offsets into those shared arrays.
+nodes' tables may share one `deps`, `extra`, `keys` and `names` (views of the planner's
+arrays); the starts are offsets into those shared arrays. A key is a region as the plain tuple
+(tensor, start, shape); decoding makes it a `Region`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, Store
+from schemas.program import Region
 
 ALLOCATE, LOAD, FETCH, COMPUTE, STORE, FREE = range(6)
 _CHUNK = 1 << 16  # rows decoded per step of an iteration (bounded temporary lists)
@@ -46,7 +48,7 @@ class InstructionTable(Sequence[Instruction]):
     deps: np.ndarray
     extra_start: np.ndarray  # len(self) + 1 offsets into `extra`
     extra: np.ndarray
-    regions: Sequence  # schemas.program.Region objects, shared
+    keys: Sequence[tuple]  # regions as (tensor, start, shape), shared
     names: Sequence[str]
 
     def __len__(self) -> int:
@@ -95,9 +97,9 @@ class InstructionTable(Sequence[Instruction]):
     def _decode(self, row: tuple, deps: tuple[int, ...], extra: list[int]) -> Instruction:
         ident, kind, buffer, a, b, c = row
         if kind == ALLOCATE:
-            return Allocate(ident, deps, buffer, self.regions[a].shape, self.names[b])
+            return Allocate(ident, deps, buffer, self.keys[a][2], self.names[b])
         if kind == LOAD:
-            return Load(ident, deps, buffer, a, self.regions[b])
+            return Load(ident, deps, buffer, a, Region(*self.keys[b]))
         if kind == FETCH:
             return Fetch(ident, deps, buffer, a, b)
         if kind == COMPUTE:
@@ -105,5 +107,5 @@ class InstructionTable(Sequence[Instruction]):
             return Compute(ident, deps, names[a], tuple(zip([names[p] for p in extra[0::2]], extra[1::2],
                                                             strict=True)), b)
         if kind == STORE:
-            return Store(ident, deps, buffer, a, self.regions[b], c)
+            return Store(ident, deps, buffer, a, Region(*self.keys[b]), c)
         return Free(ident, deps, buffer, peers=tuple(extra))
