@@ -209,10 +209,13 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     pipeline depth, CTA order, copy placement). A tile shape that is best for one family is
     often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
     multiprocessor)."""
-    families = [[s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if not s.wgmma]]
-    if stages.uses_wgmma(kernel, stages.tensor_core_dots(kernel, tf32)):
-        families.append([s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if s.wgmma])
-    probes = [DEFAULT, WGMMA_PROBE][: len(families)]
+    dots = stages.tensor_core_dots(kernel, tf32)
+    rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
+    space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, rotates)
+    families = [[s for s in space if not s.wgmma]]
+    if stages.uses_wgmma(kernel, dots):
+        families.append([s for s in space if s.wgmma])
+    probes = [DEFAULT, dataclasses.replace(WGMMA_PROBE, rotate=rotates)][: len(families)]
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])

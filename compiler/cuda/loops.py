@@ -8,6 +8,8 @@ kernel's emitter (`gen`), as in dots.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from compiler.cuda import analysis, dots, operands, wgmma
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.frontend import ir
@@ -161,3 +163,150 @@ def pipelined_lets(gen, lets: list[ir.Let]) -> None:
         gen.scalars[var_name] = (var_c, "i32")
         gen.out.close()
         gen.vals[s.name] = tile
+
+
+def deferred_dot(gen, s: ir.For) -> ir.Call | None:
+    """The warpgroup-MMA dot of loop `s` whose group may stay in flight into the next iteration,
+    or None: the body's last tensor-core dot when it accumulates into a variable (attention's
+    `acc = acc * c + dot(p, v)`) that nothing reads or writes from there up to and including
+    the statement of the body's first tensor-core dot. That first dot waits for every group
+    (wgmma groups complete in order), so its wait covers the deferred one before the variable
+    is touched again, and the tensor cores run the two back to back across the loop's barrier
+    and copies. The operand stages: copies run stages - 2 ahead under warpgroup MMA, so the
+    stage this group reads is refilled two iterations later."""
+    from compiler.frontend import walk
+
+    if not gen.wgmma or gen.loop_barriers:  # an outermost loop: its end waits for the group
+        return None
+    dots = set(map(id, gen.leaf.plan.tc_dots))
+    at = [
+        (i, e)
+        for i, st in enumerate(s.body)
+        for e in walk.iter_body_exprs((st,))
+        if isinstance(e, ir.Call) and id(e) in dots
+    ]
+    if len(at) < 2 or at[0][0] == at[-1][0]:
+        return None
+    (first, _), (last, dot) = at[0], at[-1]
+    st = s.body[last]
+    if not isinstance(st, ir.Assign) or gen.dot_split(st)[0] is not dot:
+        return None
+
+    def touches(stmt) -> bool:
+        if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == st.name for x in walk.iter_stmts((stmt,))):
+            return True
+        return any(isinstance(x, ir.Name) and x.name == st.name for x in walk.iter_body_exprs((stmt,)))
+
+    if any(touches(x) for x in (*s.body[last + 1 :], *s.body[: first + 1])):
+        return None
+    return dot
+
+
+@dataclass
+class Rotation:
+    """A loop rotated for warpgroup MMA (Schedule.rotate): its deferred dot (attention's P V) is
+    not issued where it stands. Its A fragments (packed from registers) and its b stage are kept
+    in `frag` and `stage`, and the next iteration issues it right after its first dot (S = Q K^T)
+    and waits for the first dot alone, so the tensor cores run P V while the softmax of the new
+    S runs. The deferred statement first waits for every group, since it writes the
+    accumulator. After the loop the last one is issued. `stage` is null until an iteration has
+    kept one. The b stage stays valid: copies run stages - 2 ahead, so it is refilled two
+    iterations later, after a barrier that follows the wait."""
+
+    first: ir.Call  # the body's first tensor-core dot
+    frag: str  # C name of the kept A fragments, [k steps][4]
+    stage: str  # C name of the kept b stage pointer
+    # variables assigned between the first dot and the deferred statement (attention's l): the
+    # wait before the deferred statement takes their registers as operands, so that the compiler
+    # computes them (and so the softmax's exponentials) while the kept group runs, not after
+    anchors: tuple[str, ...] = ()
+    slot: tuple[int, int] | None = None  # (line, depth) after the first dot's commit
+    issue: list[str] | None = None  # the kept dot's wgmma lines, once the deferred dot is emitted
+
+
+def rotation(gen, s: ir.For, deferred: ir.Call | None) -> Rotation | None:
+    """The loop's Rotation when the schedule asks for it and nothing but the deferred statement
+    touches its accumulator (the kept group runs across the whole body); declares the kept
+    state before the loop."""
+    from compiler.frontend import walk
+
+    if deferred is None or not gen.schedule.rotate:
+        return None
+    target = next(st for st in s.body if deferred in walk.iter_body_exprs((st,)))
+    for st in s.body:
+        if st is target:
+            continue
+        if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == target.name for x in walk.iter_stmts((st,))):
+            return None
+        if any(isinstance(x, ir.Name) and x.name == target.name for x in walk.iter_body_exprs((st,))):
+            return None
+    ids = set(map(id, gen.leaf.plan.tc_dots))
+    at = [
+        (i, e)
+        for i, st in enumerate(s.body)
+        for e in walk.iter_body_exprs((st,))
+        if isinstance(e, ir.Call) and id(e) in ids
+    ]
+    (start, first), end = at[0], s.body.index(target)
+    anchors = tuple(st.name for st in s.body[start + 1 : end] if isinstance(st, ir.Assign))
+    steps = gen.size(deferred.args[0].ty.shape[1]) // 16
+    rot = Rotation(first, gen.fresh("kept_a"), gen.fresh("kept_b"), anchors)
+    gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
+    gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
+    return rot
+
+
+def fill_rotation(gen) -> None:
+    """At the end of the rotated loop's body: the kept dot's issue goes into the slot after the
+    first dot's commit (or, where the deferred dot could not be kept, a plain wait)."""
+    from compiler.cuda.emit import Emitter
+
+    rot = gen.rotation
+    if rot.slot is None:
+        return
+    at, depth = rot.slot
+    out = Emitter()
+    out.depth, out.span = depth, gen.out.spans[at - 1]
+    if rot.issue is None:
+        out.line("wg_wait_all();")
+    else:
+        out.open(f"if ({rot.stage} != nullptr)")
+        out.line("wg_fence();")
+        out.block(rot.issue)
+        out.line("wg_commit(); wg_wait_one();")
+        out.close(" else {")
+        out.depth += 1
+        out.line("wg_wait_all();")
+        out.close()
+    gen.out.lines[at:at] = out.lines
+    gen.out.spans[at:at] = out.spans
+
+
+def issue_kept(gen) -> None:
+    """After the rotated loop: the last iteration's kept dot."""
+    rot = gen.rotation
+    if rot.issue is None:
+        return
+    gen.out.open(f"if ({rot.stage} != nullptr)")
+    gen.out.line("wg_fence();")
+    gen.out.block(rot.issue)
+    gen.out.line("wg_commit();")
+    gen.out.close()
+
+
+def wait_anchored(gen) -> None:
+    """Before the rotated loop's deferred statement: wait for every group (the kept one writes
+    the accumulator), with the anchors' float registers as operands (Rotation.anchors)."""
+    import itertools
+
+    regs = []
+    for name in gen.rotation.anchors:
+        v = gen.vals.get(name)
+        if v is None or v.dtype != "f32":
+            continue
+        for idx in itertools.product(*(range(c) for c in gen.counts(v.kind, v.shape))):
+            regs.append(f'"+f"({v.cname}{"".join(f"[{i}]" for i in idx)})')
+    if not regs or len(regs) > 64:
+        gen.out.line("wg_wait_all();")
+        return
+    gen.out.line(f'asm volatile("wgmma.wait_group.sync.aligned 0;" : {", ".join(regs)} :: "memory");')

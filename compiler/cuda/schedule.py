@@ -17,20 +17,26 @@ class Schedule:
     # where a loop iteration issues the copies of a later stage: after the barrier at its top
     # (False) or at its end, once its dots are issued (True: the tensor cores get work sooner)
     late_copies: bool = False
+    # warpgroup MMA in a loop of two or more dots (attention): the last dot (P V) is issued in the
+    # next iteration right after the first (S = Q K^T), so the tensor cores run it while that
+    # iteration's softmax runs (loops.Rotation); no effect on other kernels
+    rotate: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
         mma = "-wgmma" if self.wgmma else ""
         late = "-late" if self.late_copies else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}"
+        rot = "-rot" if self.rotate else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}"
 
 
 DEFAULT = Schedule()
 WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
 
 
-def tensor_core_space(warps: int) -> list[Schedule]:
-    """The schedules the tuner tries for a kernel whose dots run on tensor cores."""
+def tensor_core_space(warps: int, rotates: bool = False) -> list[Schedule]:
+    """The schedules the tuner tries for a kernel whose dots run on tensor cores (`rotates`: it
+    has a loop of two or more of them, where Schedule.rotate applies)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     out = []
     for wm in layouts:
@@ -39,9 +45,10 @@ def tensor_core_space(warps: int) -> list[Schedule]:
                 out.append(Schedule(wm, stages, order))
     # warpgroup MMA keeps a group in flight past its iteration: copies run stages - 2 ahead
     out += [
-        Schedule(None, stages, order, wgmma=True, late_copies=late)
+        Schedule(None, stages, order, wgmma=True, late_copies=late, rotate=rot)
         for stages in (3, 4, 5)
         for order in ("row", "grouped")
         for late in (False, True)
+        for rot in ((False, True) if rotates else (False,))
     ]
     return out
