@@ -167,7 +167,7 @@ class KernelGen(ExprEmitter):
         dot, rest = self.dot_split(s)
         if dot is not None:
             if self.rotation is not None and dot is self.deferred_dot:  # the kept group writes acc
-                loops.wait_anchored(self)
+                self.out.line("wg_wait_all();")
             if rest is not None:
                 self.assign_elementwise(val, "=", rest)
             dots.dot(self, dot, into=val)

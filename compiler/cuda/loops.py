@@ -165,6 +165,28 @@ def pipelined_lets(gen, lets: list[ir.Let]) -> None:
         gen.vals[s.name] = tile
 
 
+def _tc_dots_at(gen, s: ir.For) -> list[tuple[int, ir.Call]]:
+    """(statement index, dot) of the loop body's tensor-core dots, in order."""
+    from compiler.frontend import walk
+
+    ids = set(map(id, gen.leaf.plan.tc_dots))
+    return [
+        (i, e)
+        for i, st in enumerate(s.body)
+        for e in walk.iter_body_exprs((st,))
+        if isinstance(e, ir.Call) and id(e) in ids
+    ]
+
+
+def _touches(stmt: ir.Stmt, name: str) -> bool:
+    """The statement (loops included) reads or assigns variable `name`."""
+    from compiler.frontend import walk
+
+    if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == name for x in walk.iter_stmts((stmt,))):
+        return True
+    return any(isinstance(x, ir.Name) and x.name == name for x in walk.iter_body_exprs((stmt,)))
+
+
 def deferred_dot(gen, s: ir.For) -> ir.Call | None:
     """The warpgroup-MMA dot of loop `s` whose group may stay in flight into the next iteration,
     or None: the body's last tensor-core dot when it accumulates into a variable (attention's
@@ -174,30 +196,16 @@ def deferred_dot(gen, s: ir.For) -> ir.Call | None:
     is touched again, and the tensor cores run the two back to back across the loop's barrier
     and copies. The operand stages: copies run stages - 2 ahead under warpgroup MMA, so the
     stage this group reads is refilled two iterations later."""
-    from compiler.frontend import walk
-
     if not gen.wgmma or gen.loop_barriers:  # an outermost loop: its end waits for the group
         return None
-    dots = set(map(id, gen.leaf.plan.tc_dots))
-    at = [
-        (i, e)
-        for i, st in enumerate(s.body)
-        for e in walk.iter_body_exprs((st,))
-        if isinstance(e, ir.Call) and id(e) in dots
-    ]
+    at = _tc_dots_at(gen, s)
     if len(at) < 2 or at[0][0] == at[-1][0]:
         return None
     (first, _), (last, dot) = at[0], at[-1]
     st = s.body[last]
     if not isinstance(st, ir.Assign) or gen.dot_split(st)[0] is not dot:
         return None
-
-    def touches(stmt) -> bool:
-        if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == st.name for x in walk.iter_stmts((stmt,))):
-            return True
-        return any(isinstance(x, ir.Name) and x.name == st.name for x in walk.iter_body_exprs((stmt,)))
-
-    if any(touches(x) for x in (*s.body[last + 1 :], *s.body[: first + 1])):
+    if any(_touches(x, st.name) for x in (*s.body[last + 1 :], *s.body[: first + 1])):
         return None
     return dot
 
@@ -207,8 +215,8 @@ class Rotation:
     """A loop rotated for warpgroup MMA (Schedule.rotate): its deferred dot (attention's P V) is
     not issued where it stands. Its A fragments (packed from registers) and its b stage are kept
     in `frag` and `stage`, and the next iteration issues it right after its first dot (S = Q K^T)
-    and waits for the first dot alone, so the tensor cores run P V while the softmax of the new
-    S runs. The deferred statement first waits for every group, since it writes the
+    and waits for the first dot alone, so the tensor cores run P V while that iteration's
+    softmax begins. The deferred statement first waits for every group, since it writes the
     accumulator. After the loop the last one is issued. `stage` is null until an iteration has
     kept one. The b stage stays valid: copies run stages - 2 ahead, so it is refilled two
     iterations later, after a barrier that follows the wait."""
@@ -216,10 +224,6 @@ class Rotation:
     first: ir.Call  # the body's first tensor-core dot
     frag: str  # C name of the kept A fragments, [k steps][4]
     stage: str  # C name of the kept b stage pointer
-    # variables assigned between the first dot and the deferred statement (attention's l): the
-    # wait before the deferred statement takes their registers as operands, so that the compiler
-    # computes them (and so the softmax's exponentials) while the kept group runs, not after
-    anchors: tuple[str, ...] = ()
     slot: tuple[int, int] | None = None  # (line, depth) after the first dot's commit
     issue: list[str] | None = None  # the kept dot's wgmma lines, once the deferred dot is emitted
 
@@ -228,29 +232,14 @@ def rotation(gen, s: ir.For, deferred: ir.Call | None) -> Rotation | None:
     """The loop's Rotation when the schedule asks for it and nothing but the deferred statement
     touches its accumulator (the kept group runs across the whole body); declares the kept
     state before the loop."""
-    from compiler.frontend import walk
-
     if deferred is None or not gen.schedule.rotate:
         return None
-    target = next(st for st in s.body if deferred in walk.iter_body_exprs((st,)))
-    for st in s.body:
-        if st is target:
-            continue
-        if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == target.name for x in walk.iter_stmts((st,))):
-            return None
-        if any(isinstance(x, ir.Name) and x.name == target.name for x in walk.iter_body_exprs((st,))):
-            return None
-    ids = set(map(id, gen.leaf.plan.tc_dots))
-    at = [
-        (i, e)
-        for i, st in enumerate(s.body)
-        for e in walk.iter_body_exprs((st,))
-        if isinstance(e, ir.Call) and id(e) in ids
-    ]
-    (start, first), end = at[0], s.body.index(target)
-    anchors = tuple(st.name for st in s.body[start + 1 : end] if isinstance(st, ir.Assign))
+    at = _tc_dots_at(gen, s)
+    target = s.body[at[-1][0]]
+    if any(_touches(st, target.name) for st in s.body if st is not target):
+        return None
     steps = gen.size(deferred.args[0].ty.shape[1]) // 16
-    rot = Rotation(first, gen.fresh("kept_a"), gen.fresh("kept_b"), anchors)
+    rot = Rotation(at[0][1], gen.fresh("kept_a"), gen.fresh("kept_b"))
     gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
     gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
     return rot
@@ -292,21 +281,3 @@ def issue_kept(gen) -> None:
     gen.out.block(rot.issue)
     gen.out.line("wg_commit();")
     gen.out.close()
-
-
-def wait_anchored(gen) -> None:
-    """Before the rotated loop's deferred statement: wait for every group (the kept one writes
-    the accumulator), with the anchors' float registers as operands (Rotation.anchors)."""
-    import itertools
-
-    regs = []
-    for name in gen.rotation.anchors:
-        v = gen.vals.get(name)
-        if v is None or v.dtype != "f32":
-            continue
-        for idx in itertools.product(*(range(c) for c in gen.counts(v.kind, v.shape))):
-            regs.append(f'"+f"({v.cname}{"".join(f"[{i}]" for i in idx)})')
-    if not regs or len(regs) > 64:
-        gen.out.line("wg_wait_all();")
-        return
-    gen.out.line(f'asm volatile("wgmma.wait_group.sync.aligned 0;" : {", ".join(regs)} :: "memory");')

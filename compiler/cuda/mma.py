@@ -355,7 +355,7 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int, dtype: str):
 
     if role != "a" or gen.grid.warps_n != 1 or isinstance(arg, ir.Load):
         return None
-    if isinstance(arg, ir.Call) and arg.func == dtype and dtype in TC_DTYPES and arg.args[0].ty.dtype == "f32":
+    if isinstance(arg, ir.Call) and arg.func == dtype in TC_DTYPES and arg.args[0].ty.dtype == "f32":
         arg = arg.args[0]
     if isinstance(arg, ir.Call) and arg.func == "transpose":
         return None
