@@ -67,7 +67,6 @@ class KernelGen(ExprEmitter):
         self.shared = dict(plan.shared)
         self.let_floats = 0
         self.pipelined: dict[str, tuple] = {}
-        self.deferred_dot = None  # the dot whose group stays in flight into the next iteration
         self.rotation = None  # loops.Rotation of the loop being emitted, if rotated
         self.loop_tail: list = []
         counts = list(leaf.counts)
@@ -166,7 +165,7 @@ class KernelGen(ExprEmitter):
         val = self.vals[s.name]
         dot, rest = self.dot_split(s)
         if dot is not None:
-            if self.rotation is not None and dot is self.deferred_dot:  # the kept group writes acc
+            if self.rotation is not None and dot is self.rotation.deferred:  # the kept group writes acc
                 self.out.line("wg_wait_all();")
             if rest is not None:
                 self.assign_elementwise(val, "=", rest)
@@ -216,8 +215,7 @@ class KernelGen(ExprEmitter):
         saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
         self.ranges[s.var] = var_range
         pipelined = loops.prefetch_first(self, s, start, stop_name, step)
-        self.deferred_dot = loops.deferred_dot(self, s)
-        self.rotation = loops.rotation(self, s, self.deferred_dot)
+        self.rotation = loops.rotation(self, s)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
         self.loop_barriers.append(False)
         self.scalars[s.var] = (var, "i32")
@@ -255,7 +253,7 @@ class KernelGen(ExprEmitter):
         self.out.close()
         if self.rotation is not None:
             loops.issue_kept(self)
-        self.deferred_dot = self.rotation = None
+        self.rotation = None
         if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
 

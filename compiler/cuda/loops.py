@@ -188,24 +188,20 @@ def _touches(stmt: ir.Stmt, name: str) -> bool:
 
 
 def deferred_dot(gen, s: ir.For) -> ir.Call | None:
-    """The warpgroup-MMA dot of loop `s` whose group may stay in flight into the next iteration,
-    or None: the body's last tensor-core dot when it accumulates into a variable (attention's
-    `acc = acc * c + dot(p, v)`) that nothing reads or writes from there up to and including
-    the statement of the body's first tensor-core dot. That first dot waits for every group
-    (wgmma groups complete in order), so its wait covers the deferred one before the variable
-    is touched again, and the tensor cores run the two back to back across the loop's barrier
-    and copies. The operand stages: copies run stages - 2 ahead under warpgroup MMA, so the
-    stage this group reads is refilled two iterations later."""
-    if not gen.wgmma or gen.loop_barriers:  # an outermost loop: its end waits for the group
+    """The warpgroup-MMA dot of loop `s` that a rotation may carry into the next iteration, or
+    None: the body's last tensor-core dot when it accumulates into a variable (attention's
+    `acc = acc * c + dot(p, v)`) that no other statement of the body reads or writes, and the
+    body has another tensor-core dot before it (S = Q K^T). Outermost loops only: the kernel
+    waits for the last group after them."""
+    if not gen.wgmma or gen.loop_barriers:
         return None
     at = _tc_dots_at(gen, s)
     if len(at) < 2 or at[0][0] == at[-1][0]:
         return None
-    (first, _), (last, dot) = at[0], at[-1]
-    st = s.body[last]
+    st, dot = s.body[at[-1][0]], at[-1][1]
     if not isinstance(st, ir.Assign) or gen.dot_split(st)[0] is not dot:
         return None
-    if any(_touches(x, st.name) for x in (*s.body[last + 1 :], *s.body[: first + 1])):
+    if any(_touches(x, st.name) for x in s.body if x is not st):
         return None
     return dot
 
@@ -222,24 +218,21 @@ class Rotation:
     iterations later, after a barrier that follows the wait."""
 
     first: ir.Call  # the body's first tensor-core dot
+    deferred: ir.Call  # the dot carried into the next iteration (loops.deferred_dot)
     frag: str  # C name of the kept A fragments, [k steps][4]
     stage: str  # C name of the kept b stage pointer
     slot: tuple[int, int] | None = None  # (line, depth) after the first dot's commit
     issue: list[str] | None = None  # the kept dot's wgmma lines, once the deferred dot is emitted
 
 
-def rotation(gen, s: ir.For, deferred: ir.Call | None) -> Rotation | None:
-    """The loop's Rotation when the schedule asks for it and nothing but the deferred statement
-    touches its accumulator (the kept group runs across the whole body); declares the kept
-    state before the loop."""
-    if deferred is None or not gen.schedule.rotate:
-        return None
-    at = _tc_dots_at(gen, s)
-    target = s.body[at[-1][0]]
-    if any(_touches(st, target.name) for st in s.body if st is not target):
+def rotation(gen, s: ir.For) -> Rotation | None:
+    """The loop's Rotation when the schedule asks for it and the loop has a dot to carry
+    (deferred_dot); declares the kept state before the loop."""
+    deferred = deferred_dot(gen, s) if gen.schedule.rotate else None
+    if deferred is None:
         return None
     steps = gen.size(deferred.args[0].ty.shape[1]) // 16
-    rot = Rotation(at[0][1], gen.fresh("kept_a"), gen.fresh("kept_b"))
+    rot = Rotation(_tc_dots_at(gen, s)[0][1], deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
     gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
     gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
     return rot

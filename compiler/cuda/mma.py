@@ -399,12 +399,11 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
         gen.out.line("fence_async_smem();")
         gen.sync()
     gen.used_wgmma = True
-    wait = "one" if overlap else ("none" if e is gen.deferred_dot else "all")
-    rot = gen.rotation
+    wait, rot = ("one" if overlap else "all"), gen.rotation
     if rot is not None and e is rot.first:
         wait = "rotated"
-    elif rot is not None and wait == "none" and not isinstance(cores[0], wgmma.CoreTile):
-        wait = "carried" if cores[1].ptr in gen.ring_tiles else "none"
+    elif rot is not None and e is rot.deferred and not isinstance(cores[0], wgmma.CoreTile):
+        wait = "carried" if cores[1].ptr in gen.ring_tiles else "all"
     wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype, wait, fresh)
 
 

@@ -191,10 +191,9 @@ def emit_wgmma(
     gen, acc, sa, sb: CoreTile, m: int, n: int, kk: int, dtype: str, wait: str, fresh: bool = False
 ) -> None:
     """acc[M, N] += a b: per k step of 16 one wgmma per warpgroup, then commit and wait: for
-    "all" groups; for all but this one ("one": it runs on while the next iteration copies and
+    "all" groups; or for all but this one ("one": it runs on while the next iteration copies and
     transposes; the loop's end waits for it before acc is read; with late copies the wait goes
-    to the end of the loop body, after the copies of a later stage, loops.ring_lets); or not
-    at all ("none": the next iteration's first dot waits for it, loops.deferred_dot). In a
+    to the end of the loop body, after the copies of a later stage, loops.ring_lets). In a
     rotated loop (loops.Rotation) the first dot ends at "rotated": commit, then the slot where
     the carried dot is issued; the last dot is "carried": its A fragments and b stage are kept
     for the next iteration, which issues it. `sa` is a CoreTile or a register tile in the
@@ -219,9 +218,7 @@ def emit_wgmma(
     gen.out.line("wg_fence();")
     frags = [_register_fragment(sa.cname, s, dtype) for s in range(kk // 16)] if from_regs else sa
     gen.out.block(_issue(acc, frags, sb, n, kk, kind, fresh))
-    if wait == "none":
-        gen.out.line("wg_commit();")
-    elif wait == "rotated":
+    if wait == "rotated":
         gen.out.line("wg_commit();")
         gen.rotation.slot = (len(gen.out.lines), gen.out.depth)
     elif wait == "one" and gen.schedule.late_copies:  # the later stage's copies go out before the wait
