@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from common import cache
-from compiler.cuda import nvrtc, stages
+from compiler.cuda import mma, nvrtc, stages
 from compiler.cuda.compiled import compile_kernel, compiler_version
 from compiler.cuda.schedule import DEFAULT, WGMMA_PROBE, Schedule, tensor_core_space
 from compiler.frontend import ir, walk
@@ -209,9 +209,16 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     pipeline depth, CTA order, copy placement). A tile shape that is best for one family is
     often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
     multiprocessor)."""
-    families = [[s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if not s.wgmma]]
-    if stages.uses_wgmma(kernel, stages.tensor_core_dots(kernel, tf32)):
-        families.append([s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if s.wgmma])
+    space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32)
+    families = [[s for s in space if not s.wgmma]]
+    dots = stages.tensor_core_dots(kernel, tf32)
+    if stages.uses_wgmma(kernel, dots, tf32):
+        wg = [s for s in space if s.wgmma]
+        if any(mma.tensor_core_dtype(d, kernel, tf32) == "tf32" for d in dots):
+            # the register-staged TF32 ring (wgmma_tf32.py) has 3 stages and stores after the
+            # dots whatever the schedule says: only the CTA order is left to search
+            wg = [s for s in wg if s.stages == 3 and not s.late_copies]
+        families.append(wg)
     probes = [DEFAULT, WGMMA_PROBE][: len(families)]
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     for probe, space in zip(probes, families, strict=True):

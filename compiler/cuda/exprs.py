@@ -26,6 +26,7 @@ class ExprEmitter:
         self.wgmma = False  # tensor-core dots as warpgroup MMA (wgmma.py)
         self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
         self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
+        self.register_ring = False  # the ring is filled from registers (TF32 warpgroup MMA, wgmma_tf32.py)
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}
