@@ -249,7 +249,7 @@ def emit_wgmma(gen, acc, sa, sb: CoreTile, m: int, n: int, kk: int, dtype: str, 
             f'{imm}; }}" : {", ".join(outs)} : {a_in}, "l"(db_));'
         )
         gen.out.close()
-    if overlap and (gen.schedule.late_copies or gen.register_ring):  # the later stage goes out before the wait
+    if overlap and (gen.schedule.late_copies or gen.register_ring):  # later stage out before the wait
         gen.out.line("wg_commit();")
         gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
     else:

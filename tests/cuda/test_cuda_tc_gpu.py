@@ -37,6 +37,9 @@ MATMUL_POINTS = [
     ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True, stages=4, late_copies=True)),
     ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=3, late_copies=True)),
     ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(stages=3, late_copies=True)),
+    # deep rings (a single dot: copies 6 and 4 tiles ahead)
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=8, order="grouped")),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=6, late_copies=True)),
 ]
 MATMUL_DIMS = [{"M": 256, "N": 384, "K": 128}, {"M": 203, "N": 317, "K": 136}, {"M": 77, "N": 1000, "K": 264}]
 MATMUL_TOL = 1e-5

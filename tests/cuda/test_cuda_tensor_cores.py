@@ -136,6 +136,12 @@ def _variants():
             {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
             Schedule(wgmma=True, stages=4, order="grouped", late_copies=True),
         ),
+        (
+            "matmul_bf16.phk",
+            {"M": 8192, "N": 8192, "K": 8192},
+            {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32},
+            Schedule(wgmma=True, stages=8, order="grouped"),
+        ),
     ]
     wg = Schedule(wgmma=True)
     mm += [  # MN-major A (transpose bit), and a 32-wide B transposed into K-major
@@ -143,12 +149,12 @@ def _variants():
         ("matmul_tn_bf16", {"M": 512, "N": 512, "K": 512}, {"TM": 64, "TN": 64, "TK": 32}, wg),
         ("matmul_narrow_f16", {"M": 300, "N": 200, "K": 96}, {"TM": 64, "TN": 32, "TK": 64}, wg),
     ]
-    tf32 = {"M": 8192, "N": 8192, "K": 8192}
+    big, tk = {"M": 8192, "N": 8192, "K": 8192}, {"TILE_K": 32}
     mm += [  # TF32 warpgroup MMA: both operands K-major, rounded and transposed through registers
-        ("matmul_tf32.phk", tf32, {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, order="grouped")),
-        ("matmul_tf32.phk", tf32, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=3)),
-        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, wg),
-        ("matmul_tf32.phk", tf32, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2, order="grouped")),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 256, **tk}, Schedule(wgmma=True, order="grouped")),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, Schedule(wgmma=True, stages=3)),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, wg),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk", "mha_tf32.phk"):
         for d in (64, 128):
@@ -278,7 +284,9 @@ def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major, dtype):
                     assert _descriptor_reads(tile, base, xx, kk) == eb * at, (step, group, xx, kk)
 
 
-@pytest.mark.parametrize("x,direct,threads", [(128, True, 256), (64, True, 128), (256, False, 256), (64, False, 128)])
+@pytest.mark.parametrize(
+    "x,direct,threads", [(128, True, 256), (64, True, 128), (256, False, 256), (64, False, 128)]
+)
 def test_tf32_register_stores_fill_the_tile_once_without_bank_conflicts(x, direct, threads):
     """TF32 warpgroup MMA operands (wgmma_tf32.py): the units of all threads store every element of
     a k = 32 tile exactly once, at the source element the unit loaded (a float4 along k, or the
@@ -458,12 +466,14 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     kernel = load_example("matmul_bf16.phk")
     res = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     points = autotune.search_points(kernel)
-    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_PROBE)]
+    # a single dot: the deep probe (as many stages as fit), and the deep rings in the family
+    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_DEEP_PROBE)]
     for family in asked[1:]:  # the two best points of the family, each with the family's space
         assert len({str(p) for p, _ in family}) == autotune.FINALISTS
         assert all(p["TILE_M"] == 64 for p, _ in family)
     assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
     assert any(s.late_copies for _, s in asked[2])
-    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == 5
+    assert {s.stages for _, s in asked[2]} == {3, 4, 5, *sched.DEEP_STAGES}
+    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == max(sched.DEEP_STAGES)
     again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     assert again.cached and again.schedule == res.schedule
