@@ -232,8 +232,8 @@ class KernelGen(ExprEmitter):
             while i < len(body) and isinstance(body[i], ir.Let) and body[i].name in pipelined:
                 run.append(body[i])
                 i += 1
-            rings = [x for x in run if self.pipelined[x.name][0] == "ring"]
-            regs = [x for x in run if self.pipelined[x.name][0] != "ring"]
+            rings = [x for x in run if self.pipelined[x.name][0] in ("ring", "regring")]
+            regs = [x for x in run if self.pipelined[x.name][0] not in ("ring", "regring")]
             if rings:
                 loops.ring_lets(self, rings)
             if regs:  # consecutive prefetched operands share one barrier pair

@@ -30,6 +30,7 @@ class ExprEmitter:
         self.exp2_fold = False  # exp as exp2 with log2(e) folded in (exp_base2)
         self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
         self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
+        self.register_ring = False  # the ring is filled from registers (TF32 warpgroup MMA, wgmma_tf32.py)
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}

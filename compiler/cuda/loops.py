@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, operands, wgmma
+from compiler.cuda import analysis, dots, operands, wgmma, wgmma_tf32
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.frontend import ir
 
@@ -59,9 +59,11 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
     stages - 1 iterations ahead; the prologue here issues the first stages - 1 iterations
     (one commit group each, empty past the end, so that group counting stays uniform)."""
     entries = []
-    for st, transposed in lets:
-        role = gen.shared[st.name]
-        tile = dots.mma_let_tile(gen, st.value, role, transposed, ptr="")
+    tiles = [(st, gen.shared[st.name], tr, dots.mma_let_tile(gen, st.value, gen.shared[st.name], tr, ptr=""))
+             for st, tr in lets]
+    if any(isinstance(t, wgmma.CoreTile) and t.dtype == "f32" for *_, t in tiles):  # TF32 warpgroup MMA
+        return wgmma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
+    for st, role, transposed, tile in tiles:
         plan = operands.copy_plan(gen, tile, st.value)
         if plan is None:
             return {}
@@ -105,6 +107,8 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
     (the stage about to be refilled was last read in the previous iteration), issue the
     copies stages - 1 iterations ahead (or queue them for the end of the body), then point the
     lets at this iteration's stage."""
+    if gen.pipelined[lets[0].name][0] == "regring":
+        return wgmma_tf32.ring_lets(gen, lets)
     gen.out.span = lets[0].span
     *_, (stages, ahead), first = gen.pipelined[lets[0].name][:9]
     var_name, var_c, step, stop_name = gen.pipelined[lets[0].name][9:]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import wgmma
+from compiler.cuda import wgmma, wgmma_tf32
 from compiler.cuda.operands import (
     MMA_K,
     MmaTile,
@@ -428,7 +428,12 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         inner, transposed, k_contiguous = operand_orientation(role, arg)
         x = m if role == "a" else n
         mn_major = wgmma.core_layout(k_contiguous, x) if gen.wgmma else None
-        if mn_major is not None and isinstance(inner, ir.Load) and inner.ty.rank == 2:
+        loaded = isinstance(inner, ir.Load) and inner.ty.rank == 2
+        if gen.wgmma and dtype == "tf32":  # K-major, rounded on the way in (wgmma_tf32.py)
+            if not loaded:
+                raise gen.pruned(e.span, "TF32 warpgroup MMA takes operands loaded from tensors")
+            tile = wgmma.alloc_core(gen, role, kk, x, "f32", False)
+        elif mn_major is not None and loaded:
             tile = wgmma.alloc_core(gen, role, kk, x, dtype, mn_major)
         elif gen.wgmma and k_contiguous:
             tile = wgmma.alloc_core(gen, role, kk, x, dtype, False)
@@ -442,12 +447,16 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         gen.sync_before_overwrite()
         copied = False
         for tile, src, transposed in writes:
-            if isinstance(src, ir.Load):
+            if isinstance(tile, wgmma.CoreTile) and tile.dtype == "f32":
+                wgmma_tf32.stage(gen, tile, src)
+            elif isinstance(src, ir.Load):
                 copied |= stage_load(gen, tile, src)
             else:
                 write_registers(gen, tile, src, transposed)
         if copied:
             gen.out.line("cp_async_commit(); cp_async_wait<0>();")
+        if gen.wgmma:  # written through the generic proxy, read by the tensor cores' async proxy
+            gen.out.line("fence_async_smem();")
         gen.sync()
     fresh = into is None
     if fresh:

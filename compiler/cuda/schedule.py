@@ -32,11 +32,17 @@ class Schedule:
 
 DEFAULT = Schedule()
 WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
+# For a kernel with one dot (matmul): as many stages as fit (the ring is cut to the shared memory),
+# since the copies in flight, (stages - 2) stages' bytes, are what hides the memory latency: at
+# 128 x 256 the k = 64 tile fits 4 stages (96 KB in flight), the k = 32 tile 8 (144 KB).
+WGMMA_DEEP_PROBE = Schedule(stages=8, order="grouped", wgmma=True)
+DEEP_STAGES = (6, 8)
 
 
-def tensor_core_space(warps: int, rotates: bool = False) -> list[Schedule]:
-    """The schedules the tuner tries for a kernel whose dots run on tensor cores (`rotates`: it
-    has a loop of two or more of them, where Schedule.rotate applies)."""
+def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> list[Schedule]:
+    """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
+    the deeper warpgroup-MMA rings (DEEP_STAGES) for kernels with a single dot, `rotates` the
+    rotated loop (Schedule.rotate) for kernels with a loop of two or more dots (attention)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     out = []
     for wm in layouts:
@@ -46,7 +52,7 @@ def tensor_core_space(warps: int, rotates: bool = False) -> list[Schedule]:
     # warpgroup MMA keeps a group in flight past its iteration: copies run stages - 2 ahead
     out += [
         Schedule(None, stages, order, wgmma=True, late_copies=late, rotate=rot)
-        for stages in (3, 4, 5)
+        for stages in (3, 4, 5) + (DEEP_STAGES if deep else ())
         for order in ("row", "grouped")
         for late in (False, True)
         for rot in ((False, True) if rotates else (False,))

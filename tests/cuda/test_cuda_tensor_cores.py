@@ -136,12 +136,25 @@ def _variants():
             {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
             Schedule(wgmma=True, stages=4, order="grouped", late_copies=True),
         ),
+        (
+            "matmul_bf16.phk",
+            {"M": 8192, "N": 8192, "K": 8192},
+            {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32},
+            Schedule(wgmma=True, stages=8, order="grouped"),
+        ),
     ]
     wg = Schedule(wgmma=True)
     mm += [  # MN-major A (transpose bit), and a 32-wide B transposed into K-major
         ("matmul_tn_bf16", {"M": 1000, "N": 1000, "K": 1000}, {"TM": 128, "TN": 128, "TK": 64}, wg),
         ("matmul_tn_bf16", {"M": 512, "N": 512, "K": 512}, {"TM": 64, "TN": 64, "TK": 32}, wg),
         ("matmul_narrow_f16", {"M": 300, "N": 200, "K": 96}, {"TM": 64, "TN": 32, "TK": 64}, wg),
+    ]
+    big, tk = {"M": 8192, "N": 8192, "K": 8192}, {"TILE_K": 32}
+    mm += [  # TF32 warpgroup MMA: both operands K-major, rounded and transposed through registers
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 256, **tk}, Schedule(wgmma=True, order="grouped")),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, Schedule(wgmma=True, stages=3)),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, wg),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
     rotated = [
         Schedule(wgmma=True, stages=4, rotate=True),
@@ -172,13 +185,16 @@ def _tool(name: str) -> str | None:
 def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims, point, schedule, tmp_path):
     kernel = load_example(name)
     dims = {k: v for k, v in dims.items() if k in binding.kernel_dims(kernel)}
+    tf32_wgmma = "tf32" in name and schedule.wgmma and "mha" not in name
     try:
         c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
     except CompileError as e:  # a point the generator prunes (registers, shared memory) is fine
         assert "is pruned" in e.message, e.message
+        assert not tf32_wgmma, e.message  # these points are the ones the TF32 benchmark runs
         return
     assert ("wgmma.mma_async" if schedule.wgmma else "mma.sync.aligned.m16n8k") in c.ptx, name
-    assert "cp.async" in c.ptx, name
+    # TF32 warpgroup MMA stages through registers (rounded with cvt.rna), the others by cp.async
+    assert ("cvt.rna.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
     ptx = tmp_path / "k.ptx"
     ptx.write_text(c.ptx)
     cubin = tmp_path / "k.cubin"
@@ -206,8 +222,10 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     sass = subprocess.run(
         [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True, env=env
     ).stdout
-    want = r"\bHGMMA\.64x\d+x16\.F32" if schedule.wgmma else r"\bHMMA\.(16816|1688)\.F32"
+    want = r"\bHGMMA\.64x\d+x(16|8)\.F32" if schedule.wgmma else r"\bHMMA\.(16816|1688)\.F32"
     assert re.search(want, sass), f"{name}: no tensor-core instruction in the SASS"
+    if "tf32" in name:
+        assert re.search(r"\bH(G)?MMA\.\S+\.F32\.TF32", sass), f"{name}: no TF32 tensor-core instruction"
 
 
 @pytest.mark.parametrize("k,x,mn_major", [(64, 128, False), (32, 64, False), (64, 256, True), (32, 64, True)])
@@ -237,30 +255,75 @@ def _descriptor_reads(tile: CoreTile, base: int, x: int, k: int) -> int:
     64-wide blocks, SBO between 8-row groups of k); the swizzle XORs address bits 4-6 with 7-9."""
     if tile.mn_major:
         a = base + (x // 64) * tile.lbo + (x % 64) * 2 + (k // 8) * tile.sbo + (k % 8) * 128
-    elif tile.swizzled:
-        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * 2
+    elif tile.swizzled:  # 8 rows of 128 bytes; a k step reads 32 bytes of each row (k16 16-bit, k8 TF32)
+        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * tile.elem_bytes
     else:
         a = base + (x // 8) * tile.sbo + (k // 8) * tile.lbo + (x % 8) * 16 + (k % 8) * 2
     return a ^ (((a >> 7) & 7) << 4) if tile.swizzled else a
 
 
 @pytest.mark.parametrize(
-    "k,x,mn_major",
-    [(64, 128, False), (32, 128, False), (128, 64, False), (64, 256, True), (32, 64, True), (128, 128, True)],
+    "k,x,mn_major,dtype",
+    [
+        (64, 128, False, "bf16"),
+        (32, 128, False, "bf16"),
+        (128, 64, False, "bf16"),
+        (64, 256, True, "bf16"),
+        (32, 64, True, "bf16"),
+        (128, 128, True, "bf16"),
+        (32, 128, False, "f32"),
+        (32, 256, False, "f32"),
+    ],
 )
-def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major):
+def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major, dtype):
     """For every k step (and, for a, every warpgroup's 64 rows), the element the descriptor
-    addresses is the one the cp.async copies put there (CoreTile.offset)."""
-    tile = CoreTile("", "a", k, x, "bf16", mn_major)
-    for step in range(k // 16):
+    addresses is the one the copies (or TF32's register stores) put there (CoreTile.offset)."""
+    tile = CoreTile("", "a", k, x, dtype, mn_major)
+    eb, mk = tile.elem_bytes, tile.mma_k
+    for step in range(k // mk):
         for group in range(x // 64):
-            base = 2 * (group * tile.x_block + step * tile.k_step)
+            base = eb * (group * tile.x_block + step * tile.k_step)
             for xx in range(64):
-                for kk in range(16):
-                    xk = (group * 64 + xx, step * 16 + kk)  # stored [k][x] when MN-major, else [x][k]
+                for kk in range(mk):
+                    xk = (group * 64 + xx, step * mk + kk)  # stored [k][x] when MN-major, else [x][k]
                     row, col = xk[::-1] if mn_major else xk
                     at = eval(tile.offset(str(row), str(col)).replace("/", "//"))  # noqa: S307
-                    assert _descriptor_reads(tile, base, xx, kk) == 2 * at, (step, group, xx, kk)
+                    assert _descriptor_reads(tile, base, xx, kk) == eb * at, (step, group, xx, kk)
+
+
+@pytest.mark.parametrize(
+    "x,direct,threads", [(128, True, 256), (64, True, 128), (256, False, 256), (64, False, 128)]
+)
+def test_tf32_register_stores_fill_the_tile_once_without_bank_conflicts(x, direct, threads):
+    """TF32 warpgroup MMA operands (wgmma_tf32.py): the units of all threads store every element of
+    a k = 32 tile exactly once, at the source element the unit loaded (a float4 along k, or the
+    transposed 4x4 block), and each store instruction's 8-thread phases hit 8 distinct 16-byte
+    bank groups (one wavefront per 8 threads)."""
+    from compiler.cuda import wgmma_tf32
+
+    tile = CoreTile("", "b", 32, x, "f32")
+    units = x * 32 // (4 if direct else 16)
+    x_of, k_of = (c.replace("/", "//") for c in wgmma_tf32.unit_origin(direct, "e"))
+    seen = {}
+    for it in range(-(-units // threads)):
+        for q in range(1 if direct else 4):  # one store instruction per (it, q)
+            banks = []
+            for t in range(threads):
+                e = it * threads + t
+                if e >= units:
+                    continue
+                x0, k0 = eval(x_of, {"e": e}), eval(k_of, {"e": e})  # noqa: S307
+                row = x0 + q
+                at = eval(tile.offset(str(row), str(k0)).replace("/", "//"))  # noqa: S307
+                for i in range(4):  # the chunk holds source elements (row, k0 + i)
+                    assert (at + i) not in seen, (e, q, i)
+                    seen[at + i] = (row, k0 + i)
+                banks.append(at * 4 // 16 % 8)
+            for phase in range(0, len(banks), 8):
+                assert len(set(banks[phase : phase + 8])) == len(banks[phase : phase + 8]), (it, q, phase)
+    assert len(seen) == x * 32
+    for at, (row, k) in seen.items():
+        assert eval(tile.offset(str(row), str(k)).replace("/", "//")) == at  # noqa: S307
 
 
 def test_f32_dot_stays_exact_on_cuda_cores():
@@ -458,13 +521,15 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     kernel = load_example("matmul_bf16.phk")
     res = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     points = autotune.search_points(kernel)
-    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_PROBE)]
+    # a single dot: the deep probe (as many stages as fit), and the deep rings in the family
+    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_DEEP_PROBE)]
     for family in asked[1:]:  # the two best points of the family, each with the family's space
         assert len({str(p) for p, _ in family}) == autotune.FINALISTS
         assert all(p["TILE_M"] == 64 for p, _ in family)
     assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
     assert any(s.late_copies for _, s in asked[2]) and not any(s.rotate for f in asked for _, s in f)
-    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == 5
+    assert {s.stages for _, s in asked[2]} == {3, 4, 5, *sched.DEEP_STAGES}
+    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == max(sched.DEEP_STAGES)
     again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     assert again.cached and again.schedule == res.schedule
 
