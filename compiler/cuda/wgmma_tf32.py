@@ -26,7 +26,7 @@ waits for group i - 1 (wgmma.emit_wgmma with `gen.register_ring`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.cuda import analysis
 from compiler.cuda.wgmma import CoreTile
@@ -143,8 +143,7 @@ def stage(gen, tile: CoreTile, load_: ir.Load) -> None:
 @dataclass(frozen=True)
 class RingEntry:
     let: ir.Let
-    role: str
-    transposed: bool
+    tile: CoreTile  # the operand's layout (ptr unset): each stage is this at another address
     plan: Plan
     base: str  # C name of the ring's first stage
     size: int  # elements per stage
@@ -156,8 +155,6 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     """The register-staged ring of a loop's TF32 operands (`entries`: (let, role, transposed,
     tile) with tile's ptr unset): stage 0 stored, tile 1 loaded into registers; or {} when an
     operand has no 16-byte plan (the lets are then staged in the loop, as without a ring)."""
-    from compiler.cuda import dots
-
     plans = [plan(gen, tile, st.value) for st, _, _, tile in entries]
     if any(p is None for p in plans):
         return {}
@@ -165,11 +162,11 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
     out = {}
-    for (st, role, transposed, tile), p in zip(entries, plans, strict=True):
+    for (st, _, _, tile), p in zip(entries, plans, strict=True):
         base = gen.fresh("ring")
         ring = gen.alloc_perm(STAGES * tile.elements, 256)
         gen.out.line(f"float* const {base} = reinterpret_cast<float*>{ring};")
-        entry = RingEntry(st, role, transposed, p, base, tile.elements, declare(gen, p), first)
+        entry = RingEntry(st, tile, p, base, tile.elements, declare(gen, p), first)
         out[st.name] = ("regring", entry)
     for step_no in (0, 1):
         at = f"{first}_{step_no}"
@@ -179,8 +176,7 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
         for _, e in out.values():
             load(gen, e.plan, e.let.value, e.regs)
             if step_no == 0:
-                tile = dots.mma_let_tile(gen, e.let.value, e.role, e.transposed, ptr=e.base)
-                store(gen, e.plan, tile, e.regs)
+                store(gen, e.plan, replace(e.tile, ptr=e.base), e.regs)
         gen.out.close()
     return out
 
@@ -189,8 +185,6 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
     """One iteration: fence and barrier (this stage's stores visible to the tensor cores), point the
     lets at this stage; the store of the next tile and the load of the one after go to the end of
     the body, after the dot's commit and before its wait (gen.loop_tail)."""
-    from compiler.cuda import dots
-
     gen.out.span = lets[0].span
     entries = [gen.pipelined[s.name] for s in lets]
     e0 = entries[0][1]
@@ -212,7 +206,7 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
                     load(gen, e.plan, e.let.value, e.regs)
                     continue
                 ptr = f"({e.base} + (({it} + 1) % {STAGES}) * {e.size})"
-                store(gen, e.plan, dots.mma_let_tile(gen, e.let.value, e.role, e.transposed, ptr=ptr), e.regs)
+                store(gen, e.plan, replace(e.tile, ptr=ptr), e.regs)
             gen.scalars[var_name] = (var_c, "i32")
             gen.out.close()
 
@@ -221,4 +215,4 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
         cur = gen.fresh("stage")
         gen.out.line(f"float* const {cur} = {e.base} + ({it} % {STAGES}) * {e.size};")
         gen.ring_tiles.add(cur)
-        gen.vals[s.name] = dots.mma_let_tile(gen, e.let.value, e.role, e.transposed, ptr=cur)
+        gen.vals[s.name] = replace(e.tile, ptr=cur)
