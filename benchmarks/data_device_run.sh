@@ -19,18 +19,23 @@
 #   transfer  16 MiB tiles between two pods on one GPU (CUDA IPC, >= 100 GB/s): one at a time
 #             and 16 in flight; the CPU pods on loopback against two plain processes
 #   launch    per-launch overhead of the GPU backend against solo launches (< 20 us)
+#   startup   python -X importtime of a bare interpreter and of cupy's start (the add stage
+#             writes the same for its command against a running pod): where start-up goes here
 set -o pipefail
 BUDGET_S=${BUDGET_S:-270}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; nproc; id -u;
-  df -h /tmp; findmnt -T /tmp; git log --oneline -1 2>/dev/null; } > $OUT/data-machine.txt 2>&1
+  df -h /tmp; findmnt -T /tmp; git log --oneline -1 2>/dev/null; env | grep ^PYTHON; } > $OUT/data-machine.txt 2>&1
+# the tree's bytecode, as an installed package has it (pip compiles at install)
+unset PYTHONDONTWRITEBYTECODE
+python3 -m compileall -q -j 0 common compiler pod scheduler schemas phobos benchmarks tests > /dev/null
 code=0
 stage() {  # stage NAME TIMEOUT COMMAND...
   local name=$1 limit=$2
   shift 2
-  case " ${STAGES:-tests add matmul cold big transfer launch} " in *" $name "*) ;; *) return ;; esac
+  case " ${STAGES:-tests add matmul cold big transfer launch startup} " in *" $name "*) ;; *) return ;; esac
   if (( SECONDS + 10 > BUDGET_S )); then echo "== $name: skipped (budget)" | tee -a $OUT/data-run.log; return; fi
   (( SECONDS + limit > BUDGET_S )) && limit=$(( BUDGET_S - SECONDS ))
   echo "== $name (${SECONDS}s, limit ${limit}s): $*" | tee -a $OUT/data-run.log
@@ -41,13 +46,16 @@ stage() {  # stage NAME TIMEOUT COMMAND...
 }
 svj="python3 benchmarks/script_vs_job.py --device gpu"
 stage tests 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/pod/test_backend_gpu.py tests/runtime/test_gpu.py
-stage add 40 $svj --case add --n 1048576 --rounds 5 --running-pods --out $OUT/script-vs-job-gpu-add.json
+stage add 40 $svj --case add --n 1048576 --rounds 5 --running-pods --out $OUT/script-vs-job-gpu-add.json \
+  --importtime $OUT/importtime-add-running-pod.txt
 stage matmul 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --out $OUT/script-vs-job-gpu-matmul.json
 stage cold 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --cold --out $OUT/script-vs-job-gpu-matmul-cold.json
 stage big 90 python3 benchmarks/runtime_gpu_matmul.py --out $OUT/runtime-gpu-matmul.json
-stage transfer 45 python3 -m pytest -q -p no:cacheprovider benchmarks/test_pod_transfer.py -k "tile_transfer or window" \
+stage transfer 45 python3 -m pytest -q -p no:cacheprovider benchmarks/test_pod_transfer.py -k "${TRANSFER_K:-tile_transfer or window}" \
   --benchmark-only -s --benchmark-json=$OUT/pod-transfer.json
 stage launch 25 python3 benchmarks/launch_overhead.py --out $OUT/launch-overhead.json
+stage startup 20 bash -c "python3 -X importtime -c pass 2> $OUT/importtime-bare.txt; \
+  python3 -X importtime -c 'import cupy; cupy.cuda.runtime.free(0)' 2> $OUT/importtime-cupy.txt"
 echo "== done at ${SECONDS}s, exit $code" | tee -a $OUT/data-run.log
 # at most 8 files come back from a device call: everything in one archive, the run's log beside it
 (cd $OUT && tar czf data-results.tgz --exclude=data-results.tgz --exclude=data-run.log * && \

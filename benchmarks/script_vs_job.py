@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true",
                    help="inputs out of the page cache before every command; measure the bound")
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--importtime", metavar="FILE",
+                   help="after the rounds, run the last phobos side once more under python -X importtime "
+                        "and write what it prints (every module's import time) to FILE")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="phobos-script-vs-job-") as tmp:
         folder = Path(tmp)
@@ -176,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         cold = (lambda: drop_cache(files)) if args.cold else None
         try:
             result = run_rounds(sides, folder, trace, output, args.rounds, cold)
+            if args.importtime:
+                cmd = list(sides.values())[-1]
+                done = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], cwd=folder, env=_env(),
+                                      capture_output=True, text=True, check=True)
+                Path(args.importtime).write_text(done.stderr)
             if args.cold:
                 result["bound"] = bound(files, args.case, args.device, args.n, result)
         finally:

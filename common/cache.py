@@ -4,7 +4,9 @@ What lives there, one JSON file each: the single-GPU tile autotuner's choices
 (compiler/cuda/autotune.py, `autotune.json`) and the cluster calibration with the leaf tuning
 (scheduler/calibrate.py, `cluster-calibration.json`); and one text file per compiled leaf under
 `ptx/` (compiler/cuda/nvrtc.py: PTX keyed by a hash of the CUDA source, the NVRTC options and
-the NVRTC version, so a leaf is compiled once per machine, not once per job). A cache is only
+the NVRTC version, so a leaf is compiled once per machine, not once per job), and one JSON file
+per set of a job's leaves under `leaf-ptx/` (scheduler/leaf_ptx.py: their PTX keyed by what their
+CUDA source is made from, so a later job skips generating it). A cache is only
 ever a shortcut: a missing, unreadable or malformed file reads as empty, and writes are atomic so
 a reader never sees half.
 """

@@ -17,7 +17,8 @@ goes on with cudaMemcpyAsync on the thread's copy stream while the next is read;
 back the same way and writes one piece while the next comes off the device. Several storage
 threads run at once, so loads and stores also overlap each other and the computes. No pageable
 synchronous copy is on that path. A peer's IPC handle is opened once and the mapping kept until
-the job is forgotten.
+the job is forgotten; a copy out of it is started on the event loop's thread and waited for by
+its CUDA event (pod/peers.py), with no thread hand-off.
 """
 
 from __future__ import annotations
@@ -237,24 +238,36 @@ class GpuBackend:
         with self.device:
             return bytes(self.cupy.cuda.runtime.ipcGetMemHandle(buffer.data.ptr))
 
-    def copy_from_ipc(self, buffer, handle: bytes, peer_device: int) -> None:
-        """Copy a same-host peer's buffer (by its IPC handle) into `buffer`, device to device."""
-        cupy = self.cupy
-        runtime = cupy.cuda.runtime
-        with self.device:
-            ptr = self._open_ipc(handle)
-            stream = self._copy_stream()
-            runtime.memcpyPeerAsync(buffer.data.ptr, self.device_index, ptr, peer_device,
-                                    buffer.nbytes, stream.ptr)
-            stream.synchronize()
+    def ipc_opened(self, handle: bytes) -> bool:
+        with self._lock:
+            return handle in self._ipc_open
 
-    def _open_ipc(self, handle: bytes) -> int:
+    def start_ipc_copy(self, buffer, handle: bytes, peer_device: int):
+        """Start copying a same-host peer's buffer (by its IPC handle, opened already: open_ipc)
+        into `buffer`, device to device, on this thread's copy stream; returns the CUDA event
+        that completes with the copy. Cheap enough for the event loop's thread (no wait)."""
+        with self._lock:
+            ptr = self._ipc_open[handle]
+        with self.device:
+            stream = self._copy_stream()
+            self.cupy.cuda.runtime.memcpyPeerAsync(buffer.data.ptr, self.device_index, ptr, peer_device,
+                                                   buffer.nbytes, stream.ptr)
+            return stream.record(self.cupy.cuda.Event(block=False, disable_timing=True))
+
+    def open_ipc(self, handle: bytes) -> int:
         """Our mapping of a peer allocation, opened on its first fetch and reused by later ones
         (opening costs far more than a copy); closed when a job is forgotten."""
         with self._lock:
             ptr = self._ipc_open.get(handle)
-            if ptr is None:
-                ptr = self._ipc_open[handle] = self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
+        if ptr is None:
+            with self.device:
+                ptr = self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
+            with self._lock:
+                if handle in self._ipc_open:  # opened meanwhile by another thread: keep one
+                    self.cupy.cuda.runtime.ipcCloseMemHandle(ptr)
+                    ptr = self._ipc_open[handle]
+                else:
+                    self._ipc_open[handle] = ptr
         return ptr
 
     def _close_ipc(self) -> None:

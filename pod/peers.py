@@ -1,4 +1,5 @@
-"""The pod's shell toward its peers: fetching tiles (CUDA IPC, the bulk data port, RPC chunks).
+"""The pod's shell toward its peers: fetching tiles (CUDA IPC, the bulk data port, RPC chunks),
+and offering its own servable GPU tiles to same-host GPU peers before they ask (pod/offers.py).
 
 I/O only: whether to ask an owner again after a refusal is the machine's call (pod/machine.py
 FetchFailed); the transfer paths themselves are pod/transfer.py.
@@ -7,6 +8,7 @@ FetchFailed); the transfer paths themselves are pod/transfer.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,14 +18,16 @@ import numpy as np
 from common import storage
 from common.log import get_logger
 from pod import machine as m
+from pod.offers import Offer, Offers
 from pod.transfer import TransferError, byte_view, check_crc, chunk_ranges, fetch_by_ticket, verify
 from schemas import capnp_io, rpc_streams
-from schemas.capnp_io import CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo
+from schemas.capnp_io import CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, PodInfo, TileHeader
 from schemas.instructions import Fetch
-from schemas.remote_errors import check, classify, remote_reason
+from schemas.remote_errors import Refused, check, classify, remote_reason
 
 log = get_logger()
 CHUNKS_IN_FLIGHT = 4
+SPIN_S = 0.0005  # a device copy is watched from the event loop this long before a thread waits for it
 
 
 @dataclass
@@ -48,11 +52,13 @@ class Peers:
 
     def __init__(self, token: str, fetch_timeout: float, backend, info: PodInfo, io_pool,
                  feed: Callable[[m.Stimulus], list], node: Callable[[], int], failed: Callable[[], None],
-                 spawn: Callable):
+                 spawn: Callable, offers: Offers):
         self.token, self.patience = token, fetch_timeout
         self.backend, self.info, self.io_pool = backend, info, io_pool
         self.feed, self.node, self.failed, self.spawn = feed, node, failed, spawn
+        self.offers = offers  # tiles same-host owners offered before this pod asked
         self.links: dict[str, PeerLink] = {}
+        self.linking: dict[str, asyncio.Future] = {}  # links being made: one connection per peer
         # Links to peers that failed are kept, never freed: a dead connection's client caught in a
         # reference cycle (an exception's traceback) and torn down by the cycle collector in the
         # wrong order crashes the process (SIGSEGV, seen in tests/faults).
@@ -62,14 +68,30 @@ class Peers:
         link = self.links.get(address)
         if link is not None:
             return link
+        pending = self.linking.get(address)
+        if pending is not None:  # another task is connecting to that peer: share its link
+            return await asyncio.shield(pending)
+        pending = self.linking[address] = asyncio.get_running_loop().create_future()
+        try:
+            link = self.links[address] = await self._connect(address)
+            pending.set_result(link)
+        except BaseException as err:
+            reason = err if isinstance(err, Exception) else ConnectionError("connecting was cancelled")
+            pending.set_exception(reason)
+            pending.exception()  # retrieved: a failure nobody else waited for is not logged
+            raise
+        finally:
+            del self.linking[address]
+        return link
+
+    async def _connect(self, address: str) -> PeerLink:
         host, port = split_address(address)
         stream = await asyncio.wait_for(rpc_streams.connect(host, port), self.patience)
         client = capnp.TwoPartyClient(stream, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
                                       nesting_limit=NESTING_LIMIT)
         pod = await rpc_streams.login(client, self.token, self.patience)
         info = capnp_io.read_pod_info((await asyncio.wait_for(pod.info(), self.patience)).info)
-        link = self.links[address] = PeerLink(client, pod, info)
-        return link
+        return PeerLink(client, pod, info)
 
     def _retire(self, address: str) -> None:
         self.failed()
@@ -165,14 +187,65 @@ class Peers:
                 and link.info.host_id == self.info.host_id and link.info.pid != self.info.pid)
 
     async def _fetch_ipc(self, f: Fetching, link: PeerLink, array) -> None:
-        reply = await self._ask_owner(
-            f, lambda: link.pod.ipcHandle(f.job_id, f.generation, f.ins.peer_buffer))
-        header = capnp_io.read_tile_header(reply.header)
-        _check_same_tile(header, array, self.backend.host_dtype(array), f.ins)
-        await asyncio.get_running_loop().run_in_executor(
-            self.io_pool, self.backend.copy_from_ipc, array, bytes(reply.handle), reply.deviceIndex)
-        self._release(f, link, header.nbytes)
-        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=header.nbytes, path="cuda-ipc")
+        """A device copy out of the owner's allocation: offered already (no round trip), else
+        the owner is asked for its handle, which it answers once the tile is complete."""
+        offer = self.offers.take(f.job_id, f.generation, f.ins.peer, f.ins.peer_buffer)
+        path = "cuda-ipc-offered"
+        if offer is None:
+            reply = await self._ask_owner(
+                f, lambda: link.pod.ipcHandle(f.job_id, f.generation, f.ins.peer_buffer))
+            offer = Offer(bytes(reply.handle), capnp_io.read_tile_header(reply.header), reply.deviceIndex)
+            path = "cuda-ipc"
+        _check_same_tile(offer.header, array, self.backend.host_dtype(array), f.ins)
+        if not self.backend.ipc_opened(offer.handle):  # opening takes milliseconds: not on the loop
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self.io_pool, self.backend.open_ipc, offer.handle)
+        await self._device_done(self.backend.start_ipc_copy(array, offer.handle, offer.device))
+        self._release(f, link, offer.header.nbytes)
+        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=offer.header.nbytes, path=path)
+
+    async def _device_done(self, event) -> None:
+        """Wait for a device copy: a 16 MiB copy takes microseconds, so it is watched from the
+        loop (which runs other work between looks) before a worker thread waits for it."""
+        deadline = time.perf_counter() + SPIN_S
+        while not event.done:
+            if time.perf_counter() > deadline:
+                await asyncio.get_running_loop().run_in_executor(self.io_pool, event.synchronize)
+                return
+            await asyncio.sleep(0)
+
+    # ---- offering our tiles -------------------------------------------------------------------
+
+    def offer(self, job_id: str, generation: int, buffer: int, array, peers: list[str]) -> None:
+        """Offer a servable buffer to the same-host GPU pods at `peers`, which will fetch it."""
+        handle = self.backend.ipc_handle(array)
+        dtype = storage.dtype_name(self.backend.host_dtype(array))
+        header = TileHeader(shape=tuple(array.shape), dtype=dtype, nbytes=int(array.nbytes), checksum=0)
+        for address in peers:
+            self.spawn(self._offer(address, job_id, generation, buffer, handle, header))
+
+    async def _offer(self, address: str, job_id: str, generation: int, buffer: int, handle: bytes,
+                     header: TileHeader) -> None:
+        """One offer; a peer that does not take it asks for the handle when it fetches."""
+        try:
+            link = await self._link(address)
+            if not self._ipc_possible(link):
+                return
+            request = link.pod.tileReady_request()
+            request.jobId, request.generation, request.buffer = job_id, generation, buffer
+            request.node = self.node()
+            request.handle, request.deviceIndex = handle, self.backend.device_index
+            capnp_io.write_tile_header(request.header, header)
+            check(await asyncio.wait_for(request.send(), self.patience))
+        except Exception as err:
+            log.info("offering a tile to a peer failed; it will ask for it", peer=address,
+                     reason=remote_reason(err))
+
+    def offered(self, job_id: str, generation: int, node: int, buffer: int, offer: Offer) -> None:
+        if self.backend.kind != "gpu":
+            raise Refused("tileReady: this pod has no GPU")
+        self.offers.put(job_id, generation, node, buffer, offer)
+        log.debug("tile offered", job=job_id, generation=generation, node=node, buffer=buffer)
 
     def _release(self, f: Fetching, link: PeerLink, nbytes: int) -> None:
         """Tell the owner its tile arrived (so it may free it once every peer has it), without

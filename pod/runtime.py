@@ -38,6 +38,7 @@ class BufferRecord:
     array: object  # numpy (cpu) or cupy (gpu) array in its tensor's storage dtype
     host: np.ndarray | None = None  # host copy for serving (gpu), or the array itself (cpu)
     crc: int | None = None
+    lent: bool = False  # its IPC handle went to a peer: the allocation is not reused while it may copy
 
 
 @dataclass
@@ -53,6 +54,9 @@ class Job:
     computing: set[tuple[int, int]] = field(default_factory=set)  # (generation, unit) computes begun
     prepared: bool = False
     writes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf -> written parameters
+    # buffers of dropped generations whose IPC handles peers hold: kept (not reused) until the
+    # job is forgotten, since such a peer may still be copying out of them
+    lent: list[BufferRecord] = field(default_factory=list)
 
 
 class PodRuntime:
@@ -61,10 +65,10 @@ class PodRuntime:
     scheduler, `fetch` (pod/peers.py) fills a buffer from a peer."""
 
     def __init__(self, backend, roots: list[Path], data_host: str | None, machine: m.PodMachine,
-                 feed: Callable[[m.Stimulus], list], link, fetch: Callable, io_pool: ThreadPoolExecutor):
+                 feed: Callable[[m.Stimulus], list], link, peers, io_pool: ThreadPoolExecutor):
         self.backend = backend
         self.roots = roots
-        self.machine, self.feed, self.link, self.fetch = machine, feed, link, fetch
+        self.machine, self.feed, self.link, self.peers = machine, feed, link, peers
         self.jobs: dict[str, Job] = {}
         self.io_pool = io_pool
         workers = 4 if backend.kind == "gpu" else 2
@@ -122,6 +126,7 @@ class PodRuntime:
         self.jobs.pop(job_id, None)
 
     def _forget_code(self, job_id: str) -> None:
+        self.peers.offers.drop(job_id)
         self.backend.forget(job_id)
         for key in [k for k in self.leaf_seconds if k[0] == job_id]:
             del self.leaf_seconds[key]
@@ -144,6 +149,7 @@ class PodRuntime:
             task.add_done_callback(self.tasks.discard)
         elif isinstance(action, st.BufferServable):
             self._wake(job, (action.generation, action.buffer), None)
+            self._offer(job, action.generation, action.buffer)
         elif isinstance(action, st.BufferDoomed):
             key = (action.generation, action.buffer)
             self._wake(job, key, job.state.doomed(*key))
@@ -156,6 +162,27 @@ class PodRuntime:
             self.link.queue_event(job.job_id, action.generation, InstructionEvent(
                 id=ins.id, kind="fetch", start=now, end=now, bytes=0, peer=ins.peer, ok=False,
                 message=action.reason))
+
+    def _offer(self, job: Job, generation: int, buffer: int) -> None:
+        """A GPU pod offers a servable buffer to the peers that will fetch it (pod/offers.py),
+        so that a same-host GPU peer's fetch is a device copy with no round trip to here."""
+        if self.backend.kind != "gpu":
+            return
+        plan = job.state.plans.get(generation)
+        record = job.buffers.get((generation, buffer))
+        fetchers = plan.fetchers(buffer) if plan is not None and record is not None else ()
+        peers = [job.peers[n] for n in fetchers if n in job.peers]
+        if peers:
+            record.lent = True
+            self.peers.offer(job.job_id, generation, buffer, record.array, peers)
+
+    def offered(self, job_id: str, generation: int, node: int, buffer: int, offer) -> None:
+        """A same-host owner's offer of a tile (tileReady); one for a job or generation this pod
+        dropped already is not kept."""
+        job = self.jobs.get(job_id)
+        if job is not None and (job.state.cancelled or generation <= job.state.dropped_through):
+            return
+        self.peers.offered(job_id, generation, node, buffer, offer)
 
     def store_verdict(self, verdict: m.StoreVerdict) -> None:
         fut = self.stores.pop((verdict.job, verdict.generation, verdict.id), None)
@@ -184,7 +211,10 @@ class PodRuntime:
 
     def _drop(self, job: Job, generation: int, reason: str) -> None:
         for key in [k for k in job.buffers if k[0] == generation]:
-            del job.buffers[key]
+            record = job.buffers.pop(key)
+            if record.lent:
+                job.lent.append(record)
+        self.peers.offers.drop(job.job_id, generation)
         for key in [k for k in job.paths if k[0] == generation]:
             del job.paths[key]
         job.computing = {k for k in job.computing if k[0] != generation}
@@ -253,7 +283,7 @@ class PodRuntime:
             address = job.peers.get(ins.peer)
             if address is None:
                 raise TransferError(f"node {ins.peer} is not among this plan's peers")
-            await self.fetch(Fetching(job.job_id, generation, ins, address), record.array)
+            await self.peers.fetch(Fetching(job.job_id, generation, ins, address), record.array)
             return self.backend.nbytes(record.array), ins.peer, 0.0
         if isinstance(ins, Compute):
             bound = {param: self._buffer(job, generation, buf).array for param, buf in ins.bindings}

@@ -28,6 +28,7 @@ from pod import machine as m
 from pod.backend_cpu import host_id
 from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS, REFUSAL_DELAY_S, FrontDoor, Stranger
 from pod.link import SchedulerLink
+from pod.offers import Offer, Offers
 from pod.peers import Peers
 from pod.runtime import PodRuntime
 from schemas import capnp_io, rpc_streams
@@ -75,9 +76,9 @@ class PodServer:
         self.link = SchedulerLink(self.machine, self.feed, config.heartbeat_interval,
                                   config.scheduler_timeout, self._spawn)
         self.peers = Peers(config.token, config.fetch_timeout, backend, self.info, io_pool, self.feed,
-                           lambda: self.machine.node, self._peer_failed, self._spawn)
+                           lambda: self.machine.node, self._peer_failed, self._spawn, Offers())
         self.runtime = PodRuntime(backend, list(config.roots), config.host if config.data_port else None,
-                                  self.machine, self.feed, self.link, self.peers.fetch, io_pool)
+                                  self.machine, self.feed, self.link, self.peers, io_pool)
 
     # ---- the machine's actions -------------------------------------------------------------------
 
@@ -282,6 +283,7 @@ class PodImpl(rpc.Pod.Server):
             raise Refused("ipcHandle: this pod has no GPU")
         record = await self.runtime.wait_servable(jobId, generation, buffer, self.pod.config.fetch_timeout)
         results = rpc_streams.results_of_live_call(_context)
+        record.lent = True  # the peer maps it: not reused before the job ends or the peer releases it
         results.handle = self.pod.backend.ipc_handle(record.array)
         shape = tuple(record.array.shape)
         dtype = storage.dtype_name(self.pod.backend.host_dtype(record.array))
@@ -289,6 +291,12 @@ class PodImpl(rpc.Pod.Server):
             shape=shape, dtype=dtype, nbytes=int(record.array.nbytes), checksum=0))
         results.deviceIndex = self.pod.backend.device_index
         results.hostId = self.pod.info.host_id
+
+    @rpc_streams.answers_refusals
+    async def tileReady(self, jobId, generation, node, buffer, handle, header, deviceIndex, _context,
+                        **kwargs):
+        offer = Offer(bytes(handle), capnp_io.read_tile_header(header), deviceIndex)
+        self.runtime.offered(jobId, generation, node, buffer, offer)
 
     async def cancel(self, jobId, _context, **kwargs):
         log.info("job cancelled by the scheduler", job=jobId)  # the trace of an orderly stop

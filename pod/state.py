@@ -196,6 +196,15 @@ class PlanState:
     def servable(self, buffer: int) -> bool:
         return self.producers_left.get(buffer, 1) == 0
 
+    def fetchers(self, buffer: int) -> tuple[int, ...]:
+        """The peers still to fetch `buffer` (its Free names them; lost ones and those that
+        released it already left out)."""
+        free = self.free_of.get(buffer)
+        if free is None:
+            return ()
+        served = self.served.get(buffer, ())
+        return tuple(p for p in free.peers if p not in self.lost and p not in served)
+
     def produces(self, buffer: int) -> bool:
         """Whether some instruction of this plan fills `buffer` (servable once they are done)."""
         return buffer in self.producers_left

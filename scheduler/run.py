@@ -24,6 +24,7 @@ from scheduler import prepare as prep
 from scheduler.cluster_messages import Action, Cancel, EventInfo, Failed, Replanned, Submit, Succeeded
 from scheduler.cluster_state import ClusterState
 from scheduler.job_storage import JobStorage
+from scheduler.leaf_ptx import leaf_ptx as ptx_of_leaves
 from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
@@ -228,7 +229,7 @@ class JobRun:
         self.tasks: set[asyncio.Task] = set()
         backends = {session.infos[n].backend for n in nodes}
         # GPU pods: the leaves go to PTX once here rather than once per pod.
-        leaf_ptx = compile_leaves(prepared.program) if "gpu" in backends else None
+        leaf_ptx = ptx_of_leaves(prepared.program) if "gpu" in backends else None
         self.job_program = self.io.job_program(prepared.program, prepared.scalars, leaf_ptx)
         self.marks["compile_end"] = time.time()
 
@@ -367,18 +368,6 @@ class JobRun:
     def on_finished(self, node: int, generation: int, ok: bool, message: str) -> None:
         if node in self.nodes and self.state is not None:
             self._apply(self.state.handle(cm.Finished(node, generation, ok, message, self.now())))
-
-
-def compile_leaves(program) -> dict[str, str]:
-    """Every leaf's PTX, bound exactly as the pods bind it (compiler.cluster.leaves.load_leaf)."""
-    from compiler.cluster.leaves import load_leaf
-    from compiler.cuda.compiled import compile_kernel
-
-    ptx = {}
-    for leaf in program.leaves:
-        kernel, binding = load_leaf(leaf)
-        ptx[leaf.name] = compile_kernel(kernel, binding).ptx
-    return ptx
 
 
 def _sink_class():

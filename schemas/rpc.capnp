@@ -242,6 +242,15 @@ interface Pod {
 
   # This pod's description (peers use it to decide on CUDA IPC).
   info @9 () -> (info :PodInfo);
+
+  # Same-host GPU peers, from the owner: buffer `buffer` of node `node`'s plan `generation` is
+  # complete; here are its CUDA IPC handle and header. The owner sends it, once, to every peer
+  # its plan names as fetching the buffer (the buffer's Free lists them), as soon as the buffer
+  # is servable; the owner keeps the allocation untouched until that peer releases it (or the
+  # job ends). A fetch of an offered buffer is then a local device copy with no round trip; a
+  # fetch that finds no offer asks `ipcHandle` as before.
+  tileReady @10 (jobId :Text, generation :UInt32, node :UInt32, buffer :UInt32, handle :Data,
+                 header :TileHeader, deviceIndex :Int32) -> (failure :Failure);
 }
 
 interface SchedulerSink {

@@ -98,3 +98,65 @@ def test_a_freed_buffer_allocation_is_reused_with_its_ipc_handle():
     second = gpu.allocate((1 << 20,))
     assert second.data.ptr == pointer and gpu.ipc_handle(second) == handle
     assert not bool(second.any())  # a reused allocation starts zeroed like a new one
+
+
+def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings_its_new_bytes(
+        tmp_path, monkeypatch):
+    """The owner offers its loaded tile to the peer whose plan fetches it (tileReady); the fetch,
+    submitted once the offer has arrived, copies out of the owner's allocation without asking.
+    The second job's tile lands in the same owner allocation (reused by size, same IPC handle,
+    mapping kept by the fetcher): the fetch must bring the second job's bytes, not the first's."""
+    from schemas.instructions import Allocate, Fetch, Free, Load, NodePlan, Store
+    from schemas.program import Region, TensorInfo
+
+    monkeypatch.setenv("PHOBOS_TEST_POD_LOG", "debug")  # the fetcher's log says which path it took
+    n = 1 << 20
+    program = capnp_io.JobProgram(kernel=PROGRAM.kernel, leaves=PROGRAM.leaves, scalars=(),
+                                  tensors=(TensorInfo("x", "f32", (n,), "input"),),
+                                  leaf_writes=PROGRAM.leaf_writes)
+    region = Region("x", (0,), (n,))
+    jobs = {job: np.arange(n, dtype=np.float32) * (i + 1) - 7 for i, job in enumerate(("offer-1", "offer-2"))}
+    with running_pods(2, tmp_path, devices=("0", "0")) as procs:
+        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+
+        async def scenario():
+            sink = Sink()
+            links = [await connect(addr) for _, addr in procs]
+            for node, (_, pod) in enumerate(links):
+                await pod.hello(sink, node)
+            results = []
+            for job, data in jobs.items():
+                np.save(tmp_path / f"{job}.npy", data)
+                out = tmp_path / f"{job}-out.npy"
+                storage.create_staging(out, (n,), "f32", job)
+                owner = NodePlan(0, 1, (Allocate(0, (), 0, (n,)), Load(1, (0,), 0, 0, region),
+                                        Free(2, (1,), 0, peers=(1,))), 4 * n,
+                                 ((tmp_path / f"{job}.npy").as_uri(),))
+                fetcher = NodePlan(1, 1, (Allocate(0, (), 0, (n,)), Fetch(1, (0,), 0, peer=0, peer_buffer=0),
+                                          Store(2, (1,), 0, 0, region, unit=0), Free(3, (2,), 0)), 4 * n,
+                                   (out.as_uri(),))
+                await submit(links[0][1], job, program, owner, peers)
+                await _logged(tmp_path / "pod-1.log", "tile offered", job)  # the offer is there
+                await submit(links[1][1], job, program, fetcher, peers)
+                results += await sink.wait_finished([(0, job, 1), (1, job, 1)], timeout=60)
+            return results
+
+        assert run_async(scenario) == [(True, "")] * 4
+    log = (tmp_path / "pod-1.log").read_text().splitlines()
+    for job, data in jobs.items():
+        fetched = [line for line in log if "fetched" in line and job in line]
+        assert len(fetched) == 1 and "cuda-ipc-offered" in fetched[0], fetched
+        out = tmp_path / f"{job}-out.npy"
+        storage.commit(storage.staging_path(out, job), out)
+        np.testing.assert_array_equal(np.load(out), data)
+
+
+async def _logged(log, *words: str, timeout: float = 60.0) -> None:
+    """Wait until a line of `log` holds every word (an event of another process, not a delay)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not any(all(w in line for w in words) for line in log.read_text().splitlines()):
+        assert loop.time() < deadline, f"no line with {words} in {log} within {timeout} s"
+        await asyncio.sleep(0.01)

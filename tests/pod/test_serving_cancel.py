@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from pod.machine import PodMachine
+from pod.offers import Offers
 from pod.runtime import PodRuntime
 from schemas.rpc_streams import results_of_live_call
 
@@ -25,8 +26,8 @@ NO_BACKEND = SimpleNamespace(kind="cpu", forget=lambda job_id: None)  # these te
 def bare_runtime(root) -> PodRuntime:
     """A runtime with its machine and no scheduler or peers (these tests only serve)."""
     machine = PodMachine(scheduler_timeout=5.0)
-    return PodRuntime(NO_BACKEND, [root], None, machine, machine.handle, link=None, fetch=None,
-                      io_pool=ThreadPoolExecutor(1))
+    return PodRuntime(NO_BACKEND, [root], None, machine, machine.handle, link=None,
+                      peers=SimpleNamespace(offers=Offers()), io_pool=ThreadPoolExecutor(1))
 
 
 def test_cancel_arriving_with_the_buffer_is_not_swallowed(tmp_path):

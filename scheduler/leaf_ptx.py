@@ -1,0 +1,87 @@
+"""The PTX of a job's GPU leaves, compiled once here for every GPU pod, and kept on disk by the
+leaves' description so that a later job with the same leaves skips the CUDA code generator.
+
+NVRTC's own cache (compiler/cuda/nvrtc.py) is keyed by the generated CUDA source, so a job that
+hits it still imports the generator and generates every leaf's source (about 0.1 s of the
+command's start-up on the H200). This cache sits in front of it, keyed by what the source is made
+from: each leaf as the cluster program describes it (kernel text, dims, tile values, grid, ...),
+the compiler's own Python files (any change to the generator is a new key), the environment
+switches that shape the code, and the NVRTC library the compile would load (its path, size and
+time). A hit hands the PTX over without importing compiler.cuda's generator; anything missing,
+unreadable or malformed is a miss, compiled and stored again (common/cache.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from common import cache
+
+COMPILER = Path(__file__).resolve().parent.parent / "compiler"
+CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
+
+
+def leaf_ptx(program) -> dict[str, str]:
+    """Every leaf's PTX (by leaf name), bound exactly as the pods bind it."""
+    key = _key(program.leaves)
+    name = f"leaf-ptx/{key}.json" if key else None
+    if name is not None:
+        cached = cache.read_json(name)
+        if set(cached) == {leaf.name for leaf in program.leaves} and all(
+                isinstance(text, str) and ".entry" in text for text in cached.values()):
+            return cached
+    ptx = compile_leaves(program)
+    if name is not None:
+        cache.write_text(name, json.dumps(ptx))
+    return ptx
+
+
+def compile_leaves(program) -> dict[str, str]:
+    from compiler.cluster.leaves import load_leaf
+    from compiler.cuda.compiled import compile_kernel
+
+    ptx = {}
+    for leaf in program.leaves:
+        kernel, binding = load_leaf(leaf)
+        ptx[leaf.name] = compile_kernel(kernel, binding).ptx
+    return ptx
+
+
+def _key(leaves) -> str | None:
+    """The cache key, or None where the NVRTC library to be loaded is not a file found here."""
+    library = _nvrtc_library()
+    if library is None:
+        return None
+    digest = hashlib.sha256()
+    for part in (_compiler_digest(), library, *(f"{v}={os.environ.get(v, '')}" for v in CODE_SWITCHES),
+                 *(repr(leaf) for leaf in leaves)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _compiler_digest() -> str:
+    """A hash of every Python file of the compiler (the front end, the cluster compiler, the
+    CUDA generator): the generated source can depend on any of them."""
+    digest = hashlib.sha256()
+    for path in sorted(COMPILER.rglob("*.py")):
+        digest.update(str(path.relative_to(COMPILER)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _nvrtc_library() -> str | None:
+    """Path, size and modification time of the first NVRTC library file the compiler would try."""
+    from compiler.cuda import nvrtc  # the candidates only: no library is loaded
+
+    for candidate in nvrtc._candidates():  # noqa: SLF001 (the compiler's own search order)
+        try:
+            stat = os.stat(candidate)
+        except OSError:
+            continue
+        return f"{os.path.realpath(candidate)}:{stat.st_size}:{stat.st_mtime_ns}"
+    return None
