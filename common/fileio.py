@@ -50,21 +50,3 @@ def _sync_file_range():
         return None
     call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     return call
-
-
-def advise_willneed(path: Path, offset: int, nbytes: int) -> None:
-    """Ask the kernel to read these bytes into the page cache now, without waiting for them
-    (posix_fadvise WILLNEED: large reads queued together, where page faults of a strided copy
-    read a little at a time). Only advice: where it is refused, nothing."""
-    if not hasattr(os, "posix_fadvise") or nbytes <= 0:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.posix_fadvise(fd, offset, nbytes, os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -224,26 +224,6 @@ def read_region_into(path: Path, region, out: np.ndarray) -> int:
     return done
 
 
-def layout(path: Path) -> _Header:
-    """The file's .npy header: shape, order, dtype and where the data starts."""
-    return _header_of(path)
-
-
-def region_span(path: Path, header: _Header, region) -> tuple[int, int, int]:
-    """(first byte, bytes from there to the region's last byte, the region's own bytes) in the
-    file of `header` (layout(path)): what reading the region touches, gaps between rows included."""
-    shape, itemsize = header.shape, header.dtype.itemsize
-    _slices(region, shape, path)
-    if not math.prod(region.shape):
-        return header.offset, 0, 0
-    axes = range(len(shape))
-    order = list(reversed(axes)) if header.fortran else list(axes)
-    strides = {axis: math.prod(shape[a] for a in order[order.index(axis) + 1:]) for axis in axes}
-    first = sum(region.start[a] * strides[a] for a in axes)
-    last = sum((region.start[a] + region.shape[a] - 1) * strides[a] for a in axes)
-    return header.offset + first * itemsize, (last + 1 - first) * itemsize, math.prod(region.shape) * itemsize
-
-
 def _runs(region, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
     """(first element, element count) of each contiguous run of a C-order region, in order; None
     when the runs are too short for one system call each to beat a memory map."""

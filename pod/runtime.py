@@ -16,14 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from common import fileio, storage, uri
+from common import storage, uri
 from common.errors import UserError
 from common.log import get_logger
 from pod import machine as m
 from pod import state as st
 from pod.faults import Faults
 from pod.peers import Fetching
-from pod.readahead import ReadAhead, Span
 from pod.transfer import DataPort, TransferError, byte_view, checksum
 from schemas.capnp_io import InstructionEvent, JobProgram, TileHeader
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
@@ -58,7 +57,6 @@ class Job:
     # buffers of dropped generations whose IPC handles peers hold: kept (not reused) until the
     # job is forgotten, since such a peer may still be copying out of them
     lent: list[BufferRecord] = field(default_factory=list)
-    read_ahead: dict[int, ReadAhead] = field(default_factory=dict)  # generation -> its loads' window
 
 
 class PodRuntime:
@@ -75,7 +73,6 @@ class PodRuntime:
         self.io_pool = io_pool
         workers = 4 if backend.kind == "gpu" else 2
         self.compute_pool = ThreadPoolExecutor(workers, thread_name_prefix="pod-compute")
-        self.advise_pool = ThreadPoolExecutor(1, thread_name_prefix="pod-read-ahead")  # pod/readahead.py
         self.data_port = DataPort(data_host) if data_host else None  # None: chunks over the RPC only
         self.tasks: set[asyncio.Task] = set()
         self.leaf_seconds: dict[tuple[str, str], float] = {}  # last launch time of each leaf
@@ -221,7 +218,6 @@ class PodRuntime:
         for key in [k for k in job.paths if k[0] == generation]:
             del job.paths[key]
         job.computing = {k for k in job.computing if k[0] != generation}
-        job.read_ahead.pop(generation, None)
         error = Refused(f"job {job.job_id}: generation {generation} was dropped ({reason})", STALE)
         for key in [k for k in job.waiters if k[0] == generation]:
             self._wake(job, key, error)
@@ -276,7 +272,6 @@ class PodRuntime:
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
         if isinstance(ins, Load):
             path = job.paths[(generation, ins.tensor)]
-            self._read_ahead(job, generation, ins)
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
             return nbytes, None, copy_s
         if isinstance(ins, Store):
@@ -304,31 +299,6 @@ class PodRuntime:
                     self.compute_pool, _timed, self.backend.compute, *args)
             return 0, None, 0.0
         raise TypeError(f"unknown instruction {ins!r}")
-
-    def _read_ahead(self, job: Job, generation: int, ins: Load) -> None:
-        """Advise the kernel of this load's bytes and of the plan's next loads (pod/readahead.py)."""
-        ahead = job.read_ahead.get(generation)
-        if ahead is None:
-            plan = job.state.plans[generation].plan
-            loads = {i.id: i for i in plan.instructions if isinstance(i, Load)}
-            layouts: dict[Path, object] = {}
-
-            def span_of(load_id: int) -> Span | None:
-                load = loads[load_id]
-                path = job.paths.get((generation, load.tensor))
-                if path is None:
-                    return None
-                try:
-                    layout = layouts.get(path) or layouts.setdefault(path, storage.layout(path))
-                    offset, nbytes, useful = storage.region_span(path, layout, load.region)
-                except (UserError, OSError):
-                    return None  # the load itself will say what is wrong
-                return Span(path, offset, nbytes, useful)
-
-            ahead = job.read_ahead[generation] = ReadAhead(list(loads), span_of)
-        spans = ahead.load_started(ins.id)
-        if spans:
-            self.advise_pool.submit(_advise, spans)
 
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
         record = job.buffers.get((generation, buffer))
@@ -437,12 +407,6 @@ class PodRuntime:
             self.data_port.close()
         self.io_pool.shutdown(wait=False, cancel_futures=True)
         self.compute_pool.shutdown(wait=False, cancel_futures=True)
-        self.advise_pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _advise(spans: list[Span]) -> None:
-    for span in spans:
-        fileio.advise_willneed(span.path, span.offset, span.nbytes)
 
 
 def _timed(fn, *args) -> float:

@@ -131,19 +131,3 @@ def test_region_rows_reads_back_as_the_slice(tmp_path):
         out = np.empty((count, 32), np.float32)
         storage.read_region_into(tmp_path / "d.npy", storage.region_rows(region, first, count), out)
         np.testing.assert_array_equal(out, data[8 + first:8 + first + count, 16:48])
-
-
-@pytest.mark.parametrize("order", ["C", "F"])
-@pytest.mark.parametrize("shape", SHAPES)
-def test_region_span_runs_from_the_first_byte_of_the_region_to_its_last(tmp_path, shape, order):
-    """The span read-ahead advises (pod/readahead.py), against every element's byte offset."""
-    itemsize = np.dtype(np.float32).itemsize
-    np.save(tmp_path / "t.npy", np.zeros(shape, np.float32, order=order))
-    path = tmp_path / "t.npy"
-    data_start = path.stat().st_size - int(np.prod(shape)) * itemsize
-    for start, extent in _regions(shape):
-        index = np.indices(extent).reshape(len(shape), -1) + np.array(start)[:, None]
-        offsets = np.ravel_multi_index(tuple(index), shape, order=order) * itemsize + data_start
-        first, last = int(offsets.min()), int(offsets.max())
-        want = (first, last + itemsize - first, offsets.size * itemsize)
-        assert storage.region_span(path, storage.layout(path), _region(start, extent)) == want
