@@ -2,13 +2,14 @@
 # One device call for the tensor-core leaves: their GPU tests and the f32 leaves' GPU tests, then
 # benchmarks/leaf_tc_bench.py (anchors in the same run), then the f32 leaf benchmark (matmul and
 # attention keep their speed). Logs and JSON under $OUT. Run from the repo root on the GPU machine
-# with the structlog/pycapnp/ml_dtypes wheels in WHL (default .whl).
+# with the structlog/pycapnp/ml_dtypes wheels in WHL (default .whl). TESTS / TEST_ARGS narrow the
+# tests (pytest paths, then e.g. -k), BENCH_ARGS the benchmark (e.g. --only matmul,matmul_tf32).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee $OUT/bench.log
-timeout ${TEST_TIMEOUT:-200} python3 -m pytest tests/cuda/test_cuda_tc_gpu.py tests/cuda/test_cuda_gpu.py -q -p no:cacheprovider \
+timeout ${TEST_TIMEOUT:-200} python3 -m pytest ${TESTS:-tests/cuda/test_cuda_tc_gpu.py tests/cuda/test_cuda_gpu.py} -q -p no:cacheprovider ${TEST_ARGS} \
   2>&1 | tee $OUT/gpu_tests.log | tail -15
 timeout ${BENCH_TIMEOUT:-300} python3 benchmarks/leaf_tc_bench.py --out $OUT/leaf-tc.json --latest $OUT/leaf-latest.json \
   ${BENCH_ARGS} 2>&1 | tee -a $OUT/bench.log | grep -v '^{'

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from common import cache
-from compiler.cuda import nvrtc, stages
+from compiler.cuda import mma, nvrtc, stages
 from compiler.cuda.compiled import compile_kernel, compiler_version
-from compiler.cuda.schedule import DEFAULT, WGMMA_PROBE, Schedule, tensor_core_space
+from compiler.cuda.schedule import DEFAULT, WGMMA_DEEP_PROBE, WGMMA_PROBE, Schedule, tensor_core_space
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
@@ -204,15 +204,26 @@ def tune(
 
 def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     """Tensor-core kernels: every point with the default schedule (mma.sync) and, where its dots
-    can, with warpgroup MMA (4 stages, grouped order); then the FINALISTS best points of each
+    can, with warpgroup MMA (grouped order; 4 stages, or for a single dot as many as fit, up to
+    8); then the FINALISTS best points of each
     family with that family's whole schedule space (schedule.tensor_core_space: warp layout,
     pipeline depth, CTA order, copy placement). A tile shape that is best for one family is
     often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
     multiprocessor)."""
-    families = [[s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if not s.wgmma]]
-    if stages.uses_wgmma(kernel, stages.tensor_core_dots(kernel, tf32)):
-        families.append([s for s in tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32) if s.wgmma])
-    probes = [DEFAULT, WGMMA_PROBE][: len(families)]
+    dots = stages.tensor_core_dots(kernel, tf32)
+    single = len(dots) == 1  # matmul: the deeper rings and the deep probe (schedule.py)
+    rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
+    space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single, rotates=rotates)
+    families = [[s for s in space if not s.wgmma]]
+    if stages.uses_wgmma(kernel, dots, tf32):
+        wg = [s for s in space if s.wgmma]
+        if any(mma.tensor_core_dtype(d, kernel, tf32) == "tf32" for d in dots):
+            # the register-staged TF32 ring (wgmma_tf32.py) has 3 stages and stores after the
+            # dots whatever the schedule says: only the CTA order is left to search
+            wg = [s for s in wg if s.stages == 3 and not s.late_copies]
+        families.append(wg)
+    wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
+    probes = [DEFAULT, wg_probe][: len(families)]
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])

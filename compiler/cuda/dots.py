@@ -109,7 +109,8 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
     if gen.wgmma:
         from compiler.cuda import wgmma
 
-        mn_major = wgmma.core_layout(k_contiguous, x)
+        # TF32 is read K-major only; the register pass (wgmma_tf32.py) transposes and rounds it
+        mn_major = False if dtype == "f32" else wgmma.core_layout(k_contiguous, x)
         if mn_major is not None:
             if ptr is None:
                 return wgmma.alloc_core(gen, role, k, x, dtype, mn_major)
@@ -120,9 +121,13 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
 
 def stage_mma_let(gen, load: ir.Load, role: str, transposed: bool):
 
+    from compiler.cuda import wgmma_tf32
+
     tile = mma_let_tile(gen, load, role, transposed)
     gen.sync_before_overwrite()
-    if operands.stage_load(gen, tile, load):
+    if gen.wgmma and tile.dtype == "f32":
+        wgmma_tf32.stage(gen, tile, load)
+    elif operands.stage_load(gen, tile, load):
         gen.out.line("cp_async_commit(); cp_async_wait<0>();")
     if gen.wgmma:
         gen.out.line("fence_async_smem();")

@@ -17,20 +17,32 @@ class Schedule:
     # where a loop iteration issues the copies of a later stage: after the barrier at its top
     # (False) or at its end, once its dots are issued (True: the tensor cores get work sooner)
     late_copies: bool = False
+    # warpgroup MMA in a loop of two or more dots (attention): the last dot (P V) is issued in the
+    # next iteration right after the first (S = Q K^T), so the tensor cores run it while that
+    # iteration's softmax runs (loops.Rotation); no effect on other kernels
+    rotate: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
         mma = "-wgmma" if self.wgmma else ""
         late = "-late" if self.late_copies else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}"
+        rot = "-rot" if self.rotate else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}"
 
 
 DEFAULT = Schedule()
 WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
+# For a kernel with one dot (matmul): as many stages as fit (the ring is cut to the shared memory),
+# since the copies in flight, (stages - 2) stages' bytes, are what hides the memory latency: at
+# 128 x 256 the k = 64 tile fits 4 stages (96 KB in flight), the k = 32 tile 8 (144 KB).
+WGMMA_DEEP_PROBE = Schedule(stages=8, order="grouped", wgmma=True)
+DEEP_STAGES = (6, 8)
 
 
-def tensor_core_space(warps: int) -> list[Schedule]:
-    """The schedules the tuner tries for a kernel whose dots run on tensor cores."""
+def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> list[Schedule]:
+    """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
+    the deeper warpgroup-MMA rings (DEEP_STAGES) for kernels with a single dot, `rotates` the
+    rotated loop (Schedule.rotate) for kernels with a loop of two or more dots (attention)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     out = []
     for wm in layouts:
@@ -39,9 +51,10 @@ def tensor_core_space(warps: int) -> list[Schedule]:
                 out.append(Schedule(wm, stages, order))
     # warpgroup MMA keeps a group in flight past its iteration: copies run stages - 2 ahead
     out += [
-        Schedule(None, stages, order, wgmma=True, late_copies=late)
-        for stages in (3, 4, 5)
+        Schedule(None, stages, order, wgmma=True, late_copies=late, rotate=rot)
+        for stages in (3, 4, 5) + (DEEP_STAGES if deep else ())
         for order in ("row", "grouped")
         for late in (False, True)
+        for rot in ((False, True) if rotates else (False,))
     ]
     return out

@@ -79,7 +79,7 @@ def analyse(leaf: Leaf) -> Leaf:
         tc_dots=dots,
         tc_lets=frozenset(tensor_core_lets(k, list(dots), tf32)) if dots else frozenset(),
         longest_first=tuple(analysis.longest_first_axes(k.body, leaf.env)),
-        wgmma=leaf.options.schedule.wgmma and uses_wgmma(k, dots),
+        wgmma=leaf.options.schedule.wgmma and uses_wgmma(k, dots, tf32),
     )
     return dataclasses.replace(leaf, plan=plan)
 
@@ -247,14 +247,26 @@ def cta_threads(kernel: ir.Kernel, schedule: Schedule) -> int:
     return schedule.threads or kernel.threads
 
 
-def uses_wgmma(kernel: ir.Kernel, dots) -> bool:
+def uses_wgmma(kernel: ir.Kernel, dots, tf32: bool = False) -> bool:
     """Warpgroup MMA takes 16-bit dots whose b lives in shared memory (a: shared memory or
-    registers, as attention's P)."""
+    registers, as attention's P), and TF32 dots whose a and b both do (wgmma_tf32.py)."""
     shared = analysis.shared_lets(kernel.body)
-    return bool(dots) and all(
-        mma.tensor_core_dtype(d, kernel) in mma.TC_DTYPES and wgmma.operand_in_shared(d.args[1], shared)
-        for d in dots
-    )
+
+    def takes(d: ir.Call) -> bool:
+        dtype = mma.tensor_core_dtype(d, kernel, tf32)
+        if dtype == "tf32":
+            return all(wgmma.operand_in_shared(x, shared) for x in d.args)
+        return dtype in mma.TC_DTYPES and wgmma.operand_in_shared(d.args[1], shared)
+
+    return bool(dots) and all(takes(d) for d in dots)
+
+
+def loop_of_dots(kernel: ir.Kernel, dots) -> bool:
+    """A loop that holds two or more of the tensor-core `dots` (attention): Schedule.rotate may
+    apply to it (loops.deferred_dot decides)."""
+    ids = set(map(id, dots))
+    loops = [st for st in walk.iter_stmts(kernel.body) if isinstance(st, ir.For)]
+    return any(sum(id(e) in ids for e in walk.iter_body_exprs(st.body)) >= 2 for st in loops)
 
 
 def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool, warpgroups: bool = False):

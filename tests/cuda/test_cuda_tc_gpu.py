@@ -37,6 +37,9 @@ MATMUL_POINTS = [
     ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True, stages=4, late_copies=True)),
     ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=3, late_copies=True)),
     ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(stages=3, late_copies=True)),
+    # deep rings (a single dot: copies 6 and 4 tiles ahead)
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=8, order="grouped")),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=6, late_copies=True)),
 ]
 MATMUL_DIMS = [{"M": 256, "N": 384, "K": 128}, {"M": 203, "N": 317, "K": 136}, {"M": 77, "N": 1000, "K": 264}]
 MATMUL_TOL = 1e-5
@@ -105,7 +108,7 @@ def test_warpgroup_mma_operand_layouts_equal_interpreter(name, point):
 
 
 # Multi-head attention, all heads in one launch, against the interpreter, which rounds what the
-# kernel rounds (bf16(p), the bf16/f16 output, TF32 operands). What remains: fast-math expf a few
+# kernel rounds (bf16(p), the bf16/f16 output, TF32 operands). What remains: fast-math exp (ex2.approx) a few
 # ulp off numpy's exp can round p, or an output element, to the neighbouring 16-bit value on one
 # side only (a relative 2^-8 for bf16, 2^-11 for f16, on a few elements), and f32 sums in
 # another order. The norm-wise bounds: one such flip in every element would be 2^-8 / 2^-11.
@@ -119,27 +122,42 @@ ATTENTION_DIMS = [{"H": 3, "N": 299, "D": 64}, {"H": 2, "N": 128, "D": 64}, {"H"
 ATTENTION_POINTS = [{}, {"BR": 64, "BC": 64}, {"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}]
 
 
-ATTENTION_SCHEDULES = [Schedule(), Schedule(wgmma=True), Schedule(wgmma=True, stages=4, late_copies=True)]
+ATTENTION_SCHEDULES = [
+    Schedule(),
+    Schedule(wgmma=True),
+    Schedule(wgmma=True, stages=4, late_copies=True),
+    Schedule(wgmma=True, stages=4, rotate=True),
+    Schedule(wgmma=True, stages=3, late_copies=True, rotate=True),
+]
 
 
 @pytest.mark.parametrize("schedule", range(len(ATTENTION_SCHEDULES)))
 @pytest.mark.parametrize("name,tol", ATTENTION, ids=[a[0] for a in ATTENTION])
 def test_attention_on_tensor_cores_equals_interpreter(name, tol, schedule):
-    """mma.sync, and warpgroup MMA (S = Q K^T from shared memory, P V with P from registers;
-    the TF32 example has no warpgroup MMA and compiles as mma.sync under every schedule)."""
+    """mma.sync, and warpgroup MMA (S = Q K^T from shared memory, P V with P from registers,
+    left in flight into the next iteration or, rotated, issued after the next S; the TF32
+    example has no warpgroup MMA and compiles as mma.sync under every schedule)."""
     kernel = load_example(name)
     rng = np.random.default_rng(zlib.crc32(name.encode()) + schedule)
+    wide = ATTENTION_SCHEDULES[schedule].wgmma and name != "mha_tf32.phk"  # 128 x 128 fits (D=128 too)
     for dims in ATTENTION_DIMS:
-        for point in ATTENTION_POINTS:
-            if dims["D"] == 128 and point.get("BR") == 128 and point.get("BC") == 128:
-                continue
+        for point in ATTENTION_POINTS + ([{"BR": 128, "BC": 128}] if wide else []):
             scalars = {"scale": dims["D"] ** -0.5}
             _check(kernel, dims, point, ATTENTION_SCHEDULES[schedule], tol, rng, scalars)
 
 
+TF32_WGMMA = [  # TF32 warpgroup MMA: both operands rounded and stored K-major through registers
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, order="grouped")),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True)),
+    ({"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, Schedule(wgmma=True, order="grouped", group=3)),
+    ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True)),
+]
+
+
 def test_tf32_examples_in_source_equal_interpreter():
     """matmul_tf32.phk: precision = tf32 at the dot; the interpreter rounds the same way
-    (cvt.rna), so only the f32 summation order differs."""
+    (cvt.rna), so only the f32 summation order differs; with mma.sync and with warpgroup MMA
+    (beta != 0 there: C is read in the epilogue, and an unwritten element keeps its old value)."""
     kernel = load_example("matmul_tf32.phk")
     rng = np.random.default_rng(11)
     for dims in MATMUL_DIMS:
@@ -148,6 +166,24 @@ def test_tf32_examples_in_source_equal_interpreter():
             {"TILE_M": 256, "TILE_N": 64, "TILE_K": 64},
         ):
             _check(kernel, dims, point, Schedule(), MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.0})
+    for dims in [*MATMUL_DIMS, {"M": 300, "N": 260, "K": 200}]:
+        for point, schedule in TF32_WGMMA:
+            _check(kernel, dims, point, schedule, MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.5})
+
+
+def test_tf32_opt_in_runs_on_warpgroup_mma():
+    """The kernel-wide TF32 opt-in (matmul.phk, compile_kernel(tf32=True)) on warpgroup MMA."""
+    from compiler.cuda.launch import run_kernel_gpu
+
+    kernel = load_example("matmul.phk")
+    rng = np.random.default_rng(12)
+    for point in ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}):
+        b = binding.bind(kernel, {"M": 256, "N": 512, "K": 192}, None, point)
+        arrays, scalars = random_inputs(kernel, dict(b.env), rng)
+        ref = {n: a.copy() for n, a in arrays.items()}
+        interp.run_kernel(kernel, b, ref, scalars)
+        got = run_kernel_gpu(kernel, b, arrays, scalars, tf32=True, schedule=Schedule(wgmma=True))
+        assert _rel_err(got["C"], ref["C"]) <= TF32_TOL, point
 
 
 # TF32 (the kernel-wide opt-in, `compile_kernel(..., tf32=True)`): operands rounded to 10-bit

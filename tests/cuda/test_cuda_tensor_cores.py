@@ -136,6 +136,12 @@ def _variants():
             {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
             Schedule(wgmma=True, stages=4, order="grouped", late_copies=True),
         ),
+        (
+            "matmul_bf16.phk",
+            {"M": 8192, "N": 8192, "K": 8192},
+            {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32},
+            Schedule(wgmma=True, stages=8, order="grouped"),
+        ),
     ]
     wg = Schedule(wgmma=True)
     mm += [  # MN-major A (transpose bit), and a 32-wide B transposed into K-major
@@ -143,12 +149,24 @@ def _variants():
         ("matmul_tn_bf16", {"M": 512, "N": 512, "K": 512}, {"TM": 64, "TN": 64, "TK": 32}, wg),
         ("matmul_narrow_f16", {"M": 300, "N": 200, "K": 96}, {"TM": 64, "TN": 32, "TK": 64}, wg),
     ]
+    big, tk = {"M": 8192, "N": 8192, "K": 8192}, {"TILE_K": 32}
+    mm += [  # TF32 warpgroup MMA: both operands K-major, rounded and transposed through registers
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 256, **tk}, Schedule(wgmma=True, order="grouped")),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, Schedule(wgmma=True, stages=3)),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, wg),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
+    ]
+    rotated = [
+        Schedule(wgmma=True, stages=4, rotate=True),
+        Schedule(wgmma=True, stages=3, late_copies=True, rotate=True),
+    ]
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk", "mha_tf32.phk"):
         for d in (64, 128):
-            for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}):
-                mm.append((name, {"H": 8, "N": 4096, "D": d}, point, Schedule()))
+            for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}, {"BR": 128, "BC": 128}):
+                dims = {"H": 8, "N": 4096, "D": d}
+                mm.append((name, dims, point, Schedule()))
                 if name != "mha_tf32.phk":  # S = Q K^T from shared memory, P V with P in registers
-                    mm.append((name, {"H": 8, "N": 4096, "D": d}, point, Schedule(wgmma=True, stages=4)))
+                    mm += [(name, dims, point, s) for s in [Schedule(wgmma=True, stages=4), *rotated]]
     return mm
 
 
@@ -167,13 +185,16 @@ def _tool(name: str) -> str | None:
 def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims, point, schedule, tmp_path):
     kernel = load_example(name)
     dims = {k: v for k, v in dims.items() if k in binding.kernel_dims(kernel)}
+    tf32_wgmma = "tf32" in name and schedule.wgmma and "mha" not in name
     try:
         c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
     except CompileError as e:  # a point the generator prunes (registers, shared memory) is fine
         assert "is pruned" in e.message, e.message
+        assert not tf32_wgmma, e.message  # these points are the ones the TF32 benchmark runs
         return
     assert ("wgmma.mma_async" if schedule.wgmma else "mma.sync.aligned.m16n8k") in c.ptx, name
-    assert "cp.async" in c.ptx, name
+    # TF32 warpgroup MMA stages through registers (rounded with cvt.rna), the others by cp.async
+    assert ("cvt.rna.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
     ptx = tmp_path / "k.ptx"
     ptx.write_text(c.ptx)
     cubin = tmp_path / "k.cubin"
@@ -193,14 +214,18 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     report = out.stderr + out.stdout
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
     assert "0 bytes stack frame" in report, report
+    # C7510-C7515: ptxas serializes the warpgroup MMAs (an accumulator touched while in flight)
+    assert "are serialized" not in report, report
     cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
     assert cuobjdump and nvdisasm, "cuobjdump/nvdisasm missing: tools/bazel installs them from the lock"
     env = {**os.environ, "PATH": f"{Path(nvdisasm).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     sass = subprocess.run(
         [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True, env=env
     ).stdout
-    want = r"\bHGMMA\.64x\d+x16\.F32" if schedule.wgmma else r"\bHMMA\.(16816|1688)\.F32"
+    want = r"\bHGMMA\.64x\d+x(16|8)\.F32" if schedule.wgmma else r"\bHMMA\.(16816|1688)\.F32"
     assert re.search(want, sass), f"{name}: no tensor-core instruction in the SASS"
+    if "tf32" in name:
+        assert re.search(r"\bH(G)?MMA\.\S+\.F32\.TF32", sass), f"{name}: no TF32 tensor-core instruction"
 
 
 @pytest.mark.parametrize("k,x,mn_major", [(64, 128, False), (32, 64, False), (64, 256, True), (32, 64, True)])
@@ -230,30 +255,75 @@ def _descriptor_reads(tile: CoreTile, base: int, x: int, k: int) -> int:
     64-wide blocks, SBO between 8-row groups of k); the swizzle XORs address bits 4-6 with 7-9."""
     if tile.mn_major:
         a = base + (x // 64) * tile.lbo + (x % 64) * 2 + (k // 8) * tile.sbo + (k % 8) * 128
-    elif tile.swizzled:
-        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * 2
+    elif tile.swizzled:  # 8 rows of 128 bytes; a k step reads 32 bytes of each row (k16 16-bit, k8 TF32)
+        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * tile.elem_bytes
     else:
         a = base + (x // 8) * tile.sbo + (k // 8) * tile.lbo + (x % 8) * 16 + (k % 8) * 2
     return a ^ (((a >> 7) & 7) << 4) if tile.swizzled else a
 
 
 @pytest.mark.parametrize(
-    "k,x,mn_major",
-    [(64, 128, False), (32, 128, False), (128, 64, False), (64, 256, True), (32, 64, True), (128, 128, True)],
+    "k,x,mn_major,dtype",
+    [
+        (64, 128, False, "bf16"),
+        (32, 128, False, "bf16"),
+        (128, 64, False, "bf16"),
+        (64, 256, True, "bf16"),
+        (32, 64, True, "bf16"),
+        (128, 128, True, "bf16"),
+        (32, 128, False, "f32"),
+        (32, 256, False, "f32"),
+    ],
 )
-def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major):
+def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major, dtype):
     """For every k step (and, for a, every warpgroup's 64 rows), the element the descriptor
-    addresses is the one the cp.async copies put there (CoreTile.offset)."""
-    tile = CoreTile("", "a", k, x, "bf16", mn_major)
-    for step in range(k // 16):
+    addresses is the one the copies (or TF32's register stores) put there (CoreTile.offset)."""
+    tile = CoreTile("", "a", k, x, dtype, mn_major)
+    eb, mk = tile.elem_bytes, tile.mma_k
+    for step in range(k // mk):
         for group in range(x // 64):
-            base = 2 * (group * tile.x_block + step * tile.k_step)
+            base = eb * (group * tile.x_block + step * tile.k_step)
             for xx in range(64):
-                for kk in range(16):
-                    xk = (group * 64 + xx, step * 16 + kk)  # stored [k][x] when MN-major, else [x][k]
+                for kk in range(mk):
+                    xk = (group * 64 + xx, step * mk + kk)  # stored [k][x] when MN-major, else [x][k]
                     row, col = xk[::-1] if mn_major else xk
                     at = eval(tile.offset(str(row), str(col)).replace("/", "//"))  # noqa: S307
-                    assert _descriptor_reads(tile, base, xx, kk) == 2 * at, (step, group, xx, kk)
+                    assert _descriptor_reads(tile, base, xx, kk) == eb * at, (step, group, xx, kk)
+
+
+@pytest.mark.parametrize(
+    "x,direct,threads", [(128, True, 256), (64, True, 128), (256, False, 256), (64, False, 128)]
+)
+def test_tf32_register_stores_fill_the_tile_once_without_bank_conflicts(x, direct, threads):
+    """TF32 warpgroup MMA operands (wgmma_tf32.py): the units of all threads store every element of
+    a k = 32 tile exactly once, at the source element the unit loaded (a float4 along k, or the
+    transposed 4x4 block), and each store instruction's 8-thread phases hit 8 distinct 16-byte
+    bank groups (one wavefront per 8 threads)."""
+    from compiler.cuda import wgmma_tf32
+
+    tile = CoreTile("", "b", 32, x, "f32")
+    units = x * 32 // (4 if direct else 16)
+    x_of, k_of = (c.replace("/", "//") for c in wgmma_tf32.unit_origin(direct, "e"))
+    seen = {}
+    for it in range(-(-units // threads)):
+        for q in range(1 if direct else 4):  # one store instruction per (it, q)
+            banks = []
+            for t in range(threads):
+                e = it * threads + t
+                if e >= units:
+                    continue
+                x0, k0 = eval(x_of, {"e": e}), eval(k_of, {"e": e})  # noqa: S307
+                row = x0 + q
+                at = eval(tile.offset(str(row), str(k0)).replace("/", "//"))  # noqa: S307
+                for i in range(4):  # the chunk holds source elements (row, k0 + i)
+                    assert (at + i) not in seen, (e, q, i)
+                    seen[at + i] = (row, k0 + i)
+                banks.append(at * 4 // 16 % 8)
+            for phase in range(0, len(banks), 8):
+                assert len(set(banks[phase : phase + 8])) == len(banks[phase : phase + 8]), (it, q, phase)
+    assert len(seen) == x * 32
+    for at, (row, k) in seen.items():
+        assert eval(tile.offset(str(row), str(k)).replace("/", "//")) == at  # noqa: S307
 
 
 def test_f32_dot_stays_exact_on_cuda_cores():
@@ -380,6 +450,54 @@ def _replace_expr(node, old, new):
     return node
 
 
+def _attention_source(name: str, schedule: Schedule, point=None) -> str:
+    kernel = load_example(name)
+    b = binding.bind(kernel, {"H": 2, "N": 1000, "D": 64}, None, point or {"BR": 128, "BC": 64})
+    return compile_kernel(kernel, b, schedule=schedule).cuda_source
+
+
+def test_warpgroup_attention_starts_s_from_scale_d_and_packs_p_as_it_is():
+    """Warpgroup MMA attention, not rotated: S = Q K^T starts from scale-d 0 (no zeroed
+    accumulator registers, which would make ptxas serialize a rotated loop), both dots wait
+    for their group; P goes into fragments without a rounded copy, and exp is exp2 of one fma."""
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk"):
+        src = _attention_source(name, Schedule(wgmma=True, stages=4))
+        body = src[src.index("for (int u_j_") :]
+        s_dot, pv_dot = body.index("m64n64k16"), body.index("a from registers")
+        assert body.index("wg_commit_wait();", s_dot) < pv_dot and "wg_commit_wait();" in body[pv_dot:]
+        assert "setp.ne.b32 p, 0, 0;" in body[s_dot:pv_dot] and "= 0.0f;" not in body[:s_dot]
+        assert "bf16_to_f32(f32_to_bf16(" not in body and "pack_bf16x2(u_p_" in body
+        assert "exp2f(fmaf(" in body and "expf(" not in body
+
+
+def test_rotated_attention_issues_p_v_after_the_next_s():
+    """Schedule.rotate: the deferred P V only packs its fragments and keeps its V stage; the
+    next iteration issues it right after S's commit and waits for S alone (wait_group 1); the
+    statement that rescales acc first waits for all; after the loop the last P V is issued."""
+    src = _attention_source("mha_bf16.phk", Schedule(wgmma=True, stages=4, rotate=True))
+    loop, after = src.index("for (int u_j_"), src.rindex("if (kept_b_")
+    body, tail = src[loop:after], src[after : src.rindex("wg_wait_all();")]
+    kept = body.index("if (kept_b_", body.index("wg_commit();"))
+    assert body.index("a0_ = kept_a_", kept) < body.index("wg_commit(); wg_wait_one();", kept)
+    assert body.index("} else {", kept) < body.index("wg_wait_all();", kept)
+    rescale = body.index("acc = acc * expand(correction")
+    assert body.index("wg_wait_all();", rescale) < body.index("u_acc_5[_i][_j] = (u_acc_5", rescale)
+    assert "= pack_bf16x2(u_p_" in body[rescale:] and "wgmma.mma_async" not in body[rescale:]
+    assert "a0_ = kept_a_" in tail and "wgmma.mma_async" in tail and "wg_commit();" in tail
+
+
+def test_rotation_leaves_kernels_without_a_loop_of_dots_alone():
+    """Schedule.rotate changes nothing in matmul (one dot in its loop)."""
+    kernel = load_example("matmul_bf16.phk")
+    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}
+    b = binding.bind(kernel, {"M": 512, "N": 512, "K": 512}, None, point)
+    plain, rotated = (
+        compile_kernel(kernel, b, schedule=Schedule(wgmma=True, stages=4, rotate=r)).cuda_source
+        for r in (False, True)
+    )
+    assert rotated == plain
+
+
 def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_path):
     """The tuner's search order (no GPU: timings made up): every point with the default
     schedule and with warpgroup MMA, then each family's whole schedule space at its own best
@@ -403,12 +521,33 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     kernel = load_example("matmul_bf16.phk")
     res = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     points = autotune.search_points(kernel)
-    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_PROBE)]
+    # a single dot: the deep probe (as many stages as fit), and the deep rings in the family
+    assert asked[0] == [(p, s) for p in points for s in (sched.DEFAULT, sched.WGMMA_DEEP_PROBE)]
     for family in asked[1:]:  # the two best points of the family, each with the family's space
         assert len({str(p) for p, _ in family}) == autotune.FINALISTS
         assert all(p["TILE_M"] == 64 for p, _ in family)
     assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
-    assert any(s.late_copies for _, s in asked[2])
-    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == 5
+    assert any(s.late_copies for _, s in asked[2]) and not any(s.rotate for f in asked for _, s in f)
+    assert {s.stages for _, s in asked[2]} == {3, 4, 5, *sched.DEEP_STAGES}
+    assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == max(sched.DEEP_STAGES)
     again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     assert again.cached and again.schedule == res.schedule
+
+
+def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_path):
+    """A loop of two dots (attention): the warpgroup probe rotates it, and the family's space
+    holds both orders."""
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    asked = []
+
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
+        asked.append(list(candidates))
+        return [((tuple(sorted(p.items())), s), 1.0 + (0.0 if s.rotate else 0.5)) for p, s in candidates], []
+
+    monkeypatch.setattr(autotune, "_measure", fake_measure)
+    res = autotune.tune(load_example("mha_bf16.phk"), {"H": 8, "N": 4096, "D": 64})
+    probe = Schedule(stages=4, order="grouped", wgmma=True, rotate=True)
+    assert {s for _, s in asked[0]} == {Schedule(), probe}
+    assert {s.rotate for _, s in asked[2]} == {False, True} and res.schedule.rotate
