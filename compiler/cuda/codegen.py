@@ -344,6 +344,13 @@ class KernelGen(ExprEmitter):
 
     # -- the whole kernel -------------------------------------------------------------------
 
+    def register_budget(self) -> int:
+        """Tile values a thread may hold before the point is pruned (see the constants)."""
+        if not self.tensor_cores:
+            return REGISTER_BUDGET
+        wide = self.wgmma and self.grid.threads >= 256
+        return WARPGROUP_REGISTER_BUDGET if wide else TENSOR_CORE_REGISTER_BUDGET
+
     def generate(self) -> Generated:
         k = self.kernel
         for s in k.body:
@@ -353,11 +360,7 @@ class KernelGen(ExprEmitter):
             raise self.pruned(
                 k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
             )
-        held = self.register_floats + self.let_floats
-        budget = REGISTER_BUDGET
-        if self.tensor_cores:
-            wide = self.wgmma and self.grid.threads >= 256
-            budget = WARPGROUP_REGISTER_BUDGET if wide else TENSOR_CORE_REGISTER_BUDGET
+        held, budget = self.register_floats + self.let_floats, self.register_budget()
         if held > budget:
             raise self.pruned(
                 k.span, f"it holds {held} tile values per thread in registers (budget {budget})"
