@@ -3,6 +3,7 @@ searches them beside the kernel's own @autotune values (autotune.py)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -17,12 +18,15 @@ class Schedule:
     # where a loop iteration issues the copies of a later stage: after the barrier at its top
     # (False) or at its end, once its dots are issued (True: the tensor cores get work sooner)
     late_copies: bool = False
+    # warpgroup MMA fed by bulk tensor copies from a producer warpgroup through mbarriers (tma.py)
+    tma: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
         mma = "-wgmma" if self.wgmma else ""
         late = "-late" if self.late_copies else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}"
+        tma = "-tma" if self.tma else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{tma}"
 
 
 DEFAULT = Schedule()
@@ -34,9 +38,15 @@ WGMMA_DEEP_PROBE = Schedule(stages=8, order="grouped", wgmma=True)
 DEEP_STAGES = (6, 8)
 
 
+def tma_searched() -> bool:
+    """Whether the tuner tries the warp-specialized TMA ring (tma.py): PHOBOS_CUDA_TMA=1."""
+    return os.environ.get("PHOBOS_CUDA_TMA", "0") == "1"
+
+
 def tensor_core_space(warps: int, deep: bool = False) -> list[Schedule]:
     """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
-    the deeper warpgroup-MMA rings (DEEP_STAGES) for kernels with a single dot."""
+    the deeper warpgroup-MMA rings (DEEP_STAGES) for kernels with a single dot, and with
+    tma_searched() their warp-specialized TMA rings."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     out = []
     for wm in layouts:
@@ -50,4 +60,7 @@ def tensor_core_space(warps: int, deep: bool = False) -> list[Schedule]:
         for order in ("row", "grouped")
         for late in (False, True)
     ]
+    if deep and tma_searched():
+        orders = ("row", "grouped")
+        out += [Schedule(None, s, order, wgmma=True, tma=True) for s in (4, 6) for order in orders]
     return out

@@ -249,7 +249,8 @@ def emit_wgmma(gen, acc, sa, sb: CoreTile, m: int, n: int, kk: int, dtype: str, 
             f'{imm}; }}" : {", ".join(outs)} : {a_in}, "l"(db_));'
         )
         gen.out.close()
-    if overlap and (gen.schedule.late_copies or gen.register_ring):  # later stage out before the wait
+    # the later stage out before the wait (a TMA ring releases group i - 1's stage after it instead)
+    if overlap and (gen.schedule.late_copies or gen.register_ring) and not gen.tma_split:
         gen.out.line("wg_commit();")
         gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
     else:
