@@ -22,7 +22,7 @@ def compiler_version() -> str:
     from compiler.cuda.dots import dot_unroll
     from compiler.cuda.schedule import tma_searched
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("-tma" if tma_searched() else "")
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma")
 
 
 @dataclass(frozen=True)
