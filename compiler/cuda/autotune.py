@@ -212,7 +212,8 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     multiprocessor)."""
     dots = stages.tensor_core_dots(kernel, tf32)
     single = len(dots) == 1  # matmul: the deeper rings and the deep probe (schedule.py)
-    space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single)
+    rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
+    space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single, rotates=rotates)
     families = [[s for s in space if not s.wgmma]]
     if stages.uses_wgmma(kernel, dots, tf32):
         wg = [s for s in space if s.wgmma]
@@ -221,7 +222,8 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
             # dots whatever the schedule says: only the CTA order is left to search
             wg = [s for s in wg if s.stages == 3 and not s.late_copies]
         families.append(wg)
-    probes = [DEFAULT, WGMMA_DEEP_PROBE if single else WGMMA_PROBE][: len(families)]
+    wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
+    probes = [DEFAULT, wg_probe][: len(families)]
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])

@@ -24,6 +24,11 @@ REGISTER_BUDGET = 200  # floats per thread held by tile variables before the poi
 # BR=64, BC=128 held 132 and spilled 72 bytes at 255 registers).
 TENSOR_CORE_REGISTER_BUDGET = 128
 RINGS = ("ring", "regring", "tmaring")  # shared-memory rings of a loop's operands (loops.ring_lets)
+# Warpgroup MMA reads its operands from shared memory or straight from the tile (P's fragments
+# are packed from it), so a CTA of two or more warpgroups holds more: mha D=128 at BR=BC=128
+# holds 132 and assembles to 242 registers without spills (one CTA of 8 warps per SM). With one
+# warpgroup each thread also issues twice the ring's copies: there the same point spills.
+WARPGROUP_REGISTER_BUDGET = 136
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,15 @@ class KernelGen(ExprEmitter):
             self.tc_lets = set(plan.tc_lets)
             self.uses_bf16 = True
         self.wgmma = plan.wgmma
+        self.exp2_fold = self.tensor_cores and all(
+            mma.tensor_core_dtype(d, kernel, self.tf32) in mma.TC_DTYPES for d in plan.tc_dots
+        )
         self.used_wgmma = False
         self.hints = dict(plan.hints)
         self.shared = dict(plan.shared)
         self.let_floats = 0
         self.pipelined: dict[str, tuple] = {}
+        self.rotation = None  # loops.Rotation of the loop being emitted, if rotated
         self.loop_tail: list = []
         counts = list(leaf.counts)
         self.grid_dims = tuple(counts)
@@ -156,15 +165,17 @@ class KernelGen(ExprEmitter):
                 self.out.line(f"{cname} {s.op} {value};")
             return
         val = self.vals[s.name]
-        dot, rest = self._dot_split(s)
+        dot, rest = self.dot_split(s)
         if dot is not None:
+            if self.rotation is not None and dot is self.rotation.deferred:  # the kept group writes acc
+                self.out.line("wg_wait_all();")
             if rest is not None:
                 self.assign_elementwise(val, "=", rest)
             dots.dot(self, dot, into=val)
             return
         self.assign_elementwise(val, s.op, s.value)
 
-    def _dot_split(self, s: ir.Assign):
+    def dot_split(self, s: ir.Assign):
         """`acc += dot(a, b)` and `acc = X + dot(a, b)` accumulate the product straight into acc
         (when a and b do not read acc)."""
         from compiler.frontend import walk
@@ -206,6 +217,7 @@ class KernelGen(ExprEmitter):
         saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
         self.ranges[s.var] = var_range
         pipelined = loops.prefetch_first(self, s, start, stop_name, step)
+        self.rotation = loops.rotation(self, s)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
         self.loop_barriers.append(False)
         self.scalars[s.var] = (var, "i32")
@@ -233,12 +245,17 @@ class KernelGen(ExprEmitter):
                 i += 1
         for emit_tail in self.loop_tail:
             emit_tail()
+        if self.rotation is not None:
+            loops.fill_rotation(self)
         self.loop_tail = saved_tail
         self.pipelined = saved_pipe
         self.vals, self.scalars, self.ranges = saved
         self.loop_barriers.pop()
         self.out.span = s.span
         self.out.close()
+        if self.rotation is not None:
+            loops.issue_kept(self)
+        self.rotation = None
         if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
 
@@ -349,6 +366,13 @@ class KernelGen(ExprEmitter):
             order.append(spec.param)
         return params, order
 
+    def register_budget(self) -> int:
+        """Tile values a thread may hold before the point is pruned (see the constants)."""
+        if not self.tensor_cores:
+            return REGISTER_BUDGET
+        wide = self.wgmma and self.grid.threads >= 256
+        return WARPGROUP_REGISTER_BUDGET if wide else TENSOR_CORE_REGISTER_BUDGET
+
     def generate(self) -> Generated:
         k = self.kernel
         for s in k.body:
@@ -358,8 +382,7 @@ class KernelGen(ExprEmitter):
             raise self.pruned(
                 k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
             )
-        held = self.register_floats + self.let_floats
-        budget = TENSOR_CORE_REGISTER_BUDGET if self.tensor_cores else REGISTER_BUDGET
+        held, budget = self.register_floats + self.let_floats, self.register_budget()
         if held > budget:
             raise self.pruned(
                 k.span, f"it holds {held} tile values per thread in registers (budget {budget})"

@@ -15,6 +15,9 @@ from compiler.frontend.diagnostics import CompileError
 FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
 
 
+LOG2E = "1.44269504088896341f"
+
+
 class ExprEmitter:
     def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid | MmaGrid):
         self.kernel = kernel
@@ -24,6 +27,7 @@ class ExprEmitter:
         self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
         self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
         self.wgmma = False  # tensor-core dots as warpgroup MMA (wgmma.py)
+        self.exp2_fold = False  # exp as exp2 with log2(e) folded in (exp_base2)
         self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
         self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
         self.register_ring = False  # the ring is filled from registers (TF32 warpgroup MMA, wgmma_tf32.py)
@@ -412,6 +416,8 @@ class ExprEmitter:
     def call(self, e: ir.Call, ctx: Ctx | None) -> str:
         f = e.func
         kw = dict(e.kwargs)
+        if f == "exp" and self.exp2_fold:
+            return self.exp_base2(e.args[0], ctx)
         if f in ("exp", "log", "sqrt"):
             return f"{f}f({self.f32_arg(e.args[0], ctx)})"
         if f == "abs":
@@ -467,6 +473,18 @@ class ExprEmitter:
             val = dots.dot(self, e, into=None)
             return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
         raise CompileError(e.span, f"the CUDA backend cannot compile {f}()")
+
+    def exp_base2(self, a: ir.Expr, ctx) -> str:
+        """exp in a tensor-core kernel (softmax: one exponential per score, the multi-function
+        unit's rate bounds attention) as 2^(x log2 e); exp(u - v) as 2^fma(u, log2 e, -v log2 e),
+        whose -v log2 e is per row in attention. Under fast math expf is the same ex2.approx
+        after a multiply and a subtraction; the fma saves one of the two per element. Only in
+        kernels whose dots are all 16-bit (codegen.KernelGen): f32 and TF32 kernels keep expf
+        and their generated code."""
+        if isinstance(a, ir.BinOp) and a.op == "-" and a.lhs.ty.dtype in FLOATS and a.rhs.ty.dtype in FLOATS:
+            u, v = self.f32_arg(a.lhs, ctx), self.f32_arg(a.rhs, ctx)
+            return f"exp2f(fmaf({u}, {LOG2E}, -({v}) * {LOG2E}))"
+        return f"exp2f({self.f32_arg(a, ctx)} * {LOG2E})"
 
     def f32_arg(self, a: ir.Expr, ctx):
         x = self.elem(a, self.sub_ctx(a, ctx))

@@ -8,6 +8,8 @@ kernel's emitter (`gen`), as in dots.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from compiler.cuda import analysis, dots, operands, tma, wgmma, wgmma_tf32
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.frontend import ir
@@ -169,3 +171,114 @@ def pipelined_lets(gen, lets: list[ir.Let]) -> None:
         gen.scalars[var_name] = (var_c, "i32")
         gen.out.close()
         gen.vals[s.name] = tile
+
+
+def _tc_dots_at(gen, s: ir.For) -> list[tuple[int, ir.Call]]:
+    """(statement index, dot) of the loop body's tensor-core dots, in order."""
+    from compiler.frontend import walk
+
+    ids = set(map(id, gen.leaf.plan.tc_dots))
+    return [
+        (i, e)
+        for i, st in enumerate(s.body)
+        for e in walk.iter_body_exprs((st,))
+        if isinstance(e, ir.Call) and id(e) in ids
+    ]
+
+
+def _touches(stmt: ir.Stmt, name: str) -> bool:
+    """The statement (loops included) reads or assigns variable `name`."""
+    from compiler.frontend import walk
+
+    if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == name for x in walk.iter_stmts((stmt,))):
+        return True
+    return any(isinstance(x, ir.Name) and x.name == name for x in walk.iter_body_exprs((stmt,)))
+
+
+def deferred_dot(gen, s: ir.For) -> ir.Call | None:
+    """The warpgroup-MMA dot of loop `s` that a rotation may carry into the next iteration, or
+    None: the body's last tensor-core dot when it accumulates into a variable (attention's
+    `acc = acc * c + dot(p, v)`) that no other statement of the body reads or writes, and the
+    body has another tensor-core dot before it (S = Q K^T). Outermost loops only: the kernel
+    waits for the last group after them."""
+    if not gen.wgmma or gen.loop_barriers:
+        return None
+    at = _tc_dots_at(gen, s)
+    if len(at) < 2 or at[0][0] == at[-1][0]:
+        return None
+    st, dot = s.body[at[-1][0]], at[-1][1]
+    if not isinstance(st, ir.Assign) or gen.dot_split(st)[0] is not dot:
+        return None
+    if any(_touches(x, st.name) for x in s.body if x is not st):
+        return None
+    return dot
+
+
+@dataclass
+class Rotation:
+    """A loop rotated for warpgroup MMA (Schedule.rotate): its deferred dot (attention's P V) is
+    not issued where it stands. Its A fragments (packed from registers) and its b stage are kept
+    in `frag` and `stage`, and the next iteration issues it right after its first dot (S = Q K^T)
+    and waits for the first dot alone, so the tensor cores run P V while that iteration's
+    softmax begins. The deferred statement first waits for every group, since it writes the
+    accumulator. After the loop the last one is issued. `stage` is null until an iteration has
+    kept one. The b stage stays valid: copies run stages - 2 ahead, so it is refilled two
+    iterations later, after a barrier that follows the wait."""
+
+    first: ir.Call  # the body's first tensor-core dot
+    deferred: ir.Call  # the dot carried into the next iteration (loops.deferred_dot)
+    frag: str  # C name of the kept A fragments, [k steps][4]
+    stage: str  # C name of the kept b stage pointer
+    slot: tuple[int, int] | None = None  # (line, depth) after the first dot's commit
+    issue: list[str] | None = None  # the kept dot's wgmma lines, once the deferred dot is emitted
+
+
+def rotation(gen, s: ir.For) -> Rotation | None:
+    """The loop's Rotation when the schedule asks for it and the loop has a dot to carry
+    (deferred_dot); declares the kept state before the loop."""
+    deferred = deferred_dot(gen, s) if gen.schedule.rotate else None
+    if deferred is None:
+        return None
+    steps = gen.size(deferred.args[0].ty.shape[1]) // 16
+    rot = Rotation(_tc_dots_at(gen, s)[0][1], deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
+    gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
+    gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
+    return rot
+
+
+def fill_rotation(gen) -> None:
+    """At the end of the rotated loop's body: the kept dot's issue goes into the slot after the
+    first dot's commit (or, where the deferred dot could not be kept, a plain wait)."""
+    from compiler.cuda.emit import Emitter
+
+    rot = gen.rotation
+    if rot.slot is None:
+        return
+    at, depth = rot.slot
+    out = Emitter()
+    out.depth, out.span = depth, gen.out.spans[at - 1]
+    if rot.issue is None:
+        out.line("wg_wait_all();")
+    else:
+        out.open(f"if ({rot.stage} != nullptr)")
+        out.line("wg_fence();")
+        out.block(rot.issue)
+        out.line("wg_commit(); wg_wait_one();")
+        out.close(" else {")
+        out.depth += 1
+        out.line("wg_wait_all();")
+        out.close()
+    gen.out.lines[at:at] = out.lines
+    gen.out.spans[at:at] = out.spans
+
+
+def issue_kept(gen) -> None:
+    """After the rotated loop: the last iteration's kept dot."""
+    rot = gen.rotation
+    if rot.issue is None:
+        return
+    gen.out.open(f"if ({rot.stage} != nullptr)")
+    gen.out.line("wg_fence();")
+    gen.out.block(rot.issue)
+    gen.out.line("wg_commit();")
+    gen.out.close()

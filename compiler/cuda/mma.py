@@ -347,12 +347,16 @@ def _offset_expr(tile: MmaTile, kk: str, x: int) -> str:
 # -- lowering one dot ------------------------------------------------------------------------------
 
 
-def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
-    """The register Val that feeds A fragments directly, or None (see the module doc)."""
+def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int, dtype: str):
+    """The register Val that feeds A fragments directly, or None (see the module doc). A cast
+    to the operand type (attention's `bf16(p)`) is left to the fragment packing, which rounds
+    to nearest even as the cast does: the f32 tile is packed as it is, with no rounded copy."""
     from compiler.cuda.values import Val
 
     if role != "a" or gen.grid.warps_n != 1 or isinstance(arg, ir.Load):
         return None
+    if isinstance(arg, ir.Call) and arg.func == dtype in TC_DTYPES and arg.args[0].ty.dtype == "f32":
+        arg = arg.args[0]
     if isinstance(arg, ir.Call) and arg.func == "transpose":
         return None
     v = gen.vals.get(arg.name) if isinstance(arg, ir.Name) else None
@@ -363,7 +367,7 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int):
     return gen.materialize(arg, "2d")
 
 
-def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: str) -> None:
+def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: str, fresh: bool) -> None:
     """The dot as warpgroup MMA (wgmma.py); a from shared memory or registers; an x-contiguous
     operand the descriptor cannot read is transposed into the core-matrix layout first (after
     the barrier that made its copy visible)."""
@@ -395,7 +399,12 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
         gen.out.line("fence_async_smem();")
         gen.sync()
     gen.used_wgmma = True
-    wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype, overlap)
+    wait, rot = ("one" if overlap else "all"), gen.rotation
+    if rot is not None and e is rot.first:
+        wait = "rotated"
+    elif rot is not None and e is rot.deferred and not isinstance(cores[0], wgmma.CoreTile):
+        wait = "carried" if cores[1].ptr in gen.ring_tiles else "all"
+    wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype, wait, fresh)
 
 
 def lower_dot(gen, e: ir.Call, into, dtype: str):
@@ -412,7 +421,7 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         if staged is not None:
             ops.append(staged)
             continue
-        regs = register_operand(gen, role, arg, m, kk)
+        regs = register_operand(gen, role, arg, m, kk, dtype)
         if regs is not None:
             ops.append(regs)
             continue
@@ -449,12 +458,14 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
         if gen.wgmma:  # written through the generic proxy, read by the tensor cores' async proxy
             gen.out.line("fence_async_smem();")
         gen.sync()
-    if into is None:
+    fresh = into is None
+    if fresh:
         into = gen.declare(None, "2d", (m, n), "f32")
-        ctx = gen.ctx_for("2d", (m, n))
-        gen.emit_loop(ctx, [f"{gen.access(into, ctx)} = 0.0f;"])
+        if not gen.wgmma:  # warpgroup MMA's first k step ignores the accumulator (scale-d 0)
+            ctx = gen.ctx_for("2d", (m, n))
+            gen.emit_loop(ctx, [f"{gen.access(into, ctx)} = 0.0f;"])
     if gen.wgmma:
-        warpgroup_dot(gen, e, into, ops, m, n, kk, dtype)
+        warpgroup_dot(gen, e, into, ops, m, n, kk, dtype, fresh)
     elif dtype == "tf32":
         emit_mma_tf32(gen, into, ops[0], ops[1], m, n, kk)
     else:

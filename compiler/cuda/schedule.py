@@ -20,13 +20,18 @@ class Schedule:
     late_copies: bool = False
     # warpgroup MMA fed by bulk tensor copies from a producer warpgroup through mbarriers (tma.py)
     tma: bool = False
+    # warpgroup MMA in a loop of two or more dots (attention): the last dot (P V) is issued in the
+    # next iteration right after the first (S = Q K^T), so the tensor cores run it while that
+    # iteration's softmax runs (loops.Rotation); no effect on other kernels
+    rotate: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
         mma = "-wgmma" if self.wgmma else ""
         late = "-late" if self.late_copies else ""
+        rot = "-rot" if self.rotate else ""
         tma = "-tma" if self.tma else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{tma}"
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}{tma}"
 
 
 DEFAULT = Schedule()
@@ -44,10 +49,11 @@ def tma_searched() -> bool:
     return os.environ.get("PHOBOS_CUDA_TMA", "1") != "0"
 
 
-def tensor_core_space(warps: int, deep: bool = False) -> list[Schedule]:
+def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> list[Schedule]:
     """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
-    the deeper warpgroup-MMA rings (DEEP_STAGES) for kernels with a single dot, and with
-    tma_searched() their warp-specialized TMA rings."""
+    the deeper warpgroup-MMA rings (DEEP_STAGES) and, with tma_searched(), the warp-specialized
+    TMA rings for kernels with a single dot, `rotates` the rotated loop (Schedule.rotate) for
+    kernels with a loop of two or more dots (attention)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     out = []
     for wm in layouts:
@@ -56,10 +62,11 @@ def tensor_core_space(warps: int, deep: bool = False) -> list[Schedule]:
                 out.append(Schedule(wm, stages, order))
     # warpgroup MMA keeps a group in flight past its iteration: copies run stages - 2 ahead
     out += [
-        Schedule(None, stages, order, wgmma=True, late_copies=late)
+        Schedule(None, stages, order, wgmma=True, late_copies=late, rotate=rot)
         for stages in (3, 4, 5) + (DEEP_STAGES if deep else ())
         for order in ("row", "grouped")
         for late in (False, True)
+        for rot in ((False, True) if rotates else (False,))
     ]
     if deep and tma_searched():
         orders = ("row", "grouped")

@@ -261,6 +261,14 @@ def uses_wgmma(kernel: ir.Kernel, dots, tf32: bool = False) -> bool:
     return bool(dots) and all(takes(d) for d in dots)
 
 
+def loop_of_dots(kernel: ir.Kernel, dots) -> bool:
+    """A loop that holds two or more of the tensor-core `dots` (attention): Schedule.rotate may
+    apply to it (loops.deferred_dot decides)."""
+    ids = set(map(id, dots))
+    loops = [st for st in walk.iter_stmts(kernel.body) if isinstance(st, ir.For)]
+    return any(sum(id(e) in ids for e in walk.iter_body_exprs(st.body)) >= 2 for st in loops)
+
+
 def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool, warpgroups: bool = False):
     threads = cta_threads(kernel, schedule)
     if tensor_core_dots(kernel, tf32):

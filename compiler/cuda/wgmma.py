@@ -208,62 +208,88 @@ def transpose_into(gen, staged, core: CoreTile) -> None:
     gen.out.close()
 
 
-def emit_wgmma(gen, acc, sa, sb: CoreTile, m: int, n: int, kk: int, dtype: str, overlap: bool) -> None:
+def emit_wgmma(
+    gen, acc, sa, sb: CoreTile, m: int, n: int, kk: int, dtype: str, wait: str, fresh: bool = False
+) -> None:
     """acc[M, N] += a b: per k step one wgmma per warpgroup (k16 for 16-bit operands, k8 for
-    TF32), then commit and wait (for all but this group when `overlap`: it runs on while the
-    next iteration copies and transposes; the loop's end waits for it before acc is read). With
-    late copies, or a register-staged ring (wgmma_tf32.py), the wait goes to the end of the loop
-    body, after the copies or stores of a later stage (loops.ring_lets). `sa` is a CoreTile or a
-    register tile in the accumulator layout (attention's P): each warp's 16 rows of a k step are
-    then the A fragment of mma.m16n8k16, which is wgmma's register A layout per warp. TF32 takes
-    both operands K-major from shared memory and has no transpose bits."""
-    kind = {"bf16": "bf16", "f16": "f16", "tf32": "tf32"}[dtype]
+    TF32), then commit and wait: for "all" groups; or for all but this one ("one": it runs on
+    while the next iteration copies and transposes; the loop's end waits for it before acc is
+    read; with late copies, or a register-staged ring (wgmma_tf32.py), the wait goes to the end
+    of the loop body, after the copies or stores of a later stage, loops.ring_lets). In a
+    rotated loop (loops.Rotation) the first dot ends at "rotated": commit, then the slot where
+    the carried dot is issued; the last dot is "carried": its A fragments and b stage are kept
+    for the next iteration, which issues it. `sa` is a CoreTile or a register tile in the
+    accumulator layout (attention's P): each warp's 16 rows of a k step are then the A fragment
+    of mma.m16n8k16, which is wgmma's register A layout per warp. TF32 takes both operands
+    K-major from shared memory and has no transpose bits. `fresh`: acc holds nothing yet; the
+    first k step ignores it (scale-d 0) rather than have it zeroed, since ordinary writes of
+    accumulator registers while another group is in flight make ptxas serialize."""
+    mma_k = 8 if dtype == "tf32" else 16
+    from_regs = not isinstance(sa, CoreTile)
+    where = ", a from registers" if from_regs else ""
+    gen.out.line(f"// warpgroup MMA: m64n{n}k{mma_k} {dtype}, {kk // mma_k} k steps{where}")
+    if wait == "carried":
+        rot = gen.rotation
+        for s in range(kk // 16):
+            frag = _register_fragment(sa.cname, s, dtype)
+            gen.out.line(" ".join(f"{rot.frag}[{s}][{q}] = {f};" for q, f in enumerate(frag)))
+        gen.out.line(f"{rot.stage} = {sb.ptr};")
+        frags = [[f"{rot.frag}[{s}][{q}]" for q in range(4)] for s in range(kk // 16)]
+        kept = CoreTile(rot.stage, sb.role, sb.k, sb.x, sb.dtype, sb.mn_major)
+        rot.issue = _issue(acc, frags, kept, n, kk, dtype, fresh)
+        return
+    gen.out.line("wg_fence();")
+    frags = [_register_fragment(sa.cname, s, dtype) for s in range(kk // 16)] if from_regs else sa
+    gen.out.block(_issue(acc, frags, sb, n, kk, dtype, fresh))
+    if wait == "rotated":
+        gen.out.line("wg_commit();")
+        gen.rotation.slot = (len(gen.out.lines), gen.out.depth)
+    # the later stage out before the wait (a TMA ring releases group i - 1's stage after it instead)
+    elif wait == "one" and (gen.schedule.late_copies or gen.register_ring) and not gen.tma_split:
+        gen.out.line("wg_commit();")
+        gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
+    else:
+        gen.out.line("wg_commit_wait_one();" if wait == "one" else "wg_commit_wait();")
+
+
+def _issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> list[str]:
+    """The wgmma instructions of acc += a b (acc = a b when `fresh`), one block per k step; `sa`
+    a CoreTile or, per k step, the four C expressions of this lane's A fragment."""
     mma_k = 8 if dtype == "tf32" else 16
     regs = n // 2
-    c = acc.cname
     outs = []
     for i in range(regs):
         s, h, e = i // 4, (i // 2) % 2, i % 2
-        outs.append(f'"+f"({c}[{h}][{2 * s + e}])')
+        outs.append(f'"+f"({acc.cname}[{h}][{2 * s + e}])')
     d = ", ".join(f"%{i}" for i in range(regs))
-    from_regs = not isinstance(sa, CoreTile)
-    where = ", a from registers" if from_regs else ""
-    gen.out.line(f"// warpgroup MMA: m64n{n}k{mma_k} {kind}, {kk // mma_k} k steps{where}")
-    gen.out.line("wg_fence();")
+    lines = []
     for s in range(kk // mma_k):
-        b_ptr = f"{sb.ptr} + {s * sb.k_step}"
-        gen.out.open("")
-        gen.out.line(f"const unsigned long long db_ = {_desc(sb, b_ptr)};")
-        if from_regs:
-            _register_fragment(gen, sa.cname, s, dtype)
+        lines.append(" {")  # as Emitter.open("") writes it: matmul's text stays as it was
+        lines.append(f"  const unsigned long long db_ = {_desc(sb, f'{sb.ptr} + {s * sb.k_step}')};")
+        if not isinstance(sa, CoreTile):
+            lines.append("  const unsigned " + ", ".join(f"a{q}_ = {f}" for q, f in enumerate(sa[s])) + ";")
             a_op, trans, b_op = "{" + ", ".join(f"%{regs + q}" for q in range(4)) + "}", "", f"%{regs + 4}"
             a_in = ", ".join(f'"r"(a{q}_)' for q in range(4))
         else:
             a_ptr = f"{sa.ptr} + (th_warp / 4) * {sa.x_block} + {s * sa.k_step}"
-            gen.out.line(f"const unsigned long long da_ = {_desc(sa, a_ptr)};")
+            lines.append(f"  const unsigned long long da_ = {_desc(sa, a_ptr)};")
             a_op, a_in, trans, b_op = f"%{regs}", '"l"(da_)', f"{int(sa.mn_major)}, ", f"%{regs + 1}"
         imm = "p, 1, 1" if dtype == "tf32" else f"p, 1, 1, {trans}{int(sb.mn_major)}"
-        gen.out.line(
-            f'asm volatile("{{ .reg .pred p; setp.ne.b32 p, 1, 0; '
-            f"wgmma.mma_async.sync.aligned.m64n{n}k{mma_k}.f32.{kind}.{kind} {{{d}}}, {a_op}, {b_op}, "
+        lines.append(
+            f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, {int(not (fresh and s == 0))}, 0; '
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{mma_k}.f32.{dtype}.{dtype} {{{d}}}, {a_op}, {b_op}, "
             f'{imm}; }}" : {", ".join(outs)} : {a_in}, "l"(db_));'
         )
-        gen.out.close()
-    # the later stage out before the wait (a TMA ring releases group i - 1's stage after it instead)
-    if overlap and (gen.schedule.late_copies or gen.register_ring) and not gen.tma_split:
-        gen.out.line("wg_commit();")
-        gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
-    else:
-        gen.out.line("wg_commit_wait_one();" if overlap else "wg_commit_wait();")
+        lines.append("}")
+    return lines
 
 
-def _register_fragment(gen, p: str, step: int, dtype: str) -> None:
-    """a0_..a3_: this lane's A fragment of k step `step` from register tile p (rows g, g + 8 in
-    p[0], p[1]; k columns 16 step + 2t, +1 at local 4 step, +1 and + 8 at 4 step + 2, + 3),
-    rounded to the operand type."""
+def _register_fragment(p: str, step: int, dtype: str) -> list[str]:
+    """This lane's A fragment of k step `step` from register tile p (rows g, g + 8 in p[0],
+    p[1]; k columns 16 step + 2t, +1 at local 4 step, +1 and + 8 at 4 step + 2, + 3), packed
+    and rounded to the operand type."""
     pack, j = ("pack_bf16x2" if dtype == "bf16" else "pack_f16x2"), 4 * step
-    frag = [f"{pack}({p}[{h}][{j + q}], {p}[{h}][{j + q + 1}])" for q in (0, 2) for h in (0, 1)]
-    gen.out.line("const unsigned " + ", ".join(f"a{q}_ = {f}" for q, f in enumerate(frag)) + ";")
+    return [f"{pack}({p}[{h}][{j + q}], {p}[{h}][{j + q + 1}])" for q in (0, 2) for h in (0, 1)]
 
 
 def _desc(t: CoreTile, ptr: str) -> str:

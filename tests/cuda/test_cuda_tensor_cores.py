@@ -169,12 +169,17 @@ def _variants():
         ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, wg),
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
+    rotated = [
+        Schedule(wgmma=True, stages=4, rotate=True),
+        Schedule(wgmma=True, stages=3, late_copies=True, rotate=True),
+    ]
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk", "mha_tf32.phk"):
         for d in (64, 128):
-            for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}):
-                mm.append((name, {"H": 8, "N": 4096, "D": d}, point, Schedule()))
+            for point in ({"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}, {"BR": 128, "BC": 128}):
+                dims = {"H": 8, "N": 4096, "D": d}
+                mm.append((name, dims, point, Schedule()))
                 if name != "mha_tf32.phk":  # S = Q K^T from shared memory, P V with P in registers
-                    mm.append((name, {"H": 8, "N": 4096, "D": d}, point, Schedule(wgmma=True, stages=4)))
+                    mm += [(name, dims, point, s) for s in [Schedule(wgmma=True, stages=4), *rotated]]
     return mm
 
 
@@ -222,6 +227,8 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     report = out.stderr + out.stdout
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
     assert "0 bytes stack frame" in report, report
+    # C7510-C7515: ptxas serializes the warpgroup MMAs (an accumulator touched while in flight)
+    assert "are serialized" not in report, report
     cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
     assert cuobjdump and nvdisasm, "cuobjdump/nvdisasm missing: tools/bazel installs them from the lock"
     env = {**os.environ, "PATH": f"{Path(nvdisasm).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -458,6 +465,54 @@ def _replace_expr(node, old, new):
     return node
 
 
+def _attention_source(name: str, schedule: Schedule, point=None) -> str:
+    kernel = load_example(name)
+    b = binding.bind(kernel, {"H": 2, "N": 1000, "D": 64}, None, point or {"BR": 128, "BC": 64})
+    return compile_kernel(kernel, b, schedule=schedule).cuda_source
+
+
+def test_warpgroup_attention_starts_s_from_scale_d_and_packs_p_as_it_is():
+    """Warpgroup MMA attention, not rotated: S = Q K^T starts from scale-d 0 (no zeroed
+    accumulator registers, which would make ptxas serialize a rotated loop), both dots wait
+    for their group; P goes into fragments without a rounded copy, and exp is exp2 of one fma."""
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk"):
+        src = _attention_source(name, Schedule(wgmma=True, stages=4))
+        body = src[src.index("for (int u_j_") :]
+        s_dot, pv_dot = body.index("m64n64k16"), body.index("a from registers")
+        assert body.index("wg_commit_wait();", s_dot) < pv_dot and "wg_commit_wait();" in body[pv_dot:]
+        assert "setp.ne.b32 p, 0, 0;" in body[s_dot:pv_dot] and "= 0.0f;" not in body[:s_dot]
+        assert "bf16_to_f32(f32_to_bf16(" not in body and "pack_bf16x2(u_p_" in body
+        assert "exp2f(fmaf(" in body and "expf(" not in body
+
+
+def test_rotated_attention_issues_p_v_after_the_next_s():
+    """Schedule.rotate: the deferred P V only packs its fragments and keeps its V stage; the
+    next iteration issues it right after S's commit and waits for S alone (wait_group 1); the
+    statement that rescales acc first waits for all; after the loop the last P V is issued."""
+    src = _attention_source("mha_bf16.phk", Schedule(wgmma=True, stages=4, rotate=True))
+    loop, after = src.index("for (int u_j_"), src.rindex("if (kept_b_")
+    body, tail = src[loop:after], src[after : src.rindex("wg_wait_all();")]
+    kept = body.index("if (kept_b_", body.index("wg_commit();"))
+    assert body.index("a0_ = kept_a_", kept) < body.index("wg_commit(); wg_wait_one();", kept)
+    assert body.index("} else {", kept) < body.index("wg_wait_all();", kept)
+    rescale = body.index("acc = acc * expand(correction")
+    assert body.index("wg_wait_all();", rescale) < body.index("u_acc_5[_i][_j] = (u_acc_5", rescale)
+    assert "= pack_bf16x2(u_p_" in body[rescale:] and "wgmma.mma_async" not in body[rescale:]
+    assert "a0_ = kept_a_" in tail and "wgmma.mma_async" in tail and "wg_commit();" in tail
+
+
+def test_rotation_leaves_kernels_without_a_loop_of_dots_alone():
+    """Schedule.rotate changes nothing in matmul (one dot in its loop)."""
+    kernel = load_example("matmul_bf16.phk")
+    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}
+    b = binding.bind(kernel, {"M": 512, "N": 512, "K": 512}, None, point)
+    plain, rotated = (
+        compile_kernel(kernel, b, schedule=Schedule(wgmma=True, stages=4, rotate=r)).cuda_source
+        for r in (False, True)
+    )
+    assert rotated == plain
+
+
 def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_path):
     """The tuner's search order (no GPU: timings made up): every point with the default
     schedule and with warpgroup MMA, then each family's whole schedule space at its own best
@@ -487,7 +542,7 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
         assert len({str(p) for p, _ in family}) == autotune.FINALISTS
         assert all(p["TILE_M"] == 64 for p, _ in family)
     assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
-    assert any(s.late_copies for _, s in asked[2])
+    assert any(s.late_copies for _, s in asked[2]) and not any(s.rotate for f in asked for _, s in f)
     assert {s.stages for _, s in asked[2]} == {3, 4, 5, *sched.DEEP_STAGES}
     assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == max(sched.DEEP_STAGES)
     again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
@@ -515,3 +570,22 @@ def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():
         dims = {"M": 1000, "N": 1000, "K": 1000} if "matmul" in name else {"H": 2, "N": 512, "D": 64}
         with pytest.raises(CompileError, match="is pruned: bulk tensor copies take"):
             generate_source(k, binding.bind(k, dims, None, point), schedule=tma)
+
+
+def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_path):
+    """A loop of two dots (attention): the warpgroup probe rotates it, and the family's space
+    holds both orders."""
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    asked = []
+
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
+        asked.append(list(candidates))
+        return [((tuple(sorted(p.items())), s), 1.0 + (0.0 if s.rotate else 0.5)) for p, s in candidates], []
+
+    monkeypatch.setattr(autotune, "_measure", fake_measure)
+    res = autotune.tune(load_example("mha_bf16.phk"), {"H": 8, "N": 4096, "D": 64})
+    probe = Schedule(stages=4, order="grouped", wgmma=True, rotate=True)
+    assert {s for _, s in asked[0]} == {Schedule(), probe}
+    assert {s.rotate for _, s in asked[2]} == {False, True} and res.schedule.rotate
