@@ -17,12 +17,12 @@ its rank (its place in the planner's list of nodes).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.placement import Piece
+from scheduler.placement import Placed
 
 I64 = np.int64
 
@@ -76,21 +76,22 @@ class Flat:
     names: list[str]
 
 
-def flatten(pieces: Sequence[Piece], rank_of: Mapping[int, int], tensors: Mapping[str, int]) -> Flat:
+def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     """The program as columns. Python walks it once with comprehensions (the planner's only
     per-access Python: numbering each region's key); the rest is grouping with numpy."""
-    n_pieces = len(pieces)
-    launches = [launch for piece in pieces for launch in piece.launches]
+    n_pieces = len(placed.launches)
+    launches = [launch for piece in placed.launches for launch in piece]
     n_launches = len(launches)
-    l_piece = np.repeat(np.arange(n_pieces, dtype=I64),
-                        np.fromiter((len(piece.launches) for piece in pieces), I64, n_pieces))
+    l_piece = np.repeat(np.arange(n_pieces, dtype=I64), np.fromiter(map(len, placed.launches), I64, n_pieces))
     n_read = np.fromiter((len(launch.reads) for launch in launches), I64, n_launches)
     n_access = n_read + np.fromiter((len(launch.writes) for launch in launches), I64, n_launches)
     accesses = [pair for launch in launches for part in (launch.reads, launch.writes) for pair in part]
     count = len(accesses)
+    # Each key is numbered by its first access (setdefault keeps the first), then densely.
     ids: dict[tuple, int] = {}
     number = ids.setdefault
-    a_key = np.fromiter((number((r.tensor, r.start, r.shape), len(ids)) for _, r in accesses), I64, count)
+    a_key = _dense(np.fromiter((number((r.tensor, r.start, r.shape), i) for i, (_, r) in enumerate(accesses)),
+                               I64, count))
     names: dict[str, int] = {}
     name = names.setdefault
     a_param = np.fromiter((name(p, len(names)) for p, _ in accesses), I64, count)
@@ -101,14 +102,18 @@ def flatten(pieces: Sequence[Piece], rank_of: Mapping[int, int], tensors: Mappin
     size_of = {shape: math.prod(shape) for shape in {key[2] for key in keys}}
     rows = _piece_rows(l_piece[a_launch], a_key, a_write, a_launch, a_param, len(keys))
     flat = Flat(
-        p_rank=np.fromiter((rank_of[piece.node] for piece in pieces), I64, n_pieces),
-        p_round=np.fromiter((piece.round for piece in pieces), I64, n_pieces),
-        p_unit=np.fromiter((piece.unit.index for piece in pieces), I64, n_pieces),
+        p_rank=placed.rank, p_round=placed.round, p_unit=placed.unit,
         l_piece=l_piece, l_leaf=l_leaf, **rows,
         k_tensor=np.fromiter((tensors[key[0]] for key in keys), I64, len(keys)),
         k_elements=np.fromiter((size_of[key[2]] for key in keys), I64, len(keys)),
         keys=keys, names=list(names))
     return flat
+
+
+def _dense(first_access: np.ndarray) -> np.ndarray:
+    """Numbers that are each key's first access (increasing with it) as 0, 1, 2, ..."""
+    firsts = first_access == np.arange(len(first_access))
+    return (np.cumsum(firsts) - 1)[first_access]
 
 
 def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[str, np.ndarray]:

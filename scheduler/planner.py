@@ -50,7 +50,7 @@ import numpy as np
 from common.errors import UserError
 from compiler.cluster.units import no_gc_pauses
 from scheduler import plan_arrays, plan_columns
-from scheduler.placement import place, root_node
+from scheduler.placement import place_columns
 from schemas.instructions import ITEMSIZE, NodePlan
 from schemas.program import ClusterProgram, Unit
 
@@ -109,9 +109,8 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     hosts = {f.node: f.host for f in nodes}
     reduction = program.reduction
     split = reduction is not None and reduction.shares > 1
-    pieces = place(units, node_ids, hosts, reduction.hosts if split else (), split)
-    flat = plan_arrays.flatten(pieces, {node: rank for rank, node in enumerate(node_ids)},
-                               {t.name: i for i, t in enumerate(program.tensors)})
+    placed = place_columns(units, node_ids, hosts, reduction.hosts if split else (), split)
+    flat = plan_arrays.flatten(placed, {t.name: i for i, t in enumerate(program.tensors)})
     tensors = _tensor_columns(program, tensor_index, flat.names)
     if np.any(flat.o_loaded & tensors.scratch[flat.k_tensor[flat.o_key]]):
         raise AssertionError("a partial is read before any launch writes it")
@@ -132,7 +131,7 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
                                        np.array(node_ids, np.int64), first_id)
     node_plans = {figure.node: NodePlan(figure.node, generation, table, peak, plan_uris)
                   for figure, table, peak in zip(nodes, tables, peaks, strict=True)}
-    return Plan(generation, node_plans, root_node(pieces), len(owners.g_owner))
+    return Plan(generation, node_plans, placed.roots, len(owners.g_owner))
 
 
 def _tensor_columns(program: ClusterProgram, stored_index: Mapping[str, int], names: list[str]
