@@ -49,13 +49,12 @@ def shares_of(unit: Unit) -> int:
 
 
 def place(units: Sequence[Unit], nodes: Sequence[int], hosts: Mapping[int, str] | None = None,
-          groups: tuple[int, ...] = (), split: bool = True) -> list[Piece]:
-    """The pieces of `units` (in the order given) over `nodes`, in placement order; `hosts` maps a
-    node to its host, `groups` are the shares per host of a tree by hosts (empty: another tree).
-    `split` False says that no unit is split: they are dealt round robin, without the search."""
+          groups: tuple[int, ...] = ()) -> list[Piece]:
+    """The pieces of `units` (in the order given) over `nodes`, in placement order, for a program
+    whose cluster loop is split (a program without one: `place_columns` deals its units round
+    robin); `hosts` maps a node to its host, `groups` are the shares per host of a tree by hosts
+    (empty: another tree)."""
     n = len(nodes)
-    if not split:
-        return [Piece(unit, nodes[k % n], k // n, unit.launches, (0,)) for k, unit in enumerate(units)]
     free_from = dict.fromkeys(nodes, 0)  # node -> first round it has nothing in
     turn = 0  # where the next unit's choice of nodes starts, so that roots rotate
     by_host = _nodes_by_host(nodes, hosts or {})
@@ -137,7 +136,7 @@ def place_columns(units: Sequence[Unit], nodes: Sequence[int], hosts: Mapping[in
         rank, rounds = dealt % len(nodes), dealt // len(nodes)
         roots = dict(zip(unit_index.tolist(), np.asarray(nodes)[rank].tolist(), strict=True))
         return Placed([unit.launches for unit in units], rank, rounds, unit_index, roots)
-    pieces = place(units, nodes, hosts, groups, True)
+    pieces = place(units, nodes, hosts, groups)
     rank_of = {node: rank for rank, node in enumerate(nodes)}
     return Placed([p.launches for p in pieces],
                   np.fromiter((rank_of[p.node] for p in pieces), np.int64, len(pieces)),

@@ -380,7 +380,11 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     hosts = {f.node: f.host for f in nodes}
     reduction = program.reduction
     split = reduction is not None and reduction.shares > 1
-    pieces = place(units, node_ids, hosts, reduction.hosts if split else (), split)
+    if split:
+        pieces = place(units, node_ids, hosts, reduction.hosts)
+    else:  # dealt round robin, as scheduler/placement.py's doc says, one Piece per unit
+        n = len(node_ids)
+        pieces = [Piece(unit, node_ids[k % n], k // n, unit.launches, (0,)) for k, unit in enumerate(units)]
     states, first_use, partials = _account(pieces, node_ids, scratch)
     _choose_owners(states, first_use, dtypes)
     owners = _owner_buffers(states)
