@@ -23,6 +23,7 @@ from common import cache
 
 COMPILER = Path(__file__).resolve().parent.parent / "compiler"
 CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
+DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages: compile
 
 
 def leaf_ptx(program) -> dict[str, str]:
@@ -52,8 +53,9 @@ def compile_leaves(program) -> dict[str, str]:
 
 
 def _key(leaves) -> str | None:
-    """The cache key, or None where the NVRTC library to be loaded is not a file found here."""
-    library = _nvrtc_library()
+    """The cache key; None (compile) where the NVRTC library to be loaded is not a file found
+    here, or where the user asked for the compiler's stages to be dumped."""
+    library = None if any(os.environ.get(v) for v in DUMPS) else _nvrtc_library()
     if library is None:
         return None
     digest = hashlib.sha256()

@@ -104,6 +104,20 @@ def test_free_waits_for_peer_fetches():
     assert started(state.handle(TileServed(1, buffer=0, node=3))) == [7]
 
 
+def test_the_peers_still_to_fetch_a_buffer_are_the_ones_its_free_names():
+    """What a GPU owner offers a servable buffer to (pod/offers.py): not a peer that released it
+    already, nor one lost to the job."""
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(peers=(2, 3)), WRITES, frozenset({0, 1, 2, 3})))
+    plan = state.plans[1]
+    assert plan.fetchers(0) == (2, 3)
+    assert plan.fetchers(1) == () and plan.fetchers(2) == ()  # no peer fetches these
+    state.handle(TileServed(1, buffer=0, node=2))
+    assert plan.fetchers(0) == (3,)
+    state.handle(PlanSubmitted(NodePlan(0, 2, (), 0), WRITES, frozenset({0, 1, 2})))  # node 3 lost
+    assert plan.fetchers(0) == ()
+
+
 def test_serves_before_the_deps_are_done_still_count():
     state = PodState("j")
     state.handle(PlanSubmitted(add_plan(peers=(2,)), WRITES))

@@ -75,3 +75,12 @@ def test_a_broken_or_partial_cache_file_is_compiled_again(fresh):
         stored.write_text(broken)
         assert leaf_ptx.leaf_ptx(program()) == ptx
         assert json.loads(stored.read_text()) == ptx
+
+
+def test_a_dump_of_the_compilers_stages_compiles_anew(fresh, monkeypatch):
+    leaf_ptx.leaf_ptx(program())
+    compiled = []
+    monkeypatch.setattr(leaf_ptx, "compile_leaves", lambda p: compiled.append(p) or {"main": ".entry x"})
+    assert leaf_ptx.leaf_ptx(program())["main"] != ".entry x"  # from disk
+    monkeypatch.setenv("PHOBOS_CUDA_DUMP", str(fresh / "dump"))
+    assert leaf_ptx.leaf_ptx(program()) == {"main": ".entry x"} and len(compiled) == 1
