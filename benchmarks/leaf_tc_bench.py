@@ -5,7 +5,7 @@
 - matmul bf16 (examples/matmul_bf16.phk), M = N = K in {4096, 8192, 16384}, C in f32, against
   torch.matmul bf16 (cuBLAS) and a Triton matmul written for this comparison
   (benchmarks/triton_peers.py). Our tile values and code-generator schedule (warp layout,
-  pipeline depth, CTA order) are tuned at 4096 and reused for the larger sizes; f16 likewise at 8192.
+  pipeline depth, CTA order, TMA ring) are tuned at 8192 and reused for the other sizes; f16 likewise.
 - matmul TF32 (examples/matmul_tf32.phk, `precision = tf32`) against torch.matmul f32 with TF32
   allowed and the Triton matmul on f32 (TF32 dots).
 - attention: examples/mha_bf16.phk and causal_mha_bf16.phk (D in {64, 128}) and mha_tf32.phk

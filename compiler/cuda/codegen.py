@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mma, stores, uniform, wgmma
+from compiler.cuda import analysis, dots, loops, mma, stores, tma, uniform, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
@@ -23,6 +23,7 @@ REGISTER_BUDGET = 200  # floats per thread held by tile variables before the poi
 # addresses need registers too: past 128 tile values per thread ptxas spilled (mha D=128,
 # BR=64, BC=128 held 132 and spilled 72 bytes at 255 registers).
 TENSOR_CORE_REGISTER_BUDGET = 128
+RINGS = ("ring", "regring", "tmaring")  # shared-memory rings of a loop's operands (loops.ring_lets)
 # Warpgroup MMA reads its operands from shared memory or straight from the tile (P's fragments
 # are packed from it), so a CTA of two or more warpgroups holds more: mha D=128 at BR=BC=128
 # holds 132 and assembles to 242 registers without spills (one CTA of 8 warps per SM). With one
@@ -41,6 +42,7 @@ class Generated:
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
     tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
     arch: str = "compute_90"  # NVRTC's virtual architecture (compute_90a for warpgroup MMA)
+    tensor_maps: tuple = ()  # tensor_maps.MapSpec per extra parameter (bulk tensor copies, tma.py)
 
 
 class KernelGen(ExprEmitter):
@@ -234,8 +236,8 @@ class KernelGen(ExprEmitter):
             while i < len(body) and isinstance(body[i], ir.Let) and body[i].name in pipelined:
                 run.append(body[i])
                 i += 1
-            rings = [x for x in run if self.pipelined[x.name][0] in ("ring", "regring")]
-            regs = [x for x in run if self.pipelined[x.name][0] not in ("ring", "regring")]
+            rings = [x for x in run if self.pipelined[x.name][0] in RINGS]
+            regs = [x for x in run if self.pipelined[x.name][0] not in RINGS]
             if rings:
                 loops.ring_lets(self, rings)
             if regs:  # consecutive prefetched operands share one barrier pair
@@ -346,6 +348,26 @@ class KernelGen(ExprEmitter):
 
     # -- the whole kernel -------------------------------------------------------------------
 
+    def parameters(self) -> tuple[list[str], list[str]]:
+        """The kernel's C parameters and their names in launch order: tensors, scalars, then the
+        tensor maps of bulk tensor copies (passed by value, built per launch: tensor_maps.py)."""
+        params, order = [], []
+        stored = {s.tensor for s in _all_stmts(self.kernel.body) if isinstance(s, ir.Store)}
+        for p in self.kernel.params:
+            if isinstance(p, ir.TensorParam):
+                ctype = STORAGE_CTYPE[p.dtype]
+                if p.name in stored:
+                    params.append(f"{ctype}* __restrict__ t_{p.name}")
+                else:
+                    params.append(f"const {ctype}* __restrict__ t_{p.name}")
+            else:
+                params.append(f"{CTYPE[p.dtype]} s_{p.name}")
+            order.append(p.name)
+        for spec in self.tensor_maps:
+            params.append(f"const __grid_constant__ TmaMap {spec.param}")
+            order.append(spec.param)
+        return params, order
+
     def register_budget(self) -> int:
         """Tile values a thread may hold before the point is pruned (see the constants)."""
         if not self.tensor_cores:
@@ -376,20 +398,13 @@ class KernelGen(ExprEmitter):
             head.block(mma.PRELUDE.splitlines())
         if self.used_wgmma:
             head.block(wgmma.PRELUDE.splitlines())
-        params, order = [], []
-        stored = {s.tensor for s in _all_stmts(k.body) if isinstance(s, ir.Store)}
-        for p in k.params:
-            if isinstance(p, ir.TensorParam):
-                ctype = STORAGE_CTYPE[p.dtype]
-                if p.name in stored:
-                    params.append(f"{ctype}* __restrict__ t_{p.name}")
-                else:
-                    params.append(f"const {ctype}* __restrict__ t_{p.name}")
-            else:
-                params.append(f"{CTYPE[p.dtype]} s_{p.name}")
-            order.append(p.name)
+        if self.tensor_maps:
+            head.block(tma.PRELUDE.splitlines())
+        params, order = self.parameters()
         entry = f"phobos_{k.name}"
-        bounds = f"__launch_bounds__({self.grid.threads})"
+        threads = self.grid.threads + (tma.PRODUCER_THREADS if self.tma_split else 0)
+        # a producer warpgroup's setmaxnreg needs the register cap of one CTA per multiprocessor
+        bounds = f"__launch_bounds__({threads}, 1)" if self.tma_split else f"__launch_bounds__({threads})"
         head.line(f'extern "C" __global__ void {bounds} {entry}({", ".join(params)}) {{')
         head.depth = 1
         for name, value in sorted(self.env.items()):
@@ -410,11 +425,12 @@ class KernelGen(ExprEmitter):
             entry,
             tuple(order),
             self.grid_dims,
-            (self.grid.threads, 1, 1),
+            (threads, 1, 1),
             shared_bytes,
             tuple(spans),
             self.tensor_core_span,
             "compute_90a" if self.used_wgmma else "compute_90",
+            tuple(self.tensor_maps),
         )
 
 

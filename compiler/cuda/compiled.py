@@ -20,8 +20,9 @@ COMPILER_VERSION = "phobos-cuda-6"
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
     from compiler.cuda.dots import dot_unroll
+    from compiler.cuda.schedule import tma_searched
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}"
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class CompiledKernel:
     tensors: tuple[str, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
     tensor_core_span: Span | None = None  # the first dot on tensor cores: needs sm_80 or later
+    tensor_maps: tuple = ()  # tensor_maps.MapSpec of the parameters read by bulk tensor copies
 
 
 def generate_source(
@@ -72,4 +74,5 @@ def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKe
         tensors=tuple(p.name for p in kernel.tensors),
         scalars=tuple((p.name, p.dtype) for p in kernel.scalars),
         tensor_core_span=gen.tensor_core_span,
+        tensor_maps=gen.tensor_maps,
     )

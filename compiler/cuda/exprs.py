@@ -31,6 +31,8 @@ class ExprEmitter:
         self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
         self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
         self.register_ring = False  # the ring is filled from registers (TF32 warpgroup MMA, wgmma_tf32.py)
+        self.tma_split = 0  # consumer threads once a producer warpgroup has split off (tma.py), else 0
+        self.tensor_maps: list = []  # tensor_maps.MapSpec of the bulk tensor copies' parameters
         self.out = Emitter()
         self.vals: dict[str, Val | SharedTile] = {}
         self.scalars: dict[str, tuple[str, str]] = {}
@@ -55,7 +57,10 @@ class ExprEmitter:
     # -- small helpers ----------------------------------------------------------------------
 
     def sync(self) -> None:
-        self.out.line("__syncthreads();")
+        if self.tma_split:  # the producer warpgroup has returned: the consumers' named barrier
+            self.out.line(f'asm volatile("bar.sync 1, {self.tma_split};" ::: "memory");')
+        else:
+            self.out.line("__syncthreads();")
         if self.loop_barriers:
             self.loop_barriers[-1] = True
 

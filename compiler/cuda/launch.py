@@ -88,7 +88,11 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
 
     args = []
     scalar_types = dict(compiled.scalars)
+    maps = {m.param: m for m in compiled.tensor_maps}
     for name in compiled.params:
+        if name in maps:  # built from the operand's array below
+            args.append(maps[name])
+            continue
         if name in scalar_types:
             if name not in scalars:
                 raise UserError(f"scalar {name} is missing")
@@ -104,7 +108,31 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
             raise UserError(f"tensor {name} must start on a 16-byte boundary")
         args.append(a)
     fn = _function(compiled)
+    if maps:
+        _launch_with_maps(compiled, fn, args, arrays, stream)
+        return
     fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
+
+
+def _launch_with_maps(compiled: CompiledKernel, fn, args: list, arrays: dict, stream) -> None:
+    """A kernel that reads operands by bulk tensor copies: each map made from its array."""
+    import cupy
+
+    from compiler.cuda import tensor_maps
+
+    out = []
+    for a in args:
+        if isinstance(a, tensor_maps.MapSpec):
+            arr = arrays[a.tensor]
+            if arr.ndim != 2:
+                raise UserError(f"tensor {a.tensor} must be 2-D for its bulk tensor copies")
+            out.append(tensor_maps.encode(a, arr.data.ptr, arr.shape[0], arr.shape[1]))
+        elif isinstance(a, cupy.ndarray):
+            out.append(a.data.ptr)
+        else:
+            out.append(a)
+    s = stream if stream is not None else cupy.cuda.get_current_stream()
+    tensor_maps.launch(fn.ptr, compiled.grid, compiled.block, compiled.shared_bytes, s.ptr, out)
 
 
 def prepared_launch(compiled: CompiledKernel, scalars: dict):
@@ -129,7 +157,7 @@ def prepared_launch(compiled: CompiledKernel, scalars: dict):
     checked = []
 
     def go(arrays: dict, stream) -> None:
-        if not checked:  # the first launch goes through every check of `launch`
+        if not checked or compiled.tensor_maps:  # every check of `launch` (and the maps of these arrays)
             launch(compiled, arrays, scalars, stream=stream)
             checked.append(True)
             return

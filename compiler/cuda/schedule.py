@@ -3,6 +3,7 @@ searches them beside the kernel's own @autotune values (autotune.py)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -17,6 +18,8 @@ class Schedule:
     # where a loop iteration issues the copies of a later stage: after the barrier at its top
     # (False) or at its end, once its dots are issued (True: the tensor cores get work sooner)
     late_copies: bool = False
+    # warpgroup MMA fed by bulk tensor copies from a producer warpgroup through mbarriers (tma.py)
+    tma: bool = False
     # warpgroup MMA in a loop of two or more dots (attention): the last dot (P V) is issued in the
     # next iteration right after the first (S = Q K^T), so the tensor cores run it while that
     # iteration's softmax runs (loops.Rotation); no effect on other kernels
@@ -27,7 +30,8 @@ class Schedule:
         mma = "-wgmma" if self.wgmma else ""
         late = "-late" if self.late_copies else ""
         rot = "-rot" if self.rotate else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}"
+        tma = "-tma" if self.tma else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}{tma}"
 
 
 DEFAULT = Schedule()
@@ -39,10 +43,17 @@ WGMMA_DEEP_PROBE = Schedule(stages=8, order="grouped", wgmma=True)
 DEEP_STAGES = (6, 8)
 
 
+def tma_searched() -> bool:
+    """Whether the tuner tries the warp-specialized TMA ring (tma.py); PHOBOS_CUDA_TMA=0 leaves
+    it out (for comparing, or on a GPU whose driver lacks tensor maps)."""
+    return os.environ.get("PHOBOS_CUDA_TMA", "1") != "0"
+
+
 def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> list[Schedule]:
     """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
-    the deeper warpgroup-MMA rings (DEEP_STAGES) for kernels with a single dot, `rotates` the
-    rotated loop (Schedule.rotate) for kernels with a loop of two or more dots (attention)."""
+    the deeper warpgroup-MMA rings (DEEP_STAGES) and, with tma_searched(), the warp-specialized
+    TMA rings for kernels with a single dot, `rotates` the rotated loop (Schedule.rotate) for
+    kernels with a loop of two or more dots (attention)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     out = []
     for wm in layouts:
@@ -57,4 +68,7 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
         for late in (False, True)
         for rot in ((False, True) if rotates else (False,))
     ]
+    if deep and tma_searched():
+        orders = ("row", "grouped")
+        out += [Schedule(None, s, order, wgmma=True, tma=True) for s in (4, 6) for order in orders]
     return out

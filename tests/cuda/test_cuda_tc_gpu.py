@@ -107,6 +107,50 @@ def test_warpgroup_mma_operand_layouts_equal_interpreter(name, point):
             _check(kernel, dims, point, schedule, MATMUL_TOL, rng)
 
 
+# The warp-specialized ring (tma.py): a producer warpgroup's bulk tensor copies, mbarriers.
+# Ragged M, N and K (zero fill by the copy engine), a ring that wraps many times (K = 1000), one
+# and two consumer warpgroups. N = 317 has no 16-byte row pitch: pruned there.
+TMA_POINTS = [
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True, stages=4, order="grouped", tma=True)),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, Schedule(wgmma=True, stages=6, tma=True)),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 64}, Schedule(wgmma=True, stages=3, tma=True)),
+    ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 64}, Schedule(wgmma=True, order="grouped", group=3, tma=True)),
+]
+TMA_DIMS = [*MATMUL_DIMS, {"M": 300, "N": 520, "K": 200}, {"M": 256, "N": 256, "K": 1000}]
+
+
+@pytest.mark.parametrize("name", ["matmul_bf16.phk", "matmul_f16.phk"])
+@pytest.mark.parametrize("case", range(len(TMA_POINTS)))
+def test_tma_ring_equals_interpreter(name, case):
+    kernel = load_example(name)
+    point, schedule = TMA_POINTS[case]
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 100 + case)
+    for dims in TMA_DIMS:
+        _check(kernel, dims, point, schedule, MATMUL_TOL, rng)
+
+
+def test_tma_ring_through_the_pods_prepared_launch():
+    """The pods' launch path (prepared_launch): the tensor maps are made for each call's arrays."""
+    import cupy
+
+    from compiler.cuda.compiled import compile_kernel
+    from compiler.cuda.launch import prepared_launch
+
+    kernel = load_example("matmul_f16.phk")
+    dims = {"M": 256, "N": 384, "K": 320}
+    b = binding.bind(kernel, dims, None, TMA_POINTS[0][0])
+    go = prepared_launch(compile_kernel(kernel, b, schedule=TMA_POINTS[0][1]), {})
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        arrays, _ = random_inputs(kernel, dict(b.env), rng)
+        ref = {n: a.copy() for n, a in arrays.items()}
+        interp.run_kernel(kernel, b, ref, {})
+        dev = {n: cupy.asarray(a) for n, a in arrays.items()}
+        dev["C"][...] = np.nan
+        go(dev, None)
+        assert _rel_err(cupy.asnumpy(dev["C"]), ref["C"]) <= MATMUL_TOL
+
+
 # Multi-head attention, all heads in one launch, against the interpreter, which rounds what the
 # kernel rounds (bf16(p), the bf16/f16 output, TF32 operands). What remains: fast-math exp (ex2.approx) a few
 # ulp off numpy's exp can round p, or an output element, to the neighbouring 16-bit value on one

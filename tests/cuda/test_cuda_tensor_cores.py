@@ -142,6 +142,19 @@ def _variants():
             {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32},
             Schedule(wgmma=True, stages=8, order="grouped"),
         ),
+        # a producer warpgroup's bulk tensor copies (tma.py): two and one consumer warpgroups
+        (
+            "matmul_bf16.phk",
+            {"M": 8192, "N": 8192, "K": 8192},
+            {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
+            Schedule(wgmma=True, stages=4, order="grouped", tma=True),
+        ),
+        (
+            "matmul_f16.phk",
+            {"M": 300, "N": 520, "K": 200},
+            {"TILE_M": 64, "TILE_N": 128, "TILE_K": 64},
+            Schedule(wgmma=True, stages=5, tma=True),
+        ),
     ]
     wg = Schedule(wgmma=True)
     mm += [  # MN-major A (transpose bit), and a 32-wide B transposed into K-major
@@ -226,6 +239,8 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     assert re.search(want, sass), f"{name}: no tensor-core instruction in the SASS"
     if "tf32" in name:
         assert re.search(r"\bH(G)?MMA\.\S+\.F32\.TF32", sass), f"{name}: no TF32 tensor-core instruction"
+    if schedule.tma:  # the copy engine's loads and the mbarrier waits
+        assert "UTMALDG.2D" in sass and "SYNCS.PHASECHK" in sass, name
 
 
 @pytest.mark.parametrize("k,x,mn_major", [(64, 128, False), (32, 64, False), (64, 256, True), (32, 64, True)])
@@ -484,6 +499,29 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == max(sched.DEEP_STAGES)
     again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     assert again.cached and again.schedule == res.schedule
+
+
+def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():
+    """The warp-specialized ring: 128 more threads, one tensor map per operand (A: 128-row
+    boxes of 64 k; B: TILE_K-row boxes of 64 n, four per stage), passed after the kernel's own
+    parameters; what it cannot take is pruned, not compiled as something else."""
+    from compiler.cuda.compiled import generate_source
+    from compiler.cuda.tensor_maps import MapSpec
+
+    kernel = load_example("matmul_bf16.phk")
+    tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
+    dims = {"M": 1000, "N": 1000, "K": 1000}
+    b = binding.bind(kernel, dims, None, {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64})
+    g = generate_source(kernel, b, schedule=tma)
+    assert g.block == (384, 1, 1) and g.params == ("A", "B", "C", "tm_a", "tm_b")
+    assert g.tensor_maps == (MapSpec("tm_a", "A", 128, 64), MapSpec("tm_b", "B", 64, 64))
+    assert g.source.count("tma_load_2d(ring") == 5 and "setmaxnreg.dec.sync.aligned.u32 40" in g.source
+    narrow = {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}  # k = 32: 64-byte rows
+    for point, name in ((narrow, "matmul_bf16.phk"), ({}, "mha_bf16.phk")):
+        k = load_example(name)
+        dims = {"M": 1000, "N": 1000, "K": 1000} if "matmul" in name else {"H": 2, "N": 512, "D": 64}
+        with pytest.raises(CompileError, match="is pruned: bulk tensor copies take"):
+            generate_source(k, binding.bind(k, dims, None, point), schedule=tma)
 
 
 def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_path):

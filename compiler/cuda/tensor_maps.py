@@ -1,0 +1,99 @@
+"""Host side of the bulk tensor copies (TMA, compiler/cuda/tma.py): one tensor map per operand,
+built for the array of each launch and passed by value as a `__grid_constant__` parameter.
+
+A tensor map describes a row-major 2-D tensor (its pointer, shape and row pitch) and the box one
+copy moves (box_rows x box_cols elements, box_cols * 2 = 128 bytes with the 128-byte swizzle, the
+layout wgmma reads); elements outside the tensor arrive as zeros. The driver builds it
+(cuTensorMapEncodeTiled, called through ctypes on the libcuda that cupy already loaded), and a
+kernel with such a parameter is launched by cuLaunchKernel directly, since the 128-byte map is
+passed by value. The leaf launch interface (compiler.cuda.launch) is unchanged: callers pass
+arrays and scalars, and the maps are made from the arrays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from functools import lru_cache
+
+MAP_BYTES = 128
+_UINT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 1, 0, 3, 3, 0
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """The map a kernel parameter `param` wants of tensor `tensor` (16-bit elements)."""
+
+    param: str
+    tensor: str
+    box_rows: int
+    box_cols: int
+
+
+@lru_cache(maxsize=1)
+def _driver() -> ctypes.CDLL:
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
+    lib.cuTensorMapEncodeTiled.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_uint32,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_uint64),
+        ctypes.POINTER(ctypes.c_uint32),
+        ctypes.POINTER(ctypes.c_uint32),
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+    ]
+    lib.cuLaunchKernel.restype = ctypes.c_int
+    lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    return lib
+
+
+class TensorMap(ctypes.Structure):
+    _fields_ = [("raw", ctypes.c_uint8 * (MAP_BYTES + 64))]  # 64-byte aligned inside
+
+    def address(self) -> int:
+        return (ctypes.addressof(self) + 63) & ~63
+
+
+def encode(spec: MapSpec, ptr: int, rows: int, cols: int) -> TensorMap:
+    """The map of a row-major [rows, cols] tensor of 16-bit elements at device address `ptr`."""
+    m = TensorMap()
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    pitch = (ctypes.c_uint64 * 1)(cols * 2)
+    box = (ctypes.c_uint32 * 2)(spec.box_cols, spec.box_rows)
+    ones = (ctypes.c_uint32 * 2)(1, 1)
+    modes = (_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO)
+    err = _driver().cuTensorMapEncodeTiled(m.address(), _UINT16, 2, ptr, dims, pitch, box, ones, *modes)
+    if err:
+        raise RuntimeError(f"cuTensorMapEncodeTiled({spec}, {rows}x{cols}) failed: CUresult {err}")
+    return m
+
+
+def launch(fn_ptr: int, grid, block, shared: int, stream_ptr: int, args: list) -> None:
+    """cuLaunchKernel with `args` as device pointers (ints), np.float32 / np.int32 scalars or
+    TensorMaps, in parameter order."""
+    import numpy as np
+
+    held = []
+    for a in args:
+        if isinstance(a, TensorMap):
+            held.append(ctypes.c_void_p(a.address()))
+            continue
+        if isinstance(a, np.float32):
+            v = ctypes.c_float(float(a))
+        elif isinstance(a, np.int32):
+            v = ctypes.c_int32(int(a))
+        else:
+            v = ctypes.c_uint64(int(a))
+        held.append(v)
+    slots = (ctypes.c_void_p * len(held))(
+        *[h.value if isinstance(h, ctypes.c_void_p) else ctypes.addressof(h) for h in held]
+    )
+    err = _driver().cuLaunchKernel(fn_ptr, *grid, *block, shared, stream_ptr, slots, None)
+    if err:
+        raise RuntimeError(f"cuLaunchKernel failed: CUresult {err}")

@@ -1,0 +1,182 @@
+"""A warp-specialized ring for warpgroup MMA (Schedule.tma): one more warpgroup, the producer,
+fills the ring by bulk tensor copies (TMA, `cp.async.bulk.tensor`), and the CTA's own
+warpgroups, the consumers, only wait and multiply.
+
+Per stage s two mbarriers: full[s] (one arrival, the producer's, plus the stage's bytes, which the
+copies complete) and empty[s] (one arrival per consumer warp). The producer, one thread of the
+extra warpgroup, walks the loop: for iteration j it waits until stage j % S was released for
+iteration j - S, announces the stage's bytes on full[s] and issues one copy per 128-byte-wide box
+(a 16-bit operand's 64-wide block: the box lands in exactly the 128-byte-swizzled layout the
+wgmma descriptor reads, wgmma.CoreTile, and elements outside the tensor arrive as zeros). Each
+consumer iteration i waits on full[i % S], issues its wgmma group, waits for group i - 1 and then
+releases that group's stage: copies run up to S - 2 stages ahead with no CTA-wide barrier in the
+loop, and the 256 consumer threads issue no copies. Registers: with two consumer warpgroups
+`setmaxnreg` gives the producer 40 and each consumer thread 232 (the kernel starts at 168: 384
+threads, one CTA per multiprocessor); with one, 256 threads start with enough. The producer
+warpgroup returns after its loop, so everything after the loop
+runs on the consumers alone, and a barrier there is `bar.sync 1, consumers` (gen.sync).
+
+The tensor maps are kernel parameters (`const __grid_constant__ TmaMap`), built for each
+launch from the operand arrays (tensor_maps.py).
+
+Takes a loop at the kernel's top level with a single tensor-core dot whose operands are 2-D slices
+of 2-D 16-bit tensors with 16-byte row pitch, laid out with 128-byte rows (K-major k = 64, or
+MN-major); anything else is pruned, so the tuner never measures a variant that is not one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from compiler.cuda.layout import SMEM_LIMIT
+from compiler.cuda.tensor_maps import MapSpec
+from compiler.cuda.wgmma import CoreTile
+from compiler.frontend import ir
+
+PRODUCER_REGS, CONSUMER_REGS = 40, 232
+PRODUCER_THREADS = 128  # one warpgroup
+BOX_COLS = 64  # 16-bit elements in one 128-byte swizzled row
+
+PRELUDE = r"""
+struct __align__(64) TmaMap { unsigned long long v[16]; };
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {  // labels local to the braces
+  asm volatile("{ .reg .pred p; MBAR_WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; "
+               "@!p bra MBAR_WAIT; }" :: "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+""".strip("\n")
+
+
+@dataclass(frozen=True)
+class Operand:
+    let: ir.Let
+    tile: CoreTile  # ptr unset: each stage is this at another address
+    spec: MapSpec
+    base: str  # C name of the ring's first stage
+    size: int  # elements per stage
+
+
+def _copyable(gen, tile, load: ir.Load) -> bool:
+    if not isinstance(tile, CoreTile) or tile.elem_bytes != 2 or not tile.swizzled:
+        return False
+    if not tile.mn_major and tile.k * tile.elem_bytes != 128:
+        return False
+    param = gen.tensor(load.tensor, load.span)
+    dims = gen.dims_of(param)
+    if len(dims) != 2 or dims[-1] % 8 or load.tensor in gen.stored_tensors():
+        return False
+    if load.fill is not None and not (isinstance(load.fill, ir.Const) and float(load.fill.value) == 0.0):
+        return False
+    return all(isinstance(i, ir.SliceRange) for i in load.index) and tile.rows <= 256
+
+
+def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str) -> dict:
+    """The mbarriers, the producer's whole loop (then it returns) and the consumers' register
+    raise; `entries`: (let, role, transposed, tile) with tile's ptr unset."""
+    if len(gen.leaf.plan.tc_dots) != 1 or gen.loop_barriers or gen.out.depth != 1:
+        raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop at the kernel's top level")
+    if not all(_copyable(gen, tile, st.value) for st, _, _, tile in entries):
+        raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 2-D 16-bit tensors in 128-byte rows")
+    stage_floats = sum(t.elements // 2 for *_, t in entries)
+    stages = max(3, gen.schedule.stages)
+    while stages > 3 and (gen.perm_floats + stages * stage_floats) * 4 > SMEM_LIMIT - 32 * 1024:
+        stages -= 1
+    ops = []
+    for st, _, _, tile in entries:
+        base = gen.fresh("ring")
+        ring = gen.alloc_perm(stages * tile.elements // 2, 256)
+        gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
+        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS)  # rows as the source lies
+        ops.append(Operand(st, tile, spec, base, tile.elements))
+    gen.tensor_maps += [o.spec for o in ops]
+    consumers = gen.grid.threads
+    bars = gen.fresh("bar")
+    gen.out.line(f"const unsigned {bars} = smem_u32({gen.alloc_perm(4 * stages)});  // full[], empty[]")
+    gen.out.open("if (th_id == 0)")
+    loop = f"for (int s_ = 0; s_ < {stages}; ++s_)"
+    gen.out.line(f"{loop} mbar_init({bars} + 8 * s_, 1);")
+    gen.out.line(f"{loop} mbar_init({bars} + 8 * ({stages} + s_), {consumers // 32});")
+    gen.out.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
+    gen.out.close()
+    gen.out.line("__syncthreads();")
+    first = gen.fresh("first")
+    gen.out.line(f"const int {first} = {start};")
+    _producer(gen, s, ops, stages, bars, (first, stop_name, step))
+    if _shares_registers(consumers):
+        gen.out.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGS};");')
+    gen.tma_split = consumers
+    ring = (stages, bars, first)
+    return {o.let.name: ("tmaring", o, ring) for o in ops}
+
+
+def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop) -> None:
+    first, stop_name, step = loop
+    consumers = gen.grid.threads
+    nbytes = sum(o.tile.elements * 2 for o in ops)
+    gen.out.line("// the producer warpgroup: one thread issues the copies, then the warpgroup returns")
+    gen.out.open(f"if (th_id >= {consumers})")
+    if _shares_registers(consumers):
+        gen.out.line(f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS};");')
+    gen.out.open(f"if (th_id == {consumers})")
+    var = gen.fresh("kp")
+    gen.out.open(f"for (int {var} = {first}, j_ = 0; {var} < {stop_name}; {var} += {step}, ++j_)")
+    gen.scalars[s.var] = (var, "i32")
+    gen.out.line(f"const int s_ = j_ % {stages};")
+    gen.out.line(f"if (j_ >= {stages}) mbar_wait({bars} + 8 * ({stages} + s_), ((j_ / {stages}) + 1) & 1);")
+    gen.out.line(f"mbar_expect_bytes({bars} + 8 * s_, {nbytes});")
+    for o in ops:
+        rows, cols = (gen.scalar(i.start) for i in o.let.value.index)
+        dst = f"{o.base} + s_ * {o.size}"
+        if o.tile.mn_major:  # one box per 64-wide block of x
+            for j in range(o.tile.x // BOX_COLS):
+                at, col = f"{dst} + {j * o.tile.x_block}", f"{cols} + {j * BOX_COLS}"
+                gen.out.line(f"tma_load_2d({at}, &{o.spec.param}, {col}, {rows}, {bars} + 8 * s_);")
+        else:
+            gen.out.line(f"tma_load_2d({dst}, &{o.spec.param}, {cols}, {rows}, {bars} + 8 * s_);")
+    gen.out.close()
+    gen.out.close()
+    gen.out.line("return;")
+    gen.out.close()
+
+
+def _shares_registers(consumers: int) -> bool:
+    """Whether the CTA starts with fewer registers per thread than a consumer wants (two
+    consumer warpgroups: 65536 / 384 -> 168), so that the producer must hand its own over."""
+    return 65536 // (consumers + PRODUCER_THREADS) // 8 * 8 < CONSUMER_REGS
+
+
+def ring_lets(gen, lets: list[ir.Let]) -> None:
+    """One consumer iteration: wait until this stage is full, point the lets at it; at the end of
+    the body (after the dot's wait for group i - 1) release group i - 1's stage."""
+    gen.out.span = lets[0].span
+    entries = [gen.pipelined[s.name] for s in lets]
+    stages, bars, first = entries[0][2]
+    var_c, step = entries[0][4], entries[0][5]
+    it = gen.fresh("it")
+    gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
+    gen.ring_iteration = it
+    gen.out.line(f"mbar_wait({bars} + 8 * ({it} % {stages}), ({it} / {stages}) & 1);")
+
+    def release() -> None:
+        stage = f"(({it} - 1) % {stages})"
+        gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
+
+    gen.loop_tail.append(release)
+    for s, (_, o, *_) in zip(lets, entries, strict=True):
+        cur = gen.fresh("stage")
+        gen.out.line(f"unsigned short* const {cur} = {o.base} + ({it} % {stages}) * {o.size};")
+        gen.ring_tiles.add(cur)
+        gen.vals[s.name] = replace(o.tile, ptr=cur)
