@@ -33,6 +33,7 @@ import numpy as np
 
 from common import storage
 from pod.backend_cpu import PreparedLeaf, prepare_leaf
+from pod.ipc_mappings import IpcMappings
 from schemas.capnp_io import JobProgram
 
 STREAMS = 4
@@ -55,7 +56,7 @@ class GpuBackend:
         self._free_streams = list(self._streams)
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._ipc_open: dict[bytes, int] = {}  # a peer allocation's IPC handle -> our mapping of it
+        self._ipc = IpcMappings()  # our mappings of same-host peers' allocations, by IPC handle
         self._idle: dict[int, list] = {}  # bytes -> allocations no buffer uses now
         self._launchers: dict[tuple[str, str], object] = {}  # (job, leaf) -> prepared launch
         self.piece_bytes = PIECE_BYTES
@@ -92,7 +93,7 @@ class GpuBackend:
         for key in [k for k in self._leaves if k[0] == job_id]:
             del self._leaves[key]
             self._launchers.pop(key, None)
-        self._close_ipc()
+        self._close_ipc(job_id)
 
     # ---- buffers ----
 
@@ -238,44 +239,51 @@ class GpuBackend:
         with self.device:
             return bytes(self.cupy.cuda.runtime.ipcGetMemHandle(buffer.data.ptr))
 
-    def ipc_opened(self, handle: bytes) -> bool:
+    def ipc_opened(self, handle: bytes, job_id: str) -> bool:
+        """Whether `handle` is mapped here already; if so `job_id` now counts as its user."""
         with self._lock:
-            return handle in self._ipc_open
+            return self._ipc.use(handle, job_id) is not None
 
     def start_ipc_copy(self, buffer, handle: bytes, peer_device: int):
         """Start copying a same-host peer's buffer (by its IPC handle, opened already: open_ipc)
         into `buffer`, device to device, on this thread's copy stream; returns the CUDA event
         that completes with the copy. Cheap enough for the event loop's thread (no wait)."""
         with self._lock:
-            ptr = self._ipc_open[handle]
+            ptr = self._ipc.pointer(handle)
         with self.device:
             stream = self._copy_stream()
             self.cupy.cuda.runtime.memcpyPeerAsync(buffer.data.ptr, self.device_index, ptr, peer_device,
                                                    buffer.nbytes, stream.ptr)
-            return stream.record(self.cupy.cuda.Event(block=False, disable_timing=True))
-
-    def open_ipc(self, handle: bytes) -> int:
-        """Our mapping of a peer allocation, opened on its first fetch and reused by later ones
-        (opening costs far more than a copy); closed when a job is forgotten."""
+            event = stream.record(self.cupy.cuda.Event(block=False, disable_timing=True))
         with self._lock:
-            ptr = self._ipc_open.get(handle)
+            self._ipc.copied(handle, event)
+        return event
+
+    def open_ipc(self, handle: bytes, job_id: str) -> int:
+        """Our mapping of a peer allocation, opened on its first fetch and reused by later ones
+        (opening costs far more than a copy), by this job and others; closed when the last job
+        that used it is forgotten (pod/ipc_mappings.py)."""
+        with self._lock:
+            ptr = self._ipc.use(handle, job_id)
         if ptr is None:
             with self.device:
                 ptr = self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
             with self._lock:
-                if handle in self._ipc_open:  # opened meanwhile by another thread: keep one
-                    self.cupy.cuda.runtime.ipcCloseMemHandle(ptr)
-                    ptr = self._ipc_open[handle]
-                else:
-                    self._ipc_open[handle] = ptr
+                spare = self._ipc.opened(handle, ptr, job_id)
+                ptr = self._ipc.pointer(handle)
+            if spare is not None:  # opened meanwhile by another thread: keep one
+                with self.device:
+                    self.cupy.cuda.runtime.ipcCloseMemHandle(spare)
         return ptr
 
-    def _close_ipc(self) -> None:
+    def _close_ipc(self, job_id: str) -> None:
         with self._lock:
-            opened, self._ipc_open = self._ipc_open, {}
+            unused = self._ipc.forget(job_id)
         with self.device:
-            for ptr in opened.values():
-                self.cupy.cuda.runtime.ipcCloseMemHandle(ptr)
+            for mapping in unused:
+                if mapping.last_copy is not None:  # a cancelled fetch's copy may still be running
+                    mapping.last_copy.synchronize()
+                self.cupy.cuda.runtime.ipcCloseMemHandle(mapping.pointer)
 
     # ---- compute ----
 

@@ -197,9 +197,9 @@ class Peers:
             offer = Offer(bytes(reply.handle), capnp_io.read_tile_header(reply.header), reply.deviceIndex)
             path = "cuda-ipc"
         _check_same_tile(offer.header, array, self.backend.host_dtype(array), f.ins)
-        if not self.backend.ipc_opened(offer.handle):  # opening takes milliseconds: not on the loop
+        if not self.backend.ipc_opened(offer.handle, f.job_id):  # opening takes milliseconds: not on the loop
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self.io_pool, self.backend.open_ipc, offer.handle)
+            await loop.run_in_executor(self.io_pool, self.backend.open_ipc, offer.handle, f.job_id)
         await self._device_done(self.backend.start_ipc_copy(array, offer.handle, offer.device))
         self._release(f, link, offer.header.nbytes)
         log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=offer.header.nbytes, path=path)
