@@ -393,7 +393,7 @@ class PodMachine:
         state = self.job(s.job)
         key = (s.job, s.generation)
         program, earlier = self.parts.pop(key, (s.program, ()))
-        instructions = earlier + s.plan.instructions
+        instructions = earlier + tuple(s.plan.instructions)  # a planner's table, in-process
         state.check_generation(s.generation)
         if s.more:
             self.parts[key] = (program, instructions)

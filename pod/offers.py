@@ -1,9 +1,12 @@
-"""Tiles that same-host GPU owners offered this pod before it asked for them (`tileReady`).
+"""Tiles that owners offered this pod before it asked for them (`tileReady`).
 
-An owner whose buffer becomes servable sends its CUDA IPC handle to each peer its plan names as
-fetching that buffer (the buffer's Free lists them). The fetcher keeps the offer here until its
-Fetch takes it: the fetch is then a device copy out of a mapping already open, with no round trip
-to the owner. A fetch that finds no offer asks the owner (`ipcHandle`) as before.
+An owner whose buffer becomes servable sends it to each peer its plan names as fetching that
+buffer (the buffer's Free lists them): a same-host GPU owner its CUDA IPC handle, a CPU owner the
+tile's header with its crc32 and a data-port ticket for that peer alone. The fetcher keeps the
+offer here until its Fetch takes it: the fetch is then a device copy out of a mapping already
+open, or straight the bulk transfer, with no round trip to the owner. A fetch that finds no offer
+asks the owner (`ipcHandle`, `tileHeader`) as before, and so does one whose offered ticket no
+longer works (a ticket expires after TICKET_TTL_S).
 
 Why an offer stays valid until it is taken: the owner frees an offered buffer only after every
 peer it offered it to has released it (its Free waits for them), and an offered buffer of a
@@ -25,8 +28,8 @@ MAX_OFFERS = 1 << 16  # offers for jobs this pod never runs are dropped oldest f
 
 @dataclass(frozen=True)
 class Offer:
-    handle: bytes  # the owner allocation's CUDA IPC handle
-    header: TileHeader  # shape, dtype and bytes of the tile (checksum unused: no bytes travel)
+    handle: bytes  # the owner allocation's CUDA IPC handle (empty: a CPU owner's ticket)
+    header: TileHeader  # shape, dtype and bytes of the tile; a CPU owner's: crc32, port, ticket
     device: int  # the owner's device ordinal
 
 

@@ -1,5 +1,7 @@
 """The pod's shell toward its peers: fetching tiles (CUDA IPC, the bulk data port, RPC chunks),
-and offering its own servable GPU tiles to same-host GPU peers before they ask (pod/offers.py).
+and offering its own servable tiles to the peers that will fetch them before they ask
+(pod/offers.py): a GPU pod's CUDA IPC handle to same-host GPU peers, a CPU pod's data-port ticket
+and crc32 to any peer.
 
 I/O only: whether to ask an owner again after a refusal is the machine's call (pod/machine.py
 FetchFailed); the transfer paths themselves are pod/transfer.py.
@@ -122,30 +124,44 @@ class Peers:
                 return
             except Exception as err:  # fall back to the host path, saying why
                 log.info("CUDA IPC fetch failed; using the host path", reason=remote_reason(err))
-        reply = await self._ask_owner(
-            f, lambda: link.pod.tileHeader(f.job_id, f.generation, f.ins.peer_buffer))
-        header = capnp_io.read_tile_header(reply.header)
-        _check_same_tile(header, array, self.backend.host_dtype(array), f.ins)
         into = self.backend.host_view(array)
         if into is None:
             into = np.empty(tuple(array.shape), self.backend.host_dtype(array))
-        bulk = bool(header.data_port)
-        if bulk:
+        path = await self._fetch_host(f, link, array, into)
+        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=into.nbytes, path=path)
+        if self.backend.host_view(array) is None:
+            await loop.run_in_executor(self.io_pool, self.backend.upload, array, into)
+        self._release(f, link, into.nbytes)
+
+    async def _fetch_host(self, f: Fetching, link: PeerLink, array, into: np.ndarray) -> str:
+        """Fill `into` over the bulk data port with the ticket the owner offered (no round trip),
+        or with one asked for now (tileHeader); chunks over the RPC where the port fails. The
+        path taken, for the log."""
+        loop = asyncio.get_running_loop()
+        offer = self.offers.take(f.job_id, f.generation, f.ins.peer, f.ins.peer_buffer)
+        offered = offer is not None and bool(offer.header.data_port)
+        header = offer.header if offered else await self._tile_header(f, link)
+        _check_same_tile(header, array, self.backend.host_dtype(array), f.ins)
+        while header.data_port:
             try:
                 crc = await loop.run_in_executor(self.io_pool, fetch_by_ticket, split_address(f.address)[0],
                                                  header.data_port, header.ticket, into, self.patience)
                 check_crc(crc, header.checksum, f"node {f.ins.peer}")
+                return "bulk-port-offered" if offered else "bulk-port"
             except TransferError as err:
-                log.info("bulk path failed; reading chunks over the RPC", reason=str(err))
-                bulk = False
-        if not bulk:
-            await self._fetch_chunks(f, link, header.nbytes, into)
-            await loop.run_in_executor(self.io_pool, verify, into, header.checksum, f"node {f.ins.peer}")
-        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=header.nbytes,
-                  path="bulk-port" if bulk else "rpc-chunks")
-        if self.backend.host_view(array) is None:
-            await loop.run_in_executor(self.io_pool, self.backend.upload, array, into)
-        self._release(f, link, header.nbytes)
+                if not offered:
+                    log.info("bulk path failed; reading chunks over the RPC", reason=str(err))
+                    break
+                log.info("offered ticket failed; asking the owner for another", reason=str(err))
+                offered, header = False, await self._tile_header(f, link)  # e.g. the ticket expired
+        await self._fetch_chunks(f, link, header.nbytes, into)
+        await loop.run_in_executor(self.io_pool, verify, into, header.checksum, f"node {f.ins.peer}")
+        return "rpc-chunks"
+
+    async def _tile_header(self, f: Fetching, link: PeerLink) -> TileHeader:
+        reply = await self._ask_owner(
+            f, lambda: link.pod.tileHeader(f.job_id, f.generation, f.ins.peer_buffer))
+        return capnp_io.read_tile_header(reply.header)
 
     async def _fetch_chunks(self, f: Fetching, link: PeerLink, nbytes: int, into: np.ndarray) -> None:
         view = byte_view(into)
@@ -222,14 +238,19 @@ class Peers:
         dtype = storage.dtype_name(self.backend.host_dtype(array))
         header = TileHeader(shape=tuple(array.shape), dtype=dtype, nbytes=int(array.nbytes), checksum=0)
         for address in peers:
-            self.spawn(self._offer(address, job_id, generation, buffer, handle, header))
+            self.spawn(self._offer(address, job_id, generation, buffer, handle, header, self._ipc_possible))
+
+    def offer_ticket(self, job_id: str, generation: int, buffer: int, header: TileHeader,
+                     address: str) -> None:
+        """Offer a CPU tile to the pod at `address`: its header with a data-port ticket of its own."""
+        self.spawn(self._offer(address, job_id, generation, buffer, b"", header, lambda link: True))
 
     async def _offer(self, address: str, job_id: str, generation: int, buffer: int, handle: bytes,
-                     header: TileHeader) -> None:
-        """One offer; a peer that does not take it asks for the handle when it fetches."""
+                     header: TileHeader, wanted: Callable[[PeerLink], bool]) -> None:
+        """One offer, to a peer `wanted` takes; a peer that does not take it asks when it fetches."""
         try:
             link = await self._link(address)
-            if not self._ipc_possible(link):
+            if not wanted(link):
                 return
             request = link.pod.tileReady_request()
             request.jobId, request.generation, request.buffer = job_id, generation, buffer
@@ -242,7 +263,7 @@ class Peers:
                      reason=remote_reason(err))
 
     def offered(self, job_id: str, generation: int, node: int, buffer: int, offer: Offer) -> None:
-        if self.backend.kind != "gpu":
+        if self.backend.kind != "gpu" and not offer.header.data_port:
             raise Refused("tileReady: this pod has no GPU")
         self.offers.put(job_id, generation, node, buffer, offer)
         log.debug("tile offered", job=job_id, generation=generation, node=node, buffer=buffer)

@@ -38,6 +38,7 @@ class BufferRecord:
     array: object  # numpy (cpu) or cupy (gpu) array in its tensor's storage dtype
     host: np.ndarray | None = None  # host copy for serving (gpu), or the array itself (cpu)
     crc: int | None = None
+    serving: asyncio.Future | None = None  # the host copy and crc being made (in the I/O pool)
     lent: bool = False  # its IPC handle went to a peer: the allocation is not reused while it may copy
 
 
@@ -131,6 +132,11 @@ class PodRuntime:
         for key in [k for k in self.leaf_seconds if k[0] == job_id]:
             del self.leaf_seconds[key]
 
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
     def cancel_tasks(self) -> None:
         for task in list(self.tasks):
             task.cancel()
@@ -144,9 +150,7 @@ class PodRuntime:
         for key in stale:  # peers waiting on a generation this pod dropped
             self._wake(job, key, Refused(f"job {job.job_id}: generation {key[0]} was dropped", STALE))
         if isinstance(action, st.StartInstruction):
-            task = asyncio.ensure_future(self._run(job, action.generation, action.instruction))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._spawn(self._run(job, action.generation, action.instruction))
         elif isinstance(action, st.BufferServable):
             self._wake(job, (action.generation, action.buffer), None)
             self._offer(job, action.generation, action.buffer)
@@ -164,17 +168,37 @@ class PodRuntime:
                 message=action.reason))
 
     def _offer(self, job: Job, generation: int, buffer: int) -> None:
-        """A GPU pod offers a servable buffer to the peers that will fetch it (pod/offers.py),
-        so that a same-host GPU peer's fetch is a device copy with no round trip to here."""
-        if self.backend.kind != "gpu":
-            return
+        """Offer a servable buffer to the peers that will fetch it (pod/offers.py), so that their
+        fetches need no round trip to here: a GPU pod its CUDA IPC handle (to same-host GPU
+        peers), a CPU pod a data-port ticket each, with the tile's crc32 computed now, beside the
+        event loop, instead of when the first fetcher asks."""
         plan = job.state.plans.get(generation)
         record = job.buffers.get((generation, buffer))
         fetchers = plan.fetchers(buffer) if plan is not None and record is not None else ()
         peers = [job.peers[n] for n in fetchers if n in job.peers]
-        if peers:
+        if not peers:
+            return
+        if self.backend.kind == "gpu":
             record.lent = True
             self.peers.offer(job.job_id, generation, buffer, record.array, peers)
+        elif self.data_port is not None:
+            self._spawn(self._offer_tickets(job.job_id, generation, buffer, record, peers))
+
+    async def _offer_tickets(self, job_id: str, generation: int, buffer: int, record: BufferRecord,
+                             peers: list[str]) -> None:
+        await self._serving_copy(record)
+        for address in peers:
+            self.peers.offer_ticket(job_id, generation, buffer, self._tile_header(record), address)
+
+    async def _serving_copy(self, record: BufferRecord) -> None:
+        """Make `record.host` (a GPU tile downloaded) and `record.crc` once, in the I/O pool;
+        concurrent askers share the one computation."""
+        if record.crc is not None:
+            return
+        if record.serving is None:
+            record.serving = asyncio.get_running_loop().run_in_executor(
+                self.io_pool, _host_and_crc, self.backend, record.array)
+        record.host, record.crc = await asyncio.shield(record.serving)
 
     def offered(self, job_id: str, generation: int, node: int, buffer: int, offer) -> None:
         """A same-host owner's offer of a tile (tileReady); one for a job or generation this pod
@@ -361,19 +385,17 @@ class PodRuntime:
         if delay is not None:  # test-only: a slow answer to a peer
             await delay.wait()
         record = await self.wait_servable(job_id, generation, buffer, patience_s)
-        if record.host is None:
-            loop = asyncio.get_running_loop()
-            record.host = await loop.run_in_executor(self.io_pool, self.backend.download, record.array)
-            record.crc = await loop.run_in_executor(self.io_pool, checksum, record.host)
-        elif record.crc is None:
-            record.crc = checksum(record.host)
+        await self._serving_copy(record)
+        return self._tile_header(record)
+
+    def _tile_header(self, record: BufferRecord) -> TileHeader:
+        """A served tile's header, with a fresh data-port ticket (none: chunks over the RPC)."""
         if self.data_port is None:
             port, ticket = 0, b""
         else:
             port, ticket = self.data_port.port, self.data_port.offer(record.host)
         return TileHeader(shape=tuple(record.host.shape), dtype=storage.dtype_name(record.host.dtype),
-                          nbytes=record.host.nbytes,
-                          checksum=record.crc, data_port=port, ticket=ticket)
+                          nbytes=record.host.nbytes, checksum=record.crc, data_port=port, ticket=ticket)
 
     def _servable(self, job: Job, generation: int, buffer: int) -> bool:
         plan = job.state.plans.get(generation)
@@ -413,3 +435,8 @@ def _timed(fn, *args) -> float:
     start = time.perf_counter()
     fn(*args)
     return time.perf_counter() - start
+
+
+def _host_and_crc(backend, array) -> tuple[np.ndarray, int]:
+    host = backend.download(array)
+    return host, checksum(host)

@@ -28,13 +28,12 @@ the planner's "every wait points to an earlier round" argument rests on that.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from schemas.program import Launch, Unit
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):  # a tuple: built about three times faster than a frozen dataclass
     unit: Unit
     node: int
     round: int

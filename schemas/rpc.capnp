@@ -248,7 +248,9 @@ interface Pod {
   # its plan names as fetching the buffer (the buffer's Free lists them), as soon as the buffer
   # is servable; the owner keeps the allocation untouched until that peer releases it (or the
   # job ends). A fetch of an offered buffer is then a local device copy with no round trip; a
-  # fetch that finds no offer asks `ipcHandle` as before.
+  # fetch that finds no offer asks `ipcHandle` as before. A CPU owner sends the same to every
+  # such peer with an empty `handle` and a header carrying the tile's crc32 and a data-port
+  # ticket for that peer: its fetch is then the bulk transfer alone (no `tileHeader`).
   tileReady @10 (jobId :Text, generation :UInt32, node :UInt32, buffer :UInt32, handle :Data,
                  header :TileHeader, deviceIndex :Int32) -> (failure :Failure);
 }

@@ -354,3 +354,36 @@ def test_a_waiting_peer_is_refused_when_the_job_is_cancelled(pods):
 
     message, waited = run_async(scenario)
     assert "job job-wait was cancelled" in message and waited < 2
+
+
+def test_a_cpu_owner_offers_its_tile_with_a_ticket_and_the_fetch_asks_nothing(tmp_path, monkeypatch):
+    """A CPU owner whose tile becomes servable sends the fetcher its header, crc32 and a data-port
+    ticket (tileReady) before the fetcher asks; the fetch then moves the bytes without a
+    tileHeader round trip (its log names the path), and they arrive intact."""
+    monkeypatch.setenv("PHOBOS_TEST_POD_LOG", "debug")
+    n = 3 * capnp_io.CHUNK_BYTES // 4 + 5
+    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    staging = storage.create_staging(tmp_path / "y.npy", (n,), "f32", "job-offer")
+    with running_pods(2, tmp_path) as procs:
+        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+        plans = transfer_plans((tmp_path / "x.npy").as_uri(), (tmp_path / "y.npy").as_uri(), n)
+        fetcher_log = tmp_path / "pod-1.log"
+
+        async def scenario():
+            sink = Sink()
+            links = [await connect(addr) for _, addr in procs]
+            for node, (_, pod) in enumerate(links):
+                await pod.hello(sink, node)
+            await submit(links[0][1], "job-offer", PROGRAM, plans[0], peers)
+            deadline = time.monotonic() + 60
+            while "tile offered" not in fetcher_log.read_text():  # the owner's offer came first
+                assert time.monotonic() < deadline, fetcher_log.read_text()
+                await asyncio.sleep(0.02)
+            await submit(links[1][1], "job-offer", PROGRAM, plans[1], peers)
+            return await sink.wait_finished([(0, "job-offer", 1), (1, "job-offer", 1)])
+
+        assert run_async(scenario) == [(True, ""), (True, "")]
+        assert '"path": "bulk-port-offered"' in fetcher_log.read_text()
+    storage.commit(staging, tmp_path / "y.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x)

@@ -1,0 +1,249 @@
+"""The planner's passes as array operations (the rules are scheduler/planner.py's module doc).
+
+Only `flatten` walks the program in Python, once, doing O(1) small work per region access: it
+numbers the distinct regions (keys), and per piece notes its outputs (in order of first write),
+the regions it reads and does not write (in order of first read), its launches, their bindings
+and their writes. Every later pass works on whole columns with numpy: no Python object per
+instruction is built (schemas/instruction_table.py). Rows of every table are in placement order
+(piece, then the order within the piece), which is what lets "within a piece" and "on a node,
+in order" be computed with cumulative sums instead of loops.
+
+Names used throughout: `p` a piece (placement order), `o` an output row (piece, key written),
+`r` a read row (piece, key read and not written: an input, or another node's partial), `c` a
+copy (node, input key), `l` a launch, a binding one (launch, parameter) pair. A node is named by
+its rank (its place in the planner's list of nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.placement import Piece
+
+I64 = np.int64
+
+
+def excl(values: np.ndarray) -> np.ndarray:
+    """Exclusive cumulative sum with the total appended: len(values) + 1 entries."""
+    out = np.zeros(len(values) + 1, I64)
+    np.cumsum(values, out=out[1:])
+    return out
+
+
+def within(rows_piece: np.ndarray, weights: np.ndarray, first_row: np.ndarray) -> np.ndarray:
+    """For rows sorted by piece: the sum of `weights` over the earlier rows of the same piece.
+    `first_row[p]` is the first row of piece p."""
+    sums = excl(weights)
+    return sums[:-1] - sums[first_row[rows_piece]]
+
+
+def ragged(counts: np.ndarray) -> np.ndarray:
+    """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
+    starts = excl(counts)
+    return np.arange(starts[-1], dtype=I64) - np.repeat(starts[:-1], counts)
+
+
+def first_rows(rows_piece: np.ndarray, pieces: int) -> np.ndarray:
+    return excl(np.bincount(rows_piece, minlength=pieces))
+
+
+@dataclass
+class Flat:
+    """The program as columns (see the module doc)."""
+
+    p_rank: np.ndarray
+    p_round: np.ndarray
+    p_unit: np.ndarray
+    o_piece: np.ndarray
+    o_key: np.ndarray
+    o_loaded: np.ndarray
+    r_piece: np.ndarray
+    r_key: np.ndarray
+    l_piece: np.ndarray
+    l_leaf: np.ndarray
+    b_launch: np.ndarray
+    b_param: np.ndarray
+    b_ent: np.ndarray  # an output row o >= 0, or a read row r as -1 - r
+    w_launch: np.ndarray
+    w_out: np.ndarray
+    k_tensor: np.ndarray  # tensor index (into the planner's tensor list) of every key
+    k_elements: np.ndarray
+    keys: list[tuple]  # every key: (tensor, start, shape) of its region
+    names: list[str]
+
+
+def flatten(pieces: Sequence[Piece], rank_of: Mapping[int, int], tensors: Mapping[str, int]) -> Flat:
+    """The program as columns. Python walks it once with comprehensions (the planner's only
+    per-access Python: numbering each region's key); the rest is grouping with numpy."""
+    n_pieces = len(pieces)
+    launches = [launch for piece in pieces for launch in piece.launches]
+    n_launches = len(launches)
+    l_piece = np.repeat(np.arange(n_pieces, dtype=I64),
+                        np.fromiter((len(piece.launches) for piece in pieces), I64, n_pieces))
+    n_read = np.fromiter((len(launch.reads) for launch in launches), I64, n_launches)
+    n_access = n_read + np.fromiter((len(launch.writes) for launch in launches), I64, n_launches)
+    accesses = [pair for launch in launches for part in (launch.reads, launch.writes) for pair in part]
+    count = len(accesses)
+    ids: dict[tuple, int] = {}
+    number = ids.setdefault
+    a_key = np.fromiter((number((r.tensor, r.start, r.shape), len(ids)) for _, r in accesses), I64, count)
+    names: dict[str, int] = {}
+    name = names.setdefault
+    a_param = np.fromiter((name(p, len(names)) for p, _ in accesses), I64, count)
+    l_leaf = np.fromiter((name(launch.leaf, len(names)) for launch in launches), I64, n_launches)
+    a_launch = np.repeat(np.arange(n_launches, dtype=I64), n_access)
+    a_write = ragged(n_access) >= np.repeat(n_read, n_access)
+    keys = list(ids)  # (tensor, start, shape), numbered in order of first access
+    size_of = {shape: math.prod(shape) for shape in {key[2] for key in keys}}
+    rows = _piece_rows(l_piece[a_launch], a_key, a_write, a_launch, a_param, len(keys))
+    flat = Flat(
+        p_rank=np.fromiter((rank_of[piece.node] for piece in pieces), I64, n_pieces),
+        p_round=np.fromiter((piece.round for piece in pieces), I64, n_pieces),
+        p_unit=np.fromiter((piece.unit.index for piece in pieces), I64, n_pieces),
+        l_piece=l_piece, l_leaf=l_leaf, **rows,
+        k_tensor=np.fromiter((tensors[key[0]] for key in keys), I64, len(keys)),
+        k_elements=np.fromiter((size_of[key[2]] for key in keys), I64, len(keys)),
+        keys=keys, names=list(names))
+    return flat
+
+
+def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[str, np.ndarray]:
+    """Per piece, from its accesses (reads then writes of each launch, in order): its outputs by
+    first write (loaded when read before or by that launch), the keys it only reads by first
+    read, its writes, and its bindings: one per (launch, parameter), the write's where a
+    parameter is both read and written."""
+    count = len(a_key)
+    code = a_piece * max(keys, 1) + a_key
+    by = np.argsort(code, kind="stable")
+    starts = np.ones(count, bool)
+    starts[1:] = code[by][1:] != code[by][:-1]
+    group_sorted = np.cumsum(starts) - 1
+    groups = int(group_sorted[-1]) + 1 if count else 0
+    group = np.empty(count, I64)
+    group[by] = group_sorted
+    g_first = by[starts]
+    writes_sorted = np.flatnonzero(a_write[by])
+    write_group = group_sorted[writes_sorted]
+    first_write = np.ones(len(write_group), bool)
+    first_write[1:] = write_group[1:] != write_group[:-1]
+    g_write = np.full(groups, -1, I64)
+    g_write[write_group[first_write]] = by[writes_sorted[first_write]]
+    outs = np.flatnonzero(g_write >= 0)
+    outs = outs[np.argsort(g_write[outs], kind="stable")]
+    reads = np.flatnonzero(g_write < 0)
+    reads = reads[np.argsort(g_first[reads], kind="stable")]
+    entity = np.empty(groups, I64)
+    entity[outs] = np.arange(len(outs))
+    entity[reads] = -1 - np.arange(len(reads))
+    bound = _bindings(a_launch, a_param)
+    return dict(o_piece=a_piece[g_first[outs]], o_key=a_key[g_first[outs]], o_loaded=~a_write[g_first[outs]],
+                r_piece=a_piece[g_first[reads]], r_key=a_key[g_first[reads]],
+                b_launch=a_launch[bound[0]], b_param=a_param[bound[0]], b_ent=entity[group[bound[1]]],
+                w_launch=a_launch[a_write], w_out=entity[group[a_write]])
+
+
+def _bindings(a_launch: np.ndarray, a_param: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each binding's parameter first appears in its launch, its last access there)."""
+    code = a_launch * (int(a_param.max(initial=0)) + 1) + a_param
+    by = np.argsort(code, kind="stable")
+    starts = np.ones(len(code), bool)
+    starts[1:] = code[by][1:] != code[by][:-1]
+    ends = np.ones(len(code), bool)
+    ends[:-1] = starts[1:]
+    first, last = by[starts], by[ends]
+    order = np.argsort(first, kind="stable")
+    return first[order], last[order]
+
+
+# ------------------------------------------------------------------------------------------
+# Nodes, buffers and copies
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Order:
+    """Pieces per node: `order` lists them by (node, placement order), the node's part of it
+    from `start[rank]`; `rounds[rank]` is the node's last round + 1 (0: no piece); `prev2` and
+    `next2` name the node's piece two before and two after a piece (-1: none)."""
+
+    order: np.ndarray
+    start: np.ndarray
+    rounds: np.ndarray
+    prev2: np.ndarray
+    next2: np.ndarray
+
+
+def node_order(flat: Flat, n_nodes: int) -> Order:
+    pieces = len(flat.p_rank)
+    order = np.argsort(flat.p_rank, kind="stable")
+    start = excl(np.bincount(flat.p_rank, minlength=n_nodes))
+    rounds = np.zeros(n_nodes, I64)
+    np.maximum.at(rounds, flat.p_rank, flat.p_round + 1)
+    at = np.empty(pieces, I64)
+    at[order] = np.arange(pieces)
+    end, seq = start[flat.p_rank + 1], at - start[flat.p_rank]
+    sorted_rounds = flat.p_round[order]
+    same_node = flat.p_rank[order][1:] == flat.p_rank[order][:-1]
+    if np.any(same_node & (sorted_rounds[1:] <= sorted_rounds[:-1])):
+        raise AssertionError("a node's pieces must be in increasing rounds")
+    prev2, next2 = np.full(pieces, -1, I64), np.full(pieces, -1, I64)
+    ok = seq >= 2
+    prev2[ok] = order[at[ok] - 2]
+    ok = at + 2 < end
+    next2[ok] = order[at[ok] + 2]
+    return Order(order, start, rounds, prev2, next2)
+
+
+@dataclass
+class Buffers:
+    """Every row's buffer, and the copies: per copy its node rank, key, first and last read row
+    and buffer; per read row its copy (-1: a partial) and whether it is its copy's first or last."""
+
+    o_buffer: np.ndarray
+    r_buffer: np.ndarray
+    node_buffers: np.ndarray
+    r_copy: np.ndarray
+    r_first: np.ndarray
+    r_last: np.ndarray
+    c_rank: np.ndarray
+    c_key: np.ndarray
+    c_first_row: np.ndarray
+    c_last_row: np.ndarray
+
+
+def number_buffers(flat: Flat, order: Order, r_scratch: np.ndarray) -> Buffers:
+    """Per node, in piece order: a piece's outputs first, then in order of first read the
+    partials it fetches and the input regions the node has no copy of yet (a copy keeps its
+    buffer for its later pieces)."""
+    pieces, keys, rows = len(flat.p_rank), len(flat.keys), len(flat.r_piece)
+    inputs = np.flatnonzero(~r_scratch)
+    ranks = flat.p_rank[flat.r_piece]
+    uniq, first_sub, inverse = np.unique(ranks[inputs] * keys + flat.r_key[inputs], return_index=True,
+                                         return_inverse=True)
+    r_copy = np.full(rows, -1, I64)
+    r_copy[inputs] = inverse
+    c_first_row = inputs[first_sub]
+    c_last_row = np.zeros(len(uniq), I64)
+    np.maximum.at(c_last_row, inverse, inputs)
+    r_first, r_last = np.zeros(rows, bool), np.zeros(rows, bool)
+    r_first[c_first_row] = True
+    r_last[c_last_row] = True
+    numbered = r_scratch | r_first
+    n_out = np.bincount(flat.o_piece, minlength=pieces)
+    n_numbered = np.bincount(flat.r_piece[numbered], minlength=pieces)
+    per_piece = excl((n_out + n_numbered)[order.order])
+    base = np.empty(pieces, I64)
+    base[order.order] = per_piece[:-1] - per_piece[order.start[flat.p_rank[order.order]]]
+    node_buffers = per_piece[order.start[1:]] - per_piece[order.start[:-1]]
+    o_buffer = base[flat.o_piece] + within(flat.o_piece, np.ones(len(flat.o_piece), I64),
+                                           first_rows(flat.o_piece, pieces))
+    r_buffer = base[flat.r_piece] + n_out[flat.r_piece] + within(flat.r_piece, numbered,
+                                                                 first_rows(flat.r_piece, pieces))
+    later = inputs[~r_first[inputs]]
+    r_buffer[later] = r_buffer[c_first_row[r_copy[later]]]
+    return Buffers(o_buffer, r_buffer, node_buffers, r_copy, r_first, r_last, uniq // max(keys, 1),
+                   uniq % max(keys, 1), c_first_row, c_last_row)

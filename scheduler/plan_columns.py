@@ -1,0 +1,438 @@
+"""The planner's later passes as array operations: loaders, releases and peaks, then every
+instruction's columns (schemas/instruction_table.py). The rules are scheduler/planner.py's
+module doc; the names (p, o, r, c, l, rank) are scheduler/plan_arrays.py's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.plan_arrays import I64, Buffers, Flat, Order, excl, first_rows, ragged, within
+from schemas.instruction_table import ALLOCATE, COMPUTE, FETCH, FREE, LOAD, STORE, InstructionTable
+
+
+@dataclass
+class Tensors:
+    """Per tensor of the program (flatten's index): bytes per element, partial or not, its index
+    among the stored tensors (-1: a partial) and its dtype's index into the names."""
+
+    itemsize: np.ndarray
+    scratch: np.ndarray
+    stored: np.ndarray
+    dtype_name: np.ndarray
+
+
+@dataclass
+class Owners:
+    """Per copy: loads it (owner), and the copy's key group; per group: the owning copy, the last
+    round a peer fetches it in (-1: none) and its fetchers in creation order (CSR)."""
+
+    c_owner: np.ndarray
+    c_group: np.ndarray
+    g_owner: np.ndarray
+    g_last_fetch: np.ndarray
+    fetchers: np.ndarray  # fetcher copies, grouped by key group, in order of creation
+    fetch_start: np.ndarray
+
+
+def choose_owners(flat: Flat, bufs: Buffers, tensors: Tensors, n_nodes: int) -> Owners:
+    """One loader per input region: of the nodes needing it in the round of its first use in
+    placement order, the one that has loaded the fewest bytes so far (regions taken in order of
+    first use). Only regions with several such nodes need a choice, one at a time in Python;
+    what the others add to each node's bytes is summed with arrays."""
+    copies = len(bufs.c_key)
+    c_pos = flat.p_round[flat.r_piece[bufs.c_first_row]]
+    by_key = np.lexsort((bufs.c_first_row, bufs.c_key))
+    starts = np.ones(copies, bool)
+    starts[1:] = bufs.c_key[by_key][1:] != bufs.c_key[by_key][:-1]
+    c_group = np.empty(copies, I64)
+    c_group[by_key] = np.cumsum(starts) - 1
+    g_first = by_key[starts]
+    groups = len(g_first)
+    candidate = c_pos == c_pos[g_first][c_group]
+    n_cand = np.bincount(c_group[candidate], minlength=groups)
+    keys = bufs.c_key[g_first]
+    g_bytes = flat.k_elements[keys] * tensors.itemsize[flat.k_tensor[keys]]
+    g_rank = np.empty(groups, I64)
+    g_rank[np.argsort(bufs.c_first_row[g_first], kind="stable")] = np.arange(groups)
+    g_owner = g_first.copy()
+    if np.any(n_cand > 1):
+        _choose_among_candidates(g_owner, by_key[candidate[by_key]], c_group, n_cand, g_rank, g_bytes,
+                                 bufs.c_rank, n_nodes)
+    c_owner = np.zeros(copies, bool)
+    c_owner[g_owner] = True
+    fetchers = by_key[~c_owner[by_key]]
+    g_last_fetch = np.full(groups, -1, I64)
+    np.maximum.at(g_last_fetch, c_group[fetchers], c_pos[fetchers])
+    fetch_start = excl(np.bincount(c_group[fetchers], minlength=groups))
+    return Owners(c_owner, c_group, g_owner, g_last_fetch, fetchers, fetch_start)
+
+
+def _choose_among_candidates(g_owner, candidates, c_group, n_cand, g_rank, g_bytes, c_rank, n_nodes) -> None:
+    """`candidates`: the copies created in a group's first round, by group then creation."""
+    single = n_cand == 1
+    groups = len(n_cand)
+    key = c_rank[g_owner[single]] * groups + g_rank[single]
+    by = np.argsort(key)
+    sorted_key, loaded = key[by], excl(g_bytes[single][by])
+    chosen = candidates[n_cand[c_group[candidates]] > 1]
+    ranks, at = c_rank[chosen], g_rank[c_group[chosen]]
+    before = (loaded[np.searchsorted(sorted_key, ranks * groups + at)]
+              - loaded[np.searchsorted(sorted_key, ranks * groups)])  # single owners' bytes
+    bounds = excl(n_cand[c_group[chosen]][np.r_[True, c_group[chosen][1:] != c_group[chosen][:-1]]])
+    group_of = c_group[chosen][bounds[:-1]]
+    extra = [0] * n_nodes  # bytes the choices so far added to each node
+    ranks_l, before_l, chosen_l = ranks.tolist(), before.tolist(), chosen.tolist()
+    for i in np.argsort(g_rank[group_of], kind="stable").tolist():
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        best = min(range(lo, hi), key=lambda j: before_l[j] + extra[ranks_l[j]])
+        g_owner[group_of[i]] = chosen_l[best]
+        extra[ranks_l[best]] += int(g_bytes[group_of[i]])
+
+
+@dataclass
+class Releases:
+    """Per copy: the piece whose allocations wait for its free (-1: none), and the round until
+    which it is held."""
+
+    piece: np.ndarray
+    stop: np.ndarray
+
+
+def releases(flat: Flat, order: Order, bufs: Buffers, owners: Owners) -> Releases:
+    """A copy is released two rounds after its last local use, and an owner's not before the
+    round after its last fetch; its free gates the node's first piece at or after that round."""
+    last_pos = flat.p_round[flat.r_piece[bufs.c_last_row]]
+    release = last_pos + 2
+    has = owners.c_owner & (owners.fetch_start[owners.c_group + 1] > owners.fetch_start[owners.c_group])
+    release[has] = np.maximum(release[has], owners.g_last_fetch[owners.c_group[has]] + 1)
+    span = int(flat.p_round.max(initial=0)) + 4
+    sorted_key = flat.p_rank[order.order] * span + flat.p_round[order.order]
+    at = np.searchsorted(sorted_key, bufs.c_rank * span + release)
+    released = at < order.start[bufs.c_rank + 1]
+    piece = np.full(len(at), -1, I64)
+    piece[released] = order.order[at[released]]
+    stop = order.rounds[bufs.c_rank].copy()
+    stop[released] = flat.p_round[piece[released]]
+    return Releases(piece, stop)
+
+
+def peaks(flat: Flat, order: Order, bufs: Buffers, rel: Releases, tensors: Tensors, r_scratch: np.ndarray,
+          n_nodes: int) -> list[int]:
+    """Per node, the largest sum of bytes held at once: copies from their first use until their
+    release, a piece's outputs and fetched partials until the node's piece two later."""
+    def nbytes(keys):
+        return flat.k_elements[keys] * tensors.itemsize[flat.k_tensor[keys]]
+
+    def until_two_later(p):
+        stop = order.rounds[flat.p_rank[p]].copy()
+        later = order.next2[p] >= 0
+        stop[later] = flat.p_round[order.next2[p][later]]
+        return stop
+
+    partials = np.flatnonzero(r_scratch)
+    rank = np.concatenate([bufs.c_rank, flat.p_rank[flat.o_piece], flat.p_rank[flat.r_piece[partials]]])
+    start = np.concatenate([flat.p_round[flat.r_piece[bufs.c_first_row]], flat.p_round[flat.o_piece],
+                            flat.p_round[flat.r_piece[partials]]])
+    stop = np.concatenate([rel.stop, until_two_later(flat.o_piece), until_two_later(flat.r_piece[partials])])
+    held = np.concatenate([nbytes(bufs.c_key), nbytes(flat.o_key), nbytes(flat.r_key[partials])])
+    segment = excl(order.rounds + 1)
+    delta = np.zeros(int(segment[-1]), I64)
+    np.add.at(delta, segment[rank] + start, held)
+    np.add.at(delta, segment[rank] + np.minimum(stop, order.rounds[rank]), -held)
+    running = np.cumsum(delta)  # every hold ends within its node's segment: each starts at 0
+    return np.maximum(np.maximum.reduceat(running, segment[:-1]), 0).tolist()
+
+
+# ------------------------------------------------------------------------------------------
+# Instructions
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rows:
+    """The table row of every instruction: per output row its Allocate (a loaded output's Load
+    follows it), Store and Free (a partial has no Store: Free is at the Store's place); per read
+    row its Allocate (the Load or Fetch follows it) and Free; per launch its Compute. A piece's
+    rows: outputs' allocations and loads, new copies' allocations and gets, partials' allocations
+    and fetches, computes, stores and frees of outputs, frees of partials, frees of copies last
+    used here. Row `node_start[rank]` is the node's first."""
+
+    o_alloc: np.ndarray
+    o_store: np.ndarray
+    o_free: np.ndarray
+    r_alloc: np.ndarray
+    r_free: np.ndarray
+    l_row: np.ndarray
+    node_start: np.ndarray
+
+
+def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scratch: np.ndarray) -> Rows:
+    pieces = len(flat.p_rank)
+
+    def count(rows_piece):
+        return np.bincount(rows_piece, minlength=pieces)
+
+    n_out, n_part = count(flat.o_piece), count(flat.r_piece[r_scratch])
+    blocks = [n_out + count(flat.o_piece[flat.o_loaded]), 2 * count(flat.r_piece[bufs.r_first]),
+              2 * n_part, count(flat.l_piece), n_out + count(flat.o_piece[stored]), n_part,
+              count(flat.r_piece[bufs.r_last])]
+    offset = np.cumsum([np.zeros(pieces, I64)] + blocks, axis=0)  # offset[k]: where block k starts
+    by_node = excl(offset[-1][order.order])
+    first = np.empty(pieces, I64)
+    first[order.order] = by_node[:-1]
+    o_first, r_first = first_rows(flat.o_piece, pieces), first_rows(flat.r_piece, pieces)
+    o_base, r_base = first[flat.o_piece], first[flat.r_piece]
+    o_alloc = o_base + within(flat.o_piece, 1 + flat.o_loaded, o_first)
+    o_store = o_base + offset[4][flat.o_piece] + within(flat.o_piece, 1 + stored, o_first)
+    at = offset[:, flat.r_piece]
+    r_alloc = r_base + np.where(r_scratch, at[2] + 2 * within(flat.r_piece, r_scratch, r_first),
+                                at[1] + 2 * within(flat.r_piece, bufs.r_first, r_first))
+    r_free = r_base + np.where(r_scratch, at[5] + within(flat.r_piece, r_scratch, r_first),
+                               at[6] + within(flat.r_piece, bufs.r_last, r_first))
+    launches = np.arange(len(flat.l_piece))
+    l_first = first_rows(flat.l_piece, pieces)
+    l_row = first[flat.l_piece] + offset[3][flat.l_piece] + launches - l_first[flat.l_piece]
+    return Rows(o_alloc, o_store, o_store + stored, r_alloc, r_free, l_row, by_node[order.start])
+
+
+class Columns:
+    """The instruction columns being filled, then cut into one table per node."""
+
+    def __init__(self, total: int):
+        self.kind = np.full(total, -1, np.int8)
+        self.buffer, self.a, self.b, self.c = (np.zeros(total, I64) for _ in range(4))
+        self.dep_count, self.extra_count = np.zeros(total, I64), np.zeros(total, I64)
+
+    def set(self, rows, kind, buffer=None, a=None, b=None, c=None) -> None:
+        """Fill the rows' kind and the fields given (the others stay 0)."""
+        self.kind[rows] = kind
+        for column, values in ((self.buffer, buffer), (self.a, a), (self.b, b), (self.c, c)):
+            if values is not None:
+                column[rows] = values
+
+
+def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: Releases, tensors: Tensors,
+                 r_scratch: np.ndarray, node_ids: np.ndarray, first_id: int) -> list[InstructionTable]:
+    """Every node's instructions (in node rank order), numbered from `first_id` node after node."""
+    stored = tensors.stored[flat.k_tensor[flat.o_key]] >= 0
+    rows = lay_out(flat, order, bufs, stored, r_scratch)
+    col = Columns(int(rows.node_start[-1]))
+    writer = _fields(col, flat, bufs, owners, rows, tensors, stored, r_scratch, node_ids)
+    deps = _Deps(flat, order, bufs, rows, rel, stored, r_scratch, col)
+    deps.fill(first_id)
+    extra = _extras(col, flat, bufs, owners, rows, deps, writer, r_scratch, node_ids)
+    if np.any(col.kind < 0):
+        raise AssertionError("an instruction row was left empty")
+    out = []
+    for rank in range(len(node_ids)):
+        lo, hi = int(rows.node_start[rank]), int(rows.node_start[rank + 1])
+        out.append(InstructionTable(first_id + lo, col.kind[lo:hi], col.buffer[lo:hi], col.a[lo:hi],
+                                    col.b[lo:hi], col.c[lo:hi], deps.start[lo:hi + 1], deps.values,
+                                    extra[0][lo:hi + 1], extra[1], flat.keys, flat.names))
+    return out
+
+
+def _fields(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, tensors: Tensors,
+            stored: np.ndarray, r_scratch: np.ndarray, node_ids: np.ndarray) -> np.ndarray:
+    """Kind and fields of every row; returns each partial read row's writer (an output row)."""
+    o_tensor, r_tensor = flat.k_tensor[flat.o_key], flat.k_tensor[flat.r_key]
+    col.set(rows.o_alloc, ALLOCATE, bufs.o_buffer, flat.o_key, tensors.dtype_name[o_tensor])
+    ld = flat.o_loaded
+    col.set(rows.o_alloc[ld] + 1, LOAD, bufs.o_buffer[ld], tensors.stored[o_tensor[ld]], flat.o_key[ld])
+    units = flat.p_unit[flat.o_piece]
+    col.set(rows.o_store[stored], STORE, bufs.o_buffer[stored], tensors.stored[o_tensor[stored]],
+            flat.o_key[stored], units[stored])
+    col.set(rows.o_free, FREE, bufs.o_buffer)
+    new = np.flatnonzero(bufs.r_first | r_scratch)
+    col.set(rows.r_alloc[new], ALLOCATE, bufs.r_buffer[new], flat.r_key[new],
+            tensors.dtype_name[r_tensor[new]])
+    first = np.flatnonzero(bufs.r_first)
+    mine = first[owners.c_owner[bufs.r_copy[first]]]
+    col.set(rows.r_alloc[mine] + 1, LOAD, bufs.r_buffer[mine], tensors.stored[r_tensor[mine]],
+            flat.r_key[mine])
+    theirs = first[~owners.c_owner[bufs.r_copy[first]]]
+    source = owners.g_owner[owners.c_group[bufs.r_copy[theirs]]]
+    col.set(rows.r_alloc[theirs] + 1, FETCH, bufs.r_buffer[theirs], node_ids[bufs.c_rank[source]],
+            bufs.r_buffer[bufs.c_first_row[source]])
+    partials = np.flatnonzero(r_scratch)
+    last_writer = np.full(len(flat.keys), -1, I64)
+    scratch_out = np.flatnonzero(~stored)
+    np.maximum.at(last_writer, flat.o_key[scratch_out], scratch_out)
+    writer = last_writer[flat.r_key[partials]]
+    if np.any(writer < 0):
+        raise AssertionError("a partial is read that no piece writes")
+    col.set(rows.r_alloc[partials] + 1, FETCH, bufs.r_buffer[partials],
+            node_ids[flat.p_rank[flat.o_piece[writer]]], bufs.o_buffer[writer])
+    freed = np.flatnonzero(r_scratch | bufs.r_last)
+    col.set(rows.r_free[freed], FREE, bufs.r_buffer[freed])
+    col.set(rows.l_row, COMPUTE, a=flat.l_leaf, b=flat.p_unit[flat.l_piece])
+    return writer
+
+
+class _Deps:
+    """Every row's deps, as rows (ids less first_id) until `fill` turns them into ids:
+
+    Allocate   the gate of its piece: the frees of the outputs of the node's piece two before,
+               then the frees of the copies released at this piece (in order of creation)
+    Load/Fetch its Allocate, the row before it
+    Compute    the producers of its bindings (each buffer's last writer before it), in binding
+               order, each once
+    Store      the last compute writing its output; a stored output's Free: its Store
+    Free       of a partial output: its users (the computes binding it); of a fetched partial or a
+               copy last used here: its get, then its users (a copy's over all the node's pieces)
+    """
+
+    def __init__(self, flat: Flat, order: Order, bufs: Buffers, rows: Rows, rel: Releases, stored, r_scratch,
+                 col: Columns):
+        self.flat, self.order, self.bufs, self.rows, self.rel = flat, order, bufs, rows, rel
+        self.stored, self.r_scratch, self.col = stored, r_scratch, col
+        self.launches = len(flat.l_piece)
+        self.write_keys = np.sort(flat.w_out * (self.launches + 1) + flat.w_launch)
+        is_out = flat.b_ent >= 0
+        self.b_out, self.b_read = flat.b_ent[is_out], -1 - flat.b_ent[~is_out]
+        self.is_out = is_out
+        b_buffer = np.empty(len(flat.b_ent), I64)
+        b_buffer[is_out], b_buffer[~is_out] = bufs.o_buffer[self.b_out], bufs.r_buffer[self.b_read]
+        self.b_buffer = b_buffer
+        self.span = int(bufs.node_buffers.max(initial=0)) + 1
+        self.b_gb = flat.p_rank[flat.l_piece[flat.b_launch]] * self.span + b_buffer
+        self.users_order = np.argsort(self.b_gb, kind="stable")
+        self.users_gb = self.b_gb[self.users_order]
+        self.r_get = rows.r_alloc + 1
+
+    def last_write_before(self, outputs: np.ndarray, launches: np.ndarray) -> np.ndarray:
+        """The row of the last compute writing each output before the launch (-1: none)."""
+        at = np.searchsorted(self.write_keys, outputs * (self.launches + 1) + launches) - 1
+        found = self.write_keys[np.maximum(at, 0)]
+        hit = (at >= 0) & (found // (self.launches + 1) == outputs)
+        return np.where(hit, self.rows.l_row[found % (self.launches + 1)], -1)
+
+    def copy_get(self, reads: np.ndarray) -> np.ndarray:
+        return self.r_get[self.bufs.c_first_row[self.bufs.r_copy[reads]]]
+
+    def fill(self, first_id: int) -> None:
+        flat, rows, col = self.flat, self.rows, self.col
+        singles, users, gate = self._singles(), self._users(), self._gate()
+        producers, kept = self._compute_deps()
+        counts = col.dep_count
+        counts[singles[0]] = 1
+        counts[users[0]] += users[2] - users[1] + users[3]
+        counts[gate[0]] = gate[2]
+        counts[rows.l_row] = np.bincount(flat.b_launch[kept], minlength=self.launches)
+        self.start = excl(counts)
+        values = self.values = np.empty(int(self.start[-1]), I64)
+        values[self.start[singles[0]]] = singles[1]
+        at = self.start[users[0]]
+        values[at[users[3] == 1]] = self.r_get_of_users
+        n = users[2] - users[1]
+        j = ragged(n)
+        bound = self.users_order[np.repeat(users[1], n) + j]
+        values[np.repeat(at + users[3], n) + j] = rows.l_row[flat.b_launch[bound]]
+        j = ragged(gate[2])
+        values[np.repeat(self.start[gate[0]], gate[2]) + j] = gate[3][np.repeat(gate[1], gate[2]) + j]
+        b_first = first_rows(flat.b_launch, self.launches)
+        rank = within(flat.b_launch, kept, b_first)[kept]
+        values[self.start[rows.l_row[flat.b_launch[kept]]] + rank] = producers[kept]
+        values += first_id
+
+    def _singles(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, their one dep): loads and gets after their allocation, stores, stored frees."""
+        flat, rows, stored = self.flat, self.rows, self.stored
+        new = np.flatnonzero(self.bufs.r_first | self.r_scratch)
+        loaded = rows.o_alloc[flat.o_loaded]
+        outputs = np.flatnonzero(stored)
+        last = self.last_write_before(outputs, np.full(len(outputs), self.launches))
+        return (np.concatenate([loaded + 1, self.r_get[new], rows.o_store[outputs], rows.o_free[outputs]]),
+                np.concatenate([loaded, rows.r_alloc[new], last, rows.o_store[outputs]]))
+
+    def _users(self) -> tuple[np.ndarray, ...]:
+        """Frees that wait for their buffer's users: (rows, first and end into the sorted users,
+        1 where the get comes first)."""
+        flat, bufs, rows = self.flat, self.bufs, self.rows
+        scratch_out = np.flatnonzero(~self.stored)
+        partials = np.flatnonzero(self.r_scratch)
+        last = np.flatnonzero(bufs.r_last)
+        free_rows = np.concatenate([rows.o_free[scratch_out], rows.r_free[partials], rows.r_free[last]])
+        gb = np.concatenate([flat.p_rank[flat.o_piece[scratch_out]] * self.span + bufs.o_buffer[scratch_out],
+                             flat.p_rank[flat.r_piece[partials]] * self.span + bufs.r_buffer[partials],
+                             flat.p_rank[flat.r_piece[last]] * self.span + bufs.r_buffer[last]])
+        first = np.searchsorted(self.users_gb, gb, "left")
+        end = np.searchsorted(self.users_gb, gb, "right")
+        get_first = np.concatenate([np.zeros(len(scratch_out), I64), np.ones(len(partials) + len(last), I64)])
+        if np.any((end == first) & (get_first == 0)):
+            raise AssertionError("a partial output no compute binds")
+        self.r_get_of_users = np.concatenate([self.r_get[partials], self.copy_get(last)])
+        return free_rows, first, end, get_first
+
+    def _gate(self) -> tuple[np.ndarray, ...]:
+        """(allocation rows, their piece's first gate entry, gate length, the gate entries)."""
+        flat, order, rows, rel, bufs = self.flat, self.order, self.rows, self.rel, self.bufs
+        pieces = len(flat.p_rank)
+        n_out = np.bincount(flat.o_piece, minlength=pieces)
+        before = np.where(order.prev2 >= 0, n_out[np.maximum(order.prev2, 0)], 0)
+        released = np.flatnonzero(rel.piece >= 0)
+        length = before + np.bincount(rel.piece[released], minlength=pieces)
+        start = excl(length)
+        entries = np.empty(int(start[-1]), I64)
+        outputs = np.flatnonzero(order.next2[flat.o_piece] >= 0)
+        later = order.next2[flat.o_piece[outputs]]
+        o_first = first_rows(flat.o_piece, pieces)
+        entries[start[later] + outputs - o_first[flat.o_piece[outputs]]] = rows.o_free[outputs]
+        released = released[np.lexsort((bufs.c_first_row[released], rel.piece[released]))]
+        piece = rel.piece[released]
+        rank = np.arange(len(released)) - np.searchsorted(piece, piece, "left")
+        entries[start[piece] + before[piece] + rank] = rows.r_free[bufs.c_last_row[released]]
+        new = np.flatnonzero(bufs.r_first | self.r_scratch)
+        alloc_rows = np.concatenate([rows.o_alloc, rows.r_alloc[new]])
+        alloc_piece = np.concatenate([flat.o_piece, flat.r_piece[new]])
+        return alloc_rows, start[alloc_piece], length[alloc_piece], entries
+
+    def _compute_deps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each binding's producer row, and which bindings give a dep (the first of a producer)."""
+        flat = self.flat
+        producers = np.empty(len(flat.b_ent), I64)
+        reads = self.b_read
+        partial = self.r_scratch[reads]
+        got = np.empty(len(reads), I64)
+        got[partial] = self.r_get[reads[partial]]
+        got[~partial] = self.copy_get(reads[~partial])
+        producers[~self.is_out] = got
+        outs = self.b_out
+        before = self.last_write_before(outs, flat.b_launch[self.is_out])
+        start = self.rows.o_alloc[outs] + flat.o_loaded[outs]  # the Load after the Allocate, if any
+        producers[self.is_out] = np.where(before >= 0, before, start)
+        key = flat.b_launch * (int(self.rows.node_start[-1]) + 1) + producers
+        by = np.argsort(key, kind="stable")
+        repeat = np.zeros(len(key), bool)
+        repeat[by[1:]] = key[by][1:] == key[by][:-1]
+        return producers, ~repeat
+
+
+def _extras(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, deps: _Deps,
+            writer: np.ndarray, r_scratch: np.ndarray, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, values): a compute's (parameter, buffer) pairs; the peers a Free waits for (the
+    fetchers of a partial output; of an owner's copy, the other nodes' copies in creation order)."""
+    launches = len(flat.l_piece)
+    counts = col.extra_count
+    counts[rows.l_row] = 2 * np.bincount(flat.b_launch, minlength=launches)
+    partials = np.flatnonzero(r_scratch)
+    np.add.at(counts, rows.o_free[writer], 1)
+    fetched = owners.g_owner[owners.c_group[owners.fetchers]]
+    owner_free = rows.r_free[bufs.c_last_row[fetched]]
+    np.add.at(counts, owner_free, 1)
+    start = excl(counts)
+    values = np.empty(int(start[-1]), I64)
+    b_first = first_rows(flat.b_launch, launches)
+    at = start[rows.l_row[flat.b_launch]] + 2 * within(flat.b_launch, np.ones(len(flat.b_launch), I64),
+                                                       b_first)
+    values[at], values[at + 1] = flat.b_param, deps.b_buffer
+    ranks = flat.p_rank[flat.r_piece[partials]]
+    by = np.lexsort((partials, ranks, writer))
+    w = writer[by]
+    values[start[rows.o_free[w]] + np.arange(len(w)) - np.searchsorted(w, w, "left")] = node_ids[ranks[by]]
+    group = owners.c_group[owners.fetchers]
+    rank = np.arange(len(group)) - owners.fetch_start[group]
+    values[start[owner_free] + rank] = node_ids[bufs.c_rank[owners.fetchers]]
+    return start, values
