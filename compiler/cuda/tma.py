@@ -99,7 +99,8 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
         base = gen.fresh("ring")
         ring = gen.alloc_perm(stages * tile.elements // 2, 256)
         gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
-        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS)  # rows as the source lies
+        rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
+        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols)  # box as it lies
         ops.append(Operand(st, tile, spec, base, tile.elements))
     gen.tensor_maps += [o.spec for o in ops]
     consumers = gen.grid.threads

@@ -510,11 +510,13 @@ def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():
 
     kernel = load_example("matmul_bf16.phk")
     tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
-    dims = {"M": 1000, "N": 1000, "K": 1000}
+    dims = {"M": 1000, "N": 1024, "K": 776}
     b = binding.bind(kernel, dims, None, {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64})
     g = generate_source(kernel, b, schedule=tma)
     assert g.block == (384, 1, 1) and g.params == ("A", "B", "C", "tm_a", "tm_b")
-    assert g.tensor_maps == (MapSpec("tm_a", "A", 128, 64), MapSpec("tm_b", "B", 64, 64))
+    # A [M, K]: 128-row boxes of 64 k; B [K, N]: TILE_K-row boxes of 64 n
+    maps = (MapSpec("tm_a", "A", 128, 64, 1000, 776), MapSpec("tm_b", "B", 64, 64, 776, 1024))
+    assert g.tensor_maps == maps
     assert g.source.count("tma_load_2d(ring") == 5 and "setmaxnreg.dec.sync.aligned.u32 40" in g.source
     narrow = {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}  # k = 32: 64-byte rows
     for point, name in ((narrow, "matmul_bf16.phk"), ({}, "mha_bf16.phk")):
