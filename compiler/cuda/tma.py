@@ -26,11 +26,11 @@ MN-major); anything else is pruned, so the tuner never measures a variant that i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.cuda.tensor_maps import MapSpec
-from compiler.cuda.wgmma import CoreTile
+from compiler.cuda.wgmma import CoreTile, point_at_stage
 from compiler.frontend import ir
 
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -176,7 +176,4 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
 
     gen.loop_tail.append(release)
     for s, (_, o, *_) in zip(lets, entries, strict=True):
-        cur = gen.fresh("stage")
-        gen.out.line(f"unsigned short* const {cur} = {o.base} + ({it} % {stages}) * {o.size};")
-        gen.ring_tiles.add(cur)
-        gen.vals[s.name] = replace(o.tile, ptr=cur)
+        point_at_stage(gen, s.name, o.tile, o.base, o.size, f"{it} % {stages}")
