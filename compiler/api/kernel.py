@@ -37,9 +37,10 @@ class _Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
-    # per launch argument: (the tensor's index among the tensors, None) or (the scalar's index among
-    # all parameters, its dtype)
-    order: tuple[tuple[int, str | None], ...]
+    # per launch argument: (the tensor's index among the tensors, None), (the scalar's index among
+    # all parameters, its dtype) or (the tensor's index, the tensor map it wants: MapSpec)
+    order: tuple[tuple[int, object], ...]
+    maps: bool = False  # it reads operands by bulk tensor copies: maps per call, cuLaunchKernel
 
 
 class _Stream:
@@ -224,11 +225,12 @@ class Kernel:
         """The hot path: check the arrays, find what (shapes, device) prepared, launch."""
         launch, args, stream = self._gpu_launch(values)
         cuda = _cupy_cuda()
+        go = _launch_with_maps if launch.maps else _launch_plain
         if cuda.runtime.getDevice() == launch.device:
-            launch.function(launch.grid, launch.block, args, shared_mem=launch.shared_bytes, stream=stream)
+            go(launch, args, stream)
             return
         with cuda.Device(launch.device):  # the module is loaded in that device's context
-            launch.function(launch.grid, launch.block, args, shared_mem=launch.shared_bytes, stream=stream)
+            go(launch, args, stream)
 
     def _gpu_launch(self, values: tuple) -> tuple[_Launch, tuple, _Stream]:
         """Everything a GPU call does before the launch itself (benchmarks/api_call_overhead.py
@@ -245,6 +247,8 @@ class Kernel:
         if launch is None:
             shapes = {self._params[i]: v.shape for i, v in zip(self._tensor_indices, views, strict=True)}
             launch = self._prepare_gpu(key, shapes, device)
+        if launch.maps:
+            return launch, _map_args(launch, views, values, self._params), _current_stream(device, torch)
         args = [views[slot].ptr if dtype is None else _scalar(self._params[slot], values[slot], dtype)
                 for slot, dtype in launch.order]
         return launch, tuple(args), _current_stream(device, torch)
@@ -265,9 +269,11 @@ class Kernel:
                 binding = bind(self._ir, dict(binding.dims), shapes, tiles)
                 compiled = compile_kernel(self._ir, binding, schedule=schedule)
                 function = load(compiled)
-            order = tuple((self._slot(n), self._scalar_types.get(n)) for n in compiled.params)
+            maps = {m.param: m for m in compiled.tensor_maps}
+            order = tuple((self._slot(maps[n].tensor), maps[n]) if n in maps
+                          else (self._slot(n), self._scalar_types.get(n)) for n in compiled.params)
             launch = _Launch(binding, key[0], device, function, compiled.grid, compiled.block,
-                             compiled.shared_bytes, order)
+                             compiled.shared_bytes, order, bool(maps))
             self._launches[key] = launch
             return launch
 
@@ -288,6 +294,32 @@ class Kernel:
         points = [p for p in autotune.search_points(self._ir) if all(p[k] == v for k, v in fixed.items())]
         result = autotune.tune(self._ir, dict(binding.dims), points=points)
         return result.best, result.schedule
+
+
+def _launch_plain(launch: _Launch, args: tuple, stream) -> None:
+    launch.function(launch.grid, launch.block, args, shared_mem=launch.shared_bytes, stream=stream)
+
+
+def _launch_with_maps(launch: _Launch, args: tuple, stream) -> None:
+    from compiler.cuda import tensor_maps
+
+    fn, shared = launch.function.ptr, launch.shared_bytes
+    tensor_maps.launch(fn, launch.grid, launch.block, shared, stream.ptr, list(args))
+
+
+def _map_args(launch: _Launch, views, values: tuple, params) -> tuple:
+    """The arguments of a kernel with tensor maps: each map made for this call's array."""
+    from compiler.cuda import tensor_maps
+
+    args = []
+    for slot, kind in launch.order:
+        if kind is None:
+            args.append(views[slot].ptr)
+        elif isinstance(kind, tensor_maps.MapSpec):
+            args.append(tensor_maps.encode(kind, views[slot].ptr))
+        else:
+            args.append(_scalar(params[slot], values[slot], kind))
+    return tuple(args)
 
 
 def _scalar(name: str, value, dtype: str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mma, stores, tma, wgmma
+from compiler.cuda import analysis, dots, loops, mma, stores, tma, uniform, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
@@ -133,7 +133,9 @@ class KernelGen(ExprEmitter):
             return
         kind = "2d" if ty.rank == 2 else self.hints.get(s.name, "flat")
         before = self.register_floats
-        self.materialize(s.value, kind, name=s.name)
+        # tensor-core kernels: a mask that holds on the whole tile costs one test (causal attention)
+        if not (self.tensor_cores and uniform.materialize_masked(self, s.value, kind, s.name)):
+            self.materialize(s.value, kind, name=s.name)
         # a let dies with its statement list; only the largest one counts against the budget
         self.let_floats = max(self.let_floats, self.register_floats - before)
         self.register_floats = before

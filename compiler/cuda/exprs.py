@@ -435,12 +435,8 @@ class ExprEmitter:
         if f in ("sum", "max", "min"):
             return reductions.reduction(self, e, ctx)
         if f == "where":
-            c, a, b = e.args
-            x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
-            if e.ty.dtype in FLOATS:
-                x = x if a.ty.dtype in FLOATS else f"((float){x})"
-                y = y if b.ty.dtype in FLOATS else f"((float){y})"
-            return f"({self.elem(c, self.sub_ctx(c, ctx))} ? {x} : {y})"
+            c, x, y = self.where_parts(e, ctx)
+            return f"({c} ? {x} : {y})"
         if f in ("bf16", "f16"):  # round to nearest even, held as the float it rounds to
             x = self.f32_arg(e.args[0], ctx)
             self.uses_bf16 |= f == "bf16"
@@ -473,6 +469,16 @@ class ExprEmitter:
             val = dots.dot(self, e, into=None)
             return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
         raise CompileError(e.span, f"the CUDA backend cannot compile {f}()")
+
+    def where_parts(self, e: ir.Call, ctx) -> tuple[str, str, str]:
+        """The condition's, the then-value's and the else-value's element expressions of a where
+        (in that order of emission: the values first, as they may hoist a dot)."""
+        c, a, b = e.args
+        x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
+        if e.ty.dtype in FLOATS:
+            x = x if a.ty.dtype in FLOATS else f"((float){x})"
+            y = y if b.ty.dtype in FLOATS else f"((float){y})"
+        return self.elem(c, self.sub_ctx(c, ctx)), x, y
 
     def exp_base2(self, a: ir.Expr, ctx) -> str:
         """exp in a tensor-core kernel (softmax: one exponential per score, the multi-function

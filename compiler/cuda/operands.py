@@ -15,6 +15,15 @@ MMA_K = 16
 ROW_PAD = 8  # elements (16 bytes) of padding after each stored row
 
 
+def element_bytes(dtype: str) -> int:
+    """Bytes of one stored element of a tensor-core operand (f32 holds TF32 values)."""
+    return 4 if dtype == "f32" else 2
+
+
+def element_ctype(dtype: str) -> str:
+    return "float" if dtype == "f32" else "unsigned short"
+
+
 @dataclass(frozen=True)
 class MmaTile:
     """A dot operand in shared memory, stored [rows][cols] with row stride `ld`; `dtype` is the
@@ -30,11 +39,11 @@ class MmaTile:
 
     @property
     def elem_bytes(self) -> int:
-        return 4 if self.dtype == "f32" else 2
+        return element_bytes(self.dtype)
 
     @property
     def ctype(self) -> str:
-        return "float" if self.dtype == "f32" else "unsigned short"
+        return element_ctype(self.dtype)
 
     @property
     def pad(self) -> int:

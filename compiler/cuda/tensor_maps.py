@@ -22,12 +22,15 @@ _UINT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 1, 0, 3, 3, 0
 
 @dataclass(frozen=True)
 class MapSpec:
-    """The map a kernel parameter `param` wants of tensor `tensor` (16-bit elements)."""
+    """The map a kernel parameter `param` wants of tensor `tensor`, a row-major [rows, cols] of
+    16-bit elements (the leaf's bound shape: any buffer of that many elements will do)."""
 
     param: str
     tensor: str
     box_rows: int
     box_cols: int
+    rows: int
+    cols: int
 
 
 @lru_cache(maxsize=1)
@@ -60,9 +63,10 @@ class TensorMap(ctypes.Structure):
         return (ctypes.addressof(self) + 63) & ~63
 
 
-def encode(spec: MapSpec, ptr: int, rows: int, cols: int) -> TensorMap:
-    """The map of a row-major [rows, cols] tensor of 16-bit elements at device address `ptr`."""
+def encode(spec: MapSpec, ptr: int) -> TensorMap:
+    """The map of the spec's tensor at device address `ptr`."""
     m = TensorMap()
+    rows, cols = spec.rows, spec.cols
     dims = (ctypes.c_uint64 * 2)(cols, rows)
     pitch = (ctypes.c_uint64 * 1)(cols * 2)
     box = (ctypes.c_uint32 * 2)(spec.box_cols, spec.box_rows)

@@ -26,11 +26,11 @@ MN-major); anything else is pruned, so the tuner never measures a variant that i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.cuda.tensor_maps import MapSpec
-from compiler.cuda.wgmma import CoreTile
+from compiler.cuda.wgmma import CoreTile, point_at_stage
 from compiler.frontend import ir
 
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -99,7 +99,8 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
         base = gen.fresh("ring")
         ring = gen.alloc_perm(stages * tile.elements // 2, 256)
         gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
-        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS)  # rows as the source lies
+        rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
+        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols)  # box as it lies
         ops.append(Operand(st, tile, spec, base, tile.elements))
     gen.tensor_maps += [o.spec for o in ops]
     consumers = gen.grid.threads
@@ -176,7 +177,4 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
 
     gen.loop_tail.append(release)
     for s, (_, o, *_) in zip(lets, entries, strict=True):
-        cur = gen.fresh("stage")
-        gen.out.line(f"unsigned short* const {cur} = {o.base} + ({it} % {stages}) * {o.size};")
-        gen.ring_tiles.add(cur)
-        gen.vals[s.name] = replace(o.tile, ptr=cur)
+        point_at_stage(gen, s.name, o.tile, o.base, o.size, f"{it} % {stages}")

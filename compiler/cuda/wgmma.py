@@ -27,8 +27,9 @@ block and thread). Writes by threads are made visible to the tensor cores' async
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from compiler.cuda.operands import element_bytes, element_ctype
 from compiler.frontend import ir
 
 MAX_N = 256
@@ -50,11 +51,11 @@ class CoreTile:
 
     @property
     def elem_bytes(self) -> int:
-        return 4 if self.dtype == "f32" else 2
+        return element_bytes(self.dtype)
 
     @property
     def ctype(self) -> str:
-        return "float" if self.dtype == "f32" else "unsigned short"
+        return element_ctype(self.dtype)
 
     @property
     def vector(self) -> int:  # elements in one 16-byte chunk
@@ -130,6 +131,15 @@ class CoreTile:
         if self.swizzled:
             return f"(({row}) * {w} + (((({col}) / {v}) ^ (({row}) % 8)) * {v}) + ({col}) % {v})"
         return f"((({row}) / 8) * {self.sbo // 2} + (({col}) / 8) * 64 + (({row}) % 8) * 8 + ({col}) % 8)"
+
+
+def point_at_stage(gen, name: str, tile: CoreTile, base: str, size: int, stage: str) -> None:
+    """Let `name` read stage `stage` (a C expression) of the ring at `base` (`size` elements a
+    stage), laid out as `tile`; the stage is a ring tile (a wgmma group may stay in flight on it)."""
+    cur = gen.fresh("stage")
+    gen.out.line(f"{tile.ctype}* const {cur} = {base} + ({stage}) * {size};")
+    gen.ring_tiles.add(cur)
+    gen.vals[name] = replace(tile, ptr=cur)
 
 
 def core_layout(k_contiguous: bool, x: int) -> bool | None:

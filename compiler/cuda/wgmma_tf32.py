@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler.cuda import analysis
-from compiler.cuda.wgmma import CoreTile
+from compiler.cuda.wgmma import CoreTile, point_at_stage
 from compiler.frontend import ir
 
 STAGES = 3
@@ -212,7 +212,4 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
 
     gen.loop_tail.append(refill)
     for s, (_, e, *_) in zip(lets, entries, strict=True):
-        cur = gen.fresh("stage")
-        gen.out.line(f"float* const {cur} = {e.base} + ({it} % {STAGES}) * {e.size};")
-        gen.ring_tiles.add(cur)
-        gen.vals[s.name] = replace(e.tile, ptr=cur)
+        point_at_stage(gen, s.name, e.tile, e.base, e.size, f"{it} % {STAGES}")

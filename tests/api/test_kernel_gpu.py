@@ -261,3 +261,40 @@ def test_another_dlpack_exporter_on_the_gpu_is_used_in_place():
     assert (c == a + 2).all()  # written through the exporter's memory, not a copy
     with pytest.raises(phobos.ArrayError, match="tensor c: not C-contiguous"):
         kernel(Exporter(a), Exporter(b), Exporter(cupy.zeros(8192, cupy.float32)[::2]))
+
+
+def test_a_kernel_tuned_to_the_tma_ring_runs_through_phobos(monkeypatch):
+    """A tuned schedule that reads operands by bulk tensor copies (compiler/cuda/tma.py): the
+    tensor maps are made for each call's arrays (cupy, then torch on its own stream), at ragged
+    shapes, against the interpreter."""
+    from types import SimpleNamespace
+
+    from compiler.cuda import autotune
+    from compiler.cuda.schedule import Schedule
+
+    point = {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}
+    tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
+    monkeypatch.setattr(autotune, "tune", lambda *a, **k: SimpleNamespace(best=point, schedule=tma))
+    kernel = phobos.load(EXAMPLES / "matmul_f16.phk")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((300, 200)).astype(np.float16)
+    b = rng.standard_normal((200, 520)).astype(np.float16)
+    want = _f16_matmul_reference(a, b)
+    c = to_cupy(np.full((300, 520), np.nan, np.float32))
+    kernel(to_cupy(a), to_cupy(b), c)
+    assert rel_err(from_cupy(c, want), want) <= TOL["matmul_f16"]
+    torch = _torch()
+    tc = torch.full((300, 520), float("nan"), device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        kernel(to_torch(a, "f16"), to_torch(b, "f16"), tc)
+    stream.synchronize()
+    assert rel_err(from_torch(tc), want) <= TOL["matmul_f16"]
+
+
+def _f16_matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    ir = load_file(EXAMPLES / "matmul_f16.phk").kernel()
+    host = {"A": a, "B": b, "C": np.zeros((a.shape[0], b.shape[1]), np.float32)}
+    dims = {"M": a.shape[0], "N": b.shape[1], "K": a.shape[1]}
+    run_kernel(ir, bind(ir, dims, {n: x.shape for n, x in host.items()}), host, {})
+    return host["C"]

@@ -1,0 +1,96 @@
+"""CI checks of the attention leaves' generated CUDA that need no GPU: warpgroup MMA's waits in
+the plain and the rotated loop, P packed as it is, exp as exp2 of one fma, and the causal mask
+tested once per key block where it holds on the whole block (compiler/cuda/uniform.py)."""
+
+from __future__ import annotations
+
+from cuda_cases import EXAMPLES, load_example
+
+from compiler.cuda.compiled import compile_kernel
+from compiler.cuda.schedule import Schedule
+from compiler.frontend import binding
+from compiler.frontend import load as frontend
+
+WG = Schedule(wgmma=True, stages=4)
+
+
+def _attention_source(name: str, schedule: Schedule, point=None) -> str:
+    kernel = load_example(name)
+    b = binding.bind(kernel, {"H": 2, "N": 1000, "D": 64}, None, point or {"BR": 128, "BC": 64})
+    return compile_kernel(kernel, b, schedule=schedule).cuda_source
+
+
+def test_warpgroup_attention_starts_s_from_scale_d_and_packs_p_as_it_is():
+    """Warpgroup MMA attention, not rotated: S = Q K^T starts from scale-d 0 (no zeroed
+    accumulator registers, which would make ptxas serialize a rotated loop), both dots wait
+    for their group; P goes into fragments without a rounded copy, and exp is exp2 of one fma."""
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk"):
+        src = _attention_source(name, Schedule(wgmma=True, stages=4))
+        body = src[src.index("for (int u_j_") :]
+        s_dot, pv_dot = body.index("m64n64k16"), body.index("a from registers")
+        assert body.index("wg_commit_wait();", s_dot) < pv_dot and "wg_commit_wait();" in body[pv_dot:]
+        assert "setp.ne.b32 p, 0, 0;" in body[s_dot:pv_dot] and "= 0.0f;" not in body[:s_dot]
+        assert "bf16_to_f32(f32_to_bf16(" not in body and "pack_bf16x2(u_p_" in body
+        assert "exp2f(fmaf(" in body and "expf(" not in body
+
+
+def test_rotated_attention_issues_p_v_after_the_next_s():
+    """Schedule.rotate: the deferred P V only packs its fragments and keeps its V stage; the
+    next iteration issues it right after S's commit and waits for S alone (wait_group 1); the
+    statement that rescales acc first waits for all; after the loop the last P V is issued."""
+    src = _attention_source("mha_bf16.phk", Schedule(wgmma=True, stages=4, rotate=True))
+    loop, after = src.index("for (int u_j_"), src.rindex("if (kept_b_")
+    body, tail = src[loop:after], src[after : src.rindex("wg_wait_all();")]
+    kept = body.index("if (kept_b_", body.index("wg_commit();"))
+    assert body.index("a0_ = kept_a_", kept) < body.index("wg_commit(); wg_wait_one();", kept)
+    assert body.index("} else {", kept) < body.index("wg_wait_all();", kept)
+    rescale = body.index("acc = acc * expand(correction")
+    assert body.index("wg_wait_all();", rescale) < body.index("u_acc_5[_i][_j] = (u_acc_5", rescale)
+    assert "= pack_bf16x2(u_p_" in body[rescale:] and "wgmma.mma_async" not in body[rescale:]
+    assert "a0_ = kept_a_" in tail and "wgmma.mma_async" in tail and "wg_commit();" in tail
+
+
+def test_rotation_leaves_kernels_without_a_loop_of_dots_alone():
+    """Schedule.rotate changes nothing in matmul (one dot in its loop)."""
+    kernel = load_example("matmul_bf16.phk")
+    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}
+    b = binding.bind(kernel, {"M": 512, "N": 512, "K": 512}, None, point)
+    plain, rotated = (
+        compile_kernel(kernel, b, schedule=Schedule(wgmma=True, stages=4, rotate=r)).cuda_source
+        for r in (False, True)
+    )
+    assert rotated == plain
+
+
+def _source_of(text: str, schedule: Schedule) -> str:
+    kernel = frontend.load_text(text, "k.phk").kernel()
+    b = binding.bind(kernel, {"H": 2, "N": 1000, "D": 64}, None, {"BR": 128, "BC": 64})
+    return compile_kernel(kernel, b, schedule=schedule).cuda_source
+
+
+def test_causal_mask_is_tested_once_per_key_block():
+    """`where(cols <= rows and cols < N, ...)`: one test per block from the ends of the aranges
+    (the block's last key against the tile's first query and against N) picks the unmasked
+    copy of the scores; the masked copy stays for the blocks on the diagonal. Full attention,
+    whose mask is a bool let, and the f32 kernels keep the per-element select only."""
+    for schedule in (Schedule(), WG):
+        src = _attention_source("causal_mha_bf16.phk", schedule)
+        body = src[src.index("for (int u_j_") :]
+        test = body[body.index("const bool whole_") : body.index("\n", body.index("const bool whole_"))]
+        assert "(u_j_" in test and "(c_BC - 1)) <= (u_row_" in test and "< c_N)" in test, test
+        plain, masked = body.index("if (whole_"), body.index("} else {", body.index("if (whole_"))
+        assert "? (v_" not in body[plain:masked] and "u_rows_" in body[masked : masked + 900]
+    assert "whole_" not in _attention_source("mha_bf16.phk", WG)
+    f32 = load_example("causal_attention.phk")
+    dims = {d: 512 for d in binding.kernel_dims(f32)} | {"D": 64}
+    assert "whole_" not in compile_kernel(f32, binding.bind(f32, dims, None, None)).cuda_source
+
+
+def test_masks_outside_the_affine_form_stay_per_element():
+    """A product of two index tiles, or `or`, has no tile-wide test: the select stays."""
+    text = (EXAMPLES / "causal_mha_bf16.phk").read_text()
+    assert "whole_" in _source_of(text, WG)
+    old = "cols <= rows and"
+    for new in ("cols * cols <= rows and", "cols <= rows or"):
+        assert old in text
+        assert "whole_" not in _source_of(text.replace(old, new), WG)
