@@ -38,6 +38,7 @@ Rules (docs/runtime.md states them for users):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -380,7 +381,7 @@ class ClusterState:
     def _plan(self, units: list[Unit]) -> list[Action]:
         self.generation += 1
         figures = [self._room(n) for n in sorted(self.live)]
-        plan = self.planner(figures, self.generation, units, self.next_id)
+        plan = _as_objects(self.planner(figures, self.generation, units, self.next_id))
         self.plan = plan
         self.plans[self.generation] = plan
         for node_plan in plan.node_plans.values():
@@ -442,3 +443,10 @@ _STORY = {  # each story entry's words; its details fill the braces in order
     "succeeded": "succeeded",
     "failed": "failed: {0}",
 }
+
+
+def _as_objects(plan: Plan) -> Plan:
+    """The plan with each node's instructions decoded once (NodePlan.decoded): the scheduler
+    reads a running plan many times (its bookkeeping, the messages to the pods, a failure's
+    look-ups)."""
+    return dataclasses.replace(plan, node_plans={node: p.decoded() for node, p in plan.node_plans.items()})

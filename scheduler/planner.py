@@ -99,13 +99,7 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
           units: Sequence[Unit] | None, first_id: int) -> Plan:
     units = _longest_first(program, program.units if units is None else units)
     node_ids = [f.node for f in nodes]
-    scratch = frozenset(t.name for t in program.tensors if t.role == "partial")
-    stored = [t.name for t in program.tensors if t.name not in scratch]
-    for name in stored:
-        if name not in uris:
-            raise UserError(f"no storage URI for tensor {name}")
-    plan_uris = tuple(uris[name] for name in stored)  # each URI once; instructions name an index
-    tensor_index = {name: i for i, name in enumerate(stored)}
+    plan_uris, tensor_index = stored_tensors(program, uris)
     hosts = {f.node: f.host for f in nodes}
     reduction = program.reduction
     split = reduction is not None and reduction.shares > 1
@@ -122,16 +116,32 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     released = plan_columns.releases(flat, order, buffers, owners)
     peaks = plan_columns.peaks(flat, order, buffers, released, tensors, r_scratch, len(nodes))
     for figure, peak in zip(nodes, peaks, strict=True):
-        if figure.vram_bytes and peak > figure.vram_bytes:
-            raise UserError(
-                f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "
-                f"{_mib(figure.vram_bytes)} ({figure.vram_bytes} bytes): choose smaller @cluster values "
-                f"or more nodes")
+        check_fits(figure, peak)
     tables = plan_columns.instructions(flat, order, buffers, owners, released, tensors, r_scratch,
                                        np.array(node_ids, np.int64), first_id)
     node_plans = {figure.node: NodePlan(figure.node, generation, table, peak, plan_uris)
                   for figure, table, peak in zip(nodes, tables, peaks, strict=True)}
     return Plan(generation, node_plans, placed.roots, len(owners.g_owner))
+
+
+def stored_tensors(program: ClusterProgram, uris: Mapping[str, str]
+                   ) -> tuple[tuple[str, ...], dict[str, int]]:
+    """Every stored tensor's URI, once, in the program's order (loads and stores name a tensor by
+    its index there), and that index by name. A partial is never stored and has none."""
+    stored = [t.name for t in program.tensors if t.role != "partial"]
+    for name in stored:
+        if name not in uris:
+            raise UserError(f"no storage URI for tensor {name}")
+    return tuple(uris[name] for name in stored), {name: i for i, name in enumerate(stored)}
+
+
+def check_fits(figure: NodeFigure, peak: int) -> None:
+    """A plan whose peak a node's memory cannot hold is refused, naming the node."""
+    if figure.vram_bytes and peak > figure.vram_bytes:
+        raise UserError(
+            f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "
+            f"{_mib(figure.vram_bytes)} ({figure.vram_bytes} bytes): choose smaller @cluster values "
+            f"or more nodes")
 
 
 def _tensor_columns(program: ClusterProgram, stored_index: Mapping[str, int], names: list[str]

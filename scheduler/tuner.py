@@ -209,6 +209,7 @@ def account(node_plans: Mapping[int, NodePlan], program: ClusterProgram,
     host) sorts out the bytes that cross hosts."""
     hosts = hosts or {}
     flops = {leaf.name: leaf.flops for leaf in program.leaves}
+    node_plans = {node: p.decoded() for node, p in node_plans.items()}  # read five times below
     shapes: dict[tuple[int, int], int] = {}  # (node, buffer) -> its bytes (in its own dtype)
     for node, node_plan in node_plans.items():
         for ins in node_plan.instructions:

@@ -11,6 +11,7 @@ tiles are loaded, moved, held and stored in it, never widened.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -139,6 +140,14 @@ class NodePlan:
 
     node: int
     generation: int
-    instructions: tuple[Instruction, ...]
+    instructions: Sequence[Instruction]  # a tuple, or the planner's InstructionTable
     peak_bytes: int
     uris: tuple[str, ...] = ()
+
+    def decoded(self) -> NodePlan:
+        """This plan with its instructions as a tuple of objects. The planner's table
+        (schemas/instruction_table.py) decodes on every reading: a reader that goes over a plan
+        many times decodes it once."""
+        if isinstance(self.instructions, tuple):
+            return self
+        return dataclasses.replace(self, instructions=tuple(self.instructions))

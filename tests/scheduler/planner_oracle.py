@@ -18,27 +18,9 @@ from dataclasses import dataclass, field
 from common.errors import UserError
 from compiler.cluster.units import no_gc_pauses
 from scheduler.placement import Piece, place, root_node
+from scheduler.planner import NodeFigure, Plan, check_fits, stored_tensors
 from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Region, Unit
-
-
-@dataclass(frozen=True)
-class NodeFigure:
-    """What the planner needs to know about a node. `vram_bytes` 0 means unknown: not checked.
-    `host` names the machine it runs on (a split's tree by hosts keeps each group on one)."""
-
-    node: int
-    vram_bytes: int = 0
-    host: str = ""
-
-
-@dataclass(frozen=True)
-class Plan:
-    generation: int
-    node_plans: dict[int, NodePlan]  # node -> its plan (every live node, maybe with no work)
-    placement: dict[int, int]  # unit index -> node
-    loads_from_storage: int  # regions loaded (each distinct input region exactly once)
-
 
 # ------------------------------------------------------------------------------------------
 # Pass 1: placement and accounting
@@ -350,33 +332,21 @@ class _Unroll:
 
 def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int = 1,
          units: Sequence[Unit] | None = None, first_id: int = 0) -> Plan:
-    """Plan `units` (default: all of the program's, in index order) over `nodes`.
-
-    Instruction ids count up from `first_id`: a re-plan runs beside the plans before it, so the
-    scheduler numbers each plan after the last one and an id names one instruction of the job.
-
-    `uris` maps each tensor to its (absolute) storage URI. Raises UserError when there is no node
-    or when a node's peak memory does not fit its VRAM."""
+    """scheduler.planner.plan's arguments and answer, planned the object planner's way."""
     if not nodes:
         raise UserError("no node to run the job on")
-    # The planner builds millions of small acyclic objects; the cycle collector would rescan
-    # them over and over (it more than doubles the time) and has nothing to find here.
-    with no_gc_pauses():  # the plan is acyclic tuples too
-        return _plan(program, nodes, uris, generation, units, first_id)
+    with no_gc_pauses():
+        units = _longest_first(program, program.units if units is None else units)
+        node_ids = [f.node for f in nodes]
+        scratch = frozenset(t.name for t in program.tensors if t.role == "partial")
+        plan_uris, tensor_index = stored_tensors(program, uris)
+        dtypes = {t.name: t.dtype for t in program.tensors}
+        return _plan(program, nodes, units, node_ids, scratch, plan_uris, tensor_index, dtypes, generation,
+                     first_id)
 
 
-def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int,
-          units: Sequence[Unit] | None, first_id: int) -> Plan:
-    units = _longest_first(program, program.units if units is None else units)
-    node_ids = [f.node for f in nodes]
-    scratch = frozenset(t.name for t in program.tensors if t.role == "partial")
-    stored = [t.name for t in program.tensors if t.name not in scratch]
-    for name in stored:
-        if name not in uris:
-            raise UserError(f"no storage URI for tensor {name}")
-    plan_uris = tuple(uris[name] for name in stored)  # each URI once; instructions name an index
-    tensor_index = {name: i for i, name in enumerate(stored)}
-    dtypes = {t.name: t.dtype for t in program.tensors}
+def _plan(program, nodes, units, node_ids, scratch, plan_uris, tensor_index, dtypes, generation,
+          first_id) -> Plan:
     hosts = {f.node: f.host for f in nodes}
     reduction = program.reduction
     split = reduction is not None and reduction.shares > 1
@@ -394,11 +364,7 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
         unroll = _Unroll(figure.node, states[figure.node], owners, partials, scratch, tensor_index, dtypes,
                          ids)
         instructions, peak = unroll.run()
-        if figure.vram_bytes and peak > figure.vram_bytes:
-            raise UserError(
-                f"node {figure.node} needs {_mib(peak)} of memory at its peak ({peak} bytes) but has "
-                f"{_mib(figure.vram_bytes)} ({figure.vram_bytes} bytes): choose smaller @cluster values "
-                f"or more nodes")
+        check_fits(figure, peak)
         node_plans[figure.node] = NodePlan(figure.node, generation, tuple(instructions), peak, plan_uris)
     return Plan(generation, node_plans, root_node(pieces), len(first_use))
 
@@ -410,10 +376,3 @@ def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[U
         return units  # the common case: nothing to reorder
     order = sorted(range(len(units)), key=lambda i: -work[i])  # stable: equals keep their order
     return [units[i] for i in order]
-
-
-def _mib(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} B"
