@@ -293,13 +293,12 @@ def instruction_cost(probes: Sequence[Probe], figures: Figures, prepare_s: float
     On a CPU pod every instruction costs the pod's one interpreter lock and the cores it shares
     with the other pods some time beyond its own event (dispatch, the event's report, waiting for
     the lock); what it is in a job with many more instructions than a probe is this same median."""
-    from types import SimpleNamespace
-
     from scheduler.tuner import account, estimate_node, leaf_signature
+    from schemas.instructions import NodePlan
 
     per_instruction = []
     for probe in probes:
-        plans = {node: SimpleNamespace(instructions=tuple(table.values()), peak_bytes=0)
+        plans = {node: NodePlan(node, 0, tuple(table.values()), 0)
                  for node, table in probe.instructions.items()}
         if not plans:
             continue
