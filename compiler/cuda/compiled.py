@@ -14,7 +14,7 @@ from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.source import Span
 
-COMPILER_VERSION = "phobos-cuda-6"
+COMPILER_VERSION = "phobos-cuda-7"
 
 
 def compiler_version() -> str:
