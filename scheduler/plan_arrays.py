@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -83,31 +84,40 @@ def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     launches = [launch for piece in placed.launches for launch in piece]
     n_launches = len(launches)
     l_piece = np.repeat(np.arange(n_pieces, dtype=I64), np.fromiter(map(len, placed.launches), I64, n_pieces))
-    n_read = np.fromiter((len(launch.reads) for launch in launches), I64, n_launches)
-    n_access = n_read + np.fromiter((len(launch.writes) for launch in launches), I64, n_launches)
+    n_read = np.fromiter(map(len, map(attrgetter("reads"), launches)), I64, n_launches)
+    n_access = n_read + np.fromiter(map(len, map(attrgetter("writes"), launches)), I64, n_launches)
     accesses = [pair for launch in launches for part in (launch.reads, launch.writes) for pair in part]
     count = len(accesses)
-    # Each key is numbered by its first access (setdefault keeps the first), then densely.
+    # Each key (and parameter) is numbered by its first access (setdefault keeps the first), then
+    # densely: no len() per access.
     ids: dict[tuple, int] = {}
     number = ids.setdefault
     a_key = _dense(np.fromiter((number((r.tensor, r.start, r.shape), i) for i, (_, r) in enumerate(accesses)),
                                I64, count))
-    names: dict[str, int] = {}
-    name = names.setdefault
-    a_param = np.fromiter((name(p, len(names)) for p, _ in accesses), I64, count)
-    l_leaf = np.fromiter((name(launch.leaf, len(names)) for launch in launches), I64, n_launches)
+    params: dict[str, int] = {}
+    param = params.setdefault
+    a_param = _dense(np.fromiter((param(p, i) for i, (p, _) in enumerate(accesses)), I64, count))
+    names = {name: i for i, name in enumerate(params)}  # parameters first, then leaves
+    l_leaf = np.fromiter((names.setdefault(launch.leaf, len(names)) for launch in launches), I64, n_launches)
     a_launch = np.repeat(np.arange(n_launches, dtype=I64), n_access)
     a_write = ragged(n_access) >= np.repeat(n_read, n_access)
     keys = list(ids)  # (tensor, start, shape), numbered in order of first access
-    size_of = {shape: math.prod(shape) for shape in {key[2] for key in keys}}
     rows = _piece_rows(l_piece[a_launch], a_key, a_write, a_launch, a_param, len(keys))
     flat = Flat(
         p_rank=placed.rank, p_round=placed.round, p_unit=placed.unit,
         l_piece=l_piece, l_leaf=l_leaf, **rows,
         k_tensor=np.fromiter((tensors[key[0]] for key in keys), I64, len(keys)),
-        k_elements=np.fromiter((size_of[key[2]] for key in keys), I64, len(keys)),
+        k_elements=np.fromiter(map(_Sizes().__getitem__, map(itemgetter(2), keys)), I64, len(keys)),
         keys=keys, names=list(names))
     return flat
+
+
+class _Sizes(dict):
+    """Elements of a shape, computed once per distinct shape."""
+
+    def __missing__(self, shape: tuple[int, ...]) -> int:
+        size = self[shape] = math.prod(shape)
+        return size
 
 
 def _dense(first_access: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -162,7 +163,7 @@ def _tensor_columns(program: ClusterProgram, stored_index: Mapping[str, int], na
 
 def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[Unit]:
     flops = {leaf.name: leaf.flops for leaf in program.leaves}
-    counts = np.fromiter((len(unit.launches) for unit in units), np.int64, len(units))
+    counts = np.fromiter(map(len, map(attrgetter("launches"), units)), np.int64, len(units))
     if len(set(flops.values())) <= 1:  # every launch alike: the longest units have most launches
         if not any(flops.values()):
             return units  # no estimate: keep the order given
