@@ -14,6 +14,8 @@ expire after TICKET_TTL_S, and are only handed out over the token-authenticated 
 
 from __future__ import annotations
 
+import collections
+import functools
 import secrets
 import socket
 import socketserver
@@ -70,6 +72,9 @@ class DataPort:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="pod-data-port", daemon=True)
         self._thread.start()
+        # The tables that join a fetch's piece checksums take ~10 ms to make: made now, not on the
+        # first fetch (a pod with a data port fetches too).
+        threading.Thread(target=_piece_shift, name="pod-crc-tables", daemon=True).start()
 
     def offer(self, data: np.ndarray) -> bytes:
         """A ticket for one transfer of `data` (kept alive by the offer until used or expired)."""
@@ -117,20 +122,15 @@ def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeo
     """Fill `into` (C-contiguous) from a peer's data port; returns the crc32 of what arrived.
     Blocking: run it in a worker thread.
 
-    The checksum is computed as the bytes arrive (in pieces of at least CRC_PIECE) by a helper
-    thread of this one (zlib releases the GIL), so it runs beside the receiving instead of between
-    its reads: on loopback a 16 MiB tile's crc32 takes about as long as its bytes. `timeout_s`
-    bounds the connection and every wait for bytes: a hung peer costs at most that long per
-    stall, never forever."""
+    The checksum is computed as the bytes arrive, a piece of CRC_PIECE bytes at a time, by a
+    helper thread of this one (zlib releases the GIL), so it runs beside the receiving instead of
+    between its reads; once the last byte is in, this thread checksums the pieces the helper has
+    not started yet, beside it (on a loaded machine the helper falls behind while the bytes
+    come). The pieces' crc32s are joined in order (`_Pieces`). `timeout_s` bounds the connection
+    and every wait for bytes: a hung peer costs at most that long per stall, never forever."""
     view = byte_view(into)
     n = len(view)
-    crc = [0]
-    checked, last = 0, None
-
-    def add(lo: int, hi: int) -> None:  # pieces run in order: the helper has one thread
-        crc[0] = zlib.crc32(view[lo:hi], crc[0])
-
-    helper = _crc_helper()
+    pieces, ok = _Pieces(view, _crc_helper()), False
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -141,17 +141,58 @@ def fetch_by_ticket(host: str, port: int, ticket: bytes, into: np.ndarray, timeo
                 if k == 0:
                     raise TransferError(f"data port {host}:{port} closed after {got} of {n} bytes")
                 got += k
-                if got - checked >= CRC_PIECE or got == n:
-                    last = helper.submit(add, checked, got)
-                    checked = got
+                pieces.arrived(got)
+            ok = True
     except TimeoutError:
         raise TransferError(f"data port {host}:{port} sent nothing for {timeout_s:g} s") from None
     except OSError as err:
         raise TransferError(f"data port {host}:{port}: {err.strerror or err}") from None
     finally:
-        if last is not None:
-            last.result()  # the view must outlive every piece's checksum
-    return crc[0]
+        crc = pieces.finish(ok)  # no piece's checksum may read the view after we return
+    return crc
+
+
+class _Pieces:
+    """The crc32 of a buffer filled front to back, checksummed in whole pieces of CRC_PIECE
+    bytes by whichever thread is free, and joined in order: crc32(A + B) is crc32(B) XOR
+    shift(crc32(A)), with shift a linear map of 32-bit values for len(B) = CRC_PIECE
+    (`_piece_shift`). The tail shorter than a piece is checksummed last, on from the rest."""
+
+    def __init__(self, view: memoryview, helper: ThreadPoolExecutor):
+        self.view, self.helper = view, helper
+        self.queued = 0  # bytes handed out as whole pieces
+        self.todo: collections.deque[int] = collections.deque()  # starts of pieces not yet taken
+        self.crcs: dict[int, int] = {}  # piece start -> its crc32 (from 0)
+        self.runs: list = []
+
+    def arrived(self, got: int) -> None:
+        while got - self.queued >= CRC_PIECE:
+            self.todo.append(self.queued)
+            self.queued += CRC_PIECE
+            self.runs.append(self.helper.submit(self._one))
+
+    def _one(self) -> None:
+        try:
+            start = self.todo.popleft()  # atomic: the helper and this thread may both take
+        except IndexError:
+            return
+        self.crcs[start] = zlib.crc32(self.view[start:start + CRC_PIECE])
+
+    def finish(self, complete: bool) -> int:
+        """The crc32 of the whole buffer (0 for a transfer that broke off: nothing to check)."""
+        if not complete:
+            self.todo.clear()
+        while self.todo:
+            self._one()
+        for run in self.runs:
+            run.result()
+        if not complete:
+            return 0
+        shift, crc = _piece_shift(), 0
+        for start in range(0, self.queued, CRC_PIECE):
+            piece = self.crcs[start]
+            crc = piece if start == 0 else piece ^ shift(crc)
+        return zlib.crc32(self.view[self.queued:], crc)
 
 
 _helpers = threading.local()
@@ -163,6 +204,28 @@ def _crc_helper() -> ThreadPoolExecutor:
     if helper is None:
         helper = _helpers.pool = ThreadPoolExecutor(1, thread_name_prefix="pod-crc")
     return helper
+
+
+@functools.cache
+def _piece_shift():
+    """x -> the crc32 register after CRC_PIECE more bytes from x, less what the bytes add: a
+    linear map over GF(2), tabulated per byte of x from its values on the 32 single bits."""
+    zeros = bytes(CRC_PIECE)
+    base = zlib.crc32(zeros, 0)
+    bit = [zlib.crc32(zeros, 1 << i) ^ base for i in range(32)]
+    tables = []
+    for byte in range(4):
+        table = [0] * 256
+        for value in range(1, 256):
+            low = value & -value  # the lowest set bit
+            table[value] = table[value ^ low] ^ bit[8 * byte + low.bit_length() - 1]
+        tables.append(table)
+    t0, t1, t2, t3 = tables
+
+    def shift(x: int) -> int:
+        return t0[x & 255] ^ t1[x >> 8 & 255] ^ t2[x >> 16 & 255] ^ t3[x >> 24]
+
+    return shift
 
 
 def check_crc(actual: int, expected: int, peer: str) -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pod.transfer import DataPort, TransferError, check_crc, checksum, chunk_ranges, fetch_by_ticket
+from pod.transfer import (
+    CRC_PIECE,
+    DataPort,
+    TransferError,
+    check_crc,
+    checksum,
+    chunk_ranges,
+    fetch_by_ticket,
+)
 
 
 @pytest.fixture
@@ -24,6 +32,22 @@ def test_ticket_moves_the_tile_once(port):
     assert crc == checksum(tile)
     with pytest.raises(TransferError, match="closed after 0 of"):
         fetch_by_ticket("127.0.0.1", port.port, ticket, np.empty_like(tile), timeout_s=5)
+
+
+@pytest.mark.parametrize("nbytes", [4, CRC_PIECE - 4, CRC_PIECE, 2 * CRC_PIECE, 5 * CRC_PIECE + 12,
+                                    16 * CRC_PIECE])
+def test_the_crc32_joined_from_pieces_is_the_tiles(port, nbytes):
+    """The fetcher checksums whole pieces on two threads and joins them: the result must be
+    zlib's crc32 of the whole tile at every size around the piece's (and a flipped byte in any
+    piece must change it)."""
+    tile = np.frombuffer(np.random.default_rng(nbytes).bytes(nbytes), np.uint8).copy()
+    into = np.empty_like(tile)
+    crc = fetch_by_ticket("127.0.0.1", port.port, port.offer(tile), into, timeout_s=5)
+    assert crc == checksum(tile)
+    for at in {0, nbytes // 2, nbytes - 1}:
+        bad = tile.copy()
+        bad[at] ^= 1
+        assert fetch_by_ticket("127.0.0.1", port.port, port.offer(bad), into, timeout_s=5) != crc
 
 
 def test_unknown_ticket_gets_nothing(port):
