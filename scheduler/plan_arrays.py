@@ -16,6 +16,7 @@ its rank (its place in the planner's list of nodes).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -95,10 +96,11 @@ def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     a_key = _dense(np.fromiter((number((r.tensor, r.start, r.shape), i) for i, (_, r) in enumerate(accesses)),
                                I64, count))
     params: dict[str, int] = {}
-    param = params.setdefault
-    a_param = _dense(np.fromiter((param(p, i) for i, (p, _) in enumerate(accesses)), I64, count))
-    names = {name: i for i, name in enumerate(params)}  # parameters first, then leaves
-    l_leaf = np.fromiter((names.setdefault(launch.leaf, len(names)) for launch in launches), I64, n_launches)
+    a_param = _dense(np.fromiter(map(params.setdefault, map(itemgetter(0), accesses), itertools.count()),
+                                 I64, count))
+    leaves = list(map(attrgetter("leaf"), launches))
+    names = {name: i for i, name in enumerate(dict.fromkeys([*params, *dict.fromkeys(leaves)]))}
+    l_leaf = np.fromiter(map(names.__getitem__, leaves), I64, n_launches)
     a_launch = np.repeat(np.arange(n_launches, dtype=I64), n_access)
     a_write = ragged(n_access) >= np.repeat(n_read, n_access)
     keys = list(ids)  # (tensor, start, shape), numbered in order of first access
@@ -106,7 +108,7 @@ def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     flat = Flat(
         p_rank=placed.rank, p_round=placed.round, p_unit=placed.unit,
         l_piece=l_piece, l_leaf=l_leaf, **rows,
-        k_tensor=np.fromiter((tensors[key[0]] for key in keys), I64, len(keys)),
+        k_tensor=np.fromiter(map(tensors.__getitem__, map(itemgetter(0), keys)), I64, len(keys)),
         k_elements=np.fromiter(map(_Sizes().__getitem__, map(itemgetter(2), keys)), I64, len(keys)),
         keys=keys, names=list(names))
     return flat
