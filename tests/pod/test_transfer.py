@@ -85,6 +85,15 @@ def test_the_software_crc32c_gives_the_same_values():
     assert out == [b"False", str(0xE3069283).encode(), str(crc32c_of(tile)).encode()]
 
 
+def test_a_pod_imports_the_crc_only_at_its_first_checksum():
+    """crc32c's package imports importlib.metadata (~40 ms): a pod's start-up must not pay it."""
+    code = ("import sys, pod.cli, pod.server, pod.runtime, pod.peers, pod.transfer as t; "
+            "before = 'crc32c' in sys.modules; t.checksum(t.np.zeros(3)); "
+            "print(before, 'crc32c' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout.split()
+    assert out == [b"False", b"True"]
+
+
 def test_the_tile_checksum_lets_other_threads_run():
     """The fetcher's pieces are checksummed in a helper thread while the receiving thread reads:
     that needs the CRC to run without the GIL. With the interpreter's forced switches pushed out
