@@ -102,10 +102,16 @@ def start_cuda(device: str) -> threading.Thread | None:
     return thread
 
 
+FIRST_JOB_MODULES_IMPORTED = "first job's modules imported"
+
+
 def import_in_background(kind: str) -> None:
     def run() -> None:
-        for name in FIRST_JOB_MODULES.get(kind, ()):
+        modules = FIRST_JOB_MODULES.get(kind, ())
+        for name in modules:
             importlib.import_module(name)
+        # an event, not a guess at a delay, for whoever measures the pod's settled memory
+        plog.get_logger().info(FIRST_JOB_MODULES_IMPORTED, modules=list(modules))
 
     threading.Thread(target=run, name="pod-imports", daemon=True).start()
 

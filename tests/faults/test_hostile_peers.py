@@ -20,6 +20,7 @@ import time
 import numpy as np
 import pytest
 
+from pod.cli import FIRST_JOB_MODULES_IMPORTED
 from schemas import capnp_io, rpc_streams
 from tests.faults.harness import REPO, Pods
 from tests.faults.strangers import SERVER_KINDS, HostileServer, flood, rss_mb
@@ -195,6 +196,11 @@ def test_garbage_connections_leave_the_pods_memory_at_its_baseline(tmp_path):
     or more here); tools/soak_hostile.py --connections 20000 measures the issue's figure."""
     pod, address = _pod(tmp_path)
     try:
+        # the pod imports its first job's modules in the background once it listens: that growth
+        # is no leak either, so the baseline is taken after it
+        log = tmp_path / "pod.log"
+        _wait_for(lambda: [e for e in _events(log) if e.get("event") == FIRST_JOB_MODULES_IMPORTED], 60,
+                  "the pod's background imports")
         flood(address, 300)  # warm up: the loop's and allocator's first-use growth is no leak
         fds = _open_fds(pod.pid)
         baseline = rss_mb(pod.pid)

@@ -36,6 +36,7 @@ PROGRAMS = {
     "add": lambda: add_program(16 * 37, 16),
     "matmul-beta": lambda: matmul_program(96, 80, 64, 16, 16, 16),
     "matmul-no-beta": lambda: matmul_program(64, 64, 48, 16, 16, 16, beta=False),
+    "matmul-400-units": lambda: matmul_program(320, 320, 64, 16, 16, 16),  # many rounds, much sharing
     "attention": lambda: attention_program(256, 128, 16, 32),
     "matmul-compiled": lambda: _compiled("matmul_small", {"M": 256, "N": 192, "K": 256}, MATMUL),
     "split-k-flat": lambda: _compiled("matmul_small", {"M": 128, "N": 128, "K": 512}, MATMUL,
