@@ -2,7 +2,7 @@
 
 - Tile transfer: a 16 MiB f32 tile fetched by one pod from another (target >= 1 GB/s), on the
   ticketed bulk TCP path and on the fallback path (4 MiB chunks over the RPC). Timed: the
-  fetching pod's whole plan (allocate, fetch with header RPC, transfer, crc32 check on both
+  fetching pod's whole plan (allocate, fetch with header RPC, transfer, CRC-32C check on both
   sides, release, free) from submit to its `finished` report. The owner's load from storage is
   done (and its crc cached) before the clock starts.
   With two GPU pods on one host (marker gpu) the fetch maps the owner's buffer by CUDA IPC and

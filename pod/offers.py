@@ -2,7 +2,7 @@
 
 An owner whose buffer becomes servable sends it to each peer its plan names as fetching that
 buffer (the buffer's Free lists them): a same-host GPU owner its CUDA IPC handle, a CPU owner the
-tile's header with its crc32 and a data-port ticket for that peer alone. The fetcher keeps the
+tile's header with its CRC-32C and a data-port ticket for that peer alone. The fetcher keeps the
 offer here until its Fetch takes it: the fetch is then a device copy out of a mapping already
 open, or straight the bulk transfer, with no round trip to the owner. A fetch that finds no offer
 asks the owner (`ipcHandle`, `tileHeader`) as before, and so does one whose offered ticket no
@@ -29,7 +29,7 @@ MAX_OFFERS = 1 << 16  # offers for jobs this pod never runs are dropped oldest f
 @dataclass(frozen=True)
 class Offer:
     handle: bytes  # the owner allocation's CUDA IPC handle (empty: a CPU owner's ticket)
-    header: TileHeader  # shape, dtype and bytes of the tile; a CPU owner's: crc32, port, ticket
+    header: TileHeader  # shape, dtype and bytes of the tile; a CPU owner's: CRC-32C, port, ticket
     device: int  # the owner's device ordinal
 
 

@@ -1,7 +1,7 @@
 """The pod's shell toward its peers: fetching tiles (CUDA IPC, the bulk data port, RPC chunks),
 and offering its own servable tiles to the peers that will fetch them before they ask
 (pod/offers.py): a GPU pod's CUDA IPC handle to same-host GPU peers, a CPU pod's data-port ticket
-and crc32 to any peer.
+and CRC-32C to any peer.
 
 I/O only: whether to ask an owner again after a refusal is the machine's call (pod/machine.py
 FetchFailed); the transfer paths themselves are pod/transfer.py.

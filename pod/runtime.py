@@ -170,7 +170,7 @@ class PodRuntime:
     def _offer(self, job: Job, generation: int, buffer: int) -> None:
         """Offer a servable buffer to the peers that will fetch it (pod/offers.py), so that their
         fetches need no round trip to here: a GPU pod its CUDA IPC handle (to same-host GPU
-        peers), a CPU pod a data-port ticket each, with the tile's crc32 computed now, beside the
+        peers), a CPU pod a data-port ticket each, with the tile's CRC-32C computed now, beside the
         event loop, instead of when the first fetcher asks."""
         plan = job.state.plans.get(generation)
         record = job.buffers.get((generation, buffer))

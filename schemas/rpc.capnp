@@ -139,7 +139,7 @@ struct TileHeader {
   shape @0 :List(Int64);
   dtype @1 :Text;          # always "f32" on the wire today
   nbytes @2 :UInt64;
-  checksum @3 :UInt32;     # zlib.crc32 of the tile's nbytes bytes (C order)
+  checksum @3 :UInt32;     # CRC-32C of the tile's nbytes bytes (C order; pod/transfer.py crc32c_of)
   # Bulk path (0 / empty: none; use readChunk): connect to TCP `dataPort` on the peer's host,
   # send the 16-byte `ticket`, read exactly `nbytes` bytes. A ticket is good for one transfer
   # and only a short while; it is handed out only over this authenticated RPC. Python's asyncio
@@ -249,7 +249,7 @@ interface Pod {
   # is servable; the owner keeps the allocation untouched until that peer releases it (or the
   # job ends). A fetch of an offered buffer is then a local device copy with no round trip; a
   # fetch that finds no offer asks `ipcHandle` as before. A CPU owner sends the same to every
-  # such peer with an empty `handle` and a header carrying the tile's crc32 and a data-port
+  # such peer with an empty `handle` and a header carrying the tile's CRC-32C and a data-port
   # ticket for that peer: its fetch is then the bulk transfer alone (no `tileHeader`).
   tileReady @10 (jobId :Text, generation :UInt32, node :UInt32, buffer :UInt32, handle :Data,
                  header :TileHeader, deviceIndex :Int32) -> (failure :Failure);

@@ -357,7 +357,7 @@ def test_a_waiting_peer_is_refused_when_the_job_is_cancelled(pods):
 
 
 def test_a_cpu_owner_offers_its_tile_with_a_ticket_and_the_fetch_asks_nothing(tmp_path, monkeypatch):
-    """A CPU owner whose tile becomes servable sends the fetcher its header, crc32 and a data-port
+    """A CPU owner whose tile becomes servable sends the fetcher its header, CRC-32C and a data-port
     ticket (tileReady) before the fetcher asks; the fetch then moves the bytes without a
     tileHeader round trip (its log names the path), and they arrive intact."""
     monkeypatch.setenv("PHOBOS_TEST_POD_LOG", "debug")
