@@ -3,31 +3,10 @@
 # D = 128): the GPU tests the patches add, against the interpreter (BR = 256 on four warpgroups
 # and on mma.sync, at ragged shapes; the two ping-pong schedules at every attention point), then
 # benchmarks/leaf_tc_bench.py --only attention (tuned at N = 16384, anchors in the same run), with
-# the clocks and power once a second in dmon.log. Everything goes under $OUT.
-# PATCHES: patch files to apply first with `git apply` (for a copy of main that has not taken
-# them up; a failure to apply stops the run). TEST_ARGS chooses the tests (default: the ones the
-# patches add, 23, about 3 minutes; `-k attention` runs every attention test); TESTS=0 skips
-# them (a second call on code whose tests passed in the first). BENCH_ARGS narrows the benchmark
-# (e.g. --only attention_full, or attention_causal, to keep one call within 600 s).
-# Run from the repo root on the GPU machine with the structlog/pycapnp/ml_dtypes wheels in WHL.
-set -o pipefail
-for p in $PATCHES; do
-  git apply "$p" || { echo "cannot apply $p" | tee $OUT/gpu_tests.log; exit 1; }
-done
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv 2>&1 | tee $OUT/bench.log
-NEW_TESTS="attention_at_256_rows or (attention_on_tensor_cores and (phk-5 or phk-6))"
-if [ "${TESTS:-1}" != 0 ]; then
-  if [ -n "$TEST_ARGS" ]; then eval "set -- $TEST_ARGS"; else set -- -k "$NEW_TESTS"; fi
-  timeout ${TEST_TIMEOUT:-240} python3 -m pytest tests/cuda/test_cuda_tc_gpu.py -q -p no:cacheprovider "$@" \
-    2>&1 | tee $OUT/gpu_tests.log | tail -15
-  # a failing GPU test means the leaf is not the interpreter's meaning: do not time it
-  grep -Eq "^[0-9]+ passed" $OUT/gpu_tests.log && ! grep -Eq "failed|error" $OUT/gpu_tests.log || exit 1
-fi
-nvidia-smi dmon -s pc -d 1 > $OUT/dmon.log 2>&1 &
-dmon=$!
-timeout ${BENCH_TIMEOUT:-330} python3 benchmarks/leaf_tc_bench.py --only attention --out $OUT/leaf-tc.json \
-  --latest $OUT/leaf-latest.json ${BENCH_ARGS} 2>&1 | tee -a $OUT/bench.log | grep -v '^{'
-kill $dmon
+# the clocks and power once a second in dmon.log. Everything goes under $OUT
+# (unverified_device_run.sh, which also takes PATCHES, TEST_ARGS, TESTS=0 and BENCH_ARGS).
+# The default tests are the 23 the patches add, about 3 minutes; TEST_ARGS="-k attention" runs
+# every attention test. BENCH_ARGS narrows the benchmark (e.g. --only attention_full, or
+# attention_causal, to keep one call within 600 s).
+NEW_TESTS="attention_at_256_rows or (attention_on_tensor_cores and (phk-5 or phk-6))" ONLY=attention \
+  exec bash "$(dirname "$0")/unverified_device_run.sh"
