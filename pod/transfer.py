@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import secrets
 import socket
 import socketserver
@@ -28,7 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 TICKET_BYTES = 16
-TICKET_TTL_S = 60.0
+PORT_WAIT_S = 60.0  # how long the port waits for a connected fetcher's ticket, and a ticket's life
+# PHOBOS_TEST_TICKET_TTL_S (test-only, like PHOBOS_FAULT) shortens a ticket's life, so that a test
+# sees an offered ticket expire and the fetcher ask its owner for another
+TICKET_TTL_S = float(os.environ.get("PHOBOS_TEST_TICKET_TTL_S", PORT_WAIT_S))
 CRC_PIECE = 1 << 20
 
 
@@ -111,7 +115,7 @@ class DataPort:
         return ticket
 
     def _serve(self, sock: socket.socket) -> None:
-        sock.settimeout(TICKET_TTL_S)
+        sock.settimeout(PORT_WAIT_S)
         try:
             ticket = _recv_exactly(sock, TICKET_BYTES)
             with self._lock:
