@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 from typing import Any, TextIO
 
 from common.cli import user_path
@@ -41,6 +42,10 @@ class _Stderr:
 _STDERR = _Stderr()
 _pending: tuple[str, Any] | None = None  # a configure() that structlog has not been given yet
 _threshold = logging.DEBUG  # the pending configuration's level: events below it are dropped here
+# Two threads' first events can arrive together (a pod logs from its loop and from the thread
+# that imports its first job's modules): the second must wait until the first has configured
+# structlog, or it would log through structlog's defaults (to stdout) or find nothing pending.
+_applying = threading.Lock()
 
 
 def configure(level: str = "info", stream: TextIO | None = None) -> None:
@@ -52,7 +57,8 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [_StdlibHandler(out)]
     root.setLevel(number)
-    _pending, _threshold = (level, out), number
+    with _applying:
+        _pending, _threshold = (level, out), number
     if "structlog" in sys.modules:
         _apply()
 
@@ -77,9 +83,11 @@ def _level_number(level: str) -> int:
 def _apply() -> None:
     """Give structlog the configuration that configure() left pending."""
     global _pending
-    if _pending is not None:
-        (level, out), _pending = _pending, None
-        _configure_structlog(level, out)
+    with _applying:
+        if _pending is not None:
+            level, out = _pending
+            _configure_structlog(level, out)
+            _pending = None  # only now: events racing this one wait above, then find it done
 
 
 def _processors(out) -> tuple[list, list]:

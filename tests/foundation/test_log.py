@@ -119,3 +119,50 @@ def test_relative_log_file_is_resolved_where_the_user_ran_bazel(tmp_path, monkey
 def test_unwritable_log_file_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="cannot open log file"):
         log.configure_from_args(argparse.Namespace(log_level="info", log_file=str(tmp_path / "no/dir/x.log")))
+
+
+FIRST_EVENTS_TOGETHER = r"""
+import io, json, sys, threading, time
+from common import log
+stream = io.StringIO()
+log.configure("info", stream)
+assert "structlog" not in sys.modules  # the lazy path: configured at the first event
+configuring = threading.Event()
+real = log._configure_structlog
+def slow_configure(level, out):
+    configuring.set()
+    time.sleep(0.3)  # widens the window in which the second thread's first event arrives
+    real(level, out)
+log._configure_structlog = slow_configure
+errors = []
+def first_event(name, after=None):
+    if after is not None:
+        after.wait()
+    try:
+        log.get_logger().info(name)
+    except Exception as err:
+        errors.append(repr(err))
+threads = [threading.Thread(target=first_event, args=("first",)),
+           threading.Thread(target=first_event, args=("second", configuring))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"errors": errors, "lines": stream.getvalue().splitlines()}))
+"""
+
+
+def test_two_threads_first_events_both_reach_the_configured_stream():
+    """A second thread's first event, arriving while the first thread configures structlog, waits
+    for it and lands in the configured stream (not on stdout through structlog's defaults, and
+    with no error). Run in a fresh interpreter: structlog must not be imported yet."""
+    import subprocess
+    import sys
+
+    from common.paths import REPO_ROOT
+
+    run = subprocess.run([sys.executable, "-c", FIRST_EVENTS_TOGETHER], cwd=REPO_ROOT, text=True,
+                         capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=True)
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["errors"] == []
+    assert sorted(json.loads(line)["event"] for line in out["lines"]) == ["first", "second"], run.stdout
