@@ -21,7 +21,7 @@ from common.errors import UserError
 from common.log import get_logger
 from pod import machine as m
 from pod import state as st
-from pod.faults import Faults
+from pod.faults import Delay, Faults
 from pod.peers import Fetching
 from pod.transfer import DataPort, TransferError, byte_view, checksum
 from schemas.capnp_io import InstructionEvent, JobProgram, TileHeader
@@ -176,16 +176,22 @@ class PodRuntime:
         record = job.buffers.get((generation, buffer))
         fetchers = plan.fetchers(buffer) if plan is not None and record is not None else ()
         peers = [job.peers[n] for n in fetchers if n in job.peers]
-        if not peers:
+        gpu = self.backend.kind == "gpu"
+        if not peers or not (gpu or self.data_port is not None):
             return
-        if self.backend.kind == "gpu":
-            record.lent = True
-            self.peers.offer(job.job_id, generation, buffer, record.array, peers)
-        elif self.data_port is not None:
-            self._spawn(self._offer_tickets(job.job_id, generation, buffer, record, peers))
+        if gpu:
+            record.lent = True  # before anything can free it: its Free now waits for the peers
+        # test-only (PHOBOS_FAULT): an offer serves the tile to its peers, as an answered ask does
+        delay = self.faults.hit("serve", generation=generation)
+        self._spawn(self._send_offers(job.job_id, generation, buffer, record, peers, delay))
 
-    async def _offer_tickets(self, job_id: str, generation: int, buffer: int, record: BufferRecord,
-                             peers: list[str]) -> None:
+    async def _send_offers(self, job_id: str, generation: int, buffer: int, record: BufferRecord,
+                           peers: list[str], delay: Delay | None) -> None:
+        if delay is not None:
+            await delay.wait()
+        if self.backend.kind == "gpu":
+            self.peers.offer(job_id, generation, buffer, record.array, peers)
+            return
         await self._serving_copy(record)
         for address in peers:
             self.peers.offer_ticket(job_id, generation, buffer, self._tile_header(record), address)

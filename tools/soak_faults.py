@@ -4,10 +4,10 @@
 
 Each run: 4 CPU pods (3 kept across runs, 1 fresh with PHOBOS_FAULT) run a 16-unit matmul; the
 faulty pod SIGKILLs itself at its n-th instruction of one kind (allocate, load, fetch, compute,
-store, free, or serve: a tile a peer asked for), or on every third run SIGSTOPs itself there and
-is woken after being declared dead (a zombie). Every run must succeed with an output bitwise equal
-to the failure-free run's and leave no staging file. A failing seed is printed; rerun it alone
-with --first-seed SEED --runs 1. Exit code 1 when any run failed.
+store, free, or serve: a tile a peer asked for or was offered), or on every third run SIGSTOPs
+itself there and is woken after being declared dead (a zombie). Every run must succeed with an
+output bitwise equal to the failure-free run's and leave no staging file. A failing seed is
+printed; rerun it alone with --first-seed SEED --runs 1. Exit code 1 when any run failed.
 """
 
 from __future__ import annotations
