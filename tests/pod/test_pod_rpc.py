@@ -356,15 +356,14 @@ def test_a_waiting_peer_is_refused_when_the_job_is_cancelled(pods):
     assert "job job-wait was cancelled" in message and waited < 2
 
 
-def test_a_cpu_owner_offers_its_tile_with_a_ticket_and_the_fetch_asks_nothing(tmp_path, monkeypatch):
-    """A CPU owner whose tile becomes servable sends the fetcher its header, CRC-32C and a data-port
-    ticket (tileReady) before the fetcher asks; the fetch then moves the bytes without a
-    tileHeader round trip (its log names the path), and they arrive intact."""
-    monkeypatch.setenv("PHOBOS_TEST_POD_LOG", "debug")
+def _offer_then_fetch(tmp_path, job: str, seed: int, after_offer_s: float = 0.0) -> str:
+    """A two-pod transfer in which the owner's offer (tileReady) reaches the fetcher before the
+    fetcher's plan is submitted, `after_offer_s` later; checks the bytes that arrived and returns
+    the fetcher's log."""
     n = 3 * capnp_io.CHUNK_BYTES // 4 + 5
-    x = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    staging = storage.create_staging(tmp_path / "y.npy", (n,), "f32", "job-offer")
+    staging = storage.create_staging(tmp_path / "y.npy", (n,), "f32", job)
     with running_pods(2, tmp_path) as procs:
         peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
         plans = transfer_plans((tmp_path / "x.npy").as_uri(), (tmp_path / "y.npy").as_uri(), n)
@@ -375,18 +374,28 @@ def test_a_cpu_owner_offers_its_tile_with_a_ticket_and_the_fetch_asks_nothing(tm
             links = [await connect(addr) for _, addr in procs]
             for node, (_, pod) in enumerate(links):
                 await pod.hello(sink, node)
-            await submit(links[0][1], "job-offer", PROGRAM, plans[0], peers)
+            await submit(links[0][1], job, PROGRAM, plans[0], peers)
             deadline = time.monotonic() + 60
             while "tile offered" not in fetcher_log.read_text():  # the owner's offer came first
                 assert time.monotonic() < deadline, fetcher_log.read_text()
                 await asyncio.sleep(0.02)
-            await submit(links[1][1], "job-offer", PROGRAM, plans[1], peers)
-            return await sink.wait_finished([(0, "job-offer", 1), (1, "job-offer", 1)])
+            await asyncio.sleep(after_offer_s)
+            await submit(links[1][1], job, PROGRAM, plans[1], peers)
+            return await sink.wait_finished([(0, job, 1), (1, job, 1)])
 
         assert run_async(scenario) == [(True, ""), (True, "")]
-        assert '"path": "bulk-port-offered"' in fetcher_log.read_text()
+        log = fetcher_log.read_text()
     storage.commit(staging, tmp_path / "y.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x)
+    return log
+
+
+def test_a_cpu_owner_offers_its_tile_with_a_ticket_and_the_fetch_asks_nothing(tmp_path, monkeypatch):
+    """A CPU owner whose tile becomes servable sends the fetcher its header, CRC-32C and a data-port
+    ticket (tileReady) before the fetcher asks; the fetch then moves the bytes without a
+    tileHeader round trip (its log names the path), and they arrive intact."""
+    monkeypatch.setenv("PHOBOS_TEST_POD_LOG", "debug")
+    assert '"path": "bulk-port-offered"' in _offer_then_fetch(tmp_path, "job-offer", 2)
 
 
 def test_an_expired_offered_ticket_makes_the_fetcher_ask_the_owner_and_the_tile_arrives_intact(
@@ -396,33 +405,7 @@ def test_an_expired_offered_ticket_makes_the_fetcher_ask_the_owner_and_the_tile_
     arrive intact (over a new ticket, or over the RPC chunks where that one lapses too)."""
     monkeypatch.setenv("PHOBOS_TEST_POD_LOG", "debug")
     monkeypatch.setenv("PHOBOS_TEST_TICKET_TTL_S", "0.2")
-    n = 3 * capnp_io.CHUNK_BYTES // 4 + 5
-    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    staging = storage.create_staging(tmp_path / "y.npy", (n,), "f32", "job-expired")
-    with running_pods(2, tmp_path) as procs:
-        peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
-        plans = transfer_plans((tmp_path / "x.npy").as_uri(), (tmp_path / "y.npy").as_uri(), n)
-        fetcher_log = tmp_path / "pod-1.log"
-
-        async def scenario():
-            sink = Sink()
-            links = [await connect(addr) for _, addr in procs]
-            for node, (_, pod) in enumerate(links):
-                await pod.hello(sink, node)
-            await submit(links[0][1], "job-expired", PROGRAM, plans[0], peers)
-            deadline = time.monotonic() + 60
-            while "tile offered" not in fetcher_log.read_text():  # the owner's offer came first
-                assert time.monotonic() < deadline, fetcher_log.read_text()
-                await asyncio.sleep(0.02)
-            # a lower bound, not a guess at a speed: past it the offered ticket has expired
-            await asyncio.sleep(0.4)
-            await submit(links[1][1], "job-expired", PROGRAM, plans[1], peers)
-            return await sink.wait_finished([(0, "job-expired", 1), (1, "job-expired", 1)])
-
-        assert run_async(scenario) == [(True, ""), (True, "")]
-        log = fetcher_log.read_text()
-        assert "offered ticket failed; asking the owner for another" in log
-        assert '"path": "bulk-port-offered"' not in log
-    storage.commit(staging, tmp_path / "y.npy")
-    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), x)
+    # a lower bound, not a guess at a speed: past it the offered ticket has expired
+    log = _offer_then_fetch(tmp_path, "job-expired", 3, after_offer_s=0.4)
+    assert "offered ticket failed; asking the owner for another" in log
+    assert '"path": "bulk-port-offered"' not in log
