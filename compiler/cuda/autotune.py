@@ -22,7 +22,14 @@ import numpy as np
 from common import cache
 from compiler.cuda import mma, nvrtc, stages
 from compiler.cuda.compiled import compile_kernel, compiler_version
-from compiler.cuda.schedule import DEFAULT, WGMMA_DEEP_PROBE, WGMMA_PROBE, Schedule, tensor_core_space
+from compiler.cuda.schedule import (
+    DEFAULT,
+    WGMMA_DEEP_PROBE,
+    WGMMA_PROBE,
+    WIDE_THREADS,
+    Schedule,
+    tensor_core_space,
+)
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
@@ -205,9 +212,10 @@ def tune(
 def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     """Tensor-core kernels: every point with the default schedule (mma.sync) and, where its dots
     can, with warpgroup MMA (grouped order; 4 stages, or for a single dot as many as fit, up to
-    8); then the FINALISTS best points of each
-    family with that family's whole schedule space (schedule.tensor_core_space: warp layout,
-    pipeline depth, CTA order, copy placement). A tile shape that is best for one family is
+    8), and for a loop of two dots (attention) also on four warpgroups (WIDE_THREADS); then the
+    FINALISTS best points of each family with that family's whole schedule space
+    (schedule.tensor_core_space: warp layout, pipeline depth, CTA order, copy placement,
+    loop rotation). A tile shape that is best for one family is
     often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
     multiprocessor)."""
     dots = stages.tensor_core_dots(kernel, tf32)
@@ -224,6 +232,9 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
         families.append(wg)
     wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
     probes = [DEFAULT, wg_probe][: len(families)]
+    if rotates and len(families) == 2:  # attention on four warpgroups (BR = 256): its own family
+        probes.append(dataclasses.replace(wg_probe, threads=WIDE_THREADS))
+        families.append([dataclasses.replace(s, threads=WIDE_THREADS) for s in families[1]])
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])

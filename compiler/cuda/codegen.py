@@ -29,6 +29,10 @@ RINGS = ("ring", "regring", "tmaring")  # shared-memory rings of a loop's operan
 # holds 132 and assembles to 242 registers without spills (one CTA of 8 warps per SM). With one
 # warpgroup each thread also issues twice the ring's copies: there the same point spills.
 WARPGROUP_REGISTER_BUDGET = 136
+# Four warpgroups (512 threads, attention's BR = 256) get at most 128 registers each: mha D=128,
+# BC=32 holds 84 and assembles to 119 without spills; BC=64 holds 100 and spilled 32 bytes (144
+# and serialized wgmma when rotated), as did D=64, BC=128 (100) when rotated.
+WIDE_CTA_REGISTER_BUDGET = 96
 
 
 @dataclass(frozen=True)
@@ -372,6 +376,8 @@ class KernelGen(ExprEmitter):
         """Tile values a thread may hold before the point is pruned (see the constants)."""
         if not self.tensor_cores:
             return REGISTER_BUDGET
+        if self.wgmma and self.grid.threads >= 512:
+            return WIDE_CTA_REGISTER_BUDGET
         wide = self.wgmma and self.grid.threads >= 256
         return WARPGROUP_REGISTER_BUDGET if wide else TENSOR_CORE_REGISTER_BUDGET
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs
 
-from compiler.cuda.schedule import Schedule
+from compiler.cuda.schedule import WIDE_THREADS, Schedule
 from compiler.frontend import binding, walk
 from compiler.frontend.diagnostics import CompileError
 from compiler.interp import interpreter as interp
@@ -51,9 +51,9 @@ def _rel_err(out, ref):
     return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
 
 
-def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None):
+def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None) -> bool:
     """One point against the interpreter; a point the generator prunes (registers, shared
-    memory) is skipped, since pruned points are never run."""
+    memory) is skipped, since pruned points are never run. Whether it ran."""
     from compiler.cuda.compiled import compile_kernel
     from compiler.cuda.launch import run_kernel_gpu
 
@@ -62,7 +62,7 @@ def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None):
         compile_kernel(kernel, b, schedule=schedule)
     except CompileError as e:
         assert "is pruned" in e.message, e.message
-        return
+        return False
     arrays, scalars = random_inputs(kernel, dict(b.env), rng)
     scalars.update(scalars_override or {})
     ref = {n: a.copy() for n, a in arrays.items()}
@@ -75,6 +75,7 @@ def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None):
     for n in walk.stored_tensors(kernel):
         err = _rel_err(got[n], ref[n])
         assert err <= tol, (kernel.name, dims, point, schedule, n, err)
+    return True
 
 
 @pytest.mark.parametrize("name", ["matmul_bf16.phk", "matmul_f16.phk"])
@@ -188,6 +189,33 @@ def test_attention_on_tensor_cores_equals_interpreter(name, tol, schedule):
         for point in ATTENTION_POINTS + ([{"BR": 128, "BC": 128}] if wide else []):
             scalars = {"scale": dims["D"] ** -0.5}
             _check(kernel, dims, point, ATTENTION_SCHEDULES[schedule], tol, rng, scalars)
+
+
+# BR = 256 on four warpgroups sharing one K/V ring (schedule.WIDE_THREADS), and on mma.sync
+WIDE_ATTENTION_SCHEDULES = [
+    Schedule(wgmma=True, stages=4, order="grouped", threads=WIDE_THREADS),
+    Schedule(wgmma=True, stages=4, order="grouped", threads=WIDE_THREADS, rotate=True),
+    Schedule(wgmma=True, stages=3, late_copies=True, threads=WIDE_THREADS, rotate=True),
+    Schedule(wgmma=True, stages=5, threads=WIDE_THREADS),
+    Schedule(),
+]
+
+
+@pytest.mark.parametrize("schedule", range(len(WIDE_ATTENTION_SCHEDULES)))
+@pytest.mark.parametrize("name,tol", ATTENTION[:3], ids=[a[0] for a in ATTENTION[:3]])
+def test_attention_at_256_rows_equals_interpreter(name, tol, schedule):
+    """BR = 256: four warpgroups of 64 rows (plain, rotated, late copies, 5 stages) at the
+    points that fit (BC = 32 at D = 64 and 128, BC = 64 at D = 64), and mma.sync (D = 64, BC =
+    32); N = 128 and 200 leave most of the one CTA's rows out of range."""
+    kernel = load_example(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 100 + schedule)
+    ran = 0
+    for dims in ATTENTION_DIMS + [{"H": 2, "N": 555, "D": 128}]:
+        for point in ({"BR": 256, "BC": 32}, {"BR": 256, "BC": 64}):
+            scalars = {"scale": dims["D"] ** -0.5}
+            ran += _check(kernel, dims, point, WIDE_ATTENTION_SCHEDULES[schedule], tol, rng, scalars)
+    # pruned, as spilling: BC = 64 at D = 128 on four warpgroups, all but D = 64, BC = 32 on mma.sync
+    assert ran == (6 if WIDE_ATTENTION_SCHEDULES[schedule].wgmma else 2), ran
 
 
 TF32_WGMMA = [  # TF32 warpgroup MMA: both operands rounded and stored K-major through registers

@@ -21,7 +21,7 @@ from cuda_cases import load_example
 from compiler.cuda import autotune
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
-from compiler.cuda.schedule import Schedule
+from compiler.cuda.schedule import WIDE_THREADS, Schedule
 from compiler.cuda.wgmma import CoreTile
 from compiler.frontend import binding, walk
 from compiler.frontend import load as frontend
@@ -180,7 +180,26 @@ def _variants():
                 mm.append((name, dims, point, Schedule()))
                 if name != "mha_tf32.phk":  # S = Q K^T from shared memory, P V with P in registers
                     mm += [(name, dims, point, s) for s in [Schedule(wgmma=True, stages=4), *rotated]]
-    return mm
+    return mm + _wide_attention_variants()
+
+
+def _wide_attention_variants():
+    """BR = 256 on four warpgroups (Schedule.threads = WIDE_THREADS) at the points that fit
+    (BC = 128 at D = 64 and BC = 64 at D = 128 are pruned: they spilled), plain, rotated and
+    with late copies; and BR = 256 on mma.sync, which fits at D = 64, BC = 32 only."""
+    wide = [
+        Schedule(wgmma=True, stages=4, order="grouped", threads=WIDE_THREADS),
+        Schedule(wgmma=True, stages=4, order="grouped", threads=WIDE_THREADS, rotate=True),
+        Schedule(wgmma=True, stages=3, late_copies=True, threads=WIDE_THREADS, rotate=True),
+        Schedule(wgmma=True, stages=5, threads=WIDE_THREADS),
+    ]
+    out = []
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk"):
+        for d, bc in ((64, 32), (64, 64), (64, 128), (128, 32), (128, 64)):
+            dims = {"H": 8, "N": 4096, "D": d}
+            out += [(name, dims, {"BR": 256, "BC": bc}, s) for s in wide]
+        out.append((name, {"H": 8, "N": 4096, "D": 64}, {"BR": 256, "BC": 32}, Schedule()))
+    return out
 
 
 def _tool(name: str) -> str | None:
@@ -541,5 +560,30 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     monkeypatch.setattr(autotune, "_measure", fake_measure)
     res = autotune.tune(load_example("mha_bf16.phk"), {"H": 8, "N": 4096, "D": 64})
     probe = Schedule(stages=4, order="grouped", wgmma=True, rotate=True)
-    assert {s for _, s in asked[0]} == {Schedule(), probe}
+    wide = dataclasses.replace(probe, threads=WIDE_THREADS)  # four warpgroups: BR = 256
+    assert {s for _, s in asked[0]} == {Schedule(), probe, wide}
+    assert {p["BR"] for p, _ in asked[0]} == {64, 128, 256}
     assert {s.rotate for _, s in asked[2]} == {False, True} and res.schedule.rotate
+    assert len(asked) == 4 and all(s.wgmma and s.threads == WIDE_THREADS for _, s in asked[3])
+    assert not any(s.threads for f in asked[1:3] for _, s in f)
+    assert {(s.late_copies, s.rotate) for _, s in asked[3]} == set(itertools.product((False, True), repeat=2))
+
+
+def test_wide_attention_keeps_the_points_that_fit_four_warpgroups():
+    """BR = 256 on 512 threads (128 registers each): the points that assembled without spills
+    compile, the ones that spilled are pruned by the register budget, and a 128-row tile cannot
+    be spread over four warpgroups of 64 rows."""
+    wide = Schedule(wgmma=True, stages=4, threads=WIDE_THREADS, rotate=True)
+    kernel = load_example("mha_bf16.phk")
+
+    def compiles(d, point):
+        b = binding.bind(kernel, {"H": 8, "N": 4096, "D": d}, None, point)
+        try:
+            return compile_kernel(kernel, b, schedule=wide).block == (WIDE_THREADS, 1, 1)
+        except CompileError as e:
+            assert "is pruned" in e.message, e.message
+            return False
+
+    assert compiles(128, {"BR": 256, "BC": 32}) and compiles(64, {"BR": 256, "BC": 64})
+    assert not compiles(128, {"BR": 256, "BC": 64}) and not compiles(64, {"BR": 256, "BC": 128})
+    assert not compiles(128, {"BR": 128, "BC": 32})
