@@ -234,7 +234,8 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     probes = [DEFAULT, wg_probe][: len(families)]
     if rotates and len(families) == 2:  # attention on four warpgroups (BR = 256): its own family
         probes.append(dataclasses.replace(wg_probe, threads=WIDE_THREADS))
-        families.append([dataclasses.replace(s, threads=WIDE_THREADS) for s in families[1]])
+        wide = [dataclasses.replace(s, threads=WIDE_THREADS) for s in families[1] if not s.pingpong]
+        families.append(wide)  # ping-pong takes two warpgroups
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])

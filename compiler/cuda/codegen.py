@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mma, stores, tma, uniform, wgmma
+from compiler.cuda import analysis, dots, loops, mbarriers, mma, pingpong, stores, tma, uniform, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
@@ -75,6 +75,8 @@ class KernelGen(ExprEmitter):
         self.pipelined: dict[str, tuple] = {}
         self.rotation = None  # loops.Rotation of the loop being emitted, if rotated
         self.loop_tail: list = []
+        self.handover = None  # pingpong.Handover of the ring being emitted, if ping-pong
+        self.used_pingpong = False
         counts = list(leaf.counts)
         self.grid_dims = tuple(counts)
         for axis in plan.longest_first:
@@ -406,6 +408,8 @@ class KernelGen(ExprEmitter):
             head.block(wgmma.PRELUDE.splitlines())
         if self.tensor_maps:
             head.block(tma.PRELUDE.splitlines())
+        if self.used_pingpong:
+            head.block((mbarriers.PRELUDE + "\n" + pingpong.PRELUDE).splitlines())
         params, order = self.parameters()
         entry = f"phobos_{k.name}"
         threads = self.grid.threads + (tma.PRODUCER_THREADS if self.tma_split else 0)

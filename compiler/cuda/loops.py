@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, operands, tma, wgmma, wgmma_tf32
+from compiler.cuda import analysis, dots, operands, pingpong, tma, wgmma, wgmma_tf32
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.frontend import ir
 
@@ -71,13 +71,16 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
             return {}
         entries.append((st, role, transposed, tile, plan))
     words = [operands.tile_floats(t) + (-operands.tile_floats(t)) % 4 for *_, t, _ in entries]
+    handover = gen.schedule.pingpong  # stages handed over by mbarriers (pingpong.py): one behind
+    if handover:
+        pingpong.check(gen, s, deferred_dot(gen, s) is not None)
     # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
     # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
-    low = 3 if gen.wgmma else 2
+    low = pingpong.MIN_STAGES if handover else 3 if gen.wgmma else 2
     stages = max(low, gen.schedule.stages)
     while stages > low and (gen.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
         stages -= 1
-    ahead = stages - 2 if gen.wgmma else stages - 1
+    ahead = stages - 3 if handover else stages - 2 if gen.wgmma else stages - 1
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
     bases = []
@@ -86,6 +89,8 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
         ring = gen.alloc_perm(stages * w, 256 if isinstance(tile, wgmma.CoreTile) else 4)
         gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
         bases.append(base)
+    if handover:
+        pingpong.setup(gen, stages)
     per_word = [4 // t.elem_bytes for *_, t, _ in entries]
     for p in range(ahead):
         gen.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
@@ -96,8 +101,13 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
                 gen, st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
             )
             operands.issue_copy(gen, plan, ring, st.value)
+        if handover:
+            pingpong.filled(gen, str(p))
         gen.out.close()
-        gen.out.line("cp_async_commit();")
+        if not handover:
+            gen.out.line("cp_async_commit();")
+    if handover:
+        pingpong.first_turn(gen)
     return {
         st.name: ("ring", st, role, transposed, plan, base, e * w, (stages, ahead), first)
         for (st, role, transposed, _, plan), base, w, e in zip(entries, bases, words, per_word, strict=True)
@@ -119,10 +129,13 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
     it = gen.fresh("it")
     gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
     gen.ring_iteration = it
-    gen.out.line(f"cp_async_wait<{ahead - 1}>();")
-    if gen.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
-        gen.out.line("fence_async_smem();")
-    gen.sync()
+    if gen.handover:  # no CTA-wide barrier: this iteration's stage, through its mbarrier
+        pingpong.top(gen, it)
+    else:
+        gen.out.line(f"cp_async_wait<{ahead - 1}>();")
+        if gen.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
+            gen.out.line("fence_async_smem();")
+        gen.sync()
     entries = [gen.pipelined[s.name] for s in lets]
 
     def refill() -> None:
@@ -130,13 +143,18 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
         gen.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
         gen.out.open(f"if ({nxt} < {stop_name})")
         gen.scalars[var_name] = (nxt, "i32")
+        if gen.handover:
+            pingpong.before_refill(gen, f"({it} + {ahead})")
         for _, st, role, transposed, plan, base, size, *_ in entries:
             ptr = f"({base} + (({it} + {ahead}) % {stages}) * {size})"
             ring = dots.mma_let_tile(gen, st.value, role, transposed, ptr=ptr)
             operands.issue_copy(gen, plan, ring, st.value)
+        if gen.handover:
+            pingpong.filled(gen, f"({it} + {ahead}) % {stages}")
         gen.scalars[var_name] = (var_c, "i32")
         gen.out.close()
-        gen.out.line("cp_async_commit();")
+        if not gen.handover:
+            gen.out.line("cp_async_commit();")
 
     # the stage refilled was last read an iteration (warpgroup MMA: two) ago, which the barrier
     # above orders; so the copies may go here or after this iteration's dots (Schedule.late_copies)
@@ -257,16 +275,17 @@ def fill_rotation(gen) -> None:
     at, depth = rot.slot
     out = Emitter()
     out.depth, out.span = depth, gen.out.spans[at - 1]
+    turn = f"{pingpong.pass_turn()} " if gen.handover else ""  # the other warpgroup's dots next
     if rot.issue is None:
-        out.line("wg_wait_all();")
+        out.line(f"{turn}wg_wait_all();")
     else:
         out.open(f"if ({rot.stage} != nullptr)")
         out.line("wg_fence();")
         out.block(rot.issue)
-        out.line("wg_commit(); wg_wait_one();")
+        out.line(f"wg_commit(); {turn}wg_wait_one();")
         out.close(" else {")
         out.depth += 1
-        out.line("wg_wait_all();")
+        out.line(f"{turn}wg_wait_all();")
         out.close()
     gen.out.lines[at:at] = out.lines
     gen.out.spans[at:at] = out.spans
@@ -275,6 +294,8 @@ def fill_rotation(gen) -> None:
 def issue_kept(gen) -> None:
     """After the rotated loop: the last iteration's kept dot."""
     rot = gen.rotation
+    if gen.handover:
+        pingpong.last_turn(gen)
     if rot.issue is None:
         return
     gen.out.open(f"if ({rot.stage} != nullptr)")

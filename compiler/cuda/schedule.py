@@ -24,6 +24,10 @@ class Schedule:
     # next iteration right after the first (S = Q K^T), so the tensor cores run it while that
     # iteration's softmax runs (loops.Rotation); no effect on other kernels
     rotate: bool = False
+    # a rotated loop's two warpgroups hand the ring's stages over by mbarriers instead of a
+    # CTA-wide barrier and take turns issuing their dots, one's softmax under the other's dots
+    # (pingpong.py); copies run stages - 3 ahead
+    pingpong: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
@@ -31,7 +35,8 @@ class Schedule:
         late = "-late" if self.late_copies else ""
         rot = "-rot" if self.rotate else ""
         tma = "-tma" if self.tma else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}{tma}"
+        pp = "-pp" if self.pingpong else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}{tma}{pp}"
 
 
 DEFAULT = Schedule()
@@ -44,6 +49,7 @@ DEEP_STAGES = (6, 8)
 # A loop of two dots (attention) may also run on four warpgroups sharing one K/V ring: BR = 256
 # at 64 rows per warpgroup, K and V copied once for twice the rows of the 256-thread CTA.
 WIDE_THREADS = 512
+PINGPONG_STAGES = (5, 6)  # Schedule.pingpong: copies 2 or 3 iterations ahead
 
 
 def tma_searched() -> bool:
@@ -71,6 +77,13 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
         for late in (False, True)
         for rot in ((False, True) if rotates else (False,))
     ]
+    if rotates:  # ping-pong: two more stages than the copies run ahead, plus one of slack
+        out += [
+            Schedule(None, stages, order, wgmma=True, late_copies=late, rotate=True, pingpong=True)
+            for stages in PINGPONG_STAGES
+            for order in ("row", "grouped")
+            for late in (False, True)
+        ]
     if deep and tma_searched():
         orders = ("row", "grouped")
         out += [Schedule(None, s, order, wgmma=True, tma=True) for s in (4, 6) for order in orders]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler.cuda import mbarriers
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.cuda.tensor_maps import MapSpec
 from compiler.cuda.wgmma import CoreTile, point_at_stage
@@ -37,27 +38,15 @@ PRODUCER_REGS, CONSUMER_REGS = 40, 232
 PRODUCER_THREADS = 128  # one warpgroup
 BOX_COLS = 64  # 16-bit elements in one 128-byte swizzled row
 
-PRELUDE = r"""
-struct __align__(64) TmaMap { unsigned long long v[16]; };
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {  // labels local to the braces
-  asm volatile("{ .reg .pred p; MBAR_WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; "
-               "@!p bra MBAR_WAIT; }" :: "r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_bytes(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
-}
+TMA_LOAD = r"""
 __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, int c0, int c1, unsigned bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                " [%0], [%1, {%2, %3}], [%4];"
                :: "r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
 """.strip("\n")
+TMA_MAP = "struct __align__(64) TmaMap { unsigned long long v[16]; };"
+PRELUDE = "\n".join([TMA_MAP, mbarriers.PRELUDE, TMA_LOAD])
 
 
 @dataclass(frozen=True)
@@ -104,15 +93,7 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
         ops.append(Operand(st, tile, spec, base, tile.elements))
     gen.tensor_maps += [o.spec for o in ops]
     consumers = gen.grid.threads
-    bars = gen.fresh("bar")
-    gen.out.line(f"const unsigned {bars} = smem_u32({gen.alloc_perm(4 * stages)});  // full[], empty[]")
-    gen.out.open("if (th_id == 0)")
-    loop = f"for (int s_ = 0; s_ < {stages}; ++s_)"
-    gen.out.line(f"{loop} mbar_init({bars} + 8 * s_, 1);")
-    gen.out.line(f"{loop} mbar_init({bars} + 8 * ({stages} + s_), {consumers // 32});")
-    gen.out.line('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
-    gen.out.close()
-    gen.out.line("__syncthreads();")
+    bars = mbarriers.ring(gen, stages, 1, consumers // 32)
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
     _producer(gen, s, ops, stages, bars, (first, stop_name, step))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from compiler.cuda import pingpong
 from compiler.cuda.operands import element_bytes, element_ctype
 from compiler.frontend import ir
 
@@ -248,6 +249,8 @@ def emit_wgmma(
         kept = CoreTile(rot.stage, sb.role, sb.k, sb.x, sb.dtype, sb.mn_major)
         rot.issue = _issue(acc, frags, kept, n, kk, dtype, fresh)
         return
+    if wait == "rotated" and gen.handover:  # ping-pong: this warpgroup's turn (pingpong.py)
+        gen.out.line(pingpong.wait_turn())
     gen.out.line("wg_fence();")
     frags = [_register_fragment(sa.cname, s, dtype) for s in range(kk // 16)] if from_regs else sa
     gen.out.block(_issue(acc, frags, sb, n, kk, dtype, fresh))

@@ -4,6 +4,8 @@ tested once per key block where it holds on the whole block (compiler/cuda/unifo
 
 from __future__ import annotations
 
+import dataclasses
+
 from cuda_cases import EXAMPLES, load_example
 
 from compiler.cuda.compiled import compile_kernel
@@ -94,3 +96,64 @@ def test_masks_outside_the_affine_form_stay_per_element():
     for new in ("cols * cols <= rows and", "cols <= rows or"):
         assert old in text
         assert "whole_" not in _source_of(text.replace(old, new), WG)
+
+
+
+PINGPONG = Schedule(wgmma=True, stages=5, rotate=True, pingpong=True, late_copies=True)
+TAKE = "if ((th_warp >> 2) == 0) turn_wait<2>(); else turn_wait<3>();"
+PASS = "if ((th_warp >> 2) == 0) turn_pass<3>(); else turn_pass<2>();"
+
+
+def test_pingpong_hands_the_ring_over_by_mbarriers_and_takes_turns():
+    """Schedule.pingpong (pingpong.py): no CTA-wide barrier and no cp.async group wait in the
+    loop; each iteration releases iteration it - 2's stage (one arrival per warp), waits until
+    its own stage is full, and takes its turn before S = Q K^T; the turn passes after the carried
+    P V is issued (or, in the first iteration, before the wait); a refill waits until its stage
+    was released and each thread's copies arrive on the stage's full barrier (one per thread);
+    warpgroup 1 passes first and warpgroup 0 takes the last turn after the loop."""
+    last = "if ((th_warp >> 2) == 0) turn_wait<2>();  // warpgroup 1's last pass"
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk"):
+        src = _attention_source(name, PINGPONG, {"BR": 128, "BC": 32})
+        loop, after = src.index("for (int u_j_"), src.rindex(last)
+        head, body, tail = src[src.index("mbar_init(bar_") : loop], src[loop:after], src[after:]
+        assert ", 256);" in head and ", 8);" in head  # full: one arrival per thread; empty: per warp
+        # copies run stages - 3 = 2 iterations ahead: two fills before the loop, no cp.async groups
+        assert head.count("cp_async_mbar_arrive(bar_") == 2 and "cp_async_commit();" not in head
+        assert head.rindex("turn_pass<2>();") > head.rindex("cp_async_mbar_arrive(")
+        for barrier in ("__syncthreads", "cp_async_wait", "cp_async_commit"):
+            assert barrier not in body, barrier
+        release = body.index("- 2) % 5)")
+        full = body.index("mbar_wait(bar_", release)
+        turn = body.index(TAKE, full)
+        assert body.index("fence_async_smem();", full) < turn < body.index("wg_fence();")
+        assert body.index("wg_fence();") < body.index("wgmma.mma_async")
+        kept = body.index("if (kept_b_")
+        issued = body.index(f"wg_commit(); {PASS} wg_wait_one();", kept)
+        assert issued < body.index(f"{PASS} wg_wait_all();", kept)  # the first iteration passes too
+        refill = body.index("if ((it_")  # the refill of iteration it + 2 waits for iteration it - 3's release
+        assert "+ 2) >= 5) mbar_wait(bar_" in body[refill : refill + 60]
+        assert refill < body.index("cp_async16(", refill) < body.index("cp_async_mbar_arrive(bar_", refill)
+        assert body.rstrip().endswith("}") and "wgmma" in tail and "turn_" not in tail[len(last) :]
+
+
+def test_pingpong_prunes_what_it_cannot_take():
+    """Ping-pong needs a rotated warpgroup-MMA loop of two dots on two warpgroups."""
+    import pytest
+
+    from compiler.frontend.diagnostics import CompileError
+
+    loop = "rotated warpgroup-MMA loop"
+    cases = [
+        (Schedule(wgmma=True, stages=5, pingpong=True), None, loop),
+        (Schedule(stages=5, rotate=True, pingpong=True), None, loop),
+        (dataclasses.replace(PINGPONG, threads=512), {"BR": 256, "BC": 32}, "two warpgroups"),
+        (PINGPONG, {"BR": 64, "BC": 64}, "two warpgroups"),
+    ]
+    for schedule, point, why in cases:
+        with pytest.raises(CompileError, match=why):
+            _attention_source("mha_bf16.phk", schedule, point)
+    kernel = load_example("matmul_bf16.phk")
+    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}
+    b = binding.bind(kernel, {"M": 512, "N": 512, "K": 512}, None, point)
+    with pytest.raises(CompileError, match=loop):
+        compile_kernel(kernel, b, schedule=PINGPONG)

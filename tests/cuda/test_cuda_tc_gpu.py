@@ -173,6 +173,9 @@ ATTENTION_SCHEDULES = [
     Schedule(wgmma=True, stages=4, late_copies=True),
     Schedule(wgmma=True, stages=4, rotate=True),
     Schedule(wgmma=True, stages=3, late_copies=True, rotate=True),
+    # ping-pong (pingpong.py): BR = 128 only (two warpgroups), the other points are pruned
+    Schedule(wgmma=True, stages=5, rotate=True, pingpong=True),
+    Schedule(wgmma=True, stages=6, order="grouped", late_copies=True, rotate=True, pingpong=True),
 ]
 
 
@@ -180,8 +183,9 @@ ATTENTION_SCHEDULES = [
 @pytest.mark.parametrize("name,tol", ATTENTION, ids=[a[0] for a in ATTENTION])
 def test_attention_on_tensor_cores_equals_interpreter(name, tol, schedule):
     """mma.sync, and warpgroup MMA (S = Q K^T from shared memory, P V with P from registers,
-    left in flight into the next iteration or, rotated, issued after the next S; the TF32
-    example has no warpgroup MMA and compiles as mma.sync under every schedule)."""
+    left in flight into the next iteration or, rotated, issued after the next S, or ping-pong;
+    the TF32 example has no warpgroup MMA and compiles as mma.sync under every schedule but
+    ping-pong, which is pruned for it)."""
     kernel = load_example(name)
     rng = np.random.default_rng(zlib.crc32(name.encode()) + schedule)
     wide = ATTENTION_SCHEDULES[schedule].wgmma and name != "mha_tf32.phk"  # 128 x 128 fits (D=128 too)

@@ -180,7 +180,20 @@ def _variants():
                 mm.append((name, dims, point, Schedule()))
                 if name != "mha_tf32.phk":  # S = Q K^T from shared memory, P V with P in registers
                     mm += [(name, dims, point, s) for s in [Schedule(wgmma=True, stages=4), *rotated]]
-    return mm + _wide_attention_variants()
+    return mm + _wide_attention_variants() + _pingpong_variants()
+
+
+def _pingpong_variants():
+    """Schedule.pingpong (mbarrier handover, turns on named barriers) at BR = 128."""
+    pp = [
+        Schedule(wgmma=True, stages=5, rotate=True, pingpong=True),
+        Schedule(wgmma=True, stages=6, order="grouped", late_copies=True, rotate=True, pingpong=True),
+    ]
+    out = []
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk"):
+        for d, bc in ((64, 64), (64, 128), (128, 32), (128, 64)):
+            out += [(name, {"H": 8, "N": 4096, "D": d}, {"BR": 128, "BC": bc}, s) for s in pp]
+    return out
 
 
 def _wide_attention_variants():
@@ -260,6 +273,9 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
         assert re.search(r"\bH(G)?MMA\.\S+\.F32\.TF32", sass), f"{name}: no TF32 tensor-core instruction"
     if schedule.tma:  # the copy engine's loads and the mbarrier waits
         assert "UTMALDG.2D" in sass and "SYNCS.PHASECHK" in sass, name
+    if schedule.pingpong:  # copies arriving on mbarriers, their waits, the turns' arrivals
+        assert all(op in sass for op in ("ARRIVES.LDGSTSBAR", "SYNCS.PHASECHK", "BAR.ARV")), name
+        assert "used 4 barriers" in report, report  # immediate ids: 0, 2, 3 (1 unused)
 
 
 @pytest.mark.parametrize("k,x,mn_major", [(64, 128, False), (32, 64, False), (64, 256, True), (32, 64, True)])
@@ -565,6 +581,7 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     assert {p["BR"] for p, _ in asked[0]} == {64, 128, 256}
     assert {s.rotate for _, s in asked[2]} == {False, True} and res.schedule.rotate
     assert len(asked) == 4 and all(s.wgmma and s.threads == WIDE_THREADS for _, s in asked[3])
+    assert any(s.pingpong for _, s in asked[2]) and not any(s.pingpong for _, s in asked[3])
     assert not any(s.threads for f in asked[1:3] for _, s in f)
     assert {(s.late_copies, s.rotate) for _, s in asked[3]} == set(itertools.product((False, True), repeat=2))
 
