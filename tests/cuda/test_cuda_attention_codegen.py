@@ -5,6 +5,7 @@ tested once per key block where it holds on the whole block (compiler/cuda/unifo
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from cuda_cases import EXAMPLES, load_example
 
@@ -157,3 +158,22 @@ def test_pingpong_prunes_what_it_cannot_take():
     b = binding.bind(kernel, {"M": 512, "N": 512, "K": 512}, None, point)
     with pytest.raises(CompileError, match=loop):
         compile_kernel(kernel, b, schedule=PINGPONG)
+
+
+def test_four_warpgroups_take_64_rows_each_and_share_the_copies():
+    """BR = 256 on 512 threads (Schedule.threads = WIDE_THREADS): warpgroup w reads Q's rows
+    64 w .. 64 w + 63 through its descriptor, each warp's accumulator rows are 16 per warp in
+    order, and the 512 threads share the copies (Q: 8 chunks each, a K or V tile of 32 keys at
+    D = 128: one each); the grid has one CTA per 256 queries."""
+    from compiler.cuda.schedule import WIDE_THREADS
+
+    kernel = load_example("mha_bf16.phk")
+    b = binding.bind(kernel, {"H": 2, "N": 1000, "D": 128}, None, {"BR": 256, "BC": 32})
+    c = compile_kernel(kernel, b, schedule=Schedule(wgmma=True, stages=4, threads=WIDE_THREADS, rotate=True))
+    src = c.cuda_source
+    assert c.block == (512, 1, 1) and c.grid[:2] == (4, 2) and "__launch_bounds__(512)" in src
+    assert "(th_warp / 4) * 8192 + 0, 128, 2048, 0)" in src  # 64 rows x 128 columns per warpgroup
+    assert "th_r = (th_warp / 1) * 8 + (th_lane >> 2);" in src
+    assert "_r = ((th_r / 8) * 16 + ((_i) / 2) * 16 + ((_i) % 2) * 8 + th_r % 8);" in src
+    copies = re.findall(r"for \(int it_ = 0; it_ < (\d+); \+\+it_\) \{\n\s+const int e_ = it_ \* 512", src)
+    assert copies[0] == "8" and set(copies[1:]) == {"1"}, copies
