@@ -64,7 +64,7 @@ def test_producer_brings_k_and_v_by_3d_boxes_and_consumers_only_wait(name):
     full = loop.index("mbar_wait(bar_")
     assert full < loop.index("turn_wait<2>(); else turn_wait<3>();") < loop.index("wgmma.mma_async")
     release = r"if \(it_\d+ > 0 && th_lane == 0\) mbar_arrive\(bar_\d+ \+ 8 \* \(4 \+ \(\(it_\d+ - 1\) % 4"
-    assert re.search(release + r"\n  }", loop)  # at the end of the body
+    assert re.search(release + r"\)\)\);\n  }", loop)  # at the end of the body
     assert loop.rindex("wg_wait_all();") < loop.index("mbar_arrive(")  # P V of it - 1 done first
 
 
