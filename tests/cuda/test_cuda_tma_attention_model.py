@@ -16,6 +16,7 @@ import re
 
 import pytest
 from cuda_cases import load_example
+from test_cuda_pingpong_model import branch_condition, issue_events, next_condition
 
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.schedule import Schedule
@@ -52,10 +53,7 @@ def _consumer_events(src: str) -> list[tuple]:
     body = loop[:end] if end else loop[: loop.index("if (kept_b_", loop.index("mbar_arrive("))]
     events, cond, last = [], "any", None
     for line in (x.strip() for x in body.splitlines()):
-        if line.startswith("if (kept_b_"):
-            cond = "kept"
-        elif line == "} else {" and cond == "kept-done":  # (the causal mask's own else is not this)
-            cond = "first"
+        cond = branch_condition(cond, line)
         new = []
         if "mbar_arrive(" in line and "- 1) %" in line:
             new.append(("release", -1))
@@ -65,19 +63,11 @@ def _consumer_events(src: str) -> list[tuple]:
             new.append(("take",))
         elif "wgmma.mma_async" in line and last != "read":
             new.append(("read", -1 if cond == "kept" else 0, "V" if cond == "kept" else "K"))
-        if "wg_commit();" in line:
-            new.append(("commit",))
-        if "turn_pass<3>(); else turn_pass<2>();" in line:
-            new.append(("pass",))
-        if "wg_wait_one();" in line or "wg_wait_all();" in line:
-            new.append(("wait_groups", 1 if "wait_one" in line else 0))
+        new += issue_events(line)
         for e in new:
             events.append((*e, cond))
             last = e[0]
-        if cond == "first" and new:  # the else branch is one line
-            cond = "any"
-        if cond == "kept" and ("wait_groups", 1) in new:
-            cond = "kept-done"  # until its else
+        cond = next_condition(cond, new)
     return events
 
 
