@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 MAP_BYTES = 128
-_UINT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 1, 0, 3, 3, 0
+_UINT16, _FLOAT32 = 1, 7
+_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 0, 3, 3, 0
 
 
 @dataclass(frozen=True)
 class MapSpec:
     """The map a kernel parameter `param` wants of tensor `tensor`, a row-major [rows, cols] of
-    16-bit elements (the leaf's bound shape: any buffer of that many elements will do)."""
+    16-bit (elem_bytes 4: f32) elements (the leaf's bound shape: any buffer of that many
+    elements will do)."""
 
     param: str
     tensor: str
@@ -31,6 +33,7 @@ class MapSpec:
     box_cols: int
     rows: int
     cols: int
+    elem_bytes: int = 2  # 4: f32 (TF32 operands, tma_tf32.py)
 
 
 @lru_cache(maxsize=1)
@@ -68,11 +71,12 @@ def encode(spec: MapSpec, ptr: int) -> TensorMap:
     m = TensorMap()
     rows, cols = spec.rows, spec.cols
     dims = (ctypes.c_uint64 * 2)(cols, rows)
-    pitch = (ctypes.c_uint64 * 1)(cols * 2)
+    pitch = (ctypes.c_uint64 * 1)(cols * spec.elem_bytes)
     box = (ctypes.c_uint32 * 2)(spec.box_cols, spec.box_rows)
     ones = (ctypes.c_uint32 * 2)(1, 1)
+    kind = _FLOAT32 if spec.elem_bytes == 4 else _UINT16
     modes = (_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO)
-    err = _driver().cuTensorMapEncodeTiled(m.address(), _UINT16, 2, ptr, dims, pitch, box, ones, *modes)
+    err = _driver().cuTensorMapEncodeTiled(m.address(), kind, 2, ptr, dims, pitch, box, ones, *modes)
     if err:
         raise RuntimeError(f"cuTensorMapEncodeTiled({spec}, {rows}x{cols}) failed: CUresult {err}")
     return m

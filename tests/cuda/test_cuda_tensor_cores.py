@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cuda_cases import load_example
+from cuda_cases import descriptor_reads, load_example
 
 from compiler.cuda import autotune
 from compiler.cuda.compiled import compile_kernel
@@ -296,22 +296,6 @@ def test_core_tile_copies_fill_every_element_once(k, x, mn_major):
         assert len({s // 8 for s in slots[first : first + 8]}) == 1
 
 
-def _descriptor_reads(tile: CoreTile, base: int, x: int, k: int) -> int:
-    """The byte address at which wgmma reads operand element (x, k) of one k step of 16, for
-    a descriptor starting at byte `base` with the generator's fields (the PTX ISA's canonical
-    layouts, written out independently of CoreTile.offset): 8x16-byte core matrices, K-major
-    without swizzle (LBO along k, SBO between 8-row groups), K-major with the 128-byte swizzle
-    (128-byte rows, SBO between 8-row groups), MN-major (64-wide rows of 128 bytes, LBO between
-    64-wide blocks, SBO between 8-row groups of k); the swizzle XORs address bits 4-6 with 7-9."""
-    if tile.mn_major:
-        a = base + (x // 64) * tile.lbo + (x % 64) * 2 + (k // 8) * tile.sbo + (k % 8) * 128
-    elif tile.swizzled:  # 8 rows of 128 bytes; a k step reads 32 bytes of each row (k16 16-bit, k8 TF32)
-        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * tile.elem_bytes
-    else:
-        a = base + (x // 8) * tile.sbo + (k // 8) * tile.lbo + (x % 8) * 16 + (k % 8) * 2
-    return a ^ (((a >> 7) & 7) << 4) if tile.swizzled else a
-
-
 @pytest.mark.parametrize(
     "k,x,mn_major,dtype",
     [
@@ -338,7 +322,7 @@ def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major, dtype):
                     xk = (group * 64 + xx, step * mk + kk)  # stored [k][x] when MN-major, else [x][k]
                     row, col = xk[::-1] if mn_major else xk
                     at = eval(tile.offset(str(row), str(col)).replace("/", "//"))  # noqa: S307
-                    assert _descriptor_reads(tile, base, xx, kk) == eb * at, (step, group, xx, kk)
+                    assert descriptor_reads(tile, base, xx, kk) == eb * at, (step, group, xx, kk)
 
 
 @pytest.mark.parametrize(
