@@ -227,8 +227,9 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
         wg = [s for s in space if s.wgmma]
         if any(mma.tensor_core_dtype(d, kernel, tf32) == "tf32" for d in dots):
             # the register-staged TF32 ring (wgmma_tf32.py) has 3 stages and stores after the
-            # dots whatever the schedule says: only the CTA order is left to search
-            wg = [s for s in wg if s.stages == 3 and not s.late_copies]
+            # dots whatever the schedule says: only the CTA order is left to search; the
+            # TMA-fed one (tma_tf32.py) takes its depth from the schedule
+            wg = [s for s in wg if s.tma or (s.stages == 3 and not s.late_copies)]
         families.append(wg)
     wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
     probes = [DEFAULT, wg_probe][: len(families)]

@@ -23,7 +23,8 @@ REGISTER_BUDGET = 200  # floats per thread held by tile variables before the poi
 # addresses need registers too: past 128 tile values per thread ptxas spilled (mha D=128,
 # BR=64, BC=128 held 132 and spilled 72 bytes at 255 registers).
 TENSOR_CORE_REGISTER_BUDGET = 128
-RINGS = ("ring", "regring", "tmaring")  # shared-memory rings of a loop's operands (loops.ring_lets)
+# shared-memory rings of a loop's operands (loops.ring_lets)
+RINGS = ("ring", "regring", "tmaring", "tmatf32")
 # Warpgroup MMA reads its operands from shared memory or straight from the tile (P's fragments
 # are packed from it), so a CTA of two or more warpgroups holds more: mha D=128 at BR=BC=128
 # holds 132 and assembles to 242 registers without spills (one CTA of 8 warps per SM). With one

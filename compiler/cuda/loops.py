@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, operands, pingpong, tma, wgmma, wgmma_tf32
+from compiler.cuda import analysis, dots, operands, pingpong, tma, tma_tf32, wgmma, wgmma_tf32
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.frontend import ir
 
@@ -62,6 +62,8 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
     tiles = [(st, gen.shared[st.name], tr, dots.mma_let_tile(gen, st.value, gen.shared[st.name], tr, ptr=""))
              for st, tr in lets]
     if any(isinstance(t, wgmma.CoreTile) and t.dtype == "f32" for *_, t in tiles):  # TF32 warpgroup MMA
+        if gen.schedule.tma:  # raw tiles by bulk tensor copies, rounded in shared memory
+            return tma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
         return wgmma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
     if gen.wgmma and gen.schedule.tma:  # a producer warpgroup's bulk tensor copies
         return tma.ring_prologue(gen, s, tiles, start, stop_name, step)
@@ -123,6 +125,8 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
         return wgmma_tf32.ring_lets(gen, lets)
     if gen.pipelined[lets[0].name][0] == "tmaring":
         return tma.ring_lets(gen, lets)
+    if gen.pipelined[lets[0].name][0] == "tmatf32":
+        return tma_tf32.ring_lets(gen, lets)
     gen.out.span = lets[0].span
     *_, (stages, ahead), first = gen.pipelined[lets[0].name][:9]
     var_name, var_c, step, stop_name = gen.pipelined[lets[0].name][9:]

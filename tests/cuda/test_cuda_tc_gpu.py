@@ -247,6 +247,39 @@ def test_tf32_examples_in_source_equal_interpreter():
             _check(kernel, dims, point, schedule, MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.5})
 
 
+# TF32 on the TMA ring (tma_tf32.py): raw f32 boxes copied ahead by the producer warpgroup, A
+# rounded in place and B turned into K-major buffers by the consumers.
+TF32_TMA = [
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=4, order="grouped", tma=True)),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=6, tma=True)),
+    (
+        {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32},
+        Schedule(wgmma=True, stages=4, order="grouped", group=3, tma=True),
+    ),
+    ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=3, tma=True)),
+]
+# ragged M, N and K (N in 16-byte rows, which the tensor maps need); K = 1000 wraps the ring
+TF32_TMA_DIMS = [
+    {"M": 256, "N": 384, "K": 128},
+    {"M": 203, "N": 316, "K": 136},
+    {"M": 77, "N": 1000, "K": 264},
+    {"M": 300, "N": 260, "K": 1000},
+]
+
+
+@pytest.mark.parametrize("case", range(len(TF32_TMA)))
+def test_tf32_tma_ring_equals_interpreter(case):
+    """Every point compiles (none of these is pruned) and equals the interpreter, beta != 0."""
+    from compiler.cuda.compiled import compile_kernel
+
+    kernel = load_example("matmul_tf32.phk")
+    point, schedule = TF32_TMA[case]
+    rng = np.random.default_rng(40 + case)
+    for dims in TF32_TMA_DIMS:
+        compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
+        _check(kernel, dims, point, schedule, MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.5})
+
+
 def test_tf32_opt_in_runs_on_warpgroup_mma():
     """The kernel-wide TF32 opt-in (matmul.phk, compile_kernel(tf32=True)) on warpgroup MMA."""
     from compiler.cuda.launch import run_kernel_gpu
@@ -258,8 +291,11 @@ def test_tf32_opt_in_runs_on_warpgroup_mma():
         arrays, scalars = random_inputs(kernel, dict(b.env), rng)
         ref = {n: a.copy() for n, a in arrays.items()}
         interp.run_kernel(kernel, b, ref, scalars)
-        got = run_kernel_gpu(kernel, b, arrays, scalars, tf32=True, schedule=Schedule(wgmma=True))
-        assert _rel_err(got["C"], ref["C"]) <= TF32_TOL, point
+        for schedule in (Schedule(wgmma=True), Schedule(wgmma=True, stages=4, tma=True)):
+            got = run_kernel_gpu(
+                kernel, b, {n: a.copy() for n, a in arrays.items()}, scalars, tf32=True, schedule=schedule
+            )
+            assert _rel_err(got["C"], ref["C"]) <= TF32_TOL, (point, schedule)
 
 
 # TF32 (the kernel-wide opt-in, `compile_kernel(..., tf32=True)`): operands rounded to 10-bit

@@ -169,6 +169,13 @@ def _variants():
         ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, wg),
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
+    tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
+    mm += [  # TF32 on the TMA ring: raw f32 boxes, rounded (and B turned) in shared memory (tma_tf32.py)
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 256, **tk}, tma),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, dataclasses.replace(tma, stages=6)),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, tma),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 256, **tk}, tma),
+    ]
     rotated = [
         Schedule(wgmma=True, stages=4, rotate=True),
         Schedule(wgmma=True, stages=3, late_copies=True, rotate=True),
