@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mbarriers, mma, pingpong, stores, tma, uniform, wgmma
+from compiler.cuda import analysis, dots, loops, mbarriers, mma, pingpong, stores, tma, tma_tf32, uniform, wgmma
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
@@ -267,6 +267,8 @@ class KernelGen(ExprEmitter):
         self.rotation = None
         if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
+        if self.swap is not None:  # C^T's accumulator into acc (tma_tf32.py)
+            tma_tf32.finish(self)
 
     def store(self, s: ir.Store) -> None:
         param = self.tensor(s.tensor, s.span)

@@ -195,28 +195,6 @@ def pipelined_lets(gen, lets: list[ir.Let]) -> None:
         gen.vals[s.name] = tile
 
 
-def _tc_dots_at(gen, s: ir.For) -> list[tuple[int, ir.Call]]:
-    """(statement index, dot) of the loop body's tensor-core dots, in order."""
-    from compiler.frontend import walk
-
-    ids = set(map(id, gen.leaf.plan.tc_dots))
-    return [
-        (i, e)
-        for i, st in enumerate(s.body)
-        for e in walk.iter_body_exprs((st,))
-        if isinstance(e, ir.Call) and id(e) in ids
-    ]
-
-
-def _touches(stmt: ir.Stmt, name: str) -> bool:
-    """The statement (loops included) reads or assigns variable `name`."""
-    from compiler.frontend import walk
-
-    if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == name for x in walk.iter_stmts((stmt,))):
-        return True
-    return any(isinstance(x, ir.Name) and x.name == name for x in walk.iter_body_exprs((stmt,)))
-
-
 def deferred_dot(gen, s: ir.For) -> ir.Call | None:
     """The warpgroup-MMA dot of loop `s` that a rotation may carry into the next iteration, or
     None: the body's last tensor-core dot when it accumulates into a variable (attention's
@@ -225,13 +203,13 @@ def deferred_dot(gen, s: ir.For) -> ir.Call | None:
     waits for the last group after them."""
     if not gen.wgmma or gen.loop_barriers:
         return None
-    at = _tc_dots_at(gen, s)
+    at = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)
     if len(at) < 2 or at[0][0] == at[-1][0]:
         return None
     st, dot = s.body[at[-1][0]], at[-1][1]
     if not isinstance(st, ir.Assign) or gen.dot_split(st)[0] is not dot:
         return None
-    if any(_touches(x, st.name) for x in s.body if x is not st):
+    if any(analysis.touches(x, st.name) for x in s.body if x is not st):
         return None
     return dot
 
@@ -262,7 +240,7 @@ def rotation(gen, s: ir.For) -> Rotation | None:
     if deferred is None:
         return None
     steps = gen.size(deferred.args[0].ty.shape[1]) // 16
-    rot = Rotation(_tc_dots_at(gen, s)[0][1], deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
+    rot = Rotation(analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)[0][1], deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
     gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
     gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
     return rot

@@ -170,11 +170,12 @@ def _variants():
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
     tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
-    mm += [  # TF32 on the TMA ring: raw f32 boxes, rounded (and B turned) in shared memory (tma_tf32.py)
-        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 256, **tk}, tma),
+    mm += [  # TF32 on the TMA ring by role swap, C^T = B^T A^T (tma_tf32.py): TFLOAT32 maps, B^T from registers
+        ("matmul_tf32.phk", big, {"TILE_M": 256, "TILE_N": 128, **tk}, tma),
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, dataclasses.replace(tma, stages=6)),
         ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, tma),
-        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 256, **tk}, tma),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 256, "TILE_N": 64, **tk}, tma),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 128, "TILE_N": 128, **tk}, tma),
     ]
     rotated = [
         Schedule(wgmma=True, stages=4, rotate=True),
@@ -245,8 +246,13 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
         assert not tf32_wgmma, e.message  # these points are the ones the TF32 benchmark runs
         return
     assert ("wgmma.mma_async" if schedule.wgmma else "mma.sync.aligned.m16n8k") in c.ptx, name
-    # TF32 warpgroup MMA stages through registers (rounded with cvt.rna), the others by cp.async
-    assert ("cvt.rna.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
+    # TF32 warpgroup MMA stages through registers (rounded with cvt.rna), the others by cp.async;
+    # on the TMA ring the copies round (TFLOAT32 maps) and nothing in the kernel does
+    if tf32_wgmma and schedule.tma:
+        assert "cp.async.bulk.tensor" in c.ptx and "cvt.rna.tf32" not in c.ptx, name
+        assert all(m.dtype == "tf32" for m in c.tensor_maps), name
+    else:
+        assert ("cvt.rna.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
     ptx = tmp_path / "k.ptx"
     ptx.write_text(c.ptx)
     cubin = tmp_path / "k.cubin"
