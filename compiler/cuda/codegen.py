@@ -10,7 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mbarriers, mma, pingpong, stores, tma, tma_tf32, uniform, wgmma
+from compiler.cuda import (
+    analysis,
+    dots,
+    loops,
+    mbarriers,
+    mma,
+    pingpong,
+    stores,
+    tma,
+    tma_tf32,
+    uniform,
+    wgmma,
+)
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid

@@ -240,7 +240,8 @@ def rotation(gen, s: ir.For) -> Rotation | None:
     if deferred is None:
         return None
     steps = gen.size(deferred.args[0].ty.shape[1]) // 16
-    rot = Rotation(analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)[0][1], deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
+    first = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)[0][1]
+    rot = Rotation(first, deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
     gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
     gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
     return rot

@@ -19,8 +19,10 @@ Shared-memory traffic per 256 (m) x 128 (n) x 32 k tile: the copies write 48 KB,
 loads read 16 KB and the two warpgroups' wgmma read A^T, 64 KB: 128 KB, as the bf16 ring's
 128 x 256 x 64 (patches/tf32-unverified/README.md has the count for the other designs).
 
-Each consumer warpgroup owns 64 columns of the tile (64 rows of C^T): TILE_N = 64 x warpgroups.
-Its accumulator `acc_t` holds C^T's 64 x TILE_M; after the loop it goes through shared memory
+Each consumer warpgroup owns 64 columns n of the tile (64 rows of C^T) and all its rows m, or,
+with more warpgroups than TILE_N / 64, an equal share of them (wgmma's N: TILE_M, or TILE_M / 2
+for 256 x 64 on two warpgroups). Its accumulator `acc_t` holds its 64 x N of C^T; after the
+loop it goes through shared memory
 (the ring's, free by then) into the kernel's accumulator in its usual layout (`finish`), so the
 epilogue (alpha, beta C, bias, activation, the output cast, the stores) is the kernel's own.
 
@@ -205,7 +207,8 @@ def dot(gen, e: ir.Call, into) -> None:
     sa, sb = (gen.vals[x.name].ptr for x in e.args)
     gen.used_wgmma = True
     gen.swap_acc = into
-    gen.out.line(f"// warpgroup MMA by role swap: C^T[{sw.n}x{sw.m}] += B^T A^T, k8 TF32 (N = {sw.wn}), a in registers")
+    what = f"C^T[{sw.n}x{sw.m}] += B^T A^T, k8 TF32 (N = {sw.wn}), a in registers"
+    gen.out.line(f"// warpgroup MMA by role swap: {what}")
     frag = gen.fresh("frag")
     gen.out.line(f"unsigned {frag}[{STEPS}][4];")
     for step in range(STEPS):

@@ -247,16 +247,18 @@ def test_tf32_examples_in_source_equal_interpreter():
             _check(kernel, dims, point, schedule, MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.5})
 
 
-# TF32 on the TMA ring (tma_tf32.py): raw f32 boxes copied ahead by the producer warpgroup, A
-# rounded in place and B turned into K-major buffers by the consumers.
+# TF32 on the TMA ring by role swap (tma_tf32.py): C^T = B^T A^T, operands rounded by the copies
+# (TFLOAT32 maps), B^T's fragments loaded into registers, C^T staged into acc after the loop.
+# Two warpgroups along n (256 x 128, 128 x 128), one (64 x 64, 128 threads), and two along m
+# (256 x 64: each warpgroup's wgmma takes 128 of the 256 rows).
 TF32_TMA = [
-    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=4, order="grouped", tma=True)),
+    ({"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=4, order="grouped", tma=True)),
     ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=6, tma=True)),
     (
         {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32},
         Schedule(wgmma=True, stages=4, order="grouped", group=3, tma=True),
     ),
-    ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, stages=3, tma=True)),
+    ({"TILE_M": 256, "TILE_N": 64, "TILE_K": 32}, Schedule(wgmma=True, stages=3, tma=True)),
 ]
 # ragged M, N and K (N in 16-byte rows, which the tensor maps need); K = 1000 wraps the ring
 TF32_TMA_DIMS = [
@@ -286,12 +288,18 @@ def test_tf32_opt_in_runs_on_warpgroup_mma():
 
     kernel = load_example("matmul.phk")
     rng = np.random.default_rng(12)
-    for point in ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}):
+    ring, tma = Schedule(wgmma=True), Schedule(wgmma=True, stages=4, tma=True)
+    cases = [  # the register-staged ring; the TMA ring by role swap (TILE_N = 64 per warpgroup)
+        ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, (ring, tma)),
+        ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, (ring,)),
+        ({"TILE_M": 256, "TILE_N": 64, "TILE_K": 32}, (tma,)),  # two warpgroups along m
+    ]
+    for point, schedules in cases:
         b = binding.bind(kernel, {"M": 256, "N": 512, "K": 192}, None, point)
         arrays, scalars = random_inputs(kernel, dict(b.env), rng)
         ref = {n: a.copy() for n, a in arrays.items()}
         interp.run_kernel(kernel, b, ref, scalars)
-        for schedule in (Schedule(wgmma=True), Schedule(wgmma=True, stages=4, tma=True)):
+        for schedule in schedules:
             got = run_kernel_gpu(
                 kernel, b, {n: a.copy() for n, a in arrays.items()}, scalars, tf32=True, schedule=schedule
             )

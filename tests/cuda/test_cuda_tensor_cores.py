@@ -170,7 +170,7 @@ def _variants():
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
     tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
-    mm += [  # TF32 on the TMA ring by role swap, C^T = B^T A^T (tma_tf32.py): TFLOAT32 maps, B^T from registers
+    mm += [  # TF32 on the TMA ring by role swap, C^T = B^T A^T (tma_tf32.py): TFLOAT32 maps, B^T in registers
         ("matmul_tf32.phk", big, {"TILE_M": 256, "TILE_N": 128, **tk}, tma),
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, dataclasses.replace(tma, stages=6)),
         ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, tma),

@@ -1,6 +1,6 @@
-"""TF32 warpgroup MMA fed by bulk tensor copies (compiler/cuda/tma_tf32.py), without a GPU: a
-model of the copies, the rounding pass and the descriptors over the generator's own offset
-expressions, and the generated loop's order of waits, fences and barriers."""
+"""TF32 warpgroup MMA on the TMA ring by role swap (compiler/cuda/tma_tf32.py), without a GPU: a
+model of the copies, the fragment loads, the wgmma (C^T = B^T A^T) and the epilogue's staging,
+run over the generator's own index expressions; and the generated loop's structure."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from compiler.frontend.diagnostics import CompileError
 from compiler.interp.values import round_to
 
 TMA = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
+BOX = tma_tf32.BOX
 
 
 def _at(expr: str, **env) -> int:
@@ -27,91 +28,144 @@ def _at(expr: str, **env) -> int:
 
 
 def _box(smem, word: int, src, r0: int, c0: int, rows: int) -> None:
-    """A bulk tensor copy of a box of `rows` x 32 f32 with the 128-byte swizzle, written out from
-    the PTX ISA independently of the generator: byte a of the box lands at a ^ (((a >> 7) & 7) << 4)
-    from a 1024-byte-aligned `word`; elements outside `src` arrive as zeros."""
+    """A bulk tensor copy through a TFLOAT32 map of a box of `rows` x 32 f32 with the 128-byte
+    swizzle, written out from the PTX ISA independently of the generator: byte a of the box lands
+    at a ^ (((a >> 7) & 7) << 4) from a 1024-byte-aligned `word`; elements outside `src` arrive
+    as zeros; every value is rounded to TF32 as the language rounds (what the copy does, measured
+    on the H200: to nearest, ties to even)."""
     assert word % 256 == 0
+    window = round_to("tf32", src[r0 : r0 + rows, c0 : c0 + BOX])
     for r in range(rows):
-        for c in range(tma_tf32.BOX):
+        for c in range(BOX):
             inside = r0 + r < src.shape[0] and c0 + c < src.shape[1]
             a = r * 128 + c * 4
-            smem[word + (a ^ (((a >> 7) & 7) << 4)) // 4] = src[r0 + r, c0 + c] if inside else 0.0
+            v = window[r, c] if inside else 0.0
+            smem[word + (a ^ (((a >> 7) & 7) << 4)) // 4] = v
 
 
-def _turn(smem, raw: int, kmajor: int, tile: CoreTile, threads: int) -> list[list[int]]:
-    """The pass over a turned operand as the generated code runs it (tma_tf32.turn_origin's units,
-    raw_offset for the loads, CoreTile.offset for the stores); returns, per load and store
-    instruction, the first word each thread reads or writes, in thread order."""
-    units = tile.x * tile.k // 16
-    x_of, k_of = tma_tf32.turn_origin("e")
-    loads, stores = [], []
-    for it in range(-(-units // threads)):
-        regs, firsts, rows = {}, [[] for _ in range(4)], [[] for _ in range(4)]
-        for t in range(threads):
-            e = it * threads + t
-            if e >= units:
-                continue
-            x0, k0 = _at(x_of, e=e), _at(k_of, e=e)
-            for i in range(4):
-                w = raw + _at(tma_tf32.raw_offset(f"{k0 + i}", f"{x0}", tile.k))
-                regs[t, i] = smem[w : w + 4].copy()
-                firsts[i].append(w)
-            for q in range(4):
-                at = kmajor + _at(tile.offset(f"{x0 + q}", f"{k0}"))
-                smem[at : at + 4] = round_to("tf32", np.array([regs[t, i][q] for i in range(4)], np.float32))
-                rows[q].append(at)
-        loads += firsts
-        stores += rows
-    return loads + stores
+def _fragments(smem, b_stage: int, threads: int, groups: int) -> tuple[dict, list[list[int]]]:
+    """Each consumer warpgroup's register a (B^T) of the 4 k steps, as the generated loads fill it
+    (frag_k, frag_n, raw_offset): {warpgroup: [64 rows][32 k]}; and per load instruction and
+    warp, the word each lane reads."""
+    a_of = {wg: np.full((64, BOX), np.nan) for wg in range(threads // 128)}
+    reads = []
+    for step in range(tma_tf32.STEPS):
+        for q in range(4):
+            for warp in range(threads // 32):
+                words = []
+                for lane in range(32):
+                    wl = _at(tma_tf32.warp_along_n(groups, "w"), w=warp)
+                    k = _at(tma_tf32.frag_k(step, q, "l"), l=lane)
+                    n = _at(tma_tf32.frag_n(q % 2, "w", "l"), w=wl, l=lane)
+                    word = b_stage + _at(tma_tf32.raw_offset(str(k), str(n), BOX))
+                    row = 16 * (warp % 4) + lane // 4 + 8 * (q % 2)  # wgmma's register a layout
+                    col = 8 * step + lane % 4 + 4 * (q // 2)
+                    assert np.isnan(a_of[warp // 4][row, col])
+                    a_of[warp // 4][row, col] = smem[word]
+                    words.append(word)
+                reads.append(words)
+    return a_of, reads
+
+
+def _stage_out(threads: int, groups: int, wn: int, d_of: dict, tn: int, tm: int) -> tuple:
+    """`finish`'s stores of each thread's accumulator [h][j] (wgmma's D at row 16 w + g + 8 h,
+    column acc_index(j)) into the staging [TILE_M][TILE_N + PAD]; and per store instruction and
+    warp, the words."""
+    ld = tn + tma_tf32.PAD
+    out = np.full(tm * ld, np.nan)
+    writes = []
+    for h in range(2):
+        for j in range(wn // 4):
+            for warp in range(threads // 32):
+                words = []
+                for lane in range(32):
+                    wl = _at(tma_tf32.warp_along_n(groups, "w"), w=warp)
+                    m0 = _at(tma_tf32.first_m(groups, wn, "w"), w=warp)
+                    m = m0 + _at(tma_tf32.acc_index(j, "l"), l=lane)
+                    n = _at(tma_tf32.frag_n(h, "w", "l"), w=wl, l=lane)
+                    word = m * ld + n
+                    assert np.isnan(out[word])
+                    d = d_of[warp // 4]
+                    out[word] = d[16 * (warp % 4) + lane // 4 + 8 * h, 8 * (j // 2) + 2 * (lane % 4) + j % 2]
+                    words.append(word)
+                writes.append(words)
+    return out.reshape(tm, ld)[:, :tn], writes
 
 
 @pytest.mark.parametrize(
     "m,n,kdim,tm,tn,at",
     [
-        (1000, 996, 1000, 128, 256, (7, 3, 31)),
+        (1000, 996, 1000, 256, 128, (3, 7, 31)),  # the last CTA along m and n, the last k tile
         (8192, 8192, 8192, 128, 128, (5, 9, 40)),
-        (300, 260, 200, 64, 64, (4, 4, 6)),
+        (300, 260, 200, 64, 64, (4, 4, 6)),  # 128 threads: one warpgroup
+        (1000, 996, 1000, 256, 64, (3, 15, 2)),  # two warpgroups along m (wgmma N = 128 each)
     ],
 )
-def test_descriptors_read_the_rounded_operands_of_the_tma_copies(m, n, kdim, tm, tn, at):
-    """For one k tile (a CTA and k tile at or past the edges), every element that each wgmma k
-    step's descriptor reads, for each warpgroup's rows of A and all of B, is the TF32-rounded
-    (interpreter's rounding) A[m, k] or B[k, n] that belongs there, or zero past the edge; and
-    each load and store instruction of the pass meets 8 distinct 16-byte bank groups per 8
-    threads (one wavefront per quarter warp)."""
+def test_the_swapped_wgmma_computes_a_tile_of_the_product(m, n, kdim, tm, tn, at):
+    """For one k tile of one CTA (at or past the edges): the TMA boxes (modelled from the PTX
+    ISA), each warpgroup's register fragments from the generated loads, the wgmma's b (A^T) from
+    `descriptor_reads` at the generated stage offsets, the product in wgmma's accumulator layout
+    and `finish`'s staging give round(A) round(B) of the tile, zero past the edges; and every
+    fragment load and staging store instruction meets 32 distinct banks per warp."""
+    g = _source({"TILE_M": tm, "TILE_N": tn, "TILE_K": 32}, {"M": m, "N": n, "K": kdim})
+    threads = g.block[0] - 128
+    groups = tn // 64
+    wn = tm // (threads // 128 // groups)
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, kdim)).astype(np.float32)
     b = rng.standard_normal((kdim, n)).astype(np.float32)
     pm, pn, kt = at[0] % -(-m // tm), at[1] % -(-n // tn), at[2] % -(-kdim // 32)
     m0, n0, k0 = pm * tm, pn * tn, kt * 32
-    ta, tb = CoreTile("", "a", 32, tm, "f32"), CoreTile("", "b", 32, tn, "f32")
-    smem = np.full(4 * (ta.elements + 2 * tb.elements), np.nan, np.float32)
-    a_stage, b_raw, b_kmajor = 0, ta.elements, ta.elements + tb.elements
-    _box(smem, a_stage, a, m0, k0, tm)  # A: one box of tm rows
-    for j in range(tn // tma_tf32.BOX):  # B: 32-wide boxes of 32 k rows, as the producer issues them
-        _box(smem, b_raw + j * tma_tf32.BOX * 32, b, k0, n0 + j * tma_tf32.BOX, 32)
-    smem[: ta.elements] = round_to("tf32", smem[: ta.elements])  # A rounded in place
-    for words in _turn(smem, b_raw, b_kmajor, tb, 256):
-        for phase in range(0, len(words), 8):
-            groups = [w * 4 // 16 % 8 for w in words[phase : phase + 8]]
-            assert len(set(groups)) == len(groups), phase
+    smem = np.full(BOX * (tm + tn), np.nan, np.float32)
+    a_stage, b_stage = 0, BOX * tm
+    _box(smem, a_stage, a, m0, k0, tm)  # A: one box of TILE_M rows
+    for j in range(tn // BOX):  # B: 32-wide boxes of 32 k rows, as the producer issues them
+        _box(smem, b_stage + j * BOX * BOX, b, k0, n0 + j * BOX, BOX)
+    a_of, reads = _fragments(smem, b_stage, threads, groups)
+    d_of = {}
+    for wg, frag in a_of.items():
+        first = _at(tma_tf32.first_m(groups, wn, "w"), w=4 * wg)
+        tile = CoreTile("", "b", BOX, wn, "f32")
+        bt = np.zeros((wn, BOX))
+        for step in range(tma_tf32.STEPS):
+            base = 4 * (a_stage + first * BOX + step * 8)
+            for x in range(wn):
+                for k in range(8):
+                    bt[x, 8 * step + k] = smem[descriptor_reads(tile, base, x, k) // 4]
+        d_of[wg] = frag.astype(np.float64) @ bt.T  # wgmma: D[64 x N] = a[64 x k] b^T
+    got, writes = _stage_out(threads, groups, wn, d_of, tn, tm)
+    ra = np.zeros((tm, BOX))
+    rb = np.zeros((BOX, tn))
+    sub_a = a[m0 : m0 + tm, k0 : k0 + BOX]
+    sub_b = b[k0 : k0 + BOX, n0 : n0 + tn]
+    ra[: sub_a.shape[0], : sub_a.shape[1]] = round_to("tf32", sub_a)
+    rb[: sub_b.shape[0], : sub_b.shape[1]] = round_to("tf32", sub_b)
+    np.testing.assert_allclose(got, ra @ rb, rtol=1e-12, atol=1e-12)
+    for words in reads + writes:
+        assert len({w % 32 for w in words}) == 32, words
 
-    def want(src, r, c):
-        inside = r < src.shape[0] and c < src.shape[1]
-        return round_to("tf32", np.float32(src[r, c] if inside else 0.0))
 
-    for step in range(32 // ta.mma_k):
-        for group in range(tm // 64):
-            base = 4 * (group * ta.x_block + step * ta.k_step)
-            for x in range(64):
-                for k in range(ta.mma_k):
-                    got = smem[a_stage + descriptor_reads(ta, base, x, k) // 4]
-                    assert got == want(a, m0 + group * 64 + x, k0 + step * 8 + k), (step, group, x, k)
-        base = 4 * step * tb.k_step
-        for x in range(tn):
-            for k in range(tb.mma_k):
-                got = smem[b_kmajor + descriptor_reads(tb, base, x, k) // 4]
-                assert got == want(b, k0 + step * 8 + k, n0 + x), (step, x, k)
+def test_the_model_fails_on_a_broken_index(monkeypatch):
+    """The model catches a fragment load without the swizzle (wrong values), a row order whose
+    loads meet in fewer banks (the plain g + 8 h rows: right values, 4-way conflicts), and an
+    accumulator column off by its pair."""
+    case = (1000, 996, 1000, 256, 128, (3, 7, 31))
+    good = tma_tf32.raw_offset
+
+    def unswizzled(k, x, k_rows):
+        return good(k, x, k_rows).replace(f"^ (({k}) % 8)", "^ 0")
+
+    def plain_rows(h, warp, lane="th_lane"):
+        return f"(({warp}) * 16 + (({lane}) >> 2) + {8 * h})"
+
+    def pair_swapped(j, lane="th_lane"):
+        return f"({8 * (j // 2) + 1 - j % 2} + 2 * (({lane}) & 3))"
+
+    for name, broken in (("raw_offset", unswizzled), ("frag_n", plain_rows), ("acc_index", pair_swapped)):
+        with monkeypatch.context() as mp:
+            mp.setattr(tma_tf32, name, broken)
+            with pytest.raises(AssertionError):
+                test_the_swapped_wgmma_computes_a_tile_of_the_product(*case)
 
 
 def _source(point, dims, schedule=TMA):
@@ -119,40 +173,40 @@ def _source(point, dims, schedule=TMA):
     return generate_source(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
 
 
-def test_tma_tf32_loop_waits_rounds_fences_then_multiplies():
-    """The consumer loop: wait for the stage, round A in place, turn B, proxy fence, the
-    consumers' barrier, the wgmma group, wait for group i - 1, release its stage, barrier; no
-    CTA-wide barrier; the maps are f32 boxes of 32 (A: TILE_M rows; B: 32 k rows, one copy per
-    32 columns); the ring is cut to the 3 stages that fit at 128 x 256."""
-    g = _source({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, {"M": 1000, "N": 996, "K": 1000})
+def test_tma_tf32_loop_loads_fragments_and_multiplies_with_no_rounding_or_barrier():
+    """The consumer loop: wait for the stage; per k step, wait until 3 groups are in flight,
+    4 fragment loads, fence, one wgmma (a from registers), commit; then release stage i - 1. No
+    rounding, no barrier, no cp.async in the loop; TFLOAT32 maps (A: TILE_M rows of 32; B: 32
+    k rows, one copy per 32 columns); the stage count as asked; after the loop C^T goes through
+    shared memory into acc between consumer barriers."""
+    g = _source({"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, {"M": 1000, "N": 996, "K": 1000})
     assert g.block == (384, 1, 1)
     assert g.tensor_maps == (
-        MapSpec("tm_a", "A", 128, 32, 1000, 1000, elem_bytes=4),
-        MapSpec("tm_b", "B", 32, 32, 1000, 996, elem_bytes=4),
+        MapSpec("tm_a", "A", 256, 32, 1000, 1000, dtype="tf32"),
+        MapSpec("tm_b", "B", 32, 32, 1000, 996, dtype="tf32"),
     )
-    assert g.source.count("tma_load_2d(") == 1 + 1 + 256 // 32  # the prelude's definition, A, B
-    assert "mbar_expect_bytes(" in g.source and ", 49152);" in g.source  # 3 stages: j_ % 3
-    assert "const int s_ = j_ % 3;" in g.source
+    assert g.source.count("tma_load_2d(") == 1 + 1 + 128 // 32  # the prelude's definition, A, B
+    assert ", 49152);" in g.source and "const int s_ = j_ % 4;" in g.source
     body = g.source[g.source.index("setmaxnreg.inc") : g.source.index("wg_wait_all();")]
-    assert "__syncthreads" not in body and "cp.async" not in body
-    order = [
-        r"mbar_wait\(bar_\w+ \+ 8 \* \(it_\w+ % 3\)",
-        r"make_uint4\(tf32_of\(v_\.x\)",  # A in place
-        r"\*reinterpret_cast<const float4\*>\(raw_\w+ \+",  # B's raw loads
-        r"\(kmajor_\w+ \+ \(it_\w+ % 2\) \* 8192\)",  # B's K-major stores
-        r"fence_async_smem\(\);",
-        r"bar\.sync 1, 256;",
-        r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32\.tf32",
-        r"wg_commit_wait_one\(\);",
-        r"mbar_arrive\(bar_\w+ \+ 8 \* \(3 \+ \(\(it_\w+ - 1\) % 3\)\)\)",
-        r"bar\.sync 1, 256;",
+    for absent in ("__syncthreads", "bar.sync", "cp.async", "tf32_of", "cvt.", "fence_async_smem"):
+        assert absent not in body, absent
+    step = [
+        r"wgmma\.wait_group\.sync\.aligned 3;",
+        *[rf"frag_\w+\[\d\]\[{q}\] = __float_as_uint\(stage_\w+\[" for q in range(4)],
+        r"wg_fence\(\);",
+        r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32\.tf32 \{[^}]*\}, \{%128, %129, %130, %131\}",
+        r"wg_commit\(\);",
     ]
+    order = [r"mbar_wait\(bar_\w+ \+ 8 \* \(it_\w+ % 4\)", *step * 4, r"mbar_arrive\(bar_\w+ \+ 8 \* \(4 \+"]
     pos = 0
     for pat in order:
         found = re.compile(pat).search(body, pos)
         assert found, (pat, body[pos : pos + 400])
         pos = found.end()
     assert body.count("wgmma.mma_async") == 4
+    tail = g.source[g.source.index("wg_wait_all();") :]
+    assert re.search(r"bar\.sync 1, 256;[^@]*ring_\w+\[\(m0_\w+ \+ \(0 \+ 2 \*", tail)
+    assert re.search(r"u_acc_\w+\[_i\]\[_j\] \+= ring_\w+\[\(_r\) \* 130 \+ \(_c\)\];", tail)
 
 
 @pytest.mark.parametrize(
@@ -160,10 +214,11 @@ def test_tma_tf32_loop_waits_rounds_fences_then_multiplies():
     [
         ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, {"M": 512, "N": 512, "K": 512}, "k = 32"),
         ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, {"M": 512, "N": 510, "K": 512}, "16-byte rows"),
+        ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, {"M": 512, "N": 512, "K": 512}, "TILE_N in 64s"),
     ],
 )
 def test_what_the_tma_tf32_ring_cannot_take_is_pruned(point, dims, why):
-    with pytest.raises(CompileError, match="is pruned: TF32 bulk tensor copies take") as e:
+    with pytest.raises(CompileError, match="is pruned: TF32 bulk tensor copies swap the roles") as e:
         _source(point, dims)
     assert why in e.value.message
 
@@ -177,10 +232,12 @@ def test_the_register_ring_is_unchanged_without_tma():
 
 
 @pytest.mark.parametrize("tma_on", [True, False])
-def test_tuner_searches_the_tma_tf32_ring_beside_the_register_ring(monkeypatch, tmp_path, tma_on):
-    """The TF32 warpgroup family (timings made up, no GPU): the register-staged ring at 3 stages
-    in both CTA orders and, unless PHOBOS_CUDA_TMA=0, the TMA ring at 4 and 6 stages."""
+def test_tuner_searches_the_tma_tf32_ring_as_a_family_of_its_own(monkeypatch, tmp_path, tma_on):
+    """The TF32 families (timings made up, no GPU): the register-staged ring at 3 stages in both
+    CTA orders and, unless PHOBOS_CUDA_TMA=0, the TMA ring, probed at every tile point (its tile
+    shapes are not the register ring's) and searched at 4 and 6 stages in both orders."""
     from compiler.cuda import autotune
+    from compiler.cuda.schedule import TF32_TMA_PROBE
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PHOBOS_CUDA_TMA", "1" if tma_on else "0")
@@ -193,9 +250,16 @@ def test_tuner_searches_the_tma_tf32_ring_beside_the_register_ring(monkeypatch, 
         return [((tuple(sorted(p.items())), s), 1.0 + 0.01 * p["TILE_M"]) for p, s in candidates], []
 
     monkeypatch.setattr(autotune, "_measure", fake_measure)
-    autotune.tune(load_example("matmul_tf32.phk"), {"M": 1024, "N": 1024, "K": 1024})
-    family = {s for _, s in asked[-1]}
-    assert all(s.wgmma for s in family)
-    assert {(s.stages, s.order) for s in family if not s.tma} == {(3, "row"), (3, "grouped")}
-    want = {(n, o) for n in (4, 6) for o in ("row", "grouped")} if tma_on else set()
-    assert {(s.stages, s.order) for s in family if s.tma} == want
+    kernel = load_example("matmul_tf32.phk")
+    autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
+    probes, *families = asked
+    points = len(autotune.search_points(kernel))
+    assert sum(s == TF32_TMA_PROBE for _, s in probes) == (points if tma_on else 0)
+    register = {s for _, s in families[1]}
+    assert all(s.wgmma and not s.tma for s in register)
+    assert {(s.stages, s.order) for s in register} == {(3, "row"), (3, "grouped")}
+    assert len(families) == (3 if tma_on else 2)
+    if tma_on:
+        ring = {s for _, s in families[2]} | {TF32_TMA_PROBE}
+        assert all(s.wgmma and s.tma for s in ring)
+        assert {(s.stages, s.order) for s in ring} == {(n, o) for n in (4, 6) for o in ("row", "grouped")}

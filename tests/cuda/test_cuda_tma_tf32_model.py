@@ -1,11 +1,11 @@
-"""A model run of the TF32 TMA ring's hand-over (compiler/cuda/tma_tf32.py), without a GPU: the
-generated consumer loop is read back as a list of events, and two consumer warpgroups and the
-producer run it under random interleavings, the copies landing at random later times and each
-warpgroup's newest wgmma group kept in flight until its next wait. (The pass, A rounded and B
-turned, is one event here; test_cuda_tma_tf32.py checks the order inside it.) It checks that
-nothing deadlocks, that no stage or K-major buffer is written while a group (of either
-warpgroup) may still read it, and that every group reads its own k tile, rounded by both
-warpgroups; four broken orders must fail it."""
+"""A model run of the TF32 TMA ring's hand-over (compiler/cuda/tma_tf32.py, the role swap)
+without a GPU: the generated consumer loop is read back as a list of events, and two consumer
+warpgroups and the producer run it under random interleavings, the copies landing at random
+later times and every wgmma group staying in flight until a `wgmma.wait_group` forces it out
+(the worst case). It checks that nothing deadlocks, that no copy overwrites a stage that a group
+(of either warpgroup) may still read, that no fragment load writes registers that a group in
+flight still reads (PTX leaves that undefined), and that every load and group reads its own k
+tile; four broken orders must fail it."""
 
 from __future__ import annotations
 
@@ -21,16 +21,16 @@ from compiler.frontend import binding
 
 EVENTS = [  # (pattern in the consumer loop, event)
     (r"mbar_wait\(bar_\w+ \+ 8 \* \(it_", "wait_full"),
-    (r"make_uint4\(tf32_of\(v_\.x\)", "pass"),
-    (r"bar\.sync 1, 256;", "bar"),
-    (r"wg_commit_wait_one\(\);", "issue_and_wait_previous"),
+    (r"wgmma\.wait_group\.sync\.aligned 3;", "retire3"),
+    (r"frag_\w+\[\d\]\[0\] = ", "load"),  # the first of a k step's 4 fragment loads
+    (r"wgmma\.mma_async", "issue"),
     (r"mbar_arrive\(", "release_previous"),
 ]
 
 
 def _loop_events(stages: int) -> list[str]:
     kernel = load_example("matmul_tf32.phk")
-    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}
+    point = {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}
     b = binding.bind(kernel, {"M": 1024, "N": 1024, "K": 1024}, None, point)
     src = generate_source(kernel, b, schedule=Schedule(wgmma=True, stages=stages, tma=True)).source
     body = src[src.index("setmaxnreg.inc") : src.index("wg_wait_all();")]
@@ -43,17 +43,14 @@ class Hazard(Exception):
 
 
 class Ring:
-    """The shared state: raw stages, K-major buffers, mbarriers, groups in flight. Each
-    warpgroup's newest wgmma group stays in flight until its next wait, the worst case."""
+    """The shared state: stages, mbarriers, each warpgroup's groups in flight (k tile, k step)."""
 
     def __init__(self, events: list[str], stages: int, producer_waits: bool):
         self.events, self.stages, self.producer_waits = events, stages, producer_waits
-        self.stage = [None] * stages  # the k tile each raw stage holds
-        self.rounded = [set() for _ in range(stages)]  # warpgroups that rounded their share
-        self.kmajor = [(None, set()), (None, set())]  # (k tile, warpgroups that stored their share)
+        self.stage = [None] * stages  # the k tile each stage holds
         self.landed, self.released = set(), {}  # tiles whose copies landed; tile -> releasers
-        self.flight = {0: [], 1: []}  # k tiles of the groups in flight, per warpgroup
-        self.pc, self.it, self.passed, self.waiting = [0, 0], [0, 0], [0, 0], [False, False]
+        self.flight = {0: [], 1: []}  # (k tile, k step) of the groups in flight, oldest first
+        self.pc, self.it, self.step_no = [0, 0], [0, 0], [0, 0]
         self.copies, self.issued = [], 0
 
     def may_copy(self, iters: int) -> bool:
@@ -64,44 +61,35 @@ class Ring:
     def land(self) -> None:
         j = self.copies.pop(0)
         s = j % self.stages
-        if any(t % self.stages == s for f in self.flight.values() for t in f):
+        if any(t % self.stages == s for f in self.flight.values() for t, _ in f):
             raise Hazard(f"the copy of tile {j} overwrote stage {s} under a group")
-        self.stage[s], self.rounded[s] = j, set()
+        self.stage[s] = j
         self.landed.add(j)
 
     def step(self, w: int) -> None:
         """Warpgroup w's next event, unless it must wait."""
         ev, i = self.events[self.pc[w]], self.it[w]
-        s, b = i % self.stages, i % 2
+        s, k = i % self.stages, self.step_no[w]
         if ev == "wait_full" and i not in self.landed:
             return
-        if ev == "bar":  # passes once the other warpgroup waits at the same barrier or is past it
-            self.waiting[w] = True
-            other = 1 - w
-            if not (
-                self.passed[other] > self.passed[w]
-                or (self.waiting[other] and self.passed[other] == self.passed[w])
-            ):
-                return
-            self.waiting[w] = False
-            self.passed[w] += 1
-        if ev == "pass":
+        if ev.startswith("retire"):  # wgmma.wait_group N: all but the N newest are done
+            keep = int(ev[len("retire") :])
+            self.flight[w][:] = self.flight[w][len(self.flight[w]) - keep :] if keep else []
+        if ev == "load":
             if self.stage[s] != i:
-                raise Hazard(f"tile {i}: stage {s} holds tile {self.stage[s]}")
-            if any(t % 2 == b and t != i for f in self.flight.values() for t in f):
-                raise Hazard(f"tile {i}: K-major buffer {b} written under a group")
-            self.rounded[s].add(w)
-            tile, who = self.kmajor[b]
-            self.kmajor[b] = (i, who | {w}) if tile == i else (i, {w})
-        if ev == "issue_and_wait_previous":
-            if self.stage[s] != i or self.rounded[s] != {0, 1} or self.kmajor[b] != (i, {0, 1}):
-                raise Hazard(f"tile {i}: a group read operands that were not ready")
-            self.flight[w][:] = [i]  # wgmma.wait_group 1: the older groups have finished
+                raise Hazard(f"tile {i}: fragments loaded from stage {s}, which holds {self.stage[s]}")
+            if any(step == k for _, step in self.flight[w]):
+                raise Hazard(f"tile {i}: fragment registers {k} written under a group")
+        if ev == "issue":
+            if self.stage[s] != i:
+                raise Hazard(f"tile {i}: a group reads stage {s}, which holds {self.stage[s]}")
+            self.flight[w].append((i, k))
+            self.step_no[w] += 1
         if ev == "release_previous" and i > 0:
             self.released.setdefault(i - 1, set()).add(w)
         self.pc[w] += 1
         if self.pc[w] == len(self.events):
-            self.pc[w], self.it[w] = 0, i + 1
+            self.pc[w], self.it[w], self.step_no[w] = 0, i + 1, 0
 
 
 def _run(events: list[str], stages: int, iters: int, seed: int, producer_waits: bool = True) -> str | None:
@@ -127,7 +115,11 @@ def _run(events: list[str], stages: int, iters: int, seed: int, producer_waits: 
     return "deadlock"
 
 
-@pytest.mark.parametrize("stages", [3, 5])
+STEP = ["retire3", "load", "issue"]
+ORDER = ["wait_full", *STEP * 4, "release_previous"]
+
+
+@pytest.mark.parametrize("stages", [3, 4])
 def test_the_generated_hand_over_holds_under_random_interleavings(stages):
     events = _loop_events(stages)
     assert events == ORDER
@@ -135,16 +127,13 @@ def test_the_generated_hand_over_holds_under_random_interleavings(stages):
         assert _run(events, stages, 9, seed) is None, seed
 
 
-ORDER = ["wait_full", "pass", "bar", "issue_and_wait_previous", "release_previous", "bar"]
-
-
 @pytest.mark.parametrize(
     "broken,producer_waits",
     [
-        (ORDER[:-1], True),  # no second barrier: a K-major buffer rewritten under the other's group
-        (ORDER[:2] + ORDER[3:], True),  # no first barrier: a group reads the other's half-done pass
+        ([ORDER[0], "retire4", *ORDER[2:]], True),  # room for 4 in flight: step 0's registers in use
+        ([ORDER[0], *ORDER[2:]], True),  # no wait before step 0's loads
         (ORDER, False),  # the producer does not wait for `empty`
-        (ORDER[:3] + [ORDER[4], ORDER[3], ORDER[5]], True),  # release before the wait for group i - 1
+        ([ORDER[0], ORDER[-1], *ORDER[1:-1]], True),  # release before the last wait of the iteration
     ],
 )
 def test_broken_hand_overs_fail_the_model(broken, producer_waits):
