@@ -130,24 +130,31 @@ def test_tma_ring_equals_interpreter(name, case):
         _check(kernel, dims, point, schedule, MATMUL_TOL, rng)
 
 
-def test_tma_ring_through_the_pods_prepared_launch():
-    """The pods' launch path (prepared_launch): the tensor maps are made for each call's arrays."""
+@pytest.mark.parametrize(
+    "name,point,scalars",
+    [
+        ("matmul_f16.phk", TMA_POINTS[0][0], {}),
+        ("matmul_tf32.phk", {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, {"alpha": 0.75, "beta": 0.5}),
+    ],
+)
+def test_tma_ring_through_the_pods_prepared_launch(name, point, scalars):
+    """The pods' launch path (prepared_launch): the tensor maps (16-bit, or TFLOAT32 for the TF32
+    role swap) are made for each call's arrays."""
     import cupy
 
     from compiler.cuda.compiled import compile_kernel
     from compiler.cuda.launch import prepared_launch
 
-    kernel = load_example("matmul_f16.phk")
+    kernel = load_example(name)
     dims = {"M": 256, "N": 384, "K": 320}
-    b = binding.bind(kernel, dims, None, TMA_POINTS[0][0])
-    go = prepared_launch(compile_kernel(kernel, b, schedule=TMA_POINTS[0][1]), {})
+    b = binding.bind(kernel, dims, None, point)
+    go = prepared_launch(compile_kernel(kernel, b, schedule=TMA_POINTS[0][1]), scalars)
     rng = np.random.default_rng(5)
     for _ in range(3):
         arrays, _ = random_inputs(kernel, dict(b.env), rng)
         ref = {n: a.copy() for n, a in arrays.items()}
-        interp.run_kernel(kernel, b, ref, {})
+        interp.run_kernel(kernel, b, ref, scalars)
         dev = {n: cupy.asarray(a) for n, a in arrays.items()}
-        dev["C"][...] = np.nan
         go(dev, None)
         assert _rel_err(cupy.asnumpy(dev["C"]), ref["C"]) <= MATMUL_TOL
 
