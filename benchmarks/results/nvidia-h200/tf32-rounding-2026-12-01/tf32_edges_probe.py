@@ -1,11 +1,18 @@
+# ruff: noqa: E501  (the CUDA source lines)
 """TF32 rounding at the edges: a TMA copy through a TFLOAT32 map, cvt.rn.tf32.f32 and
 cvt.rna.tf32.f32 on the same f32 bit patterns (specials, denormals, ties, near overflow)."""
-import ctypes, json, sys
-import numpy as np, cupy as cp
+
+import ctypes
+import json
+import sys
+
+import cupy as cp
+import numpy as np
+
 sys.path.insert(0, ".")
 from compiler.cuda.tensor_maps import TensorMap, _driver
 
-SRC = r'''
+SRC = r"""
 extern "C" __global__ void probe(const unsigned long long tmap, const float* in, unsigned* tma_out,
                                  unsigned* rn_out, unsigned* rna_out) {
   __shared__ __align__(1024) float tile[8 * 32];
@@ -32,24 +39,64 @@ extern "C" __global__ void probe(const unsigned long long tmap, const float* in,
     rn_out[g] = rn; rna_out[g] = rna;
   }
 }
-'''
-special = [0x0, 0x80000000, 0x1, 0x80000001, 0xFFF, 0x1000, 0x1001, 0x3000, 0x1FFF, 0x7FFFFF, 0x807FFFFF,
-           0x7FF000, 0x800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F7FF000, 0x7F7FE000, 0x7F7FEFFF, 0x7F7FF001,
-           0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0x7F801000, 0x7FBFFFFF, 0x7FFFFFFF, 0xFFFFFFFF,
-           0xFFC00001, 0x3F800000, 0x3F801000, 0x3F803000, 0x3F802FFF, 0x3F801001, 0xBF801000, 0xBF803000,
-           0x33800000, 0x00801000, 0x00803000, 0x00FFF000]
+"""
+special = [
+    0x0,
+    0x80000000,
+    0x1,
+    0x80000001,
+    0xFFF,
+    0x1000,
+    0x1001,
+    0x3000,
+    0x1FFF,
+    0x7FFFFF,
+    0x807FFFFF,
+    0x7FF000,
+    0x800000,
+    0x7F7FFFFF,
+    0xFF7FFFFF,
+    0x7F7FF000,
+    0x7F7FE000,
+    0x7F7FEFFF,
+    0x7F7FF001,
+    0x7F800000,
+    0xFF800000,
+    0x7FC00000,
+    0x7F800001,
+    0x7F801000,
+    0x7FBFFFFF,
+    0x7FFFFFFF,
+    0xFFFFFFFF,
+    0xFFC00001,
+    0x3F800000,
+    0x3F801000,
+    0x3F803000,
+    0x3F802FFF,
+    0x3F801001,
+    0xBF801000,
+    0xBF803000,
+    0x33800000,
+    0x00801000,
+    0x00803000,
+    0x00FFF000,
+]
 rng = np.random.default_rng(0)
 bits = rng.integers(0, 2**32, size=64 * 32, dtype=np.uint64).astype(np.uint32)
-bits[:len(special)] = special
+bits[: len(special)] = special
 x = bits.reshape(64, 32).view(np.float32)
 
 d = cp.asarray(x)
 m = TensorMap()
-dims = (ctypes.c_uint64 * 2)(32, 64); pitch = (ctypes.c_uint64 * 1)(128)
-box = (ctypes.c_uint32 * 2)(32, 8); ones = (ctypes.c_uint32 * 2)(1, 1)
+dims = (ctypes.c_uint64 * 2)(32, 64)
+pitch = (ctypes.c_uint64 * 1)(128)
+box = (ctypes.c_uint32 * 2)(32, 8)
+ones = (ctypes.c_uint32 * 2)(1, 1)
 res = {}
 for name, code in (("TFLOAT32", 11), ("TFLOAT32_FTZ", 12)):
-    err = _driver().cuTensorMapEncodeTiled(m.address(), code, 2, d.data.ptr, dims, pitch, box, ones, 0, 0, 3, 0)
+    err = _driver().cuTensorMapEncodeTiled(
+        m.address(), code, 2, d.data.ptr, dims, pitch, box, ones, 0, 0, 3, 0
+    )
     assert not err, err
     gmap = cp.asarray(np.frombuffer(ctypes.string_at(m.address(), 128), np.uint8))
     outs = [cp.zeros(64 * 32, cp.uint32) for _ in range(3)]
@@ -58,8 +105,15 @@ for name, code in (("TFLOAT32", 11), ("TFLOAT32_FTZ", 12)):
     cp.cuda.runtime.deviceSynchronize()
     tma, rn, rna = (o.get() for o in outs)
     res[name] = {
-        "tma_eq_cvt_rn": int((tma == rn).sum()), "tma_eq_cvt_rna": int((tma == rna).sum()), "of": int(tma.size),
-        "differ_tma_vs_rn": [[hex(int(a)), hex(int(t)), hex(int(r))] for a, t, r in zip(bits, tma, rn) if t != r][:40],
-        "specials": [[hex(int(a)), hex(int(t)), hex(int(r)), hex(int(q))] for a, t, r, q in zip(bits[:len(special)], tma, rn, rna)],
+        "tma_eq_cvt_rn": int((tma == rn).sum()),
+        "tma_eq_cvt_rna": int((tma == rna).sum()),
+        "of": int(tma.size),
+        "differ_tma_vs_rn": [
+            [hex(int(a)), hex(int(t)), hex(int(r))] for a, t, r in zip(bits, tma, rn, strict=False) if t != r
+        ][:40],
+        "specials": [
+            [hex(int(a)), hex(int(t)), hex(int(r)), hex(int(q))]
+            for a, t, r, q in zip(bits[: len(special)], tma, rn, rna, strict=False)
+        ],
     }
 print(json.dumps(res, indent=1))
