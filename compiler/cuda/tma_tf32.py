@@ -17,7 +17,7 @@ roles swapped:
   the loop has no rounding instruction and every byte is written once, by the copy.
 Shared-memory traffic per 256 (m) x 128 (n) x 32 k tile: the copies write 48 KB, the fragment
 loads read 16 KB and the two warpgroups' wgmma read A^T, 64 KB: 128 KB, as the bf16 ring's
-128 x 256 x 64 (patches/tf32-unverified/README.md has the count for the other designs).
+128 x 256 x 64 (docs/performance.md compares the TF32 designs by these bytes).
 
 Each consumer warpgroup owns 64 columns n of the tile (64 rows of C^T) and all its rows m, or,
 with more warpgroups than TILE_N / 64, an equal share of them (wgmma's N: TILE_M, or TILE_M / 2
