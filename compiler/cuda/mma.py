@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import tma_tf32, wgmma, wgmma_tf32
+from compiler.cuda import wgmma, wgmma_tf32
 from compiler.cuda.operands import (
     MMA_K,
     MmaTile,
@@ -415,9 +415,6 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
     m, kk = (gen.size(s) for s in a.ty.shape)
     n = gen.size(b.ty.shape[1])
     gen.out.line(f"// dot [{m}x{kk}] x [{kk}x{n}] on tensor cores ({dtype})")
-    if gen.wgmma and dtype == "tf32" and tma_tf32.swapped(gen, e):  # C^T = B^T A^T on the TMA ring
-        tma_tf32.dot(gen, e, into)
-        return into
     ops, writes = [], []
     for role, arg in (("a", a), ("b", b)):
         staged = staged_buffers.staged_operand(gen, arg)

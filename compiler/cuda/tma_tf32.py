@@ -196,13 +196,14 @@ class _Stage:  # a swapped operand's stage in this iteration (not a tile the oth
 
 
 def swapped(gen, e: ir.Call) -> bool:
-    return getattr(gen, "swap", None) is not None and all(
+    return gen.swap is not None and all(
         isinstance(x, ir.Name) and isinstance(gen.vals.get(x.name), _Stage) for x in e.args
     )
 
 
-def dot(gen, e: ir.Call, into) -> None:
-    """acc += dot(a, b) of one k tile, as C^T += B^T A^T into `acc_t` (the module doc's steps)."""
+def dot(gen, e: ir.Call, into):
+    """acc += dot(a, b) of one k tile, as C^T += B^T A^T into `acc_t` (the module doc's steps);
+    `finish` adds it to `into` (acc) after the loop."""
     sw = gen.swap
     sa, sb = (gen.vals[x.name].ptr for x in e.args)
     gen.used_wgmma = True
@@ -221,6 +222,7 @@ def dot(gen, e: ir.Call, into) -> None:
         frags = [[f"{frag}[{step}][{q}]" for q in range(4)]]
         gen.out.block(wgmma.issue(_Acc(sw.acc_t), frags, core, sw.wn, 8, "tf32", False))
         gen.out.line("wg_commit();")
+    return into
 
 
 def finish(gen) -> None:
