@@ -259,6 +259,7 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     w = warp_tile(gen, m, n)
     wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
+    gen.tf32_register_operand |= from_regs  # a tighter register budget (codegen.py)
     g, t = "(th_lane >> 2)", "(th_lane & 3)"
     k_lo, k_hi = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
 
