@@ -117,6 +117,35 @@ def read_bandwidth(paths: list[Path], repeats: int = 3, cold: bool = True) -> fl
     return best
 
 
+def read_with_durable_write_s(paths: list[Path], write_bytes: int, folder: Path, repeats: int = 2) -> float:
+    """Seconds to read `paths` cold (as read_bandwidth does) while, beside it, a file of
+    `write_bytes` is written into `folder` and fsynced: what any job that reads these inputs and
+    commits an output of that size must move through the same disk. Best of `repeats`."""
+    import threading
+
+    piece = np.random.default_rng(0).integers(0, 256, 16 << 20, dtype=np.uint8).tobytes()
+    target = folder / ".durable-write-probe"
+
+    def write() -> None:
+        with open(target, "wb") as f:
+            for left in range(write_bytes, 0, -len(piece)):
+                f.write(piece[: min(left, len(piece))])
+            f.flush()
+            os.fsync(f.fileno())
+
+    best = float("inf")
+    for _ in range(repeats):
+        drop_cache(paths)
+        writer = threading.Thread(target=write)
+        t0 = time.perf_counter()
+        writer.start()
+        read_bandwidth(paths, repeats=1, cold=False)
+        writer.join()
+        best = min(best, time.perf_counter() - t0)
+        target.unlink()
+    return best
+
+
 # ---- pods and jobs -------------------------------------------------------------------------------------
 
 

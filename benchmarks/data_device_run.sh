@@ -51,7 +51,7 @@ stage tests 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/pod/test_ba
 stage add 40 $svj --case add --n 1048576 --rounds 5 --running-pods --out $OUT/script-vs-job-gpu-add.json \
   --importtime $OUT/importtime-add-running-pod.txt
 stage matmul 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --out $OUT/script-vs-job-gpu-matmul.json
-stage cold 45 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --cold --out $OUT/script-vs-job-gpu-matmul-cold.json
+stage cold 60 $svj --case matmul --n 8192 --rounds 3 --running-pods --no-local --cold --out $OUT/script-vs-job-gpu-matmul-cold.json
 stage big 90 python3 benchmarks/runtime_gpu_matmul.py --out $OUT/runtime-gpu-matmul.json
 stage transfer 45 python3 -m pytest -q -p no:cacheprovider benchmarks/test_pod_transfer.py -k "${TRANSFER_K:-tile_transfer or window}" \
   --benchmark-only -s --benchmark-json=$OUT/pod-transfer.json
