@@ -14,7 +14,8 @@ declares one `const unsigned` per step, and tests evaluate the same text on nump
 arrays against the interpreter. None of the sums wraps around: a finite value plus at most
 0x1000 stays below the sign bit of its own sign (the largest, 0x7f7fffff, carries into the
 exponent and becomes inf, as IEEE's rounding wants), and inf and NaN get no bias at all, so
-0x7fffffff cannot become inf or flip its sign.
+0x7fffffff cannot become inf or flip its sign; a NaN's result is then 0x7fffe000, whatever its
+sign and payload, as cvt.rn.tf32.f32 and the copy engine give it on the H200.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ RNE_STEPS: tuple[tuple[str, str], ...] = (
     # half of the 13 dropped bits, less one unless the kept part is odd (ties go to even);
     # none for inf and NaN
     ("bias", "(0x00000fff + ((u >> 13) & 1)) * (1 - is_special)"),
-    # rounded, low 13 bits cleared; a NaN made quiet (top fraction bit), sign and top payload kept
-    ("rounded", "((u + bias) & 0xffffe000) | (is_nan << 22)"),
+    # rounded, low 13 bits cleared; a NaN becomes the one TF32 NaN, as cvt.rn and TMA give it
+    ("rounded", "((u + bias) & 0xffffe000) * (1 - is_nan) + 0x7fffe000 * is_nan"),
 )
 
 
