@@ -1,7 +1,7 @@
 """TF32 operands of warpgroup MMA: K-major in shared memory, rounded to TF32 on the way in.
 
 wgmma reads TF32 operands only K-major (it has no transpose bit for them), and it would take a
-value's top 19 bits as they are, where the interpreter rounds to nearest (cvt.rna). So the operands
+value's top 19 bits as they are, where the language rounds to nearest even (tf32.py). So the operands
 do not go through cp.async: each thread loads 16-byte vectors from global memory (`__ldg`, zero past
 the tensor's edge), rounds them, and stores 16-byte chunks into the 128-byte-swizzled K-major
 layout (wgmma.CoreTile with k = 32: one 128-byte row per x, row x's chunk c at c ^ (x % 8)).

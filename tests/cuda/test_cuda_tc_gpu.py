@@ -238,9 +238,10 @@ TF32_WGMMA = [  # TF32 warpgroup MMA: both operands rounded and stored K-major t
 
 
 def test_tf32_examples_in_source_equal_interpreter():
-    """matmul_tf32.phk: precision = tf32 at the dot; the interpreter rounds the same way
-    (cvt.rna), so only the f32 summation order differs; with mma.sync and with warpgroup MMA
-    (beta != 0 there: C is read in the epilogue, and an unwritten element keeps its old value)."""
+    """matmul_tf32.phk: precision = tf32 at the dot; the interpreter rounds the same way (to
+    nearest even, as cvt.rn), so only the f32 summation order differs; with mma.sync and with
+    warpgroup MMA (beta != 0 there: C is read in the epilogue, and an unwritten element keeps its
+    old value). test_cuda_tf32_exact_gpu.py checks the rounding itself, bit for bit."""
     kernel = load_example("matmul_tf32.phk")
     rng = np.random.default_rng(11)
     for dims in MATMUL_DIMS:

@@ -246,13 +246,14 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
         assert not tf32_wgmma, e.message  # these points are the ones the TF32 benchmark runs
         return
     assert ("wgmma.mma_async" if schedule.wgmma else "mma.sync.aligned.m16n8k") in c.ptx, name
-    # TF32 warpgroup MMA stages through registers (rounded with cvt.rna), the others by cp.async;
+    # TF32 warpgroup MMA stages through registers (rounded with cvt.rn), the others by cp.async;
     # on the TMA ring the copies round (TFLOAT32 maps) and nothing in the kernel does
     if tf32_wgmma and schedule.tma:
-        assert "cp.async.bulk.tensor" in c.ptx and "cvt.rna.tf32" not in c.ptx, name
+        assert "cp.async.bulk.tensor" in c.ptx and "cvt.rn.tf32" not in c.ptx, name
         assert all(m.dtype == "tf32" for m in c.tensor_maps), name
     else:
-        assert ("cvt.rna.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
+        assert ("cvt.rn.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
+    assert "cvt.rna" not in c.ptx, name  # TF32 rounds ties to even (docs/language.md §4.1)
     ptx = tmp_path / "k.ptx"
     ptx.write_text(c.ptx)
     cubin = tmp_path / "k.cubin"
@@ -442,7 +443,7 @@ def test_tf32_on_a_gpu_without_tensor_cores_is_an_error_at_the_dot():
     exact = compile_kernel(kernel, b)
     check_device(exact, 75)  # exact f32 runs anywhere
     tf32 = compile_kernel(kernel, b, tf32=True)
-    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in tf32.ptx and "cvt.rna.tf32.f32" in tf32.ptx
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in tf32.ptx and "cvt.rn.tf32.f32" in tf32.ptx
     check_device(tf32, 90)
     with pytest.raises(CompileError) as e:
         check_device(tf32, 75)
