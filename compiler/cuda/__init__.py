@@ -12,7 +12,8 @@ Public API (compiled.py):
 Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc. The emit stage is
 codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with dots.py (FMA dots),
 mma.py (tensor-core dots), operands.py (their shared-memory buffers), staged.py (which
-buffer an operand already lives in), wgmma.py (warpgroup MMA),
+buffer an operand already lives in), wgmma.py (warpgroup MMA), tf32.py (the one rounding of f32
+to TF32, to nearest even),
 loops.py (software pipelining of loop operands) and reductions.py as functions of that one
 emitter; values.py holds what they pass around.
 """

@@ -10,7 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mbarriers, mma, pingpong, stores, tma, uniform, wgmma
+from compiler.cuda import (
+    analysis,
+    dots,
+    loops,
+    mbarriers,
+    mma,
+    pingpong,
+    stores,
+    tma,
+    tma_tf32,
+    uniform,
+    wgmma,
+)
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
@@ -23,7 +35,8 @@ REGISTER_BUDGET = 200  # floats per thread held by tile variables before the poi
 # addresses need registers too: past 128 tile values per thread ptxas spilled (mha D=128,
 # BR=64, BC=128 held 132 and spilled 72 bytes at 255 registers).
 TENSOR_CORE_REGISTER_BUDGET = 128
-RINGS = ("ring", "regring", "tmaring")  # shared-memory rings of a loop's operands (loops.ring_lets)
+# shared-memory rings of a loop's operands (loops.ring_lets)
+RINGS = ("ring", "regring", "tmaring", "tmatf32")
 # Warpgroup MMA reads its operands from shared memory or straight from the tile (P's fragments
 # are packed from it), so a CTA of two or more warpgroups holds more: mha D=128 at BR=BC=128
 # holds 132 and assembles to 242 registers without spills (one CTA of 8 warps per SM). With one
@@ -33,6 +46,12 @@ WARPGROUP_REGISTER_BUDGET = 136
 # BC=32 holds 84 and assembles to 119 without spills; BC=64 holds 100 and spilled 32 bytes (144
 # and serialized wgmma when rotated), as did D=64, BC=128 (100) when rotated.
 WIDE_CTA_REGISTER_BUDGET = 96
+# A TF32 dot on mma.sync reading its a operand from registers (attention's P, rounded to TF32 each
+# k step) beside S = Q K^T: every such point holding 100 tile values per thread assembled to
+# 249-255 registers, and mha_tf32 D=64, BR=64, BC=128 spilled 4 bytes once TF32 rounded with
+# cvt.rn (with cvt.rna it did not, but D=64 and 128 at BR=64, BC=32, 3 stages spilled 8 and 48
+# bytes: ptxas's luck at the edge). 96 keeps BC=32 (52 and 84 held) and D=64, BR=128, BC=64 (68).
+TF32_REGISTER_OPERAND_BUDGET = 96
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,7 @@ class KernelGen(ExprEmitter):
             mma.tensor_core_dtype(d, kernel, self.tf32) in mma.TC_DTYPES for d in plan.tc_dots
         )
         self.used_wgmma = False
+        self.tf32_register_operand = False  # set by mma.emit_mma_tf32 (see its budget below)
         self.hints = dict(plan.hints)
         self.shared = dict(plan.shared)
         self.let_floats = 0
@@ -267,6 +287,8 @@ class KernelGen(ExprEmitter):
         self.rotation = None
         if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
+        if self.swap is not None:  # C^T's accumulator into acc (tma_tf32.py)
+            tma_tf32.finish(self)
 
     def store(self, s: ir.Store) -> None:
         param = self.tensor(s.tensor, s.span)
@@ -379,6 +401,8 @@ class KernelGen(ExprEmitter):
         """Tile values a thread may hold before the point is pruned (see the constants)."""
         if not self.tensor_cores:
             return REGISTER_BUDGET
+        if self.tf32_register_operand:
+            return TF32_REGISTER_OPERAND_BUDGET
         if self.wgmma and self.grid.threads >= 512:
             return WIDE_CTA_REGISTER_BUDGET
         wide = self.wgmma and self.grid.threads >= 256

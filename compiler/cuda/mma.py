@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import wgmma, wgmma_tf32
+from compiler.cuda import tf32, wgmma, wgmma_tf32
 from compiler.cuda.operands import (
     MMA_K,
     MmaTile,
@@ -125,9 +125,6 @@ __device__ __forceinline__ void mma_bf16(float& c0, float& c1, float& c2, float&
     : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-__device__ __forceinline__ unsigned tf32_of(float f) {
-  unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f)); return r;
-}
 __device__ __forceinline__ void mma_tf32(float& c0, float& c1, float& c2, float& c3,
                                          const unsigned* a, const unsigned* b) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
@@ -142,7 +139,7 @@ __device__ __forceinline__ void mma_f16(float& c0, float& c1, float& c2, float& 
     : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-""".strip("\n")
+""".strip("\n") + "\n" + tf32.PRELUDE
 
 
 def _lane_offsets(tile: MmaTile) -> tuple[str, str]:
@@ -256,12 +253,13 @@ def emit_mma(gen, acc, sa, sb, m: int, n: int, kk: int, dtype: str) -> None:
 def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     """acc += a b with `mma.sync.m16n8k8` TF32: fragments of k-contiguous operands read from
     shared memory by ldmatrix (_tf32_lane_base), the others by scalar loads, and rounded to
-    TF32 (cvt.rna). A register operand a in the accumulator layout holds
+    TF32 (tf32.PRELUDE's tf32_of). A register operand a in the accumulator layout holds
     columns 2t, 2t+1 of each 8-wide k step where the A fragment wants t and t + 4: the dot sums
     over k, so B is read with the same permutation (slot t <- row 2t, slot t + 4 <- row 2t + 1)."""
     w = warp_tile(gen, m, n)
     wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
+    gen.tf32_register_operand |= from_regs  # a tighter register budget (codegen.py)
     g, t = "(th_lane >> 2)", "(th_lane & 3)"
     k_lo, k_hi = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
 
@@ -334,7 +332,7 @@ def _tf32_lane_base(gen, tile: MmaTile, x_base: str, role: str) -> str:
 
 
 def _round_tf32(regs: str, n: int) -> str:
-    """The f32 bit patterns ldmatrix delivered, rounded to TF32 (cvt.rna) as the scalar path does."""
+    """The f32 bit patterns ldmatrix delivered, rounded to TF32 (tf32_of) as the scalar path does."""
     return " ".join(f"{regs}[{q}] = tf32_of(__uint_as_float({regs}[{q}]));" for q in range(n))
 
 

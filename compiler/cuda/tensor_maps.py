@@ -4,9 +4,9 @@ built for the array of each launch and passed by value as a `__grid_constant__` 
 A tensor map describes a row-major 2-D tensor (its pointer, shape and row pitch), or a row-major
 tensor of higher rank whose leading axes a copy indexes one position at a time (attention's
 [H, N, D] operands: a 3-D map, so that a box at the end of one head's rows is zero-filled rather
-than read from the next head), and the box one copy moves (box_rows x box_cols elements, box_cols
-* 2 = 128 bytes with the 128-byte swizzle, the layout wgmma reads); elements outside the tensor
-arrive as zeros. The driver builds it
+than read from the next head), and the box one copy moves (box_rows x box_cols elements,
+box_cols elements = 128 bytes with the 128-byte swizzle, the layout wgmma reads); elements
+outside the tensor arrive as zeros. The driver builds it
 (cuTensorMapEncodeTiled, called through ctypes on the libcuda that cupy already loaded), and a
 kernel with such a parameter is launched by cuLaunchKernel directly, since the 128-byte map is
 passed by value. The leaf launch interface (compiler.cuda.launch) is unchanged: callers pass
@@ -20,14 +20,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 MAP_BYTES = 128
-_UINT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 1, 0, 3, 3, 0
+# CUtensorMapDataType: (code, bytes per element). TFLOAT32 copies f32 elements and rounds each to
+# TF32 (to nearest, ties to even) on the way into shared memory, as the language's TF32 dots
+# round their operands (measured on the H200, tma_tf32.py)
+DATA_TYPES = {"u16": (1, 2), "f32": (7, 4), "tf32": (11, 4)}
+_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 0, 3, 3, 0
 
 
 @dataclass(frozen=True)
 class MapSpec:
     """The map a kernel parameter `param` wants of tensor `tensor`, a row-major [*outer, rows,
-    cols] of 16-bit elements (the leaf's bound shape: any buffer of that many elements will do);
-    the box spans one position of each outer axis."""
+    cols] of `dtype` elements (DATA_TYPES: 16-bit, f32, or f32 rounded to TF32 by the copy);
+    the leaf's bound shape: any buffer of that many elements will do. The box spans one
+    position of each outer axis."""
 
     param: str
     tensor: str
@@ -35,7 +40,12 @@ class MapSpec:
     box_cols: int
     rows: int
     cols: int
+    dtype: str = "u16"
     outer: tuple[int, ...] = ()  # leading axes, outermost first
+
+    @property
+    def elem_bytes(self) -> int:
+        return DATA_TYPES[self.dtype][1]
 
     @property
     def rank(self) -> int:
@@ -83,7 +93,7 @@ def geometry(spec: MapSpec) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int
     """(sizes, byte strides of every axis past the first, box), innermost axis first, as
     cuTensorMapEncodeTiled takes them."""
     sizes = (spec.cols, spec.rows, *reversed(spec.outer))
-    strides, pitch = [], 2
+    strides, pitch = [], spec.elem_bytes
     for n in sizes[:-1]:
         pitch *= n
         strides.append(pitch)
@@ -99,8 +109,9 @@ def encode(spec: MapSpec, ptr: int) -> TensorMap:
     pitches = (ctypes.c_uint64 * (rank - 1))(*strides)
     box = (ctypes.c_uint32 * rank)(*boxes)
     ones = (ctypes.c_uint32 * rank)(*([1] * rank))
+    kind = DATA_TYPES[spec.dtype][0]
     modes = (_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO)
-    err = _driver().cuTensorMapEncodeTiled(m.address(), _UINT16, rank, ptr, dims, pitches, box, ones, *modes)
+    err = _driver().cuTensorMapEncodeTiled(m.address(), kind, rank, ptr, dims, pitches, box, ones, *modes)
     if err:
         raise RuntimeError(f"cuTensorMapEncodeTiled({spec}, {sizes[::-1]}) failed: CUresult {err}")
     return m

@@ -70,17 +70,6 @@ class Operand:
     base: str  # C name of the ring's first stage
     size: int  # elements per stage
 
-    @property
-    def boxes(self) -> list[tuple[int, int]]:
-        """(elements into the stage, columns into the source) of each 64-wide box, or one
-        (0, 0) for a tile that is a single box."""
-        t = self.tile
-        if t.mn_major:  # one box per 64-wide block of x
-            return [(j * t.x_block, j * BOX_COLS) for j in range(t.x // BOX_COLS)]
-        if t.blocked:  # one box per 64-wide block of k
-            return [(j * t.x * BOX_COLS, j * BOX_COLS) for j in range(t.k // BOX_COLS)]
-        return [(0, 0)]
-
 
 def _in_boxes(tile, attention: bool):
     """Attention's K-major operand wider than one 128-byte row (K at D = 128) as 64-wide blocks,
@@ -150,29 +139,39 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         ring = gen.alloc_perm(stages * tile.elements // 2, 256)
         gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
         *outer, rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
-        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols, tuple(outer))
+        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols, outer=tuple(outer))
         ops.append(Operand(st, tile, spec, base, tile.elements))  # box as it lies
-    gen.tensor_maps += [o.spec for o in ops]
-    consumers = gen.grid.threads
-    bars = mbarriers.ring(gen, stages, 1, consumers // 32)
-    start, stop_name, step = loop
-    first = gen.fresh("first")
-    gen.out.line(f"const int {first} = {start};")
-    _producer(gen, s, ops, stages, bars, (first, stop_name, step))
-    if _shares_registers(consumers):
-        gen.out.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGS};");')
-    gen.tma_split = consumers
-    if gen.schedule.pingpong:
+    ring = split(gen, s, ops, stages, loop)
+    if gen.schedule.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
         pingpong.takes_turns(gen)
         pingpong.first_turn(gen)
-    ring = (stages, bars, first)
     return {o.let.name: ("tmaring", o, ring) for o in ops}
 
 
-def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop) -> None:
+def split(gen, s: ir.For, ops, stages: int, loop, copies=None) -> tuple[int, str, str]:
+    """The ring's mbarriers, the producer warpgroup (which then returns) and the consumers'
+    register raise: (stages, the mbarriers' C name, the loop's first value's)."""
+    start, stop_name, step = loop
+    gen.tensor_maps += [o.spec for o in ops]
+    consumers = gen.grid.threads
+    bars = mbarriers.ring(gen, stages, 1, consumers // 32)
+    first = gen.fresh("first")
+    gen.out.line(f"const int {first} = {start};")
+    _producer(gen, s, ops, stages, bars, (first, stop_name, step), copies)
+    if _shares_registers(consumers):
+        gen.out.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGS};");')
+    gen.tma_split = consumers
+    return stages, bars, first
+
+
+def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop, copies=None) -> None:
+    """The producer warpgroup; `copies(o, dst, cols)`: (destination, first column) of each box
+    of operand o in a stage at `dst`, its first column `cols` (default: 16-bit operands in
+    their wgmma layout, _boxes)."""
     first, stop_name, step = loop
     consumers = gen.grid.threads
-    nbytes = sum(o.tile.elements * 2 for o in ops)
+    copies = copies or _boxes
+    nbytes = sum(o.size * o.tile.elem_bytes for o in ops)
     gen.out.line("// the producer warpgroup: one thread issues the copies, then the warpgroup returns")
     gen.out.open(f"if (th_id >= {consumers})")
     if _shares_registers(consumers):
@@ -186,15 +185,22 @@ def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop) -> None:
     gen.out.line(f"mbar_expect_bytes({bars} + 8 * s_, {nbytes});")
     for o in ops:
         col, *rest = _coordinates(gen, o.let.value)
-        dst, load = f"{o.base} + s_ * {o.size}", f"tma_load_{o.spec.rank}d"
-        many = len(o.boxes) > 1 or o.tile.mn_major
-        for at, off in o.boxes:
-            where = ", ".join([f"{col} + {off}" if many else col, *rest, f"{bars} + 8 * s_"])
-            gen.out.line(f"{load}({f'{dst} + {at}' if many else dst}, &{o.spec.param}, {where});")
+        for at, c in copies(o, f"{o.base} + s_ * {o.size}", col):
+            where = ", ".join([c, *rest, f"{bars} + 8 * s_"])
+            gen.out.line(f"tma_load_{o.spec.rank}d({at}, &{o.spec.param}, {where});")
     gen.out.close()
     gen.out.close()
     gen.out.line("return;")
     gen.out.close()
+
+
+def _boxes(o: Operand, dst: str, cols: str) -> list[tuple[str, str]]:
+    t = o.tile
+    if t.mn_major:  # one box per 64-wide block of x
+        return [(f"{dst} + {j * t.x_block}", f"{cols} + {j * BOX_COLS}") for j in range(t.x // BOX_COLS)]
+    if t.blocked:  # one box per 64-wide block of k
+        return [(f"{dst} + {j * t.x * BOX_COLS}", f"{cols} + {j * BOX_COLS}") for j in range(t.k // BOX_COLS)]
+    return [(dst, cols)]
 
 
 def _shares_registers(consumers: int) -> bool:
@@ -213,10 +219,19 @@ def before_split(gen) -> bool:
 def ring_lets(gen, lets: list[ir.Let]) -> None:
     """One consumer iteration: wait until this stage is full, point the lets at it; at the end of
     the body (after the dot's wait for group i - 1) release group i - 1's stage."""
-    gen.out.span = lets[0].span
     entries = [gen.pipelined[s.name] for s in lets]
-    stages, bars, first = entries[0][2]
-    var_c, step = entries[0][4], entries[0][5]
+    _, _, stage = consume(gen, lets)
+    for s, (_, o, *_) in zip(lets, entries, strict=True):
+        point_at_stage(gen, s.name, o.tile, o.base, o.size, stage)
+
+
+def consume(gen, lets: list[ir.Let], after_release=None) -> tuple[int, str, str]:
+    """The consumer's side of one iteration: wait for its stage and, at the end of the body,
+    release group i - 1's (then `after_release()`): (stages, the iteration's C name, its stage's)."""
+    gen.out.span = lets[0].span
+    entry = gen.pipelined[lets[0].name]
+    stages, bars, first = entry[2]
+    var_c, step = entry[4], entry[5]
     it = gen.fresh("it")
     gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
     gen.ring_iteration = it
@@ -225,7 +240,8 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
     def release() -> None:
         stage = f"(({it} - 1) % {stages})"
         gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
+        if after_release:
+            after_release()
 
     gen.loop_tail.append(release)
-    for s, (_, o, *_) in zip(lets, entries, strict=True):
-        point_at_stage(gen, s.name, o.tile, o.base, o.size, f"{it} % {stages}")
+    return stages, it, f"{it} % {stages}"

@@ -1,7 +1,7 @@
 """TF32 operands of warpgroup MMA: K-major in shared memory, rounded to TF32 on the way in.
 
 wgmma reads TF32 operands only K-major (it has no transpose bit for them), and it would take a
-value's top 19 bits as they are, where the interpreter rounds to nearest (cvt.rna). So the operands
+value's top 19 bits as they are, where the language rounds to nearest even (tf32.py). So the operands
 do not go through cp.async: each thread loads 16-byte vectors from global memory (`__ldg`, zero past
 the tensor's edge), rounds them, and stores 16-byte chunks into the 128-byte-swizzled K-major
 layout (wgmma.CoreTile with k = 32: one 128-byte row per x, row x's chunk c at c ^ (x % 8)).
@@ -81,8 +81,9 @@ def unit_origin(direct: bool, e: str = "e_") -> tuple[str, str]:
     return x, f"(({e}) % 8) * 4"
 
 
-def _unit(gen, p: Plan) -> None:
-    """Open the loop over this thread's units: x_, k_ (the unit's first row and k column)."""
+def unit(gen, p: Plan, origin: tuple[str, str] | None = None) -> None:
+    """Open the loop over this thread's units: x_, k_ (the unit's first row and k column), at
+    unit_origin or, given, `origin` (x, k of unit e_)."""
     t = gen.grid.threads
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int it_ = 0; it_ < {p.iters}; ++it_)")
@@ -91,14 +92,14 @@ def _unit(gen, p: Plan) -> None:
         gen.out.open(f"if (e_ < {p.units})")
     else:
         gen.out.open("")
-    x, k = unit_origin(p.direct)
+    x, k = origin or unit_origin(p.direct)
     gen.out.line(f"const int x_ = {x}, k_ = {k};")
 
 
 def load(gen, p: Plan, load_: ir.Load, regs: str) -> None:
     """Global -> this thread's float4 registers (zero where outside the tensor)."""
     param = gen.tensor(load_.tensor, load_.span)
-    _unit(gen, p)
+    unit(gen, p)
     vectors = [("x_", "k_", "it_")] if p.direct else [(f"k_ + {i}", "x_", f"it_ * 4 + {i}") for i in range(4)]
     for row, col, slot in vectors:  # (row, col) as the source lies
         ptr, pred = gen.element_address(param, load_.index, (row, col))
@@ -112,9 +113,9 @@ def load(gen, p: Plan, load_: ir.Load, regs: str) -> None:
     gen.out.close()
 
 
-def store(gen, p: Plan, tile: CoreTile, regs: str) -> None:
+def store(gen, p: Plan, tile: CoreTile, regs: str, origin: tuple[str, str] | None = None) -> None:
     """This thread's registers, rounded to TF32, into `tile` (16-byte stores)."""
-    _unit(gen, p)
+    unit(gen, p, origin)
 
     def put(x: str, parts: list[str]) -> None:
         at = tile.offset(x, "k_")

@@ -175,8 +175,8 @@ class DotPrecision:
     """How one `dot` multiplies (the checker fills `Call.precision` for every dot).
 
     mode "f32": f32 operands, products and sums exact f32 (the default);
-    mode "tf32": f32 operands each rounded to TF32 (docs/language.md: round to nearest, ties away
-        from zero, as cvt.rna.tf32.f32), products exact, sums in f32;
+    mode "tf32": f32 operands each rounded to TF32 (docs/language.md §4.1: round to nearest, ties
+        to even, as cvt.rn.tf32.f32), products exact, sums in f32;
     mode "bf16" / "f16": operands of that narrow type, products exact, sums in f32.
     `origin` says who chose it: "operands" (bf16/f16 operands, or f32 by default), "kernel"
     (`@precision(...)`) or "dot" (`dot(a, b, precision = ...)`); `span` points at that choice:

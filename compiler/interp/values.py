@@ -177,9 +177,10 @@ def to_i32(v: np.ndarray) -> np.ndarray:
 
 
 _TF32_DROPPED = 13  # f32 has 23 fraction bits, TF32 keeps 10
-_TF32_HALF = np.uint32(1 << (_TF32_DROPPED - 1))
 _TF32_KEEP = np.uint32((0xFFFFFFFF >> _TF32_DROPPED) << _TF32_DROPPED)
 _EXPONENT = np.uint32(0x7F800000)
+_FRACTION = np.uint32(0x007FFFFF)
+_TF32_NAN = np.uint32(0x7FFFE000)  # the one NaN of TF32 rounding (positive, every kept bit set)
 
 
 def round_to(kind: str, v: np.ndarray) -> np.ndarray:
@@ -187,9 +188,7 @@ def round_to(kind: str, v: np.ndarray) -> np.ndarray:
 
     bf16, f16: round to nearest, ties to even, from f32 (an i32 converts to f32 first, also to
     nearest even); magnitudes past the format's largest finite value become inf.
-    tf32: 10 fraction bits kept, round to nearest with ties *away from zero*: what the GPU's
-    `cvt.rna.tf32.f32` does, done here on the bits (add half of the dropped part, truncate).
-    The exponent range is f32's; inf and nan pass unchanged.
+    tf32: round_tf32_bits on the f32 bits.
     """
     f = cast(v, F32)
     with np.errstate(over="ignore"):  # overflow to inf is the defined result
@@ -198,11 +197,27 @@ def round_to(kind: str, v: np.ndarray) -> np.ndarray:
         if kind == "f16":
             return f.astype(np.float16).astype(F32)
     if kind == "tf32":
-        bits = np.ascontiguousarray(f).view(np.uint32)
-        finite = (bits & _EXPONENT) != _EXPONENT
-        rounded = (bits + _TF32_HALF) & _TF32_KEEP
-        return np.where(finite, rounded, bits).view(F32)
+        return round_tf32_bits(np.ascontiguousarray(f).view(np.uint32)).view(F32)
     raise ValueError(f"no rounding to {kind}")
+
+
+def round_tf32_bits(bits: np.ndarray) -> np.ndarray:
+    """f32 bit patterns (uint32) rounded to TF32: 10 fraction bits kept, to nearest, ties to even
+    (IEEE's default rounding, and what cvt.rn.tf32.f32 and the Hopper copy engine's TF32
+    conversion do). Finite values round on their bits, subnormals too (no flush), and a magnitude
+    that rounds past the largest TF32 value becomes inf; inf stays. Every NaN, whatever its sign
+    and payload, becomes 0x7fffe000: what both of those give on the H200
+    (benchmarks/results/nvidia-h200/tf32-rounding-2026-12-01).
+    """
+    bits = bits.astype(np.uint32, copy=False)
+    lowest_kept = (bits >> np.uint32(_TF32_DROPPED)) & np.uint32(1)
+    # half of the dropped part, less one unless the kept part is odd: a tie then rounds to even
+    bias = np.uint32((1 << (_TF32_DROPPED - 1)) - 1) + lowest_kept
+    finite = (bits + bias) & _TF32_KEEP  # a carry into the exponent is the right result
+    special = (bits & _EXPONENT) == _EXPONENT
+    nan = special & ((bits & _FRACTION) != 0)
+    kept = np.where(nan, _TF32_NAN, bits)  # inf has no dropped bits
+    return np.where(special, kept, finite).astype(np.uint32)
 
 
 def dot(a: np.ndarray, b: np.ndarray, mode: str = "f32") -> np.ndarray:

@@ -52,11 +52,10 @@ def f32(*shape, seed=0):
 
 
 def tf32_reference(x: np.ndarray) -> np.ndarray:
-    """x rounded to 11 significant bits, ties away from zero, in float64 (x normal or zero):
+    """x rounded to 11 significant bits, to nearest, ties to even, in float64 (x normal or zero):
     written apart from the interpreter's bit arithmetic on purpose."""
     mantissa, exponent = np.frexp(x.astype(np.float64))  # |mantissa| in [0.5, 1)
-    scaled = mantissa * 2.0**11
-    return np.ldexp(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), exponent - 11)
+    return np.ldexp(np.round(mantissa * 2.0**11), exponent - 11)  # np.round: half to even
 
 
 def autotune_points(name: str) -> list[dict[str, int]]:
@@ -173,7 +172,7 @@ def case_layernorm(tiles):
 
 
 def case_matmul_tf32(tiles):
-    # TF32: each operand is rounded to 11 significant bits (ties away from zero) first; the
+    # TF32: each operand is rounded to 11 significant bits (ties to even) first; the
     # products of rounded values are exact and the sums f32.
     a, b = f32(70, 37, seed=1), f32(37, 45, seed=2)
     return _alpha_beta_matmul("matmul_tf32", a, b, tf32_reference(a), tf32_reference(b), tiles)

@@ -44,8 +44,8 @@ def test_producer_brings_k_and_v_by_3d_boxes_and_consumers_only_wait(name):
     k_map, v_map = c.tensor_maps  # named after the lets (causal's are hoisted: k_tile1, ...)
     assert c.block == (384, 1, 1) and c.params[-2:] == (k_map.param, v_map.param)
     assert (k_map, v_map) == (
-        MapSpec(k_map.param, "K", 64, 64, 1000, 128, (3,)),
-        MapSpec(v_map.param, "V", 64, 64, 1000, 128, (3,)),
+        MapSpec(k_map.param, "K", 64, 64, 1000, 128, outer=(3,)),
+        MapSpec(v_map.param, "V", 64, 64, 1000, 128, outer=(3,)),
     )
     producer = src[src.index("if (th_id == 256)") : src.index("return;")]
     stop = re.search(r"for \(int u_j_\d+ = \(?[^;]*; u_j_\d+ < (\w+);", src).group(1)
@@ -93,7 +93,7 @@ def test_what_the_tma_attention_ring_cannot_take_is_pruned():
 
 
 def test_3d_tensor_maps_step_over_rows_then_heads():
-    spec = MapSpec("tm_k", "K", 64, 64, 1000, 128, (3,))
+    spec = MapSpec("tm_k", "K", 64, 64, 1000, 128, outer=(3,))
     assert geometry(spec) == ((128, 1000, 3), (256, 256 * 1000), (64, 64, 1))
     assert spec.rank == 3 and spec.elements == 3 * 1000 * 128
     assert geometry(MapSpec("tm_a", "A", 128, 64, 1000, 776)) == ((776, 1000), (1552,), (64, 128))
