@@ -575,9 +575,14 @@ def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():
             generate_source(k, binding.bind(k, dims, None, point), schedule=tma)
 
 
-def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_path):
+@pytest.mark.parametrize("tma_tuned", [True, False])
+def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_path, tma_tuned):
     """A loop of two dots (attention): the warpgroup probe rotates it, and the family's space
-    holds both orders."""
+    holds both orders; the TMA-fed loop is a family of its own, or none while it is withheld
+    (schedule.TMA_ATTENTION_TUNED)."""
+    from compiler.cuda import schedule as sched
+
+    monkeypatch.setattr(sched, "TMA_ATTENTION_TUNED", tma_tuned)
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
@@ -592,14 +597,16 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     probe = Schedule(stages=4, order="grouped", wgmma=True, rotate=True)
     wide = dataclasses.replace(probe, threads=WIDE_THREADS)  # four warpgroups: BR = 256
     tma = dataclasses.replace(probe, tma=True, pingpong=True)  # a producer warpgroup's TMA
-    assert {s for _, s in asked[0]} == {Schedule(), probe, wide, tma}
+    assert {s for _, s in asked[0]} == {Schedule(), probe, wide} | ({tma} if tma_tuned else set())
     assert {p["BR"] for p, _ in asked[0]} == {64, 128, 256}
     assert {s.rotate for _, s in asked[2]} == {False, True} and res.schedule.rotate
-    assert len(asked) == 5 and all(s.wgmma and s.threads == WIDE_THREADS for _, s in asked[3])
+    assert len(asked) == 4 + tma_tuned and all(s.wgmma and s.threads == WIDE_THREADS for _, s in asked[3])
     assert any(s.pingpong for _, s in asked[2]) and not any(s.pingpong for _, s in asked[3])
     assert not any(s.threads for f in asked[1:3] for _, s in f)
     assert not any(s.tma for f in asked[1:4] for _, s in f)
     assert {(s.late_copies, s.rotate) for _, s in asked[3]} == set(itertools.product((False, True), repeat=2))
+    if not tma_tuned:
+        return
     # the TMA family: both ring depths, both orders, with and without turns, rotated, no late copies
     assert all(s.tma and s.rotate and not s.late_copies and not s.threads for _, s in asked[4])
     assert {(s.stages, s.order, s.pingpong) for _, s in asked[4]} | {(4, "grouped", True)} == set(
