@@ -92,7 +92,8 @@ MATMUL_BF16 = (REPO / "examples" / "matmul_bf16.phk").read_text()
 def bf16_program() -> SimpleNamespace:
     """A leaf whose dot runs on tensor cores (mma.sync with the default schedule: sm_80)."""
     leaf = Leaf(name="mm", kernel="matmul_bf16", source=MATMUL_BF16,
-                dims=(("M", 256), ("N", 256), ("K", 256)), tile_values=(("TILE_M", 64), ("TILE_N", 64), ("TILE_K", 32)), grid=(4, 4), threads=256,
+                dims=(("M", 256), ("N", 256), ("K", 256)),
+                tile_values=(("TILE_M", 64), ("TILE_N", 64), ("TILE_K", 32)), grid=(4, 4), threads=256,
                 tensors=("A", "B", "C"), scalars=())
     return SimpleNamespace(leaves=(leaf,))
 
