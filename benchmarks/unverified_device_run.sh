@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call for leaves built without a GPU (patches/*-unverified): the GPU tests the
+# One device call for leaves not yet run on a GPU (patches/*-unverified, or a branch): the GPU tests the
 # patches add, against the interpreter, then, only if every one passed, the leaf benchmark
 # (benchmarks/leaf_tc_bench.py --only $ONLY, anchors in the same run), with the clocks and power
 # once a second in dmon.log. Everything goes under $OUT. Called by the wrappers that name the

@@ -301,3 +301,21 @@ def longest_first_axes(body: tuple[ir.Stmt, ...], env: dict[str, int]) -> tuple[
 
 def _negate(t: int | None) -> int | None:
     return None if t is None else -t
+
+
+def tc_dots_at(tc_dots, s: ir.For) -> list[tuple[int, ir.Call]]:
+    """(statement index, dot) of the loop body's tensor-core dots (of `tc_dots`), in order."""
+    ids = set(map(id, tc_dots))
+    return [
+        (i, e)
+        for i, st in enumerate(s.body)
+        for e in walk.iter_body_exprs((st,))
+        if isinstance(e, ir.Call) and id(e) in ids
+    ]
+
+
+def touches(stmt: ir.Stmt, name: str) -> bool:
+    """The statement (loops included) reads or assigns variable `name`."""
+    if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == name for x in walk.iter_stmts((stmt,))):
+        return True
+    return any(isinstance(x, ir.Name) and x.name == name for x in walk.iter_body_exprs((stmt,)))

@@ -25,6 +25,7 @@ from compiler.cuda import mma, nvrtc, stages, target
 from compiler.cuda.compiled import compile_kernel, compiler_version
 from compiler.cuda.schedule import (
     DEFAULT,
+    TF32_TMA_PROBE,
     WGMMA_DEEP_PROBE,
     WGMMA_PROBE,
     WIDE_THREADS,
@@ -243,15 +244,22 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log, cc: int = tar
     rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
     space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single, rotates=rotates)
     families = [[s for s in space if not s.wgmma]]
+    tma_tf32 = []
     if stages.uses_wgmma(kernel, dots, tf32):
         wg = [s for s in space if s.wgmma]
         if any(mma.tensor_core_dtype(d, kernel, tf32) == "tf32" for d in dots):
             # the register-staged TF32 ring (wgmma_tf32.py) has 3 stages and stores after the
-            # dots whatever the schedule says: only the CTA order is left to search
-            wg = [s for s in wg if s.stages == 3 and not s.late_copies]
+            # dots whatever the schedule says: only the CTA order is left to search. The
+            # TMA-fed one (tma_tf32.py, C^T by role swap) takes other tile shapes (TILE_N = 64
+            # per warpgroup, TILE_M up to 256), so it is a family of its own, with its own probe
+            tma_tf32 = []  # withheld from the tuner until its GPU tests pass
+            wg = [s for s in wg if not s.tma and s.stages == 3 and not s.late_copies]
         families.append(wg)
     wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
     probes = [DEFAULT, wg_probe][: len(families)]
+    if tma_tf32:
+        probes.append(TF32_TMA_PROBE)
+        families.append(tma_tf32)
     if rotates and len(families) == 2:  # attention on four warpgroups (BR = 256): its own family
         probes.append(dataclasses.replace(wg_probe, threads=WIDE_THREADS))
         wide = [dataclasses.replace(s, threads=WIDE_THREADS) for s in families[1] if not s.pingpong]

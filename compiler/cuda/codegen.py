@@ -10,7 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, loops, mbarriers, mma, pingpong, stores, target, tma, uniform, wgmma
+from compiler.cuda import (
+    analysis,
+    dots,
+    loops,
+    mbarriers,
+    mma,
+    pingpong,
+    stores,
+    target,
+    tma,
+    tma_tf32,
+    uniform,
+    wgmma,
+)
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
@@ -23,7 +36,8 @@ REGISTER_BUDGET = 200  # floats per thread held by tile variables before the poi
 # addresses need registers too: past 128 tile values per thread ptxas spilled (mha D=128,
 # BR=64, BC=128 held 132 and spilled 72 bytes at 255 registers).
 TENSOR_CORE_REGISTER_BUDGET = 128
-RINGS = ("ring", "regring", "tmaring")  # shared-memory rings of a loop's operands (loops.ring_lets)
+# shared-memory rings of a loop's operands (loops.ring_lets)
+RINGS = ("ring", "regring", "tmaring", "tmatf32")
 # Warpgroup MMA reads its operands from shared memory or straight from the tile (P's fragments
 # are packed from it), so a CTA of two or more warpgroups holds more: mha D=128 at BR=BC=128
 # holds 132 and assembles to 242 registers without spills (one CTA of 8 warps per SM). With one
@@ -279,6 +293,8 @@ class KernelGen(ExprEmitter):
         self.rotation = None
         if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
+        if self.swap is not None:  # C^T's accumulator into acc (tma_tf32.py)
+            tma_tf32.finish(self)
 
     def store(self, s: ir.Store) -> None:
         param = self.tensor(s.tensor, s.span)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from compiler.cuda import operands
+from compiler.cuda import operands, tma_tf32
 from compiler.cuda import staged as staged_buffers
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -38,6 +38,8 @@ def dot(gen, e: ir.Call, into):
     from compiler.cuda.values import SharedTile
 
     dtype = mma.tensor_core_dtype(e, gen.kernel, gen.tf32)
+    if dtype == "tf32" and gen.wgmma and tma_tf32.swapped(gen, e):  # C^T = B^T A^T on the TMA ring
+        return tma_tf32.dot(gen, e, into)
     if dtype is not None and gen.tensor_cores:
         return mma.lower_dot(gen, e, into, dtype)
     a, b = e.args

@@ -31,6 +31,8 @@ class ExprEmitter:
         self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
         self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
         self.register_ring = False  # the ring is filled from registers (TF32 warpgroup MMA, wgmma_tf32.py)
+        self.swap = None  # tma_tf32.Swap of the loop being emitted (TF32 by role swap)
+        self.swap_acc = None  # the kernel's accumulator that the swapped dot adds into after the loop
         self.tma_split = 0  # consumer threads once a producer warpgroup has split off (tma.py), else 0
         self.tensor_maps: list = []  # tensor_maps.MapSpec of the bulk tensor copies' parameters
         self.out = Emitter()

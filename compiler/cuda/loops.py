@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, operands, pingpong, tma, wgmma, wgmma_tf32
+from compiler.cuda import analysis, dots, operands, pingpong, tma, tma_tf32, wgmma, wgmma_tf32
 from compiler.frontend import ir
 
 
@@ -61,6 +61,8 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
     tiles = [(st, gen.shared[st.name], tr, dots.mma_let_tile(gen, st.value, gen.shared[st.name], tr, ptr=""))
              for st, tr in lets]
     if any(isinstance(t, wgmma.CoreTile) and t.dtype == "f32" for *_, t in tiles):  # TF32 warpgroup MMA
+        if gen.schedule.tma:  # raw tiles by bulk tensor copies, rounded in shared memory
+            return tma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
         return wgmma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
     if gen.wgmma and gen.schedule.tma:  # a producer warpgroup's bulk tensor copies
         return tma.ring_prologue(gen, s, tiles, start, stop_name, step)
@@ -122,6 +124,8 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
         return wgmma_tf32.ring_lets(gen, lets)
     if gen.pipelined[lets[0].name][0] == "tmaring":
         return tma.ring_lets(gen, lets)
+    if gen.pipelined[lets[0].name][0] == "tmatf32":
+        return tma_tf32.ring_lets(gen, lets)
     gen.out.span = lets[0].span
     *_, (stages, ahead), first = gen.pipelined[lets[0].name][:9]
     var_name, var_c, step, stop_name = gen.pipelined[lets[0].name][9:]
@@ -190,28 +194,6 @@ def pipelined_lets(gen, lets: list[ir.Let]) -> None:
         gen.vals[s.name] = tile
 
 
-def _tc_dots_at(gen, s: ir.For) -> list[tuple[int, ir.Call]]:
-    """(statement index, dot) of the loop body's tensor-core dots, in order."""
-    from compiler.frontend import walk
-
-    ids = set(map(id, gen.leaf.plan.tc_dots))
-    return [
-        (i, e)
-        for i, st in enumerate(s.body)
-        for e in walk.iter_body_exprs((st,))
-        if isinstance(e, ir.Call) and id(e) in ids
-    ]
-
-
-def _touches(stmt: ir.Stmt, name: str) -> bool:
-    """The statement (loops included) reads or assigns variable `name`."""
-    from compiler.frontend import walk
-
-    if any(isinstance(x, ir.Assign | ir.VarDecl) and x.name == name for x in walk.iter_stmts((stmt,))):
-        return True
-    return any(isinstance(x, ir.Name) and x.name == name for x in walk.iter_body_exprs((stmt,)))
-
-
 def deferred_dot(gen, s: ir.For) -> ir.Call | None:
     """The warpgroup-MMA dot of loop `s` that a rotation may carry into the next iteration, or
     None: the body's last tensor-core dot when it accumulates into a variable (attention's
@@ -220,13 +202,13 @@ def deferred_dot(gen, s: ir.For) -> ir.Call | None:
     waits for the last group after them."""
     if not gen.wgmma or gen.loop_barriers:
         return None
-    at = _tc_dots_at(gen, s)
+    at = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)
     if len(at) < 2 or at[0][0] == at[-1][0]:
         return None
     st, dot = s.body[at[-1][0]], at[-1][1]
     if not isinstance(st, ir.Assign) or gen.dot_split(st)[0] is not dot:
         return None
-    if any(_touches(x, st.name) for x in s.body if x is not st):
+    if any(analysis.touches(x, st.name) for x in s.body if x is not st):
         return None
     return dot
 
@@ -257,7 +239,8 @@ def rotation(gen, s: ir.For) -> Rotation | None:
     if deferred is None:
         return None
     steps = gen.size(deferred.args[0].ty.shape[1]) // 16
-    rot = Rotation(_tc_dots_at(gen, s)[0][1], deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
+    first = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)[0][1]
+    rot = Rotation(first, deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
     gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
     gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
     return rot

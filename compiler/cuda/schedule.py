@@ -46,6 +46,9 @@ WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's
 # 128 x 256 the k = 64 tile fits 4 stages (96 KB in flight), the k = 32 tile 8 (144 KB).
 WGMMA_DEEP_PROBE = Schedule(stages=8, order="grouped", wgmma=True)
 DEEP_STAGES = (6, 8)
+# TF32 on the TMA ring (tma_tf32.py) probes its own tile shapes: as many stages as fit (4 at
+# 256 x 128, 6 at 128 x 128)
+TF32_TMA_PROBE = Schedule(stages=6, order="grouped", wgmma=True, tma=True)
 # A loop of two dots (attention) may also run on four warpgroups sharing one K/V ring: BR = 256
 # at 64 rows per warpgroup, K and V copied once for twice the rows of the 256-thread CTA.
 WIDE_THREADS = 512

@@ -2,7 +2,7 @@
 built for the array of each launch and passed by value as a `__grid_constant__` parameter.
 
 A tensor map describes a row-major 2-D tensor (its pointer, shape and row pitch) and the box one
-copy moves (box_rows x box_cols elements, box_cols * 2 = 128 bytes with the 128-byte swizzle, the
+copy moves (box_rows x box_cols elements, box_cols elements = 128 bytes with the 128-byte swizzle, the
 layout wgmma reads); elements outside the tensor arrive as zeros. The driver builds it
 (cuTensorMapEncodeTiled, called through ctypes on the libcuda that cupy already loaded), and a
 kernel with such a parameter is launched by cuLaunchKernel directly, since the 128-byte map is
@@ -17,13 +17,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 MAP_BYTES = 128
-_UINT16, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 1, 0, 3, 3, 0
+# CUtensorMapDataType: (code, bytes per element). TFLOAT32 copies f32 elements and rounds each to
+# TF32 (to nearest, ties to even) on the way into shared memory, as the language's TF32 dots
+# round their operands (measured on the H200, tma_tf32.py)
+DATA_TYPES = {"u16": (1, 2), "f32": (7, 4), "tf32": (11, 4)}
+_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 0, 3, 3, 0
 
 
 @dataclass(frozen=True)
 class MapSpec:
     """The map a kernel parameter `param` wants of tensor `tensor`, a row-major [rows, cols] of
-    16-bit elements (the leaf's bound shape: any buffer of that many elements will do)."""
+    `dtype` elements (DATA_TYPES: 16-bit, f32, or f32 rounded to TF32 by the copy); rows and
+    cols are the leaf's bound shape: any buffer of that many elements will do."""
 
     param: str
     tensor: str
@@ -31,6 +36,11 @@ class MapSpec:
     box_cols: int
     rows: int
     cols: int
+    dtype: str = "u16"
+
+    @property
+    def elem_bytes(self) -> int:
+        return DATA_TYPES[self.dtype][1]
 
 
 @lru_cache(maxsize=1)
@@ -68,11 +78,12 @@ def encode(spec: MapSpec, ptr: int) -> TensorMap:
     m = TensorMap()
     rows, cols = spec.rows, spec.cols
     dims = (ctypes.c_uint64 * 2)(cols, rows)
-    pitch = (ctypes.c_uint64 * 1)(cols * 2)
+    pitch = (ctypes.c_uint64 * 1)(cols * spec.elem_bytes)
     box = (ctypes.c_uint32 * 2)(spec.box_cols, spec.box_rows)
     ones = (ctypes.c_uint32 * 2)(1, 1)
+    kind = DATA_TYPES[spec.dtype][0]
     modes = (_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO)
-    err = _driver().cuTensorMapEncodeTiled(m.address(), _UINT16, 2, ptr, dims, pitch, box, ones, *modes)
+    err = _driver().cuTensorMapEncodeTiled(m.address(), kind, 2, ptr, dims, pitch, box, ones, *modes)
     if err:
         raise RuntimeError(f"cuTensorMapEncodeTiled({spec}, {rows}x{cols}) failed: CUresult {err}")
     return m

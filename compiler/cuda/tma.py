@@ -91,23 +91,34 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
         rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
         spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols)  # box as it lies
         ops.append(Operand(st, tile, spec, base, tile.elements))
+    ring = split(gen, s, ops, stages, (start, stop_name, step))
+    return {o.let.name: ("tmaring", o, ring) for o in ops}
+
+
+def split(gen, s: ir.For, ops, stages: int, loop, copies=None) -> tuple[int, str, str]:
+    """The ring's mbarriers, the producer warpgroup (which then returns) and the consumers'
+    register raise: (stages, the mbarriers' C name, the loop's first value's)."""
+    start, stop_name, step = loop
     gen.tensor_maps += [o.spec for o in ops]
     consumers = gen.grid.threads
     bars = mbarriers.ring(gen, stages, 1, consumers // 32)
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
-    _producer(gen, s, ops, stages, bars, (first, stop_name, step))
+    _producer(gen, s, ops, stages, bars, (first, stop_name, step), copies)
     if _shares_registers(consumers):
         gen.out.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGS};");')
     gen.tma_split = consumers
-    ring = (stages, bars, first)
-    return {o.let.name: ("tmaring", o, ring) for o in ops}
+    return stages, bars, first
 
 
-def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop) -> None:
+def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop, copies=None) -> None:
+    """The producer warpgroup; `copies(o, dst, cols)`: (destination, first column) of each box
+    of operand o in a stage at `dst`, its first column `cols` (default: 16-bit operands in
+    their wgmma layout, _boxes)."""
     first, stop_name, step = loop
     consumers = gen.grid.threads
-    nbytes = sum(o.tile.elements * 2 for o in ops)
+    copies = copies or _boxes
+    nbytes = sum(o.size * o.tile.elem_bytes for o in ops)
     gen.out.line("// the producer warpgroup: one thread issues the copies, then the warpgroup returns")
     gen.out.open(f"if (th_id >= {consumers})")
     if _shares_registers(consumers):
@@ -121,17 +132,21 @@ def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop) -> None:
     gen.out.line(f"mbar_expect_bytes({bars} + 8 * s_, {nbytes});")
     for o in ops:
         rows, cols = (gen.scalar(i.start) for i in o.let.value.index)
-        dst = f"{o.base} + s_ * {o.size}"
-        if o.tile.mn_major:  # one box per 64-wide block of x
-            for j in range(o.tile.x // BOX_COLS):
-                at, col = f"{dst} + {j * o.tile.x_block}", f"{cols} + {j * BOX_COLS}"
-                gen.out.line(f"tma_load_2d({at}, &{o.spec.param}, {col}, {rows}, {bars} + 8 * s_);")
-        else:
-            gen.out.line(f"tma_load_2d({dst}, &{o.spec.param}, {cols}, {rows}, {bars} + 8 * s_);")
+        for at, col in copies(o, f"{o.base} + s_ * {o.size}", cols):
+            gen.out.line(f"tma_load_2d({at}, &{o.spec.param}, {col}, {rows}, {bars} + 8 * s_);")
     gen.out.close()
     gen.out.close()
     gen.out.line("return;")
     gen.out.close()
+
+
+def _boxes(o: Operand, dst: str, cols: str) -> list[tuple[str, str]]:
+    if not o.tile.mn_major:
+        return [(dst, cols)]
+    # one box per 64-wide block of x
+    return [
+        (f"{dst} + {j * o.tile.x_block}", f"{cols} + {j * BOX_COLS}") for j in range(o.tile.x // BOX_COLS)
+    ]
 
 
 def _shares_registers(consumers: int) -> bool:
@@ -143,10 +158,19 @@ def _shares_registers(consumers: int) -> bool:
 def ring_lets(gen, lets: list[ir.Let]) -> None:
     """One consumer iteration: wait until this stage is full, point the lets at it; at the end of
     the body (after the dot's wait for group i - 1) release group i - 1's stage."""
-    gen.out.span = lets[0].span
     entries = [gen.pipelined[s.name] for s in lets]
-    stages, bars, first = entries[0][2]
-    var_c, step = entries[0][4], entries[0][5]
+    _, _, stage = consume(gen, lets)
+    for s, (_, o, *_) in zip(lets, entries, strict=True):
+        point_at_stage(gen, s.name, o.tile, o.base, o.size, stage)
+
+
+def consume(gen, lets: list[ir.Let], after_release=None) -> tuple[int, str, str]:
+    """The consumer's side of one iteration: wait for its stage and, at the end of the body,
+    release group i - 1's (then `after_release()`): (stages, the iteration's C name, its stage's)."""
+    gen.out.span = lets[0].span
+    entry = gen.pipelined[lets[0].name]
+    stages, bars, first = entry[2]
+    var_c, step = entry[4], entry[5]
     it = gen.fresh("it")
     gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
     gen.ring_iteration = it
@@ -155,7 +179,8 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
     def release() -> None:
         stage = f"(({it} - 1) % {stages})"
         gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
+        if after_release:
+            after_release()
 
     gen.loop_tail.append(release)
-    for s, (_, o, *_) in zip(lets, entries, strict=True):
-        point_at_stage(gen, s.name, o.tile, o.base, o.size, f"{it} % {stages}")
+    return stages, it, f"{it} % {stages}"

@@ -247,13 +247,13 @@ def emit_wgmma(
         gen.out.line(f"{rot.stage} = {sb.ptr};")
         frags = [[f"{rot.frag}[{s}][{q}]" for q in range(4)] for s in range(kk // 16)]
         kept = CoreTile(rot.stage, sb.role, sb.k, sb.x, sb.dtype, sb.mn_major)
-        rot.issue = _issue(acc, frags, kept, n, kk, dtype, fresh)
+        rot.issue = issue(acc, frags, kept, n, kk, dtype, fresh)
         return
     if wait == "rotated" and gen.handover:  # ping-pong: this warpgroup's turn (pingpong.py)
         gen.out.line(pingpong.wait_turn())
     gen.out.line("wg_fence();")
     frags = [_register_fragment(sa.cname, s, dtype) for s in range(kk // 16)] if from_regs else sa
-    gen.out.block(_issue(acc, frags, sb, n, kk, dtype, fresh))
+    gen.out.block(issue(acc, frags, sb, n, kk, dtype, fresh))
     if wait == "rotated":
         gen.out.line("wg_commit();")
         gen.rotation.slot = (len(gen.out.lines), gen.out.depth)
@@ -265,7 +265,7 @@ def emit_wgmma(
         gen.out.line("wg_commit_wait_one();" if wait == "one" else "wg_commit_wait();")
 
 
-def _issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> list[str]:
+def issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> list[str]:
     """The wgmma instructions of acc += a b (acc = a b when `fresh`), one block per k step; `sa`
     a CoreTile or, per k step, the four C expressions of this lane's A fragment."""
     mma_k = 8 if dtype == "tf32" else 16

@@ -263,7 +263,15 @@ def test_another_dlpack_exporter_on_the_gpu_is_used_in_place():
         kernel(Exporter(a), Exporter(b), Exporter(cupy.zeros(8192, cupy.float32)[::2]))
 
 
-def test_a_kernel_tuned_to_the_tma_ring_runs_through_phobos(monkeypatch):
+@pytest.mark.parametrize(
+    "example,point,scalars",
+    [
+        ("matmul_f16", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, {}),
+        # TF32 by role swap (compiler/cuda/tma_tf32.py): f32 tensors through TFLOAT32 maps
+        ("matmul_tf32", {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, {"alpha": 0.75, "beta": 0.5}),
+    ],
+)
+def test_a_kernel_tuned_to_the_tma_ring_runs_through_phobos(monkeypatch, example, point, scalars):
     """A tuned schedule that reads operands by bulk tensor copies (compiler/cuda/tma.py): the
     tensor maps are made for each call's arrays (cupy, then torch on its own stream), at ragged
     shapes, against the interpreter."""
@@ -272,29 +280,30 @@ def test_a_kernel_tuned_to_the_tma_ring_runs_through_phobos(monkeypatch):
     from compiler.cuda import autotune
     from compiler.cuda.schedule import Schedule
 
-    point = {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}
     tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
     monkeypatch.setattr(autotune, "tune", lambda *a, **k: SimpleNamespace(best=point, schedule=tma))
-    kernel = phobos.load(EXAMPLES / "matmul_f16.phk")
+    kernel = phobos.load(EXAMPLES / f"{example}.phk")
+    dtype = "f16" if example == "matmul_f16" else "f32"
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((300, 200)).astype(np.float16)
-    b = rng.standard_normal((200, 520)).astype(np.float16)
-    want = _f16_matmul_reference(a, b)
-    c = to_cupy(np.full((300, 520), np.nan, np.float32))
-    kernel(to_cupy(a), to_cupy(b), c)
-    assert rel_err(from_cupy(c, want), want) <= TOL["matmul_f16"]
+    a = rng.standard_normal((300, 200)).astype(dtype.replace("f", "float"))
+    b = rng.standard_normal((200, 520)).astype(a.dtype)
+    c0 = rng.standard_normal((300, 520)).astype(np.float32)
+    want = _matmul_reference(example, a, b, c0, scalars)
+    c = to_cupy(c0)
+    kernel(to_cupy(a), to_cupy(b), c, **scalars)
+    assert rel_err(from_cupy(c, want), want) <= TOL[example]
     torch = _torch()
-    tc = torch.full((300, 520), float("nan"), device="cuda")
+    tc = to_torch(c0, "f32")
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        kernel(to_torch(a, "f16"), to_torch(b, "f16"), tc)
+        kernel(to_torch(a, dtype), to_torch(b, dtype), tc, **scalars)
     stream.synchronize()
-    assert rel_err(from_torch(tc), want) <= TOL["matmul_f16"]
+    assert rel_err(from_torch(tc), want) <= TOL[example]
 
 
-def _f16_matmul_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    ir = load_file(EXAMPLES / "matmul_f16.phk").kernel()
-    host = {"A": a, "B": b, "C": np.zeros((a.shape[0], b.shape[1]), np.float32)}
+def _matmul_reference(example: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, scalars: dict) -> np.ndarray:
+    ir = load_file(EXAMPLES / f"{example}.phk").kernel()
+    host = {"A": a, "B": b, "C": c.copy()}
     dims = {"M": a.shape[0], "N": b.shape[1], "K": a.shape[1]}
-    run_kernel(ir, bind(ir, dims, {n: x.shape for n, x in host.items()}), host, {})
+    run_kernel(ir, bind(ir, dims, {n: x.shape for n, x in host.items()}), host, scalars)
     return host["C"]

@@ -75,3 +75,19 @@ def random_inputs(kernel: ir.Kernel, env: dict[str, int], rng: np.random.Generat
         arrays[p.name] = rng.standard_normal(shape).astype(STORAGE.get(p.dtype, np.float32))
     scalars = {p.name: float(rng.uniform(0.2, 1.5)) for p in kernel.scalars}
     return arrays, scalars
+
+
+def descriptor_reads(tile, base: int, x: int, k: int) -> int:
+    """The byte address at which wgmma reads operand element (x, k) of one k step of 16, for
+    a descriptor starting at byte `base` with the generator's fields (the PTX ISA's canonical
+    layouts, written out independently of CoreTile.offset): 8x16-byte core matrices, K-major
+    without swizzle (LBO along k, SBO between 8-row groups), K-major with the 128-byte swizzle
+    (128-byte rows, SBO between 8-row groups), MN-major (64-wide rows of 128 bytes, LBO between
+    64-wide blocks, SBO between 8-row groups of k); the swizzle XORs address bits 4-6 with 7-9."""
+    if tile.mn_major:
+        a = base + (x // 64) * tile.lbo + (x % 64) * 2 + (k // 8) * tile.sbo + (k % 8) * 128
+    elif tile.swizzled:  # 8 rows of 128 bytes; a k step reads 32 bytes of each row (k16 16-bit, k8 TF32)
+        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * tile.elem_bytes
+    else:
+        a = base + (x // 8) * tile.sbo + (k // 8) * tile.lbo + (x % 8) * 16 + (k % 8) * 2
+    return a ^ (((a >> 7) & 7) << 4) if tile.swizzled else a

@@ -130,24 +130,31 @@ def test_tma_ring_equals_interpreter(name, case):
         _check(kernel, dims, point, schedule, MATMUL_TOL, rng)
 
 
-def test_tma_ring_through_the_pods_prepared_launch():
-    """The pods' launch path (prepared_launch): the tensor maps are made for each call's arrays."""
+@pytest.mark.parametrize(
+    "name,point,scalars",
+    [
+        ("matmul_f16.phk", TMA_POINTS[0][0], {}),
+        ("matmul_tf32.phk", {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, {"alpha": 0.75, "beta": 0.5}),
+    ],
+)
+def test_tma_ring_through_the_pods_prepared_launch(name, point, scalars):
+    """The pods' launch path (prepared_launch): the tensor maps (16-bit, or TFLOAT32 for the TF32
+    role swap) are made for each call's arrays."""
     import cupy
 
     from compiler.cuda.compiled import compile_kernel
     from compiler.cuda.launch import prepared_launch
 
-    kernel = load_example("matmul_f16.phk")
+    kernel = load_example(name)
     dims = {"M": 256, "N": 384, "K": 320}
-    b = binding.bind(kernel, dims, None, TMA_POINTS[0][0])
-    go = prepared_launch(compile_kernel(kernel, b, schedule=TMA_POINTS[0][1]), {})
+    b = binding.bind(kernel, dims, None, point)
+    go = prepared_launch(compile_kernel(kernel, b, schedule=TMA_POINTS[0][1]), scalars)
     rng = np.random.default_rng(5)
     for _ in range(3):
         arrays, _ = random_inputs(kernel, dict(b.env), rng)
         ref = {n: a.copy() for n, a in arrays.items()}
-        interp.run_kernel(kernel, b, ref, {})
+        interp.run_kernel(kernel, b, ref, scalars)
         dev = {n: cupy.asarray(a) for n, a in arrays.items()}
-        dev["C"][...] = np.nan
         go(dev, None)
         assert _rel_err(cupy.asnumpy(dev["C"]), ref["C"]) <= MATMUL_TOL
 
@@ -248,19 +255,63 @@ def test_tf32_examples_in_source_equal_interpreter():
             _check(kernel, dims, point, schedule, MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.5})
 
 
+# TF32 on the TMA ring by role swap (tma_tf32.py): C^T = B^T A^T, operands rounded by the copies
+# (TFLOAT32 maps), B^T's fragments loaded into registers, C^T staged into acc after the loop.
+# Two warpgroups along n (256 x 128, 128 x 128), one (64 x 64, 128 threads), and two along m
+# (256 x 64: each warpgroup's wgmma takes 128 of the 256 rows).
+TF32_TMA = [
+    ({"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=4, order="grouped", tma=True)),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True, stages=6, tma=True)),
+    (
+        {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32},
+        Schedule(wgmma=True, stages=4, order="grouped", group=3, tma=True),
+    ),
+    ({"TILE_M": 256, "TILE_N": 64, "TILE_K": 32}, Schedule(wgmma=True, stages=3, tma=True)),
+]
+# ragged M, N and K (N in 16-byte rows, which the tensor maps need); K = 1000 wraps the ring
+TF32_TMA_DIMS = [
+    {"M": 256, "N": 384, "K": 128},
+    {"M": 203, "N": 316, "K": 136},
+    {"M": 77, "N": 1000, "K": 264},
+    {"M": 300, "N": 260, "K": 1000},
+]
+
+
+@pytest.mark.parametrize("case", range(len(TF32_TMA)))
+def test_tf32_tma_ring_equals_interpreter(case):
+    """Every point compiles (none of these is pruned) and equals the interpreter, beta != 0."""
+    from compiler.cuda.compiled import compile_kernel
+
+    kernel = load_example("matmul_tf32.phk")
+    point, schedule = TF32_TMA[case]
+    rng = np.random.default_rng(40 + case)
+    for dims in TF32_TMA_DIMS:
+        compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
+        _check(kernel, dims, point, schedule, MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.5})
+
+
 def test_tf32_opt_in_runs_on_warpgroup_mma():
     """The kernel-wide TF32 opt-in (matmul.phk, compile_kernel(tf32=True)) on warpgroup MMA."""
     from compiler.cuda.launch import run_kernel_gpu
 
     kernel = load_example("matmul.phk")
     rng = np.random.default_rng(12)
-    for point in ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}):
+    ring, tma = Schedule(wgmma=True), Schedule(wgmma=True, stages=4, tma=True)
+    cases = [  # the register-staged ring; the TMA ring by role swap (TILE_N = 64 per warpgroup)
+        ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, (ring, tma)),
+        ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, (ring,)),
+        ({"TILE_M": 256, "TILE_N": 64, "TILE_K": 32}, (tma,)),  # two warpgroups along m
+    ]
+    for point, schedules in cases:
         b = binding.bind(kernel, {"M": 256, "N": 512, "K": 192}, None, point)
         arrays, scalars = random_inputs(kernel, dict(b.env), rng)
         ref = {n: a.copy() for n, a in arrays.items()}
         interp.run_kernel(kernel, b, ref, scalars)
-        got = run_kernel_gpu(kernel, b, arrays, scalars, tf32=True, schedule=Schedule(wgmma=True))
-        assert _rel_err(got["C"], ref["C"]) <= TF32_TOL, point
+        for schedule in schedules:
+            got = run_kernel_gpu(
+                kernel, b, {n: a.copy() for n, a in arrays.items()}, scalars, tf32=True, schedule=schedule
+            )
+            assert _rel_err(got["C"], ref["C"]) <= TF32_TOL, (point, schedule)
 
 
 # TF32 (the kernel-wide opt-in, `compile_kernel(..., tf32=True)`): operands rounded to 10-bit

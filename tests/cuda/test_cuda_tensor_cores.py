@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cuda_cases import load_example
+from cuda_cases import descriptor_reads, load_example
 
 from compiler.cuda import autotune
 from compiler.cuda.compiled import compile_kernel
@@ -169,6 +169,14 @@ def _variants():
         ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, wg),
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
+    tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
+    mm += [  # TF32 on the TMA ring by role swap, C^T = B^T A^T (tma_tf32.py): TFLOAT32 maps, B^T in registers
+        ("matmul_tf32.phk", big, {"TILE_M": 256, "TILE_N": 128, **tk}, tma),
+        ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, dataclasses.replace(tma, stages=6)),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, tma),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 256, "TILE_N": 64, **tk}, tma),
+        ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 128, "TILE_N": 128, **tk}, tma),
+    ]
     rotated = [
         Schedule(wgmma=True, stages=4, rotate=True),
         Schedule(wgmma=True, stages=3, late_copies=True, rotate=True),
@@ -238,8 +246,13 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
         assert not tf32_wgmma, e.message  # these points are the ones the TF32 benchmark runs
         return
     assert ("wgmma.mma_async" if schedule.wgmma else "mma.sync.aligned.m16n8k") in c.ptx, name
-    # TF32 warpgroup MMA stages through registers (rounded with cvt.rn), the others by cp.async
-    assert ("cvt.rn.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
+    # TF32 warpgroup MMA stages through registers (rounded with cvt.rn), the others by cp.async;
+    # on the TMA ring the copies round (TFLOAT32 maps) and nothing in the kernel does
+    if tf32_wgmma and schedule.tma:
+        assert "cp.async.bulk.tensor" in c.ptx and "cvt.rn.tf32" not in c.ptx, name
+        assert all(m.dtype == "tf32" for m in c.tensor_maps), name
+    else:
+        assert ("cvt.rn.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
     assert "cvt.rna" not in c.ptx, name  # TF32 rounds ties to even (docs/language.md §4.1)
     ptx = tmp_path / "k.ptx"
     ptx.write_text(c.ptx)
@@ -297,22 +310,6 @@ def test_core_tile_copies_fill_every_element_once(k, x, mn_major):
         assert len({s // 8 for s in slots[first : first + 8]}) == 1
 
 
-def _descriptor_reads(tile: CoreTile, base: int, x: int, k: int) -> int:
-    """The byte address at which wgmma reads operand element (x, k) of one k step of 16, for
-    a descriptor starting at byte `base` with the generator's fields (the PTX ISA's canonical
-    layouts, written out independently of CoreTile.offset): 8x16-byte core matrices, K-major
-    without swizzle (LBO along k, SBO between 8-row groups), K-major with the 128-byte swizzle
-    (128-byte rows, SBO between 8-row groups), MN-major (64-wide rows of 128 bytes, LBO between
-    64-wide blocks, SBO between 8-row groups of k); the swizzle XORs address bits 4-6 with 7-9."""
-    if tile.mn_major:
-        a = base + (x // 64) * tile.lbo + (x % 64) * 2 + (k // 8) * tile.sbo + (k % 8) * 128
-    elif tile.swizzled:  # 8 rows of 128 bytes; a k step reads 32 bytes of each row (k16 16-bit, k8 TF32)
-        a = base + (x // 8) * tile.sbo + (x % 8) * 128 + k * tile.elem_bytes
-    else:
-        a = base + (x // 8) * tile.sbo + (k // 8) * tile.lbo + (x % 8) * 16 + (k % 8) * 2
-    return a ^ (((a >> 7) & 7) << 4) if tile.swizzled else a
-
-
 @pytest.mark.parametrize(
     "k,x,mn_major,dtype",
     [
@@ -339,7 +336,7 @@ def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major, dtype):
                     xk = (group * 64 + xx, step * mk + kk)  # stored [k][x] when MN-major, else [x][k]
                     row, col = xk[::-1] if mn_major else xk
                     at = eval(tile.offset(str(row), str(col)).replace("/", "//"))  # noqa: S307
-                    assert _descriptor_reads(tile, base, xx, kk) == eb * at, (step, group, xx, kk)
+                    assert descriptor_reads(tile, base, xx, kk) == eb * at, (step, group, xx, kk)
 
 
 @pytest.mark.parametrize(
