@@ -47,6 +47,15 @@ class TuneResult:
     schedule: Schedule = DEFAULT  # the code-generator choices of the winner (schedule.py)
 
 
+@dataclass(frozen=True)
+class Bench:
+    """What every candidate is compiled for and timed with: the inputs and the GPU's capability."""
+
+    arrays: dict | None
+    scalars: dict | None
+    cc: int = target.DEFAULT_CC
+
+
 CACHE_FILE = "autotune.json"  # in common.cache's folder
 FINALISTS = 2  # tile points per schedule family searched over the family's whole schedule space
 
@@ -207,12 +216,12 @@ def tune(
         found = _from_entry(entry, cc) if entry else None
         if found is not None:
             return found
-    arrays, scalars = _inputs(kernel, dict(base.env))
+    bench = Bench(*_inputs(kernel, dict(base.env)), cc)
     if searched:
-        timings, pruned = schedule_search(kernel, dims, points, tf32, (arrays, scalars), log, cc)
+        timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
     else:
         cands = [(p, s) for p in points for s in schedules or [DEFAULT]]
-        timings, pruned = _measure(kernel, dims, cands, tf32, (arrays, scalars), log, cc)
+        timings, pruned = _measure(kernel, dims, cands, tf32, bench, log)
     if not timings:
         reasons = "; ".join(f"{dict(p)}: {why}" for (p, _), why in pruned[:3])
         raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
@@ -229,7 +238,7 @@ def tune(
     return TuneResult(best, best_ms, flat(timings), flat(pruned), schedule=best_schedule)
 
 
-def schedule_search(kernel, dims, points, tf32: bool, inputs, log, cc: int = target.DEFAULT_CC):
+def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
     """Tensor-core kernels: every point with the default schedule (mma.sync) and, where its dots
     can, with warpgroup MMA (grouped order; 4 stages, or for a single dot as many as fit, up to
     8), and for a loop of two dots (attention) also on four warpgroups (WIDE_THREADS); then the
@@ -264,19 +273,19 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log, cc: int = tar
         probes.append(dataclasses.replace(wg_probe, threads=WIDE_THREADS))
         wide = [dataclasses.replace(s, threads=WIDE_THREADS) for s in families[1] if not s.pingpong]
         families.append(wide)  # ping-pong takes two warpgroups
-    probes, families, refused = target.runnable_schedules(probes, families, cc)
-    timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log, cc)
+    probes, families, refused = target.runnable_schedules(probes, families, inputs.cc)
+    timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     pruned += [((tuple(sorted(p.items())), s), why) for p in points for s, why in refused]
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])
         rest = [(dict(items), s) for (items, _), _ in mine[:FINALISTS] for s in space if s != probe]
-        more, why = _measure(kernel, dims, rest, tf32, inputs, log, cc)
+        more, why = _measure(kernel, dims, rest, tf32, inputs, log)
         timings += more
         pruned += why
     return timings, pruned
 
 
-def _measure(kernel, dims, candidates, tf32: bool, inputs, log, cc: int = target.DEFAULT_CC):
+def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log):
     """((point items, schedule), median ms) of each candidate that compiles and launches, and
     ((point items, schedule), why) of the others."""
 
@@ -284,14 +293,14 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs, log, cc: int = target
         point, schedule = candidate
         try:
             b = bind(kernel, dims, None, point)
-            compiled = compile_kernel(kernel, b, schedule=schedule, tf32=tf32, cc=cc)
+            compiled = compile_kernel(kernel, b, schedule=schedule, tf32=tf32, cc=inputs.cc)
             return candidate, compiled, None
         except CompileError as e:
             return candidate, None, e.message
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         built = list(pool.map(build, candidates))
-    arrays, scalars = inputs
+    arrays, scalars = inputs.arrays, inputs.scalars
     timings, pruned = [], []
     for (point, schedule), compiled, why in built:
         items = (tuple(sorted(point.items())), schedule)

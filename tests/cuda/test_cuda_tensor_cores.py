@@ -513,7 +513,7 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
     asked = []
 
-    def fake_measure(kernel, dims, candidates, tf32, inputs, log, cc):
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
         asked.append(list(candidates))
         timed = []
         for point, s in candidates:
@@ -571,7 +571,7 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
     asked = []
 
-    def fake_measure(kernel, dims, candidates, tf32, inputs, log, cc):
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
         asked.append(list(candidates))
         return [((tuple(sorted(p.items())), s), 1.0 + (0.0 if s.rotate else 0.5)) for p, s in candidates], []
 
