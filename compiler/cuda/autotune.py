@@ -26,6 +26,7 @@ from compiler.cuda.compiled import compile_kernel, compiler_version
 from compiler.cuda.schedule import (
     DEFAULT,
     TF32_TMA_PROBE,
+    TMA_ATTENTION_PROBE,
     WGMMA_DEEP_PROBE,
     WGMMA_PROBE,
     WIDE_THREADS,
@@ -241,7 +242,8 @@ def tune(
 def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
     """Tensor-core kernels: every point with the default schedule (mma.sync) and, where its dots
     can, with warpgroup MMA (grouped order; 4 stages, or for a single dot as many as fit, up to
-    8), and for a loop of two dots (attention) also on four warpgroups (WIDE_THREADS); then the
+    8), and for a loop of two dots (attention) also on four warpgroups (WIDE_THREADS) and fed by
+    a producer warpgroup's bulk tensor copies (TMA_ATTENTION_PROBE); then the
     FINALISTS best points of each family with that family's whole schedule space
     (schedule.tensor_core_space: warp layout, pipeline depth, CTA order, copy placement,
     loop rotation). A tile shape that is best for one family is
@@ -253,9 +255,10 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
     rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
     space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single, rotates=rotates)
     families = [[s for s in space if not s.wgmma]]
+    wg_tma = [s for s in space if s.tma and s.rotate]  # attention fed by TMA: its own family
     tma_tf32 = []
     if stages.uses_wgmma(kernel, dots, tf32):
-        wg = [s for s in space if s.wgmma]
+        wg = [s for s in space if s.wgmma and s not in wg_tma]
         if any(mma.tensor_core_dtype(d, kernel, tf32) == "tf32" for d in dots):
             # the register-staged TF32 ring (wgmma_tf32.py) has 3 stages and stores after the
             # dots whatever the schedule says: only the CTA order is left to search. The
@@ -273,6 +276,9 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
         probes.append(dataclasses.replace(wg_probe, threads=WIDE_THREADS))
         wide = [dataclasses.replace(s, threads=WIDE_THREADS) for s in families[1] if not s.pingpong]
         families.append(wide)  # ping-pong takes two warpgroups
+        if wg_tma:
+            probes.append(TMA_ATTENTION_PROBE)  # one CTA of 384 threads per multiprocessor
+            families.append(wg_tma)
     probes, families, refused = target.runnable_schedules(probes, families, inputs.cc)
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
     pruned += [((tuple(sorted(p.items())), s), why) for p in points for s, why in refused]

@@ -103,6 +103,7 @@ class KernelGen(ExprEmitter):
         self.rotation = None  # loops.Rotation of the loop being emitted, if rotated
         self.loop_tail: list = []
         self.handover = None  # pingpong.Handover of the ring being emitted, if ping-pong
+        self.turns = False  # the loop being emitted takes turns between warpgroups (pingpong.py)
         self.used_pingpong = False
         counts = list(leaf.counts)
         self.grid_dims = tuple(counts)
@@ -438,9 +439,10 @@ class KernelGen(ExprEmitter):
         if self.used_wgmma:
             head.block(wgmma.PRELUDE.splitlines())
         if self.tensor_maps:
-            head.block(tma.PRELUDE.splitlines())
-        if self.used_pingpong:
-            head.block((mbarriers.PRELUDE + "\n" + pingpong.PRELUDE).splitlines())
+            head.block(tma.prelude(self.tensor_maps).splitlines())
+        if self.used_pingpong:  # the TMA prelude has the mbarrier helpers already
+            helpers = [] if self.tensor_maps else [mbarriers.PRELUDE]
+            head.block("\n".join([*helpers, pingpong.PRELUDE]).splitlines())
         params, order = self.parameters()
         entry = f"phobos_{k.name}"
         threads = self.grid.threads + (tma.PRODUCER_THREADS if self.tma_split else 0)

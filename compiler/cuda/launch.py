@@ -111,9 +111,9 @@ def _launch_with_maps(compiled: CompiledKernel, fn, args: list, arrays: dict, st
     for a in args:
         if isinstance(a, tensor_maps.MapSpec):
             arr = arrays[a.tensor]
-            if arr.size != a.rows * a.cols or arr.itemsize != a.elem_bytes:
-                bits = 8 * a.elem_bytes
-                raise UserError(f"tensor {a.tensor} must hold {a.rows}x{a.cols} {bits}-bit elements")
+            if arr.size != a.elements or arr.itemsize != a.elem_bytes:
+                shape, bits = "x".join(map(str, (*a.outer, a.rows, a.cols))), 8 * a.elem_bytes
+                raise UserError(f"tensor {a.tensor} must hold {shape} {bits}-bit elements")
             out.append(tensor_maps.encode(a, arr.data.ptr))
         elif isinstance(a, cupy.ndarray):
             out.append(a.data.ptr)
