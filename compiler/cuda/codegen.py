@@ -18,6 +18,7 @@ from compiler.cuda import (
     mma,
     pingpong,
     stores,
+    target,
     tma,
     tma_tf32,
     uniform,
@@ -25,7 +26,7 @@ from compiler.cuda import (
 )
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
-from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
+from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.values import Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -64,8 +65,13 @@ class Generated:
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
     tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
-    arch: str = "compute_90"  # NVRTC's virtual architecture (compute_90a for warpgroup MMA)
+    need: target.Need = target.Need()  # what the code asks of the GPU (target.py picks NVRTC's -arch)
     tensor_maps: tuple = ()  # tensor_maps.MapSpec per extra parameter (bulk tensor copies, tma.py)
+
+    @property
+    def arch(self) -> str:
+        """NVRTC's virtual architecture on the H200 (compute_90a for warpgroup MMA)."""
+        return target.ptx_arch(self.need, target.HOPPER)
 
 
 class KernelGen(ExprEmitter):
@@ -79,6 +85,7 @@ class KernelGen(ExprEmitter):
         self.binding = leaf.binding
         self.tf32 = leaf.options.tf32
         self.schedule = leaf.options.schedule
+        self.smem_limit = target.shared_memory_limit(leaf.options.cc)  # rings are cut to it
         self.tensor_core_span = plan.tc_dots[0].span if self.tensor_cores else None
         if self.tensor_cores:
             self.tc_lets = set(plan.tc_lets)
@@ -413,9 +420,9 @@ class KernelGen(ExprEmitter):
         for s in k.body:
             self.stmt(s)
         shared_bytes = (self.perm_floats + self.scratch_max) * 4
-        if shared_bytes > SMEM_LIMIT:
+        if shared_bytes > self.smem_limit:
             raise self.pruned(
-                k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
+                k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {self.smem_limit})"
             )
         held, budget = self.register_floats + self.let_floats, self.register_budget()
         if held > budget:
@@ -465,7 +472,7 @@ class KernelGen(ExprEmitter):
             shared_bytes,
             tuple(spans),
             self.tensor_core_span,
-            "compute_90a" if self.used_wgmma else "compute_90",
+            target.need_of(self),
             tuple(self.tensor_maps),
         )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.cuda import analysis, dots, operands, pingpong, tma, tma_tf32, wgmma, wgmma_tf32
-from compiler.cuda.layout import SMEM_LIMIT
 from compiler.frontend import ir
 
 
@@ -81,7 +80,7 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
     # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
     low = pingpong.MIN_STAGES if handover else 3 if gen.wgmma else 2
     stages = max(low, gen.schedule.stages)
-    while stages > low and (gen.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
+    while stages > low and (gen.perm_floats + stages * sum(words)) * 4 > gen.smem_limit - 32 * 1024:
         stages -= 1
     ahead = stages - 3 if handover else stages - 2 if gen.wgmma else stages - 1
     first = gen.fresh("first")

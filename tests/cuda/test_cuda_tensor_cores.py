@@ -450,20 +450,24 @@ def test_rows_that_fit_no_warp_layout_are_pruned_at_the_search_space(tmp_path):
 
 
 def test_tf32_on_a_gpu_without_tensor_cores_is_an_error_at_the_dot():
-    from compiler.cuda.launch import check_device
+    from compiler.cuda import target
 
     kernel = load_example("matmul.phk")
     b = binding.bind(
         kernel, {"M": 256, "N": 256, "K": 256}, None, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}
     )
-    exact = compile_kernel(kernel, b)
-    check_device(exact, 75)  # exact f32 runs anywhere
+    exact = compile_kernel(kernel, b, cc=75)  # exact f32 runs on the CUDA cores of any GPU
+    assert ".target sm_75" in exact.ptx
+    target.check(exact, 75)
     tf32 = compile_kernel(kernel, b, tf32=True)
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in tf32.ptx and "cvt.rn.tf32.f32" in tf32.ptx
-    check_device(tf32, 90)
-    with pytest.raises(CompileError) as e:
-        check_device(tf32, 75)
-    assert "compute capability 8.0" in e.value.message and e.value.span.line == 11  # acc += dot(a, b)
+    target.check(tf32, 90)
+    for refused in (lambda: compile_kernel(kernel, b, tf32=True, cc=75), lambda: target.check(tf32, 75)):
+        with pytest.raises(CompileError) as e:
+            refused()
+        assert "compute capability 8.0 or later for tensor cores" in e.value.message, e.value.message
+        assert "this GPU has compute capability 7.5" in e.value.message
+        assert e.value.span.line == 11  # acc += dot(a, b)
 
 
 CAST = """@autotune(B in [64])
