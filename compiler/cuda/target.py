@@ -23,7 +23,7 @@ ring's depth to it and prune the points that exceed it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compiler.frontend.diagnostics import CompileError
 
@@ -52,9 +52,11 @@ FEATURES = {
 
 @dataclass(frozen=True)
 class Need:
-    """The lowest GPU a leaf's generated code runs on, and which features set it."""
+    """The lowest GPU a leaf's generated code runs on, which features set it, and where in the
+    kernel an error about it points (the first tensor-core dot, a bf16 tensor; None: the kernel)."""
 
     features: tuple[str, ...] = ()
+    span: object = field(default=None, compare=False)
 
     @property
     def cc(self) -> int:
@@ -74,7 +76,8 @@ class Need:
 
 
 def need_of(gen) -> Need:
-    """What the emit stage used (codegen.KernelGen's record of it), as a Need."""
+    """What the emit stage used (codegen.KernelGen's record of it), as a Need at the first
+    tensor-core dot, else at the first bf16 tensor."""
     used = {
         "mma.sync": gen.tensor_cores,
         "cp.async": gen.tensor_cores,
@@ -84,7 +87,9 @@ def need_of(gen) -> Need:
         "wgmma": gen.used_wgmma,
         "setmaxnreg": bool(gen.tma_split),
     }
-    return Need(tuple(name for name, on in used.items() if on))
+    bf16 = [p.span for p in gen.kernel.tensors if p.dtype == "bf16"]
+    at = gen.tensor_core_span or next(iter(bf16), None)
+    return Need(tuple(name for name, on in used.items() if on), at)
 
 
 def schedule_need(schedule) -> Need:
@@ -99,12 +104,12 @@ def schedule_need(schedule) -> Need:
     return Need(tuple(name for name, on in used.items() if on))
 
 
-def plan_need(tensor_cores: bool, wgmma: bool, schedule) -> Need:
+def plan_need(dots, wgmma: bool, schedule) -> Need:
     """What the analyse stage already knows the code will need (before the layout and emit
-    stages prune points for shared memory or registers): tensor cores, and the schedule's
-    warpgroup MMA where the dots take it."""
-    features = ("mma.sync",) if tensor_cores else ()
-    return Need(features + (schedule_need(schedule).features if wgmma else ()))
+    stages prune points for shared memory or registers): tensor cores for `dots`, and the
+    schedule's warpgroup MMA where they take it."""
+    features = (("mma.sync",) if dots else ()) + (schedule_need(schedule).features if wgmma else ())
+    return Need(features, dots[0].span if dots else None)
 
 
 def runnable_schedules(probes: list, families: list[list], cc: int):
@@ -157,7 +162,7 @@ def check(compiled, cc: int) -> None:
     capability `cc`, at its first tensor-core dot, else at the kernel: its code needs a newer or
     another GPU, its PTX was compiled for a target this GPU cannot load, or its CTA needs more
     shared memory than this GPU gives one."""
-    at = compiled.tensor_core_span or compiled.kernel_span
+    at = compiled.need.span or compiled.kernel_span
     why = refusal(compiled.need, cc)
     if why is None:
         why = _unloadable(ptx_target(compiled.ptx), cc)

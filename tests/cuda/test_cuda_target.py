@@ -311,5 +311,6 @@ def test_f16_on_cuda_cores_runs_from_sm75_and_bf16_from_sm80(tmp_path):
     assert compile_kernel(brain, b, cc=80).need.features == ("bf16",)
     refused = (r"compute capability 8\.0 or later for bf16 conversions \(cvt\.rn\.bf16\.f32\); "
                r"this GPU has compute capability 7\.5")
-    with pytest.raises(CompileError, match=refused):
+    with pytest.raises(CompileError, match=refused) as e:
         compile_kernel(brain, b, cc=75)
+    assert (e.value.span.line, e.value.span.col) == (2, 10)  # at the first bf16 tensor: a: tensor<bf16>
