@@ -84,8 +84,7 @@ def analyse(leaf: Leaf) -> Leaf:
         wgmma=leaf.options.schedule.wgmma and uses_wgmma(k, dots, tf32),
     )
     # what the GPU cannot run is its error, ahead of any point pruned for its resources
-    need = target.plan_need(bool(dots), plan.wgmma, leaf.options.schedule)
-    check_target(dots[0].span if dots else k.span, need, leaf.options.cc)
+    check_target(k, target.plan_need(dots, plan.wgmma, leaf.options.schedule), leaf.options.cc)
     return dataclasses.replace(leaf, plan=plan)
 
 
@@ -117,18 +116,19 @@ def ptx_of(kernel: ir.Kernel, gen, cc: int = target.DEFAULT_CC) -> str:
     """The nvrtc stage: PTX for a GPU of capability `cc`; an error at the first tensor-core dot
     when the generated code cannot run there, or at the kernel line the first failing generated
     line came from when NVRTC refuses it."""
-    check_target(gen.tensor_core_span or kernel.span, gen.need, cc)
+    check_target(kernel, gen.need, cc)
     try:
         return nvrtc.compile_to_ptx(gen.source, arch=target.ptx_arch(gen.need, cc))
     except nvrtc.NvrtcError as e:
         raise _nvrtc_error(kernel, gen, e) from None
 
 
-def check_target(span, need: target.Need, cc: int) -> None:
-    """The user's error at `span` when code with `need` cannot run on a GPU of capability `cc`."""
+def check_target(kernel: ir.Kernel, need: target.Need, cc: int) -> None:
+    """The user's error, where `need` points (else at the kernel), when code with `need` cannot
+    run on a GPU of capability `cc`."""
     why = target.refusal(need, cc)
     if why is not None:
-        raise CompileError(span, f"this kernel cannot run on this GPU: {why}")
+        raise CompileError(need.span or kernel.span, f"this kernel cannot run on this GPU: {why}")
 
 
 def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:

@@ -4,11 +4,12 @@ target that joins the two. The one home of compute capabilities in the compiler.
 A compute capability is written as one integer, major * 10 + minor (80 for 8.0, 86, 89, 90, 100,
 120), as cupy's `Device.compute_capability` gives it.
 
-What the code needs (`Need`) is the set of PTX features the emitters used (FEATURES): mma.sync,
-ldmatrix and cp.async from sm_80; bulk tensor copies (TMA) and mbarrier transaction counts and
-waits from sm_90; warpgroup MMA and `setmaxnreg` from sm_90a only, which is arch-specific: its
-PTX runs on a 9.0 GPU and no other. TF32 rounding is no feature: tf32.py picks `cvt.rn.tf32.f32`
-or an integer sequence by `__CUDA_ARCH__`, so the same source compiles for either.
+What the code needs (`Need`) is the set of PTX features the emitters used (FEATURES): mma.sync's
+bf16, f16 and TF32 shapes (with ldmatrix, from 7.5), cp.async and bf16 conversions from sm_80;
+bulk tensor copies (TMA) and mbarrier transaction counts and waits from sm_90; warpgroup MMA and
+`setmaxnreg` from sm_90a only, which is arch-specific: its PTX runs on a 9.0 GPU and no other.
+TF32 rounding is no feature: tf32.py picks `cvt.rn.tf32.f32` or an integer sequence by
+`__CUDA_ARCH__`, so the same source compiles for either.
 
 The PTX target (`ptx_arch`): `compute_{cc}` below 9.0 (an A100 gets compute_80, an RTX 4090
 compute_89), `compute_90` / `compute_90a` on 9.0 exactly as before (the H200 the figures are
@@ -23,7 +24,7 @@ ring's depth to it and prune the points that exceed it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compiler.frontend.diagnostics import CompileError
 
@@ -52,9 +53,11 @@ FEATURES = {
 
 @dataclass(frozen=True)
 class Need:
-    """The lowest GPU a leaf's generated code runs on, and which features set it."""
+    """The lowest GPU a leaf's generated code runs on, which features set it, and where in the
+    kernel an error about it points (the first tensor-core dot, a bf16 tensor; None: the kernel)."""
 
     features: tuple[str, ...] = ()
+    span: object = field(default=None, compare=False)
 
     @property
     def cc(self) -> int:
@@ -74,7 +77,8 @@ class Need:
 
 
 def need_of(gen) -> Need:
-    """What the emit stage used (codegen.KernelGen's record of it), as a Need."""
+    """What the emit stage used (codegen.KernelGen's record of it), as a Need at the first
+    tensor-core dot, else at the first bf16 tensor."""
     used = {
         "mma.sync": gen.tensor_cores,
         "cp.async": gen.tensor_cores,
@@ -84,7 +88,9 @@ def need_of(gen) -> Need:
         "wgmma": gen.used_wgmma,
         "setmaxnreg": bool(gen.tma_split),
     }
-    return Need(tuple(name for name, on in used.items() if on))
+    bf16 = [p.span for p in gen.kernel.tensors if p.dtype == "bf16"]
+    at = gen.tensor_core_span or next(iter(bf16), None)
+    return Need(tuple(name for name, on in used.items() if on), at)
 
 
 def schedule_need(schedule) -> Need:
@@ -99,12 +105,12 @@ def schedule_need(schedule) -> Need:
     return Need(tuple(name for name, on in used.items() if on))
 
 
-def plan_need(tensor_cores: bool, wgmma: bool, schedule) -> Need:
+def plan_need(dots, wgmma: bool, schedule) -> Need:
     """What the analyse stage already knows the code will need (before the layout and emit
-    stages prune points for shared memory or registers): tensor cores, and the schedule's
-    warpgroup MMA where the dots take it."""
-    features = ("mma.sync",) if tensor_cores else ()
-    return Need(features + (schedule_need(schedule).features if wgmma else ()))
+    stages prune points for shared memory or registers): tensor cores for `dots`, and the
+    schedule's warpgroup MMA where they take it."""
+    features = (("mma.sync",) if dots else ()) + (schedule_need(schedule).features if wgmma else ())
+    return Need(features, dots[0].span if dots else None)
 
 
 def runnable_schedules(probes: list, families: list[list], cc: int):
@@ -157,7 +163,7 @@ def check(compiled, cc: int) -> None:
     capability `cc`, at its first tensor-core dot, else at the kernel: its code needs a newer or
     another GPU, its PTX was compiled for a target this GPU cannot load, or its CTA needs more
     shared memory than this GPU gives one."""
-    at = compiled.tensor_core_span or compiled.kernel_span
+    at = compiled.need.span or compiled.kernel_span
     why = refusal(compiled.need, cc)
     if why is None:
         why = _unloadable(ptx_target(compiled.ptx), cc)

@@ -286,3 +286,31 @@ def test_the_ptx_command_compiles_for_arch_and_refuses_at_the_dot(tmp_path):
     for bad in ("9", "sm90x", "6.1"):
         run = _cli("ptx", str(path), *dims, "--arch", bad, "-o", str(tmp_path / "b.ptx"), cwd=tmp_path)
         assert run.returncode == 2 and run.stderr.startswith(f"error: --arch {bad}: "), run.stderr
+
+
+HALF = """@autotune(B in [64])
+kernel k(a: tensor<f16>[N], o: tensor<f32>[N], h: tensor<f16>[N]) {
+  let i = ctx.block.x * B
+  o[i :+ B] = f32(a[i :+ B]) * 2.0
+  h[i :+ B] = f16(a[i :+ B] + 1.0)
+}
+"""
+
+
+@needs_ptxas
+def test_f16_on_cuda_cores_runs_from_sm75_and_bf16_from_sm80(tmp_path):
+    """f16 converts with instructions every GPU has; bf16's `cvt.rn.bf16.f32` is sm_80's."""
+    from compiler.frontend import load as frontend
+
+    half = frontend.load_text(HALF, "half.phk").kernel()
+    turing = compile_kernel(half, binding.bind(half, {"N": 100}), cc=75)
+    assert turing.need == target.Need() and "cvt.rn.f16.f32" in turing.ptx
+    assert not _spills(_ptxas(turing.ptx, "sm_75", tmp_path))
+    brain = frontend.load_text(HALF.replace("f16", "bf16"), "brain.phk").kernel()
+    b = binding.bind(brain, {"N": 100})
+    assert compile_kernel(brain, b, cc=80).need.features == ("bf16",)
+    refused = (r"compute capability 8\.0 or later for bf16 conversions \(cvt\.rn\.bf16\.f32\); "
+               r"this GPU has compute capability 7\.5")
+    with pytest.raises(CompileError, match=refused) as e:
+        compile_kernel(brain, b, cc=75)
+    assert (e.value.span.line, e.value.span.col) == (2, 10)  # at the first bf16 tensor: a: tensor<bf16>
