@@ -57,7 +57,7 @@ PINGPONG_STAGES = (5, 6)  # Schedule.pingpong: copies 2 or 3 iterations ahead
 # of a key block share a stage, released once its P V is done, so copies run stages - 2 ahead;
 # one CTA per multiprocessor (the producer hands its registers to the consumers), ping-pong or not
 TMA_ATTENTION_STAGES = (3, 4)
-TMA_ATTENTION_TUNED = True  # its GPU tests passed against the interpreter (tc-2026-12-01-attn3)
+TMA_ATTENTION_TUNED = True  # its GPU tests passed on the H200 (results/nvidia-h200/tc-2026-12-01-attn3)
 TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
 
 
