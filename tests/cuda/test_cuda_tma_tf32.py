@@ -250,7 +250,6 @@ def test_tuner_searches_the_tma_tf32_ring_as_a_family_of_its_own(monkeypatch, tm
         return [((tuple(sorted(p.items())), s), 1.0 + 0.01 * p["TILE_M"]) for p, s in candidates], []
 
     monkeypatch.setattr(autotune, "_measure", fake_measure)
-    tma_on = False  # withheld from the tuner until its GPU tests pass
     kernel = load_example("matmul_tf32.phk")
     autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     probes, *families = asked
