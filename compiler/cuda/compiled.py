@@ -14,7 +14,7 @@ from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.source import Span
 
-COMPILER_VERSION = "phobos-cuda-8"  # 8: TF32 rounds to nearest even (cvt.rn)
+COMPILER_VERSION = "phobos-cuda-9"  # 8: TF32 rounds to nearest even (cvt.rn); 9: TF32 on the TMA ring
 
 
 def compiler_version() -> str:
