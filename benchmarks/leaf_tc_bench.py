@@ -12,7 +12,7 @@
   (D = 64), 8 heads in one launch, N in {4096, 16384}, against torch SDPA on [1, 8, N, D] in the
   same type (f32 for TF32) and a Triton flash attention written for this comparison.
 --only picks jobs: matmul, matmul_f16, matmul_tf32, attention (bf16; or one half of it:
-attention_full, attention_causal), attention_tf32.
+attention_full, attention_causal), attention_tf32; --attention-d picks the bf16 head sizes.
 Rows of --latest: {what, dtype, ours_tflops, anchor, anchor_tflops, ratio}, ratio = anchor time /
 our time. Every result is checked against the anchor before it is timed; every timing is the
 median of several runs timed with CUDA events after warm-up.
@@ -261,6 +261,7 @@ def main() -> None:
     p.add_argument("--only", default="matmul,matmul_f16,attention,matmul_tf32,attention_tf32")
     p.add_argument("--matmul-sizes", default="4096,8192,16384")
     p.add_argument("--attention-sizes", default="4096,16384")
+    p.add_argument("--attention-d", default="64,128", help="head sizes of the bf16 attention jobs")
     args = p.parse_args()
     import torch
 
@@ -290,7 +291,8 @@ def main() -> None:
         ({"matmul_f16"}, lambda: bench_matmul(results, log, [8192], "f16", 8192)),
         ({"matmul_tf32"}, lambda: bench_matmul_tf32(results, log, sizes)),
     ]
-    cases = (("mha_bf16.phk", (64, 128)), ("causal_mha_bf16.phk", (64, 128)), ("mha_tf32.phk", (64,)))
+    heads_d = tuple(int(x) for x in args.attention_d.split(","))
+    cases = (("mha_bf16.phk", heads_d), ("causal_mha_bf16.phk", heads_d), ("mha_tf32.phk", (64,)))
     for ex, dims in cases:
         for d in dims:
             causal = ex.startswith("causal")

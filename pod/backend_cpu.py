@@ -63,6 +63,7 @@ def prepare_leaf(leaf: Leaf) -> PreparedLeaf:
 class CpuBackend:
     kind = "cpu"
     device_index = -1
+    capability = 0  # no GPU: no compute capability (PodInfo)
 
     def __init__(self) -> None:
         self._leaves: dict[tuple[str, str], PreparedLeaf] = {}

@@ -50,6 +50,7 @@ class GpuBackend:
         self.device_index = device_index
         self.device = cupy.cuda.Device(device_index)
         self.device.use()
+        self.capability = int(self.device.compute_capability)  # leaves are compiled for it
         self._leaves: dict[tuple[str, str], tuple[PreparedLeaf, object]] = {}
         with self.device:
             self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(STREAMS)]
@@ -78,9 +79,10 @@ class GpuBackend:
         ptx = dict(program.leaf_ptx)
         for leaf in program.leaves:
             prepared = prepare_leaf(leaf)
-            # the scheduler's PTX when it sent one (same generator, same source), else NVRTC here
-            gen = generate_source(prepared.kernel, prepared.binding)
-            compiled = compile_generated(prepared.kernel, gen, ptx.get(leaf.name))
+            # the scheduler's PTX when it sent one (same generator, same source: both for this
+            # GPU's compute capability), else NVRTC here; load refuses PTX made for another GPU
+            gen = generate_source(prepared.kernel, prepared.binding, cc=self.capability)
+            compiled = compile_generated(prepared.kernel, gen, ptx.get(leaf.name), cc=self.capability)
             with self.device:
                 # module load (the driver's PTX JIT) belongs to the job's set-up, not to its
                 # first compute instruction

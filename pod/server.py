@@ -65,7 +65,8 @@ class PodServer:
         self.backend = backend
         name, memory = backend.describe()
         self.info = PodInfo(backend=backend.kind, device_name=name, vram_bytes=memory, pid=os.getpid(),
-                            host_id=host_id(), device_index=backend.device_index)
+                            host_id=host_id(), device_index=backend.device_index,
+                            compute_capability=backend.capability)
         self.stop = asyncio.Event()
         self.background: set[asyncio.Task] = set()
         self.last_peer_failure: float | None = None  # monotonic time; see _collect_garbage

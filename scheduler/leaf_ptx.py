@@ -1,5 +1,12 @@
-"""The PTX of a job's GPU leaves, compiled once here for every GPU pod, and kept on disk by the
-leaves' description so that a later job with the same leaves skips the CUDA code generator.
+"""The PTX of a job's GPU leaves, compiled once here for every kind of GPU among the pods, and kept
+on disk by the leaves' description so that a later job with the same leaves skips the CUDA code
+generator.
+
+Each GPU pod says its compute capability in its hello (PodInfo.compute_capability); the leaves
+are compiled once per capability among the job's pods (`ptx_for_pods`: an A100 pod and an H200
+pod get PTX for compute_80 and compute_90), and a pod that cannot run a leaf (a tensor-core dot
+on a GPU older than 8.0) fails the job before anything is sent, with the error at the leaf's dot
+and a note naming the pod. A pod too old to say its capability gets the H200's, as before.
 
 NVRTC's own cache (compiler/cuda/nvrtc.py) is keyed by the generated CUDA source, so a job that
 hits it still imports the generator and generates every leaf's source (about 0.1 s of the
@@ -20,46 +27,69 @@ from functools import lru_cache
 from pathlib import Path
 
 from common import cache
+from compiler.cuda.target import DEFAULT_CC, cc_text
+from compiler.frontend.diagnostics import CompileError
 
 COMPILER = Path(__file__).resolve().parent.parent / "compiler"
 CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
 DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages: compile
 
 
-def leaf_ptx(program) -> dict[str, str]:
-    """Every leaf's PTX (by leaf name), bound exactly as the pods bind it."""
-    key = _key(program.leaves)
+def ptx_for_pods(program, pods: dict[int, tuple[int, str]]) -> dict[int, dict[str, str]]:
+    """Every leaf's PTX for each GPU pod: `pods` maps a node to (its GPU's compute capability,
+    0 where the pod did not say; how errors name it), the result a node to its leaves' PTX.
+    Pods of one capability share one compile (and one disk cache entry)."""
+    by_cc: dict[int, list[int]] = {}
+    for node, (cc, _) in sorted(pods.items()):
+        by_cc.setdefault(cc or DEFAULT_CC, []).append(node)
+    out = {}
+    for cc, nodes in sorted(by_cc.items()):
+        try:
+            ptx = leaf_ptx(program, cc)
+        except CompileError as err:
+            names = "; ".join(pods[n][1] for n in nodes)
+            note = f"compiling the job's leaves for the GPU of compute capability {cc_text(cc)} of {names}"
+            raise CompileError(err.span, err.message, "\n".join(filter(None, [err.note, note]))) from None
+        out.update(dict.fromkeys(nodes, ptx))
+    return out
+
+
+def leaf_ptx(program, cc: int = DEFAULT_CC) -> dict[str, str]:
+    """Every leaf's PTX (by leaf name) for a GPU of compute capability `cc`, bound exactly as the
+    pods bind it."""
+    key = _key(program.leaves, cc)
     name = f"leaf-ptx/{key}.json" if key else None
     if name is not None:
         cached = cache.read_json(name)
         if set(cached) == {leaf.name for leaf in program.leaves} and all(
                 isinstance(text, str) and ".entry" in text for text in cached.values()):
             return cached
-    ptx = compile_leaves(program)
+    ptx = compile_leaves(program, cc)
     if name is not None:
         cache.write_text(name, json.dumps(ptx))
     return ptx
 
 
-def compile_leaves(program) -> dict[str, str]:
+def compile_leaves(program, cc: int = DEFAULT_CC) -> dict[str, str]:
     from compiler.cluster.leaves import load_leaf
     from compiler.cuda.compiled import compile_kernel
 
     ptx = {}
     for leaf in program.leaves:
         kernel, binding = load_leaf(leaf)
-        ptx[leaf.name] = compile_kernel(kernel, binding).ptx
+        ptx[leaf.name] = compile_kernel(kernel, binding, cc=cc).ptx
     return ptx
 
 
-def _key(leaves) -> str | None:
+def _key(leaves, cc: int) -> str | None:
     """The cache key; None (compile) where the NVRTC library to be loaded is not a file found
     here, or where the user asked for the compiler's stages to be dumped."""
     library = None if any(os.environ.get(v) for v in DUMPS) else _nvrtc_library()
     if library is None:
         return None
     digest = hashlib.sha256()
-    for part in (_compiler_digest(), library, *(f"{v}={os.environ.get(v, '')}" for v in CODE_SWITCHES),
+    for part in (_compiler_digest(), library, f"sm_{cc}",
+                 *(f"{v}={os.environ.get(v, '')}" for v in CODE_SWITCHES),
                  *(repr(leaf) for leaf in leaves)):
         digest.update(part.encode())
         digest.update(b"\0")

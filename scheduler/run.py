@@ -24,7 +24,7 @@ from scheduler import prepare as prep
 from scheduler.cluster_messages import Action, Cancel, EventInfo, Failed, Replanned, Submit, Succeeded
 from scheduler.cluster_state import ClusterState
 from scheduler.job_storage import JobStorage
-from scheduler.leaf_ptx import leaf_ptx as ptx_of_leaves
+from scheduler.leaf_ptx import ptx_for_pods
 from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
@@ -227,10 +227,12 @@ class JobRun:
         self.trace = TraceRecorder(prepared)
         self.done = asyncio.Event()
         self.tasks: set[asyncio.Task] = set()
-        backends = {session.infos[n].backend for n in nodes}
-        # GPU pods: the leaves go to PTX once here rather than once per pod.
-        leaf_ptx = ptx_of_leaves(prepared.program) if "gpu" in backends else None
-        self.job_program = self.io.job_program(prepared.program, prepared.scalars, leaf_ptx)
+        # GPU pods: the leaves go to PTX once here per kind of GPU rather than once per pod.
+        gpus = {n: (session.infos[n].compute_capability, f"node {n} ({session.addresses[n]}, "
+                    f"{session.infos[n].device_name})") for n in nodes if session.infos[n].backend == "gpu"}
+        leaf_ptx = ptx_for_pods(prepared.program, gpus)
+        self.job_programs = {n: self.io.job_program(prepared.program, prepared.scalars, leaf_ptx.get(n))
+                             for n in nodes}
         self.marks["compile_end"] = time.time()
 
     def now(self) -> float:
@@ -332,7 +334,8 @@ class JobRun:
         pod = self.session.pods[action.node]
         peers = [Peer(n, self.session.addresses[n]) for n in sorted(self.state.live)]
         try:
-            sending = self.io.send_submit(pod, self.prepared.job_id, self.job_program, action.plan, peers)
+            program = self.job_programs[action.node]  # with the PTX for this pod's GPU
+            sending = self.io.send_submit(pod, self.prepared.job_id, program, action.plan, peers)
             await asyncio.wait_for(sending, CALL_TIMEOUT_S)
         except Exception as err:
             failed = cm.SubmitFailed(action.node, classify(err), remote_reason(err), self.now())

@@ -114,6 +114,7 @@ class PodInfo:
     pid: int
     host_id: str = ""
     device_index: int = -1
+    compute_capability: int = 0  # the GPU's, major * 10 + minor; 0 for a CPU pod
 
 
 @dataclass(frozen=True)
@@ -421,6 +422,7 @@ def write_pod_info(builder, info: PodInfo) -> None:
     builder.pid = info.pid
     builder.hostId = info.host_id
     builder.deviceIndex = info.device_index
+    builder.computeCapability = info.compute_capability
 
 
 def read_pod_info(reader) -> PodInfo:
@@ -431,6 +433,7 @@ def read_pod_info(reader) -> PodInfo:
         pid=reader.pid,
         host_id=reader.hostId,
         device_index=reader.deviceIndex,
+        compute_capability=reader.computeCapability,
     )
 
 

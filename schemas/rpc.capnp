@@ -133,6 +133,10 @@ struct PodInfo {
   pid @3 :UInt32;
   hostId @4 :Text;         # equal on pods of one host (same-host GPU peers may use CUDA IPC)
   deviceIndex @5 :Int32;   # CUDA device ordinal, -1 for a CPU pod
+  # The GPU's compute capability, major * 10 + minor (80 for an A100, 90 for an H200): the
+  # scheduler compiles the job's leaves for it (compiler/cuda/target.py). 0 for a CPU pod, and
+  # what a pod older than this field reads as (its leaves are then compiled for 9.0, as before).
+  computeCapability @6 :UInt32;
 }
 
 struct TileHeader {

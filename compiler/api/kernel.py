@@ -254,6 +254,7 @@ class Kernel:
         return launch, tuple(args), _current_stream(device, torch)
 
     def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int) -> _Launch:
+        from compiler.cuda import target
         from compiler.cuda.compiled import compile_kernel
         from compiler.cuda.launch import load
 
@@ -265,9 +266,10 @@ class Kernel:
                 return launch
             binding = self._binding(shapes, self._tiles)
             with cupy.cuda.Device(device), user_errors():
-                tiles, schedule = self._tuned_tiles(binding)
+                cc = target.device_capability(device)  # the PTX is for this GPU (target.py)
+                tiles, schedule = self._tuned_tiles(binding, cc)
                 binding = bind(self._ir, dict(binding.dims), shapes, tiles)
-                compiled = compile_kernel(self._ir, binding, schedule=schedule)
+                compiled = compile_kernel(self._ir, binding, schedule=schedule, cc=cc)
                 function = load(compiled)
             maps = {m.param: m for m in compiled.tensor_maps}
             order = tuple((self._slot(maps[n].tensor), maps[n]) if n in maps
@@ -281,7 +283,7 @@ class Kernel:
         index = self._params.index(name)
         return self._tensor_indices.index(index) if name in self._tensor_types else index
 
-    def _tuned_tiles(self, binding: Binding):
+    def _tuned_tiles(self, binding: Binding, cc: int):
         """The @autotune values for this binding: pinned, else tuned on the current GPU through
         the on-disk cache that `compiler cuda`/`ptx` share (compiler/cuda/autotune.py)."""
         from compiler.cuda import autotune
@@ -292,7 +294,7 @@ class Kernel:
         if at is None or not self._autotune or all(d.name in fixed for d in at.dims):
             return dict(binding.tile_values), DEFAULT
         points = [p for p in autotune.search_points(self._ir) if all(p[k] == v for k, v in fixed.items())]
-        result = autotune.tune(self._ir, dict(binding.dims), points=points)
+        result = autotune.tune(self._ir, dict(binding.dims), points=points, cc=cc)
         return result.best, result.schedule
 
 

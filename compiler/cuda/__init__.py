@@ -1,14 +1,16 @@
 """The CUDA leaf compiler: checked kernel + binding -> CUDA C++ -> NVRTC -> PTX.
 
 Public API (compiled.py):
-- `compiler.cuda.compiled.compile_kernel(kernel, binding, *, tf32=False) -> CompiledKernel`:
-  dims and tile values of the binding become compile-time constants; raises CompileError for
-  kernels or points it cannot compile (pruned points say so), never returns a silently wrong
-  kernel.
+- `compiler.cuda.compiled.compile_kernel(kernel, binding, *, tf32=False, cc=90) -> CompiledKernel`:
+  dims and tile values of the binding become compile-time constants, PTX for a GPU of compute
+  capability `cc` (target.py); raises CompileError for kernels or points it cannot compile
+  (pruned points say so) or that GPU cannot run, never returns a silently wrong kernel.
 - `compiler.cuda.launch.launch(compiled, arrays, scalars, stream=None)`: device arrays in, no host
   round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out.
 - `compiler.cuda.nvrtc.compile_to_ptx(source, arch="compute_90")`, cached per (source, options).
 - `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
+- `compiler.cuda.target`: what a leaf's code needs of the GPU, the PTX target for a compute
+  capability, the check before a module load.
 Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc. The emit stage is
 codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with dots.py (FMA dots),
 mma.py (tensor-core dots), operands.py (their shared-memory buffers), staged.py (which

@@ -3,8 +3,9 @@
 Points that cannot be generated (thread layout, shared memory, register budget) or that the
 driver refuses to launch are pruned and reported, never run. The winner is cached in JSON at
 $PHOBOS_CACHE_DIR/autotune.json (default ~/.cache/phobos/autotune.json), keyed by the sha256 of
-the kernel's source, the dims, the precision of its dots, the GPU's name and the compiler
-version, and reused by later calls.
+the kernel's source, the dims, the precision of its dots, the GPU's name and compute capability
+and the compiler version, and reused by later calls. Schedules the GPU cannot run (target.py:
+warpgroup MMA, TMA and ping-pong need sm_90a) are pruned with the reason, never timed.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from common import cache
-from compiler.cuda import mma, nvrtc, stages
+from compiler.cuda import mma, nvrtc, stages, target
 from compiler.cuda.compiled import compile_kernel, compiler_version
 from compiler.cuda.schedule import (
     DEFAULT,
     TF32_TMA_PROBE,
+    TMA_ATTENTION_PROBE,
     WGMMA_DEEP_PROBE,
     WGMMA_PROBE,
     WIDE_THREADS,
@@ -46,6 +48,15 @@ class TuneResult:
     schedule: Schedule = DEFAULT  # the code-generator choices of the winner (schedule.py)
 
 
+@dataclass(frozen=True)
+class Bench:
+    """What every candidate is compiled for and timed with: the inputs and the GPU's capability."""
+
+    arrays: dict | None
+    scalars: dict | None
+    cc: int = target.DEFAULT_CC
+
+
 CACHE_FILE = "autotune.json"  # in common.cache's folder
 FINALISTS = 2  # tile points per schedule family searched over the family's whole schedule space
 
@@ -54,8 +65,11 @@ def cache_path() -> Path:
     return cache.cache_file(CACHE_FILE)
 
 
-def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str, tf32: bool = False) -> str:
-    """The precision is part of the key: a TF32 winner is not the exact-f32 winner."""
+def cache_key(
+    kernel: ir.Kernel, dims: dict[str, int], gpu: str, tf32: bool = False, cc: int = target.DEFAULT_CC
+) -> str:
+    """The precision is part of the key: a TF32 winner is not the exact-f32 winner; so is the
+    compute capability: a schedule is never replayed on a GPU that cannot run it."""
     src = hashlib.sha256(kernel.source.encode()).hexdigest()
     dims_text = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
     major, minor = nvrtc.version()
@@ -64,7 +78,7 @@ def cache_key(kernel: ir.Kernel, dims: dict[str, int], gpu: str, tf32: bool = Fa
     dots = ",".join(walk.dot_modes(kernel))
     forced = "|tf32" if tf32 else ""  # the compile_kernel(tf32=True) override of exact-f32 dots
     version = f"{compiler_version()}+nvrtc{major}.{minor}"
-    return f"{kernel.name}|{src}|{dims_text}|dots={dots}{forced}|{gpu}|{version}"
+    return f"{kernel.name}|{src}|{dims_text}|dots={dots}{forced}|{gpu}|sm_{cc}|{version}"
 
 
 def _read_cache() -> dict:
@@ -86,13 +100,22 @@ def gpu_name() -> str | None:
         return None
 
 
-def cached_result(kernel: ir.Kernel, dims: dict[str, int], tf32: bool = False) -> TuneResult | None:
-    """The cached winner (tile values and schedule) of a whole-space tuning on this GPU, or None."""
+def gpu_capability(cc: int | None = None) -> int:
+    """`cc` when given, else the current GPU's compute capability (the H200's without one)."""
+    return cc if cc is not None else target.local_capability() or target.DEFAULT_CC
+
+
+def cached_result(
+    kernel: ir.Kernel, dims: dict[str, int], tf32: bool = False, cc: int | None = None
+) -> TuneResult | None:
+    """The cached winner (tile values and schedule) of a whole-space tuning on this GPU (of
+    capability `cc`, by default the current one), or None."""
     gpu = gpu_name()
     if gpu is None or kernel.autotune is None:
         return None
-    entry = _read_cache().get(cache_key(kernel, dict(dims), gpu, tf32))
-    return _from_entry(entry) if entry else None
+    cc = gpu_capability(cc)
+    entry = _read_cache().get(cache_key(kernel, dict(dims), gpu, tf32, cc))
+    return _from_entry(entry, cc) if entry else None
 
 
 def cached_choice(kernel: ir.Kernel, dims: dict[str, int]) -> dict[str, int] | None:
@@ -100,8 +123,10 @@ def cached_choice(kernel: ir.Kernel, dims: dict[str, int]) -> dict[str, int] | N
     return found.best if found else None
 
 
-def _from_entry(entry: dict) -> TuneResult:
+def _from_entry(entry: dict, cc: int) -> TuneResult | None:
     sched = Schedule(**entry.get("schedule", {}))
+    if target.refusal(target.schedule_need(sched), cc):  # written by hand or by an older key
+        return None
     return TuneResult(dict(entry["best"]), entry["ms"], (), (), cached=True, schedule=sched)
 
 
@@ -165,8 +190,10 @@ def tune(
     points: list[dict[str, int]] | None = None,
     schedules: list[Schedule] | None = None,
     tf32: bool = False,
+    cc: int | None = None,
 ) -> TuneResult:
-    """Measure every fitting (point, schedule) on the current GPU; return (and cache) the fastest.
+    """Measure every fitting (point, schedule) on the current GPU (of compute capability `cc`, by
+    default asked of the device); return (and cache) the fastest.
     `points` defaults to the whole @autotune space. `schedules` defaults to the default schedule
     alone, except for kernels whose dots run on tensor cores: there the code generator's
     choices are searched too (schedule_search)."""
@@ -176,7 +203,8 @@ def tune(
     base = bind(kernel, dims)
     points = points if points is not None else search_points(kernel)
     searched = schedules is None and bool(stages.tensor_core_dots(kernel, tf32))
-    key = cache_key(kernel, dict(base.dims), gpu, tf32)
+    cc = gpu_capability(cc)
+    key = cache_key(kernel, dict(base.dims), gpu, tf32, cc)
     if points != search_points(kernel) or schedules not in (None, [DEFAULT]):
         space = (
             ";".join(sorted(str(sorted(p.items())) for p in points))
@@ -186,14 +214,15 @@ def tune(
         key += "|" + hashlib.sha256(space.encode()).hexdigest()[:16]
     if use_cache:
         entry = _read_cache().get(key)
-        if entry:
-            return _from_entry(entry)
-    arrays, scalars = _inputs(kernel, dict(base.env))
+        found = _from_entry(entry, cc) if entry else None
+        if found is not None:
+            return found
+    bench = Bench(*_inputs(kernel, dict(base.env)), cc)
     if searched:
-        timings, pruned = schedule_search(kernel, dims, points, tf32, (arrays, scalars), log)
+        timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
     else:
         cands = [(p, s) for p in points for s in schedules or [DEFAULT]]
-        timings, pruned = _measure(kernel, dims, cands, tf32, (arrays, scalars), log)
+        timings, pruned = _measure(kernel, dims, cands, tf32, bench, log)
     if not timings:
         reasons = "; ".join(f"{dict(p)}: {why}" for (p, _), why in pruned[:3])
         raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
@@ -210,23 +239,26 @@ def tune(
     return TuneResult(best, best_ms, flat(timings), flat(pruned), schedule=best_schedule)
 
 
-def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
+def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
     """Tensor-core kernels: every point with the default schedule (mma.sync) and, where its dots
     can, with warpgroup MMA (grouped order; 4 stages, or for a single dot as many as fit, up to
-    8), and for a loop of two dots (attention) also on four warpgroups (WIDE_THREADS); then the
+    8), and for a loop of two dots (attention) also on four warpgroups (WIDE_THREADS) and fed by
+    a producer warpgroup's bulk tensor copies (TMA_ATTENTION_PROBE); then the
     FINALISTS best points of each family with that family's whole schedule space
     (schedule.tensor_core_space: warp layout, pipeline depth, CTA order, copy placement,
     loop rotation). A tile shape that is best for one family is
     often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
-    multiprocessor)."""
+    multiprocessor). On a GPU other than sm_90 the warpgroup-MMA families are pruned whole
+    (target.runnable_schedules): only mma.sync is searched."""
     dots = stages.tensor_core_dots(kernel, tf32)
     single = len(dots) == 1  # matmul: the deeper rings and the deep probe (schedule.py)
     rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
     space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single, rotates=rotates)
     families = [[s for s in space if not s.wgmma]]
+    wg_tma = [s for s in space if s.tma and s.rotate]  # attention fed by TMA: its own family
     tma_tf32 = []
     if stages.uses_wgmma(kernel, dots, tf32):
-        wg = [s for s in space if s.wgmma]
+        wg = [s for s in space if s.wgmma and s not in wg_tma]
         if any(mma.tensor_core_dtype(d, kernel, tf32) == "tf32" for d in dots):
             # the register-staged TF32 ring (wgmma_tf32.py) has 3 stages and stores after the
             # dots whatever the schedule says: only the CTA order is left to search. The
@@ -244,7 +276,12 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
         probes.append(dataclasses.replace(wg_probe, threads=WIDE_THREADS))
         wide = [dataclasses.replace(s, threads=WIDE_THREADS) for s in families[1] if not s.pingpong]
         families.append(wide)  # ping-pong takes two warpgroups
+        if wg_tma:
+            probes.append(TMA_ATTENTION_PROBE)  # one CTA of 384 threads per multiprocessor
+            families.append(wg_tma)
+    probes, families, refused = target.runnable_schedules(probes, families, inputs.cc)
     timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
+    pruned += [((tuple(sorted(p.items())), s), why) for p in points for s, why in refused]
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])
         rest = [(dict(items), s) for (items, _), _ in mine[:FINALISTS] for s in space if s != probe]
@@ -254,21 +291,22 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs, log):
     return timings, pruned
 
 
-def _measure(kernel, dims, candidates, tf32: bool, inputs, log):
+def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log):
     """((point items, schedule), median ms) of each candidate that compiles and launches, and
     ((point items, schedule), why) of the others."""
 
     def build(candidate):
         point, schedule = candidate
         try:
-            compiled = compile_kernel(kernel, bind(kernel, dims, None, point), schedule=schedule, tf32=tf32)
+            b = bind(kernel, dims, None, point)
+            compiled = compile_kernel(kernel, b, schedule=schedule, tf32=tf32, cc=inputs.cc)
             return candidate, compiled, None
         except CompileError as e:
             return candidate, None, e.message
 
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         built = list(pool.map(build, candidates))
-    arrays, scalars = inputs
+    arrays, scalars = inputs.arrays, inputs.scalars
     timings, pruned = [], []
     for (point, schedule), compiled, why in built:
         items = (tuple(sorted(point.items())), schedule)

@@ -18,6 +18,7 @@ from compiler.cuda import (
     mma,
     pingpong,
     stores,
+    target,
     tma,
     tma_tf32,
     uniform,
@@ -25,7 +26,7 @@ from compiler.cuda import (
 )
 from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
 from compiler.cuda.exprs import ExprEmitter
-from compiler.cuda.layout import SMEM_LIMIT, ThreadGrid
+from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.values import Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -64,8 +65,13 @@ class Generated:
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
     tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
-    arch: str = "compute_90"  # NVRTC's virtual architecture (compute_90a for warpgroup MMA)
+    need: target.Need = target.Need()  # what the code asks of the GPU (target.py picks NVRTC's -arch)
     tensor_maps: tuple = ()  # tensor_maps.MapSpec per extra parameter (bulk tensor copies, tma.py)
+
+    @property
+    def arch(self) -> str:
+        """NVRTC's virtual architecture on the H200 (compute_90a for warpgroup MMA)."""
+        return target.ptx_arch(self.need, target.HOPPER)
 
 
 class KernelGen(ExprEmitter):
@@ -79,6 +85,7 @@ class KernelGen(ExprEmitter):
         self.binding = leaf.binding
         self.tf32 = leaf.options.tf32
         self.schedule = leaf.options.schedule
+        self.smem_limit = target.shared_memory_limit(leaf.options.cc)  # rings are cut to it
         self.tensor_core_span = plan.tc_dots[0].span if self.tensor_cores else None
         if self.tensor_cores:
             self.tc_lets = set(plan.tc_lets)
@@ -96,6 +103,7 @@ class KernelGen(ExprEmitter):
         self.rotation = None  # loops.Rotation of the loop being emitted, if rotated
         self.loop_tail: list = []
         self.handover = None  # pingpong.Handover of the ring being emitted, if ping-pong
+        self.turns = False  # the loop being emitted takes turns between warpgroups (pingpong.py)
         self.used_pingpong = False
         counts = list(leaf.counts)
         self.grid_dims = tuple(counts)
@@ -412,9 +420,9 @@ class KernelGen(ExprEmitter):
         for s in k.body:
             self.stmt(s)
         shared_bytes = (self.perm_floats + self.scratch_max) * 4
-        if shared_bytes > SMEM_LIMIT:
+        if shared_bytes > self.smem_limit:
             raise self.pruned(
-                k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {SMEM_LIMIT})"
+                k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {self.smem_limit})"
             )
         held, budget = self.register_floats + self.let_floats, self.register_budget()
         if held > budget:
@@ -431,9 +439,10 @@ class KernelGen(ExprEmitter):
         if self.used_wgmma:
             head.block(wgmma.PRELUDE.splitlines())
         if self.tensor_maps:
-            head.block(tma.PRELUDE.splitlines())
-        if self.used_pingpong:
-            head.block((mbarriers.PRELUDE + "\n" + pingpong.PRELUDE).splitlines())
+            head.block(tma.prelude(self.tensor_maps).splitlines())
+        if self.used_pingpong:  # the TMA prelude has the mbarrier helpers already
+            helpers = [] if self.tensor_maps else [mbarriers.PRELUDE]
+            head.block("\n".join([*helpers, pingpong.PRELUDE]).splitlines())
         params, order = self.parameters()
         entry = f"phobos_{k.name}"
         threads = self.grid.threads + (tma.PRODUCER_THREADS if self.tma_split else 0)
@@ -463,7 +472,7 @@ class KernelGen(ExprEmitter):
             shared_bytes,
             tuple(spans),
             self.tensor_core_span,
-            "compute_90a" if self.used_wgmma else "compute_90",
+            target.need_of(self),
             tuple(self.tensor_maps),
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import codegen, stages
+from compiler.cuda import codegen, stages, target
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.source import Span
@@ -39,26 +39,42 @@ class CompiledKernel:
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
     tensor_core_span: Span | None = None  # the first dot on tensor cores: needs sm_80 or later
     tensor_maps: tuple = ()  # tensor_maps.MapSpec of the parameters read by bulk tensor copies
+    need: target.Need = target.Need()  # what the code asks of the GPU (target.check before a load)
+    kernel_span: Span | None = None  # the kernel, where an error without a dot points
 
 
 def generate_source(
-    kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
+    kernel: ir.Kernel,
+    binding,
+    *,
+    tf32: bool = False,
+    schedule: Schedule = DEFAULT,
+    cc: int = target.DEFAULT_CC,
 ) -> codegen.Generated:
-    """The stages up to the CUDA C++ (stages.py)."""
-    return stages.run(kernel, binding, stages.Options(tf32, schedule), until="emit").generated
+    """The stages up to the CUDA C++ (stages.py), for a GPU of compute capability `cc`."""
+    return stages.run(kernel, binding, stages.Options(tf32, schedule, cc), until="emit").generated
 
 
 def compile_kernel(
-    kernel: ir.Kernel, binding, *, tf32: bool = False, schedule: Schedule = DEFAULT
+    kernel: ir.Kernel,
+    binding,
+    *,
+    tf32: bool = False,
+    schedule: Schedule = DEFAULT,
+    cc: int = target.DEFAULT_CC,
 ) -> CompiledKernel:
-    leaf = stages.run(kernel, binding, stages.Options(tf32, schedule))
+    """PTX for a GPU of compute capability `cc` (target.py; without one at hand, the H200's)."""
+    leaf = stages.run(kernel, binding, stages.Options(tf32, schedule, cc))
     return _compiled(kernel, leaf.generated, leaf.ptx)
 
 
-def compile_generated(kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None = None) -> CompiledKernel:
-    """`gen` compiled by NVRTC; or, given `ptx` already compiled from `gen.source` elsewhere (a pod
-    gets the scheduler's), the same CompiledKernel around that PTX without compiling again."""
-    return _compiled(kernel, gen, ptx if ptx is not None else stages.ptx_of(kernel, gen))
+def compile_generated(
+    kernel: ir.Kernel, gen: codegen.Generated, ptx: str | None = None, cc: int = target.DEFAULT_CC
+) -> CompiledKernel:
+    """`gen` compiled by NVRTC for capability `cc`; or, given `ptx` already compiled from
+    `gen.source` elsewhere (a pod gets the scheduler's), the same CompiledKernel around that PTX
+    without compiling again (target.check refuses it at the load if it was made for another GPU)."""
+    return _compiled(kernel, gen, ptx if ptx is not None else stages.ptx_of(kernel, gen, cc))
 
 
 def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKernel:
@@ -75,4 +91,6 @@ def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKe
         scalars=tuple((p.name, p.dtype) for p in kernel.scalars),
         tensor_core_span=gen.tensor_core_span,
         tensor_maps=gen.tensor_maps,
+        need=gen.need,
+        kernel_span=kernel.span,
     )

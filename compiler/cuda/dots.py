@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from compiler.cuda import operands, tma_tf32
+from compiler.cuda import operands, tma, tma_tf32
 from compiler.cuda import staged as staged_buffers
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -127,10 +127,15 @@ def stage_mma_let(gen, load: ir.Load, role: str, transposed: bool):
 
     tile = mma_let_tile(gen, load, role, transposed)
     gen.sync_before_overwrite()
+    guard = tma.before_split(gen)  # the producer warpgroup's threads copy nothing of it
+    if guard:
+        gen.out.open(f"if (th_id < {gen.grid.threads})")
     if gen.wgmma and tile.dtype == "f32":
         wgmma_tf32.stage(gen, tile, load)
     elif operands.stage_load(gen, tile, load):
         gen.out.line("cp_async_commit(); cp_async_wait<0>();")
+    if guard:
+        gen.out.close()
     if gen.wgmma:
         gen.out.line("fence_async_smem();")
     gen.sync()

@@ -11,9 +11,9 @@ import threading
 import numpy as np
 
 from common.errors import UserError
+from compiler.cuda import target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel
 from compiler.frontend import ir
-from compiler.frontend.diagnostics import CompileError
 
 _DTYPES = {
     "f32": np.dtype(np.float32),
@@ -28,29 +28,16 @@ _modules: dict[tuple[int, str, str], object] = {}  # kept alive as long as their
 _lock = threading.Lock()
 
 
-TENSOR_CORE_CC = 80  # mma.sync with bf16 / f16 / TF32 operands: sm_80 and later
-
-
-def check_device(compiled: CompiledKernel, capability: int) -> None:
-    """A dot lowered to tensor cores on a GPU without them is an error at that dot, never a
-    silently different result."""
-    if compiled.tensor_core_span is not None and capability < TENSOR_CORE_CC:
-        raise CompileError(
-            compiled.tensor_core_span,
-            f"this dot runs on tensor cores (bf16, f16 or TF32), which need compute capability 8.0 or "
-            f"later; this GPU has {capability // 10}.{capability % 10}",
-        )
-
-
 def _function(compiled: CompiledKernel):
     import cupy
 
     dev = cupy.cuda.Device().id
-    check_device(compiled, int(cupy.cuda.Device(dev).compute_capability))
     key = (dev, compiled.ptx, compiled.entry)
     with _lock:
         fn = _functions.get(key)
         if fn is None:
+            # code this GPU cannot run is the user's error at the dot, never the driver's at the load
+            target.check(compiled, target.device_capability(dev))
             module = cupy.cuda.function.Module()
             module.load(compiled.ptx.encode())
             fn = module.get_function(compiled.entry)
@@ -124,9 +111,9 @@ def _launch_with_maps(compiled: CompiledKernel, fn, args: list, arrays: dict, st
     for a in args:
         if isinstance(a, tensor_maps.MapSpec):
             arr = arrays[a.tensor]
-            if arr.size != a.rows * a.cols or arr.itemsize != a.elem_bytes:
-                bits = 8 * a.elem_bytes
-                raise UserError(f"tensor {a.tensor} must hold {a.rows}x{a.cols} {bits}-bit elements")
+            if arr.size != a.elements or arr.itemsize != a.elem_bytes:
+                shape, bits = "x".join(map(str, (*a.outer, a.rows, a.cols))), 8 * a.elem_bytes
+                raise UserError(f"tensor {a.tensor} must hold {shape} {bits}-bit elements")
             out.append(tensor_maps.encode(a, arr.data.ptr))
         elif isinstance(a, cupy.ndarray):
             out.append(a.data.ptr)
@@ -179,7 +166,7 @@ def run_kernel_gpu(
     from compiler.frontend import walk
 
     options = {"tf32": tf32} | ({"schedule": schedule} if schedule is not None else {})
-    compiled = compile_kernel(kernel, binding, **options)
+    compiled = compile_kernel(kernel, binding, cc=target.device_capability(), **options)
     device = {}
     for p in kernel.tensors:
         host = arrays.get(p.name)

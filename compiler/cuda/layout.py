@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-SMEM_LIMIT = 227 * 1024  # shared memory one CTA may have on sm_90 (bytes)
+from compiler.cuda import target
+
+SMEM_LIMIT = target.shared_memory_limit(target.HOPPER)  # one CTA's shared memory on the H200 (bytes)
 
 
 class LayoutError(Exception):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.cuda import analysis, dots, operands, pingpong, tma, tma_tf32, wgmma, wgmma_tf32
-from compiler.cuda.layout import SMEM_LIMIT
 from compiler.frontend import ir
 
 
@@ -66,7 +65,8 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
             return tma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
         return wgmma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
     if gen.wgmma and gen.schedule.tma:  # a producer warpgroup's bulk tensor copies
-        return tma.ring_prologue(gen, s, tiles, start, stop_name, step)
+        carried = deferred_dot(gen, s) is not None
+        return tma.ring_prologue(gen, s, tiles, (start, stop_name, step), carried)
     for st, role, transposed, tile in tiles:
         plan = operands.copy_plan(gen, tile, st.value)
         if plan is None:
@@ -80,7 +80,7 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
     # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
     low = pingpong.MIN_STAGES if handover else 3 if gen.wgmma else 2
     stages = max(low, gen.schedule.stages)
-    while stages > low and (gen.perm_floats + stages * sum(words)) * 4 > SMEM_LIMIT - 32 * 1024:
+    while stages > low and (gen.perm_floats + stages * sum(words)) * 4 > gen.smem_limit - 32 * 1024:
         stages -= 1
     ahead = stages - 3 if handover else stages - 2 if gen.wgmma else stages - 1
     first = gen.fresh("first")
@@ -258,7 +258,7 @@ def fill_rotation(gen) -> None:
     at, depth = rot.slot
     out = Emitter()
     out.depth, out.span = depth, gen.out.spans[at - 1]
-    turn = f"{pingpong.pass_turn()} " if gen.handover else ""  # the other warpgroup's dots next
+    turn = f"{pingpong.pass_turn()} " if gen.turns else ""  # the other warpgroup's dots next
     if rot.issue is None:
         out.line(f"{turn}wg_wait_all();")
     else:
@@ -277,7 +277,7 @@ def fill_rotation(gen) -> None:
 def issue_kept(gen) -> None:
     """After the rotated loop: the last iteration's kept dot."""
     rot = gen.rotation
-    if gen.handover:
+    if gen.turns:
         pingpong.last_turn(gen)
     if rot.issue is None:
         return

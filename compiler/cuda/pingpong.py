@@ -68,8 +68,15 @@ def setup(gen, stages: int) -> Handover:
     takes warpgroup 1's last turn: loops.issue_kept calls last_turn)."""
     bars = mbarriers.ring(gen, stages, THREADS, THREADS // 32)
     gen.handover = Handover(bars, stages)
-    gen.used_pingpong = True
+    takes_turns(gen)
     return gen.handover
+
+
+def takes_turns(gen) -> None:
+    """The loop about to be emitted has its warpgroups take turns (the cp.async handover above,
+    or a TMA ring's consumers, tma.py)."""
+    gen.turns = True
+    gen.used_pingpong = True
 
 
 def filled(gen, stage: str) -> None:
@@ -84,6 +91,7 @@ def first_turn(gen) -> None:
 def last_turn(gen) -> None:
     gen.out.line(f"if ((th_warp >> 2) == 0) turn_wait<{FIRST_BARRIER}>();  // warpgroup 1's last pass")
     gen.handover = None
+    gen.turns = False
 
 
 def top(gen, it: str) -> None:

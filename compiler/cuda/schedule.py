@@ -53,6 +53,12 @@ TF32_TMA_PROBE = Schedule(stages=6, order="grouped", wgmma=True, tma=True)
 # at 64 rows per warpgroup, K and V copied once for twice the rows of the 256-thread CTA.
 WIDE_THREADS = 512
 PINGPONG_STAGES = (5, 6)  # Schedule.pingpong: copies 2 or 3 iterations ahead
+# A rotated loop of two dots fed by a producer warpgroup's bulk tensor copies (tma.py): K and V
+# of a key block share a stage, released once its P V is done, so copies run stages - 2 ahead;
+# one CTA per multiprocessor (the producer hands its registers to the consumers), ping-pong or not
+TMA_ATTENTION_STAGES = (3, 4)
+TMA_ATTENTION_TUNED = False  # withheld from the tuner until its GPU tests pass
+TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
 
 
 def tma_searched() -> bool:
@@ -65,7 +71,8 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
     """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
     the deeper warpgroup-MMA rings (DEEP_STAGES) and, with tma_searched(), the warp-specialized
     TMA rings for kernels with a single dot, `rotates` the rotated loop (Schedule.rotate) for
-    kernels with a loop of two or more dots (attention)."""
+    kernels with a loop of two or more dots (attention), with tma_searched() also fed by a
+    producer warpgroup's bulk tensor copies (TMA_ATTENTION_STAGES)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     out = []
     for wm in layouts:
@@ -87,7 +94,14 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
             for order in ("row", "grouped")
             for late in (False, True)
         ]
+    orders = ("row", "grouped")
     if deep and tma_searched():
-        orders = ("row", "grouped")
         out += [Schedule(None, s, order, wgmma=True, tma=True) for s in (4, 6) for order in orders]
+    if rotates and tma_searched() and TMA_ATTENTION_TUNED:
+        out += [
+            Schedule(None, s, order, wgmma=True, rotate=True, tma=True, pingpong=pp)
+            for s in TMA_ATTENTION_STAGES
+            for order in orders
+            for pp in (False, True)
+        ]
     return out

@@ -8,7 +8,8 @@
            layout) for every tile (layout.py); a point that fits no layout is pruned here
   emit     CUDA C++: one emitter per IR operation over one context (codegen.py statements,
            exprs.py expressions, reductions.py, dots.py FMA dots, mma.py tensor-core dots)
-  nvrtc    PTX through NVRTC (nvrtc.py); its errors point at the kernel's line
+  nvrtc    PTX through NVRTC (nvrtc.py) for the GPU's target (target.py: code that GPU cannot
+           run is refused here, at the dot); its errors point at the kernel's line
 
 `PHOBOS_CUDA_DUMP=DIR` writes what each stage produced to DIR/N-stage.txt.
 """
@@ -20,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.cuda import analysis, mma, nvrtc, wgmma
+from compiler.cuda import analysis, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import hoist_dot_loads
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.schedule import DEFAULT, Schedule
@@ -32,6 +33,7 @@ from compiler.frontend.diagnostics import CompileError
 class Options:
     tf32: bool = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
     schedule: Schedule = DEFAULT
+    cc: int = target.DEFAULT_CC  # the GPU's compute capability (its shared memory, NVRTC's target)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ def analyse(leaf: Leaf) -> Leaf:
         longest_first=tuple(analysis.longest_first_axes(k.body, leaf.env)),
         wgmma=leaf.options.schedule.wgmma and uses_wgmma(k, dots, tf32),
     )
+    # what the GPU cannot run is its error, ahead of any point pruned for its resources
+    check_target(k, target.plan_need(dots, plan.wgmma, leaf.options.schedule), leaf.options.cc)
     return dataclasses.replace(leaf, plan=plan)
 
 
@@ -105,15 +109,26 @@ def emit(leaf: Leaf) -> Leaf:
 
 
 def to_ptx(leaf: Leaf) -> Leaf:
-    return dataclasses.replace(leaf, ptx=ptx_of(leaf.kernel, leaf.generated))
+    return dataclasses.replace(leaf, ptx=ptx_of(leaf.kernel, leaf.generated, leaf.options.cc))
 
 
-def ptx_of(kernel: ir.Kernel, gen) -> str:
-    """The nvrtc stage: PTX, or an error at the kernel line the first failing generated line came from."""
+def ptx_of(kernel: ir.Kernel, gen, cc: int = target.DEFAULT_CC) -> str:
+    """The nvrtc stage: PTX for a GPU of capability `cc`; an error at the first tensor-core dot
+    when the generated code cannot run there, or at the kernel line the first failing generated
+    line came from when NVRTC refuses it."""
+    check_target(kernel, gen.need, cc)
     try:
-        return nvrtc.compile_to_ptx(gen.source, arch=gen.arch)
+        return nvrtc.compile_to_ptx(gen.source, arch=target.ptx_arch(gen.need, cc))
     except nvrtc.NvrtcError as e:
         raise _nvrtc_error(kernel, gen, e) from None
+
+
+def check_target(kernel: ir.Kernel, need: target.Need, cc: int) -> None:
+    """The user's error, where `need` points (else at the kernel), when code with `need` cannot
+    run on a GPU of capability `cc`."""
+    why = target.refusal(need, cc)
+    if why is not None:
+        raise CompileError(need.span or kernel.span, f"this kernel cannot run on this GPU: {why}")
 
 
 def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:

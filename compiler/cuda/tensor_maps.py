@@ -1,9 +1,12 @@
 """Host side of the bulk tensor copies (TMA, compiler/cuda/tma.py): one tensor map per operand,
 built for the array of each launch and passed by value as a `__grid_constant__` parameter.
 
-A tensor map describes a row-major 2-D tensor (its pointer, shape and row pitch) and the box one
-copy moves (box_rows x box_cols elements, box_cols elements = 128 bytes with the 128-byte swizzle, the
-layout wgmma reads); elements outside the tensor arrive as zeros. The driver builds it
+A tensor map describes a row-major 2-D tensor (its pointer, shape and row pitch), or a row-major
+tensor of higher rank whose leading axes a copy indexes one position at a time (attention's
+[H, N, D] operands: a 3-D map, so that a box at the end of one head's rows is zero-filled rather
+than read from the next head), and the box one copy moves (box_rows x box_cols elements,
+box_cols elements = 128 bytes with the 128-byte swizzle, the layout wgmma reads); elements
+outside the tensor arrive as zeros. The driver builds it
 (cuTensorMapEncodeTiled, called through ctypes on the libcuda that cupy already loaded), and a
 kernel with such a parameter is launched by cuLaunchKernel directly, since the 128-byte map is
 passed by value. The leaf launch interface (compiler.cuda.launch) is unchanged: callers pass
@@ -26,9 +29,10 @@ _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 0, 3, 3, 0
 
 @dataclass(frozen=True)
 class MapSpec:
-    """The map a kernel parameter `param` wants of tensor `tensor`, a row-major [rows, cols] of
-    `dtype` elements (DATA_TYPES: 16-bit, f32, or f32 rounded to TF32 by the copy); rows and
-    cols are the leaf's bound shape: any buffer of that many elements will do."""
+    """The map a kernel parameter `param` wants of tensor `tensor`, a row-major [*outer, rows,
+    cols] of `dtype` elements (DATA_TYPES: 16-bit, f32, or f32 rounded to TF32 by the copy);
+    the leaf's bound shape: any buffer of that many elements will do. The box spans one
+    position of each outer axis."""
 
     param: str
     tensor: str
@@ -37,10 +41,22 @@ class MapSpec:
     rows: int
     cols: int
     dtype: str = "u16"
+    outer: tuple[int, ...] = ()  # leading axes, outermost first
 
     @property
     def elem_bytes(self) -> int:
         return DATA_TYPES[self.dtype][1]
+
+    @property
+    def rank(self) -> int:
+        return 2 + len(self.outer)
+
+    @property
+    def elements(self) -> int:
+        n = self.rows * self.cols
+        for d in self.outer:
+            n *= d
+        return n
 
 
 @lru_cache(maxsize=1)
@@ -73,19 +89,31 @@ class TensorMap(ctypes.Structure):
         return (ctypes.addressof(self) + 63) & ~63
 
 
+def geometry(spec: MapSpec) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(sizes, byte strides of every axis past the first, box), innermost axis first, as
+    cuTensorMapEncodeTiled takes them."""
+    sizes = (spec.cols, spec.rows, *reversed(spec.outer))
+    strides, pitch = [], spec.elem_bytes
+    for n in sizes[:-1]:
+        pitch *= n
+        strides.append(pitch)
+    return sizes, tuple(strides), (spec.box_cols, spec.box_rows, *([1] * len(spec.outer)))
+
+
 def encode(spec: MapSpec, ptr: int) -> TensorMap:
     """The map of the spec's tensor at device address `ptr`."""
     m = TensorMap()
-    rows, cols = spec.rows, spec.cols
-    dims = (ctypes.c_uint64 * 2)(cols, rows)
-    pitch = (ctypes.c_uint64 * 1)(cols * spec.elem_bytes)
-    box = (ctypes.c_uint32 * 2)(spec.box_cols, spec.box_rows)
-    ones = (ctypes.c_uint32 * 2)(1, 1)
+    rank = spec.rank
+    sizes, strides, boxes = geometry(spec)
+    dims = (ctypes.c_uint64 * rank)(*sizes)
+    pitches = (ctypes.c_uint64 * (rank - 1))(*strides)
+    box = (ctypes.c_uint32 * rank)(*boxes)
+    ones = (ctypes.c_uint32 * rank)(*([1] * rank))
     kind = DATA_TYPES[spec.dtype][0]
     modes = (_INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO)
-    err = _driver().cuTensorMapEncodeTiled(m.address(), kind, 2, ptr, dims, pitch, box, ones, *modes)
+    err = _driver().cuTensorMapEncodeTiled(m.address(), kind, rank, ptr, dims, pitches, box, ones, *modes)
     if err:
-        raise RuntimeError(f"cuTensorMapEncodeTiled({spec}, {rows}x{cols}) failed: CUresult {err}")
+        raise RuntimeError(f"cuTensorMapEncodeTiled({spec}, {sizes[::-1]}) failed: CUresult {err}")
     return m
 
 

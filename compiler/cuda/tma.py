@@ -26,9 +26,9 @@ MN-major); anything else is pruned, so the tuner never measures a variant that i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from compiler.cuda import mbarriers
+from compiler.cuda import mbarriers, pingpong
 from compiler.cuda.layout import SMEM_LIMIT
 from compiler.cuda.tensor_maps import MapSpec
 from compiler.cuda.wgmma import CoreTile, point_at_stage
@@ -45,8 +45,21 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaMap* map, int c0
                :: "r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
 """.strip("\n")
+TMA_LOAD_3D = r"""
+__device__ __forceinline__ void tma_load_3d(void* dst, const TmaMap* map, int c0, int c1, int c2,
+                                            unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4}], [%5];"
+               :: "r"(smem_u32(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+""".strip("\n")
 TMA_MAP = "struct __align__(64) TmaMap { unsigned long long v[16]; };"
 PRELUDE = "\n".join([TMA_MAP, mbarriers.PRELUDE, TMA_LOAD])
+
+
+def prelude(specs) -> str:
+    """The helpers a kernel with these tensor maps includes (the 3-D copy only where one is)."""
+    return "\n".join([PRELUDE] + ([TMA_LOAD_3D] if any(m.rank == 3 for m in specs) else []))
 
 
 @dataclass(frozen=True)
@@ -58,40 +71,80 @@ class Operand:
     size: int  # elements per stage
 
 
+def _in_boxes(tile, attention: bool):
+    """Attention's K-major operand wider than one 128-byte row (K at D = 128) as 64-wide blocks,
+    the layout 64-wide boxes write (CoreTile.blocked); matmul's tiles are taken as they are."""
+    wide = isinstance(tile, CoreTile) and not tile.mn_major and tile.elem_bytes == 2 and tile.k > 64
+    return replace(tile, blocked=True) if attention and wide and tile.k % BOX_COLS == 0 else tile
+
+
 def _copyable(gen, tile, load: ir.Load) -> bool:
+    """A 16-bit operand in 128-byte swizzled rows, sliced from a row-major tensor by ranges (or
+    `:`) along its last two axes and single positions along any before them (at most one: a 3-D
+    map), which the copies read but the kernel does not write."""
     if not isinstance(tile, CoreTile) or tile.elem_bytes != 2 or not tile.swizzled:
         return False
-    if not tile.mn_major and tile.k * tile.elem_bytes != 128:
+    if not (tile.mn_major or tile.blocked) and tile.k * tile.elem_bytes != 128:
         return False
     param = gen.tensor(load.tensor, load.span)
     dims = gen.dims_of(param)
-    if len(dims) != 2 or dims[-1] % 8 or load.tensor in gen.stored_tensors():
+    if len(dims) not in (2, 3) or dims[-1] % 8 or load.tensor in gen.stored_tensors():
         return False
     if load.fill is not None and not (isinstance(load.fill, ir.Const) and float(load.fill.value) == 0.0):
         return False
-    return all(isinstance(i, ir.SliceRange) for i in load.index) and tile.rows <= 256
+    *outer, rows, cols = load.index
+    ranges = all(isinstance(i, ir.SliceRange | ir.SliceAll) for i in (rows, cols))
+    return ranges and all(isinstance(i, ir.SliceIndex) for i in outer) and tile.rows <= 256
 
 
-def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str) -> dict:
+def _coordinates(gen, load: ir.Load) -> list[str]:
+    """The box's start in the map's coordinates, innermost axis first."""
+    def at(item) -> str:
+        if isinstance(item, ir.SliceAll):
+            return "0"
+        return gen.scalar(item.index if isinstance(item, ir.SliceIndex) else item.start)
+
+    return [at(i) for i in reversed(load.index)]
+
+
+def _check(gen, s: ir.For, carried: bool) -> bool:
+    """Prune what the ring cannot take; whether the loop is attention's (two dots, rotated)."""
+    if gen.loop_barriers or gen.out.depth != 1:
+        raise gen.pruned(s.span, "bulk tensor copies take a loop at the kernel's top level")
+    if gen.grid.threads > 2 * PRODUCER_THREADS:  # CONSUMER_REGS for each: 2 x 128 x 232 + 128 x 40
+        raise gen.pruned(s.span, "bulk tensor copies take one or two consumer warpgroups")
+    attention = len(gen.leaf.plan.tc_dots) != 1
+    if attention and not (gen.schedule.rotate and carried):
+        raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop or a rotated loop of two")
+    if gen.schedule.pingpong:  # the consumers take turns (pingpong.py)
+        pingpong.check(gen, s, carried)
+    return attention
+
+
+def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     """The mbarriers, the producer's whole loop (then it returns) and the consumers' register
-    raise; `entries`: (let, role, transposed, tile) with tile's ptr unset."""
-    if len(gen.leaf.plan.tc_dots) != 1 or gen.loop_barriers or gen.out.depth != 1:
-        raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop at the kernel's top level")
-    if not all(_copyable(gen, tile, st.value) for st, _, _, tile in entries):
-        raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 2-D 16-bit tensors in 128-byte rows")
-    stage_floats = sum(t.elements // 2 for *_, t in entries)
+    raise; `entries`: (let, role, transposed, tile) with tile's ptr unset; `loop`: (start, stop,
+    step) as C names; `carried`: the loop has a dot a rotation carries (loops.deferred_dot)."""
+    attention = _check(gen, s, carried)
+    tiles = [(st, _in_boxes(tile, attention)) for st, _, _, tile in entries]
+    if not all(_copyable(gen, tile, st.value) for st, tile in tiles):
+        raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
+    stage_floats = sum(t.elements // 2 for _, t in tiles)
     stages = max(3, gen.schedule.stages)
     while stages > 3 and (gen.perm_floats + stages * stage_floats) * 4 > SMEM_LIMIT - 32 * 1024:
         stages -= 1
     ops = []
-    for st, _, _, tile in entries:
+    for st, tile in tiles:
         base = gen.fresh("ring")
         ring = gen.alloc_perm(stages * tile.elements // 2, 256)
         gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
-        rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
-        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols)  # box as it lies
-        ops.append(Operand(st, tile, spec, base, tile.elements))
-    ring = split(gen, s, ops, stages, (start, stop_name, step))
+        *outer, rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
+        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols, outer=tuple(outer))
+        ops.append(Operand(st, tile, spec, base, tile.elements))  # box as it lies
+    ring = split(gen, s, ops, stages, loop)
+    if gen.schedule.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
+        pingpong.takes_turns(gen)
+        pingpong.first_turn(gen)
     return {o.let.name: ("tmaring", o, ring) for o in ops}
 
 
@@ -131,9 +184,10 @@ def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop, copies=None) ->
     gen.out.line(f"if (j_ >= {stages}) mbar_wait({bars} + 8 * ({stages} + s_), ((j_ / {stages}) + 1) & 1);")
     gen.out.line(f"mbar_expect_bytes({bars} + 8 * s_, {nbytes});")
     for o in ops:
-        rows, cols = (gen.scalar(i.start) for i in o.let.value.index)
-        for at, col in copies(o, f"{o.base} + s_ * {o.size}", cols):
-            gen.out.line(f"tma_load_2d({at}, &{o.spec.param}, {col}, {rows}, {bars} + 8 * s_);")
+        col, *rest = _coordinates(gen, o.let.value)
+        for at, c in copies(o, f"{o.base} + s_ * {o.size}", col):
+            where = ", ".join([c, *rest, f"{bars} + 8 * s_"])
+            gen.out.line(f"tma_load_{o.spec.rank}d({at}, &{o.spec.param}, {where});")
     gen.out.close()
     gen.out.close()
     gen.out.line("return;")
@@ -141,18 +195,25 @@ def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop, copies=None) ->
 
 
 def _boxes(o: Operand, dst: str, cols: str) -> list[tuple[str, str]]:
-    if not o.tile.mn_major:
-        return [(dst, cols)]
-    # one box per 64-wide block of x
-    return [
-        (f"{dst} + {j * o.tile.x_block}", f"{cols} + {j * BOX_COLS}") for j in range(o.tile.x // BOX_COLS)
-    ]
+    t = o.tile
+    if t.mn_major:  # one box per 64-wide block of x
+        return [(f"{dst} + {j * t.x_block}", f"{cols} + {j * BOX_COLS}") for j in range(t.x // BOX_COLS)]
+    if t.blocked:  # one box per 64-wide block of k
+        return [(f"{dst} + {j * t.x * BOX_COLS}", f"{cols} + {j * BOX_COLS}") for j in range(t.k // BOX_COLS)]
+    return [(dst, cols)]
 
 
 def _shares_registers(consumers: int) -> bool:
     """Whether the CTA starts with fewer registers per thread than a consumer wants (two
     consumer warpgroups: 65536 / 384 -> 168), so that the producer must hand its own over."""
     return 65536 // (consumers + PRODUCER_THREADS) // 8 * 8 < CONSUMER_REGS
+
+
+def before_split(gen) -> bool:
+    """Whether code emitted now runs before a producer warpgroup splits off (the TMA ring of a
+    loop of two dots: attention's Q is staged first), so that the producer's threads must stay
+    out of what the consumers' thread count lays out."""
+    return gen.wgmma and gen.schedule.tma and not gen.tma_split and len(gen.leaf.plan.tc_dots) > 1
 
 
 def ring_lets(gen, lets: list[ir.Let]) -> None:

@@ -49,6 +49,9 @@ class CoreTile:
     x: int
     dtype: str
     mn_major: bool = False
+    # K-major 16-bit with k a multiple of 64 (above 64), stored as k / 64 blocks of [x][64], each
+    # 128-byte swizzled: what 64-wide bulk tensor copies write (tma.py, attention's K at D = 128)
+    blocked: bool = False
 
     @property
     def elem_bytes(self) -> int:
@@ -83,7 +86,7 @@ class CoreTile:
         """128-byte swizzle: MN-major blocks always; K-major rows of exactly 128 bytes (k = 64
         16-bit or 32 TF32 values). Row r's 16-byte chunk c sits at chunk c ^ (r % 8) of the row
         (the tile 1024-byte aligned)."""
-        return self.mn_major or self.k * self.elem_bytes == 128
+        return self.mn_major or self.blocked or self.k * self.elem_bytes == 128
 
     @property
     def sbo(self) -> int:  # bytes between 8-row groups (of x, or of k when MN-major)
@@ -105,9 +108,17 @@ class CoreTile:
             return 16 * 64
         return self.mma_k if self.swizzled else 128
 
+    def k_offset(self, step: int) -> int:
+        """Elements from the tile's start to k step `step` in the descriptor (a blocked tile
+        moves to the next 64-wide block every 64 / mma_k steps)."""
+        if self.blocked:
+            k = step * self.mma_k
+            return (k // 64) * self.x * 64 + k % 64
+        return step * self.k_step
+
     @property
     def x_block(self) -> int:  # elements from one 64-wide x block (a warpgroup's rows of a) to the next
-        return 64 * self.k
+        return 64 * (64 if self.blocked else self.k)
 
     @property
     def elements(self) -> int:
@@ -115,6 +126,7 @@ class CoreTile:
 
     def chunk(self, e: str, per_row: int) -> tuple[str, str]:
         """(row, col) of 16-byte chunk number e: eight consecutive chunks fill 128 contiguous bytes."""
+        assert not self.blocked, "a blocked tile is written by bulk tensor copies (tma.py), not by threads"
         v = self.vector
         if self.mn_major:
             return f"(({e}) / {per_row})", f"((({e}) % {per_row}) * {v})"
@@ -124,6 +136,9 @@ class CoreTile:
 
     def offset(self, row: str, col: str) -> str:
         v, w = self.vector, self.row_elems
+        if self.blocked:  # row: x, col: k; block col / 64 holds [x][64]
+            inner = f"(({row}) * 64 + (((({col}) % 64) / 8) ^ (({row}) % 8)) * 8 + ({col}) % 8)"
+            return f"((({col}) / 64) * {self.x * 64} + {inner})"
         if self.mn_major:  # row: k, col: x
             return (
                 f"((({col}) / 64) * {self.x_block} + ({row}) * 64"
@@ -246,10 +261,10 @@ def emit_wgmma(
             gen.out.line(" ".join(f"{rot.frag}[{s}][{q}] = {f};" for q, f in enumerate(frag)))
         gen.out.line(f"{rot.stage} = {sb.ptr};")
         frags = [[f"{rot.frag}[{s}][{q}]" for q in range(4)] for s in range(kk // 16)]
-        kept = CoreTile(rot.stage, sb.role, sb.k, sb.x, sb.dtype, sb.mn_major)
+        kept = replace(sb, ptr=rot.stage)
         rot.issue = issue(acc, frags, kept, n, kk, dtype, fresh)
         return
-    if wait == "rotated" and gen.handover:  # ping-pong: this warpgroup's turn (pingpong.py)
+    if wait == "rotated" and gen.turns:  # ping-pong: this warpgroup's turn (pingpong.py)
         gen.out.line(pingpong.wait_turn())
     gen.out.line("wg_fence();")
     frags = [_register_fragment(sa.cname, s, dtype) for s in range(kk // 16)] if from_regs else sa
@@ -278,13 +293,13 @@ def issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> li
     lines = []
     for s in range(kk // mma_k):
         lines.append(" {")  # as Emitter.open("") writes it: matmul's text stays as it was
-        lines.append(f"  const unsigned long long db_ = {_desc(sb, f'{sb.ptr} + {s * sb.k_step}')};")
+        lines.append(f"  const unsigned long long db_ = {_desc(sb, f'{sb.ptr} + {sb.k_offset(s)}')};")
         if not isinstance(sa, CoreTile):
             lines.append("  const unsigned " + ", ".join(f"a{q}_ = {f}" for q, f in enumerate(sa[s])) + ";")
             a_op, trans, b_op = "{" + ", ".join(f"%{regs + q}" for q in range(4)) + "}", "", f"%{regs + 4}"
             a_in = ", ".join(f'"r"(a{q}_)' for q in range(4))
         else:
-            a_ptr = f"{sa.ptr} + (th_warp / 4) * {sa.x_block} + {s * sa.k_step}"
+            a_ptr = f"{sa.ptr} + (th_warp / 4) * {sa.x_block} + {sa.k_offset(s)}"
             lines.append(f"  const unsigned long long da_ = {_desc(sa, a_ptr)};")
             a_op, a_in, trans, b_op = f"%{regs}", '"l"(da_)', f"{int(sa.mn_major)}, ", f"%{regs + 1}"
         imm = "p, 1, 1" if dtype == "tf32" else f"p, 1, 1, {trans}{int(sb.mn_major)}"

@@ -27,11 +27,8 @@ def _loop_events(src: str) -> tuple[int, int, list[tuple]]:
     ahead = int(re.search(r"mbar_wait\(bar_\d+ \+ 8 \* \(\d+ \+ \(it_\d+ \+ (\d+)\)", body).group(1))
     events, cond, last = [], "any", None
     for line in (x.strip() for x in body.splitlines()):
-        if line.startswith("if (kept_b_"):
-            cond = "kept"
-        elif line == "} else {" and cond == "kept-done":  # (the causal mask's own else is not this)
-            cond = "first"
-        elif line.startswith("if (ahead_"):
+        cond = branch_condition(cond, line)
+        if line.startswith("if (ahead_"):
             cond = ("fill", ahead)
         new = []
         if "mbar_arrive(" in line and "- 2) %" in line:
@@ -46,22 +43,46 @@ def _loop_events(src: str) -> tuple[int, int, list[tuple]]:
             new.append(("take",))
         elif "wgmma.mma_async" in line and last != "read":
             new.append(("read", -1 if cond == "kept" else 0))
-        if "wg_commit();" in line:
-            new.append(("commit",))
-        if "turn_pass<3>(); else turn_pass<2>();" in line:
-            new.append(("pass",))
-        if "wg_wait_one();" in line or "wg_wait_all();" in line:
-            new.append(("wait_groups", 1 if "wait_one" in line else 0))
+        new += issue_events(line)
         for e in new:
             events.append((*e, cond))
             last = e[0]
-        if cond == "first" and new:  # the else branch is one line
-            cond = "any"
-        if cond == "kept" and ("wait_groups", 1) in new:
-            cond = "kept-done"  # until its else
+        cond = next_condition(cond, new)
         if cond == ("fill", ahead) and any(e[0] == "filled" for e in new):
             cond = "any"
     return stages, ahead, events
+
+
+def branch_condition(cond, line: str):
+    """Entering the carried dot's branch (iterations after the first) or its else (the first)."""
+    if line.startswith("if (kept_b_"):
+        return "kept"
+    if line == "} else {" and cond == "kept-done":  # (the causal mask's own else is not this)
+        return "first"
+    return cond
+
+
+def issue_events(line: str) -> list[tuple]:
+    """The group commit, the pass of the turn and the group wait that a line of the rotated loop
+    holds, in their order on the line."""
+    new = []
+    if "wg_commit();" in line:
+        new.append(("commit",))
+    if "turn_pass<3>(); else turn_pass<2>();" in line:
+        new.append(("pass",))
+    if "wg_wait_one();" in line or "wg_wait_all();" in line:
+        new.append(("wait_groups", 1 if "wait_one" in line else 0))
+    return new
+
+
+def next_condition(cond, new: list[tuple]):
+    """The condition of the lines after one that emitted `new`: the carried dot's else branch is
+    one line; its if branch ends at its wait for all but one group (then waits for its else)."""
+    if cond == "first" and new:
+        return "any"
+    if cond == "kept" and ("wait_groups", 1) in new:
+        return "kept-done"
+    return cond
 
 
 def _program(warp: int, stages: int, ahead: int, loop: list[tuple]) -> list[tuple]:

@@ -229,6 +229,34 @@ def test_attention_at_256_rows_equals_interpreter(name, tol, schedule):
     assert ran == (6 if WIDE_ATTENTION_SCHEDULES[schedule].wgmma else 2), ran
 
 
+# K and V brought by a producer warpgroup's 3-D bulk tensor copies (tma.py), the consumers
+# rotated, with and without ping-pong turns; ragged N (zero-filled boxes at the end of each head)
+TMA_ATTENTION_SCHEDULES = [
+    Schedule(wgmma=True, stages=4, order="grouped", rotate=True, tma=True, pingpong=True),
+    Schedule(wgmma=True, stages=3, rotate=True, tma=True, pingpong=True),
+    Schedule(wgmma=True, stages=4, rotate=True, tma=True),
+]
+TMA_ATTENTION_DIMS = [{"H": 3, "N": 299, "D": 64}, {"H": 2, "N": 128, "D": 64}, {"H": 2, "N": 555, "D": 128}]
+
+
+@pytest.mark.parametrize("schedule", range(len(TMA_ATTENTION_SCHEDULES)))
+@pytest.mark.parametrize("name,tol", ATTENTION[:3], ids=[a[0] for a in ATTENTION[:3]])
+def test_tma_attention_equals_interpreter(name, tol, schedule):
+    """BR = 128 (two consumer warpgroups, registers handed over by setmaxnreg) at BC = 32, 64,
+    128, and BR = 64 (one consumer warpgroup) without turns; every point compiles."""
+    kernel = load_example(name)
+    sched = TMA_ATTENTION_SCHEDULES[schedule]
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 200 + schedule)
+    ran = 0
+    points = [{"BR": 128, "BC": bc} for bc in (32, 64, 128)]
+    points += [] if sched.pingpong else [{"BR": 64, "BC": 64}]
+    for dims in TMA_ATTENTION_DIMS:
+        for point in points:
+            scalars = {"scale": dims["D"] ** -0.5}
+            ran += _check(kernel, dims, point, sched, tol, rng, scalars)
+    assert ran == len(points) * len(TMA_ATTENTION_DIMS), ran
+
+
 TF32_WGMMA = [  # TF32 warpgroup MMA: both operands rounded and stored K-major through registers
     ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32}, Schedule(wgmma=True, order="grouped")),
     ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True)),

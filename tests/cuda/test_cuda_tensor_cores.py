@@ -188,7 +188,21 @@ def _variants():
                 mm.append((name, dims, point, Schedule()))
                 if name != "mha_tf32.phk":  # S = Q K^T from shared memory, P V with P in registers
                     mm += [(name, dims, point, s) for s in [Schedule(wgmma=True, stages=4), *rotated]]
-    return mm + _wide_attention_variants() + _pingpong_variants()
+    return mm + _wide_attention_variants() + _pingpong_variants() + _tma_attention_variants()
+
+
+def _tma_attention_variants():
+    """Attention fed by a producer warpgroup's 3-D bulk tensor copies (tma.py), with and without
+    ping-pong turns, at BR = 128 (and BR = 64, one consumer warpgroup, without turns)."""
+    tma = Schedule(wgmma=True, stages=4, order="grouped", rotate=True, tma=True)
+    out = []
+    for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk"):
+        for d, bc in ((64, 64), (64, 128), (128, 32), (128, 64), (128, 128)):
+            dims = {"H": 8, "N": 4096, "D": d}
+            for s in (tma, dataclasses.replace(tma, stages=3, pingpong=True)):
+                out.append((name, dims, {"BR": 128, "BC": bc}, s))
+        out.append((name, {"H": 8, "N": 4096, "D": 128}, {"BR": 64, "BC": 64}, tma))
+    return out
 
 
 def _pingpong_variants():
@@ -285,11 +299,13 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     assert re.search(want, sass), f"{name}: no tensor-core instruction in the SASS"
     if "tf32" in name:
         assert re.search(r"\bH(G)?MMA\.\S+\.F32\.TF32", sass), f"{name}: no TF32 tensor-core instruction"
-    if schedule.tma:  # the copy engine's loads and the mbarrier waits
-        assert "UTMALDG.2D" in sass and "SYNCS.PHASECHK" in sass, name
-    if schedule.pingpong:  # copies arriving on mbarriers, their waits, the turns' arrivals
-        assert all(op in sass for op in ("ARRIVES.LDGSTSBAR", "SYNCS.PHASECHK", "BAR.ARV")), name
-        assert "used 4 barriers" in report, report  # immediate ids: 0, 2, 3 (1 unused)
+    if schedule.tma:  # the copy engine's loads (attention's [H, N, D] by 3-D maps), the mbarrier waits
+        assert ("UTMALDG.3D" if "mha" in name else "UTMALDG.2D") in sass and "SYNCS.PHASECHK" in sass, name
+    if schedule.pingpong:  # the turns' arrivals; cp.async copies arriving on mbarriers, their waits
+        assert "BAR.ARV" in sass, name
+        if not schedule.tma:
+            assert all(op in sass for op in ("ARRIVES.LDGSTSBAR", "SYNCS.PHASECHK")), name
+            assert "used 4 barriers" in report, report  # immediate ids: 0, 2, 3 (1 unused)
 
 
 @pytest.mark.parametrize("k,x,mn_major", [(64, 128, False), (32, 64, False), (64, 256, True), (32, 64, True)])
@@ -434,20 +450,24 @@ def test_rows_that_fit_no_warp_layout_are_pruned_at_the_search_space(tmp_path):
 
 
 def test_tf32_on_a_gpu_without_tensor_cores_is_an_error_at_the_dot():
-    from compiler.cuda.launch import check_device
+    from compiler.cuda import target
 
     kernel = load_example("matmul.phk")
     b = binding.bind(
         kernel, {"M": 256, "N": 256, "K": 256}, None, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}
     )
-    exact = compile_kernel(kernel, b)
-    check_device(exact, 75)  # exact f32 runs anywhere
+    exact = compile_kernel(kernel, b, cc=75)  # exact f32 runs on the CUDA cores of any GPU
+    assert ".target sm_75" in exact.ptx
+    target.check(exact, 75)
     tf32 = compile_kernel(kernel, b, tf32=True)
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in tf32.ptx and "cvt.rn.tf32.f32" in tf32.ptx
-    check_device(tf32, 90)
-    with pytest.raises(CompileError) as e:
-        check_device(tf32, 75)
-    assert "compute capability 8.0" in e.value.message and e.value.span.line == 11  # acc += dot(a, b)
+    target.check(tf32, 90)
+    for refused in (lambda: compile_kernel(kernel, b, tf32=True, cc=75), lambda: target.check(tf32, 75)):
+        with pytest.raises(CompileError) as e:
+            refused()
+        assert "compute capability 8.0 or later for tensor cores" in e.value.message, e.value.message
+        assert "this GPU has compute capability 7.5" in e.value.message
+        assert e.value.span.line == 11  # acc += dot(a, b)
 
 
 CAST = """@autotune(B in [64])
@@ -559,9 +579,14 @@ def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():
             generate_source(k, binding.bind(k, dims, None, point), schedule=tma)
 
 
-def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_path):
+@pytest.mark.parametrize("tma_tuned", [True, False])
+def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_path, tma_tuned):
     """A loop of two dots (attention): the warpgroup probe rotates it, and the family's space
-    holds both orders."""
+    holds both orders; the TMA-fed loop is a family of its own, or none while it is withheld
+    (schedule.TMA_ATTENTION_TUNED)."""
+    from compiler.cuda import schedule as sched
+
+    monkeypatch.setattr(sched, "TMA_ATTENTION_TUNED", tma_tuned)
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
@@ -575,13 +600,22 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     res = autotune.tune(load_example("mha_bf16.phk"), {"H": 8, "N": 4096, "D": 64})
     probe = Schedule(stages=4, order="grouped", wgmma=True, rotate=True)
     wide = dataclasses.replace(probe, threads=WIDE_THREADS)  # four warpgroups: BR = 256
-    assert {s for _, s in asked[0]} == {Schedule(), probe, wide}
+    tma = dataclasses.replace(probe, tma=True, pingpong=True)  # a producer warpgroup's TMA
+    assert {s for _, s in asked[0]} == {Schedule(), probe, wide} | ({tma} if tma_tuned else set())
     assert {p["BR"] for p, _ in asked[0]} == {64, 128, 256}
     assert {s.rotate for _, s in asked[2]} == {False, True} and res.schedule.rotate
-    assert len(asked) == 4 and all(s.wgmma and s.threads == WIDE_THREADS for _, s in asked[3])
+    assert len(asked) == 4 + tma_tuned and all(s.wgmma and s.threads == WIDE_THREADS for _, s in asked[3])
     assert any(s.pingpong for _, s in asked[2]) and not any(s.pingpong for _, s in asked[3])
     assert not any(s.threads for f in asked[1:3] for _, s in f)
+    assert not any(s.tma for f in asked[1:4] for _, s in f)
     assert {(s.late_copies, s.rotate) for _, s in asked[3]} == set(itertools.product((False, True), repeat=2))
+    if not tma_tuned:
+        return
+    # the TMA family: both ring depths, both orders, with and without turns, rotated, no late copies
+    assert all(s.tma and s.rotate and not s.late_copies and not s.threads for _, s in asked[4])
+    assert {(s.stages, s.order, s.pingpong) for _, s in asked[4]} | {(4, "grouped", True)} == set(
+        itertools.product((3, 4), ("row", "grouped"), (False, True))
+    )
 
 
 def test_wide_attention_keeps_the_points_that_fit_four_warpgroups():

@@ -55,6 +55,10 @@ def test_gpu_pods_run_the_add_plans(tmp_path, devices):
         infos, results = run_async(scenario)
     assert results == [(True, ""), (True, "")]
     assert infos[0].backend == "gpu" and infos[0].device_index == 0
+    import cupy  # the hello says the GPU's compute capability, which the scheduler compiles for
+
+    assert infos[0].compute_capability == int(cupy.cuda.Device(0).compute_capability) >= 80
+    assert infos[1].compute_capability == (0 if devices[1] == "cpu" else infos[0].compute_capability)
     storage.commit(staging, tmp_path / "c.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
 

@@ -85,14 +85,43 @@ def test_event_round_trip_maps_none_to_sentinels():
 
 def test_pod_info_and_tile_header_round_trip():
     rpc = capnp_io.rpc()
-    info = capnp_io.PodInfo("gpu", "NVIDIA H200", 140 << 30, 1234, "host-a", 0)
+    info = capnp_io.PodInfo("gpu", "NVIDIA H200", 140 << 30, 1234, "host-a", 0, compute_capability=90)
     msg = rpc.PodInfo.new_message()
     capnp_io.write_pod_info(msg, info)
     assert capnp_io.read_pod_info(msg) == info
+    with capnp_io.read_message(rpc.PodInfo, msg.to_bytes()) as reader:  # as the bytes arrive
+        assert capnp_io.read_pod_info(reader) == info
     header = capnp_io.TileHeader((4, 8), "f32", 128, 0xDEADBEEF, 40123, b"0123456789abcdef")
     msg = rpc.TileHeader.new_message()
     capnp_io.write_tile_header(msg, header)
     assert capnp_io.read_tile_header(msg) == header
+
+
+OLD_POD_INFO = """@0xd5b1c2a3e4f60718;
+struct PodInfo {
+  backend @0 :Text;
+  deviceName @1 :Text;
+  vramBytes @2 :UInt64;
+  pid @3 :UInt32;
+  hostId @4 :Text;
+  deviceIndex @5 :Int32;
+}
+"""
+
+
+def test_a_pod_older_than_the_compute_capability_says_none(tmp_path):
+    """A hello from a pod built before PodInfo.computeCapability (the struct as it was, written by
+    its own schema) reads with the field at 0: the scheduler then compiles for 9.0, as before."""
+    import capnp
+
+    schema = tmp_path / "old_rpc.capnp"
+    schema.write_text(OLD_POD_INFO)
+    old = capnp.load(str(schema))
+    msg = old.PodInfo.new_message(backend="gpu", deviceName="NVIDIA H200", vramBytes=80 << 30, pid=7,
+                                  hostId="h", deviceIndex=1)
+    with capnp_io.read_message(capnp_io.rpc().PodInfo, msg.to_bytes()) as reader:
+        info = capnp_io.read_pod_info(reader)
+    assert info == capnp_io.PodInfo("gpu", "NVIDIA H200", 80 << 30, 7, "h", 1, compute_capability=0)
 
 
 def test_bad_scalar_is_refused():

@@ -112,6 +112,7 @@ def test_two_pods_load_fetch_compute_store(fresh_pods):
     assert results == [(True, ""), (True, "")]
     assert [i.backend for i in infos] == ["cpu", "cpu"]
     assert all(i.vram_bytes > 0 and i.pid > 0 and i.device_index == -1 for i in infos)
+    assert all(i.compute_capability == 0 for i in infos)  # no GPU: the leaves need no PTX
     storage.commit(staging, root / "c.npy")
     np.testing.assert_array_equal(np.load(root / "c.npy"), a + b)  # f32 add: bitwise equal
     kinds = {(node, e.kind) for node, e in sink.reported}
