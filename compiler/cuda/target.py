@@ -4,11 +4,12 @@ target that joins the two. The one home of compute capabilities in the compiler.
 A compute capability is written as one integer, major * 10 + minor (80 for 8.0, 86, 89, 90, 100,
 120), as cupy's `Device.compute_capability` gives it.
 
-What the code needs (`Need`) is the set of PTX features the emitters used (FEATURES): mma.sync,
-ldmatrix and cp.async from sm_80; bulk tensor copies (TMA) and mbarrier transaction counts and
-waits from sm_90; warpgroup MMA and `setmaxnreg` from sm_90a only, which is arch-specific: its
-PTX runs on a 9.0 GPU and no other. TF32 rounding is no feature: tf32.py picks `cvt.rn.tf32.f32`
-or an integer sequence by `__CUDA_ARCH__`, so the same source compiles for either.
+What the code needs (`Need`) is the set of PTX features the emitters used (FEATURES): mma.sync's
+bf16, f16 and TF32 shapes (with ldmatrix, from 7.5), cp.async and bf16 conversions from sm_80;
+bulk tensor copies (TMA) and mbarrier transaction counts and waits from sm_90; warpgroup MMA and
+`setmaxnreg` from sm_90a only, which is arch-specific: its PTX runs on a 9.0 GPU and no other.
+TF32 rounding is no feature: tf32.py picks `cvt.rn.tf32.f32` or an integer sequence by
+`__CUDA_ARCH__`, so the same source compiles for either.
 
 The PTX target (`ptx_arch`): `compute_{cc}` below 9.0 (an A100 gets compute_80, an RTX 4090
 compute_89), `compute_90` / `compute_90a` on 9.0 exactly as before (the H200 the figures are

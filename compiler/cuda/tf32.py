@@ -5,8 +5,8 @@ values.round_tf32_bits is the meaning). From sm_90 that is one PTX instruction,
 `cvt.rn.tf32.f32`, which ptxas refuses below sm_90. Before it (sm_80, 86, 89) the only TF32
 conversion is `cvt.rna` (ties away from zero), so the same rounding is done on the bits by
 RNE_STEPS, an integer sequence without branches. `__CUDA_ARCH__` picks one at compile time:
-the generator targets compute_90 today, and compiling its source for compute_80 gives the
-integer sequence.
+the generator targets the GPU it runs on (target.py), so an A100, an RTX 3090 or an L4 gets the
+integer sequence and an H200 (or a Blackwell, through compute_90) the instruction.
 
 RNE_STEPS are (name, expression) pairs written in the subset of C that Python also reads
 (hex literals, + - * & | >> <<, parentheses), over the f32 bits `u` (unsigned): the C helper
