@@ -87,6 +87,11 @@ def start_cuda(device: str) -> threading.Thread | None:
     failure here shows there, as the backend's own error."""
     if not device.isdigit():
         return None
+    # numpy first, here: cupy's import in the thread and the pod's own imports (storage, ml_dtypes)
+    # both import it, and two threads importing numpy at once can meet inside its circular
+    # imports, where Python breaks the lock cycle by handing one a partly initialised module
+    # ("cannot import name '__cpu_features__'"): the pod then died before listening.
+    import numpy  # noqa: F401
 
     def start() -> None:
         try:

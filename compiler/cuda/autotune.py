@@ -264,7 +264,7 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
             # dots whatever the schedule says: only the CTA order is left to search. The
             # TMA-fed one (tma_tf32.py, C^T by role swap) takes other tile shapes (TILE_N = 64
             # per warpgroup, TILE_M up to 256), so it is a family of its own, with its own probe
-            tma_tf32 = []  # withheld from the tuner until its GPU tests pass
+            tma_tf32 = [s for s in wg if s.tma]
             wg = [s for s in wg if not s.tma and s.stages == 3 and not s.late_copies]
         families.append(wg)
     wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)

@@ -50,7 +50,8 @@ PAD = 2  # words after each row of the epilogue's staging: its stores meet 32 di
 WHAT = (
     "TF32 bulk tensor copies swap the roles (C^T = B^T A^T): they take acc += dot(a, b) of 2-D slices "
     "of 2-D f32 tensors in 16-byte rows, a k-contiguous, b n-contiguous, k = 32, TILE_N in 64s (one "
-    "warpgroup's rows of C^T) that split the warpgroups, and each warpgroup's share of TILE_M in 8s, <= 256"
+    "warpgroup's rows of C^T) that split the warpgroups (a CTA of at least one warpgroup), and each "
+    "warpgroup's share of TILE_M in 8s, <= 256"
 )
 
 
@@ -131,7 +132,8 @@ def _check(gen, s: ir.For, entries) -> tuple:
         raise gen.pruned(s.span, WHAT)
     m, n, groups = a[3].x, b[3].x, gen.grid.threads // 128
     along_m = groups // max(1, n // 64)
-    if a[3].k != BOX or n % 64 or groups % (n // 64) or m % (8 * along_m) or m // along_m > 256:
+    # fewer than 128 threads hold no whole warpgroup (along_m would be 0)
+    if groups < 1 or a[3].k != BOX or n % 64 or groups % (n // 64) or m % (8 * along_m) or m // along_m > 256:
         raise gen.pruned(s.span, WHAT)
     return a, b, m, n, m // along_m
 

@@ -361,7 +361,8 @@ TF32_CASES = [
     (
         "flash_attention.phk",
         {"Nq": 203, "Nk": 331},
-        [{"BR": 128, "BC": 64}, {"BR": 64, "BC": 128}, {"BR": 128, "BC": 128}],
+        # BC = 128 holds 100 values a thread, past TF32 attention's register budget (96): pruned
+        [{"BR": 128, "BC": 64}, {"BR": 64, "BC": 64}, {"BR": 64, "BC": 32}],
     ),
     ("causal_attention.phk", {"N": 299}, [{"BR": 128, "BC": 64}, {"BR": 64, "BC": 64}]),
 ]

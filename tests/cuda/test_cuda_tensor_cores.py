@@ -636,3 +636,14 @@ def test_wide_attention_keeps_the_points_that_fit_four_warpgroups():
     assert compiles(128, {"BR": 256, "BC": 32}) and compiles(64, {"BR": 256, "BC": 64})
     assert not compiles(128, {"BR": 256, "BC": 64}) and not compiles(64, {"BR": 256, "BC": 128})
     assert not compiles(128, {"BR": 128, "BC": 32})
+
+
+def test_every_point_of_the_tf32_gpu_examples_compiles():
+    """The TF32 GPU test (test_cuda_tc_gpu.py, TF32_CASES) launches its points without a pruning
+    check: a change of budgets that prunes one must fail here, on the CPU, not there."""
+    from test_cuda_tc_gpu import TF32_CASES
+
+    for name, dims, points in TF32_CASES:
+        kernel = load_example(name)
+        for point in points:
+            compile_kernel(kernel, binding.bind(kernel, dims, None, point), tf32=True)

@@ -82,17 +82,26 @@ def _assert_equal(got: np.ndarray, ref: np.ndarray) -> None:
     assert diff.size == 0, f"{diff.size} of {ref.size} differ; first (index, GPU, interpreter): {first}"
 
 
+TMA = Schedule(wgmma=True, stages=4, tma=True)
 MATMUL_CASES = [  # (example, tile point, schedule, kernel-wide tf32)
     ("matmul_tf32.phk", {"TILE_M": 64, "TILE_N": 64, "TILE_K": 16}, Schedule(), False),
     ("matmul_tf32.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(wgmma=True), False),
     ("matmul_tf32.phk", {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, Schedule(wgmma=True, order="grouped"),
      False),
     ("matmul.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, Schedule(), True),
+    # the TMA ring by role swap: the copy engine rounds (TFLOAT32 maps), nothing in the kernel does
+    ("matmul_tf32.phk", {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, TMA, False),
+    ("matmul.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, TMA, True),
 ]
 
 
+def _case_id(case) -> str:
+    schedule = case[2]
+    return f"{case[0]}-{'tma' if schedule.tma else 'wgmma' if schedule.wgmma else 'mma'}"
+
+
 @pytest.mark.parametrize("subnormal", [False, True], ids=["normal", "subnormal"])
-@pytest.mark.parametrize("case", MATMUL_CASES, ids=lambda c: f"{c[0]}-{'wgmma' if c[2].wgmma else 'mma'}")
+@pytest.mark.parametrize("case", MATMUL_CASES, ids=_case_id)
 def test_tf32_matmul_rounds_operands_exactly_as_the_interpreter(case, subnormal):
     from compiler.cuda.launch import run_kernel_gpu
 

@@ -223,6 +223,16 @@ def test_what_the_tma_tf32_ring_cannot_take_is_pruned(point, dims, why):
     assert why in e.value.message
 
 
+def test_a_cta_without_a_whole_warpgroup_is_pruned():
+    """matmul.phk's TF32 opt-in at 32x64 runs 64 threads: pruned (this once divided by zero,
+    which would have stopped a tuning run instead of skipping the point)."""
+    kernel = load_example("matmul.phk")
+    b = binding.bind(kernel, {"M": 512, "N": 512, "K": 512}, None, {"TILE_M": 32, "TILE_N": 64, "TILE_K": 32})
+    with pytest.raises(CompileError, match="is pruned: TF32 bulk tensor copies swap the roles") as e:
+        generate_source(kernel, b, tf32=True, schedule=TMA)
+    assert "at least one warpgroup" in e.value.message
+
+
 def test_the_register_ring_is_unchanged_without_tma():
     """Schedule.tma is what picks this path; without it TF32 keeps the register-staged ring."""
     g = _source(
@@ -250,7 +260,6 @@ def test_tuner_searches_the_tma_tf32_ring_as_a_family_of_its_own(monkeypatch, tm
         return [((tuple(sorted(p.items())), s), 1.0 + 0.01 * p["TILE_M"]) for p, s in candidates], []
 
     monkeypatch.setattr(autotune, "_measure", fake_measure)
-    tma_on = False  # withheld from the tuner until its GPU tests pass
     kernel = load_example("matmul_tf32.phk")
     autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     probes, *families = asked

@@ -69,3 +69,23 @@ def test_listening_line_and_no_token_in_the_logs(tmp_path):
         out, err = proc.communicate(timeout=10)
     assert out == ""  # exactly one line on stdout
     assert secret not in err
+
+
+def test_cuda_start_thread_begins_after_numpy_is_imported():
+    """A GPU pod imports cupy in a thread beside its own imports; both import numpy, and two
+    threads inside numpy's circular imports at once once killed a pod before it listened
+    ("cannot import name '__cpu_features__'", on the H200). So numpy must be whole before the
+    thread starts. A fresh interpreter, with the thread's start recorded instead of run."""
+    probe = (
+        "import sys, threading\n"
+        "import pod.cli\n"
+        "assert 'numpy' not in sys.modules, 'pod.cli imports numpy itself: this test sees nothing'\n"
+        "seen = []\n"
+        "threading.Thread.start = lambda self: seen.append((self.name, 'numpy' in sys.modules))\n"
+        "pod.cli.start_cuda('0')\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=pod_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('pod-cuda-start', True)]"
