@@ -10,7 +10,8 @@
   allowed and the Triton matmul on f32 (TF32 dots).
 - attention: examples/mha_bf16.phk and causal_mha_bf16.phk (D in {64, 128}) and mha_tf32.phk
   (D = 64), 8 heads in one launch, N in {4096, 16384}, against torch SDPA on [1, 8, N, D] in the
-  same type (f32 for TF32) and a Triton flash attention written for this comparison.
+  same type (f32 for TF32) and a Triton flash attention written for this comparison. Tuned at
+  each N (tile values and schedule), as `@autotune` is for a user at that size.
 --only picks jobs: matmul, matmul_f16, matmul_tf32, attention (bf16; or one half of it:
 attention_full, attention_causal), attention_tf32; --attention-d picks the bf16 head sizes.
 Rows of --latest: {what, dtype, ours_tflops, anchor, anchor_tflops, ratio}, ratio = anchor time /
@@ -163,10 +164,12 @@ def bench_attention(results, log, name, sizes, d, causal):
     storage = next(p.dtype for p in k.tensors if p.name == "Q")
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[storage]
     label = "tf32" if storage == "f32" else storage
-    best, schedule = tune(k, {"H": heads, "N": max(sizes), "D": d}, log, f"{k.name} D={d}")
     scale = d**-0.5
     torch.backends.cuda.matmul.allow_tf32 = False
     for n in sizes:
+        # tuned at each N, as a user's @autotune is (its cache is keyed by the dims): the best
+        # schedule at 16384 (one CTA per SM) leaves SMs idle at 4096
+        best, schedule = tune(k, {"H": heads, "N": n, "D": d}, log, f"{k.name} D={d} N={n}")
         c = compile_kernel(k, binding.bind(k, {"H": heads, "N": n, "D": d}, None, best), schedule=schedule)
         g = torch.Generator(device="cuda").manual_seed(n + d)
         q, kk, v = (torch.randn(heads, n, d, device="cuda", generator=g).to(tdtype) for _ in range(3))
