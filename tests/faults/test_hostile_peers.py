@@ -89,6 +89,14 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _wait_for_background_imports(folder) -> None:
+    """The pod imports its first job's modules in a thread once it listens (pod/cli.py), reading
+    module files as it goes: a count of its descriptors or of its memory settles only after."""
+    log = folder / "pod.log"
+    _wait_for(lambda: [e for e in _events(log) if e.get("event") == FIRST_JOB_MODULES_IMPORTED], 60,
+              "the pod's background imports")
+
+
 def _open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -172,6 +180,7 @@ def test_a_login_deadline_and_a_cap_on_connections_not_logged_in(tmp_path):
     pod, address = _pod(tmp_path, "--login-timeout", "2", "--max-pending-logins", "4")
     host, port = address.rsplit(":", 1)
     try:
+        _wait_for_background_imports(tmp_path)  # they open files: the count moves until they end
         base = _open_fds(pod.pid)
         idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
         # the pod has accepted all four (each holds a descriptor there) before the fifth arrives
@@ -196,11 +205,8 @@ def test_garbage_connections_leave_the_pods_memory_at_its_baseline(tmp_path):
     or more here); tools/soak_hostile.py --connections 20000 measures the issue's figure."""
     pod, address = _pod(tmp_path)
     try:
-        # the pod imports its first job's modules in the background once it listens: that growth
-        # is no leak either, so the baseline is taken after it
-        log = tmp_path / "pod.log"
-        _wait_for(lambda: [e for e in _events(log) if e.get("event") == FIRST_JOB_MODULES_IMPORTED], 60,
-                  "the pod's background imports")
+        # the background imports' growth is no leak either, so the baseline is taken after them
+        _wait_for_background_imports(tmp_path)
         flood(address, 300)  # warm up: the loop's and allocator's first-use growth is no leak
         fds = _open_fds(pod.pid)
         baseline = rss_mb(pod.pid)
