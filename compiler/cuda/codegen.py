@@ -64,14 +64,8 @@ class Generated:
     block: tuple[int, int, int]
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
-    tensor_core_span: object = None  # the first dot on tensor cores (sm_80 or later), or None
     need: target.Need = target.Need()  # what the code asks of the GPU (target.py picks NVRTC's -arch)
     tensor_maps: tuple = ()  # tensor_maps.MapSpec per extra parameter (bulk tensor copies, tma.py)
-
-    @property
-    def arch(self) -> str:
-        """NVRTC's virtual architecture on the H200 (compute_90a for warpgroup MMA)."""
-        return target.ptx_arch(self.need, target.HOPPER)
 
 
 class KernelGen(ExprEmitter):
@@ -471,7 +465,6 @@ class KernelGen(ExprEmitter):
             (threads, 1, 1),
             shared_bytes,
             tuple(spans),
-            self.tensor_core_span,
             target.need_of(self),
             tuple(self.tensor_maps),
         )

@@ -38,7 +38,6 @@ class CompiledKernel:
     line_spans: tuple  # generated line number (1-based) -> kernel Span or None
     tensors: tuple[str, ...] = ()
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype)
-    tensor_core_span: Span | None = None  # the first dot on tensor cores: needs sm_80 or later
     tensor_maps: tuple = ()  # tensor_maps.MapSpec of the parameters read by bulk tensor copies
     need: target.Need = target.Need()  # what the code asks of the GPU (target.check before a load)
     kernel_span: Span | None = None  # the kernel, where an error without a dot points
@@ -90,7 +89,6 @@ def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKe
         line_spans=gen.line_spans,
         tensors=tuple(p.name for p in kernel.tensors),
         scalars=tuple((p.name, p.dtype) for p in kernel.scalars),
-        tensor_core_span=gen.tensor_core_span,
         tensor_maps=gen.tensor_maps,
         need=gen.need,
         kernel_span=kernel.span,
