@@ -231,8 +231,14 @@ class JobRun:
         gpus = {n: (session.infos[n].compute_capability, f"node {n} ({session.addresses[n]}, "
                     f"{session.infos[n].device_name})") for n in nodes if session.infos[n].backend == "gpu"}
         leaf_ptx = ptx_for_pods(prepared.program, gpus)
-        self.job_programs = {n: self.io.job_program(prepared.program, prepared.scalars, leaf_ptx.get(n))
-                             for n in nodes}
+        # one message per kind of GPU (pods of one capability share one PTX dict), not per pod
+        built: dict[int, object] = {}
+        self.job_programs = {}
+        for n in nodes:
+            ptx = leaf_ptx.get(n)
+            if id(ptx) not in built:
+                built[id(ptx)] = self.io.job_program(prepared.program, prepared.scalars, ptx)
+            self.job_programs[n] = built[id(ptx)]
         self.marks["compile_end"] = time.time()
 
     def now(self) -> float:
