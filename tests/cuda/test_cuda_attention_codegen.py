@@ -153,6 +153,8 @@ def test_pingpong_prunes_what_it_cannot_take():
     for schedule, point, why in cases:
         with pytest.raises(CompileError, match=why):
             _attention_source("mha_bf16.phk", schedule, point)
+    with pytest.raises(CompileError, match=loop):  # TF32 attention has no warpgroup MMA loop
+        _attention_source("mha_tf32.phk", PINGPONG, {"BR": 128, "BC": 64})
     kernel = load_example("matmul_bf16.phk")
     point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}
     b = binding.bind(kernel, {"M": 512, "N": 512, "K": 512}, None, point)
