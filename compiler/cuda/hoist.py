@@ -11,6 +11,13 @@ Moving the load to the top of the body keeps its meaning when nothing it reads c
 between: its tensor is never stored by the kernel, and its index reads only names that are fixed
 for the whole iteration (dims, tile names, scalar parameters, loop variables, lets bound outside
 the loop). Anything else (a `var`, a let of the loop body) leaves the operand where it is.
+
+Then (split_operand_lets) a let of a tensor load that feeds dots which stage it differently gets
+one copy per way: a tensor-core dot wants its operand in shared memory in the operand type's
+layout (TF32 ones maybe rounded there), an exact-f32 dot on CUDA cores wants it K-major as f32,
+and a let used as `a` by one dot and as `b` (or transposed) by another is laid out for each role.
+`let x = A[...]; dot(x, w); dot(x, w, precision = f32)` becomes `let x = A[...]; let x_f32 =
+A[...]` and one dot each: two loads of the same memory at the same point read the same values.
 """
 
 from __future__ import annotations
@@ -30,6 +37,75 @@ def hoist_dot_loads(kernel: ir.Kernel) -> ir.Kernel:
     hoister = _Hoister(taken, stored)
     body = hoister.body(kernel.body, outside_lets=frozenset())
     return kernel if body == kernel.body else dataclasses.replace(kernel, body=body)
+
+
+def split_operand_lets(kernel: ir.Kernel, tf32: bool) -> ir.Kernel:
+    """One let per way of staging (module doc) for lets of plain 2-D tensor loads whose every
+    use is a dot operand; `tf32`: the kernel-wide TF32 override (stages.Options.tf32)."""
+    from compiler.cuda import analysis, mma
+
+    bound = [s.name for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let)]
+    loads = {
+        s.name for s in walk.iter_stmts(kernel.body)
+        if isinstance(s, ir.Let) and bound.count(s.name) == 1 and analysis.is_plain_2d_load(s.value)
+    }
+    uses = {n: 0 for n in loads}
+    ways: dict[str, list] = {n: [] for n in loads}  # (tensor-core type, role, transposed) in order
+    for e in walk.iter_body_exprs(kernel.body):
+        if isinstance(e, ir.Name) and e.name in loads:
+            uses[e.name] += 1
+        if isinstance(e, ir.Call) and e.func == "dot":
+            for role, arg in zip("ab", e.args, strict=True):
+                name = analysis.dot_operand_name(arg)
+                if name in loads:
+                    uses[name] -= 1
+                    way = (mma.tensor_core_dtype(e, kernel, tf32), role, isinstance(arg, ir.Call))
+                    ways[name] += [way] if way not in ways[name] else []
+    taken = {s.name for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let | ir.VarDecl)}
+    taken |= {s.var for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.For)}
+    taken |= {p.name for p in kernel.params}
+    names: dict[tuple, str] = {}  # (let, way) -> the let that serves that way
+    for n in sorted(loads):
+        if uses[n] == 0 and len(ways[n]) > 1:
+            for i, way in enumerate(ways[n]):
+                names[n, way] = n if i == 0 else _fresh_name(f"{n}_{way[0] or 'f32'}{way[1]}", taken)
+    if not names:
+        return kernel
+
+    def on_dot(e: ir.Call) -> ir.Call:
+        dtype = mma.tensor_core_dtype(e, kernel, tf32)
+        args = []
+        for role, arg in zip("ab", e.args, strict=True):
+            transposed = isinstance(arg, ir.Call)
+            name = names.get((analysis.dot_operand_name(arg), (dtype, role, transposed)))
+            if name is not None:
+                inner = dataclasses.replace(arg.args[0] if transposed else arg, name=name)
+                arg = dataclasses.replace(arg, args=(inner,)) if transposed else inner
+            args.append(arg)
+        return dataclasses.replace(e, args=tuple(args))
+
+    def body(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            if isinstance(s, ir.For):
+                out.append(dataclasses.replace(_rewrite_dots(s, on_dot), body=body(s.body)))
+                continue
+            out.append(_rewrite_dots(s, on_dot))
+            if isinstance(s, ir.Let):
+                extra = [v for (n, _), v in names.items() if n == s.name and v != n]
+                out += [dataclasses.replace(s, name=v) for v in extra]
+        return tuple(out)
+
+    return dataclasses.replace(kernel, body=body(kernel.body))
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    taken.add(name)
+    return name
 
 
 class _Hoister:
@@ -71,28 +147,15 @@ class _Hoister:
             hoisted.append(ir.Let(name.name, load, load.span))
             return dataclasses.replace(e, args=(name,)) if transposed else name
 
-        def rewrite(e):
-            if isinstance(e, ir.Call) and e.func == "dot" and len(e.args) == 2:
-                return dataclasses.replace(e, args=tuple(operand(rewrite_children(a)) for a in e.args))
-            return rewrite_children(e)
-
-        def rewrite_children(node):
-            changes = {}
-            for fld in dataclasses.fields(node):
-                if fld.name in ("span", "ty", "declared"):
-                    continue
-                v = getattr(node, fld.name)
-                nv = _map(v, rewrite)
-                if nv is not v:
-                    changes[fld.name] = nv
-            return dataclasses.replace(node, **changes) if changes else node
+        def on_dot(e: ir.Call) -> ir.Call:
+            return dataclasses.replace(e, args=tuple(operand(a) for a in e.args))
 
         stmts = []
         for s in f.body:
             if isinstance(s, ir.For):
                 stmts.append(s)  # its own loop, handled below with the lets bound before it
             else:
-                stmts.append(rewrite_children(s))
+                stmts.append(_rewrite_dots(s, on_dot))
         inner = self.body(tuple(stmts), fixed_lets)
         return dataclasses.replace(f, body=tuple(hoisted) + inner)
 
@@ -110,6 +173,23 @@ class _Hoister:
             elif not isinstance(x, ir.Const | ir.BinOp | ir.UnaryOp | ir.BlockIndex | ir.Load | ir.Call):
                 return False
         return True
+
+
+def _rewrite_dots(node, on_dot):
+    """`node` (a statement or an expression; a loop's body is not entered) with every dot call
+    `c` in it replaced by on_dot(c), its arguments rewritten first."""
+    changes = {}
+    for fld in dataclasses.fields(node):
+        if fld.name in ("span", "ty", "declared"):
+            continue
+        v = getattr(node, fld.name)
+        nv = _map(v, lambda e: _rewrite_dots(e, on_dot))
+        if nv is not v:
+            changes[fld.name] = nv
+    node = dataclasses.replace(node, **changes) if changes else node
+    if isinstance(node, ir.Call) and node.func == "dot" and len(node.args) == 2:
+        return on_dot(node)
+    return node
 
 
 def _map(v, fn):

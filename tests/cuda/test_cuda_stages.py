@@ -25,7 +25,7 @@ def _through(leaf, last):
 
 
 def test_stage_list_is_the_documented_order():
-    assert [n for n, _ in stages.STAGES] == ["bind", "hoist", "analyse", "lay out", "emit", "nvrtc"]
+    assert [n for n, _ in stages.STAGES] == ["bind", "hoist", "split", "analyse", "lay out", "emit", "nvrtc"]
 
 
 def test_bind_gives_constants_and_cta_counts():
