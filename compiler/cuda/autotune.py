@@ -23,6 +23,7 @@ import numpy as np
 from common import cache
 from compiler.cuda import mma, nvrtc, stages, target
 from compiler.cuda.compiled import compile_kernel, compiler_version
+from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
     DEFAULT,
     TF32_TMA_PROBE,
@@ -266,6 +267,7 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
     """The schedule families schedule_search tries on a GPU of capability `cc`: (probes, families,
     refused), each family probed by its probe at every point and then searched whole at its
     finalists (any point may be one); refused: (probe, why) of the families the GPU cannot run."""
+    kernel = split_operand_lets(kernel, tf32)  # as the leaf compiler sees the dots' operands
     dots = stages.tensor_core_dots(kernel, tf32)
     single = len(dots) == 1  # matmul: the deeper rings and the deep probe (schedule.py)
     rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop

@@ -99,8 +99,9 @@ def test_dump_switch_writes_every_stage(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "0-bind.txt",
         "1-hoist.txt",
-        "2-analyse.txt",
-        "3-lay-out.txt",
-        "4-emit.txt",
-        "5-nvrtc.txt",
+        "2-split.txt",
+        "3-analyse.txt",
+        "4-lay-out.txt",
+        "5-emit.txt",
+        "6-nvrtc.txt",
     ]
