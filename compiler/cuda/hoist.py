@@ -18,6 +18,9 @@ layout (TF32 ones maybe rounded there), an exact-f32 dot on CUDA cores wants it 
 and a let used as `a` by one dot and as `b` (or transposed) by another is laid out for each role.
 `let x = A[...]; dot(x, w); dot(x, w, precision = f32)` becomes `let x = A[...]; let x_f32 =
 A[...]` and one dot each: two loads of the same memory at the same point read the same values.
+
+Last (fit_dots), with the binding's sizes: bf16 / f16 dots of a shape the tensor cores cannot take
+are marked to run on CUDA cores (exact f32 products, as on the tensor cores).
 """
 
 from __future__ import annotations
@@ -94,6 +97,43 @@ def split_operand_lets(kernel: ir.Kernel, tf32: bool) -> ir.Kernel:
             if isinstance(s, ir.Let):
                 extra = [v for (n, _), v in names.items() if n == s.name and v != n]
                 out += [dataclasses.replace(s, name=v) for v in extra]
+        return tuple(out)
+
+    return dataclasses.replace(kernel, body=body(kernel.body))
+
+
+def fit_dots(kernel: ir.Kernel, binding, tf32: bool) -> ir.Kernel:
+    """bf16 / f16 dots whose bound shape the tensor cores cannot take (an inner extent not a
+    multiple of 16, fewer than 16 rows or 8 columns: a GEMV, an outer product) run on CUDA
+    cores: their products are exact in f32 there too. TF32 dots have no such fallback (the FMA
+    path does not round operands): such a tile point is pruned, with the reason at the dot."""
+    from compiler.cuda import mma
+    from compiler.cuda.codegen import pruned
+
+    env = dict(binding.env)
+
+    def on_dot(e: ir.Call) -> ir.Call:
+        dtype = mma.tensor_core_dtype(e, kernel, tf32)
+        if dtype is None:
+            return e
+        m, k = (s.evaluate(env) for s in e.args[0].ty.shape)
+        n = e.args[1].ty.shape[1].evaluate(env)
+        step = 8 if dtype == "tf32" else 16
+        if k % step == 0 and m % 16 == 0 and n % 8 == 0:
+            return e
+        if dtype == "tf32":
+            why = (
+                f"a TF32 dot runs on tensor cores, which take [M, K] x [K, N] with M a multiple of 16, "
+                f"K and N of 8; this one is [{m}, {k}] x [{k}, {n}] (precision = f32 keeps it exact)"
+            )
+            raise pruned(kernel, binding, e.span, why)
+        return dataclasses.replace(e, precision=dataclasses.replace(e.precision, mode="f32"))
+
+    def body(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        out = []
+        for s in stmts:
+            s = _rewrite_dots(s, on_dot)
+            out.append(dataclasses.replace(s, body=body(s.body)) if isinstance(s, ir.For) else s)
         return tuple(out)
 
     return dataclasses.replace(kernel, body=body(kernel.body))

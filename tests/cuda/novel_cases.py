@@ -136,6 +136,7 @@ CASES: dict[str, Case] = {
         lambda a, s, e: {"C": a["A"].T @ a["B"].T, "D": tf32(a["A"]).T @ tf32(a["B"]).T},
         EXACT,
     ),
+    "gemv": Case({"N": 300, "K": 136}, lambda a, s, e: {"y": a["x"] @ a["W"]}, EXACT),
     "gemm_ep": Case(
         MM, lambda a, s, e: {"C": s["alpha"] * a["A"] @ a["B"] + s["beta"] * a["C"]}, EXACT,
         scalars={"alpha": 0.75, "beta": -0.5},
@@ -143,6 +144,8 @@ CASES: dict[str, Case] = {
     "imm": Case(
         {"M": 100, "N": 72, "K": 40}, lambda a, s, e: {"C": a["A"] @ a["B"] + s["off"]}, 0.0, 0.0, {"off": 3}
     ),
+    "imm_tf32": Case({"M": 100, "N": 72, "K": 40}, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
+    "k8": Case({"M": 200, "N": 136, "K": 100}, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
     "linear": Case(
         {"M": 200, "N": 136, "K": 72},
         lambda a, s, e: {"Y": rounded(np.maximum(a["X"] @ a["W"].T + a["bias"], 0), "bf16")},
@@ -172,6 +175,10 @@ CASES: dict[str, Case] = {
     "nt_tf32": Case(MM, lambda a, s, e: {"C": tf32(a["A"]) @ tf32(a["B"]).T}, EXACT),
     "odd48": Case(MM, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
     "odd96": Case({"M": 300, "N": 200, "K": 150}, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
+    "outer": Case({"M": 200, "N": 136}, lambda a, s, e: {"C": a["a"] @ a["b"]}, EXACT),
+    "regs2": Case(
+        MM, lambda a, s, e: {"C": rounded(a["A"] * 2, "bf16") @ rounded(a["B"], "bf16")}, EXACT
+    ),
     "scaled_a": Case(
         {"M": 200, "N": 136, "K": 72},
         lambda a, s, e: {
@@ -185,6 +192,11 @@ CASES: dict[str, Case] = {
         1e-4, BF16_FLIPS,
     ),
     "sq": Case({"M": 200, "N": 64}, lambda a, s, e: _sq(a, e), EXACT),
+    "stt": Case(
+        {"M": 128, "N": 136, "K": 104},
+        lambda a, s, e: {"C": rounded(a["B"].T @ a["A"], "bf16") @ a["V"]},
+        1e-4, BF16_FLIPS,
+    ),
     "swiglu": Case(MM, lambda a, s, e: _silu_gate(a), 1e-4, BF16_FLIPS),
     "syrk_diag": Case({"M": 200, "K": 136, "N": 64}, lambda a, s, e: _syrk(a, e), EXACT),
     "tf32_and_exact": Case(
@@ -202,6 +214,11 @@ CASES: dict[str, Case] = {
     "tt_f16": Case(MM, lambda a, s, e: {"C": rounded(a["A"].T @ a["B"].T, "f16")}, 1e-4, F16_FLIPS),
     "tt_tf32": Case(MM, lambda a, s, e: {"C": tf32(a["A"]).T @ tf32(a["B"]).T}, EXACT),
     "twoloops": Case({**MM, "L": 72, "NB": 3}, lambda a, s, e: _twoloops(a, e), EXACT),
+    "vt": Case(
+        {"H": 2, "N": 150, "D": 64},
+        lambda a, s, e: {"O": _attention(a["Q"], a["K"], np.swapaxes(a["Vt"], 1, 2), s["scale"])},
+        3e-3, BF16_FLIPS, ATT,
+    ),
     "unroll2": Case({"M": 200, "N": 136, "K": 200}, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
 }
 
