@@ -14,6 +14,7 @@ from compiler.interp import interpreter as interp
 
 def test_every_corpus_kernel_has_a_case():
     assert names() == sorted(CASES)
+    assert all(load(n).name == n for n in names())  # the file names the kernel
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
