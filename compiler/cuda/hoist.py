@@ -64,9 +64,7 @@ def split_operand_lets(kernel: ir.Kernel, tf32: bool) -> ir.Kernel:
                     uses[name] -= 1
                     way = (mma.tensor_core_dtype(e, kernel, tf32), role, isinstance(arg, ir.Call))
                     ways[name] += [way] if way not in ways[name] else []
-    taken = {s.name for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let | ir.VarDecl)}
-    taken |= {s.var for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.For)}
-    taken |= {p.name for p in kernel.params}
+    taken = _taken_names(kernel)
     names: dict[tuple, str] = {}  # (let, way) -> the let that serves that way
     for n in sorted(loads):
         if uses[n] == 0 and len(ways[n]) > 1:
@@ -87,19 +85,10 @@ def split_operand_lets(kernel: ir.Kernel, tf32: bool) -> ir.Kernel:
             args.append(arg)
         return dataclasses.replace(e, args=tuple(args))
 
-    def body(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-        out: list[ir.Stmt] = []
-        for s in stmts:
-            if isinstance(s, ir.For):
-                out.append(dataclasses.replace(_rewrite_dots(s, on_dot), body=body(s.body)))
-                continue
-            out.append(_rewrite_dots(s, on_dot))
-            if isinstance(s, ir.Let):
-                extra = [v for (n, _), v in names.items() if n == s.name and v != n]
-                out += [dataclasses.replace(s, name=v) for v in extra]
-        return tuple(out)
+    def copies(let: ir.Let) -> list[ir.Stmt]:
+        return [dataclasses.replace(let, name=v) for (n, _), v in names.items() if n == let.name and v != n]
 
-    return dataclasses.replace(kernel, body=body(kernel.body))
+    return dataclasses.replace(kernel, body=_rewrite_body(kernel.body, on_dot, copies))
 
 
 def fit_dots(kernel: ir.Kernel, binding, tf32: bool) -> ir.Kernel:
@@ -129,14 +118,27 @@ def fit_dots(kernel: ir.Kernel, binding, tf32: bool) -> ir.Kernel:
             raise pruned(kernel, binding, e.span, why)
         return dataclasses.replace(e, precision=dataclasses.replace(e.precision, mode="f32"))
 
-    def body(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-        out = []
-        for s in stmts:
-            s = _rewrite_dots(s, on_dot)
-            out.append(dataclasses.replace(s, body=body(s.body)) if isinstance(s, ir.For) else s)
-        return tuple(out)
+    return dataclasses.replace(kernel, body=_rewrite_body(kernel.body, on_dot))
 
-    return dataclasses.replace(kernel, body=body(kernel.body))
+
+def _taken_names(kernel: ir.Kernel) -> set[str]:
+    taken = {s.name for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let | ir.VarDecl)}
+    taken |= {s.var for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.For)}
+    return taken | {p.name for p in kernel.params}
+
+
+def _rewrite_body(stmts: tuple[ir.Stmt, ...], on_dot, after_let=None) -> tuple[ir.Stmt, ...]:
+    """Every dot of the statements (loop bodies included) through on_dot; after each let, the
+    statements after_let(let) gives."""
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        new = _rewrite_dots(s, on_dot)
+        if isinstance(new, ir.For):
+            new = dataclasses.replace(new, body=_rewrite_body(new.body, on_dot, after_let))
+        out.append(new)
+        if after_let is not None and isinstance(s, ir.Let):
+            out += after_let(s)
+    return tuple(out)
 
 
 def _fresh_name(base: str, taken: set[str]) -> str:
