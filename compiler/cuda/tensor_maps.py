@@ -27,6 +27,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 MAP_BYTES = 128
 # CUtensorMapDataType: (code, bytes per element). TFLOAT32 copies f32 elements and rounds each to
 # TF32 (to nearest, ties to even) on the way into shared memory, as the language's TF32 dots
@@ -159,10 +161,11 @@ def _encode(spec: MapSpec, ptr: int) -> TensorMap:
 
 
 def launch(fn_ptr: int, grid, block, shared: int, stream_ptr: int, args: list) -> None:
-    """cuLaunchKernel with `args` as device pointers (ints), np.float32 / np.int32 scalars or
-    TensorMaps, in parameter order (the packed block kept for the next launch with the same)."""
-    # a map by its identity (encode keeps it, and the packed block holds it, so the id is not reused)
-    key = (fn_ptr, *[(TensorMap, id(a)) if isinstance(a, TensorMap) else (type(a), a) for a in args])
+    """cuLaunchKernel with `args` in parameter order: device pointers (ints), np.float32 /
+    np.int32 scalars, or (MapSpec, device pointer) for a tensor map, made from them only when
+    no launch of this function has had the same arguments (the packed block is kept)."""
+    # a scalar by its bytes: -0.0 is not 0.0, and a NaN would not equal itself
+    key = (fn_ptr, *[a.tobytes() if isinstance(a, np.generic) else a for a in args])
     held, slots = _PACKED.get(key, lambda: _pack(args))
     err = _driver().cuLaunchKernel(fn_ptr, *grid, *block, shared, stream_ptr, slots, None)
     if err:
@@ -171,12 +174,10 @@ def launch(fn_ptr: int, grid, block, shared: int, stream_ptr: int, args: list) -
 
 def _pack(args: list) -> tuple[list, ctypes.Array]:
     """(the values, alive as long as the block; the block of their addresses)."""
-    import numpy as np
-
     held = []
     for a in args:
-        if isinstance(a, TensorMap):
-            held.append(a)
+        if isinstance(a, tuple):
+            held.append(encode(*a))
         elif isinstance(a, np.float32):
             held.append(ctypes.c_float(float(a)))
         elif isinstance(a, np.int32):
