@@ -90,14 +90,35 @@ def commit_all(job_id: str, pairs: list[Pair]) -> None:
             record.unlink(missing_ok=True)
         raise CommitFailed(f"cannot write the commit record {record_path(pair.final, job_id)} "
                            f"({err.strerror}); no output was changed") from None
-    for pair in pairs:  # past the commit point: a cut from here on is finished by `recover`
-        _fault_point("rename")
-        os.replace(pair.staging, pair.final)
-    _fsync_folders([p.final for p in pairs])
-    for record in written:
-        _fault_point("forget")
-        record.unlink()
-    _fsync_folders(written)
+    old = _hold(p.final for p in pairs)
+    try:
+        for pair in pairs:  # past the commit point: a cut from here on is finished by `recover`
+            _fault_point("rename")
+            os.replace(pair.staging, pair.final)
+        _fsync_folders([p.final for p in pairs])
+        for record in written:
+            _fault_point("forget")
+            record.unlink()
+        _fsync_folders(written)
+    finally:
+        for fd in old:
+            os.close(fd)
+
+
+def _hold(finals) -> list[int]:
+    """The outputs' old files, opened so that replacing them does not free their space: a
+    filesystem that discards freed blocks (ext4 mounted with `discard`) makes the journal
+    commit that frees them wait for the discard, and the commit's folder fsyncs wait for that
+    journal commit (35-75 ms for a 256 MiB output on the virtual disks we measured). Closed once
+    the commit is over, the old files are freed by a later journal commit, which nothing here
+    waits for. Best effort: an old file that cannot be opened is freed as before."""
+    held = []
+    for final in finals:
+        try:
+            held.append(os.open(final, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW))
+        except OSError:
+            pass  # no old output (a new file), or one we may not read
+    return held
 
 
 def _beside(path: Path, prefix: str, suffix: str = "") -> list[Path]:

@@ -1,0 +1,150 @@
+"""In which order a node reads its plan's inputs from disk, and when it starts writing its outputs
+back: pure functions of the plan's byte ranges, no I/O (pod/readahead.py carries them out).
+
+A tile of a wider matrix is one short run per row (a 4096-column f32 tile of an 8192-column file:
+16 KiB runs 32 KiB apart). Read tile by tile from several threads, a disk sees many short
+requests from several places at once; written tile by tile, each store's write-back is as many
+short writes with gaps between them. Both run slower than one stream of long requests (docs/
+performance.md, "Issue 15's targets"). Most plans read, between their tiles, the whole of a band
+(the tiles of one row of units), and most write whole bands of their outputs. So:
+
+- Reads: the bytes a node's loads need, per file, cut into chunks of CHUNK_BYTES on a grid of
+  the file's offsets, each chunk read as one range (from its first needed byte to its last)
+  where the loads need at least MIN_DENSITY of that range, in the order of the first load (in
+  plan order) that needs a byte of it. One stream reads them, so a chunk that two tiles share
+  is read once, whole, at the time the first of them needs it.
+- Write-back: a chunk of an output file is handed to the disk once every byte of it that this
+  node's stores write has been written, so the disk gets long writes instead of one per run. A
+  chunk some of whose bytes another node writes is handed over once this node's are in.
+
+Neither changes what is read or written, only when the disk is asked for it: the commit's fsync
+still makes every byte durable (docs/runtime.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+CHUNK_BYTES = 8 << 20  # the disk probes' best request size (benchmarks/results/nvidia-h200/...-s4-cold)
+MIN_DENSITY = 0.5  # a chunk is read whole only where the loads need at least this share of it
+
+# One load's or store's bytes in one file: (file key, run offsets in bytes, run length in bytes)
+Runs = tuple[object, np.ndarray, int]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    file: object  # the file's key (its path, for the pod)
+    start: int  # bytes [start, end) of the file
+    end: int
+    rank: int  # plan position of the first load that needs it
+
+
+def read_order(loads: Iterable[Runs], chunk: int = CHUNK_BYTES, budget: int | None = None) -> list[Chunk]:
+    """The chunks to read ahead, in the order to read them. `loads` in plan order; at most
+    `budget` bytes (the first chunks in that order), None for all."""
+    per_file: dict[object, list[tuple[np.ndarray, int, int]]] = {}
+    for rank, (key, starts, length) in enumerate(loads):
+        if length and len(starts):
+            per_file.setdefault(key, []).append((starts, length, rank))
+    chunks: list[Chunk] = []
+    for key, runs in per_file.items():
+        chunks += _file_chunks(key, runs, chunk)
+    chunks.sort(key=lambda c: (c.rank, str(c.file), c.start))
+    if budget is None:
+        return chunks
+    total = np.cumsum([c.end - c.start for c in chunks])
+    return chunks[:int(np.searchsorted(total, budget, side="right"))]
+
+
+def _file_chunks(key, runs: list[tuple[np.ndarray, int, int]], chunk: int) -> list[Chunk]:
+    numbers, lows, highs, ranks = [], [], [], []
+    for starts, length, rank in runs:
+        starts = starts.astype(np.int64)
+        number, low, high = _cut(starts, starts + length, chunk)
+        numbers.append(number)
+        lows.append(low)
+        highs.append(high)
+        ranks.append(np.full(len(number), rank))
+    number, low, high, rank = (np.concatenate(a) for a in (numbers, lows, highs, ranks))
+    grid, at = np.unique(number, return_inverse=True)
+    first = np.full(len(grid), np.iinfo(np.int64).max)
+    last = np.zeros(len(grid), np.int64)
+    need = np.zeros(len(grid), np.int64)
+    earliest = np.full(len(grid), np.iinfo(np.int64).max)
+    np.minimum.at(first, at, low)
+    np.maximum.at(last, at, high)
+    np.add.at(need, at, high - low)  # bytes two loads share count twice: a hint, not a measure
+    np.minimum.at(earliest, at, rank)
+    dense = need >= MIN_DENSITY * (last - first)
+    return [Chunk(key, int(a), int(b), int(r)) for a, b, r in zip(first[dense], last[dense], earliest[dense],
+                                                                   strict=True)]
+
+
+class WriteBack:
+    """When to hand each chunk of this node's output files to the disk. Built from the plan's
+    stores; `written` is told each piece a store wrote and answers the byte ranges now complete.
+    Thread-safe (stores run in several threads)."""
+
+    def __init__(self, stores: Iterable[Runs], chunk: int = CHUNK_BYTES):
+        self.chunk = chunk
+        self._lock = threading.Lock()
+        per_file: dict[object, list[tuple[np.ndarray, int]]] = {}
+        for key, starts, length in stores:
+            if length and len(starts):
+                per_file.setdefault(key, []).append((starts.astype(np.int64), length))
+        # per file: chunk numbers (sorted) -> [first byte, end byte, bytes to write, bytes written]
+        self._files = {key: self._table(runs) for key, runs in per_file.items()}
+
+    def _table(self, runs: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
+        starts = np.concatenate([s for s, _ in runs])
+        ends = np.concatenate([s + n for s, n in runs])
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        # the union of the runs (a byte two stores write counts once)
+        reach = np.maximum.accumulate(ends)
+        new = np.ones(len(starts), bool)
+        new[1:] = starts[1:] > reach[:-1]
+        lows, highs = starts[new], np.maximum.reduceat(reach, np.flatnonzero(new))
+        number, low, high = _cut(lows, highs, self.chunk)
+        grid, at = np.unique(number, return_inverse=True)
+        table = np.zeros((len(grid), 4), np.int64)
+        table[:, 0] = np.iinfo(np.int64).max
+        np.minimum.at(table[:, 0], at, low)
+        np.maximum.at(table[:, 1], at, high)
+        np.add.at(table[:, 2], at, high - low)
+        return grid, table
+
+    def __contains__(self, key) -> bool:
+        return key in self._files
+
+    def written(self, key, starts: np.ndarray, length: int) -> list[tuple[int, int]]:
+        """A store wrote these runs of file `key`: the byte ranges [start, end) of chunks every
+        byte of which (that this node writes) is now written, each answered once."""
+        entry = self._files.get(key)
+        if entry is None or not length or not len(starts):
+            return []
+        grid, table = entry
+        starts = starts.astype(np.int64)
+        number, low, high = _cut(starts, starts + length, self.chunk)
+        at = np.searchsorted(grid, number)
+        known = (at < len(grid)) & (grid[np.minimum(at, len(grid) - 1)] == number)
+        with self._lock:
+            before = table[:, 3] >= table[:, 2]
+            np.add.at(table[:, 3], at[known], (high - low)[known])
+            done = np.flatnonzero((table[:, 3] >= table[:, 2]) & ~before)
+            return [(int(table[i, 0]), int(table[i, 1])) for i in done]
+
+
+def _cut(lows: np.ndarray, highs: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ranges [lows, highs) cut at the chunk grid: (chunk number, first byte, end byte) of each
+    piece."""
+    first, last = lows // chunk, (highs - 1) // chunk
+    counts = last - first + 1
+    which = np.repeat(np.arange(len(lows)), counts)
+    number = first[which] + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    return number, np.maximum(lows[which], number * chunk), np.minimum(highs[which], (number + 1) * chunk)
