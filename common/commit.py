@@ -70,11 +70,15 @@ def _fsync_folders(paths) -> None:
         fsync_path(folder)
 
 
-def commit_all(job_id: str, pairs: list[Pair]) -> None:
-    """Make every staging copy its output, all or none (see the module doc)."""
+def commit_all(job_id: str, pairs: list[Pair], mark=None) -> None:
+    """Make every staging copy its output, all or none (see the module doc). `mark(name)`, when
+    given, is called as the staging copies are durable ("commit_synced") and as the commit point
+    is passed ("commit_recorded"): where a commit's time goes, for the trace."""
+    mark = mark or (lambda name: None)
     for pair in pairs:
         _fault_point("fsync")
         fsync_path(pair.staging)
+    mark("commit_synced")
     text = json.dumps({"format": RECORD_FORMAT, "job": job_id,
                        "outputs": [{"staging": str(p.staging), "final": str(p.final)} for p in pairs]})
     written: list[Path] = []
@@ -90,6 +94,7 @@ def commit_all(job_id: str, pairs: list[Pair]) -> None:
             record.unlink(missing_ok=True)
         raise CommitFailed(f"cannot write the commit record {record_path(pair.final, job_id)} "
                            f"({err.strerror}); no output was changed") from None
+    mark("commit_recorded")
     old = _hold(p.final for p in pairs)
     try:
         for pair in pairs:  # past the commit point: a cut from here on is finished by `recover`

@@ -26,6 +26,7 @@ from schemas.instructions import Load, NodePlan, Store
 
 log = get_logger()
 MEMORY_SHARE = 4  # read ahead at most 1/MEMORY_SHARE of the memory the system has available
+STREAMS = 4  # chunks asked for at once: on the H200 machine's disk, 4 readers beat 1 (docs/performance.md)
 
 
 class PlanDisk:
@@ -37,7 +38,9 @@ class PlanDisk:
         self._cond = threading.Condition()
         self._planned = False  # the read order and the write-back table are known
         self._over = False  # stopped, failed or every chunk read: nobody waits any more
-        self._read = 0  # chunks read so far, in order
+        self._next = 0  # the first chunk no stream has taken yet
+        self._done = np.zeros(0, bool)  # which chunks are read
+        self._streams = 0  # streams still reading
         self._chunks: dict[Path, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # starts, ends, order
         self._layouts: dict[Path, storage.Layout | None] = {}
         self.writeback: disk_order.WriteBack | None = None
@@ -73,9 +76,9 @@ class PlanDisk:
         low, high = np.searchsorted(chunk_ends, first, "right"), np.searchsorted(chunk_starts, last, "left")
         if low >= high:
             return
-        needed = int(order[low:high].max())
+        needed = order[low:high]
         with self._cond:
-            self._cond.wait_for(lambda: self._read > needed or self._over)
+            self._cond.wait_for(lambda: self._over or self._done[needed].all())
 
     # ---- the stores' side ----------------------------------------------------------------------
 
@@ -101,11 +104,47 @@ class PlanDisk:
     def _run(self) -> None:
         try:
             chunks = self._plan_chunks()
-            self._read_ahead(chunks)
+        except Exception as err:  # the loads read for themselves; nothing is lost but time
+            log.info("read-ahead not planned", error=f"{type(err).__name__}: {err}")
+            self.stop()
+            return
+        self._done = np.zeros(len(chunks), bool)
+        self._streams = min(STREAMS, len(chunks))
+        for _ in range(self._streams - 1):
+            threading.Thread(target=self._stream, args=(chunks,), name="pod-readahead", daemon=True).start()
+        self._stream(chunks)
+
+    def _stream(self, chunks: list[disk_order.Chunk]) -> None:
+        """One of the streams reading the chunks: each takes the next chunk not taken yet, so
+        the chunks are asked for in their order, STREAMS at a time."""
+        files: dict[Path, object] = {}
+        scratch = memoryview(bytearray(self._chunk))
+        try:
+            while True:
+                with self._cond:
+                    if self._over or self._next >= len(chunks):
+                        return
+                    i, self._next = self._next, self._next + 1
+                chunk = chunks[i]
+                f = files.get(chunk.file)
+                if f is None:
+                    f = files[chunk.file] = storage.open_regular(chunk.file)
+                offset = self._layouts[chunk.file].offset
+                os.preadv(f.fileno(), [scratch[:chunk.end - chunk.start]], offset + chunk.start)
+                with self._cond:
+                    self._done[i] = True
+                    self._cond.notify_all()
         except Exception as err:  # the loads read for themselves; nothing is lost but time
             log.info("read-ahead stopped", error=f"{type(err).__name__}: {err}")
-        finally:
             self.stop()
+        finally:
+            for f in files.values():
+                f.close()
+            with self._cond:
+                self._streams -= 1
+                if self._streams == 0:  # every chunk read (or given up): nobody waits any more
+                    self._over = True
+                    self._cond.notify_all()
 
     def _layout(self, path: Path) -> storage.Layout | None:
         if path not in self._layouts:
@@ -141,25 +180,6 @@ class PlanDisk:
             self._planned = True
             self._cond.notify_all()
         return chunks
-
-    def _read_ahead(self, chunks: list[disk_order.Chunk]) -> None:
-        files: dict[Path, object] = {}
-        scratch = memoryview(bytearray(max((c.end - c.start for c in chunks), default=0)))
-        try:
-            for i, chunk in enumerate(chunks):
-                if self._over:
-                    return
-                f = files.get(chunk.file)
-                if f is None:
-                    f = files[chunk.file] = storage.open_regular(chunk.file)
-                offset = self._layouts[chunk.file].offset
-                os.preadv(f.fileno(), [scratch[:chunk.end - chunk.start]], offset + chunk.start)
-                with self._cond:
-                    self._read = i + 1
-                    self._cond.notify_all()
-        finally:
-            for f in files.values():
-                f.close()
 
 
 def _budget() -> int:

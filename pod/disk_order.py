@@ -47,42 +47,26 @@ class Chunk:
 def read_order(loads: Iterable[Runs], chunk: int = CHUNK_BYTES, budget: int | None = None) -> list[Chunk]:
     """The chunks to read ahead, in the order to read them. `loads` in plan order; at most
     `budget` bytes (the first chunks in that order), None for all."""
-    per_file: dict[object, list[tuple[np.ndarray, int, int]]] = {}
+    per_file: dict[object, list[tuple[np.ndarray, ...]]] = {}
     for rank, (key, starts, length) in enumerate(loads):
         if length and len(starts):
-            per_file.setdefault(key, []).append((starts, length, rank))
+            number, low, high, need = _per_chunk(starts, starts + length, chunk)
+            per_file.setdefault(key, []).append((number, low, high, need, np.full(len(number), rank)))
     chunks: list[Chunk] = []
-    for key, runs in per_file.items():
-        chunks += _file_chunks(key, runs, chunk)
+    for key, parts in per_file.items():
+        number, low, high, need, rank = (np.concatenate(column) for column in zip(*parts, strict=True))
+        grid, at = np.unique(number, return_inverse=True)
+        first, last = _fold(np.minimum, at, low), _fold(np.maximum, at, high)
+        earliest = _fold(np.minimum, at, rank)
+        need = np.bincount(at, need, len(grid))  # bytes two loads share count twice: a hint
+        dense = need >= MIN_DENSITY * (last - first)
+        chunks += [Chunk(key, int(a), int(b), int(r))
+                   for a, b, r in zip(first[dense], last[dense], earliest[dense], strict=True)]
     chunks.sort(key=lambda c: (c.rank, str(c.file), c.start))
     if budget is None:
         return chunks
     total = np.cumsum([c.end - c.start for c in chunks])
     return chunks[:int(np.searchsorted(total, budget, side="right"))]
-
-
-def _file_chunks(key, runs: list[tuple[np.ndarray, int, int]], chunk: int) -> list[Chunk]:
-    numbers, lows, highs, ranks = [], [], [], []
-    for starts, length, rank in runs:
-        starts = starts.astype(np.int64)
-        number, low, high = _cut(starts, starts + length, chunk)
-        numbers.append(number)
-        lows.append(low)
-        highs.append(high)
-        ranks.append(np.full(len(number), rank))
-    number, low, high, rank = (np.concatenate(a) for a in (numbers, lows, highs, ranks))
-    grid, at = np.unique(number, return_inverse=True)
-    first = np.full(len(grid), np.iinfo(np.int64).max)
-    last = np.zeros(len(grid), np.int64)
-    need = np.zeros(len(grid), np.int64)
-    earliest = np.full(len(grid), np.iinfo(np.int64).max)
-    np.minimum.at(first, at, low)
-    np.maximum.at(last, at, high)
-    np.add.at(need, at, high - low)  # bytes two loads share count twice: a hint, not a measure
-    np.minimum.at(earliest, at, rank)
-    dense = need >= MIN_DENSITY * (last - first)
-    return [Chunk(key, int(a), int(b), int(r)) for a, b, r in zip(first[dense], last[dense], earliest[dense],
-                                                                   strict=True)]
 
 
 class WriteBack:
@@ -93,30 +77,30 @@ class WriteBack:
     def __init__(self, stores: Iterable[Runs], chunk: int = CHUNK_BYTES):
         self.chunk = chunk
         self._lock = threading.Lock()
-        per_file: dict[object, list[tuple[np.ndarray, int]]] = {}
+        per_file: dict[object, list[tuple[np.ndarray, np.ndarray]]] = {}
         for key, starts, length in stores:
             if length and len(starts):
-                per_file.setdefault(key, []).append((starts.astype(np.int64), length))
-        # per file: chunk numbers (sorted) -> [first byte, end byte, bytes to write, bytes written]
+                starts = np.asarray(starts, np.int64)
+                per_file.setdefault(key, []).append((starts, starts + length))
+        # per file: the chunk numbers (sorted), and per chunk [first byte, end byte, bytes this
+        # node writes in it, bytes written so far]
         self._files = {key: self._table(runs) for key, runs in per_file.items()}
 
-    def _table(self, runs: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
+    def _table(self, runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         starts = np.concatenate([s for s, _ in runs])
-        ends = np.concatenate([s + n for s, n in runs])
+        ends = np.concatenate([e for _, e in runs])
         order = np.argsort(starts, kind="stable")
         starts, ends = starts[order], ends[order]
-        # the union of the runs (a byte two stores write counts once)
-        reach = np.maximum.accumulate(ends)
+        reach = np.maximum.accumulate(ends)  # the union of the runs: a byte two stores write counts once
         new = np.ones(len(starts), bool)
         new[1:] = starts[1:] > reach[:-1]
-        lows, highs = starts[new], np.maximum.reduceat(reach, np.flatnonzero(new))
-        number, low, high = _cut(lows, highs, self.chunk)
+        heads = np.flatnonzero(new)
+        number, low, high, need = _per_chunk(starts[heads], np.maximum.reduceat(reach, heads), self.chunk)
         grid, at = np.unique(number, return_inverse=True)
         table = np.zeros((len(grid), 4), np.int64)
-        table[:, 0] = np.iinfo(np.int64).max
-        np.minimum.at(table[:, 0], at, low)
-        np.maximum.at(table[:, 1], at, high)
-        np.add.at(table[:, 2], at, high - low)
+        table[:, 0] = _fold(np.minimum, at, low)
+        table[:, 1] = _fold(np.maximum, at, high)
+        table[:, 2] = np.bincount(at, need, len(grid))
         return grid, table
 
     def __contains__(self, key) -> bool:
@@ -129,22 +113,39 @@ class WriteBack:
         if entry is None or not length or not len(starts):
             return []
         grid, table = entry
-        starts = starts.astype(np.int64)
-        number, low, high = _cut(starts, starts + length, self.chunk)
-        at = np.searchsorted(grid, number)
-        known = (at < len(grid)) & (grid[np.minimum(at, len(grid) - 1)] == number)
+        starts = np.asarray(starts, np.int64)
+        number, _, _, wrote = _per_chunk(starts, starts + length, self.chunk)
+        at = np.minimum(np.searchsorted(grid, number), len(grid) - 1)
+        known = grid[at] == number
         with self._lock:
             before = table[:, 3] >= table[:, 2]
-            np.add.at(table[:, 3], at[known], (high - low)[known])
+            np.add.at(table[:, 3], at[known], wrote[known])
             done = np.flatnonzero((table[:, 3] >= table[:, 2]) & ~before)
             return [(int(table[i, 0]), int(table[i, 1])) for i in done]
 
 
-def _cut(lows: np.ndarray, highs: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ranges [lows, highs) cut at the chunk grid: (chunk number, first byte, end byte) of each
-    piece."""
+def _per_chunk(lows: np.ndarray, highs: np.ndarray, chunk: int) -> tuple[np.ndarray, ...]:
+    """Ranges [lows, highs) (in increasing order, as a region's runs are) cut at the chunk grid
+    and summed per chunk: (chunk number, first byte, end byte, bytes) of each chunk they touch."""
+    lows = np.asarray(lows, np.int64)
+    highs = np.asarray(highs, np.int64)
     first, last = lows // chunk, (highs - 1) // chunk
     counts = last - first + 1
     which = np.repeat(np.arange(len(lows)), counts)
     number = first[which] + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    return number, np.maximum(lows[which], number * chunk), np.minimum(highs[which], (number + 1) * chunk)
+    low = np.maximum(lows[which], number * chunk)
+    high = np.minimum(highs[which], (number + 1) * chunk)
+    if len(number) > 1 and (np.diff(number) < 0).any():  # not in increasing order after all
+        order = np.argsort(number, kind="stable")
+        number, low, high = number[order], low[order], high[order]
+    heads = np.flatnonzero(np.r_[True, number[1:] != number[:-1]])
+    return (number[heads], np.minimum.reduceat(low, heads), np.maximum.reduceat(high, heads),
+            np.add.reduceat(high - low, heads))
+
+
+def _fold(ufunc, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`ufunc` (minimum or maximum) of `values` grouped by `at` (np.unique's inverse: every
+    group from 0 on has members)."""
+    order = np.argsort(at, kind="stable")
+    heads = np.flatnonzero(np.r_[True, np.diff(at[order]) != 0])
+    return ufunc.reduceat(values[order], heads)

@@ -11,6 +11,7 @@ import pytest
 from common import fileio, storage
 from pod import disk as disk_module
 from pod.disk import PlanDisk
+from pod.disk_order import read_order
 from schemas.instructions import Load, NodePlan, Store
 from schemas.program import Region
 
@@ -40,19 +41,21 @@ def load(i, tensor, row, col):
 
 
 class HeldReads:
-    """os.preadv that records what the read-ahead reads and holds it at one of its reads."""
+    """os.preadv that records what the read-ahead asks for (file, offset) and holds the read of
+    one chunk until `go` is set."""
 
-    def __init__(self, monkeypatch, hold_at: int):
-        self.reads, self.hold_at, self.go = [], hold_at, threading.Event()
-        self.held = threading.Event()
+    def __init__(self, monkeypatch, path, offset):
+        self.reads, self.hold = [], (str(path), offset)
+        self.held, self.go = threading.Event(), threading.Event()
         real = os.preadv
 
-        def preadv(fd, buffers, offset):
-            self.reads.append(offset)
-            if len(self.reads) == self.hold_at:
+        def preadv(fd, buffers, at):
+            read = (os.readlink(f"/proc/self/fd/{fd}"), at)
+            self.reads.append(read)
+            if read == self.hold:
                 self.held.set()
                 self.go.wait(10)
-            return real(fd, buffers, offset)
+            return real(fd, buffers, at)
 
         monkeypatch.setattr(disk_module.os, "preadv", preadv)
 
@@ -64,22 +67,28 @@ def waiter(disk, path, piece):
 
 
 def test_a_load_waits_for_its_chunks_and_only_for_them(files, monkeypatch):
-    reads = HeldReads(monkeypatch, hold_at=5)  # the read-ahead stops at its 5th chunk
+    header = storage.layout(files[0]).offset
+    reads = HeldReads(monkeypatch, files[1], header)  # b's first chunk is slow to come
     plan = plan_of(load(0, 0, 0, 0), load(1, 0, 0, T), load(2, 1, 0, 0), load(3, 1, T, 0))
     disk = PlanDisk.start(plan, files, "job", chunk=CHUNK)
     assert reads.held.wait(10)
-    disk.wait(files[0], region(0, 0))  # a's first band: chunks 1-4, read
-    later = waiter(disk, files[1], region(T, 0))  # b's second band: chunks 9-12
-    early = waiter(disk, files[1], region(0, 0, rows=8))  # b's first chunk: the one held
-    assert not early.wait(0.2) and not later.is_set()
+    disk.wait(files[0], region(0, 0))  # a's first band
+    assert waiter(disk, files[1], region(T, 0)).wait(10)  # b's second band: read by the other streams
+    early = waiter(disk, files[1], region(0, 0, rows=8))  # b's first chunk: held
+    assert not early.wait(0.2)
     reads.go.set()
-    assert early.wait(10) and later.wait(10)
-    header = storage.layout(files[0]).offset
-    assert reads.reads[:5] == [header + i * CHUNK for i in range(4)] + [header]  # a's band, then b's
+    assert early.wait(10)
+    # every chunk of the plan's read order asked for once (the order itself: test_disk_order.py)
+    loads = [(files[ins.tensor], *storage.byte_runs(storage.layout(files[ins.tensor]), ins.region))
+             for ins in plan.instructions]
+    order = read_order([(path, starts - header, run) for path, starts, run in loads], CHUNK)
+    assert sorted(reads.reads) == sorted((str(c.file), header + c.start) for c in order)
+    assert len(order) == 4 + 4 + 4  # a's first band whole, and half of each of b's rows
 
 
 def test_stopping_the_read_ahead_frees_every_waiting_load(files, monkeypatch):
-    reads = HeldReads(monkeypatch, hold_at=1)
+    first = storage.byte_runs(storage.layout(files[2]), region(T, T))[0][0]  # its first byte
+    reads = HeldReads(monkeypatch, files[2], int(first))
     disk = PlanDisk.start(plan_of(load(0, 0, 0, 0), load(1, 2, T, T)), files, "job", chunk=CHUNK)
     assert reads.held.wait(10)
     blocked = waiter(disk, files[2], region(T, T))

@@ -69,12 +69,13 @@ def test_a_budget_keeps_the_first_chunks_in_reading_order():
     assert read_order(matmul_loads(), chunk=CHUNK, budget=0) == []
 
 
-def test_ranges_are_cut_at_the_grid():
-    starts = np.array([100, 5000], np.int64)
-    number, low, high = disk_order._cut(starts, starts + 3000, 2048)
+def test_ranges_are_cut_at_the_grid_and_summed_per_chunk():
+    lows = np.array([100, 300, 5000], np.int64)
+    highs = np.array([200, 3100, 8000], np.int64)
+    number, low, high, nbytes = disk_order._per_chunk(lows, highs, 2048)
     assert number.tolist() == [0, 1, 2, 3]
-    assert list(zip(low.tolist(), high.tolist(), strict=True)) == [(100, 2048), (2048, 3100), (5000, 6144),
-                                                                  (6144, 8000)]
+    assert low.tolist() == [100, 2048, 5000, 6144] and high.tolist() == [2048, 3100, 6144, 8000]
+    assert nbytes.tolist() == [100 + 1748, 1052, 1144, 1856]
 
 
 def test_write_back_waits_for_both_tiles_of_a_band():
