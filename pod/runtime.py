@@ -356,7 +356,7 @@ class PodRuntime:
     def _load(self, path: Path, ins: Load, record: BufferRecord, disk: PlanDisk | None) -> tuple[int, float]:
         """(bytes read from storage, seconds of the host-to-device copy). The region is read
         straight into the buffer (CPU) or, piece by piece, into pinned host memory copied on
-        asynchronously (GPU); each piece once the plan's read-ahead has brought it in."""
+        asynchronously (GPU); each piece once the plan's read-ahead has brought it in (pod/disk.py)."""
         if tuple(ins.region.shape) != tuple(record.array.shape):
             raise UserError(f"load of {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
                             f"match buffer {ins.buffer} of shape {list(record.array.shape)}")
@@ -367,7 +367,10 @@ class PodRuntime:
                 disk.wait(path, piece)
             return storage.read_region_into(path, piece, host)
 
-        return self.backend.fill(record.array, read)
+        filled = self.backend.fill(record.array, read)
+        if disk is not None:
+            disk.loaded(path, ins.region)
+        return filled
 
     def _store(self, staging: Path, ins: Store, record: BufferRecord,
                disk: PlanDisk | None) -> tuple[int, float]:

@@ -81,27 +81,35 @@ def test_ranges_are_cut_at_the_grid_and_summed_per_chunk():
 def test_write_back_waits_for_both_tiles_of_a_band():
     stores = [runs("C", 0, 0), runs("C", 0, T), runs("C", T, 0), runs("C", T, T)]
     back = WriteBack(stores, chunk=CHUNK)
-    assert back.written(*runs("C", 0, 0, rows=8)) == []  # half of each row of the first chunk
-    assert back.written(*runs("C", 0, T, rows=8)) == [(0, CHUNK)]  # the other half: whole now
-    assert back.written(*runs("C", 0, T, rows=8)) == []  # each chunk is answered once
-    assert back.written(*runs("C", 8, 0, rows=24)) == []
-    assert back.written(*runs("C", 8, T, rows=24)) == [(CHUNK, 2 * CHUNK), (2 * CHUNK, 3 * CHUNK),
+    assert back.add(*runs("C", 0, 0, rows=8)) == []  # half of each row of the first chunk
+    assert back.add(*runs("C", 0, T, rows=8)) == [(0, CHUNK)]  # the other half: whole now
+    assert back.add(*runs("C", 0, T, rows=8)) == []  # each chunk is answered once
+    assert back.add(*runs("C", 8, 0, rows=24)) == []
+    assert back.add(*runs("C", 8, T, rows=24)) == [(CHUNK, 2 * CHUNK), (2 * CHUNK, 3 * CHUNK),
                                                          (3 * CHUNK, 4 * CHUNK)]
 
 
 def test_write_back_of_a_tile_whose_neighbour_another_node_writes_is_at_once():
     back = WriteBack([runs("C", 0, 0)], chunk=CHUNK)  # this node stores the left tile only
     first, last = 0, 7 * N * 4 + T * 4  # the first 8 rows' left halves: the chunk's bytes of this node
-    assert back.written(*runs("C", 0, 0, rows=8)) == [(first, last)]
+    assert back.add(*runs("C", 0, 0, rows=8)) == [(first, last)]
 
 
 def test_write_back_counts_a_byte_two_stores_write_once():
     back = WriteBack([runs("C", 0, 0, rows=8, cols=N), runs("C", 0, 0, rows=4, cols=N)], chunk=CHUNK)
-    assert back.written(*runs("C", 0, 0, rows=4, cols=N)) == []
-    assert back.written(*runs("C", 4, 0, rows=4, cols=N)) == [(0, CHUNK)]
+    assert back.add(*runs("C", 0, 0, rows=4, cols=N)) == []
+    assert back.add(*runs("C", 4, 0, rows=4, cols=N)) == [(0, CHUNK)]
 
 
 def test_write_back_ignores_files_and_chunks_it_was_not_told_of():
     back = WriteBack([runs("C", 0, 0)], chunk=CHUNK)
-    assert back.written(*runs("D", 0, 0)) == []
-    assert back.written(*runs("C", T, T, rows=8)) == []
+    assert back.add(*runs("D", 0, 0)) == []
+    assert back.add(*runs("C", T, T, rows=8)) == []
+
+
+def test_a_chunk_is_done_with_once_every_load_reading_it_is():
+    last = disk_order.LastLoads([runs("C", 0, 0), runs("C", 0, T), runs("A", 0, 0)], chunk=CHUNK)
+    assert "C" in last and "B" not in last
+    assert last.add(*runs("C", 0, 0)) == []  # the tile beside it still reads every chunk
+    assert last.add(*runs("C", 0, T)) == [(i * CHUNK, (i + 1) * CHUNK) for i in range(4)]
+    assert last.add(*runs("C", 0, T)) == []

@@ -50,7 +50,7 @@ def write_tiles(staging: Path, chunked: bool) -> None:
             piece = Region(0, (tile[0] + first, tile[1]), (PIECE_ROWS, T))
             storage.write_region(staging, piece, values, writeback=not chunked)
             if chunked:
-                ranges = tracker.written(staging, *_rel(piece))
+                ranges = tracker.add(staging, *_rel(piece))
                 fd = os.open(staging, os.O_RDONLY)
                 for a, b in ranges:
                     fileio.start_writeback(fd, 128 + a, b - a)
