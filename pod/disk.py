@@ -1,10 +1,8 @@
 """One plan's disk traffic, in the order pod/disk_order.py gives it: threads that read the plan's
 inputs ahead into the page cache, in plan order, in long reads; the loads wait for the chunks they
-need instead of reading them from the disk themselves; the stores' write-back handed to the disk a
-whole chunk at a time; and the cached pages of a file the job replaces (an output it also reads,
-like `beta * C`'s C) dropped as soon as the plan has read them, so that replacing the file at the
-commit has nothing left to free. The last two are done by a thread of their own, so that a load
-or a store never waits for them.
+need instead of reading them from the disk themselves; and the stores' write-back handed to the
+disk a whole chunk at a time, by a thread of its own, so that a store never waits for the disk's
+queue.
 
 What is read and written does not change: a load still reads its bytes from the ORIGINAL file
 (from the page cache when the read-ahead has been there), a store still writes into the staging
@@ -48,11 +46,9 @@ class PlanDisk:
         self._chunks: dict[Path, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # starts, ends, order
         self._layouts: dict[Path, storage.Layout | None] = {}
         self.writeback: disk_order.WriteBack | None = None
-        self._last_loads: disk_order.LastLoads | None = None
-        self._tasks: queue.SimpleQueue = queue.SimpleQueue()  # (what, file, first byte, end byte)
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()  # (file, first byte, end byte) to write back
         self._stopped = False
-        self._stored: set[int] = set()  # tensors the plan stores
-        self._worker = threading.Thread(target=self._work, name="pod-disk-tasks", daemon=True)
+        self._worker = threading.Thread(target=self._work, name="pod-writeback", daemon=True)
 
     @classmethod
     def start(cls, plan: NodePlan, paths: dict[int, Path], job_id: str,
@@ -64,8 +60,8 @@ class PlanDisk:
         return disk
 
     def stop(self, wait_s: float | None = None) -> None:
-        """No more reading ahead; the write-backs and drops asked for so far are still done (by
-        the time this returns, when `wait_s` is given and they take no longer)."""
+        """No more reading ahead; the write-backs asked for so far are still started (by the
+        time this returns, when `wait_s` is given and they take no longer)."""
         with self._cond:
             self._over = True
             self._cond.notify_all()
@@ -105,31 +101,21 @@ class PlanDisk:
 
     def written(self, staging: Path, region) -> None:
         """A store wrote `region` into `staging` (a file this plan `tracks`) without starting its
-        write-back: the write-back of every chunk now complete is started (by the tasks' thread)."""
+        write-back: the write-back of every chunk now complete is started (by the write-back
+        thread)."""
         for first, end in self.writeback.add(*self._runs(staging, region)):
-            self._tasks.put(("write", staging, first, end))
-
-    def loaded(self, path: Path, region) -> None:
-        """A load of `region` of `path` is done: a chunk of a file the job replaces that no load
-        of the plan still needs is dropped from the page cache (by the tasks' thread)."""
-        if self._last_loads is None or path not in self._last_loads:
-            return
-        for first, end in self._last_loads.add(*self._runs(path, region)):
-            self._tasks.put(("drop", path, first, end))
+            self._tasks.put((staging, first, end))
 
     def _work(self) -> None:
-        """The tasks' thread: write-backs and drops, in the order asked, until `stop`."""
+        """The write-back thread: the chunks handed to the disk in the order they completed,
+        until `stop`."""
         while (task := self._tasks.get()) is not None:
-            what, path, first, end = task
+            path, first, end = task
             try:
                 with storage.open_regular(path) as f:
-                    offset = self._layouts[path].offset
-                    if what == "write":
-                        fileio.start_writeback(f.fileno(), offset + first, end - first)
-                    else:
-                        os.posix_fadvise(f.fileno(), offset + first, end - first, os.POSIX_FADV_DONTNEED)
+                    fileio.start_writeback(f.fileno(), self._layouts[path].offset + first, end - first)
             except (UserError, OSError) as err:  # only time is lost: the commit's fsync writes it all
-                log.info("disk task skipped", task=what, file=str(path), error=str(err))
+                log.info("write-back not started", file=str(path), error=str(err))
 
     # ---- the thread ----------------------------------------------------------------------------
 
@@ -203,11 +189,7 @@ class PlanDisk:
             elif isinstance(ins, Store) and ins.tensor in self._paths:
                 staging = storage.staging_path(self._paths[ins.tensor], self._job_id)
                 stores.append(self._runs(staging, ins.region))
-                self._stored.add(ins.tensor)
         self.writeback = disk_order.WriteBack((r for r in stores if r is not None), self._chunk)
-        replaced = {self._paths[t] for t in self._stored}  # files the commit will replace
-        self._last_loads = disk_order.LastLoads((r for r in loads if r is not None and r[0] in replaced),
-                                                self._chunk)
         chunks = disk_order.read_order([r for r in loads if r is not None], self._chunk, _budget())
         for path in {c.file for c in chunks}:
             mine = sorted((c.start, c.end, i) for i, c in enumerate(chunks) if c.file == path)

@@ -69,39 +69,31 @@ def read_order(loads: Iterable[Runs], chunk: int = CHUNK_BYTES, budget: int | No
     return chunks[:int(np.searchsorted(total, budget, side="right"))]
 
 
-class ChunkTally:
-    """Per file and chunk, what is due and what has come, answering each chunk once when all of
-    it has come. Thread-safe (loads and stores run in several threads).
+class WriteBack:
+    """When to hand each chunk of this node's output files to the disk: once every byte this
+    node's stores write in it is written (a byte two stores write counts once). `add` is told
+    each piece a store wrote and answers the chunks now complete. Thread-safe (stores run in
+    several threads)."""
 
-    - By bytes (`WriteBack`): due, the bytes this node's stores write in the chunk (a byte two
-      stores write counts once); come, the bytes written so far. A chunk then goes to the disk.
-    - By items (`LastLoads`): due, how many of the plan's loads read from the chunk; come, how
-      many of them are done. A chunk of a file the job replaces is then of no more use in memory.
-    """
-
-    def __init__(self, items: Iterable[Runs], chunk: int = CHUNK_BYTES, by_items: bool = False):
-        self.chunk, self.by_items = chunk, by_items
+    def __init__(self, stores: Iterable[Runs], chunk: int = CHUNK_BYTES):
+        self.chunk = chunk
         self._lock = threading.Lock()
         per_file: dict[object, list[tuple[np.ndarray, np.ndarray]]] = {}
-        for key, starts, length in items:
+        for key, starts, length in stores:
             if length and len(starts):
                 starts = np.asarray(starts, np.int64)
                 per_file.setdefault(key, []).append((starts, starts + length))
-        # per file: the chunk numbers (sorted), and per chunk [first byte, end byte, due, come]
+        # per file: the chunk numbers (sorted), and per chunk [first byte, end byte, bytes this
+        # node writes in it, bytes written so far]
         self._files = {key: self._table(runs) for key, runs in per_file.items()}
 
     def _table(self, runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        if self.by_items:
-            cut = [_per_chunk(s, e, self.chunk) for s, e in runs]
-            number, low, high = (np.concatenate([c[i] for c in cut]) for i in range(3))
-            due = np.ones(len(number), np.int64)
-        else:
-            starts, ends = np.concatenate([s for s, _ in runs]), np.concatenate([e for _, e in runs])
-            order = np.argsort(starts, kind="stable")
-            starts, ends = starts[order], ends[order]
-            reach = np.maximum.accumulate(ends)  # the union of the runs
-            heads = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
-            number, low, high, due = _per_chunk(starts[heads], np.maximum.reduceat(reach, heads), self.chunk)
+        starts, ends = np.concatenate([s for s, _ in runs]), np.concatenate([e for _, e in runs])
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        reach = np.maximum.accumulate(ends)  # the union of the runs
+        heads = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
+        number, low, high, due = _per_chunk(starts[heads], np.maximum.reduceat(reach, heads), self.chunk)
         grid, at = np.unique(number, return_inverse=True)
         table = np.zeros((len(grid), 4), np.int64)
         table[:, 0] = _fold(np.minimum, at, low)
@@ -113,8 +105,8 @@ class ChunkTally:
         return key in self._files
 
     def add(self, key, starts: np.ndarray, length: int) -> list[tuple[int, int]]:
-        """An item of file `key` is done (a store wrote these runs, or a load read them): the
-        byte ranges [start, end) of the chunks now complete, each answered once."""
+        """A store wrote these runs of file `key`: the byte ranges [start, end) of the chunks now
+        complete, each answered once."""
         entry = self._files.get(key)
         if entry is None or not length or not len(starts):
             return []
@@ -125,24 +117,9 @@ class ChunkTally:
         known = grid[at] == number
         with self._lock:
             before = table[:, 3] >= table[:, 2]
-            np.add.at(table[:, 3], at[known], 1 if self.by_items else nbytes[known])
+            np.add.at(table[:, 3], at[known], nbytes[known])
             done = np.flatnonzero((table[:, 3] >= table[:, 2]) & ~before)
             return [(int(table[i, 0]), int(table[i, 1])) for i in done]
-
-
-class WriteBack(ChunkTally):
-    """When to hand each chunk of this node's output files to the disk: once every byte this
-    node's stores write in it is written."""
-
-    def __init__(self, stores: Iterable[Runs], chunk: int = CHUNK_BYTES):
-        super().__init__(stores, chunk)
-
-
-class LastLoads(ChunkTally):
-    """When the plan is done reading each chunk of a file: once every load touching it is done."""
-
-    def __init__(self, loads: Iterable[Runs], chunk: int = CHUNK_BYTES):
-        super().__init__(loads, chunk, by_items=True)
 
 
 def _per_chunk(lows: np.ndarray, highs: np.ndarray, chunk: int) -> tuple[np.ndarray, ...]:

@@ -367,10 +367,7 @@ class PodRuntime:
                 disk.wait(path, piece)
             return storage.read_region_into(path, piece, host)
 
-        filled = self.backend.fill(record.array, read)
-        if disk is not None:
-            disk.loaded(path, ins.region)
-        return filled
+        return self.backend.fill(record.array, read)
 
     def _store(self, staging: Path, ins: Store, record: BufferRecord,
                disk: PlanDisk | None) -> tuple[int, float]:

@@ -128,26 +128,3 @@ def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, m
     header = storage.layout(staging).offset
     assert started == [(header, CHUNK)]  # one write-back, of the whole chunk, after the second tile
 
-
-def test_a_file_the_job_replaces_leaves_the_page_cache_once_read(files, monkeypatch):
-    dropped = []
-    monkeypatch.setattr(disk_module.os, "posix_fadvise",
-                        lambda fd, first, count, advice: dropped.append((os.readlink(f"/proc/self/fd/{fd}"),
-                                                                         first, count, advice)))
-    storage.create_staging(files[2], (N, N), "f32", "job")
-    plan = plan_of(load(0, 0, 0, 0), load(1, 2, 0, 0), load(2, 2, 0, T),  # c is read, then replaced
-                   Store(id=3, deps=(), buffer=3, tensor=2, region=region(0, 0, cols=N), unit=0))
-    disk = PlanDisk.start(plan, files, "job", chunk=CHUNK)
-    for ins in plan.instructions[:3]:
-        disk.wait(files[ins.tensor], ins.region)
-    disk.loaded(files[0], region(0, 0))  # a is only read: it stays
-    disk.loaded(files[2], region(0, 0))  # c's first band is still needed by the tile beside it
-    disk.stop(wait_s=10)
-    assert dropped == []
-    disk = PlanDisk.start(plan, files, "job", chunk=CHUNK)
-    disk.wait(files[0], region(0, 0))
-    disk.loaded(files[2], region(0, 0))
-    disk.loaded(files[2], region(0, T))
-    disk.stop(wait_s=10)
-    header = storage.layout(files[2]).offset
-    assert dropped == [(str(files[2]), header + i * CHUNK, CHUNK, os.POSIX_FADV_DONTNEED) for i in range(4)]

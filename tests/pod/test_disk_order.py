@@ -106,10 +106,3 @@ def test_write_back_ignores_files_and_chunks_it_was_not_told_of():
     assert back.add(*runs("D", 0, 0)) == []
     assert back.add(*runs("C", T, T, rows=8)) == []
 
-
-def test_a_chunk_is_done_with_once_every_load_reading_it_is():
-    last = disk_order.LastLoads([runs("C", 0, 0), runs("C", 0, T), runs("A", 0, 0)], chunk=CHUNK)
-    assert "C" in last and "B" not in last
-    assert last.add(*runs("C", 0, 0)) == []  # the tile beside it still reads every chunk
-    assert last.add(*runs("C", 0, T)) == [(i * CHUNK, (i + 1) * CHUNK) for i in range(4)]
-    assert last.add(*runs("C", 0, T)) == []
