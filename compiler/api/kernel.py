@@ -317,8 +317,8 @@ def _map_args(launch: _Launch, views, values: tuple, params) -> tuple:
     for slot, kind in launch.order:
         if kind is None:
             args.append(views[slot].ptr)
-        elif isinstance(kind, tensor_maps.MapSpec):
-            args.append(tensor_maps.encode(kind, views[slot].ptr))
+        elif isinstance(kind, tensor_maps.MapSpec):  # made by tensor_maps.launch when new
+            args.append((kind, views[slot].ptr))
         else:
             args.append(_scalar(params[slot], values[slot], kind))
     return tuple(args)

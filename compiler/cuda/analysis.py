@@ -185,7 +185,7 @@ def dot_operand_name(e: ir.Expr) -> str | None:
     return None
 
 
-def _is_plain_2d_load(e: ir.Expr) -> bool:
+def is_plain_2d_load(e: ir.Expr) -> bool:
     return (
         isinstance(e, ir.Load)
         and e.ty.rank == 2
@@ -198,7 +198,7 @@ def shared_lets(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
     """let name -> 'a' or 'b' (the dot operand role it plays) for lets of 2-D tensor loads used
     only as dot operands, always in the same role and the same orientation."""
     candidates = {
-        s.name for s in walk.iter_stmts(body) if isinstance(s, ir.Let) and _is_plain_2d_load(s.value)
+        s.name for s in walk.iter_stmts(body) if isinstance(s, ir.Let) and is_plain_2d_load(s.value)
     }
     roles: dict[str, set] = {n: set() for n in candidates}
     dot_uses: dict[str, int] = {n: 0 for n in candidates}

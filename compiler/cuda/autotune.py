@@ -23,6 +23,7 @@ import numpy as np
 from common import cache
 from compiler.cuda import mma, nvrtc, stages, target
 from compiler.cuda.compiled import compile_kernel, compiler_version
+from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
     DEFAULT,
     TF32_TMA_PROBE,
@@ -250,6 +251,23 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
     often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
     multiprocessor). On a GPU other than sm_90 the warpgroup-MMA families are pruned whole
     (target.runnable_schedules): only mma.sync is searched."""
+    probes, families, refused = search_families(kernel, tf32, inputs.cc)
+    timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
+    pruned += [((tuple(sorted(p.items())), s), why) for p in points for s, why in refused]
+    for probe, space in zip(probes, families, strict=True):
+        mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])
+        rest = [(dict(items), s) for (items, _), _ in mine[:FINALISTS] for s in space if s != probe]
+        more, why = _measure(kernel, dims, rest, tf32, inputs, log)
+        timings += more
+        pruned += why
+    return timings, pruned
+
+
+def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
+    """The schedule families schedule_search tries on a GPU of capability `cc`: (probes, families,
+    refused), each family probed by its probe at every point and then searched whole at its
+    finalists (any point may be one); refused: (probe, why) of the families the GPU cannot run."""
+    kernel = split_operand_lets(kernel, tf32)  # as the leaf compiler sees the dots' operands
     dots = stages.tensor_core_dots(kernel, tf32)
     single = len(dots) == 1  # matmul: the deeper rings and the deep probe (schedule.py)
     rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
@@ -279,16 +297,8 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
         if wg_tma:
             probes.append(TMA_ATTENTION_PROBE)  # one CTA of 384 threads per multiprocessor
             families.append(wg_tma)
-    probes, families, refused = target.runnable_schedules(probes, families, inputs.cc)
-    timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
-    pruned += [((tuple(sorted(p.items())), s), why) for p in points for s, why in refused]
-    for probe, space in zip(probes, families, strict=True):
-        mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])
-        rest = [(dict(items), s) for (items, _), _ in mine[:FINALISTS] for s in space if s != probe]
-        more, why = _measure(kernel, dims, rest, tf32, inputs, log)
-        timings += more
-        pruned += why
-    return timings, pruned
+    probes, families, refused = target.runnable_schedules(probes, families, cc)
+    return probes, families, refused
 
 
 def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log):

@@ -380,7 +380,7 @@ class KernelGen(ExprEmitter):
 
     def parameters(self) -> tuple[list[str], list[str]]:
         """The kernel's C parameters and their names in launch order: tensors, scalars, then the
-        tensor maps of bulk tensor copies (passed by value, built per launch: tensor_maps.py)."""
+        tensor maps of bulk tensor copies (passed by value, made from the launch's arrays: tensor_maps.py)."""
         params, order = [], []
         stored = {s.tensor for s in _all_stmts(self.kernel.body) if isinstance(s, ir.Store)}
         for p in self.kernel.params:

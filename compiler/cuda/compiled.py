@@ -14,8 +14,9 @@ from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir
 from compiler.frontend.source import Span
 
-# 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned
-COMPILER_VERSION = "phobos-cuda-10"
+# 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
+# 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor)
+COMPILER_VERSION = "phobos-cuda-11"
 
 
 def compiler_version() -> str:

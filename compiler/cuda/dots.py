@@ -107,7 +107,9 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
     r, c = (gen.size(s) for s in load.ty.shape)
     k, x = (c, r) if (role == "a") != transposed else (r, c)
     k_contiguous = (role == "a") != transposed
+    # the operand type: a bf16 / f16 tensor's own; TF32 dots hold f32 (an i32 tensor converted)
     dtype = gen.tensor(load.tensor, load.span).dtype
+    dtype = dtype if dtype in ("bf16", "f16") else "f32"
     if gen.wgmma:
         from compiler.cuda import wgmma
 

@@ -25,6 +25,7 @@ _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}
 _modules: dict[tuple[int, str, str], object] = {}  # kept alive as long as their functions
+_plans: dict[tuple[str, str], tuple] = {}
 _lock = threading.Lock()
 
 
@@ -68,59 +69,66 @@ def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
     }
 
 
+def _plan(compiled: CompiledKernel) -> tuple:
+    """Per parameter (name, kind): None for an array, "f32"/"i32" for a scalar, or the MapSpec of
+    a tensor map; made once per kernel (the launch's host time counts in a short kernel's
+    timing, tensor_maps.py)."""
+    key = (compiled.ptx, compiled.entry)
+    plan = _plans.get(key)
+    if plan is None:
+        maps = {m.param: m for m in compiled.tensor_maps}
+        kinds = dict(compiled.scalars) | maps
+        plan = _plans[key] = tuple((name, kinds.get(name)) for name in compiled.params)
+    return plan
+
+
 def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -> None:
     """Launch on the current device; `arrays` maps every tensor parameter to a C-contiguous cupy
-    array of the bound shape (16-byte aligned), `scalars` every scalar parameter to a number."""
+    array of the bound shape (16-byte aligned), `scalars` every scalar parameter to a number. A
+    kernel with tensor maps gets each as (spec, address), made by tensor_maps.launch only for
+    arguments it has not launched with before."""
     import cupy
 
+    fn = _function(compiled)
+    by_maps = bool(compiled.tensor_maps)
     args = []
-    scalar_types = dict(compiled.scalars)
-    maps = {m.param: m for m in compiled.tensor_maps}
-    for name in compiled.params:
-        if name in maps:  # built from the operand's array below
-            args.append(maps[name])
-            continue
-        if name in scalar_types:
+    for name, kind in _plan(compiled):
+        if kind is None:
+            a = _checked_array(cupy, arrays, name)
+            args.append(a.data.ptr if by_maps else a)
+        elif isinstance(kind, str):
             if name not in scalars:
                 raise UserError(f"scalar {name} is missing")
-            value = scalars[name]
-            args.append(np.float32(value) if scalar_types[name] == "f32" else np.int32(value))
-            continue
-        a = arrays.get(name)
-        if a is None:
-            raise UserError(f"tensor {name} is missing")
-        if not isinstance(a, cupy.ndarray) or not a.flags.c_contiguous:
-            raise UserError(f"tensor {name} must be a C-contiguous cupy array")
-        if a.data.ptr % 16:
-            raise UserError(f"tensor {name} must start on a 16-byte boundary")
-        args.append(a)
-    fn = _function(compiled)
-    if maps:
-        _launch_with_maps(compiled, fn, args, arrays, stream)
+            args.append(np.float32(scalars[name]) if kind == "f32" else np.int32(scalars[name]))
+        else:
+            args.append((kind, _map_array(cupy, arrays, kind).data.ptr))
+    if not by_maps:
+        fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
         return
-    fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
-
-
-def _launch_with_maps(compiled: CompiledKernel, fn, args: list, arrays: dict, stream) -> None:
-    """A kernel that reads operands by bulk tensor copies: each map made from its array."""
-    import cupy
-
     from compiler.cuda import tensor_maps
 
-    out = []
-    for a in args:
-        if isinstance(a, tensor_maps.MapSpec):
-            arr = arrays[a.tensor]
-            if arr.size != a.elements or arr.itemsize != a.elem_bytes:
-                shape, bits = "x".join(map(str, (*a.outer, a.rows, a.cols))), 8 * a.elem_bytes
-                raise UserError(f"tensor {a.tensor} must hold {shape} {bits}-bit elements")
-            out.append(tensor_maps.encode(a, arr.data.ptr))
-        elif isinstance(a, cupy.ndarray):
-            out.append(a.data.ptr)
-        else:
-            out.append(a)
     s = stream if stream is not None else cupy.cuda.get_current_stream()
-    tensor_maps.launch(fn.ptr, compiled.grid, compiled.block, compiled.shared_bytes, s.ptr, out)
+    tensor_maps.launch(fn.ptr, compiled.grid, compiled.block, compiled.shared_bytes, s.ptr, args)
+
+
+def _checked_array(cupy, arrays: dict, name: str):
+    a = arrays.get(name)
+    if a is None:
+        raise UserError(f"tensor {name} is missing")
+    if not isinstance(a, cupy.ndarray) or not a.flags.c_contiguous:
+        raise UserError(f"tensor {name} must be a C-contiguous cupy array")
+    if a.data.ptr % 16:
+        raise UserError(f"tensor {name} must start on a 16-byte boundary")
+    return a
+
+
+def _map_array(cupy, arrays: dict, spec):
+    """The array a tensor map describes: the leaf's bound number and size of elements."""
+    arr = _checked_array(cupy, arrays, spec.tensor)
+    if arr.size != spec.elements or arr.itemsize != spec.elem_bytes:
+        shape, bits = "x".join(map(str, (*spec.outer, spec.rows, spec.cols))), 8 * spec.elem_bytes
+        raise UserError(f"tensor {spec.tensor} must hold {shape} {bits}-bit elements")
+    return arr
 
 
 def prepared_launch(compiled: CompiledKernel, scalars: dict):

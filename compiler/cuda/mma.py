@@ -65,6 +65,8 @@ def tensor_core_dtype(call: ir.Call, kernel: ir.Kernel, tf32: bool = False) -> s
     if mode in TC_DTYPES or mode == "tf32":
         return mode
     a, b = (operand_dtype(x, kernel) for x in call.args)
+    if mode == "f32" and a in TC_DTYPES:  # a 16-bit dot sent to CUDA cores (hoist.fit_dots)
+        return None
     if a == b and a in TC_DTYPES:
         return a
     if tf32 and a is None and b is None:

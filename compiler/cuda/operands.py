@@ -134,7 +134,7 @@ def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
         gen.out.line(f"const int o_ = {o}, q_ = {q};")
     else:
         gen.out.line(f"const int o_ = e_ / {plan['per_row']}, q_ = (e_ % {plan['per_row']}) * {tile.vector};")
-    dst = tile.offset("o_", "q_") if hasattr(tile, "offset") else f"o_ * {tile.ld} + q_"
+    dst = stored_at(tile, "o_", "q_")
     ptr, pred = gen.element_address(gen.tensor(load.tensor, load.span), load.index, ("o_", "q_"))
     if pred == "true":
         gen.out.line(f"cp_async16({tile.ptr} + {dst}, &{ptr}, true);")
@@ -143,6 +143,12 @@ def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
         base = f"t_{load.tensor}"
         gen.out.line(f"cp_async16({tile.ptr} + {dst}, in_ ? &{ptr} : {base}, in_);")
     gen.out.close()
+
+
+def stored_at(tile, row: str, col: str) -> str:
+    """Element offset of stored row `row`, column `col` (C expressions) in an MmaTile or in
+    warpgroup MMA's core-matrix layout (wgmma.CoreTile, which has its own)."""
+    return tile.offset(row, col) if hasattr(tile, "offset") else f"({row}) * {tile.ld} + {col}"
 
 
 def write_elements(gen, tile: MmaTile, load: ir.Load) -> None:
@@ -156,7 +162,7 @@ def write_elements(gen, tile: MmaTile, load: ir.Load) -> None:
     gen.out.line(f"const int q_ = e_ % {tile.cols}; const int o_ = e_ / {tile.cols};")
     ctx = Ctx((tile.rows, tile.cols), "2d", ("0", "0"), ("o_", "q_"), native=False)
     value = gen.load_elem(load, ctx)
-    dst = tile.offset("o_", "q_") if hasattr(tile, "offset") else f"o_ * {tile.ld} + q_"
+    dst = stored_at(tile, "o_", "q_")
     gen.out.line(f"{tile.ptr}[{dst}] = {from_f32(tile.dtype, value)};")
     gen.out.close()
 
@@ -167,7 +173,8 @@ def write_registers(gen, tile: MmaTile, val, transposed: bool) -> None:
     row, col = ("_c", "_r") if transposed else ("_r", "_c")  # operand coordinates
     k, x = (col, row) if tile.role == "a" else (row, col)
     r, c = (x, k) if tile.k_contiguous else (k, x)
-    gen.emit_loop(ctx, [f"{tile.ptr}[{r} * {tile.ld} + {c}] = {from_f32(tile.dtype, gen.access(val, ctx))};"])
+    value = from_f32(tile.dtype, gen.access(val, ctx))
+    gen.emit_loop(ctx, [f"{tile.ptr}[{stored_at(tile, r, c)}] = {value};"])
 
 
 def alloc_tile(gen, role: str, k: int, x: int, k_contiguous: bool, dtype: str, span) -> MmaTile:

@@ -2,6 +2,10 @@
 
   bind     the binding's dims and tile values become the leaf's constants and CTA counts
   hoist    dot operands that are tensor loads inside loops get lets at the loop top (hoist.py)
+  split    a let feeding dots that stage it differently (tensor cores and CUDA cores, roles a
+           and b) gets one copy per way (hoist.py)
+  fit      bf16 / f16 dots of a shape the tensor cores cannot take run on CUDA cores; with a
+           TF32 one the point is pruned (hoist.py)
   analyse  which lets live in shared memory, which dots run on tensor cores (and in which
            type), layout hints of 1-D tiles, longest-first grid axes (analysis.py, mma.py)
   lay out  the CTA's threads: ThreadGrid (CUDA cores) or MmaGrid (the tensor-core accumulator
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.cuda import analysis, mma, nvrtc, target, wgmma
-from compiler.cuda.hoist import hoist_dot_loads
+from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir, walk
@@ -70,6 +74,14 @@ def bind(leaf: Leaf) -> Leaf:
 
 def hoist(leaf: Leaf) -> Leaf:
     return dataclasses.replace(leaf, kernel=hoist_dot_loads(leaf.kernel))
+
+
+def split(leaf: Leaf) -> Leaf:
+    return dataclasses.replace(leaf, kernel=split_operand_lets(leaf.kernel, leaf.options.tf32))
+
+
+def fit(leaf: Leaf) -> Leaf:
+    return dataclasses.replace(leaf, kernel=fit_dots(leaf.kernel, leaf.binding, leaf.options.tf32))
 
 
 def analyse(leaf: Leaf) -> Leaf:
@@ -148,6 +160,8 @@ def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:
 STAGES = (
     ("bind", bind),
     ("hoist", hoist),
+    ("split", split),
+    ("fit", fit),
     ("analyse", analyse),
     ("lay out", lay_out),
     ("emit", emit),
@@ -171,9 +185,14 @@ def run(kernel: ir.Kernel, binding, options: Options = Options(), until: str = "
 def _dump(folder: Path, index: int, name: str, leaf: Leaf) -> None:
     from compiler.frontend import ir_print
 
+    def body() -> str:
+        return "\n".join(line for st in leaf.kernel.body for line in ir_print.format_stmt(st))
+
     text = {
         "bind": lambda: f"env {leaf.env}\nCTAs {leaf.counts}",
-        "hoist": lambda: "\n".join(line for st in leaf.kernel.body for line in ir_print.format_stmt(st)),
+        "hoist": body,
+        "split": body,
+        "fit": body,
         "analyse": lambda: repr(leaf.plan),
         "lay out": lambda: repr(leaf.grid),
         "emit": lambda: leaf.generated.source,

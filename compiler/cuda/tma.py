@@ -16,8 +16,8 @@ threads, one CTA per multiprocessor); with one, 256 threads start with enough. T
 warpgroup returns after its loop, so everything after the loop
 runs on the consumers alone, and a barrier there is `bar.sync 1, consumers` (gen.sync).
 
-The tensor maps are kernel parameters (`const __grid_constant__ TmaMap`), built for each
-launch from the operand arrays (tensor_maps.py).
+The tensor maps are kernel parameters (`const __grid_constant__ TmaMap`), made at the launch
+from the operand arrays and kept for later launches with the same arrays (tensor_maps.py).
 
 Takes a loop at the kernel's top level with a single tensor-core dot whose operands are 2-D slices
 of 2-D 16-bit tensors with 16-byte row pitch, laid out with 128-byte rows (K-major k = 64, or

@@ -282,7 +282,10 @@ def emit_wgmma(
 
 def issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> list[str]:
     """The wgmma instructions of acc += a b (acc = a b when `fresh`), one block per k step; `sa`
-    a CoreTile or, per k step, the four C expressions of this lane's A fragment."""
+    a CoreTile or, per k step, the four C expressions of this lane's A fragment. The shared-memory
+    descriptors are made once (the tile's start) and each k step adds its offset in 16-byte units
+    to the start-address field (step_descriptor): in an attention loop that left 592 SASS
+    instructions per iteration of the 714 that a descriptor made from each step's address took."""
     mma_k = 8 if dtype == "tf32" else 16
     regs = n // 2
     outs = []
@@ -290,26 +293,39 @@ def issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> li
         s, h, e = i // 4, (i // 2) % 2, i % 2
         outs.append(f'"+f"({acc.cname}[{h}][{2 * s + e}])')
     d = ", ".join(f"%{i}" for i in range(regs))
-    lines = []
+    lines = ["{", f"  const unsigned long long db0_ = {_desc(sb, sb.ptr)};"]
+    if isinstance(sa, CoreTile):  # this warpgroup's 64 rows of a
+        a_rows = f"{sa.ptr} + (th_warp / 4) * {sa.x_block}"
+        lines.append(f"  const unsigned long long da0_ = {_desc(sa, a_rows)};")
     for s in range(kk // mma_k):
-        lines.append(" {")  # as Emitter.open("") writes it: matmul's text stays as it was
-        lines.append(f"  const unsigned long long db_ = {_desc(sb, f'{sb.ptr} + {sb.k_offset(s)}')};")
+        lines.append("  {")
+        lines.append(f"    const unsigned long long db_ = db0_ + {step_descriptor(sb, s)};")
         if not isinstance(sa, CoreTile):
-            lines.append("  const unsigned " + ", ".join(f"a{q}_ = {f}" for q, f in enumerate(sa[s])) + ";")
+            lines.append("    const unsigned " + ", ".join(f"a{q}_ = {f}" for q, f in enumerate(sa[s])) + ";")
             a_op, trans, b_op = "{" + ", ".join(f"%{regs + q}" for q in range(4)) + "}", "", f"%{regs + 4}"
             a_in = ", ".join(f'"r"(a{q}_)' for q in range(4))
         else:
-            a_ptr = f"{sa.ptr} + (th_warp / 4) * {sa.x_block} + {sa.k_offset(s)}"
-            lines.append(f"  const unsigned long long da_ = {_desc(sa, a_ptr)};")
+            lines.append(f"    const unsigned long long da_ = da0_ + {step_descriptor(sa, s)};")
             a_op, a_in, trans, b_op = f"%{regs}", '"l"(da_)', f"{int(sa.mn_major)}, ", f"%{regs + 1}"
         imm = "p, 1, 1" if dtype == "tf32" else f"p, 1, 1, {trans}{int(sb.mn_major)}"
         lines.append(
-            f'  asm volatile("{{ .reg .pred p; setp.ne.b32 p, {int(not (fresh and s == 0))}, 0; '
+            f'    asm volatile("{{ .reg .pred p; setp.ne.b32 p, {int(not (fresh and s == 0))}, 0; '
             f"wgmma.mma_async.sync.aligned.m64n{n}k{mma_k}.f32.{dtype}.{dtype} {{{d}}}, {a_op}, {b_op}, "
             f'{imm}; }}" : {", ".join(outs)} : {a_in}, "l"(db_));'
         )
-        lines.append("}")
+        lines.append("  }")
+    lines.append("}")
     return lines
+
+
+def step_descriptor(t: CoreTile, step: int) -> int:
+    """What k step `step` adds to the descriptor of the tile's start: its offset in 16-byte units,
+    the unit of the start-address field (bits 0-13, the shared address >> 4). Adding is exact: the
+    offset is a multiple of 16 bytes and the stepped address stays inside the CTA's shared memory
+    (below 2^18 bytes), so the field cannot carry into the byte offsets above it."""
+    off = t.k_offset(step) * t.elem_bytes
+    assert off % 16 == 0, (t, step)
+    return off // 16
 
 
 def _register_fragment(p: str, step: int, dtype: str) -> list[str]:

@@ -174,7 +174,7 @@ def test_four_warpgroups_take_64_rows_each_and_share_the_copies():
     c = compile_kernel(kernel, b, schedule=Schedule(wgmma=True, stages=4, threads=WIDE_THREADS, rotate=True))
     src = c.cuda_source
     assert c.block == (512, 1, 1) and c.grid[:2] == (4, 2) and "__launch_bounds__(512)" in src
-    assert "(th_warp / 4) * 8192 + 0, 128, 2048, 0)" in src  # 64 rows x 128 columns per warpgroup
+    assert "(th_warp / 4) * 8192, 128, 2048, 0)" in src  # 64 rows x 128 columns per warpgroup
     assert "th_r = (th_warp / 1) * 8 + (th_lane >> 2);" in src
     assert "_r = ((th_r / 8) * 16 + ((_i) / 2) * 16 + ((_i) % 2) * 8 + th_r % 8);" in src
     copies = re.findall(r"for \(int it_ = 0; it_ < (\d+); \+\+it_\) \{\n\s+const int e_ = it_ \* 512", src)

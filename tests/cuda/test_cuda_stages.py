@@ -3,12 +3,14 @@ what it must produce."""
 
 from __future__ import annotations
 
+import novel_cases
 import pytest
 from cuda_cases import load_example
 
 from compiler.cuda import stages
 from compiler.cuda.layout import MmaGrid, ThreadGrid
 from compiler.frontend import binding, ir, ir_print
+from compiler.frontend.diagnostics import CompileError
 
 
 def _leaf(name, dims, point=None, **options):
@@ -25,7 +27,9 @@ def _through(leaf, last):
 
 
 def test_stage_list_is_the_documented_order():
-    assert [n for n, _ in stages.STAGES] == ["bind", "hoist", "analyse", "lay out", "emit", "nvrtc"]
+    assert [n for n, _ in stages.STAGES] == [
+        "bind", "hoist", "split", "fit", "analyse", "lay out", "emit", "nvrtc"
+    ]
 
 
 def test_bind_gives_constants_and_cta_counts():
@@ -45,12 +49,25 @@ def test_hoist_binds_inline_dot_operands_at_the_loop_top():
     assert first[1].startswith("let ") and "V[j :+ BC, :]" in first[1]
 
 
+def test_fit_sends_16_bit_dots_the_tensor_cores_cannot_take_to_cuda_cores_and_prunes_tf32_ones():
+    fits = _through(_leaf("matmul_bf16.phk", {"M": 512, "N": 512, "K": 512}), "fit")
+    assert len(stages.tensor_core_dots(fits.kernel, False)) == 1
+    for name, dims in (("gemv", {"N": 512, "K": 512}), ("k8", {"M": 64, "N": 64, "K": 64})):
+        kernel = novel_cases.load(name)  # one row of a; an inner extent of 8
+        leaf = stages.Leaf(kernel, binding.bind(kernel, dims))
+        assert len(stages.tensor_core_dots(leaf.kernel, False)) == 1
+        assert stages.tensor_core_dots(_through(leaf, "fit").kernel, False) == []
+    with pytest.raises(CompileError, match=r"is pruned: a TF32 dot .* this one is \[32, 4\] x \[4, 32\]"):
+        _through(_leaf("matmul.phk", {"M": 512, "N": 512, "K": 512}, tf32=True), "fit")
+
+
 @pytest.mark.parametrize(
     "name,dims,options,tc,longest",
     [
         ("matmul_bf16.phk", {"M": 512, "N": 512, "K": 512}, {}, 1, ()),
         ("matmul.phk", {"M": 512, "N": 512, "K": 512}, {}, 0, ()),
-        ("matmul.phk", {"M": 512, "N": 512, "K": 512}, {"tf32": True}, 1, ()),
+        # a TF32 dot takes k in 8s: not the default point's TILE_K = 4 (pruned at the fit stage)
+        ("matmul.phk", {"M": 512, "N": 512, "K": 512}, {"tf32": True, "point": {"TILE_K": 32}}, 1, ()),
         ("causal_attention.phk", {"N": 4096}, {"tf32": True}, 2, ("x",)),
     ],
 )
@@ -99,8 +116,10 @@ def test_dump_switch_writes_every_stage(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "0-bind.txt",
         "1-hoist.txt",
-        "2-analyse.txt",
-        "3-lay-out.txt",
-        "4-emit.txt",
-        "5-nvrtc.txt",
+        "2-split.txt",
+        "3-fit.txt",
+        "4-analyse.txt",
+        "5-lay-out.txt",
+        "6-emit.txt",
+        "7-nvrtc.txt",
     ]

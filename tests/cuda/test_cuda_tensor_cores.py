@@ -408,13 +408,15 @@ kernel mm(A: tensor<bf16>[M, K], B: tensor<bf16>[K, N], C: tensor<f32>[M, N]) {
 """
 
 
-def test_tile_shape_that_fits_no_mma_shape_is_an_error_at_the_dot(tmp_path):
+def test_a_16_bit_dot_no_mma_shape_fits_runs_on_cuda_cores_and_a_tf32_one_is_an_error_at_it(tmp_path):
+    """k = 8 is half an m16n8k16 step: bf16 products are exact in f32, so the dot runs on CUDA
+    cores; TF32 has no such fallback (CUDA cores do not round), so that point is pruned at the dot."""
     path = tmp_path / "bad.phk"
     path.write_text(BAD_K)
     kernel = frontend.load_file(path).kernel()
-    with pytest.raises(CompileError) as e:
-        compile_kernel(kernel, binding.bind(kernel, {"M": 128, "N": 128, "K": 64}))
-    assert "not a multiple of 16" in e.value.message and e.value.span.line == 5
+    c = compile_kernel(kernel, binding.bind(kernel, {"M": 128, "N": 128, "K": 64}))
+    assert "mma.sync" not in c.ptx and "fma.rn" in c.ptx
+    path.write_text("@precision(tf32)\n" + BAD_K.replace("bf16", "f32").replace("TK in [8]", "TK in [4]"))
     run = subprocess.run(
         [
             sys.executable,
@@ -436,17 +438,19 @@ def test_tile_shape_that_fits_no_mma_shape_is_an_error_at_the_dot(tmp_path):
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert run.returncode == 2, run.stderr
-    assert re.search(r"bad\.phk:5:\d+: error: .*not a multiple of 16", run.stderr), run.stderr
+    error = r"bad\.phk:6:\d+: error: .*pruned: a TF32 dot .* \[64, 4\] x \[4, 64\]"
+    assert re.search(error, run.stderr), run.stderr
     assert "Traceback" not in run.stderr
 
 
 def test_rows_that_fit_no_warp_layout_are_pruned_at_the_search_space(tmp_path):
     path = tmp_path / "bad.phk"
-    path.write_text(BAD_K.replace("TM in [64]", "TM in [8]").replace("TK in [8]", "TK in [16]"))
+    pinned = "@launch(256)\n" + BAD_K.replace("TN in [64]", "TN in [8]").replace("TK in [8]", "TK in [16]")
+    path.write_text(pinned.replace("TM in [64]", "TM in [16]"))  # 8 warps, one 16x8 tile
     kernel = frontend.load_file(path).kernel()
     with pytest.raises(CompileError) as e:
         compile_kernel(kernel, binding.bind(kernel, {"M": 128, "N": 128, "K": 64}))
-    assert "tensor-core tiles" in e.value.message and e.value.span.line == 1
+    assert "tensor-core tiles" in e.value.message and e.value.span.line == 2
 
 
 def test_tf32_on_a_gpu_without_tensor_cores_is_an_error_at_the_dot():

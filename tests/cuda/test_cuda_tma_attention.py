@@ -131,12 +131,26 @@ def _stage_after_boxes(src: str, spec: MapSpec, ring: str, j: int, head: int) ->
     return stage
 
 
-def _descriptor_reads(line: str, x: int, k: int, mn_major: bool) -> int:
+def _descriptor_steps(loop: str, base: str) -> list[tuple[list[str], int]]:
+    """Each k step's b descriptor of the dots whose tile starts at `base` (a C name prefix):
+    (the arguments of wg_desc at the tile's start, the step's added 16-byte units)."""
+    steps, start = [], None
+    for line in (x.strip() for x in loop.splitlines()):
+        if line.startswith("const unsigned long long db0_ = wg_desc("):
+            start = _args(line[line.index("wg_desc(") : line.index(";")])
+            start = start if start[0].startswith(base) else None
+        elif line.startswith("const unsigned long long db_ = db0_ + ") and start is not None:
+            steps.append((start, int(line.split("+")[1].rstrip(";"))))
+    return steps
+
+
+def _descriptor_reads(step: tuple[list[str], int], x: int, k: int, mn_major: bool) -> int:
     """The byte address (from the stage's start) at which one k step's descriptor reads operand
-    element (x, k): K-major 128-byte swizzled rows, 8-row groups SBO apart; MN-major rows of 64
-    x, LBO between 64-wide blocks, SBO between 8-row groups of k (PTX ISA canonical layouts)."""
-    start, lbo, sbo, swz = _args(line[line.index("wg_desc(") : line.index(";")])
-    off = int(start.split("+")[1]) * 2
+    element (x, k): the step's 16-byte units added to the start-address field, then K-major
+    128-byte swizzled rows, 8-row groups SBO apart; MN-major rows of 64 x, LBO between 64-wide
+    blocks, SBO between 8-row groups of k (PTX ISA canonical layouts)."""
+    (start, lbo, sbo, swz), units = step
+    off = units * 16 + (int(start.split("+")[1]) * 2 if "+" in start else 0)
     assert swz == "1"
     if mn_major:
         a = off + (x // 64) * int(lbo) + (x % 64) * 2 + (k // 8) * int(sbo) + (k % 8) * 128
@@ -156,8 +170,7 @@ def test_each_descriptor_reads_the_k_or_v_element_the_boxes_brought(name, d, bc)
     loop = _loop(src)[: _loop(src).index("// warpgroup 1's last pass")]
     k_ring = re.search(r"stage_\d+ = (ring_\d+) \+", loop).group(1)
     v_ring = [r for r in re.findall(r"tma_load_3d\((ring_\d+)", src) if r != k_ring][0]
-    s_reads = [x for x in loop.splitlines() if "db_ = wg_desc(stage_" in x]
-    pv_reads = [x for x in loop.splitlines() if "db_ = wg_desc(kept_b_" in x]
+    s_reads, pv_reads = _descriptor_steps(loop, "stage_"), _descriptor_steps(loop, "kept_b_")
     assert len(s_reads) == d // 16 and len(pv_reads) == bc // 16
     k_map, v_map = c.tensor_maps
     for head in (0, 1):
