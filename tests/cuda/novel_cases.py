@@ -97,6 +97,27 @@ def _silu_gate(a):
     return {"Y": rounded(g / (1 + np.exp(-g)) * u, "bf16")}
 
 
+def _onehot(a):
+    ids, table = a["idx"].astype(int), a["E"]
+    inside = (ids >= 0) & (ids < table.shape[0])
+    return {"out": np.where(inside[:, None], table[np.clip(ids, 0, table.shape[0] - 1)], 0.0)}
+
+
+def _qscaled(a, s):
+    return rounded(a["Q"] * np.float32(s["scale"]), "bf16")
+
+
+def _splitk(a, env):
+    ks, k = env["KS"], a["A"].shape[1]
+    return {"P": np.stack([a["A"][:, z : z + ks] @ a["B"][z : z + ks] for z in range(0, k, ks)])}
+
+
+def _qtwo(a, env):
+    x, tm = a["X"], env["TM"]
+    d = [x[i : i + tm].T @ a["Z"][i : i + tm] for i in range(0, x.shape[0], tm)]
+    return {"C": x @ a["Y"].T, "D": np.stack(d)}
+
+
 @dataclass(frozen=True)
 class Case:
     dims: dict[str, int]
@@ -109,6 +130,11 @@ class Case:
 MM = {"M": 200, "N": 136, "K": 104}
 ATT = {"scale": 0.125}
 CASES: dict[str, Case] = {
+    "attn_mixed": Case(
+        {"H": 2, "N": 150, "D": 64},
+        lambda a, s, e: {"O": _attention(tf32(a["Q"]), tf32(a["K"]), a["V"], s["scale"])},
+        5e-4, F16_FLIPS, ATT,
+    ),
     "atb": Case({"M": 130, "N": 200, "K": 72}, lambda a, s, e: {"C": a["A"].T @ a["B"]}, EXACT),
     "attn_f16_96": Case(
         {"H": 2, "N": 150, "D": 96},
@@ -120,12 +146,22 @@ CASES: dict[str, Case] = {
         lambda a, s, e: {"O": _attention(tf32(a["Q"]), tf32(a["K"]), tf32(a["V"]), s["scale"])},
         5e-4, F16_FLIPS, ATT,
     ),
+    "b2b": Case(
+        {"M": 200, "K": 104, "H": 64, "N": 64},
+        lambda a, s, e: {"C": tf32(np.maximum(tf32(a["A"]) @ tf32(a["W1"]), 0)) @ tf32(a["W2"])},
+        1e-4, F16_FLIPS,
+    ),
     "battn": Case(
         {"Bt": 2, "H": 2, "N": 150, "D": 32},
         lambda a, s, e: {"O": _attention(a["Q"], a["K"], a["V"], s["scale"], causal=True)},
         3e-3, BF16_FLIPS, ATT,
     ),
     "bmm": Case({"Bt": 3, "M": 130, "N": 70, "K": 40}, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
+    "colsum": Case(
+        {"M": 200, "N": 136, "K": 104, "MB": 4},
+        lambda a, s, e: {"cs": np.stack([b.sum(0) for b in blocks(a["A"] @ a["B"], e["TM"])])},
+        EXACT,
+    ),
     "fixedk": Case(
         {"M": 200, "N": 136},
         lambda a, s, e: {"C": a["A"] @ a["B"], "D": tf32(a["A"]) @ tf32(a["B"])},
@@ -175,7 +211,14 @@ CASES: dict[str, Case] = {
     "nt_tf32": Case(MM, lambda a, s, e: {"C": tf32(a["A"]) @ tf32(a["B"]).T}, EXACT),
     "odd48": Case(MM, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
     "odd96": Case({"M": 300, "N": 200, "K": 150}, lambda a, s, e: {"C": a["A"] @ a["B"]}, EXACT),
+    "onehot": Case({"M": 200, "V": 300, "D": 64}, lambda a, s, e: _onehot(a), EXACT),
     "outer": Case({"M": 200, "N": 136}, lambda a, s, e: {"C": a["a"] @ a["b"]}, EXACT),
+    "qscaled": Case(
+        {"H": 2, "N": 150, "D": 64},
+        lambda a, s, e: {"O": rounded(_attention(_qscaled(a, s), a["K"], a["V"], 1.0), "bf16")},
+        3e-3, BF16_FLIPS, ATT,
+    ),
+    "qtwo": Case({"M": 128, "N": 136, "K": 64, "MB": 2}, lambda a, s, e: _qtwo(a, e), EXACT),
     "regs2": Case(
         MM, lambda a, s, e: {"C": rounded(a["A"] * 2, "bf16") @ rounded(a["B"], "bf16")}, EXACT
     ),
@@ -191,6 +234,7 @@ CASES: dict[str, Case] = {
         lambda a, s, e: {"C": rounded(a["A"] @ a["B"].T, "bf16")},
         1e-4, BF16_FLIPS,
     ),
+    "splitk": Case({"M": 200, "N": 136, "K": 300, "S": 3}, lambda a, s, e: _splitk(a, e), EXACT),
     "sq": Case({"M": 200, "N": 64}, lambda a, s, e: _sq(a, e), EXACT),
     "stt": Case(
         {"M": 128, "N": 136, "K": 104},
@@ -225,10 +269,11 @@ CASES: dict[str, Case] = {
 # How many of gpu_pairs compile for sm_90 (the H200): the GPU test must run exactly these, and the
 # CPU test (test_novel_ptx.py) recounts them, so that a point newly pruned fails both.
 RUNS_SM90 = {
-    "atb": 9, "attn_f16_96": 5, "attn_tf32_96": 4, "battn": 5, "bmm": 9, "fixedk": 4,
-    "fma_tt": 4, "gemm_ep": 8, "gemv": 5, "imm": 1, "imm_tf32": 2, "k8": 2, "linear": 9,
-    "lse": 5, "masked_op": 2, "mixprec": 2, "mlp2": 6, "nested": 2, "nt_tf32": 9, "odd48": 1,
-    "odd96": 4, "outer": 2, "regs2": 2, "scaled_a": 9, "small_m": 8, "sq": 2, "stt": 2,
+    "atb": 9, "attn_f16_96": 5, "attn_mixed": 4, "attn_tf32_96": 4, "b2b": 2, "battn": 5,
+    "bmm": 9, "colsum": 3, "fixedk": 4, "fma_tt": 4, "gemm_ep": 8, "gemv": 5, "imm": 1,
+    "imm_tf32": 2, "k8": 2, "linear": 9, "lse": 5, "masked_op": 2, "mixprec": 2, "mlp2": 6,
+    "nested": 2, "nt_tf32": 9, "odd48": 1, "odd96": 4, "onehot": 3, "outer": 2, "qscaled": 4,
+    "qtwo": 2, "regs2": 2, "scaled_a": 9, "small_m": 8, "splitk": 3, "sq": 2, "stt": 2,
     "swiglu": 5, "syrk_diag": 4, "tf32_and_exact": 8, "tf32_regop": 4, "trimm": 5, "tstore": 5,
     "tt_f16": 9, "tt_tf32": 9, "twoloops": 3, "unroll2": 5, "vt": 3,
 }
