@@ -211,6 +211,7 @@ def run_rounds(sides: dict[str, list[str]], folder: Path, trace: Path, output: P
             np.testing.assert_allclose(np.load(output), expected, rtol=1e-4, atol=tolerance)
     times: dict[str, list[float]] = {name: [] for name in sides}
     phases: dict[str, list[dict]] = {name: [] for name in sides if name != "script"}
+    timelines: dict[str, list] = {}
     loads = []
     for _ in range(rounds):
         loads.append(os.getloadavg()[0])
@@ -226,12 +227,24 @@ def run_rounds(sides: dict[str, list[str]], folder: Path, trace: Path, output: P
                 if "to_commit" in row:
                     row["exit"] = elapsed - row["to_commit"]
                 phases[name].append(row)
+                timelines.setdefault(name, []).append(timeline(data))
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     ratios = {name: round(medians[name] / medians["script"], 3) for name in sides if name != "script"}
     phase_medians = {name: {key: round(statistics.median(p[key] for p in rows), 4) for key in rows[0]}
                      for name, rows in phases.items()}
     return {"seconds": times, "median_s": medians, "ratio_to_script": ratios,
-            "phases_median_s": phase_medians, "load_average_1min": loads}
+            "phases_median_s": phase_medians, "load_average_1min": loads, "timelines": timelines}
+
+
+def timeline(trace: dict) -> list:
+    """One round's instructions as rows [start, end, kind, unit, id, MiB] (seconds from the job's
+    start, which is before its compile; the wall time counts from there), then its end, in order:
+    where the round's time went, and what ran after the last read or before the first."""
+    rows = [[round(e["start"], 4), round(e["end"], 4), e["kind"], e.get("unit"), e["id"],
+             round(e["bytes"] / 2**20, 1)]
+            for e in trace["events"] if e["kind"] in ("load", "compute", "store", "fetch")]
+    end = [round(trace["summary"]["wall_s"], 4), None, "end (commit done)", None, None, None]
+    return sorted(rows) + [end]
 
 
 def bound(files: list[Path], output: Path, case: str, device: str, n: int, result: dict) -> dict:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,11 +71,16 @@ def _fsync_folders(paths) -> None:
         fsync_path(folder)
 
 
-def commit_all(job_id: str, pairs: list[Pair]) -> None:
-    """Make every staging copy its output, all or none (see the module doc)."""
+def commit_all(job_id: str, pairs: list[Pair], mark=None) -> None:
+    """Make every staging copy its output, all or none (see the module doc). `mark(name)`, when
+    given, is called as the staging copies are durable ("commit_synced"), as the commit point is
+    passed ("commit_recorded") and as the renames are durable ("commit_renamed"): where a
+    commit's time goes, for the trace."""
+    mark = mark or (lambda name: None)
     for pair in pairs:
         _fault_point("fsync")
         fsync_path(pair.staging)
+    mark("commit_synced")
     text = json.dumps({"format": RECORD_FORMAT, "job": job_id,
                        "outputs": [{"staging": str(p.staging), "final": str(p.final)} for p in pairs]})
     written: list[Path] = []
@@ -90,14 +96,41 @@ def commit_all(job_id: str, pairs: list[Pair]) -> None:
             record.unlink(missing_ok=True)
         raise CommitFailed(f"cannot write the commit record {record_path(pair.final, job_id)} "
                            f"({err.strerror}); no output was changed") from None
-    for pair in pairs:  # past the commit point: a cut from here on is finished by `recover`
-        _fault_point("rename")
-        os.replace(pair.staging, pair.final)
-    _fsync_folders([p.final for p in pairs])
-    for record in written:
-        _fault_point("forget")
-        record.unlink()
-    _fsync_folders(written)
+    mark("commit_recorded")
+    old = _hold(p.final for p in pairs)
+    try:
+        for pair in pairs:  # past the commit point: a cut from here on is finished by `recover`
+            _fault_point("rename")
+            os.replace(pair.staging, pair.final)
+        _fsync_folders([p.final for p in pairs])
+        mark("commit_renamed")
+        for record in written:
+            _fault_point("forget")
+            record.unlink()
+        _fsync_folders(written)
+    finally:
+        threading.Thread(target=_close, args=(old,), name="commit-old-outputs", daemon=True).start()
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _hold(finals) -> list[int]:
+    """The outputs' old files, opened so that replacing them does not free them: their space is
+    given back when these are closed, by a thread of its own once the commit is over. Freeing a
+    file is not free: on the ext4 virtual disks we measured (mounted with `discard`) giving back
+    a 256 MiB file took 30-80 ms inside the rename (or, held open, inside the close), which the
+    commit would otherwise wait for, though the new outputs need nothing of it. Best effort: an
+    old file that cannot be opened is freed by its rename, as before."""
+    held = []
+    for final in finals:
+        try:
+            held.append(os.open(final, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW))
+        except OSError:
+            pass  # no old output (a new file), or one we may not read
+    return held
 
 
 def _beside(path: Path, prefix: str, suffix: str = "") -> list[Path]:

@@ -227,20 +227,50 @@ def read_region_into(path: Path, region, out: np.ndarray) -> int:
 def _runs(region, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
     """(first element, element count) of each contiguous run of a C-order region, in order; None
     when the runs are too short for one system call each to beat a memory map."""
+    firsts, run = _run_offsets(region, shape)
+    if run * 4 < MIN_RUN_BYTES and len(firsts) > 1:
+        return None
+    return [(int(first), run) for first in firsts] if run else []
+
+
+def _run_offsets(region, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
+    """The first element of each contiguous run of a C-order region (in order) and the run's
+    length in elements (the same for every run)."""
     inner = len(shape) - 1
     while inner > 0 and region.shape[inner] == shape[inner] and region.start[inner] == 0:
         inner -= 1  # axes the region spans whole join the run
     run = int(np.prod(region.shape[inner:]))
     outer = region.shape[:inner]
-    if run * 4 < MIN_RUN_BYTES and np.prod(outer) > 1:
-        return None
     strides = [int(np.prod(shape[axis + 1:])) for axis in range(len(shape))]
     base = sum(start * stride for start, stride in zip(region.start, strides, strict=True))
-    if not outer or np.prod(outer) == 0:
-        return [(base, run)] if run else []
+    if run == 0 or np.prod(outer) == 0:
+        return np.zeros(0, np.int64), 0
+    if not outer:
+        return np.array([base], np.int64), run
     index = np.indices(outer).reshape(len(outer), -1)
-    offsets = base + sum(index[axis] * strides[axis] for axis in range(len(outer)))
-    return [(int(first), run) for first in offsets]
+    return base + sum(index[axis] * strides[axis] for axis in range(len(outer))), run
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a C-order .npy file keeps its elements: the data's byte offset, shape, item size."""
+
+    offset: int
+    shape: tuple[int, ...]
+    itemsize: int
+
+
+def layout(path: Path) -> Layout | None:
+    """The file's layout from its header; None for a file in Fortran order."""
+    header = _header_of(path)
+    return None if header.fortran else Layout(header.offset, header.shape, header.dtype.itemsize)
+
+
+def byte_runs(lay: Layout, region) -> tuple[np.ndarray, int]:
+    """The file byte offset of each contiguous run of `region` (in order) and the run's length
+    in bytes: which bytes of the file a load of the region reads, or a store writes."""
+    firsts, run = _run_offsets(region, lay.shape)
+    return lay.offset + firsts.astype(np.int64) * lay.itemsize, run * lay.itemsize
 
 
 # ---- staging and commit -------------------------------------------------------------------------
@@ -326,11 +356,14 @@ def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
     return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even
 
 
-def write_region(staging: Path, region, values: np.ndarray) -> int:
+def write_region(staging: Path, region, values: np.ndarray, writeback: bool = True) -> int:
     """Write `values` (shaped like the region, any dtype) into the staging file, converted to its
     storage dtype; returns bytes written. Contiguous runs go in with pwrite and the file is closed
     after the store, so a scheduler on another host sees the bytes after its fsync (NFS flushes
-    on close) without an msync per store; short runs go through a memory map, flushed."""
+    on close) without an msync per store; short runs go through a memory map, flushed. The
+    write-back of pwritten runs is started at once unless `writeback` is False (the caller then
+    starts it: a pod waits until neighbouring stores have filled the gaps between the runs,
+    pod/disk_order.py)."""
     array = _open(staging, "r")
     slices = _slices(region, array.shape, staging)
     if tuple(values.shape) != tuple(region.shape):
@@ -358,7 +391,7 @@ def write_region(staging: Path, region, values: np.ndarray) -> int:
                 wrote = os.pwrite(fd, piece, at)
                 piece, at = piece[wrote:], at + wrote
             done += count * dtype.itemsize
-        if runs:
+        if runs and writeback:
             first_byte = offset + runs[0][0] * dtype.itemsize
             fileio.start_writeback(fd, first_byte, offset + sum(runs[-1]) * dtype.itemsize - first_byte)
     finally:

@@ -21,6 +21,7 @@ from common.errors import UserError
 from common.log import get_logger
 from pod import machine as m
 from pod import state as st
+from pod.disk import PlanDisk
 from pod.faults import Delay, Faults
 from pod.peers import Fetching
 from pod.transfer import DataPort, TransferError, byte_view, checksum
@@ -58,6 +59,7 @@ class Job:
     # buffers of dropped generations whose IPC handles peers hold: kept (not reused) until the
     # job is forgotten, since such a peer may still be copying out of them
     lent: list[BufferRecord] = field(default_factory=list)
+    disk: dict[int, PlanDisk] = field(default_factory=dict)  # generation -> its read-ahead and write-back
 
 
 class PodRuntime:
@@ -92,6 +94,10 @@ class PodRuntime:
         """Carry out a Prepare: confine every URI, prepare a new job's program, then PlanReady."""
         job = self.job(p.job)
         paths = self._confine(p.checked.plan)  # every URI checked before anything is read or written
+        plan = p.checked.plan
+        if plan.generation not in job.disk:  # reading starts now, beside the job's set-up
+            files = {tensor: path for (_, tensor), path in paths.items()}
+            job.disk[plan.generation] = PlanDisk.start(plan, files, p.job)
         if not job.prepared:
             writes = await asyncio.get_running_loop().run_in_executor(
                 self.compute_pool, self.backend.prepare, p.job, p.program)
@@ -127,6 +133,9 @@ class PodRuntime:
         self.jobs.pop(job_id, None)
 
     def _forget_code(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        for disk in job.disk.values() if job is not None else ():
+            disk.stop()
         self.peers.offers.drop(job_id)
         self.backend.forget(job_id)
         for key in [k for k in self.leaf_seconds if k[0] == job_id]:
@@ -160,6 +169,9 @@ class PodRuntime:
         elif isinstance(action, st.DropGeneration):
             self._drop(job, action.generation, action.reason)
         elif isinstance(action, st.PlanFinished):
+            disk = job.disk.pop(action.generation, None)
+            if disk is not None:
+                disk.stop()
             self.link.queue_finished(job.job_id, action.generation, action.ok, action.message)
         elif isinstance(action, st.FetchAbandoned):
             now, ins = time.time(), action.instruction
@@ -240,6 +252,9 @@ class PodRuntime:
                     fut.set_exception(error)
 
     def _drop(self, job: Job, generation: int, reason: str) -> None:
+        disk = job.disk.pop(generation, None)
+        if disk is not None:
+            disk.stop()
         for key in [k for k in job.buffers if k[0] == generation]:
             record = job.buffers.pop(key)
             if record.lent:
@@ -302,12 +317,14 @@ class PodRuntime:
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
         if isinstance(ins, Load):
             path = job.paths[(generation, ins.tensor)]
-            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record)
+            disk = job.disk.get(generation)
+            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record, disk)
             return nbytes, None, copy_s
         if isinstance(ins, Store):
             await self._lease(job, generation, ins)
             staging = storage.staging_path(job.paths[(generation, ins.tensor)], job.job_id)
-            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._store, staging, ins, record)
+            disk = job.disk.get(generation)
+            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._store, staging, ins, record, disk)
             return nbytes, None, copy_s
         if isinstance(ins, Fetch):
             address = job.peers.get(ins.peer)
@@ -336,28 +353,37 @@ class PodRuntime:
             raise Refused(f"buffer {buffer} does not exist (not allocated yet, or freed)")
         return record
 
-    def _load(self, path: Path, ins: Load, record: BufferRecord) -> tuple[int, float]:
+    def _load(self, path: Path, ins: Load, record: BufferRecord, disk: PlanDisk | None) -> tuple[int, float]:
         """(bytes read from storage, seconds of the host-to-device copy). The region is read
         straight into the buffer (CPU) or, piece by piece, into pinned host memory copied on
-        asynchronously (GPU)."""
+        asynchronously (GPU); each piece once the plan's read-ahead has brought it in (pod/disk.py)."""
         if tuple(ins.region.shape) != tuple(record.array.shape):
             raise UserError(f"load of {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
                             f"match buffer {ins.buffer} of shape {list(record.array.shape)}")
 
         def read(host: np.ndarray, first: int, count: int) -> int:
-            return storage.read_region_into(path, storage.region_rows(ins.region, first, count), host)
+            piece = storage.region_rows(ins.region, first, count)
+            if disk is not None:
+                disk.wait(path, piece)
+            return storage.read_region_into(path, piece, host)
 
         return self.backend.fill(record.array, read)
 
-    def _store(self, staging: Path, ins: Store, record: BufferRecord) -> tuple[int, float]:
-        """(bytes written to storage, seconds of the device-to-host copy)."""
+    def _store(self, staging: Path, ins: Store, record: BufferRecord,
+               disk: PlanDisk | None) -> tuple[int, float]:
+        """(bytes written to storage, seconds of the device-to-host copy). The plan starts the
+        write-back of whole chunks of the staging copy once they are written (pod/disk.py)."""
         if tuple(ins.region.shape) != tuple(record.array.shape):
             raise UserError(f"store to {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
                             f"match buffer {ins.buffer} of shape {list(record.array.shape)}")
+        tracked = disk is not None and disk.tracks(staging)
 
         def write(host: np.ndarray, first: int, count: int) -> int:
             piece = storage.region_rows(ins.region, first, count)
-            return storage.write_region(staging, piece, host)
+            nbytes = storage.write_region(staging, piece, host, writeback=not tracked)
+            if tracked:
+                disk.written(staging, piece)
+            return nbytes
 
         return self.backend.drain(record.array, write)
 

@@ -92,12 +92,13 @@ class JobStorage:
                     storage.copy_regions(place.path, staging, gaps)
         return dict(self.staged)
 
-    def commit(self) -> None:
-        """Commit every output at once; a CommitFailed leaves every output unchanged."""
+    def commit(self, mark=None) -> None:
+        """Commit every output at once; a CommitFailed leaves every output unchanged. `mark`:
+        common/commit.py's commit_all."""
         pairs = [commit.Pair(path, self.prepared.tensors[name].path) for name, path in self.staged.items()]
         self.committing = True
         try:
-            commit.commit_all(self.prepared.job_id, pairs)
+            commit.commit_all(self.prepared.job_id, pairs, mark)
         except commit.CommitFailed:
             self.committing = False
             raise

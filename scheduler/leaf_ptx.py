@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from functools import lru_cache
+import threading
 from pathlib import Path
 
 from common import cache
@@ -96,14 +96,27 @@ def _key(leaves, cc: int) -> str | None:
     return digest.hexdigest()
 
 
-@lru_cache(maxsize=1)
+def warm_up() -> None:
+    """Start hashing the compiler's files in a thread: a job for GPU pods needs the hash for its
+    leaves' cache key, and reaching the pods hides it (about 5 ms of the job's own time on the
+    H200 machine otherwise). A job that asks before the thread is done waits for it."""
+    threading.Thread(target=_compiler_digest, name="leaf-ptx-key", daemon=True).start()
+
+
+_DIGEST: list[str] = []  # the hash, once made
+_DIGEST_LOCK = threading.Lock()  # made once: an asker waits for the one making it
+
+
 def _compiler_digest() -> str:
     """A hash of every Python file of the compiler (the front end, the cluster compiler, the
     CUDA generator): the generated source can depend on any of them."""
-    digest = hashlib.sha256()
-    for path in sorted(COMPILER.rglob("*.py")):
-        digest.update(str(path.relative_to(COMPILER)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    with _DIGEST_LOCK:
+        if not _DIGEST:
+            digest = hashlib.sha256()
+            for path in sorted(COMPILER.rglob("*.py")):
+                digest.update(str(path.relative_to(COMPILER)).encode() + b"\0" + path.read_bytes() + b"\0")
+            _DIGEST.append(digest.hexdigest())
+        return _DIGEST[0]
 
 
 def _nvrtc_library() -> str | None:

@@ -19,7 +19,9 @@ storage did not hide counts):
     d2h        device-to-host copies of stores (not hidden behind writing)
     write      stores, less their device-to-host copies
     fetch      tiles fetched from peers
-    commit     fsync + rename of every output
+    commit     fsync + rename of every output: `commit_fsync` the staging copies' fsync (the
+               end of the outputs' write-back), `commit_record` the records, `commit_rename`
+               the renames and their folders' fsync; the records' removal is the rest
 
 Pod-side sums over several nodes and overlapping instructions can exceed the job's wall time; the
 scheduler-side phases follow one another. `first_compute` is the command's start to the first
@@ -89,6 +91,10 @@ def job_phases(process: dict[str, float], job: dict[str, float], events: list[di
     phases["staging"] = _span(job, "staging_start", "staging_end")
     phases["run"] = _span(job, "staging_end", "run_end")
     phases["commit"] = _span(job, "commit_start", "commit_end")
+    if "commit_synced" in job:
+        phases["commit_fsync"] = _span(job, "commit_start", "commit_synced")
+        phases["commit_record"] = _span(job, "commit_synced", "commit_recorded")
+        phases["commit_rename"] = _span(job, "commit_recorded", "commit_renamed")
     instructions = [e["start"] for e in events if e["kind"] in INSTRUCTION_KINDS]
     if instructions and "staging_end" in job:
         phases["submit"] = max(0.0, t0 + min(instructions) - job["staging_end"])

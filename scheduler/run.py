@@ -24,7 +24,7 @@ from scheduler import prepare as prep
 from scheduler.cluster_messages import Action, Cancel, EventInfo, Failed, Replanned, Submit, Succeeded
 from scheduler.cluster_state import ClusterState
 from scheduler.job_storage import JobStorage
-from scheduler.leaf_ptx import ptx_for_pods
+from scheduler.leaf_ptx import ptx_for_pods, warm_up
 from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
@@ -76,6 +76,7 @@ def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
 async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
     PROCESS.mark("pods_start")
+    warm_up()  # while the pods are reached
     addresses, token = list(options.pods), options.token
     if not addresses:
         local = options.started_pods or spawn_pods_for(options)
@@ -289,7 +290,7 @@ class JobRun:
 
     def _commit(self, files: JobStorage) -> tuple[bool, str]:
         try:
-            files.commit()
+            files.commit(self._mark)
         except CommitFailed as err:
             return False, str(err)
         return True, ""

@@ -1,0 +1,212 @@
+"""One plan's disk traffic, in the order pod/disk_order.py gives it: threads that read the plan's
+inputs ahead into the page cache, in plan order, in long reads; the loads wait for the chunks they
+need instead of reading them from the disk themselves; and the stores' write-back handed to the
+disk a whole chunk at a time, by a thread of its own, so that a store never waits for the disk's
+queue.
+
+What is read and written does not change: a load still reads its bytes from the ORIGINAL file
+(from the page cache when the read-ahead has been there), a store still writes into the staging
+copy, and the commit's fsync makes every byte durable. Should anything fail here (a file that
+cannot be opened, a short read), the read-ahead stops and the loads read for themselves, with
+their own checks and errors. It never waits for a load, so a load waiting for it always ends.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from common import fileio, storage
+from common.errors import UserError
+from common.log import get_logger
+from pod import disk_order
+from schemas.instructions import Load, NodePlan, Store
+
+log = get_logger()
+MEMORY_SHARE = 4  # read ahead at most 1/MEMORY_SHARE of the memory the system has available
+STREAMS = 4  # chunks asked for at once: on the H200 machine's disk, 4 readers beat 1 (docs/performance.md)
+
+
+class PlanDisk:
+    """Started when a plan arrives (`start`), stopped when it ends or is dropped (`stop`)."""
+
+    def __init__(self, plan: NodePlan, paths: dict[int, Path], job_id: str,
+                 chunk: int = disk_order.CHUNK_BYTES):
+        self._plan, self._paths, self._job_id, self._chunk = plan, paths, job_id, chunk
+        self._cond = threading.Condition()
+        self._planned = False  # the read order and the write-back table are known
+        self._over = False  # stopped, failed or every chunk read: nobody waits any more
+        self._next = 0  # the first chunk no stream has taken yet
+        self._done = np.zeros(0, bool)  # which chunks are read
+        self._streams = 0  # streams still reading
+        self._chunks: dict[Path, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # starts, ends, order
+        self._layouts: dict[Path, storage.Layout | None] = {}
+        self.writeback: disk_order.WriteBack | None = None
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()  # (file, first byte, end byte) to write back
+        self._stopped = False
+        self._worker = threading.Thread(target=self._work, name="pod-writeback", daemon=True)
+
+    @classmethod
+    def start(cls, plan: NodePlan, paths: dict[int, Path], job_id: str,
+              chunk: int = disk_order.CHUNK_BYTES) -> PlanDisk:
+        """`paths`: tensor -> its confined file. The plan is read in the thread, off the loop."""
+        disk = cls(plan, paths, job_id, chunk)
+        threading.Thread(target=disk._run, name="pod-readahead", daemon=True).start()
+        disk._worker.start()
+        return disk
+
+    def stop(self, wait_s: float | None = None) -> None:
+        """No more reading ahead; the write-backs asked for so far are still started (by the
+        time this returns, when `wait_s` is given and they take no longer)."""
+        with self._cond:
+            self._over = True
+            self._cond.notify_all()
+            if not self._stopped:
+                self._stopped = True
+                self._tasks.put(None)
+        if wait_s is not None:
+            self._worker.join(wait_s)
+
+    # ---- the loads' side -----------------------------------------------------------------------
+
+    def wait(self, path: Path, region) -> None:
+        """Return once every chunk holding bytes of `region` of `path` is read ahead (or the
+        read-ahead is over): the load then finds them in the page cache."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._planned or self._over)
+        index = self._chunks.get(path)
+        if index is None:
+            return
+        starts, run = self._runs(path, region)[1:]
+        if not len(starts) or not run:
+            return
+        first, last = int(starts[0]), int(starts[-1]) + run
+        chunk_starts, chunk_ends, order = index
+        low, high = np.searchsorted(chunk_ends, first, "right"), np.searchsorted(chunk_starts, last, "left")
+        if low >= high:
+            return
+        needed = order[low:high]
+        with self._cond:
+            self._cond.wait_for(lambda: self._over or self._done[needed].all())
+
+    # ---- the stores' side ----------------------------------------------------------------------
+
+    def tracks(self, staging: Path) -> bool:
+        """Whether this plan starts the write-back of `staging` (else each store does its own)."""
+        return self.writeback is not None and staging in self.writeback
+
+    def written(self, staging: Path, region) -> None:
+        """A store wrote `region` into `staging` (a file this plan `tracks`) without starting its
+        write-back: the write-back of every chunk now complete is started (by the write-back
+        thread)."""
+        for first, end in self.writeback.add(*self._runs(staging, region)):
+            self._tasks.put((staging, first, end))
+
+    def _work(self) -> None:
+        """The write-back thread: the chunks handed to the disk in the order they completed,
+        until `stop`."""
+        while (task := self._tasks.get()) is not None:
+            path, first, end = task
+            try:
+                with storage.open_regular(path) as f:
+                    fileio.start_writeback(f.fileno(), self._layouts[path].offset + first, end - first)
+            except (UserError, OSError) as err:  # only time is lost: the commit's fsync writes it all
+                log.info("write-back not started", file=str(path), error=str(err))
+
+    # ---- the thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            chunks = self._plan_chunks()
+        except Exception as err:  # the loads read for themselves; nothing is lost but time
+            log.info("read-ahead not planned", error=f"{type(err).__name__}: {err}")
+            self.stop()
+            return
+        self._done = np.zeros(len(chunks), bool)
+        self._streams = min(STREAMS, len(chunks))
+        for _ in range(self._streams - 1):
+            threading.Thread(target=self._stream, args=(chunks,), name="pod-readahead", daemon=True).start()
+        self._stream(chunks)
+
+    def _stream(self, chunks: list[disk_order.Chunk]) -> None:
+        """One of the streams reading the chunks: each takes the next chunk not taken yet, so
+        the chunks are asked for in their order, STREAMS at a time."""
+        files: dict[Path, object] = {}
+        scratch = memoryview(bytearray(self._chunk))
+        try:
+            while True:
+                with self._cond:
+                    if self._over or self._next >= len(chunks):
+                        return
+                    i, self._next = self._next, self._next + 1
+                chunk = chunks[i]
+                f = files.get(chunk.file)
+                if f is None:
+                    f = files[chunk.file] = storage.open_regular(chunk.file)
+                offset = self._layouts[chunk.file].offset
+                os.preadv(f.fileno(), [scratch[:chunk.end - chunk.start]], offset + chunk.start)
+                with self._cond:
+                    self._done[i] = True
+                    self._cond.notify_all()
+        except Exception as err:  # the loads read for themselves; nothing is lost but time
+            log.info("read-ahead stopped", error=f"{type(err).__name__}: {err}")
+            self.stop()
+        finally:
+            for f in files.values():
+                f.close()
+            with self._cond:
+                self._streams -= 1
+                if self._streams == 0:  # every chunk read (or given up): nobody waits any more
+                    self._over = True
+                    self._cond.notify_all()
+
+    def _layout(self, path: Path) -> storage.Layout | None:
+        if path not in self._layouts:
+            try:
+                self._layouts[path] = storage.layout(path)
+            except (UserError, OSError):
+                self._layouts[path] = None  # the load or store itself says what is wrong
+        return self._layouts[path]
+
+    def _runs(self, path: Path, region) -> disk_order.Runs | None:
+        """The region's runs counted from the start of the file's data: the chunks' grid starts
+        there, so that a band of rows whose size is a multiple of a chunk is whole chunks."""
+        lay = self._layout(path)
+        if lay is None:
+            return None
+        starts, run = storage.byte_runs(lay, region)
+        return path, starts - lay.offset, run
+
+    def _plan_chunks(self) -> list[disk_order.Chunk]:
+        loads, stores = [], []
+        for ins in self._plan.instructions:
+            if isinstance(ins, Load) and ins.tensor in self._paths:
+                loads.append(self._runs(self._paths[ins.tensor], ins.region))
+            elif isinstance(ins, Store) and ins.tensor in self._paths:
+                staging = storage.staging_path(self._paths[ins.tensor], self._job_id)
+                stores.append(self._runs(staging, ins.region))
+        self.writeback = disk_order.WriteBack((r for r in stores if r is not None), self._chunk)
+        chunks = disk_order.read_order([r for r in loads if r is not None], self._chunk, _budget())
+        for path in {c.file for c in chunks}:
+            mine = sorted((c.start, c.end, i) for i, c in enumerate(chunks) if c.file == path)
+            self._chunks[path] = tuple(np.array(column, np.int64) for column in zip(*mine, strict=True))
+        with self._cond:
+            self._planned = True
+            self._cond.notify_all()
+        return chunks
+
+
+def _budget() -> int:
+    """Bytes the read-ahead may hold in the page cache: a share of what the system has available."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // MEMORY_SHARE
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 30

@@ -1,0 +1,130 @@
+"""pod/disk.py on real files: the read-ahead thread reads a plan's chunks in order, a load waits
+only for the chunks it needs, nothing keeps a load waiting once the read-ahead is over, and the
+stores' write-back starts a whole chunk at a time."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from common import fileio, storage
+from pod import disk as disk_module
+from pod.disk import PlanDisk
+from pod.disk_order import read_order
+from schemas.instructions import Load, NodePlan, Store
+from schemas.program import Region
+
+N, T = 64, 32
+CHUNK = 2048  # 8 rows of a 64 x 64 f32 matrix
+
+
+def region(row, col, rows=T, cols=T):
+    return Region("x", (row, col), (rows, cols))
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = {}
+    for tensor, name in enumerate("abc"):
+        paths[tensor] = tmp_path / f"{name}.npy"
+        np.save(paths[tensor], np.arange(N * N, dtype=np.float32).reshape(N, N) + tensor)
+    return paths
+
+
+def plan_of(*instructions):
+    return NodePlan(node=0, generation=1, instructions=tuple(instructions), peak_bytes=0)
+
+
+def load(i, tensor, row, col):
+    return Load(id=i, deps=(), buffer=i, tensor=tensor, region=region(row, col))
+
+
+class HeldReads:
+    """os.preadv that records what the read-ahead asks for (file, offset) and holds the read of
+    one chunk until `go` is set."""
+
+    def __init__(self, monkeypatch, path, offset):
+        self.reads, self.hold = [], (str(path), offset)
+        self.held, self.go = threading.Event(), threading.Event()
+        real = os.preadv
+
+        def preadv(fd, buffers, at):
+            read = (os.readlink(f"/proc/self/fd/{fd}"), at)
+            self.reads.append(read)
+            if read == self.hold:
+                self.held.set()
+                self.go.wait(10)
+            return real(fd, buffers, at)
+
+        monkeypatch.setattr(disk_module.os, "preadv", preadv)
+
+
+def waiter(disk, path, piece):
+    done = threading.Event()
+    threading.Thread(target=lambda: (disk.wait(path, piece), done.set()), daemon=True).start()
+    return done
+
+
+def test_a_load_waits_for_its_chunks_and_only_for_them(files, monkeypatch):
+    header = storage.layout(files[0]).offset
+    reads = HeldReads(monkeypatch, files[1], header)  # b's first chunk is slow to come
+    plan = plan_of(load(0, 0, 0, 0), load(1, 0, 0, T), load(2, 1, 0, 0), load(3, 1, T, 0))
+    disk = PlanDisk.start(plan, files, "job", chunk=CHUNK)
+    assert reads.held.wait(10)
+    disk.wait(files[0], region(0, 0))  # a's first band
+    assert waiter(disk, files[1], region(T, 0)).wait(10)  # b's second band: read by the other streams
+    early = waiter(disk, files[1], region(0, 0, rows=8))  # b's first chunk: held
+    assert not early.wait(0.2)
+    reads.go.set()
+    assert early.wait(10)
+    # every chunk of the plan's read order asked for once (the order itself: test_disk_order.py)
+    loads = [(files[ins.tensor], *storage.byte_runs(storage.layout(files[ins.tensor]), ins.region))
+             for ins in plan.instructions]
+    order = read_order([(path, starts - header, run) for path, starts, run in loads], CHUNK)
+    assert sorted(reads.reads) == sorted((str(c.file), header + c.start) for c in order)
+    assert len(order) == 4 + 4 + 4  # a's first band whole, and half of each of b's rows
+
+
+def test_stopping_the_read_ahead_frees_every_waiting_load(files, monkeypatch):
+    first = storage.byte_runs(storage.layout(files[2]), region(T, T))[0][0]  # its first byte
+    reads = HeldReads(monkeypatch, files[2], int(first))
+    disk = PlanDisk.start(plan_of(load(0, 0, 0, 0), load(1, 2, T, T)), files, "job", chunk=CHUNK)
+    assert reads.held.wait(10)
+    blocked = waiter(disk, files[2], region(T, T))
+    assert not blocked.wait(0.2)
+    disk.stop()
+    assert blocked.wait(10)
+    reads.go.set()
+
+
+def test_a_file_the_read_ahead_cannot_read_is_left_to_its_load(files, tmp_path):
+    missing = tmp_path / "missing.npy"
+    os.mkfifo(tmp_path / "fifo.npy")
+    paths = {0: missing, 1: tmp_path / "fifo.npy", 2: files[2]}
+    disk = PlanDisk.start(plan_of(load(0, 0, 0, 0), load(1, 1, 0, 0), load(2, 2, 0, 0)), paths, "job",
+                          chunk=CHUNK)
+    for tensor in (0, 1, 2):  # nothing hangs: the loads then read (and fail) by themselves
+        assert waiter(disk, paths[tensor], region(0, 0)).wait(10)
+    with pytest.raises(storage.UserError, match="no such file"):
+        storage.read_region_into(missing, region(0, 0), np.empty((T, T), np.float32))
+
+
+def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, monkeypatch):
+    staging = storage.create_staging(files[2], (N, N), "f32", "job")
+    started = []
+    monkeypatch.setattr(fileio, "start_writeback", lambda fd, first, count: started.append((first, count)))
+    stores = [Store(id=i, deps=(), buffer=i, tensor=2, region=region(0, col), unit=i)
+              for i, col in enumerate((0, T))]
+    disk = PlanDisk.start(plan_of(load(9, 0, 0, 0), *stores), files, "job", chunk=CHUNK)
+    disk.wait(files[0], region(0, 0))  # the plan is read by now
+    assert disk.tracks(staging) and not disk.tracks(files[0])
+    values = np.ones((8, T), np.float32)
+    for col in (0, T):
+        piece = region(0, col, rows=8)
+        storage.write_region(staging, piece, values, writeback=False)
+        disk.written(staging, piece)
+    disk.stop(wait_s=10)
+    header = storage.layout(staging).offset
+    assert started == [(header, CHUNK)]  # one write-back, of the whole chunk, after the second tile
+
