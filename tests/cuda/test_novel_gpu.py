@@ -10,20 +10,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from novel_cases import CASES, RUNS_SM90, gpu_pairs, inputs, load, rel_err, seed
+from novel_cases import CASES, EXACT, RUNS_SM90, families, gpu_pairs, inputs, load, rel_err, seed
+from operand_forms import DIMS, TYPES, cases, consistent, kernel_text
 
-from compiler.cuda import target
+from compiler.cuda import autotune, target
 from compiler.cuda.compiled import compile_kernel
 from compiler.frontend import binding, walk
+from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError
 from compiler.interp import interpreter as interp
 
 pytestmark = pytest.mark.gpu
 
 
-def _compiled(kernel, pairs, cc):
+def _compiled(kernel, pairs, cc, dims=None):
     """Whether each pair compiles for this GPU (NVRTC in parallel; the runs reuse the PTX)."""
-    dims = CASES[kernel.name].dims
+    dims = dims or CASES[kernel.name].dims
 
     def build(pair):
         try:
@@ -37,10 +39,10 @@ def _compiled(kernel, pairs, cc):
         return list(pool.map(build, pairs))
 
 
-def _poisoned(kernel, arrays):
+def _poisoned(kernel, arrays, scalars):
     out = {n: a.copy() for n, a in arrays.items()}
     for n in walk.stored_tensors(kernel):
-        if n in ("C",) and "beta" in CASES[kernel.name].scalars:
+        if n == "C" and "beta" in scalars:
             continue  # C is read (beta * C)
         out[n][...] = -(2**30) if out[n].dtype == np.int32 else np.nan
     return out
@@ -63,7 +65,8 @@ def test_corpus_on_the_gpu_equals_interpreter(name):
         arrays = inputs(kernel, dict(b.env), rng)
         want = {n: a.copy() for n, a in arrays.items()}
         interp.run_kernel(kernel, b, want, dict(case.scalars))
-        got = run_kernel_gpu(kernel, b, _poisoned(kernel, arrays), dict(case.scalars), schedule=schedule)
+        poisoned = _poisoned(kernel, arrays, case.scalars)
+        got = run_kernel_gpu(kernel, b, poisoned, dict(case.scalars), schedule=schedule)
         for out in walk.stored_tensors(kernel):
             err = rel_err(got[out], want[out])
             assert err <= case.gpu_tol, (name, point, schedule.key(), out, err)
@@ -71,3 +74,33 @@ def test_corpus_on_the_gpu_equals_interpreter(name):
     assert ran == sum(fits) >= 1, (ran, len(pairs))
     if cc == target.HOPPER:  # what the CPU test counts (test_novel_ptx.py)
         assert ran == RUNS_SM90[name], (ran, RUNS_SM90[name])
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_every_operand_form_on_the_gpu_equals_interpreter(dtype):
+    """operand_forms.py: each of the 36 pairs of forms at one tile point (in turn) under the
+    probe of every schedule family this GPU runs."""
+    from compiler.cuda.launch import run_kernel_gpu
+
+    cc = target.device_capability()
+    rng = np.random.default_rng(11)
+    ran = 0
+    for i, (dt, form_a, form_b) in enumerate(x for x in cases() if x[0] == dtype):
+        kernel = frontend.load_text(kernel_text(dt, form_a, form_b), f"{form_a}-{form_b}.phk").kernel()
+        points = autotune.search_points(kernel)
+        pairs = [(points[(i + f) % len(points)], fam[0]) for f, fam in enumerate(families(kernel, cc))]
+        fits = _compiled(kernel, pairs, cc, DIMS)
+        assert fits[0], (form_a, form_b)  # the first family (mma.sync or CUDA cores) always runs
+        for (point, schedule), ok in zip(pairs, fits, strict=True):
+            if not ok:
+                continue
+            b = binding.bind(kernel, DIMS, None, point)
+            arrays = inputs(kernel, dict(b.env), rng)
+            consistent(arrays)
+            want = {n: a.copy() for n, a in arrays.items()}
+            interp.run_kernel(kernel, b, want, {})
+            got = run_kernel_gpu(kernel, b, _poisoned(kernel, arrays, {}), {}, schedule=schedule)
+            err = rel_err(got["C"], want["C"])
+            assert err <= EXACT, (form_a, form_b, point, schedule.key(), err)
+            ran += 1
+    assert ran >= len(cases()) // len(TYPES), ran
