@@ -162,6 +162,10 @@ CASES: dict[str, Case] = {
         lambda a, s, e: {"cs": np.stack([b.sum(0) for b in blocks(a["A"] @ a["B"], e["TM"])])},
         EXACT,
     ),
+    "dual_tf32": Case(
+        MM, lambda a, s, e: {"C": tf32(a["A"] * 0.5) @ tf32(a["B"]), "D": a["A"] @ a["B"]}, EXACT
+    ),
+    "dual_use": Case(MM, lambda a, s, e: {"C": a["A"] @ a["B"], "rs": a["A"].sum(1)}, EXACT),
     "fixedk": Case(
         {"M": 200, "N": 136},
         lambda a, s, e: {"C": a["A"] @ a["B"], "D": tf32(a["A"]) @ tf32(a["B"])},
@@ -270,12 +274,13 @@ CASES: dict[str, Case] = {
 # CPU test (test_novel_ptx.py) recounts them, so that a point newly pruned fails both.
 RUNS_SM90 = {
     "atb": 9, "attn_f16_96": 5, "attn_mixed": 4, "attn_tf32_96": 4, "b2b": 2, "battn": 5,
-    "bmm": 9, "colsum": 3, "fixedk": 4, "fma_tt": 4, "gemm_ep": 8, "gemv": 5, "imm": 1,
-    "imm_tf32": 2, "k8": 2, "linear": 9, "lse": 5, "masked_op": 2, "mixprec": 2, "mlp2": 6,
-    "nested": 2, "nt_tf32": 9, "odd48": 1, "odd96": 4, "onehot": 3, "outer": 2, "qscaled": 4,
-    "qtwo": 2, "regs2": 2, "scaled_a": 9, "small_m": 8, "splitk": 3, "sq": 2, "stt": 2,
-    "swiglu": 5, "syrk_diag": 4, "tf32_and_exact": 8, "tf32_regop": 4, "trimm": 5, "tstore": 5,
-    "tt_f16": 9, "tt_tf32": 9, "twoloops": 3, "unroll2": 5, "vt": 3,
+    "bmm": 9, "colsum": 3, "dual_tf32": 4, "dual_use": 3, "fixedk": 4, "fma_tt": 4,
+    "gemm_ep": 8, "gemv": 5, "imm": 1, "imm_tf32": 2, "k8": 2, "linear": 9, "lse": 5,
+    "masked_op": 2, "mixprec": 2, "mlp2": 6, "nested": 2, "nt_tf32": 9, "odd48": 1, "odd96": 4,
+    "onehot": 3, "outer": 2, "qscaled": 4, "qtwo": 2, "regs2": 2, "scaled_a": 9, "small_m": 8,
+    "splitk": 3, "sq": 2, "stt": 2, "swiglu": 5, "syrk_diag": 4, "tf32_and_exact": 8,
+    "tf32_regop": 4, "trimm": 5, "tstore": 5, "tt_f16": 9, "tt_tf32": 9, "twoloops": 3,
+    "unroll2": 5, "vt": 3,
 }
 
 
