@@ -11,8 +11,9 @@ the same machine load:
 
 Reported per side: median command-to-exit seconds and the ratio phobos / script, and from each
 phobos trace the `phases` breakdown (start-up, compile, plan, staging, read, host-to-device,
-compute, device-to-host, write, commit; `exit`: commit done to the command's exit). Outputs are
-checked against the script's before timing.
+compute, device-to-host, write, commit; `exit`: commit done to the command's exit), and every
+round's instructions as a timeline (`timelines`). Outputs are checked against the script's before
+timing.
 
 With `--cold` every timed command starts with the tensor files out of the page cache (fsync,
 then posix_fadvise DONTNEED; the programs' own files stay cached, as on a machine in use), and

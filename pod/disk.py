@@ -126,8 +126,6 @@ class PlanDisk:
             log.info("read-ahead not planned", error=f"{type(err).__name__}: {err}")
             self.stop()
             return
-        self._done = np.zeros(len(chunks), bool)
-        self._streams = min(STREAMS, len(chunks))
         for _ in range(self._streams - 1):
             threading.Thread(target=self._stream, args=(chunks,), name="pod-readahead", daemon=True).start()
         self._stream(chunks)
@@ -194,7 +192,9 @@ class PlanDisk:
         for path in {c.file for c in chunks}:
             mine = sorted((c.start, c.end, i) for i, c in enumerate(chunks) if c.file == path)
             self._chunks[path] = tuple(np.array(column, np.int64) for column in zip(*mine, strict=True))
-        with self._cond:
+        with self._cond:  # everything a waiting load reads, before it may read it
+            self._done = np.zeros(len(chunks), bool)
+            self._streams = max(1, min(STREAMS, len(chunks)))  # the last one to end says it is over
             self._planned = True
             self._cond.notify_all()
         return chunks

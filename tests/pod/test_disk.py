@@ -128,3 +128,13 @@ def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, m
     header = storage.layout(staging).offset
     assert started == [(header, CHUNK)]  # one write-back, of the whole chunk, after the second tile
 
+
+
+def test_a_plan_without_loads_reads_nothing_and_is_over(files):
+    staging = storage.create_staging(files[2], (N, N), "f32", "job")
+    store = Store(id=0, deps=(), buffer=0, tensor=2, region=region(0, 0), unit=0)
+    disk = PlanDisk.start(plan_of(store), files, "job", chunk=CHUNK)
+    disk.wait(files[0], region(0, 0))  # no chunk of it: returns once the plan is read
+    assert disk.tracks(staging)
+    with disk._cond:  # its one stream found nothing to read and said so: no load can wait on it
+        assert disk._cond.wait_for(lambda: disk._over, 10)
