@@ -1,8 +1,10 @@
-"""The novel-kernel corpus (novel_cases.py) through the CUDA leaf compiler, on the CPU: every
-(tile point, schedule) the tuner may compile, for sm_90 and sm_80, either gives CUDA C++ or is
+"""The novel-kernel corpus (novel_cases.py) through the CUDA leaf compiler, on the CPU: what the
+tuner may compile (every point under each family's probe, every schedule at points in turn: the
+full product takes too long), for sm_90 and sm_80, either gives CUDA C++ or is
 pruned with its reason (never an internal error, never a user error the checker let through); a
-deterministic sample covering every schedule family goes through NVRTC to PTX, and each kernel's
-first sampled point assembles with ptxas without spills."""
+deterministic sample covering every schedule family goes through NVRTC to PTX (for sm_80 only
+where the source differs), and each kernel's first sampled point assembles with ptxas without
+spills."""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ import shutil
 import subprocess
 
 import pytest
-from novel_cases import CASES, RUNS_SM90, every_pair, families, gpu_pairs, load, sample
+from novel_cases import CASES, RUNS_SM90, families, gpu_pairs, load, sample, spread
 
 from compiler.cuda import target
 from compiler.cuda.compiled import compile_kernel, generate_source
-from compiler.frontend import binding
+from compiler.frontend import binding, walk
 from compiler.frontend.diagnostics import CompileError
 
 ARCHS = (target.HOPPER, 80)
@@ -38,11 +40,11 @@ def _pruned(e: CompileError) -> bool:
 
 @pytest.mark.parametrize("cc", ARCHS)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_point_and_schedule_generates_or_is_pruned(name, cc):
+def test_points_and_schedules_generate_or_are_pruned(name, cc):
     kernel = load(name)
     first = set(families(kernel, cc)[0])  # mma.sync, or CUDA cores: what any capable GPU runs
     generated, reasons = [], set()
-    for point, schedule in every_pair(kernel, cc):
+    for point, schedule in spread(kernel, cc):
         try:
             generate_source(kernel, _bind(kernel, point), schedule=schedule, cc=cc)
             generated.append(schedule)
@@ -52,12 +54,18 @@ def test_every_point_and_schedule_generates_or_is_pruned(name, cc):
     assert first & set(generated), reasons
 
 
-@pytest.mark.parametrize("cc", ARCHS)
-@pytest.mark.parametrize("name", sorted(CASES))
+# NVRTC for sm_80 where the generated source differs from sm_90's in more than its shared-memory
+# cut: TF32 operands round by another instruction sequence below sm_90 (tf32.py)
+SM80_PTX = sorted(n for n in CASES if "tf32" in walk.dot_modes(load(n)))
+
+
+@pytest.mark.parametrize(
+    "name,cc", [(n, target.HOPPER) for n in sorted(CASES)] + [(n, 80) for n in SM80_PTX]
+)
 def test_sampled_points_compile_to_ptx(name, cc):
     kernel = load(name)
     compiled = 0
-    for point, schedule in sample(kernel, cc, per_family=2 if cc == target.HOPPER else 1):
+    for point, schedule in sample(kernel, cc, per_family=1):
         try:
             ptx = compile_kernel(kernel, _bind(kernel, point), schedule=schedule, cc=cc).ptx
         except CompileError as e:
