@@ -196,14 +196,15 @@ def tune(
     """Measure every fitting (point, schedule) on the current GPU (of compute capability `cc`, by
     default asked of the device); return (and cache) the fastest.
     `points` defaults to the whole @autotune space. `schedules` defaults to the default schedule
-    alone, except for kernels whose dots run on tensor cores: there the code generator's
-    choices are searched too (schedule_search)."""
+    alone, except for kernels whose dots run on tensor cores at some point of the space
+    (runs_on_tensor_cores): there the code generator's choices are searched too
+    (schedule_search)."""
     gpu = gpu_name()
     if gpu is None:
         raise RuntimeError("autotuning needs a GPU")
     base = bind(kernel, dims)
     points = points if points is not None else search_points(kernel)
-    searched = schedules is None and bool(stages.tensor_core_dots(kernel, tf32))
+    searched = schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32)
     cc = gpu_capability(cc)
     key = cache_key(kernel, dict(base.dims), gpu, tf32, cc)
     if points != search_points(kernel) or schedules not in (None, [DEFAULT]):
@@ -238,6 +239,24 @@ def tune(
         return tuple((p + ((("schedule", sched.key()),) if many else ()), v) for (p, sched), v in rows)
 
     return TuneResult(best, best_ms, flat(timings), flat(pruned), schedule=best_schedule)
+
+
+def runs_on_tensor_cores(kernel: ir.Kernel, dims: dict[str, int], points, tf32: bool) -> bool:
+    """Whether a dot of the kernel runs on tensor cores at some point of `points` under `dims`:
+    the fit stage sends the 16-bit dots of a shape the tensor cores cannot take (a GEMV's one
+    row) to CUDA cores, and a kernel left with none there has no schedule to search (every
+    schedule would time the same code)."""
+    if not stages.tensor_core_dots(kernel, tf32):
+        return False
+    options = stages.Options(tf32=tf32)
+    for point in points:
+        try:
+            leaf = stages.run(kernel, bind(kernel, dims, None, point), options, until="fit")
+        except CompileError:
+            return True  # a TF32 dot the tensor cores cannot take prunes its point: it stays one
+        if stages.tensor_core_dots(leaf.kernel, tf32):
+            return True
+    return False
 
 
 def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):

@@ -65,3 +65,30 @@ def test_autotune_cache_key_and_file(tmp_path, monkeypatch):
     autotune._write_cache({key: {"best": {"TILE_M": 64}, "ms": 1.0}})
     assert json.loads(autotune.cache_path().read_text())[key]["best"] == {"TILE_M": 64}
     assert len(autotune.search_points(k)) == 64
+
+
+ROWS_BF16 = """
+@autotune(TM in [1, 64], TN in [64])
+kernel rows(x: tensor<bf16>[M, K], W: tensor<bf16>[K, N], y: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, 32) {
+    acc += dot(x[ctx.block.x * TM :+ TM, kt :+ 32], W[kt :+ 32, ctx.block.y * TN :+ TN])
+  }
+  y[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+"""
+
+
+def test_the_tuner_searches_schedules_only_where_a_dot_runs_on_tensor_cores():
+    """A 16-bit dot of one row runs on CUDA cores (the fit stage), where every schedule would
+    time the same code: a space made only of such points is tuned over its tile values alone."""
+    from compiler.frontend import load as frontend
+
+    k = frontend.select_kernel(frontend.load_text(ROWS_BF16), None)
+    dims = {"M": 128, "N": 128, "K": 64}
+    one_row, sixty_four = {"TM": 1, "TN": 64}, {"TM": 64, "TN": 64}
+    assert not autotune.runs_on_tensor_cores(k, dims, [one_row], False)
+    assert autotune.runs_on_tensor_cores(k, dims, [sixty_four], False)
+    assert autotune.runs_on_tensor_cores(k, dims, autotune.search_points(k), False)
+    assert not autotune.runs_on_tensor_cores(load_example("matmul.phk"), {"M": 64, "N": 64, "K": 64},
+                                             [{"TILE_M": 32, "TILE_N": 32, "TILE_K": 4}], False)
