@@ -49,6 +49,36 @@ def test_hoist_binds_inline_dot_operands_at_the_loop_top():
     assert first[1].startswith("let ") and "V[j :+ BC, :]" in first[1]
 
 
+def test_split_gives_a_let_one_copy_per_way_its_dots_stage_it():
+    """A let feeding a TF32 dot and an exact one is staged one way for each (tensor cores and
+    CUDA cores): the copy reads the same slice right after the original, and the exact dot
+    takes it."""
+    kernel = novel_cases.load("tf32_and_exact")
+    before = _through(stages.Leaf(kernel, binding.bind(kernel, {"M": 128, "N": 128, "K": 64})), "hoist")
+    after = stages.split(before)
+
+    def loop_lines(leaf):
+        loop = next(s for s in leaf.kernel.body if isinstance(s, ir.For))
+        return [ir_print.format_stmt(s)[0].strip().split("  //")[0] for s in loop.body]
+
+    assert loop_lines(before) == [
+        "let a = A[pm * TM :+ TM, kt :+ TK]",
+        "let b = B[kt :+ TK, pn * TN :+ TN]",
+        "acc += dot(a, b)",
+        "exact += dot(a, b, precision = f32)",
+    ]
+    assert loop_lines(after) == [
+        "let a = A[pm * TM :+ TM, kt :+ TK]",
+        "let a_f32a = A[pm * TM :+ TM, kt :+ TK]",
+        "let b = B[kt :+ TK, pn * TN :+ TN]",
+        "let b_f32b = B[kt :+ TK, pn * TN :+ TN]",
+        "acc += dot(a, b)",
+        "exact += dot(a_f32a, b_f32b, precision = f32)",
+    ]
+    one_way = _through(_leaf("matmul_bf16.phk", {"M": 512, "N": 512, "K": 512}), "hoist")
+    assert stages.split(one_way).kernel == one_way.kernel  # one way per let: nothing to split
+
+
 def test_fit_sends_16_bit_dots_the_tensor_cores_cannot_take_to_cuda_cores_and_prunes_tf32_ones():
     fits = _through(_leaf("matmul_bf16.phk", {"M": 512, "N": 512, "K": 512}), "fit")
     assert len(stages.tensor_core_dots(fits.kernel, False)) == 1
