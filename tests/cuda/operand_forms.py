@@ -9,12 +9,9 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from novel_cases import families, tf32
+from novel_cases import families, first_generating, tf32
 
-from compiler.cuda import autotune
-from compiler.cuda.compiled import generate_source
-from compiler.frontend import binding, ir
-from compiler.frontend.diagnostics import CompileError
+from compiler.frontend import ir
 
 FORMS = ("load", "tload", "let", "tlet", "reg", "treg")
 TYPES = ("bf16", "f16", "tf32", "f32")
@@ -95,17 +92,9 @@ def dropped_sm90(dtype: str, form_a: str, form_b: str) -> int:
 def probe_pairs(kernel: ir.Kernel, turn: int, cc: int) -> list:
     """(tile point, probe) for each schedule family whose probe gives CUDA C++ for `cc` at some
     point: the first such point taken in turn from the (turn + family)-th, so that the forms
-    together visit every point; a point the probe prunes (its reason asserted) is passed over."""
-    points = autotune.search_points(kernel)
+    together visit every point."""
     pairs = []
     for f, fam in enumerate(families(kernel, cc)):
-        for j in range(len(points)):
-            point = points[(turn + f + j) % len(points)]
-            try:
-                generate_source(kernel, binding.bind(kernel, DIMS, None, point), schedule=fam[0], cc=cc)
-            except CompileError as e:
-                assert "is pruned" in e.message, (fam[0].key(), e.message)
-                continue
-            pairs.append((point, fam[0]))
-            break
+        point = first_generating(kernel, DIMS, turn + f, fam[0], cc)
+        pairs += [] if point is None else [(point, fam[0])]
     return pairs

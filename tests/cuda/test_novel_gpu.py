@@ -1,8 +1,8 @@
 """On the GPU: the novel-kernel corpus (novel_cases.py) equals the reference interpreter at ragged
 sizes, at every @autotune point under the tuner's first schedule and at the sample of every
 schedule family that the PTX test compiles. Outputs are poisoned (NaN, or a sentinel for i32)
-before the run so that an unwritten element fails; a point counts as run only once it compiled,
-launched and matched, and every kernel must run the points that compile for this GPU."""
+before the run so that an unwritten element fails; every point that compiles for this GPU runs
+and must match, and on sm_90 their number is the one the CPU test counts (RUNS_SM90)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,6 @@ def test_corpus_on_the_gpu_equals_interpreter(name):
     pairs = gpu_pairs(kernel, cc)
     fits = _compiled(kernel, pairs, cc)
     rng = np.random.default_rng(seed(name) + 1)
-    ran = 0
     for (point, schedule), ok in zip(pairs, fits, strict=True):
         if not ok:
             continue
@@ -70,10 +69,9 @@ def test_corpus_on_the_gpu_equals_interpreter(name):
         for out in walk.stored_tensors(kernel):
             err = rel_err(got[out], want[out])
             assert err <= case.gpu_tol, (name, point, schedule.key(), out, err)
-        ran += 1
-    assert ran == sum(fits) >= 1, (ran, len(pairs))
+    assert sum(fits) >= 1, len(pairs)
     if cc == target.HOPPER:  # what the CPU test counts (test_novel_ptx.py)
-        assert ran == RUNS_SM90[name], (ran, RUNS_SM90[name])
+        assert sum(fits) == RUNS_SM90[name], (sum(fits), RUNS_SM90[name])
 
 
 @pytest.mark.parametrize("dtype", TYPES)
