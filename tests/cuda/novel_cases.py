@@ -306,12 +306,6 @@ def inputs(kernel: ir.Kernel, env: dict[str, int], rng: np.random.Generator) -> 
     return arrays
 
 
-def rel_err(got, want) -> float:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape and np.isfinite(got).all(), "non-finite output (unwritten element?)"
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
-
-
 def seed(name: str) -> int:
     return zlib.crc32(name.encode())
 

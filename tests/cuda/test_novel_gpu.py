@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from novel_cases import CASES, EXACT, RUNS_SM90, families, gpu_pairs, inputs, load, rel_err, seed
+from cuda_cases import rel_err
+from novel_cases import CASES, EXACT, RUNS_SM90, families, gpu_pairs, inputs, load, seed
 from operand_forms import DIMS, TYPES, cases, consistent, kernel_text, probe_pairs
 
 from compiler.cuda import target
