@@ -62,7 +62,7 @@ def test_corpus_on_the_gpu_equals_interpreter(name):
         if not ok:
             continue
         b = binding.bind(kernel, case.dims, None, point)
-        arrays = inputs(kernel, dict(b.env), rng)
+        arrays = inputs(kernel, dict(b.env), rng, case.ints)
         want = {n: a.copy() for n, a in arrays.items()}
         interp.run_kernel(kernel, b, want, dict(case.scalars))
         poisoned = _poisoned(kernel, arrays, case.scalars)

@@ -24,7 +24,7 @@ def test_interpreter_equals_numpy(name):
     rng = np.random.default_rng(seed(name))
     for point in autotune.search_points(kernel):
         b = binding.bind(kernel, case.dims, None, point)
-        arrays = inputs(kernel, dict(b.env), rng)
+        arrays = inputs(kernel, dict(b.env), rng, case.ints)
         wide = {n: a.astype(np.float64) for n, a in arrays.items()}
         want = case.ref(wide, case.scalars, dict(b.env))
         assert sorted(want) == sorted(walk.stored_tensors(kernel))
