@@ -29,7 +29,10 @@ CASES = [
      Schedule()),
     ("mha_tf32.phk", {"H": 2, "N": 300, "D": 64}, {"BR": 64, "BC": 32}, False, Schedule()),
 ]
-INTEGER_SEQUENCE_MARKS = ("and.b32", "-8192")  # the mask 0xffffe000 that clears the dropped bits
+# RNE_STEPS's constants as immediates: the bias 0xfff (half of the dropped bits less one: ties to
+# even; ties away would add 0x1000, truncation nothing), the mask 0xffffe000 that clears the
+# dropped bits, and the one TF32 NaN 0x7fffe000
+INTEGER_SEQUENCE_MARKS = (", 4095;", ", -8192;", ", 2147475456;")
 
 
 def _source(name, dims, point, tf32, schedule):
