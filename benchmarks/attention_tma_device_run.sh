@@ -12,9 +12,7 @@
 set -o pipefail
 start=$SECONDS
 left() { echo $(( ${BUDGET:-285} - (SECONDS - start) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv 2>&1 | tee $OUT/bench.log
 echo "+ python3 -m pytest tests/cuda/test_cuda_tc_gpu.py tests/api/test_kernel_gpu.py -k \"(tma_ring or tma_attention) and not tf32\" -q" > $OUT/gpu_tests.log
 timeout ${TEST_TIMEOUT:-130} python3 -m pytest tests/cuda/test_cuda_tc_gpu.py tests/api/test_kernel_gpu.py -k "(tma_ring or tma_attention) and not tf32" -q \
