@@ -5,7 +5,7 @@
 # full and causal, D = 64 and 128, bf16 and f16, with and without ping-pong, and through
 # phobos.Kernel; matmul's 2-D rings, whose tensor maps share the encoder), then, only if every
 # one passed,
-# benchmarks/leaf_tc_bench.py --only attention at D = 128 (full and causal, tuned at N = 16384,
+# benchmarks/leaf_tc_bench.py --only attention at D = 128 (full and causal, tuned at each N,
 # anchors in the same run) and, in the time left, at D = 64, with the clocks and power once a
 # second in dmon.log. Everything goes under $OUT. BUDGET (seconds, default 285) bounds the call.
 # Run from the repo root on the GPU machine with the structlog/pycapnp/ml_dtypes wheels in WHL.
