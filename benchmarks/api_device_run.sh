@@ -6,9 +6,7 @@
 # machine is where torch is). Logs and JSON under $OUT. Run from the repo root on the GPU machine with
 # the structlog/pycapnp/ml_dtypes wheels in WHL (default .whl).
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv; lscpu | grep 'Model name'
   python3 -c 'import sys, cupy, torch; print(sys.version.split()[0], "cupy", cupy.__version__, "torch", torch.__version__)'
 } 2>&1 | tee $OUT/api-device.log

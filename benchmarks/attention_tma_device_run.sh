@@ -5,16 +5,14 @@
 # full and causal, D = 64 and 128, bf16 and f16, with and without ping-pong, and through
 # phobos.Kernel; matmul's 2-D rings, whose tensor maps share the encoder), then, only if every
 # one passed,
-# benchmarks/leaf_tc_bench.py --only attention at D = 128 (full and causal, tuned at N = 16384,
+# benchmarks/leaf_tc_bench.py --only attention at D = 128 (full and causal, tuned at each N,
 # anchors in the same run) and, in the time left, at D = 64, with the clocks and power once a
 # second in dmon.log. Everything goes under $OUT. BUDGET (seconds, default 285) bounds the call.
 # Run from the repo root on the GPU machine with the structlog/pycapnp/ml_dtypes wheels in WHL.
 set -o pipefail
 start=$SECONDS
 left() { echo $(( ${BUDGET:-285} - (SECONDS - start) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv 2>&1 | tee $OUT/bench.log
 echo "+ python3 -m pytest tests/cuda/test_cuda_tc_gpu.py tests/api/test_kernel_gpu.py -k \"(tma_ring or tma_attention) and not tf32\" -q" > $OUT/gpu_tests.log
 timeout ${TEST_TIMEOUT:-130} python3 -m pytest tests/cuda/test_cuda_tc_gpu.py tests/api/test_kernel_gpu.py -k "(tma_ring or tma_attention) and not tf32" -q \

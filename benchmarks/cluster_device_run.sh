@@ -15,9 +15,8 @@
 # (default 180 s), STAGES (default "gpu cpu"). Each case's figures are also appended at once to
 # $OUT/cluster-cases.jsonl, so a stage cut short by its timeout still leaves the cases it finished.
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache PHOBOS_BENCH_DATA=/tmp/phobos-bench-data
+source "$(dirname "$0")/device_env.sh"
+export PHOBOS_BENCH_DATA=/tmp/phobos-bench-data
 export PHOBOS_BENCH_ROUNDS=${ROUNDS:-3} PHOBOS_BENCH_LOG=$OUT/cluster-cases.jsonl
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee $OUT/cluster-gpu.txt
 rm -rf /tmp/cluster-results

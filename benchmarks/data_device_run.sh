@@ -25,9 +25,7 @@
 #             writes the same for its command against a running pod): where start-up goes here
 set -o pipefail
 BUDGET_S=${BUDGET_S:-270}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; nproc; id -u;
   df -h /tmp; findmnt -T /tmp; git log --oneline -1 2>/dev/null; env | grep ^PYTHON; } > $OUT/data-machine.txt 2>&1
 # the tree's bytecode, as an installed package has it (pip compiles at install)

@@ -7,9 +7,7 @@
 # COMPARE_ONLY the second; the defaults are the run described above.
 # Run from the repo root on the GPU machine with .whl carried (structlog, pycapnp wheels).
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 timeout ${TEST_TIMEOUT:-40} python3 -m pytest tests/cuda/test_cuda_gpu.py -q --maxfail=8 -p no:cacheprovider 2>&1 \
   | tee $OUT/gpu_tests.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee $OUT/bench.log

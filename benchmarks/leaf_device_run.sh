@@ -2,9 +2,7 @@
 # One device call: GPU tests of the CUDA leaves, then the leaf benchmarks; logs under $OUT.
 # Run from the repo root on the GPU machine with .whl carried (structlog, pycapnp wheels).
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 STAGE=${STAGE:-all}
 if [ "$STAGE" != bench ]; then
   timeout ${TEST_TIMEOUT:-200} python3 -m pytest tests/cuda/test_cuda_gpu.py -q --maxfail=8 -p no:cacheprovider 2>&1 \

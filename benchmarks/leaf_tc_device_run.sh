@@ -5,9 +5,7 @@
 # with the structlog/pycapnp/ml_dtypes wheels in WHL (default .whl). TESTS / TEST_ARGS narrow the
 # tests (pytest paths, then e.g. -k), BENCH_ARGS the benchmark (e.g. --only matmul,matmul_tf32).
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee $OUT/bench.log
 timeout ${TEST_TIMEOUT:-200} python3 -m pytest ${TESTS:-tests/cuda/test_cuda_tc_gpu.py tests/cuda/test_cuda_gpu.py} -q -p no:cacheprovider ${TEST_ARGS} \
   2>&1 | tee $OUT/gpu_tests.log | tail -15

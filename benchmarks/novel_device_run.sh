@@ -9,9 +9,7 @@
 set -o pipefail
 start=$SECONDS
 left() { echo $(( ${BUDGET:-190} - (SECONDS - start) )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv 2>&1 | tee $OUT/gpu.log
 echo "+ python3 -m pytest tests/cuda/test_novel_gpu.py -q" > $OUT/gpu_tests.log
 timeout ${TEST_TIMEOUT:-110} python3 -m pytest tests/cuda/test_novel_gpu.py -q -p no:cacheprovider -rs \

@@ -245,7 +245,7 @@ def timeline(trace: dict) -> list:
              round(e["bytes"] / 2**20, 1)]
             for e in trace["events"] if e["kind"] in ("load", "compute", "store", "fetch")]
     end = [round(trace["summary"]["wall_s"], 4), None, "end (commit done)", None, None, None]
-    return sorted(rows) + [end]
+    return sorted(rows, key=lambda row: (row[0], row[1], row[4])) + [end]  # unit may be None
 
 
 def bound(files: list[Path], output: Path, case: str, device: str, n: int, result: dict) -> dict:

@@ -6,9 +6,7 @@
 # run (benchmarks/split_bench.py). Logs, JSON and the table under $OUT. Run from the repo root on
 # the GPU machine with the structlog/pycapnp/ml_dtypes wheels in WHL (default .whl).
 set -o pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee $OUT/split.log
 timeout ${BENCH_TIMEOUT:-170} python3 benchmarks/split_bench.py --cases ${CASES:-decode:20,decode:22} --pods 2 \
   --reps ${REPS:-2} --extra-shares 8 --sdpa --data /tmp --out $OUT/split-h200.json --markdown $OUT/split-h200.md \

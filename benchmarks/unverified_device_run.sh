@@ -14,9 +14,7 @@ set -o pipefail
 for p in $PATCHES; do
   git apply "$p" || { echo "cannot apply $p" | tee $OUT/gpu_tests.log; exit 1; }
 done
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv 2>&1 | tee $OUT/bench.log
 if [ "${TESTS:-1}" != 0 ]; then
   if [ -n "$TEST_ARGS" ]; then eval "set -- $TEST_ARGS"; else set -- -k "$NEW_TESTS"; fi

@@ -109,7 +109,8 @@ def commit_all(job_id: str, pairs: list[Pair], mark=None) -> None:
             record.unlink()
         _fsync_folders(written)
     finally:
-        threading.Thread(target=_close, args=(old,), name="commit-old-outputs", daemon=True).start()
+        if old:  # (a job whose outputs are all new holds nothing)
+            threading.Thread(target=_close, args=(old,), name="commit-old-outputs", daemon=True).start()
 
 
 def _close(fds: list[int]) -> None:

@@ -227,19 +227,26 @@ def read_region_into(path: Path, region, out: np.ndarray) -> int:
 def _runs(region, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
     """(first element, element count) of each contiguous run of a C-order region, in order; None
     when the runs are too short for one system call each to beat a memory map."""
+    inner, run = _run_axes(region, shape)
+    if run * 4 < MIN_RUN_BYTES and np.prod(region.shape[:inner]) > 1:
+        return None  # decided before the offsets are computed: a region of short runs has many
     firsts, run = _run_offsets(region, shape)
-    if run * 4 < MIN_RUN_BYTES and len(firsts) > 1:
-        return None
     return [(int(first), run) for first in firsts] if run else []
+
+
+def _run_axes(region, shape: tuple[int, ...]) -> tuple[int, int]:
+    """(the axes before the run, the run's length in elements) of a C-order region: the last
+    axis and every axis before it that the region spans whole make one contiguous run."""
+    inner = len(shape) - 1
+    while inner > 0 and region.shape[inner] == shape[inner] and region.start[inner] == 0:
+        inner -= 1  # axes the region spans whole join the run
+    return inner, int(np.prod(region.shape[inner:]))
 
 
 def _run_offsets(region, shape: tuple[int, ...]) -> tuple[np.ndarray, int]:
     """The first element of each contiguous run of a C-order region (in order) and the run's
     length in elements (the same for every run)."""
-    inner = len(shape) - 1
-    while inner > 0 and region.shape[inner] == shape[inner] and region.start[inner] == 0:
-        inner -= 1  # axes the region spans whole join the run
-    run = int(np.prod(region.shape[inner:]))
+    inner, run = _run_axes(region, shape)
     outer = region.shape[:inner]
     strides = [int(np.prod(shape[axis + 1:])) for axis in range(len(shape))]
     base = sum(start * stride for start, stride in zip(region.start, strides, strict=True))

@@ -76,8 +76,7 @@ class PlanDisk:
     def wait(self, path: Path, region) -> None:
         """Return once every chunk holding bytes of `region` of `path` is read ahead (or the
         read-ahead is over): the load then finds them in the page cache."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._planned or self._over)
+        self._await_plan()
         index = self._chunks.get(path)
         if index is None:
             return
@@ -93,10 +92,19 @@ class PlanDisk:
         with self._cond:
             self._cond.wait_for(lambda: self._over or self._done[needed].all())
 
+    def _await_plan(self) -> None:
+        """Return once the read order and the write-back table are known (or the read-ahead is
+        over); the plan is read in a thread that waits for nothing, so this always ends."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._planned or self._over)
+
     # ---- the stores' side ----------------------------------------------------------------------
 
     def tracks(self, staging: Path) -> bool:
-        """Whether this plan starts the write-back of `staging` (else each store does its own)."""
+        """Whether this plan starts the write-back of `staging` (else each store does its own).
+        Known once the plan is read: a store answered before then would do its own write-back,
+        its bytes never counted toward their chunks, which would then wait for the commit."""
+        self._await_plan()
         return self.writeback is not None and staging in self.writeback
 
     def written(self, staging: Path, region) -> None:

@@ -1,5 +1,5 @@
 """In which order a node reads its plan's inputs from disk, and when it starts writing its outputs
-back: pure functions of the plan's byte ranges, no I/O (pod/readahead.py carries them out).
+back: pure functions of the plan's byte ranges, no I/O (pod/disk.py carries them out).
 
 A tile of a wider matrix is one short run per row (a 4096-column f32 tile of an 8192-column file:
 16 KiB runs 32 KiB apart). Read tile by tile from several threads, a disk sees many short
@@ -11,8 +11,8 @@ performance.md, "Issue 15's targets"). Most plans read, between their tiles, the
 - Reads: the bytes a node's loads need, per file, cut into chunks of CHUNK_BYTES on a grid of
   the file's offsets, each chunk read as one range (from its first needed byte to its last)
   where the loads need at least MIN_DENSITY of that range, in the order of the first load (in
-  plan order) that needs a byte of it. One stream reads them, so a chunk that two tiles share
-  is read once, whole, at the time the first of them needs it.
+  plan order) that needs a byte of it. The read-ahead takes them in that order, so a chunk
+  that two tiles share is read once, whole, at the time the first of them needs it.
 - Write-back: a chunk of an output file is handed to the disk once every byte of it that this
   node's stores write has been written, so the disk gets long writes instead of one per run. A
   chunk some of whose bytes another node writes is handed over once this node's are in.
@@ -71,9 +71,10 @@ def read_order(loads: Iterable[Runs], chunk: int = CHUNK_BYTES, budget: int | No
 
 class WriteBack:
     """When to hand each chunk of this node's output files to the disk: once every byte this
-    node's stores write in it is written (a byte two stores write counts once). `add` is told
-    each piece a store wrote and answers the chunks now complete. Thread-safe (stores run in
-    several threads)."""
+    node's stores write in it is written. The bytes due count a byte two stores write once; the
+    bytes written count each write, so a byte written twice can only start a chunk's write-back
+    early (when, never what, the commit's fsync makes durable). `add` is told each piece a store
+    wrote and answers the chunks now complete. Thread-safe (stores run in several threads)."""
 
     def __init__(self, stores: Iterable[Runs], chunk: int = CHUNK_BYTES):
         self.chunk = chunk

@@ -93,10 +93,9 @@ class PodRuntime:
     async def prepare(self, p: m.Prepare) -> None:
         """Carry out a Prepare: confine every URI, prepare a new job's program, then PlanReady."""
         job = self.job(p.job)
-        paths = self._confine(p.checked.plan)  # every URI checked before anything is read or written
         plan = p.checked.plan
+        files = self._confine(plan)  # every URI checked before anything is read or written
         if plan.generation not in job.disk:  # reading starts now, beside the job's set-up
-            files = {tensor: path for (_, tensor), path in paths.items()}
             job.disk[plan.generation] = PlanDisk.start(plan, files, p.job)
         if not job.prepared:
             writes = await asyncio.get_running_loop().run_in_executor(
@@ -104,16 +103,17 @@ class PodRuntime:
             job.program, job.prepared = p.program, True
             job.scalars = dict(p.program.scalars)
             job.writes = writes
-        job.paths.update(paths)
+        job.paths.update({(plan.generation, tensor): path for tensor, path in files.items()})
         job.peers.update({peer.node: peer.address for peer in p.peers})
         live = frozenset(peer.node for peer in p.peers)
         self.feed(m.PlanReady(p.job, p.checked, job.writes, job.program, live))
 
-    def _confine(self, plan: NodePlan) -> dict[tuple[int, int], Path]:
-        paths: dict[tuple[int, int], Path] = {}
+    def _confine(self, plan: NodePlan) -> dict[int, Path]:
+        """tensor -> its file, every URI of the plan confined to the pod's roots."""
+        paths: dict[int, Path] = {}
         for tensor, text in enumerate(plan.uris):
             try:
-                paths[(plan.generation, tensor)] = uri.confine(text, self.roots)
+                paths[tensor] = uri.confine(text, self.roots)
             except UserError as err:
                 raise Refused(str(err)) from None
         return paths

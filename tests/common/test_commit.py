@@ -4,6 +4,8 @@ copies beside their outputs, so a planted record cannot make recovery move other
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import pytest
 
@@ -51,3 +53,39 @@ def test_commit_all_leaves_nothing_but_the_outputs(tmp_path):
     commit.commit_all("j2", pairs)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npy", "d.npy"]
     assert (tmp_path / "d.npy").read_bytes() == b"d"
+
+
+def _fds() -> dict[int, str]:
+    """This process's open descriptors and what each names (a replaced file ends in '(deleted)')."""
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass  # the listing's own descriptor, closed by now
+    return fds
+
+
+def test_commit_all_marks_its_steps_and_frees_the_old_output_after_it(tmp_path):
+    old, new = tmp_path / "c.npy", tmp_path / "d.npy"
+    old.write_bytes(b"old")
+    pairs = []
+    for final in (old, new):
+        staging = staging_path(final, "j3")
+        staging.write_bytes(b"new " + final.name.encode())
+        pairs.append(commit.Pair(staging, final))
+    before = _fds()
+    marks, held = [], []
+
+    def mark(name):
+        marks.append(name)
+        if name == "commit_renamed":  # renamed, yet the old c.npy is still open, not yet freed
+            held.extend(t for fd, t in _fds().items() if fd not in before and t.endswith("(deleted)"))
+
+    commit.commit_all("j3", pairs, mark)
+    assert marks == ["commit_synced", "commit_recorded", "commit_renamed"]
+    assert held == [f"{old} (deleted)"]  # the one old output; d.npy had none
+    assert old.read_bytes() == b"new c.npy" and new.read_bytes() == b"new d.npy"
+    for thread in [t for t in threading.enumerate() if t.name == "commit-old-outputs"]:
+        thread.join(10)
+    assert _fds().keys() <= before.keys()  # the old file let go of: nothing left open

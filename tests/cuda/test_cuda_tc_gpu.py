@@ -157,6 +157,8 @@ def test_tma_ring_through_the_pods_prepared_launch(name, point, scalars):
         ref = {n: a.copy() for n, a in arrays.items()}
         interp.run_kernel(kernel, b, ref, scalars)
         dev = {n: cupy.asarray(a) for n, a in arrays.items()}
+        if "beta" not in scalars:  # C_old is read (beta * C_old): not poisoned
+            dev["C"][...] = np.nan
         go(dev, None)
         assert _rel_err(cupy.asnumpy(dev["C"]), ref["C"]) <= MATMUL_TOL
 
@@ -210,12 +212,12 @@ def test_attention_on_tensor_cores_equals_interpreter(name, tol, schedule):
     kernel = load_example(name)
     rng = np.random.default_rng(zlib.crc32(name.encode()) + schedule)
     wide = ATTENTION_SCHEDULES[schedule].wgmma and name != "mha_tf32.phk"  # 128 x 128 fits (D=128 too)
-    ran = 0
     for dims in ATTENTION_DIMS:
+        ran = 0
         for point in ATTENTION_POINTS + ([{"BR": 128, "BC": 128}] if wide else []):
             scalars = {"scale": dims["D"] ** -0.5}
             ran += _check(kernel, dims, point, ATTENTION_SCHEDULES[schedule], tol, rng, scalars)
-    assert ran >= len(ATTENTION_DIMS), ran  # at least one point of each shape runs
+        assert ran >= 1, dims  # at least one point of each shape runs
 
 
 # BR = 256 on four warpgroups sharing one K/V ring (schedule.WIDE_THREADS), and on mma.sync
@@ -326,13 +328,10 @@ TF32_TMA_DIMS = [
 @pytest.mark.parametrize("case", range(len(TF32_TMA)))
 def test_tf32_tma_ring_equals_interpreter(case):
     """Every point compiles (none of these is pruned) and equals the interpreter, beta != 0."""
-    from compiler.cuda.compiled import compile_kernel
-
     kernel = load_example("matmul_tf32.phk")
     point, schedule = TF32_TMA[case]
     rng = np.random.default_rng(40 + case)
     for dims in TF32_TMA_DIMS:
-        compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
         assert _check(kernel, dims, point, schedule, MATMUL_TOL, rng, {"alpha": 0.75, "beta": 0.5})
 
 

@@ -138,3 +138,28 @@ def test_a_plan_without_loads_reads_nothing_and_is_over(files):
     assert disk.tracks(staging)
     with disk._cond:  # its one stream found nothing to read and said so: no load can wait on it
         assert disk._cond.wait_for(lambda: disk._over, 10)
+
+
+def test_a_store_asks_whether_it_is_tracked_only_once_the_plan_is_read(files, monkeypatch):
+    """A store that came before the plan was read would do its own write-back, uncounted, and
+    its chunks would never be whole: so `tracks` answers once the write-back table is known."""
+    staging = storage.create_staging(files[2], (N, N), "f32", "job")
+    release, real = threading.Event(), storage.layout
+
+    def slow_layout(path):
+        if path == files[0]:
+            release.wait(10)  # the plan's reading holds at its first load
+        return real(path)
+
+    monkeypatch.setattr(disk_module.storage, "layout", slow_layout)
+    store = Store(id=1, deps=(), buffer=1, tensor=2, region=region(0, 0), unit=0)
+    disk = PlanDisk.start(plan_of(load(0, 0, 0, 0), store), files, "job", chunk=CHUNK)
+    answer = []
+    asked = threading.Thread(target=lambda: answer.append(disk.tracks(staging)), daemon=True)
+    asked.start()
+    asked.join(0.2)
+    assert answer == []  # still waiting for the plan
+    release.set()
+    asked.join(10)
+    assert answer == [True]
+    disk.stop()

@@ -38,6 +38,16 @@ def test_job_phases_follow_the_marks():
     assert text.endswith("command to first compute 2.250")
 
 
+def test_the_commit_is_split_by_its_marks_when_it_has_them():
+    job = {"commit_start": 103.0, "commit_synced": 103.25, "commit_recorded": 103.375,
+           "commit_renamed": 103.4375, "commit_end": 103.5}
+    phases = job_phases({}, job, [], t0=101.0)
+    assert phases["commit"] == 0.5
+    assert (phases["commit_fsync"], phases["commit_record"], phases["commit_rename"]) == (0.25, 0.125, 0.0625)
+    without = job_phases({}, {"commit_start": 103.0, "commit_end": 103.5}, [], t0=101.0)
+    assert without["commit"] == 0.5 and "commit_fsync" not in without  # a trace without them
+
+
 def test_process_start_time_is_in_the_past():
     started = process_start_time()
     assert started <= time.time() and time.time() - started < 24 * 3600
