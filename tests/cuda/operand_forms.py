@@ -9,11 +9,14 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from novel_cases import tf32
+from novel_cases import families, first_generating, tf32
+
+from compiler.frontend import ir
 
 FORMS = ("load", "tload", "let", "tlet", "reg", "treg")
 TYPES = ("bf16", "f16", "tf32", "f32")
 DIMS = {"M": 200, "N": 136, "K": 104}
+SLICES = ("load", "tload", "let", "tlet")
 
 
 def _operand(role: str, form: str, dtype: str) -> tuple[str, str]:
@@ -73,3 +76,25 @@ def reference(arrays: dict, dtype: str, form_a: str, form_b: str) -> np.ndarray:
         return (tf32(x) if dtype == "tf32" else x) * (2.0 if form in ("reg", "treg") else 1.0)
 
     return operand(arrays["A"], form_a) @ operand(arrays["B"], form_b)
+
+
+def dropped_sm90(dtype: str, form_a: str, form_b: str) -> int:
+    """How many schedule families prune this form at every tile point on sm_90: for 16-bit
+    operands, warpgroup MMA under a = treg with b a slice (no point lays its tiles out); for TF32,
+    the TMA ring's role swap (C^T = B^T A^T, a k-contiguous and b n-contiguous) under a
+    transposed slice of either with the other a slice. On sm_80 (one family) none is dropped."""
+    if dtype in ("bf16", "f16"):
+        return int(form_a == "treg" and form_b in SLICES)
+    transposed = form_a in ("tload", "tlet") or form_b in ("tload", "tlet")
+    return int(dtype == "tf32" and form_a in SLICES and form_b in SLICES and transposed)
+
+
+def probe_pairs(kernel: ir.Kernel, turn: int, cc: int) -> list:
+    """(tile point, probe) for each schedule family whose probe gives CUDA C++ for `cc` at some
+    point: the first such point taken in turn from the (turn + family)-th, so that the forms
+    together visit every point."""
+    pairs = []
+    for f, fam in enumerate(families(kernel, cc)):
+        point = first_generating(kernel, DIMS, turn + f, fam[0], cc)
+        pairs += [] if point is None else [(point, fam[0])]
+    return pairs
