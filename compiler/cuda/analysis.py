@@ -194,29 +194,30 @@ def is_plain_2d_load(e: ir.Expr) -> bool:
     )
 
 
+def dot_operand_uses(body: tuple[ir.Stmt, ...], names) -> dict[str, list[tuple[ir.Call, str, bool]]]:
+    """name -> its uses as a dot operand in order, (dot, role 'a' or 'b', transposed) each, for
+    the names of `names` that nothing but dots reads (an unused one has no uses)."""
+    uses: dict[str, list] = {n: [] for n in names}
+    reads: dict[str, int] = {n: 0 for n in names}
+    for e in walk.iter_body_exprs(body):
+        if isinstance(e, ir.Name) and e.name in reads:
+            reads[e.name] += 1
+        if isinstance(e, ir.Call) and e.func == "dot":
+            for role, arg in zip("ab", e.args, strict=True):
+                n = dot_operand_name(arg)
+                if n in uses:
+                    uses[n].append((e, role, isinstance(arg, ir.Call)))
+    return {n: u for n, u in uses.items() if reads[n] == len(u)}
+
+
 def shared_lets(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
     """let name -> 'a' or 'b' (the dot operand role it plays) for lets of 2-D tensor loads used
     only as dot operands, always in the same role and the same orientation."""
     candidates = {
         s.name for s in walk.iter_stmts(body) if isinstance(s, ir.Let) and is_plain_2d_load(s.value)
     }
-    roles: dict[str, set] = {n: set() for n in candidates}
-    dot_uses: dict[str, int] = {n: 0 for n in candidates}
-    all_uses: dict[str, int] = {n: 0 for n in candidates}
-    for e in walk.iter_body_exprs(body):
-        if isinstance(e, ir.Name) and e.name in candidates:
-            all_uses[e.name] += 1
-        if isinstance(e, ir.Call) and e.func == "dot":
-            for role, arg in zip("ab", e.args, strict=True):
-                n = dot_operand_name(arg)
-                if n in candidates:
-                    dot_uses[n] += 1
-                    roles[n].add((role, isinstance(arg, ir.Call)))
-    return {
-        n: next(iter(roles[n]))[0]
-        for n in candidates
-        if all_uses[n] and all_uses[n] == dot_uses[n] and len(roles[n]) == 1
-    }
+    ways = {n: {(role, tr) for _, role, tr in u} for n, u in dot_operand_uses(body, candidates).items()}
+    return {n: next(iter(w))[0] for n, w in ways.items() if len(w) == 1}
 
 
 def shared_let_transposed(body: tuple[ir.Stmt, ...], name: str) -> bool:

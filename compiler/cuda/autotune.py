@@ -204,7 +204,6 @@ def tune(
         raise RuntimeError("autotuning needs a GPU")
     base = bind(kernel, dims)
     points = points if points is not None else search_points(kernel)
-    searched = schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32)
     cc = gpu_capability(cc)
     key = cache_key(kernel, dict(base.dims), gpu, tf32, cc)
     if points != search_points(kernel) or schedules not in (None, [DEFAULT]):
@@ -220,7 +219,7 @@ def tune(
         if found is not None:
             return found
     bench = Bench(*_inputs(kernel, dict(base.env)), cc)
-    if searched:
+    if schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32):
         timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
     else:
         cands = [(p, s) for p in points for s in schedules or [DEFAULT]]
@@ -316,8 +315,7 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
         if wg_tma:
             probes.append(TMA_ATTENTION_PROBE)  # one CTA of 384 threads per multiprocessor
             families.append(wg_tma)
-    probes, families, refused = target.runnable_schedules(probes, families, cc)
-    return probes, families, refused
+    return target.runnable_schedules(probes, families, cc)
 
 
 def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log):

@@ -33,11 +33,8 @@ FIXED_KINDS = ("dim", "tile", "scalar", "loop")
 
 
 def hoist_dot_loads(kernel: ir.Kernel) -> ir.Kernel:
-    taken = {s.name for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let | ir.VarDecl)}
-    taken |= {s.var for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.For)}
-    taken |= {p.name for p in kernel.params}
     stored = set(walk.stored_tensors(kernel))
-    hoister = _Hoister(taken, stored)
+    hoister = _Hoister(_taken_names(kernel), stored)
     body = hoister.body(kernel.body, outside_lets=frozenset())
     return kernel if body == kernel.body else dataclasses.replace(kernel, body=body)
 
@@ -52,22 +49,14 @@ def split_operand_lets(kernel: ir.Kernel, tf32: bool) -> ir.Kernel:
         s.name for s in walk.iter_stmts(kernel.body)
         if isinstance(s, ir.Let) and bound.count(s.name) == 1 and analysis.is_plain_2d_load(s.value)
     }
-    uses = {n: 0 for n in loads}
-    ways: dict[str, list] = {n: [] for n in loads}  # (tensor-core type, role, transposed) in order
-    for e in walk.iter_body_exprs(kernel.body):
-        if isinstance(e, ir.Name) and e.name in loads:
-            uses[e.name] += 1
-        if isinstance(e, ir.Call) and e.func == "dot":
-            for role, arg in zip("ab", e.args, strict=True):
-                name = analysis.dot_operand_name(arg)
-                if name in loads:
-                    uses[name] -= 1
-                    way = (mma.tensor_core_dtype(e, kernel, tf32), role, isinstance(arg, ir.Call))
-                    ways[name] += [way] if way not in ways[name] else []
+    ways = {  # (tensor-core type, role, transposed) of each way, in order
+        n: list(dict.fromkeys((mma.tensor_core_dtype(d, kernel, tf32), role, tr) for d, role, tr in used))
+        for n, used in analysis.dot_operand_uses(kernel.body, loads).items()
+    }
     taken = _taken_names(kernel)
     names: dict[tuple, str] = {}  # (let, way) -> the let that serves that way
     for n in sorted(loads):
-        if uses[n] == 0 and len(ways[n]) > 1:
+        if len(ways.get(n, ())) > 1:
             for i, way in enumerate(ways[n]):
                 names[n, way] = n if i == 0 else _fresh_name(f"{n}_{way[0] or 'f32'}{way[1]}", taken)
     if not names:

@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler.cuda import mbarriers, pingpong
-from compiler.cuda.layout import SMEM_LIMIT
 from compiler.cuda.tensor_maps import MapSpec
 from compiler.cuda.wgmma import CoreTile, point_at_stage
 from compiler.frontend import ir
@@ -131,7 +130,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
     stage_floats = sum(t.elements // 2 for _, t in tiles)
     stages = max(3, gen.schedule.stages)
-    while stages > 3 and (gen.perm_floats + stages * stage_floats) * 4 > SMEM_LIMIT - 32 * 1024:
+    while stages > 3 and (gen.perm_floats + stages * stage_floats) * 4 > gen.smem_limit - 32 * 1024:
         stages -= 1
     ops = []
     for st, tile in tiles:
@@ -139,8 +138,9 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         ring = gen.alloc_perm(stages * tile.elements // 2, 256)
         gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
         *outer, rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
-        spec = MapSpec(f"tm_{st.name}", st.value.tensor, tile.rows, BOX_COLS, rows, cols, outer=tuple(outer))
-        ops.append(Operand(st, tile, spec, base, tile.elements))  # box as it lies
+        box = (tile.rows, BOX_COLS)  # the box as the tile lies in shared memory
+        spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, outer=tuple(outer))
+        ops.append(Operand(st, tile, spec, base, tile.elements))
     ring = split(gen, s, ops, stages, loop)
     if gen.schedule.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
         pingpong.takes_turns(gen)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from types import SimpleNamespace
 
 import pytest
-from cuda_cases import load_example
+from cuda_cases import descriptor_reads, load_example
 
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.schedule import WIDE_THREADS, Schedule
@@ -146,17 +147,14 @@ def _descriptor_steps(loop: str, base: str) -> list[tuple[list[str], int]]:
 
 def _descriptor_reads(step: tuple[list[str], int], x: int, k: int, mn_major: bool) -> int:
     """The byte address (from the stage's start) at which one k step's descriptor reads operand
-    element (x, k): the step's 16-byte units added to the start-address field, then K-major
-    128-byte swizzled rows, 8-row groups SBO apart; MN-major rows of 64 x, LBO between 64-wide
-    blocks, SBO between 8-row groups of k (PTX ISA canonical layouts)."""
+    element (x, k): the step's 16-byte units added to the start-address field, then the PTX
+    ISA's canonical 128-byte swizzled layouts (cuda_cases.descriptor_reads) with the LBO and
+    SBO the generated wg_desc call passes."""
     (start, lbo, sbo, swz), units = step
     off = units * 16 + (int(start.split("+")[1]) * 2 if "+" in start else 0)
     assert swz == "1"
-    if mn_major:
-        a = off + (x // 64) * int(lbo) + (x % 64) * 2 + (k // 8) * int(sbo) + (k % 8) * 128
-    else:
-        a = off + (x // 8) * int(sbo) + (x % 8) * 128 + k * 2
-    return _swizzle(a)
+    fields = SimpleNamespace(mn_major=mn_major, swizzled=True, lbo=int(lbo), sbo=int(sbo), elem_bytes=2)
+    return descriptor_reads(fields, off, x, k)
 
 
 @pytest.mark.parametrize("d,bc", [(64, 64), (64, 128), (128, 32), (128, 64), (128, 128)])

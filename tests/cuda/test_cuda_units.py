@@ -92,3 +92,21 @@ def test_the_tuner_searches_schedules_only_where_a_dot_runs_on_tensor_cores():
     assert autotune.runs_on_tensor_cores(k, dims, autotune.search_points(k), False)
     assert not autotune.runs_on_tensor_cores(load_example("matmul.phk"), {"M": 64, "N": 64, "K": 64},
                                              [{"TILE_M": 32, "TILE_N": 32, "TILE_K": 4}], False)
+
+
+def test_a_cached_winner_is_returned_before_any_point_is_compiled(tmp_path, monkeypatch):
+    """A tuned binding (every later call of a Kernel on new shapes asks tune first) reads the
+    cache and compiles nothing: neither the fit check of runs_on_tensor_cores nor a candidate."""
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    k, dims = load_example("matmul_bf16.phk"), {"M": 512, "N": 512, "K": 512}
+    key = autotune.cache_key(k, dims, "GPU X", cc=90)
+    autotune._write_cache({key: {"best": {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}, "ms": 1.0}})
+
+    def compiles(*args, **kwargs):
+        raise AssertionError("a cached binding compiled")
+
+    monkeypatch.setattr(autotune.stages, "run", compiles)
+    monkeypatch.setattr(autotune, "compile_kernel", compiles)
+    res = autotune.tune(k, dims, cc=90)
+    assert res.cached and res.best == {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}
