@@ -49,16 +49,16 @@ def _capability(args: argparse.Namespace) -> int:
     """--arch, else this machine's GPU, else the H200 (compiler/cuda/target.py)."""
     from compiler.cuda import target
 
-    here = target.local_capability()
     if args.arch is None:
-        return here or target.DEFAULT_CC
+        return target.local_capability() or target.DEFAULT_CC
     cc = target.parse_cc(args.arch)
     if cc is None:
         raise UserError(f"--arch {args.arch}: expected a compute capability such as 8.0, 86 or sm_90")
     if cc < target.OLDEST_CC:
         raise UserError(f"--arch {args.arch}: phobos generates code for compute capability "
                         f"{target.cc_text(target.OLDEST_CC)} and later")
-    if args.autotune and here is not None and cc != here:
+    here = target.local_capability() if args.autotune else None  # the GPU is asked only to time
+    if here is not None and cc != here:
         raise UserError(f"--arch {args.arch} with --autotune: the tuner times this machine's GPU, "
                         f"of compute capability {target.cc_text(here)}")
     return cc

@@ -38,7 +38,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.cuda import analysis, tma, wgmma
-from compiler.cuda.layout import SMEM_LIMIT
 from compiler.cuda.tensor_maps import MapSpec
 from compiler.frontend import ir
 
@@ -69,7 +68,7 @@ class Swap:
 
 
 @dataclass(frozen=True)
-class _Acc:  # wgmma._issue's view of the C^T accumulator
+class _Acc:  # wgmma.issue's view of the C^T accumulator
     cname: str
 
 
@@ -114,7 +113,7 @@ def acc_index(j: int, lane: str = "th_lane") -> str:
 
 
 def _check(gen, s: ir.For, entries) -> tuple:
-    """(a entry, b entry, TILE_M, TILE_N), or pruned with WHAT."""
+    """(a entry, b entry, TILE_M, TILE_N, wgmma's N), or pruned with WHAT."""
     if len(gen.leaf.plan.tc_dots) != 1 or gen.loop_barriers or gen.out.depth != 1:
         raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop at the kernel's top level")
     at = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)
@@ -154,7 +153,7 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     (let, role, transposed, tile) with tile's ptr unset."""
     a, b, m, n, wn = _check(gen, s, entries)
     stage = BOX * (m + n)
-    room = (SMEM_LIMIT - MARGIN) // 4 - gen.perm_floats - 256
+    room = (gen.smem_limit - MARGIN) // 4 - gen.perm_floats - 256
     stages = min(gen.schedule.stages, room // stage)
     if stages < 3:
         raise gen.pruned(s.span, "TF32 bulk tensor copies need 3 stages in shared memory")

@@ -81,9 +81,8 @@ def unit_origin(direct: bool, e: str = "e_") -> tuple[str, str]:
     return x, f"(({e}) % 8) * 4"
 
 
-def unit(gen, p: Plan, origin: tuple[str, str] | None = None) -> None:
-    """Open the loop over this thread's units: x_, k_ (the unit's first row and k column), at
-    unit_origin or, given, `origin` (x, k of unit e_)."""
+def _unit(gen, p: Plan) -> None:
+    """Open the loop over this thread's units: x_, k_ (the unit's first row and k column)."""
     t = gen.grid.threads
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int it_ = 0; it_ < {p.iters}; ++it_)")
@@ -92,14 +91,14 @@ def unit(gen, p: Plan, origin: tuple[str, str] | None = None) -> None:
         gen.out.open(f"if (e_ < {p.units})")
     else:
         gen.out.open("")
-    x, k = origin or unit_origin(p.direct)
+    x, k = unit_origin(p.direct)
     gen.out.line(f"const int x_ = {x}, k_ = {k};")
 
 
 def load(gen, p: Plan, load_: ir.Load, regs: str) -> None:
     """Global -> this thread's float4 registers (zero where outside the tensor)."""
     param = gen.tensor(load_.tensor, load_.span)
-    unit(gen, p)
+    _unit(gen, p)
     vectors = [("x_", "k_", "it_")] if p.direct else [(f"k_ + {i}", "x_", f"it_ * 4 + {i}") for i in range(4)]
     for row, col, slot in vectors:  # (row, col) as the source lies
         ptr, pred = gen.element_address(param, load_.index, (row, col))
@@ -113,9 +112,9 @@ def load(gen, p: Plan, load_: ir.Load, regs: str) -> None:
     gen.out.close()
 
 
-def store(gen, p: Plan, tile: CoreTile, regs: str, origin: tuple[str, str] | None = None) -> None:
+def store(gen, p: Plan, tile: CoreTile, regs: str) -> None:
     """This thread's registers, rounded to TF32, into `tile` (16-byte stores)."""
-    unit(gen, p, origin)
+    _unit(gen, p)
 
     def put(x: str, parts: list[str]) -> None:
         at = tile.offset(x, "k_")

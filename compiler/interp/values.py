@@ -217,7 +217,7 @@ def round_tf32_bits(bits: np.ndarray) -> np.ndarray:
     special = (bits & _EXPONENT) == _EXPONENT
     nan = special & ((bits & _FRACTION) != 0)
     kept = np.where(nan, _TF32_NAN, bits)  # inf has no dropped bits
-    return np.where(special, kept, finite).astype(np.uint32)
+    return np.where(special, kept, finite)  # uint32 throughout: no copy to convert
 
 
 def dot(a: np.ndarray, b: np.ndarray, mode: str = "f32") -> np.ndarray:

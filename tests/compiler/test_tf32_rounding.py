@@ -92,7 +92,7 @@ def integer_sequence(u: np.ndarray) -> np.ndarray:
 def test_interpreter_rounds_every_edge_pattern():
     inputs, want = _bits([i for i, _ in EDGES]), _bits([o for _, o in EDGES])
     got = val.round_tf32_bits(inputs)
-    assert _hex(got) == _hex(want)
+    assert got.dtype == np.uint32 and _hex(got) == _hex(want)
     as_float = val.round_to("tf32", inputs.view(np.float32))
     assert as_float.dtype == np.float32 and _hex(as_float.view(np.uint32)) == _hex(want)
 

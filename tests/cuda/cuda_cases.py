@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
 from pathlib import Path
 
 import ml_dtypes
@@ -91,3 +92,17 @@ def descriptor_reads(tile, base: int, x: int, k: int) -> int:
     else:
         a = base + (x // 8) * tile.sbo + (k // 8) * tile.lbo + (x % 8) * 16 + (k % 8) * 2
     return a ^ (((a >> 7) & 7) << 4) if tile.swizzled else a
+
+
+def ptxas(ptx: str, arch: str, folder: Path) -> str:
+    """Assemble `ptx` with ptxas for `arch` (sm_80, sm_90a, ...) in `folder`, failing the test on
+    its error; its verbose report (registers, spill bytes)."""
+    path = folder / f"{arch}.ptx"
+    path.write_text(ptx)
+    done = subprocess.run(
+        ["ptxas", f"-arch={arch}", "-v", str(path), "-o", str(folder / f"{arch}.cubin")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr + done.stdout

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cuda_cases import all_points, example_names, free_dims, load_example
+from cuda_cases import all_points, example_names, free_dims, load_example, ptxas
 
 from compiler.cuda import autotune, stages, target
 from compiler.cuda.compiled import compile_kernel
@@ -82,18 +82,6 @@ def test_what_the_code_needs_comes_from_what_the_emitters_used():
     assert compile_kernel(f32, fb).need == target.Need() and target.Need().cc == target.OLDEST_CC
 
 
-def _ptxas(ptx: str, arch: str, folder: Path) -> str:
-    path = folder / f"{arch}.ptx"
-    path.write_text(ptx)
-    done = subprocess.run(
-        ["ptxas", f"-arch={arch}", "-v", str(path), "-o", str(folder / f"{arch}.cubin")],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stderr + done.stdout
-
-
 def _spills(report: str) -> bool:
     counts = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert counts, report
@@ -145,14 +133,14 @@ def test_every_example_assembles_for_sm80_and_sm86(name, tf32, tmp_path):
         assert name == "decode_gqa.phk" and tf32
         return
     b, hopper = found
-    clean = not _spills(_ptxas(hopper.ptx, "sm_90", tmp_path))
+    clean = not _spills(ptxas(hopper.ptx, "sm_90", tmp_path))
     ampere, rtx = (compile_kernel(kernel, b, tf32=tf32, cc=cc) for cc in (80, 86))
     assert (_target_line(ampere.ptx), _target_line(rtx.ptx)) == ("sm_80", "sm_86")
     assert ampere.cuda_source == hopper.cuda_source or ampere.shared_bytes < hopper.shared_bytes
     spills = {
-        "sm_80": _spills(_ptxas(ampere.ptx, "sm_80", tmp_path)),
-        "sm_86": _spills(_ptxas(rtx.ptx, "sm_86", tmp_path)),
-        "compute_80 on sm_86": _spills(_ptxas(ampere.ptx, "sm_86", tmp_path)),
+        "sm_80": _spills(ptxas(ampere.ptx, "sm_80", tmp_path)),
+        "sm_86": _spills(ptxas(rtx.ptx, "sm_86", tmp_path)),
+        "compute_80 on sm_86": _spills(ptxas(ampere.ptx, "sm_86", tmp_path)),
     }
     if clean:
         assert not spills["sm_80"] and not spills["sm_86"], (name, spills)
@@ -172,7 +160,7 @@ def test_every_example_assembles_for_sm80_and_sm86(name, tf32, tmp_path):
     except CompileError as e:  # 64 KB of shared memory per CTA there
         assert "bytes of shared memory (the limit is 65536)" in e.message, e.message
         return
-    assert _target_line(turing.ptx) == "sm_75" and not _spills(_ptxas(turing.ptx, "sm_75", tmp_path)), name
+    assert _target_line(turing.ptx) == "sm_75" and not _spills(ptxas(turing.ptx, "sm_75", tmp_path)), name
 
 
 def test_a_ring_is_cut_to_the_shared_memory_of_the_gpu():
@@ -305,7 +293,7 @@ def test_f16_on_cuda_cores_runs_from_sm75_and_bf16_from_sm80(tmp_path):
     half = frontend.load_text(HALF, "half.phk").kernel()
     turing = compile_kernel(half, binding.bind(half, {"N": 100}), cc=75)
     assert turing.need == target.Need() and "cvt.rn.f16.f32" in turing.ptx
-    assert not _spills(_ptxas(turing.ptx, "sm_75", tmp_path))
+    assert not _spills(ptxas(turing.ptx, "sm_75", tmp_path))
     brain = frontend.load_text(HALF.replace("f16", "bf16"), "brain.phk").kernel()
     b = binding.bind(brain, {"N": 100})
     assert compile_kernel(brain, b, cc=80).need.features == ("bf16",)

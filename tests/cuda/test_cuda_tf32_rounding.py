@@ -8,10 +8,9 @@ Both assemble with ptxas, as the tensor-core variants do for sm_90 in test_cuda_
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
-from cuda_cases import load_example
+from cuda_cases import load_example, ptxas
 
 from compiler.cuda import nvrtc, target
 from compiler.cuda.compiled import generate_source
@@ -30,23 +29,16 @@ CASES = [
      Schedule()),
     ("mha_tf32.phk", {"H": 2, "N": 300, "D": 64}, {"BR": 64, "BC": 32}, False, Schedule()),
 ]
-INTEGER_SEQUENCE_MARKS = ("and.b32", "-8192")  # the mask 0xffffe000 that clears the dropped bits
+# RNE_STEPS's constants as immediates: the bias 0xfff (half of the dropped bits less one: ties to
+# even; ties away would add 0x1000, truncation nothing), the mask 0xffffe000 that clears the
+# dropped bits, and the one TF32 NaN 0x7fffe000
+INTEGER_SEQUENCE_MARKS = (", 4095;", ", -8192;", ", 2147475456;")
 
 
 def _source(name, dims, point, tf32, schedule):
     kernel = load_example(name)
     dims = {k: v for k, v in dims.items() if k in binding.kernel_dims(kernel)}
     return generate_source(kernel, binding.bind(kernel, dims, None, point), tf32=tf32, schedule=schedule)
-
-
-def _assemble(ptx: str, sm: str, tmp_path) -> str:
-    path = tmp_path / f"{sm}.ptx"
-    path.write_text(ptx)
-    out = subprocess.run(
-        ["ptxas", f"-arch={sm}", "-v", str(path), "-o", str(tmp_path / f"{sm}.cubin")],
-        capture_output=True, text=True, check=True,
-    )
-    return out.stderr + out.stdout
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'wgmma' if c[4].wgmma else 'mma'}")
@@ -66,5 +58,5 @@ def test_tf32_rounding_is_cvt_rn_from_sm90_and_integers_before(case, tmp_path):
     if shutil.which("ptxas") is None:
         pytest.skip("ptxas is not installed: compiled by NVRTC only")
     for ptx, sm in targets:
-        report = _assemble(ptx, sm, tmp_path)
+        report = ptxas(ptx, sm, tmp_path)
         assert "0 bytes spill stores, 0 bytes spill loads" in report, (sm, report)
