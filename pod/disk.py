@@ -24,6 +24,7 @@ from common import fileio, storage
 from common.errors import UserError
 from common.log import get_logger
 from pod import disk_order
+from pod.backend_cpu import available_host_memory
 from schemas.instructions import Load, NodePlan, Store
 
 log = get_logger()
@@ -210,11 +211,4 @@ class PlanDisk:
 
 def _budget() -> int:
     """Bytes the read-ahead may hold in the page cache: a share of what the system has available."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // MEMORY_SHARE
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 30
+    return available_host_memory() // MEMORY_SHARE

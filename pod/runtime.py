@@ -61,6 +61,12 @@ class Job:
     lent: list[BufferRecord] = field(default_factory=list)
     disk: dict[int, PlanDisk] = field(default_factory=dict)  # generation -> its read-ahead and write-back
 
+    def stop_disk(self, generation: int) -> None:
+        """The generation is over (finished or dropped): no more reading ahead for it."""
+        disk = self.disk.pop(generation, None)
+        if disk is not None:
+            disk.stop()
+
 
 class PodRuntime:
     """One pod's jobs, buffers and work: the execution shell. `feed` hands a stimulus to the
@@ -169,9 +175,7 @@ class PodRuntime:
         elif isinstance(action, st.DropGeneration):
             self._drop(job, action.generation, action.reason)
         elif isinstance(action, st.PlanFinished):
-            disk = job.disk.pop(action.generation, None)
-            if disk is not None:
-                disk.stop()
+            job.stop_disk(action.generation)
             self.link.queue_finished(job.job_id, action.generation, action.ok, action.message)
         elif isinstance(action, st.FetchAbandoned):
             now, ins = time.time(), action.instruction
@@ -252,9 +256,7 @@ class PodRuntime:
                     fut.set_exception(error)
 
     def _drop(self, job: Job, generation: int, reason: str) -> None:
-        disk = job.disk.pop(generation, None)
-        if disk is not None:
-            disk.stop()
+        job.stop_disk(generation)
         for key in [k for k in job.buffers if k[0] == generation]:
             record = job.buffers.pop(key)
             if record.lent:
