@@ -78,6 +78,15 @@ def random_inputs(kernel: ir.Kernel, env: dict[str, int], rng: np.random.Generat
     return arrays, scalars
 
 
+
+def rel_err(got, want) -> float:
+    """The norm-wise relative error of `got` against `want` (in float64); a non-finite output
+    (an element left unwritten after NaN poisoning) or a shape mismatch fails at once."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape and np.isfinite(got).all(), "non-finite output (unwritten element?)"
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
 def descriptor_reads(tile, base: int, x: int, k: int) -> int:
     """The byte address at which wgmma reads operand element (x, k) of one k step of 16, for
     a descriptor starting at byte `base` with the generator's fields (the PTX ISA's canonical

@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 import pytest
-from cuda_cases import load_example, random_inputs
+from cuda_cases import load_example, random_inputs, rel_err
 
 from compiler.frontend import binding, walk
 from compiler.interp import interpreter as interp
@@ -71,12 +71,6 @@ CASES = [
 ]
 
 
-def _rel_err(out, ref):
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    assert np.isfinite(out).all(), "non-finite output (unwritten element?)"
-    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
-
-
 @pytest.mark.parametrize("name,dims,points", CASES, ids=[c[0] for c in CASES])
 def test_example_equals_interpreter(name, dims, points):
     from compiler.cuda.launch import run_kernel_gpu
@@ -97,7 +91,7 @@ def test_example_equals_interpreter(name, dims, points):
                 gpu_in[n][...] = np.nan
         got = run_kernel_gpu(kernel, b, gpu_in, scalars)
         for n in stored:
-            err = _rel_err(got[n], ref[n])
+            err = rel_err(got[n], ref[n])
             assert err <= TOL[name], (name, point, n, err)
 
 
@@ -125,7 +119,7 @@ def test_random_shapes_with_ragged_edges(seed):
     interp.run_kernel(kernel, b, ref, scalars)
     got = run_kernel_gpu(kernel, b, arrays, scalars)
     for n in walk.stored_tensors(kernel):
-        assert _rel_err(got[n], ref[n]) <= TOL[name], (name, dims)
+        assert rel_err(got[n], ref[n]) <= TOL[name], (name, dims)
 
 
 def test_autotune_picks_a_measured_point_and_reuses_the_cache(tmp_path, monkeypatch):

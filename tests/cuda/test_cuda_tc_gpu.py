@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 import pytest
-from cuda_cases import load_example, random_inputs
+from cuda_cases import load_example, random_inputs, rel_err
 
 from compiler.cuda.schedule import WIDE_THREADS, Schedule
 from compiler.frontend import binding, walk
@@ -45,12 +45,6 @@ MATMUL_DIMS = [{"M": 256, "N": 384, "K": 128}, {"M": 203, "N": 317, "K": 136}, {
 MATMUL_TOL = 1e-5
 
 
-def _rel_err(out, ref):
-    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    assert np.isfinite(out).all(), "non-finite output (unwritten element?)"
-    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
-
-
 def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None) -> bool:
     """One point against the interpreter; a point the generator prunes (registers, shared
     memory) is skipped, since pruned points are never run. Whether it ran."""
@@ -73,7 +67,7 @@ def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None) -> bo
             gpu_in[n][...] = np.nan
     got = run_kernel_gpu(kernel, b, gpu_in, scalars, schedule=schedule)
     for n in walk.stored_tensors(kernel):
-        err = _rel_err(got[n], ref[n])
+        err = rel_err(got[n], ref[n])
         assert err <= tol, (kernel.name, dims, point, schedule, n, err)
     return True
 
@@ -160,7 +154,7 @@ def test_tma_ring_through_the_pods_prepared_launch(name, point, scalars):
         if "beta" not in scalars:  # C_old is read (beta * C_old): not poisoned
             dev["C"][...] = np.nan
         go(dev, None)
-        assert _rel_err(cupy.asnumpy(dev["C"]), ref["C"]) <= MATMUL_TOL
+        assert rel_err(cupy.asnumpy(dev["C"]), ref["C"]) <= MATMUL_TOL
 
 
 # Multi-head attention, all heads in one launch, against the interpreter, which rounds what the
@@ -356,7 +350,7 @@ def test_tf32_opt_in_runs_on_warpgroup_mma():
             got = run_kernel_gpu(
                 kernel, b, {n: a.copy() for n, a in arrays.items()}, scalars, tf32=True, schedule=schedule
             )
-            assert _rel_err(got["C"], ref["C"]) <= TF32_TOL, (point, schedule)
+            assert rel_err(got["C"], ref["C"]) <= TF32_TOL, (point, schedule)
 
 
 # TF32 (the kernel-wide opt-in, `compile_kernel(..., tf32=True)`): operands rounded to 10-bit
@@ -403,7 +397,7 @@ def test_tf32_examples_equal_interpreter(name, dims, points):
                 gpu_in[n][...] = np.nan
         got = run_kernel_gpu(kernel, b, gpu_in, scalars, tf32=True)
         for n in walk.stored_tensors(kernel):
-            err = _rel_err(got[n], ref[n])
+            err = rel_err(got[n], ref[n])
             assert err <= TF32_TOL, (name, point, n, err)
 
 

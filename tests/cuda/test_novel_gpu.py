@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from novel_cases import CASES, EXACT, RUNS_SM90, families, gpu_pairs, inputs, load, rel_err, seed
+from cuda_cases import rel_err
+from novel_cases import CASES, EXACT, RUNS_SM90, families, gpu_pairs, inputs, load, seed
 from operand_forms import DIMS, TYPES, cases, consistent, kernel_text, probe_pairs
 
 from compiler.cuda import target
@@ -61,7 +62,7 @@ def test_corpus_on_the_gpu_equals_interpreter(name):
         if not ok:
             continue
         b = binding.bind(kernel, case.dims, None, point)
-        arrays = inputs(kernel, dict(b.env), rng)
+        arrays = inputs(kernel, dict(b.env), rng, case.ints)
         want = {n: a.copy() for n, a in arrays.items()}
         interp.run_kernel(kernel, b, want, dict(case.scalars))
         poisoned = _poisoned(kernel, arrays, case.scalars)

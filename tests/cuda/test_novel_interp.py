@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from novel_cases import CASES, inputs, load, names, rel_err, seed
+from cuda_cases import rel_err
+from novel_cases import CASES, inputs, load, names, seed
 
 from compiler.cuda import autotune
 from compiler.frontend import binding, walk
@@ -23,7 +24,7 @@ def test_interpreter_equals_numpy(name):
     rng = np.random.default_rng(seed(name))
     for point in autotune.search_points(kernel):
         b = binding.bind(kernel, case.dims, None, point)
-        arrays = inputs(kernel, dict(b.env), rng)
+        arrays = inputs(kernel, dict(b.env), rng, case.ints)
         wide = {n: a.astype(np.float64) for n, a in arrays.items()}
         want = case.ref(wide, case.scalars, dict(b.env))
         assert sorted(want) == sorted(walk.stored_tensors(kernel))

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from novel_cases import EXACT, families, inputs, rel_err
+from cuda_cases import rel_err
+from novel_cases import EXACT, families, inputs
 from operand_forms import DIMS, TYPES, cases, consistent, dropped_sm90, kernel_text, probe_pairs, reference
 
 from compiler.cuda import autotune, target
