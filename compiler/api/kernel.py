@@ -310,7 +310,8 @@ def _launch_with_maps(launch: _Launch, args: tuple, stream) -> None:
 
 
 def _map_args(launch: _Launch, views, values: tuple, params) -> tuple:
-    """The arguments of a kernel with tensor maps: each map made for this call's array."""
+    """The arguments of a kernel with tensor maps: each map as (spec, this call's address), which
+    tensor_maps.launch makes into a map only for an address it has not kept one for."""
     from compiler.cuda import tensor_maps
 
     args = []

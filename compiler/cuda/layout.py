@@ -18,10 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from compiler.cuda import target
-
-SMEM_LIMIT = target.shared_memory_limit(target.HOPPER)  # one CTA's shared memory on the H200 (bytes)
-
 
 class LayoutError(Exception):
     """The point of the search space cannot be laid out on the CTA (reported as pruned)."""

@@ -102,7 +102,7 @@ def _program(warp: int, stages: int, ahead: int, loop: list[tuple]) -> list[tupl
 
 
 @dataclasses.dataclass
-class _Mbar:
+class Mbar:
     count: int
     pending: int
     phases: int = 0
@@ -113,33 +113,70 @@ class _Mbar:
             self.phases, self.pending = self.phases + 1, self.count
 
 
+class Turns:
+    """The turns' two named barriers (ids 2 and 3, WARPS arrivals a generation: the bar.sync of
+    the warps taking a turn, the bar.arrive of the other warpgroup's pass) and the order they let
+    the dots through: warpgroup 0 issues iteration it after warpgroup 1 issued it - 1, and 1
+    after 0 issued it."""
+
+    def __init__(self) -> None:
+        self.named = {2: [0, set()], 3: [0, set()]}  # arrivals this generation, warps in bar.sync
+        self.blocked = [None] * WARPS  # the named barrier a warp waits on
+        self.waiting: set = set()  # (warp, pc) of the bar.syncs that have arrived
+        self.issued = {0: [], 1: []}  # iterations whose S each warpgroup's warps issued, in order
+
+    def arrive(self, b: int, warp: int | None = None) -> None:
+        self.named[b][0] += 1
+        if warp is not None:
+            self.named[b][1].add(warp)
+        assert self.named[b][0] <= WARPS, "more arrivals than the barrier's count"
+        if self.named[b][0] == WARPS:
+            for w in self.named[b][1]:
+                self.blocked[w] = None
+            self.named[b] = [0, set()]
+
+    def take(self, w: int, kind: str, prog: list[tuple], pc: int) -> bool:
+        """Warp w's bar.sync at prog[pc] ("take", or "take_last": warpgroup 0's last turn):
+        arrive once, then False until the generation completes."""
+        b = 2 + w // 4 if kind == "take" else 2
+        if (w, pc) not in self.waiting:
+            self.waiting.add((w, pc))
+            self.blocked[w] = b
+            self.arrive(b, w)
+        if self.blocked[w] is not None:
+            return False
+        if kind == "take":
+            it = next(e[1] for e in prog[pc:] if e[0] == "read")
+            self.issued[w // 4].append(it)
+            other = self.issued[1 - w // 4]
+            need = it - 1 if w < 4 else it
+            assert need < 0 or other.count(need) == 4, (w, it, other)
+        return True
+
+    def pass_turn(self, w: int, kind: str) -> None:
+        """Warp w's bar.arrive ("pass" to the other warpgroup, or warpgroup 1's "pass_first")."""
+        self.arrive(3 - w // 4 if kind == "pass" else 2)
+
+    def check_all_issued(self, iterations: int) -> None:
+        """Each warp of each warpgroup issued the dots of every iteration."""
+        assert all(len(v) == 4 * iterations for v in self.issued.values()), self.issued
+
+
 def _run(stages: int, ahead: int, loop: list[tuple], rng: random.Random) -> None:
     progs = [_program(w, stages, ahead, loop) for w in range(WARPS)]
     pc = [0] * WARPS
-    full = [_Mbar(WARPS, WARPS) for _ in range(stages)]  # 256 threads = 8 warps of arrivals
-    empty = [_Mbar(WARPS, WARPS) for _ in range(stages)]
+    full = [Mbar(WARPS, WARPS) for _ in range(stages)]  # 256 threads = 8 warps of arrivals
+    empty = [Mbar(WARPS, WARPS) for _ in range(stages)]
     landed = [[None] * WARPS for _ in range(stages)]  # iteration each warp's copies wrote
     flight = [[] for _ in range(WARPS)]  # per warp: ("copy", it) and ("arrive", stage) in order
     groups = [[] for _ in range(WARPS)]  # per warp: committed groups, each a list of stage reads
     open_reads = [[] for _ in range(WARPS)]
-    named = {2: [0, set()], 3: [0, set()]}  # arrivals this generation, warps blocked in bar.sync
-    blocked = [None] * WARPS  # the named barrier a warp waits on
-    issued = {0: [], 1: []}  # iterations whose S each warpgroup's warps issued, in order
+    turns = Turns()
 
     def reads() -> set:
         return {s for w in range(WARPS) for g in groups[w] for s in g} | {
             s for w in range(WARPS) for s in open_reads[w]
         }
-
-    def named_arrive(b: int, warp: int | None) -> None:
-        named[b][0] += 1
-        if warp is not None:
-            named[b][1].add(warp)
-        assert named[b][0] <= WARPS, "more arrivals than the barrier's count"
-        if named[b][0] == WARPS:
-            for w in named[b][1]:
-                blocked[w] = None
-            named[b] = [0, set()]
 
     def step(w: int) -> bool:
         op = progs[w][pc[w]]
@@ -171,22 +208,10 @@ def _run(stages: int, ahead: int, loop: list[tuple], rng: random.Random) -> None
         elif kind == "wait_groups":
             groups[w] = groups[w][len(groups[w]) - op[1] :] if op[1] else []
         elif kind in ("take", "take_last"):
-            b = 2 + w // 4 if kind == "take" else 2
-            if (w, pc[w]) not in waiting:  # bar.sync: arrive once, then wait for the generation
-                waiting.add((w, pc[w]))
-                blocked[w] = b
-                named_arrive(b, w)
-            if blocked[w] is not None:
+            if not turns.take(w, kind, progs[w], pc[w]):
                 return False
-            if kind == "take":
-                it = next(e[1] for e in progs[w][pc[w] :] if e[0] == "read")
-                issued[w // 4].append(it)
-                other = issued[1 - w // 4]
-                # warpgroup 0 issues iteration it after warpgroup 1 issued it - 1, and 1 after 0 issued it
-                need = it - 1 if w < 4 else it
-                assert need < 0 or other.count(need) == 4, (w, it, other)
         elif kind in ("pass", "pass_first"):
-            named_arrive(3 - w // 4 if kind == "pass" else 2, None)
+            turns.pass_turn(w, kind)
         pc[w] += 1
         return True
 
@@ -197,7 +222,6 @@ def _run(stages: int, ahead: int, loop: list[tuple], rng: random.Random) -> None
         else:
             full[x].arrive()
 
-    waiting: set = set()
     rate = rng.choice((0.02, 0.2, 1.0))  # how readily copies land: slow memory to instant
     while any(pc[w] < len(progs[w]) for w in range(WARPS)):
         moves = [("warp", w) for w in range(WARPS) if pc[w] < len(progs[w])]
@@ -210,7 +234,7 @@ def _run(stages: int, ahead: int, loop: list[tuple], rng: random.Random) -> None
             at = [progs[w][pc[w]] if pc[w] < len(progs[w]) else "done" for w in range(WARPS)]
             raise AssertionError(f"deadlock at {at}")
         land(rng.choice(late))
-    assert all(len(v) == 4 * ITERATIONS for v in issued.values())
+    turns.check_all_issued(ITERATIONS)
 
 
 @pytest.mark.parametrize("stages,late", [(5, False), (5, True), (6, False), (6, True)])

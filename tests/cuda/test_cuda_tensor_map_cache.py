@@ -97,4 +97,8 @@ def test_the_kept_tables_are_bounded(driver, monkeypatch):
     assert len(tensor_maps._MAPS._items) == 4 and len(tensor_maps._PACKED._items) == 4
     _go(0x1000, 0x5000, 0.5, 0)  # evicted: made again, and still right
     assert driver.encoded[-1] == 0x1000 and driver.launched[-1][1:] == [0x1000, 0x5000, 0.5, 0]
+    made = len(driver.encoded)
     assert isinstance(tensor_maps.encode(SPEC, 0x1000), TensorMap)
+    assert len(driver.encoded) == made  # the launch just made it: kept
+    tensor_maps.encode(SPEC, 0x2000)  # the oldest, evicted by the later ones: made anew
+    assert driver.encoded[made:] == [0x2000]

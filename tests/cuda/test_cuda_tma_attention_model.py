@@ -16,7 +16,7 @@ import re
 
 import pytest
 from cuda_cases import load_example
-from test_cuda_pingpong_model import branch_condition, issue_events, next_condition
+from test_cuda_pingpong_model import Mbar, Turns, branch_condition, issue_events, next_condition
 
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.schedule import Schedule
@@ -102,46 +102,23 @@ class _Full:
             self.phases, self.arrived, self.landed = self.phases + 1, False, 0
 
 
-@dataclasses.dataclass
-class _Empty:
-    pending: int = WARPS
-    phases: int = 0
-
-    def arrive(self) -> None:
-        self.pending -= 1
-        if self.pending == 0:
-            self.phases, self.pending = self.phases + 1, WARPS
-
-
 class _Machine:
     def __init__(self, stages: int, producer: list[tuple], loop: list[tuple], turns: bool):
         self.stages = stages
         boxes = sum(e[0] == "box" for e in producer) // ITERATIONS
         self.full = [_Full(boxes) for _ in range(stages)]
-        self.empty = [_Empty() for _ in range(stages)]
+        self.empty = [Mbar(WARPS, WARPS) for _ in range(stages)]  # each consumer warp releases
         self.data = [{} for _ in range(stages)]  # stage -> {(operand, box number): iteration}
         self.progs = [_consumer_program(w, loop, turns) for w in range(WARPS)] + [producer]
         self.pc = [0] * (WARPS + 1)
         self.flight = []  # boxes issued, not landed: (stage, key, iteration)
         self.groups = [[] for _ in range(WARPS)]  # committed groups: the stages they read
         self.open = [[] for _ in range(WARPS)]
-        self.named = {2: [0, set()], 3: [0, set()]}
-        self.blocked = [None] * WARPS
-        self.waiting = set()
-        self.issued = {0: [], 1: []}
+        self.turns = Turns()
         self.box_no = 0
 
     def reading(self) -> set:
         return {s for w in range(WARPS) for g in [*self.groups[w], self.open[w]] for s in g}
-
-    def named_arrive(self, b: int, warp: int | None) -> None:
-        self.named[b][0] += 1
-        if warp is not None:
-            self.named[b][1].add(warp)
-        if self.named[b][0] == WARPS:
-            for w in self.named[b][1]:
-                self.blocked[w] = None
-            self.named[b] = [0, set()]
 
     def producer_step(self, op: tuple) -> bool:
         kind, j = op[0], op[1]
@@ -176,24 +153,9 @@ class _Machine:
             if op[1] >= 0:
                 self.empty[op[1] % self.stages].arrive()
         elif kind in ("take", "take_last"):
-            return self.take(w, kind)
+            return self.turns.take(w, kind, self.progs[w], self.pc[w])
         elif kind in ("pass", "pass_first"):
-            self.named_arrive(3 - w // 4 if kind == "pass" else 2, None)
-        return True
-
-    def take(self, w: int, kind: str) -> bool:
-        b = 2 + w // 4 if kind == "take" else 2
-        if (w, self.pc[w]) not in self.waiting:  # bar.sync: arrive once, then wait
-            self.waiting.add((w, self.pc[w]))
-            self.blocked[w] = b
-            self.named_arrive(b, w)
-        if self.blocked[w] is not None:
-            return False
-        if kind == "take":
-            it = next(e[1] for e in self.progs[w][self.pc[w] :] if e[0] == "read")
-            self.issued[w // 4].append(it)
-            need = it - 1 if w < 4 else it  # 0 issues `it` after 1 issued it - 1; 1 after 0 issued it
-            assert need < 0 or self.issued[1 - w // 4].count(need) == 4, (w, it)
+            self.turns.pass_turn(w, kind)
         return True
 
     def step(self, who: int) -> bool:
@@ -233,7 +195,7 @@ def _run(stages: int, producer: list[tuple], loop: list[tuple], turns: bool, rng
             raise AssertionError(f"deadlock at {at}")
         m.land(rng.randrange(len(m.flight)))
     if turns:
-        assert all(len(v) == 4 * ITERATIONS for v in m.issued.values())
+        m.turns.check_all_issued(ITERATIONS)
 
 
 def _events(name: str, schedule: Schedule, d: int = 128):
