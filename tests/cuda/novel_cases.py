@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ml_dtypes
+import cuda_cases
 import numpy as np
 
 from compiler.cuda import autotune, stages
@@ -24,7 +24,7 @@ from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError
 
 NOVEL = Path(__file__).resolve().parent / "novel"
-STORAGE = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32, "i32": np.int32}
+STORAGE = {**cuda_cases.STORAGE, "f32": np.float32, "i32": np.int32}
 
 # Norm-wise relative errors. EXACT: products exact (16-bit or f32 operands, TF32 rounded alike on
 # both sides), sums in f32 in another order. F16_FLIPS / BF16_FLIPS, the GPU against the

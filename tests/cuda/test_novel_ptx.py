@@ -23,7 +23,7 @@ from compiler.frontend.diagnostics import CompileError
 ARCHS = (target.HOPPER, 80)
 # Points that ptxas assembles with a few spilled bytes although the register model admits them
 # (codegen.TENSOR_CORE_REGISTER_BUDGET): ptxas stops at 128 registers there. Slower, not wrong;
-# any other spill fails the test.
+# any other spill fails the test, and so does a point listed here that no longer spills.
 KNOWN_SPILLS = {
     # 48 accumulator values (D = 96) + S and P of 64 keys per thread: 128 registers, 28 bytes
     ("attn_f16_96", (("BC", 64), ("BR", 128)), "t0-wm0-s3-row"),
@@ -99,7 +99,7 @@ def test_first_sampled_point_assembles_without_spills(name, tmp_path):
         spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
         assert spills, done.stderr
         known = (name, tuple(sorted(point.items())), schedule.key()) in KNOWN_SPILLS
-        assert known or all(s == ("0", "0") for s in spills), (point, schedule.key(), done.stderr)
+        assert known != all(s == ("0", "0") for s in spills), (known, point, schedule.key(), done.stderr)
         return
     pytest.fail("every sampled point was pruned")
 
