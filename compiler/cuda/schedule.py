@@ -74,16 +74,17 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
     kernels with a loop of two or more dots (attention), with tma_searched() also fed by a
     producer warpgroup's bulk tensor copies (TMA_ATTENTION_STAGES)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
+    orders = ("row", "grouped")
     out = []
     for wm in layouts:
         for stages in (2, 3, 4):
-            for order in ("row", "grouped"):
+            for order in orders:
                 out.append(Schedule(wm, stages, order))
     # warpgroup MMA keeps a group in flight past its iteration: copies run stages - 2 ahead
     out += [
         Schedule(None, stages, order, wgmma=True, late_copies=late, rotate=rot)
         for stages in (3, 4, 5) + (DEEP_STAGES if deep else ())
-        for order in ("row", "grouped")
+        for order in orders
         for late in (False, True)
         for rot in ((False, True) if rotates else (False,))
     ]
@@ -91,10 +92,9 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
         out += [
             Schedule(None, stages, order, wgmma=True, late_copies=late, rotate=True, pingpong=True)
             for stages in PINGPONG_STAGES
-            for order in ("row", "grouped")
+            for order in orders
             for late in (False, True)
         ]
-    orders = ("row", "grouped")
     if deep and tma_searched():
         out += [Schedule(None, s, order, wgmma=True, tma=True) for s in (4, 6) for order in orders]
     if rotates and tma_searched() and TMA_ATTENTION_TUNED:
