@@ -47,7 +47,8 @@ MATMUL_TOL = 1e-5
 
 def _check(kernel, dims, point, schedule, tol, rng, scalars_override=None) -> bool:
     """One point against the interpreter; a point the generator prunes (registers, shared
-    memory) is skipped, since pruned points are never run. Whether it ran."""
+    memory) is skipped, since pruned points are never run. Whether it ran (the tests' counts of
+    it are checked on the CPU by test_cuda_tc_counts.py)."""
     from compiler.cuda.compiled import compile_kernel
     from compiler.cuda.launch import run_kernel_gpu
 
