@@ -140,7 +140,7 @@ def check_target(kernel: ir.Kernel, need: target.Need, cc: int) -> None:
     run on a GPU of capability `cc`."""
     why = target.refusal(need, cc)
     if why is not None:
-        raise CompileError(need.span or kernel.span, f"this kernel cannot run on this GPU: {why}")
+        raise target.cannot_run(need.span or kernel.span, why)
 
 
 def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:

@@ -172,7 +172,12 @@ def check(compiled, cc: int) -> None:
                f"capability {cc_text(cc)}) gives one at most {shared_memory_limit(cc)}")
         at = compiled.kernel_span
     if why is not None:
-        raise CompileError(at, f"this kernel cannot run on this GPU: {why}")
+        raise cannot_run(at, why)
+
+
+def cannot_run(at, why: str) -> CompileError:
+    """The one wording of a kernel a GPU cannot run, at `at`: why, from refusal or check."""
+    return CompileError(at, f"this kernel cannot run on this GPU: {why}")
 
 
 def _unloadable(compiled_for: str | None, cc: int) -> str | None:
