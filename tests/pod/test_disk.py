@@ -140,26 +140,23 @@ def test_a_plan_without_loads_reads_nothing_and_is_over(files):
         assert disk._cond.wait_for(lambda: disk._over, 10)
 
 
-def test_a_store_asks_whether_it_is_tracked_only_once_the_plan_is_read(files, monkeypatch):
-    """A store that came before the plan was read would do its own write-back, uncounted, and
-    its chunks would never be whole: so `tracks` answers once the write-back table is known."""
+def test_a_plan_that_arrives_before_its_staging_copy_still_tracks_its_stores(files, monkeypatch):
+    """The scheduler creates the staging copies beside the plan's first loads, so a plan's disk
+    starts before they exist: the write-back table is built by the first store that asks (stores
+    write only once the copies exist), never from a missing header at the plan's arrival."""
+    started = []
+    monkeypatch.setattr(fileio, "start_writeback", lambda fd, first, count: started.append((first, count)))
+    stores = [Store(id=i, deps=(), buffer=i, tensor=2, region=region(0, col), unit=i)
+              for i, col in enumerate((0, T))]
+    disk = PlanDisk.start(plan_of(load(9, 0, 0, 0), *stores), files, "job", chunk=CHUNK)
+    disk.wait(files[0], region(0, 0))  # the plan is read, its reads planned: no staging copy yet
+    assert disk.writeback is None
     staging = storage.create_staging(files[2], (N, N), "f32", "job")
-    release, real = threading.Event(), storage.layout
-
-    def slow_layout(path):
-        if path == files[0]:
-            release.wait(10)  # the plan's reading holds at its first load
-        return real(path)
-
-    monkeypatch.setattr(disk_module.storage, "layout", slow_layout)
-    store = Store(id=1, deps=(), buffer=1, tensor=2, region=region(0, 0), unit=0)
-    disk = PlanDisk.start(plan_of(load(0, 0, 0, 0), store), files, "job", chunk=CHUNK)
-    answer = []
-    asked = threading.Thread(target=lambda: answer.append(disk.tracks(staging)), daemon=True)
-    asked.start()
-    asked.join(0.2)
-    assert answer == []  # still waiting for the plan
-    release.set()
-    asked.join(10)
-    assert answer == [True]
-    disk.stop()
+    assert disk.tracks(staging) and not disk.tracks(files[0])
+    values = np.ones((8, T), np.float32)
+    for col in (0, T):
+        piece = region(0, col, rows=8)
+        storage.write_region(staging, piece, values, writeback=False)
+        disk.written(staging, piece)
+    disk.stop(wait_s=10)
+    assert started == [(storage.layout(staging).offset, CHUNK)]
