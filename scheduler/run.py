@@ -293,6 +293,7 @@ class JobRun:
                 raise self.staging_error
             ok, reason = self._finish(files)
         finally:
+            self.done.set()  # however it ends: the ticker stops, the pods hear of no staging now
             try:
                 if files.staging is not None:
                     await self.staging_over.wait()  # here, abandon need not block the loop on it
@@ -327,6 +328,8 @@ class JobRun:
         """The staging thread is over: tell the pods holding an unstaged plan, or fail the job."""
         self.staging_error = error
         self.staging_over.set()
+        if self.done.is_set():
+            return  # the job is over (or stopping): its pods are told to drop it instead
         if error is not None:
             self.done.set()  # run() raises it; its `finally` drops the job on every node
             return

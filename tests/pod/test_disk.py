@@ -110,14 +110,24 @@ def test_a_file_the_read_ahead_cannot_read_is_left_to_its_load(files, tmp_path):
         storage.read_region_into(missing, region(0, 0), np.empty((T, T), np.float32))
 
 
-def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, monkeypatch):
-    staging = storage.create_staging(files[2], (N, N), "f32", "job")
+@pytest.mark.parametrize("staged_first", [True, False])
+def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, monkeypatch, staged_first):
+    """With the staging copy made before the plan arrives, or after its reads are planned (the
+    scheduler makes the copies beside the plan's first loads): the write-back table is built by
+    the first store that asks (stores write only once the copies exist), never from a missing
+    header at the plan's arrival."""
+    staging = storage.staging_path(files[2], "job")
+    if staged_first:
+        storage.create_staging(files[2], (N, N), "f32", "job")
     started = []
     monkeypatch.setattr(fileio, "start_writeback", lambda fd, first, count: started.append((first, count)))
     stores = [Store(id=i, deps=(), buffer=i, tensor=2, region=region(0, col), unit=i)
               for i, col in enumerate((0, T))]
     disk = PlanDisk.start(plan_of(load(9, 0, 0, 0), *stores), files, "job", chunk=CHUNK)
     disk.wait(files[0], region(0, 0))  # the plan is read by now
+    assert disk.writeback is None  # no store has asked yet
+    if not staged_first:
+        storage.create_staging(files[2], (N, N), "f32", "job")
     assert disk.tracks(staging) and not disk.tracks(files[0])
     values = np.ones((8, T), np.float32)
     for col in (0, T):
@@ -129,7 +139,6 @@ def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, m
     assert started == [(header, CHUNK)]  # one write-back, of the whole chunk, after the second tile
 
 
-
 def test_a_plan_without_loads_reads_nothing_and_is_over(files):
     staging = storage.create_staging(files[2], (N, N), "f32", "job")
     store = Store(id=0, deps=(), buffer=0, tensor=2, region=region(0, 0), unit=0)
@@ -138,25 +147,3 @@ def test_a_plan_without_loads_reads_nothing_and_is_over(files):
     assert disk.tracks(staging)
     with disk._cond:  # its one stream found nothing to read and said so: no load can wait on it
         assert disk._cond.wait_for(lambda: disk._over, 10)
-
-
-def test_a_plan_that_arrives_before_its_staging_copy_still_tracks_its_stores(files, monkeypatch):
-    """The scheduler creates the staging copies beside the plan's first loads, so a plan's disk
-    starts before they exist: the write-back table is built by the first store that asks (stores
-    write only once the copies exist), never from a missing header at the plan's arrival."""
-    started = []
-    monkeypatch.setattr(fileio, "start_writeback", lambda fd, first, count: started.append((first, count)))
-    stores = [Store(id=i, deps=(), buffer=i, tensor=2, region=region(0, col), unit=i)
-              for i, col in enumerate((0, T))]
-    disk = PlanDisk.start(plan_of(load(9, 0, 0, 0), *stores), files, "job", chunk=CHUNK)
-    disk.wait(files[0], region(0, 0))  # the plan is read, its reads planned: no staging copy yet
-    assert disk.writeback is None
-    staging = storage.create_staging(files[2], (N, N), "f32", "job")
-    assert disk.tracks(staging) and not disk.tracks(files[0])
-    values = np.ones((8, T), np.float32)
-    for col in (0, T):
-        piece = region(0, col, rows=8)
-        storage.write_region(staging, piece, values, writeback=False)
-        disk.written(staging, piece)
-    disk.stop(wait_s=10)
-    assert started == [(storage.layout(staging).offset, CHUNK)]
