@@ -52,8 +52,11 @@ KERNELS = {  # (case, device) -> kernel, --cluster values (n below 2^24: the CPU
     ("add", "cpu"): ("benchmarks/kernels/cluster_add.phk", ["BLOCK=4194304"]),
     ("add", "gpu"): ("benchmarks/kernels/cluster_add_gpu.phk", ["BLOCK=16777216"]),
     ("add", "gpu-small"): ("benchmarks/kernels/cluster_add.phk", ["BLOCK=1048576"]),
+    # One pod, disk-bound: full-width output bands, so a store is one contiguous run of the file
+    # and what is left after the last read is one 64 MiB band (with 4096 x 4096 tiles the last two
+    # units share A's last band and store 128 MiB, in 16 KiB rows, after it: docs/performance.md).
     ("matmul", "gpu"): ("benchmarks/kernels/cluster_matmul_gpu.phk",
-                        ["TILE_M=4096", "TILE_N=4096", "TILE_K=4096"]),
+                        ["TILE_M=2048", "TILE_N=8192", "TILE_K=8192"]),
 }
 ADD_SCRIPT = """
 import numpy as np, sys
@@ -82,11 +85,15 @@ np.save(sys.argv[3], cp.asnumpy(a @ b))
 """
 
 
-def make_case(case: str, device: str, n: int, folder: Path) -> tuple[Path, list[Path], Path, str]:
-    """Write the inputs and the job file; returns (job, inputs, phobos output, script source)."""
+def make_case(case: str, device: str, n: int, folder: Path,
+              cluster_values: list[str] | None = None) -> tuple[Path, list[Path], Path, str]:
+    """Write the inputs and the job file; returns (job, inputs, phobos output, script source).
+    `cluster_values` (NAME=V) replace the kernel's pinned @cluster values of KERNELS."""
     rng = np.random.default_rng(0)
     small = device == "gpu" and case == "add" and n < 1 << 24
     kernel, cluster = KERNELS[(case, "gpu-small" if small else device)]
+    if cluster_values:
+        cluster = cluster_values
     if case == "add":
         shape_a = shape_b = (n,)
         dims = [f"N={n}"]
@@ -153,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-local", action="store_true", help="leave out the --local-pods 1 side")
     p.add_argument("--cold", action="store_true",
                    help="inputs out of the page cache before every command; measure the bound")
+    p.add_argument("--cluster", action="append", metavar="NAME=V",
+                   help="pin this @cluster value instead of the case's (repeat for each name)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--importtime", metavar="FILE",
                    help="after the rounds, run the last phobos side once more under python -X importtime "
@@ -160,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="phobos-script-vs-job-") as tmp:
         folder = Path(tmp)
-        job, inputs, output, script = make_case(args.case, args.device, args.n, folder)
+        job, inputs, output, script = make_case(args.case, args.device, args.n, folder, args.cluster)
         script_cmd = [sys.executable, "-c", script, *map(str, inputs), str(folder / "c_script.npy")]
         trace = folder / "trace.json"
         local_cmd = [sys.executable, "-m", "scheduler.main", str(job), "--local-pods", "1",

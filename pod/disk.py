@@ -39,14 +39,15 @@ class PlanDisk:
                  chunk: int = disk_order.CHUNK_BYTES):
         self._plan, self._paths, self._job_id, self._chunk = plan, paths, job_id, chunk
         self._cond = threading.Condition()
-        self._planned = False  # the read order and the write-back table are known
+        self._planned = False  # the read order is known
         self._over = False  # stopped, failed or every chunk read: nobody waits any more
         self._next = 0  # the first chunk no stream has taken yet
         self._done = np.zeros(0, bool)  # which chunks are read
         self._streams = 0  # streams still reading
         self._chunks: dict[Path, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # starts, ends, order
         self._layouts: dict[Path, storage.Layout | None] = {}
-        self.writeback: disk_order.WriteBack | None = None
+        self.writeback: disk_order.WriteBack | None = None  # built by the first store (`tracks`)
+        self._writeback_lock = threading.Lock()
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()  # (file, first byte, end byte) to write back
         self._stopped = False
         self._worker = threading.Thread(target=self._work, name="pod-writeback", daemon=True)
@@ -94,8 +95,8 @@ class PlanDisk:
             self._cond.wait_for(lambda: self._over or self._done[needed].all())
 
     def _await_plan(self) -> None:
-        """Return once the read order and the write-back table are known (or the read-ahead is
-        over); the plan is read in a thread that waits for nothing, so this always ends."""
+        """Return once the read order is known (or the read-ahead is over); the plan is read in
+        a thread that waits for nothing, so this always ends."""
         with self._cond:
             self._cond.wait_for(lambda: self._planned or self._over)
 
@@ -103,10 +104,14 @@ class PlanDisk:
 
     def tracks(self, staging: Path) -> bool:
         """Whether this plan starts the write-back of `staging` (else each store does its own).
-        Known once the plan is read: a store answered before then would do its own write-back,
-        its bytes never counted toward their chunks, which would then wait for the commit."""
-        self._await_plan()
-        return self.writeback is not None and staging in self.writeback
+        The first store to ask builds the write-back table of every store of the plan: a store
+        writes only once its job's staging copies exist (pod/machine.py), and the table needs
+        their headers, so the plan's arrival is too early (the scheduler may still be creating
+        them). Every store asks before it writes, so every byte counts toward its chunk."""
+        with self._writeback_lock:
+            if self.writeback is None:
+                self.writeback = self._writeback_table()
+        return staging in self.writeback
 
     def written(self, staging: Path, region) -> None:
         """A store wrote `region` into `staging` (a file this plan `tracks`) without starting its
@@ -188,15 +193,21 @@ class PlanDisk:
         starts, run = storage.byte_runs(lay, region)
         return path, starts - lay.offset, run
 
+    def _writeback_table(self) -> disk_order.WriteBack:
+        stores = []
+        try:
+            for ins in self._plan.instructions:
+                if isinstance(ins, Store) and ins.tensor in self._paths:
+                    staging = storage.staging_path(self._paths[ins.tensor], self._job_id)
+                    stores.append(self._runs(staging, ins.region))
+        except Exception as err:  # each store then starts its own write-back: only time is lost
+            log.info("write-back not planned", error=f"{type(err).__name__}: {err}")
+            stores = []
+        return disk_order.WriteBack((r for r in stores if r is not None), self._chunk)
+
     def _plan_chunks(self) -> list[disk_order.Chunk]:
-        loads, stores = [], []
-        for ins in self._plan.instructions:
-            if isinstance(ins, Load) and ins.tensor in self._paths:
-                loads.append(self._runs(self._paths[ins.tensor], ins.region))
-            elif isinstance(ins, Store) and ins.tensor in self._paths:
-                staging = storage.staging_path(self._paths[ins.tensor], self._job_id)
-                stores.append(self._runs(staging, ins.region))
-        self.writeback = disk_order.WriteBack((r for r in stores if r is not None), self._chunk)
+        loads = [self._runs(self._paths[ins.tensor], ins.region) for ins in self._plan.instructions
+                 if isinstance(ins, Load) and ins.tensor in self._paths]
         chunks = disk_order.read_order([r for r in loads if r is not None], self._chunk, _budget())
         for path in {c.file for c in chunks}:
             mine = sorted((c.start, c.end, i) for i, c in enumerate(chunks) if c.file == path)

@@ -15,9 +15,13 @@ Two parts:
   after two unanswered heartbeats with --scheduler-timeout of silence (one sent just before the
   process was frozen times out the moment it wakes, however alive the scheduler is). Gone means
   exit, or with --keep-serving: drop its jobs and be alone until the next hello.
-- **The jobs**: one `pod.state.PodState` each (dependency order, serving, frees, generations);
-  plans arrive in parts (a huge plan travels in several submits) and are checked once here.
-  A fetch whose owner answers notReady is asked again while its plan is current.
+- **The jobs** (JOB_TABLE below, one row per stimulus): one `pod.state.PodState` each
+  (dependency order, serving, frees, generations); plans arrive in parts (a huge plan travels in
+  several submits) and are checked once here. A fetch whose owner answers notReady is asked again
+  while its plan is current. A plan may arrive before the job's outputs have their staging copies
+  (the scheduler creates them beside the plan's first loads): it starts at once, and its stores
+  are held until the scheduler says the outputs are staged (OutputsStaged), then go to the lease
+  as any store does. Loads, computes and fetches never wait for it.
 
 `story(key)` tells what happened to a unit ("unit", job, unit), a tile ("tile", job,
 generation, buffer), a job ("job", job), the scheduler connection ("connection", "scheduler")
@@ -28,203 +32,39 @@ the newest STORY_LINES kept.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from pod import plan_check
 from pod import state as st
+from pod.machine_messages import (
+    Action,
+    CancelJob,
+    FetchFailed,
+    FetchVerdict,
+    ForgetJob,
+    HeartbeatAnswered,
+    HeartbeatFailed,
+    Hello,
+    InstructionDone,
+    LeaveScheduler,
+    OnJob,
+    OutputsStaged,
+    PlanPart,
+    PlanReady,
+    Prepare,
+    ReportServed,
+    SchedulerLost,
+    StartHeartbeats,
+    Stimulus,
+    Stop,
+    StoreAsked,
+    StoreVerdict,
+    TileReleased,
+)
 from schemas.instructions import Compute, Instruction, NodePlan, Store
 from schemas.remote_errors import FailureKind, Refused
 
 STORY_LINES = 64
 LEASE_SHARE = 0.75  # a store writes within this share of --scheduler-timeout of a taken heartbeat
-
-# ---- stimuli -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hello:
-    """A scheduler said hello on a new connection: it is this pod's scheduler from now on."""
-
-    node: int
-    now: float
-
-
-@dataclass(frozen=True)
-class HeartbeatAnswered:
-    session: int
-    sent: float  # when the heartbeat the scheduler took was sent
-    now: float
-
-
-@dataclass(frozen=True)
-class HeartbeatFailed:
-    session: int
-    kind: FailureKind  # TIMEOUT, DISCONNECTED, DECLARED_DEAD, or another
-    reason: str
-    now: float
-
-
-@dataclass(frozen=True)
-class SchedulerLost:
-    """The scheduler's connection dropped."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Stop:
-    """`shutdown`, or the process is ending."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class PlanPart:
-    """One submit: the whole plan, or a part of it (`more`: further parts follow)."""
-
-    job: str
-    generation: int
-    plan: NodePlan  # this part's instructions
-    program: object | None  # the JobProgram (first part); None on continuations
-    peers: tuple = ()
-    more: bool = False
-
-
-@dataclass(frozen=True)
-class PlanReady:
-    """The shell confined the plan's URIs and prepared its program; the plan may start."""
-
-    job: str
-    checked: plan_check.CheckedPlan
-    writes: Mapping[str, tuple[str, ...]]
-    program: object  # the JobProgram the job now runs (its first)
-    peers: frozenset[int] | None = None  # the job's live nodes, as the submit named them
-
-
-@dataclass(frozen=True)
-class InstructionDone:
-    job: str
-    generation: int
-    id: int
-    ok: bool = True
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class TileReleased:
-    """A peer finished fetching a tile of ours (its `release` call)."""
-
-    job: str
-    generation: int
-    buffer: int
-    node: int
-    nbytes: int = 0
-    at: float = 0.0  # Unix time, for the serve event
-
-
-@dataclass(frozen=True)
-class CancelJob:
-    job: str
-
-
-@dataclass(frozen=True)
-class StoreAsked:
-    """A store's tile is ready to write: may it?"""
-
-    job: str
-    generation: int
-    id: int
-    now: float
-
-
-@dataclass(frozen=True)
-class FetchFailed:
-    """A peer's answer to a fetch was a failure of `kind`."""
-
-    job: str
-    generation: int
-    id: int
-    peer: int
-    kind: FailureKind
-    message: str
-
-
-Stimulus = (Hello | HeartbeatAnswered | HeartbeatFailed | SchedulerLost | Stop | PlanPart | PlanReady
-            | InstructionDone | TileReleased | CancelJob | StoreAsked | FetchFailed)
-
-# ---- actions -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OnJob:
-    """One of a job's actions (pod.state: StartInstruction, BufferServable, DropGeneration,
-    PlanFinished)."""
-
-    job: str
-    action: st.Action
-
-
-@dataclass(frozen=True)
-class Prepare:
-    """Confine the plan's URIs, prepare the program if new, then answer PlanReady."""
-
-    job: str
-    program: object
-    checked: plan_check.CheckedPlan
-    peers: tuple
-
-
-@dataclass(frozen=True)
-class StoreVerdict:
-    """Write the store (`refusal` None) or fail it with the refusal."""
-
-    job: str
-    generation: int
-    id: int
-    refusal: str | None
-
-
-@dataclass(frozen=True)
-class FetchVerdict:
-    job: str
-    id: int
-    again: bool  # ask the owner again; else the fetch fails with the owner's answer
-
-
-@dataclass(frozen=True)
-class ReportServed:
-    """Tell the scheduler a peer fetched a tile (a "serve" event), before what the release sets off."""
-
-    job: str
-    generation: int
-    buffer: int
-    node: int
-    nbytes: int
-    at: float
-
-
-@dataclass(frozen=True)
-class StartHeartbeats:
-    session: int
-
-
-@dataclass(frozen=True)
-class LeaveScheduler:
-    """The scheduler is gone: stop the process (`exit`) or forget the scheduler and serve on."""
-
-    why: str
-    reason: str
-    exit: bool
-
-
-@dataclass(frozen=True)
-class ForgetJob:
-    job: str
-
-
-Action = (OnJob | Prepare | StoreVerdict | FetchVerdict | ReportServed | StartHeartbeats | LeaveScheduler
-          | ForgetJob)
 
 # ---- the scheduler link's states and its transition table ---------------------------------------
 
@@ -244,6 +84,20 @@ LINK_TABLE: dict[tuple[str, type], tuple[str, str]] = {
     (LEASED, Stop): ("_stop", "stopping: held stores are refused"),
 }
 
+# A job's stimuli, in any link state -> what happens (docs/architecture.md prints it too).
+JOB_TABLE: dict[type, tuple[str, str]] = {
+    PlanPart: ("_plan_part", "parts joined; the last checks the plan: Prepare. Not `staged`: the "
+                             "job's stores wait for OutputsStaged"),
+    OutputsStaged: ("_outputs_staged", "the job's stores held for their staging copies go to the lease"),
+    PlanReady: ("_plan_ready", "the plan joins the job's PodState: its first instructions start"),
+    InstructionDone: ("_done", "the PodState goes on: what now may start, frees, PlanFinished"),
+    TileReleased: ("_released", "ReportServed; a Free waiting for that fetch may go on"),
+    CancelJob: ("_cancel", "every plan of the job dropped; its held stores refused"),
+    StoreAsked: ("_store_asked", "stopping: refused; its job's outputs not staged: held for them; "
+                                 "else written under a live lease (or alone), or held for a heartbeat"),
+    FetchFailed: ("_fetch_failed", "notReady of a current plan: ask again; else the fetch fails"),
+}
+
 
 class PodMachine:
     """Everything the pod decides, for all its jobs and its scheduler link."""
@@ -261,6 +115,9 @@ class PodMachine:
         self.leaves: dict[str, dict[str, frozenset[str]]] = {}  # job -> leaf -> parameters
         self.parts: dict[tuple[str, int], tuple[object, tuple[Instruction, ...]]] = {}
         self.held: set[tuple[str, int, int]] = set()  # stores waiting for a lease
+        self.unstaged: set[str] = set()  # jobs whose outputs have no staging copies yet
+        self.staged: set[str] = set()  # jobs the scheduler said have them (the word may come first)
+        self.unstaged_stores: set[tuple[str, int, int]] = set()  # stores waiting for staging copies
         self.stories: dict[tuple, deque[str]] = {}
         self.stopped = ""  # once stopping: why, the refusal of any store still asking
 
@@ -270,10 +127,10 @@ class PodMachine:
         row = LINK_TABLE.get((self.link, type(stimulus)))
         if row is not None:
             return getattr(self, row[0])(stimulus)
-        handler = _JOB_HANDLERS.get(type(stimulus))
-        if handler is None:
+        job_row = JOB_TABLE.get(type(stimulus))
+        if job_row is None:
             return []  # no row: nothing changes (a stale heartbeat, a hello while stopping)
-        return handler(self, stimulus)
+        return getattr(self, job_row[0])(stimulus)
 
     def story(self, key: tuple) -> tuple[str, ...]:
         return tuple(self.stories.get(key, ()))
@@ -355,6 +212,8 @@ class PodMachine:
         self.jobs.clear()
         self.leaves.clear()
         self.parts.clear()
+        self.staged.clear()
+        self.unstaged.clear()
         self.link = ALONE if self.keep_serving else STOPPING
         self.stopped = "" if self.keep_serving else refusal
         self.lease_from = None
@@ -364,12 +223,20 @@ class PodMachine:
 
     def _store_asked(self, s: StoreAsked) -> list[Action]:
         key = (s.job, s.generation, s.id)
+        if s.job in self.unstaged and self.link != STOPPING:
+            self.unstaged_stores.add(key)
+            self._tell(("job", s.job), f"store {s.id} waits for the job's outputs to be staged")
+            return []
+        return self._under_lease(key, s.now)
+
+    def _under_lease(self, key: tuple[str, int, int], now: float | None) -> list[Action]:
+        """Write now or hold for a heartbeat; `now` None (a submit carries no clock): hold."""
         if self.link == STOPPING:
             return [StoreVerdict(*key, self.stopped)]
-        if self.link == ALONE or self._lease_live(s.now):
+        if self.link == ALONE or (now is not None and self._lease_live(now)):
             return [StoreVerdict(*key, None)]
         self.held.add(key)
-        self._tell(("job", s.job), f"store {s.id} waits for a heartbeat the scheduler takes")
+        self._tell(("job", key[0]), f"store {key[2]} waits for a heartbeat the scheduler takes")
         return []
 
     def _lease_live(self, now: float) -> bool:
@@ -381,9 +248,30 @@ class PodMachine:
         held, self.held = sorted(self.held), set()
         return [StoreVerdict(*key, None) for key in held]
 
-    def _refuse_held(self, refusal: str) -> list[Action]:
-        held, self.held = sorted(self.held), set()
+    def _refuse_held(self, refusal: str, job: str | None = None) -> list[Action]:
+        """Refuse the held stores (of `job` only, when given), whatever they wait for."""
+        held = sorted(k for k in self.held | self.unstaged_stores if job is None or k[0] == job)
+        self.held.difference_update(held)
+        self.unstaged_stores.difference_update(held)
         return [StoreVerdict(*key, refusal) for key in held]
+
+    # ---- stores wait for their job's staging copies ------------------------------------------------
+
+    def _outputs_staged(self, s: OutputsStaged) -> list[Action]:
+        return self._staged_now(s.job, s.now)
+
+    def _staged_now(self, job: str, now: float | None) -> list[Action]:
+        """The job's outputs are staged (for good): its held stores go on to the lease."""
+        if job in self.staged:
+            return []
+        self.staged.add(job)
+        if job not in self.unstaged:
+            return []  # no plan of it said otherwise (or the word overtook the submit it follows)
+        self.unstaged.discard(job)
+        waiting = sorted(k for k in self.unstaged_stores if k[0] == job)
+        self.unstaged_stores.difference_update(waiting)
+        self._tell(("job", job), f"outputs staged: {len(waiting)} held stores go on")
+        return [verdict for key in waiting for verdict in self._under_lease(key, now)]
 
     # ---- jobs --------------------------------------------------------------------------------------
 
@@ -404,7 +292,13 @@ class PodMachine:
         plan_check.check_leaves(plan, self.leaves.get(s.job) or _leaves_of(program))
         self._tell(("job", s.job), f"plan of generation {s.generation} accepted: "
                                    f"{len(instructions)} instructions")
-        return [Prepare(s.job, program, checked, s.peers)]
+        prepare: list[Action] = [Prepare(s.job, program, checked, s.peers)]
+        if s.staged:
+            return prepare + self._staged_now(s.job, None)
+        if s.job not in self.staged:
+            self.unstaged.add(s.job)
+            self._tell(("job", s.job), "its outputs are not staged yet: its stores will wait for them")
+        return prepare
 
     def _plan_ready(self, s: PlanReady) -> list[Action]:
         self.leaves.setdefault(s.job, _leaves_of(s.program))  # the job's first program stays its own
@@ -432,7 +326,10 @@ class PodMachine:
         for key in [k for k in self.parts if k[0] == s.job]:
             del self.parts[key]
         self._tell(("job", s.job), "cancelled")
-        return self._on_job(s.job, self.jobs[s.job].handle(st.Cancelled()))
+        self.unstaged.discard(s.job)
+        self.staged.discard(s.job)  # a cancelled job's submits are refused from now on
+        refused = self._refuse_held("the job was cancelled", s.job)
+        return refused + self._on_job(s.job, self.jobs[s.job].handle(st.Cancelled()))
 
     def _fetch_failed(self, s: FetchFailed) -> list[Action]:
         state = self.jobs.get(s.job)
@@ -472,14 +369,3 @@ def _name(ins: Instruction) -> str:
     if isinstance(ins, Compute):
         return f"compute {ins.leaf} (instruction {ins.id})"
     return f"store (instruction {ins.id})"
-
-
-_JOB_HANDLERS: dict[type, Callable[[PodMachine, Stimulus], list[Action]]] = {
-    PlanPart: PodMachine._plan_part,
-    PlanReady: PodMachine._plan_ready,
-    InstructionDone: PodMachine._done,
-    TileReleased: PodMachine._released,
-    CancelJob: PodMachine._cancel,
-    StoreAsked: PodMachine._store_asked,
-    FetchFailed: PodMachine._fetch_failed,
-}

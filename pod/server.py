@@ -201,11 +201,11 @@ class PodServer:
                 self.link.hello(scheduler, conn, action.session)
 
     async def submit(self, job_id: str, generation: int, program: JobProgram | None, plan: NodePlan, peers,
-                     more: bool) -> None:
+                     more: bool, staged: bool = True) -> None:
         """One submit call (`program`: None on a continuation part): the machine joins the parts
         and checks the plan; a Prepare it answers is carried out here (it awaits the program's
         preparation) before the call returns."""
-        for action in self.feed(m.PlanPart(job_id, generation, plan, program, peers, more)):
+        for action in self.feed(m.PlanPart(job_id, generation, plan, program, peers, more, staged)):
             if isinstance(action, m.Prepare):
                 await self.runtime.prepare(action)
 
@@ -256,12 +256,16 @@ class PodImpl(rpc.Pod.Server):
         capnp_io.write_pod_info(_context.results.info, self.pod.info)
 
     @rpc_streams.answers_refusals
-    async def submit(self, jobId, generation, program, plan, peers, more, _context, **kwargs):
+    async def submit(self, jobId, generation, program, plan, peers, more, staged, _context, **kwargs):
         node_plan = await _read_plan(plan)
         first = None if self.pod.machine.has_parts(jobId, generation) else capnp_io.read_program(program)
-        await self.pod.submit(jobId, generation, first, node_plan, capnp_io.read_peers(peers), more)
+        await self.pod.submit(jobId, generation, first, node_plan, capnp_io.read_peers(peers), more, staged)
         if not more:
-            log.info("plan submitted", job=jobId, generation=generation)
+            log.info("plan submitted", job=jobId, generation=generation, staged=staged)
+
+    @rpc_streams.answers_refusals
+    async def outputsStaged(self, jobId, _context, **kwargs):
+        self.pod.feed(m.OutputsStaged(jobId, time.monotonic()))
 
     @rpc_streams.answers_refusals
     async def tileHeader(self, jobId, generation, buffer, _context, **kwargs):

@@ -4,18 +4,24 @@
              (common/commit.py) -> lock: shared on inputs, exclusive on outputs (common/locks.py)
              -> remove staging copies that killed jobs left beside them (the locks prove that no
              live job owns one)
-    stage:   create every output's staging copy, its space reserved on disk
+    stage:   create every output's staging copy, its space reserved on disk; `stage_beside`
+             does it in a thread of its own, beside the job's compile, plan and first reads
     commit:  all outputs at once, through a commit record
-    abandon: remove the staging copies and drop the locks (a failed, stopped or interrupted job)
+    abandon: wait for the staging thread, then remove the staging copies and drop the locks (a
+             failed, stopped or interrupted job)
 
 `abandon` is the one call a signal handler needs: `abandon_open_jobs()` abandons every job of
-this process. A job whose commit has begun is left to finish (or to be finished by the next
-run): removing staging copies past the commit point would mix old and new outputs.
+this process. It waits for a staging thread still running rather than racing it: a copy that
+thread is creating would otherwise be left behind (created after the removal) or removed under
+a store about to use it. A job whose commit has begun is left to finish (or to be finished by
+the next run): removing staging copies past the commit point would mix old and new outputs.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from common import commit, storage
@@ -39,6 +45,7 @@ class JobStorage:
         self.locks = Locks(prepared.job_id)
         self.staged: dict[str, Path] = {}
         self.committing = False
+        self.staging: threading.Thread | None = None  # stage_beside's thread
 
     @classmethod
     def open(cls, prepared, say=notice) -> JobStorage:
@@ -92,6 +99,26 @@ class JobStorage:
                     storage.copy_regions(place.path, staging, gaps)
         return dict(self.staged)
 
+    def stage_beside(self, mark: Callable[[str], None],
+                     when_done: Callable[[BaseException | None], None]) -> None:
+        """Run `stage` in a thread of its own. It stamps `mark("staging_start")` and
+        `mark("staging_end")`, then calls `when_done(error)` from that thread: None when every
+        copy exists, else what `stage` raised (its copies so far are removed by `abandon`)."""
+
+        def work() -> None:
+            mark("staging_start")
+            error = None
+            try:
+                self.stage()
+            except BaseException as err:  # handed to the job, which fails with it
+                error = err
+            mark("staging_end")
+            when_done(error)
+
+        thread = threading.Thread(target=work, name="phobos-staging", daemon=True)
+        thread.start()
+        self.staging = thread
+
     def commit(self, mark=None) -> None:
         """Commit every output at once; a CommitFailed leaves every output unchanged. `mark`:
         common/commit.py's commit_all."""
@@ -106,9 +133,12 @@ class JobStorage:
         self.abandon()
 
     def abandon(self) -> None:
-        """Remove this job's staging copies and drop its locks; safe to call twice."""
+        """Remove this job's staging copies and drop its locks, once the staging thread (if
+        any) is over; safe to call twice."""
         if self.committing and self.staged:
             return  # see the module doc: the commit finishes, or its record lets a later run do it
+        if self.staging is not None:
+            self.staging.join()
         staged, self.staged = self.staged, {}
         for path in staged.values():
             storage.abort(path)

@@ -10,9 +10,14 @@ storage did not hide counts):
                its arguments, the job file), pods (start or reach them, login, hello: a local
                pod's imports and CUDA context fall here)
     compile    the job's kernel parsed, checked, the cluster program compiled, PTX for GPU pods
-    plan, staging
-    submit     staging done -> the first instruction starts on any node: the plans' submission
-               and the pods' set-up of the job (leaves compiled or their PTX loaded)
+    plan
+    staging    the outputs' staging copies created, in a thread of their own that starts once
+               the job's files are locked: beside the PTX, the plan, the submission and the
+               pods' first reads (so it is not on the job's path unless it outlasts them)
+    staging_wait  what the job waited for it: from the first store that asked to write (or the
+               job's end, when it stores nothing) to the copies being there; 0 when they were
+    submit     the plans submitted -> the first instruction starts on any node: the plans'
+               submission and the pods' set-up of the job (leaves compiled or their PTX loaded)
     read       loads, less their host-to-device copies          (summed over every node)
     h2d        host-to-device copies of loads (not hidden behind reading)
     compute    leaf launches
@@ -24,7 +29,8 @@ storage did not hide counts):
                the renames and their folders' fsync; the records' removal is the rest
 
 Pod-side sums over several nodes and overlapping instructions can exceed the job's wall time; the
-scheduler-side phases follow one another. `first_compute` is the command's start to the first
+scheduler-side phases follow one another, but for `staging`, which runs beside the compile, the
+plan, the submission and the run. `first_compute` is the command's start to the first
 leaf launch on any node, `to_commit` the command's start to the end of the commit (what follows
 is the pods' stop, for local pods, and the process's exit).
 """
@@ -37,7 +43,8 @@ import time
 from schemas.instructions import KINDS
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-SCHEDULER_PHASES = ("imports", "cli", "compile", "pods", "plan", "staging", "submit", "run", "commit")
+SCHEDULER_PHASES = ("imports", "cli", "compile", "pods", "plan", "staging", "staging_wait", "submit", "run",
+                    "commit")
 INSTRUCTION_KINDS = frozenset(KINDS.values())  # a pod's "serve" events are not its instructions
 POD_PHASES = ("read", "h2d", "compute", "d2h", "write", "fetch")
 
@@ -89,15 +96,16 @@ def job_phases(process: dict[str, float], job: dict[str, float], events: list[di
     phases["pods"] = _span(process, "pods_start", "pods_ready")
     phases["plan"] = _span(job, "plan_start", "plan_end")
     phases["staging"] = _span(job, "staging_start", "staging_end")
-    phases["run"] = _span(job, "staging_end", "run_end")
+    phases["staging_wait"] = _staging_wait(job, events, t0)
+    phases["run"] = _span(job, "submit_start", "run_end")
     phases["commit"] = _span(job, "commit_start", "commit_end")
     if "commit_synced" in job:
         phases["commit_fsync"] = _span(job, "commit_start", "commit_synced")
         phases["commit_record"] = _span(job, "commit_synced", "commit_recorded")
         phases["commit_rename"] = _span(job, "commit_recorded", "commit_renamed")
     instructions = [e["start"] for e in events if e["kind"] in INSTRUCTION_KINDS]
-    if instructions and "staging_end" in job:
-        phases["submit"] = max(0.0, t0 + min(instructions) - job["staging_end"])
+    if instructions and "submit_start" in job:
+        phases["submit"] = max(0.0, t0 + min(instructions) - job["submit_start"])
     phases.update(pod_phases(events))
     computes = [e["start"] for e in events if e["kind"] == "compute"]
     if computes and started is not None:
@@ -105,6 +113,16 @@ def job_phases(process: dict[str, float], job: dict[str, float], events: list[di
     if started is not None and "commit_end" in job:
         phases["to_commit"] = job["commit_end"] - started
     return {name: round(value, 6) for name, value in phases.items()}
+
+
+def _staging_wait(job: dict[str, float], events: list[dict], t0: float) -> float:
+    """How long the job waited for its staging copies: a store's event starts when it asks to
+    write, and pods hold it until the copies exist (pod/machine.py)."""
+    stores = [t0 + e["start"] for e in events if e["kind"] == "store"]
+    needed = min(stores, default=job.get("run_end"))
+    if needed is None or "staging_end" not in job:
+        return 0.0
+    return max(0.0, job["staging_end"] - needed)
 
 
 def pod_phases(events: list[dict]) -> dict[str, float]:

@@ -1,12 +1,21 @@
 """The job runner: the thin asyncio shell around `cluster_state.ClusterState`.
 
-    prepare (compile, check storage) -> start or reach pods (login, hello) -> staging outputs
-    -> submit plans -> collect heartbeats and events (each one a stimulus of
-    scheduler/cluster_messages.py fed to `ClusterState.handle`, which answers with Submit /
-    Cancel / Replanned / Failed / Succeeded) -> commit or abort staging -> summary and trace.
+    prepare (compile, check storage) -> start or reach pods (login, hello) -> lock the job's
+    files (scheduler/job_storage.py) -> [the outputs' staging copies, in a thread of their own]
+    -> the leaves' PTX -> plan -> submit plans -> collect heartbeats and events (each one a
+    stimulus of scheduler/cluster_messages.py fed to `ClusterState.handle`, which answers with
+    Submit / Cancel / Replanned / Failed / Succeeded) -> commit or abort staging -> summary and
+    trace.
+
+The staging copies are created beside the job's head, not in front of it: a plan submitted
+before they exist says so (`staged` false), and its pod holds the job's stores (only them:
+loads, computes and fetches go on) until the thread is over and every such pod has been told
+(`outputsStaged`); a plan submitted later says `staged`. A staging failure fails the job with
+its one-line user error (exit 2) and the pods drop it; whatever ends the job, the staging
+thread is waited for before its copies are removed (JobStorage.abandon).
 
 Everything here only moves messages; decisions live in cluster_state.py (even what a failed
-submit means) and planner.py.
+submit means), planner.py and the pods' machines (when a store may write).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import NodeRecord, TraceRecorder
-from schemas.remote_errors import FailureKind, Refused, classify, remote_reason
+from schemas.remote_errors import FailureKind, Refused, check, classify, remote_reason
 
 log = get_logger(program="scheduler")
 CONNECT_TIMEOUT_S = 30.0
@@ -222,25 +231,32 @@ class JobRun:
         self.prepared = prepared
         self.options = options
         self.nodes = nodes
-        self.t0 = time.time()
-        self.marks: dict[str, float] = {"compile_start": self.t0}  # Unix times (scheduler/phases.py)
+        self.t0 = time.time()  # the job's wall time starts here (the trace's wall_s)
+        self.marks: dict[str, float] = {}  # Unix times (scheduler/phases.py)
         self.state: ClusterState | None = None
         self.trace = TraceRecorder(prepared)
         self.done = asyncio.Event()
         self.tasks: set[asyncio.Task] = set()
-        # GPU pods: the leaves go to PTX once here per kind of GPU rather than once per pod.
+        self.job_programs: dict[int, object] = {}
+        self.staging_over = asyncio.Event()  # the staging thread ended, well or not
+        self.staging_error: BaseException | None = None
+        self.unstaged: set[int] = set()  # nodes sent a plan before the outputs were staged
+
+    def _compile(self) -> None:
+        """GPU pods: the leaves go to PTX once here per kind of GPU rather than once per pod."""
+        self._mark("compile_start")
+        session, nodes = self.session, self.nodes
         gpus = {n: (session.infos[n].compute_capability, f"node {n} ({session.addresses[n]}, "
                     f"{session.infos[n].device_name})") for n in nodes if session.infos[n].backend == "gpu"}
-        leaf_ptx = ptx_for_pods(prepared.program, gpus)
+        leaf_ptx = ptx_for_pods(self.prepared.program, gpus)
         # one message per kind of GPU (pods of one capability share one PTX dict), not per pod
         built: dict[int, object] = {}
-        self.job_programs = {}
         for n in nodes:
             ptx = leaf_ptx.get(n)
             if id(ptx) not in built:
-                built[id(ptx)] = self.io.job_program(prepared.program, prepared.scalars, ptx)
+                built[id(ptx)] = self.io.job_program(self.prepared.program, self.prepared.scalars, ptx)
             self.job_programs[n] = built[id(ptx)]
-        self.marks["compile_end"] = time.time()
+        self._mark("compile_end")
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -261,25 +277,28 @@ class JobRun:
         self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
         files = JobStorage.open(self.prepared)  # locks first: a busy output fails before any plan
         try:
-            # Plan before creating staging: a plan that does not fit fails with nothing written.
+            loop = asyncio.get_running_loop()
+            files.stage_beside(self._mark, lambda error: loop.call_soon_threadsafe(self._on_staged, error))
+            self._compile()
             self._mark("plan_start")
-            first = self.state.handle(cm.Started(self.now()))
+            first = self.state.handle(cm.Started(self.now()))  # one that does not fit raises
             self._mark("plan_end")
-            files.stage()
-            self._mark("staging_end")
             self._spawn(self._ticker())
+            self._mark("submit_start")
             self._apply(first)
             await self.done.wait()
             self._mark("run_end")
-            outcome = self.state.outcome
-            if isinstance(outcome, Succeeded):
-                self._mark("commit_start")
-                ok, reason = self._commit(files)
-                self._mark("commit_end")
-            else:
-                ok, reason = False, outcome.reason if isinstance(outcome, Failed) else "stopped"
+            await self.staging_over.wait()  # a job that stores nothing may be done before it
+            if self.staging_error is not None:
+                raise self.staging_error
+            ok, reason = self._finish(files)
         finally:
-            files.abandon()
+            self.done.set()  # however it ends: the ticker stops, the pods hear of no staging now
+            try:
+                if files.staging is not None:
+                    await self.staging_over.wait()  # here, abandon need not block the loop on it
+            finally:
+                files.abandon()
             for task in self.tasks:
                 task.cancel()
             await self._cancel_everywhere()
@@ -288,17 +307,35 @@ class JobRun:
         trace["phases"] = job_phases(PROCESS.take(), self.marks, trace["events"], self.t0)
         return RunResult(ok, reason, wall, trace)
 
-    def _commit(self, files: JobStorage) -> tuple[bool, str]:
+    def _finish(self, files: JobStorage) -> tuple[bool, str]:
+        """Commit a job that succeeded: (ok, why not)."""
+        outcome = self.state.outcome
+        if not isinstance(outcome, Succeeded):
+            return False, outcome.reason if isinstance(outcome, Failed) else "stopped"
+        self._mark("commit_start")
         try:
             files.commit(self._mark)
+            ok, reason = True, ""
         except CommitFailed as err:
-            return False, str(err)
-        return True, ""
+            ok, reason = False, str(err)
+        self._mark("commit_end")
+        return ok, reason
 
     def _mark(self, name: str) -> None:
-        self.marks[name] = time.time()
-        if name == "plan_end":
-            self.marks["staging_start"] = self.marks[name]
+        self.marks[name] = time.time()  # also from the staging thread: one dict store, atomic
+
+    def _on_staged(self, error: BaseException | None) -> None:
+        """The staging thread is over: tell the pods holding an unstaged plan, or fail the job."""
+        self.staging_error = error
+        self.staging_over.set()
+        if self.done.is_set():
+            return  # the job is over (or stopping): its pods are told to drop it instead
+        if error is not None:
+            self.done.set()  # run() raises it; its `finally` drops the job on every node
+            return
+        for node in sorted(self.unstaged):
+            self._spawn(self._tell_staged(node))
+        self.unstaged.clear()
 
     async def _cancel_everywhere(self) -> None:
         """Drop the job on every live node: buffers of a failed job are freed at once."""
@@ -340,13 +377,30 @@ class JobRun:
 
         pod = self.session.pods[action.node]
         peers = [Peer(n, self.session.addresses[n]) for n in sorted(self.state.live)]
+        staged = self.staging_over.is_set() and self.staging_error is None  # else: told when it is
+        if not staged:
+            self.unstaged.add(action.node)
         try:
             program = self.job_programs[action.node]  # with the PTX for this pod's GPU
-            sending = self.io.send_submit(pod, self.prepared.job_id, program, action.plan, peers)
+            sending = self.io.send_submit(pod, self.prepared.job_id, program, action.plan, peers,
+                                          staged=staged)
             await asyncio.wait_for(sending, CALL_TIMEOUT_S)
         except Exception as err:
-            failed = cm.SubmitFailed(action.node, classify(err), remote_reason(err), self.now())
-            self._apply(self.state.handle(failed))
+            self._call_failed(action.node, err)
+
+    async def _tell_staged(self, node: int) -> None:
+        """The node holds the job's stores until it hears this; if it cannot, it is of no use."""
+        if node in self.session.lost or node not in self.state.live:
+            return
+        try:
+            call = self.session.pods[node].outputsStaged(self.prepared.job_id)
+            check(await asyncio.wait_for(call, CALL_TIMEOUT_S))
+        except Exception as err:
+            self._call_failed(node, err)
+
+    def _call_failed(self, node: int, err: Exception) -> None:
+        failed = cm.SubmitFailed(node, classify(err), remote_reason(err), self.now())
+        self._apply(self.state.handle(failed))
 
     async def _cancel(self, node: int) -> None:
         try:

@@ -283,9 +283,10 @@ PLAN_PART_INSTRUCTIONS = 200_000
 
 
 async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, peers,
-                      part_instructions: int = PLAN_PART_INSTRUCTIONS) -> None:
+                      part_instructions: int = PLAN_PART_INSTRUCTIONS, staged: bool = True) -> None:
     """Submit `plan` to `pod` (a Pod capability), in parts when it is large (see rpc.capnp); a
-    refused part raises remote_errors.Refused with the pod's kind and reason."""
+    refused part raises remote_errors.Refused with the pod's kind and reason. `staged` false: the
+    job's stores wait for `outputsStaged`."""
 
     peers = list(peers)
     count = len(plan.instructions)
@@ -302,6 +303,7 @@ async def send_submit(pod, job_id: str, program: JobProgram, plan: NodePlan, pee
         write_plan(request.init("plan"), part)
         write_peers(request, "peers", peers if last else [])
         request.more = not last
+        request.staged = staged
         check(await request.send())
 
 

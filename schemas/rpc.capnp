@@ -214,8 +214,12 @@ interface Pod {
   # every part but the last says `more`; the pod joins their instructions, takes `program` from the
   # first part and `peers` from the last, and starts nothing before the last part
   # (schemas/capnp_io.py send_submit does this).
+  # `staged` false: the job's outputs have no staging copies yet (the scheduler creates them
+  # beside the plan's first loads). The plan starts at once, but none of the job's stores writes
+  # before `outputsStaged` names the job (or a later submit of it says `staged`): a store writes
+  # through a memory map into a copy whose space must be reserved first.
   submit @1 (jobId :Text, generation :UInt32, program :Program, plan :Plan, peers :List(Peer),
-             more :Bool = false) -> (failure :Failure);
+             more :Bool = false, staged :Bool = true) -> (failure :Failure);
 
   # Peer fetches. `tileHeader` waits until the buffer's producers are done (bounded by the
   # caller's patience), then describes it. `readChunk` returns bytes [offset, offset+length) of
@@ -257,6 +261,11 @@ interface Pod {
   # ticket for that peer: its fetch is then the bulk transfer alone (no `tileHeader`).
   tileReady @10 (jobId :Text, generation :UInt32, node :UInt32, buffer :UInt32, handle :Data,
                  header :TileHeader, deviceIndex :Int32) -> (failure :Failure);
+
+  # The job's outputs have their staging copies, their space reserved: its stores held for them
+  # (a submit said `staged` false) write now, and so do its later ones. A job the pod has no plan
+  # of yet is remembered (the word may overtake the submit it follows).
+  outputsStaged @11 (jobId :Text) -> (failure :Failure);
 }
 
 interface SchedulerSink {

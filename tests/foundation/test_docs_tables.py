@@ -17,6 +17,8 @@ def test_the_pods_link_table_is_printed_as_it_is():
     rows = _rows()
     for (state, stimulus), (_, effect) in m.LINK_TABLE.items():
         assert f"| {state} | {stimulus.__name__} | {effect} |" in rows, (state, stimulus.__name__)
+    for stimulus, (_, effect) in m.JOB_TABLE.items():
+        assert f"| {stimulus.__name__} | {effect} |" in rows, stimulus.__name__
 
 
 def test_the_schedulers_transitions_are_printed_as_they_are():

@@ -110,14 +110,24 @@ def test_a_file_the_read_ahead_cannot_read_is_left_to_its_load(files, tmp_path):
         storage.read_region_into(missing, region(0, 0), np.empty((T, T), np.float32))
 
 
-def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, monkeypatch):
-    staging = storage.create_staging(files[2], (N, N), "f32", "job")
+@pytest.mark.parametrize("staged_first", [True, False])
+def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, monkeypatch, staged_first):
+    """With the staging copy made before the plan arrives, or after its reads are planned (the
+    scheduler makes the copies beside the plan's first loads): the write-back table is built by
+    the first store that asks (stores write only once the copies exist), never from a missing
+    header at the plan's arrival."""
+    staging = storage.staging_path(files[2], "job")
+    if staged_first:
+        storage.create_staging(files[2], (N, N), "f32", "job")
     started = []
     monkeypatch.setattr(fileio, "start_writeback", lambda fd, first, count: started.append((first, count)))
     stores = [Store(id=i, deps=(), buffer=i, tensor=2, region=region(0, col), unit=i)
               for i, col in enumerate((0, T))]
     disk = PlanDisk.start(plan_of(load(9, 0, 0, 0), *stores), files, "job", chunk=CHUNK)
     disk.wait(files[0], region(0, 0))  # the plan is read by now
+    assert disk.writeback is None  # no store has asked yet
+    if not staged_first:
+        storage.create_staging(files[2], (N, N), "f32", "job")
     assert disk.tracks(staging) and not disk.tracks(files[0])
     values = np.ones((8, T), np.float32)
     for col in (0, T):
@@ -129,7 +139,6 @@ def test_the_stores_write_back_starts_once_both_tiles_of_a_chunk_are_in(files, m
     assert started == [(header, CHUNK)]  # one write-back, of the whole chunk, after the second tile
 
 
-
 def test_a_plan_without_loads_reads_nothing_and_is_over(files):
     staging = storage.create_staging(files[2], (N, N), "f32", "job")
     store = Store(id=0, deps=(), buffer=0, tensor=2, region=region(0, 0), unit=0)
@@ -138,28 +147,3 @@ def test_a_plan_without_loads_reads_nothing_and_is_over(files):
     assert disk.tracks(staging)
     with disk._cond:  # its one stream found nothing to read and said so: no load can wait on it
         assert disk._cond.wait_for(lambda: disk._over, 10)
-
-
-def test_a_store_asks_whether_it_is_tracked_only_once_the_plan_is_read(files, monkeypatch):
-    """A store that came before the plan was read would do its own write-back, uncounted, and
-    its chunks would never be whole: so `tracks` answers once the write-back table is known."""
-    staging = storage.create_staging(files[2], (N, N), "f32", "job")
-    release, real = threading.Event(), storage.layout
-
-    def slow_layout(path):
-        if path == files[0]:
-            release.wait(10)  # the plan's reading holds at its first load
-        return real(path)
-
-    monkeypatch.setattr(disk_module.storage, "layout", slow_layout)
-    store = Store(id=1, deps=(), buffer=1, tensor=2, region=region(0, 0), unit=0)
-    disk = PlanDisk.start(plan_of(load(0, 0, 0, 0), store), files, "job", chunk=CHUNK)
-    answer = []
-    asked = threading.Thread(target=lambda: answer.append(disk.tracks(staging)), daemon=True)
-    asked.start()
-    asked.join(0.2)
-    assert answer == []  # still waiting for the plan
-    release.set()
-    asked.join(10)
-    assert answer == [True]
-    disk.stop()

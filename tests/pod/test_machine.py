@@ -38,9 +38,9 @@ def started(actions) -> list[int]:
     return [a.instruction.id for a in jobs if isinstance(a, st.StartInstruction)]
 
 
-def submit(machine: m.PodMachine, plan: NodePlan, job: str = "j") -> list:
+def submit(machine: m.PodMachine, plan: NodePlan, job: str = "j", staged: bool = True) -> list:
     """A whole plan in one part, prepared at once: the shell's two steps without the I/O."""
-    [prepare] = machine.handle(m.PlanPart(job, plan.generation, plan, PROGRAM))
+    [prepare] = machine.handle(m.PlanPart(job, plan.generation, plan, PROGRAM, staged=staged))
     return machine.handle(m.PlanReady(job, prepare.checked, {"main": ("c",)}, PROGRAM))
 
 
@@ -204,7 +204,75 @@ def test_the_transition_table_names_real_handlers():
     for (state, stimulus), (handler, effect) in m.LINK_TABLE.items():
         assert state in (m.ALONE, m.LEASED, m.STOPPING) and effect and stimulus in m.Stimulus.__args__
         assert callable(getattr(m.PodMachine, handler)), handler
+    for stimulus, (handler, effect) in m.JOB_TABLE.items():
+        assert effect and stimulus in m.Stimulus.__args__
+        assert callable(getattr(m.PodMachine, handler)), handler
+    handled = set(m.JOB_TABLE) | {stimulus for _, stimulus in m.LINK_TABLE}
+    assert handled == set(m.Stimulus.__args__)  # every stimulus has a row
     stopping = m.PodMachine(TIMEOUT)
     stopping.handle(m.Stop("shutdown"))
     refused = m.StoreVerdict("j", 1, 0, "the pod is stopping")
     assert stopping.handle(m.StoreAsked("j", 1, 0, now=0.0)) == [refused]
+
+
+# ---- stores wait for their job's staging copies ----------------------------------------------------
+
+
+def test_a_plan_submitted_before_its_outputs_are_staged_runs_but_holds_its_stores():
+    machine = leased()
+    actions = submit(machine, unit_plan(), staged=False)
+    assert started(actions) == [0]  # the plan starts at once: only its stores wait
+    assert machine.handle(m.StoreAsked("j", 1, 2, now=1.0)) == []  # the lease is live: staging is not
+    assert machine.handle(m.HeartbeatAnswered(1, sent=1.0, now=1.1)) == []  # a heartbeat does not free it
+    assert machine.handle(m.StoreAsked("k", 1, 2, now=1.2)) == [m.StoreVerdict("k", 1, 2, None)]  # other jobs
+    assert machine.handle(m.OutputsStaged("j", now=1.5)) == [m.StoreVerdict("j", 1, 2, None)]
+    assert machine.handle(m.StoreAsked("j", 1, 5, now=1.6)) == [m.StoreVerdict("j", 1, 5, None)]
+    assert machine.handle(m.OutputsStaged("j", now=1.7)) == []  # said twice: nothing more
+    assert machine.story(("job", "j"))[1:] == (
+        "its outputs are not staged yet: its stores will wait for them",
+        "store 2 waits for the job's outputs to be staged",
+        "outputs staged: 1 held stores go on")
+
+
+def test_stores_freed_by_staging_still_wait_for_a_live_lease():
+    machine = leased()
+    submit(machine, unit_plan(), staged=False)
+    machine.handle(m.StoreAsked("j", 1, 2, now=1.0))
+    assert machine.handle(m.OutputsStaged("j", now=3.5)) == []  # the lease ran out at 3.0
+    assert machine.handle(m.HeartbeatAnswered(1, sent=3.4, now=3.6)) == [m.StoreVerdict("j", 1, 2, None)]
+    # a later submit of the job that says `staged` frees them too, to the lease (it has no clock)
+    machine = leased()
+    submit(machine, unit_plan(), staged=False)
+    machine.handle(m.StoreAsked("j", 1, 2, now=1.0))
+    [prepare] = machine.handle(m.PlanPart("j", 2, unit_plan(2), PROGRAM, staged=True))
+    assert isinstance(prepare, m.Prepare) and machine.held == {("j", 1, 2)}
+    assert machine.handle(m.HeartbeatAnswered(1, sent=1.5, now=1.6)) == [m.StoreVerdict("j", 1, 2, None)]
+
+
+def test_the_word_that_outputs_are_staged_may_overtake_the_submit_it_follows():
+    """pod/server.py reads a plan before the machine sees it, so a short outputsStaged call sent
+    after the submit can reach the machine first: it is remembered."""
+    machine = leased()
+    assert machine.handle(m.OutputsStaged("j", now=0.5)) == []
+    submit(machine, unit_plan(), staged=False)
+    assert machine.handle(m.StoreAsked("j", 1, 2, now=1.0)) == [m.StoreVerdict("j", 1, 2, None)]
+
+
+def test_stores_held_for_staging_are_refused_when_the_job_is_cancelled_or_the_pod_stops():
+    machine = leased(keep_serving=True)
+    submit(machine, unit_plan(), staged=False)
+    submit(machine, unit_plan(), job="k", staged=False)
+    machine.handle(m.StoreAsked("j", 1, 2, now=1.0))
+    machine.handle(m.StoreAsked("k", 1, 2, now=1.0))
+    refused = of(machine.handle(m.CancelJob("j")), m.StoreVerdict)  # a failed staging: the job is dropped
+    assert refused == [m.StoreVerdict("j", 1, 2, "the job was cancelled")]
+    assert machine.unstaged_stores == {("k", 1, 2)}
+    left = of(machine.handle(m.SchedulerLost("reset")), m.StoreVerdict)
+    assert left == [m.StoreVerdict("k", 1, 2, "the scheduler is gone")]
+    assert not machine.unstaged and not machine.staged  # the next scheduler's jobs start afresh
+    machine.handle(m.Hello(node=0, now=10.0))
+    submit(machine, unit_plan(), job="next", staged=False)
+    machine.handle(m.StoreAsked("next", 1, 2, now=10.5))
+    assert of(machine.handle(m.Stop("shutdown")), m.StoreVerdict) == [
+        m.StoreVerdict("next", 1, 2, "the pod is stopping")]
+    assert machine.handle(m.OutputsStaged("next", now=11.0)) == []  # nothing writes once stopping

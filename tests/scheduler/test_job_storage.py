@@ -1,13 +1,16 @@
 """scheduler/job_storage.py without pods: the locks a job holds, and `abandon` (the call that
-Ctrl-C and SIGTERM handling makes) removing the staging copies and dropping the locks."""
+Ctrl-C and SIGTERM handling makes) removing the staging copies and dropping the locks, once the
+staging thread (`stage_beside`) is over: never racing it."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
 
+from common import storage
 from common.errors import UserError
 from common.locks import is_locked
 from scheduler.job_storage import JobStorage, abandon_open_jobs
@@ -78,3 +81,57 @@ def test_an_output_written_whole_is_not_copied(prepared, monkeypatch):
         files.stage()
     finally:
         files.abandon()
+
+
+def _held_staging(monkeypatch, create_first: bool):
+    """create_staging that stops, before or after creating the copy, until `release` is set."""
+    entered, release, real = threading.Event(), threading.Event(), storage.create_staging
+
+    def held(*args, **kwargs):
+        path = real(*args, **kwargs) if create_first else None
+        entered.set()
+        assert release.wait(30)
+        return path if create_first else real(*args, **kwargs)
+
+    monkeypatch.setattr(storage, "create_staging", held)
+    return entered, release
+
+
+@pytest.mark.parametrize("create_first", [True, False])
+def test_abandon_waits_for_the_staging_thread_and_leaves_nothing(prepared, tmp_path, monkeypatch,
+                                                                 create_first):
+    """Abandoned while the thread is creating a copy (Ctrl-C): it is removed once the thread is
+    over, whether the thread had created it yet or not; never left behind, nor removed early."""
+    entered, release = _held_staging(monkeypatch, create_first)
+    files = JobStorage.open(prepared())
+    marks, outcome = [], []
+    files.stage_beside(marks.append, outcome.append)
+    assert entered.wait(30)
+    abandoning = threading.Thread(target=files.abandon)
+    abandoning.start()
+    abandoning.join(0.2)
+    assert abandoning.is_alive() and is_locked(tmp_path / "c.npy")  # waits for the thread
+    release.set()
+    abandoning.join(30)
+    assert not abandoning.is_alive() and outcome == [None] and marks == ["staging_start", "staging_end"]
+    assert not [p for p in tmp_path.iterdir() if storage.STAGING_MARK in p.name]
+    assert not is_locked(tmp_path / "c.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(N, 5.0, np.float32))
+
+
+def test_a_staging_failure_in_the_thread_is_handed_over_and_leaves_no_copy(prepared, tmp_path, monkeypatch):
+    def full(final_path, *args, **kwargs):
+        raise UserError(f"{final_path}: cannot reserve 4224 bytes for its staging copy (No space left on "
+                        "device); the output was not changed")
+
+    monkeypatch.setattr(storage, "create_staging", full)
+    files = JobStorage.open(prepared())
+    done = threading.Event()
+    outcome = []
+    files.stage_beside(lambda name: None, lambda error: (outcome.append(error), done.set()))
+    assert done.wait(30)
+    [error] = outcome
+    assert isinstance(error, UserError) and str(error).startswith(f"{tmp_path / 'c.npy'}: cannot reserve")
+    files.abandon()
+    assert not [p for p in tmp_path.iterdir() if storage.STAGING_MARK in p.name]
+    assert not is_locked(tmp_path / "c.npy")

@@ -22,20 +22,32 @@ def test_pod_phases_split_loads_and_stores_into_storage_and_copy():
 def test_job_phases_follow_the_marks():
     process = {"started": 100.0, "imports_done": 100.5, "prepare_start": 100.625, "prepare_end": 100.75,
                "pods_start": 100.75, "pods_ready": 101.0}
-    job = {"compile_start": 101.0, "compile_end": 101.25, "plan_start": 101.25, "plan_end": 101.5,
-           "staging_start": 101.5, "staging_end": 102.0, "run_end": 103.0, "commit_start": 103.0,
-           "commit_end": 103.5}
-    events = [_event("serve", 0.5, 0.5), _event("load", 1.125, 1.25), _event("compute", 1.25, 1.5)]
+    # the staging thread runs from the locks (101) beside the compile, the plan and the submission
+    job = {"staging_start": 101.0, "compile_start": 101.0, "compile_end": 101.25, "plan_start": 101.25,
+           "plan_end": 101.5, "submit_start": 101.5, "staging_end": 102.5, "run_end": 103.0,
+           "commit_start": 103.0, "commit_end": 103.5}
+    events = [_event("serve", 0.5, 0.5), _event("load", 1.125, 1.25), _event("compute", 1.25, 1.5),
+              _event("store", 1.25, 1.75), _event("store", 1.5, 1.625)]
     phases = job_phases(process, job, events, t0=101.0)
     assert phases["imports"] == 0.5 and phases["cli"] == 0.125 and phases["compile"] == 0.375
-    assert phases["pods"] == 0.25 and phases["plan"] == 0.25 and phases["staging"] == 0.5
-    assert phases["submit"] == 0.125  # staging done at 102, the first instruction (not the serve) at 102.125
-    assert phases["run"] == 1.0 and phases["commit"] == 0.5 and phases["compute"] == 0.25
+    assert phases["pods"] == 0.25 and phases["plan"] == 0.25 and phases["staging"] == 1.5
+    assert phases["submit"] == 0.625  # submitted at 101.5, the first instruction (not the serve) at 102.125
+    assert phases["staging_wait"] == 0.25  # the first store asked at 102.25, the copies were there at 102.5
+    assert phases["run"] == 1.5 and phases["commit"] == 0.5 and phases["compute"] == 0.25
     assert phases["first_compute"] == 2.25  # 101 + 1.25 - 100
     assert phases["to_commit"] == 3.5
     text = phases_text(phases)
-    assert text.startswith("phases (s): imports 0.500, cli 0.125, compile 0.375, pods 0.250")
+    assert text.startswith("phases (s): imports 0.500, cli 0.125, compile 0.375, pods 0.250, plan 0.250, "
+                           "staging 1.500, staging_wait 0.250, submit 0.625")
     assert text.endswith("command to first compute 2.250")
+
+
+def test_staging_that_ends_before_the_first_store_costs_the_job_nothing():
+    job = {"staging_start": 101.0, "staging_end": 101.25, "submit_start": 101.125, "run_end": 103.0}
+    assert job_phases({}, job, [_event("store", 0.5, 0.75)], t0=101.0)["staging_wait"] == 0.0
+    # a job that stores nothing waits for the copies only if it ends before they are there
+    assert job_phases({}, {**job, "staging_end": 103.25}, [], t0=101.0)["staging_wait"] == 0.25
+    assert job_phases({}, job, [], t0=101.0)["staging_wait"] == 0.0
 
 
 def test_the_commit_is_split_by_its_marks_when_it_has_them():

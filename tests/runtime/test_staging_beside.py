@@ -1,0 +1,188 @@
+"""The outputs' staging copies are created beside the job's head (scheduler/run.py): the plans go
+out at once and the pods load and compute while the copies are made, but no store writes before
+they exist; a staging failure after the plans went out, and a Ctrl-C while the copies are made,
+leave no copy behind and the outputs as they were, and the pods serve the next job.
+
+Real pod processes on loopback and a session in this process, so that `create_staging` can be
+held (a threading.Event) or made to fail. Each hold is released on an event (the pods' reports
+reaching the scheduler, the interrupt being taken), never after a sleep. The hold stops the
+thread BEFORE it creates the copy: a store that did not wait would find no file and fail the job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from common import storage
+from common.errors import UserError
+from scheduler import interrupt
+from scheduler import run as run_module
+from scheduler.jobfile import read_job
+from scheduler.prepare import prepare
+from scheduler.tracefile import TraceRecorder
+from tests.faults.harness import staging_files
+from tests.job_files import make_job, write_inputs
+from tests.runtime.cluster import open_cluster
+
+N = 4096
+OLD = np.full(N, 7.0, np.float32)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("staging_beside")
+    c, _, close = open_cluster(root, 2)
+    yield c
+    close()
+
+
+@pytest.fixture()
+def job(cluster):
+    rng = np.random.default_rng(5)
+    arrays = {"a": rng.standard_normal(N).astype(np.float32), "b": rng.standard_normal(N).astype(np.float32)}
+    write_inputs(cluster.root, {**arrays, "c": OLD})
+    path = make_job(cluster.root, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
+    return path, arrays["a"] + arrays["b"]
+
+
+class Reports:
+    """The kinds of the pods' instruction events, as they reach the scheduler; `seen(kind)` is an
+    event set once one of that kind has arrived."""
+
+    def __init__(self, monkeypatch):
+        self.kinds: list[str] = []
+        self._seen: dict[str, threading.Event] = {}
+        real = TraceRecorder.add_event
+
+        def add_event(recorder, node, generation, event, t0, accepted=True):
+            self.kinds.append(event.kind)
+            self.seen(event.kind).set()
+            return real(recorder, node, generation, event, t0, accepted)
+
+        monkeypatch.setattr(TraceRecorder, "add_event", add_event)
+
+    def seen(self, kind: str) -> threading.Event:
+        return self._seen.setdefault(kind, threading.Event())
+
+
+def hold_staging(monkeypatch, until: threading.Event, then=None, create_first: bool = False):
+    """create_staging waits for `until` before it creates anything, then calls `then` (which may
+    raise, as a full disk does) or creates the copy; with `create_first` it creates the copy, then
+    waits. Returns (set once it is waiting, set once it returned or raised)."""
+    waiting, over, real = threading.Event(), threading.Event(), storage.create_staging
+
+    def held(*args, **kwargs):
+        try:
+            made = real(*args, **kwargs) if create_first else None
+            waiting.set()
+            assert until.wait(60), "the hold was never released"
+            return made if create_first else (then or real)(*args, **kwargs)
+        finally:
+            over.set()
+
+    monkeypatch.setattr(storage, "create_staging", held)
+    return waiting, over
+
+
+def told_to_drop(monkeypatch) -> list[int]:
+    """The nodes the scheduler tells to drop the job (JobRun._cancel), in order."""
+    told, real = [], run_module.JobRun._cancel
+
+    async def cancel(job_run, node):
+        told.append(node)
+        await real(job_run, node)
+
+    monkeypatch.setattr(run_module.JobRun, "_cancel", cancel)
+    return told
+
+
+def test_pods_load_and_compute_while_the_copies_are_made_and_store_only_after(cluster, job, monkeypatch):
+    path, expected = job
+    reports = Reports(monkeypatch)
+    release = threading.Event()
+    waiting, _ = hold_staging(monkeypatch, release)
+    before_release: list[str] = []
+
+    def releaser():
+        waiting.wait(60)
+        reports.seen("compute").wait(60)  # the plans went out, and the pods loaded and computed
+        before_release.extend(reports.kinds)
+        release.set()
+
+    helper = threading.Thread(target=releaser, daemon=True)
+    helper.start()
+    result = cluster.run(path, cluster_values={"BLOCK": 1024})
+    helper.join(10)
+    assert result.ok, result.reason
+    assert "load" in before_release and "compute" in before_release and "store" not in before_release
+    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), expected)
+    assert staging_files(cluster.root) == []
+    phases = result.trace["phases"]
+    assert phases["staging"] > 0 and phases["staging_wait"] >= 0 and phases["submit"] >= 0
+
+
+def full_disk(final_path, *args, **kwargs):
+    raise UserError(f"{final_path}: cannot reserve 16512 bytes for its staging copy (No space left on "
+                    "device); the output was not changed")
+
+
+def test_a_staging_failure_after_the_plans_went_out_fails_the_job_and_leaves_nothing(cluster, job,
+                                                                                    monkeypatch):
+    path, expected = job
+    reports = Reports(monkeypatch)
+    hold_staging(monkeypatch, reports.seen("load"), then=full_disk)  # fails once the pods read
+    told = told_to_drop(monkeypatch)
+    with pytest.raises(UserError) as failed:
+        cluster.run(path, cluster_values={"BLOCK": 1024})
+    assert str(failed.value).startswith(f"{cluster.root / 'c.npy'}: cannot reserve")
+    assert "\n" not in str(failed.value)  # the one line the command prints, exit 2
+    assert "store" not in reports.kinds
+    assert sorted(told) == [0, 1]  # both pods told to drop the job
+    assert staging_files(cluster.root) == []
+    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), OLD)
+    monkeypatch.undo()  # the disk has room again: the same pods run the next job
+    result = cluster.run(path, cluster_values={"BLOCK": 1024})
+    assert result.ok, result.reason
+    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), expected)
+
+
+@pytest.mark.parametrize("create_first", [False, True])
+def test_ctrl_c_while_the_copies_are_made_leaves_nothing_behind(cluster, job, monkeypatch, create_first):
+    """SIGINT while the staging thread is held (before or after creating the copy): the job is
+    interrupted (exit 130), the pods told to drop it, the copy removed once the thread is over."""
+    path, expected = job
+    taken = threading.Event()  # the interrupt was taken: the job is being stopped
+
+    def write(text: str) -> None:
+        if text.startswith("interrupted by SIGINT"):
+            taken.set()
+
+    monkeypatch.setattr(interrupt, "sys", types.SimpleNamespace(stderr=types.SimpleNamespace(
+        write=write, flush=lambda: None)))
+    waiting, over = hold_staging(monkeypatch, taken, create_first=create_first)
+    told = told_to_drop(monkeypatch)
+
+    def interrupter():
+        waiting.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupter, daemon=True).start()
+    prepared = prepare(read_job(path), path, [cluster.root], {"BLOCK": 1024})
+    running = interrupt.interruptible(cluster.session.run(prepared, cluster.options))
+    with pytest.raises(interrupt.Interrupted) as stopped:
+        cluster.loop.run_until_complete(running)
+    assert stopped.value.exit_code == 130
+    assert sorted(told) == [0, 1]
+    assert over.wait(60)  # the thread is over (the job waited for it): nothing it made is left
+    assert staging_files(cluster.root) == []
+    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), OLD)
+    monkeypatch.undo()
+    result = cluster.run(path, cluster_values={"BLOCK": 1024})
+    assert result.ok, result.reason
+    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), expected)
