@@ -113,6 +113,31 @@ def bench_matmul(results, log, sizes):
         log(json.dumps(row))
 
 
+def per_head_launches(c, tensors, scale: float):
+    """A call that launches `c` once per head of the [1, heads, N, D] arrays (Q, K, V, O), each on
+    its own stream after the current stream's work and joined back into it, so that the heads
+    run side by side as one batched launch would."""
+    import cupy
+
+    cq, ck, cv, co = tensors
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(cq.shape[1])]
+
+    def ours():
+        cur = cupy.cuda.get_current_stream()
+        ev = cupy.cuda.Event()
+        ev.record(cur)
+        for h, s in enumerate(streams):
+            s.wait_event(ev)
+            arrays = {"Q": cq[0, h], "K": ck[0, h], "V": cv[0, h], "O": co[0, h]}
+            launch(c, arrays, {"scale": scale}, stream=s)
+        for s in streams:
+            done = cupy.cuda.Event()
+            done.record(s)
+            cur.wait_event(done)
+
+    return ours
+
+
 def bench_attention(results, log, sizes, causal):
     import cupy
     import torch
@@ -136,23 +161,8 @@ def bench_attention(results, log, sizes, causal):
             torch.randn(1, heads, n, 64, device="cuda", dtype=torch.float32, generator=g) for _ in range(3)
         )
         o = torch.empty_like(q)
-        streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(heads)]
         cq, ck, cv, co = (cupy.asarray(t) for t in (q, kk, v, o))
-
-        def ours(streams=streams, c=c, tensors=(cq, ck, cv, co)):
-            cq, ck, cv, co = tensors
-            cur = cupy.cuda.get_current_stream()
-            ev = cupy.cuda.Event()
-            ev.record(cur)
-            for h, s in enumerate(streams):
-                s.wait_event(ev)
-                arrays = {"Q": cq[0, h], "K": ck[0, h], "V": cv[0, h], "O": co[0, h]}
-                launch(c, arrays, {"scale": scale}, stream=s)
-            for s in streams:
-                done = cupy.cuda.Event()
-                done.record(s)
-                cur.wait_event(done)
-
+        ours = per_head_launches(c, (cq, ck, cv, co), scale)
         ours()
         torch.cuda.synchronize()
         ref = F.scaled_dot_product_attention(q, kk, v, is_causal=causal, scale=scale)

@@ -257,6 +257,51 @@ def bench_matmul_tf32(results, log, sizes):
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
+def jobs_of(args, results: list[dict], log) -> list[tuple[set[str], object]]:
+    """The benchmarks to run, each with the --only names that select it."""
+    sizes = [int(x) for x in args.matmul_sizes.split(",")]
+    att_sizes = [int(x) for x in args.attention_sizes.split(",")]
+    jobs = [
+        ({"matmul"}, lambda: bench_matmul(results, log, sizes, "bf16", 8192)),  # tuned where the target is
+        ({"matmul_f16"}, lambda: bench_matmul(results, log, [8192], "f16", 8192)),
+        ({"matmul_tf32"}, lambda: bench_matmul_tf32(results, log, sizes)),
+    ]
+    heads_d = tuple(int(x) for x in args.attention_d.split(","))
+    cases = (("mha_bf16.phk", heads_d), ("causal_mha_bf16.phk", heads_d), ("mha_tf32.phk", (64,)))
+    for ex, dims in cases:
+        for d in dims:
+            causal = ex.startswith("causal")
+            # bf16 attention: "attention", or one half of it ("attention_full", "attention_causal")
+            half = "attention_causal" if causal else "attention_full"
+            names = {"attention_tf32"} if "tf32" in ex else {"attention", half}
+            jobs.append(
+                (names, lambda ex=ex, d=d, c=causal: bench_attention(results, log, ex, att_sizes, d, c))
+            )
+    return jobs
+
+
+def save(args, results: list[dict], gpu: str) -> None:
+    """Everything to --out, the rows with a ratio to --latest (written after every job)."""
+    doc = {"gpu": gpu, "peak_bf16_tflops": PEAK_BF16_TFLOPS, "results": results, "tuning": TUNING}
+    Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
+    if args.latest:
+        keys = ("what", "dtype", "ours_tflops", "anchor", "anchor_tflops", "ratio")
+        rows = [{k: r[k] for k in keys} for r in results if "ratio" in r]
+        Path(args.latest).write_text(json.dumps(rows, indent=1))
+
+
+def print_summary(results: list[dict]) -> None:
+    print("\nsummary")
+    for r in results:
+        if "ratio" in r:
+            print(
+                f"  {r['what']:<32} {r['dtype']:<5} ours {r['ours_tflops']:7.1f} TFLOP/s  "
+                f"{r['anchor']:<22} {r['anchor_tflops']:7.1f}  ratio {r['ratio']:.3f}"
+            )
+        else:
+            print(f"  {r['what']:<32} ERROR {r.get('error')}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -273,40 +318,9 @@ def main() -> None:
     def log(msg):
         print(msg, flush=True)
 
-    def save():
-        doc = {
-            "gpu": torch.cuda.get_device_name(),
-            "peak_bf16_tflops": PEAK_BF16_TFLOPS,
-            "results": results,
-            "tuning": TUNING,
-        }
-        Path(args.out).write_text(json.dumps(doc, indent=1, default=str))
-        if args.latest:
-            keys = ("what", "dtype", "ours_tflops", "anchor", "anchor_tflops", "ratio")
-            rows = [{k: r[k] for k in keys} for r in results if "ratio" in r]
-            Path(args.latest).write_text(json.dumps(rows, indent=1))
-
-    only = args.only.split(",")
-    sizes = [int(x) for x in args.matmul_sizes.split(",")]
-    att_sizes = [int(x) for x in args.attention_sizes.split(",")]
-    jobs = [  # (the --only names that select it, the job)
-        ({"matmul"}, lambda: bench_matmul(results, log, sizes, "bf16", 8192)),  # tuned where the target is
-        ({"matmul_f16"}, lambda: bench_matmul(results, log, [8192], "f16", 8192)),
-        ({"matmul_tf32"}, lambda: bench_matmul_tf32(results, log, sizes)),
-    ]
-    heads_d = tuple(int(x) for x in args.attention_d.split(","))
-    cases = (("mha_bf16.phk", heads_d), ("causal_mha_bf16.phk", heads_d), ("mha_tf32.phk", (64,)))
-    for ex, dims in cases:
-        for d in dims:
-            causal = ex.startswith("causal")
-            # bf16 attention: "attention", or one half of it ("attention_full", "attention_causal")
-            half = "attention_causal" if causal else "attention_full"
-            names = {"attention_tf32"} if "tf32" in ex else {"attention", half}
-            jobs.append(
-                (names, lambda ex=ex, d=d, c=causal: bench_attention(results, log, ex, att_sizes, d, c))
-            )
-    for names, job in jobs:
-        if names & set(only):
+    only = set(args.only.split(","))
+    for names, job in jobs_of(args, results, log):
+        if names & only:
             name = sorted(names)[0]
             try:
                 job()
@@ -315,16 +329,8 @@ def main() -> None:
 
                 traceback.print_exc()
                 results.append({"what": name, "error": repr(e)})
-            save()
-    print("\nsummary")
-    for r in results:
-        if "ratio" in r:
-            print(
-                f"  {r['what']:<32} {r['dtype']:<5} ours {r['ours_tflops']:7.1f} TFLOP/s  "
-                f"{r['anchor']:<22} {r['anchor_tflops']:7.1f}  ratio {r['ratio']:.3f}"
-            )
-        else:
-            print(f"  {r['what']:<32} ERROR {r.get('error')}")
+            save(args, results, torch.cuda.get_device_name())
+    print_summary(results)
 
 
 if __name__ == "__main__":

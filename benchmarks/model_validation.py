@@ -84,8 +84,8 @@ async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict
     from scheduler.jobfile import read_job
     from scheduler.prepare import new_job_id, prepare, recompile
     from scheduler.run import PodSession, RunOptions, start_pods_for
-    from scheduler.tuner import render_table
     from scheduler.tuner_cli import NO_SPLIT, TuneOptions, base_figures, candidate_compiler, rank_job
+    from scheduler.tuner_table import render_table
 
     job_path = make_job(case, folder)
     prepared = prepare(read_job(job_path), job_path, [folder])

@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -85,28 +86,25 @@ def cublas_anchor(arrays: dict, scalars: dict) -> tuple[float, np.ndarray]:
     return seconds, expected
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=16384)
-    parser.add_argument("--tile", type=int, default=4096, help="@cluster TILE_M = TILE_N = TILE_K")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
+@dataclass(frozen=True)
+class JobRun:
+    """What one run of the job gave: its wall time, its error against cuBLAS, the trace's
+    figures, the program it ran and each of its leaves timed alone."""
 
-    import cupy
+    wall_s: float
+    rel_err: float
+    figures: dict
+    program: object
+    leaf_s: dict[str, float]
 
-    n, t = args.n, args.tile
-    problem = matmul(n, n, n)
-    case = Case(problem, (("TILE_M", t), ("TILE_N", t), ("TILE_K", t)), "gpu", 1)
-    scalars = dict(problem.scalars)
-    rng = np.random.default_rng(0)
-    arrays = {name: rng.standard_normal((n, n), dtype=np.float32) for name in ("A", "B", "C")}
-    root = data_root()
-    files = write_problem(root, problem, arrays)
 
-    cublas_s, expected = cublas_anchor(arrays, scalars)
-    cupy.get_default_memory_pool().free_all_blocks()  # the pod needs the memory, not this process
+def run_job(root: Path, case: Case, problem, files, expected: np.ndarray) -> JobRun | None:
+    """The job through a pool of local pods (None if it failed, with the reason printed), then its
+    leaves compiled as the pods compile them and timed alone."""
+    from benchmarks.cluster_harness import kernel_path
+    from compiler.cluster.build import compile_cluster
+    from compiler.frontend.load import load_file
 
-    read_bw = read_bandwidth(files.input_paths() + [files.path("C")], repeats=2)
     pool = ClusterPool.open(root)
     try:
         files.reset("C")
@@ -115,37 +113,39 @@ def main(argv: list[str]) -> int:
         wall_s = time.perf_counter() - t0
         if not result.ok:
             print(f"job failed: {result.reason}")
-            return 1
+            return None
         out = np.load(files.folder / "C.npy")
         rel_err = float(np.linalg.norm(out - expected) / np.linalg.norm(expected))
         figures = trace_figures(result.trace)
         figures["compute_busy_s"] = busy_seconds(result.trace, "compute")
-        from benchmarks.cluster_harness import kernel_path
-        from compiler.cluster.build import compile_cluster
-        from compiler.frontend.load import load_file
-
         kernel = load_file(kernel_path(case)).kernel("matmul")
         program = compile_cluster(kernel, problem.dim, cluster_values=dict(case.cluster_values))
-        leaf_s = leaf_seconds(program, scalars)
+        leaf_s = leaf_seconds(program, dict(problem.scalars))
     finally:
         pool.close()
+    return JobRun(wall_s, rel_err, figures, program, leaf_s)
 
+
+def report_of(run: JobRun, n: int, t: int, cublas_s: float, read_bw: float, gpu: str) -> dict:
+    """The figures the issue asks for: leaf time against the runtime's compute time, the job's
+    wall time against max(storage read time, cuBLAS time)."""
     launches = {}
-    for unit in program.units:
+    for unit in run.program.units:
         for launch_ in unit.launches:
             launches[launch_.leaf] = launches.get(launch_.leaf, 0) + 1
-    ideal_leaf_s = sum(leaf_s[name] * count for name, count in launches.items())
+    ideal_leaf_s = sum(run.leaf_s[name] * count for name, count in launches.items())
     flops = 2 * n * n * n
+    figures = run.figures
     storage_s = figures["bytes_loaded"] / read_bw
     bound_s = max(storage_s, cublas_s)  # cublas_s: one product of the whole problem
-    report = {
-        "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+    return {
+        "gpu": gpu,
         "n": n,
         "tile": t,
-        "units": len(program.units),
+        "units": len(run.program.units),
         "launches": launches,
-        "rel_err_vs_cublas": rel_err,
-        "leaf_s_each": leaf_s,
+        "rel_err_vs_cublas": run.rel_err,
+        "leaf_s_each": run.leaf_s,
         "ideal_leaf_s": ideal_leaf_s,
         "runtime_compute_s_summed": figures["compute_s_total"],
         "runtime_compute_busy_s": figures["compute_busy_s"],
@@ -158,14 +158,43 @@ def main(argv: list[str]) -> int:
         "storage_s": storage_s,
         "bound_s": bound_s,
         "runtime_wall_s": figures["runtime_wall_s"],
-        "job_wall_s": wall_s,
+        "job_wall_s": run.wall_s,
         "ratio_to_bound": figures["runtime_wall_s"] / bound_s,
     }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=16384)
+    parser.add_argument("--tile", type=int, default=4096, help="@cluster TILE_M = TILE_N = TILE_K")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+
+    import cupy
+
+    n, t = args.n, args.tile
+    problem = matmul(n, n, n)
+    case = Case(problem, (("TILE_M", t), ("TILE_N", t), ("TILE_K", t)), "gpu", 1)
+    rng = np.random.default_rng(0)
+    arrays = {name: rng.standard_normal((n, n), dtype=np.float32) for name in ("A", "B", "C")}
+    root = data_root()
+    files = write_problem(root, problem, arrays)
+
+    cublas_s, expected = cublas_anchor(arrays, dict(problem.scalars))
+    cupy.get_default_memory_pool().free_all_blocks()  # the pod needs the memory, not this process
+
+    read_bw = read_bandwidth(files.input_paths() + [files.path("C")], repeats=2)
+    run = run_job(root, case, problem, files, expected)
+    if run is None:
+        return 1
+    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    report = report_of(run, n, t, cublas_s, read_bw, gpu)
     args.out.write_text(json.dumps(report, indent=2))
     for key, value in report.items():
         print(f"{key:22} {value}")
     # f32 sums of K = n terms in two different orders differ by about eps * sqrt(K) relative
     # (~1e-5 at n = 16384); 1e-4 leaves room without hiding a wrong tile (that gives O(1)).
+    rel_err = run.rel_err
     ok = rel_err < 1e-4 and report["leaf_fraction"] >= 0.9
     print("leaf fraction >= 0.9:", report["leaf_fraction"] >= 0.9, "| result correct:", rel_err < 1e-4)
     return 0 if ok else 1

@@ -31,7 +31,7 @@ from pod.link import SchedulerLink
 from pod.offers import Offer, Offers
 from pod.peers import Peers
 from pod.runtime import PodRuntime
-from schemas import capnp_io, rpc_streams
+from schemas import capnp_io, plan_io, rpc_streams
 from schemas.capnp_io import MAX_CHUNK_BYTES, NESTING_LIMIT, TRAVERSAL_LIMIT_WORDS, JobProgram, PodInfo
 from schemas.instructions import NodePlan
 from schemas.remote_errors import Refused, remote_reason
@@ -215,7 +215,7 @@ async def _read_plan(reader) -> NodePlan:
     costs ~20 us an instruction, so a plan of 10^5 would otherwise hold the loop for seconds)."""
     instructions = []
     for i, entry in enumerate(reader.instructions):
-        instructions.append(capnp_io.read_instruction(entry))
+        instructions.append(plan_io.read_instruction(entry))
         if i % 4096 == 4095:
             await asyncio.sleep(0)
     return NodePlan(node=reader.node, generation=reader.generation, instructions=tuple(instructions),

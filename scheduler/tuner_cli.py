@@ -217,8 +217,8 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
     the leaves' @autotune values at those @cluster values."""
     from scheduler import calibrate as cal
     from scheduler.prepare import recompile
-    from scheduler.tuner import render_table
     from scheduler.tuner_leaves import tune_leaves
+    from scheduler.tuner_table import render_table
 
     order = sorted(session.pods)
     infos = [session.infos[n] for n in order]

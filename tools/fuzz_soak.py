@@ -38,31 +38,79 @@ from tests.faults.harness import REPO, Pods
 from tests.job_files import make_job
 
 
+class Soak:
+    """The pods and files the cases run against, and what they counted: a kernel case checks a
+    mutated example, a job case runs a mutated job file on two runner pods, an rpc case sends a
+    mutated recording of a client's byte stream to a third pod."""
+
+    def __init__(self, pods: Pods, root: Path, seed: int):
+        self.pods, self.root, self.seed = pods, root, seed
+        self.sources = [p.read_text() for p in sorted((REPO / "examples").rglob("*.phk"))]
+        self.counts: Counter = Counter()
+        self.reasons: set[str] = set()
+        data = np.random.default_rng(seed)
+        for name in "ab":
+            np.save(root / f"{name}.npy", data.standard_normal(1024).astype(np.float32))
+        valid_job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"}, name="valid")
+        self.valid = valid_job.read_bytes()
+        self.saved = snapshot(root)
+        self.start_runners()
+        self.target = pods.start(1)[0]
+        rpc_job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"}, name="rpc")
+        self.stream = record_client_stream(pods, rpc_job, root, pods.healthy()[0].address)
+
+    def start_runners(self) -> None:
+        self.runner_pods = self.pods.start(2)
+        self.session = self.pods.session(self.runner_pods)
+
+    def kernel_case(self, rng: random.Random, edits) -> None:
+        text = mutate_source(rng.choice(self.sources), edits)
+        self.counts[f"kernel {check_kernel_source(text)}"] += 1
+
+    def job_case(self, case: int, edits) -> None:
+        mutated = mutate_bytes(self.valid, edits)
+        try:
+            session = self.session
+            verdict = judge_job_bytes(mutated, self.root, lambda p: self.pods.run(session, p, timeout=60))
+        finally:
+            restore(self.root, self.saved)
+        self.counts[f"job {verdict.outcome}"] += 1
+        if verdict.outcome == "failed" and verdict.detail not in self.reasons:
+            self.reasons.add(verdict.detail)
+            print(f"case {case}: job failed with a reason: {verdict.detail}", flush=True)
+        if self.session.lost:  # a runner pod died under a mutated job: keep the evidence
+            kept = Path(tempfile.gettempdir()) / f"fuzz-soak-case-{self.seed}-{case}.capnp"
+            kept.write_bytes(mutated)
+            tails = "\n".join(p.log.read_text()[-1500:] for p in self.runner_pods)
+            raise AssertionError(f"runner pods lost: {self.session.lost}; job in {kept}\n{tails}")
+
+    def rpc_case(self, edits) -> None:
+        send_raw(self.target.address, mutate_bytes(self.stream, edits), timeout=3.0)
+        self.counts["rpc sent"] += 1
+        if not self.target.alive:
+            code = self.pods.wait_exit(self.target, 5)
+            log = self.target.log.read_text()
+            if code != 0 or not ("shutdown requested" in log or "connection dropped" in log):
+                raise AssertionError(f"pod died with code {code}: {log[-1500:]}")
+            self.counts["rpc orderly pod exits"] += 1
+            self.target = self.pods.start(1)[0]
+
+    def runners_lost(self) -> bool:
+        return bool(self.session.lost) or not all(p.alive for p in self.runner_pods)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
-    sources = [p.read_text() for p in sorted((REPO / "examples").rglob("*.phk"))]
-    counts: Counter = Counter()
     failures: list[str] = []
-    reasons: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         pods = Pods(root, root / "logs", heartbeat_timeout=30.0)  # the loop idles between cases
         try:
-            data = np.random.default_rng(args.seed)
-            for name in "ab":
-                np.save(root / f"{name}.npy", data.standard_normal(1024).astype(np.float32))
-            valid_job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"}, name="valid")
-            valid = valid_job.read_bytes()
-            saved = snapshot(root)
-            runner_pods = pods.start(2)
-            session = pods.session(runner_pods)
-            target = pods.start(1)[0]
-            rpc_job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"}, name="rpc")
-            stream = record_client_stream(pods, rpc_job, root, pods.healthy()[0].address)
+            soak = Soak(pods, root, args.seed)
             deadline = time.monotonic() + args.minutes * 60
             case = 0
             while time.monotonic() < deadline:
@@ -71,42 +119,19 @@ def main(argv: list[str]) -> int:
                 edits = random_edits(rng, rng.randint(1, 6))
                 try:
                     if which == "kernel":
-                        text = mutate_source(rng.choice(sources), edits)
-                        counts[f"kernel {check_kernel_source(text)}"] += 1
+                        soak.kernel_case(rng, edits)
                     elif which == "job":
-                        mutated = mutate_bytes(valid, edits)
-                        try:
-                            verdict = judge_job_bytes(mutated, root,
-                                                      lambda p, s=session: pods.run(s, p, timeout=60))
-                        finally:
-                            restore(root, saved)
-                        counts[f"job {verdict.outcome}"] += 1
-                        if verdict.outcome == "failed" and verdict.detail not in reasons:
-                            reasons.add(verdict.detail)
-                            print(f"case {case}: job failed with a reason: {verdict.detail}", flush=True)
-                        if session.lost:  # a runner pod died under a mutated job: keep the evidence
-                            kept = Path(tempfile.gettempdir()) / f"fuzz-soak-case-{args.seed}-{case}.capnp"
-                            kept.write_bytes(mutated)
-                            tails = "\n".join(p.log.read_text()[-1500:] for p in runner_pods)
-                            raise AssertionError(f"runner pods lost: {session.lost}; job in {kept}\n{tails}")
+                        soak.job_case(case, edits)
                     else:
-                        send_raw(target.address, mutate_bytes(stream, edits), timeout=3.0)
-                        counts["rpc sent"] += 1
-                        if not target.alive:
-                            code = pods.wait_exit(target, 5)
-                            log = target.log.read_text()
-                            if code != 0 or not ("shutdown requested" in log or "connection dropped" in log):
-                                raise AssertionError(f"pod died with code {code}: {log[-1500:]}")
-                            counts["rpc orderly pod exits"] += 1
-                            target = pods.start(1)[0]
+                        soak.rpc_case(edits)
                 except Exception:
                     failures.append(f"case {case} ({which}, seed {args.seed}): {traceback.format_exc()}")
                     print(f"FAILED case {case} ({which}):\n{traceback.format_exc()}", flush=True)
-                    if which == "job" and (session.lost or not all(p.alive for p in runner_pods)):
-                        runner_pods = pods.start(2)
-                        session = pods.session(runner_pods)
+                    if which == "job" and soak.runners_lost():
+                        soak.start_runners()
         finally:
             pods.close()
+    counts = soak.counts
     total = sum(v for k, v in counts.items() if k != "rpc orderly pod exits")
     print(f"fuzz_soak: {total} cases, {len(failures)} failed: " +
           ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

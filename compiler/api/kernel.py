@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from common.errors import ArrayError, Error, user_errors
 from compiler.api import arrays as _arrays
+from compiler.cuda.scalars import scalar_argument
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.walk import stored_tensors
@@ -249,7 +248,7 @@ class Kernel:
             launch = self._prepare_gpu(key, shapes, device)
         if launch.maps:
             return launch, _map_args(launch, views, values, self._params), _current_stream(device, torch)
-        args = [views[slot].ptr if dtype is None else _scalar(self._params[slot], values[slot], dtype)
+        args = [views[slot].ptr if dtype is None else scalar_argument(self._params[slot], values[slot], dtype)
                 for slot, dtype in launch.order]
         return launch, tuple(args), _current_stream(device, torch)
 
@@ -321,17 +320,8 @@ def _map_args(launch: _Launch, views, values: tuple, params) -> tuple:
         elif isinstance(kind, tensor_maps.MapSpec):  # made by tensor_maps.launch when new
             args.append((kind, views[slot].ptr))
         else:
-            args.append(_scalar(params[slot], values[slot], kind))
+            args.append(scalar_argument(params[slot], values[slot], kind))
     return tuple(args)
-
-
-def _scalar(name: str, value, dtype: str):
-    if dtype == "f32":
-        return np.float32(value)
-    if isinstance(value, bool) or int(value) != value:
-        msg = f"scalar {name} = {value} must be an integer (it is i32)"
-        raise Error(f"error: {msg}", msg)
-    return np.int32(value)
 
 
 _streams: dict[int, _Stream] = {}

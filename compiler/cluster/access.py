@@ -265,50 +265,63 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
             _check_store_is_owned(tensor, index, roles, level)
         if not is_store or compound:
             reads.add(tensor)
-        if tensor in seen and seen[tensor][0] != roles:
-            before, before_span = seen[tensor]
-            axis = next(i for i, (a, b) in enumerate(zip(before, roles, strict=True)) if a != b)
-            raise CompileError(
-                index[axis].span,
-                f"'{tensor}' is {verb} at two different super-tile coordinates "
-                f"in one unit of work: its axis {axis} is {roles[axis].describe()} here but "
-                f"{before[axis].describe()} at {_line(before_span)}; that would need an "
-                "exchange of halos between nodes",
-            )
+        _check_same_cut(tensor, index, roles, seen.get(tensor), verb)
         seen.setdefault(tensor, (roles, index[0].span))
-        param = params[tensor]
-        for item, dim, role in zip(index, param.dims, roles, strict=True):
-            if isinstance(dim, int):
-                if role.kind != "whole":
-                    raise CompileError(
-                        item.span,
-                        f"axis of '{tensor}' has the fixed size {dim}; it cannot be split into super-tiles",
-                    )
-                continue
-            # The leaf sees one extent per dimension: the same tile along two grid axes is fine.
-            if dim in dims and (dims[dim][0].kind, dims[dim][0].tile) != (role.kind, role.tile):
-                other, other_span = dims[dim]
-                absolute = next((sp for sp in (item.span, other_span) if sp in absolute_slices), None)
-                if absolute is not None:
-                    raise CompileError(
-                        absolute,
-                        f"an absolute position (`ctx.origin...`) starts a slice of dimension '{dim}', "
-                        f"which is split into super-tiles elsewhere: a leaf's slices of a split "
-                        "dimension count from its super-tile's start, so start it at `ctx.block.<axis> * S`",
-                    )
-                raise CompileError(
-                    item.span,
-                    f"dimension '{dim}' is {role.describe()} here but "
-                    f"{other.describe()} at {_line(other_span)}; the leaf sees one value per "
-                    "dimension, so every axis of one dimension must be cut the same way",
-                )
-            dims.setdefault(dim, (role, item.span))
+        _cut_dims(tensor, index, params[tensor], roles, dims, absolute_slices)
     tensors = {
         name: TensorAccess(name, seen[name][0], name in reads, name in writes)
         for name in params
         if name in seen
     }
     return AccessPlan(tensors=tensors, dims={d: r for d, (r, _) in dims.items()})
+
+
+def _check_same_cut(tensor: str, index, roles: tuple[AxisRole, ...], first, verb: str) -> None:
+    """Every access of a tensor in one unit of work takes the same super-tile coordinates as its
+    first (`first`: its roles and where, None for the first access itself)."""
+    if first is None or first[0] == roles:
+        return
+    before, before_span = first
+    axis = next(i for i, (a, b) in enumerate(zip(before, roles, strict=True)) if a != b)
+    raise CompileError(
+        index[axis].span,
+        f"'{tensor}' is {verb} at two different super-tile coordinates "
+        f"in one unit of work: its axis {axis} is {roles[axis].describe()} here but "
+        f"{before[axis].describe()} at {_line(before_span)}; that would need an "
+        "exchange of halos between nodes",
+    )
+
+
+def _cut_dims(tensor: str, index, param: ir.TensorParam, roles: tuple[AxisRole, ...],
+              dims: dict[str, tuple[AxisRole, ir.Span]], absolute_slices: set[ir.Span]) -> None:
+    """Record how this access cuts each dimension of the tensor (`dims`: the first cut of each
+    and where), refusing a fixed-size axis split into super-tiles and a dimension cut two ways."""
+    for item, dim, role in zip(index, param.dims, roles, strict=True):
+        if isinstance(dim, int):
+            if role.kind != "whole":
+                raise CompileError(
+                    item.span,
+                    f"axis of '{tensor}' has the fixed size {dim}; it cannot be split into super-tiles",
+                )
+            continue
+        # The leaf sees one extent per dimension: the same tile along two grid axes is fine.
+        if dim in dims and (dims[dim][0].kind, dims[dim][0].tile) != (role.kind, role.tile):
+            other, other_span = dims[dim]
+            absolute = next((sp for sp in (item.span, other_span) if sp in absolute_slices), None)
+            if absolute is not None:
+                raise CompileError(
+                    absolute,
+                    f"an absolute position (`ctx.origin...`) starts a slice of dimension '{dim}', "
+                    f"which is split into super-tiles elsewhere: a leaf's slices of a split "
+                    "dimension count from its super-tile's start, so start it at `ctx.block.<axis> * S`",
+                )
+            raise CompileError(
+                item.span,
+                f"dimension '{dim}' is {role.describe()} here but "
+                f"{other.describe()} at {_line(other_span)}; the leaf sees one value per "
+                "dimension, so every axis of one dimension must be cut the same way",
+            )
+        dims.setdefault(dim, (role, item.span))
 
 
 # ---- uses of positions and split dimensions outside slices -----------------------------------

@@ -12,7 +12,8 @@ Public API (compiled.py):
 - `compiler.cuda.target`: what a leaf's code needs of the GPU, the PTX target for a compute
   capability, the check before a module load.
 Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc. The emit stage is
-codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with dots.py (FMA dots),
+codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with calls.py (the built-in
+calls), stores.py (a Store statement's writes), dots.py (FMA dots),
 mma.py (tensor-core dots), operands.py (their shared-memory buffers), staged.py (which
 buffer an operand already lives in), wgmma.py (warpgroup MMA), tf32.py (the one rounding of f32
 to TF32, to nearest even),

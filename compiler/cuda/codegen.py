@@ -24,7 +24,7 @@ from compiler.cuda import (
     uniform,
     wgmma,
 )
-from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter, from_f32
+from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.values import Val
@@ -138,7 +138,7 @@ class KernelGen(ExprEmitter):
         elif isinstance(s, ir.Assign):
             self.assign(s)
         elif isinstance(s, ir.Store):
-            self.store(s)
+            stores.store(self, s)
         elif isinstance(s, ir.For):
             self.for_loop(s)
         else:
@@ -290,79 +290,6 @@ class KernelGen(ExprEmitter):
             self.out.line("wg_wait_all();")
         if self.swap is not None:  # C^T's accumulator into acc (tma_tf32.py)
             tma_tf32.finish(self)
-
-    def store(self, s: ir.Store) -> None:
-        param = self.tensor(s.tensor, s.span)
-        tile_axes = [i for i, it in enumerate(s.index) if not isinstance(it, ir.SliceIndex)]
-        shape = tuple(self.item_extent(s.index[i], param, i) for i in tile_axes)
-        value = s.value
-        if not tile_axes:
-            v = self.scalar(value)
-            ptr, pred = self.element_address(param, s.index, ())
-            self.out.open("if (th_id == 0" + (f" && {pred}" if pred != "true" else "") + ")")
-            self.out.line(self.store_line(param, ptr, s.op, v, value))
-            self.out.close()
-            return
-        if len(shape) > 2:
-            raise CompileError(s.span, "the CUDA backend stores tiles of rank 1 and 2 only")
-        if isinstance(value.ty, ir.TileType) and value.ty.rank == 1:
-            kind = analysis.natural_kind(value, self.hints) or "flat"
-        else:
-            kind = "2d" if len(shape) == 2 else "flat"
-        ctx = self.ctx_for(kind, shape)
-        if self.vector_store_ok(s, param, ctx):
-            self.vector_store(s, param, ctx)
-            return
-        if stores.pair_store_ok(self, s, param, ctx):
-            stores.pair_store(self, s, param, ctx)
-            return
-        if isinstance(value.ty, ir.TileType):
-            v = self.tile_elem(value, ctx)
-        else:
-            v = self.scalar(value)
-        ptr, pred = self.element_address(param, s.index, ctx.pos)
-        cond = " && ".join(c for c in (self.owner(kind, shape), pred) if c != "true") or "true"
-        body = [f"if ({cond}) {self.store_line(param, ptr, s.op, v, value)}"]
-        self.emit_loop(ctx, body)
-
-    def vector_store_ok(self, s: ir.Store, param: ir.TensorParam, ctx) -> bool:
-        """16-byte stores: the same conditions as vector loads, no replicas, a plain `=`."""
-        if s.op != "=" or not isinstance(s.value.ty, ir.TileType) or s.value.ty.dtype != "f32":
-            return False
-        if self.owner(ctx.kind, ctx.shape) != "true":
-            return False
-        probe = ir.Load(s.tensor, s.index, s.span, None, s.value.ty)
-        return self.vector_ok(probe, ctx) and self.small(ctx)
-
-    def vector_store(self, s: ir.Store, param: ir.TensorParam, ctx) -> None:
-        val = self.materialize(s.value, ctx.kind)
-        ds = self.dists(ctx.kind, ctx.shape)
-        for a, (d, loc, pos) in enumerate(zip(ds, ctx.local, ctx.pos, strict=True)):
-            step = "4" if a == len(ds) - 1 else "1"
-            self.out.line("#pragma unroll")
-            self.out.open(f"for (int {loc} = 0; {loc} < {d.count}; {loc} += {step})")
-            self.out.line(f"const int {pos} = {d.position(loc)}; (void){pos};")
-        ptr, pred = self.element_address(param, s.index, ctx.pos)
-        base = val.cname + "".join(f"[{x}]" for x in ctx.local[:-1])
-        last = ctx.local[-1]
-        parts = ", ".join(f"{base}[{last} + {q}]" for q in range(4))
-        st = f"*reinterpret_cast<float4*>(&{ptr}) = make_float4({parts});"
-        self.out.line(st if pred == "true" else f"if ({pred}) {st}")
-        for _ in ds:
-            self.out.close()
-
-    def store_line(self, param: ir.TensorParam, ptr: str, op: str, v: str, value: ir.Expr) -> str:
-        target_type = "f32" if param.dtype in ("f16", "bf16", "f32") else "i32"
-        v = self.cast(v, value, target_type)
-        if op == "=":
-            return f"{ptr} = {from_f32(param.dtype, v)};"
-        old = self.read_global(param, ptr)
-        binop = op[0]
-        if binop == "/" and target_type == "i32":
-            new = f"floordiv_i({old}, {v})"
-        else:
-            new = f"({old} {binop} {v})"
-        return f"{ptr} = {from_f32(param.dtype, new)};"
 
     def source_comment(self, span) -> None:
         """`// line N: <the kernel's line>` before the code of each statement (for readers of

@@ -41,6 +41,7 @@ def c_float(value: float) -> str:
     return f"{text}f"
 
 
+FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
 # registers hold bf16 / f16 values as floats (already rounded to the type)
 CTYPE = {"f32": "float", "i32": "int", "bool": "bool", "bf16": "float", "f16": "float"}
 # f16 / bf16 travel as their 16-bit patterns and convert with PTX cvt (see HALF_PRELUDE): the

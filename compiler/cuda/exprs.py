@@ -5,17 +5,12 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 
 from __future__ import annotations
 
-from compiler.cuda import analysis, dots, reductions
-from compiler.cuda.emit import CTYPE, Emitter, c_float, to_f32
+from compiler.cuda import analysis, calls
+from compiler.cuda.emit import CTYPE, FLOATS, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
-
-FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
-
-
-LOG2E = "1.44269504088896341f"
 
 
 class ExprEmitter:
@@ -254,7 +249,7 @@ class ExprEmitter:
         if isinstance(e, ir.Load):
             return self.load_elem(e, ctx)
         if isinstance(e, ir.Call):
-            return self.call(e, ctx)
+            return calls.call(self, e, ctx)
         raise CompileError(e.span, f"the CUDA backend cannot compile {type(e).__name__} here")
 
     def name_elem(self, e: ir.Name, ctx: Ctx | None) -> str:
@@ -412,103 +407,3 @@ class ExprEmitter:
         for _ in range(depth):
             self.out.close()
         return self.access(val, ctx)
-
-    # -- built-in calls ---------------------------------------------------------------------
-
-    def call(self, e: ir.Call, ctx: Ctx | None) -> str:
-        f = e.func
-        kw = dict(e.kwargs)
-        if f == "exp" and self.exp2_fold:
-            return self.exp_base2(e.args[0], ctx)
-        if f in ("exp", "log", "sqrt"):
-            return f"{f}f({self.f32_arg(e.args[0], ctx)})"
-        if f == "abs":
-            a = e.args[0]
-            inner = self.elem(a, self.sub_ctx(a, ctx))
-            return f"fabsf({inner})" if a.ty.dtype in FLOATS else f"abs({inner})"
-        if f in ("max", "min") and "axis" not in kw and len(e.args) == 2:
-            a, b = e.args
-            x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
-            if e.ty.dtype in FLOATS:
-                x = x if a.ty.dtype in FLOATS else f"((float){x})"
-                y = y if b.ty.dtype in FLOATS else f"((float){y})"
-                return f"f{f}f({x}, {y})"
-            return f"{f}({x}, {y})"
-        if f in ("sum", "max", "min"):
-            return reductions.reduction(self, e, ctx)
-        if f == "where":
-            c, x, y = self.where_parts(e, ctx)
-            return f"({c} ? {x} : {y})"
-        if f in ("bf16", "f16"):  # round to nearest even, held as the float it rounds to
-            x = self.f32_arg(e.args[0], ctx)
-            self.uses_bf16 |= f == "bf16"
-            self.uses_half |= f == "f16"
-            return f"{f}_to_f32(f32_to_{f}({x}))"
-        if f == "f32":
-            return f"((float)({self.elem(e.args[0], self.sub_ctx(e.args[0], ctx))}))"
-        if f == "i32":
-            return f"((int)({self.elem(e.args[0], self.sub_ctx(e.args[0], ctx))}))"
-        if f == "arange":
-            return ctx.pos[0]
-        if f == "full":
-            return self.cast(self.elem(e.args[1], None), e.args[1], e.ty.dtype)
-        if f == "expand":
-            axis = kw["axis"].value
-            keep = [a for a in range(len(ctx.shape)) if a != axis]
-            inner = Ctx(
-                tuple(ctx.shape[a] for a in keep),
-                ("row" if axis == 1 else "col") if ctx.kind == "2d" else ctx.kind,
-                tuple(ctx.local[a] for a in keep),
-                tuple(ctx.pos[a] for a in keep),
-                ctx.native,
-            )
-            if len(ctx.shape) != 2:
-                raise CompileError(e.span, "the CUDA backend expands 1-D tiles to 2-D only")
-            return self.elem(e.args[0], inner)
-        if f == "transpose":
-            return self.transpose(e, ctx)
-        if f == "dot":
-            val = dots.dot(self, e, into=None)
-            return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
-        raise CompileError(e.span, f"the CUDA backend cannot compile {f}()")
-
-    def where_parts(self, e: ir.Call, ctx) -> tuple[str, str, str]:
-        """The condition's, the then-value's and the else-value's element expressions of a where
-        (in that order of emission: the values first, as they may hoist a dot)."""
-        c, a, b = e.args
-        x, y = self.elem(a, self.sub_ctx(a, ctx)), self.elem(b, self.sub_ctx(b, ctx))
-        if e.ty.dtype in FLOATS:
-            x = x if a.ty.dtype in FLOATS else f"((float){x})"
-            y = y if b.ty.dtype in FLOATS else f"((float){y})"
-        return self.elem(c, self.sub_ctx(c, ctx)), x, y
-
-    def exp_base2(self, a: ir.Expr, ctx) -> str:
-        """exp in a tensor-core kernel (softmax: one exponential per score, the multi-function
-        unit's rate bounds attention) as 2^(x log2 e); exp(u - v) as 2^fma(u, log2 e, -v log2 e),
-        whose -v log2 e is per row in attention. Under fast math expf is the same ex2.approx
-        after a multiply and a subtraction; the fma saves one of the two per element. Only in
-        kernels whose dots are all 16-bit (codegen.KernelGen): f32 and TF32 kernels keep expf
-        and their generated code."""
-        if isinstance(a, ir.BinOp) and a.op == "-" and a.lhs.ty.dtype in FLOATS and a.rhs.ty.dtype in FLOATS:
-            u, v = self.f32_arg(a.lhs, ctx), self.f32_arg(a.rhs, ctx)
-            return f"exp2f(fmaf({u}, {LOG2E}, -({v}) * {LOG2E}))"
-        return f"exp2f({self.f32_arg(a, ctx)} * {LOG2E})"
-
-    def f32_arg(self, a: ir.Expr, ctx):
-        x = self.elem(a, self.sub_ctx(a, ctx))
-        return x if a.ty.dtype in FLOATS else f"((float)({x}))"
-
-    def transpose(self, e: ir.Call, ctx: Ctx) -> str:
-        a = e.args[0]
-        flipped = Ctx(
-            tuple(reversed(ctx.shape)),
-            ctx.kind,
-            tuple(reversed(ctx.local)),
-            tuple(reversed(ctx.pos)),
-            native=False,
-        )
-        if isinstance(a, ir.Load):
-            return self.elem(a, flipped)
-        v = a if isinstance(a, ir.Name) and isinstance(self.vals.get(a.name), Val) else None
-        val = self.vals[a.name] if v is not None else self.materialize(a, "2d")
-        return self.through_shared(val, flipped)

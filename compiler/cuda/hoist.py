@@ -111,9 +111,18 @@ def fit_dots(kernel: ir.Kernel, binding, tf32: bool) -> ir.Kernel:
 
 
 def _taken_names(kernel: ir.Kernel) -> set[str]:
+    """Every name of the kernel: parameters, dims, @autotune and @cluster names, lets, vars, loop
+    variables and whatever else its expressions read. A new let must avoid dims and tile names too: the
+    analyses count a let's reads by name (analysis.dot_operand_uses), so a let named like a dim
+    the body reads would lose its shared-memory staging (and a warpgroup-MMA or TMA schedule
+    would compile as mma.sync under its own name)."""
+    from compiler.frontend.binding import kernel_dims
+
     taken = {s.name for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let | ir.VarDecl)}
     taken |= {s.var for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.For)}
-    return taken | {p.name for p in kernel.params}
+    taken |= {x.name for x in walk.iter_body_exprs(kernel.body) if isinstance(x, ir.Name)}
+    taken |= {d.name for a in (kernel.autotune, kernel.cluster) if a is not None for d in a.dims}
+    return taken | set(kernel_dims(kernel)) | {p.name for p in kernel.params}
 
 
 def _rewrite_body(stmts: tuple[ir.Stmt, ...], on_dot, after_let=None) -> tuple[ir.Stmt, ...]:
@@ -130,8 +139,11 @@ def _rewrite_body(stmts: tuple[ir.Stmt, ...], on_dot, after_let=None) -> tuple[i
     return tuple(out)
 
 
-def _fresh_name(base: str, taken: set[str]) -> str:
-    name, n = base, 1
+def _fresh_name(base: str, taken: set[str], first: int | None = None) -> str:
+    """The first of `base`, `base2`, `base3`, ... (from `base{first}` on when `first` is given)
+    not in `taken`, which then holds it."""
+    n = 1 if first is None else first
+    name = base if first is None else f"{base}{n}"
     while name in taken:
         n += 1
         name = f"{base}{n}"
@@ -143,14 +155,6 @@ class _Hoister:
     def __init__(self, taken: set[str], stored: set[str]):
         self.taken = taken
         self.stored = stored
-
-    def fresh(self, tensor: str) -> str:
-        n = 1
-        while f"{tensor.lower()}_tile{n}" in self.taken:
-            n += 1
-        name = f"{tensor.lower()}_tile{n}"
-        self.taken.add(name)
-        return name
 
     def body(self, stmts: tuple[ir.Stmt, ...], outside_lets: frozenset[str]) -> tuple[ir.Stmt, ...]:
         """Statements outside any loop keep their operands; loops are rewritten inside."""
@@ -174,7 +178,8 @@ class _Hoister:
             load = e.args[0] if transposed else e
             if not self.movable(load, fixed_lets):
                 return e
-            name = ir.Name(self.fresh(load.tensor), load.span, load.ty, "let")
+            fresh = _fresh_name(f"{load.tensor.lower()}_tile", self.taken, first=1)
+            name = ir.Name(fresh, load.span, load.ty, "let")
             hoisted.append(ir.Let(name.name, load, load.span))
             return dataclasses.replace(e, args=(name,)) if transposed else name
 

@@ -13,6 +13,7 @@ import numpy as np
 from common.errors import UserError
 from compiler.cuda import target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel
+from compiler.cuda.scalars import scalar_argument
 from compiler.frontend import ir
 
 _DTYPES = {
@@ -97,9 +98,7 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
             a = _checked_array(cupy, arrays, name)
             args.append(a.data.ptr if by_maps else a)
         elif isinstance(kind, str):
-            if name not in scalars:
-                raise UserError(f"scalar {name} is missing")
-            args.append(np.float32(scalars[name]) if kind == "f32" else np.int32(scalars[name]))
+            args.append(_scalar(scalars, name, kind))
         else:
             args.append((kind, _map_array(cupy, arrays, kind).data.ptr))
     if not by_maps:
@@ -109,6 +108,12 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
 
     s = stream if stream is not None else cupy.cuda.get_current_stream()
     tensor_maps.launch(fn.ptr, compiled.grid, compiled.block, compiled.shared_bytes, s.ptr, args)
+
+
+def _scalar(scalars: dict, name: str, dtype: str):
+    if name not in scalars:
+        raise UserError(f"scalar {name} is missing")
+    return scalar_argument(name, scalars[name], dtype)
 
 
 def _checked_array(cupy, arrays: dict, name: str):
@@ -141,10 +146,7 @@ def prepared_launch(compiled: CompiledKernel, scalars: dict):
     tensor_slots: list[tuple[int, str]] = []
     for i, name in enumerate(compiled.params):
         if name in scalar_types:
-            if name not in scalars:
-                raise UserError(f"scalar {name} is missing")
-            value = scalars[name]
-            fixed.append(np.float32(value) if scalar_types[name] == "f32" else np.int32(value))
+            fixed.append(_scalar(scalars, name, scalar_types[name]))
         else:
             fixed.append(None)
             tensor_slots.append((i, name))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.cuda import analysis, dots, operands, pingpong, tma, tma_tf32, wgmma, wgmma_tf32
+from compiler.cuda.schedule import ring_stages
 from compiler.frontend import ir
 
 
@@ -79,18 +80,11 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
     # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
     # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
     low = pingpong.MIN_STAGES if handover else 3 if gen.wgmma else 2
-    stages = max(low, gen.schedule.stages)
-    while stages > low and (gen.perm_floats + stages * sum(words)) * 4 > gen.smem_limit - 32 * 1024:
-        stages -= 1
+    stages = ring_stages(gen.schedule.stages, low, sum(words), gen.perm_floats, gen.smem_limit)
     ahead = stages - 3 if handover else stages - 2 if gen.wgmma else stages - 1
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
-    bases = []
-    for w, (*_, tile, _) in zip(words, entries, strict=True):
-        base = gen.fresh("ring")
-        ring = gen.alloc_perm(stages * w, 256 if isinstance(tile, wgmma.CoreTile) else 4)
-        gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
-        bases.append(base)
+    bases = [_ring_buffer(gen, tile, stages * w) for w, (*_, tile, _) in zip(words, entries, strict=True)]
     if handover:
         pingpong.setup(gen, stages)
     per_word = [4 // t.elem_bytes for *_, t, _ in entries]
@@ -114,6 +108,15 @@ def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -
         st.name: ("ring", st, role, transposed, plan, base, e * w, (stages, ahead), first)
         for (st, role, transposed, _, plan), base, w, e in zip(entries, bases, words, per_word, strict=True)
     }
+
+
+def _ring_buffer(gen, tile, words: int) -> str:
+    """A ring's shared buffer of `words` words, declared as a pointer to its elements: its C name
+    (1024-byte aligned for warpgroup MMA's swizzled tiles)."""
+    base = gen.fresh("ring")
+    ring = gen.alloc_perm(words, 256 if isinstance(tile, wgmma.CoreTile) else 4)
+    gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
+    return base
 
 
 def ring_lets(gen, lets: list[ir.Let]) -> None:

@@ -262,13 +262,8 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
     gen.tf32_register_operand |= from_regs  # a tighter register budget (codegen.py)
-    g, t = "(th_lane >> 2)", "(th_lane & 3)"
-    k_lo, k_hi = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
-
-    def at(tile: MmaTile, x: str, k: str) -> str:
-        r, c = (x, k) if tile.k_contiguous else (k, x)
-        return f"tf32_of({tile.ptr}[({r}) * {tile.ld} + {c}])"
-
+    t = "(th_lane & 3)"
+    k_slots = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
     c = acc.cname
     la = None if from_regs or not sa.k_contiguous else _tf32_lane_base(gen, sa, wr_base, "a")
     # ldmatrix gives k slots t and t + 4 in order: not for b beside a register a (permuted k)
@@ -278,38 +273,11 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     gen.out.open(f"for (int kk_ = 0; kk_ < {kk}; kk_ += 8)")
     gen.out.line(f"unsigned af_[{mt}][4], bf_[{nt}][2];")
     for i in range(mt):
-        if from_regs:
-            p = sa.cname
-            regs = [f"{p}[{2 * i + h}][kk_ / 4 + {e}]" for e in (0, 1) for h in (0, 1)]
-            gen.out.line(" ".join(f"af_[{i}][{q}] = tf32_of({r});" for q, r in enumerate(regs)))
-        elif la is not None:
-            at_a = f"{la} + {16 * i * sa.ld * 4} + kk_ * 4"
-            gen.out.line(f"ldsm_x4_at(af_[{i}], {at_a}); {_round_tf32(f'af_[{i}]', 4)}")
-        else:
-            x0 = f"{wr_base} + {16 * i} + {g}"
-            parts = [
-                (x0, f"kk_ + {k_lo}"),
-                (f"{x0} + 8", f"kk_ + {k_lo}"),
-                (x0, f"kk_ + {k_hi}"),
-                (f"{x0} + 8", f"kk_ + {k_hi}"),
-            ]
-            gen.out.line(" ".join(f"af_[{i}][{q}] = {at(sa, x, k)};" for q, (x, k) in enumerate(parts)))
+        gen.out.line(_tf32_a_fragment(sa, la, i, f"{wr_base} + {16 * i} + {_LANE_GROUP}", k_slots))
     for j in range(nt):
-        x0 = f"{wc_base} + {8 * j} + {g}"
-        if lb is not None and j % 2 == 0 and j + 1 < nt:  # two n sub-tiles per ldmatrix.x4
-            gen.out.line(
-                f"{{ unsigned t4_[4]; ldsm_x4_at(t4_, {lb} + {8 * j * sb.ld * 4} + kk_ * 4); "
-                f"{_round_tf32('t4_', 4)} "
-                f"bf_[{j}][0] = t4_[0]; bf_[{j}][1] = t4_[1]; "
-                f"bf_[{j + 1}][0] = t4_[2]; bf_[{j + 1}][1] = t4_[3]; }}"
-            )
-        elif lb is not None and j % 2 == 0:
-            at_b = f"{lb} + {8 * j * sb.ld * 4} + kk_ * 4"
-            gen.out.line(f"ldsm_x2_at(bf_[{j}], {at_b}); {_round_tf32(f'bf_[{j}]', 2)}")
-        elif lb is None:
-            gen.out.line(
-                f"bf_[{j}][0] = {at(sb, x0, f'kk_ + {k_lo}')}; bf_[{j}][1] = {at(sb, x0, f'kk_ + {k_hi}')};"
-            )
+        line = _tf32_b_fragment(sb, lb, j, nt, f"{wc_base} + {8 * j} + {_LANE_GROUP}", k_slots)
+        if line is not None:
+            gen.out.line(line)
     for i in range(mt):
         for jj in range(nt):
             gen.out.line(
@@ -317,6 +285,48 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
                 f"{c}[{2 * i + 1}][{2 * jj}], {c}[{2 * i + 1}][{2 * jj + 1}], af_[{i}], bf_[{jj}]);"
             )
     gen.out.close()
+
+
+_LANE_GROUP = "(th_lane >> 2)"  # g of a lane (g, t): the fragment's row (a) or column (b)
+
+
+def _tf32_element(tile: MmaTile, x: str, k: str) -> str:
+    """The operand's element at (x, k) in shared memory, rounded to TF32."""
+    r, c = (x, k) if tile.k_contiguous else (k, x)
+    return f"tf32_of({tile.ptr}[({r}) * {tile.ld} + {c}])"
+
+
+def _tf32_a_fragment(sa, la: str | None, i: int, x0: str, k_slots: tuple[str, str]) -> str:
+    """The line that fills A fragment i (rows x0, x0 + 8): from the register tile `sa`, by
+    ldmatrix from the lane address `la`, or element by element."""
+    if not isinstance(sa, MmaTile):
+        p = sa.cname
+        regs = [f"{p}[{2 * i + h}][kk_ / 4 + {e}]" for e in (0, 1) for h in (0, 1)]
+        return " ".join(f"af_[{i}][{q}] = tf32_of({r});" for q, r in enumerate(regs))
+    if la is not None:
+        at_a = f"{la} + {16 * i * sa.ld * 4} + kk_ * 4"
+        return f"ldsm_x4_at(af_[{i}], {at_a}); {_round_tf32(f'af_[{i}]', 4)}"
+    parts = [(x, f"kk_ + {k}") for k in k_slots for x in (x0, f"{x0} + 8")]
+    return " ".join(f"af_[{i}][{q}] = {_tf32_element(sa, x, k)};" for q, (x, k) in enumerate(parts))
+
+
+def _tf32_b_fragment(sb: MmaTile, lb: str | None, j: int, nt: int, x0: str, k_slots) -> str | None:
+    """The line that fills B fragment j (column x0): by ldmatrix from the lane address `lb`, two
+    fragments per x4 (None for the odd one the x4 filled), or element by element."""
+    if lb is not None and j % 2 == 0 and j + 1 < nt:  # two n sub-tiles per ldmatrix.x4
+        return (
+            f"{{ unsigned t4_[4]; ldsm_x4_at(t4_, {lb} + {8 * j * sb.ld * 4} + kk_ * 4); "
+            f"{_round_tf32('t4_', 4)} "
+            f"bf_[{j}][0] = t4_[0]; bf_[{j}][1] = t4_[1]; "
+            f"bf_[{j + 1}][0] = t4_[2]; bf_[{j + 1}][1] = t4_[3]; }}"
+        )
+    if lb is not None and j % 2 == 0:
+        at_b = f"{lb} + {8 * j * sb.ld * 4} + kk_ * 4"
+        return f"ldsm_x2_at(bf_[{j}], {at_b}); {_round_tf32(f'bf_[{j}]', 2)}"
+    if lb is None:
+        elements = (_tf32_element(sb, x0, f"kk_ + {k}") for k in k_slots)
+        return " ".join(f"bf_[{j}][{q}] = {x};" for q, x in enumerate(elements))
+    return None
 
 
 def _tf32_lane_base(gen, tile: MmaTile, x_base: str, role: str) -> str:
@@ -426,38 +436,13 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
             ops.append(regs)
             continue
         inner, transposed, k_contiguous = operand_orientation(role, arg)
-        x = m if role == "a" else n
-        mn_major = wgmma.core_layout(k_contiguous, x) if gen.wgmma else None
-        loaded = isinstance(inner, ir.Load) and inner.ty.rank == 2
-        if gen.wgmma and dtype == "tf32":  # K-major, rounded on the way in (wgmma_tf32.py)
-            if not loaded:
-                raise gen.pruned(e.span, "TF32 warpgroup MMA takes operands loaded from tensors")
-            tile = wgmma.alloc_core(gen, role, kk, x, "f32", False)
-        elif mn_major is not None and loaded:
-            tile = wgmma.alloc_core(gen, role, kk, x, dtype, mn_major)
-        elif gen.wgmma and k_contiguous:
-            tile = wgmma.alloc_core(gen, role, kk, x, dtype, False)
-        else:
-            tile = alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
+        tile = _operand_buffer(gen, e, role, inner, k_contiguous, (kk, m if role == "a" else n), dtype)
         if not (isinstance(inner, ir.Load) and inner.ty.rank == 2):
             inner = gen.materialize(inner, "2d")
         ops.append(tile)
         writes.append((tile, inner, transposed))
     if writes:
-        gen.sync_before_overwrite()
-        copied = False
-        for tile, src, transposed in writes:
-            if isinstance(tile, wgmma.CoreTile) and tile.dtype == "f32":
-                wgmma_tf32.stage(gen, tile, src)
-            elif isinstance(src, ir.Load):
-                copied |= stage_load(gen, tile, src)
-            else:
-                write_registers(gen, tile, src, transposed)
-        if copied:
-            gen.out.line("cp_async_commit(); cp_async_wait<0>();")
-        if gen.wgmma:  # written through the generic proxy, read by the tensor cores' async proxy
-            gen.out.line("fence_async_smem();")
-        gen.sync()
+        _write_operands(gen, writes)
     fresh = into is None
     if fresh:
         into = gen.declare(None, "2d", (m, n), "f32")
@@ -471,3 +456,41 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
     else:
         emit_mma(gen, into, ops[0], ops[1], m, n, kk, dtype)
     return into
+
+
+def _operand_buffer(gen, e: ir.Call, role: str, inner: ir.Expr, k_contiguous: bool, extents, dtype: str):
+    """The shared buffer a dot operand is written into before the dot: in warpgroup MMA's
+    core-matrix layout where its descriptor can read it, else an MmaTile for ldmatrix (or for
+    wgmma.transpose_into); `extents`: (k, x), x the operand's rows (a) or columns (b)."""
+    kk, x = extents
+    mn_major = wgmma.core_layout(k_contiguous, x) if gen.wgmma else None
+    loaded = isinstance(inner, ir.Load) and inner.ty.rank == 2
+    if gen.wgmma and dtype == "tf32":  # K-major, rounded on the way in (wgmma_tf32.py)
+        if not loaded:
+            raise gen.pruned(e.span, "TF32 warpgroup MMA takes operands loaded from tensors")
+        return wgmma.alloc_core(gen, role, kk, x, "f32", False)
+    if mn_major is not None and loaded:
+        return wgmma.alloc_core(gen, role, kk, x, dtype, mn_major)
+    if gen.wgmma and k_contiguous:
+        return wgmma.alloc_core(gen, role, kk, x, dtype, False)
+    return alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
+
+
+def _write_operands(gen, writes) -> None:
+    """Fill the operands' shared buffers, (tile, source, transposed) each: loads by cp.async
+    (waited for here), TF32 warpgroup operands rounded on the way in, register tiles stored;
+    then the barrier (and, for warpgroup MMA, the fence) that lets the tensor cores read them."""
+    gen.sync_before_overwrite()
+    copied = False
+    for tile, src, transposed in writes:
+        if isinstance(tile, wgmma.CoreTile) and tile.dtype == "f32":
+            wgmma_tf32.stage(gen, tile, src)
+        elif isinstance(src, ir.Load):
+            copied |= stage_load(gen, tile, src)
+        else:
+            write_registers(gen, tile, src, transposed)
+    if copied:
+        gen.out.line("cp_async_commit(); cp_async_wait<0>();")
+    if gen.wgmma:  # written through the generic proxy, read by the tensor cores' async proxy
+        gen.out.line("fence_async_smem();")
+    gen.sync()

@@ -60,6 +60,23 @@ TMA_ATTENTION_STAGES = (3, 4)
 TMA_ATTENTION_TUNED = True  # its GPU tests passed on the H200 (results/nvidia-h200/tc-2026-12-01-attn3)
 TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
 
+# Shared memory a copy ring leaves to the rest of the kernel by default: the ring is allocated when
+# its loop starts, before the tiles staged later and the scratch of layout changes and reductions
+# are known, so it keeps a margin for them rather than taking all it could.
+RING_HEADROOM = 32 * 1024
+
+
+def ring_stages(asked: int, fewest: int, stage_floats: int, held_floats: int, smem_limit: int,
+                headroom: int = RING_HEADROOM) -> int:
+    """How many stages a copy ring gets: the schedule's `asked` depth (at least `fewest`), one
+    fewer at a time while the ring's stages of `stage_floats` words each, beside the `held_floats`
+    words the kernel already holds, would leave less than `headroom` bytes of `smem_limit`; never
+    fewer than `fewest` (a point that does not fit then is pruned where the kernel's total is checked)."""
+    stages = max(fewest, asked)
+    while stages > fewest and (held_floats + stages * stage_floats) * 4 > smem_limit - headroom:
+        stages -= 1
+    return stages
+
 
 def tma_searched() -> bool:
     """Whether the tuner tries the warp-specialized TMA ring (tma.py); PHOBOS_CUDA_TMA=0 leaves

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler.cuda import mbarriers, pingpong
+from compiler.cuda.schedule import ring_stages
 from compiler.cuda.tensor_maps import MapSpec
 from compiler.cuda.wgmma import CoreTile, point_at_stage
 from compiler.frontend import ir
@@ -129,9 +130,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     if not all(_copyable(gen, tile, st.value) for st, tile in tiles):
         raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
     stage_floats = sum(t.elements // 2 for _, t in tiles)
-    stages = max(3, gen.schedule.stages)
-    while stages > 3 and (gen.perm_floats + stages * stage_floats) * 4 > gen.smem_limit - 32 * 1024:
-        stages -= 1
+    stages = ring_stages(gen.schedule.stages, 3, stage_floats, gen.perm_floats, gen.smem_limit)
     ops = []
     for st, tile in tiles:
         base = gen.fresh("ring")

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.cuda import analysis, tma, wgmma
+from compiler.cuda.schedule import ring_stages
 from compiler.cuda.tensor_maps import MapSpec
 from compiler.frontend import ir
 
@@ -153,8 +154,9 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     (let, role, transposed, tile) with tile's ptr unset."""
     a, b, m, n, wn = _check(gen, s, entries)
     stage = BOX * (m + n)
-    room = (gen.smem_limit - MARGIN) // 4 - gen.perm_floats - 256
-    stages = min(gen.schedule.stages, room // stage)
+    # held beside the kernel's words: up to 256 words of padding that align the region to 1024
+    # bytes; as few as 1 stage, which the check below prunes with this ring's own reason
+    stages = ring_stages(gen.schedule.stages, 1, stage, gen.perm_floats + 256, gen.smem_limit, MARGIN)
     if stages < 3:
         raise gen.pruned(s.span, "TF32 bulk tensor copies need 3 stages in shared memory")
     region = gen.fresh("ring")

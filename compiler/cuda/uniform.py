@@ -11,6 +11,7 @@ the test picks one (codegen.KernelGen.let). Anything outside that form gives Non
 
 from __future__ import annotations
 
+from compiler.cuda import calls
 from compiler.frontend import ir, walk
 
 _CMP = {"<=": "<=", "<": "<", ">=": ">=", ">": ">"}
@@ -86,7 +87,7 @@ def materialize_masked(gen, expr: ir.Expr, kind: str, name: str):
         return None
     shape = tuple(gen.size(s) for s in expr.ty.shape)
     ctx = gen.ctx_for(kind, shape)
-    c, x, y = gen.where_parts(expr, ctx)
+    c, x, y = calls.where_parts(gen, expr, ctx)
     val = gen.declare(name, kind, shape, expr.ty.dtype, expr.ty.shape)
     flag = gen.fresh("whole")
     gen.out.line(f"const bool {flag} = {test};  // the condition holds on the whole tile")

@@ -284,3 +284,11 @@ def test_a_leaf_that_does_not_check_is_an_internal_error_not_a_user_error():
 def test_split_dimension_through_a_let_used_as_a_value():
     text = ADD.replace("  let base", "  let n = N - 1\n  let base").replace("+ b[base :+ BLOCK]", "/ f32(n)")
     expect(text, {"N": 256}, 6, "n)", "'n' is computed from dimension 'N'")
+
+
+def test_one_dimension_cut_two_ways():
+    text = ADD.replace("b: tensor<f32>[N]", "b: tensor<f32>[N, N]").replace(
+        "a[base :+ BLOCK] + b[base :+ BLOCK]", "a[base :+ BLOCK] + sum(b[base :+ BLOCK, :], axis = 1)"
+    )
+    expect(text, {"N": 256}, 5, ":]", "dimension 'N' is taken whole here but split into super-tiles by "
+           "ctx.block.x * BLOCK at line 5; the leaf sees one value per dimension")

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import re
 
+import novel_cases
 import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs
 
 from compiler.cuda import analysis
 from compiler.cuda.compiled import generate_source
-from compiler.cuda.hoist import hoist_dot_loads
+from compiler.cuda.hoist import hoist_dot_loads, split_operand_lets
+from compiler.cuda.schedule import TF32_TMA_PROBE
 from compiler.frontend import binding, ir, walk
 from compiler.frontend import load as frontend
 from compiler.interp import interpreter as interp
@@ -64,6 +66,43 @@ kernel k(A: tensor<f32>[N, T], B: tensor<f32>[T, T], C: tensor<f32>[T, T]) {
     lets = [s for s in body if isinstance(s, ir.Let)]
     # only B moves: A's index reads the var `off`, C is stored by the kernel
     assert [s.value.tensor for s in lets] == ["B", "B"]
+
+
+# A TF32 matmul whose K is named a_tile1: the name hoist_dot_loads gives A's inline operand
+NAMED_LIKE_ITS_OPERAND = """
+@autotune(TM in [128], TN in [128], TK in [32])
+kernel mm(A: tensor<f32>[M, a_tile1], B: tensor<f32>[a_tile1, N], C: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, a_tile1, TK) {
+    acc += dot(A[ctx.block.x * TM :+ TM, kt :+ TK], B[kt :+ TK, ctx.block.y * TN :+ TN], precision = tf32)
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+"""
+
+
+def test_a_hoisted_operand_takes_no_name_the_kernel_reads():
+    """The analyses count a let's reads by name: a hoisted operand named like a dim that the body
+    reads (here the loop's bound) lost its shared-memory staging, and the TF32 TMA schedule then
+    compiled as mma.sync from registers under its own name (no tensor maps, no warpgroup MMA)."""
+    kernel = frontend.load_text(NAMED_LIKE_ITS_OPERAND).kernel()
+    lets = [s.name for s in _loop(hoist_dot_loads(kernel)).body if isinstance(s, ir.Let)]
+    assert len(lets) == 2 and "a_tile1" not in lets
+    assert set(lets) <= set(analysis.shared_lets(hoist_dot_loads(kernel).body))
+    b = binding.bind(kernel, {"M": 256, "N": 256, "a_tile1": 256}, None, {"TM": 128, "TN": 128, "TK": 32})
+    gen = generate_source(kernel, b, schedule=TF32_TMA_PROBE)
+    assert [m.tensor for m in gen.tensor_maps] == ["A", "B"] and "wgmma" in gen.need.features
+
+
+def test_a_split_copy_takes_no_name_the_kernel_reads():
+    """Likewise the copy split_operand_lets makes for the exact dot (a_f32a) where K is so named."""
+    kernel = novel_cases.load("tf32_and_exact")
+    kernel = frontend.load_text(re.sub(r"\bK\b", "a_f32a", kernel.source)).kernel()
+    assert "a_f32a" in binding.kernel_dims(kernel)
+    body = split_operand_lets(hoist_dot_loads(kernel), False).body
+    copies = [s.name for s in next(s for s in body if isinstance(s, ir.For)).body if isinstance(s, ir.Let)]
+    assert len(copies) == 4 and "a_f32a" not in copies
+    assert set(copies) <= set(analysis.shared_lets(body))
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,9 @@ analysis, 1-D layout roles, shared-memory lets and the autotune cache."""
 from __future__ import annotations
 
 import json
+import re
 
+import novel_cases
 import pytest
 from cuda_cases import load_example
 
@@ -110,3 +112,30 @@ def test_a_cached_winner_is_returned_before_any_point_is_compiled(tmp_path, monk
     monkeypatch.setattr(autotune, "compile_kernel", compiles)
     res = autotune.tune(k, dims, cc=90)
     assert res.cached and res.best == {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}
+
+
+def test_every_launch_path_passes_scalars_one_way():
+    """launch, prepared_launch (the pods) and phobos.Kernel's GPU calls convert a scalar argument
+    by scalars.scalar_argument: f32 to np.float32, i32 to np.int32 of a whole number that fits,
+    anything else refused with one line naming it (before the GPU is touched)."""
+    import numpy as np
+
+    from common.errors import UserError
+    from compiler.cuda.compiled import compile_generated, generate_source
+    from compiler.cuda.launch import prepared_launch
+    from compiler.cuda.scalars import scalar_argument
+    from compiler.frontend import binding
+
+    f32, i32 = scalar_argument("s", 0.1, "f32"), scalar_argument("n", 3.0, "i32")
+    assert (type(f32), f32, type(i32), i32) == (np.float32, np.float32(0.1), np.int32, 3)
+    assert scalar_argument("n", -(2**31), "i32") == -(2**31)
+    kernel = novel_cases.load("imm")
+    b = binding.bind(kernel, novel_cases.CASES["imm"].dims)
+    compiled = compile_generated(kernel, generate_source(kernel, b), ptx="")
+    whole = "must be an integer (it is i32)"
+    refused = [(2.5, whole), (True, whole), (float("nan"), whole), (2**31, "does not fit in i32")]
+    for value, why in refused:
+        with pytest.raises(UserError, match=re.escape(f"scalar off = {value} {why}")):
+            prepared_launch(compiled, {"off": value})
+    with pytest.raises(UserError, match="^scalar off is missing$"):
+        prepared_launch(compiled, {})
