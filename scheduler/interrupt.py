@@ -2,8 +2,9 @@
 
 The first SIGINT or SIGTERM cancels the job's coroutine. Cancellation unwinds through the
 runner's `finally` blocks, which are the one way out of a job whatever ends it: the pods are told
-to drop the job (`cancel`), staging files are removed (common/storage.py's abort), the session's
-connections close and local pods are stopped. Then `Interrupted` reaches the command line, which
+to drop the job (`cancel`), staging files are removed (common/storage.py's abort) once the thread
+making them is over (scheduler/job_storage.py: never racing it), the session's connections close
+and local pods are stopped. Then `Interrupted` reaches the command line, which
 exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
 
 A second signal while that runs (a pod that does not answer can hold the orderly stop for a few
