@@ -115,10 +115,11 @@ class Sink(rpc.SchedulerSink.Server):
         return [self.plans_done[k] for k in keys]
 
 
-async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, part_instructions=None) -> None:
+async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, part_instructions=None,
+                 staged: bool = True) -> None:
     # several parts when `part_instructions` says so, as the scheduler sends a huge plan
     await capnp_io.send_submit(pod, job_id, program, plan, peers,
-                               part_instructions or capnp_io.PLAN_PART_INSTRUCTIONS)
+                               part_instructions or capnp_io.PLAN_PART_INSTRUCTIONS, staged=staged)
 
 
 def remote_message(err: BaseException) -> str:

@@ -127,6 +127,38 @@ def test_two_pods_load_fetch_compute_store(fresh_pods):
     assert sink.beats and {hb[0] for hb in sink.beats} <= {0, 1}
 
 
+def test_a_plan_sent_before_its_staging_copy_exists_stores_only_once_told(fresh_pods):
+    """`staged` false: both pods load, fetch and compute at once, but no store writes (there is no
+    staging copy yet: a store would fail) until `outputsStaged`; then the plans finish."""
+    root, procs = fresh_pods
+    a, b, uris = make_inputs(root)
+    peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
+
+    async def scenario():
+        sink = Sink()
+        links = [await connect(addr) for _, addr in procs]
+        for node, (_, pod) in enumerate(links):
+            await pod.hello(sink, node)
+        for node, plan in enumerate(add_plans(uris)):
+            await submit(links[node][1], "job-held", PROGRAM, plan, peers, staged=False)
+        deadline = time.monotonic() + 30
+        while {node for node, e in sink.reported if e.kind == "compute"} != {0, 1}:
+            assert time.monotonic() < deadline, sink.reported
+            await asyncio.sleep(0.05)
+        before = ({e.kind for _, e in sink.reported}, dict(sink.plans_done))
+        staging = storage.create_staging(root / "c.npy", (2 * HALF,), "f32", "job-held")
+        for _, pod in links:
+            await pod.outputsStaged("job-held")
+        results = await sink.wait_finished([(0, "job-held", 1), (1, "job-held", 1)])
+        return before, results, staging
+
+    (kinds, finished), results, staging = run_async(scenario)
+    assert {"load", "fetch", "compute"} <= kinds and "store" not in kinds and finished == {}
+    assert results == [(True, ""), (True, "")]
+    storage.commit(staging, root / "c.npy")
+    np.testing.assert_array_equal(np.load(root / "c.npy"), a + b)
+
+
 def test_wrong_or_missing_token_is_refused(pods):
     _, procs = pods
 

@@ -9,6 +9,9 @@ the module's fixture; each test drives it with `run_until_complete`.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +19,8 @@ import numpy as np
 
 from scheduler.prepare import prepare
 from scheduler.run import PodSession, RunOptions, RunResult, start_pods_for
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -36,23 +41,61 @@ class Cluster:
 
 def open_cluster(root: Path, pods: int, device: str = "cpu", **options):
     """Start `pods` local pods and a session on them; returns (cluster, closer)."""
+    loop, kj = _loop()
+    opts = RunOptions(storage_roots=(root,), **options)
+    local = loop.run_until_complete(start_pods_for(opts, count=pods))
+    cluster, close_session = _session(loop, kj, local.addresses, local.token, opts)
+
+    def close():
+        loop.run_until_complete(local.stop())
+        close_session()
+
+    return cluster, local, close
+
+
+def open_session(root: Path, addresses: list[str], token: str, **options):
+    """A session on pods already running (`start_pod`), as `--pods` opens; returns (cluster,
+    closer). Closing it is the scheduler leaving: pods started with --keep-serving stay up."""
+    loop, kj = _loop()
+    return _session(loop, kj, addresses, token, RunOptions(storage_roots=(root,), **options))
+
+
+def _loop():
     import capnp
 
     loop = asyncio.new_event_loop()
     kj = capnp.kj_loop()
     loop.run_until_complete(_enter(kj))
-    opts = RunOptions(storage_roots=(root,), **options)
-    local = loop.run_until_complete(start_pods_for(opts, count=pods))
-    session = PodSession(local.addresses, local.token)
+    return loop, kj
+
+
+def _session(loop, kj, addresses: list[str], token: str, options: RunOptions):
+    session = PodSession(addresses, token)
     loop.run_until_complete(session.open())
 
     def close():
         loop.run_until_complete(session.close())
-        loop.run_until_complete(local.stop())
         loop.run_until_complete(kj.__aexit__(None, None, None))
         loop.close()
 
-    return Cluster(loop, session, opts, root), local, close
+    return Cluster(loop, session, options, options.storage_roots[0]), close
+
+
+def program_env(token: str) -> dict[str, str]:
+    """The environment a pod or scheduler program of this checkout runs in, with `token`."""
+    path = str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    return dict(os.environ, PHOBOS_TOKEN=token, PYTHONPATH=path)
+
+
+def start_pod(folder: Path, token: str, *flags: str) -> tuple[subprocess.Popen, str]:
+    """A CPU pod process serving `folder` (with `flags`, e.g. --keep-serving); (process, address)."""
+    module = os.environ.get("PHOBOS_POD_MODULE", "pod.main")
+    pod = subprocess.Popen([sys.executable, "-m", module, "--listen", "127.0.0.1:0", "--device", "cpu",
+                            "--storage-root", str(folder), "--log-level", "error", *flags],
+                           env=program_env(token), stdout=subprocess.PIPE, text=True, cwd=REPO)
+    line = pod.stdout.readline()
+    assert line.startswith("PHOBOS_POD_LISTENING "), line
+    return pod, line.split()[1]
 
 
 async def _enter(kj):
@@ -71,3 +114,9 @@ def reference(kernel_file: Path, dims: dict[str, int], arrays: dict[str, np.ndar
     binding = bind(kernel, dims, {k: v.shape for k, v in tensors.items()})
     run_kernel(kernel, binding, tensors, scalars or {})
     return tensors
+
+
+def run_scheduler(folder: Path, token: str, *argv: str) -> subprocess.CompletedProcess:
+    """A `phobos-sched` command of this checkout, its storage root `folder`, run to its end."""
+    return subprocess.run([sys.executable, "-m", "scheduler.main", *argv, "--storage-root", str(folder)],
+                          env=program_env(token), capture_output=True, text=True, cwd=REPO, timeout=300)

@@ -9,42 +9,18 @@ not change), and a job that fails on a user error in between leaves them serving
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from tests.job_files import make_job, write_inputs
+from tests.runtime.cluster import run_scheduler, start_pod
 
 N = 4096
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _env(token: str) -> dict[str, str]:
-    path = str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    return dict(os.environ, PHOBOS_TOKEN=token, PYTHONPATH=path)
-
-
-def _start_pod(folder: Path, token: str, *flags: str) -> tuple[subprocess.Popen, str]:
-    module = os.environ.get("PHOBOS_POD_MODULE", "pod.main")
-    pod = subprocess.Popen([sys.executable, "-m", module, "--listen", "127.0.0.1:0", "--device", "cpu",
-                            "--storage-root", str(folder), "--log-level", "error", *flags],
-                           env=_env(token), stdout=subprocess.PIPE, text=True, cwd=REPO)
-    line = pod.stdout.readline()
-    assert line.startswith("PHOBOS_POD_LISTENING "), line
-    return pod, line.split()[1]
-
-
-def _sched(folder: Path, token: str, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scheduler.main", *argv, "--storage-root", str(folder)],
-                          env=_env(token), capture_output=True, text=True, cwd=REPO, timeout=300)
 
 
 def test_three_jobs_against_the_same_pods(tmp_path):
     token = "keep-serving-test-0123456789"
-    pods = [_start_pod(tmp_path, token, "--keep-serving") for _ in range(2)]
+    pods = [start_pod(tmp_path, token, "--keep-serving") for _ in range(2)]
     try:
         addresses = ",".join(address for _, address in pods)
         for round_ in range(3):
@@ -53,7 +29,7 @@ def test_three_jobs_against_the_same_pods(tmp_path):
             write_inputs(tmp_path, {"a": a, "b": b})
             job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
             trace = tmp_path / "trace.json"
-            done = _sched(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=256",
+            done = run_scheduler(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=256",
                           "--trace", str(trace))
             assert done.returncode == 0, done.stdout + done.stderr
             np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), a + b)
@@ -66,7 +42,7 @@ def test_three_jobs_against_the_same_pods(tmp_path):
             for pod, _ in pods:
                 assert pod.poll() is None, "a --keep-serving pod exited after its scheduler left"
             if round_ == 1:  # a job refused before it runs leaves the pods serving too
-                bad = _sched(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=3")
+                bad = run_scheduler(tmp_path, token, str(job), "--pods", addresses, "--cluster", "BLOCK=3")
                 assert bad.returncode == 2, bad.stdout + bad.stderr
     finally:
         for pod, _ in pods:
@@ -78,9 +54,9 @@ def test_without_keep_serving_a_pod_exits_with_its_scheduler(tmp_path):
     token = "one-job-test-0123456789"
     write_inputs(tmp_path, {"a": np.ones(N, np.float32), "b": np.ones(N, np.float32)})
     job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
-    pod, address = _start_pod(tmp_path, token)
+    pod, address = start_pod(tmp_path, token)
     try:
-        done = _sched(tmp_path, token, str(job), "--pods", address, "--cluster", "BLOCK=256")
+        done = run_scheduler(tmp_path, token, str(job), "--pods", address, "--cluster", "BLOCK=256")
         assert done.returncode == 0, done.stdout + done.stderr
         assert pod.wait(timeout=60) == 0
     finally:

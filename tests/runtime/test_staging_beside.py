@@ -28,27 +28,30 @@ from scheduler.prepare import prepare
 from scheduler.tracefile import TraceRecorder
 from tests.faults.harness import staging_files
 from tests.job_files import make_job, write_inputs
-from tests.runtime.cluster import open_cluster
+from tests.runtime.cluster import open_cluster, open_session, run_scheduler, start_pod
 
 N = 4096
 OLD = np.full(N, 7.0, np.float32)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("staging_beside")
-    c, _, close = open_cluster(root, 2)
+@pytest.fixture()
+def cluster(tmp_path):
+    c, _, close = open_cluster(tmp_path, 2)  # one KJ loop a thread: a session per test
     yield c
     close()
 
 
-@pytest.fixture()
-def job(cluster):
+def add_job(root):
+    """An add job writing c (its old contents OLD): (job file, the sum it must write)."""
     rng = np.random.default_rng(5)
     arrays = {"a": rng.standard_normal(N).astype(np.float32), "b": rng.standard_normal(N).astype(np.float32)}
-    write_inputs(cluster.root, {**arrays, "c": OLD})
-    path = make_job(cluster.root, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
-    return path, arrays["a"] + arrays["b"]
+    write_inputs(root, {**arrays, "c": OLD})
+    return make_job(root, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"}), arrays["a"] + arrays["b"]
+
+
+@pytest.fixture()
+def job(cluster):
+    return add_job(cluster.root)
 
 
 class Reports:
@@ -132,24 +135,44 @@ def full_disk(final_path, *args, **kwargs):
                     "device); the output was not changed")
 
 
-def test_a_staging_failure_after_the_plans_went_out_fails_the_job_and_leaves_nothing(cluster, job,
-                                                                                    monkeypatch):
-    path, expected = job
-    reports = Reports(monkeypatch)
-    hold_staging(monkeypatch, reports.seen("load"), then=full_disk)  # fails once the pods read
-    told = told_to_drop(monkeypatch)
-    with pytest.raises(UserError) as failed:
-        cluster.run(path, cluster_values={"BLOCK": 1024})
-    assert str(failed.value).startswith(f"{cluster.root / 'c.npy'}: cannot reserve")
-    assert "\n" not in str(failed.value)  # the one line the command prints, exit 2
-    assert "store" not in reports.kinds
-    assert sorted(told) == [0, 1]  # both pods told to drop the job
-    assert staging_files(cluster.root) == []
-    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), OLD)
-    monkeypatch.undo()  # the disk has room again: the same pods run the next job
-    result = cluster.run(path, cluster_values={"BLOCK": 1024})
-    assert result.ok, result.reason
-    np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), expected)
+def test_a_staging_failure_after_the_plans_went_out_fails_the_job_and_leaves_nothing(tmp_path, monkeypatch):
+    """On --keep-serving pods: they drop the failed job and serve the next one, of this session
+    and of a new scheduler process."""
+    path, expected = add_job(tmp_path)
+    token = "staging-failure-test-0123456789"
+    pods = [start_pod(tmp_path, token, "--keep-serving") for _ in range(2)]
+    addresses = [address for _, address in pods]
+    try:
+        cluster, close = open_session(tmp_path, addresses, token)
+        try:
+            reports = Reports(monkeypatch)
+            hold_staging(monkeypatch, reports.seen("load"), then=full_disk)  # fails once the pods read
+            told = told_to_drop(monkeypatch)
+            with pytest.raises(UserError) as failed:
+                cluster.run(path, cluster_values={"BLOCK": 1024})
+            assert str(failed.value).startswith(f"{tmp_path / 'c.npy'}: cannot reserve")
+            assert "\n" not in str(failed.value)  # the one line the command prints, exit 2
+            assert "store" not in reports.kinds
+            assert sorted(told) == [0, 1]  # both pods told to drop the job
+            assert staging_files(tmp_path) == []
+            np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), OLD)
+            monkeypatch.undo()  # the disk has room again: the same pods run the next job
+            result = cluster.run(path, cluster_values={"BLOCK": 1024})
+            assert result.ok, result.reason
+        finally:
+            close()
+        np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), expected)
+        np.save(tmp_path / "c.npy", OLD)
+        done = run_scheduler(tmp_path, token, str(path), "--pods", ",".join(addresses),
+                             "--cluster", "BLOCK=1024")
+        assert done.returncode == 0, done.stdout + done.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), expected)
+        assert all(pod.poll() is None for pod, _ in pods)
+    finally:
+        for pod, _ in pods:
+            pod.kill()
+            pod.wait()
+            pod.stdout.close()
 
 
 @pytest.mark.parametrize("create_first", [False, True])
