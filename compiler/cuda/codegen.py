@@ -309,7 +309,7 @@ class KernelGen(ExprEmitter):
         """The kernel's C parameters and their names in launch order: tensors, scalars, then the
         tensor maps of bulk tensor copies (passed by value, made from the launch's arrays: tensor_maps.py)."""
         params, order = [], []
-        stored = {s.tensor for s in _all_stmts(self.kernel.body) if isinstance(s, ir.Store)}
+        stored = self.stored_tensors()
         for p in self.kernel.params:
             if isinstance(p, ir.TensorParam):
                 ctype = STORAGE_CTYPE[p.dtype]
@@ -395,12 +395,6 @@ class KernelGen(ExprEmitter):
             target.need_of(self),
             tuple(self.tensor_maps),
         )
-
-
-def _all_stmts(body):
-    from compiler.frontend import walk
-
-    return walk.iter_stmts(body)
 
 
 PRELUDE = r"""

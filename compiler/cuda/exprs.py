@@ -345,10 +345,11 @@ class ExprEmitter:
         return to_f32(param.dtype, ptr)
 
     def stored_tensors(self) -> set[str]:
+        """The tensors the kernel writes (walk.stored_tensors), kept for the many reads' checks."""
         if not hasattr(self, "_stored"):
             from compiler.frontend import walk
 
-            self._stored = {s.tensor for s in walk.iter_stmts(self.kernel.body) if isinstance(s, ir.Store)}
+            self._stored = set(walk.stored_tensors(self.kernel))
         return self._stored
 
     def load_elem(self, e: ir.Load, ctx: Ctx | None) -> str:
