@@ -11,7 +11,6 @@ its data can be moved or committed together; a job's tensors are `.npy` files.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from common.errors import UserError
 from common.uri import FileUri
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
+from compiler.frontend.binding import scalar_value
 
 JOB_FORMAT = 1
 
@@ -105,8 +105,7 @@ def check_against_kernel(job: Job, kernel: ir.Kernel) -> None:
         if name not in scalar_types:
             raise UserError(f"kernel {kernel.name} has no scalar {name} "
                             f"(it has: {', '.join(scalar_types) or 'none'})")
-        if scalar_types[name] == "i32" and (not math.isfinite(value) or value != int(value)):
-            raise UserError(f"scalar {name} = {value} must be an integer (it is i32)")
+        scalar_value(name, value, scalar_types[name])  # an i32 takes a whole number that fits
     missing = [s for s in scalar_types if s not in scalars]
     if missing:
         raise UserError(f"missing --scalar for {', '.join(missing)} (kernel {kernel.name})")

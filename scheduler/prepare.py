@@ -116,8 +116,10 @@ def stored_tensors(program: ClusterProgram):
 
 
 def typed_scalars(job: Job, kernel: ir.Kernel) -> dict[str, float | int]:
+    from compiler.frontend.binding import scalar_value
+
     declared = {s.name: s.dtype for s in kernel.scalars}
-    return {name: int(value) if declared.get(name) == "i32" else float(value) for name, value in job.scalars}
+    return {name: scalar_value(name, value, declared.get(name, "f32")) for name, value in job.scalars}
 
 
 def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[Path],

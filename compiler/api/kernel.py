@@ -19,7 +19,7 @@ from pathlib import Path
 
 from common.errors import ArrayError, Error, user_errors
 from compiler.api import arrays as _arrays
-from compiler.cuda.scalars import scalar_argument
+from compiler.cuda.scalars import launch_scalar
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.walk import stored_tensors
@@ -248,7 +248,7 @@ class Kernel:
             launch = self._prepare_gpu(key, shapes, device)
         if launch.maps:
             return launch, _map_args(launch, views, values, self._params), _current_stream(device, torch)
-        args = [views[slot].ptr if dtype is None else scalar_argument(self._params[slot], values[slot], dtype)
+        args = [views[slot].ptr if dtype is None else launch_scalar(self._params[slot], values[slot], dtype)
                 for slot, dtype in launch.order]
         return launch, tuple(args), _current_stream(device, torch)
 
@@ -320,7 +320,7 @@ def _map_args(launch: _Launch, views, values: tuple, params) -> tuple:
         elif isinstance(kind, tensor_maps.MapSpec):  # made by tensor_maps.launch when new
             args.append((kind, views[slot].ptr))
         else:
-            args.append(scalar_argument(params[slot], values[slot], kind))
+            args.append(launch_scalar(params[slot], values[slot], kind))
     return tuple(args)
 
 

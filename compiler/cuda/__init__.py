@@ -6,7 +6,8 @@ Public API (compiled.py):
   capability `cc` (target.py); raises CompileError for kernels or points it cannot compile
   (pruned points say so) or that GPU cannot run, never returns a silently wrong kernel.
 - `compiler.cuda.launch.launch(compiled, arrays, scalars, stream=None)`: device arrays in, no host
-  round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out.
+  round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out;
+  every launch path passes its scalar arguments through scalars.py.
 - `compiler.cuda.nvrtc.compile_to_ptx(source, arch="compute_90")`, cached per (source, options).
 - `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
 - `compiler.cuda.target`: what a leaf's code needs of the GPU, the PTX target for a compute

@@ -13,7 +13,7 @@ import numpy as np
 from common.errors import UserError
 from compiler.cuda import target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel
-from compiler.cuda.scalars import scalar_argument
+from compiler.cuda.scalars import launch_scalar
 from compiler.frontend import ir
 
 _DTYPES = {
@@ -113,7 +113,7 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
 def _scalar(scalars: dict, name: str, dtype: str):
     if name not in scalars:
         raise UserError(f"scalar {name} is missing")
-    return scalar_argument(name, scalars[name], dtype)
+    return launch_scalar(name, scalars[name], dtype)
 
 
 def _checked_array(cupy, arrays: dict, name: str):

@@ -6,10 +6,14 @@ are @autotune names (TILE_M, ...). Before it can run, every one of those names n
 search space, the shapes of the tensors handed in) and computes the grid: ceil(dim / tile) CTAs
 per grid axis (one per element for an axis tied by a grid index).
 Every mistake is a `UserError` with one line naming the offending value.
+
+Scalar arguments get their values here too (`scalar_value`): the one rule of what an i32
+parameter takes, for the interpreter, job files and every launch (compiler/cuda/scalars.py).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -197,3 +201,19 @@ def bind(kernel: ir.Kernel, dims: Mapping[str, int], tensor_shapes: Mapping[str,
         env=FrozenDict(env),
         grid=tuple(grid),
     )
+
+
+I32_RANGE = (-(2**31), 2**31 - 1)
+
+
+def scalar_value(name: str, value, dtype: str) -> int | float:
+    """The value of scalar argument `name` for a parameter of type `dtype`: a float for f32, an
+    int for i32, which takes only a whole number that fits in 32 bits (a fraction, a bool or a
+    larger value is refused with one line, never truncated or wrapped)."""
+    if dtype != "i32":
+        return float(value)
+    if isinstance(value, bool) or not math.isfinite(value) or int(value) != value:
+        raise UserError(f"scalar {name} = {value} must be an integer (it is i32)")
+    if not I32_RANGE[0] <= value <= I32_RANGE[1]:
+        raise UserError(f"scalar {name} = {int(value)} does not fit in i32")
+    return int(value)

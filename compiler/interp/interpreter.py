@@ -28,7 +28,7 @@ import numpy as np
 
 from common.errors import UserError
 from compiler.frontend import ir
-from compiler.frontend.binding import Binding, tensor_shape
+from compiler.frontend.binding import Binding, scalar_value, tensor_shape
 from compiler.frontend.diagnostics import CompileError
 from compiler.interp import memory as mem
 from compiler.interp import values as val
@@ -303,7 +303,7 @@ class _Runner:
 
 def scalar_arguments(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, float | int]:
     """Check the scalar arguments against the kernel's scalar parameters and give each its type
-    (an i32 parameter takes only whole numbers)."""
+    (binding.scalar_value: an i32 parameter takes only whole numbers that fit)."""
     params = {p.name: p for p in kernel.scalars}
     for name in scalars:
         if name not in params:
@@ -313,13 +313,7 @@ def scalar_arguments(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> d
     for name, p in params.items():
         if name not in scalars:
             raise UserError(f"missing scalar {name} for kernel {kernel.name}")
-        value = scalars[name]
-        if p.dtype == "i32":
-            if not np.isfinite(value) or float(value) != int(value):
-                raise UserError(f"scalar {name} = {value} must be an integer (it is i32)")
-            out[name] = int(value)
-        else:
-            out[name] = float(value)
+        out[name] = scalar_value(name, scalars[name], p.dtype)
     return out
 
 

@@ -67,6 +67,9 @@ kernel k(x: tensor<i32>[N], s: i32) {
     assert (x == 3).all()
     with pytest.raises(UserError, match="s = 2.5 must be an integer"):
         run_kernel(kernel, bind(kernel, {"N": 6}), {"x": x}, {"s": 2.5})
+    # the same rule as the launches' and job files' (binding.scalar_value): no wrapping past 32 bits
+    with pytest.raises(UserError, match=r"^scalar s = 2147483648 does not fit in i32$"):
+        run_kernel(kernel, bind(kernel, {"N": 6}), {"x": x}, {"s": 2**31})
 
 
 def test_bf16_arrays_must_be_ml_dtypes_bfloat16():

@@ -116,19 +116,19 @@ def test_a_cached_winner_is_returned_before_any_point_is_compiled(tmp_path, monk
 
 def test_every_launch_path_passes_scalars_one_way():
     """launch, prepared_launch (the pods) and phobos.Kernel's GPU calls convert a scalar argument
-    by scalars.scalar_argument: f32 to np.float32, i32 to np.int32 of a whole number that fits,
+    by scalars.launch_scalar: f32 to np.float32, i32 to np.int32 of a whole number that fits,
     anything else refused with one line naming it (before the GPU is touched)."""
     import numpy as np
 
     from common.errors import UserError
     from compiler.cuda.compiled import compile_generated, generate_source
     from compiler.cuda.launch import prepared_launch
-    from compiler.cuda.scalars import scalar_argument
+    from compiler.cuda.scalars import launch_scalar
     from compiler.frontend import binding
 
-    f32, i32 = scalar_argument("s", 0.1, "f32"), scalar_argument("n", 3.0, "i32")
+    f32, i32 = launch_scalar("s", 0.1, "f32"), launch_scalar("n", 3.0, "i32")
     assert (type(f32), f32, type(i32), i32) == (np.float32, np.float32(0.1), np.int32, 3)
-    assert scalar_argument("n", -(2**31), "i32") == -(2**31)
+    assert launch_scalar("n", -(2**31), "i32") == -(2**31)
     kernel = novel_cases.load("imm")
     b = binding.bind(kernel, novel_cases.CASES["imm"].dims)
     compiled = compile_generated(kernel, generate_source(kernel, b), ptx="")

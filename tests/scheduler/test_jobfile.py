@@ -168,3 +168,26 @@ def test_a_job_file_of_another_format_names_the_versions(old_job_schema):
     data = _old_job_bytes(old_job_schema, matmul_job(), format_=7)
     with pytest.raises(UserError, match=r"job format 7 is not supported \(expected 1\)"):
         job_from_bytes(data, "j.capnp")
+
+
+SHIFT = """@cluster(BLOCK in [64, 256])
+@autotune(BLOCK in [16, 64])
+kernel shift(a: tensor<i32>[N], c: tensor<i32>[N], k: i32) {
+  let base = ctx.block.x * BLOCK
+  c[base :+ BLOCK] = a[base :+ BLOCK] + k
+}
+"""
+
+
+@pytest.mark.parametrize("k, words", [(2.5, "scalar k = 2.5 must be an integer (it is i32)"),
+                                      (2**31, "scalar k = 2147483648 does not fit in i32")])
+def test_an_i32_scalar_takes_a_whole_number_that_fits(tmp_path, k, words):
+    """The rule the interpreter and every launch apply too (binding.scalar_value)."""
+    path = tmp_path / "shift.phk"
+    path.write_text(SHIFT)
+    tensors = {"a": "file:a.npy", "c": "file:c.npy"}
+    job = build_job(path, None, dims={"N": 256}, scalars={"k": -(2**31)}, tensors=tensors)
+    assert dict(job.scalars) == {"k": -(2**31)}
+    with pytest.raises(UserError) as err:
+        build_job(path, None, dims={"N": 256}, scalars={"k": k}, tensors=tensors)
+    assert str(err.value) == words
