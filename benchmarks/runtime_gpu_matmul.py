@@ -56,16 +56,23 @@ def busy_seconds(trace: dict, kind: str) -> float:
 
 def compute_spans(trace: dict) -> dict:
     """Each leaf's compute instructions in the job: how many, and their spans' median and sum
-    (start to end as the pod saw them: the launch, the GPU's time and the pod's own turn-around,
-    next to `leaf_s_each`, the GPU's time alone); and every compute as [start, end, leaf, unit],
-    to see where the time between the leaves went."""
+    (the launch to the GPU's completion, as the pod's compute thread saw them, next to
+    `leaf_s_each`, the GPU's time alone); the median gap between one compute of a unit and its
+    next (the pod's turn-around: the completion handed back to its event loop, the next compute
+    handed to a thread); and every compute as [start, end, leaf, unit]."""
     rows = sorted([round(e["start"], 5), round(e["end"], 5), e.get("leaf"), e.get("unit")]
                   for e in trace["events"] if e["kind"] == "compute")
     by_leaf: dict[str, list[float]] = {}
-    for start, end, leaf, _ in rows:
+    last_end: dict[int, float] = {}
+    gaps = []  # from one compute of a unit to its next (each waits for the one before)
+    for start, end, leaf, unit in rows:
         by_leaf.setdefault(leaf, []).append(end - start)
+        if unit in last_end:
+            gaps.append(start - last_end[unit])
+        last_end[unit] = end
     return {"by_leaf": {leaf: {"count": len(spans), "median_s": float(np.median(spans)), "sum_s": sum(spans)}
                         for leaf, spans in by_leaf.items()},
+            "unit_gap_median_s": float(np.median(gaps)) if gaps else 0.0,
             "timeline": rows}
 
 
@@ -210,7 +217,8 @@ def main(argv: list[str]) -> int:
     for key, value in report.items():
         if key != "compute_spans":
             print(f"{key:22} {value}")
-    print(f"{'compute spans':22} {report['compute_spans']['by_leaf']}")
+    spans = report["compute_spans"]
+    print(f"{'compute spans':22} {spans['by_leaf']}, unit gap {spans['unit_gap_median_s']}")
     # f32 sums of K = n terms in two different orders differ by about eps * sqrt(K) relative
     # (~1e-5 at n = 16384); 1e-4 leaves room without hiding a wrong tile (that gives O(1)).
     rel_err = run.rel_err
