@@ -54,6 +54,28 @@ def busy_seconds(trace: dict, kind: str) -> float:
     return total
 
 
+def compute_spans(trace: dict) -> dict:
+    """Each leaf's compute instructions in the job: how many, and their spans' median and sum
+    (the launch to the GPU's completion, as the pod's compute thread saw them, next to
+    `leaf_s_each`, the GPU's time alone); the median gap between one compute of a unit and its
+    next (the pod's turn-around: the completion handed back to its event loop, the next compute
+    handed to a thread); and every compute as [start, end, leaf, unit]."""
+    rows = sorted([round(e["start"], 5), round(e["end"], 5), e.get("leaf"), e.get("unit")]
+                  for e in trace["events"] if e["kind"] == "compute")
+    by_leaf: dict[str, list[float]] = {}
+    last_end: dict[int, float] = {}
+    gaps = []  # from one compute of a unit to its next (each waits for the one before)
+    for start, end, leaf, unit in rows:
+        by_leaf.setdefault(leaf, []).append(end - start)
+        if unit in last_end:
+            gaps.append(start - last_end[unit])
+        last_end[unit] = end
+    return {"by_leaf": {leaf: {"count": len(spans), "median_s": float(np.median(spans)), "sum_s": sum(spans)}
+                        for leaf, spans in by_leaf.items()},
+            "unit_gap_median_s": float(np.median(gaps)) if gaps else 0.0,
+            "timeline": rows}
+
+
 def leaf_seconds(program, scalars: dict) -> dict[str, float]:
     """Each leaf of the job compiled as the pods compile it, timed alone on random data."""
     import cupy
@@ -118,6 +140,7 @@ def run_job(root: Path, case: Case, problem, files, expected: np.ndarray) -> Job
         rel_err = float(np.linalg.norm(out - expected) / np.linalg.norm(expected))
         figures = trace_figures(result.trace)
         figures["compute_busy_s"] = busy_seconds(result.trace, "compute")
+        figures["compute_spans"] = compute_spans(result.trace)
         kernel = load_file(kernel_path(case)).kernel("matmul")
         program = compile_cluster(kernel, problem.dim, cluster_values=dict(case.cluster_values))
         leaf_s = leaf_seconds(program, dict(problem.scalars))
@@ -160,6 +183,7 @@ def report_of(run: JobRun, n: int, t: int, cublas_s: float, read_bw: float, gpu:
         "runtime_wall_s": figures["runtime_wall_s"],
         "job_wall_s": run.wall_s,
         "ratio_to_bound": figures["runtime_wall_s"] / bound_s,
+        "compute_spans": figures["compute_spans"],
     }
 
 
@@ -191,7 +215,10 @@ def main(argv: list[str]) -> int:
     report = report_of(run, n, t, cublas_s, read_bw, gpu)
     args.out.write_text(json.dumps(report, indent=2))
     for key, value in report.items():
-        print(f"{key:22} {value}")
+        if key != "compute_spans":
+            print(f"{key:22} {value}")
+    spans = report["compute_spans"]
+    print(f"{'compute spans':22} {spans['by_leaf']}, unit gap {spans['unit_gap_median_s']}")
     # f32 sums of K = n terms in two different orders differ by about eps * sqrt(K) relative
     # (~1e-5 at n = 16384); 1e-4 leaves room without hiding a wrong tile (that gives O(1)).
     rel_err = run.rel_err

@@ -278,7 +278,7 @@ class PodRuntime:
             # scheduler knows the compute was ready and charges the unit (docs/runtime.md).
             job.computing.add((generation, ins.unit))
             await self.link.events_delivered()
-        start = time.time()
+        start, finished = time.time(), None
         nbytes, copy_s, ok, message = 0, 0.0, True, ""
         peer = ins.peer if isinstance(ins, Fetch) else None  # a failed fetch names its peer too
         delay = self.faults.hit(kind_of(ins), ins.unit if isinstance(ins, Compute) else None, generation)
@@ -287,7 +287,9 @@ class PodRuntime:
             if delay.then_kill:
                 self.faults.die()
         try:
-            nbytes, peer, copy_s = await self._execute(job, generation, ins)
+            nbytes, peer, copy_s, ran = await self._execute(job, generation, ins)
+            if ran is not None:  # a compute: its span is the leaf's own, not its hand-offs
+                start, finished = ran
         except Exception as err:  # any failure is the instruction's, reported with its reason
             ok, message = False, remote_reason(err)
             if not isinstance(err, UserError | TransferError | Refused):
@@ -299,41 +301,44 @@ class PodRuntime:
         unit = ins.unit if isinstance(ins, Compute | Store) else None
         leaf = ins.leaf if isinstance(ins, Compute) else None
         self.link.queue_event(job.job_id, generation, InstructionEvent(
-            id=ins.id, kind=kind_of(ins), start=start, end=time.time(), bytes=nbytes, peer=peer,
+            id=ins.id, kind=kind_of(ins), start=start, end=finished or time.time(), bytes=nbytes, peer=peer,
             ok=ok, message=message, unit=unit, leaf=leaf, copy_s=copy_s))
         self.feed(m.InstructionDone(job.job_id, generation, ins.id, ok, message))
 
-    async def _execute(self, job: Job, generation: int, ins: Instruction) -> tuple[int, int | None, float]:
-        """Run one instruction: (bytes moved, peer, seconds of host<->device copy)."""
+    async def _execute(self, job: Job, generation: int,
+                       ins: Instruction) -> tuple[int, int | None, float, tuple[float, float] | None]:
+        """Run one instruction: (bytes moved, peer, seconds of host<->device copy, and for a
+        compute the Unix times its leaf started and finished, as the thread that ran it saw them:
+        the launch to the GPU's completion, without the hand-off to that thread and back)."""
         loop = asyncio.get_running_loop()
         if isinstance(ins, Allocate):
             if ins.dtype not in storage.STORAGE_DTYPES:
                 raise Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
             array = self.backend.allocate(tuple(ins.shape), ins.dtype)
             job.buffers[(generation, ins.buffer)] = BufferRecord(array)
-            return 0, None, 0.0
+            return 0, None, 0.0, None
         if isinstance(ins, Free):
             job.buffers.pop((generation, ins.buffer), None)
             self._wake(job, (generation, ins.buffer), Refused(f"buffer {ins.buffer} was freed", STALE))
-            return 0, None, 0.0
+            return 0, None, 0.0, None
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
         if isinstance(ins, Load):
             path = job.paths[(generation, ins.tensor)]
             disk = job.disk.get(generation)
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record, disk)
-            return nbytes, None, copy_s
+            return nbytes, None, copy_s, None
         if isinstance(ins, Store):
             await self._lease(job, generation, ins)
             staging = storage.staging_path(job.paths[(generation, ins.tensor)], job.job_id)
             disk = job.disk.get(generation)
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._store, staging, ins, record, disk)
-            return nbytes, None, copy_s
+            return nbytes, None, copy_s, None
         if isinstance(ins, Fetch):
             address = job.peers.get(ins.peer)
             if address is None:
                 raise TransferError(f"node {ins.peer} is not among this plan's peers")
             await self.peers.fetch(Fetching(job.job_id, generation, ins, address), record.array)
-            return self.backend.nbytes(record.array), ins.peer, 0.0
+            return self.backend.nbytes(record.array), ins.peer, 0.0, None
         if isinstance(ins, Compute):
             bound = {param: self._buffer(job, generation, buf).array for param, buf in ins.bindings}
             args = (job.job_id, ins.leaf, bound, job.scalars)
@@ -342,11 +347,11 @@ class PodRuntime:
                 # A leaf that took under INLINE_COMPUTE_S last time runs right here: handing it to
                 # a worker thread and back costs more than the leaf (~250 us, measured), and
                 # blocking the loop that briefly delays no heartbeat or peer noticeably.
-                self.leaf_seconds[key] = _timed(self.backend.compute, *args)
+                ran = _timed(self.backend.compute, *args)
             else:
-                self.leaf_seconds[key] = await loop.run_in_executor(
-                    self.compute_pool, _timed, self.backend.compute, *args)
-            return 0, None, 0.0
+                ran = await loop.run_in_executor(self.compute_pool, _timed, self.backend.compute, *args)
+            self.leaf_seconds[key] = ran[1] - ran[0]
+            return 0, None, 0.0, ran
         raise TypeError(f"unknown instruction {ins!r}")
 
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
@@ -465,10 +470,11 @@ class PodRuntime:
         self.compute_pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _timed(fn, *args) -> float:
-    start = time.perf_counter()
+def _timed(fn, *args) -> tuple[float, float]:
+    """Unix times at which `fn(*args)` started and returned."""
+    start = time.time()
     fn(*args)
-    return time.perf_counter() - start
+    return start, time.time()
 
 
 def _host_and_crc(backend, array) -> tuple[np.ndarray, int]:

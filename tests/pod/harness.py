@@ -115,6 +115,16 @@ class Sink(rpc.SchedulerSink.Server):
         return [self.plans_done[k] for k in keys]
 
 
+async def hello_all(procs) -> tuple[Sink, list]:
+    """Log in to every pod of `procs` and say hello as its scheduler (node = its index): the sink
+    they report to, and each pod's (client, capability)."""
+    sink = Sink()
+    links = [await connect(addr) for _, addr in procs]
+    for node, (_, pod) in enumerate(links):
+        await pod.hello(sink, node)
+    return sink, links
+
+
 async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, part_instructions=None,
                  staged: bool = True) -> None:
     # several parts when `part_instructions` says so, as the scheduler sends a huge plan

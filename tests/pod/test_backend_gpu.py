@@ -9,7 +9,7 @@ import pytest
 from common import storage
 from pod.backend_cpu import CpuBackend
 from schemas import capnp_io
-from tests.pod.harness import Sink, connect, run_async, running_pods, submit
+from tests.pod.harness import Sink, connect, hello_all, run_async, running_pods, submit
 from tests.pod.test_pod_rpc import HALF, PROGRAM, add_plans, make_inputs
 
 pytestmark = pytest.mark.gpu
@@ -124,10 +124,7 @@ def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings
         peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
 
         async def scenario():
-            sink = Sink()
-            links = [await connect(addr) for _, addr in procs]
-            for node, (_, pod) in enumerate(links):
-                await pod.hello(sink, node)
+            sink, links = await hello_all(procs)
             results = []
             for job, data in jobs.items():
                 np.save(tmp_path / f"{job}.npy", data)

@@ -14,7 +14,7 @@ from schemas import capnp_io
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
 from schemas.program import Leaf, Region, TensorInfo
 from schemas.remote_errors import check
-from tests.pod.harness import Sink, connect, remote_message, run_async, running_pods, submit
+from tests.pod.harness import Sink, connect, hello_all, remote_message, run_async, running_pods, submit
 
 ADD_LEAF_SOURCE = """
 @autotune(BLOCK in [16, 4096])
@@ -135,10 +135,7 @@ def test_a_plan_sent_before_its_staging_copy_exists_stores_only_once_told(fresh_
     peers = [capnp_io.Peer(i, addr) for i, (_, addr) in enumerate(procs)]
 
     async def scenario():
-        sink = Sink()
-        links = [await connect(addr) for _, addr in procs]
-        for node, (_, pod) in enumerate(links):
-            await pod.hello(sink, node)
+        sink, links = await hello_all(procs)
         for node, plan in enumerate(add_plans(uris)):
             await submit(links[node][1], "job-held", PROGRAM, plan, peers, staged=False)
         deadline = time.monotonic() + 30
@@ -296,10 +293,7 @@ def test_multi_chunk_tile_moves_intact(tmp_path, flags):
         plans = transfer_plans((tmp_path / "x.npy").as_uri(), (tmp_path / "y.npy").as_uri(), n)
 
         async def scenario():
-            sink = Sink()
-            links = [await connect(addr) for _, addr in procs]
-            for node, (_, pod) in enumerate(links):
-                await pod.hello(sink, node)
+            sink, links = await hello_all(procs)
             for node in (1, 0):
                 await submit(links[node][1], "job-move", PROGRAM, plans[node], peers)
             return await sink.wait_finished([(0, "job-move", 1), (1, "job-move", 1)])
@@ -319,10 +313,7 @@ def test_fetch_gives_up_on_a_peer_within_bounded_time(tmp_path):
         _, plan1 = transfer_plans((tmp_path / "x.npy").as_uri(), (tmp_path / "y.npy").as_uri(), 16)
 
         async def scenario():
-            sink = Sink()
-            links = [await connect(addr) for _, addr in procs]
-            for node, (_, pod) in enumerate(links):
-                await pod.hello(sink, node)
+            sink, links = await hello_all(procs)
             start = time.monotonic()
             # node 0 never gets a plan: its buffer never becomes ready
             await submit(links[1][1], "job-stuck", PROGRAM, plan1, [capnp_io.Peer(0, procs[0][1])])
@@ -403,10 +394,7 @@ def _offer_then_fetch(tmp_path, job: str, seed: int, after_offer_s: float = 0.0)
         fetcher_log = tmp_path / "pod-1.log"
 
         async def scenario():
-            sink = Sink()
-            links = [await connect(addr) for _, addr in procs]
-            for node, (_, pod) in enumerate(links):
-                await pod.hello(sink, node)
+            sink, links = await hello_all(procs)
             await submit(links[0][1], job, PROGRAM, plans[0], peers)
             deadline = time.monotonic() + 60
             while "tile offered" not in fetcher_log.read_text():  # the owner's offer came first
