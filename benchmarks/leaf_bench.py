@@ -222,13 +222,19 @@ def bench_add(results, log):
     log(json.dumps(row))
 
 
+JOB_NAMES = ("add", "matmul", "flash", "causal")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--only", default="add,matmul,flash,causal")
+    p.add_argument("--only", default=",".join(JOB_NAMES))
     p.add_argument("--matmul-sizes", default="4096,8192,16384")
     p.add_argument("--attention-sizes", default="4096,16384")
     args = p.parse_args()
+    unknown = set(args.only.split(",")) - set(JOB_NAMES)
+    if unknown:  # a misspelt name would otherwise run nothing and say nothing
+        p.error(f"--only: unknown {', '.join(sorted(unknown))} (choose from {', '.join(JOB_NAMES)})")
     import cupy
 
     results: list[dict] = []

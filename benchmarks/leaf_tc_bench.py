@@ -311,6 +311,10 @@ def main() -> None:
     p.add_argument("--attention-sizes", default="4096,16384")
     p.add_argument("--attention-d", default="64,128", help="head sizes of the bf16 attention jobs")
     args = p.parse_args()
+    known = set().union(*(names for names, _ in jobs_of(args, [], print)))  # the jobs are not run here
+    unknown = set(args.only.split(",")) - known
+    if unknown:  # a misspelt name would otherwise run nothing and say nothing
+        p.error(f"--only: unknown {', '.join(sorted(unknown))} (choose from {', '.join(sorted(known))})")
     import torch
 
     results: list[dict] = []
