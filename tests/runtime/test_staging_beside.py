@@ -26,17 +26,12 @@ from scheduler import run as run_module
 from scheduler.jobfile import read_job
 from scheduler.prepare import prepare
 from scheduler.tracefile import TraceRecorder
+from tests.faults.harness import staging_files
 from tests.job_files import make_job, write_inputs
 from tests.runtime.cluster import open_cluster, open_session, run_scheduler, start_pod
 
 N = 4096
 OLD = np.full(N, 7.0, np.float32)
-
-
-def staging_files(folder) -> list[str]:
-    """Every staging copy in `folder`, hidden or not (this folder's Bazel target cannot import
-    tests/faults, which has the same check)."""
-    return sorted(p.name for p in folder.iterdir() if storage.STAGING_MARK in p.name)
 
 
 @pytest.fixture()
