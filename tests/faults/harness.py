@@ -13,19 +13,20 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from common import storage
 from scheduler.jobfile import read_job
 from scheduler.local_pods import READY_LINE, new_token
 from scheduler.prepare import prepare
 from scheduler.run import PodSession, RunOptions, RunResult
 
 REPO = Path(__file__).resolve().parents[2]
-STAGING_MARK = "phobos-staging"
 
 
 @dataclass
@@ -198,7 +199,26 @@ def wait_until(predicate, timeout: float, what: str) -> None:
 
 
 def staging_files(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if STAGING_MARK in p.name)
+    return sorted(p.name for p in folder.iterdir() if storage.STAGING_MARK in p.name)
+
+
+def hold_staging(monkeypatch, until: threading.Event, then=None, create_first: bool = False):
+    """create_staging waits for `until` before it creates anything, then calls `then` (which may
+    raise, as a full disk does) or creates the copy; with `create_first` it creates the copy, then
+    waits. Returns (set once it is waiting, set once it returned or raised)."""
+    waiting, over, real = threading.Event(), threading.Event(), storage.create_staging
+
+    def held(*args, **kwargs):
+        try:
+            made = real(*args, **kwargs) if create_first else None
+            waiting.set()
+            assert until.wait(60), "the hold was never released"
+            return made if create_first else (then or real)(*args, **kwargs)
+        finally:
+            over.set()
+
+    monkeypatch.setattr(storage, "create_staging", held)
+    return waiting, over
 
 
 def instruction_counts(job_path: Path, root: Path, nodes: int, cluster_values: dict[str, int]) -> dict:

@@ -19,14 +19,13 @@ import types
 import numpy as np
 import pytest
 
-from common import storage
 from common.errors import UserError
 from scheduler import interrupt
 from scheduler import run as run_module
 from scheduler.jobfile import read_job
 from scheduler.prepare import prepare
 from scheduler.tracefile import TraceRecorder
-from tests.faults.harness import staging_files
+from tests.faults.harness import hold_staging, staging_files
 from tests.job_files import make_job, write_inputs
 from tests.runtime.cluster import open_cluster, open_session, run_scheduler, start_pod
 
@@ -72,25 +71,6 @@ class Reports:
 
     def seen(self, kind: str) -> threading.Event:
         return self._seen.setdefault(kind, threading.Event())
-
-
-def hold_staging(monkeypatch, until: threading.Event, then=None, create_first: bool = False):
-    """create_staging waits for `until` before it creates anything, then calls `then` (which may
-    raise, as a full disk does) or creates the copy; with `create_first` it creates the copy, then
-    waits. Returns (set once it is waiting, set once it returned or raised)."""
-    waiting, over, real = threading.Event(), threading.Event(), storage.create_staging
-
-    def held(*args, **kwargs):
-        try:
-            made = real(*args, **kwargs) if create_first else None
-            waiting.set()
-            assert until.wait(60), "the hold was never released"
-            return made if create_first else (then or real)(*args, **kwargs)
-        finally:
-            over.set()
-
-    monkeypatch.setattr(storage, "create_staging", held)
-    return waiting, over
 
 
 def told_to_drop(monkeypatch) -> list[int]:

@@ -16,6 +16,7 @@ from common.locks import is_locked
 from scheduler.job_storage import JobStorage, abandon_open_jobs
 from scheduler.jobfile import read_job
 from scheduler.prepare import prepare
+from tests.faults.harness import hold_staging, staging_files
 from tests.job_files import make_job, write_inputs
 
 N = 1024
@@ -83,26 +84,13 @@ def test_an_output_written_whole_is_not_copied(prepared, monkeypatch):
         files.abandon()
 
 
-def _held_staging(monkeypatch, create_first: bool):
-    """create_staging that stops, before or after creating the copy, until `release` is set."""
-    entered, release, real = threading.Event(), threading.Event(), storage.create_staging
-
-    def held(*args, **kwargs):
-        path = real(*args, **kwargs) if create_first else None
-        entered.set()
-        assert release.wait(30)
-        return path if create_first else real(*args, **kwargs)
-
-    monkeypatch.setattr(storage, "create_staging", held)
-    return entered, release
-
-
 @pytest.mark.parametrize("create_first", [True, False])
 def test_abandon_waits_for_the_staging_thread_and_leaves_nothing(prepared, tmp_path, monkeypatch,
                                                                  create_first):
     """Abandoned while the thread is creating a copy (Ctrl-C): it is removed once the thread is
     over, whether the thread had created it yet or not; never left behind, nor removed early."""
-    entered, release = _held_staging(monkeypatch, create_first)
+    release = threading.Event()
+    entered, _ = hold_staging(monkeypatch, release, create_first=create_first)
     files = JobStorage.open(prepared())
     marks, outcome = [], []
     files.stage_beside(marks.append, outcome.append)
@@ -114,7 +102,7 @@ def test_abandon_waits_for_the_staging_thread_and_leaves_nothing(prepared, tmp_p
     release.set()
     abandoning.join(30)
     assert not abandoning.is_alive() and outcome == [None] and marks == ["staging_start", "staging_end"]
-    assert not [p for p in tmp_path.iterdir() if storage.STAGING_MARK in p.name]
+    assert staging_files(tmp_path) == []
     assert not is_locked(tmp_path / "c.npy")
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(N, 5.0, np.float32))
 
@@ -133,5 +121,5 @@ def test_a_staging_failure_in_the_thread_is_handed_over_and_leaves_no_copy(prepa
     [error] = outcome
     assert isinstance(error, UserError) and str(error).startswith(f"{tmp_path / 'c.npy'}: cannot reserve")
     files.abandon()
-    assert not [p for p in tmp_path.iterdir() if storage.STAGING_MARK in p.name]
+    assert staging_files(tmp_path) == []
     assert not is_locked(tmp_path / "c.npy")
