@@ -10,11 +10,12 @@
     abandon: wait for the staging thread, then remove the staging copies and drop the locks (a
              failed, stopped or interrupted job)
 
-`abandon` is the one call a signal handler needs: `abandon_open_jobs()` abandons every job of
-this process. It waits for a staging thread still running rather than racing it: a copy that
-thread is creating would otherwise be left behind (created after the removal) or removed under
-a store about to use it. A job whose commit has begun is left to finish (or to be finished by
-the next run): removing staging copies past the commit point would mix old and new outputs.
+`abandon` is the one way out of an open job, whatever ends it (scheduler/run.py's `finally`,
+which a Ctrl-C or SIGTERM unwinds through: scheduler/interrupt.py). It waits for a staging
+thread still running rather than racing it: a copy that thread is creating would otherwise be
+left behind (created after the removal) or removed under a store about to use it. A job whose
+commit has begun is left to finish (or to be finished by the next run): removing staging copies
+past the commit point would mix old and new outputs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from common.log import get_logger
 from scheduler.coverage import unwritten_regions
 
 log = get_logger(program="scheduler")
-_OPEN: list[JobStorage] = []
 
 
 def notice(text: str) -> None:
@@ -50,7 +50,6 @@ class JobStorage:
     @classmethod
     def open(cls, prepared, say=notice) -> JobStorage:
         files = cls(prepared)
-        _OPEN.append(files)
         try:
             files._recover_interrupted(say)
             for place in prepared.tensors.values():
@@ -143,11 +142,3 @@ class JobStorage:
         for path in staged.values():
             storage.abort(path)
         self.locks.release()
-        if self in _OPEN:
-            _OPEN.remove(self)
-
-
-def abandon_open_jobs() -> None:
-    """Abandon every job of this process that has not committed (for Ctrl-C and SIGTERM)."""
-    for files in list(_OPEN):
-        files.abandon()

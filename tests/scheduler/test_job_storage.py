@@ -1,5 +1,5 @@
-"""scheduler/job_storage.py without pods: the locks a job holds, and `abandon` (the call that
-Ctrl-C and SIGTERM handling makes) removing the staging copies and dropping the locks, once the
+"""scheduler/job_storage.py without pods: the locks a job holds, and `abandon` (the way out of
+every job, a Ctrl-C's included) removing the staging copies and dropping the locks, once the
 staging thread (`stage_beside`) is over: never racing it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from common import storage
 from common.errors import UserError
 from common.locks import is_locked
-from scheduler.job_storage import JobStorage, abandon_open_jobs
+from scheduler.job_storage import JobStorage
 from scheduler.jobfile import read_job
 from scheduler.prepare import prepare
 from tests.faults.harness import hold_staging, staging_files
@@ -30,7 +30,7 @@ def prepared(tmp_path):
     return lambda: prepare(read_job(job), job, [tmp_path])
 
 
-def test_abandon_open_jobs_removes_staging_and_drops_locks(prepared, tmp_path):
+def test_abandon_removes_staging_and_drops_locks(prepared, tmp_path):
     files = JobStorage.open(prepared())
     staged = files.stage()
     assert staged["c"].exists() and is_locked(tmp_path / "c.npy") and is_locked(tmp_path / "a.npy")
@@ -38,7 +38,7 @@ def test_abandon_open_jobs_removes_staging_and_drops_locks(prepared, tmp_path):
     np.testing.assert_array_equal(np.load(staged["c"]), np.zeros(N, np.float32))
     with pytest.raises(UserError, match="tensor c: .* is in use by another phobos job"):
         JobStorage.open(prepared())
-    abandon_open_jobs()
+    files.abandon()
     assert not staged["c"].exists()
     assert not is_locked(tmp_path / "c.npy") and not is_locked(tmp_path / "a.npy")
     files.abandon()  # twice is fine
