@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 import types
 
 import numpy as np
@@ -55,15 +56,18 @@ def job(cluster):
 
 class Reports:
     """The kinds of the pods' instruction events, as they reach the scheduler; `seen(kind)` is an
-    event set once one of that kind has arrived."""
+    event set once one of that kind has arrived; `stores`: each store's (start, end), Unix times."""
 
     def __init__(self, monkeypatch):
         self.kinds: list[str] = []
+        self.stores: list[tuple[float, float]] = []
         self._seen: dict[str, threading.Event] = {}
         real = TraceRecorder.add_event
 
         def add_event(recorder, node, generation, event, t0, accepted=True):
             self.kinds.append(event.kind)
+            if event.kind == "store":
+                self.stores.append((event.start, event.end))
             self.seen(event.kind).set()
             return real(recorder, node, generation, event, t0, accepted)
 
@@ -91,11 +95,13 @@ def test_pods_load_and_compute_while_the_copies_are_made_and_store_only_after(cl
     release = threading.Event()
     waiting, _ = hold_staging(monkeypatch, release)
     before_release: list[str] = []
+    released: list[float] = []
 
     def releaser():
         waiting.wait(60)
         reports.seen("compute").wait(60)  # the plans went out, and the pods loaded and computed
         before_release.extend(reports.kinds)
+        released.append(time.time())  # the copy is made after this
         release.set()
 
     helper = threading.Thread(target=releaser, daemon=True)
@@ -106,8 +112,14 @@ def test_pods_load_and_compute_while_the_copies_are_made_and_store_only_after(cl
     assert "load" in before_release and "compute" in before_release and "store" not in before_release
     np.testing.assert_array_equal(np.load(cluster.root / "c.npy"), expected)
     assert staging_files(cluster.root) == []
+    # every store wrote after the copy was made, and the job's wait for it counts from the first
+    # store that asked (a store event starts when it asks) to the copy's end, past the release
+    [released_at] = released
+    assert reports.stores and all(end > released_at for _, end in reports.stores)
     phases = result.trace["phases"]
-    assert phases["staging"] > 0 and phases["staging_wait"] >= 0 and phases["submit"] >= 0
+    first_ask = min(start for start, _ in reports.stores) + 1e-5  # the phases are rounded to 1 us
+    assert phases["staging"] > 0 and phases["staging_wait"] >= max(0.0, released_at - first_ask)
+    assert phases["submit"] <= phases["run"]  # from the submission: the first instruction falls in the run
 
 
 def full_disk(final_path, *args, **kwargs):
