@@ -88,12 +88,12 @@ np.save(sys.argv[3], cp.asnumpy(a @ b))
 def make_case(case: str, device: str, n: int, folder: Path,
               cluster_values: list[str] | None = None) -> tuple[Path, list[Path], Path, str]:
     """Write the inputs and the job file; returns (job, inputs, phobos output, script source).
-    `cluster_values` (NAME=V) replace the kernel's pinned @cluster values of KERNELS."""
+    `cluster_values` (NAME=V) replace the values KERNELS pins for those names; the others stay."""
     rng = np.random.default_rng(0)
     small = device == "gpu" and case == "add" and n < 1 << 24
-    kernel, cluster = KERNELS[(case, "gpu-small" if small else device)]
-    if cluster_values:
-        cluster = cluster_values
+    kernel, pinned = KERNELS[(case, "gpu-small" if small else device)]
+    values = dict(v.split("=", 1) for v in pinned + list(cluster_values or ()))
+    cluster = [f"{name}={value}" for name, value in values.items()]
     if case == "add":
         shape_a = shape_b = (n,)
         dims = [f"N={n}"]
@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true",
                    help="inputs out of the page cache before every command; measure the bound")
     p.add_argument("--cluster", action="append", metavar="NAME=V",
-                   help="pin this @cluster value instead of the case's (repeat for each name)")
+                   help="pin this @cluster value instead of the case's (repeat for each name; "
+                        "the names not given keep the case's values)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--importtime", metavar="FILE",
                    help="after the rounds, run the last phobos side once more under python -X importtime "

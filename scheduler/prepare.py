@@ -24,6 +24,7 @@ from common import storage, uri
 from common.errors import UserError
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
+from compiler.frontend.binding import scalar_value
 from scheduler.jobfile import Job, check_against_kernel, job_kernel
 from schemas.program import ClusterProgram
 
@@ -116,8 +117,6 @@ def stored_tensors(program: ClusterProgram):
 
 
 def typed_scalars(job: Job, kernel: ir.Kernel) -> dict[str, float | int]:
-    from compiler.frontend.binding import scalar_value
-
     declared = {s.name: s.dtype for s in kernel.scalars}
     return {name: scalar_value(name, value, declared.get(name, "f32")) for name, value in job.scalars}
 

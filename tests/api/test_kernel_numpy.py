@@ -132,6 +132,25 @@ def test_argument_mistakes():
         phobos.load(EXAMPLES / "matmul.phk")(a, b, c, alpha="x", beta=0.0)
 
 
+def test_an_i32_scalar_takes_a_whole_number_that_fits():
+    """phobos.Kernel's i32 scalars follow binding.scalar_value, as the launches and job files do:
+    a fraction or a value past 32 bits is a one-line phobos.Error before anything runs."""
+    kernel = phobos.from_source("""
+@autotune(B in [4])
+kernel k(x: tensor<i32>[N], s: i32) {
+  x[ctx.block.x * B :+ B] = x[ctx.block.x * B :+ B] + s
+}
+""")
+    x = np.zeros(6, np.int32)
+    kernel(x, -(2**31))
+    assert (x == -(2**31)).all()
+    for value, why in [(2.5, "must be an integer (it is i32)"), (2**31, "does not fit in i32")]:
+        with pytest.raises(phobos.Error) as info:
+            kernel(x, value)
+        assert str(info.value) == f"error: scalar s = {value} {why}"
+    assert (x == -(2**31)).all()
+
+
 def test_a_read_only_output_is_refused():
     kernel = phobos.load(EXAMPLES / "add.phk")
     c = np.zeros(16, np.float32)

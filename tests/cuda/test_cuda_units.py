@@ -114,10 +114,12 @@ def test_a_cached_winner_is_returned_before_any_point_is_compiled(tmp_path, monk
     assert res.cached and res.best == {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}
 
 
-def test_every_launch_path_passes_scalars_one_way():
-    """launch, prepared_launch (the pods) and phobos.Kernel's GPU calls convert a scalar argument
-    by scalars.launch_scalar: f32 to np.float32, i32 to np.int32 of a whole number that fits,
-    anything else refused with one line naming it (before the GPU is touched)."""
+def test_launch_scalar_and_prepared_launch_convert_scalars_one_way():
+    """scalars.launch_scalar, which launch, prepared_launch (the pods) and phobos.Kernel's GPU
+    calls all use: f32 to np.float32, i32 to np.int32 of a whole number that fits, anything else
+    refused with one line naming it; checked here through launch_scalar and prepared_launch,
+    before the GPU is touched (launch and phobos.Kernel's GPU call need a device to get there;
+    tests/api/test_kernel_numpy.py checks phobos.Kernel's refusal on numpy arrays)."""
     import numpy as np
 
     from common.errors import UserError
