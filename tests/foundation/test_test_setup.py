@@ -80,3 +80,30 @@ def test_ruff_check_names_files_left_out_of_its_data(tmp_path, monkeypatch):
     (runfiles / "newpkg").mkdir()
     (runfiles / "newpkg/b.py").symlink_to(checkout / "newpkg/b.py")
     assert ruff_check.main() == 0
+
+
+def test_a_test_folder_importing_another_folders_module_depends_on_it():
+    """Bazel runs each test folder with its own files and the libraries it names: a test that
+    imports a module of another test folder (tests.faults.harness, say) collects under pytest
+    from the checkout, and fails under `tools/bazel test //...` unless its BUILD file names a
+    target of that folder. Every such import must have that dependency."""
+    import ast
+    import re
+
+    checkout = Path(os.path.realpath(REPO_ROOT / "README.md")).parent  # under Bazel, the git checkout
+    tests = checkout / "tests"
+    folders = {p.parent.name for p in tests.glob("*/BUILD.bazel")}
+    missing = []
+    for folder in sorted(folders):
+        deps = " ".join(re.findall(r"deps\s*=\s*[^\]]*\]", (tests / folder / "BUILD.bazel").read_text()))
+        for path in sorted((tests / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                for name in names:
+                    parts = name.split(".")
+                    if len(parts) > 2 and parts[0] == "tests" and parts[1] in folders - {folder} \
+                            and f'"//tests/{parts[1]}:' not in deps:
+                        missing.append(f"{path.relative_to(checkout)} imports {name}; "
+                                       f"tests/{folder}/BUILD.bazel's deps name no //tests/{parts[1]} target")
+    assert missing == []
