@@ -10,7 +10,6 @@ other users can read in `ps`). PHOBOS_POD_MODULE names another module to run (de
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import subprocess
@@ -28,6 +27,9 @@ READY_LINE = "PHOBOS_POD_LISTENING "
 START_TIMEOUT_S = 60.0
 DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the NVIDIA driver drives
 log = get_logger(program="scheduler")
+# asyncio is imported inside the coroutines below, not here: a command imports this module to start
+# its pods first thing, and asyncio (30 ms with ssl) would delay them; a coroutine runs on a loop,
+# so by then it is loaded and the import is a lookup.
 
 
 def repo_root() -> Path:
@@ -115,6 +117,8 @@ class PodProcess:
         self.popen.kill()
 
     async def wait(self) -> int:
+        import asyncio
+
         pause = 0.001
         while self.popen.poll() is None:
             await asyncio.sleep(pause)
@@ -152,6 +156,8 @@ class LocalPods:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Terminate every pod still running, then kill the ones that do not exit in time."""
+        import asyncio
+
         for pod in self.pods:
             if pod.process.returncode is None:
                 try:
@@ -233,6 +239,8 @@ async def start_local_pods(devices: list[str], roots: list[Path], token: str, ex
 
 
 async def _wait_ready(pod: LocalPod) -> str:
+    import asyncio
+
     deadline = time.monotonic() + START_TIMEOUT_S
     while not pod.process.said.is_set():
         if time.monotonic() > deadline:
