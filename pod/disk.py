@@ -1,8 +1,8 @@
 """One plan's disk traffic, in the order pod/disk_order.py gives it: threads that read the plan's
-inputs ahead into the page cache, in plan order, in long reads; the loads wait for the chunks they
-need instead of reading them from the disk themselves; and the stores' write-back handed to the
-disk a whole chunk at a time, by a thread of its own, so that a store never waits for the disk's
-queue.
+inputs ahead into the page cache, in plan order, in long reads (skipping the chunks found there
+already, as on warm files); the loads wait for the chunks they need instead of reading them from
+the disk themselves; and the stores' write-back handed to the disk a whole chunk at a time, by a
+thread of its own, so that a store never waits for the disk's queue.
 
 What is read and written does not change: a load still reads its bytes from the ORIGINAL file
 (from the page cache when the read-ahead has been there), a store still writes into the staging
@@ -29,6 +29,7 @@ from schemas.instructions import Load, NodePlan, Store
 
 log = get_logger()
 MEMORY_SHARE = 4  # read ahead at most 1/MEMORY_SHARE of the memory the system has available
+PROBES = 8  # pages of a chunk asked whether they are cached (`cached`): first, last and between
 STREAMS = 4  # chunks asked for at once: on the H200 machine's disk, 4 readers beat 1 (docs/performance.md)
 
 
@@ -160,7 +161,8 @@ class PlanDisk:
                 if f is None:
                     f = files[chunk.file] = storage.open_regular(chunk.file)
                 offset = self._layouts[chunk.file].offset
-                os.preadv(f.fileno(), [scratch[:chunk.end - chunk.start]], offset + chunk.start)
+                if not cached(f.fileno(), offset + chunk.start, offset + chunk.end):
+                    os.preadv(f.fileno(), [scratch[:chunk.end - chunk.start]], offset + chunk.start)
                 with self._cond:
                     self._done[i] = True
                     self._cond.notify_all()
@@ -218,6 +220,22 @@ class PlanDisk:
             self._planned = True
             self._cond.notify_all()
         return chunks
+
+
+def cached(fd: int, start: int, end: int) -> bool:
+    """Whether bytes [start, end) of the file seem to be in the page cache already, as on warm
+    files: then the read-ahead has nothing to bring in, and copying them once more only takes
+    memory bandwidth and a core from the loads. PROBES pages spread over the range are each asked
+    for one byte without waiting for the disk (RWF_NOWAIT answers EAGAIN for a page not cached).
+    A page missed between the probes is read by its load itself: only time is lost."""
+    probe = bytearray(1)
+    last = max(start, end - 1)
+    for i in range(PROBES):
+        try:
+            os.preadv(fd, [probe], start + (last - start) * i // (PROBES - 1), os.RWF_NOWAIT)
+        except OSError:  # EAGAIN: not cached; anything else (a file system without RWF_NOWAIT): read
+            return False
+    return True
 
 
 def _budget() -> int:

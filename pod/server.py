@@ -148,8 +148,15 @@ class PodServer:
 
         Collection stays off when the pod stops: re-enabled, it ran while the KJ loop was torn
         down and segfaulted there (a zombie pod exiting), so the process ends without it
-        (pod/cli.py leaves through os._exit)."""
+        (pod/cli.py leaves through os._exit).
+
+        What is alive when this task starts, as the pod begins to listen (its modules, its
+        server), stays alive: it is frozen at once, so that a collection does not scan it again
+        every 0.5 s on the loop that a job's instructions wait for (a full collection of it took
+        3-6 ms here, more under load); the first job's modules, imported in the background
+        (pod/cli.py), are frozen with the rest after the first scheduler leaves."""
         gc.disable()
+        gc.freeze()
         while not self.stop.is_set():
             await asyncio.sleep(0.5)
             failed = self.last_peer_failure

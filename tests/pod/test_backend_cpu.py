@@ -35,3 +35,36 @@ def test_non_f32_parameters_get_converted_copies_and_written_ones_come_back():
     np.testing.assert_array_equal(backend.download(y), want.astype(np.float32))
     np.testing.assert_array_equal(backend.download(x), values)  # a read-only parameter is untouched
     backend.forget("j")
+
+
+def test_a_buffer_nothing_references_is_reused_zeroed_and_one_still_referenced_is_not():
+    backend = CpuBackend()
+    first = backend.allocate((1 << 18, 2))  # 2 MiB: large enough to be kept for reuse
+    first[...] = 7
+    memory = first.__array_interface__["data"][0]
+    still_read = memoryview(first.reshape(-1)[3:])  # as a store or a data-port send would hold it
+    del first
+    second = backend.allocate((1 << 18, 2))
+    assert second.__array_interface__["data"][0] != memory  # the memoryview still reads it
+    assert not second.any()
+    del still_read
+    third = backend.allocate((1 << 19,), "i32")  # same size, another shape and dtype
+    assert third.__array_interface__["data"][0] == memory and third.dtype == np.int32
+    assert not third.any()  # zeroed again
+    del second, third
+    backend.forget("j")  # a job's end keeps idle memory up to its bound: here all of it
+    assert backend.allocate((1 << 18, 2)).__array_interface__["data"][0] in _blocks(backend)
+
+
+def test_idle_memory_beyond_the_bound_is_let_go(monkeypatch):
+    backend = CpuBackend()
+    monkeypatch.setattr(backend._buffers, "IDLE_BYTES", 3 << 20)
+    buffers = [backend.allocate((1 << 18, 2)) for _ in range(3)]  # 6 MiB, all in use
+    assert len(_blocks(backend)) == 3
+    del buffers
+    backend.forget("j")
+    assert len(_blocks(backend)) == 1  # 2 MiB kept of the 3 allowed
+
+
+def _blocks(backend) -> list[int]:
+    return [b.__array_interface__["data"][0] for blocks in backend._buffers._blocks.values() for b in blocks]

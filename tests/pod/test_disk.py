@@ -2,6 +2,7 @@
 only for the chunks it needs, nothing keeps a load waiting once the read-ahead is over, and the
 stores' write-back starts a whole chunk at a time."""
 
+import errno
 import os
 import threading
 
@@ -42,14 +43,17 @@ def load(i, tensor, row, col):
 
 class HeldReads:
     """os.preadv that records what the read-ahead asks for (file, offset) and holds the read of
-    one chunk until `go` is set."""
+    one chunk until `go` is set: a slow disk, whose pages are not cached (a read that must not
+    wait for the disk, RWF_NOWAIT, is refused)."""
 
     def __init__(self, monkeypatch, path, offset):
         self.reads, self.hold = [], (str(path), offset)
         self.held, self.go = threading.Event(), threading.Event()
         real = os.preadv
 
-        def preadv(fd, buffers, at):
+        def preadv(fd, buffers, at, flags=0):
+            if flags & os.RWF_NOWAIT:
+                raise BlockingIOError(errno.EAGAIN, "not cached")
             read = (os.readlink(f"/proc/self/fd/{fd}"), at)
             self.reads.append(read)
             if read == self.hold:
@@ -84,6 +88,72 @@ def test_a_load_waits_for_its_chunks_and_only_for_them(files, monkeypatch):
     order = read_order([(path, starts - header, run) for path, starts, run in loads], CHUNK)
     assert sorted(reads.reads) == sorted((str(c.file), header + c.start) for c in order)
     assert len(order) == 4 + 4 + 4  # a's first band whole, and half of each of b's rows
+
+
+class Copies:
+    """os.preadv that records the reads that copy (not the RWF_NOWAIT probes): (file, offset)."""
+
+    def __init__(self, monkeypatch):
+        self.reads = []
+        real = os.preadv
+
+        def preadv(fd, buffers, at, flags=0):
+            if not flags & os.RWF_NOWAIT:
+                self.reads.append((os.readlink(f"/proc/self/fd/{fd}"), at))
+            return real(fd, buffers, at, flags)
+
+        monkeypatch.setattr(disk_module.os, "preadv", preadv)
+
+
+def read_ahead_to_the_end(plan, files):
+    disk = PlanDisk.start(plan, files, "job", chunk=CHUNK)
+    with disk._cond:
+        assert disk._cond.wait_for(lambda: disk._over, 10)
+    return disk
+
+
+def test_chunks_in_the_page_cache_are_not_read_again(files, monkeypatch):
+    """Files just written are in the page cache: the read-ahead finds every chunk there and
+    copies none of them, yet a load waiting for its chunks goes on."""
+    copies = Copies(monkeypatch)
+    disk = read_ahead_to_the_end(plan_of(load(0, 0, 0, 0), load(1, 1, T, T)), files)
+    assert waiter(disk, files[1], region(T, T)).wait(10)
+    assert copies.reads == []
+
+
+def test_a_file_out_of_the_page_cache_is_read_ahead(tmp_path, monkeypatch):
+    """A file dropped from the page cache (written back, then let go) is found not cached and
+    read ahead. The loads read its second half, 1 MiB past the header, beyond what the kernel
+    brings in when the header is read; once the first chunk is read, the kernel's own read-ahead
+    may bring the next ones before they are probed, so only the first chunk must be copied (one
+    stream, so that it is probed first). On a file system that keeps every file in memory
+    (tmpfs) nothing can be dropped: there every chunk is found cached, rightly."""
+    monkeypatch.setattr(disk_module, "STREAMS", 1)
+    path, chunk = tmp_path / "big.npy", 256 << 10
+    np.save(path, np.zeros((1024, 512), np.float32))
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    copies = Copies(monkeypatch)
+    half = Region("x", (512, 0), (512, 512))
+    disk = PlanDisk.start(plan_of(Load(id=0, deps=(), buffer=0, tensor=0, region=half)), {0: path}, "job",
+                          chunk=chunk)
+    with disk._cond:
+        assert disk._cond.wait_for(lambda: disk._over, 10)
+    first = storage.layout(path).offset + (1 << 20)
+    chunks = [(str(path), first + i * chunk) for i in range(4)]
+    if _in_memory_file_system(path):
+        assert copies.reads == []
+    else:
+        assert copies.reads[:1] == chunks[:1] and set(copies.reads) <= set(chunks)
+    with open(path, "rb") as f:  # and every chunk is in the page cache now
+        assert all(disk_module.cached(f.fileno(), at, at + chunk) for _, at in chunks)
+
+
+def _in_memory_file_system(path) -> bool:
+    mounts = [line.split() for line in open("/proc/self/mounts")]
+    best = max((m for m in mounts if str(path).startswith(m[1].rstrip("/") + "/")), key=lambda m: len(m[1]))
+    return best[2] in ("tmpfs", "ramfs")
 
 
 def test_stopping_the_read_ahead_frees_every_waiting_load(files, monkeypatch):
