@@ -10,10 +10,12 @@ a command's own numpy import spinning the second core slowed the local pod start
 - `phobos-sched` itself multiplies no matrices: it runs with one thread (`one_thread_here`,
   before numpy loads). The values the user set are kept for the pods it starts
   (`user_environment`).
-- Local pods: CPU pods share the host's cores (each BLAS library would otherwise start a thread
-  per core in every pod; pods oversubscribing the cores made the same job's time vary twofold,
-  benchmarks/model_validation.py); GPU pods get one, as their products run on the GPU. A value
-  the user set is kept (`pod_threads`).
+- Local pods: a CPU pod's share of the host's cores is divided among its compute workers, which
+  run launches side by side (each BLAS library would otherwise start a thread per core in every
+  pod and every worker would use them all; oversubscribed cores made the same job's time vary
+  twofold, benchmarks/model_validation.py, and a CPU pod's start-up spun a second core for
+  0.04 s of the command's time to its pods); GPU pods get one, as their products run on the GPU.
+  A value the user set is kept (`pod_threads`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import os
 import sys
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# A pod's compute workers: the launches it runs side by side (pod/runtime.py sizes its pool here).
+POD_COMPUTE_WORKERS = {"cpu": 2, "gpu": 4}
 _USERS: dict[str, str | None] = {}  # the user's values, before one_thread_here set this process's
 
 
@@ -48,8 +52,10 @@ def user_environment(env: dict[str, str]) -> dict[str, str]:
 
 def pod_threads(devices: list[str], env: dict[str, str]) -> dict[str, str]:
     """The settings for local pods on `devices` ("cpu" or a GPU number) started with `env`
-    (the user's environment): the host's cores shared among the CPU pods, one thread for GPU
-    pods; names the user set are left out, so their values stand."""
+    (the user's environment): each CPU pod's share of the host's cores divided among its compute
+    workers, one thread for GPU pods; names the user set are left out, so their values stand."""
     cpu_pods = sum(1 for d in devices if d == "cpu")
-    per_pod = max(1, (os.cpu_count() or 1) // cpu_pods) if cpu_pods else 1
+    per_pod = 1
+    if cpu_pods:
+        per_pod = max(1, (os.cpu_count() or 1) // cpu_pods // POD_COMPUTE_WORKERS["cpu"])
     return {name: str(per_pod) for name in THREAD_VARIABLES if name not in env}

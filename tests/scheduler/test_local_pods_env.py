@@ -10,10 +10,13 @@ from common.blas import THREAD_VARIABLES, pod_threads, user_environment
 
 
 def test_cores_are_shared_among_cpu_pods(monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    """Each pod's share of the cores, divided among its two compute workers."""
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert pod_threads(["cpu"] * 4, {}) == dict.fromkeys(THREAD_VARIABLES, "2")
     assert pod_threads(["cpu"] * 16, {}) == dict.fromkeys(THREAD_VARIABLES, "1")
     assert pod_threads(["cpu"], {}) == dict.fromkeys(THREAD_VARIABLES, "8")
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert pod_threads(["cpu"], {}) == dict.fromkeys(THREAD_VARIABLES, "1")
 
 
 def test_gpu_pods_run_one_thread_and_user_settings_stand(monkeypatch):
