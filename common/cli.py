@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from common.errors import UserError
 
@@ -42,3 +43,28 @@ def run_main(main: Callable[[list[str]], int | None], argv: list[str] | None = N
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code or 0)
+
+
+def run_main_and_leave(main: Callable[[list[str]], int | None]) -> NoReturn:
+    """`run_main`, then leave through os._exit once stdout and stderr are flushed.
+
+    Both long-lived programs hold Cap'n Proto objects: the interpreter's own teardown collects them
+    after the KJ loop is gone, a segfault on the way out (seen in pod soak runs) that would turn a
+    clean exit into a crash for whoever supervises the process. The teardown also costs a command
+    30-40 ms (numpy, capnp and the compiler's modules freed one by one) after its work is done.
+    Nothing is lost by skipping it: every file the programs write is closed (and where it matters
+    fsynced) before `main` returns, log files are line-buffered, and the worker threads left are
+    idle pools."""
+    try:
+        run_main(main)
+        code = 0
+    except SystemExit as done:
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone or a stream closed: nothing more to say
+            pass
+    os._exit(code)

@@ -14,13 +14,12 @@ import argparse
 import asyncio
 import faulthandler
 import importlib
-import os
 import sys
 import threading
 from pathlib import Path
 
 from common import log as plog
-from common.cli import run_main, user_path
+from common.cli import run_main_and_leave, user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
 from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS
@@ -197,19 +196,7 @@ def _run_loop(make_server, on_listening) -> int:
 
 
 def entry() -> None:
-    """Run the pod and leave through os._exit: the interpreter's own teardown would collect the
-    Cap'n Proto objects of dead connections after the KJ loop is gone, a segfault on the way out
-    (seen in soak runs) that would turn a clean exit into a crash for whoever supervises pods."""
-    try:
-        run_main(main)
-        code = 0
-    except SystemExit as done:
-        if isinstance(done.code, str):
-            print(done.code, file=sys.stderr)
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    run_main_and_leave(main)  # the interpreter's teardown is skipped: common/cli.py says why
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common.cli import run_main, user_path
+from common.cli import run_main_and_leave, user_path
 from common.errors import UserError
 from compiler.cli.args import (
     FIRST_VALUE,
@@ -152,7 +152,7 @@ def main(argv: list[str]) -> int:
 
 
 def entry() -> None:
-    run_main(main)
+    run_main_and_leave(main)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ pods are stopped by it, in order, instead of dying on their own and being report
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -38,6 +37,8 @@ class Interrupted(Exception):
 
 async def interruptible(coro):
     """Await `coro`, turning the first SIGINT/SIGTERM into its cancellation and `Interrupted`."""
+    import asyncio  # here: the command imports `Interrupted` before it starts its pods
+
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
     received: list[int] = []

@@ -10,9 +10,8 @@ other users can read in `ps`). PHOBOS_POD_MODULE names another module to run (de
 
 from __future__ import annotations
 
-import asyncio
+import base64
 import os
-import secrets
 import subprocess
 import sys
 import threading
@@ -28,6 +27,9 @@ READY_LINE = "PHOBOS_POD_LISTENING "
 START_TIMEOUT_S = 60.0
 DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the NVIDIA driver drives
 log = get_logger(program="scheduler")
+# asyncio is imported inside the coroutines below, not here: a command imports this module to start
+# its pods first thing, and asyncio (30 ms with ssl) would delay them; a coroutine runs on a loop,
+# so by then it is loaded and the import is a lookup.
 
 
 def repo_root() -> Path:
@@ -77,7 +79,9 @@ def choose_devices(count: int | None, gpus: int) -> list[str]:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(32)
+    """32 random bytes from the OS, URL-safe: secrets.token_urlsafe(32) spelled out, as `secrets`
+    imports hashlib, hmac and random (6 ms before the command's pods start)."""
+    return base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode("ascii")
 
 
 class PodProcess:
@@ -115,11 +119,35 @@ class PodProcess:
         self.popen.kill()
 
     async def wait(self) -> int:
+        """The exit code, once the process has ended. Woken by the kernel through a pidfd where
+        there is one: polling found a stopped pod 5-10 ms after its end, on every command's exit."""
+        import asyncio
+
+        if self.popen.poll() is None:
+            try:
+                pidfd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # no pidfd (not Linux, or before 5.3): poll
+                pidfd = None
+            if pidfd is None:
+                await self._poll_until_exit()
+            else:
+                loop = asyncio.get_running_loop()
+                ended = loop.create_future()
+                loop.add_reader(pidfd, lambda: ended.done() or ended.set_result(None))
+                try:
+                    await ended
+                finally:
+                    loop.remove_reader(pidfd)
+                    os.close(pidfd)
+        return self.popen.wait()  # reaps it, at once now
+
+    async def _poll_until_exit(self) -> None:
+        import asyncio
+
         pause = 0.001
         while self.popen.poll() is None:
             await asyncio.sleep(pause)
             pause = min(0.02, pause * 2)
-        return self.popen.returncode
 
 
 @dataclass
@@ -152,6 +180,8 @@ class LocalPods:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Terminate every pod still running, then kill the ones that do not exit in time."""
+        import asyncio
+
         for pod in self.pods:
             if pod.process.returncode is None:
                 try:
@@ -233,6 +263,8 @@ async def start_local_pods(devices: list[str], roots: list[Path], token: str, ex
 
 
 async def _wait_ready(pod: LocalPod) -> str:
+    import asyncio
+
     deadline = time.monotonic() + START_TIMEOUT_S
     while not pod.process.said.is_set():
         if time.monotonic() > deadline:

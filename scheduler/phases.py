@@ -37,15 +37,13 @@ is the pods' stop, for local pods, and the process's exit).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-
-from schemas.instructions import KINDS
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SCHEDULER_PHASES = ("imports", "cli", "compile", "pods", "plan", "staging", "staging_wait", "submit", "run",
                     "commit")
-INSTRUCTION_KINDS = frozenset(KINDS.values())  # a pod's "serve" events are not its instructions
 POD_PHASES = ("read", "h2d", "compute", "d2h", "write", "fetch")
 
 
@@ -63,6 +61,16 @@ def process_start_time() -> float:
 
 
 _FIRST_CALL = time.time()
+
+
+@functools.cache
+def instruction_kinds() -> frozenset[str]:
+    """The event kinds that are instructions (a pod's "serve" events are not). Looked up on first
+    use: the command marks its start with this module before it starts its pods, and the
+    instruction schema's dataclasses would delay them."""
+    from schemas.instructions import KINDS
+
+    return frozenset(KINDS.values())
 
 
 class ProcessMarks:
@@ -103,7 +111,8 @@ def job_phases(process: dict[str, float], job: dict[str, float], events: list[di
         phases["commit_fsync"] = _span(job, "commit_start", "commit_synced")
         phases["commit_record"] = _span(job, "commit_synced", "commit_recorded")
         phases["commit_rename"] = _span(job, "commit_recorded", "commit_renamed")
-    instructions = [e["start"] for e in events if e["kind"] in INSTRUCTION_KINDS]
+    kinds = instruction_kinds()
+    instructions = [e["start"] for e in events if e["kind"] in kinds]
     if instructions and "submit_start" in job:
         phases["submit"] = max(0.0, t0 + min(instructions) - job["submit_start"])
     phases.update(pod_phases(events))

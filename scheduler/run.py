@@ -85,11 +85,13 @@ def run_job(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
 async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunResult:
     local = None
     PROCESS.mark("pods_start")
-    warm_up()  # while the pods are reached
     addresses, token = list(options.pods), options.token
     if not addresses:
         local = options.started_pods or spawn_pods_for(options)
         local.adopted = True
+    if local is None or any(pod.device != "cpu" for pod in local.pods):
+        warm_up()  # while the pods are reached; CPU pods need no PTX, and the hash costs the GIL
+    if local is not None:
         await local.ready()
         addresses, token = local.addresses, local.token
     elif not token:
