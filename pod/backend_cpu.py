@@ -8,11 +8,8 @@ to a buffer of another dtype gets a converted copy, and written parameters are c
 
 from __future__ import annotations
 
-import math
 import os
 import socket
-import sys
-import threading
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -20,6 +17,7 @@ import numpy as np
 
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import Binding, tensor_shape
+from pod.host_buffers import HostBuffers
 from schemas.capnp_io import JobProgram
 from schemas.program import Leaf
 
@@ -95,30 +93,35 @@ class CpuBackend:
     # ---- buffers ----
 
     def allocate(self, shape: tuple[int, ...], dtype: str = "f32") -> np.ndarray:
-        """A buffer of zeros: memory of a buffer no longer referenced where one of that size is
-        (HostBuffers), else fresh."""
-        return self._buffers.zeros(shape, _PARAM_DTYPES[dtype])
+        """A buffer of zeros, as far as anything reading it can tell (pod/host_buffers.py)."""
+        return self._buffers.take(shape, _PARAM_DTYPES[dtype])
 
     def upload(self, buffer: np.ndarray, host: np.ndarray) -> None:
         buffer[...] = host
+        self._buffers.written_whole(buffer)
 
     def fill(self, buffer: np.ndarray, read) -> tuple[int, float]:
         """Fill the buffer with `read(host, first, count)` (rows first..first+count along axis 0;
         it returns bytes read): on the CPU the buffer is the host array, filled in one piece.
         Returns (bytes read, seconds of host-to-device copy: none)."""
-        return read(buffer, 0, _rows(buffer)), 0.0
+        nbytes = read(buffer, 0, _rows(buffer))
+        self._buffers.written_whole(buffer)  # a load's region is the buffer's whole shape
+        return nbytes, 0.0
 
     def drain(self, buffer: np.ndarray, write) -> tuple[int, float]:
         """`write(host, first, count)` of the buffer's contents, in one piece: (its result, copy
         seconds: none)."""
+        self._buffers.before_use(buffer)
         return write(buffer, 0, _rows(buffer)), 0.0
 
     def download(self, buffer: np.ndarray) -> np.ndarray:
         """The buffer's contents as a C-contiguous host array (no copy on the CPU)."""
+        self._buffers.before_use(buffer)
         return buffer
 
     def host_view(self, buffer: np.ndarray) -> np.ndarray | None:
         """A host array aliasing the buffer, written into directly by a fetch (None on a GPU)."""
+        self._buffers.before_use(buffer)
         return buffer
 
     def host_dtype(self, buffer: np.ndarray) -> np.dtype:
@@ -136,69 +139,14 @@ class CpuBackend:
         from compiler.interp.interpreter import run_kernel
 
         prepared = self._leaves[(job_id, leaf_name)]
+        for buffer in bound.values():
+            self._buffers.before_use(buffer)
         arrays, converted = _leaf_arrays(prepared, bound)
         run_kernel(prepared.kernel, prepared.binding, arrays,
                    {name: scalars[name] for name in prepared.leaf.scalars})
         for name in converted:
             if name in prepared.writes:
                 bound[name][...] = arrays[name].astype(bound[name].dtype)
-
-
-class HostBuffers:
-    """The memory of large buffers, kept for reuse once nothing references it any more.
-
-    A fresh buffer costs a page fault and the kernel's zeroing of every page on its first touch
-    (about 0.25 s/GiB here), paid again for each unit's buffers: the load that fills them or the
-    leaf that writes them runs that much slower. Buffers of a size seen before reuse earlier
-    buffers' memory instead, zeroed in place (a memset of memory already mapped, an order of
-    magnitude faster).
-
-    A block is idle when its only references are this object's: every array or memoryview made
-    from a buffer (numpy views keep the block that owns the memory as their base) holds it, so a
-    block still read by a store, a data-port send or a leaf is never handed out again, whatever
-    freed the buffer. At most IDLE_BYTES of idle blocks are kept (`trim`)."""
-
-    MIN_BYTES = 1 << 20  # smaller buffers are allocated afresh each time: faults cost little there
-    IDLE_BYTES = 1 << 30
-
-    def __init__(self) -> None:
-        self._blocks: dict[int, list[np.ndarray]] = {}  # byte size -> every block of that size
-        self._lock = threading.Lock()
-
-    def zeros(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        nbytes = math.prod(shape) * dtype.itemsize
-        if nbytes < self.MIN_BYTES:
-            return np.zeros(shape, dtype)
-        with self._lock:
-            blocks = self._blocks.setdefault(nbytes, [])
-            idle = [i for i in range(len(blocks)) if _idle(blocks, i)]
-            if idle:
-                block = blocks[idle[0]]
-                block.fill(0)
-            else:
-                block = np.zeros(nbytes, np.uint8)  # mapped afresh: the kernel zeroes its pages
-                blocks.append(block)
-                self._trim(self.IDLE_BYTES)
-            return block.view(dtype).reshape(shape)
-
-    def trim(self) -> None:
-        """Let idle blocks go beyond IDLE_BYTES (at a job's end)."""
-        with self._lock:
-            self._trim(self.IDLE_BYTES)
-
-    def _trim(self, keep: int) -> None:
-        for nbytes, blocks in self._blocks.items():
-            for i in reversed([i for i in range(len(blocks)) if _idle(blocks, i)]):
-                if keep >= nbytes:
-                    keep -= nbytes
-                else:
-                    del blocks[i]
-
-
-def _idle(blocks: list[np.ndarray], i: int) -> bool:
-    """Whether nothing references blocks[i] but the list: getrefcount sees the list's reference
-    and its own argument's."""
-    return sys.getrefcount(blocks[i]) == 2
 
 
 def _leaf_arrays(prepared: PreparedLeaf, bound: dict[str, np.ndarray]):

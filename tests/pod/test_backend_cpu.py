@@ -37,28 +37,78 @@ def test_non_f32_parameters_get_converted_copies_and_written_ones_come_back():
     backend.forget("j")
 
 
-def test_a_buffer_nothing_references_is_reused_zeroed_and_one_still_referenced_is_not():
+def test_a_buffer_nothing_references_is_reused_and_one_still_referenced_is_not():
     backend = CpuBackend()
     first = backend.allocate((1 << 18, 2))  # 2 MiB: large enough to be kept for reuse
     first[...] = 7
-    memory = first.__array_interface__["data"][0]
+    memory = _address(first)
     still_read = memoryview(first.reshape(-1)[3:])  # as a store or a data-port send would hold it
     del first
     second = backend.allocate((1 << 18, 2))
-    assert second.__array_interface__["data"][0] != memory  # the memoryview still reads it
-    assert not second.any()
+    assert _address(second) != memory  # the memoryview still reads it
     del still_read
     third = backend.allocate((1 << 19,), "i32")  # same size, another shape and dtype
-    assert third.__array_interface__["data"][0] == memory and third.dtype == np.int32
-    assert not third.any()  # zeroed again
+    assert _address(third) == memory and third.dtype == np.int32
     del second, third
     backend.forget("j")  # a job's end keeps idle memory up to its bound: here all of it
-    assert backend.allocate((1 << 18, 2)).__array_interface__["data"][0] in _blocks(backend)
+    assert _address(backend.allocate((1 << 18, 2))) in _blocks(backend)
 
 
-def test_idle_memory_beyond_the_bound_is_let_go(monkeypatch):
+ACCUMULATE = """
+@autotune(BLOCK in [65536])
+kernel accumulate(x: tensor<f32>[N], y: tensor<f32>[N]) {
+  let base = ctx.block.x * BLOCK
+  y[base :+ BLOCK] = y[base :+ BLOCK] + x[base :+ BLOCK]
+}
+"""
+BIG = 1 << 19  # 2 MiB of f32: kept for reuse
+
+
+def test_reused_memory_reads_as_zeros_unless_written_whole_first():
+    """Every way of using a buffer sees zeros in reused memory (a leaf, a store, a serve, a
+    fetch writing into it), but a load or an upload, which write all of it, keep what they
+    wrote: the zeroing, put off until the first use, is skipped for them."""
     backend = CpuBackend()
-    monkeypatch.setattr(backend._buffers, "IDLE_BYTES", 3 << 20)
+    leaf = Leaf(name="main", kernel="accumulate", source=ACCUMULATE, dims=(("N", BIG),),
+                tile_values=(("BLOCK", 65536),), grid=(BIG // 65536,), threads=256, tensors=("x", "y"),
+                scalars=())
+    backend.prepare("j", JobProgram(kernel="accumulate", leaves=(leaf,), scalars=(), tensors=()))
+    for use in ("compute", "drain", "download", "host_view", "fill", "upload"):
+        buffer = _reused(backend)
+        if use == "compute":  # y = y + x, with y's reused memory read as zeros
+            x = backend.allocate((BIG,))
+            backend.upload(x, np.ones(BIG, np.float32))
+            backend.compute("j", "main", {"x": x, "y": buffer}, {})
+            seen, want = buffer, 1
+        elif use == "drain":
+            seen, want = backend.drain(buffer, lambda host, first, count: host.copy())[0], 0
+        elif use == "fill":
+            backend.fill(buffer, lambda host, first, count: host.fill(2) or host.nbytes)
+            seen, want = backend.download(buffer), 2
+        elif use == "upload":
+            backend.upload(buffer, np.full(BIG, 3, np.float32))
+            seen, want = backend.download(buffer), 3
+        else:
+            seen, want = getattr(backend, use)(buffer), 0
+        assert (seen == want).all(), use
+        del buffer, seen
+    backend.forget("j")
+
+
+def _reused(backend) -> np.ndarray:
+    """A buffer taking the memory of an earlier one, which held 5s."""
+    earlier = backend.allocate((BIG,))
+    memory = _address(earlier)
+    earlier[...] = 5
+    del earlier
+    buffer = backend.allocate((BIG,))
+    assert _address(buffer) == memory
+    return buffer
+
+
+def test_idle_memory_beyond_the_bound_is_let_go():
+    backend = CpuBackend()
+    backend._buffers.idle_bytes = 3 << 20
     buffers = [backend.allocate((1 << 18, 2)) for _ in range(3)]  # 6 MiB, all in use
     assert len(_blocks(backend)) == 3
     del buffers
@@ -66,5 +116,9 @@ def test_idle_memory_beyond_the_bound_is_let_go(monkeypatch):
     assert len(_blocks(backend)) == 1  # 2 MiB kept of the 3 allowed
 
 
+def _address(array) -> int:
+    return array.__array_interface__["data"][0]
+
+
 def _blocks(backend) -> list[int]:
-    return [b.__array_interface__["data"][0] for blocks in backend._buffers._blocks.values() for b in blocks]
+    return [_address(b) for blocks in backend._buffers._blocks.values() for b in blocks]

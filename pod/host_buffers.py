@@ -1,0 +1,89 @@
+"""The CPU pod's buffer memory: reused once nothing references it, zeroed only where it must be.
+
+A fresh buffer costs a page fault and the kernel's zeroing of every page on its first touch
+(about 0.25 s/GiB here), paid again for every unit's buffers: the load that fills them or the leaf
+that writes them runs that much slower. So a buffer of a size seen before takes the memory of an
+earlier buffer that nothing references any more. That memory holds the earlier buffer's values:
+it is zeroed before anything can read it or write part of it (`before_use`), unless something
+writes the whole buffer first (`written_whole`: a load, whose region is the buffer's shape, or an
+upload), and then it is never zeroed at all. To its users a buffer is all zeros until written,
+as a fresh one is.
+
+A block of memory is idle when its only reference is this object's: every array or memoryview
+made from a buffer holds it (numpy views keep the block that owns the memory as their base), so a
+block still read by a store, a data-port send or a leaf is never handed out again, whatever freed
+the buffer. At most IDLE_BYTES of idle blocks are kept (`trim`, at a job's end).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+MIN_BYTES = 1 << 20  # smaller buffers are allocated afresh each time: faults cost little there
+IDLE_BYTES = 1 << 30
+
+
+class HostBuffers:
+    def __init__(self, idle_bytes: int = IDLE_BYTES) -> None:
+        self.idle_bytes = idle_bytes
+        self._blocks: dict[int, list[np.ndarray]] = {}  # byte size -> every block of that size
+        self._lock = threading.Lock()
+        # id(buffer) -> the buffer (weakly), for buffers whose zeroing is put off. Each entry
+        # leaves when its buffer dies, before its id can be another's; dict operations are
+        # atomic, so the callbacks, which may run in any thread, take no lock.
+        self._unzeroed: dict[int, weakref.ref] = {}
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A buffer that reads as zeros: an idle block's memory, zeroed when first used, or
+        fresh memory (zero already)."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes < MIN_BYTES:
+            return np.zeros(shape, dtype)
+        with self._lock:
+            blocks = self._blocks.setdefault(nbytes, [])
+            idle = next((i for i in range(len(blocks)) if _idle(blocks, i)), None)
+            if idle is None:
+                blocks.append(np.zeros(nbytes, np.uint8))  # mapped afresh: the kernel zeroes its pages
+                self._trim()
+            block = blocks[-1 if idle is None else idle]
+        buffer = block.view(dtype).reshape(shape)
+        if idle is not None:
+            key = id(buffer)
+            self._unzeroed[key] = weakref.ref(buffer, lambda _, key=key: self._unzeroed.pop(key, None))
+        return buffer
+
+    def before_use(self, buffer: np.ndarray) -> None:
+        """`buffer` (as `take` gave it) is about to be read or written in part: zero it now if
+        its zeroing was put off."""
+        ref = self._unzeroed.pop(id(buffer), None)
+        if ref is not None and ref() is buffer:
+            buffer.fill(0)
+
+    def written_whole(self, buffer: np.ndarray) -> None:
+        """Every element of `buffer` was just written: its zeroing, if put off, is not needed."""
+        self._unzeroed.pop(id(buffer), None)
+
+    def trim(self) -> None:
+        """Let idle blocks go beyond `idle_bytes`."""
+        with self._lock:
+            self._trim()
+
+    def _trim(self) -> None:
+        keep = self.idle_bytes
+        for nbytes, blocks in self._blocks.items():
+            for i in reversed([i for i in range(len(blocks)) if _idle(blocks, i)]):
+                if keep >= nbytes:
+                    keep -= nbytes
+                else:
+                    del blocks[i]
+
+
+def _idle(blocks: list[np.ndarray], i: int) -> bool:
+    """Whether nothing references blocks[i] but the list: getrefcount sees the list's reference
+    and its own argument's."""
+    return sys.getrefcount(blocks[i]) == 2
