@@ -9,41 +9,24 @@ to a buffer of another dtype gets a converted copy, and written parameters are c
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
 
-from compiler.frontend import ir, walk
-from compiler.frontend.binding import Binding, tensor_shape
+from pod.host import available_host_memory
 from pod.host_buffers import HostBuffers
 from schemas.capnp_io import JobProgram
 from schemas.program import Leaf
 
+if TYPE_CHECKING:  # the front end loads with the first job (pod/cli.py, FIRST_JOB_MODULES): at
+    # the top it held the pod 20-25 ms before it could listen
+    from compiler.frontend import ir
+    from compiler.frontend.binding import Binding
+
 _PARAM_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
                  "bf16": np.dtype(ml_dtypes.bfloat16), "i32": np.dtype(np.int32)}
-
-
-def host_id() -> str:
-    """Equal for pods on one host (one boot of it): hostname plus the kernel's boot id."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = "?"
-    return f"{socket.gethostname()}/{boot}"
-
-
-def available_host_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 @dataclass(frozen=True)
@@ -56,6 +39,7 @@ class PreparedLeaf:
 
 def prepare_leaf(leaf: Leaf) -> PreparedLeaf:
     from compiler.cluster.leaves import load_leaf  # parse + check + bind
+    from compiler.frontend import walk
 
     kernel, binding = load_leaf(leaf)
     return PreparedLeaf(leaf, kernel, binding, tuple(walk.stored_tensors(kernel)))
@@ -152,6 +136,8 @@ class CpuBackend:
 def _leaf_arrays(prepared: PreparedLeaf, bound: dict[str, np.ndarray]):
     """Each tensor parameter's array in its declared dtype (converted copies where not f32);
     a parameter the launch does not bind gets zeros (the leaf never touches it)."""
+    from compiler.frontend.binding import tensor_shape
+
     arrays: dict[str, np.ndarray] = {}
     converted: list[str] = []
     for param in prepared.kernel.tensors:

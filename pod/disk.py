@@ -24,7 +24,7 @@ from common import fileio, storage
 from common.errors import UserError
 from common.log import get_logger
 from pod import disk_order
-from pod.backend_cpu import available_host_memory
+from pod.host import available_host_memory
 from schemas.instructions import Load, NodePlan, Store
 
 log = get_logger()

@@ -26,8 +26,8 @@ import capnp
 from common import storage
 from common.log import get_logger
 from pod import machine as m
-from pod.backend_cpu import host_id
 from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS, REFUSAL_DELAY_S, FrontDoor, Stranger
+from pod.host import host_id
 from pod.link import SchedulerLink
 from pod.offers import Offer, Offers
 from pod.peers import Peers

@@ -89,3 +89,16 @@ def test_cuda_start_thread_begins_after_numpy_is_imported():
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[('pod-cuda-start', True)]"
+
+
+def test_a_cpu_pod_listens_before_the_compilers_front_end_loads():
+    """The front end (parser, IR, binder) is what a CPU pod's first job needs, imported in the
+    background once the pod listens (pod/cli.py, FIRST_JOB_MODULES); imported before, it held the
+    pod 20-25 ms from listening, on the path of every command that starts its pods."""
+    probe = ("import sys, pod.cli, pod.server\n"
+             "backend = pod.cli.make_backend('cpu')\n"
+             "print('compiler.frontend.ir' in sys.modules, backend.describe()[1] > 0)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=pod_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
