@@ -20,9 +20,12 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.errors import Error, UserError, as_error, user_errors
-from compiler.api.kernel import Kernel
+
+if TYPE_CHECKING:  # imported by `job`: a job file's run (phobos-sched JOB) needs no phobos.Kernel
+    from compiler.api.kernel import Kernel
 
 
 class ClusterJob:
@@ -87,12 +90,11 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
     `phobos-sched new-job` checks it: a job that can never run is an Error; new-job's warnings
     (values outside a search space, a file the kernel reads that does not exist yet) are
     `UserWarning`s."""
+    from compiler.api.kernel import Kernel, load
     from scheduler.jobfile import job_from_source, path_to_uri
     from scheduler.prepare import check_new_job
 
     if not isinstance(kernel, Kernel):
-        from compiler.api.kernel import load
-
         kernel = load(kernel)
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     uris = {name: value if isinstance(value, str) else path_to_uri(Path(os.path.abspath(value)))
