@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_atomically
+from schemas.instructions import KINDS
 
 TRACE_FORMAT = "phobos-trace/1"
-KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
+INSTRUCTION_KINDS = tuple(KINDS.values())  # the events of instructions, as the trace names them
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def summarize(events: list[dict], nodes: list[int], wall_s: float) -> dict:
         if kind == "serve":
             row["bytes_served"] += e["bytes"]
             continue
-        if kind in KINDS:
+        if kind in INSTRUCTION_KINDS:
             row["instructions"] += 1
         if kind == "load":
             row["bytes_loaded"] += e["bytes"]

@@ -14,9 +14,8 @@ import math
 from dataclasses import dataclass
 
 from common.errors import UserError
+from scheduler.tracefile import INSTRUCTION_KINDS, TRACE_FORMAT
 
-TRACE_FORMAT = "phobos-trace/1"
-INSTRUCTION_KINDS = ("allocate", "load", "fetch", "compute", "store", "free")
 # Not an instruction: a pod reports "serve" (start = end, id = its buffer, peer = the fetching node)
 # each time a peer fetched one of its tiles.
 KINDS = (*INSTRUCTION_KINDS, "serve")
