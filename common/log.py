@@ -15,7 +15,7 @@ its first compute). Where structlog is imported already, configure() applies at 
 from __future__ import annotations
 
 import argparse
-import logging
+import functools
 import sys
 import threading
 from typing import Any, TextIO
@@ -24,6 +24,9 @@ from common.cli import user_path
 from common.errors import UserError
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
+# The standard library's numbers for them: `logging` itself is imported by configure(), not here,
+# since a command reads its flags (and starts its pods) before it configures anything.
+_NUMBERS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
 
 class _Stderr:
@@ -41,7 +44,7 @@ class _Stderr:
 
 _STDERR = _Stderr()
 _pending: tuple[str, Any] | None = None  # a configure() that structlog has not been given yet
-_threshold = logging.DEBUG  # the pending configuration's level: events below it are dropped here
+_threshold = _NUMBERS["debug"]  # the pending configuration's level: events below it are dropped here
 # Two threads' first events can arrive together (a pod logs from its loop and from the thread
 # that imports its first job's modules): the second must wait until the first has configured
 # structlog, or it would log through structlog's defaults (to stdout) or find nothing pending.
@@ -50,12 +53,14 @@ _applying = threading.Lock()
 
 def configure(level: str = "info", stream: TextIO | None = None) -> None:
     """Send events at `level` and above to `stream` (default: stderr); stdlib `logging` goes there too."""
+    import logging
+
     global _pending, _threshold
     out = _STDERR if stream is None else stream
     number = _level_number(level)
     # Libraries (asyncio, uvloop) log through the standard library: render them the same way.
     root = logging.getLogger()
-    root.handlers[:] = [_StdlibHandler(out)]
+    root.handlers[:] = [_stdlib_handler_class()(out)]
     root.setLevel(number)
     with _applying:
         _pending, _threshold = (level, out), number
@@ -77,7 +82,7 @@ def configure_for_library(level: str = "warning") -> None:
 def _level_number(level: str) -> int:
     if level.lower() not in LEVELS:
         raise UserError(f"unknown log level {level!r}; use one of: {', '.join(LEVELS)}")
-    return logging.getLevelName(level.upper())
+    return _NUMBERS[level.lower()]
 
 
 def _apply() -> None:
@@ -118,25 +123,32 @@ def _configure_structlog(level: str, out) -> None:
     )
 
 
-class _StdlibHandler(logging.Handler):
-    """Standard-library records rendered like structlog's events; structlog's formatter is made
-    at the first record."""
+@functools.cache
+def _stdlib_handler_class():
+    """The handler class for standard-library records, made when configure() first needs it."""
+    import logging
 
-    def __init__(self, out):
-        super().__init__()
-        self.out = out
-        self.inner: logging.Handler | None = None
+    class StdlibHandler(logging.Handler):
+        """Standard-library records rendered like structlog's events; structlog's formatter is
+        made at the first record."""
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.inner is None:
-            import structlog
+        def __init__(self, out):
+            super().__init__()
+            self.out = out
+            self.inner: logging.Handler | None = None
 
-            stamp, render = _processors(self.out)
-            self.inner = logging.StreamHandler(self.out)
-            self.inner.setFormatter(structlog.stdlib.ProcessorFormatter(
-                foreign_pre_chain=stamp,
-                processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render]))
-        self.inner.emit(record)
+        def emit(self, record: logging.LogRecord) -> None:
+            if self.inner is None:
+                import structlog
+
+                stamp, render = _processors(self.out)
+                self.inner = logging.StreamHandler(self.out)
+                self.inner.setFormatter(structlog.stdlib.ProcessorFormatter(
+                    foreign_pre_chain=stamp,
+                    processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render]))
+            self.inner.emit(record)
+
+    return StdlibHandler
 
 
 class Logger:
@@ -174,8 +186,7 @@ def _event_method(name: str, number: int):
     return emit
 
 
-_EVENT_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-                 "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL}
+_EVENT_LEVELS = {**_NUMBERS, "exception": _NUMBERS["error"]}
 for _name, _number in _EVENT_LEVELS.items():
     setattr(Logger, _name, _event_method(_name, _number))
 

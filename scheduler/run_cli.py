@@ -159,7 +159,6 @@ def run_command(argv: list[str]) -> int:
     from scheduler import tuner_cli
 
     args = build_parser().parse_args(argv)
-    log.configure_from_args(args)
     job_path = user_path(args.job)
     roots = storage_roots(args.storage_root, job_path)
     pods = parse_pods(args.pods)
@@ -169,6 +168,7 @@ def run_command(argv: list[str]) -> int:
     heartbeat = (_positive("--heartbeat-interval", args.heartbeat_interval),
                  _positive("--heartbeat-timeout", args.heartbeat_timeout))
     if pods or tune.active:  # the tuner starts the pods it needs itself
+        log.configure_from_args(args)
         return _run(args, job_path, roots, pods, tune, heartbeat, None)
     from scheduler.interrupt import Interrupted
     from scheduler.local_pods import spawn_for
@@ -179,6 +179,7 @@ def run_command(argv: list[str]) -> int:
     started = None
     try:
         started = spawn_for(args.local_pods, roots, *heartbeat, args.pod_log_level)
+        log.configure_from_args(args)  # after the spawn: it loads the standard library's logging
         return _run(args, job_path, roots, pods, tune, heartbeat, started)
     except Interrupted as err:  # before the job ran
         print(f"error: {err}", file=sys.stderr)
