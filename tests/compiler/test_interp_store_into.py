@@ -1,0 +1,79 @@
+"""A store of one elementwise f32 operation is computed straight into the tensor
+(interpreter._store_binary): the same bits as the value computed first and then stored, in every
+case it takes, and every case it leaves to the general store (clipped edges, masked CTAs, other
+dtypes, a scatter) still right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.interp import interpreter
+from tests.compiler.test_interp_semantics import run_src
+
+KERNELS = {
+    "inside": ("""
+@autotune(B in [16])
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+  let i = ctx.block.x * B
+  c[i :+ B] = a[i :+ B] / b[i :+ B]
+}""", {"N": 64}, True),
+    "scalar operand": ("""
+@autotune(B in [16])
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+  let i = ctx.block.x * B
+  c[i :+ B] = 2.5 - a[i :+ B]
+}""", {"N": 64}, True),
+    "in place": ("""
+@autotune(B in [16])
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+  let i = ctx.block.x * B
+  c[i :+ B] = c[i :+ B] * a[i :+ B]
+}""", {"N": 64}, True),
+    "rows by columns": ("""
+@autotune(B in [8])
+kernel k(a: tensor<f32>[N, N], b: tensor<f32>[N, N], c: tensor<f32>[N, N]) {
+  let r = ctx.block.x * B
+  let q = ctx.block.y * B
+  c[r :+ B, q :+ B] = a[r :+ B, q :+ B] + b[q :+ B, r :+ B]
+}""", {"N": 32}, True),
+    "a tail past the end": ("""
+@autotune(B in [16])
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+  let i = ctx.block.x * B
+  c[i :+ B] = a[i :+ B] + b[i :+ B]
+}""", {"N": 70}, False),
+    "f16 output": ("""
+@autotune(B in [16])
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f16>[N]) {
+  let i = ctx.block.x * B
+  c[i :+ B] = a[i :+ B] * b[i :+ B]
+}""", {"N": 64}, False),
+    "masked CTAs": ("""
+@autotune(B in [16])
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+  let i = ctx.block.x * B
+  for j in range(0, ctx.block.x, 1) {
+    c[i :+ B] = a[i :+ B] + b[i :+ B]
+  }
+}""", {"N": 64}, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_a_store_computed_into_the_tensor_equals_the_value_stored(name, monkeypatch):
+    source, dims, direct = KERNELS[name]
+    rank = 2 if "N, N" in source else 1
+    shape = (dims["N"],) * rank
+    rng = np.random.default_rng(3)
+    c_dtype = np.float16 if "f16" in source else np.float32
+    inputs = {name: rng.standard_normal(shape, dtype=np.float32) for name in "abc"}
+    inputs["c"] = inputs["c"].astype(c_dtype)
+    taken = []
+    real = interpreter._store_binary
+    monkeypatch.setattr(interpreter, "_store_binary", lambda *a: taken.append(real(*a)) or taken[-1])
+    fast = run_src(source, dims, {k: v.copy() for k, v in inputs.items()})["c"]
+    monkeypatch.setattr(interpreter, "_store_binary", lambda *a: False)
+    general = run_src(source, dims, {k: v.copy() for k, v in inputs.items()})["c"]
+    assert fast.dtype == general.dtype and np.array_equal(fast.view(np.uint8), general.view(np.uint8))
+    assert any(taken) == direct  # computed into the tensor, or left to the general store
