@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from common import blas  # noqa: E402
+
 SECTION = "## Cluster tuner: predicted vs measured"
 TOLERANCE = 0.10  # the model's choice may measure at most 10% above the best measured
 
@@ -286,9 +288,6 @@ def write_doc(text: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
 def single_threaded_blas() -> None:
     """One BLAS thread per call in the local pods (they inherit this environment).
 
@@ -298,7 +297,7 @@ def single_threaded_blas() -> None:
     2-core machine (matmul, 2 pods, 1024^3): jobs took 0.26-0.56 s with the default threads and
     0.13-0.19 s with one. The parallelism is the pods' and their workers'; a variable already set
     by the caller is kept."""
-    for name in BLAS_THREAD_VARIABLES:
+    for name in blas.THREAD_VARIABLES:
         os.environ.setdefault(name, "1")
 
 

@@ -29,7 +29,7 @@ def test_model_choice_within_10_percent_of_best_measured(benchmark, kernel, node
     import capnp
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path / "cache"))
-    for name in mv.BLAS_THREAD_VARIABLES:  # as the script does: see mv.single_threaded_blas
+    for name in mv.blas.THREAD_VARIABLES:  # as the script does: see mv.single_threaded_blas
         if name not in mv.os.environ:
             monkeypatch.setenv(name, "1")
     said: list[str] = []

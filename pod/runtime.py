@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import storage, uri
+from common import blas, storage, uri
 from common.errors import UserError
 from common.log import get_logger
 from pod import machine as m
@@ -80,7 +80,7 @@ class PodRuntime:
         self.machine, self.feed, self.link, self.peers = machine, feed, link, peers
         self.jobs: dict[str, Job] = {}
         self.io_pool = io_pool
-        workers = 4 if backend.kind == "gpu" else 2
+        workers = blas.POD_COMPUTE_WORKERS[backend.kind]  # their BLAS threads are sized by it
         self.compute_pool = ThreadPoolExecutor(workers, thread_name_prefix="pod-compute")
         self.data_port = DataPort(data_host) if data_host else None  # None: chunks over the RPC only
         self.tasks: set[asyncio.Task] = set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from common import blas
 from common.cli import run_main_and_leave, user_path
 from common.errors import UserError
 from compiler.cli.args import (
@@ -152,6 +153,7 @@ def main(argv: list[str]) -> int:
 
 
 def entry() -> None:
+    blas.one_thread_here()  # before numpy loads (common/blas.py: the command multiplies no matrices)
     run_main_and_leave(main)
 
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common import blas
 from common.cluster_token import TOKEN_ENV
 from common.errors import UserError
 from common.log import get_logger
@@ -213,27 +214,14 @@ class LocalPods:
                 pod.process.popen.wait()
 
 
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def blas_threads(cpu_pods: int, env: dict[str, str]) -> dict[str, str]:
-    """Share the host's cores among the CPU pods started on it: each BLAS library would otherwise
-    start a thread per core in every pod, and pods oversubscribing the cores made the same job's
-    time vary twofold (measured by benchmarks/model_validation.py). A value the user set is kept."""
-    if cpu_pods == 0:
-        return {}
-    per_pod = str(max(1, (os.cpu_count() or 1) // cpu_pods))
-    return {name: per_pod for name in BLAS_THREAD_VARIABLES if name not in env}
-
-
 def spawn_local_pods(devices: list[str], roots: list[Path], token: str, extra_args: list[str] = (),
                      log_level: str = "warning") -> LocalPods:
     """Start one pod per device without waiting for them (`LocalPods.ready` waits)."""
-    env = dict(os.environ)
+    env = blas.user_environment(dict(os.environ))
     env[TOKEN_ENV] = token
     root = str(repo_root())
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(blas_threads(sum(1 for d in devices if d == "cpu"), env))
+    env.update(blas.pod_threads(devices, env))
     pods = LocalPods(token)
     try:
         for device in devices:
