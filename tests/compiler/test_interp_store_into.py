@@ -11,52 +11,30 @@ import pytest
 from compiler.interp import interpreter
 from tests.compiler.test_interp_semantics import run_src
 
-KERNELS = {
-    "inside": ("""
+ONE_AXIS = """
 @autotune(B in [16])
-kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<{c}>[N]) {{
   let i = ctx.block.x * B
-  c[i :+ B] = a[i :+ B] / b[i :+ B]
-}""", {"N": 64}, True),
-    "scalar operand": ("""
-@autotune(B in [16])
-kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
-  let i = ctx.block.x * B
-  c[i :+ B] = 2.5 - a[i :+ B]
-}""", {"N": 64}, True),
-    "in place": ("""
-@autotune(B in [16])
-kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
-  let i = ctx.block.x * B
-  c[i :+ B] = c[i :+ B] * a[i :+ B]
-}""", {"N": 64}, True),
-    "rows by columns": ("""
+  {body}
+}}"""
+ROWS_BY_COLUMNS = """
 @autotune(B in [8])
 kernel k(a: tensor<f32>[N, N], b: tensor<f32>[N, N], c: tensor<f32>[N, N]) {
   let r = ctx.block.x * B
   let q = ctx.block.y * B
   c[r :+ B, q :+ B] = a[r :+ B, q :+ B] + b[q :+ B, r :+ B]
-}""", {"N": 32}, True),
-    "a tail past the end": ("""
-@autotune(B in [16])
-kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
-  let i = ctx.block.x * B
-  c[i :+ B] = a[i :+ B] + b[i :+ B]
-}""", {"N": 70}, False),
-    "f16 output": ("""
-@autotune(B in [16])
-kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f16>[N]) {
-  let i = ctx.block.x * B
-  c[i :+ B] = a[i :+ B] * b[i :+ B]
-}""", {"N": 64}, False),
-    "masked CTAs": ("""
-@autotune(B in [16])
-kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
-  let i = ctx.block.x * B
-  for j in range(0, ctx.block.x, 1) {
-    c[i :+ B] = a[i :+ B] + b[i :+ B]
-  }
-}""", {"N": 64}, False),
+}"""
+ADD = "c[i :+ B] = a[i :+ B] + b[i :+ B]"
+# name -> (source, dims, whether the store is computed into the tensor)
+KERNELS = {
+    "inside": (ONE_AXIS.format(c="f32", body="c[i :+ B] = a[i :+ B] / b[i :+ B]"), {"N": 64}, True),
+    "scalar operand": (ONE_AXIS.format(c="f32", body="c[i :+ B] = 2.5 - a[i :+ B]"), {"N": 64}, True),
+    "in place": (ONE_AXIS.format(c="f32", body="c[i :+ B] = c[i :+ B] * a[i :+ B]"), {"N": 64}, True),
+    "rows by columns": (ROWS_BY_COLUMNS, {"N": 32}, True),
+    "a tail past the end": (ONE_AXIS.format(c="f32", body=ADD), {"N": 70}, False),
+    "f16 output": (ONE_AXIS.format(c="f16", body=ADD), {"N": 64}, False),
+    "masked CTAs": (ONE_AXIS.format(c="f32", body=f"for j in range(0, ctx.block.x, 1) {{ {ADD} }}"),
+                    {"N": 64}, False),
 }
 
 
