@@ -76,6 +76,28 @@ def stored_tensors(body: tuple[ir.Stmt, ...]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _store_binary(op: str, lhs: np.ndarray, rhs: np.ndarray, tensor: np.ndarray,
+                  windows: list[mem.Window]) -> bool:
+    """Store `lhs op rhs` by computing it straight into the tensor's view (mem.store_view), when
+    both operands are f32, the tensor stores f32 and the store is a plain view store: the same
+    values as `binary` then `store`, without the whole tile as a temporary of its own and a
+    second pass copying it (an elementwise leaf's cost on a CPU pod). False: nothing written."""
+    ufunc = val.F32_UFUNCS.get(op)
+    if ufunc is None or not tensor.dtype == lhs.dtype == rhs.dtype == val.F32:
+        return False
+    rank = sum(w.keep for w in windows)
+    lhs, rhs = val.with_rank(lhs, rank), val.with_rank(rhs, rank)
+    try:
+        shape = np.broadcast_shapes(lhs.shape, rhs.shape)
+    except ValueError:
+        return False  # `binary` says what is wrong
+    out = mem.store_view(tensor, windows, shape)
+    if out is None:
+        return False
+    ufunc(lhs, rhs, out=out)
+    return True
+
+
 def _dot_mode(call: ir.Call) -> str:
     return call.precision.mode if call.precision is not None else "f32"
 
@@ -146,7 +168,13 @@ class _Runner:
     def store(self, stmt: ir.Store, scope: dict, active: np.ndarray | None) -> None:
         tensor = self.launch.tensors[stmt.tensor]
         windows = self.windows(stmt.index, tensor.shape, scope)
-        value = self.eval(stmt.value, scope)
+        if stmt.op == "=" and active is None and isinstance(stmt.value, ir.BinOp):
+            lhs, rhs = self.eval(stmt.value.lhs, scope), self.eval(stmt.value.rhs, scope)
+            if _store_binary(stmt.value.op, lhs, rhs, tensor, windows):
+                return
+            value = val.binary(stmt.value.op, lhs, rhs)
+        else:
+            value = self.eval(stmt.value, scope)
         if stmt.op != "=":
             old = mem.load(tensor, windows, val.constant(0, mem.value_dtype(tensor)), private=True)
             value = val.binary(stmt.op[0], old, value)

@@ -191,6 +191,27 @@ def store(tensor: np.ndarray, windows: list[Window], value: np.ndarray, active: 
     _store(tensor, windows, value, mask)
 
 
+def store_view(tensor: np.ndarray, windows: list[Window], shape: tuple[int, ...]) -> np.ndarray | None:
+    """The writable view of `tensor[windows]` that `store` copies a value of `shape` into when
+    every CTA stores (no mask), every window lies inside the tensor and they do not overlap:
+    writing the value into it is that store. None when such a store takes another way (a
+    scatter, clipped edges) or the shape does not fit."""
+    plan = _plan(windows)
+    if plan is None:
+        return None
+    box = _box(plan, windows)
+    if not all(lo >= 0 and hi <= dim for (lo, hi), dim in zip(box, tensor.shape, strict=True)):
+        return None
+    if not _view_store_ok(plan, windows, np.broadcast_to(np.empty((), tensor.dtype), shape), None):
+        return None
+    view = _strided(tensor[tuple(slice(lo, hi) for lo, hi in box)], plan, windows, writeable=True)
+    try:
+        fits = np.broadcast_shapes(view.shape, shape) == view.shape
+    except ValueError:
+        fits = False
+    return view if fits else None
+
+
 # CTAs along a grid axis whose windows stick out of the tensor are stored one at a time (as
 # clipped views) when there are at most this many of them; more go through the scatter.
 _EDGE_CTAS = 4

@@ -75,6 +75,8 @@ def aligned(*values: np.ndarray) -> list[np.ndarray]:
 
 
 _ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply}
+# What `binary` computes for two f32 operands, as ufuncs that can write into a given array
+F32_UFUNCS = {**_ARITH, "/": np.true_divide}
 _COMPARE = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
             ">": np.greater, ">=": np.greater_equal}
 

@@ -1,0 +1,125 @@
+"""The pod's side of a job, two versions of the code against each other on the same files.
+
+One running pod (`--keep-serving`) per version, each started from its own checkout; the same job
+(script_vs_job.py's case) is run against them in turn, round after round, so that both see the
+same machine load, by one phobos-sched (the first version's). Reported per version, medians over
+the rounds (the first round of each is not counted: caches, imports):
+
+- `span`: the first instruction's start to the last store's end, from the trace's events: the
+  pod's run of the plan, with no start-up or exit in it;
+- `run` (the plan's submission to the last event), `submit` (to the first instruction), and the
+  pod-side sums `read`, `compute`, `write` from the trace's `phases`;
+- `command`: the scheduler's command to exit (it does not start the pod).
+
+A version is a checkout (`NAME=PATH`) or a git revision of this repository (`NAME=@REV`, taken
+out with `git archive` into a temporary folder). Run (the pod's job before and after a change):
+
+    PYTHONPATH=. .venv/bin/python benchmarks/pod_job_ab.py --rounds 20 before=@6078f32 after=. \
+        --out benchmarks/results/cpu-amd-epyc-2core/pod-job-ab-add.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.script_vs_job import make_case  # noqa: E402
+
+SOURCES = ("common", "compiler", "pod", "scheduler", "schemas")
+
+
+def checkout(spec: str, scratch: Path) -> Path:
+    """The folder of a version: PATH as it is, or @REV archived under `scratch`, its bytecode
+    compiled (as an installed package has it)."""
+    if not spec.startswith("@"):
+        return Path(spec).resolve()
+    folder = scratch / spec[1:]
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", spec[1:]], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *SOURCES], cwd=folder, env=env, check=True)
+    return folder
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def start_pod(tree: Path, folder: Path, token: str) -> tuple[subprocess.Popen, str]:
+    env = _env(tree) | {"PHOBOS_TOKEN": token}
+    proc = subprocess.Popen([sys.executable, "-m", "pod.main", "--listen", "127.0.0.1:0", "--device", "cpu",
+                             "--storage-root", str(folder), "--keep-serving", "--log-level", "warning"],
+                            cwd=tree, env=env, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("PHOBOS_POD_LISTENING "):
+            return proc, line.split()[1]
+    raise SystemExit(f"the pod of {tree} did not start")
+
+
+def one_job(scheduler: Path, job: Path, address: str, folder: Path) -> dict[str, float]:
+    trace = folder / "trace.json"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "scheduler.main", str(job), "--pods", address, "--token-file",
+                    str(folder / "token"), "--trace", str(trace)], cwd=folder, env=_env(scheduler),
+                   check=True, capture_output=True)
+    command = time.perf_counter() - start
+    data = json.loads(trace.read_text())
+    phases, events = data["phases"], data["events"]
+    first = min(e["start"] for e in events if e["kind"] in ("allocate", "load", "compute", "store"))
+    last = max(e["end"] for e in events if e["kind"] == "store")
+    return {"span": last - first, "run": phases["run"], "submit": phases["submit"], "read": phases["read"],
+            "compute": phases["compute"], "write": phases["write"], "command": command}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("versions", nargs=2, metavar="NAME=PATH|NAME=@REV")
+    p.add_argument("--n", type=int, default=1 << 25)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--out", help="write the results as JSON here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="phobos-pod-job-ab-") as tmp:
+        folder, scratch = Path(tmp) / "job", Path(tmp) / "trees"
+        folder.mkdir()
+        trees = {name: checkout(spec, scratch) for name, spec in (v.split("=", 1) for v in args.versions)}
+        job = make_case("add", "cpu", args.n, folder)[0]
+        token = "bench-" + os.urandom(8).hex()
+        (folder / "token").write_text(token + "\n")
+        pods = {name: start_pod(tree, folder, token) for name, tree in trees.items()}
+        rows: dict[str, list[dict]] = {name: [] for name in trees}
+        try:
+            for round_ in range(args.rounds + 1):
+                for name, (_, address) in pods.items():
+                    row = one_job(next(iter(trees.values())), job, address, folder)
+                    if round_:
+                        rows[name].append(row)
+        finally:
+            for proc, _ in pods.values():
+                proc.terminate()
+                proc.wait()
+    medians = {name: {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
+               for name, rs in rows.items()}
+    result = {"median_s": medians, "rounds": rows, "n": args.n, "load_average_1min": os.getloadavg()[0],
+              "command": " ".join(["benchmarks/pod_job_ab.py", *(argv or sys.argv[1:])]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    print(json.dumps(medians, indent=1))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
