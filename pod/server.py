@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +39,6 @@ from schemas.remote_errors import Refused, remote_reason
 log = get_logger()
 rpc = capnp_io.rpc()
 PEER_FAILURE_QUIET_S = 2.0  # no collection this long after a connection failed or closed
-SWITCH_INTERVAL_S = 0.0005  # how long a thread may hold the GIL while another waits (see serve)
 
 
 @dataclass(frozen=True)
@@ -117,11 +115,6 @@ class PodServer:
     # ---- serving ---------------------------------------------------------------------------
 
     async def serve(self, on_listening) -> int:
-        # Every instruction goes from this loop to a worker thread and back, and the loop needs
-        # the GIL for each hand-off: at Python's default switch interval (5 ms) a worker holding
-        # it keeps the loop waiting up to that long each time. Measured on the CPU add (2^25 f32,
-        # 8 units, running pod, 20 alternated jobs): the run's span 0.26 -> 0.21 s median.
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
         server = await rpc_streams.serve(self._connection, self.config.host, self.config.port)
         host, port = server.sockets[0].getsockname()[:2]
         on_listening(host, port)
