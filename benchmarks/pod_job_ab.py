@@ -11,6 +11,10 @@ the rounds (the first round of each is not counted: caches, imports):
   pod-side sums `read`, `compute`, `write` from the trace's `phases`;
 - `command`: the scheduler's command to exit (it does not start the pod).
 
+With `--local`, each version's whole command instead, from its own checkout, starting its own pod
+(`phobos-sched JOB --local-pods 1`): `command` to exit, the phases `cli`, `pods`, `submit`, `run`,
+`commit`, and `exit` (the commit's end to the process's exit), with `span` as above.
+
 A version is a checkout (`NAME=PATH`) or a git revision of this repository (`NAME=@REV`, taken
 out with `git archive` into a temporary folder). Run (the pod's job before and after a change):
 
@@ -68,19 +72,25 @@ def start_pod(tree: Path, folder: Path, token: str) -> tuple[subprocess.Popen, s
     raise SystemExit(f"the pod of {tree} did not start")
 
 
-def one_job(scheduler: Path, job: Path, address: str, folder: Path) -> dict[str, float]:
+def one_job(scheduler: Path, job: Path, address: str | None, folder: Path) -> dict[str, float]:
+    """One run of the job by `scheduler`'s command: against the pod at `address`, or (None) on a
+    local pod of its own."""
     trace = folder / "trace.json"
+    where = ["--pods", address, "--token-file", str(folder / "token")] if address else ["--local-pods", "1"]
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "scheduler.main", str(job), "--pods", address, "--token-file",
-                    str(folder / "token"), "--trace", str(trace)], cwd=folder, env=_env(scheduler),
-                   check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "scheduler.main", str(job), *where, "--trace", str(trace)],
+                   cwd=folder, env=_env(scheduler), check=True, capture_output=True)
     command = time.perf_counter() - start
     data = json.loads(trace.read_text())
     phases, events = data["phases"], data["events"]
     first = min(e["start"] for e in events if e["kind"] in ("allocate", "load", "compute", "store"))
     last = max(e["end"] for e in events if e["kind"] == "store")
-    return {"span": last - first, "run": phases["run"], "submit": phases["submit"], "read": phases["read"],
-            "compute": phases["compute"], "write": phases["write"], "command": command}
+    row = {"span": last - first, "command": command}
+    kept = ("cli", "pods", "submit", "run", "commit") if address is None else ("run", "submit")
+    row.update({name: phases[name] for name in (*kept, "read", "compute", "write")})
+    if address is None:
+        row["exit"] = command - phases["to_commit"]
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("versions", nargs=2, metavar="NAME=PATH|NAME=@REV")
     p.add_argument("--n", type=int, default=1 << 25)
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--local", action="store_true",
+                   help="each version's whole command on a local pod of its own, not a running pod")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="phobos-pod-job-ab-") as tmp:
@@ -97,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         job = make_case("add", "cpu", args.n, folder)[0]
         token = "bench-" + os.urandom(8).hex()
         (folder / "token").write_text(token + "\n")
-        pods = {name: start_pod(tree, folder, token) for name, tree in trees.items()}
+        pods = {} if args.local else {name: start_pod(tree, folder, token) for name, tree in trees.items()}
         rows: dict[str, list[dict]] = {name: [] for name in trees}
         try:
             for round_ in range(args.rounds + 1):
-                for name, (_, address) in pods.items():
-                    row = one_job(next(iter(trees.values())), job, address, folder)
+                for name, tree in trees.items():
+                    if args.local:  # the version's own command and pod
+                        row = one_job(tree, job, None, folder)
+                    else:  # the first version's command against this version's pod
+                        row = one_job(next(iter(trees.values())), job, pods[name][1], folder)
                     if round_:
                         rows[name].append(row)
         finally:
