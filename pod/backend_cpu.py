@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import ml_dtypes
 import numpy as np
 
+from common.storage import STORAGE_DTYPES
 from pod.host import available_host_memory
 from pod.host_buffers import HostBuffers
 from schemas.capnp_io import JobProgram
@@ -25,8 +25,6 @@ if TYPE_CHECKING:  # the front end loads with the first job (pod/cli.py, FIRST_J
     from compiler.frontend import ir
     from compiler.frontend.binding import Binding
 
-_PARAM_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
-                 "bf16": np.dtype(ml_dtypes.bfloat16), "i32": np.dtype(np.int32)}
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,7 @@ class CpuBackend:
 
     def allocate(self, shape: tuple[int, ...], dtype: str = "f32") -> np.ndarray:
         """A buffer of zeros, as far as anything reading it can tell (pod/host_buffers.py)."""
-        return self._buffers.take(shape, _PARAM_DTYPES[dtype])
+        return self._buffers.take(shape, STORAGE_DTYPES[dtype])
 
     def upload(self, buffer: np.ndarray, host: np.ndarray) -> None:
         buffer[...] = host
@@ -142,7 +140,7 @@ def _leaf_arrays(prepared: PreparedLeaf, bound: dict[str, np.ndarray]):
     arrays: dict[str, np.ndarray] = {}
     converted: list[str] = []
     for param in prepared.kernel.tensors:
-        dtype = _PARAM_DTYPES[param.dtype]
+        dtype = STORAGE_DTYPES[param.dtype]
         buf = bound.get(param.name)
         if buf is None:
             arrays[param.name] = np.zeros(tensor_shape(param, prepared.binding.env), dtype)

@@ -19,9 +19,9 @@ representable in the narrow type: arithmetic on them is f32 arithmetic, as the l
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
+from common.storage import STORAGE_DTYPES  # noqa: F401 - the interpreter's tensors hold these
 from compiler.interp import blas
 
 GRID_RANK = 3  # x, y, z
@@ -29,8 +29,7 @@ F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
 VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL, "bf16": F32, "f16": F32}
-BF16 = np.dtype(ml_dtypes.bfloat16)
-STORAGE_DTYPES = {"f32": F32, "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "i32": I32}
+BF16 = STORAGE_DTYPES["bf16"]
 
 
 def tile_rank(v: np.ndarray) -> int:
