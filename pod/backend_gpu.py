@@ -42,9 +42,9 @@ PIECE_BYTES = 8 << 20  # loads and stores move through two pinned pieces of this
 
 class GpuBackend:
     kind = "gpu"
-    # Not yet (pod/runtime.py): the leaves' PTX module load beside a plan's first allocations
-    # and uploads has not been run on a device; a GPU plan starts once its leaves are loaded.
-    prepares_beside_loads = False
+    # The leaves' PTX modules load in a compute worker beside the plan's first allocations and
+    # loads (pod/runtime.py); computes wait for them.
+    prepares_beside_loads = True
 
     def __init__(self, device_index: int):
         import cupy

@@ -103,7 +103,8 @@ class PodRuntime:
         `prepares_beside_loads`, the plan starts before its leaves are prepared: its allocations
         and loads need none, its computes wait for them (`_execute`), and the parsing runs beside
         the first loads instead of in front of them (a CPU local pod's first job: submit 34 -> 12
-        ms median). The submit still waits for it: a leaf this pod cannot prepare refuses the plan."""
+        ms median; a GPU local pod's, loading the PTX: 82 -> 13 ms). The submit still waits for
+        it: a leaf this pod cannot prepare refuses the plan."""
         job = self.job(p.job)
         plan = p.checked.plan
         files = self._confine(plan)  # every URI checked before anything is read or written
