@@ -48,9 +48,14 @@ class HostBuffers:
             blocks = self._blocks.setdefault(nbytes, [])
             idle = next((i for i in range(len(blocks)) if _idle(blocks, i)), None)
             if idle is None:
-                blocks.append(np.zeros(nbytes, np.uint8))  # mapped afresh: the kernel zeroes its pages
+                # mapped afresh: the kernel zeroes its pages. Held here before the trim, which
+                # would otherwise count it idle and could let it go (the list's last block then
+                # being another, still in use, or none)
+                block = np.zeros(nbytes, np.uint8)
+                blocks.append(block)
                 self._trim()
-            block = blocks[-1 if idle is None else idle]
+            else:
+                block = blocks[idle]
         buffer = block.view(dtype).reshape(shape)
         if idle is not None:
             key = id(buffer)

@@ -116,6 +116,22 @@ def test_idle_memory_beyond_the_bound_is_let_go():
     assert len(_blocks(backend)) == 1  # 2 MiB kept of the 3 allowed
 
 
+def test_a_new_buffer_is_its_own_memory_when_idle_blocks_fill_the_bound():
+    """A buffer allocated while idle blocks of other sizes use up the bound is not let go at
+    once (the trim that follows its allocation must not count it idle): it is neither another
+    buffer's memory, still in use, nor missing, and one larger than the whole bound works."""
+    backend = CpuBackend()
+    backend._buffers.idle_bytes = 6 << 20
+    small = [backend.allocate((1 << 19,)) for _ in range(2)]  # 2 MiB each
+    used = backend.allocate((1 << 20,))  # 4 MiB, in use
+    used[...] = 7
+    del small  # 4 MiB of idle blocks, 2 MiB left of the bound
+    another = backend.allocate((1 << 20,))
+    assert not np.shares_memory(another, used) and (another == 0).all()
+    huge = backend.allocate((1 << 21,))  # 8 MiB: more than the bound
+    assert huge.shape == (1 << 21,) and (huge == 0).all()
+
+
 def _address(array) -> int:
     return array.__array_interface__["data"][0]
 
