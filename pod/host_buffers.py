@@ -33,10 +33,11 @@ class HostBuffers:
         self.idle_bytes = idle_bytes
         self._blocks: dict[int, list[np.ndarray]] = {}  # byte size -> every block of that size
         self._lock = threading.Lock()
-        # id(buffer) -> the buffer (weakly), for buffers whose zeroing is put off. Each entry
-        # leaves when its buffer dies, before its id can be another's; dict operations are
-        # atomic, so the callbacks, which may run in any thread, take no lock.
-        self._unzeroed: dict[int, weakref.ref] = {}
+        # id(buffer) -> (the buffer, weakly; the lock its zeroing holds), for buffers whose
+        # zeroing is put off. Each entry leaves when its buffer dies, before its id can be
+        # another's; dict operations are atomic, so the callbacks, which may run in any thread,
+        # take no lock.
+        self._unzeroed: dict[int, tuple[weakref.ref, threading.Lock]] = {}
 
     def take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A buffer that reads as zeros: an idle block's memory, zeroed when first used, or
@@ -59,15 +60,22 @@ class HostBuffers:
         buffer = block.view(dtype).reshape(shape)
         if idle is not None:
             key = id(buffer)
-            self._unzeroed[key] = weakref.ref(buffer, lambda _, key=key: self._unzeroed.pop(key, None))
+            ref = weakref.ref(buffer, lambda _, key=key: self._unzeroed.pop(key, None))
+            self._unzeroed[key] = (ref, threading.Lock())
         return buffer
 
     def before_use(self, buffer: np.ndarray) -> None:
         """`buffer` (as `take` gave it) is about to be read or written in part: zero it now if
-        its zeroing was put off."""
-        ref = self._unzeroed.pop(id(buffer), None)
-        if ref is not None and ref() is buffer:
-            buffer.fill(0)
+        its zeroing was put off. Two first uses at once (a serve's read beside a leaf's) both
+        wait for the zeros: the entry leaves only once they are in."""
+        entry = self._unzeroed.get(id(buffer))
+        if entry is None:
+            return
+        ref, zeroing = entry
+        with zeroing:
+            if self._unzeroed.get(id(buffer)) is entry and ref() is buffer:
+                _zero(buffer)
+                self._unzeroed.pop(id(buffer), None)
 
     def written_whole(self, buffer: np.ndarray) -> None:
         """Every element of `buffer` was just written: its zeroing, if put off, is not needed."""
@@ -86,6 +94,10 @@ class HostBuffers:
                     keep -= nbytes
                 else:
                     del blocks[i]
+
+
+def _zero(buffer: np.ndarray) -> None:
+    buffer.fill(0)
 
 
 def _idle(blocks: list[np.ndarray], i: int) -> bool:

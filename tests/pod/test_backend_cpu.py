@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import ml_dtypes
 import numpy as np
 
+from pod import host_buffers
 from pod.backend_cpu import CpuBackend
 from schemas.capnp_io import JobProgram
 from schemas.program import Leaf
@@ -130,6 +133,33 @@ def test_a_new_buffer_is_its_own_memory_when_idle_blocks_fill_the_bound():
     assert not np.shares_memory(another, used) and (another == 0).all()
     huge = backend.allocate((1 << 21,))  # 8 MiB: more than the bound
     assert huge.shape == (1 << 21,) and (huge == 0).all()
+
+
+def test_a_second_first_use_waits_for_the_zeros(monkeypatch):
+    """Two threads using a reused buffer first at once (a serve's read beside a leaf's) both see
+    zeros: the second waits for the first's zeroing instead of reading the earlier values."""
+    backend = CpuBackend()
+    buffer = _reused(backend)
+    halfway, go = threading.Event(), threading.Event()
+
+    def held_zero(array):  # the first zeroing, held halfway
+        array[:BIG // 2] = 0
+        halfway.set()
+        assert go.wait(30)
+        array[BIG // 2:] = 0
+
+    monkeypatch.setattr(host_buffers, "_zero", held_zero)
+    seen = []
+    first = threading.Thread(target=backend.download, args=(buffer,))
+    first.start()
+    assert halfway.wait(30)
+    second = threading.Thread(target=lambda: seen.append(backend.download(buffer).copy()))
+    second.start()
+    second.join(1.0)  # without the wait it reads now, the earlier values in its second half
+    go.set()
+    first.join(30)
+    second.join(30)
+    assert (seen[0] == 0).all()
 
 
 def _address(array) -> int:
