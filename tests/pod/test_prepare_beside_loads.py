@@ -33,9 +33,10 @@ class HeldBackend(CpuBackend):
     def prepare(self, job_id, program):
         self.started.set()
         assert self.go.wait(30)
-        if self.fail:
+        writes = super().prepare(job_id, program)
+        if self.fail:  # after the leaves are parsed: a compute not waiting for this verdict would run
             raise Refused("the leaf cannot be prepared here")
-        return super().prepare(job_id, program)
+        return writes
 
 
 def _job(tmp_path):
@@ -49,7 +50,8 @@ def _job(tmp_path):
 
 async def _run(tmp_path, backend: HeldBackend, prepared, node_plan):
     """Submit the plan; returns (kinds of the instructions done before the preparation was let
-    go, the submit's error or None, the plan's (ok, message)). The plan's first units load while
+    go, the submit's error or None, the plan's (ok, message), the leaves run: (ok, message) of
+    each compute event). The plan's first units load while
     the leaves are prepared; the next ones wait for their memory, which a compute frees."""
     pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), backend)
     finished, done = [], asyncio.Event()
@@ -75,14 +77,16 @@ async def _run(tmp_path, backend: HeldBackend, prepared, node_plan):
         except Refused as err:
             error = str(err)
         await asyncio.wait_for(done.wait(), 30)
+        computes = [(item[3].ok, item[3].message) for item in pod.link.outbox if item[3].kind == "compute"]
     finally:
         pod.runtime.close()
-    return before, error, finished[0]
+    return before, error, finished[0], computes
 
 
 def test_the_loads_run_while_the_leaves_are_prepared(tmp_path):
     prepared, files, node_plan, want = _job(tmp_path)
-    before, error, (ok, message) = asyncio.run(_run(tmp_path, HeldBackend(), prepared, node_plan))
+    before, error, (ok, message), computes = asyncio.run(_run(tmp_path, HeldBackend(), prepared, node_plan))
+    assert computes and all(ok for ok, _ in computes)
     assert "load" in before and "compute" not in before and "store" not in before
     assert error is None and ok, message
     files.commit()
@@ -91,7 +95,9 @@ def test_the_loads_run_while_the_leaves_are_prepared(tmp_path):
 
 def test_a_leaf_that_cannot_be_prepared_refuses_the_plan_and_nothing_is_computed(tmp_path):
     prepared, files, node_plan, _ = _job(tmp_path)
-    before, error, (ok, message) = asyncio.run(_run(tmp_path, HeldBackend(fail=True), prepared, node_plan))
+    before, error, (ok, message), computes = asyncio.run(_run(tmp_path, HeldBackend(fail=True), prepared,
+                                                             node_plan))
     assert error is not None and "cannot be prepared" in error  # the scheduler fails the job with it
     assert not ok and "cannot be prepared" in message  # the plan's first compute failed with it
+    assert not any(ok for ok, _ in computes)  # no leaf ran
     files.abandon()
