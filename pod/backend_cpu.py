@@ -47,7 +47,6 @@ class CpuBackend:
     kind = "cpu"
     device_index = -1
     capability = 0  # no GPU: no compute capability (PodInfo)
-    prepares_beside_loads = True  # a plan's first loads need not wait for its leaves (pod/runtime.py)
 
     def __init__(self) -> None:
         self._leaves: dict[tuple[str, str], PreparedLeaf] = {}

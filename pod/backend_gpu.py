@@ -42,9 +42,6 @@ PIECE_BYTES = 8 << 20  # loads and stores move through two pinned pieces of this
 
 class GpuBackend:
     kind = "gpu"
-    # The leaves' PTX modules load in a compute worker beside the plan's first allocations and
-    # loads (pod/runtime.py); computes wait for them.
-    prepares_beside_loads = True
 
     def __init__(self, device_index: int):
         import cupy

@@ -99,12 +99,13 @@ class PodRuntime:
     async def prepare(self, p: m.Prepare) -> None:
         """Carry out a Prepare: confine every URI, start preparing a new job's leaves, PlanReady.
 
-        When the program names what each leaf writes (the scheduler's does) and the backend
-        `prepares_beside_loads`, the plan starts before its leaves are prepared: its allocations
-        and loads need none, its computes wait for them (`_execute`), and the parsing runs beside
-        the first loads instead of in front of them (a CPU local pod's first job: submit 34 -> 12
-        ms median; a GPU local pod's, loading the PTX: 82 -> 13 ms). The submit still waits for
-        it: a leaf this pod cannot prepare refuses the plan."""
+        When the program names what each leaf writes (the scheduler's does), the plan starts
+        before its leaves are prepared (a CPU pod parses them, a GPU pod loads their PTX, in a
+        compute worker): its allocations and loads need none, its computes wait for them
+        (`_execute`), and the preparation runs beside the first loads instead of in front of them
+        (a CPU local pod's first job: submit 34 -> 12 ms median; a GPU local pod's, loading the
+        PTX: 82 -> 13 ms). The submit still waits for it: a leaf this pod cannot prepare refuses
+        the plan."""
         job = self.job(p.job)
         plan = p.checked.plan
         files = self._confine(plan)  # every URI checked before anything is read or written
@@ -114,7 +115,7 @@ class PodRuntime:
             job.preparing = asyncio.get_running_loop().run_in_executor(
                 self.compute_pool, self.backend.prepare, p.job, p.program)
             job.program, job.scalars = p.program, dict(p.program.scalars)
-            job.writes = _declared_writes(p.program) if self.backend.prepares_beside_loads else None
+            job.writes = _declared_writes(p.program)
         if job.writes is None:  # what the leaves write, from their source
             job.writes = await asyncio.shield(job.preparing)
         job.paths.update({(plan.generation, tensor): path for tensor, path in files.items()})
