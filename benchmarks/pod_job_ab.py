@@ -19,7 +19,7 @@ A version is a checkout (`NAME=PATH`) or a git revision of this repository (`NAM
 out with `git archive` into a temporary folder). Run (the pod's job before and after a change):
 
     PYTHONPATH=. .venv/bin/python benchmarks/pod_job_ab.py --rounds 20 before=@6078f32 after=. \
-        --out benchmarks/results/cpu-amd-epyc-2core/pod-job-ab-add.json
+        --out benchmarks/results/cpu-amd-epyc-2core/pod-job-ab-add-2026-12-01.json
 """
 
 from __future__ import annotations
