@@ -68,9 +68,9 @@ def instruction_kinds() -> frozenset[str]:
     """The event kinds that are instructions (a pod's "serve" events are not). Looked up on first
     use: the command marks its start with this module before it starts its pods, and the
     instruction schema's dataclasses would delay them."""
-    from schemas.instructions import KINDS
+    from schemas.instructions import KIND_NAMES
 
-    return frozenset(KINDS.values())
+    return frozenset(KIND_NAMES)
 
 
 class ProcessMarks:

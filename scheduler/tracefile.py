@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_atomically
-from schemas.instructions import KINDS
+from schemas.instructions import KIND_NAMES
 
 TRACE_FORMAT = "phobos-trace/1"
-INSTRUCTION_KINDS = tuple(KINDS.values())  # the events of instructions, as the trace names them
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ def summarize(events: list[dict], nodes: list[int], wall_s: float) -> dict:
         if kind == "serve":
             row["bytes_served"] += e["bytes"]
             continue
-        if kind in INSTRUCTION_KINDS:
+        if kind in KIND_NAMES:
             row["instructions"] += 1
         if kind == "load":
             row["bytes_loaded"] += e["bytes"]

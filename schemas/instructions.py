@@ -97,6 +97,7 @@ class Free:
 Instruction = Allocate | Load | Fetch | Compute | Store | Free
 
 KINDS = {Allocate: "allocate", Load: "load", Fetch: "fetch", Compute: "compute", Store: "store", Free: "free"}
+KIND_NAMES = tuple(KINDS.values())  # the instruction kinds, in order, as events and traces name them
 
 
 def kind_of(instruction: Instruction) -> str:

@@ -14,11 +14,12 @@ import math
 from dataclasses import dataclass
 
 from common.errors import UserError
-from scheduler.tracefile import INSTRUCTION_KINDS, TRACE_FORMAT
+from scheduler.tracefile import TRACE_FORMAT
+from schemas.instructions import KIND_NAMES
 
 # Not an instruction: a pod reports "serve" (start = end, id = its buffer, peer = the fetching node)
 # each time a peer fetched one of its tiles.
-KINDS = (*INSTRUCTION_KINDS, "serve")
+KINDS = (*KIND_NAMES, "serve")
 STORAGE = "storage"
 # A strip of super-tiles longer than this is wrapped (at least this wide) so that it fits on screen.
 WRAP_AT = 32
