@@ -37,7 +37,6 @@ is the pods' stop, for local pods, and the process's exit).
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 
@@ -61,16 +60,6 @@ def process_start_time() -> float:
 
 
 _FIRST_CALL = time.time()
-
-
-@functools.cache
-def instruction_kinds() -> frozenset[str]:
-    """The event kinds that are instructions (a pod's "serve" events are not). Looked up on first
-    use: the command marks its start with this module before it starts its pods, and the
-    instruction schema's dataclasses would delay them."""
-    from schemas.instructions import KIND_NAMES
-
-    return frozenset(KIND_NAMES)
 
 
 class ProcessMarks:
@@ -111,8 +100,11 @@ def job_phases(process: dict[str, float], job: dict[str, float], events: list[di
         phases["commit_fsync"] = _span(job, "commit_start", "commit_synced")
         phases["commit_record"] = _span(job, "commit_synced", "commit_recorded")
         phases["commit_rename"] = _span(job, "commit_recorded", "commit_renamed")
-    kinds = instruction_kinds()
-    instructions = [e["start"] for e in events if e["kind"] in kinds]
+    # Looked up here, not at the top: the command marks its start with this module before it
+    # starts its pods, which the instruction schema's dataclasses would delay.
+    from schemas.instructions import KIND_NAMES  # a pod's "serve" events are not instructions
+
+    instructions = [e["start"] for e in events if e["kind"] in KIND_NAMES]
     if instructions and "submit_start" in job:
         phases["submit"] = max(0.0, t0 + min(instructions) - job["submit_start"])
     phases.update(pod_phases(events))
