@@ -303,9 +303,8 @@ def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id:
     if not 1 <= len(shape) <= MAX_RANK:
         raise UserError(f"{final_path}: rank {len(shape)} is not supported (1 to {MAX_RANK})")
     staging = staging_path(final_path, job_id)
-    header = io.BytesIO()
-    npy_format.write_array_header_1_0(header, _npy_header(tuple(shape), STORAGE_DTYPES[dtype]))
-    size = len(header.getvalue()) + math.prod(shape) * STORAGE_DTYPES[dtype].itemsize
+    header = _header_bytes(tuple(shape), STORAGE_DTYPES[dtype])
+    size = len(header) + math.prod(shape) * STORAGE_DTYPES[dtype].itemsize
     try:
         # O_EXCL: never adopt a file (or a FIFO) someone placed at the staging name.
         fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
@@ -317,7 +316,7 @@ def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id:
         except OSError as err:
             raise UserError(f"{final_path}: cannot reserve {size} bytes for its staging copy "
                             f"({err.strerror}); the output was not changed") from None
-        os.pwrite(fd, header.getvalue(), 0)
+        os.pwrite(fd, header, 0)
         os.close(fd)
         fd = -1
         if copy_existing and Path(final_path).exists():
@@ -333,6 +332,19 @@ def create_staging(final_path: Path, shape: tuple[int, ...], dtype: str, job_id:
         abort(staging)
         raise
     return staging
+
+
+def _header_bytes(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+    """The staging copy's .npy header. For DIRECT_MIN_BYTES of data or more it is padded (with
+    spaces, as the format allows) to DIRECT_ALIGN bytes, so that the data starts on a disk block
+    and the stores can write it directly (fileio.write_runs)."""
+    out = io.BytesIO()
+    npy_format.write_array_header_1_0(out, _npy_header(shape, dtype))
+    header = out.getvalue()
+    if math.prod(shape) * dtype.itemsize < fileio.DIRECT_MIN_BYTES or len(header) >= fileio.DIRECT_ALIGN:
+        return header
+    text = header[10:].rstrip() + b" " * (fileio.DIRECT_ALIGN - len(header.rstrip()) - 1) + b"\n"
+    return header[:8] + len(text).to_bytes(2, "little") + text
 
 
 def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> dict:
@@ -363,14 +375,16 @@ def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
     return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even
 
 
-def write_region(staging: Path, region, values: np.ndarray, writeback: bool = True) -> int:
+def write_region(staging: Path, region, values: np.ndarray, writeback: bool = True,
+                 direct: bool = False) -> int:
     """Write `values` (shaped like the region, any dtype) into the staging file, converted to its
     storage dtype; returns bytes written. Contiguous runs go in with pwrite and the file is closed
     after the store, so a scheduler on another host sees the bytes after its fsync (NFS flushes
     on close) without an msync per store; short runs go through a memory map, flushed. The
     write-back of pwritten runs is started at once unless `writeback` is False (the caller then
     starts it: a pod waits until neighbouring stores have filled the gaps between the runs,
-    pod/disk_order.py)."""
+    pod/disk_order.py). With `direct`, long aligned runs go to the disk past the page cache
+    (fileio.write_runs): a CPU pod's stores."""
     array = _open(staging, "r")
     slices = _slices(region, array.shape, staging)
     if tuple(values.shape) != tuple(region.shape):
@@ -390,14 +404,8 @@ def write_region(staging: Path, region, values: np.ndarray, writeback: bool = Tr
     source = memoryview(stored.reshape(-1).view(np.uint8))
     fd = os.open(staging, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        done = 0
-        for first, count in runs:
-            piece = source[done:done + count * dtype.itemsize]
-            at = offset + first * dtype.itemsize
-            while len(piece):
-                wrote = os.pwrite(fd, piece, at)
-                piece, at = piece[wrote:], at + wrote
-            done += count * dtype.itemsize
+        pieces = [(offset + first * dtype.itemsize, count * dtype.itemsize) for first, count in runs]
+        fileio.write_runs(fd, staging, source, stored.__array_interface__["data"][0], pieces, direct)
         if runs and writeback:
             first_byte = offset + runs[0][0] * dtype.itemsize
             fileio.start_writeback(fd, first_byte, offset + sum(runs[-1]) * dtype.itemsize - first_byte)

@@ -47,6 +47,10 @@ class CpuBackend:
     kind = "cpu"
     device_index = -1
     capability = 0  # no GPU: no compute capability (PodInfo)
+    # A store's long runs go to the disk straight from the buffer (common/fileio.py write_runs):
+    # a buffered write of a new file's pages cost 0.9-3.4 ms/MiB here, most of it faulting in
+    # fresh page-cache memory; the buffers are page-aligned for it (pod/host_buffers.py).
+    stores_direct = True
 
     def __init__(self) -> None:
         self._leaves: dict[tuple[str, str], PreparedLeaf] = {}

@@ -42,6 +42,7 @@ PIECE_BYTES = 8 << 20  # loads and stores move through two pinned pieces of this
 
 class GpuBackend:
     kind = "gpu"
+    stores_direct = False  # direct stores (backend_cpu.py) are not measured on a GPU host's disk yet
 
     def __init__(self, device_index: int):
         import cupy

@@ -9,8 +9,11 @@ writes the whole buffer first (`written_whole`: a load, whose region is the buff
 upload), and then it is never zeroed at all. To its users a buffer is all zeros until written,
 as a fresh one is.
 
+Every block starts on a page, so that a store can hand a buffer to the disk directly
+(common/fileio.py write_runs, backend_cpu.py `stores_direct`).
+
 A block of memory is idle when its only reference is this object's: every array or memoryview
-made from a buffer holds it (numpy views keep the block that owns the memory as their base), so a
+made from a buffer holds it (numpy views keep the block as their base), so a
 block still read by a store, a data-port send or a leaf is never handed out again, whatever freed
 the buffer. At most IDLE_BYTES of idle blocks are kept (`trim`, at a job's end).
 """
@@ -26,6 +29,7 @@ import numpy as np
 
 MIN_BYTES = 1 << 20  # smaller buffers are allocated afresh each time: faults cost little there
 IDLE_BYTES = 1 << 30
+PAGE = 4096
 
 
 class HostBuffers:
@@ -52,7 +56,7 @@ class HostBuffers:
                 # mapped afresh: the kernel zeroes its pages. Held here before the trim, which
                 # would otherwise count it idle and could let it go (the list's last block then
                 # being another, still in use, or none)
-                block = np.zeros(nbytes, np.uint8)
+                block = _aligned_zeros(nbytes)
                 blocks.append(block)
                 self._trim()
             else:
@@ -94,6 +98,15 @@ class HostBuffers:
                     keep -= nbytes
                 else:
                     del blocks[i]
+
+
+def _aligned_zeros(nbytes: int) -> np.ndarray:
+    """A block: nbytes of fresh zeros starting on a PAGE. It is the base of every array made
+    from it: numpy makes a view's base the first array up the chain that owns its memory or
+    wraps another object, here the block itself, which wraps a memoryview of the allocation."""
+    raw = np.zeros(nbytes + PAGE, np.uint8)
+    skip = -raw.__array_interface__["data"][0] % PAGE
+    return np.frombuffer(memoryview(raw)[skip:skip + nbytes], np.uint8)
 
 
 def _zero(buffer: np.ndarray) -> None:

@@ -398,7 +398,7 @@ class PodRuntime:
 
         def write(host: np.ndarray, first: int, count: int) -> int:
             piece = storage.region_rows(ins.region, first, count)
-            nbytes = storage.write_region(staging, piece, host, writeback=not tracked)
+            nbytes = storage.write_region(staging, piece, host, not tracked, self.backend.stores_direct)
             if tracked:
                 disk.written(staging, piece)
             return nbytes

@@ -196,6 +196,27 @@ def test_staged_writes_commit_atomically(tmp_path, dtype):
     assert storage.find_stale_staging(tmp_path) == []
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_large_staging_copy_starts_its_data_on_a_disk_block(tmp_path, dtype):
+    """1 MiB of data or more: the header is padded to 4096 bytes (a valid .npy header, which
+    numpy reads), so that direct stores can write the data; a smaller copy keeps numpy's header."""
+    final = tmp_path / "big.npy"
+    rows = (1 << 20) // 256 // np.dtype(DTYPES[dtype]).itemsize  # rows of 256 elements: 1 MiB
+    staging = storage.create_staging(final, (2 * rows, 256), dtype, "j")
+    assert storage.layout(staging).offset == 4096
+    assert storage.tensor_meta(staging) == ((2 * rows, 256), dtype)
+    values = np.random.default_rng(0).standard_normal((2 * rows, 256)).astype(DTYPES[dtype])
+    stored = np.empty_like(values, shape=(rows, 256))
+    for first in (0, rows):
+        stored[...] = values[first:first + rows]
+        storage.write_region(staging, Region("big", (first, 0), (rows, 256)), stored, direct=True)
+    storage.commit(staging, final)
+    got = np.load(final)
+    np.testing.assert_array_equal(got.view(DTYPES[dtype]) if dtype == "bf16" else got, values)
+    small = storage.create_staging(tmp_path / "small.npy", (rows - 1, 256), dtype, "j")
+    assert storage.layout(small).offset == 128  # as np.save writes it
+
+
 def test_f32_to_bf16_and_f16_round_to_nearest(tmp_path):
     final = tmp_path / "r.npy"
     # 1 + 2^-8 + 2^-10 lies between two bf16 values and nearer the upper one: truncation would

@@ -168,3 +168,13 @@ def _address(array) -> int:
 
 def _blocks(backend) -> list[int]:
     return [_address(b) for blocks in backend._buffers._blocks.values() for b in blocks]
+
+
+def test_buffers_start_on_a_page_for_direct_stores():
+    """A store writes a buffer's long runs to the disk straight from its memory (stores_direct),
+    which must start on a disk block: fresh and reused buffers start on a page."""
+    backend = CpuBackend()
+    assert backend.stores_direct
+    fresh = [backend.allocate((BIG,)) for _ in range(3)]
+    assert all(_address(b) % 4096 == 0 for b in fresh)
+    assert _address(_reused(backend)) % 4096 == 0
