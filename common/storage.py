@@ -16,8 +16,10 @@ Decisions (the runtime's storage contract):
   values already in the storage dtype store them as they are; other values are converted to it
   rounding to nearest (ties to even), for i32 too (values outside i32's range are refused).
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
-  job id), its space reserved up front; a job's outputs are committed together through a commit
-  record (common/commit.py) when it succeeds; a failed or killed job leaves the original untouched.
+  job id), its space reserved up front, its data on a 4096-byte boundary when it is 1 MiB or more
+  (the header padded with spaces, as the format allows: direct stores need the alignment); a
+  job's outputs are committed together through a commit record (common/commit.py) when it
+  succeeds; a failed or killed job leaves the original untouched.
   Loads always read the ORIGINAL file. Only regular files are opened (a FIFO would block).
 - No output shares its file with another tensor of the job (check_distinct_files).
 """
