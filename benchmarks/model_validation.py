@@ -82,11 +82,12 @@ def make_job(case: Case, folder: Path) -> Path:
 
 
 async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict:
+    from compiler.cluster.tree import NO_SPLIT
     from scheduler import calibrate as cal
     from scheduler.jobfile import read_job
     from scheduler.prepare import new_job_id, prepare, recompile
     from scheduler.run import PodSession, RunOptions, start_pods_for
-    from scheduler.tuner_cli import NO_SPLIT, TuneOptions, base_figures, candidate_compiler, rank_job
+    from scheduler.tuner_cli import TuneOptions, base_figures, candidate_compiler, rank_job
     from scheduler.tuner_table import render_table
 
     job_path = make_job(case, folder)

@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from common.errors import UserError
-from compiler.cluster.tree import SplitRequest
 
 if TYPE_CHECKING:  # the tuner itself is imported where it runs: the flags alone stay light
     from scheduler.tuner import Figures, Ranking
@@ -38,11 +36,11 @@ DEFAULTS = {
 }
 
 
-NO_SPLIT = SplitRequest(1)  # a candidate without a split: its cluster loop on one node
+class TuneOptions(NamedTuple):
+    """The tuner's flags. A named tuple, not a dataclass: a command imports this module to build
+    its parser before it starts its pods, and `dataclasses` (with `inspect`, 7-10 ms) would then
+    load first."""
 
-
-@dataclass(frozen=True)
-class TuneOptions:
     autotune: bool = False
     calibrate: bool = False
     tune_only: bool = False
@@ -157,6 +155,7 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
 def candidate_compiler(prepared):
     """`compile_at(values, split)` for the calibration: the prepared job's program at a candidate's
     @cluster values and split (not split unless given)."""
+    from compiler.cluster.tree import NO_SPLIT
     from scheduler.prepare import recompile
 
     def compile_at(values, split=NO_SPLIT):
@@ -175,8 +174,7 @@ def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
                 tile_values=dict(prepared.program.tile_values), split=split_of(prepared.program))
 
 
-@dataclass
-class TunedRun:
+class TunedRun(NamedTuple):
     ranking: Ranking | None  # None without --autotune (--tune-leaves alone)
     prepared: object  # the PreparedJob that ran (or would run)
     result: object | None  # RunResult; None with --tune-only
@@ -215,6 +213,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
 
     The @cluster values first (ranked with --autotune, else the job's), then with --tune-leaves
     the leaves' @autotune values at those @cluster values."""
+    from compiler.cluster import tree
     from scheduler import calibrate as cal
     from scheduler.prepare import recompile
     from scheduler.tuner_leaves import tune_leaves
@@ -238,7 +237,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)
-        split = ranking.best.split or NO_SPLIT
+        split = ranking.best.split or tree.NO_SPLIT
     tile_values = None
     if tune.tune_leaves:
         tile_values = await tune_leaves(session, prepared, options, nodes, values, say)

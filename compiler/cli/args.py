@@ -65,7 +65,7 @@ class _Retired(argparse.Action):
 def add_split_flags(parser: argparse.ArgumentParser, what: str = "split the cluster loop") -> None:
     """--split N [--tree flat|binary|hosts] [--hosts A,B,..]: a cluster loop's chunks cut into N
     shares, one per node, merged by a reduction tree (docs/cluster.md, "Splitting a reduction")."""
-    from compiler.cluster.tree import SHAPES
+    from compiler.cluster.tree_shapes import SHAPES
 
     parser.add_argument("--split", type=int, metavar="N", help=f"{what} over N shares, one per node")
     parser.add_argument("--tree", choices=SHAPES, help="the split's reduction tree (default flat)")
