@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from common.errors import UserError
-from compiler.cluster.tree import SplitRequest
 
 if TYPE_CHECKING:  # the tuner itself is imported where it runs: the flags alone stay light
     from scheduler.tuner import Figures, Ranking
@@ -38,11 +36,10 @@ DEFAULTS = {
 }
 
 
-NO_SPLIT = SplitRequest(1)  # a candidate without a split: its cluster loop on one node
-
-
-@dataclass(frozen=True)
-class TuneOptions:
+# Records here are named tuples, not dataclasses: every `phobos-sched JOB` imports this module
+# (its flags) before it starts its pods, and the dataclasses module (with inspect, ast, dis) and
+# making a dataclass cost the pods about 10 ms of their start (docs/performance.md, start-up).
+class TuneOptions(NamedTuple):
     autotune: bool = False
     calibrate: bool = False
     tune_only: bool = False
@@ -159,8 +156,8 @@ def candidate_compiler(prepared):
     @cluster values and split (not split unless given)."""
     from scheduler.prepare import recompile
 
-    def compile_at(values, split=NO_SPLIT):
-        return recompile(prepared, values, split=split).program
+    def compile_at(values, split=None):
+        return recompile(prepared, values, split=split or no_split()).program
 
     return compile_at
 
@@ -175,8 +172,14 @@ def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
                 tile_values=dict(prepared.program.tile_values), split=split_of(prepared.program))
 
 
-@dataclass
-class TunedRun:
+def no_split():
+    """The SplitRequest of a candidate without a split: its cluster loop on one node."""
+    from compiler.cluster.tree import SplitRequest
+
+    return SplitRequest(1)
+
+
+class TunedRun(NamedTuple):
     ranking: Ranking | None  # None without --autotune (--tune-leaves alone)
     prepared: object  # the PreparedJob that ran (or would run)
     result: object | None  # RunResult; None with --tune-only
@@ -238,7 +241,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)
-        split = ranking.best.split or NO_SPLIT
+        split = ranking.best.split or no_split()
     tile_values = None
     if tune.tune_leaves:
         tile_values = await tune_leaves(session, prepared, options, nodes, values, say)
