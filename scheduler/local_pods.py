@@ -125,10 +125,7 @@ class PodProcess:
         import asyncio
 
         if self.popen.poll() is None:
-            try:
-                pidfd = os.pidfd_open(self.pid)
-            except (AttributeError, OSError):  # no pidfd (not Linux, or before 5.3): poll
-                pidfd = None
+            pidfd = _pidfd(self.pid)
             if pidfd is None:
                 await self._poll_until_exit()
             else:
@@ -142,6 +139,26 @@ class PodProcess:
                     os.close(pidfd)
         return self.popen.wait()  # reaps it, at once now
 
+    def wait_blocking(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the process to end and reap it: whether it ended. Woken by
+        the kernel through a pidfd where there is one (Popen.wait with a timeout polls, with
+        sleeps growing to 50 ms)."""
+        import select
+
+        if self.popen.poll() is None:
+            pidfd = _pidfd(self.pid)
+            if pidfd is not None:
+                try:
+                    select.select([pidfd], [], [], timeout_s)
+                finally:
+                    os.close(pidfd)
+            else:
+                try:
+                    self.popen.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    return False
+        return self.popen.poll() is not None
+
     async def _poll_until_exit(self) -> None:
         import asyncio
 
@@ -149,6 +166,15 @@ class PodProcess:
         while self.popen.poll() is None:
             await asyncio.sleep(pause)
             pause = min(0.02, pause * 2)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of the process (readable once it ends), or None: not Linux, a kernel before 5.3,
+    or a process already reaped."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 @dataclass
@@ -162,7 +188,6 @@ class LocalPod:
 class LocalPods:
     token: str
     pods: list[LocalPod] = field(default_factory=list)
-    adopted: bool = False  # a job runs on them and stops them at its end
 
     @property
     def addresses(self) -> list[str]:
@@ -179,16 +204,21 @@ class LocalPods:
         log.debug("local pods started", addresses=self.addresses, devices=[p.device for p in self.pods])
         return self
 
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Terminate every pod still running, then kill the ones that do not exit in time."""
-        import asyncio
-
+    def terminate(self) -> None:
+        """SIGTERM to every pod still running (a pod exits at once on it); `stop` or `stop_now`
+        reaps them."""
         for pod in self.pods:
             if pod.process.returncode is None:
                 try:
                     pod.process.terminate()
                 except ProcessLookupError:
                     pass
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Terminate every pod still running, then kill the ones that do not exit in time."""
+        import asyncio
+
+        self.terminate()
         for pod in self.pods:
             try:
                 await asyncio.wait_for(pod.process.wait(), grace_s)
@@ -201,15 +231,11 @@ class LocalPods:
                 await pod.process.wait()
 
     def stop_now(self, grace_s: float = 5.0) -> None:
-        """`stop`, blocking: for pods started by a command that ended before its job ran."""
-        for pod in self.pods:
-            if pod.process.returncode is None:
-                pod.process.terminate()
+        """`stop`, blocking: for the pods a command started, once its job is over (or never ran)."""
+        self.terminate()
         deadline = time.monotonic() + grace_s
         for pod in self.pods:
-            try:
-                pod.process.popen.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if not pod.process.wait_blocking(max(0.0, deadline - time.monotonic())):
                 pod.process.kill()
                 pod.process.popen.wait()
 

@@ -56,7 +56,8 @@ class RunOptions:
     cluster_values: dict[str, int] = field(default_factory=dict)
     pod_log_level: str = "warning"
     # Local pods the command started before compiling (spawn_pods_for); the job waits for them
-    # to listen, uses them and stops them, as it would pods it started itself.
+    # to listen, uses them and sends them SIGTERM at its end; the command reaps them
+    # (LocalPods.stop_now) once its own report is written, while they exit.
     started_pods: LocalPods | None = None
 
 
@@ -88,7 +89,6 @@ async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunR
     addresses, token = list(options.pods), options.token
     if not addresses:
         local = options.started_pods or spawn_pods_for(options)
-        local.adopted = True
     if local is None or any(pod.device != "cpu" for pod in local.pods):
         warm_up()  # while the pods are reached; CPU pods need no PTX, and the hash costs the GIL
     if local is not None:
@@ -97,14 +97,21 @@ async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunR
     elif not token:
         raise UserError("--pods needs the cluster's token: --token-file PATH or PHOBOS_TOKEN")
     session = PodSession(addresses, token)
+    ran = False
     try:
         await session.open()
         PROCESS.mark("pods_ready")
-        return await session.run(prepared, options)
+        # Pods started for this job stop at its end: telling them to drop it first would only
+        # be a round trip more before the command can leave.
+        result = await session.run(prepared, options, drop_at_end=local is None)
+        ran = True
+        return result
     finally:
         await session.close()
-        if local is not None:
-            await local.stop()
+        if local is not None and ran and local is options.started_pods:
+            local.terminate()  # the command that started them reaps them once its report is out
+        elif local is not None:
+            await local.stop()  # here, in order, where a second Ctrl-C still exits at once
 
 
 def spawn_pods_for(options: RunOptions, count: int | None = None) -> LocalPods:
@@ -193,11 +200,13 @@ class PodSession:
                 pass
 
     async def run(self, prepared: prep.PreparedJob, options: RunOptions,
-                  nodes: list[int] | None = None) -> RunResult:
+                  nodes: list[int] | None = None, drop_at_end: bool = True) -> RunResult:
+        """Run one job on `nodes` (default: every live one). `drop_at_end`: tell the pods to drop
+        the job's buffers once it is over (pods that serve further jobs must hear it)."""
         nodes = [n for n in (nodes if nodes is not None else sorted(self.pods)) if n not in self.lost]
         if not nodes:
             raise JobFailed("no live pod to run the job on")
-        self.current = JobRun(self, prepared, options, nodes)
+        self.current = JobRun(self, prepared, options, nodes, drop_at_end)
         try:
             return await self.current.run()
         finally:
@@ -227,8 +236,9 @@ class JobRun:
     """One job on some of a session's nodes, from submit to commit (or abort)."""
 
     def __init__(self, session: PodSession, prepared: prep.PreparedJob, options: RunOptions,
-                 nodes: list[int]):
+                 nodes: list[int], drop_at_end: bool = True):
         self.session = session
+        self.drop_at_end = drop_at_end
         self.io = session.io
         self.prepared = prepared
         self.options = options
@@ -303,7 +313,8 @@ class JobRun:
                 files.abandon()
             for task in self.tasks:
                 task.cancel()
-            await self._cancel_everywhere()
+            if self.drop_at_end:
+                await self._cancel_everywhere()
         wall = self.now()
         trace = self.trace.finish(self.state, wall)
         trace["phases"] = job_phases(PROCESS.take(), self.marks, trace["events"], self.t0)

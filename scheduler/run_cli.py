@@ -186,7 +186,7 @@ def run_command(argv: list[str]) -> int:
         return err.exit_code
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if started is not None and not started.adopted:
+        if started is not None:  # the job sent them SIGTERM at its end: they are exiting by now
             started.stop_now()
 
 

@@ -167,6 +167,8 @@ def test_cancelling_a_job_on_pods_given_by_address_tells_the_pods(tmp_path):
                             cluster_values={"BLOCK": 1024})
         assert result.ok and result.failures == []
         np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.arange(N_ADD, dtype=np.float32) + 1)
+        for log in logs:  # pods that outlive the job are told to drop it when it ends well too
+            assert log.read_text().count("job cancelled by the scheduler") == 2, log.read_text()[-3000:]
     finally:
         for pod, _ in pods:
             pod.kill()

@@ -101,6 +101,22 @@ def test_a_command_refused_after_starting_its_pods_leaves_none_running(tmp_path,
     assert _pods_serving(tmp_path) == []  # the pod, started first thing, was stopped
 
 
+def test_a_command_leaves_with_its_pods_reaped_and_not_told_to_drop_the_job(tmp_path):
+    """At a job's end the command's own pods get SIGTERM, not a `cancel` call first (a round
+    trip for pods about to stop), and are reaped before the command exits: none is left the
+    moment it has."""
+    write_inputs(tmp_path, {"a": np.ones(1024, np.float32), "b": np.ones(1024, np.float32)})
+    job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
+    done = subprocess.run([sys.executable, "-m", "scheduler.main", str(job), "--local-pods", "1",
+                           "--pod-log-level", "info", "--trace", str(tmp_path / "trace.json")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "plan submitted" in done.stderr  # the pod's info lines do reach the command's stderr
+    assert "job cancelled by the scheduler" not in done.stderr
+    assert _pods_serving(tmp_path) == []
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(1024, 2, np.float32))
+
+
 def test_a_command_terminated_while_it_compiles_stops_its_pods(tmp_path):
     """SIGTERM as soon as the command's pod exists (the command is then compiling, or at the
     latest starting the job): exit 143, no pod left running."""
