@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -25,6 +26,23 @@ def user_path(path: str | os.PathLike) -> Path:
         return p
     base = os.environ.get("BUILD_WORKING_DIRECTORY")
     return (Path(base) if base else Path.cwd()) / p
+
+
+def pause_collection_for_imports() -> None:
+    """Python's cycle collector off while a program imports its modules (first thing in its
+    entry point). The imports allocate tens of thousands of objects (functions, classes, the
+    methods each frozen dataclass execs), which set off about ninety young-generation
+    collections finding next to nothing: with them off, importing the command's modules took
+    about 5% less CPU (`perf stat -r 8`, 236 against 249 ms). `collect_again` ends the pause."""
+    gc.disable()
+
+
+def collect_again() -> None:
+    """The cycle collector back on once a program's imports are done, everything alive by then
+    frozen (gc.freeze): the modules stay for the process's life, and no collection need scan
+    them again."""
+    gc.freeze()
+    gc.enable()
 
 
 def run_main(main: Callable[[list[str]], int | None], argv: list[str] | None = None) -> None:

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from common import log as plog
-from common.cli import run_main_and_leave, user_path
+from common.cli import pause_collection_for_imports, run_main_and_leave, user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
 from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS
@@ -196,6 +196,8 @@ def _run_loop(make_server, on_listening) -> int:
 
 
 def entry() -> None:
+    # Collection stays off from here: the server collects on its own loop (PodServer._collect_garbage).
+    pause_collection_for_imports()
     run_main_and_leave(main)  # the interpreter's teardown is skipped: common/cli.py says why
 
 

@@ -18,7 +18,7 @@ import argparse
 import sys
 
 from common import blas
-from common.cli import run_main_and_leave, user_path
+from common.cli import collect_again, pause_collection_for_imports, run_main_and_leave, user_path
 from common.errors import UserError
 from compiler.cli.args import (
     FIRST_VALUE,
@@ -133,6 +133,8 @@ def show_job(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in COMMANDS:
+        collect_again()  # not timed: collected as usual (a job run turns it on before its run)
     if argv and argv[0] == "new-job":
         return new_job(argv[1:])
     if argv and argv[0] == "show-job":
@@ -153,6 +155,7 @@ def main(argv: list[str]) -> int:
 
 
 def entry() -> None:
+    pause_collection_for_imports()
     blas.one_thread_here()  # before numpy loads (common/blas.py: the command multiplies no matrices)
     run_main_and_leave(main)
 

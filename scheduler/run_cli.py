@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import user_path
+from common.cli import collect_again, user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
 from compiler.cli.args import add_split_flags, add_value_flags, parse_assignments, split_from_args
@@ -225,6 +225,7 @@ def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, h
     prepared = api.prepare(cluster_job, roots, cluster_values, tile_values=tile_values,
                            any_values=tune.autotune, split=split)
     PROCESS.mark("prepare_end")
+    collect_again()  # the command's imports are done (scheduler/cli.entry paused it for them)
     for line in values_outside_space(prepared.kernel, prepared.pinned_cluster):
         print(line, file=sys.stderr)
     for name in expected:

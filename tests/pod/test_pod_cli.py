@@ -102,3 +102,22 @@ def test_a_cpu_pod_listens_before_the_compilers_front_end_loads():
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_a_pod_imports_with_the_cycle_collector_off():
+    """Off from the entry point (common/cli.pause_collection_for_imports): the server then
+    collects on its own loop only. Seen at the moment the server would start serving."""
+    probe = ("import gc, os, sys, pod.server\n"
+             "async def serve(self, on_listening):\n"
+             "    print('serving', gc.isenabled(), flush=True)\n"
+             "    os._exit(0)\n"
+             "pod.server.PodServer.serve = serve\n"
+             "sys.argv = ['phobos-pod', '--listen', '127.0.0.1:0', '--device', 'cpu']\n"
+             "from pod.cli import entry\n"
+             "entry()\n")
+    env = pod_env()
+    env["PHOBOS_TOKEN"] = "t" * 43
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["serving", "False"]
