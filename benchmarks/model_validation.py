@@ -82,11 +82,12 @@ def make_job(case: Case, folder: Path) -> Path:
 
 
 async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict:
+    from compiler.cluster.tree import NO_SPLIT
     from scheduler import calibrate as cal
     from scheduler.jobfile import read_job
     from scheduler.prepare import new_job_id, prepare, recompile
     from scheduler.run import PodSession, RunOptions, start_pods_for
-    from scheduler.tuner_cli import TuneOptions, base_figures, candidate_compiler, no_split, rank_job
+    from scheduler.tuner_cli import TuneOptions, base_figures, candidate_compiler, rank_job
     from scheduler.tuner_table import render_table
 
     job_path = make_job(case, folder)
@@ -110,7 +111,7 @@ async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict
         times: dict[str, list[float]] = {c.label(): [] for c in kept}
         for _ in range(reps):
             for c in sorted(kept, key=lambda c: c.order):
-                job = dataclasses.replace(recompile(prepared, dict(c.values), split=c.split or no_split()),
+                job = dataclasses.replace(recompile(prepared, dict(c.values), split=c.split or NO_SPLIT),
                                           job_id=new_job_id())
                 result = await session.run(job, options, order)
                 if not result.ok:

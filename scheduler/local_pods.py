@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import blas
@@ -177,17 +176,23 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-@dataclass
 class LocalPod:
-    device: str
-    process: PodProcess
-    address: str = ""
+    """One started pod: its device, process, and address once it listens. Plain classes here
+    and below: the command imports this module before it starts its pods, and `dataclasses`
+    (with `inspect`, 7-10 ms) would load first."""
+
+    def __init__(self, device: str, process: PodProcess, address: str = ""):
+        self.device = device
+        self.process = process
+        self.address = address
 
 
-@dataclass
 class LocalPods:
-    token: str
-    pods: list[LocalPod] = field(default_factory=list)
+    """The pods a command or a test started, and the token they were given."""
+
+    def __init__(self, token: str, pods: list[LocalPod] | None = None):
+        self.token = token
+        self.pods: list[LocalPod] = pods if pods is not None else []
 
     @property
     def addresses(self) -> list[str]:

@@ -36,10 +36,11 @@ DEFAULTS = {
 }
 
 
-# Records here are named tuples, not dataclasses: every `phobos-sched JOB` imports this module
-# (its flags) before it starts its pods, and the dataclasses module (with inspect, ast, dis) and
-# making a dataclass cost the pods about 10 ms of their start (docs/performance.md, start-up).
 class TuneOptions(NamedTuple):
+    """The tuner's flags. A named tuple, not a dataclass: a command imports this module to build
+    its parser before it starts its pods, and `dataclasses` (with `inspect`, 7-10 ms) would then
+    load first."""
+
     autotune: bool = False
     calibrate: bool = False
     tune_only: bool = False
@@ -154,10 +155,11 @@ def base_figures(tune: TuneOptions, connected: int, backends: list[str], vrams: 
 def candidate_compiler(prepared):
     """`compile_at(values, split)` for the calibration: the prepared job's program at a candidate's
     @cluster values and split (not split unless given)."""
+    from compiler.cluster.tree import NO_SPLIT
     from scheduler.prepare import recompile
 
-    def compile_at(values, split=None):
-        return recompile(prepared, values, split=split or no_split()).program
+    def compile_at(values, split=NO_SPLIT):
+        return recompile(prepared, values, split=split).program
 
     return compile_at
 
@@ -170,13 +172,6 @@ def rank_job(prepared, figures: Figures, pinned: dict[str, int]) -> Ranking:
 
     return tune(prepared.kernel, dict(prepared.job.dims), figures, pinned=pinned,
                 tile_values=dict(prepared.program.tile_values), split=split_of(prepared.program))
-
-
-def no_split():
-    """The SplitRequest of a candidate without a split: its cluster loop on one node."""
-    from compiler.cluster.tree import SplitRequest
-
-    return SplitRequest(1)
 
 
 class TunedRun(NamedTuple):
@@ -218,6 +213,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
 
     The @cluster values first (ranked with --autotune, else the job's), then with --tune-leaves
     the leaves' @autotune values at those @cluster values."""
+    from compiler.cluster import tree
     from scheduler import calibrate as cal
     from scheduler.prepare import recompile
     from scheduler.tuner_leaves import tune_leaves
@@ -241,7 +237,7 @@ async def tune_on_session(session, prepared, options, tune: TuneOptions, say) ->
             ranking = rank_job(prepared, figures, pinned)
         say(render_table(ranking))
         values = dict(ranking.best.values)
-        split = ranking.best.split or no_split()
+        split = ranking.best.split or tree.NO_SPLIT
     tile_values = None
     if tune.tune_leaves:
         tile_values = await tune_leaves(session, prepared, options, nodes, values, say)

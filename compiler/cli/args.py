@@ -65,11 +65,10 @@ class _Retired(argparse.Action):
 def add_split_flags(parser: argparse.ArgumentParser, what: str = "split the cluster loop") -> None:
     """--split N [--tree flat|binary|hosts] [--hosts A,B,..]: a cluster loop's chunks cut into N
     shares, one per node, merged by a reduction tree (docs/cluster.md, "Splitting a reduction")."""
-    # No `choices` for --tree: the tree's module (with the dataclasses module) would then load
-    # before `phobos-sched JOB` starts its pods; SplitRequest checks the name, naming the trees.
+    from compiler.cluster.tree_shapes import SHAPES
+
     parser.add_argument("--split", type=int, metavar="N", help=f"{what} over N shares, one per node")
-    parser.add_argument("--tree", metavar="SHAPE",
-                        help="the split's reduction tree: flat (the default), binary or hosts")
+    parser.add_argument("--tree", choices=SHAPES, help="the split's reduction tree (default flat)")
     parser.add_argument("--hosts", metavar="A,B,..", help="shares per host, for --tree hosts")
 
 

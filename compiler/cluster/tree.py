@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.errors import UserError
-
-SHAPES = ("flat", "binary", "hosts")
+from compiler.cluster.tree_shapes import SHAPES
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,9 @@ class SplitRequest:
                 f"a tree by hosts needs each host's share count, summing to {self.shares} "
                 f"(got {list(self.hosts)})"
             )
+
+
+NO_SPLIT = SplitRequest(1)  # no split: the cluster loop of each unit on one node
 
 
 Rounds = tuple[tuple[tuple[int, int], ...], ...]

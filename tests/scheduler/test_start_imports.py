@@ -48,16 +48,3 @@ def test_a_bf16_input_where_f32_is_declared_is_one_line_and_exit_2(tmp_path):
     assert "b.npy: holds bf16[1024], expected f32[1024]" in lines[0]
     assert not (tmp_path / "c.npy").exists()
 
-
-def test_the_commands_flags_load_no_dataclass():
-    """The run's flags (the tuner's and --split/--tree among them) are read before the command
-    starts its pods: the dataclasses module (inspect, ast, dis with it) and the split tree's
-    dataclass would delay the pods by about 10 ms (docs/performance.md, start-up)."""
-    probe = ("import sys\n"
-             "from scheduler import run_cli, tuner_cli\n"
-             "args = run_cli.build_parser().parse_args(['job.capnp', '--local-pods', '1', '--autotune'])\n"
-             "assert tuner_cli.options_from_args(args).active\n"
-             "print(sorted(m for m in ('dataclasses', 'compiler.cluster.tree') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
