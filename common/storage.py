@@ -10,7 +10,9 @@ Decisions (the runtime's storage contract):
 - dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is written with the header
   dtype `bfloat16`, which numpy reads back as ml_dtypes.bfloat16 once ml_dtypes is imported
   (`write_npy`). Files numpy itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record);
-  such a header is read as bf16 too.
+  such a header is read as bf16 too. ml_dtypes is imported by the first bf16 header or dtype
+  asked for, not with this module: a job without bf16 tensors never loads it (about 10 ms of
+  each process's start-up, docs/performance.md).
 - Tiles keep the storage dtype: `read_region_into` a buffer of that dtype copies the bytes as
   they are (pread); a buffer of another dtype (read_region's f32) gets them converted. Writes of
   values already in the storage dtype store them as they are; other values are converted to it
@@ -31,31 +33,66 @@ import math
 import os
 import re
 import stat
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 from numpy.lib import format as npy_format
 
 from common import fileio
 from common.errors import UserError
 
-STORAGE_DTYPES: dict[str, np.dtype] = {
-    "f32": np.dtype("<f4"),
-    "f16": np.dtype("<f2"),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "i32": np.dtype("<i4"),
-}
+
+def bf16_dtype() -> np.dtype:
+    """ml_dtypes.bfloat16, imported here on first use (numpy has no bf16 of its own)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise UserError("bf16 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _is_bf16(dtype: np.dtype) -> bool:
+    # An array or header can only have this dtype once ml_dtypes is loaded: no import to test it.
+    return "ml_dtypes" in sys.modules and dtype == bf16_dtype()
+
+
+class _StorageDtypes(Mapping):
+    """The numpy dtype of each storage dtype name, in the order errors list them. Membership and
+    iteration are by name; bf16's entry (ml_dtypes) is made when it is first looked up."""
+
+    _NAMES = ("f32", "f16", "bf16", "i32")
+    _PLAIN = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "i32": np.dtype("<i4")}
+
+    def __getitem__(self, name: str) -> np.dtype:
+        return bf16_dtype() if name == "bf16" else self._PLAIN[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._NAMES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._NAMES)
+
+    def __len__(self) -> int:
+        return len(self._NAMES)
+
+
+STORAGE_DTYPES: Mapping[str, np.dtype] = _StorageDtypes()
 MAX_RANK = 4
 
 
 def dtype_name(dtype) -> str:
     """f32, f16, bf16 or i32 for a numpy dtype of STORAGE_DTYPES (bf16: ml_dtypes.bfloat16)."""
-    for name, known in STORAGE_DTYPES.items():
-        if np.dtype(dtype) == known:
+    dtype = np.dtype(dtype)
+    if _is_bf16(dtype):
+        return "bf16"
+    for name, known in _StorageDtypes._PLAIN.items():
+        if dtype == known:
             return name
-    raise UserError(f"dtype {np.dtype(dtype)} is not a storage dtype ({', '.join(STORAGE_DTYPES)})")
+    raise UserError(f"dtype {dtype} is not a storage dtype ({', '.join(STORAGE_DTYPES)})")
 
 
 MIN_RUN_BYTES = 4096  # contiguous runs shorter than this are read and written through a memory map
@@ -71,10 +108,10 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def _dtype_name(dtype: np.dtype, path: Path) -> str:
-    if dtype == STORAGE_DTYPES["bf16"] or (dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None):
+    if _is_bf16(dtype) or (dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None):
         return "bf16"
-    for name, known in STORAGE_DTYPES.items():
-        if name != "bf16" and dtype == known:
+    for name, known in _StorageDtypes._PLAIN.items():
+        if dtype == known:
             return name
     raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: f32, f16, bf16, i32, little-endian)")
 
@@ -117,16 +154,15 @@ class _Header:
 def _read_header(path: Path, f) -> _Header:
     """The .npy header of the open file `f`, checked against the file's size (a truncated file
     is refused here, naming it, instead of failing later inside a memory map)."""
+    start = f.tell()
     try:
-        version = npy_format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = npy_format.read_array_header_1_0(f)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = npy_format.read_array_header_2_0(f)
-        else:
-            raise UserError(f"{path}: unsupported .npy version {version}")
+        shape, fortran, dtype = _parse_header(path, f)
     except ValueError as err:
-        raise UserError(f"{path}: not a valid .npy file ({err})") from None
+        if "ml_dtypes" in sys.modules:
+            raise UserError(f"{path}: not a valid .npy file ({err})") from None
+        bf16_dtype()  # the header may name `bfloat16`, which numpy knows once ml_dtypes is loaded
+        f.seek(start)
+        return _read_header(path, f)  # once more, now with ml_dtypes
     header = _Header(tuple(shape), fortran, dtype, f.tell())
     expected = math.prod(header.shape) * dtype.itemsize
     held = os.fstat(f.fileno()).st_size - header.offset
@@ -134,6 +170,15 @@ def _read_header(path: Path, f) -> _Header:
         raise UserError(f"{path}: truncated .npy file: its header promises {expected} bytes of data, "
                         f"the file holds {max(held, 0)}")
     return header
+
+
+def _parse_header(path: Path, f) -> tuple:
+    version = npy_format.read_magic(f)
+    if version == (1, 0):
+        return npy_format.read_array_header_1_0(f)
+    if version in ((2, 0), (3, 0)):
+        return npy_format.read_array_header_2_0(f)
+    raise UserError(f"{path}: unsupported .npy version {version}")
 
 
 def _header_of(path: Path) -> _Header:
@@ -174,7 +219,7 @@ def _open(path: Path, mode: str) -> np.memmap:
         array = np.memmap(f, dtype=header.dtype, mode=mode, offset=header.offset, shape=shape,
                           order="F" if header.fortran else "C")
     if array.dtype.kind == "V":
-        array = array.view(ml_dtypes.bfloat16)
+        array = array.view(bf16_dtype())
     return array
 
 
@@ -351,7 +396,7 @@ def _header_bytes(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
 
 def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> dict:
     # numpy would write bf16 as '<V2', which a plain np.load cannot turn back into bf16.
-    descr = "bfloat16" if dtype == STORAGE_DTYPES["bf16"] else npy_format.dtype_to_descr(dtype)
+    descr = "bfloat16" if _is_bf16(dtype) else npy_format.dtype_to_descr(dtype)
     return {"descr": descr, "fortran_order": False, "shape": tuple(int(n) for n in shape)}
 
 

@@ -33,7 +33,6 @@ from scheduler import prepare as prep
 from scheduler.cluster_messages import Action, Cancel, EventInfo, Failed, Replanned, Submit, Succeeded
 from scheduler.cluster_state import ClusterState
 from scheduler.job_storage import JobStorage
-from scheduler.leaf_ptx import ptx_for_pods, warm_up
 from scheduler.local_pods import LocalPods, spawn_for
 from scheduler.phases import PROCESS, job_phases
 from scheduler.planner import NodeFigure, plan
@@ -90,6 +89,8 @@ async def run_with_pods(prepared: prep.PreparedJob, options: RunOptions) -> RunR
     if not addresses:
         local = options.started_pods or spawn_pods_for(options)
     if local is None or any(pod.device != "cpu" for pod in local.pods):
+        from scheduler.leaf_ptx import warm_up  # (with the CUDA target's module): for GPU pods only
+
         warm_up()  # while the pods are reached; CPU pods need no PTX, and the hash costs the GIL
     if local is not None:
         await local.ready()
@@ -260,7 +261,11 @@ class JobRun:
         session, nodes = self.session, self.nodes
         gpus = {n: (session.infos[n].compute_capability, f"node {n} ({session.addresses[n]}, "
                     f"{session.infos[n].device_name})") for n in nodes if session.infos[n].backend == "gpu"}
-        leaf_ptx = ptx_for_pods(self.prepared.program, gpus)
+        leaf_ptx = {}
+        if gpus:  # CPU pods run the leaves' text
+            from scheduler.leaf_ptx import ptx_for_pods
+
+            leaf_ptx = ptx_for_pods(self.prepared.program, gpus)
         # one message per kind of GPU (pods of one capability share one PTX dict), not per pod
         built: dict[int, object] = {}
         for n in nodes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.storage import STORAGE_DTYPES  # noqa: F401 - the interpreter's tensors hold these
+from common.storage import STORAGE_DTYPES, bf16_dtype  # noqa: F401 - the interpreter's tensors hold these
 from compiler.interp import blas
 
 GRID_RANK = 3  # x, y, z
@@ -29,7 +29,6 @@ F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
 VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL, "bf16": F32, "f16": F32}
-BF16 = STORAGE_DTYPES["bf16"]
 
 
 def tile_rank(v: np.ndarray) -> int:
@@ -194,7 +193,7 @@ def round_to(kind: str, v: np.ndarray) -> np.ndarray:
     f = cast(v, F32)
     with np.errstate(over="ignore"):  # overflow to inf is the defined result
         if kind == "bf16":
-            return f.astype(BF16).astype(F32)
+            return f.astype(bf16_dtype()).astype(F32)
         if kind == "f16":
             return f.astype(np.float16).astype(F32)
     if kind == "tf32":
