@@ -9,6 +9,7 @@ to a buffer of another dtype gets a converted copy, and written parameters are c
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # the front end loads with the first job (pod/cli.py, FIRST_J
     from compiler.frontend import ir
     from compiler.frontend.binding import Binding
 
+KEPT_LEAVES = 32
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ class CpuBackend:
 
     def __init__(self) -> None:
         self._leaves: dict[tuple[str, str], PreparedLeaf] = {}
+        # leaves prepared for earlier jobs, by their content, the latest KEPT_LEAVES: a pod
+        # serving job after job of one kernel parses its leaf once (6-8 ms a job here, in a
+        # compute worker beside the first loads, holding Python's lock)
+        self._prepared: dict[Leaf, PreparedLeaf] = {}
+        self._prepared_lock = threading.Lock()
         self._buffers = HostBuffers()
 
     def describe(self) -> tuple[str, int]:
@@ -63,10 +70,17 @@ class CpuBackend:
     # ---- per job ----
 
     def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
-        """Parse and bind every leaf once; returns each leaf's written tensor parameters."""
+        """Parse and bind every leaf once, or take it as an earlier job prepared it (the same leaf:
+        source, dims, tile values); returns each leaf's written tensor parameters."""
         writes = {}
         for leaf in program.leaves:
-            prepared = prepare_leaf(leaf)
+            with self._prepared_lock:  # two jobs may prepare at once, each in a compute worker
+                prepared = self._prepared.pop(leaf, None)
+            prepared = prepared or prepare_leaf(leaf)  # the kernel's IR is frozen: shared by jobs
+            with self._prepared_lock:
+                self._prepared[leaf] = prepared  # now the latest
+                if len(self._prepared) > KEPT_LEAVES:
+                    del self._prepared[next(iter(self._prepared))]
             self._leaves[(job_id, leaf.name)] = prepared
             writes[leaf.name] = program.writes_of(leaf.name) or prepared.writes
         return writes

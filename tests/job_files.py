@@ -40,3 +40,20 @@ def write_add_job(folder: Path, seed: int, n: int = 4096):
                     {"a": "file:a.npy", "b": "file:b.npy", "c": "file:c.npy"})
     write_job(job, folder / "add.job")
     return job, a + b
+
+
+def in_page_cache(path: Path, offset: int) -> bool:
+    """Whether the page of the file holding byte `offset` is in the page cache, asked without
+    reading it (mincore on a map of the file): a read, even one that must not wait
+    (RWF_NOWAIT), starts a read-ahead, which on a VM's disk may finish before the read returns."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as view:
+        address = np.frombuffer(view, np.uint8).__array_interface__["data"][0]
+        resident = (ctypes.c_ubyte * 1)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mincore(ctypes.c_void_p(address + offset // page * page), ctypes.c_size_t(page), resident):
+            raise OSError(ctypes.get_errno(), f"mincore of {path}")
+        return bool(resident[0] & 1)

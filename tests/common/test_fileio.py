@@ -10,6 +10,7 @@ import pytest
 
 from common import fileio
 from common.errors import UserError
+from tests.job_files import in_page_cache
 
 
 def test_writeback_started_early_leaves_the_bytes_as_written(tmp_path):
@@ -44,27 +45,16 @@ def test_pread_exactly_reads_all_or_names_the_truncated_file(tmp_path):
 MIB = 1 << 20
 
 
-def _cached(path, offset: int) -> bool:
-    """Whether the page at `offset` of the file is in the page cache (RWF_NOWAIT will not read
-    the disk: EAGAIN for a page that is not)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def _staging_like(tmp_path, nbytes: int):
     """A file of `nbytes` whose blocks are reserved but never written (as a staging copy)."""
     path = tmp_path / "out.bin"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     os.posix_fallocate(fd, 0, nbytes)
     os.close(fd)
-    if fileio._open_direct(path) < 0:
+    direct = fileio._open_direct(path)
+    if direct < 0:
         pytest.skip(f"{tmp_path}'s file system has no direct I/O")
+    os.close(direct)
     return path
 
 
@@ -89,7 +79,7 @@ def test_long_aligned_runs_go_to_the_disk_past_the_page_cache(tmp_path):
     source, address = _page_aligned(3 * MIB)
     _write(path, source, address, [(4096, 2 * MIB), (4096 + 3 * MIB, MIB)])
     for offset in (4096, 4096 + MIB, 4096 + 3 * MIB, 4096 + 4 * MIB - 4096):
-        assert not _cached(path, offset), offset  # buffered, every written page would be
+        assert not in_page_cache(path, offset), offset  # buffered, every written page would be
     data = path.read_bytes()
     assert data[4096:4096 + 2 * MIB] == source[:2 * MIB]
     assert data[4096 + 3 * MIB:] == source[2 * MIB:]
@@ -104,8 +94,8 @@ def test_the_unaligned_ends_of_a_run_go_through_the_page_cache(tmp_path):
     at, nbytes = 4096 + 100, 2 * MIB
     skip = 100  # the source's byte at a block of the file is at a page of memory
     _write(path, memory[skip:skip + nbytes], address + skip, [(at, nbytes)])
-    assert _cached(path, at) and _cached(path, at + nbytes - 1)
-    assert not _cached(path, 8192) and not _cached(path, at + nbytes - 4096 - 100)
+    assert in_page_cache(path, at) and in_page_cache(path, at + nbytes - 1)
+    assert not in_page_cache(path, 8192) and not in_page_cache(path, at + nbytes - 4096 - 100)
     assert path.read_bytes()[at:at + nbytes] == memory[skip:skip + nbytes]
 
 
@@ -114,7 +104,7 @@ def test_memory_off_the_blocks_or_no_direct_asked_goes_through_the_page_cache(tm
     path = _staging_like(tmp_path, 4096 + 2 * MIB)
     memory, address = _page_aligned(2 * MIB + 4096)
     _write(path, memory[skip:skip + 2 * MIB], address + skip, [(4096, 2 * MIB)], direct)
-    assert _cached(path, 4096 + MIB)
+    assert in_page_cache(path, 4096 + MIB)
     assert path.read_bytes()[4096:] == memory[skip:skip + 2 * MIB]
 
 
@@ -122,5 +112,5 @@ def test_runs_shorter_than_the_direct_minimum_go_through_the_page_cache(tmp_path
     path = _staging_like(tmp_path, 4096 + fileio.DIRECT_MIN_BYTES)
     source, address = _page_aligned(fileio.DIRECT_MIN_BYTES)
     _write(path, source[:-4096], address, [(4096, fileio.DIRECT_MIN_BYTES - 4096)])
-    assert _cached(path, 4096)
+    assert in_page_cache(path, 4096)
     assert path.read_bytes()[4096:-4096] == source[:-4096]

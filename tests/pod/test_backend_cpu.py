@@ -9,6 +9,7 @@ import numpy as np
 
 from pod import host_buffers
 from pod.backend_cpu import CpuBackend
+from pod.backend_cpu import prepare_leaf as _real_prepare
 from schemas.capnp_io import JobProgram
 from schemas.program import Leaf
 
@@ -178,3 +179,35 @@ def test_buffers_start_on_a_page_for_direct_stores():
     fresh = [backend.allocate((BIG,)) for _ in range(3)]
     assert all(_address(b) % 4096 == 0 for b in fresh)
     assert _address(_reused(backend)) % 4096 == 0
+
+
+def test_a_leaf_is_parsed_once_for_job_after_job(monkeypatch):
+    """A pod serving job after job of one kernel parses its leaf for the first job only; another
+    leaf (other dims) is parsed for its own; the earliest leaves go beyond KEPT_LEAVES."""
+    from pod import backend_cpu
+
+    parsed = []
+    monkeypatch.setattr(backend_cpu, "prepare_leaf", lambda leaf: parsed.append(leaf) or _real_prepare(leaf))
+    monkeypatch.setattr(backend_cpu, "KEPT_LEAVES", 2, raising=False)
+    backend = CpuBackend()
+
+    def job(job_id: str, n: int) -> None:
+        leaf = Leaf(name="main", kernel="scale", source=MIXED, dims=(("N", n),), tile_values=(("BLOCK", 8),),
+                    grid=(n // 8,), threads=256, tensors=("x", "y"), scalars=("alpha",))
+        program = JobProgram(kernel="scale", leaves=(leaf,), scalars=(("alpha", 2.0),), tensors=())
+        backend.prepare(job_id, program)
+        x, y = backend.allocate((n,)), backend.allocate((n,))
+        backend.upload(x, np.ones(n, np.float32))
+        backend.compute(job_id, "main", {"x": x, "y": y}, {"alpha": 2.0})
+        np.testing.assert_array_equal(backend.download(y), np.full(n, 2.0, np.float32))
+        backend.forget(job_id)
+
+    job("j1", 16)
+    job("j2", 16)
+    assert [dict(leaf.dims)["N"] for leaf in parsed] == [16]
+    job("j3", 32)
+    job("j4", 16)
+    assert [dict(leaf.dims)["N"] for leaf in parsed] == [16, 32]
+    job("j5", 64)  # a third leaf: the least recently used one (N=32) goes
+    job("j6", 32)
+    assert [dict(leaf.dims)["N"] for leaf in parsed] == [16, 32, 64, 32]

@@ -10,7 +10,7 @@ import pytest
 
 from common import fileio, storage
 from scheduler.jobfile import build_job, write_job
-from tests.job_files import write_inputs
+from tests.job_files import in_page_cache, write_inputs
 from tests.runtime.cluster import open_cluster
 
 N = 1 << 19  # 2 MiB of f32, two units of 1 MiB (DIRECT_MIN_BYTES): each store one direct write
@@ -24,22 +24,13 @@ kernel add(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
 """
 
 
-def _cached(path, offset: int) -> bool:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)  # EAGAIN: the page is not cached
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def test_a_cpu_pods_stores_go_past_the_page_cache(tmp_path):
     probe = tmp_path / "probe"
     probe.write_bytes(bytes(4096))
-    if fileio._open_direct(probe) < 0:
+    direct = fileio._open_direct(probe)
+    if direct < 0:
         pytest.skip(f"{tmp_path}'s file system has no direct I/O")
+    os.close(direct)
     rng = np.random.default_rng(3)
     a, b = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
     write_inputs(tmp_path, {"a": a, "b": b})
@@ -58,5 +49,5 @@ def test_a_cpu_pods_stores_go_past_the_page_cache(tmp_path):
     assert offset == 4096
     # every page of the data went to the disk directly: none is in the page cache (a buffered
     # store leaves them all there)
-    assert not any(_cached(out, offset + page) for page in range(0, 4 * N, 64 << 10))
+    assert not any(in_page_cache(out, offset + page) for page in range(0, 4 * N, 64 << 10))
     np.testing.assert_array_equal(np.load(out), a + b)  # bitwise: one f32 add per element
