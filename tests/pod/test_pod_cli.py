@@ -98,10 +98,26 @@ def test_a_cpu_pod_listens_before_the_compilers_front_end_loads():
     probe = ("import sys, pod.cli, pod.server\n"
              "backend = pod.cli.make_backend('cpu')\n"
              "print('compiler.frontend.ir' in sys.modules, backend.describe()[1] > 0)\n")
+    assert fresh_probe(probe) == ["False", "True"]
+
+
+def test_a_cpu_pod_ready_for_its_first_job_has_not_loaded_ml_dtypes():
+    """ml_dtypes (bf16 only, about 10 ms) loads with the first bf16 tensor (common/storage.py),
+    not with the server, the CPU backend or the modules a first job needs."""
+    probe = ("import importlib, sys, pod.cli, pod.server\n"
+             "backend = pod.cli.make_backend('cpu')\n"
+             "for name in pod.cli.FIRST_JOB_MODULES['cpu']:\n"
+             "    importlib.import_module(name)\n"
+             "print('compiler.interp.interpreter' in sys.modules, 'ml_dtypes' in sys.modules)\n")
+    assert fresh_probe(probe) == ["True", "False"]
+
+
+def fresh_probe(probe: str) -> list[str]:
+    """The words a probe prints, run in a fresh interpreter (what it has loaded can be seen)."""
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=pod_env(), capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]
+    return done.stdout.split()
 
 
 def test_a_pod_imports_with_the_cycle_collector_off():
