@@ -10,7 +10,8 @@ upload), and then it is never zeroed at all. To its users a buffer is all zeros 
 as a fresh one is.
 
 Every block starts on a page, so that a store can hand a buffer to the disk directly
-(common/fileio.py write_runs, backend_cpu.py `stores_direct`).
+(common/fileio.py write_runs, backend_cpu.py `stores_direct`), and a block of 2 MiB or more on
+a huge page (`_aligned_zeros`).
 
 A block of memory is idle when its only reference is this object's: every array or memoryview
 made from a buffer holds it (numpy views keep the block as their base), so a
@@ -30,6 +31,7 @@ import numpy as np
 MIN_BYTES = 1 << 20  # smaller buffers are allocated afresh each time: faults cost little there
 IDLE_BYTES = 1 << 30
 PAGE = 4096
+HUGE_PAGE = 2 << 20  # x86-64's transparent huge page
 
 
 class HostBuffers:
@@ -101,11 +103,19 @@ class HostBuffers:
 
 
 def _aligned_zeros(nbytes: int) -> np.ndarray:
-    """A block: nbytes of fresh zeros starting on a PAGE. It is the base of every array made
-    from it: numpy makes a view's base the first array up the chain that owns its memory or
-    wraps another object, here the block itself, which wraps a memoryview of the allocation."""
-    raw = np.zeros(nbytes + PAGE, np.uint8)
-    skip = -raw.__array_interface__["data"][0] % PAGE
+    """A block: nbytes of fresh zeros starting on a PAGE, or on a HUGE_PAGE when it holds one
+    at least. numpy asks the kernel for transparent huge pages for large arrays, but only the
+    2 MiB pieces that start on a 2 MiB boundary get one: a 16 MiB buffer of numpy's own had 7,
+    and one piece of 4 KiB pages (512 faults); aligned, it has 8, and a fresh buffer filled by a
+    load costs 1.3-2x less here (6 of them: 26-60 ms against 34-119 ms). The memory past the block
+    is never touched, bar the rest of its last huge page when its size is not a multiple of one.
+
+    The block is the base of every array made from it: numpy makes a view's base the first
+    array up the chain that owns its memory or wraps another object, here the block itself,
+    which wraps a memoryview of the allocation."""
+    align = HUGE_PAGE if nbytes >= HUGE_PAGE else PAGE
+    raw = np.zeros(nbytes + align, np.uint8)
+    skip = -raw.__array_interface__["data"][0] % align
     return np.frombuffer(memoryview(raw)[skip:skip + nbytes], np.uint8)
 
 
