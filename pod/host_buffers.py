@@ -22,6 +22,7 @@ the buffer. At most IDLE_BYTES of idle blocks are kept (`trim`, at a job's end).
 from __future__ import annotations
 
 import math
+import mmap
 import sys
 import threading
 import weakref
@@ -103,20 +104,24 @@ class HostBuffers:
 
 
 def _aligned_zeros(nbytes: int) -> np.ndarray:
-    """A block: nbytes of fresh zeros starting on a PAGE, or on a HUGE_PAGE when it holds one
-    at least. numpy asks the kernel for transparent huge pages for large arrays, but only the
-    2 MiB pieces that start on a 2 MiB boundary get one: a 16 MiB buffer of numpy's own had 7,
-    and one piece of 4 KiB pages (512 faults); aligned, it has 8, and a fresh buffer filled by a
-    load costs 1.3-2x less here (6 of them: 26-60 ms against 34-119 ms). The memory past the block
-    is never touched, bar the rest of its last huge page when its size is not a multiple of one.
+    """A block: nbytes of fresh zeros, mapped from the kernel, starting on a PAGE, or on a
+    HUGE_PAGE when it holds one at least. The kernel zeroes the pages as they are first touched
+    (no `calloc` clearing them once more when glibc's heap, not a fresh mapping, holds them), and
+    every 2 MiB of a large block is one transparent huge page (numpy's own 16 MiB arrays had 7 of
+    their 8 and 512 page faults for the rest: a fresh buffer filled by a load cost 1.3-2x more,
+    6 of them 34-119 ms against 26-60 ms here). The mapping's pages past the block are never
+    touched; the mapping goes when the block does.
 
     The block is the base of every array made from it: numpy makes a view's base the first
     array up the chain that owns its memory or wraps another object, here the block itself,
-    which wraps a memoryview of the allocation."""
+    which wraps a memoryview of the mapping."""
     align = HUGE_PAGE if nbytes >= HUGE_PAGE else PAGE
-    raw = np.zeros(nbytes + align, np.uint8)
-    skip = -raw.__array_interface__["data"][0] % align
-    return np.frombuffer(memoryview(raw)[skip:skip + nbytes], np.uint8)
+    memory = mmap.mmap(-1, nbytes + align - PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if align == HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    view = memoryview(memory)
+    skip = -np.frombuffer(view, np.uint8).__array_interface__["data"][0] % align
+    return np.frombuffer(view[skip:skip + nbytes], np.uint8)
 
 
 def _zero(buffer: np.ndarray) -> None:
