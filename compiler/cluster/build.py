@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from common.errors import UserError
 from compiler import pipeline
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
 from compiler.cluster.accumulate import find_cluster_loop
-from compiler.cluster.combine import Combine, check_cluster_loop
 from compiler.cluster.flops import leaf_flops
 from compiler.cluster.leaves import KernelText, check_leaf, main_leaf_text
 from compiler.cluster.origins import place_origins
-from compiler.cluster.reductions import combine_leaf_texts, split_units
 from compiler.cluster.text import describe_stage
 from compiler.cluster.tiling import DimCut, LeafVariants, cut_dimension
 from compiler.cluster.tree import SplitRequest
@@ -45,6 +44,9 @@ from compiler.frontend.affine import affine_of
 from compiler.frontend.binding import bind, kernel_dims
 from compiler.frontend.diagnostics import CompileError
 from schemas.program import ClusterProgram, Leaf, TensorInfo
+
+if TYPE_CHECKING:  # a kernel with a cluster loop imports them where they run: a plain one never does
+    from compiler.cluster.combine import Combine
 
 
 def cluster_space(kernel: ir.Kernel, pinned: dict[str, int] | None = None) -> list[dict[str, int]]:
@@ -317,7 +319,11 @@ def find_loop(state: ClusterState) -> ClusterState:
     kernel = state.kernel
     names = {d.name for d in _require_cluster(kernel).dims}
     loop = find_cluster_loop(kernel, names)
-    acc = check_cluster_loop(kernel, loop) if loop is not None else None
+    acc = None
+    if loop is not None:  # the combine forms (and the online softmax's) only for such a kernel
+        from compiler.cluster.combine import check_cluster_loop
+
+        acc = check_cluster_loop(kernel, loop)
     level = ClusterLevel(
         grid_tiles={g.axis: g.tile for g in kernel.grid if g.tile in names},
         loop_var=loop.var if loop else None,
@@ -390,6 +396,8 @@ def build_units(state: ClusterState) -> ClusterState:
                           if isinstance(d, str) and n != state.leaf_dims.get(d, n))
             return state.variants.name(base, edges)
 
+        from compiler.cluster.reductions import split_units
+
         units, partials, reduction = split_units(units, infos, kernel, state.acc, state.split, variant)
         infos += partials
     program = ClusterProgram(
@@ -411,6 +419,8 @@ def build_units(state: ClusterState) -> ClusterState:
 def _leaf_texts(kernel: ir.Kernel, acc: Combine | None, split: SplitRequest | None) -> dict[str, str]:
     if acc is None:
         return {"main": main_leaf_text(kernel)}
+    from compiler.cluster.reductions import combine_leaf_texts
+
     return combine_leaf_texts(kernel, acc, _init_tiling(kernel, acc), split)
 
 

@@ -20,14 +20,15 @@ def run_command(job: Path, *flags: str) -> subprocess.CompletedProcess:
     probe = ("import sys\n"
              "from scheduler.cli import main\n"
              f"code = main([{str(job)!r}, '--local-pods', '1', *{list(flags)!r}])\n"
-             "late = ('ml_dtypes', 'compiler.cuda.target')  # bf16 tensors only; GPU pods only\n"
+             "late = ('ml_dtypes', 'compiler.cuda.target',  # bf16 tensors only; GPU pods only\n"
+             "        'compiler.cluster.combine', 'compiler.cluster.reductions')  # a cluster loop's\n"
              "print('loaded:', [m for m in late if m in sys.modules], flush=True)\n"
              "sys.exit(code)\n")
     return subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
 
 
-def test_an_f32_job_on_a_cpu_pod_loads_neither_ml_dtypes_nor_the_cuda_target(tmp_path):
+def test_an_f32_elementwise_job_on_a_cpu_pod_loads_only_what_it_needs(tmp_path):
     write_inputs(tmp_path, {"a": np.arange(N, dtype=np.float32), "b": np.ones(N, np.float32)})
     job = make_job(tmp_path, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
     done = run_command(job)
