@@ -13,7 +13,9 @@ the rounds (the first round of each is not counted: caches, imports):
 
 With `--local`, each version's whole command instead, from its own checkout, starting its own pod
 (`phobos-sched JOB --local-pods 1`): `command` to exit, the phases `cli`, `pods`, `submit`, `run`,
-`commit`, and `exit` (the commit's end to the process's exit), with `span` as above.
+`commit`, and `exit` (the commit's end to the process's exit), with `span` as above. `paired`: per
+measure, the median of the second version's round less the first's, and how many rounds it won.
+`--pause S` idles S seconds before every job (a command typed after a pause, not back to back).
 
 A version is a checkout (`NAME=PATH`) or a git revision of this repository (`NAME=@REV`, taken
 out with `git archive` into a temporary folder). Run (the pod's job before and after a change):
@@ -100,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--local", action="store_true",
                    help="each version's whole command on a local pod of its own, not a running pod")
+    p.add_argument("--pause", type=float, default=0.0, metavar="S",
+                   help="seconds idle before each job: on a VM that hands memory idle for ~2 s back to "
+                        "its host, what a command run after a pause pays for fresh memory")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="phobos-pod-job-ab-") as tmp:
@@ -114,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for round_ in range(args.rounds + 1):
                 for name, tree in trees.items():
+                    time.sleep(args.pause)
                     if args.local:  # the version's own command and pod
                         row = one_job(tree, job, None, folder)
                     else:  # the first version's command against this version's pod
@@ -126,14 +132,27 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait()
     medians = {name: {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
                for name, rs in rows.items()}
-    result = {"median_s": medians, "rounds": rows, "n": args.n, "load_average_1min": os.getloadavg()[0],
+    result = {"median_s": medians, "paired": paired(rows), "rounds": rows, "n": args.n,
+              "load_average_1min": os.getloadavg()[0],
               "command": " ".join(["benchmarks/pod_job_ab.py", *(argv or sys.argv[1:])]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    print(json.dumps(medians, indent=1))
+    print(json.dumps({"median_s": medians, "paired": result["paired"]}, indent=1))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def paired(rows: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per measure, the second version's round minus the first's in the same round: the median
+    difference and in how many rounds the second was faster (the load moves both alike)."""
+    first, second = rows.values()
+    out = {}
+    for key in first[0]:
+        diffs = [b[key] - a[key] for a, b in zip(first, second, strict=True)]
+        out[key] = {"median_diff": round(statistics.median(diffs), 4),
+                    "second_faster": f"{sum(d < 0 for d in diffs)}/{len(diffs)}"}
+    return out
 
 
 if __name__ == "__main__":

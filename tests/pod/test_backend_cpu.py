@@ -171,14 +171,17 @@ def _blocks(backend) -> list[int]:
     return [_address(b) for blocks in backend._buffers._blocks.values() for b in blocks]
 
 
-def test_buffers_start_on_a_page_for_direct_stores():
+def test_buffers_start_on_a_page_for_direct_stores_and_on_a_huge_page_from_2_mib():
     """A store writes a buffer's long runs to the disk straight from its memory (stores_direct),
-    which must start on a disk block: fresh and reused buffers start on a page."""
+    which must start on a disk block: fresh and reused buffers start on a page; those of 2 MiB
+    or more on a 2 MiB boundary, where every 2 MiB of them can be one transparent huge page."""
     backend = CpuBackend()
     assert backend.stores_direct
-    fresh = [backend.allocate((BIG,)) for _ in range(3)]
-    assert all(_address(b) % 4096 == 0 for b in fresh)
-    assert _address(_reused(backend)) % 4096 == 0
+    fresh = [backend.allocate((BIG,)) for _ in range(3)]  # 2 MiB
+    assert all(_address(b) % (2 << 20) == 0 for b in fresh)
+    assert _address(_reused(backend)) % (2 << 20) == 0
+    smaller = [backend.allocate((3 << 18,)) for _ in range(3)]  # 1.5 MiB: kept for reuse too
+    assert all(_address(b) % 4096 == 0 for b in smaller)
 
 
 def test_a_leaf_is_parsed_once_for_job_after_job(monkeypatch):
