@@ -22,6 +22,7 @@ from common import blas
 from common.cluster_token import TOKEN_ENV
 from common.errors import UserError
 from common.log import get_logger
+from scheduler import forked_pod
 
 READY_LINE = "PHOBOS_POD_LISTENING "
 START_TIMEOUT_S = 60.0
@@ -85,19 +86,27 @@ def new_token() -> str:
 
 
 class PodProcess:
-    """A local pod's process. Started with subprocess.Popen, so a command can start its pods
-    before its event loop exists (first thing: their start-up then overlaps the command's own
-    imports and compile); asyncio waits on top. A thread reads the pod's stdout: the ready line,
-    then anything else (a chatty pod never blocks on a full pipe)."""
+    """A local pod's process, started without waiting, so a command can start its pods before
+    its event loop exists (first thing: their start-up then overlaps the command's own imports
+    and compile); asyncio waits on top. A CPU pod is forked from a command that has loaded
+    nothing heavy yet (scheduler/forked_pod.py), any other is a fresh interpreter (Popen).
+    `start_reading` starts a thread reading the pod's stdout: the ready line, then anything else
+    (a chatty pod never blocks on a full pipe)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str):
-        # A session of their own: a Ctrl-C at the terminal reaches the scheduler only, which
-        # stops the job and then these pods in order (scheduler/interrupt.py).
-        self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, start_new_session=True)
+        device, module = argv[argv.index("--device") + 1], argv[argv.index("-m") + 1]
+        if forked_pod.can_fork(device, module):
+            self.popen = forked_pod.fork_pod(argv[argv.index("-m") + 2:], env, cwd)
+        else:
+            # A session of their own: a Ctrl-C at the terminal reaches the scheduler only, which
+            # stops the job and then these pods in order (scheduler/interrupt.py).
+            self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, start_new_session=True)
         self.pid = self.popen.pid
         self.address: str | None = None
         self.said = threading.Event()  # the ready line came, or stdout ended without it
+
+    def start_reading(self) -> None:
         threading.Thread(target=self._read, name=f"pod-{self.pid}-stdout", daemon=True).start()
 
     def _read(self) -> None:
@@ -265,6 +274,8 @@ def spawn_local_pods(devices: list[str], roots: list[Path], token: str, extra_ar
     except BaseException:
         pods.stop_now(grace_s=2.0)
         raise
+    for pod in pods.pods:  # after every spawn: a thread running keeps the next pod from a fork
+        pod.process.start_reading()
     return pods
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from common.errors import UserError
-from scheduler import local_pods
+from scheduler import forked_pod, local_pods
 from scheduler.local_pods import spawn_local_pods, visible_gpus
 from tests.job_files import make_job, write_inputs
 
@@ -75,12 +75,18 @@ def test_a_pod_that_exits_before_listening_is_a_user_error(tmp_path):
 
 
 def _pods_serving(folder: Path) -> list[int]:
-    """Pids of pod processes whose storage root is `folder`."""
+    """Pids of the live pod processes of a command run in `folder`: a pod started fresh names
+    pod.main and the folder (its storage root) in its command line; a pod forked from the
+    command (scheduler/forked_pod.py) is named phobos-pod and keeps the command's line, whose
+    job file lies in the folder."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
+            if not entry.name.isdigit() or (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if entry.name.isdigit() and "pod.main" in argv and str(folder) in argv:
+            pod = "pod.main" in argv or (entry / "comm").read_text().strip() == forked_pod.POD_PROCESS_NAME
+            if pod and any(str(folder) in arg for arg in argv):
                 found.append(int(entry.name))
         except OSError:  # gone meanwhile
             pass
@@ -189,3 +195,46 @@ def test_the_command_imports_without_the_cycle_collector_and_runs_its_job_with_i
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["spawn False", "run True True"]
+
+
+def test_a_cpu_pod_is_forked_from_a_command_with_the_environment_a_fresh_one_gets(tmp_path):
+    """From a process that has loaded nothing heavy (the command at its spawn), a CPU pod is
+    forked (scheduler/forked_pod.py): named phobos-pod, in a session of its own, in the repo's
+    folder, with the user's BLAS setting and the token in its environment, not the command's
+    one BLAS thread. The pod's entry point is replaced by a probe that says what it sees."""
+    probe = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from common import blas\n"
+        "blas.one_thread_here()\n"
+        "import pod.cli\n"
+        "def seen():\n"
+        "    comm = open('/proc/self/comm').read().strip()\n"
+        "    print('pod', comm, sys.argv[0], os.getsid(0) == os.getpid(), os.getcwd(),\n"
+        "          os.environ['OPENBLAS_NUM_THREADS'], os.environ['PHOBOS_TOKEN'],\n"
+        "          file=sys.stderr, flush=True)\n"
+        "    os._exit(0)\n"
+        "pod.cli.entry = seen\n"
+        "from scheduler.local_pods import spawn_local_pods\n"
+        f"pods = spawn_local_pods(['cpu'], [Path({str(tmp_path)!r})], 'tok' * 10)\n"
+        "print('exit', pods.pods[0].process.popen.wait(60), os.environ['OPENBLAS_NUM_THREADS'], flush=True)\n"
+    )
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="4", PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pod_line = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
+    assert pod_line == [f"pod phobos-pod phobos-pod True {REPO} 4 {'tok' * 10}"], done.stderr
+    assert done.stdout.split() == ["exit", "0", "1"]
+
+
+def test_a_pod_is_started_fresh_from_a_process_with_numpy_loaded(tmp_path):
+    """numpy loaded here (pytest's process): a fork would carry this process's BLAS threads
+    into the pod, so the pod is a fresh interpreter, `python -m pod.main`."""
+    assert "numpy" in sys.modules and not forked_pod.can_fork("cpu", "pod.main")
+    pods = spawn_local_pods(["cpu"], [tmp_path], local_pods.new_token())
+    try:
+        argv = Path(f"/proc/{pods.pods[0].process.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"pod.main" in argv
+    finally:
+        pods.stop_now()
