@@ -25,11 +25,12 @@ import sys
 import threading
 
 POD_PROCESS_NAME = "phobos-pod"
+POD_MODULE = "pod.main"
 
 
 def can_fork(device: str, module: str) -> bool:
     """Whether a pod on `device` running `module` may be forked from this process now."""
-    return (device == "cpu" and module == "pod.main" and hasattr(os, "fork") and "numpy" not in sys.modules
+    return (device == "cpu" and module == POD_MODULE and hasattr(os, "fork") and "numpy" not in sys.modules
             and threading.active_count() == 1)
 
 
@@ -114,7 +115,10 @@ def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: i
             comm.write(POD_PROCESS_NAME)
     except OSError:  # not Linux: the name stays the interpreter's
         pass
-    sys.argv = [POD_PROCESS_NAME, *pod_args]
-    from pod.cli import entry
+    sys.argv = [sys.argv[0], *pod_args]  # argv[0] becomes pod/main.py's path, as with -m
+    import runpy
 
-    entry()  # leaves through os._exit
+    # As `python -m pod.main` would: the pod named by its module, as the command names it to a
+    # fresh interpreter (the scheduler's layer imports nothing of the pod's); its entry point
+    # leaves through os._exit.
+    runpy.run_module(POD_MODULE, run_name="__main__", alter_sys=True)

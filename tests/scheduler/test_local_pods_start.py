@@ -224,7 +224,7 @@ def test_a_cpu_pod_is_forked_from_a_command_with_the_environment_a_fresh_one_get
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     pod_line = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
-    assert pod_line == [f"pod phobos-pod phobos-pod True {REPO} 4 {'tok' * 10}"], done.stderr
+    assert pod_line == [f"pod phobos-pod {REPO / 'pod' / 'main.py'} True {REPO} 4 {'tok' * 10}"], done.stderr
     assert done.stdout.split() == ["exit", "0", "1"]
 
 
