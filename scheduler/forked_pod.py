@@ -106,6 +106,7 @@ def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: i
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.close(stdin)
+    _close_inherited_fds()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the command's handler unwinds the command
     os.chdir(cwd)
     os.environ.clear()
@@ -122,3 +123,24 @@ def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: i
     # fresh interpreter (the scheduler's layer imports nothing of the pod's); its entry point
     # leaves through os._exit.
     runpy.run_module(POD_MODULE, run_name="__main__", alter_sys=True)
+
+
+def _close_inherited_fds() -> None:
+    """Close the descriptors above stderr that the command inherited from whoever started it (a
+    lock file's, a harness's pipe): a fresh pod, started with close_fds, never holds them, and a
+    forked one would hold them for its whole life, a lock or a pipe's end kept open after the
+    command has gone. They are the inheritable ones: Python opens every descriptor of its own
+    close-on-exec (PEP 446), and those stay open, as objects of this copied process still own
+    them (closing one, its number reused, a later close by its owner would end the pod's own)."""
+    import fcntl
+
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # not Linux: every descriptor a process may have
+        fds = range(3, min(os.sysconf("SC_OPEN_MAX"), 1 << 16))
+    for fd in fds:
+        try:
+            if fd > 2 and not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC:
+                os.close(fd)
+        except OSError:  # the listing's own descriptor, gone by now
+            pass

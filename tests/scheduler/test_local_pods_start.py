@@ -238,3 +238,47 @@ def test_a_pod_is_started_fresh_from_a_process_with_numpy_loaded(tmp_path):
         assert b"pod.main" in argv
     finally:
         pods.stop_now()
+
+
+def test_a_forked_pod_holds_no_descriptor_the_command_inherited(tmp_path):
+    """A descriptor the command got from whoever started it (here an inheritable pipe's write
+    end, as a harness's or a lock file's would be) is closed in a forked pod, as Popen's
+    close_fds closes it in a fresh one: the pod never keeps a pipe open (its reader waiting for
+    an end) or a lock held after the command. The command's own descriptors (close-on-exec) are
+    not the child's to close. The pod's entry point is replaced by a probe saying what is open."""
+    probe = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "import pod.cli\n"
+        "inherited = int(sys.argv[1])\n"
+        "own = os.open(os.devnull, os.O_RDONLY)\n"
+        "def seen():\n"
+        "    def is_open(fd):\n"
+        "        try:\n"
+        "            os.fstat(fd)\n"
+        "            return True\n"
+        "        except OSError:\n"
+        "            return False\n"
+        "    print('pod', is_open(inherited), is_open(own), file=sys.stderr, flush=True)\n"
+        "    os._exit(0)\n"
+        "pod.cli.entry = seen\n"
+        "from scheduler.local_pods import spawn_local_pods\n"
+        f"pods = spawn_local_pods(['cpu'], [Path({str(tmp_path)!r})], 'tok' * 10)\n"
+        "print('exit', pods.pods[0].process.popen.wait(60), flush=True)\n"
+    )
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        done = subprocess.run([sys.executable, "-c", probe, str(write_end)], cwd=REPO, capture_output=True,
+                              text=True, timeout=60, pass_fds=(write_end,))
+    finally:
+        os.close(write_end)
+    os.set_blocking(read_end, False)
+    try:
+        assert os.read(read_end, 1) == b""  # every write end gone: the command's and the pod's
+    finally:
+        os.close(read_end)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
+    assert said == ["pod False True"], done.stderr
+    assert done.stdout.split() == ["exit", "0"]
