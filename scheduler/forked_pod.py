@@ -45,28 +45,43 @@ class ForkedChild:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+            self._reap(os.WNOHANG)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.poll() is not None:
             return self.returncode
         if timeout is None:
-            _, status = os.waitpid(self.pid, 0)
-            self.returncode = os.waitstatus_to_exitcode(status)
+            self._reap(0)
             return self.returncode
         import select
+        import time
 
-        pidfd = os.pidfd_open(self.pid)
         try:
-            select.select([pidfd], [], [], timeout)
-        finally:
-            os.close(pidfd)
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):  # no pidfd (not Linux), or the child is gone already
+            deadline = time.monotonic() + timeout
+            while self.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+        else:
+            try:
+                select.select([pidfd], [], [], timeout)
+            finally:
+                os.close(pidfd)
         if self.poll() is None:
             raise subprocess.TimeoutExpired(POD_PROCESS_NAME, timeout)
         return self.returncode
+
+    def _reap(self, options: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, options)
+        except ChildProcessError:
+            # Reaped by the kernel (the command inherited SIGCHLD ignored): its exit code is
+            # lost, and 0 is what Popen says then too.
+            self.returncode = 0
+            return
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:

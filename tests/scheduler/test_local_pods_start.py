@@ -282,3 +282,19 @@ def test_a_forked_pod_holds_no_descriptor_the_command_inherited(tmp_path):
     said = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
     assert said == ["pod False True"], done.stderr
     assert done.stdout.split() == ["exit", "0"]
+
+
+def test_a_command_started_with_sigchld_ignored_runs_its_job_and_stops_its_pods(tmp_path):
+    """A process started with SIGCHLD ignored (a disposition exec keeps: some supervisors leave
+    it so) has its children reaped by the kernel, and waitpid finds none: the command's forked
+    pod is waited for as Popen waits for a fresh one, its exit code then unknown, not a crash."""
+    import signal
+
+    write_inputs(tmp_path, {"a": np.ones(1024, np.float32), "b": np.ones(1024, np.float32)})
+    job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
+    done = subprocess.run([sys.executable, "-m", "scheduler.main", str(job), "--local-pods", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    assert done.returncode == 0, done.stderr
+    assert _pods_serving(tmp_path) == []
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(1024, 2, np.float32))
