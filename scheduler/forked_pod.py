@@ -23,9 +23,13 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 
 POD_PROCESS_NAME = "phobos-pod"
 POD_MODULE = "pod.main"
+# The read ends of the pods' stdout pipes this process has forked: a pod forked later gets a copy
+# of each, which it covers (its sibling's pipe is not its to hold open).
+_POD_STDOUTS: weakref.WeakSet = weakref.WeakSet()
 
 
 def can_fork(device: str, module: str) -> bool:
@@ -111,7 +115,9 @@ def fork_pod(pod_args: list[str], env: dict[str, str], cwd: str) -> ForkedChild:
         finally:
             os._exit(70)  # EX_SOFTWARE: the set-up failed before the pod's own entry point
     os.close(write_end)
-    return ForkedChild(pid, os.fdopen(read_end, "rb"))
+    stdout = os.fdopen(read_end, "rb")
+    _POD_STDOUTS.add(stdout)
+    return ForkedChild(pid, stdout)
 
 
 def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: int) -> None:
@@ -120,6 +126,9 @@ def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: i
     os.close(stdout_fd)
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
+    for sibling in list(_POD_STDOUTS):
+        if not sibling.closed:  # /dev/null over it, not closed: its file object still owns the number
+            os.dup2(stdin, sibling.fileno())
     os.close(stdin)
     _close_inherited_fds()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the command's handler unwinds the command

@@ -298,3 +298,35 @@ def test_a_command_started_with_sigchld_ignored_runs_its_job_and_stops_its_pods(
     assert done.returncode == 0, done.stderr
     assert _pods_serving(tmp_path) == []
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(1024, 2, np.float32))
+
+
+def test_a_second_forked_pod_holds_no_end_of_the_first_ones_pipe(tmp_path):
+    """Two CPU pods forked one after the other (the command's default without GPUs): the second
+    gets a copy of the command's read end of the first's stdout, which it must not keep open;
+    each pod holds only its own stdout's write end among the pipes."""
+    probe = (
+        "import os, stat, sys\n"
+        "from pathlib import Path\n"
+        "import pod.cli\n"
+        "def seen():\n"
+        "    fds = [int(fd) for fd in os.listdir('/proc/self/fd')]\n"
+        "    pipes = []\n"
+        "    for fd in fds:\n"
+        "        try:\n"
+        "            if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "                pipes.append(fd)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    print('pod', pipes, file=sys.stderr, flush=True)\n"
+        "    os._exit(0)\n"
+        "pod.cli.entry = seen\n"
+        "from scheduler.local_pods import spawn_local_pods\n"
+        f"pods = spawn_local_pods(['cpu', 'cpu'], [Path({str(tmp_path)!r})], 'tok' * 10)\n"
+        "print('exit', [pod.process.popen.wait(60) for pod in pods.pods], flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, stdin=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
+    assert said == ["pod [1, 2]", "pod [1, 2]"], done.stderr  # its stdout, and the command's stderr
+    assert done.stdout.split() == ["exit", "[0,", "0]"]
