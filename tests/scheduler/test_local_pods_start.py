@@ -325,7 +325,7 @@ def test_a_second_forked_pod_holds_no_end_of_the_first_ones_pipe(tmp_path):
         "print('exit', [pod.process.popen.wait(60) for pod in pods.pods], flush=True)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, stdin=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
     assert said == ["pod [1, 2]", "pod [1, 2]"], done.stderr  # its stdout, and the command's stderr
