@@ -58,7 +58,6 @@ class ForkedChild:
         if timeout is None:
             self._reap(0)
             return self.returncode
-        import select
         import time
 
         try:
@@ -69,7 +68,7 @@ class ForkedChild:
                 time.sleep(0.005)
         else:
             try:
-                select.select([pidfd], [], [], timeout)
+                wait_readable(pidfd, timeout)
             finally:
                 os.close(pidfd)
         if self.poll() is None:
@@ -96,6 +95,17 @@ class ForkedChild:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def wait_readable(fd: int, timeout_s: float) -> None:
+    """Wait up to `timeout_s` for `fd` to be readable (a pidfd: its process has ended). poll,
+    not select: select refuses a descriptor past 1023, which a process holding many has."""
+    import math
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.poll(math.ceil(max(0.0, timeout_s) * 1000))
 
 
 def fork_pod(pod_args: list[str], env: dict[str, str], cwd: str) -> ForkedChild:

@@ -151,13 +151,11 @@ class PodProcess:
         """Wait up to `timeout_s` for the process to end and reap it: whether it ended. Woken by
         the kernel through a pidfd where there is one (Popen.wait with a timeout polls, with
         sleeps growing to 50 ms)."""
-        import select
-
         if self.popen.poll() is None:
             pidfd = _pidfd(self.pid)
             if pidfd is not None:
                 try:
-                    select.select([pidfd], [], [], timeout_s)
+                    forked_pod.wait_readable(pidfd, timeout_s)
                 finally:
                     os.close(pidfd)
             else:

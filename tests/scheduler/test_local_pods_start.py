@@ -330,3 +330,25 @@ def test_a_second_forked_pod_holds_no_end_of_the_first_ones_pipe(tmp_path):
     said = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
     assert said == ["pod [1, 2]", "pod [1, 2]"], done.stderr  # its stdout, and the command's stderr
     assert done.stdout.split() == ["exit", "[0,", "0]"]
+
+
+def test_a_process_holding_many_descriptors_stops_its_pods(tmp_path):
+    """The pods' pidfds then lie past 1023, where select refuses them: `stop_now` waits on them
+    with poll (a Python program calling phobos may hold that many sockets or files)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if min(hard, 4096) < 1200:
+        pytest.skip(f"at most {hard} descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    held = []
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        held = [null] + [os.dup(null) for _ in range(1100)]
+        pods = spawn_local_pods(["cpu"], [tmp_path], local_pods.new_token())
+        pods.stop_now()
+        assert pods.pods[0].process.returncode is not None
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
