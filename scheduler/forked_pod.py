@@ -11,8 +11,10 @@ Forking is safe only from a process with nothing heavy loaded and no other threa
 threads would be set for the command, not the pod, and a thread's locks would be copied held.
 `can_fork` says when; otherwise, and for GPU pods, the pod starts fresh. The child takes the
 environment the fresh pod would have got, its own session, stdin from /dev/null, its stdout into
-a pipe, the name `phobos-pod` (what `ps -o comm`, `top` and `pgrep phobos-pod` show; its command
-line stays the command's), and leaves through os._exit whatever happens: it never returns into
+a pipe, none of the descriptors the command inherited nor its earlier pods' pipes (as a fresh
+pod, started with close_fds), the name `phobos-pod` (what `ps -o comm`, `top` and `pgrep
+phobos-pod` show; its command line stays the command's, so `pgrep -f` with the command's
+arguments finds it too), and leaves through os._exit whatever happens: it never returns into
 the command's code.
 """
 
