@@ -49,7 +49,8 @@ def run_main(main: Callable[[list[str]], int | None], argv: list[str] | None = N
     """Run a program's main, turning user errors into one clean message and exit code 2."""
     try:
         code = main(sys.argv[1:] if argv is None else argv)
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        if sys.stdout is not None:  # None: started with stdout closed (`>&-`), print() wrote nothing
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
     except BrokenPipeError:
         # The reader went away (`show-job JOB | head`): stop quietly, as a filter killed by
         # SIGPIPE does, and keep the interpreter's own last flush from failing again.
@@ -82,7 +83,8 @@ def run_main_and_leave(main: Callable[[list[str]], int | None]) -> NoReturn:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except (OSError, ValueError):  # a reader gone or a stream closed: nothing more to say
             pass
     os._exit(code)

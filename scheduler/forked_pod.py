@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from contextlib import contextmanager
 
 POD_PROCESS_NAME = "phobos-pod"
 POD_MODULE = "pod.main"
@@ -99,6 +100,25 @@ class ForkedChild:
         self.send_signal(signal.SIGKILL)
 
 
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_held(active: bool):
+    """SIGINT and SIGTERM held while a pod is forked and put on its command's list, so that one
+    arriving then (it unwinds the command, which stops the pods on the list) cannot leave the
+    pod off the list, listening for a scheduler that never comes. Only around a fork: a fresh
+    interpreter would inherit the held signals (Popen keeps the caller's signal mask)."""
+    if not active:
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def wait_readable(fd: int, timeout_s: float) -> None:
     """Wait up to `timeout_s` for `fd` to be readable (a pidfd: its process has ended). poll,
     not select: select refuses a descriptor past 1023, which a process holding many has."""
@@ -113,7 +133,11 @@ def wait_readable(fd: int, timeout_s: float) -> None:
 def fork_pod(pod_args: list[str], env: dict[str, str], cwd: str) -> ForkedChild:
     """Fork a pod with the command line `pod_args` (what follows `python -m pod.main`)."""
     for stream in (sys.stdout, sys.stderr):  # nothing the command has buffered is written twice
-        stream.flush()
+        try:
+            if stream is not None:  # None: the command was started with that stream closed
+                stream.flush()
+        except (OSError, ValueError):  # a reader gone or a stream closed: nothing to write twice
+            pass
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -136,6 +160,8 @@ def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: i
     os.setsid()  # as Popen's start_new_session: a Ctrl-C at the terminal reaches the command only
     os.dup2(stdout_fd, 1)
     os.close(stdout_fd)
+    if sys.stdout is None:  # the command was started with stdout closed: the pod's line needs one
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own stdout
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     for sibling in list(_POD_STDOUTS):
@@ -144,6 +170,7 @@ def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: i
     os.close(stdin)
     _close_inherited_fds()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the command's handler unwinds the command
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held by the command around the fork
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)  # before numpy loads: the pod's BLAS threads, its token

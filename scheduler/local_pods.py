@@ -93,9 +93,8 @@ class PodProcess:
     `start_reading` starts a thread reading the pod's stdout: the ready line, then anything else
     (a chatty pod never blocks on a full pipe)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str):
-        device, module = argv[argv.index("--device") + 1], argv[argv.index("-m") + 1]
-        if forked_pod.can_fork(device, module):
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, fork: bool = False):
+        if fork:
             self.popen = forked_pod.fork_pod(argv[argv.index("-m") + 2:], env, cwd)
         else:
             # A session of their own: a Ctrl-C at the terminal reaches the scheduler only, which
@@ -268,7 +267,9 @@ def spawn_local_pods(devices: list[str], roots: list[Path], token: str, extra_ar
                     "--log-level", log_level, *extra_args]
             for r in roots:
                 argv += ["--storage-root", str(r)]
-            pods.pods.append(LocalPod(device, PodProcess(argv, env, root)))
+            fork = forked_pod.can_fork(device, module)
+            with forked_pod.signals_held(fork):
+                pods.pods.append(LocalPod(device, PodProcess(argv, env, root, fork)))
     except BaseException:
         pods.stop_now(grace_s=2.0)
         raise

@@ -155,7 +155,7 @@ def test_the_command_spawns_its_pods_before_its_heavy_imports(tmp_path):
     probe = (
         "import os, sys\n"
         "from scheduler import local_pods\n"
-        "def record(self, argv, env, cwd):\n"
+        "def record(self, argv, env, cwd, *fork):\n"
         "    heavy = ('numpy', 'asyncio', 'capnp', 'logging', 'compiler.frontend.ir', 'dataclasses')\n"
         "    print(sorted(m for m in heavy if m in sys.modules), argv[argv.index('-m') + 1], flush=True)\n"
         "    os._exit(0)\n"
@@ -179,9 +179,9 @@ def test_the_command_imports_without_the_cycle_collector_and_runs_its_job_with_i
         "import gc, os, sys\n"
         "from scheduler import api, local_pods\n"
         "real_init = local_pods.PodProcess.__init__\n"
-        "def record_spawn(self, argv, env, cwd):\n"
+        "def record_spawn(self, argv, env, cwd, *fork):\n"
         "    print('spawn', gc.isenabled(), flush=True)\n"
-        "    real_init(self, argv, env, cwd)\n"
+        "    real_init(self, argv, env, cwd, *fork)\n"
         "def record_run(prepared, options):\n"
         "    print('run', gc.isenabled(), gc.get_freeze_count() > 10000, flush=True)\n"
         "    options.started_pods.stop_now()\n"
@@ -203,29 +203,33 @@ def test_a_cpu_pod_is_forked_from_a_command_with_the_environment_a_fresh_one_get
     folder, with the user's BLAS setting and the token in its environment, not the command's
     one BLAS thread. The pod's entry point is replaced by a probe that says what it sees."""
     probe = (
-        "import os, sys\n"
+        "import os, signal, sys\n"
         "from pathlib import Path\n"
         "from common import blas\n"
         "blas.one_thread_here()\n"
         "import pod.cli\n"
         "def seen():\n"
         "    comm = open('/proc/self/comm').read().strip()\n"
+        "    held = sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
         "    print('pod', comm, sys.argv[0], os.getsid(0) == os.getpid(), os.getcwd(),\n"
-        "          os.environ['OPENBLAS_NUM_THREADS'], os.environ['PHOBOS_TOKEN'],\n"
+        "          os.environ['OPENBLAS_NUM_THREADS'], os.environ['PHOBOS_TOKEN'], held,\n"
         "          file=sys.stderr, flush=True)\n"
         "    os._exit(0)\n"
         "pod.cli.entry = seen\n"
         "from scheduler.local_pods import spawn_local_pods\n"
         f"pods = spawn_local_pods(['cpu'], [Path({str(tmp_path)!r})], 'tok' * 10)\n"
-        "print('exit', pods.pods[0].process.popen.wait(60), os.environ['OPENBLAS_NUM_THREADS'], flush=True)\n"
+        "held = list(signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
+        "code = pods.pods[0].process.popen.wait(60)\n"
+        "print('exit', code, os.environ['OPENBLAS_NUM_THREADS'], held, flush=True)\n"
     )
     env = dict(os.environ, OPENBLAS_NUM_THREADS="4", PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     pod_line = [line for line in done.stderr.splitlines() if line.startswith("pod ")]
-    assert pod_line == [f"pod phobos-pod {REPO / 'pod' / 'main.py'} True {REPO} 4 {'tok' * 10}"], done.stderr
-    assert done.stdout.split() == ["exit", "0", "1"]
+    main_py = REPO / "pod" / "main.py"
+    assert pod_line == [f"pod phobos-pod {main_py} True {REPO} 4 {'tok' * 10} []"], done.stderr
+    assert done.stdout.split() == ["exit", "0", "1", "[]"]  # SIGINT and SIGTERM held only around the fork
 
 
 def test_a_pod_is_started_fresh_from_a_process_with_numpy_loaded(tmp_path):
@@ -352,3 +356,16 @@ def test_a_process_holding_many_descriptors_stops_its_pods(tmp_path):
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_command_started_with_stdout_closed_runs_its_job(tmp_path):
+    """`phobos-sched JOB >&-`: the forked pod still says it listens (on a stdout of its own, the
+    command's being None), and the command ends without a traceback, having printed nothing."""
+    write_inputs(tmp_path, {"a": np.ones(1024, np.float32), "b": np.ones(1024, np.float32)})
+    job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
+    command = f"{sys.executable} -m scheduler.main {job} --local-pods 1 >&-"
+    done = subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(1024, 2, np.float32))
+    assert _pods_serving(tmp_path) == []
