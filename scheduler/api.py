@@ -5,10 +5,9 @@ scheduler/prepare.py (parse the kernel once, compile the cluster program, check 
 scheduler/run.py (pods, plans, staging, commit). `run` blocks; `run_async` is for callers that
 already run an event loop: the job runs on its own loop in a thread (pycapnp's RPC needs a loop
 of its own), and cancelling the awaiting task stops the job in order, as Ctrl-C does on the
-command line: pods given by address are told to drop it, pods it started are stopped, staging
-files are removed, outputs keep their previous contents, then CancelledError reaches the caller.
-A blocking `run` in the main thread handles SIGINT/SIGTERM as the command line does
-(scheduler/interrupt.py): `Interrupted` is raised.
+command line: the pods are told to drop it, staging files are removed, outputs keep their
+previous contents, then CancelledError reaches the caller. A blocking `run` in the main thread
+handles SIGINT/SIGTERM as the command line does (scheduler/interrupt.py): `Interrupted` is raised.
 """
 
 from __future__ import annotations
@@ -211,7 +210,7 @@ async def run_prepared_async(prepared, run_options) -> JobResult:
         outcome = await asyncio.shield(waiting)
     except asyncio.CancelledError:
         background.cancel()
-        try:  # the orderly stop: given pods told, staging removed, local pods stopped
+        try:  # the orderly stop: pods told, staging removed, local pods stopped
             await waiting
         except BaseException:  # noqa: S110 - the job's own end is not the caller's concern now
             pass

@@ -1,9 +1,8 @@
 """Ctrl-C and SIGTERM while a job runs: stop it in order; a second Ctrl-C: leave at once.
 
 The first SIGINT or SIGTERM cancels the job's coroutine. Cancellation unwinds through the
-runner's `finally` blocks, which are the one way out of a job whatever ends it: pods given with
---pods are told to drop the job (`cancel`; the command's own pods are stopped instead, their
-buffers going with them), staging files are removed (common/storage.py's abort) once the thread
+runner's `finally` blocks, which are the one way out of a job whatever ends it: the pods are told
+to drop the job (`cancel`), staging files are removed (common/storage.py's abort) once the thread
 making them is over (scheduler/job_storage.py: never racing it), the session's connections close
 and local pods are stopped. Then `Interrupted` reaches the command line, which
 exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
@@ -33,7 +32,7 @@ class Interrupted(Exception):
         self.signum = signum
         self.exit_code = 128 + signum
         super().__init__(f"interrupted by {signal.Signals(signum).name}: the job was stopped, its pods "
-                         "stopped or told to drop it, staging removed; outputs keep their previous contents")
+                         "told to drop it, staging removed; outputs keep their previous contents")
 
 
 async def interruptible(coro):

@@ -203,7 +203,8 @@ class PodSession:
     async def run(self, prepared: prep.PreparedJob, options: RunOptions,
                   nodes: list[int] | None = None, drop_at_end: bool = True) -> RunResult:
         """Run one job on `nodes` (default: every live one). `drop_at_end`: tell the pods to drop
-        the job's buffers once it is over (pods that serve further jobs must hear it)."""
+        the job's buffers once it has ended (pods that serve further jobs must hear it); a job
+        stopped by Ctrl-C or an error tells them whatever this says."""
         nodes = [n for n in (nodes if nodes is not None else sorted(self.pods)) if n not in self.lost]
         if not nodes:
             raise JobFailed("no live pod to run the job on")
@@ -292,6 +293,7 @@ class JobRun:
             return plan(program, live, uris, generation, units, first_id)
 
         self.state = ClusterState(program, figures, planner, heartbeat_timeout=self.options.heartbeat_timeout)
+        ended = False  # the job came to its end, well or not (no exception, no Ctrl-C)
         files = JobStorage.open(self.prepared)  # locks first: a busy output fails before any plan
         try:
             loop = asyncio.get_running_loop()
@@ -309,6 +311,7 @@ class JobRun:
             if self.staging_error is not None:
                 raise self.staging_error
             ok, reason = self._finish(files)
+            ended = True
         finally:
             self.done.set()  # however it ends: the ticker stops, the pods hear of no staging now
             try:
@@ -318,7 +321,7 @@ class JobRun:
                 files.abandon()
             for task in self.tasks:
                 task.cancel()
-            if self.drop_at_end:
+            if self.drop_at_end or not ended:  # stopped (Ctrl-C, an error): every pod is told first
                 await self._cancel_everywhere()
         wall = self.now()
         trace = self.trace.finish(self.state, wall)

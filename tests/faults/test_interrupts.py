@@ -107,3 +107,19 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
             if process_alive(pod):
                 os.kill(pod, signal.SIGKILL)
 
+
+
+def test_a_stopped_job_tells_the_commands_own_pods_to_drop_it_first(tmp_path):
+    """An interrupted job is stopped in order on every pod, its own too: each is told to drop
+    the job (its log says so) before it gets SIGTERM; only a job that came to its end spares
+    its own pods that round trip (tests/scheduler/test_local_pods_start.py)."""
+    scheduler = _start(tmp_path, "--pod-log-level", "info")
+    try:
+        _running(tmp_path, scheduler)
+        scheduler.send_signal(signal.SIGINT)
+        returncode, err = _finish(tmp_path, scheduler)
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+    assert returncode == 130, err[-3000:]
+    assert err.count("job cancelled by the scheduler") == 2, err[-3000:]
