@@ -28,6 +28,8 @@ import threading
 import weakref
 from contextlib import contextmanager
 
+from scheduler import process_end
+
 POD_PROCESS_NAME = "phobos-pod"
 POD_MODULE = "pod.main"
 # The read ends of the pods' stdout pipes this process has forked: a pod forked later gets a copy
@@ -61,19 +63,7 @@ class ForkedChild:
         if timeout is None:
             self._reap(0)
             return self.returncode
-        import time
-
-        try:
-            pidfd = os.pidfd_open(self.pid)
-        except (AttributeError, OSError):  # no pidfd (not Linux), or the child is gone already
-            deadline = time.monotonic() + timeout
-            while self.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.005)
-        else:
-            try:
-                wait_readable(pidfd, timeout)
-            finally:
-                os.close(pidfd)
+        process_end.wait_for_end(self.pid, timeout, lambda: self.poll() is not None)
         if self.poll() is None:
             raise subprocess.TimeoutExpired(POD_PROCESS_NAME, timeout)
         return self.returncode
@@ -117,17 +107,6 @@ def signals_held(active: bool):
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def wait_readable(fd: int, timeout_s: float) -> None:
-    """Wait up to `timeout_s` for `fd` to be readable (a pidfd: its process has ended). poll,
-    not select: select refuses a descriptor past 1023, which a process holding many has."""
-    import math
-    import select
-
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    poller.poll(math.ceil(max(0.0, timeout_s) * 1000))
 
 
 def fork_pod(pod_args: list[str], env: dict[str, str], cwd: str) -> ForkedChild:

@@ -22,7 +22,7 @@ from common import blas
 from common.cluster_token import TOKEN_ENV
 from common.errors import UserError
 from common.log import get_logger
-from scheduler import forked_pod
+from scheduler import forked_pod, process_end
 
 READY_LINE = "PHOBOS_POD_LISTENING "
 START_TIMEOUT_S = 60.0
@@ -132,7 +132,7 @@ class PodProcess:
         import asyncio
 
         if self.popen.poll() is None:
-            pidfd = _pidfd(self.pid)
+            pidfd = process_end.pidfd_of(self.pid)
             if pidfd is None:
                 await self._poll_until_exit()
             else:
@@ -151,17 +151,7 @@ class PodProcess:
         the kernel through a pidfd where there is one (Popen.wait with a timeout polls, with
         sleeps growing to 50 ms)."""
         if self.popen.poll() is None:
-            pidfd = _pidfd(self.pid)
-            if pidfd is not None:
-                try:
-                    forked_pod.wait_readable(pidfd, timeout_s)
-                finally:
-                    os.close(pidfd)
-            else:
-                try:
-                    self.popen.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    return False
+            process_end.wait_for_end(self.pid, timeout_s, lambda: self.popen.poll() is not None)
         return self.popen.poll() is not None
 
     async def _poll_until_exit(self) -> None:
@@ -171,15 +161,6 @@ class PodProcess:
         while self.popen.poll() is None:
             await asyncio.sleep(pause)
             pause = min(0.02, pause * 2)
-
-
-def _pidfd(pid: int) -> int | None:
-    """A pidfd of the process (readable once it ends), or None: not Linux, a kernel before 5.3,
-    or a process already reaped."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
 
 
 class LocalPod:
