@@ -204,7 +204,8 @@ def save_in_background() -> None:
     """`save` in a thread of its own, when anything is due: for a program whose imports are done
     and which has other work to do (`settle` waits for the thread)."""
     c = _cache
-    if c is None or c.writer is not None or not any(m.missed for m in list(c.modules.values())):
+    busy = c is not None and c.writer is not None and c.writer.is_alive()
+    if c is None or busy or not any(m.missed for m in list(c.modules.values())):
         return
     import threading
 
