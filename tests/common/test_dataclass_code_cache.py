@@ -172,7 +172,7 @@ def methods(m: types.ModuleType) -> dict:
             if isinstance(fn, types.FunctionType) and fn.__code__.co_filename == "<string>":
                 code = fn.__code__
                 out[cls_name, name] = (code, code.co_filename, code.co_firstlineno, fn.__qualname__,
-                                       repr(fn.__annotations__), repr(fn.__defaults__), repr(fn.__kwdefaults__))
+                                       *map(repr, (fn.__annotations__, fn.__defaults__, fn.__kwdefaults__)))
     return out
 
 
@@ -328,7 +328,7 @@ sys.modules["racing"] = module
 exec(sys.argv[2], module.__dict__)
 print("ready", flush=True)
 sys.stdin.readline()
-for _ in range(60):
+for _ in range(200):
     dcc._cache.modules["racing"].missed = True
     assert dcc.save() == ["racing"]
 """
@@ -344,9 +344,15 @@ def test_two_processes_writing_one_file_at_once_leave_a_whole_one(tmp_path):
     for writer in writers:  # both loops start together
         writer.stdin.write("go\n")
         writer.stdin.flush()
-    for writer in writers:
-        assert writer.wait(60) == 0
-    stored = dcc.decode((tmp_path / "racing.marshal").read_bytes())
+    path, reads = tmp_path / "racing.marshal", []
+    while any(writer.poll() is None for writer in writers):  # a reader meanwhile sees whole files only
+        try:
+            reads.append(len(dcc.decode(path.read_bytes())))
+        except FileNotFoundError:  # before the first rename
+            pass
+    assert all(writer.wait(60) == 0 for writer in writers)
+    assert reads and set(reads) == {6}
+    stored = dcc.decode(path.read_bytes())
     with_omega = [("omega" in text) for text in stored]
     assert len(stored) == 6 and (all(with_omega) or not any(with_omega))  # one writer's entries, whole
     assert [p.name for p in tmp_path.iterdir()] == ["racing.marshal"]  # no temporary left
