@@ -38,22 +38,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from benchmarks.script_vs_job import make_case  # noqa: E402
-
-SOURCES = ("common", "compiler", "pod", "scheduler", "schemas")
+from benchmarks.script_vs_job import compile_bytecode, make_case  # noqa: E402
 
 
 def checkout(spec: str, scratch: Path) -> Path:
-    """The folder of a version: PATH as it is, or @REV archived under `scratch`, its bytecode
-    compiled (as an installed package has it)."""
+    """The folder of a version: PATH as it is, or @REV archived under `scratch`; either way its
+    bytecode compiled (as an installed package has it)."""
     if not spec.startswith("@"):
-        return Path(spec).resolve()
+        folder = Path(spec).resolve()
+        compile_bytecode(folder)
+        return folder
     folder = scratch / spec[1:]
     folder.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", spec[1:]], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *SOURCES], cwd=folder, env=env, check=True)
+    compile_bytecode(folder)
     return folder
 
 

@@ -13,7 +13,10 @@ Reported per side: median command-to-exit seconds and the ratio phobos / script,
 phobos trace the `phases` breakdown (start-up, compile, plan, staging, read, host-to-device,
 compute, device-to-host, write, commit; `exit`: commit done to the command's exit), and every
 round's instructions as a timeline (`timelines`). Outputs are checked against the script's before
-timing.
+timing. Before the rounds the checkout's modules are compiled to bytecode, as installing a package
+does (pip compiles what it installs): where PYTHONDONTWRITEBYTECODE is set, as on this project's
+machines, every phobos process would otherwise compile each of its modules from source, every
+time, while the script's numpy has its bytecode from its install.
 
 With `--cold` every timed command starts with the tensor files out of the page cache (fsync,
 then posix_fadvise DONTNEED; the programs' own files stay cached, as on a machine in use), and
@@ -47,6 +50,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks.cluster_harness import drop_cache, read_bandwidth, read_with_durable_write_s  # noqa: E402
+
+SOURCES = ("common", "compiler", "pod", "scheduler", "schemas", "phobos")  # phobos's own packages
+
+
+def compile_bytecode(tree: Path) -> None:
+    """Compile a checkout's packages to bytecode (its __pycache__ folders, or PYTHONPYCACHEPREFIX's
+    tree when set, where the timed processes look too), whatever PYTHONDONTWRITEBYTECODE says."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    packages = [name for name in SOURCES if (tree / name).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], cwd=tree, env=env, check=True)
 
 KERNELS = {  # (case, device) -> kernel, --cluster values (n below 2^24: the CPU kernel's 2^20 block)
     ("add", "cpu"): ("benchmarks/kernels/cluster_add.phk", ["BLOCK=4194304"]),
@@ -168,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="after the rounds, run the last phobos side once more under python -X importtime "
                         "and write what it prints (every module's import time) to FILE")
     args = p.parse_args(argv)
+    compile_bytecode(ROOT)
     with tempfile.TemporaryDirectory(prefix="phobos-script-vs-job-") as tmp:
         folder = Path(tmp)
         job, inputs, output, script = make_case(args.case, args.device, args.n, folder, args.cluster)

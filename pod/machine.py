@@ -31,6 +31,7 @@ the newest STORY_LINES kept.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from pod import plan_check
@@ -241,6 +242,16 @@ class PodMachine:
 
     def _lease_live(self, now: float) -> bool:
         return self.lease_from is not None and now - self.lease_from < self.scheduler_timeout * LEASE_SHARE
+
+    def lease_until(self) -> float:
+        """Until when (monotonic) a store granted its verdict now may start writing: the end of
+        the live lease (the check `_lease_live` makes), never while alone, at once otherwise.
+        A CPU pod's store that waited in its lane (pod/lanes.py) past it asks again."""
+        if self.link == ALONE:
+            return math.inf
+        if self.link == STOPPING or self.lease_from is None:
+            return -math.inf
+        return self.lease_from + self.scheduler_timeout * LEASE_SHARE
 
     def _release_held(self, now: float) -> list[Action]:
         if not self.held or not self._lease_live(now):

@@ -23,6 +23,7 @@ from pod import machine as m
 from pod import state as st
 from pod.disk import PlanDisk
 from pod.faults import Delay, Faults
+from pod.lanes import IoLanes
 from pod.peers import Fetching
 from pod.transfer import DataPort, TransferError, byte_view, checksum
 from schemas.capnp_io import InstructionEvent, JobProgram, TileHeader
@@ -47,6 +48,7 @@ class BufferRecord:
 class Job:
     job_id: str
     state: st.PodState
+    order: int = 0  # the pod's jobs numbered as they came: an earlier job's I/O goes first (pod/lanes.py)
     program: JobProgram | None = None
     scalars: dict = field(default_factory=dict)
     peers: dict[int, str] = field(default_factory=dict)
@@ -80,6 +82,8 @@ class PodRuntime:
         self.machine, self.feed, self.link, self.peers = machine, feed, link, peers
         self.jobs: dict[str, Job] = {}
         self.io_pool = io_pool
+        self.lanes = IoLanes.for_backend(backend.kind)  # None: loads and stores go to the pool as they come
+        self.jobs_seen = 0
         workers = blas.POD_COMPUTE_WORKERS[backend.kind]  # their BLAS threads are sized by it
         self.compute_pool = ThreadPoolExecutor(workers, thread_name_prefix="pod-compute")
         self.data_port = DataPort(data_host) if data_host else None  # None: chunks over the RPC only
@@ -93,7 +97,8 @@ class PodRuntime:
     def job(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
         if job is None:
-            job = self.jobs[job_id] = Job(job_id, self.machine.job(job_id))
+            self.jobs_seen += 1
+            job = self.jobs[job_id] = Job(job_id, self.machine.job(job_id), order=self.jobs_seen)
         return job
 
     async def prepare(self, p: m.Prepare) -> None:
@@ -298,7 +303,8 @@ class PodRuntime:
                 self.faults.die()
         try:
             nbytes, peer, copy_s, ran = await self._execute(job, generation, ins)
-            if ran is not None:  # a compute: its span is the leaf's own, not its hand-offs
+            if ran is not None:  # a compute's span is the leaf's own, not its hand-offs (a lane's
+                # load's or store's, its I/O's own)
                 start, finished = ran
         except Exception as err:  # any failure is the instruction's, reported with its reason
             ok, message = False, remote_reason(err)
@@ -319,7 +325,8 @@ class PodRuntime:
                        ins: Instruction) -> tuple[int, int | None, float, tuple[float, float] | None]:
         """Run one instruction: (bytes moved, peer, seconds of host<->device copy, and for a
         compute the Unix times its leaf started and finished, as the thread that ran it saw them:
-        the launch to the GPU's completion, without the hand-off to that thread and back)."""
+        the launch to the GPU's completion, without the hand-off to that thread and back; for a
+        load or store in a lane, its I/O's own times likewise; else None)."""
         loop = asyncio.get_running_loop()
         if isinstance(ins, Allocate):
             if ins.dtype not in storage.STORAGE_DTYPES:
@@ -332,17 +339,14 @@ class PodRuntime:
             self._wake(job, (generation, ins.buffer), Refused(f"buffer {ins.buffer} was freed", STALE))
             return 0, None, 0.0, None
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
+        disk = job.disk.get(generation)
         if isinstance(ins, Load):
             path = job.paths[(generation, ins.tensor)]
-            disk = job.disk.get(generation)
-            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._load, path, ins, record, disk)
-            return nbytes, None, copy_s, None
+            return await self._io(job, generation, ins, self._load, path, ins, record, disk)
         if isinstance(ins, Store):
             await self._lease(job, generation, ins)
             staging = storage.staging_path(job.paths[(generation, ins.tensor)], job.job_id)
-            disk = job.disk.get(generation)
-            nbytes, copy_s = await loop.run_in_executor(self.io_pool, self._store, staging, ins, record, disk)
-            return nbytes, None, copy_s, None
+            return await self._io(job, generation, ins, self._store, staging, ins, record, disk)
         if isinstance(ins, Fetch):
             address = job.peers.get(ins.peer)
             if address is None:
@@ -358,12 +362,38 @@ class PodRuntime:
                 # A leaf that took under INLINE_COMPUTE_S last time runs right here: handing it to
                 # a worker thread and back costs more than the leaf (~250 us, measured), and
                 # blocking the loop that briefly delays no heartbeat or peer noticeably.
-                ran = _timed(self.backend.compute, *args)
+                ran = _timed(self.backend.compute, *args)[1]
             else:
-                ran = await loop.run_in_executor(self.compute_pool, _timed, self.backend.compute, *args)
+                ran = (await loop.run_in_executor(self.compute_pool, _timed, self.backend.compute, *args))[1]
             self.leaf_seconds[key] = ran[1] - ran[0]
             return 0, None, 0.0, ran
         raise TypeError(f"unknown instruction {ins!r}")
+
+    async def _io(self, job: Job, generation: int, ins: Load | Store, fn, *args):
+        """Run a load's or store's `fn(*args)` (bytes, copy seconds) in a thread: the I/O pool's,
+        or on a CPU pod its lane's (pod/lanes.py), in plan order; there its span is its own, from
+        its turn on, not its wait for the turn."""
+        loop = asyncio.get_running_loop()
+        if self.lanes is None:
+            nbytes, copy_s = await loop.run_in_executor(self.io_pool, fn, *args)
+            return nbytes, None, copy_s, None
+        key = (job.order, generation, ins.id)
+        if isinstance(ins, Load):
+            work = self.lanes.loads.submit(key, _timed, fn, *args)
+        else:
+            until = self.machine.lease_until()
+            work = self.lanes.stores.submit(key, _timed, self._under_lease, until, job, generation, ins, loop,
+                                            fn, *args)
+        (nbytes, copy_s), ran = await asyncio.wrap_future(work)
+        return nbytes, None, copy_s, ran
+
+    def _under_lease(self, until: float, job: Job, generation: int, ins: Store, loop, fn, *args):
+        """A store's write in its lane's thread, at its turn: the lease it was granted still
+        runs, or the machine grants it again (a store writes only under a live lease, however
+        long it waited in the lane; docs/runtime.md), else the store is refused."""
+        if time.monotonic() >= until:
+            asyncio.run_coroutine_threadsafe(self._lease(job, generation, ins), loop).result()
+        return fn(*args)
 
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
         record = job.buffers.get((generation, buffer))
@@ -478,6 +508,8 @@ class PodRuntime:
         if self.data_port is not None:
             self.data_port.close()
         self.io_pool.shutdown(wait=False, cancel_futures=True)
+        if self.lanes is not None:
+            self.lanes.shutdown()
         self.compute_pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -488,11 +520,11 @@ def _declared_writes(program: JobProgram) -> dict[str, tuple[str, ...]] | None:
     return None if not all(writes.values()) else writes
 
 
-def _timed(fn, *args) -> tuple[float, float]:
-    """Unix times at which `fn(*args)` started and returned."""
+def _timed(fn, *args) -> tuple[object, tuple[float, float]]:
+    """`fn(*args)`, and the Unix times at which it started and returned."""
     start = time.time()
-    fn(*args)
-    return start, time.time()
+    result = fn(*args)
+    return result, (start, time.time())
 
 
 def _host_and_crc(backend, array) -> tuple[np.ndarray, int]:

@@ -60,6 +60,16 @@ def test_a_store_writes_only_under_a_live_lease():
     assert alone.handle(m.StoreAsked("j", 1, 2, now=100.0)) == [m.StoreVerdict("j", 1, 2, None)]
 
 
+def test_the_lease_says_until_when_a_store_granted_now_may_start_writing():
+    machine = leased()
+    assert machine.lease_until() == TIMEOUT * m.LEASE_SHARE  # the lease runs from the hello
+    machine.handle(m.HeartbeatAnswered(1, sent=2.0, now=2.1))
+    assert machine.lease_until() == 2.0 + TIMEOUT * m.LEASE_SHARE
+    assert m.PodMachine(TIMEOUT).lease_until() == float("inf")  # alone: stores write freely
+    machine.handle(m.Stop("the pod is exiting"))
+    assert machine.lease_until() == float("-inf")
+
+
 def test_declared_dead_refuses_held_stores_drops_every_job_and_exits():
     machine = leased()
     submit(machine, unit_plan())

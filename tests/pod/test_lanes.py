@@ -1,0 +1,187 @@
+"""A CPU pod's I/O lanes (pod/lanes.py): ready work runs earliest in the plan first, at most a
+lane's width at once; and in a pod, a plan's second piece loads only once its first piece's loads
+are under way, and its stores go one at a time.
+
+Every wait here is for an event (work held until the test lets it go), never for a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from pod import machine as m
+from pod.backend_cpu import CpuBackend
+from pod.lanes import LOAD_WIDTH, STORE_WIDTH, IoLanes, Lane
+from pod.server import PodConfig, PodServer
+from scheduler import prepare as prep
+from scheduler.job_storage import JobStorage
+from scheduler.planner import NodeFigure, plan
+from schemas.capnp_io import job_program
+from schemas.instructions import Load, Store
+from schemas.program import Region
+from schemas.remote_errors import Refused
+from tests.job_files import write_add_job
+
+
+def _held(lane: Lane, gate: threading.Event, started: threading.Event):
+    """Hand the lane a piece of work that holds its thread until `gate` is set."""
+    def hold():
+        started.set()
+        assert gate.wait(30)
+    return lane.submit((-1,), hold)
+
+
+def test_a_lane_runs_waiting_work_lowest_key_first():
+    lane, gate, started, ran = Lane(1, "test"), threading.Event(), threading.Event(), []
+    first = _held(lane, gate, started)
+    assert started.wait(30)  # the lane's one thread is busy: what comes now waits
+    later = [lane.submit((key,), ran.append, key) for key in (5, 3, 4, 9, 0)]
+    assert lane.waiting == 5
+    gate.set()
+    for fut in [first, *later]:
+        fut.result(30)
+    assert ran == [0, 3, 4, 5, 9]
+    lane.shutdown()
+
+
+def test_a_lane_runs_at_most_its_width_at_once_and_shutdown_cancels_what_waits():
+    lane, gate = Lane(2, "test"), threading.Event()
+    starts = [threading.Event(), threading.Event()]
+    held = [_held(lane, gate, started) for started in starts]
+    assert all(started.wait(30) for started in starts)
+    third = lane.submit((0,), lambda: "ran")
+    assert lane.waiting == 1  # both threads are held: the third waits, whatever its key
+    lane.shutdown()
+    assert third.cancelled()
+    gate.set()
+    assert [fut.result(30) for fut in held] == [None, None]
+    with pytest.raises(RuntimeError, match="shut down"):
+        lane.submit((0,), print)
+
+
+def test_work_whose_caller_stopped_waiting_is_skipped():
+    lane, gate, started, ran = Lane(1, "test"), threading.Event(), threading.Event(), []
+    first = _held(lane, gate, started)
+    assert started.wait(30)
+    dropped, kept = lane.submit((1,), ran.append, 1), lane.submit((2,), ran.append, 2)
+    assert dropped.cancel()
+    gate.set()
+    first.result(30)
+    kept.result(30)
+    assert ran == [2]
+    lane.shutdown()
+
+
+def test_only_a_cpu_pod_has_lanes():
+    assert IoLanes.for_backend("gpu") is None
+    lanes = IoLanes.for_backend("cpu")
+    assert (lanes.loads.width, lanes.stores.width) == (LOAD_WIDTH, STORE_WIDTH) == (2, 1)
+    lanes.shutdown()
+
+
+class HeldBackend(CpuBackend):
+    """The CPU backend whose loads and stores wait for `go`, noting which buffers they fill and
+    how many run at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.go, self.lock = threading.Event(), threading.Lock()
+        self.filling: list[int] = []  # ids of the buffers being filled now
+        self.most = {"fill": 0, "drain": 0}
+        self.now = {"fill": 0, "drain": 0}
+
+    def _held(self, kind: str, buffer, work):
+        with self.lock:
+            self.now[kind] += 1
+            self.most[kind] = max(self.most[kind], self.now[kind])
+            if kind == "fill":
+                self.filling.append(id(buffer))
+        try:
+            assert self.go.wait(30)
+            return work()
+        finally:
+            with self.lock:
+                self.now[kind] -= 1
+
+    def fill(self, buffer, read):
+        return self._held("fill", buffer, lambda: super(HeldBackend, self).fill(buffer, read))
+
+    def drain(self, buffer, write):
+        return self._held("drain", buffer, lambda: super(HeldBackend, self).drain(buffer, write))
+
+
+async def _run_held(tmp_path, backend: HeldBackend, prepared, node_plan) -> tuple[set[int], bool]:
+    """Submit the plan; once the load lane holds work waiting, the buffers being filled and the
+    plan's outcome."""
+    pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), backend)
+    done, finished = asyncio.Event(), []
+
+    def record(job_id, generation, ok, message):
+        finished.append((ok, message))
+        done.set()
+
+    pod.link.queue_finished = record
+    try:
+        program = job_program(prepared.program, prepared.scalars)
+        await pod.submit(prepared.job_id, 1, program, node_plan, (), more=False)
+        lanes = pod.runtime.lanes
+        for _ in range(3000):  # the first piece's loads hold the lane's threads, the second's wait
+            with backend.lock:  # (or, without lanes, the second piece's loads run as well)
+                if len(backend.filling) > 2 or (lanes is not None and lanes.loads.waiting >= 2):
+                    break
+            await asyncio.sleep(0.01)
+        with backend.lock:
+            filling = set(backend.filling)
+        runtime = pod.runtime
+        loads = [ins for ins in node_plan.instructions if isinstance(ins, Load)]
+        first_inputs = {id(runtime.jobs[prepared.job_id].buffers[(1, ins.buffer)].array) for ins in loads[:2]}
+        backend.go.set()
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        pod.runtime.close()
+    return filling == first_inputs and len(filling) == 2, finished[0]
+
+
+def test_a_cpu_pod_loads_its_first_piece_first_and_stores_one_at_a_time(tmp_path):
+    job, want = write_add_job(tmp_path, seed=3, n=4096)
+    prepared = prep.prepare(job, tmp_path / "add.job", [tmp_path], {"BLOCK": 256}, job_id="lanes")
+    files = JobStorage.open(prepared)
+    files.stage()
+    node_plan = plan(prepared.program, [NodeFigure(0, 0)], prepared.uris, 1).node_plans[0]
+    backend = HeldBackend()
+    first_piece_first, (ok, message) = asyncio.run(_run_held(tmp_path, backend, prepared, node_plan))
+    assert ok, message
+    assert first_piece_first  # the two loads running were the first piece's; the second's waited
+    assert backend.most == {"fill": LOAD_WIDTH, "drain": STORE_WIDTH}
+    files.commit()
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), want)
+
+
+def test_a_store_that_waited_in_its_lane_past_its_lease_asks_again_before_it_writes(tmp_path):
+    async def main():
+        pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), CpuBackend())
+        runtime, loop, wrote = pod.runtime, asyncio.get_running_loop(), []
+        job = runtime.job("j")
+        store = Store(7, (), 0, 0, Region("c", (0,), (4,)), 0)
+
+        def write(label):
+            return loop.run_in_executor(None, runtime._under_lease, until, job, 1, store, loop, wrote.append,
+                                        label)
+
+        try:
+            until = float("inf")  # still within the lease: written without asking
+            await write("within")
+            until = float("-inf")  # past it: asked again; alone, the pod is granted it
+            await write("asked again")
+            pod.feed(m.Stop("the pod is exiting"))  # past it, and now refused: nothing is written
+            with pytest.raises(Refused, match="store refused"):
+                await write("refused")
+        finally:
+            runtime.close()
+        return wrote
+
+    assert asyncio.run(main()) == ["within", "asked again"]
