@@ -10,11 +10,12 @@ from common.errors import UserError
 
 
 def write_atomically(path: str | os.PathLike, data: bytes | str, *, label: str | None = None,
-                     durable: bool = False) -> None:
+                     durable: bool = False, mode: int = 0o666) -> None:
     """Write `data` to a temporary file beside `path`, then rename it over `path`.
 
     Readers see the old file or the new one. The file gets the mode a plain open() would give
-    (0666 less the umask; mkstemp's 0600 would make a shared output private). `durable` fsyncs
+    (0666 less the umask; mkstemp's 0600 would make a shared output private), or `mode` less
+    the umask. `durable` fsyncs
     before the rename (a job file must survive a power cut once written). A missing folder is
     the user's error, named by `label` (a flag and its value, say) or else by the path."""
     path = Path(path)
@@ -24,7 +25,7 @@ def write_atomically(path: str | os.PathLike, data: bytes | str, *, label: str |
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        os.fchmod(fd, mode & ~umask)
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             if durable:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from common import dataclass_code_cache
 from common.errors import UserError
 
 USER_ERROR_EXIT = 2
@@ -73,7 +74,7 @@ def run_main_and_leave(main: Callable[[list[str]], int | None]) -> NoReturn:
     30-40 ms (numpy, capnp and the compiler's modules freed one by one) after its work is done.
     Nothing is lost by skipping it: every file the programs write is closed (and where it matters
     fsynced) before `main` returns, log files are line-buffered, and the worker threads left are
-    idle pools."""
+    idle pools, but the dataclass code cache's writer, which `settle` waits for."""
     try:
         run_main(main)
         code = 0
@@ -81,6 +82,7 @@ def run_main_and_leave(main: Callable[[list[str]], int | None]) -> NoReturn:
         if isinstance(done.code, str):
             print(done.code, file=sys.stderr)
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    dataclass_code_cache.settle()  # its writes are not cut short by os._exit
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

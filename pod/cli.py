@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+from common import dataclass_code_cache
 from common import log as plog
 from common.cli import pause_collection_for_imports, run_main_and_leave, user_path
 from common.cluster_token import TOKEN_ENV, read_token
@@ -114,6 +115,10 @@ def import_in_background(kind: str) -> None:
         modules = FIRST_JOB_MODULES.get(kind, ())
         for name in modules:
             importlib.import_module(name)
+        # the pod's dataclasses are all made by now, and the pod waits for its scheduler
+        written = dataclass_code_cache.save()
+        if written:
+            plog.get_logger().debug("dataclass code cache written", modules=written)
         # an event, not a guess at a delay, for whoever measures the pod's settled memory
         plog.get_logger().info(FIRST_JOB_MODULES_IMPORTED, modules=list(modules))
 
@@ -174,6 +179,7 @@ def main(argv: list[str]) -> int:
         loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop, or asyncio without it
         plog.get_logger().info("pod listening", address=f"{bound_host}:{bound_port}",
                                backend=backend.kind, roots=[str(r) for r in roots], loop=loop)
+        plog.get_logger().debug("dataclass code cache", program="phobos-pod", **dataclass_code_cache.stats())
 
     return _run_loop(lambda: PodServer(config, backend), on_listening)
 
@@ -196,6 +202,7 @@ def _run_loop(make_server, on_listening) -> int:
 
 
 def entry() -> None:
+    dataclass_code_cache.install()  # done already when started as pod.main (pod/main.py says why)
     # Collection stays off from here: the server collects on its own loop (PodServer._collect_garbage).
     pause_collection_for_imports()
     run_main_and_leave(main)  # the interpreter's teardown is skipped: common/cli.py says why

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common import blas
+from common import blas, dataclass_code_cache
 from common.cli import collect_again, pause_collection_for_imports, run_main_and_leave, user_path
 from common.errors import UserError
 from compiler.cli.args import (
@@ -155,6 +155,7 @@ def main(argv: list[str]) -> int:
 
 
 def entry() -> None:
+    dataclass_code_cache.install()  # before the first dataclass is made: common/dataclass_code_cache.py
     pause_collection_for_imports()
     blas.one_thread_here()  # before numpy loads (common/blas.py: the command multiplies no matrices)
     run_main_and_leave(main)

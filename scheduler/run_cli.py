@@ -226,6 +226,7 @@ def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, h
                            any_values=tune.autotune, split=split)
     PROCESS.mark("prepare_end")
     collect_again()  # the command's imports are done (scheduler/cli.entry paused it for them)
+    _save_dataclass_code()
     for line in values_outside_space(prepared.kernel, prepared.pinned_cluster):
         print(line, file=sys.stderr)
     for name in expected:
@@ -252,6 +253,15 @@ def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, h
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     return _report(result, prepared, expected, outputs_of_run)
+
+
+def _save_dataclass_code() -> None:
+    """The command's dataclasses are made by now: the code of those that were not in the cache
+    written in a thread, beside the job (common/dataclass_code_cache.py)."""
+    from common import dataclass_code_cache, log
+
+    log.get_logger().debug("dataclass code cache", program="phobos-sched", **dataclass_code_cache.stats())
+    dataclass_code_cache.save_in_background()
 
 
 def _report(result, prepared, expected: dict[str, np.ndarray], outputs_of_run: dict[str, Path]) -> int:

@@ -70,5 +70,7 @@ def test_the_command_sets_it_before_its_main_runs(monkeypatch):
     monkeypatch.setattr(blas, "_USERS", {})
     monkeypatch.setattr(cli.blas, "one_thread_here", lambda: seen.setdefault("set", True))
     monkeypatch.setattr(cli, "run_main_and_leave", lambda main: seen.setdefault("main_after", "set" in seen))
+    # the dataclass code cache is a program's, not pytest's (tests/common/test_dataclass_code_cache.py)
+    monkeypatch.setattr(cli.dataclass_code_cache, "install", lambda: None)
     cli.entry()
     assert seen == {"set": True, "main_after": True}
