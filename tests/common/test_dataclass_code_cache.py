@@ -12,13 +12,15 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from common import dataclass_code_cache as dcc
 from pod.cli import FIRST_JOB_MODULES_IMPORTED
-from tests.api.test_python_doc import REPO, program_env
 from tests.job_files import write_add_job
+
+REPO = Path(__file__).resolve().parents[2]
 
 SAMPLE = '''
 import dataclasses
@@ -387,6 +389,10 @@ def test_the_same_fake_calling_exec_plainly_does_get_it(tmp_path, monkeypatch):
     namespace = {}
     fake._create_fn("def f():\n    return 7\n", {"__name__": "dcc_fake"}, namespace)
     assert namespace["f"]() == 7 and dcc.stats()["compiled"] == 1
+
+
+def program_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), **extra}
 
 
 def _python(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
