@@ -104,13 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pause", type=float, default=0.0, metavar="S",
                    help="seconds idle before each job: on a VM that hands memory idle for ~2 s back to "
                         "its host, what a command run after a pause pays for fresh memory")
+    p.add_argument("--cluster", action="append", metavar="NAME=V",
+                   help="a --cluster value for the job (as script_vs_job.py), e.g. BLOCK=1048576")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="phobos-pod-job-ab-") as tmp:
         folder, scratch = Path(tmp) / "job", Path(tmp) / "trees"
         folder.mkdir()
         trees = {name: checkout(spec, scratch) for name, spec in (v.split("=", 1) for v in args.versions)}
-        job = make_case("add", "cpu", args.n, folder)[0]
+        job = make_case("add", "cpu", args.n, folder, args.cluster)[0]
         token = "bench-" + os.urandom(8).hex()
         (folder / "token").write_text(token + "\n")
         pods = {} if args.local else {name: start_pod(tree, folder, token) for name, tree in trees.items()}

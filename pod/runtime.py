@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,12 +22,13 @@ from common.errors import UserError
 from common.log import get_logger
 from pod import machine as m
 from pod import state as st
-from pod.disk import PlanDisk
+from pod.disk import PlanDisk, load_region, store_region
 from pod.faults import Delay, Faults
 from pod.lanes import IoLanes
 from pod.peers import Fetching
-from pod.transfer import DataPort, TransferError, byte_view, checksum
-from schemas.capnp_io import InstructionEvent, JobProgram, TileHeader
+from pod.serving import Serving
+from pod.transfer import DataPort, TransferError, checksum
+from schemas.capnp_io import InstructionEvent, JobProgram
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
 from schemas.remote_errors import FailureKind, Refused, remote_reason
 
@@ -70,7 +72,7 @@ class Job:
             disk.stop()
 
 
-class PodRuntime:
+class PodRuntime(Serving):
     """One pod's jobs, buffers and work: the execution shell. `feed` hands a stimulus to the
     machine and carries out what it answers (pod/server.py); `link` takes the events for the
     scheduler, `fetch` (pod/peers.py) fills a buffer from a peer."""
@@ -91,6 +93,11 @@ class PodRuntime:
         self.leaf_seconds: dict[tuple[str, str], float] = {}  # last launch time of each leaf
         self.stores: dict[tuple[str, int, int], asyncio.Future] = {}  # stores waiting for a verdict
         self.faults = Faults.from_env()  # test-only (PHOBOS_FAULT); inert when unset
+        # a CPU pod runs its Allocates and Frees at once, not as tasks (`run_quick`); with faults
+        # asked for (tests), every instruction is a task, as the faults expect
+        self.quick = backend.kind == "cpu" and not self.faults.rules
+        self._quick: deque[tuple[Job, int, Allocate | Free]] = deque()
+        self._quick_running = False
 
     # ---- jobs and plans ------------------------------------------------------------------
 
@@ -180,7 +187,10 @@ class PodRuntime:
         for key in stale:  # peers waiting on a generation this pod dropped
             self._wake(job, key, Refused(f"job {job.job_id}: generation {key[0]} was dropped", STALE))
         if isinstance(action, st.StartInstruction):
-            self._spawn(self._run(job, action.generation, action.instruction))
+            if self.quick and isinstance(action.instruction, Allocate | Free):
+                self._quick.append((job, action.generation, action.instruction))  # run_quick
+            else:
+                self._spawn(self._run(job, action.generation, action.instruction))
         elif isinstance(action, st.BufferServable):
             self._wake(job, (action.generation, action.buffer), None)
             self._offer(job, action.generation, action.buffer)
@@ -307,11 +317,42 @@ class PodRuntime:
                 # load's or store's, its I/O's own)
                 start, finished = ran
         except Exception as err:  # any failure is the instruction's, reported with its reason
-            ok, message = False, remote_reason(err)
-            if not isinstance(err, UserError | TransferError | Refused):
-                log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
-            elif isinstance(err, Refused):
-                log.info("instruction refused", job=job.job_id, instruction=ins.id, reason=message)
+            ok, message = False, self._failure(job, ins, err)
+        self._report(job, generation, ins, start, finished, nbytes, peer, copy_s, ok, message)
+
+    def run_quick(self) -> None:
+        """Run the Allocates and Frees `apply` put aside (and those their ends start in turn),
+        here and now; PodServer.feed calls this once its actions are carried out. On a CPU pod
+        with no faults asked for, they are not tasks of their own: neither waits for anything,
+        and a task each cost a turn of the event loop apiece on the way from one piece's store to
+        the next piece's loads (its Free, then its successor's Allocates)."""
+        if self._quick_running:
+            return  # the loop below, further up this call stack, takes what was added
+        self._quick_running = True
+        try:
+            while self._quick:
+                job, generation, ins = self._quick.popleft()
+                start, ok, message = time.time(), True, ""
+                try:
+                    self._allocate_or_free(job, generation, ins)
+                except Exception as err:  # any failure is the instruction's, as in `_run`
+                    ok, message = False, self._failure(job, ins, err)
+                self._report(job, generation, ins, start, None, 0, None, 0.0, ok, message)
+        finally:
+            self._quick_running = False
+
+    def _failure(self, job: Job, ins: Instruction, err: Exception) -> str:
+        """An instruction's failure: its reason, logged where it is not the user's or a refusal."""
+        message = remote_reason(err)
+        if not isinstance(err, UserError | TransferError | Refused):
+            log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
+        elif isinstance(err, Refused):
+            log.info("instruction refused", job=job.job_id, instruction=ins.id, reason=message)
+        return message
+
+    def _report(self, job: Job, generation: int, ins: Instruction, start: float, finished: float | None,
+                nbytes: int, peer: int | None, copy_s: float, ok: bool, message: str) -> None:
+        """An instruction ended: its event for the scheduler, and the machine told."""
         if not job.state.is_running(generation, ins.id):
             return  # a dropped plan or an abandoned fetch: its result is discarded, not reported
         unit = ins.unit if isinstance(ins, Compute | Store) else None
@@ -328,25 +369,18 @@ class PodRuntime:
         the launch to the GPU's completion, without the hand-off to that thread and back; for a
         load or store in a lane, its I/O's own times likewise; else None)."""
         loop = asyncio.get_running_loop()
-        if isinstance(ins, Allocate):
-            if ins.dtype not in storage.STORAGE_DTYPES:
-                raise Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
-            array = self.backend.allocate(tuple(ins.shape), ins.dtype)
-            job.buffers[(generation, ins.buffer)] = BufferRecord(array)
-            return 0, None, 0.0, None
-        if isinstance(ins, Free):
-            job.buffers.pop((generation, ins.buffer), None)
-            self._wake(job, (generation, ins.buffer), Refused(f"buffer {ins.buffer} was freed", STALE))
+        if isinstance(ins, Allocate | Free):
+            self._allocate_or_free(job, generation, ins)
             return 0, None, 0.0, None
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
         disk = job.disk.get(generation)
         if isinstance(ins, Load):
             path = job.paths[(generation, ins.tensor)]
-            return await self._io(job, generation, ins, self._load, path, ins, record, disk)
+            return await self._io(job, generation, ins, load_region, path, record.array, disk)
         if isinstance(ins, Store):
             await self._lease(job, generation, ins)
             staging = storage.staging_path(job.paths[(generation, ins.tensor)], job.job_id)
-            return await self._io(job, generation, ins, self._store, staging, ins, record, disk)
+            return await self._io(job, generation, ins, store_region, staging, record.array, disk)
         if isinstance(ins, Fetch):
             address = job.peers.get(ins.peer)
             if address is None:
@@ -369,11 +403,12 @@ class PodRuntime:
             return 0, None, 0.0, ran
         raise TypeError(f"unknown instruction {ins!r}")
 
-    async def _io(self, job: Job, generation: int, ins: Load | Store, fn, *args):
-        """Run a load's or store's `fn(*args)` (bytes, copy seconds) in a thread: the I/O pool's,
-        or on a CPU pod its lane's (pod/lanes.py), in plan order; there its span is its own, from
-        its turn on, not its wait for the turn."""
+    async def _io(self, job: Job, generation: int, ins: Load | Store, fn, path: Path, array, disk):
+        """Run a load's or store's `fn` (pod/disk.py: load_region, store_region) in a thread: the
+        I/O pool's, or on a CPU pod its lane's (pod/lanes.py), in plan order; there its span is
+        its own, from its turn on, not its wait for the turn."""
         loop = asyncio.get_running_loop()
+        args = (self.backend, path, ins, array, disk)
         if self.lanes is None:
             nbytes, copy_s = await loop.run_in_executor(self.io_pool, fn, *args)
             return nbytes, None, copy_s, None
@@ -395,111 +430,21 @@ class PodRuntime:
             asyncio.run_coroutine_threadsafe(self._lease(job, generation, ins), loop).result()
         return fn(*args)
 
+    def _allocate_or_free(self, job: Job, generation: int, ins: Allocate | Free) -> None:
+        if isinstance(ins, Free):
+            job.buffers.pop((generation, ins.buffer), None)
+            self._wake(job, (generation, ins.buffer), Refused(f"buffer {ins.buffer} was freed", STALE))
+            return
+        if ins.dtype not in storage.STORAGE_DTYPES:
+            raise Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
+        array = self.backend.allocate(tuple(ins.shape), ins.dtype)
+        job.buffers[(generation, ins.buffer)] = BufferRecord(array)
+
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
         record = job.buffers.get((generation, buffer))
         if record is None:
             raise Refused(f"buffer {buffer} does not exist (not allocated yet, or freed)")
         return record
-
-    def _load(self, path: Path, ins: Load, record: BufferRecord, disk: PlanDisk | None) -> tuple[int, float]:
-        """(bytes read from storage, seconds of the host-to-device copy). The region is read
-        straight into the buffer (CPU) or, piece by piece, into pinned host memory copied on
-        asynchronously (GPU); each piece once the plan's read-ahead has brought it in (pod/disk.py)."""
-        if tuple(ins.region.shape) != tuple(record.array.shape):
-            raise UserError(f"load of {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
-                            f"match buffer {ins.buffer} of shape {list(record.array.shape)}")
-
-        def read(host: np.ndarray, first: int, count: int) -> int:
-            piece = storage.region_rows(ins.region, first, count)
-            if disk is not None:
-                disk.wait(path, piece)
-            return storage.read_region_into(path, piece, host)
-
-        return self.backend.fill(record.array, read)
-
-    def _store(self, staging: Path, ins: Store, record: BufferRecord,
-               disk: PlanDisk | None) -> tuple[int, float]:
-        """(bytes written to storage, seconds of the device-to-host copy). The plan starts the
-        write-back of whole chunks of the staging copy once they are written (pod/disk.py)."""
-        if tuple(ins.region.shape) != tuple(record.array.shape):
-            raise UserError(f"store to {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
-                            f"match buffer {ins.buffer} of shape {list(record.array.shape)}")
-        tracked = disk is not None and disk.tracks(staging)
-
-        def write(host: np.ndarray, first: int, count: int) -> int:
-            piece = storage.region_rows(ins.region, first, count)
-            nbytes = storage.write_region(staging, piece, host, not tracked, self.backend.stores_direct)
-            if tracked:
-                disk.written(staging, piece)
-            return nbytes
-
-        return self.backend.drain(record.array, write)
-
-    # ---- serving peers -----------------------------------------------------------------------
-
-    async def wait_servable(self, job_id: str, generation: int, buffer: int,
-                            patience_s: float) -> BufferRecord:
-        """The buffer once every instruction filling it is done (waiting at most `patience_s`)."""
-        job = self.job(job_id)
-        job.state.check_generation(generation)
-        key = (generation, buffer)
-        if not self._servable(job, generation, buffer):
-            refusal = job.state.doomed(generation, buffer)
-            if refusal is not None:
-                raise refusal
-            fut = asyncio.get_running_loop().create_future()
-            job.waiters.setdefault(key, []).append(fut)
-            try:
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result when
-                # the caller is cancelled just as the buffer becomes ready, and the RPC method
-                # then writes the results of a call whose peer is gone (a SIGSEGV in pycapnp).
-                async with asyncio.timeout(patience_s):
-                    await fut
-            except TimeoutError:
-                raise job.state.unservable(generation, buffer, patience_s) from None
-        return self._buffer(job, generation, buffer)
-
-    async def tile_header(self, job_id: str, generation: int, buffer: int, patience_s: float) -> TileHeader:
-        """Describe a servable buffer and offer a ticket for it on the data port."""
-        delay = self.faults.hit("serve", generation=generation)
-        if delay is not None:  # test-only: a slow answer to a peer
-            await delay.wait()
-        record = await self.wait_servable(job_id, generation, buffer, patience_s)
-        await self._serving_copy(record)
-        return self._tile_header(record)
-
-    def _tile_header(self, record: BufferRecord) -> TileHeader:
-        """A served tile's header, with a fresh data-port ticket (none: chunks over the RPC)."""
-        if self.data_port is None:
-            port, ticket = 0, b""
-        else:
-            port, ticket = self.data_port.port, self.data_port.offer(record.host)
-        return TileHeader(shape=tuple(record.host.shape), dtype=storage.dtype_name(record.host.dtype),
-                          nbytes=record.host.nbytes, checksum=record.crc, data_port=port, ticket=ticket)
-
-    def _servable(self, job: Job, generation: int, buffer: int) -> bool:
-        plan = job.state.plans.get(generation)
-        return (job.state.is_current(generation) and plan is not None and plan.servable(buffer)
-                and (generation, buffer) in job.buffers)
-
-    def read_chunk(self, job_id: str, generation: int, buffer: int, offset: int, length: int) -> bytes:
-        job = self.job(job_id)
-        job.state.check_generation(generation)
-        record = self._buffer(job, generation, buffer)
-        if record.host is None:
-            raise Refused(f"buffer {buffer}: ask tileHeader first")
-        data = byte_view(record.host)
-        if offset > len(data):
-            raise Refused(f"buffer {buffer}: offset {offset} is past its {len(data)} bytes")
-        return bytes(data[offset:offset + length])
-
-    def release(self, job_id: str, generation: int, buffer: int, node: int, nbytes: int) -> None:
-        self.job(job_id)
-        self.feed(m.TileReleased(job_id, generation, buffer, node, nbytes, time.time()))
-
-    def report_served(self, r: m.ReportServed) -> None:
-        self.link.queue_event(r.job, r.generation, InstructionEvent(
-            id=r.buffer, kind="serve", start=r.at, end=r.at, bytes=r.nbytes, peer=r.node))
 
     def close(self) -> None:
         for job_id in list(self.jobs):

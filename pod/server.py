@@ -98,6 +98,7 @@ class PodServer:
                 self.runtime.forget(action.job)
             elif isinstance(action, m.LeaveScheduler):
                 self._leave(action)
+        self.runtime.run_quick()  # the Allocates and Frees just started, each after every action
         return actions
 
     def _leave(self, action: m.LeaveScheduler) -> None:

@@ -115,11 +115,13 @@ def read_ahead_to_the_end(plan, files):
 
 def test_chunks_in_the_page_cache_are_not_read_again(files, monkeypatch):
     """Files just written are in the page cache: the read-ahead finds every chunk there and
-    copies none of them, yet a load waiting for its chunks goes on."""
-    copies = Copies(monkeypatch)
+    copies none of them, nor makes a buffer to copy into, yet a load waiting for its chunks goes
+    on."""
+    copies, buffers = Copies(monkeypatch), []
+    monkeypatch.setattr(disk_module, "bytearray", lambda n: buffers.append(n) or bytearray(n), raising=False)
     disk = read_ahead_to_the_end(plan_of(load(0, 0, 0, 0), load(1, 1, T, T)), files)
     assert waiter(disk, files[1], region(T, T)).wait(10)
-    assert copies.reads == []
+    assert copies.reads == [] and [n for n in buffers if n >= CHUNK] == []  # (the probes: a byte each)
 
 
 def test_a_file_out_of_the_page_cache_is_read_ahead(tmp_path, monkeypatch):

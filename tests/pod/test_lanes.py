@@ -21,7 +21,7 @@ from scheduler import prepare as prep
 from scheduler.job_storage import JobStorage
 from scheduler.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
-from schemas.instructions import Load, Store
+from schemas.instructions import Allocate, Load, Store
 from schemas.program import Region
 from schemas.remote_errors import Refused
 from tests.job_files import write_add_job
@@ -131,7 +131,8 @@ async def _run_held(tmp_path, backend: HeldBackend, prepared, node_plan) -> tupl
         lanes = pod.runtime.lanes
         for _ in range(3000):  # the first piece's loads hold the lane's threads, the second's wait
             with backend.lock:  # (or, without lanes, the second piece's loads run as well)
-                if len(backend.filling) > 2 or (lanes is not None and lanes.loads.waiting >= 2):
+                running = len(backend.filling)
+                if running > 2 or (running == 2 and lanes is not None and lanes.loads.waiting >= 2):
                     break
             await asyncio.sleep(0.01)
         with backend.lock:
@@ -185,3 +186,30 @@ def test_a_store_that_waited_in_its_lane_past_its_lease_asks_again_before_it_wri
         return wrote
 
     assert asyncio.run(main()) == ["within", "asked again"]
+
+
+def test_a_cpu_pod_runs_its_allocates_at_once_not_as_tasks(tmp_path):
+    """The machine starts a plan's first Allocates: they have run by the time `feed` returns, with
+    no turn of the event loop (a task each would still be waiting for one), and the loads they
+    let start are tasks by then."""
+    job, _ = write_add_job(tmp_path, seed=5, n=4096)
+    prepared = prep.prepare(job, tmp_path / "add.job", [tmp_path], {"BLOCK": 256}, job_id="quick")
+    node_plan = plan(prepared.program, [NodeFigure(0, 0)], prepared.uris, 1).node_plans[0]
+
+    async def main():
+        pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), CpuBackend())
+        try:
+            program = job_program(prepared.program, prepared.scalars)
+            [prepare] = pod.feed(m.PlanPart("quick", 1, node_plan, program))
+            tasks = len(pod.runtime.tasks)
+            pod.feed(m.PlanReady("quick", prepare.checked, {"main": ("c",)}, program))
+            allocated = sorted(b for _, b in pod.runtime.jobs["quick"].buffers)
+            return allocated, len(pod.runtime.tasks) - tasks
+        finally:
+            pod.runtime.cancel_tasks()
+            pod.runtime.close()
+
+    allocated, new_tasks = asyncio.run(main())
+    first_two = [ins.buffer for ins in node_plan.instructions[:20] if isinstance(ins, Allocate)]
+    assert allocated == sorted(first_two) and len(first_two) == 6  # the first two pieces' buffers
+    assert new_tasks == 4  # the four loads they let start, and nothing else
