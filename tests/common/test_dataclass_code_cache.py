@@ -310,6 +310,22 @@ def test_an_unwritable_folder_is_skipped_silently(tmp_path):
     assert dcc.stats()["files_written"] == 0
 
 
+def test_no_home_folder_or_code_that_cannot_be_stored_is_no_error(tmp_path, monkeypatch):
+    from common import cache
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(cache, "cache_dir", no_home)
+    dcc.install()
+    assert not dcc.active()
+    dcc.uninstall()
+    dcc.install(str(tmp_path))
+    odd = dcc._cache.modules.setdefault("dcc_odd", dcc._Module({}))
+    odd.used["text"], odd.missed = object(), True
+    assert dcc.save() == [] and list(tmp_path.iterdir()) == []
+
+
 def test_settle_waits_for_the_background_writer_and_writes_what_is_left(tmp_path):
     dcc.install(str(tmp_path))
     define(SAMPLE)
