@@ -142,8 +142,8 @@ class _Cache:
                     write_atomically(self.path(name), data, mode=0o600)
                     written.append(name)
                 _remove_stale_temporaries(self.folder)
-            except (OSError, UserError):  # a folder we may not write: the cache stays as it is
-                pass
+            except (OSError, UserError, ValueError):  # a folder we may not write, or code marshal
+                pass  # cannot store (none that dataclasses makes): the cache stays as it is
             self.files_written += len(written)
             return written
 
@@ -159,10 +159,13 @@ def install(folder: str | None = None) -> None:
     if _cache is not None or sys.implementation.cache_tag is None:
         return
     if folder is None:
-        from common.cache import cache_dir
+        from common import cache
 
-        folder = os.path.join(cache_dir(), FOLDER, sys.implementation.cache_tag)
-    _cache = _Cache(folder)
+        try:
+            folder = os.path.join(cache.cache_dir(), FOLDER, sys.implementation.cache_tag)
+        except (RuntimeError, KeyError, OSError):  # no home folder to find: no cache, no error
+            return
+    _cache = _Cache(os.path.abspath(folder))  # the same folder after a chdir (a forked pod's)
     if not _fork_handler:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _fork_handler = True

@@ -12,13 +12,15 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from common import dataclass_code_cache as dcc
 from pod.cli import FIRST_JOB_MODULES_IMPORTED
-from tests.api.test_python_doc import REPO, program_env
 from tests.job_files import write_add_job
+
+REPO = Path(__file__).resolve().parents[2]
 
 SAMPLE = '''
 import dataclasses
@@ -308,6 +310,22 @@ def test_an_unwritable_folder_is_skipped_silently(tmp_path):
     assert dcc.stats()["files_written"] == 0
 
 
+def test_no_home_folder_or_code_that_cannot_be_stored_is_no_error(tmp_path, monkeypatch):
+    from common import cache
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(cache, "cache_dir", no_home)
+    dcc.install()
+    assert not dcc.active()
+    dcc.uninstall()
+    dcc.install(str(tmp_path))
+    odd = dcc._cache.modules.setdefault("dcc_odd", dcc._Module({}))
+    odd.used["text"], odd.missed = object(), True
+    assert dcc.save() == [] and list(tmp_path.iterdir()) == []
+
+
 def test_settle_waits_for_the_background_writer_and_writes_what_is_left(tmp_path):
     dcc.install(str(tmp_path))
     define(SAMPLE)
@@ -387,6 +405,10 @@ def test_the_same_fake_calling_exec_plainly_does_get_it(tmp_path, monkeypatch):
     namespace = {}
     fake._create_fn("def f():\n    return 7\n", {"__name__": "dcc_fake"}, namespace)
     assert namespace["f"]() == 7 and dcc.stats()["compiled"] == 1
+
+
+def program_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), **extra}
 
 
 def _python(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
