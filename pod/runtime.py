@@ -313,8 +313,9 @@ class PodRuntime(Serving):
                 self.faults.die()
         try:
             nbytes, peer, copy_s, ran = await self._execute(job, generation, ins)
-            if ran is not None:  # a compute's span is the leaf's own, not its hand-offs (a lane's
-                # load's or store's, its I/O's own)
+            # a compute's span is the leaf's own, not its hand-offs; a lane's load's or store's,
+            # its I/O's own, unless a fault held it (test-only: then its span covers the hold)
+            if ran is not None and (delay is None or isinstance(ins, Compute)):
                 start, finished = ran
         except Exception as err:  # any failure is the instruction's, reported with its reason
             ok, message = False, self._failure(job, ins, err)
