@@ -18,83 +18,10 @@ import pytest
 
 from common import dataclass_code_cache as dcc
 from pod.cli import FIRST_JOB_MODULES_IMPORTED
+from tests.common.dataclass_samples import MODULE, SAMPLE, behaviour, define, methods, three_ways
 from tests.job_files import write_add_job
 
 REPO = Path(__file__).resolve().parents[2]
-
-SAMPLE = '''
-import dataclasses
-from dataclasses import KW_ONLY, InitVar, dataclass, field
-from typing import ClassVar
-
-
-@dataclass(frozen=True)
-class Point:
-    x: int
-    y: int = 0
-    tags: tuple = ()
-    note: str = field(default="", compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class Point3(Point):
-    z: int = 0
-    items: list = field(default_factory=list)
-
-
-@dataclass(frozen=True, eq=False)
-class Ident:
-    name: str
-
-
-@dataclass(order=True)
-class Version:
-    major: int
-    minor: int = 0
-    label: ClassVar[str] = "v"
-
-
-@dataclass(slots=True, frozen=True)
-class Slotted:
-    a: int
-    b: str = "b"
-
-
-@dataclass(unsafe_hash=True)
-class Hashed:
-    k: int
-
-
-@dataclass(kw_only=True)
-class Keywords:
-    a: int
-    b: int = 2
-
-
-@dataclass
-class Mixed:
-    a: int
-    _: KW_ONLY
-    b: int = 3
-
-
-@dataclass
-class Post:
-    a: int
-    scale: InitVar[int] = 2
-    doubled: int = field(init=False, default=0)
-
-    def __post_init__(self, scale):
-        self.doubled = self.a * scale
-
-
-@dataclass(frozen=True, match_args=False, repr=False)
-class Quiet:
-    a: int
-'''
-
-CLASSES = ("Point", "Point3", "Ident", "Version", "Slotted", "Hashed", "Keywords", "Mixed", "Post", "Quiet")
-MODULE = "dcc_sample"
 
 
 @pytest.fixture(autouse=True)
@@ -122,83 +49,16 @@ def compiles(monkeypatch):
     return seen
 
 
-def define(source: str, name: str = MODULE) -> types.ModuleType:
-    """A fresh module `name` made of `source` (dataclasses finds a class's globals through
-    sys.modules while it makes the class)."""
-    module = types.ModuleType(name)
-    sys.modules[name] = module
-    try:
-        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
-    finally:
-        del sys.modules[name]
-    return module
-
-
-def behaviour(m: types.ModuleType) -> list:
-    """What a user of the sample's classes can observe, as plain values."""
-    facts = []
-    p = m.Point(1, 2, ("t",), note="n")
-    facts += [repr(p), p == m.Point(1, 2, ("t",)), p == m.Point(1, 3), hash(p) == hash(m.Point(1, 2, ("t",))),
-              m.Point.__match_args__, [f.name for f in dataclasses.fields(m.Point3)]]
-    for change in (lambda: setattr(p, "x", 5), lambda: delattr(p, "y")):
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            change()
-    q = m.Point3(1, z=4)
-    facts += [repr(q), q.items, m.Point3(1).items is not m.Point3(1).items, repr(dataclasses.replace(q, z=9)),
-              q == m.Point3(1, z=4), q == m.Point(1), m.Point3.__match_args__, dataclasses.astuple(q)]
-    a, b = m.Ident("a"), m.Ident("a")
-    facts += [a == b, a == a, hash(a) != hash(b) or a is b, repr(a)]
-    facts += [repr(sorted([m.Version(2), m.Version(1, 5), m.Version(1)])), m.Version(1) < m.Version(1, 1),
-              m.Version.label, [f.name for f in dataclasses.fields(m.Version)]]
-    s = m.Slotted(1)
-    facts += [repr(s), m.Slotted.__slots__, hasattr(s, "__dict__"), s == m.Slotted(1, "b")]
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        s.a = 2
-    facts += [hash(m.Hashed(3)) == hash(m.Hashed(3)), repr(m.Keywords(a=1)), m.Keywords.__match_args__]
-    with pytest.raises(TypeError):
-        m.Keywords(1)
-    facts += [repr(m.Mixed(1, b=4)), m.Mixed.__match_args__, repr(m.Post(3)), repr(m.Post(3, 5)),
-              hasattr(m.Quiet, "__match_args__"), repr(m.Quiet(1)).startswith("<")]
-    match m.Point3(7, 8):
-        case m.Point3(x, y):
-            facts.append((x, y))
-    return facts
-
-
-def methods(m: types.ModuleType) -> dict:
-    """The methods dataclasses made, down to their code objects."""
-    out = {}
-    for cls_name in CLASSES:
-        cls = getattr(m, cls_name)
-        for name, fn in vars(cls).items():
-            if isinstance(fn, types.FunctionType) and fn.__code__.co_filename == "<string>":
-                code = fn.__code__
-                out[cls_name, name] = (code, code.co_filename, code.co_firstlineno, fn.__qualname__,
-                                       *map(repr, (fn.__annotations__, fn.__defaults__, fn.__kwdefaults__)))
-    return out
-
-
 def test_dataclasses_behave_the_same_without_the_cache_with_it_cold_and_warm(tmp_path, compiles):
-    plain = define(SAMPLE)
-    assert compiles == []  # the builtin exec compiles its text itself
-
-    dcc.install(str(tmp_path))
-    cold = define(SAMPLE)
-    cold_stats = dcc.stats()
-    assert dcc.save() == [MODULE]
-    dcc.uninstall()
-
-    dcc.install(str(tmp_path))
-    compiled_cold = len(compiles)
-    warm = define(SAMPLE)
-    assert len(compiles) == compiled_cold  # every method's code came from the file
-    warm_stats = dcc.stats()
-
+    (plain, cold, warm), cold_stats, warm_stats = three_ways(str(tmp_path))
+    # every compile was the cold module's: the builtin exec compiles its text itself, and the warm
+    # module's methods all came from the file
+    assert len(compiles) == cold_stats["compiled"] > 0
     assert behaviour(plain) == behaviour(cold) == behaviour(warm)
     assert methods(plain) == methods(cold) == methods(warm)
     assert len(methods(plain)) >= 30
-    assert cold_stats["compiled"] == compiled_cold > 0 and cold_stats["files_read"] == 0
-    assert warm_stats == {"hits": compiled_cold + cold_stats["hits"], "compiled": 0, "files_read": 1,
+    assert cold_stats["files_read"] == 0
+    assert warm_stats == {"hits": cold_stats["compiled"] + cold_stats["hits"], "compiled": 0, "files_read": 1,
                           "files_written": 0}
 
 
@@ -338,42 +198,49 @@ def test_settle_waits_for_the_background_writer_and_writes_what_is_left(tmp_path
 
 
 WRITER = """
-import sys, types
+import os, sys, types
 from common import dataclass_code_cache as dcc
-dcc.install(sys.argv[1])
+folder, source, stop = sys.argv[1:]
+dcc.install(folder)
 module = types.ModuleType("racing")
 sys.modules["racing"] = module
-exec(sys.argv[2], module.__dict__)
+exec(source, module.__dict__)
 print("ready", flush=True)
 sys.stdin.readline()
-for _ in range(200):
+saves = 0
+while not os.path.exists(stop) or saves < 20:
     dcc._cache.modules["racing"].missed = True
     assert dcc.save() == ["racing"]
+    saves += 1
 """
 
 
 def test_two_processes_writing_one_file_at_once_leave_a_whole_one(tmp_path):
-    sources = [VERSION_1, VERSION_2]
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), source], cwd=REPO,
+    folder, stop = tmp_path / "cache", tmp_path / "stop"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(folder), source, str(stop)], cwd=REPO,
                                 env=program_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-               for source in sources]
+               for source in (VERSION_1, VERSION_2)]
     for writer in writers:
         assert writer.stdout.readline() == "ready\n"
     for writer in writers:  # both loops start together
         writer.stdin.write("go\n")
         writer.stdin.flush()
-    path, reads = tmp_path / "racing.marshal", []
-    while any(writer.poll() is None for writer in writers):  # a reader meanwhile sees whole files only
-        try:
-            reads.append(len(dcc.decode(path.read_bytes())))
-        except FileNotFoundError:  # before the first rename
-            pass
+    path, reads = folder / "racing.marshal", []
+    try:
+        while len(reads) < 200:  # a reader meanwhile, while both write, sees whole files only
+            assert all(writer.poll() is None for writer in writers)
+            try:
+                reads.append(len(dcc.decode(path.read_bytes())))
+            except FileNotFoundError:  # before the first rename
+                pass
+    finally:
+        stop.touch()
     assert all(writer.wait(60) == 0 for writer in writers)
-    assert reads and set(reads) == {6}
+    assert set(reads) == {6}
     stored = dcc.decode(path.read_bytes())
     with_omega = [("omega" in text) for text in stored]
     assert len(stored) == 6 and (all(with_omega) or not any(with_omega))  # one writer's entries, whole
-    assert [p.name for p in tmp_path.iterdir()] == ["racing.marshal"]  # no temporary left
+    assert [p.name for p in folder.iterdir()] == ["racing.marshal"]  # no temporary left
 
 
 def _fake_dataclasses(source: str) -> types.ModuleType:
@@ -487,12 +354,19 @@ def test_a_program_using_the_api_does_not_get_it_but_the_pods_it_starts_do(tmp_p
 
 
 def _events(stderr: str, name: str = "dataclass code cache") -> list[dict]:
-    out = []
-    for line in stderr.splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            if event.get("event") == name:
+    """The JSON log events called `name` in the stderr that a command and its pods share: found
+    wherever they start, since an event and its newline are two writes, and another process's
+    event can come between them."""
+    out, decoder, at = [], json.JSONDecoder(), stderr.find("{")
+    while at >= 0:
+        try:
+            event, end = decoder.raw_decode(stderr, at)
+        except ValueError:
+            end = at + 1
+        else:
+            if isinstance(event, dict) and event.get("event") == name:
                 out.append(event)
+        at = stderr.find("{", end)
     return out
 
 
