@@ -134,3 +134,19 @@ async def submit(pod, job_id: str, program: capnp_io.JobProgram, plan, peers, pa
 
 def remote_message(err: BaseException) -> str:
     return remote_reason(err)
+
+
+def in_process_pod(root: Path, backend):
+    """A pod (its machine and shells) in this process, on the running loop, with no scheduler:
+    returns (pod, finished, done): each plan's end as (ok, message) in `finished`, `done` set."""
+    from pod.server import PodConfig, PodServer
+
+    pod = PodServer(PodConfig("127.0.0.1", 0, "token", (root,), data_port=False), backend)
+    finished, done = [], asyncio.Event()
+
+    def record(job_id, generation, ok, message):
+        finished.append((ok, message))
+        done.set()
+
+    pod.link.queue_finished = record
+    return pod, finished, done

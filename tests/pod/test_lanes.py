@@ -25,6 +25,7 @@ from schemas.instructions import Allocate, Load, Store
 from schemas.program import Region
 from schemas.remote_errors import Refused
 from tests.job_files import write_add_job
+from tests.pod.harness import in_process_pod
 
 
 def _held(lane: Lane, gate: threading.Event, started: threading.Event):
@@ -117,14 +118,7 @@ class HeldBackend(CpuBackend):
 async def _run_held(tmp_path, backend: HeldBackend, prepared, node_plan) -> tuple[set[int], bool]:
     """Submit the plan; once the load lane holds work waiting, the buffers being filled and the
     plan's outcome."""
-    pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), backend)
-    done, finished = asyncio.Event(), []
-
-    def record(job_id, generation, ok, message):
-        finished.append((ok, message))
-        done.set()
-
-    pod.link.queue_finished = record
+    pod, finished, done = in_process_pod(tmp_path, backend)
     try:
         program = job_program(prepared.program, prepared.scalars)
         await pod.submit(prepared.job_id, 1, program, node_plan, (), more=False)

@@ -14,13 +14,13 @@ import threading
 import numpy as np
 
 from pod.backend_cpu import CpuBackend
-from pod.server import PodConfig, PodServer
 from scheduler import prepare as prep
 from scheduler.job_storage import JobStorage
 from scheduler.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
 from schemas.remote_errors import Refused
 from tests.job_files import write_add_job
+from tests.pod.harness import in_process_pod
 
 
 class HeldBackend(CpuBackend):
@@ -53,14 +53,7 @@ async def _run(tmp_path, backend: HeldBackend, prepared, node_plan):
     go, the submit's error or None, the plan's (ok, message), the leaves run: (ok, message) of
     each compute event). The plan's first units load while
     the leaves are prepared; the next ones wait for their memory, which a compute frees."""
-    pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), backend)
-    finished, done = [], asyncio.Event()
-
-    def record(job_id, generation, ok, message):
-        finished.append((ok, message))
-        done.set()
-
-    pod.link.queue_finished = record
+    pod, finished, done = in_process_pod(tmp_path, backend)
     try:
         program = job_program(prepared.program, prepared.scalars)
         submit = asyncio.ensure_future(pod.submit(prepared.job_id, 1, program, node_plan, (), more=False))
