@@ -39,7 +39,10 @@ truncated, corrupt, another interpreter's) reads as empty. Files are written onl
 that missed, atomically (common/atomic.py), and off the programs' critical path: the command's
 once its imports are done, in a thread beside its job; the pod's in the thread that imports its
 first job's modules while it waits for its scheduler; what is left when a program leaves
-(common/cli.py). A folder that cannot be written is skipped, silently.
+(common/cli.py). A pod stopped by SIGTERM (the command's own are) never leaves that way, so a
+module it first imported during a job would be compiled again every run: a CPU pod has none (all
+its dataclasses are made by its start-up and first-job modules). A folder that cannot be written
+is skipped, silently.
 
 Trust. Like __pycache__, a file here is code the process runs: anyone who can write it can run
 code as the user. It lives in the user's own cache folder, is written 0600, and is ignored unless
