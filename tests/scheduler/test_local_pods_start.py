@@ -321,7 +321,9 @@ def test_a_second_forked_pod_holds_no_end_of_the_first_ones_pipe(tmp_path):
         "                pipes.append(fd)\n"
         "        except OSError:\n"
         "            pass\n"
-        "    print('pod', pipes, file=sys.stderr, flush=True)\n"
+        # one write per line: the two pods say it at about the same time, and print's pieces
+        # (separate writes under PYTHONUNBUFFERED) would interleave
+        "    os.write(2, f'pod {pipes}\\n'.encode())\n"
         "    os._exit(0)\n"
         "pod.cli.entry = seen\n"
         "from scheduler.local_pods import spawn_local_pods\n"
