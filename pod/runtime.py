@@ -12,7 +12,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from pod import machine as m
 from pod import state as st
 from pod.disk import PlanDisk, load_region, store_region
 from pod.faults import Delay, Faults
+from pod.job_records import BufferRecord, Job
 from pod.lanes import IoLanes
 from pod.peers import Fetching
 from pod.serving import Serving
@@ -35,41 +35,6 @@ from schemas.remote_errors import FailureKind, Refused, remote_reason
 log = get_logger()
 INLINE_COMPUTE_S = 0.002
 STALE = FailureKind.STALE_GENERATION
-
-
-@dataclass
-class BufferRecord:
-    array: object  # numpy (cpu) or cupy (gpu) array in its tensor's storage dtype
-    host: np.ndarray | None = None  # host copy for serving (gpu), or the array itself (cpu)
-    crc: int | None = None
-    serving: asyncio.Future | None = None  # the host copy and crc being made (in the I/O pool)
-    lent: bool = False  # its IPC handle went to a peer: the allocation is not reused while it may copy
-
-
-@dataclass
-class Job:
-    job_id: str
-    state: st.PodState
-    order: int = 0  # the pod's jobs numbered as they came: an earlier job's I/O goes first (pod/lanes.py)
-    program: JobProgram | None = None
-    scalars: dict = field(default_factory=dict)
-    peers: dict[int, str] = field(default_factory=dict)
-    paths: dict[tuple[int, int], Path] = field(default_factory=dict)  # (generation, tensor) -> confined path
-    buffers: dict[tuple[int, int], BufferRecord] = field(default_factory=dict)  # (generation, buffer)
-    waiters: dict[tuple[int, int], list[asyncio.Future]] = field(default_factory=dict)
-    computing: set[tuple[int, int]] = field(default_factory=set)  # (generation, unit) computes begun
-    preparing: asyncio.Future | None = None  # the program's leaves prepared by the backend
-    writes: dict[str, tuple[str, ...]] | None = None  # leaf -> written parameters
-    # buffers of dropped generations whose IPC handles peers hold: kept (not reused) until the
-    # job is forgotten, since such a peer may still be copying out of them
-    lent: list[BufferRecord] = field(default_factory=list)
-    disk: dict[int, PlanDisk] = field(default_factory=dict)  # generation -> its read-ahead and write-back
-
-    def stop_disk(self, generation: int) -> None:
-        """The generation is over (finished or dropped): no more reading ahead for it."""
-        disk = self.disk.pop(generation, None)
-        if disk is not None:
-            disk.stop()
 
 
 class PodRuntime(Serving):

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 from common import storage
 from pod import machine as m
+from pod.job_records import BufferRecord, Job
 from pod.transfer import byte_view
 from schemas.capnp_io import InstructionEvent, TileHeader
 from schemas.remote_errors import Refused
-
-if TYPE_CHECKING:
-    from pod.runtime import BufferRecord, Job
 
 
 class Serving:
