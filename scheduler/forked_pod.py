@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import weakref
@@ -65,6 +64,8 @@ class ForkedChild:
             return self.returncode
         process_end.wait_for_end(self.pid, timeout, lambda: self.poll() is not None)
         if self.poll() is None:
+            import subprocess  # Popen's own error, for callers of either; loaded only when needed
+
             raise subprocess.TimeoutExpired(POD_PROCESS_NAME, timeout)
         return self.returncode
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -99,6 +98,8 @@ class PodProcess:
         else:
             # A session of their own: a Ctrl-C at the terminal reaches the scheduler only, which
             # stops the job and then these pods in order (scheduler/interrupt.py).
+            import subprocess  # here, not at the top: a forked CPU pod starts ~5 ms sooner without it
+
             self.popen = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                           stdout=subprocess.PIPE, start_new_session=True)
         self.pid = self.popen.pid

@@ -150,13 +150,14 @@ def test_a_command_terminated_while_it_compiles_stops_its_pods(tmp_path):
 def test_the_command_spawns_its_pods_before_its_heavy_imports(tmp_path):
     """What the command has loaded at the moment it starts its first pod: nothing the pod's own
     start-up would wait behind (numpy, asyncio, capnp, the compiler's IR, the standard library's
-    logging: 5-70 ms each here; `dataclasses`, with `inspect`, 7-10 ms). A fresh interpreter,
-    with the spawn recorded."""
+    logging: 5-70 ms each here; `dataclasses`, with `inspect`, 7-10 ms; `subprocess`, ~5 ms, which
+    only a pod started fresh needs). A fresh interpreter, with the spawn recorded."""
     probe = (
         "import os, sys\n"
         "from scheduler import local_pods\n"
         "def record(self, argv, env, cwd, *fork):\n"
-        "    heavy = ('numpy', 'asyncio', 'capnp', 'logging', 'compiler.frontend.ir', 'dataclasses')\n"
+        "    heavy = ('numpy', 'asyncio', 'capnp', 'logging', 'compiler.frontend.ir', 'dataclasses',\n"
+        "             'subprocess')\n"
         "    print(sorted(m for m in heavy if m in sys.modules), argv[argv.index('-m') + 1], flush=True)\n"
         "    os._exit(0)\n"
         "local_pods.PodProcess.__init__ = record\n"
