@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from common.errors import UserError
@@ -15,17 +14,16 @@ def write_atomically(path: str | os.PathLike, data: bytes | str, *, label: str |
 
     Readers see the old file or the new one. The file gets the mode a plain open() would give
     (0666 less the umask; mkstemp's 0600 would make a shared output private), or `mode` less
-    the umask. `durable` fsyncs
+    the umask: the kernel takes the umask off as it creates the temporary file, which is never
+    read by setting it (the umask is the process's, and writers run beside other threads that
+    create files, and beside forks: common/dataclass_code_cache.py). `durable` fsyncs
     before the rename (a job file must survive a power cut once written). A missing folder is
     the user's error, named by `label` (a flag and its value, say) or else by the path."""
     path = Path(path)
     if not path.parent.is_dir():
         raise UserError(f"{label or f'cannot write {path}'}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temporary(path, mode)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, mode & ~umask)
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             if durable:
@@ -35,3 +33,15 @@ def write_atomically(path: str | os.PathLike, data: bytes | str, *, label: str |
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _create_temporary(path: Path, mode: int) -> tuple[int, Path]:
+    """A new file beside `path`, named .<name>.<random>.tmp (the dataclass code cache removes
+    such names left by a writer killed mid-write), created with `mode` less the umask."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary name beside {path}")
