@@ -391,10 +391,19 @@ class PodRuntime(Serving):
     def _under_lease(self, until: float, job: Job, generation: int, ins: Store, loop, fn, *args):
         """A store's write in its lane's thread, at its turn: the lease it was granted still
         runs, or the machine grants it again (a store writes only under a live lease, however
-        long it waited in the lane; docs/runtime.md), else the store is refused."""
-        if time.monotonic() >= until:
-            asyncio.run_coroutine_threadsafe(self._lease(job, generation, ins), loop).result()
+        long it waited in the lane; docs/runtime.md), else the store is refused. A store whose
+        job was dropped meanwhile asks the loop too, which refuses it (`_lease_again`)."""
+        if time.monotonic() >= until or job.state.cancelled:
+            asyncio.run_coroutine_threadsafe(self._lease_again(job, generation, ins), loop).result()
         return fn(*args)
+
+    async def _lease_again(self, job: Job, generation: int, ins: Store) -> None:
+        """A lane's store asks again, unless its job is no longer this pod's: when its scheduler
+        leaves (or declares the pod dead) a keep-serving pod drops the jobs and is alone, and
+        alone the machine grants every store it is asked for."""
+        if job.state.cancelled or self.jobs.get(job.job_id) is not job:
+            raise Refused(f"store refused: job {job.job_id} was dropped")
+        await self._lease(job, generation, ins)
 
     def _allocate_or_free(self, job: Job, generation: int, ins: Allocate | Free) -> None:
         if isinstance(ins, Free):

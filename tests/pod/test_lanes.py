@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -207,3 +208,31 @@ def test_a_cpu_pod_runs_its_allocates_at_once_not_as_tasks(tmp_path):
     first_two = [ins.buffer for ins in node_plan.instructions[:20] if isinstance(ins, Allocate)]
     assert allocated == sorted(first_two) and len(first_two) == 6  # the first two pieces' buffers
     assert new_tasks == 4  # the four loads they let start, and nothing else
+
+
+def test_a_store_of_a_job_dropped_while_it_waited_in_its_lane_writes_nothing(tmp_path):
+    """A keep-serving pod whose scheduler left drops its jobs and is alone, and alone the machine
+    grants every store it is asked for: a store taken from its lane just then (the scheduler
+    declared the pod dead, or its connection dropped while the lease still ran) must not write,
+    whether its lease ran out meanwhile (it asks again) or not."""
+    async def main():
+        config = PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False, keep_serving=True)
+        pod = PodServer(config, CpuBackend())
+        runtime, loop, wrote = pod.runtime, asyncio.get_running_loop(), []
+        job = runtime.job("j")
+        store = Store(7, (), 0, 0, Region("c", (0,), (4,)), 0)
+        try:
+            pod.feed(m.Hello(node=0, now=time.monotonic()))
+            within = pod.machine.lease_until()  # the lease a store granted now writes under
+            assert within > time.monotonic()
+            pod.feed(m.SchedulerLost("connection reset"))
+            assert pod.machine.link == m.ALONE
+            for until in (float("-inf"), within):
+                with pytest.raises(Refused, match="store refused"):
+                    await loop.run_in_executor(None, runtime._under_lease, until, job, 1, store, loop,
+                                               wrote.append, until)
+        finally:
+            runtime.close()
+        return wrote
+
+    assert asyncio.run(main()) == []
