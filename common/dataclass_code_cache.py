@@ -127,28 +127,34 @@ class _Cache:
         self.files_read += bool(entries)
         return entries
 
-    def save(self) -> list[str]:
-        """Write the file of every module that missed an entry; the modules written."""
-        with self.lock:
+    def save(self, wait_s: float = -1) -> list[str]:
+        """Write the file of every module that missed an entry; the modules written. `wait_s`:
+        how long to wait for another thread's save (-1: as long as it takes)."""
+        if not self.lock.acquire(timeout=wait_s):
+            return []  # another thread's save is stuck (a hung file system): leave the cache be
+        try:
             due = [(name, m) for name, m in list(self.modules.items()) if m.missed]
-            if not due:
-                return []
-            from common.atomic import write_atomically
-            from common.errors import UserError
+            return self._write(due) if due else []
+        finally:
+            self.lock.release()
 
-            written = []
-            try:
-                os.makedirs(self.folder, exist_ok=True)
-                for name, module in due:
-                    module.missed = False  # before the copy: an entry added after it marks it again
-                    data = encode(dict(module.used))
-                    write_atomically(self.path(name), data, mode=0o600)
-                    written.append(name)
-                _remove_stale_temporaries(self.folder)
-            except (OSError, UserError, ValueError):  # a folder we may not write, or code marshal
-                pass  # cannot store (none that dataclasses makes): the cache stays as it is
-            self.files_written += len(written)
-            return written
+    def _write(self, due: list[tuple[str, _Module]]) -> list[str]:
+        from common.atomic import write_atomically
+        from common.errors import UserError
+
+        written = []
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            for name, module in due:
+                module.missed = False  # before the copy: an entry added after it marks it again
+                data = encode(dict(module.used))
+                write_atomically(self.path(name), data, mode=0o600)
+                written.append(name)
+            _remove_stale_temporaries(self.folder)
+        except (OSError, UserError, ValueError):  # a folder we may not write, or code marshal
+            pass  # cannot store (none that dataclasses makes): the cache stays as it is
+        self.files_written += len(written)
+        return written
 
 
 _cache: _Cache | None = None
@@ -221,15 +227,20 @@ def save_in_background() -> None:
 
 def settle(timeout_s: float = 2.0) -> None:
     """Before a program leaves: the background save finished (a file half written is only a
-    stray temporary, but one all the same) and whatever is still due written."""
+    stray temporary, but one all the same) and whatever is still due written. Waits for
+    another's save `timeout_s` at most: the background writer, or the thread that saves a pod's
+    modules (pod/cli.py), stuck on a hung file system, does not keep the program from leaving."""
+    import time
+
     c = _cache
     if c is None:
         return
+    deadline = time.monotonic() + timeout_s
     if c.writer is not None:
         c.writer.join(timeout_s)
         if c.writer.is_alive():  # a hung file system: leave, and leave the cache as it is
             return
-    c.save()
+    c.save(wait_s=max(0.0, deadline - time.monotonic()))
 
 
 def encode(entries: dict) -> bytes:

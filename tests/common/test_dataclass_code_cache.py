@@ -405,3 +405,22 @@ def test_the_command_and_the_pod_it_forks_both_take_their_code_from_the_cache(tm
     assert first["phobos-pod"]["compiled"] == 0 and first["phobos-pod"]["hits"] > 100
     assert second["phobos-sched"]["compiled"] == 0 and second["phobos-sched"]["hits"] > 100
     assert second["phobos-pod"]["compiled"] == 0 and second["phobos-pod"]["hits"] > 100
+
+
+def test_settle_leaves_in_its_time_when_another_threads_save_is_stuck(tmp_path):
+    """A pod saves in the thread that imports its first job's modules, not in the writer `settle`
+    joins: a program leaving while that save hangs (a stuck file system) still leaves within
+    settle's time, the cache left as it is."""
+    import threading
+
+    dcc.install(str(tmp_path))
+    define(SAMPLE)
+    assert dcc._cache.lock.acquire(timeout=30)  # another thread's save, stuck
+    try:
+        leaving = threading.Thread(target=dcc.settle, args=(0.05,), daemon=True)
+        leaving.start()
+        leaving.join(30)
+        assert not leaving.is_alive()
+    finally:
+        dcc._cache.lock.release()
+    assert list(tmp_path.iterdir()) == []
