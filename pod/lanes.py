@@ -58,14 +58,26 @@ class Lane:
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"lane {self.name} is shut down")
-            heapq.heappush(self._waiting, (key, next(self._arrivals), fut, fn, args))
+            entry = (key, next(self._arrivals), fut, fn, args)
+            heapq.heappush(self._waiting, entry)
             if self._idle:
                 self._cond.notify()
             elif self._threads < self.width:
-                self._threads += 1
-                name = f"{self.name}_{self._threads - 1}"
-                threading.Thread(target=self._work, name=name, daemon=True).start()
+                self._start_thread(entry)
         return fut
+
+    def _start_thread(self, entry: tuple) -> None:
+        """One more thread (the caller holds the lock). One that cannot start (the process at
+        its limit of threads) fails the submit, with its work taken back: counted, it would
+        leave the lane waiting for a thread that never was, every later instruction with it."""
+        self._threads += 1
+        try:
+            threading.Thread(target=self._work, name=f"{self.name}_{self._threads - 1}", daemon=True).start()
+        except BaseException:
+            self._threads -= 1
+            self._waiting.remove(entry)
+            heapq.heapify(self._waiting)
+            raise
 
     def _work(self) -> None:
         while True:

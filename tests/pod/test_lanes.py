@@ -236,3 +236,22 @@ def test_a_store_of_a_job_dropped_while_it_waited_in_its_lane_writes_nothing(tmp
         return wrote
 
     assert asyncio.run(main()) == []
+
+
+def test_a_thread_that_cannot_start_fails_its_submit_and_leaves_the_lane_whole(monkeypatch):
+    """A thread a lane could not start (the process at its limit of threads, for a moment) fails
+    that submit, whose work never runs (its instruction is reported failed), and does not count:
+    the next submit starts one, instead of waiting for a thread that never was."""
+    lane, ran, real_start = Lane(1, "test"), [], threading.Thread.start
+
+    def cannot_start(thread):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", cannot_start)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        lane.submit((0,), ran.append, "failed")
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    assert lane.waiting == 0
+    lane.submit((1,), ran.append, "next").result(30)
+    assert ran == ["next"]
+    lane.shutdown()
