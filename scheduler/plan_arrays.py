@@ -25,6 +25,7 @@ from operator import attrgetter, itemgetter
 import numpy as np
 
 from scheduler.placement import Placed
+from schemas.program import Region
 
 I64 = np.int64
 
@@ -74,7 +75,7 @@ class Flat:
     w_out: np.ndarray
     k_tensor: np.ndarray  # tensor index (into the planner's tensor list) of every key
     k_elements: np.ndarray
-    keys: list[tuple]  # every key: (tensor, start, shape) of its region
+    keys: list[Region]  # every key: its region
     names: list[str]
 
 
@@ -90,11 +91,11 @@ def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     accesses = [pair for launch in launches for part in (launch.reads, launch.writes) for pair in part]
     count = len(accesses)
     # Each key (and parameter) is numbered by its first access (setdefault keeps the first), then
-    # densely: no len() per access.
-    ids: dict[tuple, int] = {}
-    number = ids.setdefault
-    a_key = _dense(np.fromiter((number((r.tensor, r.start, r.shape), i) for i, (_, r) in enumerate(accesses)),
-                               I64, count))
+    # densely: no len() per access. A key is its region itself (equal regions are one key), not a
+    # tuple made per access: 3M of those were ~200 MB of a 1M-unit plan, faulted in one by one.
+    ids: dict[Region, int] = {}
+    regions = map(itemgetter(1), accesses)
+    a_key = _dense(np.fromiter(map(ids.setdefault, regions, itertools.count()), I64, count))
     params: dict[str, int] = {}
     a_param = _dense(np.fromiter(map(params.setdefault, map(itemgetter(0), accesses), itertools.count()),
                                  I64, count))
@@ -103,13 +104,13 @@ def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     l_leaf = np.fromiter(map(names.__getitem__, leaves), I64, n_launches)
     a_launch = np.repeat(np.arange(n_launches, dtype=I64), n_access)
     a_write = ragged(n_access) >= np.repeat(n_read, n_access)
-    keys = list(ids)  # (tensor, start, shape), numbered in order of first access
+    keys = list(ids)  # regions, numbered in order of first access
     rows = _piece_rows(l_piece[a_launch], a_key, a_write, a_launch, a_param, len(keys))
     flat = Flat(
         p_rank=placed.rank, p_round=placed.round, p_unit=placed.unit,
         l_piece=l_piece, l_leaf=l_leaf, **rows,
-        k_tensor=np.fromiter(map(tensors.__getitem__, map(itemgetter(0), keys)), I64, len(keys)),
-        k_elements=np.fromiter(map(_Sizes().__getitem__, map(itemgetter(2), keys)), I64, len(keys)),
+        k_tensor=np.fromiter(map(tensors.__getitem__, map(attrgetter("tensor"), keys)), I64, len(keys)),
+        k_elements=np.fromiter(map(_Sizes().__getitem__, map(attrgetter("shape"), keys)), I64, len(keys)),
         keys=keys, names=list(names))
     return flat
 

@@ -18,8 +18,8 @@ Columns, one row per instruction (`kind` says which):
 
 `deps` and `extra` are ragged: row i's deps are `deps[dep_start[i]:dep_start[i + 1]]`. Several
 nodes' tables may share one `deps`, `extra`, `keys` and `names` (views of the planner's
-arrays); the starts are offsets into those shared arrays. A key is a region as the plain tuple
-(tensor, start, shape); decoding makes it a `Region`.
+arrays); the starts are offsets into those shared arrays. A key is a region of the program
+(`Region`), one object for every instruction that names it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class InstructionTable(Sequence[Instruction]):
     deps: np.ndarray
     extra_start: np.ndarray  # len(self) + 1 offsets into `extra`
     extra: np.ndarray
-    keys: Sequence[tuple]  # regions as (tensor, start, shape), shared
+    keys: Sequence[Region]  # the regions, shared
     names: Sequence[str]
 
     def __len__(self) -> int:
@@ -97,9 +97,9 @@ class InstructionTable(Sequence[Instruction]):
     def _decode(self, row: tuple, deps: tuple[int, ...], extra: list[int]) -> Instruction:
         ident, kind, buffer, a, b, c = row
         if kind == ALLOCATE:
-            return Allocate(ident, deps, buffer, self.keys[a][2], self.names[b])
+            return Allocate(ident, deps, buffer, self.keys[a].shape, self.names[b])
         if kind == LOAD:
-            return Load(ident, deps, buffer, a, Region(*self.keys[b]))
+            return Load(ident, deps, buffer, a, self.keys[b])
         if kind == FETCH:
             return Fetch(ident, deps, buffer, a, b)
         if kind == COMPUTE:
@@ -107,5 +107,5 @@ class InstructionTable(Sequence[Instruction]):
             return Compute(ident, deps, names[a], tuple(zip([names[p] for p in extra[0::2]], extra[1::2],
                                                             strict=True)), b)
         if kind == STORE:
-            return Store(ident, deps, buffer, a, Region(*self.keys[b]), c)
+            return Store(ident, deps, buffer, a, self.keys[b], c)
         return Free(ident, deps, buffer, peers=tuple(extra))
