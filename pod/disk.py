@@ -253,9 +253,7 @@ def load_region(backend, path: Path, ins: Load, array, disk: PlanDisk | None) ->
     copy). The region is read straight into the buffer `array` (CPU) or, piece by piece, into
     pinned host memory copied on asynchronously (GPU); each piece once the plan's read-ahead has
     brought it in."""
-    if tuple(ins.region.shape) != tuple(array.shape):
-        raise UserError(f"load of {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
-                        f"match buffer {ins.buffer} of shape {list(array.shape)}")
+    _check_shape(f"load of {ins.region.tensor}", ins, array)
 
     def read(host: np.ndarray, first: int, count: int) -> int:
         piece = storage.region_rows(ins.region, first, count)
@@ -270,9 +268,7 @@ def store_region(backend, staging: Path, ins: Store, array, disk: PlanDisk | Non
     """Run a store (in a worker thread): (bytes written to storage, seconds of the device-to-host
     copy). The plan starts the write-back of whole chunks of the staging copy once they are
     written."""
-    if tuple(ins.region.shape) != tuple(array.shape):
-        raise UserError(f"store to {ins.region.tensor}: region shape {list(ins.region.shape)} does not "
-                        f"match buffer {ins.buffer} of shape {list(array.shape)}")
+    _check_shape(f"store to {ins.region.tensor}", ins, array)
     tracked = disk is not None and disk.tracks(staging)
 
     def write(host: np.ndarray, first: int, count: int) -> int:
@@ -283,3 +279,9 @@ def store_region(backend, staging: Path, ins: Store, array, disk: PlanDisk | Non
         return nbytes
 
     return backend.drain(array, write)
+
+
+def _check_shape(what: str, ins: Load | Store, array) -> None:
+    if tuple(ins.region.shape) != tuple(array.shape):
+        raise UserError(f"{what}: region shape {list(ins.region.shape)} does not match buffer "
+                        f"{ins.buffer} of shape {list(array.shape)}")
