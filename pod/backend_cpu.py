@@ -8,8 +8,8 @@ to a buffer of another dtype gets a converted copy, and written parameters are c
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,9 +58,9 @@ class CpuBackend:
         self._leaves: dict[tuple[str, str], PreparedLeaf] = {}
         # leaves prepared for earlier jobs, by their content, the latest KEPT_LEAVES: a pod
         # serving job after job of one kernel parses its leaf once (6-8 ms a job here, in a
-        # compute worker beside the first loads, holding Python's lock)
-        self._prepared: dict[Leaf, PreparedLeaf] = {}
-        self._prepared_lock = threading.Lock()
+        # compute worker beside the first loads, holding Python's lock). Two jobs preparing at
+        # once may both parse a new leaf; either result serves (the kernel's IR is frozen).
+        self._prepare_leaf = functools.lru_cache(maxsize=KEPT_LEAVES)(prepare_leaf)
         self._buffers = HostBuffers()
 
     def describe(self) -> tuple[str, int]:
@@ -74,13 +74,7 @@ class CpuBackend:
         source, dims, tile values); returns each leaf's written tensor parameters."""
         writes = {}
         for leaf in program.leaves:
-            with self._prepared_lock:  # two jobs may prepare at once, each in a compute worker
-                prepared = self._prepared.pop(leaf, None)
-            prepared = prepared or prepare_leaf(leaf)  # the kernel's IR is frozen: shared by jobs
-            with self._prepared_lock:
-                self._prepared[leaf] = prepared  # now the latest
-                if len(self._prepared) > KEPT_LEAVES:
-                    del self._prepared[next(iter(self._prepared))]
+            prepared = self._prepare_leaf(leaf)
             self._leaves[(job_id, leaf.name)] = prepared
             writes[leaf.name] = program.writes_of(leaf.name) or prepared.writes
         return writes
