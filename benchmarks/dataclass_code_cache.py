@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks.pod_job_ab import paired  # noqa: E402
 
 POD_PROBE = """
 import json, os, sys, time
@@ -83,15 +85,12 @@ def pod_round(case: Path, cache: Path) -> dict[str, float]:
 
 
 def summary(rows: dict[str, list[dict]]) -> dict[str, dict]:
-    out = {}
-    for measure in rows["warm"][0]:
-        cold = [r[measure] for r in rows["cold"]]
-        warm = [r[measure] for r in rows["warm"]]
-        diffs = [w - c for w, c in zip(warm, cold, strict=True)]
-        out[measure] = {"cold": statistics.median(cold), "warm": statistics.median(warm),
-                        "paired": statistics.median(diffs), "warm_won": sum(d < 0 for d in diffs),
-                        "pairs": len(diffs)}
-    return out
+    """Per measure, the cold and warm medians, and the pairs' differences (warm less cold, as
+    pod_job_ab.py pairs two versions)."""
+    diffs = paired({"cold": rows["cold"], "warm": rows["warm"]})
+    return {measure: {"cold": statistics.median(r[measure] for r in rows["cold"]),
+                      "warm": statistics.median(r[measure] for r in rows["warm"]), **diffs[measure]}
+            for measure in rows["warm"][0]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             result[measure] = {"rounds": rows, "summary": summary(rows)}
             for name, s in result[measure]["summary"].items():
                 print(f"{measure:8} {name:8} cold {s['cold'] * 1000:7.1f} ms  "
-                      f"warm {s['warm'] * 1000:7.1f} ms  paired {s['paired'] * 1000:+7.1f} ms  "
-                      f"(warm less in {s['warm_won']}/{s['pairs']})")
+                      f"warm {s['warm'] * 1000:7.1f} ms  paired {s['median_diff'] * 1000:+7.1f} ms  "
+                      f"(warm less in {s['second_faster']})")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.out:
