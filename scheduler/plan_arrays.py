@@ -31,10 +31,11 @@ from schemas.program import Region
 I64 = np.int64
 
 
-def excl(values: np.ndarray) -> np.ndarray:
-    """Exclusive cumulative sum with the total appended: len(values) + 1 entries."""
-    out = np.zeros(len(values) + 1, I64)
-    np.cumsum(values, out=out[1:])
+def excl(values: np.ndarray, dtype=I64) -> np.ndarray:
+    """Exclusive cumulative sum with the total appended: len(values) + 1 entries (of `dtype`:
+    the caller knows the total fits)."""
+    out = np.zeros(len(values) + 1, dtype)
+    np.cumsum(values, out=out[1:], dtype=dtype)
     return out
 
 
@@ -45,10 +46,13 @@ def within(rows_piece: np.ndarray, weights: np.ndarray, first_row: np.ndarray) -
     return sums[:-1] - sums[first_row[rows_piece]]
 
 
-def ragged(counts: np.ndarray) -> np.ndarray:
-    """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
-    starts = excl(counts)
-    return np.arange(starts[-1], dtype=I64) - np.repeat(starts[:-1], counts)
+def ragged(counts: np.ndarray, dtype=I64) -> np.ndarray:
+    """0..counts[0]-1, 0..counts[1]-1, ... concatenated (of `dtype`: the caller knows the total
+    fits)."""
+    starts = excl(counts, dtype)
+    out = np.arange(starts[-1], dtype=dtype)
+    out -= np.repeat(starts[:-1], counts)
+    return out
 
 
 def first_rows(rows_piece: np.ndarray, pieces: int) -> np.ndarray:

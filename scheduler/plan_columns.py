@@ -194,16 +194,30 @@ def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scrat
     launches = np.arange(len(flat.l_piece))
     l_first = first_rows(flat.l_piece, pieces)
     l_row = first[flat.l_piece] + offset[3][flat.l_piece] + launches - l_first[flat.l_piece]
-    return Rows(o_alloc, o_store, o_store + stored, r_alloc, r_free, l_row, by_node[order.start])
+    row = index_type(int(by_node[-1]))  # every per-row array below is a row number
+    return Rows(*(rows.astype(row) for rows in (o_alloc, o_store, o_store + stored, r_alloc, r_free, l_row)),
+                by_node[order.start])
+
+
+def index_type(*bounds: int) -> type:
+    """int32 when every bound lies in its range, else int64: chosen from the actual extremes so
+    that nothing wraps. The rows (ten million at a million units) and deps (twenty million)
+    are the planner's biggest arrays, and the memory a plan first touches is most of its time."""
+    return np.int32 if -2**31 <= min(bounds) and max(bounds) < 2**31 else I64
+
+
+def ragged_starts(counts: np.ndarray) -> np.ndarray:
+    """Offsets of ragged rows from their lengths (see `excl`), int32 when the total fits."""
+    return excl(counts, index_type(int(counts.sum())))
 
 
 class Columns:
-    """The instruction columns being filled, then cut into one table per node."""
+    """The instruction columns being filled, then cut into one table per node. Each field holds
+    a buffer, region, tensor, name, unit or node id: `field` is a type that holds them all."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, field: type):
         self.kind = np.full(total, -1, np.int8)
-        self.buffer, self.a, self.b, self.c = (np.zeros(total, I64) for _ in range(4))
-        self.dep_count, self.extra_count = np.zeros(total, I64), np.zeros(total, I64)
+        self.buffer, self.a, self.b, self.c = (np.zeros(total, field) for _ in range(4))
 
     def set(self, rows, kind, buffer=None, a=None, b=None, c=None) -> None:
         """Fill the rows' kind and the fields given (the others stay 0)."""
@@ -215,22 +229,27 @@ class Columns:
 
 def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: Releases, tensors: Tensors,
                  r_scratch: np.ndarray, node_ids: np.ndarray, first_id: int) -> list[InstructionTable]:
-    """Every node's instructions (in node rank order), numbered from `first_id` node after node."""
+    """Every node's instructions (in node rank order), numbered from `first_id` node after node.
+    The deps come first: their temporaries are the largest, and they are gone before the
+    columns are made (what the plan's peak memory, and so its time, follows)."""
     stored = tensors.stored[flat.k_tensor[flat.o_key]] >= 0
     rows = lay_out(flat, order, bufs, stored, r_scratch)
-    col = Columns(int(rows.node_start[-1]))
+    total = int(rows.node_start[-1])
+    dep_start, dep_values = _Deps(flat, order, bufs, rows, rel, stored, r_scratch).fill(first_id)
+    field = index_type(len(flat.keys), len(flat.names), int(tensors.stored.max(initial=0)),
+                       int(bufs.node_buffers.max(initial=0)), int(flat.p_unit.max(initial=0)),
+                       int(node_ids.min(initial=0)), int(node_ids.max(initial=0)))
+    col = Columns(total, field)
     writer = _fields(col, flat, bufs, owners, rows, tensors, stored, r_scratch, node_ids)
-    deps = _Deps(flat, order, bufs, rows, rel, stored, r_scratch, col)
-    deps.fill(first_id)
-    extra = _extras(col, flat, bufs, owners, rows, deps, writer, r_scratch, node_ids)
+    extra_start, extra_values = _extras(flat, bufs, owners, rows, writer, r_scratch, node_ids, field)
     if np.any(col.kind < 0):
         raise AssertionError("an instruction row was left empty")
     out = []
     for rank in range(len(node_ids)):
         lo, hi = int(rows.node_start[rank]), int(rows.node_start[rank + 1])
         out.append(InstructionTable(first_id + lo, col.kind[lo:hi], col.buffer[lo:hi], col.a[lo:hi],
-                                    col.b[lo:hi], col.c[lo:hi], deps.start[lo:hi + 1], deps.values,
-                                    extra[0][lo:hi + 1], extra[1], flat.keys, flat.names))
+                                    col.b[lo:hi], col.c[lo:hi], dep_start[lo:hi + 1], dep_values,
+                                    extra_start[lo:hi + 1], extra_values, flat.keys, flat.names))
     return out
 
 
@@ -271,6 +290,15 @@ def _fields(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows,
     return writer
 
 
+def binding_buffers(flat: Flat, bufs: Buffers) -> np.ndarray:
+    """Every binding's buffer (on its launch's node)."""
+    is_out = flat.b_ent >= 0
+    out = np.empty(len(flat.b_ent), I64)
+    out[is_out] = bufs.o_buffer[flat.b_ent[is_out]]
+    out[~is_out] = bufs.r_buffer[-1 - flat.b_ent[~is_out]]
+    return out
+
+
 class _Deps:
     """Every row's deps, as rows (ids less first_id) until `fill` turns them into ids:
 
@@ -284,22 +312,18 @@ class _Deps:
                copy last used here: its get, then its users (a copy's over all the node's pieces)
     """
 
-    def __init__(self, flat: Flat, order: Order, bufs: Buffers, rows: Rows, rel: Releases, stored, r_scratch,
-                 col: Columns):
+    def __init__(self, flat: Flat, order: Order, bufs: Buffers, rows: Rows, rel: Releases, stored, r_scratch):
         self.flat, self.order, self.bufs, self.rows, self.rel = flat, order, bufs, rows, rel
-        self.stored, self.r_scratch, self.col = stored, r_scratch, col
+        self.stored, self.r_scratch = stored, r_scratch
         self.launches = len(flat.l_piece)
         self.write_keys = np.sort(flat.w_out * (self.launches + 1) + flat.w_launch)
         is_out = flat.b_ent >= 0
         self.b_out, self.b_read = flat.b_ent[is_out], -1 - flat.b_ent[~is_out]
         self.is_out = is_out
-        b_buffer = np.empty(len(flat.b_ent), I64)
-        b_buffer[is_out], b_buffer[~is_out] = bufs.o_buffer[self.b_out], bufs.r_buffer[self.b_read]
-        self.b_buffer = b_buffer
         self.span = int(bufs.node_buffers.max(initial=0)) + 1
-        self.b_gb = flat.p_rank[flat.l_piece[flat.b_launch]] * self.span + b_buffer
-        self.users_order = np.argsort(self.b_gb, kind="stable")
-        self.users_gb = self.b_gb[self.users_order]
+        b_gb = flat.p_rank[flat.l_piece[flat.b_launch]] * self.span + binding_buffers(flat, bufs)
+        self.users_order = np.argsort(b_gb, kind="stable")
+        self.users_gb = b_gb[self.users_order]
         self.r_get = rows.r_alloc + 1
 
     def last_write_before(self, outputs: np.ndarray, launches: np.ndarray) -> np.ndarray:
@@ -312,30 +336,52 @@ class _Deps:
     def copy_get(self, reads: np.ndarray) -> np.ndarray:
         return self.r_get[self.bufs.c_first_row[self.bufs.r_copy[reads]]]
 
-    def fill(self, first_id: int) -> None:
-        flat, rows, col = self.flat, self.rows, self.col
+    def fill(self, first_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(start, ids): row i's deps are ids[start[i]:start[i + 1]]. Each kind of dep is placed
+        then dropped, so that few of the big temporaries live at once."""
+        flat, rows = self.flat, self.rows
         singles, users, gate = self._singles(), self._users(), self._gate()
         producers, kept = self._compute_deps()
-        counts = col.dep_count
+        counts = np.zeros(int(rows.node_start[-1]), np.int32)
         counts[singles[0]] = 1
         counts[users[0]] += users[2] - users[1] + users[3]
         counts[gate[0]] = gate[2]
         counts[rows.l_row] = np.bincount(flat.b_launch[kept], minlength=self.launches)
-        self.start = excl(counts)
-        values = self.values = np.empty(int(self.start[-1]), I64)
-        values[self.start[singles[0]]] = singles[1]
-        at = self.start[users[0]]
-        values[at[users[3] == 1]] = self.r_get_of_users
-        n = users[2] - users[1]
-        j = ragged(n)
-        bound = self.users_order[np.repeat(users[1], n) + j]
-        values[np.repeat(at + users[3], n) + j] = rows.l_row[flat.b_launch[bound]]
-        j = ragged(gate[2])
-        values[np.repeat(self.start[gate[0]], gate[2]) + j] = gate[3][np.repeat(gate[1], gate[2]) + j]
+        start = ragged_starts(counts)
+        del counts
+        values = np.empty(int(start[-1]), index_type(first_id, first_id + int(rows.node_start[-1])))
+        values[start[singles[0]]] = singles[1]
+        del singles
+        self._place_users(values, start, *users)
+        del users
+        self._place_gate(values, start, *gate)
+        del gate
         b_first = first_rows(flat.b_launch, self.launches)
         rank = within(flat.b_launch, kept, b_first)[kept]
-        values[self.start[rows.l_row[flat.b_launch[kept]]] + rank] = producers[kept]
+        values[start[rows.l_row[flat.b_launch[kept]]] + rank] = producers[kept]
         values += first_id
+        return start, values
+
+    def _place_users(self, values, start, free_rows, first, end, get_first) -> None:
+        at = start[free_rows]
+        values[at[get_first]] = self.r_get_of_users
+        n = end - first
+        j = ragged(n, start.dtype)
+        bound = np.repeat(first, n)
+        bound += j
+        to = np.repeat(at + get_first, n)
+        to += j
+        del j
+        values[to] = self.rows.l_row[self.flat.b_launch[self.users_order[bound]]]
+
+    def _place_gate(self, values, start, alloc_rows, gate_first, length, entries) -> None:
+        j = ragged(length, start.dtype)
+        to = np.repeat(start[alloc_rows], length)
+        to += j
+        source = np.repeat(gate_first, length)
+        source += j
+        del j
+        values[to] = entries[source]
 
     def _singles(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows, their one dep): loads and gets after their allocation, stores, stored frees."""
@@ -349,7 +395,7 @@ class _Deps:
 
     def _users(self) -> tuple[np.ndarray, ...]:
         """Frees that wait for their buffer's users: (rows, first and end into the sorted users,
-        1 where the get comes first)."""
+        true where the get comes first)."""
         flat, bufs, rows = self.flat, self.bufs, self.rows
         scratch_out = np.flatnonzero(~self.stored)
         partials = np.flatnonzero(self.r_scratch)
@@ -360,8 +406,8 @@ class _Deps:
                              flat.p_rank[flat.r_piece[last]] * self.span + bufs.r_buffer[last]])
         first = np.searchsorted(self.users_gb, gb, "left")
         end = np.searchsorted(self.users_gb, gb, "right")
-        get_first = np.concatenate([np.zeros(len(scratch_out), I64), np.ones(len(partials) + len(last), I64)])
-        if np.any((end == first) & (get_first == 0)):
+        get_first = np.arange(len(free_rows)) >= len(scratch_out)
+        if np.any((end == first) & ~get_first):
             raise AssertionError("a partial output no compute binds")
         self.r_get_of_users = np.concatenate([self.r_get[partials], self.copy_get(last)])
         return free_rows, first, end, get_first
@@ -374,8 +420,8 @@ class _Deps:
         before = np.where(order.prev2 >= 0, n_out[np.maximum(order.prev2, 0)], 0)
         released = np.flatnonzero(rel.piece >= 0)
         length = before + np.bincount(rel.piece[released], minlength=pieces)
-        start = excl(length)
-        entries = np.empty(int(start[-1]), I64)
+        start = ragged_starts(length)
+        entries = np.empty(int(start[-1]), rows.o_free.dtype)
         outputs = np.flatnonzero(order.next2[flat.o_piece] >= 0)
         later = order.next2[flat.o_piece[outputs]]
         o_first = first_rows(flat.o_piece, pieces)
@@ -392,10 +438,10 @@ class _Deps:
     def _compute_deps(self) -> tuple[np.ndarray, np.ndarray]:
         """Each binding's producer row, and which bindings give a dep (the first of a producer)."""
         flat = self.flat
-        producers = np.empty(len(flat.b_ent), I64)
+        producers = np.empty(len(flat.b_ent), self.r_get.dtype)
         reads = self.b_read
         partial = self.r_scratch[reads]
-        got = np.empty(len(reads), I64)
+        got = np.empty(len(reads), self.r_get.dtype)
         got[partial] = self.r_get[reads[partial]]
         got[~partial] = self.copy_get(reads[~partial])
         producers[~self.is_out] = got
@@ -410,24 +456,25 @@ class _Deps:
         return producers, ~repeat
 
 
-def _extras(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, deps: _Deps,
-            writer: np.ndarray, r_scratch: np.ndarray, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _extras(flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, writer: np.ndarray, r_scratch: np.ndarray,
+            node_ids: np.ndarray, field: type) -> tuple[np.ndarray, np.ndarray]:
     """(start, values): a compute's (parameter, buffer) pairs; the peers a Free waits for (the
     fetchers of a partial output; of an owner's copy, the other nodes' copies in creation order)."""
     launches = len(flat.l_piece)
-    counts = col.extra_count
+    counts = np.zeros(int(rows.node_start[-1]), np.int32)
     counts[rows.l_row] = 2 * np.bincount(flat.b_launch, minlength=launches)
     partials = np.flatnonzero(r_scratch)
     np.add.at(counts, rows.o_free[writer], 1)
     fetched = owners.g_owner[owners.c_group[owners.fetchers]]
     owner_free = rows.r_free[bufs.c_last_row[fetched]]
     np.add.at(counts, owner_free, 1)
-    start = excl(counts)
-    values = np.empty(int(start[-1]), I64)
+    start = ragged_starts(counts)
+    del counts
+    values = np.empty(int(start[-1]), field)
     b_first = first_rows(flat.b_launch, launches)
     at = start[rows.l_row[flat.b_launch]] + 2 * within(flat.b_launch, np.ones(len(flat.b_launch), I64),
                                                        b_first)
-    values[at], values[at + 1] = flat.b_param, deps.b_buffer
+    values[at], values[at + 1] = flat.b_param, binding_buffers(flat, bufs)
     ranks = flat.p_rank[flat.r_piece[partials]]
     by = np.lexsort((partials, ranks, writer))
     w = writer[by]

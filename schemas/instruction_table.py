@@ -16,6 +16,11 @@ Columns, one row per instruction (`kind` says which):
     Store     buffer; a = tensor; b = region (index into `keys`); c = unit
     Free      buffer; extra = the peers that fetch the buffer
 
+The integer columns are int32 where every value of theirs fits (the planner chooses each from
+its actual extremes: ids counted from a first id past 2**31, or node ids past it, make the deps,
+or the fields and extras, int64), which halves the biggest arrays of a plan; decoding makes
+Python ints of them either way.
+
 `deps` and `extra` are ragged: row i's deps are `deps[dep_start[i]:dep_start[i + 1]]`. Several
 nodes' tables may share one `deps`, `extra`, `keys` and `names` (views of the planner's
 arrays); the starts are offsets into those shared arrays. A key is a region of the program
@@ -40,7 +45,7 @@ _CHUNK = 1 << 16  # rows decoded per step of an iteration (bounded temporary lis
 class InstructionTable(Sequence[Instruction]):
     first_id: int
     kind: np.ndarray  # int8, one of ALLOCATE..FREE
-    buffer: np.ndarray  # int64 columns
+    buffer: np.ndarray  # int32 or int64 columns
     a: np.ndarray
     b: np.ndarray
     c: np.ndarray

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from common.errors import UserError
@@ -106,3 +107,22 @@ def test_the_same_refusal_for_a_plan_that_does_not_fit():
             module.plan(program, _figures(module, 2, vram=5000), _uris(program))
         errors.append(str(caught.value))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("name", ["matmul-400-units", "split-k-flat"])
+@pytest.mark.parametrize("first_id, node_base", [(0, 0), (2**31 - 50, 0), (7, 2**33)])
+def test_columns_past_int32_widen_and_give_the_same_plans(name, first_id, node_base):
+    """The planner keeps its columns in int32 where every value fits (half the memory of a big
+    plan): ids counted from past 2**31 need int64 deps, peers named by node ids past it int64
+    fields and extras; each decodes to the object planner's plan."""
+    program = PROGRAMS[name]()
+    plans = {module: module.plan(program, [module.NodeFigure(node_base + i) for i in range(3)],
+                                 _uris(program), first_id=first_id)
+             for module in (planner, planner_oracle)}
+    for node, old_plan in plans[planner_oracle].node_plans.items():
+        table = plans[planner].node_plans[node].instructions
+        assert tuple(table) == old_plan.instructions
+        assert table.deps.dtype == (np.int64 if first_id > 2**30 else np.int32)
+        wide = np.int64 if node_base else np.int32
+        assert (table.buffer.dtype, table.a.dtype, table.extra.dtype) == (wide, wide, wide)
+        assert table.dep_start.dtype == table.extra_start.dtype == np.int32
