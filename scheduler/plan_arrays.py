@@ -55,6 +55,19 @@ def ragged(counts: np.ndarray, dtype=I64) -> np.ndarray:
     return out
 
 
+def sort_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A stable sorting order of `code`, and per sorted place whether it starts a run of equal
+    codes (the sorted codes are not kept: at a million units each such column is tens of MB of
+    fresh memory)."""
+    by = np.argsort(code, kind="stable")
+    ordered = code[by]
+    del code
+    starts = np.empty(len(ordered), bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return by, starts
+
+
 def first_rows(rows_piece: np.ndarray, pieces: int) -> np.ndarray:
     return excl(np.bincount(rows_piece, minlength=pieces))
 
@@ -100,6 +113,7 @@ def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     params: dict[str, int] = {}
     a_param = _dense(np.fromiter(map(params.setdefault, map(itemgetter(0), accesses), itertools.count()),
                                  I64, count))
+    del accesses
     leaves = list(map(attrgetter("leaf"), launches))
     names = {name: i for i, name in enumerate(dict.fromkeys([*params, *dict.fromkeys(leaves)]))}
     l_leaf = np.fromiter(map(names.__getitem__, leaves), I64, n_launches)
@@ -137,11 +151,8 @@ def number_regions(regions: list[Region]) -> tuple[np.ndarray, list[Region]]:
     a dict used instead. A dict over the 3M accesses of a 1M-unit plan took ~2 s and ~250 MB;
     hashing the fields at C speed and sorting ~0.8 s."""
     count = len(regions)
-    hashes = np.fromiter(map(hash, map(_FIELDS, regions)), I64, count)
-    by = np.argsort(hashes, kind="stable")  # stable: a group's first is its first access
-    starts = np.ones(count, bool)
-    starts[1:] = hashes[by[1:]] != hashes[by[:-1]]
-    del hashes
+    # stable: a group's first is its first access
+    by, starts = sort_runs(np.fromiter(map(hash, map(_FIELDS, regions)), I64, count))
     if starts.all():  # every region distinct (an elementwise program): each its own key
         return np.arange(count, dtype=I64), regions
     group_sorted = np.cumsum(starts) - 1
@@ -181,10 +192,7 @@ def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[s
     read, its writes, and its bindings: one per (launch, parameter), the write's where a
     parameter is both read and written."""
     count = len(a_key)
-    code = a_piece * max(keys, 1) + a_key
-    by = np.argsort(code, kind="stable")
-    starts = np.ones(count, bool)
-    starts[1:] = code[by][1:] != code[by][:-1]
+    by, starts = sort_runs(a_piece * max(keys, 1) + a_key)
     group_sorted = np.cumsum(starts) - 1
     groups = int(group_sorted[-1]) + 1 if count else 0
     group = np.empty(count, I64)
@@ -192,14 +200,17 @@ def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[s
     g_first = by[starts]
     writes_sorted = np.flatnonzero(a_write[by])
     write_group = group_sorted[writes_sorted]
+    del group_sorted, starts  # the 1M-unit plan's peak is here: drop what is done with
     first_write = np.ones(len(write_group), bool)
     first_write[1:] = write_group[1:] != write_group[:-1]
     g_write = np.full(groups, -1, I64)
     g_write[write_group[first_write]] = by[writes_sorted[first_write]]
+    del by, writes_sorted, write_group
     outs = np.flatnonzero(g_write >= 0)
     outs = outs[np.argsort(g_write[outs], kind="stable")]
     reads = np.flatnonzero(g_write < 0)
     reads = reads[np.argsort(g_first[reads], kind="stable")]
+    del g_write
     entity = np.empty(groups, I64)
     entity[outs] = np.arange(len(outs))
     entity[reads] = -1 - np.arange(len(reads))
@@ -212,11 +223,8 @@ def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[s
 
 def _bindings(a_launch: np.ndarray, a_param: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(where each binding's parameter first appears in its launch, its last access there)."""
-    code = a_launch * (int(a_param.max(initial=0)) + 1) + a_param
-    by = np.argsort(code, kind="stable")
-    starts = np.ones(len(code), bool)
-    starts[1:] = code[by][1:] != code[by][:-1]
-    ends = np.ones(len(code), bool)
+    by, starts = sort_runs(a_launch * (int(a_param.max(initial=0)) + 1) + a_param)
+    ends = np.ones(len(starts), bool)
     ends[:-1] = starts[1:]
     first, last = by[starts], by[ends]
     order = np.argsort(first, kind="stable")
