@@ -108,8 +108,9 @@ def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings
         tmp_path, monkeypatch):
     """The owner offers its loaded tile to the peer whose plan fetches it (tileReady); the fetch,
     submitted once the offer has arrived, copies out of the owner's allocation without asking.
-    The second job's tile lands in the same owner allocation (reused by size, same IPC handle,
-    mapping kept by the fetcher): the fetch must bring the second job's bytes, not the first's."""
+    The second job's tile lands in the same owner allocation (reused by size, same IPC handle):
+    the fetcher maps it once, keeps the mapping after the first job is dropped on both pods, and
+    the fetch must bring the second job's bytes, not the first's."""
     from schemas.instructions import Allocate, Fetch, Free, Load, NodePlan, Store
     from schemas.program import Region, TensorInfo
 
@@ -140,10 +141,14 @@ def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings
                 await _logged(tmp_path / "pod-1.log", "tile offered", job)  # the offer is there
                 await submit(links[1][1], job, program, fetcher, peers)
                 results += await sink.wait_finished([(0, job, 1), (1, job, 1)], timeout=60)
+                for _, pod in links:  # dropped at its end, as phobos-sched does on running pods
+                    await pod.cancel(job)
             return results
 
         assert run_async(scenario) == [(True, "")] * 4
     log = (tmp_path / "pod-1.log").read_text().splitlines()
+    mapped = [line for line in log if "mapped a peer allocation" in line]
+    assert len(mapped) == 1 and "offer-1" in mapped[0], mapped  # opened once, kept for offer-2
     for job, data in jobs.items():
         fetched = [line for line in log if "fetched" in line and job in line]
         assert len(fetched) == 1 and "cuda-ipc-offered" in fetched[0], fetched
