@@ -34,6 +34,27 @@ def test_gpu_backend_matches_the_interpreter():
     np.testing.assert_array_equal(gpu.download(bufs["a"]), a)
 
 
+def test_a_leaf_is_prepared_once_for_job_after_job(monkeypatch):
+    """As on CPU pods, a GPU pod keeps its prepared leaves by content: the second job of one
+    kernel (dropped in between) reuses the first job's parse, CUDA and module, and adds right."""
+    from pod import backend_gpu
+
+    parsed, real = [], backend_gpu.prepare_leaf
+    monkeypatch.setattr(backend_gpu, "prepare_leaf", lambda leaf: parsed.append(leaf) or real(leaf))
+    gpu = backend_gpu.GpuBackend(0)
+    rng = np.random.default_rng(6)
+    for job in ("job-1", "job-2"):
+        gpu.prepare(job, PROGRAM)
+        a, b = (rng.standard_normal(HALF).astype(np.float32) for _ in range(2))
+        bufs = {name: gpu.allocate((HALF,)) for name in "abc"}
+        gpu.upload(bufs["a"], a)
+        gpu.upload(bufs["b"], b)
+        gpu.compute(job, "main", bufs, {})
+        np.testing.assert_array_equal(gpu.download(bufs["c"]), a + b)
+        gpu.forget(job)
+    assert len(parsed) == len(PROGRAM.leaves) == 1
+
+
 @pytest.mark.parametrize("devices", [("0", "0"), ("0", "cpu")], ids=["two-gpu-pods-ipc", "gpu-and-cpu"])
 def test_gpu_pods_run_the_add_plans(tmp_path, devices):
     a, b, uris = make_inputs(tmp_path)
