@@ -46,13 +46,10 @@ def within(rows_piece: np.ndarray, weights: np.ndarray, first_row: np.ndarray) -
     return sums[:-1] - sums[first_row[rows_piece]]
 
 
-def ragged(counts: np.ndarray, dtype=I64) -> np.ndarray:
-    """0..counts[0]-1, 0..counts[1]-1, ... concatenated (of `dtype`: the caller knows the total
-    fits)."""
-    starts = excl(counts, dtype)
-    out = np.arange(starts[-1], dtype=dtype)
-    out -= np.repeat(starts[:-1], counts)
-    return out
+def ragged(counts: np.ndarray) -> np.ndarray:
+    """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
+    starts = excl(counts)
+    return np.arange(starts[-1], dtype=I64) - np.repeat(starts[:-1], counts)
 
 
 def sort_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,6 +4,7 @@ module doc; the names (p, o, r, c, l, rank) are scheduler/plan_arrays.py's."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,7 +179,7 @@ def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scrat
     blocks = [n_out + count(flat.o_piece[flat.o_loaded]), 2 * count(flat.r_piece[bufs.r_first]),
               2 * n_part, count(flat.l_piece), n_out + count(flat.o_piece[stored]), n_part,
               count(flat.r_piece[bufs.r_last])]
-    offset = np.cumsum([np.zeros(pieces, I64)] + blocks, axis=0)  # offset[k]: where block k starts
+    offset = list(itertools.accumulate(blocks, initial=np.zeros(pieces, I64)))  # where block k starts
     by_node = excl(offset[-1][order.order])
     first = np.empty(pieces, I64)
     first[order.order] = by_node[:-1]
@@ -186,11 +187,13 @@ def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scrat
     o_base, r_base = first[flat.o_piece], first[flat.r_piece]
     o_alloc = o_base + within(flat.o_piece, 1 + flat.o_loaded, o_first)
     o_store = o_base + offset[4][flat.o_piece] + within(flat.o_piece, 1 + stored, o_first)
-    at = offset[:, flat.r_piece]
-    r_alloc = r_base + np.where(r_scratch, at[2] + 2 * within(flat.r_piece, r_scratch, r_first),
-                                at[1] + 2 * within(flat.r_piece, bufs.r_first, r_first))
-    r_free = r_base + np.where(r_scratch, at[5] + within(flat.r_piece, r_scratch, r_first),
-                               at[6] + within(flat.r_piece, bufs.r_last, r_first))
+    def at(k):  # where block k starts, per read row
+        return offset[k][flat.r_piece]
+
+    r_alloc = r_base + np.where(r_scratch, at(2) + 2 * within(flat.r_piece, r_scratch, r_first),
+                                at(1) + 2 * within(flat.r_piece, bufs.r_first, r_first))
+    r_free = r_base + np.where(r_scratch, at(5) + within(flat.r_piece, r_scratch, r_first),
+                               at(6) + within(flat.r_piece, bufs.r_last, r_first))
     launches = np.arange(len(flat.l_piece))
     l_first = first_rows(flat.l_piece, pieces)
     l_row = first[flat.l_piece] + offset[3][flat.l_piece] + launches - l_first[flat.l_piece]
@@ -206,9 +209,37 @@ def index_type(*bounds: int) -> type:
     return np.int32 if -2**31 <= min(bounds) and max(bounds) < 2**31 else I64
 
 
+def copy_stretches(values: np.ndarray, to: np.ndarray, source: np.ndarray, first: np.ndarray,
+                   length: np.ndarray, chunk: int = 1 << 20) -> None:
+    """values[to[i]:to[i] + length[i]] = source[first[i]:first[i] + length[i]] for every i, about
+    `chunk` values at a time: indexing all of them at once takes several index arrays as long as
+    all the stretches together (the plan's biggest temporaries)."""
+    ends = np.cumsum(length)
+    total = int(ends[-1]) if len(ends) else 0
+    bounds = np.unique(np.searchsorted(ends, np.arange(0, total + chunk, chunk), "right")).tolist()
+    for lo, hi in itertools.pairwise([0, *bounds]):
+        n = length[lo:hi]
+        j = ragged(n)
+        values[np.repeat(to[lo:hi], n) + j] = source[np.repeat(first[lo:hi], n) + j]
+
+
 def ragged_starts(counts: np.ndarray) -> np.ndarray:
     """Offsets of ragged rows from their lengths (see `excl`), int32 when the total fits."""
     return excl(counts, index_type(int(counts.sum())))
+
+
+def zero_starts(rows: int, total: int) -> np.ndarray:
+    """The starts of `rows` ragged rows holding `total` values in all (int32 when it fits),
+    zero until `accumulate`: row i's length goes at [i + 1] (no separate array of lengths as
+    long as the rows)."""
+    return np.zeros(rows + 1, index_type(total))
+
+
+def accumulate(start: np.ndarray, total: int) -> np.ndarray:
+    np.cumsum(start, out=start)
+    if start[-1] != total:
+        raise AssertionError("the rows' lengths do not add up to their total")
+    return start
 
 
 class Columns:
@@ -230,18 +261,19 @@ class Columns:
 def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: Releases, tensors: Tensors,
                  r_scratch: np.ndarray, node_ids: np.ndarray, first_id: int) -> list[InstructionTable]:
     """Every node's instructions (in node rank order), numbered from `first_id` node after node.
-    The deps come first: their temporaries are the largest, and they are gone before the
-    columns are made (what the plan's peak memory, and so its time, follows)."""
+    The deps come first, then the extras, then the columns: each step's temporaries are gone
+    before the next step's arrays are made, which keeps the plan's peak memory (and with it
+    most of the system time: see docs/performance.md) low."""
     stored = tensors.stored[flat.k_tensor[flat.o_key]] >= 0
     rows = lay_out(flat, order, bufs, stored, r_scratch)
-    total = int(rows.node_start[-1])
+    writer = _partial_writers(flat, stored, r_scratch)
     dep_start, dep_values = _Deps(flat, order, bufs, rows, rel, stored, r_scratch).fill(first_id)
     field = index_type(len(flat.keys), len(flat.names), int(tensors.stored.max(initial=0)),
                        int(bufs.node_buffers.max(initial=0)), int(flat.p_unit.max(initial=0)),
                        int(node_ids.min(initial=0)), int(node_ids.max(initial=0)))
-    col = Columns(total, field)
-    writer = _fields(col, flat, bufs, owners, rows, tensors, stored, r_scratch, node_ids)
     extra_start, extra_values = _extras(flat, bufs, owners, rows, writer, r_scratch, node_ids, field)
+    col = Columns(int(rows.node_start[-1]), field)
+    _fields(col, flat, bufs, owners, rows, tensors, stored, r_scratch, node_ids, writer)
     if np.any(col.kind < 0):
         raise AssertionError("an instruction row was left empty")
     out = []
@@ -253,9 +285,20 @@ def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: R
     return out
 
 
+def _partial_writers(flat: Flat, stored: np.ndarray, r_scratch: np.ndarray) -> np.ndarray:
+    """Each partial read row's writer (an output row: the last to write the partial)."""
+    last_writer = np.full(len(flat.keys), -1, I64)
+    scratch_out = np.flatnonzero(~stored)
+    np.maximum.at(last_writer, flat.o_key[scratch_out], scratch_out)
+    writer = last_writer[flat.r_key[r_scratch]]
+    if np.any(writer < 0):
+        raise AssertionError("a partial is read that no piece writes")
+    return writer
+
+
 def _fields(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, tensors: Tensors,
-            stored: np.ndarray, r_scratch: np.ndarray, node_ids: np.ndarray) -> np.ndarray:
-    """Kind and fields of every row; returns each partial read row's writer (an output row)."""
+            stored: np.ndarray, r_scratch: np.ndarray, node_ids: np.ndarray, writer: np.ndarray) -> None:
+    """Kind and fields of every row."""
     o_tensor, r_tensor = flat.k_tensor[flat.o_key], flat.k_tensor[flat.r_key]
     col.set(rows.o_alloc, ALLOCATE, bufs.o_buffer, flat.o_key, tensors.dtype_name[o_tensor])
     ld = flat.o_loaded
@@ -276,18 +319,11 @@ def _fields(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows,
     col.set(rows.r_alloc[theirs] + 1, FETCH, bufs.r_buffer[theirs], node_ids[bufs.c_rank[source]],
             bufs.r_buffer[bufs.c_first_row[source]])
     partials = np.flatnonzero(r_scratch)
-    last_writer = np.full(len(flat.keys), -1, I64)
-    scratch_out = np.flatnonzero(~stored)
-    np.maximum.at(last_writer, flat.o_key[scratch_out], scratch_out)
-    writer = last_writer[flat.r_key[partials]]
-    if np.any(writer < 0):
-        raise AssertionError("a partial is read that no piece writes")
     col.set(rows.r_alloc[partials] + 1, FETCH, bufs.r_buffer[partials],
             node_ids[flat.p_rank[flat.o_piece[writer]]], bufs.o_buffer[writer])
     freed = np.flatnonzero(r_scratch | bufs.r_last)
     col.set(rows.r_free[freed], FREE, bufs.r_buffer[freed])
     col.set(rows.l_row, COMPUTE, a=flat.l_leaf, b=flat.p_unit[flat.l_piece])
-    return writer
 
 
 def binding_buffers(flat: Flat, bufs: Buffers) -> np.ndarray:
@@ -320,10 +356,6 @@ class _Deps:
         is_out = flat.b_ent >= 0
         self.b_out, self.b_read = flat.b_ent[is_out], -1 - flat.b_ent[~is_out]
         self.is_out = is_out
-        self.span = int(bufs.node_buffers.max(initial=0)) + 1
-        b_gb = flat.p_rank[flat.l_piece[flat.b_launch]] * self.span + binding_buffers(flat, bufs)
-        self.users_order = np.argsort(b_gb, kind="stable")
-        self.users_gb = b_gb[self.users_order]
         self.r_get = rows.r_alloc + 1
 
     def last_write_before(self, outputs: np.ndarray, launches: np.ndarray) -> np.ndarray:
@@ -342,46 +374,32 @@ class _Deps:
         flat, rows = self.flat, self.rows
         singles, users, gate = self._singles(), self._users(), self._gate()
         producers, kept = self._compute_deps()
-        counts = np.zeros(int(rows.node_start[-1]), np.int32)
+        free_rows, get_first, gets, *used = users
+        alloc_rows, *gated = gate
+        per_launch = np.bincount(flat.b_launch[kept], minlength=self.launches)
+        total = len(singles[0]) + int(np.count_nonzero(get_first) + used[-1].sum() + gated[-1].sum()
+                                      + per_launch.sum())
+        start = zero_starts(int(rows.node_start[-1]), total)
+        counts = start[1:]
         counts[singles[0]] = 1
-        counts[users[0]] += users[2] - users[1] + users[3]
-        counts[gate[0]] = gate[2]
-        counts[rows.l_row] = np.bincount(flat.b_launch[kept], minlength=self.launches)
-        start = ragged_starts(counts)
-        del counts
+        counts[free_rows] = get_first + used[-1]
+        counts[alloc_rows] = gated[-1]
+        counts[rows.l_row] = per_launch
+        accumulate(start, total)
         values = np.empty(int(start[-1]), index_type(first_id, first_id + int(rows.node_start[-1])))
         values[start[singles[0]]] = singles[1]
         del singles
-        self._place_users(values, start, *users)
-        del users
-        self._place_gate(values, start, *gate)
-        del gate
+        at = start[free_rows]
+        values[at[get_first]] = gets
+        copy_stretches(values, at + get_first, *used)
+        del users, used, at
+        copy_stretches(values, start[alloc_rows], *gated)
+        del gate, gated
         b_first = first_rows(flat.b_launch, self.launches)
         rank = within(flat.b_launch, kept, b_first)[kept]
         values[start[rows.l_row[flat.b_launch[kept]]] + rank] = producers[kept]
         values += first_id
         return start, values
-
-    def _place_users(self, values, start, free_rows, first, end, get_first) -> None:
-        at = start[free_rows]
-        values[at[get_first]] = self.r_get_of_users
-        n = end - first
-        j = ragged(n, start.dtype)
-        bound = np.repeat(first, n)
-        bound += j
-        to = np.repeat(at + get_first, n)
-        to += j
-        del j
-        values[to] = self.rows.l_row[self.flat.b_launch[self.users_order[bound]]]
-
-    def _place_gate(self, values, start, alloc_rows, gate_first, length, entries) -> None:
-        j = ragged(length, start.dtype)
-        to = np.repeat(start[alloc_rows], length)
-        to += j
-        source = np.repeat(gate_first, length)
-        source += j
-        del j
-        values[to] = entries[source]
 
     def _singles(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows, their one dep): loads and gets after their allocation, stores, stored frees."""
@@ -394,26 +412,36 @@ class _Deps:
                 np.concatenate([loaded, rows.r_alloc[new], last, rows.o_store[outputs]]))
 
     def _users(self) -> tuple[np.ndarray, ...]:
-        """Frees that wait for their buffer's users: (rows, first and end into the sorted users,
-        true where the get comes first)."""
+        """Frees that wait for their buffer's users: (rows, whether the get comes first, the gets,
+        then as `copy_stretches` takes them: the users' rows, where each free's start, how many).
+        A buffer is named by the row that makes it (an output, a partial read, a copy's first
+        read): one on its node, so bindings group by it without sorting by (node, buffer)."""
         flat, bufs, rows = self.flat, self.bufs, self.rows
+        outs = len(flat.o_piece)
+
+        def made_by(reads):  # the row number, past the outputs, of the read that makes the buffer
+            return outs + np.where(self.r_scratch[reads], reads, bufs.c_first_row[bufs.r_copy[reads]])
+
+        b_made = flat.b_ent.copy()
+        b_made[~self.is_out] = made_by(self.b_read)
+        users = np.argsort(b_made, kind="stable")
+        per_buffer = np.bincount(b_made, minlength=outs + len(flat.r_piece))
+        del b_made
         scratch_out = np.flatnonzero(~self.stored)
         partials = np.flatnonzero(self.r_scratch)
         last = np.flatnonzero(bufs.r_last)
         free_rows = np.concatenate([rows.o_free[scratch_out], rows.r_free[partials], rows.r_free[last]])
-        gb = np.concatenate([flat.p_rank[flat.o_piece[scratch_out]] * self.span + bufs.o_buffer[scratch_out],
-                             flat.p_rank[flat.r_piece[partials]] * self.span + bufs.r_buffer[partials],
-                             flat.p_rank[flat.r_piece[last]] * self.span + bufs.r_buffer[last]])
-        first = np.searchsorted(self.users_gb, gb, "left")
-        end = np.searchsorted(self.users_gb, gb, "right")
+        freed = np.concatenate([scratch_out, made_by(partials), made_by(last)])
+        first, length = excl(per_buffer)[freed], per_buffer[freed]
         get_first = np.arange(len(free_rows)) >= len(scratch_out)
-        if np.any((end == first) & ~get_first):
+        if np.any((length == 0) & ~get_first):
             raise AssertionError("a partial output no compute binds")
-        self.r_get_of_users = np.concatenate([self.r_get[partials], self.copy_get(last)])
-        return free_rows, first, end, get_first
+        gets = np.concatenate([self.r_get[partials], self.copy_get(last)])
+        return free_rows, get_first, gets, rows.l_row[flat.b_launch[users]], first, length
 
     def _gate(self) -> tuple[np.ndarray, ...]:
-        """(allocation rows, their piece's first gate entry, gate length, the gate entries)."""
+        """(allocation rows, then as `copy_stretches` takes them: the gate entries, where each
+        row's piece's start, how many)."""
         flat, order, rows, rel, bufs = self.flat, self.order, self.rows, self.rel, self.bufs
         pieces = len(flat.p_rank)
         n_out = np.bincount(flat.o_piece, minlength=pieces)
@@ -433,7 +461,7 @@ class _Deps:
         new = np.flatnonzero(bufs.r_first | self.r_scratch)
         alloc_rows = np.concatenate([rows.o_alloc, rows.r_alloc[new]])
         alloc_piece = np.concatenate([flat.o_piece, flat.r_piece[new]])
-        return alloc_rows, start[alloc_piece], length[alloc_piece], entries
+        return alloc_rows, entries, start[alloc_piece], length[alloc_piece]
 
     def _compute_deps(self) -> tuple[np.ndarray, np.ndarray]:
         """Each binding's producer row, and which bindings give a dep (the first of a producer)."""
@@ -461,15 +489,16 @@ def _extras(flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, writer: np.nd
     """(start, values): a compute's (parameter, buffer) pairs; the peers a Free waits for (the
     fetchers of a partial output; of an owner's copy, the other nodes' copies in creation order)."""
     launches = len(flat.l_piece)
-    counts = np.zeros(int(rows.node_start[-1]), np.int32)
+    fetched = owners.g_owner[owners.c_group[owners.fetchers]]
+    total = 2 * len(flat.b_launch) + len(writer) + len(fetched)
+    start = zero_starts(int(rows.node_start[-1]), total)
+    counts = start[1:]
     counts[rows.l_row] = 2 * np.bincount(flat.b_launch, minlength=launches)
     partials = np.flatnonzero(r_scratch)
     np.add.at(counts, rows.o_free[writer], 1)
-    fetched = owners.g_owner[owners.c_group[owners.fetchers]]
     owner_free = rows.r_free[bufs.c_last_row[fetched]]
     np.add.at(counts, owner_free, 1)
-    start = ragged_starts(counts)
-    del counts
+    accumulate(start, total)
     values = np.empty(int(start[-1]), field)
     b_first = first_rows(flat.b_launch, launches)
     at = start[rows.l_row[flat.b_launch]] + 2 * within(flat.b_launch, np.ones(len(flat.b_launch), I64),
