@@ -1,9 +1,11 @@
 """Pod speed on loopback, with real pod processes (CPU backend).
 
 - Tile transfer: a 16 MiB f32 tile fetched by one pod from another (target >= 1 GB/s), on the
-  ticketed bulk TCP path and on the fallback path (4 MiB chunks over the RPC). Timed: the
-  fetching pod's whole plan (allocate, fetch with header RPC, transfer, CRC-32C check on both
-  sides, release, free) from submit to its `finished` report. The owner's load from storage is
+  ticketed bulk TCP path and on the fallback path (4 MiB chunks over the RPC). Each round is a
+  job of its own, dropped on both pods once timed, as phobos-sched drops a job at its end on
+  running pods. Timed: the fetching pod's whole plan (allocate, fetch with header RPC,
+  transfer, CRC-32C check on both sides, release, free) from submit to its `finished` report,
+  and the Fetch instruction alone (its event's start to end). The owner's load from storage is
   done (and its crc cached) before the clock starts.
   With two GPU pods on one host (marker gpu) the fetch maps the owner's buffer by CUDA IPC and
   copies device to device.
@@ -79,6 +81,14 @@ class LoopRunner:
         asyncio.set_event_loop(None)
 
 
+async def drop_everywhere(links, job: str) -> None:
+    """Drop a finished job on every pod, as phobos-sched does at a job's end on running pods:
+    the next round's job then finds what the pods keep across jobs (pooled allocations, mappings
+    of a peer's allocations, prepared leaves) as a user's next job would."""
+    for _, pod in links:
+        await pod.cancel(job)
+
+
 def _tile_file(folder, devices: tuple[str, ...]) -> str:
     """The tile's file (16 MiB of f32), as a URI; skips GPU pods where there is no GPU."""
     if devices:  # benchmarks/ has no conftest that skips `gpu` tests where there is no GPU
@@ -136,6 +146,7 @@ def test_tile_transfer_16mib(benchmark, tmp_path, flags, devices):
             start = time.perf_counter()
             runner.run(fetch(current["job"]))
             plans.append(time.perf_counter() - start)
+            runner.run(drop_everywhere(links, current["job"]))
             plain.append(plain_socket_seconds())  # the same tile between two plain processes
 
         rounds = int(os.environ.get("PHOBOS_TRANSFER_ROUNDS", "9"))
@@ -192,6 +203,7 @@ def test_tile_window_bandwidth(benchmark, tmp_path, flags, devices):
         async def fetch_all():
             await submit(links[1][1], jobs[-1], PROGRAM, fetcher, peers)
             assert await sink.wait_finished([(1, jobs[-1], 1)], timeout=120) == [(True, "")]
+            await drop_everywhere(links, jobs[-1])
 
         benchmark.pedantic(lambda: runner.run(fetch_all()), setup=lambda: runner.run(prepare_owner()),
                            rounds=int(os.environ.get("PHOBOS_TRANSFER_ROUNDS", "9")), iterations=1)

@@ -4,26 +4,28 @@ A buffer holds its tensor's storage dtype: f32, f16 and i32 as such, bf16 as its
 (uint16: cupy has no bfloat16, and the leaves take bf16 as bits); on the host the same bytes are
 viewed as ml_dtypes.bfloat16 (`host_dtype`).
 
-Leaves are compiled once per job (compiler.cuda.compiled.compile_kernel at the leaf's own dims and tile
-values; when the scheduler sends PTX, the pod only regenerates the launch metadata and uses that
-PTX). Each concurrent compute runs on its own CUDA stream taken from a small pool; host<->device
-copies use a separate copy stream per calling thread. Buffers are allocated straight with
-cudaMalloc (not cupy's pool) so a buffer's pointer is its allocation's base, which is what a CUDA
-IPC handle describes (same-host peers map it instead of copying through the host).
+Leaves are compiled once per pod (compiler.cuda.compiled.compile_kernel at the leaf's own dims and
+tile values; when the scheduler sends PTX, the pod only regenerates the launch metadata and uses
+that PTX) and kept by content for later jobs, the latest KEPT_LEAVES. Each concurrent compute runs
+on its own CUDA stream taken from a small pool; host<->device copies use a separate copy stream per
+calling thread. Buffers are allocated straight with cudaMalloc (not cupy's pool) so a buffer's
+pointer is its allocation's base, which is what a CUDA IPC handle describes (same-host peers map it
+instead of copying through the host).
 
 The data path (docs/runtime.md, "The data path"): a load reads storage straight into pinned host
 memory (cupy's pinned pool, reused) in pieces of PIECE_BYTES, two pieces in turn, and each piece
-goes on with cudaMemcpyAsync on the thread's copy stream while the next is read; a store copies
-back the same way and writes one piece while the next comes off the device. Several storage
-threads run at once, so loads and stores also overlap each other and the computes. No pageable
-synchronous copy is on that path. A peer's IPC handle is opened once and the mapping kept until
-the job is forgotten; a copy out of it is started on the event loop's thread and waited for by
-its CUDA event (pod/peers.py), with no thread hand-off.
+goes on with cudaMemcpyAsync on the thread's copy stream while the next is read; a store copies back
+the same way and writes one piece while the next comes off the device. Several storage threads run
+at once, so loads and stores also overlap each other and the computes. No pageable synchronous copy
+is on that path. A peer allocation's IPC handle is opened once and the mapping kept for later jobs,
+within bounds (pod/ipc_mappings.py); a copy out of it is started on the event loop's thread and
+waited for by its CUDA event (pod/peers.py), with no thread hand-off.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import time
 import weakref
@@ -32,9 +34,10 @@ import ml_dtypes
 import numpy as np
 
 from common import storage
-from pod.backend_cpu import PreparedLeaf, prepare_leaf
-from pod.ipc_mappings import IpcMappings
+from pod.backend_cpu import KEPT_LEAVES, PreparedLeaf, prepare_leaf
+from pod.ipc_mappings import IpcMappings, Mapping
 from schemas.capnp_io import JobProgram
+from schemas.program import Leaf
 
 STREAMS = 4
 PIECE_BYTES = 8 << 20  # loads and stores move through two pinned pieces of this size
@@ -62,6 +65,10 @@ class GpuBackend:
         self._idle: dict[int, list] = {}  # bytes -> allocations no buffer uses now
         self._launchers: dict[tuple[str, str], object] = {}  # (job, leaf) -> prepared launch
         self.piece_bytes = PIECE_BYTES
+        # leaves prepared for earlier jobs, by their content and PTX, the latest KEPT_LEAVES: a
+        # pod serving job after job of one kernel prepares its leaf once. Two jobs preparing at
+        # once may both prepare a new leaf; either result serves (both are immutable).
+        self._prepare_leaf = functools.lru_cache(maxsize=KEPT_LEAVES)(self._prepared)
 
     def describe(self) -> tuple[str, int]:
         props = self.cupy.cuda.runtime.getDeviceProperties(self.device_index)
@@ -73,30 +80,40 @@ class GpuBackend:
     # ---- per job ----
 
     def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
-        from compiler.cuda.compiled import compile_generated, generate_source
-        from compiler.cuda.launch import load
-
         writes = {}
         ptx = dict(program.leaf_ptx)
         for leaf in program.leaves:
-            prepared = prepare_leaf(leaf)
-            # the scheduler's PTX when it sent one (same generator, same source: both for this
-            # GPU's compute capability), else NVRTC here; load refuses PTX made for another GPU
-            gen = generate_source(prepared.kernel, prepared.binding, cc=self.capability)
-            compiled = compile_generated(prepared.kernel, gen, ptx.get(leaf.name), cc=self.capability)
-            with self.device:
-                # module load (the driver's PTX JIT) belongs to the job's set-up, not to its
-                # first compute instruction
-                load(compiled)
+            prepared, compiled = self._prepare_leaf(leaf, ptx.get(leaf.name))
             self._leaves[(job_id, leaf.name)] = (prepared, compiled)
             writes[leaf.name] = program.writes_of(leaf.name) or prepared.writes
         return writes
+
+    def _prepared(self, leaf: Leaf, ptx: str | None) -> tuple[PreparedLeaf, object]:
+        """`leaf` parsed, its CUDA generated and compiled (or `ptx`, the scheduler's), its module
+        loaded. Kept by content for later jobs (`_prepare_leaf`): the parse and the generator
+        hold Python's lock for milliseconds in a compute worker, beside the plan's first fetches
+        and loads on the event loop."""
+        from compiler.cuda.compiled import compile_generated, generate_source
+        from compiler.cuda.launch import load
+
+        prepared = prepare_leaf(leaf)
+        # the scheduler's PTX when it sent one (same generator, same source: both for this
+        # GPU's compute capability), else NVRTC here; load refuses PTX made for another GPU
+        gen = generate_source(prepared.kernel, prepared.binding, cc=self.capability)
+        compiled = compile_generated(prepared.kernel, gen, ptx, cc=self.capability)
+        with self.device:
+            # module load (the driver's PTX JIT) belongs to the job's set-up, not to its
+            # first compute instruction
+            load(compiled)
+        return prepared, compiled
 
     def forget(self, job_id: str) -> None:
         for key in [k for k in self._leaves if k[0] == job_id]:
             del self._leaves[key]
             self._launchers.pop(key, None)
-        self._close_ipc(job_id)
+        with self._lock:  # its mappings stay open for later jobs, within bounds
+            closing = self._ipc.forget(job_id)
+        self._close_mappings(closing)
 
     # ---- buffers ----
 
@@ -262,28 +279,33 @@ class GpuBackend:
             self._ipc.copied(handle, event)
         return event
 
-    def open_ipc(self, handle: bytes, job_id: str) -> int:
-        """Our mapping of a peer allocation, opened on its first fetch and reused by later ones
-        (opening costs far more than a copy), by this job and others; closed when the last job
-        that used it is forgotten (pod/ipc_mappings.py)."""
+    def open_ipc(self, handle: bytes, job_id: str, nbytes: int, owner: str) -> int:
+        """Our mapping of the allocation of the peer at `owner`, opened on its first fetch and
+        reused by later ones (opening costs far more than a copy), by this job and later jobs:
+        the owner reuses the allocation, handle and all, for their buffers of its size. When it
+        closes: pod/ipc_mappings.py."""
         with self._lock:
             ptr = self._ipc.use(handle, job_id)
         if ptr is None:
             with self.device:
                 ptr = self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
             with self._lock:
-                spare = self._ipc.opened(handle, ptr, job_id)
+                spare = self._ipc.opened(handle, ptr, job_id, nbytes, owner)
                 ptr = self._ipc.pointer(handle)
             if spare is not None:  # opened meanwhile by another thread: keep one
                 with self.device:
                     self.cupy.cuda.runtime.ipcCloseMemHandle(spare)
         return ptr
 
-    def _close_ipc(self, job_id: str) -> None:
+    def drop_ipc_owner(self, owner: str) -> None:
+        """The peer at `owner` is lost: close our idle mappings of its allocations."""
         with self._lock:
-            unused = self._ipc.forget(job_id)
+            closing = self._ipc.drop_owner(owner)
+        self._close_mappings(closing)
+
+    def _close_mappings(self, closing: list[Mapping]) -> None:
         with self.device:
-            for mapping in unused:
+            for mapping in closing:
                 if mapping.last_copy is not None:  # a cancelled fetch's copy may still be running
                     mapping.last_copy.synchronize()
                 self.cupy.cuda.runtime.ipcCloseMemHandle(mapping.pointer)

@@ -10,6 +10,7 @@ FetchFailed); the transfer paths themselves are pod/transfer.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,6 +101,9 @@ class Peers:
         link = self.links.pop(address, None)
         if link is not None:
             self.retired.append(link)
+        if self.backend.kind == "gpu":  # its allocations may be gone: unmap what we keep of them
+            with contextlib.suppress(RuntimeError):  # the pod is closing: the pool takes no work
+                self.io_pool.submit(self.backend.drop_ipc_owner, address)
 
     async def fetch(self, f: Fetching, array) -> None:
         """Fill `array` (a buffer of ours) with the peer's tile; TransferError says why not."""
@@ -215,7 +219,9 @@ class Peers:
         _check_same_tile(offer.header, array, self.backend.host_dtype(array), f.ins)
         if not self.backend.ipc_opened(offer.handle, f.job_id):  # opening takes milliseconds: not on the loop
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self.io_pool, self.backend.open_ipc, offer.handle, f.job_id)
+            await loop.run_in_executor(self.io_pool, self.backend.open_ipc, offer.handle, f.job_id,
+                                       offer.header.nbytes, f.address)
+            log.debug("mapped a peer allocation", job=f.job_id, peer=f.ins.peer, bytes=offer.header.nbytes)
         await self._device_done(self.backend.start_ipc_copy(array, offer.handle, offer.device))
         self._release(f, link, offer.header.nbytes)
         log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=offer.header.nbytes, path=path)

@@ -34,6 +34,27 @@ def test_gpu_backend_matches_the_interpreter():
     np.testing.assert_array_equal(gpu.download(bufs["a"]), a)
 
 
+def test_a_leaf_is_prepared_once_for_job_after_job(monkeypatch):
+    """As on CPU pods, a GPU pod keeps its prepared leaves by content: the second job of one
+    kernel (dropped in between) reuses the first job's parse, CUDA and module, and adds right."""
+    from pod import backend_gpu
+
+    parsed, real = [], backend_gpu.prepare_leaf
+    monkeypatch.setattr(backend_gpu, "prepare_leaf", lambda leaf: parsed.append(leaf) or real(leaf))
+    gpu = backend_gpu.GpuBackend(0)
+    rng = np.random.default_rng(6)
+    for job in ("job-1", "job-2"):
+        gpu.prepare(job, PROGRAM)
+        a, b = (rng.standard_normal(HALF).astype(np.float32) for _ in range(2))
+        bufs = {name: gpu.allocate((HALF,)) for name in "abc"}
+        gpu.upload(bufs["a"], a)
+        gpu.upload(bufs["b"], b)
+        gpu.compute(job, "main", bufs, {})
+        np.testing.assert_array_equal(gpu.download(bufs["c"]), a + b)
+        gpu.forget(job)
+    assert len(parsed) == len(PROGRAM.leaves) == 1
+
+
 @pytest.mark.parametrize("devices", [("0", "0"), ("0", "cpu")], ids=["two-gpu-pods-ipc", "gpu-and-cpu"])
 def test_gpu_pods_run_the_add_plans(tmp_path, devices):
     a, b, uris = make_inputs(tmp_path)
@@ -108,8 +129,9 @@ def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings
         tmp_path, monkeypatch):
     """The owner offers its loaded tile to the peer whose plan fetches it (tileReady); the fetch,
     submitted once the offer has arrived, copies out of the owner's allocation without asking.
-    The second job's tile lands in the same owner allocation (reused by size, same IPC handle,
-    mapping kept by the fetcher): the fetch must bring the second job's bytes, not the first's."""
+    The second job's tile lands in the same owner allocation (reused by size, same IPC handle):
+    the fetcher maps it once, keeps the mapping after the first job is dropped on both pods, and
+    the fetch must bring the second job's bytes, not the first's."""
     from schemas.instructions import Allocate, Fetch, Free, Load, NodePlan, Store
     from schemas.program import Region, TensorInfo
 
@@ -140,10 +162,14 @@ def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings
                 await _logged(tmp_path / "pod-1.log", "tile offered", job)  # the offer is there
                 await submit(links[1][1], job, program, fetcher, peers)
                 results += await sink.wait_finished([(0, job, 1), (1, job, 1)], timeout=60)
+                for _, pod in links:  # dropped at its end, as phobos-sched does on running pods
+                    await pod.cancel(job)
             return results
 
         assert run_async(scenario) == [(True, "")] * 4
     log = (tmp_path / "pod-1.log").read_text().splitlines()
+    mapped = [line for line in log if "mapped a peer allocation" in line]
+    assert len(mapped) == 1 and "offer-1" in mapped[0], mapped  # opened once, kept for offer-2
     for job, data in jobs.items():
         fetched = [line for line in log if "fetched" in line and job in line]
         assert len(fetched) == 1 and "cuda-ipc-offered" in fetched[0], fetched
