@@ -50,7 +50,7 @@ import numpy as np
 
 from common.errors import UserError
 from compiler.cluster.units import no_gc_pauses
-from scheduler import plan_arrays, plan_columns
+from scheduler import plan_arrays, plan_columns, plan_instructions
 from scheduler.placement import place_columns
 from schemas.instructions import ITEMSIZE, NodePlan
 from schemas.program import ClusterProgram, Unit
@@ -110,7 +110,7 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     if np.any(flat.o_loaded & tensors.scratch[flat.k_tensor[flat.o_key]]):
         raise AssertionError("a partial is read before any launch writes it")
     r_scratch = tensors.scratch[flat.k_tensor[flat.r_key]]
-    # The stages, in order (scheduler/plan_arrays.py, scheduler/plan_columns.py):
+    # The stages, in order (scheduler/plan_arrays.py, plan_columns.py, plan_instructions.py):
     order = plan_arrays.node_order(flat, len(nodes))
     buffers = plan_arrays.number_buffers(flat, order, r_scratch)
     owners = plan_columns.choose_owners(flat, buffers, tensors, len(nodes))
@@ -118,8 +118,8 @@ def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[st
     peaks = plan_columns.peaks(flat, order, buffers, released, tensors, r_scratch, len(nodes))
     for figure, peak in zip(nodes, peaks, strict=True):
         check_fits(figure, peak)
-    tables = plan_columns.instructions(flat, order, buffers, owners, released, tensors, r_scratch,
-                                       np.array(node_ids, np.int64), first_id)
+    tables = plan_instructions.instructions(flat, order, buffers, owners, released, tensors, r_scratch,
+                                            np.array(node_ids, np.int64), first_id)
     node_plans = {figure.node: NodePlan(figure.node, generation, table, peak, plan_uris)
                   for figure, table, peak in zip(nodes, tables, peaks, strict=True)}
     return Plan(generation, node_plans, placed.roots, len(owners.g_owner))
