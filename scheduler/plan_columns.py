@@ -132,16 +132,16 @@ def peaks(flat: Flat, order: Order, bufs: Buffers, rel: Releases, tensors: Tenso
         stop[later] = flat.p_round[order.next2[p][later]]
         return stop
 
-    partials = np.flatnonzero(r_scratch)
-    rank = np.concatenate([bufs.c_rank, flat.p_rank[flat.o_piece], flat.p_rank[flat.r_piece[partials]]])
-    start = np.concatenate([flat.p_round[flat.r_piece[bufs.c_first_row]], flat.p_round[flat.o_piece],
-                            flat.p_round[flat.r_piece[partials]]])
-    stop = np.concatenate([rel.stop, until_two_later(flat.o_piece), until_two_later(flat.r_piece[partials])])
-    held = np.concatenate([nbytes(bufs.c_key), nbytes(flat.o_key), nbytes(flat.r_key[partials])])
     segment = excl(order.rounds + 1)
     delta = np.zeros(int(segment[-1]), I64)
-    np.add.at(delta, segment[rank] + start, held)
-    np.add.at(delta, segment[rank] + np.minimum(stop, order.rounds[rank]), -held)
+
+    def hold(rank, start, stop, held):  # one kind at a time: no columns of all the holds at once
+        np.add.at(delta, segment[rank] + start, held)
+        np.add.at(delta, segment[rank] + np.minimum(stop, order.rounds[rank]), -held)
+
+    hold(bufs.c_rank, flat.p_round[flat.r_piece[bufs.c_first_row]], rel.stop, nbytes(bufs.c_key))
+    for p, keys in ((flat.o_piece, flat.o_key), (flat.r_piece[r_scratch], flat.r_key[r_scratch])):
+        hold(flat.p_rank[p], flat.p_round[p], until_two_later(p), nbytes(keys))
     running = np.cumsum(delta)  # every hold ends within its node's segment: each starts at 0
     return np.maximum(np.maximum.reduceat(running, segment[:-1]), 0).tolist()
 
@@ -180,6 +180,7 @@ def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scrat
               2 * n_part, count(flat.l_piece), n_out + count(flat.o_piece[stored]), n_part,
               count(flat.r_piece[bufs.r_last])]
     offset = list(itertools.accumulate(blocks, initial=np.zeros(pieces, I64)))  # where block k starts
+    del blocks
     by_node = excl(offset[-1][order.order])
     first = np.empty(pieces, I64)
     first[order.order] = by_node[:-1]
@@ -248,12 +249,12 @@ class Columns:
 
     def __init__(self, total: int, field: type):
         self.kind = np.full(total, -1, np.int8)
-        self.buffer, self.a, self.b, self.c = (np.zeros(total, field) for _ in range(4))
+        self.buffer, self.a, self.b = (np.zeros(total, field) for _ in range(3))
 
-    def set(self, rows, kind, buffer=None, a=None, b=None, c=None) -> None:
+    def set(self, rows, kind, buffer=None, a=None, b=None) -> None:
         """Fill the rows' kind and the fields given (the others stay 0)."""
         self.kind[rows] = kind
-        for column, values in ((self.buffer, buffer), (self.a, a), (self.b, b), (self.c, c)):
+        for column, values in ((self.buffer, buffer), (self.a, a), (self.b, b)):
             if values is not None:
                 column[rows] = values
 
@@ -271,7 +272,7 @@ def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: R
     field = index_type(len(flat.keys), len(flat.names), int(tensors.stored.max(initial=0)),
                        int(bufs.node_buffers.max(initial=0)), int(flat.p_unit.max(initial=0)),
                        int(node_ids.min(initial=0)), int(node_ids.max(initial=0)))
-    extra_start, extra_values = _extras(flat, bufs, owners, rows, writer, r_scratch, node_ids, field)
+    extra_start, extra_values = _extras(flat, bufs, owners, rows, stored, writer, r_scratch, node_ids, field)
     col = Columns(int(rows.node_start[-1]), field)
     _fields(col, flat, bufs, owners, rows, tensors, stored, r_scratch, node_ids, writer)
     if np.any(col.kind < 0):
@@ -280,7 +281,7 @@ def instructions(flat: Flat, order: Order, bufs: Buffers, owners: Owners, rel: R
     for rank in range(len(node_ids)):
         lo, hi = int(rows.node_start[rank]), int(rows.node_start[rank + 1])
         out.append(InstructionTable(first_id + lo, col.kind[lo:hi], col.buffer[lo:hi], col.a[lo:hi],
-                                    col.b[lo:hi], col.c[lo:hi], dep_start[lo:hi + 1], dep_values,
+                                    col.b[lo:hi], dep_start[lo:hi + 1], dep_values,
                                     extra_start[lo:hi + 1], extra_values, flat.keys, flat.names))
     return out
 
@@ -303,9 +304,8 @@ def _fields(col: Columns, flat: Flat, bufs: Buffers, owners: Owners, rows: Rows,
     col.set(rows.o_alloc, ALLOCATE, bufs.o_buffer, flat.o_key, tensors.dtype_name[o_tensor])
     ld = flat.o_loaded
     col.set(rows.o_alloc[ld] + 1, LOAD, bufs.o_buffer[ld], tensors.stored[o_tensor[ld]], flat.o_key[ld])
-    units = flat.p_unit[flat.o_piece]
     col.set(rows.o_store[stored], STORE, bufs.o_buffer[stored], tensors.stored[o_tensor[stored]],
-            flat.o_key[stored], units[stored])
+            flat.o_key[stored])
     col.set(rows.o_free, FREE, bufs.o_buffer)
     new = np.flatnonzero(bufs.r_first | r_scratch)
     col.set(rows.r_alloc[new], ALLOCATE, bufs.r_buffer[new], flat.r_key[new],
@@ -484,16 +484,19 @@ class _Deps:
         return producers, ~repeat
 
 
-def _extras(flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, writer: np.ndarray, r_scratch: np.ndarray,
-            node_ids: np.ndarray, field: type) -> tuple[np.ndarray, np.ndarray]:
-    """(start, values): a compute's (parameter, buffer) pairs; the peers a Free waits for (the
+def _extras(flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, stored: np.ndarray, writer: np.ndarray,
+            r_scratch: np.ndarray, node_ids: np.ndarray, field: type) -> tuple[np.ndarray, np.ndarray]:
+    """(start, values): a compute's (parameter, buffer) pairs; a Store's unit (the only fourth
+    field of any kind: a column of it would be 90% zeros); the peers a Free waits for (the
     fetchers of a partial output; of an owner's copy, the other nodes' copies in creation order)."""
     launches = len(flat.l_piece)
     fetched = owners.g_owner[owners.c_group[owners.fetchers]]
-    total = 2 * len(flat.b_launch) + len(writer) + len(fetched)
+    store_rows = rows.o_store[stored]
+    total = 2 * len(flat.b_launch) + len(store_rows) + len(writer) + len(fetched)
     start = zero_starts(int(rows.node_start[-1]), total)
     counts = start[1:]
     counts[rows.l_row] = 2 * np.bincount(flat.b_launch, minlength=launches)
+    counts[store_rows] = 1
     partials = np.flatnonzero(r_scratch)
     np.add.at(counts, rows.o_free[writer], 1)
     owner_free = rows.r_free[bufs.c_last_row[fetched]]
@@ -501,9 +504,9 @@ def _extras(flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, writer: np.nd
     accumulate(start, total)
     values = np.empty(int(start[-1]), field)
     b_first = first_rows(flat.b_launch, launches)
-    at = start[rows.l_row[flat.b_launch]] + 2 * within(flat.b_launch, np.ones(len(flat.b_launch), I64),
-                                                       b_first)
+    at = start[rows.l_row[flat.b_launch]] + 2 * (np.arange(len(flat.b_launch)) - b_first[flat.b_launch])
     values[at], values[at + 1] = flat.b_param, binding_buffers(flat, bufs)
+    values[start[store_rows]] = flat.p_unit[flat.o_piece[stored]]
     ranks = flat.p_rank[flat.r_piece[partials]]
     by = np.lexsort((partials, ranks, writer))
     w = writer[by]

@@ -13,7 +13,7 @@ Columns, one row per instruction (`kind` says which):
     Load      buffer; a = tensor; b = region (index into `keys`)
     Fetch     buffer; a = peer; b = peer buffer
     Compute   a = leaf (into `names`); b = unit; extra = (parameter (into `names`), buffer) pairs
-    Store     buffer; a = tensor; b = region (index into `keys`); c = unit
+    Store     buffer; a = tensor; b = region (index into `keys`); extra = (unit,)
     Free      buffer; extra = the peers that fetch the buffer
 
 The integer columns are int32 where every value of theirs fits (the planner chooses each from
@@ -48,7 +48,6 @@ class InstructionTable(Sequence[Instruction]):
     buffer: np.ndarray  # int32 or int64 columns
     a: np.ndarray
     b: np.ndarray
-    c: np.ndarray
     dep_start: np.ndarray  # len(self) + 1 offsets into `deps`
     deps: np.ndarray
     extra_start: np.ndarray  # len(self) + 1 offsets into `extra`
@@ -90,7 +89,7 @@ class InstructionTable(Sequence[Instruction]):
             hi = min(stop, lo + _CHUNK)
             columns = zip(range(self.first_id + lo, self.first_id + hi), self.kind[lo:hi].tolist(),
                           self.buffer[lo:hi].tolist(), self.a[lo:hi].tolist(), self.b[lo:hi].tolist(),
-                          self.c[lo:hi].tolist(), strict=True)
+                          strict=True)
             dep_at, extra_at = self.dep_start[lo:hi + 1].tolist(), self.extra_start[lo:hi + 1].tolist()
             deps = self.deps[dep_at[0]:dep_at[-1]].tolist()
             extra = self.extra[extra_at[0]:extra_at[-1]].tolist()
@@ -100,7 +99,7 @@ class InstructionTable(Sequence[Instruction]):
                                    extra[extra_at[i] - e0:extra_at[i + 1] - e0])
 
     def _decode(self, row: tuple, deps: tuple[int, ...], extra: list[int]) -> Instruction:
-        ident, kind, buffer, a, b, c = row
+        ident, kind, buffer, a, b = row
         if kind == ALLOCATE:
             return Allocate(ident, deps, buffer, self.keys[a].shape, self.names[b])
         if kind == LOAD:
@@ -112,5 +111,5 @@ class InstructionTable(Sequence[Instruction]):
             return Compute(ident, deps, names[a], tuple(zip([names[p] for p in extra[0::2]], extra[1::2],
                                                             strict=True)), b)
         if kind == STORE:
-            return Store(ident, deps, buffer, a, self.keys[b], c)
+            return Store(ident, deps, buffer, a, self.keys[b], extra[0])
         return Free(ident, deps, buffer, peers=tuple(extra))
