@@ -63,6 +63,7 @@ class GpuBackend:
         self._local = threading.local()
         self._ipc = IpcMappings()  # our mappings of same-host peers' allocations, by IPC handle
         self._idle: dict[int, list] = {}  # bytes -> allocations no buffer uses now
+        self._lent: set[int] = set()  # allocations (base pointers) whose IPC handle went to a peer
         self._launchers: dict[tuple[str, str], object] = {}  # (job, leaf) -> prepared launch
         self.piece_bytes = PIECE_BYTES
         # leaves prepared for earlier jobs, by their content and PTX, the latest KEPT_LEAVES: a
@@ -141,12 +142,24 @@ class GpuBackend:
             idle = self._idle.get(nbytes)
             if idle:
                 return idle.pop()
-        try:
-            return self.cupy.cuda.memory.Memory(nbytes)
-        except self.cupy.cuda.memory.OutOfMemoryError:
-            with self._lock:
-                self._idle.clear()  # idle blocks of other sizes: give them back and retry
-            return self.cupy.cuda.memory.Memory(nbytes)
+        for keep_lent in (True, False):
+            try:
+                return self.cupy.cuda.memory.Memory(nbytes)
+            except self.cupy.cuda.memory.OutOfMemoryError:
+                self._free_idle(keep_lent)  # idle blocks of other sizes: give them back and retry
+        return self.cupy.cuda.memory.Memory(nbytes)
+
+    def _free_idle(self, keep_lent: bool) -> None:
+        """Free idle allocations: with `keep_lent`, only those whose IPC handle no peer was
+        given. A peer may keep a lent one mapped for later jobs (pod/ipc_mappings.py), and CUDA
+        calls freeing it under that mapping undefined (the memory may stay held until the peer's
+        mapping closes), so lent ones go only when freeing the others was not enough."""
+        with self._lock:
+            kept = {n: [mem for mem in idle if mem.ptr in self._lent] for n, idle in self._idle.items()}
+            kept = {n: idle for n, idle in kept.items() if idle} if keep_lent else {}
+            going = {mem.ptr for idle in self._idle.values() for mem in idle}
+            self._lent -= going - {mem.ptr for idle in kept.values() for mem in idle}
+            self._idle = kept  # the others' last references: cudaFree
 
     def _give_back(self, nbytes: int, mem) -> None:
         with self._lock:
@@ -256,6 +269,9 @@ class GpuBackend:
     # ---- same-host peers ----
 
     def ipc_handle(self, buffer) -> bytes:
+        """The handle of `buffer`'s allocation, for a same-host peer to map (lent from now on)."""
+        with self._lock:
+            self._lent.add(buffer.data.ptr)
         with self.device:
             return bytes(self.cupy.cuda.runtime.ipcGetMemHandle(buffer.data.ptr))
 

@@ -16,8 +16,9 @@ What keeps that safe:
 - **Idle.** Once no running job uses it, a mapping is idle: kept for the next job, least recently
   used first out. What an idle mapping costs: nothing while its owner pools the allocation (the
   usual case: the owner frees pooled allocations only when an allocation fails for lack of
-  memory), but the allocation's memory itself when the owner has freed it (CUDA calls that
-  undefined; in practice the importer's mapping keeps the memory). So idle mappings are bounded:
+  memory, and lent ones only when freeing the others was not enough), but the allocation's
+  memory itself when the owner has freed it (CUDA calls that undefined; in practice the
+  importer's mapping keeps the memory). So idle mappings are bounded:
   at most IDLE_BYTES and IDLE_COUNT of them stay open; past either, the least recently used
   closes. IDLE_BYTES is 2 GiB, about 1.5% of an H200's memory: the most a freed owner allocation
   can stay held by this pod, and 8 times what the pod benchmark's 16 tiles in flight map.

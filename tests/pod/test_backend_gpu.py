@@ -125,6 +125,41 @@ def test_a_freed_buffer_allocation_is_reused_with_its_ipc_handle():
     assert not bool(second.any())  # a reused allocation starts zeroed like a new one
 
 
+def test_short_of_memory_the_pool_frees_allocations_never_lent_before_lent_ones(monkeypatch):
+    """A failed cudaMalloc frees the idle allocations no peer was given a handle to and retries;
+    the lent ones (a peer may keep them mapped) go only when that was not enough."""
+    import gc
+
+    import cupy
+
+    from pod.backend_gpu import GpuBackend
+
+    gpu = GpuBackend(0)
+    lent, plain = gpu.allocate((1 << 20,)), gpu.allocate((1 << 18,))
+    gpu.ipc_handle(lent)
+    lent_pointer = lent.data.ptr
+    del lent, plain
+    gc.collect()
+    assert sorted(gpu._idle) == [1 << 20, 1 << 22]  # both idle, pooled by bytes
+    real, failures = cupy.cuda.memory.Memory, [1]  # cudaMalloc fails this many times, then works
+
+    def malloc(nbytes):
+        if failures[0]:
+            failures[0] -= 1
+            raise cupy.cuda.memory.OutOfMemoryError(nbytes, 0, 0)
+        return real(nbytes)
+
+    monkeypatch.setattr(cupy.cuda.memory, "Memory", malloc)
+    held = [gpu.allocate((1 << 19,))]  # a new size, one failure: the never-lent allocation goes
+    assert sorted(gpu._idle) == [1 << 22]
+    assert gpu.allocate((1 << 20,)).data.ptr == lent_pointer  # the lent one is still pooled
+    gc.collect()
+    assert sorted(gpu._idle) == [1 << 22]  # and back in the pool
+    failures[0] = 2
+    held.append(gpu.allocate((1 << 17,)))  # two failures: the lent one goes too
+    assert gpu._idle == {} and lent_pointer not in gpu._lent and not failures[0]
+
+
 def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings_its_new_bytes(
         tmp_path, monkeypatch):
     """The owner offers its loaded tile to the peer whose plan fetches it (tileReady); the fetch,
