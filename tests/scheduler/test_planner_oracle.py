@@ -17,7 +17,7 @@ from common.paths import repo_file
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend.load import load_file
-from scheduler import planner
+from scheduler import plan_instructions, planner
 from tests.cluster.helpers import small
 from tests.scheduler import planner_oracle
 from tests.scheduler.programs import add_program, attention_program, matmul_program
@@ -126,3 +126,25 @@ def test_columns_past_int32_widen_and_give_the_same_plans(name, first_id, node_b
         wide = np.int64 if node_base else np.int32
         assert (table.buffer.dtype, table.a.dtype, table.extra.dtype) == (wide, wide, wide)
         assert table.dep_start.dtype == table.extra_start.dtype == np.int32
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])
+def test_stretches_copied_a_chunk_at_a_time_land_as_copied_at_once(chunk):
+    """The planner copies the gates' and users' deps in chunks of about a million values: the
+    plans above fit in one, so the chunk edges (empty stretches, one longer than a chunk) are
+    checked here against a plain loop."""
+    rng = np.random.default_rng(chunk)
+    length = rng.integers(0, 12, 200)
+    length[[0, 50, 199]] = 0
+    length[100] = 40
+    source = rng.integers(0, 10**6, 300)
+    first = rng.integers(0, len(source) - 40, len(length))
+    order = rng.permutation(len(length))  # the stretches land in another order than they come
+    to = np.empty(len(length), np.int64)
+    to[order] = np.cumsum(length[order]) - length[order]
+    values = np.full(int(length.sum()), -1, np.int64)
+    plan_instructions.copy_stretches(values, to, source, first, length, chunk)
+    expected = np.full(len(values), -1, np.int64)
+    for i in range(len(length)):
+        expected[to[i]:to[i] + length[i]] = source[first[i]:first[i] + length[i]]
+    assert (values == expected).all() and (values >= 0).all()
