@@ -11,6 +11,13 @@ import numpy as np
 from scheduler.plan_arrays import I64, Buffers, Flat, Order, excl
 
 
+def index_type(*bounds: int) -> type:
+    """int32 when every bound lies in its range, else int64: chosen from the actual extremes so
+    that nothing wraps. The rows (ten million at a million units) and deps (twenty million)
+    are the planner's biggest arrays, and the memory a plan first touches is most of its time."""
+    return np.int32 if -2**31 <= min(bounds) and max(bounds) < 2**31 else I64
+
+
 @dataclass
 class Tensors:
     """Per tensor of the program (flatten's index): bytes per element, partial or not, its index
@@ -65,7 +72,9 @@ def choose_owners(flat: Flat, bufs: Buffers, tensors: Tensors, n_nodes: int) -> 
     g_last_fetch = np.full(groups, -1, I64)
     np.maximum.at(g_last_fetch, c_group[fetchers], c_pos[fetchers])
     fetch_start = excl(np.bincount(c_group[fetchers], minlength=groups))
-    return Owners(c_owner, c_group, g_owner, g_last_fetch, fetchers, fetch_start)
+    narrow = index_type(copies, int(flat.p_round.max(initial=0)))  # copies, groups, counts, rounds
+    return Owners(c_owner, *(column.astype(narrow)  # held until the plan is made
+                             for column in (c_group, g_owner, g_last_fetch, fetchers, fetch_start)))
 
 
 def _choose_among_candidates(g_owner, candidates, c_group, n_cand, g_rank, g_bytes, c_rank, n_nodes) -> None:
@@ -114,7 +123,8 @@ def releases(flat: Flat, order: Order, bufs: Buffers, owners: Owners) -> Release
     piece[released] = order.order[at[released]]
     stop = order.rounds[bufs.c_rank].copy()
     stop[released] = flat.p_round[piece[released]]
-    return Releases(piece, stop)
+    narrow = index_type(len(flat.p_rank), int(stop.max(initial=0)))  # pieces, rounds: held to the end
+    return Releases(piece.astype(narrow), stop.astype(narrow))
 
 
 def peaks(flat: Flat, order: Order, bufs: Buffers, rel: Releases, tensors: Tensors, r_scratch: np.ndarray,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.plan_arrays import I64, Buffers, Flat, Order, excl, first_rows, ragged, within
-from scheduler.plan_columns import Owners, Releases, Tensors
+from scheduler.plan_columns import Owners, Releases, Tensors, index_type
 from schemas.instruction_table import ALLOCATE, COMPUTE, FETCH, FREE, LOAD, STORE, InstructionTable
 
 
@@ -70,13 +70,6 @@ def lay_out(flat: Flat, order: Order, bufs: Buffers, stored: np.ndarray, r_scrat
     row = index_type(int(by_node[-1]))  # every per-row array below is a row number
     return Rows(*(rows.astype(row) for rows in (o_alloc, o_store, o_store + stored, r_alloc, r_free, l_row)),
                 by_node[order.start])
-
-
-def index_type(*bounds: int) -> type:
-    """int32 when every bound lies in its range, else int64: chosen from the actual extremes so
-    that nothing wraps. The rows (ten million at a million units) and deps (twenty million)
-    are the planner's biggest arrays, and the memory a plan first touches is most of its time."""
-    return np.int32 if -2**31 <= min(bounds) and max(bounds) < 2**31 else I64
 
 
 def copy_stretches(values: np.ndarray, to: np.ndarray, source: np.ndarray, first: np.ndarray,
