@@ -1,5 +1,7 @@
 """Summarise py-spy raw output: samples per process/thread, and each thread's top leaf frames."""
-import collections, sys
+import collections
+import sys
+
 per_thread = collections.Counter()
 leaves = collections.defaultdict(collections.Counter)
 mids = collections.defaultdict(collections.Counter)
