@@ -62,7 +62,9 @@ class Lane:
             heapq.heappush(self._waiting, entry)
             if self._idle:
                 self._cond.notify()
-            elif self._threads < self.width:
+            # an idle thread woken is counted idle until it runs: more work waiting than idle
+            # threads to take it wants one more (else a lone thread woken for two works alone)
+            if len(self._waiting) > self._idle and self._threads < self.width:
                 self._start_thread(entry)
         return fut
 

@@ -65,6 +65,27 @@ def test_a_lane_runs_at_most_its_width_at_once_and_shutdown_cancels_what_waits()
         lane.submit((0,), print)
 
 
+def test_work_handed_to_a_lane_whose_one_thread_is_idle_gets_a_second_thread():
+    """A lane of width 2 whose one thread has gone idle is handed two works at once: the thread
+    woken takes one, and a second thread the other (the woken thread still counts as idle until
+    it runs, so waking it alone would leave the second work waiting for the first)."""
+    lane, gate = Lane(2, "test"), threading.Event()
+    lane.submit((0,), len, ()).result(30)
+    for _ in range(3000):  # the thread that ran it goes back to wait for work
+        with lane._cond:
+            if lane._idle == 1:
+                break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the lane's thread never went idle")
+    starts = [threading.Event(), threading.Event()]
+    held = [_held(lane, gate, started) for started in starts]
+    assert all(started.wait(30) for started in starts)  # both at once, not one after the other
+    gate.set()
+    assert [fut.result(30) for fut in held] == [None, None]
+    lane.shutdown()
+
+
 def test_work_whose_caller_stopped_waiting_is_skipped():
     lane, gate, started, ran = Lane(1, "test"), threading.Event(), threading.Event(), []
     first = _held(lane, gate, started)
