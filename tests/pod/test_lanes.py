@@ -17,7 +17,6 @@ import pytest
 from pod import machine as m
 from pod.backend_cpu import CpuBackend
 from pod.lanes import LOAD_WIDTH, STORE_WIDTH, IoLanes, Lane
-from pod.server import PodConfig, PodServer
 from scheduler import prepare as prep
 from scheduler.job_storage import JobStorage
 from scheduler.planner import NodeFigure, plan
@@ -180,7 +179,7 @@ def test_a_cpu_pod_loads_its_first_piece_first_and_stores_one_at_a_time(tmp_path
 
 def test_a_store_that_waited_in_its_lane_past_its_lease_asks_again_before_it_writes(tmp_path):
     async def main():
-        pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), CpuBackend())
+        pod, _, _ = in_process_pod(tmp_path, CpuBackend())
         runtime, loop, wrote = pod.runtime, asyncio.get_running_loop(), []
         job = runtime.job("j")
         store = Store(7, (), 0, 0, Region("c", (0,), (4,)), 0)
@@ -213,7 +212,7 @@ def test_a_cpu_pod_runs_its_allocates_at_once_not_as_tasks(tmp_path):
     node_plan = plan(prepared.program, [NodeFigure(0, 0)], prepared.uris, 1).node_plans[0]
 
     async def main():
-        pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), CpuBackend())
+        pod, _, _ = in_process_pod(tmp_path, CpuBackend())
         try:
             program = job_program(prepared.program, prepared.scalars)
             [prepare] = pod.feed(m.PlanPart("quick", 1, node_plan, program))
@@ -237,8 +236,7 @@ def test_a_store_of_a_job_dropped_while_it_waited_in_its_lane_writes_nothing(tmp
     declared the pod dead, or its connection dropped while the lease still ran) must not write,
     whether its lease ran out meanwhile (it asks again) or not."""
     async def main():
-        config = PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False, keep_serving=True)
-        pod = PodServer(config, CpuBackend())
+        pod, _, _ = in_process_pod(tmp_path, CpuBackend(), keep_serving=True)
         runtime, loop, wrote = pod.runtime, asyncio.get_running_loop(), []
         job = runtime.job("j")
         store = Store(7, (), 0, 0, Region("c", (0,), (4,)), 0)

@@ -10,7 +10,7 @@ import gc
 
 from pod import server
 from pod.backend_cpu import CpuBackend
-from pod.server import PodConfig, PodServer
+from tests.pod.harness import in_process_pod
 
 
 class GpuKind(CpuBackend):
@@ -23,7 +23,7 @@ def _collections(backend, turns: int, monkeypatch, tmp_path) -> list[int]:
     generations = []
 
     async def main():
-        pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), backend)
+        pod, _, _ = in_process_pod(tmp_path, backend)
 
         def collect(generation=2):
             generations.append(generation)
