@@ -150,6 +150,8 @@ async def _run_held(tmp_path, backend: HeldBackend, prepared, node_plan) -> tupl
                 if running > 2 or (running == 2 and lanes is not None and lanes.loads.waiting >= 2):
                     break
             await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the first piece's loads never held the lane with the second's waiting")
         with backend.lock:
             filling = set(backend.filling)
         runtime = pod.runtime
