@@ -64,5 +64,6 @@ def main() -> None:
     after = resource.getrusage(resource.RUSAGE_SELF)
     print(f"{'plan':15s} {_cpu(before, after)}, units {units}")
 
+
 if __name__ == "__main__":
     main()

@@ -155,10 +155,13 @@ class GpuBackend:
         calls freeing it under that mapping undefined (the memory may stay held until the peer's
         mapping closes), so lent ones go only when freeing the others was not enough."""
         with self._lock:
-            kept = {n: [mem for mem in idle if mem.ptr in self._lent] for n, idle in self._idle.items()}
-            kept = {n: idle for n, idle in kept.items() if idle} if keep_lent else {}
-            going = {mem.ptr for idle in self._idle.values() for mem in idle}
-            self._lent -= going - {mem.ptr for idle in kept.values() for mem in idle}
+            kept: dict[int, list] = {}
+            for nbytes, idle in self._idle.items():
+                for mem in idle:
+                    if keep_lent and mem.ptr in self._lent:
+                        kept.setdefault(nbytes, []).append(mem)
+                    else:  # freed: a later allocation at its address is a new one, not lent yet
+                        self._lent.discard(mem.ptr)
             self._idle = kept  # the others' last references: cudaFree
 
     def _give_back(self, nbytes: int, mem) -> None:

@@ -20,7 +20,7 @@ import itertools
 import math
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -166,7 +166,7 @@ def number_regions(regions: list[Region]) -> tuple[np.ndarray, list[Region]]:
     return access_key, keys
 
 
-_FIELDS = attrgetter("tensor", "start", "shape")  # what Region's equality compares
+_FIELDS = attrgetter(*(f.name for f in fields(Region) if f.compare))  # what its == compares
 
 
 def _all_equal(regions: list[Region], left: np.ndarray, right: np.ndarray) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.plan_arrays import I64, Buffers, Flat, Order, excl, first_rows, ragged, within
+from scheduler.plan_arrays import I64, Buffers, Flat, Order, excl, first_rows, ragged, sort_runs, within
 from scheduler.plan_columns import Owners, Releases, Tensors, index_type
 from schemas.instruction_table import ALLOCATE, COMPUTE, FETCH, FREE, LOAD, STORE, InstructionTable
 
@@ -93,12 +93,12 @@ def ragged_starts(counts: np.ndarray) -> np.ndarray:
 
 def zero_starts(rows: int, total: int) -> np.ndarray:
     """The starts of `rows` ragged rows holding `total` values in all (int32 when it fits),
-    zero until `accumulate`: row i's length goes at [i + 1] (no separate array of lengths as
+    zero until `add_up_starts`: row i's length goes at [i + 1] (no separate array of lengths as
     long as the rows)."""
     return np.zeros(rows + 1, index_type(total))
 
 
-def accumulate(start: np.ndarray, total: int) -> np.ndarray:
+def add_up_starts(start: np.ndarray, total: int) -> np.ndarray:
     np.cumsum(start, out=start)
     if start[-1] != total:
         raise AssertionError("the rows' lengths do not add up to their total")
@@ -247,7 +247,7 @@ class _Deps:
         counts[free_rows] = get_first + used[-1]
         counts[alloc_rows] = gated[-1]
         counts[rows.l_row] = per_launch
-        accumulate(start, total)
+        add_up_starts(start, total)
         values = np.empty(int(start[-1]), index_type(first_id, first_id + int(rows.node_start[-1])))
         values[start[singles[0]]] = singles[1]
         del singles
@@ -339,11 +339,10 @@ class _Deps:
         before = self.last_write_before(outs, flat.b_launch[self.is_out])
         start = self.rows.o_alloc[outs] + flat.o_loaded[outs]  # the Load after the Allocate, if any
         producers[self.is_out] = np.where(before >= 0, before, start)
-        key = flat.b_launch * (int(self.rows.node_start[-1]) + 1) + producers
-        by = np.argsort(key, kind="stable")
-        repeat = np.zeros(len(key), bool)
-        repeat[by[1:]] = key[by][1:] == key[by][:-1]
-        return producers, ~repeat
+        by, firsts = sort_runs(flat.b_launch * (int(self.rows.node_start[-1]) + 1) + producers)
+        kept = np.empty(len(by), bool)
+        kept[by] = firsts  # stable: a producer's first binding in its launch starts its run
+        return producers, kept
 
 
 def _extras(flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, stored: np.ndarray, writer: np.ndarray,
@@ -363,7 +362,7 @@ def _extras(flat: Flat, bufs: Buffers, owners: Owners, rows: Rows, stored: np.nd
     np.add.at(counts, rows.o_free[writer], 1)
     owner_free = rows.r_free[bufs.c_last_row[fetched]]
     np.add.at(counts, owner_free, 1)
-    accumulate(start, total)
+    add_up_starts(start, total)
     values = np.empty(int(start[-1]), field)
     b_first = first_rows(flat.b_launch, launches)
     at = start[rows.l_row[flat.b_launch]] + 2 * (np.arange(len(flat.b_launch)) - b_first[flat.b_launch])

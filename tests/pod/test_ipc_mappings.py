@@ -39,7 +39,7 @@ def test_idle_mappings_past_the_byte_bound_close_least_recently_used_first():
     assert maps.forget("job-1") == []  # 3 MiB idle: at the bound, all kept
     assert maps.use(b"a", "job-2") == 100  # a is in use again, and the most recently used
     _open(maps, b"d", 103, "job-2", nbytes=2 * MIB)
-    closed = maps.forget("job-2")  # a (1 MiB) and d (2 MiB) go idle: 6 MiB, 3 over
+    closed = maps.forget("job-2")  # a (1 MiB) and d (2 MiB) go idle beside b and c: 5 MiB, 2 over
     assert [m.pointer for m in closed] == [101, 102]  # b, then c: the least recently used
     assert maps.idle() == [b"a", b"d"]
 
@@ -85,3 +85,27 @@ def test_forgetting_a_job_that_used_nothing_closes_nothing():
     maps = IpcMappings()
     _open(maps, b"x", 100, "a")
     assert maps.forget("never-ran") == [] and len(maps) == 1 and maps.idle() == []
+
+
+def test_the_idle_byte_count_follows_every_way_in_and_out():
+    """Reuse, a second open, a lost owner and the bounds each take a mapping out of the idle
+    set; after many of each, the byte bound still closes exactly what is past it."""
+    maps = IpcMappings(idle_bytes=2 * MIB, idle_count=100)
+    for round_ in range(50):
+        job, again = f"job-{round_}", f"again-{round_}"
+        if round_ == 0:
+            _open(maps, b"kept", 100, job)
+        else:
+            assert maps.use(b"kept", job) == 100  # out of the idle set by reuse
+        assert maps.opened(b"kept", 101, again, MIB, "pod-a") == 101  # by a second open
+        _open(maps, b"big", 300, job, nbytes=4 * MIB)
+        assert [m.pointer for m in maps.forget(job)] == [300]  # by the byte bound, at once
+        _open(maps, b"lost", 200, again, owner="pod-b")
+        assert maps.forget(again) == [] and maps.idle() == [b"kept", b"lost"]  # 2 MiB: kept
+        assert [m.pointer for m in maps.drop_owner("pod-b")] == [200]  # by a lost owner
+        assert maps.idle() == [b"kept"]
+    _open(maps, b"one-more", 400, "last")
+    assert maps.forget("last") == []  # 2 MiB idle: at the bound, both kept
+    _open(maps, b"past", 500, "final")
+    assert [m.pointer for m in maps.forget("final")] == [100]  # 3 MiB: the oldest goes
+    assert maps.idle() == [b"one-more", b"past"]
