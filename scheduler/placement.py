@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from schemas.program import Launch, Unit
+from schemas.program import Launch, Unit, UnitColumns
 
 
 class Piece(NamedTuple):  # a tuple: built about three times faster than a frozen dataclass
@@ -116,29 +116,41 @@ def root_node(pieces: Sequence[Piece]) -> dict[int, int]:
 
 @dataclass
 class Placed:
-    """The pieces as the planner's columns (scheduler/plan_arrays.py): per piece its launches,
-    the rank of its node in the list given, its round and its unit's index; and the roots."""
+    """The pieces as the planner's columns (scheduler/plan_arrays.py): the units placed, per
+    launch of a piece (in placement order, a piece's launches in its unit's order) its position
+    among the units' launches and its piece; per piece the rank of its node in the list given,
+    its round and its unit's index; and the roots."""
 
-    launches: list[Sequence[Launch]]
+    units: UnitColumns
+    l_launch: np.ndarray
+    l_piece: np.ndarray
     rank: np.ndarray
     round: np.ndarray
     unit: np.ndarray
     roots: dict[int, int]
 
 
-def place_columns(units: Sequence[Unit], nodes: Sequence[int], hosts: Mapping[int, str] | None = None,
+def place_columns(units: UnitColumns, nodes: Sequence[int], hosts: Mapping[int, str] | None = None,
                   groups: tuple[int, ...] = (), split: bool = True) -> Placed:
     """`place`, as columns. Units that are not split are dealt round robin with arrays (no object
     per piece): the planner's hot path at a million units."""
-    unit_index = np.fromiter((unit.index for unit in units), np.int64, len(units))
+    per_unit = np.diff(units.launch_start)
     if not split:
         dealt = np.arange(len(units), dtype=np.int64)
         rank, rounds = dealt % len(nodes), dealt // len(nodes)
-        roots = dict(zip(unit_index.tolist(), np.asarray(nodes)[rank].tolist(), strict=True))
-        return Placed([unit.launches for unit in units], rank, rounds, unit_index, roots)
+        roots = dict(zip(units.unit_index.tolist(), np.asarray(nodes)[rank].tolist(), strict=True))
+        return Placed(units, np.arange(len(units.leaf), dtype=np.int64), np.repeat(dealt, per_unit), rank,
+                      rounds, units.unit_index, roots)
     pieces = place(units, nodes, hosts, groups)
     rank_of = {node: rank for rank, node in enumerate(nodes)}
-    return Placed([p.launches for p in pieces],
+    position = {index: at for at, index in enumerate(units.unit_index.tolist())}
+    widest = 1 + int(units.share.max(initial=0))
+    piece_of = np.full(len(units) * widest, -1, np.int64)  # (unit position, share) -> its piece
+    for at, p in enumerate(pieces):
+        piece_of[[position[p.unit.index] * widest + s for s in p.shares]] = at
+    l_piece = piece_of[np.repeat(np.arange(len(units), dtype=np.int64), per_unit) * widest + units.share]
+    l_launch = np.argsort(l_piece, kind="stable")  # stable: a piece's launches in its unit's order
+    return Placed(units, l_launch, l_piece[l_launch],
                   np.fromiter((rank_of[p.node] for p in pieces), np.int64, len(pieces)),
                   np.fromiter((p.round for p in pieces), np.int64, len(pieces)),
                   np.fromiter((p.unit.index for p in pieces), np.int64, len(pieces)), root_node(pieces))

@@ -16,17 +16,14 @@ its rank (its place in the planner's list of nodes).
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from operator import attrgetter, itemgetter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from scheduler.placement import Placed
-from schemas.program import Region
+from schemas.program import Region, UnitColumns, spans
 
 I64 = np.int64
 
@@ -90,97 +87,90 @@ class Flat:
     w_out: np.ndarray
     k_tensor: np.ndarray  # tensor index (into the planner's tensor list) of every key
     k_elements: np.ndarray
-    keys: list[Region]  # every key: its region
+    keys: Sequence[Region]  # every key: its region (built when asked for)
     names: list[str]
 
 
 def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
-    """The program as columns. Python walks it once with comprehensions (the planner's only
-    per-access Python: numbering each region's key); the rest is grouping with numpy."""
-    n_pieces = len(placed.launches)
-    launches = [launch for piece in placed.launches for launch in piece]
-    n_launches = len(launches)
-    l_piece = np.repeat(np.arange(n_pieces, dtype=I64), np.fromiter(map(len, placed.launches), I64, n_pieces))
-    n_read = np.fromiter(map(len, map(attrgetter("reads"), launches)), I64, n_launches)
-    n_access = n_read + np.fromiter(map(len, map(attrgetter("writes"), launches)), I64, n_launches)
-    accesses = [pair for launch in launches for part in (launch.reads, launch.writes) for pair in part]
+    """The program as columns: the placed launches' accesses gathered from the units' columns
+    (schemas/program.py, UnitColumns), their regions numbered as keys, then grouped with numpy."""
+    units, l_launch = placed.units, placed.l_launch
+    n_launches = len(l_launch)
+    a_index = spans(units.access_start, l_launch)  # the accesses, in placement order
+    a_launch = np.repeat(np.arange(n_launches, dtype=I64), np.diff(units.access_start)[l_launch])
+    a_key, key_access = number_keys(units, a_index)
+    # names: the parameters in order of first access, then the leaves in order of first launch
+    seen = [*first_seen(units.param[a_index], len(units.names)).tolist(),
+            *first_seen(units.leaf[l_launch], len(units.names)).tolist()]
+    order = list(dict.fromkeys(seen))
+    number = np.full(len(units.names), -1, I64)
+    number[order] = np.arange(len(order))
+    a_write = units.write[a_index]
+    rows = _piece_rows(placed.l_piece[a_launch], a_key, a_write, a_launch, number[units.param[a_index]],
+                       len(key_access))
+    del a_index
+    known = np.array([tensors.get(name, -1) for name in units.names], I64)
+    k_tensor = known[units.tensor[key_access]]
+    if np.any(k_tensor < 0):
+        raise KeyError(units.names[units.tensor[key_access[np.argmax(k_tensor < 0)]]])
+    ndim = units.ndim[key_access]
+    shape = units.shape[key_access]
+    k_elements = np.where(np.arange(shape.shape[1]) < ndim[:, None], shape, 1).prod(axis=1, dtype=I64)
+    return Flat(p_rank=placed.rank, p_round=placed.round, p_unit=placed.unit,
+                l_piece=placed.l_piece, l_leaf=number[units.leaf[l_launch]], **rows,
+                k_tensor=k_tensor, k_elements=k_elements, keys=units.regions(key_access),
+                names=[units.names[i] for i in order])
+
+
+def first_seen(codes: np.ndarray, bound: int) -> np.ndarray:
+    """The distinct values of `codes` (all in 0..bound-1) in order of first appearance."""
+    small = codes.astype(np.uint16) if bound <= 1 << 16 else codes  # a 16-bit stable sort is a radix sort
+    by, starts = sort_runs(small)
+    firsts = by[starts]
+    return codes[np.sort(firsts)]
+
+
+def number_keys(units: UnitColumns, accesses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each access's key (equal regions one key, keys numbered by first access) and every key's
+    first access (a position among the units' accesses). Regions are equal when their tensor,
+    start and shape are: those columns are packed into one integer where their ranges allow
+    (else sorted together), and the codes sorted (stable, so a group's first member is its first
+    access)."""
     count = len(accesses)
-    regions = list(map(itemgetter(1), accesses))
-    a_key, keys = number_regions(regions)
-    params: dict[str, int] = {}
-    a_param = _dense(np.fromiter(map(params.setdefault, map(itemgetter(0), accesses), itertools.count()),
-                                 I64, count))
-    del accesses
-    leaves = list(map(attrgetter("leaf"), launches))
-    names = {name: i for i, name in enumerate(dict.fromkeys([*params, *dict.fromkeys(leaves)]))}
-    l_leaf = np.fromiter(map(names.__getitem__, leaves), I64, n_launches)
-    a_launch = np.repeat(np.arange(n_launches, dtype=I64), n_access)
-    a_write = ragged(n_access) >= np.repeat(n_read, n_access)
-    rows = _piece_rows(l_piece[a_launch], a_key, a_write, a_launch, a_param, len(keys))
-    flat = Flat(
-        p_rank=placed.rank, p_round=placed.round, p_unit=placed.unit,
-        l_piece=l_piece, l_leaf=l_leaf, **rows,
-        k_tensor=np.fromiter(map(tensors.__getitem__, map(attrgetter("tensor"), keys)), I64, len(keys)),
-        k_elements=np.fromiter(map(_Sizes().__getitem__, map(attrgetter("shape"), keys)), I64, len(keys)),
-        keys=keys, names=list(names))
-    return flat
-
-
-class _Sizes(dict):
-    """Elements of a shape, computed once per distinct shape."""
-
-    def __missing__(self, shape: tuple[int, ...]) -> int:
-        size = self[shape] = math.prod(shape)
-        return size
-
-
-def _dense(first_access: np.ndarray) -> np.ndarray:
-    """Numbers that are each key's first access (increasing with it) as 0, 1, 2, ..."""
-    firsts = first_access == np.arange(len(first_access))
-    return (np.cumsum(firsts) - 1)[first_access]
-
-
-def number_regions(regions: list[Region]) -> tuple[np.ndarray, list[Region]]:
-    """Each access's key (equal regions one key, keys numbered by first access), and every key's
-    region (its first access's). Regions are grouped by the hash of their fields with a sort,
-    then every region is checked equal to its group's first (by identity, the common case of a
-    region shared between launches, else by `==`); only if two unequal regions share a hash is
-    a dict used instead. A dict over the 3M accesses of a 1M-unit plan took ~2 s and ~250 MB;
-    hashing the fields at C speed and sorting ~0.8 s."""
-    count = len(regions)
-    # stable: a group's first is its first access
-    by, starts = sort_runs(np.fromiter(map(hash, map(_FIELDS, regions)), I64, count))
-    if starts.all():  # every region distinct (an elementwise program): each its own key
-        return np.arange(count, dtype=I64), regions
+    # the start first: the codes of a grid's regions then come nearly in order, which the
+    # stable sort (a merge of runs) takes in one pass
+    by, starts = _region_runs([*units.start[accesses].T, *units.shape[accesses].T, units.ndim[accesses],
+                               units.tensor[accesses]])
+    if starts.all():  # every region distinct (an elementwise program): each access its own key
+        return np.arange(count, dtype=I64), accesses
     group_sorted = np.cumsum(starts) - 1
-    first_sorted = by[starts]  # per group (in hash order): its first access
-    first = first_sorted[group_sorted]
-    others = np.flatnonzero(first != by)
-    if not _all_equal(regions, by[others], first[others]):
-        return _number_by_dict(regions)
-    number = np.empty(len(first_sorted), I64)  # per group (in hash order): its key
+    first_sorted = by[starts]  # per group (in sorted order): its first access
+    number = np.empty(len(first_sorted), I64)  # per group (in sorted order): its key
     number[np.argsort(first_sorted)] = np.arange(len(first_sorted))
     access_key = np.empty(count, I64)
     access_key[by] = number[group_sorted]
-    keys = np.fromiter(regions, object, count)[np.sort(first_sorted)].tolist()
-    return access_key, keys
+    return access_key, accesses[np.sort(first_sorted)]
 
 
-_FIELDS = attrgetter(*(f.name for f in fields(Region) if f.compare))  # what its == compares
-
-
-def _all_equal(regions: list[Region], left: np.ndarray, right: np.ndarray) -> bool:
-    lefts, rights = left.tolist(), right.tolist()
-    same = np.fromiter(map(operator.is_, map(regions.__getitem__, lefts), map(regions.__getitem__, rights)),
-                       bool, len(lefts))
-    return all(regions[lefts[i]] == regions[rights[i]] for i in np.flatnonzero(~same).tolist())
-
-
-def _number_by_dict(regions: list[Region]) -> tuple[np.ndarray, list[Region]]:
-    """number_regions's answer by a dict: for regions whose hashes collide."""
-    ids: dict[Region, int] = {}
-    first_access = np.fromiter(map(ids.setdefault, regions, itertools.count()), I64, len(regions))
-    return _dense(first_access), list(ids)
+def _region_runs(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`sort_runs` of the rows of `columns`: one code per row, mixed radix over the columns'
+    ranges (the last column least significant) when that fits 62 bits, else a lexical sort."""
+    lows = [int(c.min(initial=0)) for c in columns]
+    widths = [int(c.max(initial=0)) - low + 1 for c, low in zip(columns, lows, strict=True)]
+    if math.prod(widths) < 1 << 62:
+        code = np.zeros(len(columns[0]), I64)
+        for column, low, span in zip(columns, lows, widths, strict=True):
+            code *= span
+            code += column
+            code -= low
+        return sort_runs(code)
+    by = np.lexsort(columns[::-1])  # stable, the first column primary
+    starts = np.zeros(len(by), bool)
+    starts[:1] = True
+    for column in columns:
+        ordered = column[by]
+        starts[1:] |= ordered[1:] != ordered[:-1]
+    return by, starts
 
 
 def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[str, np.ndarray]:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 
 import numpy as np
 
@@ -53,7 +52,7 @@ from compiler.cluster.units import no_gc_pauses
 from scheduler import plan_arrays, plan_columns, plan_instructions
 from scheduler.placement import place_columns
 from schemas.instructions import ITEMSIZE, NodePlan
-from schemas.program import ClusterProgram, Unit
+from schemas.program import ClusterProgram, Unit, UnitColumns
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str
 
 def _plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int,
           units: Sequence[Unit] | None, first_id: int) -> Plan:
-    units = _longest_first(program, program.units if units is None else units)
+    units = _longest_first(program, program.units if units is None else program.units.take_units(units))
     node_ids = [f.node for f in nodes]
     plan_uris, tensor_index = stored_tensors(program, uris)
     hosts = {f.node: f.host for f in nodes}
@@ -161,22 +160,21 @@ def _tensor_columns(program: ClusterProgram, stored_index: Mapping[str, int], na
         np.array(dtype_name, np.int64))
 
 
-def _longest_first(program: ClusterProgram, units: Sequence[Unit]) -> Sequence[Unit]:
+def _longest_first(program: ClusterProgram, units: UnitColumns) -> UnitColumns:
     flops = {leaf.name: leaf.flops for leaf in program.leaves}
-    counts = np.fromiter(map(len, map(attrgetter("launches"), units)), np.int64, len(units))
+    counts = np.diff(units.launch_start)
     if len(set(flops.values())) <= 1:  # every launch alike: the longest units have most launches
         if not any(flops.values()):
             return units  # no estimate: keep the order given
         work = counts
     else:
-        each = np.fromiter((flops.get(launch.leaf, 0) for unit in units for launch in unit.launches),
-                           np.int64, int(counts.sum()))
-        work = np.add.reduceat(each, np.cumsum(counts) - counts) if len(each) else counts
+        each = np.array([flops.get(name, 0) for name in units.names], np.int64)[units.leaf]
+        work = np.add.reduceat(each, units.launch_start[:-1]) if len(each) else counts
         work[counts == 0] = 0
     if len(work) == 0 or np.all(work == work[0]):
         return units  # the common case: nothing to reorder
     order = np.argsort(-work, kind="stable")  # stable: equals keep their order
-    return [units[i] for i in order.tolist()]
+    return units.take(order)
 
 
 def _mib(n: int) -> str:

@@ -8,8 +8,13 @@ so every backend (reference interpreter, CUDA) runs them like any other kernel.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import Literal
+
+import numpy as np
 
 # inout: read and written (C with beta); partial: a split reduction's scratch, never in storage
 TensorRole = Literal["input", "output", "inout", "partial"]
@@ -97,8 +102,13 @@ class ClusterProgram:
     tensors: tuple[TensorInfo, ...]
     scalars: tuple[str, ...]  # scalar parameter names; values come with the job
     leaves: tuple[Leaf, ...]
-    units: tuple[Unit, ...]
+    # given as a sequence of Units; held as UnitColumns (below: a Sequence of the same Units,
+    # and their columns, which the planner reads)
+    units: Sequence[Unit]
     reduction: Reduction | None = None  # set when the cluster loop is split over nodes
+
+    def __post_init__(self):
+        object.__setattr__(self, "units", UnitColumns.of(self.units))
 
     def leaf(self, name: str) -> Leaf:
         for leaf in self.leaves:
@@ -121,3 +131,223 @@ class Reduction:
     tree: str
     hosts: tuple[int, ...]
     rounds: tuple[tuple[tuple[int, int], ...], ...]
+
+
+# ------------------------------------------------------------------------------------------
+# The units as columns
+# ------------------------------------------------------------------------------------------
+# A program's units as columns of arrays, beside their objects: what the planner reads.
+#
+# A million-unit program has three million (parameter, region) accesses. The planner
+# (scheduler/plan_arrays.py) groups them with numpy, and walking the objects in Python to get
+# their numbers took most of a plan's time (about 2.5 s of ~5 at a million units, on the 2-core
+# CI machine). So a `ClusterProgram` walks its units once, when it is made, into these columns,
+# and every plan and re-plan of it reads them (a re-plan takes a subset: `take`). The objects
+# are kept: `UnitColumns` reads as the `Sequence[Unit]` it was made from, so every other consumer
+# (the scheduler's bookkeeping, the text dump, the Cap'n Proto writer) sees the same `Unit`s.
+#
+# Columns, in the units' order (each unit's launches in order, each launch's reads then writes):
+#
+#     per unit    unit_index; launch_start (its launches: launch_start[u]:launch_start[u + 1])
+#     per launch  leaf (into `names`), share; access_start (its accesses, likewise)
+#     per access  param (into `names`), write (False for the launch's reads), tensor (into
+#                 `names`), ndim, start and shape (one column per axis, padded with zeros to the
+#                 widest region)
+#
+# Names are numbered in order of first appearance (parameters, then leaves, then tensors, each
+# in one list: `names`), so the numbering is the same whichever order the columns are read in.
+
+I64 = np.int64
+
+
+def spans(start: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """The positions start[c]:start[c + 1] of every chosen c, in order, concatenated."""
+    lo, counts = start[chosen], start[chosen + 1] - start[chosen]
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]) if len(ends) else 0, dtype=I64) + np.repeat(lo - (ends - counts), counts)
+
+
+@dataclass(frozen=True, eq=False)
+class UnitColumns(Sequence[Unit]):
+    units: tuple[Unit, ...]  # the objects the columns were made from
+    unit_index: np.ndarray
+    launch_start: np.ndarray
+    leaf: np.ndarray
+    share: np.ndarray
+    access_start: np.ndarray
+    param: np.ndarray
+    write: np.ndarray
+    tensor: np.ndarray
+    ndim: np.ndarray
+    start: np.ndarray  # (accesses, widest) int64
+    shape: np.ndarray
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, units: Sequence[Unit]) -> UnitColumns:
+        return units if isinstance(units, UnitColumns) else cls.from_units(units)
+
+    @classmethod
+    def from_units(cls, units: Sequence[Unit]) -> UnitColumns:
+        """The columns of `units`, by one walk over their objects (C-level maps, no Python
+        per access but the maps' own)."""
+        units = tuple(units)
+        launches = [launch for unit in units for launch in unit.launches]
+        n_units, n_launches = len(units), len(launches)
+        per_unit = np.fromiter(map(len, map(attrgetter("launches"), units)), I64, n_units)
+        n_read = np.fromiter(map(len, map(attrgetter("reads"), launches)), I64, n_launches)
+        n_access = n_read + np.fromiter(map(len, map(attrgetter("writes"), launches)), I64, n_launches)
+        accesses = [pair for launch in launches for part in (launch.reads, launch.writes) for pair in part]
+        count = len(accesses)
+        numbers: dict[str, int] = {}
+        number = numbers.setdefault
+        counter = itertools.count()
+        param = np.fromiter(map(number, map(itemgetter(0), accesses), counter), I64, count)
+        leaf = np.fromiter(map(number, map(attrgetter("leaf"), launches), counter), I64, n_launches)
+        regions = list(map(itemgetter(1), accesses))
+        del accesses
+        tensor = np.fromiter(map(number, map(attrgetter("tensor"), regions), counter), I64, count)
+        starts = list(map(attrgetter("start"), regions))
+        shapes = list(map(attrgetter("shape"), regions))
+        del regions
+        ndim = np.fromiter(map(len, starts), I64, count)
+        if not np.array_equal(ndim, np.fromiter(map(len, shapes), I64, count)):
+            raise ValueError("a region's start and shape have different lengths")
+        access_start = _starts(n_access)
+        within = np.arange(count, dtype=I64) - np.repeat(access_start[:-1], n_access)
+        write = within >= np.repeat(n_read, n_access)
+        share = np.fromiter(map(attrgetter("share"), launches), I64, n_launches)
+        return cls(units, np.fromiter(map(attrgetter("index"), units), I64, n_units), _starts(per_unit),
+                   _dense_names(leaf, numbers), share, access_start, _dense_names(param, numbers), write,
+                   _dense_names(tensor, numbers), ndim,
+                   _padded(starts, ndim), _padded(shapes, ndim), tuple(numbers))
+
+    # ---- a Sequence of the units ----
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.take(np.arange(len(self), dtype=I64)[index])
+        return self.units[index]
+
+    def __iter__(self) -> Iterator[Unit]:
+        return iter(self.units)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, UnitColumns):
+            return self.units == other.units
+        if isinstance(other, tuple | list):
+            return self.units == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.units)
+
+    def __repr__(self) -> str:
+        return f"UnitColumns({len(self)} units)"
+
+    def __add__(self, other):
+        return tuple(self) + tuple(other)
+
+    # ---- subsets, in columns ----
+
+    def take(self, positions: np.ndarray) -> UnitColumns:
+        """The units at `positions` (of this sequence), in that order."""
+        positions = np.asarray(positions, I64)
+        launches = spans(self.launch_start, positions)
+        accesses = spans(self.access_start, launches)
+        return UnitColumns(
+            tuple(map(self.units.__getitem__, positions.tolist())), self.unit_index[positions],
+            _starts(np.diff(self.launch_start)[positions]), self.leaf[launches], self.share[launches],
+            _starts(np.diff(self.access_start)[launches]), self.param[accesses], self.write[accesses],
+            self.tensor[accesses], self.ndim[accesses], self.start[accesses], self.shape[accesses],
+            self.names)
+
+    def take_units(self, units: Sequence[Unit]) -> UnitColumns:
+        """`units` as columns: by `take` when every one of them is one of these units (a re-plan
+        of some of a program's units), else by walking them."""
+        if isinstance(units, UnitColumns):
+            return units
+        units = tuple(units)
+        at = {unit.index: i for i, unit in enumerate(self.units)} if len(units) else {}
+        positions = [at.get(unit.index, -1) for unit in units]
+        if all(p >= 0 and self.units[p] is unit for p, unit in zip(positions, units, strict=True)):
+            return self.take(np.array(positions, I64))
+        return UnitColumns.from_units(units)
+
+    def regions(self, accesses: np.ndarray) -> Sequence[Region]:
+        """The regions of the accesses at `accesses` (positions among these units' accesses)."""
+        return AccessRegions(self, accesses)
+
+
+class AccessRegions(Sequence[Region]):
+    """The regions of chosen accesses (positions among the units' accesses): the program's own
+    `Region` objects, looked up when asked for, a block of them at a time (the planner's keys:
+    a plan holds no object per region, and decoding its instructions hands out the objects the
+    program already holds rather than making new ones)."""
+
+    _SHIFT = 10  # 1024 regions a block
+    _BLOCKS = 64  # blocks kept
+
+    def __init__(self, units: UnitColumns, accesses: np.ndarray):
+        self.units, self.accesses = units, accesses
+        self._blocks: dict[int, list[Region]] = {}
+
+    def __len__(self) -> int:
+        return len(self.accesses)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        block = self._blocks.get(i >> self._SHIFT)
+        if block is None:
+            block = self._block(i >> self._SHIFT)
+        return block[i & ((1 << self._SHIFT) - 1)]
+
+    def _block(self, number: int) -> list[Region]:
+        units = self.units
+        chosen = self.accesses[number << self._SHIFT:(number + 1) << self._SHIFT]
+        launch = np.searchsorted(units.access_start, chosen, "right") - 1
+        unit = np.searchsorted(units.launch_start, launch, "right") - 1
+        at = chosen - units.access_start[launch]
+        launch -= units.launch_start[unit]
+        block = []
+        for u, la, j in zip(unit.tolist(), launch.tolist(), at.tolist(), strict=True):
+            one = units.units[u].launches[la]
+            reads = one.reads
+            block.append((reads[j] if j < len(reads) else one.writes[j - len(reads)])[1])
+        if len(self._blocks) >= self._BLOCKS:
+            del self._blocks[next(iter(self._blocks))]
+        self._blocks[number] = block
+        return block
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, I64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _dense_names(numbers: np.ndarray, names: dict[str, int]) -> np.ndarray:
+    """`numbers` were drawn from one counter shared by every kind of name (a name seen again
+    keeps its first number, and the dict's numbers grow in its order): as positions in `names`."""
+    return np.searchsorted(np.fromiter(names.values(), I64, len(names)), numbers)
+
+
+def _padded(tuples: list[tuple[int, ...]], ndim: np.ndarray) -> np.ndarray:
+    """The tuples as rows of an int64 matrix, padded with zeros to the longest (`ndim` says
+    where each row ends: a padded place is never read as a value)."""
+    widest = int(ndim.max(initial=0))
+    flat = np.fromiter(itertools.chain.from_iterable(tuples), I64, int(ndim.sum()))
+    if np.all(ndim == widest):
+        return flat.reshape(len(tuples), widest)
+    out = np.zeros((len(tuples), widest), I64)
+    rows = np.repeat(np.arange(len(tuples), dtype=I64), ndim)
+    out[rows, np.arange(len(flat), dtype=I64) - np.repeat(_starts(ndim)[:-1], ndim)] = flat
+    return out

@@ -1,14 +1,15 @@
-"""The planner numbers region keys (scheduler/plan_arrays.number_regions) by sorting hashes of
-the regions' fields instead of a dict: equal regions one key, keys in order of first access,
-whether equal regions are one object or several, and still right when unequal regions share a
-hash (in CPython hash(-1) == hash(-2), so (-1,) and (-2,) collide as tuples)."""
+"""The planner numbers region keys (scheduler/plan_arrays.number_keys) from the units' columns
+(schemas/program.py, UnitColumns) by sorting codes packed from each region's tensor, start and shape
+instead of a dict: equal regions one key, keys in order of first access, whether equal regions
+are one object or several; still right where the fields' ranges are too wide to pack (a lexical
+sort then) and where regions of one tensor differ in their number of axes."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scheduler.plan_arrays import number_regions
-from schemas.program import Region
+from scheduler.plan_arrays import number_keys
+from schemas.program import Launch, Region, Unit, UnitColumns
 
 
 def _by_dict(regions: list[Region]) -> tuple[list[int], list[Region]]:
@@ -17,11 +18,14 @@ def _by_dict(regions: list[Region]) -> tuple[list[int], list[Region]]:
 
 
 def _check(regions: list[Region]) -> None:
-    keys, firsts = number_regions(regions)
+    launch = Launch("main", tuple((f"p{i}", r) for i, r in enumerate(regions)), ())
+    units = UnitColumns.from_units([Unit((0,), 0, (launch,))])
+    keys, firsts = number_keys(units, np.arange(len(regions), dtype=np.int64))
     want_keys, want_firsts = _by_dict(regions)
     assert keys.dtype == np.int64 and keys.tolist() == want_keys
-    assert list(firsts) == want_firsts
-    assert all(a is b for a, b in zip(firsts, want_firsts, strict=True))  # the first access's object
+    assert list(units.regions(firsts)) == want_firsts
+    # the first access's object
+    assert all(a is b for a, b in zip(units.regions(firsts), want_firsts, strict=True))
 
 
 def test_distinct_regions_are_their_own_keys():
@@ -37,12 +41,21 @@ def test_equal_objects_are_one_key():
     _check([Region("A", (i % 3, 0), (4, 4)) for i in range(20)] + [Region("B", (0, 0), (4, 4))] * 3)
 
 
-def test_unequal_regions_with_one_hash_get_two_keys():
+def test_negative_starts_are_keys_of_their_own():
     low, lower = Region("a", (-1,), (4,)), Region("a", (-2,), (4,))
-    assert hash((low.tensor, low.start, low.shape)) == hash((lower.tensor, lower.start, lower.shape))
     _check([low, lower, Region("a", (0,), (4,)), Region("a", (-1,), (4,)), lower])
 
 
+def test_fields_too_wide_to_pack_are_sorted_together():
+    big = 1 << 40
+    regions = [Region("a", (big * (i % 4), i % 3, 0), (big, 3, big)) for i in range(30)]
+    _check(regions + [Region("b", (0, 0, 0), (big, 3, big)), regions[7]])
+
+
+def test_regions_of_one_tensor_with_fewer_axes_are_not_padded_into_equals():
+    _check([Region("a", (0,), (4,)), Region("a", (0, 0), (4, 0)), Region("a", (0,), (4,)),
+            Region("a", (), ())])
+
+
 def test_no_regions():
-    keys, firsts = number_regions([])
-    assert len(keys) == 0 and list(firsts) == []
+    _check([])

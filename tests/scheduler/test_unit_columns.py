@@ -1,0 +1,98 @@
+"""A program's units as columns (schemas/program.py, UnitColumns): the columns say what the objects say,
+a subset taken in columns equals the columns of the subset's objects, and the program still reads
+as its sequence of Units everywhere else."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from schemas.program import Launch, Region, Unit, UnitColumns
+from tests.scheduler.programs import matmul_program
+
+COLUMNS = ("unit_index", "launch_start", "leaf", "share", "access_start", "param", "write", "tensor", "ndim",
+           "start", "shape")
+
+
+def _same(a: UnitColumns, b: UnitColumns) -> None:
+    assert a.units == b.units
+    widest = int(a.ndim.max(initial=0))  # a subset may keep its program's wider padding
+    for name in COLUMNS:
+        x, y = getattr(a, name), getattr(b, name)
+        if name in ("start", "shape"):
+            x, y = x[:, :widest], y[:, :widest]
+        assert np.array_equal(x, y), name
+    names = [(a.names[i], b.names[j]) for i, j in zip(a.param.tolist() + a.leaf.tolist() + a.tensor.tolist(),
+                                                      b.param.tolist() + b.leaf.tolist() + b.tensor.tolist(),
+                                                      strict=True)]
+    assert all(x == y for x, y in names)
+
+
+def _decoded(units: UnitColumns) -> list:
+    """The units back from the columns alone: per unit, per launch (leaf, share, reads, writes)."""
+    out = []
+    for u in range(len(units)):
+        launches = []
+        for la in range(units.launch_start[u], units.launch_start[u + 1]):
+            accesses = [(units.names[units.param[a]], bool(units.write[a]),
+                         Region(units.names[units.tensor[a]], tuple(units.start[a, :units.ndim[a]].tolist()),
+                                tuple(units.shape[a, :units.ndim[a]].tolist())))
+                        for a in range(units.access_start[la], units.access_start[la + 1])]
+            reads = tuple((p, r) for p, w, r in accesses if not w)
+            writes = tuple((p, r) for p, w, r in accesses if w)
+            launches.append(Launch(units.names[units.leaf[la]], reads, writes, int(units.share[la])))
+        out.append(Unit(units.units[u].coord, int(units.unit_index[u]), tuple(launches)))
+    return out
+
+
+def test_columns_say_what_the_objects_say():
+    program = matmul_program(64, 48, 48, 16, 16, 16)
+    assert isinstance(program.units, UnitColumns)
+    assert _decoded(program.units) == list(program.units)
+
+
+def test_regions_of_several_ranks_and_shares():
+    a, v = Region("a", (3,), (5,)), Region("v", (0, 2, 4), (1, 2, 3))
+    step = Launch("step", (("x", v), ("out", a)), (("out", a),), share=2)
+    units = [Unit((0,), 5, (Launch("init", (), (("out", a),)), step)),
+             Unit((1,), 2, ()),
+             Unit((2,), 9, (Launch("step", (("x", Region("s", (), ())),), (("out", v),), share=1),))]
+    columns = UnitColumns.from_units(units)
+    assert _decoded(columns) == units
+    assert columns.ndim.tolist() == [1, 3, 1, 1, 0, 3] and columns.start.shape == (6, 3)
+
+
+def test_a_subset_taken_in_columns_is_the_subset_walked():
+    program = matmul_program(64, 48, 48, 16, 16, 16)
+    units = program.units
+    for positions in ([], [3], [11, 0, 5, 5, 2], list(range(len(units)))[::-2]):
+        walked = UnitColumns.from_units([units[i] for i in positions])
+        _same(units.take(np.array(positions, np.int64)), walked)
+    _same(units[2:9:3], UnitColumns.from_units(tuple(units)[2:9:3]))
+
+
+def test_units_of_the_program_are_taken_and_others_walked():
+    units = matmul_program(64, 48, 48, 16, 16, 16).units
+    chosen = [units[7], units[1], units[4]]
+    taken = units.take_units(chosen)
+    assert taken.units == tuple(chosen) and all(a is b for a, b in zip(taken, chosen, strict=True))
+    stranger = dataclasses.replace(units[1], launches=units[1].launches[:1])  # same index, other unit
+    walked = units.take_units([units[7], stranger])
+    _same(walked, UnitColumns.from_units([units[7], stranger]))
+
+
+def test_the_program_still_reads_as_its_units():
+    program = matmul_program(64, 48, 48, 16, 16, 16)
+    again = matmul_program(64, 48, 48, 16, 16, 16)
+    assert program == again and hash(program) == hash(again)
+    assert program.units == tuple(program.units) and list(program.units) == list(again.units)
+    fewer = dataclasses.replace(program, units=program.units[:3])
+    assert isinstance(fewer.units, UnitColumns) and list(fewer.units) == list(program.units)[:3]
+    assert program.units[-1] is tuple(program.units)[-1]
+
+
+def test_a_region_whose_start_and_shape_disagree_is_refused():
+    with pytest.raises(ValueError, match="start and shape"):
+        UnitColumns.from_units([Unit((0,), 0, (Launch("main", (("x", Region("x", (0, 0), (4,))),), ()),))])
