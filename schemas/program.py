@@ -169,7 +169,10 @@ def spans(start: np.ndarray, chosen: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class UnitColumns(Sequence[Unit]):
-    units: tuple[Unit, ...]  # the objects the columns were made from
+    # the units' objects where made: all of them when the columns were made from them, else each
+    # made from the columns when first asked for (`coord` then holds every unit's coordinate)
+    objects: list[Unit | None]
+    coord: np.ndarray | None
     unit_index: np.ndarray
     launch_start: np.ndarray
     leaf: np.ndarray
@@ -217,23 +220,42 @@ class UnitColumns(Sequence[Unit]):
         within = np.arange(count, dtype=I64) - np.repeat(access_start[:-1], n_access)
         write = within >= np.repeat(n_read, n_access)
         share = np.fromiter(map(attrgetter("share"), launches), I64, n_launches)
-        return cls(units, np.fromiter(map(attrgetter("index"), units), I64, n_units), _starts(per_unit),
+        return cls(list(units), None, np.fromiter(map(attrgetter("index"), units), I64, n_units),
+                   _starts(per_unit),
                    _dense_names(leaf, numbers), share, access_start, _dense_names(param, numbers), write,
                    _dense_names(tensor, numbers), ndim,
                    _padded(starts, ndim), _padded(shapes, ndim), tuple(numbers))
 
+    @classmethod
+    def made(cls, coord: np.ndarray, *columns, names: tuple[str, ...]) -> UnitColumns:
+        """Units given as columns (`coord`: per unit its coordinate, then the columns in the
+        order of the fields); their objects are made when asked for."""
+        return cls([None] * len(coord), coord, *columns, names)
+
     # ---- a Sequence of the units ----
 
+    @property
+    def units(self) -> tuple[Unit, ...]:
+        return tuple(self)
+
     def __len__(self) -> int:
-        return len(self.units)
+        return len(self.objects)
 
     def __getitem__(self, index):
         if isinstance(index, slice):
             return self.take(np.arange(len(self), dtype=I64)[index])
-        return self.units[index]
+        unit = self.objects[index]
+        if unit is None:
+            index = range(len(self))[index]
+            unit = self._made(index, index + 1)[0]
+        return unit
 
     def __iter__(self) -> Iterator[Unit]:
-        return iter(self.units)
+        if self.coord is None:
+            return iter(self.objects)
+        step = 4096  # units made at a time
+        return (unit for lo in range(0, len(self), step)
+                for unit in self._made(lo, min(len(self), lo + step)))
 
     def __eq__(self, other) -> bool:
         if isinstance(other, UnitColumns):
@@ -251,7 +273,55 @@ class UnitColumns(Sequence[Unit]):
     def __add__(self, other):
         return tuple(self) + tuple(other)
 
-    # ---- subsets, in columns ----
+    def _made(self, lo: int, hi: int) -> list[Unit]:
+        """Units lo..hi-1, made from the columns where not made yet (equal regions one object,
+        shared with the units made before)."""
+        missing = [u for u in range(lo, hi) if self.objects[u] is None]
+        if missing:
+            self._make(missing[0], missing[-1] + 1)
+        return self.objects[lo:hi]
+
+    def _make(self, lo: int, hi: int) -> None:
+        names, shared = self.names, self.__dict__.setdefault("_regions", {})
+        launch_at = self.launch_start[lo:hi + 1].tolist()
+        la0, la1 = launch_at[0], launch_at[-1]
+        at = self.access_start[la0:la1 + 1]
+        first, last = int(at[0]), int(at[-1])
+        rows = slice(first, last)
+        ndim = self.ndim[rows]
+        if np.all(ndim == self.start.shape[1]):  # no padding to cut off
+            starts, shapes = map(tuple, self.start[rows].tolist()), map(tuple, self.shape[rows].tolist())
+        else:
+            starts = (tuple(s[:n]) for s, n in zip(self.start[rows].tolist(), ndim.tolist(), strict=True))
+            shapes = (tuple(s[:n]) for s, n in zip(self.shape[rows].tolist(), ndim.tolist(), strict=True))
+        tensors = map(names.__getitem__, self.tensor[rows].tolist())
+        regions = []
+        for fields in zip(tensors, starts, shapes, strict=True):
+            region = shared.get(fields)
+            if region is None:
+                region = shared[fields] = Region(*fields)
+            regions.append(region)
+        pairs = list(zip(map(names.__getitem__, self.param[rows].tolist()), regions, strict=True))
+        reads = np.cumsum(~self.write[rows], dtype=I64)  # reads come first in a launch
+        ends = (at - first).tolist()
+        split = (np.concatenate([[0], reads])[at[1:] - first] - np.concatenate([[0], reads])[at[:-1] - first]
+                 + at[:-1] - first).tolist()
+        launches = [Launch(leaf, tuple(pairs[ends[i]:split[i]]), tuple(pairs[split[i]:ends[i + 1]]), share)
+                    for i, (leaf, share) in enumerate(zip(map(names.__getitem__, self.leaf[la0:la1].tolist()),
+                                                          self.share[la0:la1].tolist(), strict=True))]
+        for u, coord, index in zip(range(lo, hi), self.coord[lo:hi].tolist(), self.unit_index[lo:hi].tolist(),
+                                   strict=True):
+            if self.objects[u] is None:
+                self.objects[u] = Unit(tuple(coord), index, tuple(launches[launch_at[u - lo] - la0:
+                                                                          launch_at[u - lo + 1] - la0]))
+
+    def region_at(self, a: int) -> Region:
+        """Access `a`'s region made from the columns (one object per distinct region)."""
+        shared = self.__dict__.setdefault("_regions", {})
+        n = self.ndim[a]
+        fields = (self.names[self.tensor[a]], tuple(self.start[a, :n].tolist()),
+                  tuple(self.shape[a, :n].tolist()))
+        return shared.get(fields) or shared.setdefault(fields, Region(*fields))
 
     def take(self, positions: np.ndarray) -> UnitColumns:
         """The units at `positions` (of this sequence), in that order."""
@@ -259,7 +329,8 @@ class UnitColumns(Sequence[Unit]):
         launches = spans(self.launch_start, positions)
         accesses = spans(self.access_start, launches)
         return UnitColumns(
-            tuple(map(self.units.__getitem__, positions.tolist())), self.unit_index[positions],
+            list(map(self.objects.__getitem__, positions.tolist())),
+            None if self.coord is None else self.coord[positions], self.unit_index[positions],
             _starts(np.diff(self.launch_start)[positions]), self.leaf[launches], self.share[launches],
             _starts(np.diff(self.access_start)[launches]), self.param[accesses], self.write[accesses],
             self.tensor[accesses], self.ndim[accesses], self.start[accesses], self.shape[accesses],
@@ -271,9 +342,9 @@ class UnitColumns(Sequence[Unit]):
         if isinstance(units, UnitColumns):
             return units
         units = tuple(units)
-        at = {unit.index: i for i, unit in enumerate(self.units)} if len(units) else {}
+        at = {index: i for i, index in enumerate(self.unit_index.tolist())} if len(units) else {}
         positions = [at.get(unit.index, -1) for unit in units]
-        if all(p >= 0 and self.units[p] is unit for p, unit in zip(positions, units, strict=True)):
+        if all(p >= 0 and self[p] is unit for p, unit in zip(positions, units, strict=True)):
             return self.take(np.array(positions, I64))
         return UnitColumns.from_units(units)
 
@@ -318,8 +389,12 @@ class AccessRegions(Sequence[Region]):
         at = chosen - units.access_start[launch]
         launch -= units.launch_start[unit]
         block = []
-        for u, la, j in zip(unit.tolist(), launch.tolist(), at.tolist(), strict=True):
-            one = units.units[u].launches[la]
+        for u, la, j, a in zip(unit.tolist(), launch.tolist(), at.tolist(), chosen.tolist(), strict=True):
+            made = units.objects[u]
+            if made is None:  # units given as columns: no object to hand out, one is made
+                block.append(units.region_at(a))
+                continue
+            one = made.launches[la]
             reads = one.reads
             block.append((reads[j] if j < len(reads) else one.writes[j - len(reads)])[1])
         if len(self._blocks) >= self._BLOCKS:

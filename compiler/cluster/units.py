@@ -1,24 +1,26 @@
 """The units of work of a cluster program: one per output super-tile, with their regions.
 
-Programs may hold 100,000 units, so everything per unit is plain tuple arithmetic: each tensor's
-region is precomputed as a template (per axis: which super-grid coordinate or chunk index scales
-its start, and its extent), regions that do not move are shared, and a region that depends only on
-the unit is built once per unit.
+Programs may hold a million launches, so no object is made per unit here: every unit of a grid
+has the same launches, so the units are made as columns (schemas/program.py, `UnitColumns`: per
+access its tensor, start and shape) with numpy, from each tensor's region template (per axis:
+which super-grid coordinate or chunk index scales its start, and its extent). The `Unit` objects
+are made from the columns only where a consumer asks for them; the planner reads the columns.
 """
 
 from __future__ import annotations
 
 import gc
-import itertools
 import math
 from contextlib import contextmanager
+
+import numpy as np
 
 from common.errors import UserError
 from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.tiling import DimCut, LeafVariants
 from compiler.frontend import ir
-from schemas.program import Launch, Region, Unit
+from schemas.program import UnitColumns
 
 # Per axis of a region template: (source, cut) where source is the position of the unit's
 # coordinate that moves the axis, CHUNK for the cluster loop's chunk index, or FIXED (the axis is
@@ -41,26 +43,25 @@ def _template(param: ir.TensorParam, roles: tuple[AxisRole, ...], positions: dic
 
 
 class _Regions:
-    """Region of a tensor for a (unit coordinate, chunk) pair, built cheaply."""
+    """A tensor's regions for many (unit coordinate, chunk) pairs at once, as columns."""
 
     def __init__(self, name: str, axes):
         self.name, self.axes = name, axes
-        self.fixed = all(src == FIXED for src, _ in axes)
         self.chunked = any(src == CHUNK for src, _ in axes)
-        self.ragged = any(src != FIXED and cut.ragged for src, cut in axes)
-        self.shape = tuple(cut if src == FIXED else cut.extent for src, cut in axes)
-        self.const = Region(name, (0,) * len(axes), self.shape) if self.fixed else None
 
-    def at(self, coord: tuple[int, ...], chunk: int) -> Region:
-        if self.const is not None:
-            return self.const
-        where = tuple(0 if src == FIXED else (chunk if src == CHUNK else coord[src]) for src, _ in self.axes)
-        pairs = tuple(zip(where, self.axes, strict=True))
-        start = tuple(0 if src == FIXED else i * cut.extent for i, (src, cut) in pairs)
-        if not self.ragged:
-            return Region(self.name, start, self.shape)
-        shape = tuple(cut if src == FIXED else cut.size_at(i) for i, (src, cut) in pairs)
-        return Region(self.name, start, shape)
+    def columns(self, coord: np.ndarray, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, shape), one row per (coord row, chunk): a split axis starts at its super-tile
+        or chunk index times the extent and has the extent, the last one of a ragged cut less."""
+        start = np.zeros((len(chunk), len(self.axes)), np.int64)
+        shape = np.empty((len(chunk), len(self.axes)), np.int64)
+        for j, (src, cut) in enumerate(self.axes):
+            if src == FIXED:
+                shape[:, j] = cut
+                continue
+            at = chunk if src == CHUNK else coord[:, src]
+            start[:, j] = at * cut.extent
+            shape[:, j] = np.where(at == cut.count - 1, cut.last, cut.extent)
+        return start, shape
 
 
 class _Edges:
@@ -116,7 +117,7 @@ def build_units(
     super_axes: list[tuple[str, int]],
     tiling: tuple[dict[str, int], dict[str, AxisRole], dict[str, DimCut]],
     variants: LeafVariants,
-) -> tuple[Unit, ...]:
+) -> UnitColumns:
     """`tiling` is (full dims, each dimension's role, each split dimension's cut)."""
     full, roles, cuts = tiling
     positions = {axis: i for i, (axis, _) in enumerate(super_axes)}
@@ -129,50 +130,71 @@ def build_units(
     edges = _Edges(roles, cuts, positions)
     counts = [n for _, n in super_axes] or [1]
     _check_work_count(counts, cuts[acc.loop.stop.name].count if acc else 1)
-    coords = itertools.product(*(range(n) for n in counts))
     touched = [t.name for t in kernel.tensors if t.name in plan.tensors]
     reads = [t for t in touched if plan.tensors[t].reads]
     writes = [t for t in touched if plan.tensors[t].writes]
-    with no_gc_pauses():
-        if acc is None:
-            return tuple(
-                _main_unit(i, c, regions, reads, writes, variants.name("main", edges.of(c)))
-                for i, c in enumerate(coords)
-            )
-        out = acc.store.tensor
-        chunks = cuts[acc.loop.stop.name].count
-        init_reads = (out,) if acc.beta is not None else ()
-        step_reads = tuple(t for t in touched if plan.tensors[t].reads or t == out)
-        return tuple(
-            _accumulator_unit(i, c, regions, out, (init_reads, step_reads), chunks,
-                              lambda base, k=None, c=c: variants.name(base, edges.of(c, k)))
-            for i, c in enumerate(coords)
-        )
+    coord = np.indices(counts).reshape(len(counts), -1).T  # row-major, as itertools.product
+    if acc is None:
+        launches = [("main", [(t, 0) for t in reads], [(t, 0) for t in writes])]
+        return _grid_units(coord, regions, launches, [lambda c: variants.name("main", edges.of(c))], [0])
+    out = acc.store.tensor
+    chunks = cuts[acc.loop.stop.name].count
+    init_reads = (out,) if acc.beta is not None else ()
+    step_reads = tuple(t for t in touched if plan.tensors[t].reads or t == out)
+    launches = [("init", [(t, 0) for t in init_reads], [(out, 0)])]
+    launches += [("step", [(t, k) for t in step_reads], [(out, 0)]) for k in range(chunks)]
+    names = [lambda c: variants.name("init", edges.of(c)), lambda c: variants.name("step", edges.of(c)),
+             lambda c: variants.name("step", edges.of(c, chunks - 1))]
+    return _grid_units(coord, regions, launches, names, [0] + [1] * (chunks - 1) + [2])
 
 
-def _main_unit(index: int, coord: tuple[int, ...], regions: dict[str, _Regions], reads, writes,
-               leaf: str) -> Unit:
-    at = {t: regions[t].at(coord, 0) for t in {*reads, *writes}}
-    launch = Launch(leaf, tuple((t, at[t]) for t in reads), tuple((t, at[t]) for t in writes))
-    return Unit(coord, index, (launch,))
+def _grid_units(coord: np.ndarray, regions: dict[str, _Regions], launches, names, leaf_of) -> UnitColumns:
+    """The units of a grid as columns: every unit's launches alike, `launches` listing each one's
+    leaf and its reads and writes as (tensor, chunk), a tensor's parameter named as it. A unit's
+    leaves depend on which last (ragged) super-tiles it is at: `names` are the functions naming
+    them from a coordinate, called for the first unit of each kind in order (that is when a
+    variant is made), `leaf_of` picks one for every launch."""
+    units, per_unit = len(coord), len(launches)
+    pattern = [(t, k, write) for _, reads, writes in launches
+               for part, write in ((reads, False), (writes, True)) for t, k in part]
+    per_launch = np.array([len(r) + len(w) for _, r, w in launches], np.int64)
+    tensors = list(dict.fromkeys(t for t, _, _ in pattern))
+    kinds, first, unit_kind = np.unique(_edge_kind(coord), return_index=True, return_inverse=True)
+    leaf_names: list[str] = []
+    kind_leaves = np.empty((len(kinds), len(names)), np.int64)
+    for i in np.argsort(first, kind="stable").tolist():
+        c = tuple(coord[first[i]].tolist())
+        for j, name in enumerate(names):
+            made = name(c)
+            if made not in leaf_names:
+                leaf_names.append(made)
+            kind_leaves[i, j] = leaf_names.index(made)
+    text = tuple(dict.fromkeys([*tensors, *leaf_names]))
+    lookup = {name: i for i, name in enumerate(text)}
+    in_text = np.array([lookup[name] for name in leaf_names], np.int64)
+    leaf = in_text[kind_leaves[unit_kind.reshape(-1)][:, list(leaf_of)]]
+    widest = max((len(regions[t].axes) for t in tensors), default=0)
+    count = units * len(pattern)
+    start, shape = np.zeros((count, widest), np.int64), np.zeros((count, widest), np.int64)
+    ndim = np.zeros(count, np.int64)
+    for slot, (t, k, _) in enumerate(pattern):
+        rows = slice(slot, count, len(pattern))
+        axes = len(regions[t].axes)
+        start[rows, :axes], shape[rows, :axes] = regions[t].columns(coord, np.full(units, k, np.int64))
+        ndim[rows] = axes
+    slots = np.array([lookup[t] for t, _, _ in pattern], np.int64)
+    return UnitColumns.made(
+        coord, np.arange(units, dtype=np.int64), np.arange(units + 1, dtype=np.int64) * per_unit,
+        leaf.reshape(-1), np.zeros(units * per_unit, np.int64),
+        np.concatenate([[0], np.cumsum(np.tile(per_launch, units))]),
+        np.tile(slots, units), np.tile(np.array([w for _, _, w in pattern], bool), units),
+        np.tile(slots, units), ndim, start, shape, names=text)
 
 
-def _accumulator_unit(
-    index: int,
-    coord: tuple[int, ...],
-    regions: dict[str, _Regions],
-    out: str,
-    reads: tuple[tuple[str, ...], tuple[str, ...]],
-    chunks: int,
-    leaf_name,
-) -> Unit:
-    init_reads, step_reads = reads
-    out_region = regions[out].at(coord, 0)
-    writes = ((out, out_region),)
-    launches = [Launch(leaf_name("init"), tuple((t, out_region) for t in init_reads), writes)]
-    steady = {t: regions[t].at(coord, 0) for t in step_reads if not regions[t].chunked}
-    step, last_step = leaf_name("step"), leaf_name("step", chunks - 1)
-    for k in range(chunks):
-        bound = tuple((t, steady[t] if t in steady else regions[t].at(coord, k)) for t in step_reads)
-        launches.append(Launch(last_step if k == chunks - 1 else step, bound, writes))
-    return Unit(coord, index, tuple(launches))
+def _edge_kind(coord: np.ndarray) -> np.ndarray:
+    """Per unit, which grid axes it is at the last super-tile of (bits): units alike in this
+    have the same leaves."""
+    kind = np.zeros(len(coord), np.int64)
+    for src in range(coord.shape[1]):
+        kind |= (coord[:, src] == coord[:, src].max(initial=0)).astype(np.int64) << src
+    return kind

@@ -9,11 +9,15 @@ import dataclasses
 import numpy as np
 import pytest
 
+from compiler.cluster.build import compile_cluster
+from compiler.cluster.tree import SplitRequest
 from schemas.program import Launch, Region, Unit, UnitColumns
+from tests.cluster.helpers import small
 from tests.scheduler.programs import matmul_program
 
-COLUMNS = ("unit_index", "launch_start", "leaf", "share", "access_start", "param", "write", "tensor", "ndim",
-           "start", "shape")
+TILES = {"TILE_M": 64, "TILE_N": 64, "TILE_K": 64}
+
+COLUMNS = ("unit_index", "launch_start", "share", "access_start", "write", "ndim", "start", "shape")
 
 
 def _same(a: UnitColumns, b: UnitColumns) -> None:
@@ -24,10 +28,9 @@ def _same(a: UnitColumns, b: UnitColumns) -> None:
         if name in ("start", "shape"):
             x, y = x[:, :widest], y[:, :widest]
         assert np.array_equal(x, y), name
-    names = [(a.names[i], b.names[j]) for i, j in zip(a.param.tolist() + a.leaf.tolist() + a.tensor.tolist(),
-                                                      b.param.tolist() + b.leaf.tolist() + b.tensor.tolist(),
-                                                      strict=True)]
-    assert all(x == y for x, y in names)
+    for name in ("leaf", "param", "tensor"):  # numbers into `names`: the names they stand for
+        x, y = getattr(a, name).tolist(), getattr(b, name).tolist()
+        assert [a.names[i] for i in x] == [b.names[i] for i in y], name
 
 
 def _decoded(units: UnitColumns) -> list:
@@ -96,3 +99,21 @@ def test_the_program_still_reads_as_its_units():
 def test_a_region_whose_start_and_shape_disagree_is_refused():
     with pytest.raises(ValueError, match="start and shape"):
         UnitColumns.from_units([Unit((0,), 0, (Launch("main", (("x", Region("x", (0, 0), (4,))),), ()),))])
+
+
+@pytest.mark.parametrize("name, dims, values, split", [
+    ("matmul_small", {"M": 144, "N": 176, "K": 80}, TILES, None),  # ragged on every axis
+    ("matmul_plain_small", {"M": 150, "N": 97, "K": 70}, TILES, None),
+    ("matmul_small", {"M": 144, "N": 176, "K": 560}, TILES, SplitRequest(3, "binary")),
+    ("flash_attention_small", {"Nq": 500, "Nk": 333}, {"BR": 32}, None),
+    ("layernorm_small", {"R": 40, "C": 300}, {"BR": 4}, None),
+    ("add_small", {"N": 1000}, {}, None),
+])
+def test_the_compilers_columns_are_its_units_walked(name, dims, values, split):
+    """The cluster compiler makes a grid's units as columns and their objects from them: walking
+    those objects gives the same columns back (so a plan is the same from either)."""
+    units = compile_cluster(small(name), dims, cluster_values=values, split=split).units
+    made = list(units)
+    _same(units, UnitColumns.from_units(made))
+    assert _decoded(units) == made
+    assert units[len(units) - 1] is made[-1] and units[0] is made[0]  # made once, then kept
