@@ -6,7 +6,12 @@ process's resident memory, its high-water mark and how much the stage raised it,
 and system CPU seconds and its minor page faults. On a VM the system time follows the high-water
 mark (memory touched for the first time is what costs), so that column is the one to watch.
 
-Run: PYTHONPATH=. .venv/bin/python benchmarks/planner_stages.py --units 1000000
+With `--compiled` the program comes from the cluster compiler (examples/add.phk, one unit a
+super-tile of 1024 elements), which makes the units as columns and no object per unit; the time
+of compiling it is printed too. Without it, from tests/scheduler/programs.py's `add_program`,
+which builds every `Unit` object and the program walks them into columns when it is made.
+
+Run: PYTHONPATH=. .venv/bin/python benchmarks/planner_stages.py --units 1000000 [--compiled]
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import argparse
 import functools
 import resource
 
+from common.paths import repo_file
+from compiler.cluster.build import compile_cluster
+from compiler.frontend.load import load_file
 from scheduler import plan_arrays, plan_columns, plan_instructions, planner
 from tests.scheduler.programs import add_program, uris_of
 
@@ -55,8 +63,17 @@ def _measured(name: str, stage):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--units", type=int, default=1_000_000)
-    units = parser.parse_args().units
-    program = add_program(units * 16, 16)
+    parser.add_argument("--compiled", action="store_true", help="the program from the cluster compiler")
+    args = parser.parse_args()
+    units = args.units
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    if args.compiled:
+        kernel = load_file(repo_file("examples/add.phk")).kernel()
+        program = compile_cluster(kernel, {"N": units * 1024}, cluster_values={"BLOCK": 1024})
+    else:
+        program = add_program(units * 16, 16)
+    made = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"{'program':15s} {_cpu(before, made)}, {len(program.units)} units")
     for module, name in STAGES:  # the planner calls each stage through its module's attribute
         setattr(module, name, _measured(name, getattr(module, name)))
     before = resource.getrusage(resource.RUSAGE_SELF)

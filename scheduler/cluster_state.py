@@ -119,9 +119,7 @@ class ClusterState:
     def __post_init__(self):
         self.live = set(self.figures)
         scratch = {t.name for t in self.program.tensors if t.role == "partial"}  # never stored
-        for unit in self.program.units:
-            written = {r for launch in unit.launches for _, r in launch.writes if r.tensor not in scratch}
-            self.outputs_per_unit[unit.index] = len(written)
+        self.outputs_per_unit.update(self.program.units.writes_per_unit(scratch))
 
     # ---- the entry point ----
 

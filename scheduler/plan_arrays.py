@@ -16,14 +16,13 @@ its rank (its place in the planner's list of nodes).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from scheduler.placement import Placed
-from schemas.program import Region, UnitColumns, spans
+from schemas.program import Region, UnitColumns, sort_runs, spans
 
 I64 = np.int64
 
@@ -47,19 +46,6 @@ def ragged(counts: np.ndarray) -> np.ndarray:
     """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
     starts = excl(counts)
     return np.arange(starts[-1], dtype=I64) - np.repeat(starts[:-1], counts)
-
-
-def sort_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A stable sorting order of `code`, and per sorted place whether it starts a run of equal
-    codes (the sorted codes are not kept: at a million units each such column is tens of MB of
-    fresh memory)."""
-    by = np.argsort(code, kind="stable")
-    ordered = code[by]
-    del code
-    starts = np.empty(len(ordered), bool)
-    starts[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
-    return by, starts
 
 
 def first_rows(rows_piece: np.ndarray, pieces: int) -> np.ndarray:
@@ -137,10 +123,7 @@ def number_keys(units: UnitColumns, accesses: np.ndarray) -> tuple[np.ndarray, n
     (else sorted together), and the codes sorted (stable, so a group's first member is its first
     access)."""
     count = len(accesses)
-    # the start first: the codes of a grid's regions then come nearly in order, which the
-    # stable sort (a merge of runs) takes in one pass
-    by, starts = _region_runs([*units.start[accesses].T, *units.shape[accesses].T, units.ndim[accesses],
-                               units.tensor[accesses]])
+    by, starts = units.region_runs(accesses)
     if starts.all():  # every region distinct (an elementwise program): each access its own key
         return np.arange(count, dtype=I64), accesses
     group_sorted = np.cumsum(starts) - 1
@@ -150,27 +133,6 @@ def number_keys(units: UnitColumns, accesses: np.ndarray) -> tuple[np.ndarray, n
     access_key = np.empty(count, I64)
     access_key[by] = number[group_sorted]
     return access_key, accesses[np.sort(first_sorted)]
-
-
-def _region_runs(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """`sort_runs` of the rows of `columns`: one code per row, mixed radix over the columns'
-    ranges (the last column least significant) when that fits 62 bits, else a lexical sort."""
-    lows = [int(c.min(initial=0)) for c in columns]
-    widths = [int(c.max(initial=0)) - low + 1 for c, low in zip(columns, lows, strict=True)]
-    if math.prod(widths) < 1 << 62:
-        code = np.zeros(len(columns[0]), I64)
-        for column, low, span in zip(columns, lows, widths, strict=True):
-            code *= span
-            code += column
-            code -= low
-        return sort_runs(code)
-    by = np.lexsort(columns[::-1])  # stable, the first column primary
-    starts = np.zeros(len(by), bool)
-    starts[:1] = True
-    for column in columns:
-        ordered = column[by]
-        starts[1:] |= ordered[1:] != ordered[:-1]
-    return by, starts
 
 
 def _piece_rows(a_piece, a_key, a_write, a_launch, a_param, keys: int) -> dict[str, np.ndarray]:

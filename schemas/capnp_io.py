@@ -89,15 +89,9 @@ def job_program(program: ClusterProgram, scalars: dict[str, float | int],
                 leaf_ptx: dict[str, str] | None = None) -> JobProgram:
     """The pods' view of a cluster program; the leaves' written parameters come from its launches."""
     writes: dict[str, list[str]] = {leaf.name: [] for leaf in program.leaves}
-    seen: set[str] = set()
-    for unit in program.units:
-        for launch in unit.launches:
-            if launch.leaf in seen:
-                continue
-            seen.add(launch.leaf)
-            writes[launch.leaf] = [param for param, _ in launch.writes]
-        if len(seen) == len(writes):
-            break
+    first = program.units.first_writes()
+    writes.update(first)
+    seen = set(first)
     return JobProgram(
         kernel=program.kernel,
         leaves=program.leaves,

@@ -9,6 +9,7 @@ so every backend (reference interpreter, CUDA) runs them like any other kernel.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
@@ -158,6 +159,40 @@ class Reduction:
 # in one list: `names`), so the numbering is the same whichever order the columns are read in.
 
 I64 = np.int64
+
+
+def sort_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A stable sorting order of `code`, and per sorted place whether it starts a run of equal
+    codes (the sorted codes are not kept: at a million units each such column is tens of MB of
+    fresh memory)."""
+    by = np.argsort(code, kind="stable")
+    ordered = code[by]
+    del code
+    starts = np.empty(len(ordered), bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return by, starts
+
+
+def _rows_runs(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`sort_runs` of the rows of `columns`: one code per row, mixed radix over the columns'
+    ranges (the last column least significant) when that fits 62 bits, else a lexical sort."""
+    lows = [int(c.min(initial=0)) for c in columns]
+    widths = [int(c.max(initial=0)) - low + 1 for c, low in zip(columns, lows, strict=True)]
+    if math.prod(widths) < 1 << 62:
+        code = np.zeros(len(columns[0]), I64)
+        for column, low, span in zip(columns, lows, widths, strict=True):
+            code *= span
+            code += column
+            code -= low
+        return sort_runs(code)
+    by = np.lexsort(columns[::-1])  # stable, the first column primary
+    starts = np.zeros(len(by), bool)
+    starts[:1] = True
+    for column in columns:
+        ordered = column[by]
+        starts[1:] |= ordered[1:] != ordered[:-1]
+    return by, starts
 
 
 def spans(start: np.ndarray, chosen: np.ndarray) -> np.ndarray:
@@ -322,6 +357,34 @@ class UnitColumns(Sequence[Unit]):
         fields = (self.names[self.tensor[a]], tuple(self.start[a, :n].tolist()),
                   tuple(self.shape[a, :n].tolist()))
         return shared.get(fields) or shared.setdefault(fields, Region(*fields))
+
+    def region_runs(self, accesses: np.ndarray, *leading: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`sort_runs` of the regions of `accesses` (equal when their tensor, start and shape
+        are), after the `leading` columns (one value per access) if any."""
+        # the start before the tensor: the codes of a grid's regions then come nearly in order,
+        # which the stable sort (a merge of runs) takes in one pass
+        return _rows_runs([*leading, *self.start[accesses].T, *self.shape[accesses].T, self.ndim[accesses],
+                           self.tensor[accesses]])
+
+    def writes_per_unit(self, skip: set[str]) -> dict[int, int]:
+        """unit index -> how many distinct regions its launches write, of tensors not in `skip`."""
+        skipped = np.array([name in skip for name in self.names], bool)
+        written = np.flatnonzero(self.write & ~skipped[self.tensor])
+        launch = np.repeat(np.arange(len(self.leaf), dtype=I64), np.diff(self.access_start))[written]
+        unit = np.repeat(np.arange(len(self), dtype=I64), np.diff(self.launch_start))[launch]
+        by, starts = self.region_runs(written, unit)
+        counts = np.bincount(unit[by[starts]], minlength=len(self))
+        return dict(zip(self.unit_index.tolist(), counts.tolist(), strict=True))
+
+    def first_writes(self) -> dict[str, list[str]]:
+        """leaf name -> the parameters that the first launch of it writes, leaves in order of
+        their first launch."""
+        out = {}
+        for la in np.sort(np.unique(self.leaf, return_index=True)[1]).tolist():
+            accesses = np.arange(self.access_start[la], self.access_start[la + 1])
+            params = self.param[accesses[self.write[accesses]]].tolist()
+            out[self.names[self.leaf[la]]] = [self.names[p] for p in params]
+        return out
 
     def take(self, positions: np.ndarray) -> UnitColumns:
         """The units at `positions` (of this sequence), in that order."""

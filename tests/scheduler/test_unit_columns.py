@@ -117,3 +117,33 @@ def test_the_compilers_columns_are_its_units_walked(name, dims, values, split):
     _same(units, UnitColumns.from_units(made))
     assert _decoded(units) == made
     assert units[len(units) - 1] is made[-1] and units[0] is made[0]  # made once, then kept
+
+
+def _writes_per_unit_walked(units, skip: set[str]) -> dict[int, int]:
+    return {u.index: len({r for la in u.launches for _, r in la.writes if r.tensor not in skip})
+            for u in units}
+
+
+def _first_writes_walked(units) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for unit in units:
+        for launch in unit.launches:
+            out.setdefault(launch.leaf, [p for p, _ in launch.writes])
+    return out
+
+
+@pytest.mark.parametrize("name, dims, values, split", [
+    ("matmul_small", {"M": 144, "N": 176, "K": 560}, TILES, SplitRequest(3, "binary")),
+    ("flash_attention_small", {"Nq": 500, "Nk": 333}, {"BR": 32}, SplitRequest(2, "flat")),
+    ("matmul_plain_small", {"M": 150, "N": 97, "K": 70}, TILES, None),
+])
+def test_what_the_scheduler_reads_of_the_units_is_what_their_objects_say(name, dims, values, split):
+    """The stores a unit makes (cluster_state) and the parameters each leaf writes (job_program),
+    from the columns, against a walk over the objects."""
+    program = compile_cluster(small(name), dims, cluster_values=values, split=split)
+    scratch = {t.name for t in program.tensors if t.role == "partial"}
+    for skip in (scratch, set()):
+        assert program.units.writes_per_unit(skip) == _writes_per_unit_walked(program.units, skip)
+    assert program.units.first_writes() == _first_writes_walked(program.units)
+    some = program.units.take(np.array([len(program.units) - 1, 0], np.int64))
+    assert some.writes_per_unit(scratch) == _writes_per_unit_walked(some, scratch)
