@@ -351,7 +351,7 @@ class PodRuntime(Serving):
             address = job.peers.get(ins.peer)
             if address is None:
                 raise TransferError(f"node {ins.peer} is not among this plan's peers")
-            await self.peers.fetch(Fetching(job.job_id, generation, ins, address), record.array)
+            await self.peers.fetch(Fetching(job.job_id, generation, ins, address), record.array, record.dtype)
             return self.backend.nbytes(record.array), ins.peer, 0.0, None
         if isinstance(ins, Compute):
             await asyncio.shield(job.preparing)  # its leaves (prepare)
@@ -413,7 +413,7 @@ class PodRuntime(Serving):
         if ins.dtype not in storage.STORAGE_DTYPES:
             raise Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
         array = self.backend.allocate(tuple(ins.shape), ins.dtype)
-        job.buffers[(generation, ins.buffer)] = BufferRecord(array)
+        job.buffers[(generation, ins.buffer)] = BufferRecord(array, ins.dtype)
 
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
         record = job.buffers.get((generation, buffer))
