@@ -118,7 +118,9 @@ class Peers:
         """Fill `array` (a buffer of ours, of storage dtype `dtype`) with the peer's tile;
         TransferError says why not."""
         try:
-            await self._fetch(f, array, dtype)
+            link = self.links.get(f.address) or await self._link(f.address)
+            if not (self._ipc_possible(link) and await self._fetch_ipc(f, link, array, dtype)):
+                await self._fetch_host(f, link, array, dtype)
         except TransferError:
             raise
         except TimeoutError:
@@ -129,27 +131,18 @@ class Peers:
             self._retire(f.address)
             raise TransferError(f"fetch from node {f.ins.peer} ({f.address}): {remote_reason(err)}") from None
 
-    async def _fetch(self, f: Fetching, array, dtype: str) -> None:
-        link = self.links.get(f.address) or await self._link(f.address)
-        if self._ipc_possible(link):
-            try:
-                await self._fetch_ipc(f, link, array, dtype)
-                return
-            except TransferError:
-                raise
-            except Exception as err:  # fall back to the host path, saying why
-                log.info("CUDA IPC fetch failed; using the host path", reason=remote_reason(err))
-        loop = asyncio.get_running_loop()
+    async def _fetch_host(self, f: Fetching, link: PeerLink, array, dtype: str) -> None:
+        """The tile through host memory: straight into `array` where the backend has it there
+        (CPU), else into a host array uploaded after."""
         into = self.backend.host_view(array)
         if into is None:
             into = np.empty(tuple(array.shape), self.backend.host_dtype(array))
-        path = await self._fetch_host(f, link, into, dtype)
-        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=into.nbytes, path=path)
+        path = await self._fill_host(f, link, into, dtype)
         if self.backend.host_view(array) is None:
-            await loop.run_in_executor(self.io_pool, self.backend.upload, array, into)
-        self._release(f, link, into.nbytes)
+            await asyncio.get_running_loop().run_in_executor(self.io_pool, self.backend.upload, array, into)
+        self._fetched(f, link, into.nbytes, path)
 
-    async def _fetch_host(self, f: Fetching, link: PeerLink, into: np.ndarray, dtype: str) -> str:
+    async def _fill_host(self, f: Fetching, link: PeerLink, into: np.ndarray, dtype: str) -> str:
         """Fill `into` over the bulk data port with the ticket the owner offered (no round trip),
         or with one asked for now (tileHeader); chunks over the RPC where the port fails. The
         path taken, for the log."""
@@ -218,22 +211,30 @@ class Peers:
         return (self.backend.kind == "gpu" and link.info.backend == "gpu"
                 and link.info.host_id == self.info.host_id and link.info.pid != self.info.pid)
 
-    async def _fetch_ipc(self, f: Fetching, link: PeerLink, array, dtype: str) -> None:
+    async def _fetch_ipc(self, f: Fetching, link: PeerLink, array, dtype: str) -> bool:
         """A device copy out of the owner's allocation: offered already (no round trip), else
-        the owner is asked for its handle, which it answers once the tile is complete. Every
-        step here is on each fetch's path, most of them on the event loop's thread."""
-        offer = self.offers.take(f.job_id, f.generation, f.ins.peer, f.ins.peer_buffer)
-        path = "cuda-ipc-offered"
-        if offer is None:
-            reply = await self._ask_owner(
-                f, lambda: link.pod.ipcHandle(f.job_id, f.generation, f.ins.peer_buffer))
-            offer = Offer(bytes(reply.handle), capnp_io.read_tile_header(reply.header), reply.deviceIndex)
-            path = "cuda-ipc"
-        _check_same_tile(offer.header, array.shape, dtype, f.ins)
-        event = self.backend.start_ipc_copy(array, offer.handle, offer.device)
-        if event is None:  # not mapped here yet: opening takes milliseconds, not on the loop
-            event = await self._open_and_copy(array, offer, f.address)
-            log.debug("mapped a peer allocation", job=f.job_id, peer=f.ins.peer, bytes=offer.header.nbytes)
+        the owner is asked for its handle, which it answers once the tile is complete. False:
+        no copy could be made (the log says why), the host path is next. Every step here is on
+        each fetch's path, most of them on the event loop's thread."""
+        try:
+            offer = self.offers.take(f.job_id, f.generation, f.ins.peer, f.ins.peer_buffer)
+            path = "cuda-ipc-offered"
+            if offer is None:
+                reply = await self._ask_owner(
+                    f, lambda: link.pod.ipcHandle(f.job_id, f.generation, f.ins.peer_buffer))
+                offer = Offer(bytes(reply.handle), capnp_io.read_tile_header(reply.header), reply.deviceIndex)
+                path = "cuda-ipc"
+            _check_same_tile(offer.header, array.shape, dtype, f.ins)
+            event = self.backend.start_ipc_copy(array, offer.handle, offer.device)
+            if event is None:  # not mapped here yet: opening takes milliseconds, not on the loop
+                event = await self._open_and_copy(array, offer, f.address)
+                log.debug("mapped a peer allocation", job=f.job_id, peer=f.ins.peer,
+                          bytes=offer.header.nbytes)
+        except TransferError:
+            raise
+        except Exception as err:
+            log.info("CUDA IPC fetch failed; using the host path", reason=remote_reason(err))
+            return False
         try:
             if not event.done:
                 await self._device_done(event)
@@ -243,8 +244,8 @@ class Peers:
                 self._off_loop(self.backend.close_mappings, closing)
         # the owner hears of it once this fetch is reported (the next turn of the loop): the
         # tile is here, and what waits for it comes first
-        asyncio.get_running_loop().call_soon(self._release, f, link, offer.header.nbytes)
-        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=offer.header.nbytes, path=path)
+        asyncio.get_running_loop().call_soon(self._fetched, f, link, offer.header.nbytes, path)
+        return True
 
     async def _open_and_copy(self, array, offer: Offer, address: str):
         """open_ipc_and_copy in the I/O pool. Should this fetch be cancelled meanwhile (its job
@@ -311,10 +312,13 @@ class Peers:
         self.offers.put(job_id, generation, node, buffer, offer)
         log.debug("tile offered", job=job_id, generation=generation, node=node, buffer=buffer)
 
-    def _release(self, f: Fetching, link: PeerLink, nbytes: int) -> None:
-        """Tell the owner its tile arrived (so it may free it once every peer has it), without
-        holding the fetch up for the answer: the tile is here and checked, and an owner that
-        is gone by now is the heartbeats' business, not this fetch's."""
+    def _fetched(self, f: Fetching, link: PeerLink, nbytes: int, path: str) -> None:
+        """A fetch is done: logged, and the owner told its tile arrived (so it may free it once
+        every peer has it), without holding the fetch up for the answer: the tile is here and
+        checked, and an owner that is gone by now is the heartbeats' business, not this
+        fetch's."""
+        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=nbytes, path=path)
+
         async def release() -> None:
             try:
                 check(await asyncio.wait_for(link.pod.release(

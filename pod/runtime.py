@@ -339,14 +339,15 @@ class PodRuntime(Serving):
             self._allocate_or_free(job, generation, ins)
             return 0, None, 0.0, None
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
-        disk = job.disk.get(generation)
         if isinstance(ins, Load):
             path = job.paths[(generation, ins.tensor)]
-            return await self._io(job, generation, ins, load_region, path, record.array, disk)
+            return await self._io(job, generation, ins, load_region, path, record.array,
+                                  job.disk.get(generation))
         if isinstance(ins, Store):
             await self._lease(job, generation, ins)
             staging = storage.staging_path(job.paths[(generation, ins.tensor)], job.job_id)
-            return await self._io(job, generation, ins, store_region, staging, record.array, disk)
+            return await self._io(job, generation, ins, store_region, staging, record.array,
+                                  job.disk.get(generation))
         if isinstance(ins, Fetch):
             address = job.peers.get(ins.peer)
             if address is None:
