@@ -3,7 +3,10 @@
 A child process allocates a 16 MiB tile (plain cudaMalloc, as a GPU pod does) and exports its IPC
 handle; this process maps it once and copies out of it, timing each call of the copy's path:
 the copy itself (cudaMemcpyPeerAsync, and cudaMemcpyAsync with cudaMemcpyDefault), making an
-event, recording it, and polling it until the copy is done. Three rhythms:
+event (or taking one made before), recording it, and polling it until the copy is done; the copy
+also through the driver API straight (cuMemcpyDtoDAsync, by ctypes), to see what the runtime
+layer adds, and as a copy kernel of our own (16-byte loads and stores, launched by cupy), to see
+whether a launch costs the driver less than a copy call. Three rhythms:
 - hot: copies back to back, as in a plan with many fetches in flight;
 - idle: a pause between copies, as between one-tile jobs;
 - spawn: a pause and a Python subprocess started between copies, as in the pod benchmark's rounds
@@ -23,6 +26,7 @@ import sys
 import time
 
 TILE_BYTES = 16 << 20
+STREAMS: dict = {}  # stream pointer -> cupy stream, for the kernel launch
 OWNER = """
 import sys, cupy
 mem = cupy.cuda.memory.Memory(int(sys.argv[1]))
@@ -49,16 +53,53 @@ def clock_cost_ns(count: int = 100_000) -> tuple[float, float]:
     return min(clock), min(lookup)
 
 
-def one_copy(cupy, dst, src_ptr: int, stream, kind: str) -> dict[str, float]:
+def driver_copy():
+    """cuMemcpyDtoDAsync_v2 of the driver library, by ctypes."""
+    import ctypes
+
+    copy = ctypes.CDLL("libcuda.so.1").cuMemcpyDtoDAsync_v2
+    copy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+    copy.restype = ctypes.c_int
+    return copy
+
+
+COPY_KERNEL = r"""
+extern "C" __global__ void copy16(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                  unsigned long long count) {
+  unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count; i += step)
+    dst[i] = src[i];
+}
+"""
+
+
+def copy_calls(cupy) -> dict:
+    """The ways to issue the copy: kind -> fn(dst, src, stream)."""
+    import numpy as np
+
+    runtime, driver = cupy.cuda.runtime, driver_copy()
+    kernel = cupy.RawKernel(COPY_KERNEL, "copy16")
+    blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
+    count = np.uint64(TILE_BYTES // 16)
+
+    def launch(dst, src, stream):
+        kernel((blocks,), (256,), (np.uint64(src), np.uint64(dst), count), stream=STREAMS[stream])
+
+    return {
+        "kernel": launch,
+        "peer": lambda dst, src, stream: runtime.memcpyPeerAsync(dst, 0, src, 0, TILE_BYTES, stream),
+        "default": lambda dst, src, stream: runtime.memcpyAsync(dst, src, TILE_BYTES, runtime.memcpyDefault,
+                                                                stream),
+        "driver": lambda dst, src, stream: driver(dst, src, TILE_BYTES, stream),
+    }
+
+
+def one_copy(cupy, dst, src_ptr: int, stream, copy, kept_event) -> dict[str, float]:
     """One copy's calls, each timed (µs)."""
-    runtime = cupy.cuda.runtime
     marks = [time.perf_counter_ns()]
-    if kind == "peer":
-        runtime.memcpyPeerAsync(dst.ptr, 0, src_ptr, 0, TILE_BYTES, stream.ptr)
-    else:
-        runtime.memcpyAsync(dst.ptr, src_ptr, TILE_BYTES, runtime.memcpyDefault, stream.ptr)
+    copy(dst.ptr, src_ptr, stream.ptr)
     marks.append(time.perf_counter_ns())
-    event = cupy.cuda.Event(block=False, disable_timing=True)
+    event = kept_event or cupy.cuda.Event(block=False, disable_timing=True)
     marks.append(time.perf_counter_ns())
     stream.record(event)
     marks.append(time.perf_counter_ns())
@@ -71,14 +112,15 @@ def one_copy(cupy, dst, src_ptr: int, stream, kind: str) -> dict[str, float]:
             "polls": polls, "total": (marks[-1] - marks[0]) / 1e3}
 
 
-def rhythm(cupy, dst, src_ptr: int, stream, kind: str, rounds: int, pause: float, spawn: bool) -> dict:
+def rhythm(cupy, dst, src_ptr: int, stream, copy, rounds: int, pause: float, spawn: bool,
+           kept_event) -> dict:
     rows = []
     for _ in range(rounds):
         if pause:
             time.sleep(pause)
         if spawn:
             subprocess.run([sys.executable, "-c", "pass"], check=True)
-        rows.append(one_copy(cupy, dst, src_ptr, stream, kind))
+        rows.append(one_copy(cupy, dst, src_ptr, stream, copy, kept_event))
     return {key: statistics.median(row[key] for row in rows[1:]) for key in rows[0]}
 
 
@@ -97,12 +139,19 @@ def main() -> None:
         src_ptr = cupy.cuda.runtime.ipcOpenMemHandle(handle)
         dst = cupy.cuda.memory.Memory(TILE_BYTES)
         stream = cupy.cuda.Stream(non_blocking=True)
-        for kind in ("peer", "default"):
+        kept, calls = cupy.cuda.Event(block=False, disable_timing=True), copy_calls(cupy)
+        STREAMS[stream.ptr] = stream
+        calls["kernel"](dst.ptr, src_ptr, stream.ptr)  # compiled and loaded before any timing
+        stream.synchronize()
+        for kind, event in (("peer", None), ("peer", kept), ("default", kept), ("driver", kept),
+                            ("kernel", kept)):
+            label = f"{kind}, {'kept' if event else 'new'} event"
             for name, rounds, pause, spawn in (("hot", args.rounds, 0.0, False),
                                                ("idle 20 ms", args.rounds // 4, 0.02, False),
                                                ("spawn", args.rounds // 8, 0.02, True)):
-                row = rhythm(cupy, dst, src_ptr, stream, kind, rounds, pause, spawn)
-                print(f"{kind:7} {name:10} " + "  ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
+                row = rhythm(cupy, dst, src_ptr, stream, calls[kind], rounds, pause, spawn, event)
+                steps = "  ".join(f"{k} {v:.1f}" for k, v in row.items())
+                print(f"{label:19} {name:10} {steps}", flush=True)
         check = cupy.empty(4, cupy.uint8)
         cupy.cuda.runtime.memcpy(check.data.ptr, dst.ptr, 4, cupy.cuda.runtime.memcpyDefault)
         assert (check == 1).all(), "the copy did not bring the owner's bytes"

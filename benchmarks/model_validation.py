@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from common import blas  # noqa: E402
+from common.atomic import write_atomically  # noqa: E402
 
 SECTION = "## Cluster tuner: predicted vs measured"
 TOLERANCE = 0.10  # the model's choice may measure at most 10% above the best measured
@@ -283,10 +284,7 @@ def write_doc(text: str, path: Path) -> None:
     else:
         end = old.find("\n## ", start + len(SECTION))
         new = old[:start] + text.rstrip("\n") + "\n" + (old[end:] if end >= 0 else "")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".performance-")
-    with os.fdopen(fd, "w") as f:
-        f.write(new)
-    os.replace(tmp, path)
+    write_atomically(path, new)
 
 
 def single_threaded_blas() -> None:

@@ -14,16 +14,18 @@ their own benchmarks) are kept byte for byte. The file is written atomically.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(os.path.abspath(__file__)).parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
+
+from common.atomic import write_atomically  # noqa: E402
 
 SECTION = "## Cluster benchmarks"
 CASE_TEST = "test_cluster_job"
@@ -187,15 +189,12 @@ def plot(run: Run, path: Path) -> bool:
     fig.suptitle(f"cluster benchmarks: {run.title}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
+    image = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110)
-        os.chmod(tmp, 0o644)  # mkstemp makes files 0600
-        os.replace(tmp, path)
+        fig.savefig(image, format="png", dpi=110)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
+    write_atomically(path, image.getvalue())
     return True
 
 
@@ -269,19 +268,6 @@ def replace_section(document: str, section: str) -> str:
     return "".join(lines[:start]) + section + ("\n" + tail if tail else "")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def render_into_docs(results: Path, docs: Path) -> list[Path]:
     runs = latest_runs(results)
     images: dict[str, str | None] = {}
@@ -296,7 +282,8 @@ def render_into_docs(results: Path, docs: Path) -> list[Path]:
             plots_available = False
     doc = docs / "performance.md"
     old = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    write_atomic(doc, replace_section(old, section_text(runs, images, plots_available)))
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(doc, replace_section(old, section_text(runs, images, plots_available)))
     written.append(doc)
     return written
 

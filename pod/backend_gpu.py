@@ -18,8 +18,9 @@ goes on with cudaMemcpyAsync on the thread's copy stream while the next is read;
 the same way and writes one piece while the next comes off the device. Several storage threads run
 at once, so loads and stores also overlap each other and the computes. No pageable synchronous copy
 is on that path. A peer allocation's IPC handle is opened once and the mapping kept for later jobs,
-within bounds (pod/ipc_mappings.py); a copy out of it is started on the event loop's thread and
-waited for by its CUDA event (pod/peers.py), with no thread hand-off.
+within bounds (pod/ipc_mappings.py); a copy out of it is started on the event loop's thread, on a
+stream kept for such copies, and waited for by its CUDA event (pod/peers.py), with no thread
+hand-off; the events are reused.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class GpuBackend:
         self._leaves: dict[tuple[str, str], tuple[PreparedLeaf, object]] = {}
         with self.device:
             self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(STREAMS)]
+            # every copy out of a peer's mapping goes on this one stream, in order: what lets a
+            # mapping's last_copy be any later event of it (pod/ipc_mappings.py)
+            self._ipc_stream = cupy.cuda.Stream(non_blocking=True)
+        self._ipc_events: list = []  # events of _ipc_stream seen done, for the next copies
         self._free_streams = list(self._streams)
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -112,9 +117,6 @@ class GpuBackend:
         for key in [k for k in self._leaves if k[0] == job_id]:
             del self._leaves[key]
             self._launchers.pop(key, None)
-        with self._lock:  # its mappings stay open for later jobs, within bounds
-            closing = self._ipc.forget(job_id)
-        self._close_mappings(closing)
 
     # ---- buffers ----
 
@@ -278,54 +280,77 @@ class GpuBackend:
         with self.device:
             return bytes(self.cupy.cuda.runtime.ipcGetMemHandle(buffer.data.ptr))
 
-    def ipc_opened(self, handle: bytes, job_id: str) -> bool:
-        """Whether `handle` is mapped here already; if so `job_id` now counts as its user."""
-        with self._lock:
-            return self._ipc.use(handle, job_id) is not None
-
     def start_ipc_copy(self, buffer, handle: bytes, peer_device: int):
-        """Start copying a same-host peer's buffer (by its IPC handle, opened already: open_ipc)
-        into `buffer`, device to device, on this thread's copy stream; returns the CUDA event
-        that completes with the copy. Cheap enough for the event loop's thread (no wait)."""
+        """Start copying a same-host peer's buffer, by its IPC handle, into `buffer`, device to
+        device, if the handle is mapped here already: returns the CUDA event that completes with
+        the copy (its mapping pinned until `ipc_copy_done`), or None (then `open_ipc_and_copy`,
+        off the event loop). Made for the event loop's thread, on every fetch's path: no wait, no
+        device switch (the copy names both devices; the stream and events are our device's), one
+        lock."""
+        event = self._ipc_event()
         with self._lock:
-            ptr = self._ipc.pointer(handle)
+            pointer = self._ipc.pin(handle, event)
+        if pointer is None:
+            self._ipc_events.append(event)
+            return None
+        return self._issue_ipc_copy(buffer, handle, pointer, peer_device, event)
+
+    def open_ipc_and_copy(self, buffer, handle: bytes, peer_device: int, nbytes: int, owner: str):
+        """Map the allocation of the peer at `owner` by its handle (milliseconds: not for the
+        event loop) and start the copy as start_ipc_copy does. The mapping is kept for later
+        copies, of this job and of later ones: the owner reuses the allocation, handle and all,
+        for its next buffers of that size. When it closes: pod/ipc_mappings.py."""
+        event = self._ipc_event()
         with self.device:
-            stream = self._copy_stream()
-            self.cupy.cuda.runtime.memcpyPeerAsync(buffer.data.ptr, self.device_index, ptr, peer_device,
-                                                   buffer.nbytes, stream.ptr)
-            event = stream.record(self.cupy.cuda.Event(block=False, disable_timing=True))
+            opened = self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
         with self._lock:
-            self._ipc.copied(handle, event)
+            pointer, spare = self._ipc.opened(handle, opened, nbytes, owner, event)
+        if spare is not None:  # opened meanwhile by another thread: that one is kept
+            with self.device:
+                self.cupy.cuda.runtime.ipcCloseMemHandle(spare)
+        return self._issue_ipc_copy(buffer, handle, pointer, peer_device, event)
+
+    def _issue_ipc_copy(self, buffer, handle: bytes, pointer: int, peer_device: int, event):
+        stream = self._ipc_stream
+        try:
+            self.cupy.cuda.runtime.memcpyPeerAsync(buffer.data.ptr, self.device_index, pointer, peer_device,
+                                                   buffer.nbytes, stream.ptr)
+            stream.record(event)
+        except BaseException:
+            stream.synchronize()  # nothing of ours copies out of the mapping once it is unpinned
+            self.close_mappings(self.ipc_copy_done(handle, event))
+            raise
         return event
 
-    def open_ipc(self, handle: bytes, job_id: str, nbytes: int, owner: str) -> int:
-        """Our mapping of the allocation of the peer at `owner`, opened on its first fetch and
-        reused by later ones (opening costs far more than a copy), by this job and later jobs:
-        the owner reuses the allocation, handle and all, for their buffers of its size. When it
-        closes: pod/ipc_mappings.py."""
+    def ipc_copy_done(self, handle: bytes, event) -> list[Mapping]:
+        """The copy `event` completes with was seen done (or its fetch gave up on it): its
+        mapping is unpinned, the event kept for a later copy. Returns the mappings to close now
+        (`close_mappings`, off the event loop): past the idle bounds, or of a lost owner."""
+        self._ipc_events.append(event)
         with self._lock:
-            ptr = self._ipc.use(handle, job_id)
-        if ptr is None:
+            return self._ipc.unpin(handle)
+
+    def _ipc_event(self):
+        """An event for a copy on _ipc_stream: one seen done before (a list's append and pop
+        are atomic: no lock), or a new one, made on our device."""
+        try:
+            return self._ipc_events.pop()
+        except IndexError:
             with self.device:
-                ptr = self.cupy.cuda.runtime.ipcOpenMemHandle(handle)
-            with self._lock:
-                spare = self._ipc.opened(handle, ptr, job_id, nbytes, owner)
-                ptr = self._ipc.pointer(handle)
-            if spare is not None:  # opened meanwhile by another thread: keep one
-                with self.device:
-                    self.cupy.cuda.runtime.ipcCloseMemHandle(spare)
-        return ptr
+                return self.cupy.cuda.Event(block=False, disable_timing=True)
 
     def drop_ipc_owner(self, owner: str) -> None:
         """The peer at `owner` is lost: close our idle mappings of its allocations."""
         with self._lock:
             closing = self._ipc.drop_owner(owner)
-        self._close_mappings(closing)
+        self.close_mappings(closing)
 
-    def _close_mappings(self, closing: list[Mapping]) -> None:
+    def close_mappings(self, closing: list[Mapping]) -> None:
+        """Unmap `closing` once the last copy out of each is done (a copy whose fetch was
+        cancelled may still run). Waits on the device: for a worker thread, not the loop."""
         with self.device:
             for mapping in closing:
-                if mapping.last_copy is not None:  # a cancelled fetch's copy may still be running
+                if mapping.last_copy is not None:
                     mapping.last_copy.synchronize()
                 self.cupy.cuda.runtime.ipcCloseMemHandle(mapping.pointer)
 

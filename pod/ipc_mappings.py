@@ -6,14 +6,17 @@ next job reuses an allocation of the last one with the same handle: a mapping is
 from job to job, and is opened once per owner allocation, not once per job.
 
 What keeps that safe:
-- **In use.** A mapping counts the running jobs that fetched through it, and its newest copy. It
-  never closes while a job that used it runs (a pod runs several jobs at once: one job's end must
-  not unmap memory another is copying from), and a closing mapping's newest copy is waited for
-  before the unmap (the caller synchronizes `last_copy`: a cancelled fetch's copy may still run).
+- **In use.** A mapping is pinned by each copy out of it from the moment the copy is issued until
+  its fetch has seen it complete (or was cancelled), and a pinned mapping never closes: a pod runs
+  several jobs at once, and one job's end must not unmap memory another job is copying from.
+  Pinning per copy rather than per job also means a job that ends while it was still opening a
+  mapping leaves nothing behind that keeps the mapping busy. A closing mapping's newest copy is
+  waited for before the unmap all the same (the caller synchronizes `last_copy`: a copy whose
+  fetch was cancelled may still run on the device).
 - **Stale data.** A handle names one allocation: a new allocation gets a new handle even at the
   same address, so a mapping is only ever looked up by a handle its owner offers for a live,
   complete tile, and a mapping of an allocation the owner has freed is never copied from again.
-- **Idle.** Once no running job uses it, a mapping is idle: kept for the next job, least recently
+- **Idle.** Once no copy pins it, a mapping is idle: kept for the next job, least recently
   used first out. What an idle mapping costs: nothing while its owner pools the allocation (the
   usual case: the owner frees pooled allocations only when an allocation fails for lack of
   memory, and lent ones only when freeing the others was not enough), but the allocation's
@@ -23,18 +26,19 @@ What keeps that safe:
   closes. IDLE_BYTES is 2 GiB, about 1.5% of an H200's memory: the most a freed owner allocation
   can stay held by this pod, and 8 times what the pod benchmark's 16 tiles in flight map.
   IDLE_COUNT caps the driver's mapping records for many small tiles.
-- **Owner gone.** When a peer is lost, its idle mappings close (`drop_owner`); one still in use
-  closes when its last job is forgotten (`forget`), as its owner's memory is gone anyway.
+- **Owner gone.** When a peer is lost, its idle mappings close (`drop_owner`); a pinned one
+  closes when its last copy is done (`unpin`), as its owner's memory is gone anyway.
 - **Shutdown.** The rest go with the pod's process (the driver unmaps them at its exit).
 
 Pure bookkeeping, no CUDA: the GPU backend holds one under its lock and does the opening,
-copying and closing; tests/pod/test_ipc_mappings.py runs every rule without a GPU.
+copying and closing (off the event loop); tests/pod/test_ipc_mappings.py runs every rule without a
+GPU.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 IDLE_BYTES = 2 << 30
 IDLE_COUNT = 256
@@ -45,8 +49,10 @@ class Mapping:
     pointer: int
     nbytes: int
     owner: str  # the owner pod's address
-    jobs: set[str] = field(default_factory=set)  # running jobs that fetched through it
-    last_copy: object | None = None  # the event of the newest copy out of it
+    copies: int = 0  # copies out of it issued and not yet seen done: it is pinned while any run
+    # the event of the newest copy out of it, or a later event of the same stream (the backend
+    # reuses its events: synchronizing one still waits for this copy, as the stream runs in order)
+    last_copy: object | None = None
     owner_lost: bool = False  # close once idle, not kept
 
 
@@ -57,47 +63,50 @@ class IpcMappings:
         self._idle: OrderedDict[bytes, None] = OrderedDict()  # least recently used first
         self._idle_total = 0
 
-    def use(self, handle: bytes, job_id: str) -> int | None:
-        """Our pointer for `handle`, with `job_id` counted as a user; None when not open yet."""
+    def pin(self, handle: bytes, copy: object) -> int | None:
+        """Our pointer for `handle`, pinned for the copy whose event is `copy` (recorded by the
+        caller right after); None when not open here yet (nothing pinned)."""
         mapping = self._open.get(handle)
         if mapping is None:
             return None
-        self._busy(handle, mapping)
-        mapping.jobs.add(job_id)
+        if mapping.copies == 0:
+            self._busy(handle, mapping)
+        mapping.copies += 1
+        mapping.last_copy = copy
         return mapping.pointer
 
-    def opened(self, handle: bytes, pointer: int, job_id: str, nbytes: int, owner: str) -> int | None:
-        """Record a mapping just opened for `job_id`. If another thread opened the same handle
-        meanwhile, that one is kept and `pointer` is returned to be closed at once."""
-        if self.use(handle, job_id) is not None:
-            return pointer
-        self._open[handle] = Mapping(pointer, nbytes, owner, {job_id})
-        return None
+    def unpin(self, handle: bytes) -> list[Mapping]:
+        """A copy out of `handle` is done (or its fetch gave up on it). Returns the mappings to
+        close now (removed here; the caller waits for their last copies, then unmaps): this one
+        if its owner is lost, and idle ones past the bounds, least recently used first."""
+        mapping = self._open.get(handle)
+        if mapping is None:
+            return []
+        mapping.copies -= 1
+        if mapping.copies > 0:
+            return []
+        if mapping.owner_lost:
+            return [self._open.pop(handle)]
+        self._idle[handle] = None
+        self._idle_total += mapping.nbytes
+        return self._trim()
 
-    def pointer(self, handle: bytes) -> int:
-        return self._open[handle].pointer
-
-    def copied(self, handle: bytes, event: object) -> None:
-        self._open[handle].last_copy = event
-
-    def forget(self, job_id: str) -> list[Mapping]:
-        """`job_id` is gone: the mappings only it used turn idle. Returns those to close now
-        (removed here; the caller waits for their last copies, then unmaps): idle ones past the
-        bounds, least recently used first, and ones whose owner is lost."""
-        for handle, mapping in self._open.items():
-            if job_id in mapping.jobs:
-                mapping.jobs.discard(job_id)
-                if not mapping.jobs:
-                    self._idle[handle] = None
-                    self._idle_total += mapping.nbytes
-        return self._close_idle(lambda m: m.owner_lost) + self._trim()
+    def opened(self, handle: bytes, pointer: int, nbytes: int, owner: str,
+               copy: object) -> tuple[int, int | None]:
+        """Record a mapping just opened, pinned for the copy whose event is `copy`: (the pointer
+        to copy from, a pointer to close at once or None). If another thread opened the same
+        handle meanwhile, that one is kept and pinned, and `pointer` is the one to close."""
+        if handle in self._open:
+            return self.pin(handle, copy), pointer
+        self._open[handle] = Mapping(pointer, nbytes, owner, copies=1, last_copy=copy)
+        return pointer, None
 
     def drop_owner(self, owner: str) -> list[Mapping]:
-        """The peer at `owner` is lost: its idle mappings, to close now; those in use close when
-        their last job is forgotten."""
+        """The peer at `owner` is lost: its idle mappings, to close now; pinned ones close when
+        their last copy is done."""
         for mapping in self._open.values():
             mapping.owner_lost |= mapping.owner == owner
-        return self._close_idle(lambda m: m.owner_lost)
+        return [self._remove(h) for h in [h for h in self._idle if self._open[h].owner_lost]]
 
     def idle(self) -> list[bytes]:
         """The idle mappings' handles, least recently used first."""
@@ -116,9 +125,6 @@ class IpcMappings:
         while self._idle and (self._idle_total > self.idle_bytes or len(self._idle) > self.idle_count):
             closing.append(self._remove(next(iter(self._idle))))
         return closing
-
-    def _close_idle(self, which) -> list[Mapping]:
-        return [self._remove(h) for h in [h for h in self._idle if which(self._open[h])]]
 
     def _remove(self, handle: bytes) -> Mapping:
         mapping = self._open.pop(handle)

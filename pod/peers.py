@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import capnp
 import numpy as np
@@ -40,9 +41,8 @@ class PeerLink:
     info: PodInfo
 
 
-@dataclass(frozen=True)
-class Fetching:
-    """One Fetch instruction as the peers shell needs it."""
+class Fetching(NamedTuple):
+    """One Fetch instruction as the peers shell needs it (a tuple: made on every fetch's path)."""
 
     job_id: str
     generation: int
@@ -102,13 +102,25 @@ class Peers:
         if link is not None:
             self.retired.append(link)
         if self.backend.kind == "gpu":  # its allocations may be gone: unmap what we keep of them
-            with contextlib.suppress(RuntimeError):  # the pod is closing: the pool takes no work
-                self.io_pool.submit(self.backend.drop_ipc_owner, address)
+            self._off_loop(self.backend.drop_ipc_owner, address)
 
-    async def fetch(self, f: Fetching, array) -> None:
-        """Fill `array` (a buffer of ours) with the peer's tile; TransferError says why not."""
+    def _off_loop(self, fn, *args) -> None:
+        """Run `fn(*args)` (unmapping: it waits on the device) in the I/O pool, not waited for;
+        a failure is logged."""
+        def logged(done) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                log.warning("unmapping a peer's allocation failed", reason=remote_reason(done.exception()))
+
+        with contextlib.suppress(RuntimeError):  # the pod is closing: the pool takes no work
+            self.io_pool.submit(fn, *args).add_done_callback(logged)
+
+    async def fetch(self, f: Fetching, array, dtype: str) -> None:
+        """Fill `array` (a buffer of ours, of storage dtype `dtype`) with the peer's tile;
+        TransferError says why not."""
         try:
-            await self._fetch(f, array)
+            link = self.links.get(f.address) or await self._link(f.address)
+            if not (self._ipc_possible(link) and await self._fetch_ipc(f, link, array, dtype)):
+                await self._fetch_host(f, link, array, dtype)
         except TransferError:
             raise
         except TimeoutError:
@@ -119,25 +131,18 @@ class Peers:
             self._retire(f.address)
             raise TransferError(f"fetch from node {f.ins.peer} ({f.address}): {remote_reason(err)}") from None
 
-    async def _fetch(self, f: Fetching, array) -> None:
-        loop = asyncio.get_running_loop()
-        link = await self._link(f.address)
-        if self._ipc_possible(link):
-            try:
-                await self._fetch_ipc(f, link, array)
-                return
-            except Exception as err:  # fall back to the host path, saying why
-                log.info("CUDA IPC fetch failed; using the host path", reason=remote_reason(err))
+    async def _fetch_host(self, f: Fetching, link: PeerLink, array, dtype: str) -> None:
+        """The tile through host memory: straight into `array` where the backend has it there
+        (CPU), else into a host array uploaded after."""
         into = self.backend.host_view(array)
         if into is None:
             into = np.empty(tuple(array.shape), self.backend.host_dtype(array))
-        path = await self._fetch_host(f, link, array, into)
-        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=into.nbytes, path=path)
+        path = await self._fill_host(f, link, into, dtype)
         if self.backend.host_view(array) is None:
-            await loop.run_in_executor(self.io_pool, self.backend.upload, array, into)
-        self._release(f, link, into.nbytes)
+            await asyncio.get_running_loop().run_in_executor(self.io_pool, self.backend.upload, array, into)
+        self._fetched(f, link, into.nbytes, path)
 
-    async def _fetch_host(self, f: Fetching, link: PeerLink, array, into: np.ndarray) -> str:
+    async def _fill_host(self, f: Fetching, link: PeerLink, into: np.ndarray, dtype: str) -> str:
         """Fill `into` over the bulk data port with the ticket the owner offered (no round trip),
         or with one asked for now (tileHeader); chunks over the RPC where the port fails. The
         path taken, for the log."""
@@ -145,7 +150,7 @@ class Peers:
         offer = self.offers.take(f.job_id, f.generation, f.ins.peer, f.ins.peer_buffer)
         offered = offer is not None and bool(offer.header.data_port)
         header = offer.header if offered else await self._tile_header(f, link)
-        _check_same_tile(header, array, self.backend.host_dtype(array), f.ins)
+        _check_same_tile(header, into.shape, dtype, f.ins)
         while header.data_port:
             try:
                 crc = await loop.run_in_executor(self.io_pool, fetch_by_ticket, split_address(f.address)[0],
@@ -206,25 +211,58 @@ class Peers:
         return (self.backend.kind == "gpu" and link.info.backend == "gpu"
                 and link.info.host_id == self.info.host_id and link.info.pid != self.info.pid)
 
-    async def _fetch_ipc(self, f: Fetching, link: PeerLink, array) -> None:
+    async def _fetch_ipc(self, f: Fetching, link: PeerLink, array, dtype: str) -> bool:
         """A device copy out of the owner's allocation: offered already (no round trip), else
-        the owner is asked for its handle, which it answers once the tile is complete."""
-        offer = self.offers.take(f.job_id, f.generation, f.ins.peer, f.ins.peer_buffer)
-        path = "cuda-ipc-offered"
-        if offer is None:
-            reply = await self._ask_owner(
-                f, lambda: link.pod.ipcHandle(f.job_id, f.generation, f.ins.peer_buffer))
-            offer = Offer(bytes(reply.handle), capnp_io.read_tile_header(reply.header), reply.deviceIndex)
-            path = "cuda-ipc"
-        _check_same_tile(offer.header, array, self.backend.host_dtype(array), f.ins)
-        if not self.backend.ipc_opened(offer.handle, f.job_id):  # opening takes milliseconds: not on the loop
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self.io_pool, self.backend.open_ipc, offer.handle, f.job_id,
-                                       offer.header.nbytes, f.address)
-            log.debug("mapped a peer allocation", job=f.job_id, peer=f.ins.peer, bytes=offer.header.nbytes)
-        await self._device_done(self.backend.start_ipc_copy(array, offer.handle, offer.device))
-        self._release(f, link, offer.header.nbytes)
-        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=offer.header.nbytes, path=path)
+        the owner is asked for its handle, which it answers once the tile is complete. False:
+        no copy could be made (the log says why), the host path is next. Every step here is on
+        each fetch's path, most of them on the event loop's thread."""
+        try:
+            offer = self.offers.take(f.job_id, f.generation, f.ins.peer, f.ins.peer_buffer)
+            path = "cuda-ipc-offered"
+            if offer is None:
+                reply = await self._ask_owner(
+                    f, lambda: link.pod.ipcHandle(f.job_id, f.generation, f.ins.peer_buffer))
+                offer = Offer(bytes(reply.handle), capnp_io.read_tile_header(reply.header), reply.deviceIndex)
+                path = "cuda-ipc"
+            _check_same_tile(offer.header, array.shape, dtype, f.ins)
+            event = self.backend.start_ipc_copy(array, offer.handle, offer.device)
+            if event is None:  # not mapped here yet: opening takes milliseconds, not on the loop
+                event = await self._open_and_copy(array, offer, f.address)
+                log.debug("mapped a peer allocation", job=f.job_id, peer=f.ins.peer,
+                          bytes=offer.header.nbytes)
+        except TransferError:
+            raise
+        except Exception as err:
+            log.info("CUDA IPC fetch failed; using the host path", reason=remote_reason(err))
+            return False
+        try:
+            if not event.done:
+                await self._device_done(event)
+        finally:
+            closing = self.backend.ipc_copy_done(offer.handle, event)
+            if closing:
+                self._off_loop(self.backend.close_mappings, closing)
+        # the owner hears of it once this fetch is reported (the next turn of the loop): the
+        # tile is here, and what waits for it comes first
+        asyncio.get_running_loop().call_soon(self._fetched, f, link, offer.header.nbytes, path)
+        return True
+
+    async def _open_and_copy(self, array, offer: Offer, address: str):
+        """open_ipc_and_copy in the I/O pool. Should this fetch be cancelled meanwhile (its job
+        dropped), the copy it starts still ends, and its mapping is unpinned then."""
+        opening = asyncio.get_running_loop().run_in_executor(
+            self.io_pool, self.backend.open_ipc_and_copy, array, offer.handle, offer.device,
+            offer.header.nbytes, address)
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(lambda done: self._unpin_abandoned(offer.handle, done))
+            raise
+
+    def _unpin_abandoned(self, handle: bytes, opening: asyncio.Future) -> None:
+        if not opening.cancelled() and opening.exception() is None:
+            backend, event = self.backend, opening.result()
+            self._off_loop(lambda: backend.close_mappings(backend.ipc_copy_done(handle, event)))
 
     async def _device_done(self, event) -> None:
         """Wait for a device copy: a 16 MiB copy takes microseconds, so it is watched from the
@@ -274,10 +312,13 @@ class Peers:
         self.offers.put(job_id, generation, node, buffer, offer)
         log.debug("tile offered", job=job_id, generation=generation, node=node, buffer=buffer)
 
-    def _release(self, f: Fetching, link: PeerLink, nbytes: int) -> None:
-        """Tell the owner its tile arrived (so it may free it once every peer has it), without
-        holding the fetch up for the answer: the tile is here and checked, and an owner that
-        is gone by now is the heartbeats' business, not this fetch's."""
+    def _fetched(self, f: Fetching, link: PeerLink, nbytes: int, path: str) -> None:
+        """A fetch is done: logged, and the owner told its tile arrived (so it may free it once
+        every peer has it), without holding the fetch up for the answer: the tile is here and
+        checked, and an owner that is gone by now is the heartbeats' business, not this
+        fetch's."""
+        log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=nbytes, path=path)
+
         async def release() -> None:
             try:
                 check(await asyncio.wait_for(link.pod.release(
@@ -288,12 +329,12 @@ class Peers:
         self.spawn(release())
 
 
-def _check_same_tile(header, array, dtype, ins: Fetch) -> None:
-    """The owner's tile must have the local buffer's shape and dtype (tiles are never converted)."""
-    shape, name = tuple(array.shape), storage.dtype_name(dtype)
-    if tuple(header.shape) != shape or (header.dtype or "f32") != name:
+def _check_same_tile(header: TileHeader, shape: tuple[int, ...], dtype: str, ins: Fetch) -> None:
+    """The owner's tile must have the local buffer's shape and storage dtype (tiles are never
+    converted)."""
+    if tuple(header.shape) != shape or (header.dtype or "f32") != dtype:
         raise TransferError(f"node {ins.peer} buffer {ins.peer_buffer} is {header.dtype}"
-                            f"{list(header.shape)}, local buffer {ins.buffer} is {name}{list(shape)}")
+                            f"{list(header.shape)}, local buffer {ins.buffer} is {dtype}{list(shape)}")
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -339,19 +339,20 @@ class PodRuntime(Serving):
             self._allocate_or_free(job, generation, ins)
             return 0, None, 0.0, None
         record = None if isinstance(ins, Compute) else self._buffer(job, generation, ins.buffer)
-        disk = job.disk.get(generation)
         if isinstance(ins, Load):
             path = job.paths[(generation, ins.tensor)]
-            return await self._io(job, generation, ins, load_region, path, record.array, disk)
+            return await self._io(job, generation, ins, load_region, path, record.array,
+                                  job.disk.get(generation))
         if isinstance(ins, Store):
             await self._lease(job, generation, ins)
             staging = storage.staging_path(job.paths[(generation, ins.tensor)], job.job_id)
-            return await self._io(job, generation, ins, store_region, staging, record.array, disk)
+            return await self._io(job, generation, ins, store_region, staging, record.array,
+                                  job.disk.get(generation))
         if isinstance(ins, Fetch):
             address = job.peers.get(ins.peer)
             if address is None:
                 raise TransferError(f"node {ins.peer} is not among this plan's peers")
-            await self.peers.fetch(Fetching(job.job_id, generation, ins, address), record.array)
+            await self.peers.fetch(Fetching(job.job_id, generation, ins, address), record.array, record.dtype)
             return self.backend.nbytes(record.array), ins.peer, 0.0, None
         if isinstance(ins, Compute):
             await asyncio.shield(job.preparing)  # its leaves (prepare)
@@ -413,7 +414,7 @@ class PodRuntime(Serving):
         if ins.dtype not in storage.STORAGE_DTYPES:
             raise Refused(f"buffer {ins.buffer}: unknown dtype {ins.dtype!r}")
         array = self.backend.allocate(tuple(ins.shape), ins.dtype)
-        job.buffers[(generation, ins.buffer)] = BufferRecord(array)
+        job.buffers[(generation, ins.buffer)] = BufferRecord(array, ins.dtype)
 
     def _buffer(self, job: Job, generation: int, buffer: int) -> BufferRecord:
         record = job.buffers.get((generation, buffer))
