@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from schemas.program import Launch, Unit, UnitColumns
+from schemas.units import Launch, Unit, UnitColumns
 
 
 class Piece(NamedTuple):  # a tuple: built about three times faster than a frozen dataclass

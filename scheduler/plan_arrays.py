@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.placement import Placed
-from schemas.program import Region, UnitColumns, sort_runs, spans
+from schemas.units import Region, UnitColumns, sort_runs, spans
 
 I64 = np.int64
 
@@ -79,7 +79,7 @@ class Flat:
 
 def flatten(placed: Placed, tensors: Mapping[str, int]) -> Flat:
     """The program as columns: the placed launches' accesses gathered from the units' columns
-    (schemas/program.py, UnitColumns), their regions numbered as keys, then grouped with numpy."""
+    (schemas/units.py), their regions numbered as keys, then grouped with numpy."""
     units, l_launch = placed.units, placed.l_launch
     n_launches = len(l_launch)
     a_index = spans(units.access_start, l_launch)  # the accesses, in placement order

@@ -52,7 +52,8 @@ from compiler.cluster.units import no_gc_pauses
 from scheduler import plan_arrays, plan_columns, plan_instructions
 from scheduler.placement import place_columns
 from schemas.instructions import ITEMSIZE, NodePlan
-from schemas.program import ClusterProgram, Unit, UnitColumns
+from schemas.program import ClusterProgram
+from schemas.units import Unit, UnitColumns
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The units of work of a cluster program: one per output super-tile, with their regions.
 
 Programs may hold a million launches, so no object is made per unit here: every unit of a grid
-has the same launches, so the units are made as columns (schemas/program.py, `UnitColumns`: per
+has the same launches, so the units are made as columns (schemas/units.py, `UnitColumns`: per
 access its tensor, start and shape) with numpy, from each tensor's region template (per axis:
 which super-grid coordinate or chunk index scales its start, and its extent). The `Unit` objects
 are made from the columns only where a consumer asks for them; the planner reads the columns.
@@ -20,7 +20,7 @@ from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.tiling import DimCut, LeafVariants
 from compiler.frontend import ir
-from schemas.program import UnitColumns
+from schemas.units import UnitColumns
 
 # Per axis of a region template: (source, cut) where source is the position of the unit's
 # coordinate that moves the axis, CHUNK for the cluster loop's chunk index, or FIXED (the axis is

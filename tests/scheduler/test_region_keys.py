@@ -1,5 +1,5 @@
 """The planner numbers region keys (scheduler/plan_arrays.number_keys) from the units' columns
-(schemas/program.py, UnitColumns) by sorting codes packed from each region's tensor, start and shape
+(schemas/units.py) by sorting codes packed from each region's tensor, start and shape
 instead of a dict: equal regions one key, keys in order of first access, whether equal regions
 are one object or several; still right where the fields' ranges are too wide to pack (a lexical
 sort then) and where regions of one tensor differ in their number of axes."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.plan_arrays import number_keys
-from schemas.program import Launch, Region, Unit, UnitColumns
+from schemas.units import Launch, Region, Unit, UnitColumns
 
 
 def _by_dict(regions: list[Region]) -> tuple[list[int], list[Region]]:

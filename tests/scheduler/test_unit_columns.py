@@ -1,4 +1,4 @@
-"""A program's units as columns (schemas/program.py, UnitColumns): the columns say what the objects say,
+"""A program's units as columns (schemas/units.py): the columns say what the objects say,
 a subset taken in columns equals the columns of the subset's objects, and the program still reads
 as its sequence of Units everywhere else."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
-from schemas.program import Launch, Region, Unit, UnitColumns
+from schemas.units import Launch, Region, Unit, UnitColumns
 from tests.cluster.helpers import small
 from tests.scheduler.programs import matmul_program
 
