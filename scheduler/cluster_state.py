@@ -352,8 +352,9 @@ class ClusterState:
         # each while there are nodes enough): a leaf that crashes again then charges itself, not
         # the innocent unit that happened to share a node with it (the planner deals units round
         # robin and keeps this order among units of equal work).
-        units = sorted((u for u in self.program.units if u.index in moved),
-                       key=lambda u: u.index not in self.charged_together)
+        every = self.program.units  # by index: only the moved units' objects are made (UnitColumns)
+        chosen = [every[p] for p, index in enumerate(every.unit_index.tolist()) if index in moved]
+        units = sorted(chosen, key=lambda u: u.index not in self.charged_together)
         self.charged_together = set()
         try:
             actions = self._plan(units)

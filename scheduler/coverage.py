@@ -17,19 +17,9 @@ import numpy as np
 from schemas.program import ClusterProgram, Region
 
 
-def written_regions(program: ClusterProgram, tensor: str) -> list[Region]:
-    seen: dict[tuple, Region] = {}
-    for unit in program.units:
-        for launch in unit.launches:
-            for _, region in launch.writes:
-                if region.tensor == tensor:
-                    seen.setdefault((region.start, region.shape), region)
-    return list(seen.values())
-
-
 def unwritten_regions(program: ClusterProgram, tensor: str, shape: tuple[int, ...]) -> list[Region]:
     """The parts of `tensor` (of `shape`) that no unit of the program writes."""
-    return uncovered(written_regions(program, tensor), tensor, shape)
+    return uncovered(program.units.written(tensor), tensor, shape)
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:

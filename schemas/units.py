@@ -294,6 +294,14 @@ class UnitColumns(Sequence[Unit]):
         counts = np.bincount(unit[by[starts]], minlength=len(self))
         return dict(zip(self.unit_index.tolist(), counts.tolist(), strict=True))
 
+    def written(self, tensor: str) -> list[Region]:
+        """The distinct regions of `tensor` that the units write, in order of first write."""
+        if tensor not in self.names:
+            return []
+        chosen = np.flatnonzero(self.write & (self.tensor == self.names.index(tensor)))
+        by, starts = self.region_runs(chosen)
+        return list(self.regions(chosen[np.sort(by[starts])]))
+
     def first_writes(self) -> dict[str, list[str]]:
         """leaf name -> the parameters that the first launch of it writes, leaves in order of
         their first launch."""

@@ -147,3 +147,16 @@ def test_what_the_scheduler_reads_of_the_units_is_what_their_objects_say(name, d
     assert program.units.first_writes() == _first_writes_walked(program.units)
     some = program.units.take(np.array([len(program.units) - 1, 0], np.int64))
     assert some.writes_per_unit(scratch) == _writes_per_unit_walked(some, scratch)
+
+
+def test_written_regions_of_a_tensor_are_the_objects_written():
+    program = compile_cluster(small("matmul_small"), {"M": 144, "N": 176, "K": 560}, cluster_values=TILES,
+                              split=SplitRequest(3, "binary"))
+    for tensor in [t.name for t in program.tensors] + ["nothing"]:
+        seen: dict = {}
+        for unit in program.units:
+            for launch in unit.launches:
+                for _, region in launch.writes:
+                    if region.tensor == tensor:
+                        seen.setdefault(region, region)
+        assert program.units.written(tensor) == list(seen)
