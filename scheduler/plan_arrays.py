@@ -1,9 +1,10 @@
 """The planner's passes as array operations (the rules are scheduler/planner.py's module doc).
 
-Only `flatten` walks the program in Python, once, doing O(1) small work per region access: it
-numbers the distinct regions (keys), and per piece notes its outputs (in order of first write),
-the regions it reads and does not write (in order of first read), its launches, their bindings
-and their writes. Every later pass works on whole columns with numpy: no Python object per
+No pass walks the program's objects: the units come as columns (schemas/units.py,
+`UnitColumns`), and `flatten` gathers the placed launches' accesses from them, numbers the
+distinct regions (keys), and per piece notes its outputs (in order of first write), the regions
+it reads and does not write (in order of first read), its launches, their bindings and their
+writes. Every pass works on whole columns with numpy: no Python object per access or per
 instruction is built (schemas/instruction_table.py). Rows of every table are in placement order
 (piece, then the order within the piece), which is what lets "within a piece" and "on a node,
 in order" be computed with cumulative sums instead of loops.
@@ -73,7 +74,7 @@ class Flat:
     w_out: np.ndarray
     k_tensor: np.ndarray  # tensor index (into the planner's tensor list) of every key
     k_elements: np.ndarray
-    keys: Sequence[Region]  # every key: its region (built when asked for)
+    keys: Sequence[Region]  # every key: its region (looked up or made when asked for)
     names: list[str]
 
 

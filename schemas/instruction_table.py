@@ -24,7 +24,8 @@ Python ints of them either way.
 `deps` and `extra` are ragged: row i's deps are `deps[dep_start[i]:dep_start[i + 1]]`. Several
 nodes' tables may share one `deps`, `extra`, `keys` and `names` (views of the planner's
 arrays); the starts are offsets into those shared arrays. A key is a region of the program
-(`Region`), one object for every instruction that names it.
+(`Region`), one object for every instruction that names it: the planner's keys are a sequence
+that finds each region in the program's units when read (schemas/units.py, `AccessRegions`).
 """
 
 from __future__ import annotations
