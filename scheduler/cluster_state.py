@@ -145,7 +145,7 @@ class ClusterState:
     def start(self, now: float) -> list[Action]:
         for node in self.live:
             self.last_seen[node] = now
-        return self._plan(list(self.program.units))
+        return self._plan(self.program.units)  # as they are: a compiled program's make no objects
 
     def heartbeat(self, node: int, generation: int, running: Sequence[int], now: float) -> list[Action]:
         if node not in self.live:
@@ -377,7 +377,7 @@ class ClusterState:
                    if node in p.node_plans and (node, g) not in self.finished_plans)
         return NodeFigure(node, max(1, figure.vram_bytes - busy))
 
-    def _plan(self, units: list[Unit]) -> list[Action]:
+    def _plan(self, units: Sequence[Unit]) -> list[Action]:
         self.generation += 1
         figures = [self._room(n) for n in sorted(self.live)]
         plan = _as_objects(self.planner(figures, self.generation, units, self.next_id))

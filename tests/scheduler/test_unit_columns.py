@@ -11,9 +11,11 @@ import pytest
 
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
+from scheduler.cluster_state import ClusterState, Submit
+from scheduler.planner import NodeFigure, plan
 from schemas.units import Launch, Region, Unit, UnitColumns
 from tests.cluster.helpers import small
-from tests.scheduler.programs import matmul_program
+from tests.scheduler.programs import matmul_program, uris_of
 
 TILES = {"TILE_M": 64, "TILE_N": 64, "TILE_K": 64}
 
@@ -160,3 +162,24 @@ def test_written_regions_of_a_tensor_are_the_objects_written():
                     if region.tensor == tensor:
                         seen.setdefault(region, region)
         assert program.units.written(tensor) == list(seen)
+
+
+def test_a_compiled_programs_job_makes_only_the_moved_units_objects():
+    """The scheduler's state machine plans a compiled program from its columns: starting the job
+    makes no `Unit` object (a million-unit program's would cost seconds and hundreds of MB), and
+    a re-plan after a node dies makes only the moved units'."""
+    program = compile_cluster(small("add_small"), {"N": 1000}, cluster_values={"BLOCK": 64})
+    uris = uris_of(program)
+
+    def planner(figures, generation, units, first_id):
+        return plan(program, figures, uris, generation, units, first_id)
+
+    state = ClusterState(program, {i: NodeFigure(i) for i in range(3)}, planner, heartbeat_timeout=5.0)
+    assert [type(a) for a in state.start(0.0)] == [Submit] * 3
+    assert len(program.units) == 16 and program.units.objects == [None] * 16
+    moved = sorted(u for u, node in state.plan.placement.items() if node == 1)
+    actions = state.disconnected(1, "connection lost", 0.1)
+    assert sorted(u for u, _, _ in state.replans[-1].moved) == moved
+    assert any(isinstance(a, Submit) for a in actions)
+    made = [u.index for u in program.units.objects if u is not None]
+    assert made == moved
