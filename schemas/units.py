@@ -235,26 +235,14 @@ class UnitColumns(Sequence[Unit]):
         return self.objects[lo:hi]
 
     def _make(self, lo: int, hi: int) -> None:
-        names, shared = self.names, self.__dict__.setdefault("_regions", {})
+        names = self.names
         launch_at = self.launch_start[lo:hi + 1].tolist()
         la0, la1 = launch_at[0], launch_at[-1]
         at = self.access_start[la0:la1 + 1]
         first, last = int(at[0]), int(at[-1])
         rows = slice(first, last)
-        ndim = self.ndim[rows]
-        if np.all(ndim == self.start.shape[1]):  # no padding to cut off
-            starts, shapes = map(tuple, self.start[rows].tolist()), map(tuple, self.shape[rows].tolist())
-        else:
-            starts = (tuple(s[:n]) for s, n in zip(self.start[rows].tolist(), ndim.tolist(), strict=True))
-            shapes = (tuple(s[:n]) for s, n in zip(self.shape[rows].tolist(), ndim.tolist(), strict=True))
-        tensors = map(names.__getitem__, self.tensor[rows].tolist())
-        regions = []
-        for fields in zip(tensors, starts, shapes, strict=True):
-            region = shared.get(fields)
-            if region is None:
-                region = shared[fields] = Region(*fields)
-            regions.append(region)
-        pairs = list(zip(map(names.__getitem__, self.param[rows].tolist()), regions, strict=True))
+        params = map(names.__getitem__, self.param[rows].tolist())
+        pairs = list(zip(params, self.regions_made(rows), strict=True))
         reads = np.cumsum(~self.write[rows], dtype=I64)  # reads come first in a launch
         ends = (at - first).tolist()
         split = (np.concatenate([[0], reads])[at[1:] - first] - np.concatenate([[0], reads])[at[:-1] - first]
@@ -268,13 +256,24 @@ class UnitColumns(Sequence[Unit]):
                 self.objects[u] = Unit(tuple(coord), index, tuple(launches[launch_at[u - lo] - la0:
                                                                           launch_at[u - lo + 1] - la0]))
 
-    def region_at(self, a: int) -> Region:
-        """Access `a`'s region made from the columns (one object per distinct region)."""
+    def regions_made(self, rows: slice | np.ndarray) -> list[Region]:
+        """The regions of the accesses at `rows` (a slice or positions) made from the columns:
+        one object per distinct region, kept and handed to every unit or key made after."""
         shared = self.__dict__.setdefault("_regions", {})
-        n = self.ndim[a]
-        fields = (self.names[self.tensor[a]], tuple(self.start[a, :n].tolist()),
-                  tuple(self.shape[a, :n].tolist()))
-        return shared.get(fields) or shared.setdefault(fields, Region(*fields))
+        ndim = self.ndim[rows]
+        if np.all(ndim == self.start.shape[1]):  # no padding to cut off
+            starts, shapes = map(tuple, self.start[rows].tolist()), map(tuple, self.shape[rows].tolist())
+        else:
+            starts = (tuple(s[:n]) for s, n in zip(self.start[rows].tolist(), ndim.tolist(), strict=True))
+            shapes = (tuple(s[:n]) for s, n in zip(self.shape[rows].tolist(), ndim.tolist(), strict=True))
+        tensors = map(self.names.__getitem__, self.tensor[rows].tolist())
+        regions = []
+        for fields in zip(tensors, starts, shapes, strict=True):
+            region = shared.get(fields)
+            if region is None:
+                region = shared[fields] = Region(*fields)
+            regions.append(region)
+        return regions
 
     def region_runs(self, accesses: np.ndarray, *leading: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`sort_runs` of the regions of `accesses` (equal when their tensor, start and shape
@@ -345,15 +344,17 @@ class UnitColumns(Sequence[Unit]):
 class AccessRegions(Sequence[Region]):
     """The regions of chosen accesses (positions among the units' accesses): the program's own
     `Region` objects, looked up when asked for, a block of them at a time (the planner's keys:
-    a plan holds no object per region, and decoding its instructions hands out the objects the
-    program already holds rather than making new ones)."""
+    a plan holds no object per region until its instructions are read, and decoding them hands
+    out the objects the program already holds rather than making new ones). A block once looked
+    up is kept: a node's instructions name keys all over the program (units are dealt round
+    robin), so each node's decoding would otherwise look every block up again, and the regions
+    are held anyway (by the program's units, or its `regions_made`)."""
 
     _SHIFT = 10  # 1024 regions a block
-    _BLOCKS = 64  # blocks kept
 
     def __init__(self, units: UnitColumns, accesses: np.ndarray):
         self.units, self.accesses = units, accesses
-        self._blocks: dict[int, list[Region]] = {}
+        self._blocks: list[list[Region] | None] = [None] * -(-len(accesses) >> self._SHIFT)
 
     def __len__(self) -> int:
         return len(self.accesses)
@@ -365,9 +366,7 @@ class AccessRegions(Sequence[Region]):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        block = self._blocks.get(i >> self._SHIFT)
-        if block is None:
-            block = self._block(i >> self._SHIFT)
+        block = self._blocks[i >> self._SHIFT] or self._block(i >> self._SHIFT)
         return block[i & ((1 << self._SHIFT) - 1)]
 
     def _block(self, number: int) -> list[Region]:
@@ -377,17 +376,20 @@ class AccessRegions(Sequence[Region]):
         unit = np.searchsorted(units.launch_start, launch, "right") - 1
         at = chosen - units.access_start[launch]
         launch -= units.launch_start[unit]
-        block = []
-        for u, la, j, a in zip(unit.tolist(), launch.tolist(), at.tolist(), chosen.tolist(), strict=True):
+        block: list[Region] = []
+        missing = []  # places in the block of regions whose unit is not made: made from the columns
+        for u, la, j in zip(unit.tolist(), launch.tolist(), at.tolist(), strict=True):
             made = units.objects[u]
-            if made is None:  # units given as columns: no object to hand out, one is made
-                block.append(units.region_at(a))
+            if made is None:
+                missing.append(len(block))
+                block.append(None)
                 continue
             one = made.launches[la]
             reads = one.reads
             block.append((reads[j] if j < len(reads) else one.writes[j - len(reads)])[1])
-        if len(self._blocks) >= self._BLOCKS:
-            del self._blocks[next(iter(self._blocks))]
+        if missing:  # made together: one pass over their columns (a compiled program's every key)
+            for place, region in zip(missing, units.regions_made(chosen[missing]), strict=True):
+                block[place] = region
         self._blocks[number] = block
         return block
 

@@ -183,3 +183,24 @@ def test_a_compiled_programs_job_makes_only_the_moved_units_objects():
     assert any(isinstance(a, Submit) for a in actions)
     made = [u.index for u in program.units.objects if u is not None]
     assert made == moved
+
+
+@pytest.mark.parametrize("name, dims, values", [
+    ("matmul_small", {"M": 144, "N": 176, "K": 80}, TILES),
+    ("add_small", {"N": 100_000}, {"BLOCK": 64}),  # 4689 accesses: several blocks of keys
+])
+def test_keys_of_units_made_and_not_are_their_regions_one_object_each(name, dims, values):
+    """The planner's keys (`regions`) over a compiled program whose units are partly made: the
+    made units' own objects, and for the rest regions made from the columns, which the units
+    made after hand out again (one object per region, whichever came first)."""
+    units = compile_cluster(small(name), dims, cluster_values=values).units
+    early = [units[i] for i in (0, 5)]  # made before the keys are read
+    everything = np.arange(int(units.access_start[-1]), dtype=np.int64)
+    regions = units.regions(np.random.default_rng(5).permutation(everything))
+    keys = [None] * len(everything)
+    for i in np.random.default_rng(6).permutation(len(everything)).tolist():  # blocks in any order
+        keys[regions.accesses[i]] = regions[i]
+    walked = [r for u in units for la in u.launches for _, r in (*la.reads, *la.writes)]
+    assert keys == walked and all(a is b for a, b in zip(keys, walked, strict=True))
+    assert len({id(r) for r in walked}) == len(set(walked))  # equal regions: one object
+    assert early[1] is units[5]
