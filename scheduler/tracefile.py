@@ -47,19 +47,12 @@ class TraceRecorder:
         node_plan = plan.node_plans[node]
         for ins_id, info in describe_instructions(node_plan).items():
             self.unit_of[plan.generation, node, ins_id] = info.unit
-        units = {u.index: u for u in self.prepared.program.units}
-        for index, placed in sorted(plan.placement.items()):
-            if placed != node:
-                continue
-            unit = units[index]
-            outputs = {}
-            for launch in unit.launches:
-                for _, region in launch.writes:
-                    outputs[region] = None
+        mine = sorted(index for index, placed in plan.placement.items() if placed == node)
+        # from the units' columns: a compiled program's Unit objects are not made for the trace
+        for index, (coord, outputs) in zip(mine, self.prepared.program.units.unit_outputs(mine), strict=True):
             self.units.append({
-                "unit": index, "coord": list(unit.coord), "node": node, "generation": plan.generation,
-                "outputs": [{"tensor": r.tensor, "start": list(r.start), "shape": list(r.shape)}
-                            for r in outputs],
+                "unit": index, "coord": list(coord), "node": node, "generation": plan.generation,
+                "outputs": [{"tensor": t, "start": start, "shape": shape} for t, start, shape in outputs],
             })
 
     def add_event(self, node: int, generation: int, event, t0: float, accepted: bool = True) -> None:

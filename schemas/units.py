@@ -293,6 +293,36 @@ class UnitColumns(Sequence[Unit]):
         counts = np.bincount(unit[by[starts]], minlength=len(self))
         return dict(zip(self.unit_index.tolist(), counts.tolist(), strict=True))
 
+    def unit_outputs(self, indices: Sequence[int]) -> list[tuple[tuple[int, ...], list[tuple]]]:
+        """Per unit of `indices` (unit indices): its coordinate and the distinct regions its
+        launches write, in order of first write, as (tensor, start, shape): what the trace records
+        of every unit placed, without making the units' objects."""
+        order = np.argsort(self.unit_index, kind="stable")
+        wanted = np.asarray(indices, I64)
+        at = np.searchsorted(self.unit_index, wanted, sorter=order)
+        positions = order[np.minimum(at, len(order) - 1)] if len(order) else at
+        if len(wanted) and (not len(order) or not np.array_equal(self.unit_index[positions], wanted)):
+            raise KeyError("a unit index that is not one of these units")
+        launches = spans(self.launch_start, positions)
+        per_launch = np.diff(self.access_start)[launches]
+        accesses = spans(self.access_start, launches)
+        unit_launch = np.repeat(np.arange(len(positions), dtype=I64), np.diff(self.launch_start)[positions])
+        unit = np.repeat(unit_launch, per_launch)
+        writes = np.flatnonzero(self.write[accesses])
+        by, starts = self.region_runs(accesses[writes], unit[writes])
+        firsts = np.sort(writes[by[starts]])  # each (unit, region) once, in access order
+        outputs: list[list[tuple]] = [[] for _ in range(len(positions))]
+        names, chosen = self.names, accesses[firsts]
+        for u, t, n, start, shape in zip(unit[firsts].tolist(), self.tensor[chosen].tolist(),
+                                         self.ndim[chosen].tolist(), self.start[chosen].tolist(),
+                                         self.shape[chosen].tolist(), strict=True):
+            outputs[u].append((names[t], start[:n], shape[:n]))
+        if self.coord is None:
+            coords = [self.objects[p].coord for p in positions.tolist()]
+        else:
+            coords = list(map(tuple, self.coord[positions].tolist()))
+        return list(zip(coords, outputs, strict=True))
+
     def written(self, tensor: str) -> list[Region]:
         """The distinct regions of `tensor` that the units write, in order of first write."""
         if tensor not in self.names:

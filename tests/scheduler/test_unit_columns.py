@@ -13,6 +13,7 @@ from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
 from scheduler.cluster_state import ClusterState, Submit
 from scheduler.planner import NodeFigure, plan
+from scheduler.tracefile import TraceRecorder
 from schemas.units import Launch, Region, Unit, UnitColumns
 from tests.cluster.helpers import small
 from tests.scheduler.programs import matmul_program, uris_of
@@ -149,6 +150,50 @@ def test_what_the_scheduler_reads_of_the_units_is_what_their_objects_say(name, d
     assert program.units.first_writes() == _first_writes_walked(program.units)
     some = program.units.take(np.array([len(program.units) - 1, 0], np.int64))
     assert some.writes_per_unit(scratch) == _writes_per_unit_walked(some, scratch)
+
+
+def _outputs_walked(unit: Unit) -> tuple:
+    written = dict.fromkeys(r for la in unit.launches for _, r in la.writes)
+    return unit.coord, [(r.tensor, list(r.start), list(r.shape)) for r in written]
+
+
+@pytest.mark.parametrize("name, dims, values, split", [
+    ("matmul_small", {"M": 144, "N": 176, "K": 560}, TILES, SplitRequest(3, "binary")),  # from objects
+    ("flash_attention_small", {"Nq": 500, "Nk": 333}, {"BR": 32}, None),
+    ("matmul_plain_small", {"M": 150, "N": 97, "K": 70}, TILES, None),
+])
+def test_each_units_outputs_are_what_its_objects_write(name, dims, values, split):
+    """What the trace records of a unit (its coordinate and written regions, partials too),
+    from the columns, for units asked for in any order, against a walk over their objects."""
+    program = compile_cluster(small(name), dims, cluster_values=values, split=split)
+    units = program.units
+    indices = [u.index for u in units][::-3]
+    assert units.unit_outputs(indices) == [_outputs_walked(u) for u in units if u.index in indices][::-1]
+    some = units.take(np.array([3, 0, 1], np.int64))
+    assert some.unit_outputs([units[1].index]) == [_outputs_walked(units[1])]
+    for stranger in (units[2].index, max(u.index for u in units) + 1, -1):
+        with pytest.raises(KeyError):
+            some.unit_outputs([stranger])
+    none = some.take(np.array([], np.int64))
+    assert some.unit_outputs([]) == [] and none.unit_outputs([]) == []
+    with pytest.raises(KeyError):
+        none.unit_outputs([0])
+
+
+def test_the_trace_records_a_compiled_programs_units_without_their_objects():
+    program = compile_cluster(small("matmul_small"), {"M": 144, "N": 176, "K": 80}, cluster_values=TILES)
+    whole = plan(program, [NodeFigure(0), NodeFigure(1)], uris_of(program))
+    recorder = TraceRecorder(dataclasses.make_dataclass("Prepared", ["program"])(program))
+    for node in (1, 0):
+        recorder.add_plan(whole, node)
+    assert program.units.objects == [None] * len(program.units)
+    by_unit = {u["unit"]: u for u in recorder.units}
+    assert sorted(by_unit) == [u.index for u in program.units]
+    for unit in program.units:
+        coord, outputs = _outputs_walked(unit)
+        assert by_unit[unit.index] == {
+            "unit": unit.index, "coord": list(coord), "node": whole.placement[unit.index], "generation": 1,
+            "outputs": [{"tensor": t, "start": start, "shape": shape} for t, start, shape in outputs]}
 
 
 def test_written_regions_of_a_tensor_are_the_objects_written():
