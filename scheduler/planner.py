@@ -48,12 +48,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import UserError
-from compiler.cluster.units import no_gc_pauses
 from scheduler import plan_arrays, plan_columns, plan_instructions
 from scheduler.placement import place_columns
 from schemas.instructions import ITEMSIZE, NodePlan
 from schemas.program import ClusterProgram
-from schemas.units import Unit, UnitColumns
+from schemas.units import Unit, UnitColumns, no_gc_pauses
 
 
 @dataclass(frozen=True)

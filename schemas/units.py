@@ -27,9 +27,11 @@ numbers names in its own order of first use).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
@@ -77,6 +79,20 @@ class Unit:
 
 
 I64 = np.int64
+
+
+@contextmanager
+def no_gc_pauses():
+    """Units are acyclic tuples; letting the cycle collector rescan the growing heap every few
+    thousand allocations made building 100,000 units five times slower (and making a compiled
+    program's 300k add units from its columns 2.2 times slower)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def sort_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +247,8 @@ class UnitColumns(Sequence[Unit]):
         shared with the units made before)."""
         missing = [u for u in range(lo, hi) if self.objects[u] is None]
         if missing:
-            self._make(missing[0], missing[-1] + 1)
+            with no_gc_pauses():
+                self._make(missing[0], missing[-1] + 1)
         return self.objects[lo:hi]
 
     def _make(self, lo: int, hi: int) -> None:

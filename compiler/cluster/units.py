@@ -9,9 +9,7 @@ are made from the columns only where a consumer asks for them; the planner reads
 
 from __future__ import annotations
 
-import gc
 import math
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -80,21 +78,9 @@ class _Edges:
         return edges
 
 
-@contextmanager
-def no_gc_pauses():
-    """Units are acyclic tuples; letting the cycle collector rescan the growing heap every few
-    thousand allocations made building 100,000 units five times slower."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-# Every unit and every step of it is an object here and instructions in the plan: about 0.8 KiB
-# of scheduler memory per step (measured: 2^21 steps of a matmul took 1.7 GB and 14 s to build).
+# Every step of a unit is instructions in the plan, and an object wherever the units' objects are
+# made: about 0.8 KiB of scheduler memory per step as objects (measured: 2^21 steps of a matmul
+# took 1.7 GB and 14 s to build).
 # Beyond this bound a job is a typo in a dimension or a super-tile far too small, and enumerating
 # it would exhaust the scheduler's memory (found by fuzzing: a tensor under the 2^36-element
 # limit with 2^27 super-tiles).

@@ -16,11 +16,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
-from compiler.cluster.units import no_gc_pauses
 from scheduler.placement import Piece, place, root_node
 from scheduler.planner import NodeFigure, Plan, check_fits, stored_tensors
 from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Region, Unit
+from schemas.units import no_gc_pauses
 
 # ------------------------------------------------------------------------------------------
 # Pass 1: placement and accounting
