@@ -7,9 +7,10 @@ sort then) and where regions of one tensor differ in their number of axes."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from scheduler.plan_arrays import number_keys
-from schemas.units import Launch, Region, Unit, UnitColumns
+from schemas.units import Launch, Region, Unit, UnitColumns, _rows_runs
 
 
 def _by_dict(regions: list[Region]) -> tuple[list[int], list[Region]]:
@@ -59,3 +60,25 @@ def test_regions_of_one_tensor_with_fewer_axes_are_not_padded_into_equals():
 
 def test_no_regions():
     _check([])
+
+
+@pytest.mark.parametrize("widths, low", [
+    ((1 << 31, (1 << 31) - 1), 0),  # the product just under 2**62: packed
+    ((1 << 31, 1 << 31), 0),  # 2**62: sorted together
+    ((1 << 31, (1 << 31) - 1), -(1 << 40)),  # negative, far from zero: the range from it is wide
+    ((3, 1 << 61), -5),
+    ((1 << 40, 1 << 30), 0),  # would overflow int64 if packed
+])
+def test_rows_at_the_ends_of_their_ranges_group_as_tuples_do(widths, low):
+    """The packed code is exact up to its 62-bit bound and the lexical sort beyond it: rows at
+    the extremes of each column's range sort (stably) and group as their tuples do."""
+    rng = np.random.default_rng(1)
+    a = (rng.integers(0, 2, 200) * (widths[0] - 1) + low).astype(np.int64)
+    b = (rng.integers(0, 2, 200) * (widths[1] - 1)).astype(np.int64)
+    extremes = np.array([2**63 - 1, -2**63, 0, 2**63 - 1, -2**63], np.int64)
+    for columns in ([a, b], [b, a], [extremes, extremes[::-1].copy()]):
+        by, starts = _rows_runs(columns)
+        rows = list(zip(*(c.tolist() for c in columns), strict=True))
+        want = sorted(range(len(rows)), key=rows.__getitem__)
+        assert by.tolist() == want
+        assert starts.tolist() == [i == 0 or rows[want[i]] != rows[want[i - 1]] for i in range(len(rows))]
