@@ -19,7 +19,7 @@ from schemas.program import ClusterProgram, Region
 
 def unwritten_regions(program: ClusterProgram, tensor: str, shape: tuple[int, ...]) -> list[Region]:
     """The parts of `tensor` (of `shape`) that no unit of the program writes."""
-    return uncovered(program.units.written(tensor), tensor, shape)
+    return uncovered_boxes(*program.units.written(tensor, len(shape)), tensor, shape)
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -33,14 +33,21 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 
 
 def uncovered(regions: list[Region], tensor: str, shape: tuple[int, ...]) -> list[Region]:
-    if any(s == 0 for s in shape):
-        return []
     rank = len(shape)
     count = len(regions) * rank
     starts = np.fromiter(itertools.chain.from_iterable(r.start for r in regions), np.int64, count)
     extents = np.fromiter(itertools.chain.from_iterable(r.shape for r in regions), np.int64, count)
-    starts = starts.reshape(len(regions), rank)
-    ends = starts + extents.reshape(len(regions), rank)
+    rows = (len(regions), rank)
+    return uncovered_boxes(starts.reshape(rows), extents.reshape(rows), tensor, shape)
+
+
+def uncovered_boxes(starts: np.ndarray, extents: np.ndarray, tensor: str, shape: tuple[int, ...]
+                    ) -> list[Region]:
+    """`uncovered` of the regions given as rows of their starts and extents."""
+    if any(s == 0 for s in shape):
+        return []
+    rank = len(shape)
+    ends = starts + extents
     starts, ends = np.minimum(starts, shape), np.minimum(ends, shape)
     cuts = [_distinct(np.concatenate(([0, size], starts[:, a], ends[:, a]))) for a, size in enumerate(shape)]
     covered = np.zeros([len(c) - 1 for c in cuts], dtype=bool)
@@ -49,7 +56,7 @@ def uncovered(regions: list[Region], tensor: str, shape: tuple[int, ...]) -> lis
     if all(((h - low) == 1).all() for low, h in zip(lo, hi, strict=True)):
         covered[tuple(lo)] = True  # every region is one cell (super-tiles on a grid): at once
     else:
-        for i in range(len(regions)):
+        for i in range(len(starts)):
             covered[tuple(slice(lo[a][i], hi[a][i]) for a in range(rank))] = True
     if covered.all():
         return []

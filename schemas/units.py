@@ -340,13 +340,19 @@ class UnitColumns(Sequence[Unit]):
             coords = list(map(tuple, self.coord[positions].tolist()))
         return list(zip(coords, outputs, strict=True))
 
-    def written(self, tensor: str) -> list[Region]:
-        """The distinct regions of `tensor` that the units write, in order of first write."""
-        if tensor not in self.names:
-            return []
-        chosen = np.flatnonzero(self.write & (self.tensor == self.names.index(tensor)))
+    def written(self, tensor: str, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct regions of `tensor` (of `rank` axes) that the units write, in order of
+        first write, as (start, shape) rows: a staging copy's coverage (scheduler/coverage.py)
+        reads them as arrays, and a million regions made as objects would cost seconds."""
+        number = self.names.index(tensor) if tensor in self.names else -1
+        chosen = np.flatnonzero(self.write & (self.tensor == number))
         by, starts = self.region_runs(chosen)
-        return list(self.regions(chosen[np.sort(by[starts])]))
+        first = chosen[np.sort(by[starts])]
+        if np.any(self.ndim[first] != rank):
+            raise ValueError(f"a region of {tensor} written with other than its {rank} axes")
+        if not len(first):  # the columns may be narrower than `rank`
+            return np.zeros((0, rank), I64), np.zeros((0, rank), I64)
+        return self.start[first, :rank], self.shape[first, :rank]
 
     def first_writes(self) -> dict[str, list[str]]:
         """leaf name -> the parameters that the first launch of it writes, leaves in order of

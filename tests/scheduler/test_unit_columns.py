@@ -200,14 +200,21 @@ def test_the_trace_records_a_compiled_programs_units_without_their_objects():
 def test_written_regions_of_a_tensor_are_the_objects_written():
     program = compile_cluster(small("matmul_small"), {"M": 144, "N": 176, "K": 560}, cluster_values=TILES,
                               split=SplitRequest(3, "binary"))
-    for tensor in [t.name for t in program.tensors] + ["nothing"]:
+    ranks = {t.name: len(t.shape) for t in program.tensors} | {"nothing": 3}
+    for tensor, rank in ranks.items():
         seen: dict = {}
         for unit in program.units:
             for launch in unit.launches:
                 for _, region in launch.writes:
                     if region.tensor == tensor:
                         seen.setdefault(region, region)
-        assert program.units.written(tensor) == list(seen)
+        start, shape = program.units.written(tensor, rank)
+        assert start.shape == shape.shape == (len(seen), rank)
+        pairs = zip(start.tolist(), shape.tolist(), strict=True)
+        assert [Region(tensor, tuple(a), tuple(b)) for a, b in pairs] == list(seen)
+    output = next(t.name for t in program.tensors if t.role in ("output", "inout"))
+    with pytest.raises(ValueError, match="other than its 3 axes"):
+        program.units.written(output, 3)
 
 
 def test_a_compiled_programs_job_makes_only_the_moved_units_objects():
