@@ -379,7 +379,8 @@ class JobRun:
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Submit):
-                self.trace.add_plan(self.state.plans[action.plan.generation], action.node)
+                self.trace.add_plan(self.state.plans[action.plan.generation], action.node,
+                                    self.state.instruction_info)
                 self._spawn(self._submit(action))
             elif isinstance(action, Cancel):
                 # Declared dead: later jobs of this session must not count on it either.

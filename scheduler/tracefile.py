@@ -8,10 +8,12 @@ Times are seconds since the job started (pods report Unix time; hosts are assume
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_atomically
+from scheduler.cluster_messages import InstructionInfo
 from schemas.instructions import KIND_NAMES
 
 TRACE_FORMAT = "phobos-trace/1"
@@ -33,20 +35,21 @@ class TraceRecorder:
         self.units: list[dict] = []
         self.events: list[dict] = []
         self.planned: set[tuple[int, int]] = set()  # (generation, node) already recorded
-        self.unit_of: dict[tuple[int, int, int], int | None] = {}  # (generation, node, id) -> unit
+        # instruction id (unique in the job) -> its kind and unit: the scheduler's own record
+        # (ClusterState.instruction_info), read, not made again (a million units' plans hold ten
+        # million instructions: a second pass over them cost seconds and a tuple key each)
+        self.described: Mapping[int, InstructionInfo] = {}
 
     def add_node(self, record: NodeRecord) -> None:
         self.nodes.append(record)
 
-    def add_plan(self, plan, node: int) -> None:
-        from scheduler.cluster_state import describe_instructions
-
+    def add_plan(self, plan, node: int, described: Mapping[int, InstructionInfo]) -> None:
+        """Record `node`'s part of `plan`; `described` describes its instructions (and keeps
+        describing every later plan's: the trace reads it when their events come)."""
+        self.described = described
         if (plan.generation, node) in self.planned:
             return
         self.planned.add((plan.generation, node))
-        node_plan = plan.node_plans[node]
-        for ins_id, info in describe_instructions(node_plan).items():
-            self.unit_of[plan.generation, node, ins_id] = info.unit
         mine = sorted(index for index, placed in plan.placement.items() if placed == node)
         # from the units' columns: a compiled program's Unit objects are not made for the trace
         for index, (coord, outputs) in zip(mine, self.prepared.program.units.unit_outputs(mine), strict=True):
@@ -56,7 +59,8 @@ class TraceRecorder:
             })
 
     def add_event(self, node: int, generation: int, event, t0: float, accepted: bool = True) -> None:
-        unit = event.unit if event.unit is not None else self.unit_of.get((generation, node, event.id))
+        info = self.described.get(event.id) if event.unit is None else None
+        unit = event.unit if info is None else info.unit
         self.events.append({
             "node": node, "id": event.id, "kind": event.kind,
             "start": event.start - t0, "end": event.end - t0, "bytes": event.bytes,

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
-from scheduler.cluster_state import ClusterState, Submit
+from scheduler.cluster_state import ClusterState, Submit, describe_instructions
 from scheduler.planner import NodeFigure, plan
 from scheduler.tracefile import TraceRecorder
 from schemas.units import Launch, Region, Unit, UnitColumns
@@ -182,12 +183,28 @@ def test_each_units_outputs_are_what_its_objects_write(name, dims, values, split
 
 
 def test_the_trace_records_a_compiled_programs_units_without_their_objects():
+    """The trace's records of a job's units (from the columns) and of its events (their units
+    from the scheduler's description of the instructions, not a second one of its own)."""
     program = compile_cluster(small("matmul_small"), {"M": 144, "N": 176, "K": 80}, cluster_values=TILES)
-    whole = plan(program, [NodeFigure(0), NodeFigure(1)], uris_of(program))
+    uris = uris_of(program)
+
+    def planner(figures, generation, units, first_id):
+        return plan(program, figures, uris, generation, units, first_id)
+
+    state = ClusterState(program, {0: NodeFigure(0), 1: NodeFigure(1)}, planner)
     recorder = TraceRecorder(dataclasses.make_dataclass("Prepared", ["program"])(program))
-    for node in (1, 0):
-        recorder.add_plan(whole, node)
+    for action in reversed(state.start(0.0)):
+        recorder.add_plan(state.plans[action.plan.generation], action.node, state.instruction_info)
+    whole = state.plan
     assert program.units.objects == [None] * len(program.units)
+    for node, node_plan in whole.node_plans.items():
+        described = describe_instructions(node_plan)
+        for ins in node_plan.instructions:  # a pod names the unit of its computes and stores only
+            event = SimpleNamespace(id=ins.id, kind=described[ins.id].kind, start=1.0, end=2.0, bytes=0,
+                                    peer=None, unit=getattr(ins, "unit", None), leaf=None, ok=True, copy_s=0,
+                                    message="")
+            recorder.add_event(node, 1, event, 0.0)
+            assert recorder.events[-1]["unit"] == described[ins.id].unit is not None
     by_unit = {u["unit"]: u for u in recorder.units}
     assert sorted(by_unit) == [u.index for u in program.units]
     for unit in program.units:
