@@ -441,7 +441,9 @@ class AccessRegions(Sequence[Region]):
             reads = one.reads
             block.append((reads[j] if j < len(reads) else one.writes[j - len(reads)])[1])
         if missing:  # made together: one pass over their columns (a compiled program's every key)
-            for place, region in zip(missing, units.regions_made(chosen[missing]), strict=True):
+            with no_gc_pauses():
+                made_now = units.regions_made(chosen[missing])
+            for place, region in zip(missing, made_now, strict=True):
                 block[place] = region
         self._blocks[number] = block
         return block
