@@ -124,6 +124,33 @@ def test_the_compilers_columns_are_its_units_walked(name, dims, values, split):
     assert units[len(units) - 1] is made[-1] and units[0] is made[0]  # made once, then kept
 
 
+def _box(tensor: str, *axes: tuple[int, int, int]) -> Region:
+    """The region of `tensor` at tile index i of each axis given as (i, tile, size)."""
+    return Region(tensor, tuple(i * tile for i, tile, _ in axes),
+                  tuple(min(tile, size - i * tile) for i, tile, size in axes))
+
+
+def test_the_compilers_regions_and_leaves_are_the_grid_worked_by_hand():
+    """Not a round trip: a ragged 150x97x70 matmul in 64-tiles (3x2 units, 2 chunks of K, the
+    last of each axis 22, 33 and 6 wide), its units written out from the tiling itself. A wrong
+    region template (start, extent, ragged last tile or axis) or leaf variant fails here."""
+    dims = {"M": 150, "N": 97, "K": 70}
+    units = compile_cluster(small("matmul_plain_small"), dims, cluster_values=TILES).units
+    expected = []
+    for i, j in [(i, j) for i in range(3) for j in range(2)]:
+        edge = ",".join([*(["M=22"] if i == 2 else []), *(["N=33"] if j == 1 else [])])
+        c = _box("C", (i, 64, 150), (j, 64, 97))
+        launches = [Launch("init" + (f"@{edge}" if edge else ""), (), (("C", c),))]
+        for k in range(2):
+            last = ",".join(filter(None, [edge, "K=6" if k == 1 else ""]))
+            reads = (("A", _box("A", (i, 64, 150), (k, 64, 70))), ("B", _box("B", (k, 64, 70), (j, 64, 97))),
+                     ("C", c))
+            launches.append(Launch("step" + (f"@{last}" if last else ""), reads, (("C", c),)))
+        expected.append(Unit((i, j), 2 * i + j, tuple(launches)))
+    assert list(units) == expected
+    _same(units, UnitColumns.from_units(expected))
+
+
 def _writes_per_unit_walked(units, skip: set[str]) -> dict[int, int]:
     return {u.index: len({r for la in u.launches for _, r in la.writes if r.tensor not in skip})
             for u in units}
