@@ -23,17 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.placement import Placed
-from schemas.units import Region, UnitColumns, sort_runs, spans
-
-I64 = np.int64
-
-
-def excl(values: np.ndarray, dtype=I64) -> np.ndarray:
-    """Exclusive cumulative sum with the total appended: len(values) + 1 entries (of `dtype`:
-    the caller knows the total fits)."""
-    out = np.zeros(len(values) + 1, dtype)
-    np.cumsum(values, out=out[1:], dtype=dtype)
-    return out
+from schemas.arrays import I64, excl, sort_runs, spans
+from schemas.units import Region, UnitColumns
 
 
 def within(rows_piece: np.ndarray, weights: np.ndarray, first_row: np.ndarray) -> np.ndarray:
@@ -41,12 +32,6 @@ def within(rows_piece: np.ndarray, weights: np.ndarray, first_row: np.ndarray) -
     `first_row[p]` is the first row of piece p."""
     sums = excl(weights)
     return sums[:-1] - sums[first_row[rows_piece]]
-
-
-def ragged(counts: np.ndarray) -> np.ndarray:
-    """0..counts[0]-1, 0..counts[1]-1, ... concatenated."""
-    starts = excl(counts)
-    return np.arange(starts[-1], dtype=I64) - np.repeat(starts[:-1], counts)
 
 
 def first_rows(rows_piece: np.ndarray, pieces: int) -> np.ndarray:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.plan_arrays import I64, Buffers, Flat, Order, excl
+from scheduler.plan_arrays import Buffers, Flat, Order
+from schemas.arrays import I64, excl
 
 
 def index_type(*bounds: int) -> type:

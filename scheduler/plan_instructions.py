@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.plan_arrays import I64, Buffers, Flat, Order, excl, first_rows, ragged, sort_runs, within
+from scheduler.plan_arrays import Buffers, Flat, Order, first_rows, within
 from scheduler.plan_columns import Owners, Releases, Tensors, index_type
+from schemas.arrays import I64, excl, ragged, sort_runs
 from schemas.instruction_table import ALLOCATE, COMPUTE, FETCH, FREE, LOAD, STORE, InstructionTable
 
 

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import gc
 import itertools
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
 import numpy as np
+
+from schemas.arrays import I64, excl, ragged, rows_runs, spans
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,6 @@ class Unit:
     launches: tuple[Launch, ...]
 
 
-I64 = np.int64
-
-
 @contextmanager
 def no_gc_pauses():
     """Units are acyclic tuples; letting the cycle collector rescan the growing heap every few
@@ -93,47 +91,6 @@ def no_gc_pauses():
     finally:
         if was_enabled:
             gc.enable()
-
-
-def sort_runs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A stable sorting order of `code`, and per sorted place whether it starts a run of equal
-    codes (the sorted codes are not kept: at a million units each such column is tens of MB of
-    fresh memory)."""
-    by = np.argsort(code, kind="stable")
-    ordered = code[by]
-    del code
-    starts = np.empty(len(ordered), bool)
-    starts[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
-    return by, starts
-
-
-def _rows_runs(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """`sort_runs` of the rows of `columns`: one code per row, mixed radix over the columns'
-    ranges (the last column least significant) when that fits 62 bits, else a lexical sort."""
-    lows = [int(c.min(initial=0)) for c in columns]
-    widths = [int(c.max(initial=0)) - low + 1 for c, low in zip(columns, lows, strict=True)]
-    if math.prod(widths) < 1 << 62:
-        code = np.zeros(len(columns[0]), I64)
-        for column, low, span in zip(columns, lows, widths, strict=True):
-            code *= span
-            code += column
-            code -= low
-        return sort_runs(code)
-    by = np.lexsort(columns[::-1])  # stable, the first column primary
-    starts = np.zeros(len(by), bool)
-    starts[:1] = True
-    for column in columns:
-        ordered = column[by]
-        starts[1:] |= ordered[1:] != ordered[:-1]
-    return by, starts
-
-
-def spans(start: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-    """The positions start[c]:start[c + 1] of every chosen c, in order, concatenated."""
-    lo, counts = start[chosen], start[chosen + 1] - start[chosen]
-    ends = np.cumsum(counts)
-    return np.arange(int(ends[-1]) if len(ends) else 0, dtype=I64) + np.repeat(lo - (ends - counts), counts)
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,12 +142,11 @@ class UnitColumns(Sequence[Unit]):
         ndim = np.fromiter(map(len, starts), I64, count)
         if not np.array_equal(ndim, np.fromiter(map(len, shapes), I64, count)):
             raise ValueError("a region's start and shape have different lengths")
-        access_start = _starts(n_access)
-        within = np.arange(count, dtype=I64) - np.repeat(access_start[:-1], n_access)
-        write = within >= np.repeat(n_read, n_access)
+        access_start = excl(n_access)
+        write = ragged(n_access) >= np.repeat(n_read, n_access)
         share = np.fromiter(map(attrgetter("share"), launches), I64, n_launches)
         return cls(list(units), None, np.fromiter(map(attrgetter("index"), units), I64, n_units),
-                   _starts(per_unit),
+                   excl(per_unit),
                    _dense_names(leaf, numbers), share, access_start, _dense_names(param, numbers), write,
                    _dense_names(tensor, numbers), ndim,
                    _padded(starts, ndim), _padded(shapes, ndim), tuple(numbers))
@@ -297,7 +253,7 @@ class UnitColumns(Sequence[Unit]):
         are), after the `leading` columns (one value per access) if any."""
         # the start before the tensor: the codes of a grid's regions then come nearly in order,
         # which the stable sort (a merge of runs) takes in one pass
-        return _rows_runs([*leading, *self.start[accesses].T, *self.shape[accesses].T, self.ndim[accesses],
+        return rows_runs([*leading, *self.start[accesses].T, *self.shape[accesses].T, self.ndim[accesses],
                            self.tensor[accesses]])
 
     def writes_per_unit(self, skip: set[str]) -> dict[int, int]:
@@ -372,8 +328,8 @@ class UnitColumns(Sequence[Unit]):
         return UnitColumns(
             list(map(self.objects.__getitem__, positions.tolist())),
             None if self.coord is None else self.coord[positions], self.unit_index[positions],
-            _starts(np.diff(self.launch_start)[positions]), self.leaf[launches], self.share[launches],
-            _starts(np.diff(self.access_start)[launches]), self.param[accesses], self.write[accesses],
+            excl(np.diff(self.launch_start)[positions]), self.leaf[launches], self.share[launches],
+            excl(np.diff(self.access_start)[launches]), self.param[accesses], self.write[accesses],
             self.tensor[accesses], self.ndim[accesses], self.start[accesses], self.shape[accesses],
             self.names)
 
@@ -449,12 +405,6 @@ class AccessRegions(Sequence[Region]):
         return block
 
 
-def _starts(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(counts) + 1, I64)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
 def _dense_names(numbers: np.ndarray, names: dict[str, int]) -> np.ndarray:
     """`numbers` were drawn from one counter shared by every kind of name (a name seen again
     keeps its first number, and the dict's numbers grow in its order): as positions in `names`."""
@@ -470,5 +420,5 @@ def _padded(tuples: list[tuple[int, ...]], ndim: np.ndarray) -> np.ndarray:
         return flat.reshape(len(tuples), widest)
     out = np.zeros((len(tuples), widest), I64)
     rows = np.repeat(np.arange(len(tuples), dtype=I64), ndim)
-    out[rows, np.arange(len(flat), dtype=I64) - np.repeat(_starts(ndim)[:-1], ndim)] = flat
+    out[rows, np.arange(len(flat), dtype=I64) - np.repeat(excl(ndim)[:-1], ndim)] = flat
     return out

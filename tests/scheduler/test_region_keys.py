@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from scheduler.plan_arrays import number_keys
-from schemas.units import Launch, Region, Unit, UnitColumns, _rows_runs
+from schemas.arrays import rows_runs
+from schemas.units import Launch, Region, Unit, UnitColumns
 
 
 def _by_dict(regions: list[Region]) -> tuple[list[int], list[Region]]:
@@ -77,7 +78,7 @@ def test_rows_at_the_ends_of_their_ranges_group_as_tuples_do(widths, low):
     b = (rng.integers(0, 2, 200) * (widths[1] - 1)).astype(np.int64)
     extremes = np.array([2**63 - 1, -2**63, 0, 2**63 - 1, -2**63], np.int64)
     for columns in ([a, b], [b, a], [extremes, extremes[::-1].copy()]):
-        by, starts = _rows_runs(columns)
+        by, starts = rows_runs(columns)
         rows = list(zip(*(c.tolist() for c in columns), strict=True))
         want = sorted(range(len(rows)), key=rows.__getitem__)
         assert by.tolist() == want
