@@ -152,7 +152,7 @@ class UnitColumns(Sequence[Unit]):
                    _padded(starts, ndim), _padded(shapes, ndim), tuple(numbers))
 
     @classmethod
-    def made(cls, coord: np.ndarray, *columns, names: tuple[str, ...]) -> UnitColumns:
+    def from_columns(cls, coord: np.ndarray, *columns, names: tuple[str, ...]) -> UnitColumns:
         """Units given as columns (`coord`: per unit its coordinate, then the columns in the
         order of the fields); their objects are made when asked for."""
         return cls([None] * len(coord), coord, *columns, names)
@@ -172,7 +172,7 @@ class UnitColumns(Sequence[Unit]):
         unit = self.objects[index]
         if unit is None:
             index = range(len(self))[index]
-            unit = self._made(index, index + 1)[0]
+            unit = self._units_at(index, index + 1)[0]
         return unit
 
     def __iter__(self) -> Iterator[Unit]:
@@ -180,7 +180,7 @@ class UnitColumns(Sequence[Unit]):
             return iter(self.objects)
         step = 4096  # units made at a time
         return (unit for lo in range(0, len(self), step)
-                for unit in self._made(lo, min(len(self), lo + step)))
+                for unit in self._units_at(lo, min(len(self), lo + step)))
 
     def __eq__(self, other) -> bool:
         if isinstance(other, UnitColumns):
@@ -198,16 +198,16 @@ class UnitColumns(Sequence[Unit]):
     def __add__(self, other):
         return tuple(self) + tuple(other)
 
-    def _made(self, lo: int, hi: int) -> list[Unit]:
+    def _units_at(self, lo: int, hi: int) -> list[Unit]:
         """Units lo..hi-1, made from the columns where not made yet (equal regions one object,
         shared with the units made before)."""
         missing = [u for u in range(lo, hi) if self.objects[u] is None]
         if missing:
             with no_gc_pauses():
-                self._make(missing[0], missing[-1] + 1)
+                self._fill(missing[0], missing[-1] + 1)
         return self.objects[lo:hi]
 
-    def _make(self, lo: int, hi: int) -> None:
+    def _fill(self, lo: int, hi: int) -> None:
         names = self.names
         launch_at = self.launch_start[lo:hi + 1].tolist()
         la0, la1 = launch_at[0], launch_at[-1]
@@ -215,7 +215,7 @@ class UnitColumns(Sequence[Unit]):
         first, last = int(at[0]), int(at[-1])
         rows = slice(first, last)
         params = map(names.__getitem__, self.param[rows].tolist())
-        pairs = list(zip(params, self.regions_made(rows), strict=True))
+        pairs = list(zip(params, self.regions_at(rows), strict=True))
         reads = np.cumsum(~self.write[rows], dtype=I64)  # reads come first in a launch
         ends = (at - first).tolist()
         split = (np.concatenate([[0], reads])[at[1:] - first] - np.concatenate([[0], reads])[at[:-1] - first]
@@ -229,7 +229,7 @@ class UnitColumns(Sequence[Unit]):
                 self.objects[u] = Unit(tuple(coord), index, tuple(launches[launch_at[u - lo] - la0:
                                                                           launch_at[u - lo + 1] - la0]))
 
-    def regions_made(self, rows: slice | np.ndarray) -> list[Region]:
+    def regions_at(self, rows: slice | np.ndarray) -> list[Region]:
         """The regions of the accesses at `rows` (a slice or positions) made from the columns:
         one object per distinct region, kept and handed to every unit or key made after."""
         shared = self.__dict__.setdefault("_regions", {})
@@ -357,7 +357,7 @@ class AccessRegions(Sequence[Region]):
     out the objects the program already holds rather than making new ones). A block once looked
     up is kept: a node's instructions name keys all over the program (units are dealt round
     robin), so each node's decoding would otherwise look every block up again, and the regions
-    are held anyway (by the program's units, or its `regions_made`)."""
+    are held anyway (by the program's units, or its `regions_at`)."""
 
     _SHIFT = 10  # 1024 regions a block
 
@@ -388,18 +388,18 @@ class AccessRegions(Sequence[Region]):
         block: list[Region] = []
         missing = []  # places in the block of regions whose unit is not made: made from the columns
         for u, la, j in zip(unit.tolist(), launch.tolist(), at.tolist(), strict=True):
-            made = units.objects[u]
-            if made is None:
+            held = units.objects[u]
+            if held is None:
                 missing.append(len(block))
                 block.append(None)
                 continue
-            one = made.launches[la]
+            one = held.launches[la]
             reads = one.reads
             block.append((reads[j] if j < len(reads) else one.writes[j - len(reads)])[1])
         if missing:  # made together: one pass over their columns (a compiled program's every key)
             with no_gc_pauses():
-                made_now = units.regions_made(chosen[missing])
-            for place, region in zip(missing, made_now, strict=True):
+                regions = units.regions_at(chosen[missing])
+            for place, region in zip(missing, regions, strict=True):
                 block[place] = region
         self._blocks[number] = block
         return block

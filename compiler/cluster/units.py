@@ -151,10 +151,10 @@ def _grid_units(coord: np.ndarray, regions: dict[str, _Regions], launches, names
     for i in np.argsort(first, kind="stable").tolist():
         c = tuple(coord[first[i]].tolist())
         for j, name in enumerate(names):
-            made = name(c)
-            if made not in leaf_names:
-                leaf_names.append(made)
-            kind_leaves[i, j] = leaf_names.index(made)
+            variant = name(c)
+            if variant not in leaf_names:
+                leaf_names.append(variant)
+            kind_leaves[i, j] = leaf_names.index(variant)
     text = tuple(dict.fromkeys([*tensors, *leaf_names]))
     lookup = {name: i for i, name in enumerate(text)}
     in_text = np.array([lookup[name] for name in leaf_names], np.int64)
@@ -169,7 +169,7 @@ def _grid_units(coord: np.ndarray, regions: dict[str, _Regions], launches, names
         start[rows, :axes], shape[rows, :axes] = regions[t].columns(coord, np.full(units, k, np.int64))
         ndim[rows] = axes
     slots = np.array([lookup[t] for t, _, _ in pattern], np.int64)
-    return UnitColumns.made(
+    return UnitColumns.from_columns(
         coord, np.arange(units, dtype=np.int64), np.arange(units + 1, dtype=np.int64) * per_unit,
         leaf.reshape(-1), np.zeros(units * per_unit, np.int64),
         np.concatenate([[0], np.cumsum(np.tile(per_launch, units))]),
