@@ -86,7 +86,7 @@ class IpcMappings:
         if mapping.copies > 0:
             return []
         if mapping.owner_lost:
-            return [self._open.pop(handle)]
+            return [self._remove(handle)]
         self._idle[handle] = None
         self._idle_total += mapping.nbytes
         return self._trim()

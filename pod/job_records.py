@@ -17,7 +17,7 @@ from schemas.capnp_io import JobProgram
 @dataclass
 class BufferRecord:
     array: object  # numpy (cpu) or cupy (gpu) array in its tensor's storage dtype
-    dtype: str = "f32"  # that storage dtype's name, as its Allocate named it (f32, f16, bf16, i32)
+    dtype: str  # that storage dtype's name, as its Allocate named it (f32, f16, bf16, i32)
     host: np.ndarray | None = None  # host copy for serving (gpu), or the array itself (cpu)
     crc: int | None = None
     serving: asyncio.Future | None = None  # the host copy and crc being made (in the I/O pool)
