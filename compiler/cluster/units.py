@@ -18,6 +18,7 @@ from compiler.cluster.access import AccessPlan, AxisRole
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.tiling import DimCut, LeafVariants
 from compiler.frontend import ir
+from schemas.arrays import excl
 from schemas.units import UnitColumns
 
 # Per axis of a region template: (source, cut) where source is the position of the unit's
@@ -163,16 +164,20 @@ def _grid_units(coord: np.ndarray, regions: dict[str, _Regions], launches, names
     count = units * len(pattern)
     start, shape = np.zeros((count, widest), np.int64), np.zeros((count, widest), np.int64)
     ndim = np.zeros(count, np.int64)
-    for slot, (t, k, _) in enumerate(pattern):
+    columns_at: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}  # (tensor, chunk) -> its columns
+    for slot, (t, k, _) in enumerate(pattern):  # a tensor recurs in many slots: its columns made once
         rows = slice(slot, count, len(pattern))
         axes = len(regions[t].axes)
-        start[rows, :axes], shape[rows, :axes] = regions[t].columns(coord, np.full(units, k, np.int64))
+        at = (t, k if regions[t].chunked else 0)  # the chunk moves only a chunked tensor's regions
+        if at not in columns_at:
+            columns_at[at] = regions[t].columns(coord, np.full(units, k, np.int64))
+        start[rows, :axes], shape[rows, :axes] = columns_at[at]
         ndim[rows] = axes
     slots = np.array([lookup[t] for t, _, _ in pattern], np.int64)
     return UnitColumns.from_columns(
         coord, np.arange(units, dtype=np.int64), np.arange(units + 1, dtype=np.int64) * per_unit,
         leaf.reshape(-1), np.zeros(units * per_unit, np.int64),
-        np.concatenate([[0], np.cumsum(np.tile(per_launch, units))]),
+        excl(np.tile(per_launch, units)),
         np.tile(slots, units), np.tile(np.array([w for _, _, w in pattern], bool), units),
         np.tile(slots, units), ndim, start, shape, names=text)
 
