@@ -195,9 +195,6 @@ class UnitColumns(Sequence[Unit]):
     def __repr__(self) -> str:
         return f"UnitColumns({len(self)} units)"
 
-    def __add__(self, other):
-        return tuple(self) + tuple(other)
-
     def _units_at(self, lo: int, hi: int) -> list[Unit]:
         """Units lo..hi-1, made from the columns where not made yet (equal regions one object,
         shared with the units made before)."""
@@ -266,15 +263,22 @@ class UnitColumns(Sequence[Unit]):
         counts = np.bincount(unit[by[starts]], minlength=len(self))
         return dict(zip(self.unit_index.tolist(), counts.tolist(), strict=True))
 
+    def positions_of(self, indices: Sequence[int]) -> np.ndarray:
+        """Each unit index's position among these units (the first, should two units share it),
+        -1 where none has it."""
+        wanted = np.asarray(indices, I64)
+        if not len(self):
+            return np.full(len(wanted), -1, I64)
+        order = np.argsort(self.unit_index, kind="stable")
+        at = order[np.minimum(np.searchsorted(self.unit_index, wanted, sorter=order), len(order) - 1)]
+        return np.where(self.unit_index[at] == wanted, at, -1)
+
     def unit_outputs(self, indices: Sequence[int]) -> list[tuple[tuple[int, ...], list[tuple]]]:
         """Per unit of `indices` (unit indices): its coordinate and the distinct regions its
         launches write, in order of first write, as (tensor, start, shape): what the trace records
         of every unit placed, without making the units' objects."""
-        order = np.argsort(self.unit_index, kind="stable")
-        wanted = np.asarray(indices, I64)
-        at = np.searchsorted(self.unit_index, wanted, sorter=order)
-        positions = order[np.minimum(at, len(order) - 1)] if len(order) else at
-        if len(wanted) and (not len(order) or not np.array_equal(self.unit_index[positions], wanted)):
+        positions = self.positions_of(indices)
+        if np.any(positions < 0):
             raise KeyError("a unit index that is not one of these units")
         launches = spans(self.launch_start, positions)
         per_launch = np.diff(self.access_start)[launches]
@@ -339,8 +343,7 @@ class UnitColumns(Sequence[Unit]):
         if isinstance(units, UnitColumns):
             return units
         units = tuple(units)
-        at = {index: i for i, index in enumerate(self.unit_index.tolist())} if len(units) else {}
-        positions = [at.get(unit.index, -1) for unit in units]
+        positions = self.positions_of([unit.index for unit in units]).tolist()
         if all(p >= 0 and self[p] is unit for p, unit in zip(positions, units, strict=True)):
             return self.take(np.array(positions, I64))
         return UnitColumns.from_units(units)
