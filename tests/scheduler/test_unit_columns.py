@@ -51,7 +51,7 @@ def _decoded(units: UnitColumns) -> list:
             reads = tuple((p, r) for p, w, r in accesses if not w)
             writes = tuple((p, r) for p, w, r in accesses if w)
             launches.append(Launch(units.names[units.leaf[la]], reads, writes, int(units.share[la])))
-        out.append(Unit(units.units[u].coord, int(units.unit_index[u]), tuple(launches)))
+        out.append(Unit(units[u].coord, int(units.unit_index[u]), tuple(launches)))
     return out
 
 
