@@ -32,18 +32,10 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
-def uncovered(regions: list[Region], tensor: str, shape: tuple[int, ...]) -> list[Region]:
-    rank = len(shape)
-    count = len(regions) * rank
-    starts = np.fromiter(itertools.chain.from_iterable(r.start for r in regions), np.int64, count)
-    extents = np.fromiter(itertools.chain.from_iterable(r.shape for r in regions), np.int64, count)
-    rows = (len(regions), rank)
-    return uncovered_boxes(starts.reshape(rows), extents.reshape(rows), tensor, shape)
-
-
 def uncovered_boxes(starts: np.ndarray, extents: np.ndarray, tensor: str, shape: tuple[int, ...]
                     ) -> list[Region]:
-    """`uncovered` of the regions given as rows of their starts and extents."""
+    """The parts of `tensor` (of `shape`) that none of the regions given as rows of their starts
+    and extents covers, as regions."""
     if any(s == 0 for s in shape):
         return []
     rank = len(shape)

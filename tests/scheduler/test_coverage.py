@@ -5,8 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.coverage import uncovered
+from scheduler.coverage import uncovered_boxes
 from schemas.program import Region
+
+
+def uncovered(regions, tensor, shape):
+    rows = (len(regions), len(shape))
+    starts = np.array([r.start for r in regions], np.int64).reshape(rows)
+    extents = np.array([r.shape for r in regions], np.int64).reshape(rows)
+    return uncovered_boxes(starts, extents, tensor, shape)
 
 
 def _mask(regions, shape):
