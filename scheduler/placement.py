@@ -143,11 +143,11 @@ def place_columns(units: UnitColumns, nodes: Sequence[int], hosts: Mapping[int, 
                       rounds, units.unit_index, roots)
     pieces = place(units, nodes, hosts, groups)
     rank_of = {node: rank for rank, node in enumerate(nodes)}
-    position = {index: at for at, index in enumerate(units.unit_index.tolist())}
+    position = units.positions_of([p.unit.index for p in pieces]).tolist()  # pieces are of `units`
     widest = 1 + int(units.share.max(initial=0))
     piece_of = np.full(len(units) * widest, -1, np.int64)  # (unit position, share) -> its piece
-    for at, p in enumerate(pieces):
-        piece_of[[position[p.unit.index] * widest + s for s in p.shares]] = at
+    for at, (p, unit_at) in enumerate(zip(pieces, position, strict=True)):
+        piece_of[[unit_at * widest + s for s in p.shares]] = at
     l_piece = piece_of[np.repeat(np.arange(len(units), dtype=np.int64), per_unit) * widest + units.share]
     l_launch = np.argsort(l_piece, kind="stable")  # stable: a piece's launches in its unit's order
     return Placed(units, l_launch, l_piece[l_launch],
