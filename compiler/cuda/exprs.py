@@ -285,10 +285,14 @@ class ExprEmitter:
         src = self.ctx_for(v.kind, v.shape)
         self.sync()
         flat = " + ".join(f"{p} * {self.stride(v.shape, a)}" for a, p in enumerate(src.pos))
-        self.emit_loop(src, [f"{buf}[{flat}] = {self.access(v, src)};"])
+        # shared memory is float words: an i32 tile goes through them bit for bit (a value
+        # conversion would round indices above 2^24 and make the read a float)
+        as_int = v.dtype == "i32"
+        value = f"__int_as_float({self.access(v, src)})" if as_int else self.access(v, src)
+        self.emit_loop(src, [f"{buf}[{flat}] = {value};"])
         self.sync()
         flat_ctx = " + ".join(f"({p}) * {self.stride(v.shape, a)}" for a, p in enumerate(ctx.pos))
-        return f"{buf}[{flat_ctx}]"
+        return f"__float_as_int({buf}[{flat_ctx}])" if as_int else f"{buf}[{flat_ctx}]"
 
     @staticmethod
     def stride(shape, axis) -> int:
