@@ -1,7 +1,6 @@
-"""The one loader of phobos's Cap'n Proto schemas and the one converter of its dataclasses.
+"""The one converter of phobos's dataclasses to and from Cap'n Proto.
 
-`schema(name)` loads `schemas/<name>` (program.capnp, rpc.capnp, job.capnp) once per process;
-`read_message(struct, data)` reads bytes with the one set of reader limits below. The scheduler
+The schemas load and messages are read in schemas/capnp_schema.py (re-exported here). The scheduler
 and the pods talk in `schemas/rpc.capnp`; everything on either side works with the frozen
 dataclasses of `schemas/instructions.py`, `schemas/program.py` and the few below (a plan's
 instructions convert in `schemas/plan_io.py`, which the plans here use).
@@ -11,50 +10,23 @@ Each `write_*` fills a message builder in place (so it works on RPC request para
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from dataclasses import dataclass
 
-import capnp
-
-from common.paths import repo_file
+from schemas.capnp_schema import (  # noqa: F401 (re-exported: the loader's one public door)
+    CHUNK_BYTES,
+    MAX_CHUNK_BYTES,
+    NESTING_LIMIT,
+    TRAVERSAL_LIMIT_WORDS,
+    read_message,
+    rpc,
+    schema,
+)
 from schemas.compiled_leaf import CompiledLeaf
 from schemas.instructions import NodePlan
 from schemas.leaf_io import read_compiled_leaf, write_compiled_leaf
 from schemas.plan_io import read_plan, union_tag, write_plan
 from schemas.program import ClusterProgram, Leaf, TensorInfo
 from schemas.remote_errors import check
-
-# Explicit reader limits for every RPC connection and every message read from bytes (job files
-# included): a message (or a chain of them) larger than this is refused instead of being
-# traversed. 64 MiB in 8-byte words, matching Cap'n Proto's own default, stated here so every
-# side agrees.
-TRAVERSAL_LIMIT_WORDS = 64 * 1024 * 1024 // 8
-NESTING_LIMIT = 64
-# Tiles move in chunks this size (and never more than MAX_CHUNK_BYTES in one readChunk).
-CHUNK_BYTES = 4 * 1024 * 1024
-MAX_CHUNK_BYTES = 16 * 1024 * 1024
-
-
-@functools.cache
-def schema(name: str):
-    """The loaded `schemas/<name>` module (loaded once per process; imports resolve beside it)."""
-    path = repo_file(f"schemas/{name}")
-    return capnp.load(str(path), imports=[str(path.parent)])
-
-
-def rpc():
-    """The RPC schema (`schemas/rpc.capnp`)."""
-    return schema("rpc.capnp")
-
-
-@contextlib.contextmanager
-def read_message(struct, data: bytes):
-    """A reader of `data` as `struct` (e.g. `rpc().Plan`), under the reader limits above."""
-    with struct.from_bytes(data, traversal_limit_in_words=TRAVERSAL_LIMIT_WORDS,
-                           nesting_limit=NESTING_LIMIT) as reader:
-        yield reader
-
 
 # ---- dataclasses that exist only on the wire -------------------------------------------------
 

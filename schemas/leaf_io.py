@@ -3,6 +3,7 @@ CompiledLeaf; capnp_io.py's program messages carry it, the scheduler's leaf cach
 
 from __future__ import annotations
 
+from schemas.capnp_schema import read_message, schema
 from schemas.compiled_leaf import CompiledLeaf, KernelLaunch, Scratch, TensorMap, TensorParam
 
 
@@ -68,15 +69,11 @@ def _read_kernel(reader) -> KernelLaunch:
 
 def compiled_leaf_bytes(leaf: CompiledLeaf) -> bytes:
     """The leaf as one Cap'n Proto message (the scheduler's disk cache keeps these)."""
-    from schemas.capnp_io import schema
-
     builder = schema("program.capnp").CompiledLeaf.new_message()
     write_compiled_leaf(builder, leaf)
     return builder.to_bytes()
 
 
 def compiled_leaf_of_bytes(data: bytes) -> CompiledLeaf:
-    from schemas.capnp_io import read_message, schema
-
     with read_message(schema("program.capnp").CompiledLeaf, data) as reader:
         return read_compiled_leaf(reader)
