@@ -5,7 +5,8 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 
 from __future__ import annotations
 
-from compiler.cuda import analysis, calls
+from compiler import builtins
+from compiler.cuda import analysis, dots, reductions
 from compiler.cuda.emit import CTYPE, FLOATS, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
@@ -249,8 +250,16 @@ class ExprEmitter:
         if isinstance(e, ir.Load):
             return self.load_elem(e, ctx)
         if isinstance(e, ir.Call):
-            return calls.call(self, e, ctx)
+            return builtins.lookup(e.func).cuda(self, e, ctx)
         raise CompileError(e.span, f"the CUDA backend cannot compile {type(e).__name__} here")
+
+    def dot_elem(self, e: ir.Call, ctx: Ctx | None) -> str:
+        """An element of a dot: the product is hoisted into registers (dots.py), then read."""
+        val = dots.dot(self, e, into=None)
+        return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
+
+    def reduce_elem(self, e: ir.Call, ctx: Ctx | None) -> str:
+        return reductions.reduction(self, e, ctx)
 
     def name_elem(self, e: ir.Name, ctx: Ctx | None) -> str:
         if e.name in self.scalars and not isinstance(e.ty, ir.TileType):
