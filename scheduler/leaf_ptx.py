@@ -70,7 +70,7 @@ def compiled_leaves(program, cc: int = DEFAULT_CC) -> dict[str, CompiledLeaf]:
             return cached
     compiled = compile_leaves(program, cc)
     if name is not None:
-        from schemas.leaf_io import compiled_leaf_bytes
+        from schemas.capnp_io import compiled_leaf_bytes
 
         cache.write_text(name, json.dumps({leaf: base64.b64encode(compiled_leaf_bytes(c)).decode()
                                            for leaf, c in compiled.items()}))
@@ -81,7 +81,7 @@ def _stored(entries: dict) -> dict[str, CompiledLeaf] | None:
     """The cache file's compiled leaves, or None where any is malformed."""
     import capnp
 
-    from schemas.leaf_io import compiled_leaf_of_bytes
+    from schemas.capnp_io import compiled_leaf_of_bytes
 
     out = {}
     try:

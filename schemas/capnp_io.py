@@ -406,3 +406,14 @@ def program_from_bytes(data: bytes) -> JobProgram:
     with read_message(rpc().Program, data) as reader:
         return read_program(reader)
 
+
+def compiled_leaf_bytes(leaf: CompiledLeaf) -> bytes:
+    """The leaf as one Cap'n Proto message (the scheduler's disk cache keeps these)."""
+    builder = schema("program.capnp").CompiledLeaf.new_message()
+    write_compiled_leaf(builder, leaf)
+    return builder.to_bytes()
+
+
+def compiled_leaf_of_bytes(data: bytes) -> CompiledLeaf:
+    with read_message(schema("program.capnp").CompiledLeaf, data) as reader:
+        return read_compiled_leaf(reader)

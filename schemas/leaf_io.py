@@ -1,5 +1,6 @@
 """The converter of a compiled leaf (schemas/compiled_leaf.py) to and from program.capnp's
-CompiledLeaf; capnp_io.py's program messages carry it, the scheduler's leaf cache stores it."""
+CompiledLeaf; capnp_io.py's program messages carry it (and its compiled_leaf_bytes is what the
+scheduler's leaf cache stores)."""
 
 from __future__ import annotations
 
@@ -65,18 +66,3 @@ def _read_kernel(reader) -> KernelLaunch:
     return KernelLaunch(entry=reader.entry, grid=tuple(reader.grid), block=tuple(reader.block),
                         shared_bytes=reader.sharedBytes, params=tuple(reader.params), tensor_maps=maps)
 
-
-def compiled_leaf_bytes(leaf: CompiledLeaf) -> bytes:
-    """The leaf as one Cap'n Proto message (the scheduler's disk cache keeps these)."""
-    from schemas.capnp_io import schema
-
-    builder = schema("program.capnp").CompiledLeaf.new_message()
-    write_compiled_leaf(builder, leaf)
-    return builder.to_bytes()
-
-
-def compiled_leaf_of_bytes(data: bytes) -> CompiledLeaf:
-    from schemas.capnp_io import read_message, schema
-
-    with read_message(schema("program.capnp").CompiledLeaf, data) as reader:
-        return read_compiled_leaf(reader)
