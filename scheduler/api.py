@@ -32,9 +32,10 @@ class ClusterJob:
     """A job: a kernel (its source travels inside), dimensions, scalars, one storage URI per
     tensor. Relative `file:` URIs start from `base_dir`: the job file's folder for a loaded job."""
 
-    def __init__(self, job, base_dir: Path):
+    def __init__(self, job, base_dir: Path, kernel=None):
         self._job = job  # scheduler.jobfile.Job
         self.base_dir = Path(base_dir).resolve()
+        self._kernel = kernel  # the job's kernel, checked, where phobos.job parsed it (else None)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ClusterJob:
@@ -107,10 +108,10 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
                                 dict(kernel.dims if dims is None else dims), dict(scalars or {}), uris,
                                 dict(cluster_values or {}), job_dir=base,
                                 tile_values=dict(kernel.tiles if tile_values is None else tile_values),
-                                given_dims="dims={{'{name}': {value}}}", split=request)
-        for line in check_new_job(built, base / "job"):
+                                given_dims="dims={{'{name}': {value}}}", split=request, kernel=kernel.ir)
+        for line in check_new_job(built, base / "job", kernel.ir):
             warnings.warn(line.removeprefix("warning: "), UserWarning, stacklevel=2)
-    return ClusterJob(built, base)
+    return ClusterJob(built, base, kernel.ir)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,8 @@ def prepare(cluster_job: ClusterJob, storage_roots=None, cluster_values: Mapping
             raise Error(f"error: {msg}", msg)
     with user_errors():
         return prepare_job(cluster_job._job, cluster_job.base_dir / "job", roots, dict(cluster_values or {}),
-                           tile_values=dict(tile_values or {}), any_values=any_values, split=split)
+                           tile_values=dict(tile_values or {}), any_values=any_values, split=split,
+                           kernel=cluster_job._kernel)
 
 
 def options(*, pods=(), local_pods: int | None = None, token: str | None = None, storage_roots=(),

@@ -95,7 +95,7 @@ def recover(argv: list[str]) -> int:
 
 
 def new_job(argv: list[str]) -> int:
-    from scheduler.jobfile import build_job, write_job
+    from scheduler.jobfile import checked_job, write_job
     from scheduler.prepare import check_new_job
 
     args = new_job_parser().parse_args(argv)
@@ -105,7 +105,7 @@ def new_job(argv: list[str]) -> int:
                             "[--kernel NAME] ...`; --kernel now picks a kernel of the file by name")
         raise UserError("new-job needs the kernel file: `new-job FILE.phk --tensor NAME=URI ... -o JOB`")
     out = user_path(args.output)
-    job = build_job(
+    job, kernel = checked_job(
         user_path(args.file),
         args.kernel,
         dims=parse_assignments(args.dim, "--dim", int),
@@ -116,7 +116,7 @@ def new_job(argv: list[str]) -> int:
         job_dir=out.resolve().parent,
         split=split_from_args(args),
     )
-    for line in check_new_job(job, out):
+    for line in check_new_job(job, out, kernel):
         print(line, file=sys.stderr)
     write_job(job, out)
     print(f"wrote {out}")

@@ -138,26 +138,45 @@ def build_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], 
               tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
               tile_values: dict[str, int] | None = None, job_dir: Path | None = None,
               split: SplitRequest | None = None) -> Job:
-    """The job, checked against its kernel. With `job_dir` (the folder the job file goes to, which
-    relative URIs start from) a dimension left out is taken from the shape of an existing tensor
-    file (compiler.frontend.binding.dims_from_files), and outputs sharing a file are refused
-    (check_tensor_files)."""
-    try:
-        source = kernel_path.read_text()
-    except OSError as err:
-        raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
+    """The job, checked against its kernel (`checked_job` returns the kernel too). With `job_dir`
+    (the folder the job file goes to, which relative URIs start from) a dimension left out is
+    taken from the shape of an existing tensor file (compiler.frontend.binding.dims_from_files),
+    and outputs sharing a file are refused (check_tensor_files)."""
+    source = _kernel_text(kernel_path)
     return job_from_source(source, str(kernel_path), kernel_name, dims, scalars, tensors, cluster_values,
                            job_dir, tile_values, split)
+
+
+def checked_job(kernel_path: Path, kernel_name: str | None, dims: dict[str, int], scalars: dict[str, float],
+                tensors: dict[str, str], cluster_values: dict[str, int] | None = None,
+                tile_values: dict[str, int] | None = None, job_dir: Path | None = None,
+                split: SplitRequest | None = None) -> tuple[Job, ir.Kernel]:
+    """`build_job`, and the job's kernel as it parsed and checked it: the caller's later checks
+    take that IR rather than parsing the source again."""
+    source = _kernel_text(kernel_path)
+    kernel = load_kernel(source, str(kernel_path), kernel_name)
+    job = job_from_source(source, str(kernel_path), kernel_name, dims, scalars, tensors, cluster_values,
+                          job_dir, tile_values, split, kernel=kernel)
+    return job, kernel
+
+
+def _kernel_text(kernel_path: Path) -> str:
+    try:
+        return kernel_path.read_text()
+    except OSError as err:
+        raise UserError(f"cannot read kernel file {kernel_path}: {err.strerror}") from None
 
 
 def job_from_source(source: str, filename: str, kernel_name: str | None, dims: dict[str, int],
                     scalars: dict[str, float], tensors: dict[str, str],
                     cluster_values: dict[str, int] | None = None, job_dir: Path | None = None,
                     tile_values: dict[str, int] | None = None, split: SplitRequest | None = None,
-                    given_dims: str = "--dim {name}={value}") -> Job:
+                    given_dims: str = "--dim {name}={value}", kernel: ir.Kernel | None = None) -> Job:
     """`build_job` for kernel source already in memory (phobos.job builds jobs this way, saying
-    `given_dims` how its dims were given, for the message of one that disagrees with a file)."""
-    kernel = load_kernel(source, filename, kernel_name)
+    `given_dims` how its dims were given, for the message of one that disagrees with a file).
+    `kernel`: the named kernel of `source` as already parsed and checked (not parsed again)."""
+    if kernel is None:
+        kernel = load_kernel(source, filename, kernel_name)
     if job_dir is not None:
         from compiler.frontend.binding import dims_from_files
 
@@ -203,8 +222,13 @@ def check_tensor_files(job: Job, kernel: ir.Kernel, job_dir: Path) -> None:
     uri_module.check_distinct_files(places)
 
 
-def job_kernel(job: Job) -> ir.Kernel:
-    """The job's kernel, parsed and checked, with errors pointing into the job's source text."""
+def job_kernel(job: Job, checked: ir.Kernel | None = None) -> ir.Kernel:
+    """The job's kernel, parsed and checked, with errors pointing into the job's source text;
+    `checked`, where the caller holds it already (parsed from this job's source), as it is."""
+    if checked is not None:
+        if checked.name != job.kernel_name or checked.span.file != (job.kernel_file or "<job>"):
+            raise ValueError(f"kernel {checked.name} of {checked.span.file} is not the job's")
+        return checked
     return load_kernel(job.kernel_source, job.kernel_file or "<job>", job.kernel_name)
 
 

@@ -199,10 +199,12 @@ def check_dims_against_files(job: Job, kernel: ir.Kernel, job_dir: Path, roots: 
 
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
             job_id: str | None = None, tile_values: dict[str, int] | None = None,
-            any_values: bool = False, split: SplitRequest | None = None) -> PreparedJob:
+            any_values: bool = False, split: SplitRequest | None = None,
+            kernel: ir.Kernel | None = None) -> PreparedJob:
     """`cluster_values`, `tile_values` and `split` override the job's; with `any_values`
-    (--autotune) the first @cluster combination that compiles stands in until the tuner chooses."""
-    kernel = job_kernel(job)  # the one parse and check of the job's kernel
+    (--autotune) the first @cluster combination that compiles stands in until the tuner chooses.
+    `kernel`: the job's kernel as the caller parsed and checked it already (else parsed here)."""
+    kernel = job_kernel(job, kernel)  # the one parse and check of the job's kernel
     check_against_kernel(job, kernel)
     check_dims_against_files(job, kernel, Path(job_path).resolve().parent, roots)
     values = {**dict(job.cluster_values), **(cluster_values or {})}
@@ -217,7 +219,7 @@ def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[st
                        pinned_cluster=values, pinned_tiles=tiles)
 
 
-def check_new_job(job: Job, job_path: Path) -> list[str]:
+def check_new_job(job: Job, job_path: Path, kernel: ir.Kernel | None = None) -> list[str]:
     """Everything `prepare` checks that needs no pod, for `new-job`: a job that can never run is
     refused (UserError); returned are warning lines (values outside a search space, tensor files
     the kernel reads that do not exist yet and must before the job runs)."""
@@ -226,7 +228,7 @@ def check_new_job(job: Job, job_path: Path) -> list[str]:
 
     job_dir = Path(job_path).resolve().parent
     anywhere = [Path("/")]  # the run confines storage to its roots; new-job only checks headers
-    kernel = job_kernel(job)
+    kernel = job_kernel(job, kernel)  # the caller's, where it parsed the kernel already
     check_against_kernel(job, kernel)
     warnings = values_outside_space(kernel, dict(job.cluster_values))
     check_dims_against_files(job, kernel, job_dir, anywhere)

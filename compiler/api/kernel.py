@@ -79,6 +79,12 @@ class Kernel:
         return self._ir.name
 
     @property
+    def ir(self):
+        """The checked kernel (compiler.frontend.ir.Kernel): a cluster job made of this kernel
+        takes it rather than parsing the source again."""
+        return self._ir
+
+    @property
     def file(self) -> str:
         """The file name errors show (`<string>` for source given as text)."""
         return self._file

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import capnp_io
+from schemas import capnp_io, leaf_io
 from schemas.compiled_leaf import CompiledLeaf, KernelLaunch, Scratch, TensorMap, TensorParam
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
-from schemas.leaf_io import compiled_leaf_bytes, compiled_leaf_of_bytes
 from schemas.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 
 LEAF = Leaf(
@@ -72,7 +71,7 @@ COMPILED = CompiledLeaf(
 
 
 def test_a_compiled_leaf_round_trips_alone():
-    assert compiled_leaf_of_bytes(compiled_leaf_bytes(COMPILED)) == COMPILED
+    assert leaf_io.compiled_leaf_of_bytes(leaf_io.compiled_leaf_bytes(COMPILED)) == COMPILED
 
 
 def test_job_program_takes_writes_from_launches():
