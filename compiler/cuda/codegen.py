@@ -78,7 +78,7 @@ class KernelGen(ExprEmitter):
         super().__init__(kernel, dict(leaf.env), leaf.grid)
         self.binding = leaf.binding
         self.tf32 = leaf.options.tf32
-        self.schedule = leaf.options.schedule
+        self.mainloop = plan.mainloop  # how loops feed the dots (mainloops/)
         self.smem_limit = target.shared_memory_limit(leaf.options.cc)  # rings are cut to it
         self.tensor_core_span = plan.tc_dots[0].span if self.tensor_cores else None
         if self.tensor_cores:
@@ -113,9 +113,10 @@ class KernelGen(ExprEmitter):
         take `group` neighbouring x indices and walk y, so that they share rows of the x operand
         and a small band of the y operand in L2. Not with longest-first axes."""
         gx, gy = counts[0], counts[1]
-        if self.schedule.order != "grouped" or gx <= 1 or gy <= 1 or self.reversed_blocks:
+        order = self.leaf.plan.cta_order
+        if order.order != "grouped" or gx <= 1 or gy <= 1 or self.reversed_blocks:
             return []
-        g = min(self.schedule.group, gx)
+        g = min(order.group, gx)
         self.block_remap = {"x": "cta_x", "y": "cta_y"}
         return [
             f"const int cta_id = (int)blockIdx.x + (int)blockIdx.y * {gx};",

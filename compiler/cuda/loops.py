@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, operands, pingpong, tma, tma_tf32, wgmma, wgmma_tf32
-from compiler.cuda.schedule import ring_stages
+from compiler.cuda import analysis, dots, pingpong
 from compiler.frontend import ir
 
 
@@ -55,127 +54,16 @@ def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dic
 
 
 def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -> dict:
-    """Tensor-core operands of a loop: a ring of `stages` shared buffers filled by cp.async,
-    stages - 1 iterations ahead; the prologue here issues the first stages - 1 iterations
-    (one commit group each, empty past the end, so that group counting stays uniform)."""
-    entries = []
+    """Tensor-core operands of a loop: the leaf's mainloop policy (mainloops/) stages them in its
+    ring and issues the first copies before the loop."""
     tiles = [(st, gen.shared[st.name], tr, dots.mma_let_tile(gen, st.value, gen.shared[st.name], tr, ptr=""))
              for st, tr in lets]
-    if any(isinstance(t, wgmma.CoreTile) and t.dtype == "f32" for *_, t in tiles):  # TF32 warpgroup MMA
-        if gen.schedule.tma:  # raw tiles by bulk tensor copies, rounded in shared memory
-            return tma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
-        return wgmma_tf32.ring_prologue(gen, s, tiles, start, stop_name, step)
-    if gen.wgmma and gen.schedule.tma:  # a producer warpgroup's bulk tensor copies
-        carried = deferred_dot(gen, s) is not None
-        return tma.ring_prologue(gen, s, tiles, (start, stop_name, step), carried)
-    for st, role, transposed, tile in tiles:
-        plan = operands.copy_plan(gen, tile, st.value)
-        if plan is None:
-            return {}
-        entries.append((st, role, transposed, tile, plan))
-    words = [operands.tile_floats(t) + (-operands.tile_floats(t)) % 4 for *_, t, _ in entries]
-    handover = gen.schedule.pingpong  # stages handed over by mbarriers (pingpong.py): one behind
-    if handover:
-        pingpong.check(gen, s, deferred_dot(gen, s) is not None)
-    # warpgroup MMA leaves one group in flight past its iteration, so the stage it reads is
-    # refilled one iteration later: copies run stages - 2 ahead, with at least 3 stages
-    low = pingpong.MIN_STAGES if handover else 3 if gen.wgmma else 2
-    stages = ring_stages(gen.schedule.stages, low, sum(words), gen.perm_floats, gen.smem_limit)
-    ahead = stages - 3 if handover else stages - 2 if gen.wgmma else stages - 1
-    first = gen.fresh("first")
-    gen.out.line(f"const int {first} = {start};")
-    bases = [_ring_buffer(gen, tile, stages * w) for w, (*_, tile, _) in zip(words, entries, strict=True)]
-    if handover:
-        pingpong.setup(gen, stages)
-    per_word = [4 // t.elem_bytes for *_, t, _ in entries]
-    for p in range(ahead):
-        gen.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
-        gen.out.open(f"if ({first}_{p} < {stop_name})")
-        gen.scalars[s.var] = (f"{first}_{p}", "i32")
-        for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
-            ring = dots.mma_let_tile(
-                gen, st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
-            )
-            operands.issue_copy(gen, plan, ring, st.value)
-        if handover:
-            pingpong.filled(gen, str(p))
-        gen.out.close()
-        if not handover:
-            gen.out.line("cp_async_commit();")
-    if handover:
-        pingpong.first_turn(gen)
-    return {
-        st.name: ("ring", st, role, transposed, plan, base, e * w, (stages, ahead), first)
-        for (st, role, transposed, _, plan), base, w, e in zip(entries, bases, words, per_word, strict=True)
-    }
-
-
-def _ring_buffer(gen, tile, words: int) -> str:
-    """A ring's shared buffer of `words` words, declared as a pointer to its elements: its C name
-    (1024-byte aligned for warpgroup MMA's swizzled tiles)."""
-    base = gen.fresh("ring")
-    ring = gen.alloc_perm(words, 256 if isinstance(tile, wgmma.CoreTile) else 4)
-    gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
-    return base
+    return gen.mainloop.ring_prologue(gen, s, tiles, (start, stop_name, step))
 
 
 def ring_lets(gen, lets: list[ir.Let]) -> None:
-    """One iteration of the copy pipeline: wait for this iteration's stage, one barrier
-    (the stage about to be refilled was last read in the previous iteration), issue the
-    copies stages - 1 iterations ahead (or queue them for the end of the body), then point the
-    lets at this iteration's stage."""
-    if gen.pipelined[lets[0].name][0] == "regring":
-        return wgmma_tf32.ring_lets(gen, lets)
-    if gen.pipelined[lets[0].name][0] == "tmaring":
-        return tma.ring_lets(gen, lets)
-    if gen.pipelined[lets[0].name][0] == "tmatf32":
-        return tma_tf32.ring_lets(gen, lets)
-    gen.out.span = lets[0].span
-    *_, (stages, ahead), first = gen.pipelined[lets[0].name][:9]
-    var_name, var_c, step, stop_name = gen.pipelined[lets[0].name][9:]
-    it = gen.fresh("it")
-    gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
-    gen.ring_iteration = it
-    if gen.handover:  # no CTA-wide barrier: this iteration's stage, through its mbarrier
-        pingpong.top(gen, it)
-    else:
-        gen.out.line(f"cp_async_wait<{ahead - 1}>();")
-        if gen.wgmma:  # what cp.async wrote, read next by the tensor cores' async proxy
-            gen.out.line("fence_async_smem();")
-        gen.sync()
-    entries = [gen.pipelined[s.name] for s in lets]
-
-    def refill() -> None:
-        nxt = gen.fresh("ahead")
-        gen.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
-        gen.out.open(f"if ({nxt} < {stop_name})")
-        gen.scalars[var_name] = (nxt, "i32")
-        if gen.handover:
-            pingpong.before_refill(gen, f"({it} + {ahead})")
-        for _, st, role, transposed, plan, base, size, *_ in entries:
-            ptr = f"({base} + (({it} + {ahead}) % {stages}) * {size})"
-            ring = dots.mma_let_tile(gen, st.value, role, transposed, ptr=ptr)
-            operands.issue_copy(gen, plan, ring, st.value)
-        if gen.handover:
-            pingpong.filled(gen, f"({it} + {ahead}) % {stages}")
-        gen.scalars[var_name] = (var_c, "i32")
-        gen.out.close()
-        if not gen.handover:
-            gen.out.line("cp_async_commit();")
-
-    # the stage refilled was last read an iteration (warpgroup MMA: two) ago, which the barrier
-    # above orders; so the copies may go here or after this iteration's dots (Schedule.late_copies)
-    if gen.schedule.late_copies:
-        gen.loop_tail.append(refill)
-    else:
-        refill()
-    for s in lets:
-        _, st, role, transposed, plan, base, size, *_ = gen.pipelined[s.name]
-        cur = gen.fresh("stage")
-        tile = dots.mma_let_tile(gen, st.value, role, transposed, ptr=cur)
-        gen.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
-        gen.ring_tiles.add(cur)
-        gen.vals[s.name] = tile
+    """One iteration of the loop's operand ring: the mainloop policy's."""
+    gen.mainloop.ring_lets(gen, lets)
 
 
 def pipelined_lets(gen, lets: list[ir.Let]) -> None:
@@ -239,7 +127,7 @@ class Rotation:
 def rotation(gen, s: ir.For) -> Rotation | None:
     """The loop's Rotation when the schedule asks for it and the loop has a dot to carry
     (deferred_dot); declares the kept state before the loop."""
-    deferred = deferred_dot(gen, s) if gen.schedule.rotate else None
+    deferred = deferred_dot(gen, s) if gen.mainloop.rotate else None
     if deferred is None:
         return None
     steps = gen.size(deferred.args[0].ty.shape[1]) // 16

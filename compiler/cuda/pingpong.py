@@ -57,7 +57,7 @@ class Handover:
 def check(gen, s: ir.For, rotates: bool) -> None:
     """Prune what the handover cannot take (see the module's docstring); `rotates`: the loop
     has a dot to carry (loops.deferred_dot)."""
-    if not (gen.wgmma and gen.schedule.rotate and rotates) or gen.out.depth != 1:
+    if not (gen.wgmma and gen.mainloop.rotate and rotates) or gen.out.depth != 1:
         raise gen.pruned(s.span, "ping-pong takes a rotated warpgroup-MMA loop at the kernel's top level")
     if gen.grid.threads != THREADS:
         raise gen.pruned(s.span, f"ping-pong takes two warpgroups ({THREADS} threads)")

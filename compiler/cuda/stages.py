@@ -25,9 +25,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.cuda import analysis, mma, nvrtc, target, wgmma
+from compiler.cuda import analysis, mainloops, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
+from compiler.cuda.mainloops import Mainloop
+from compiler.cuda.mainloops.simt import Simt
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir, walk
 from compiler.frontend.diagnostics import CompileError
@@ -41,8 +43,18 @@ class Options:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What the analyse stage found."""
+class CtaOrder:
+    """The order CTAs of a 2-D grid are launched in (codegen.KernelGen.cta_order)."""
+
+    order: str = "row"  # "row" (launch order) or "grouped" (group-major)
+    group: int = 8  # CTAs along x per group in the grouped order
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What lowering decided before any code is emitted (the analyse stage): where operands live,
+    which dots run on tensor cores, and the mainloop policy that feeds them (mainloops/). The
+    tile values are the leaf's binding; the thread layout is the lay-out stage's (Leaf.grid)."""
 
     shared: dict  # let name -> dot operand role ('a' / 'b') of lets staged in shared memory
     hints: dict  # 1-D let name -> 'row' / 'col' layout
@@ -50,6 +62,11 @@ class Plan:
     tc_lets: frozenset  # lets that feed only tensor-core dots (16-bit or TF32 operand buffers)
     longest_first: tuple  # grid axes launched in reverse (causal loops: longest first)
     wgmma: bool = False  # the tensor-core dots run as warpgroup MMA (wgmma.py)
+    mainloop: Mainloop = Simt()  # the policy of the loops' operand rings (mainloops.choose)
+    cta_order: CtaOrder = CtaOrder()
+
+
+Plan = KernelPlan  # the earlier name
 
 
 @dataclass(frozen=True)
@@ -87,16 +104,20 @@ def fit(leaf: Leaf) -> Leaf:
 def analyse(leaf: Leaf) -> Leaf:
     k, tf32 = leaf.kernel, leaf.options.tf32
     dots = tuple(tensor_core_dots(k, tf32))
-    plan = Plan(
+    schedule = leaf.options.schedule
+    on_wgmma = schedule.wgmma and uses_wgmma(k, dots, tf32)
+    plan = KernelPlan(
         shared=analysis.shared_lets(k.body),
         hints=analysis.layout_hints(k.body),
         tc_dots=dots,
         tc_lets=frozenset(tensor_core_lets(k, list(dots), tf32)) if dots else frozenset(),
         longest_first=tuple(analysis.longest_first_axes(k.body, leaf.env)),
-        wgmma=leaf.options.schedule.wgmma and uses_wgmma(k, dots, tf32),
+        wgmma=on_wgmma,
+        mainloop=mainloops.choose(schedule, bool(dots), on_wgmma),
+        cta_order=CtaOrder(schedule.order, schedule.group),
     )
     # what the GPU cannot run is its error, ahead of any point pruned for its resources
-    check_target(k, target.plan_need(dots, plan.wgmma, leaf.options.schedule), leaf.options.cc)
+    check_target(k, target.plan_need(dots, plan.wgmma, plan.mainloop), leaf.options.cc)
     return dataclasses.replace(leaf, plan=plan)
 
 

@@ -105,11 +105,12 @@ def schedule_need(schedule) -> Need:
     return Need(tuple(name for name, on in used.items() if on))
 
 
-def plan_need(dots, wgmma: bool, schedule) -> Need:
+def plan_need(dots, wgmma: bool, mainloop) -> Need:
     """What the analyse stage already knows the code will need (before the layout and emit
-    stages prune points for shared memory or registers): tensor cores for `dots`, and the
-    schedule's warpgroup MMA where they take it."""
-    features = (("mma.sync",) if dots else ()) + (schedule_need(schedule).features if wgmma else ())
+    stages prune points for shared memory or registers): tensor cores for `dots`, and, where
+    they run as warpgroup MMA, what the mainloop policy (mainloops/) asks beyond mma.sync (a
+    ping-pong policy of dots that cannot take warpgroup MMA asks nothing: its ring prunes it)."""
+    features = (("mma.sync",) if dots else ()) + (mainloop.features if wgmma else ())
     return Need(features, dots[0].span if dots else None)
 
 

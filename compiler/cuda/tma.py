@@ -114,9 +114,9 @@ def _check(gen, s: ir.For, carried: bool) -> bool:
     if gen.grid.threads > 2 * PRODUCER_THREADS:  # CONSUMER_REGS for each: 2 x 128 x 232 + 128 x 40
         raise gen.pruned(s.span, "bulk tensor copies take one or two consumer warpgroups")
     attention = len(gen.leaf.plan.tc_dots) != 1
-    if attention and not (gen.schedule.rotate and carried):
+    if attention and not (gen.mainloop.rotate and carried):
         raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop or a rotated loop of two")
-    if gen.schedule.pingpong:  # the consumers take turns (pingpong.py)
+    if gen.mainloop.pingpong:  # the consumers take turns (pingpong.py)
         pingpong.check(gen, s, carried)
     return attention
 
@@ -130,7 +130,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     if not all(_copyable(gen, tile, st.value) for st, tile in tiles):
         raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
     stage_floats = sum(t.elements // 2 for _, t in tiles)
-    stages = ring_stages(gen.schedule.stages, 3, stage_floats, gen.perm_floats, gen.smem_limit)
+    stages = ring_stages(gen.mainloop.stages, 3, stage_floats, gen.perm_floats, gen.smem_limit)
     ops = []
     for st, tile in tiles:
         base = gen.fresh("ring")
@@ -141,7 +141,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, outer=tuple(outer))
         ops.append(Operand(st, tile, spec, base, tile.elements))
     ring = split(gen, s, ops, stages, loop)
-    if gen.schedule.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
+    if gen.mainloop.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
         pingpong.takes_turns(gen)
         pingpong.first_turn(gen)
     return {o.let.name: ("tmaring", o, ring) for o in ops}
@@ -212,7 +212,7 @@ def before_split(gen) -> bool:
     """Whether code emitted now runs before a producer warpgroup splits off (the TMA ring of a
     loop of two dots: attention's Q is staged first), so that the producer's threads must stay
     out of what the consumers' thread count lays out."""
-    return gen.wgmma and gen.schedule.tma and not gen.tma_split and len(gen.leaf.plan.tc_dots) > 1
+    return gen.mainloop.producer and not gen.tma_split and len(gen.leaf.plan.tc_dots) > 1
 
 
 def ring_lets(gen, lets: list[ir.Let]) -> None:

@@ -156,7 +156,7 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     stage = BOX * (m + n)
     # held beside the kernel's words: up to 256 words of padding that align the region to 1024
     # bytes; as few as 1 stage, which the check below prunes with this ring's own reason
-    stages = ring_stages(gen.schedule.stages, 1, stage, gen.perm_floats + 256, gen.smem_limit, MARGIN)
+    stages = ring_stages(gen.mainloop.stages, 1, stage, gen.perm_floats + 256, gen.smem_limit, MARGIN)
     if stages < 3:
         raise gen.pruned(s.span, "TF32 bulk tensor copies need 3 stages in shared memory")
     region = gen.fresh("ring")

@@ -273,7 +273,7 @@ def emit_wgmma(
         gen.out.line("wg_commit();")
         gen.rotation.slot = (len(gen.out.lines), gen.out.depth)
     # the later stage out before the wait (a TMA ring releases group i - 1's stage after it instead)
-    elif wait == "one" and (gen.schedule.late_copies or gen.register_ring) and not gen.tma_split:
+    elif wait == "one" and (gen.mainloop.late_copies or gen.register_ring) and not gen.tma_split:
         gen.out.line("wg_commit();")
         gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
     else:
