@@ -4,9 +4,10 @@ A buffer holds its tensor's storage dtype: f32, f16 and i32 as such, bf16 as its
 (uint16: cupy has no bfloat16, and the leaves take bf16 as bits); on the host the same bytes are
 viewed as ml_dtypes.bfloat16 (`host_dtype`).
 
-Leaves are compiled once per pod (compiler.cuda.compiled.compile_kernel at the leaf's own dims and
-tile values; when the scheduler sends PTX, the pod only regenerates the launch metadata and uses
-that PTX) and kept by content for later jobs, the latest KEPT_LEAVES. Each concurrent compute runs
+A leaf comes compiled from the scheduler (schemas/compiled_leaf.py: PTX, its launch sequence and
+parameter layout) and is loaded as it is, with no parse, CUDA generation or NVRTC here; a leaf sent
+without one is compiled here into the same form (pod/gpu_leaves.py). Prepared leaves are kept by
+content for later jobs, the latest KEPT_LEAVES. Each concurrent compute runs
 on its own CUDA stream taken from a small pool; host<->device copies use a separate copy stream per
 calling thread. Buffers are allocated straight with cudaMalloc (not cupy's pool) so a buffer's
 pointer is its allocation's base, which is what a CUDA IPC handle describes (same-host peers map it
@@ -35,9 +36,11 @@ import ml_dtypes
 import numpy as np
 
 from common import storage
-from pod.backend_cpu import KEPT_LEAVES, PreparedLeaf, prepare_leaf
+from pod.backend_cpu import KEPT_LEAVES
+from pod.gpu_leaves import GpuLeaf, gpu_leaf
 from pod.ipc_mappings import IpcMappings, Mapping
 from schemas.capnp_io import JobProgram
+from schemas.compiled_leaf import CompiledLeaf
 from schemas.program import Leaf
 
 STREAMS = 4
@@ -56,7 +59,7 @@ class GpuBackend:
         self.device = cupy.cuda.Device(device_index)
         self.device.use()
         self.capability = int(self.device.compute_capability)  # leaves are compiled for it
-        self._leaves: dict[tuple[str, str], tuple[PreparedLeaf, object]] = {}
+        self._leaves: dict[tuple[str, str], GpuLeaf] = {}
         with self.device:
             self._streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(STREAMS)]
             # every copy out of a peer's mapping goes on this one stream, in order: what lets a
@@ -69,9 +72,9 @@ class GpuBackend:
         self._ipc = IpcMappings()  # our mappings of same-host peers' allocations, by IPC handle
         self._idle: dict[int, list] = {}  # bytes -> allocations no buffer uses now
         self._lent: set[int] = set()  # allocations (base pointers) whose IPC handle went to a peer
-        self._launchers: dict[tuple[str, str], object] = {}  # (job, leaf) -> prepared launch
+        self._launchers: dict[tuple[str, str], list] = {}  # (job, leaf) -> a prepared launch per kernel
         self.piece_bytes = PIECE_BYTES
-        # leaves prepared for earlier jobs, by their content and PTX, the latest KEPT_LEAVES: a
+        # leaves prepared for earlier jobs, by their content and compiled form, the latest KEPT_LEAVES: a
         # pod serving job after job of one kernel prepares its leaf once. Two jobs preparing at
         # once may both prepare a new leaf; either result serves (both are immutable).
         self._prepare_leaf = functools.lru_cache(maxsize=KEPT_LEAVES)(self._prepared)
@@ -87,31 +90,26 @@ class GpuBackend:
 
     def prepare(self, job_id: str, program: JobProgram) -> dict[str, tuple[str, ...]]:
         writes = {}
-        ptx = dict(program.leaf_ptx)
+        shipped = dict(program.compiled)
         for leaf in program.leaves:
-            prepared, compiled = self._prepare_leaf(leaf, ptx.get(leaf.name))
-            self._leaves[(job_id, leaf.name)] = (prepared, compiled)
-            writes[leaf.name] = program.writes_of(leaf.name) or prepared.writes
+            prepared = self._prepare_leaf(leaf, shipped.get(leaf.name))
+            self._leaves[(job_id, leaf.name)] = prepared
+            writes[leaf.name] = program.writes_of(leaf.name) or prepared.compiled.writes
         return writes
 
-    def _prepared(self, leaf: Leaf, ptx: str | None) -> tuple[PreparedLeaf, object]:
-        """`leaf` parsed, its CUDA generated and compiled (or `ptx`, the scheduler's), its module
-        loaded. Kept by content for later jobs (`_prepare_leaf`): the parse and the generator
-        hold Python's lock for milliseconds in a compute worker, beside the plan's first fetches
-        and loads on the event loop."""
-        from compiler.cuda.compiled import compile_generated, generate_source
+    def _prepared(self, leaf: Leaf, shipped: CompiledLeaf | None) -> GpuLeaf:
+        """`leaf` as the scheduler compiled it (or compiled here when it sent none), its module
+        loaded. Kept by content for later jobs (`_prepare_leaf`): a compile here holds Python's
+        lock for milliseconds in a compute worker, beside the plan's first fetches and loads."""
         from compiler.cuda.launch import load
 
-        prepared = prepare_leaf(leaf)
-        # the scheduler's PTX when it sent one (same generator, same source: both for this
-        # GPU's compute capability), else NVRTC here; load refuses PTX made for another GPU
-        gen = generate_source(prepared.kernel, prepared.binding, cc=self.capability)
-        compiled = compile_generated(prepared.kernel, gen, ptx, cc=self.capability)
+        prepared = gpu_leaf(leaf, shipped, self.capability)
         with self.device:
             # module load (the driver's PTX JIT) belongs to the job's set-up, not to its
-            # first compute instruction
-            load(compiled)
-        return prepared, compiled
+            # first compute instruction; load refuses code made for another GPU
+            for kernel in prepared.kernels:
+                load(kernel)
+        return prepared
 
     def forget(self, job_id: str) -> None:
         for key in [k for k in self._leaves if k[0] == job_id]:
@@ -357,21 +355,23 @@ class GpuBackend:
     # ---- compute ----
 
     def compute(self, job_id: str, leaf_name: str, bound: dict, scalars: dict[str, float | int]) -> None:
-        prepared, compiled = self._leaves[(job_id, leaf_name)]
-        go = self._launchers.get((job_id, leaf_name))
-        if go is None:  # the job's scalars are fixed: the launch is prepared once per job and leaf
+        prepared = self._leaves[(job_id, leaf_name)]
+        launches = self._launchers.get((job_id, leaf_name))
+        if launches is None:  # the job's scalars are fixed: the launches are prepared once per job and leaf
             from compiler.cuda.launch import prepared_launch
 
-            go = self._launchers[(job_id, leaf_name)] = prepared_launch(
-                compiled, {name: scalars[name] for name in prepared.leaf.scalars})
+            values = {name: scalars[name] for name in prepared.leaf.scalars}
+            launches = self._launchers[(job_id, leaf_name)] = [
+                prepared_launch(kernel, values) for kernel in prepared.kernels]
         with self._lock:
             stream = self._free_streams.pop() if self._free_streams else self._streams[0]
         try:
             with self.device, stream:
-                arrays, converted = _device_arrays(self.cupy, prepared, bound)
-                go(arrays, stream)
+                arrays, converted = _device_arrays(self.cupy, prepared.compiled, bound)
+                for go in launches:  # in order on one stream: a split launch's kernels
+                    go(arrays, stream)
                 for name in converted:
-                    if name in prepared.writes:
+                    if name in prepared.compiled.writes:
                         bound[name][...] = _to_f32(self.cupy, arrays[name])
                 stream.synchronize()
         finally:
@@ -390,17 +390,18 @@ def _wait(stream_or_event) -> float:
     return time.perf_counter() - start
 
 
-def _device_arrays(cupy, prepared: PreparedLeaf, bound: dict):
+def _device_arrays(cupy, compiled: CompiledLeaf, bound: dict):
     """Like the CPU backend's: converted copies for non-f32 parameters (bf16 as its bit pattern,
-    which is what compiler.cuda.launch expects), zeros for unbound parameters."""
-    from compiler.frontend.binding import tensor_shape
-
+    which is what compiler.cuda.launch expects), zeros for unbound parameters; and the launch
+    sequence's scratch buffers, this launch's own (computes of one leaf run at once)."""
     arrays, converted = {}, []
-    for param in prepared.kernel.tensors:
+    for scratch in compiled.scratch:
+        make = cupy.zeros if scratch.zeroed else cupy.empty
+        arrays[scratch.name] = make(scratch.shape, _DEVICE_DTYPES[scratch.dtype])
+    for param in compiled.tensors:
         buf = bound.get(param.name)
         if buf is None:
-            shape = tensor_shape(param, prepared.binding.env)
-            arrays[param.name] = cupy.zeros(shape, _DEVICE_DTYPES[param.dtype])
+            arrays[param.name] = cupy.zeros(param.shape, _DEVICE_DTYPES[param.dtype])
         elif buf.dtype == _DEVICE_DTYPES[param.dtype]:
             arrays[param.name] = buf  # held in the declared dtype: no conversion
         elif buf.dtype != cupy.float32:

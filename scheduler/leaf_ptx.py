@@ -1,6 +1,7 @@
-"""The PTX of a job's GPU leaves, compiled once here for every kind of GPU among the pods, and kept
-on disk by the leaves' description so that a later job with the same leaves skips the CUDA code
-generator.
+"""A job's GPU leaves compiled once here for every kind of GPU among the pods (CompiledLeaf,
+schemas/compiled_leaf.py: PTX with its launch sequence and parameter layout, which the pods launch
+as they are), and kept on disk by the leaves' description so that a later job with the same leaves
+skips the CUDA code generator.
 
 Each GPU pod says its compute capability in its hello (PodInfo.compute_capability); the leaves
 are compiled once per capability among the job's pods (`ptx_for_pods`: an A100 pod and an H200
@@ -14,12 +15,15 @@ command's start-up on the H200). This cache sits in front of it, keyed by what t
 from: each leaf as the cluster program describes it (kernel text, dims, tile values, grid, ...),
 the compiler's own Python files (any change to the generator is a new key), the environment
 switches that shape the code, and the NVRTC library the compile would load (its path, size and
-time). A hit hands the PTX over without importing compiler.cuda's generator; anything missing,
-unreadable or malformed is a miss, compiled and stored again (common/cache.py).
+time). A hit hands the compiled leaves over without importing compiler.cuda's generator; anything
+missing, unreadable or malformed is a miss, compiled and stored again (common/cache.py). Stored as
+JSON: leaf name -> the CompiledLeaf's Cap'n Proto message in base64.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -29,15 +33,16 @@ from pathlib import Path
 from common import cache
 from compiler.cuda.target import DEFAULT_CC, cc_text
 from compiler.frontend.diagnostics import CompileError
+from schemas.compiled_leaf import CompiledLeaf
 
 COMPILER = Path(__file__).resolve().parent.parent / "compiler"
 CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
 DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages: compile
 
 
-def ptx_for_pods(program, pods: dict[int, tuple[int, str]]) -> dict[int, dict[str, str]]:
-    """Every leaf's PTX for each GPU pod: `pods` maps a node to (its GPU's compute capability,
-    0 where the pod did not say; how errors name it), the result a node to its leaves' PTX.
+def leaves_for_pods(program, pods: dict[int, tuple[int, str]]) -> dict[int, dict[str, CompiledLeaf]]:
+    """Every leaf compiled for each GPU pod: `pods` maps a node to (its GPU's compute capability,
+    0 where the pod did not say; how errors name it), the result a node to its compiled leaves.
     Pods of one capability share one compile (and one disk cache entry)."""
     by_cc: dict[int, list[int]] = {}
     for node, (cc, _) in sorted(pods.items()):
@@ -45,40 +50,53 @@ def ptx_for_pods(program, pods: dict[int, tuple[int, str]]) -> dict[int, dict[st
     out = {}
     for cc, nodes in sorted(by_cc.items()):
         try:
-            ptx = leaf_ptx(program, cc)
+            compiled = compiled_leaves(program, cc)
         except CompileError as err:
             names = "; ".join(pods[n][1] for n in nodes)
             note = f"compiling the job's leaves for the GPU of compute capability {cc_text(cc)} of {names}"
             raise CompileError(err.span, err.message, "\n".join(filter(None, [err.note, note]))) from None
-        out.update(dict.fromkeys(nodes, ptx))
+        out.update(dict.fromkeys(nodes, compiled))
     return out
 
 
-def leaf_ptx(program, cc: int = DEFAULT_CC) -> dict[str, str]:
-    """Every leaf's PTX (by leaf name) for a GPU of compute capability `cc`, bound exactly as the
-    pods bind it."""
+def compiled_leaves(program, cc: int = DEFAULT_CC) -> dict[str, CompiledLeaf]:
+    """Every leaf (by leaf name) compiled for a GPU of compute capability `cc`, bound exactly as
+    the pods would bind it."""
     key = _key(program.leaves, cc)
     name = f"leaf-ptx/{key}.json" if key else None
     if name is not None:
-        cached = cache.read_json(name)
-        if set(cached) == {leaf.name for leaf in program.leaves} and all(
-                isinstance(text, str) and ".entry" in text for text in cached.values()):
+        cached = _stored(cache.read_json(name))
+        if cached is not None and set(cached) == {leaf.name for leaf in program.leaves}:
             return cached
-    ptx = compile_leaves(program, cc)
+    compiled = compile_leaves(program, cc)
     if name is not None:
-        cache.write_text(name, json.dumps(ptx))
-    return ptx
+        from schemas.leaf_io import compiled_leaf_bytes
+
+        cache.write_text(name, json.dumps({leaf: base64.b64encode(compiled_leaf_bytes(c)).decode()
+                                           for leaf, c in compiled.items()}))
+    return compiled
 
 
-def compile_leaves(program, cc: int = DEFAULT_CC) -> dict[str, str]:
-    from compiler.cluster.leaves import load_leaf
-    from compiler.cuda.compiled import compile_kernel
+def _stored(entries: dict) -> dict[str, CompiledLeaf] | None:
+    """The cache file's compiled leaves, or None where any is malformed."""
+    import capnp
 
-    ptx = {}
-    for leaf in program.leaves:
-        kernel, binding = load_leaf(leaf)
-        ptx[leaf.name] = compile_kernel(kernel, binding, cc=cc).ptx
-    return ptx
+    from schemas.leaf_io import compiled_leaf_of_bytes
+
+    out = {}
+    try:
+        for name, text in entries.items():
+            out[name] = compiled_leaf_of_bytes(base64.b64decode(text, validate=True))
+    except (TypeError, ValueError, binascii.Error, capnp.KjException):
+        return None
+    ok = all(c.leaf == name and c.kernels and b".entry" in c.code for name, c in out.items())
+    return out if ok else None
+
+
+def compile_leaves(program, cc: int = DEFAULT_CC) -> dict[str, CompiledLeaf]:
+    from compiler.cuda.compiled import compile_leaf
+
+    return {leaf.name: compile_leaf(leaf, cc) for leaf in program.leaves}
 
 
 def _key(leaves, cc: int) -> str | None:

@@ -257,23 +257,23 @@ class JobRun:
         self.unstaged: set[int] = set()  # nodes sent a plan before the outputs were staged
 
     def _compile(self) -> None:
-        """GPU pods: the leaves go to PTX once here per kind of GPU rather than once per pod."""
+        """GPU pods: the leaves are compiled once here per kind of GPU rather than once per pod."""
         self._mark("compile_start")
         session, nodes = self.session, self.nodes
         gpus = {n: (session.infos[n].compute_capability, f"node {n} ({session.addresses[n]}, "
                     f"{session.infos[n].device_name})") for n in nodes if session.infos[n].backend == "gpu"}
-        leaf_ptx = {}
+        compiled = {}
         if gpus:  # CPU pods run the leaves' text
-            from scheduler.leaf_ptx import ptx_for_pods
+            from scheduler.leaf_ptx import leaves_for_pods
 
-            leaf_ptx = ptx_for_pods(self.prepared.program, gpus)
-        # one message per kind of GPU (pods of one capability share one PTX dict), not per pod
+            compiled = leaves_for_pods(self.prepared.program, gpus)
+        # one message per kind of GPU (pods of one capability share one dict of leaves), not per pod
         built: dict[int, object] = {}
         for n in nodes:
-            ptx = leaf_ptx.get(n)
-            if id(ptx) not in built:
-                built[id(ptx)] = self.io.job_program(self.prepared.program, self.prepared.scalars, ptx)
-            self.job_programs[n] = built[id(ptx)]
+            leaves = compiled.get(n)
+            if id(leaves) not in built:
+                built[id(leaves)] = self.io.job_program(self.prepared.program, self.prepared.scalars, leaves)
+            self.job_programs[n] = built[id(leaves)]
         self._mark("compile_end")
 
     def now(self) -> float:
@@ -403,7 +403,7 @@ class JobRun:
         if not staged:
             self.unstaged.add(action.node)
         try:
-            program = self.job_programs[action.node]  # with the PTX for this pod's GPU
+            program = self.job_programs[action.node]  # with the leaves compiled for this pod's GPU
             sending = self.io.send_submit(pod, self.prepared.job_id, program, action.plan, peers,
                                           staged=staged)
             await asyncio.wait_for(sending, CALL_TIMEOUT_S)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import capnp
 
 from common.paths import repo_file
+from schemas.compiled_leaf import CompiledLeaf
 from schemas.instructions import NodePlan
+from schemas.leaf_io import read_compiled_leaf, write_compiled_leaf
 from schemas.plan_io import read_plan, union_tag, write_plan
 from schemas.program import ClusterProgram, Leaf, TensorInfo
 from schemas.remote_errors import check
@@ -61,15 +63,16 @@ def read_message(struct, data: bytes):
 class JobProgram:
     """What a pod needs of a job: leaves, scalar values, tensor infos.
 
-    `leaf_ptx` maps a leaf name to PTX compiled once by the scheduler (GPU pods); a leaf without
-    an entry is compiled by the pod. `leaf_writes` maps a leaf name to the tensor parameters it
+    `compiled` maps a leaf name to the leaf compiled once by the scheduler for the pod's GPU
+    (schemas/compiled_leaf.py), which the pod launches as it is; a leaf without an entry is
+    prepared by the pod (a CPU pod's, always). `leaf_writes` maps a leaf name to the tensor parameters it
     stores to (how a pod knows when a buffer is final and may be served to peers)."""
 
     kernel: str
     leaves: tuple[Leaf, ...]
     scalars: tuple[tuple[str, float | int], ...]
     tensors: tuple[TensorInfo, ...]
-    leaf_ptx: tuple[tuple[str, str], ...] = ()
+    compiled: tuple[tuple[str, CompiledLeaf], ...] = ()
     leaf_writes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def leaf(self, name: str) -> Leaf:
@@ -86,7 +89,7 @@ class JobProgram:
 
 
 def job_program(program: ClusterProgram, scalars: dict[str, float | int],
-                leaf_ptx: dict[str, str] | None = None) -> JobProgram:
+                compiled: dict[str, CompiledLeaf] | None = None) -> JobProgram:
     """The pods' view of a cluster program; the leaves' written parameters come from its launches."""
     writes: dict[str, list[str]] = {leaf.name: [] for leaf in program.leaves}
     first = program.units.first_writes()
@@ -97,7 +100,7 @@ def job_program(program: ClusterProgram, scalars: dict[str, float | int],
         leaves=program.leaves,
         scalars=tuple((name, scalars[name]) for name in program.scalars),
         tensors=program.tensors,
-        leaf_ptx=tuple(sorted((leaf_ptx or {}).items())),
+        compiled=tuple(sorted((compiled or {}).items())),
         leaf_writes=tuple((name, tuple(w)) for name, w in writes.items() if name in seen),
     )
 
@@ -199,15 +202,18 @@ def read_leaf(reader) -> Leaf:
     )
 
 
-def write_leaf_code(builder, leaf: Leaf, ptx: str = "", writes: tuple[str, ...] = ()) -> None:
+def write_leaf_code(builder, leaf: Leaf, compiled: CompiledLeaf | None = None,
+                    writes: tuple[str, ...] = ()) -> None:
     write_leaf(builder.init("leaf"), leaf)
-    builder.ptx = ptx
+    if compiled is not None:
+        write_compiled_leaf(builder.init("compiled"), compiled)
     builder.writes = list(writes)
 
 
-def read_leaf_code(reader) -> tuple[Leaf, str, tuple[str, ...]]:
-    """The leaf, its PTX ("" when the pod compiles it) and its written parameters."""
-    return read_leaf(reader.leaf), reader.ptx, tuple(reader.writes)
+def read_leaf_code(reader) -> tuple[Leaf, CompiledLeaf | None, tuple[str, ...]]:
+    """The leaf, its compiled form (None when the pod prepares it) and its written parameters."""
+    compiled = read_compiled_leaf(reader.compiled) if reader.compiled.leaf else None
+    return read_leaf(reader.leaf), compiled, tuple(reader.writes)
 
 
 def write_scalar(builder, name: str, value: float | int) -> None:
@@ -227,10 +233,10 @@ def read_scalar(reader) -> tuple[str, float | int]:
 
 def write_program(builder, program: JobProgram) -> None:
     builder.kernel = program.kernel
-    ptx = dict(program.leaf_ptx)
+    compiled = dict(program.compiled)
     leaves = builder.init("leaves", len(program.leaves))
     for entry, leaf in zip(leaves, program.leaves, strict=True):
-        write_leaf_code(entry, leaf, ptx.get(leaf.name, ""), program.writes_of(leaf.name) or ())
+        write_leaf_code(entry, leaf, compiled.get(leaf.name), program.writes_of(leaf.name) or ())
     scalars = builder.init("scalars", len(program.scalars))
     for entry, (name, value) in zip(scalars, program.scalars, strict=True):
         write_scalar(entry, name, value)
@@ -240,12 +246,12 @@ def write_program(builder, program: JobProgram) -> None:
 
 
 def read_program(reader) -> JobProgram:
-    leaves, ptx, writes = [], [], []
+    leaves, compiled, writes = [], [], []
     for entry in reader.leaves:
-        leaf, leaf_ptx, leaf_writes = read_leaf_code(entry)
+        leaf, leaf_compiled, leaf_writes = read_leaf_code(entry)
         leaves.append(leaf)
-        if leaf_ptx:
-            ptx.append((leaf.name, leaf_ptx))
+        if leaf_compiled is not None:
+            compiled.append((leaf.name, leaf_compiled))
         if leaf_writes:
             writes.append((leaf.name, leaf_writes))
     return JobProgram(
@@ -253,7 +259,7 @@ def read_program(reader) -> JobProgram:
         leaves=tuple(leaves),
         scalars=tuple(read_scalar(s) for s in reader.scalars),
         tensors=tuple(read_tensor_info(t) for t in reader.tensors),
-        leaf_ptx=tuple(ptx),
+        compiled=tuple(compiled),
         leaf_writes=tuple(writes),
     )
 

@@ -44,3 +44,59 @@ struct Leaf {
   scalars @8 :List(Text);              # scalar parameters, in declaration order
   flops @9 :UInt64;                    # estimated floating-point operations of one launch
 }
+
+struct CompiledLeaf {
+  # A leaf compiled once by the scheduler for one GPU kind: a pod launches it as it is
+  # (schemas/compiled_leaf.py holds the field meanings).
+  leaf @0 :Text;                       # the leaf's name
+  sourceHash @1 :Text;                 # what it was compiled from (compiled_leaf.leaf_hash)
+  cc @2 :UInt32;                       # compute capability, major * 10 + minor
+  codeKind @3 :Text;                   # "ptx" or "cubin"
+  code @4 :Data;
+  kernels @5 :List(KernelLaunch);      # launched in order on one stream
+  tensors @6 :List(TensorParam);
+  scalars @7 :List(ScalarParam);
+  writes @8 :List(Text);
+  tuned @9 :List(NamedValue);          # the tuned point: @autotune values
+  schedule @10 :Text;
+  scratch @11 :List(Scratch);
+  needs @12 :List(Text);
+
+  struct TensorParam {
+    name @0 :Text;
+    dtype @1 :Text;
+    shape @2 :List(Int64);
+  }
+
+  struct ScalarParam {
+    name @0 :Text;
+    dtype @1 :Text;
+  }
+
+  struct Scratch {
+    name @0 :Text;
+    dtype @1 :Text;
+    shape @2 :List(Int64);
+    zeroed @3 :Bool;
+  }
+
+  struct KernelLaunch {
+    entry @0 :Text;
+    grid @1 :List(UInt32);
+    block @2 :List(UInt32);
+    sharedBytes @3 :UInt32;
+    params @4 :List(Text);
+    tensorMaps @5 :List(TensorMap);
+  }
+
+  struct TensorMap {
+    param @0 :Text;
+    tensor @1 :Text;
+    boxRows @2 :UInt32;
+    boxCols @3 :UInt32;
+    rows @4 :UInt64;
+    cols @5 :UInt64;
+    dtype @6 :Text;
+    outer @7 :List(UInt64);
+  }
+}

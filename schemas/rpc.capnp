@@ -43,10 +43,12 @@ struct Scalar {
 struct LeafCode {
   # A leaf as a pod runs it.
   leaf @0 :P.Leaf;
-  ptx @1 :Text;            # optional: PTX compiled once by the scheduler ("" = the pod compiles)
+  ptx @1 :Text;            # unused since `compiled` (kept: fields are never renumbered)
   writes @2 :List(Text);   # tensor parameters the leaf stores to (a buffer bound to one of them
                            # is servable to peers only after that compute); empty = the pod works
                            # it out from the source
+  compiled @3 :P.CompiledLeaf;  # optional: the leaf compiled once by the scheduler for this pod's
+                                # GPU (leaf "" = none: the pod compiles); it replaces `ptx`
 }
 
 struct Program {

@@ -3,8 +3,29 @@
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
 
 import pytest
+
+_OWN_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every test run gets its own, empty cache folder (common/cache.py), inherited by the programs
+    the tests start: a run never reads or writes the user's ~/.cache/phobos (nor a PHOBOS_CACHE_DIR
+    of theirs), and no test passes because an earlier run left its PTX behind. Within the run the
+    folder is shared, so a leaf that several tests compile is compiled once."""
+    base = os.environ.get("TEST_TMPDIR")  # under Bazel: the test's scratch folder
+    folder = tempfile.mkdtemp(prefix="phobos-test-cache-", dir=base)
+    _OWN_CACHE.append(folder)
+    os.environ["PHOBOS_CACHE_DIR"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while _OWN_CACHE:
+        shutil.rmtree(_OWN_CACHE.pop(), ignore_errors=True)
 
 
 @functools.cache

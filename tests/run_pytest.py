@@ -32,6 +32,31 @@ def scratch_environment(env: dict[str, str]) -> dict[str, str]:
     return {"HYPOTHESIS_STORAGE_DIRECTORY": f"{tmp}/hypothesis", "PYTHONPYCACHEPREFIX": f"{tmp}/pycache"}
 
 
+class Shard:
+    """Bazel's test sharding (`shard_count` in a BUILD file): shard INDEX of TOTAL runs every
+    TOTAL-th collected test, starting at INDEX, so the parametrized cases of one slow test spread
+    over the shards. Touching TEST_SHARD_STATUS_FILE tells Bazel that the runner shards."""
+
+    def __init__(self, index: int, total: int):
+        self.index, self.total = index, total
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> Shard | None:
+        if int(env.get("TEST_TOTAL_SHARDS", "1")) <= 1:
+            return None
+        if env.get("TEST_SHARD_STATUS_FILE"):
+            with open(env["TEST_SHARD_STATUS_FILE"], "a"):
+                pass
+        return cls(int(env["TEST_SHARD_INDEX"]), int(env["TEST_TOTAL_SHARDS"]))
+
+    def pytest_collection_modifyitems(self, config, items: list) -> None:
+        mine = [item for i, item in enumerate(items) if i % self.total == self.index]
+        others = [item for i, item in enumerate(items) if i % self.total != self.index]
+        if others:
+            config.hook.pytest_deselected(items=others)
+        items[:] = mine
+
+
 def empty_scratch(tmp: str) -> None:
     """After a passing run, remove what it wrote to TEST_TMPDIR (pytest's folders, bytecode). Bazel
     would otherwise delete it at the start of the next command, while planting the execroot's
@@ -57,7 +82,10 @@ if __name__ == "__main__":
         sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]  # this process too, not only its children
     import pytest
 
-    code = pytest.main(pytest_args(sys.argv[1:], dict(os.environ)))
+    shard = Shard.from_env(dict(os.environ))
+    code = pytest.main(pytest_args(sys.argv[1:], dict(os.environ)), plugins=[shard] if shard else [])
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED and shard:
+        code = 0  # more shards than tests: this one has nothing to do
     if code == 0 and os.environ.get("TEST_TMPDIR"):
         empty_scratch(os.environ["TEST_TMPDIR"])
     sys.exit(code)

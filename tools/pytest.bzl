@@ -10,6 +10,7 @@ def phobos_pytest(
         deps = ALL_LIBRARIES,
         size = "medium",
         timeout = None,
+        shard_count = None,
         tags = [],
         args = []):
     """Runs the folder's test_*.py files (subfolders without a BUILD file included) with pytest.
@@ -19,7 +20,8 @@ def phobos_pytest(
       srcs: Python files; default: every .py file of the folder. Those named test_*.py are run.
       data: more runfiles; default //docs and //examples. The folder's own other files are added.
       deps: the libraries under test; default all of them.
-      size, timeout, tags, args: as for py_test; args go to pytest.
+      size, timeout, shard_count, tags, args: as for py_test; args go to pytest. With shard_count,
+        tests/run_pytest.py runs every shard_count-th collected test in each shard.
 
     Nothing is created while the folder has no test files: a py_test that collects no test fails.
     """
@@ -42,5 +44,6 @@ def phobos_pytest(
         deps = deps + ["//tests:conftest", "//tests:job_files"],
         size = size,
         timeout = timeout,
+        shard_count = shard_count,
         tags = tags,
     )

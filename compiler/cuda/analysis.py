@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
+from compiler import builtins
 from compiler.frontend import ir, walk
 
 
@@ -78,7 +79,6 @@ def loop_range(start: IntRange, stop: IntRange, step: int) -> IntRange:
 # Row / column / flat roles of 1-D tiles
 # ---------------------------------------------------------------------------------------------
 
-_ELEMENTWISE = {"exp", "log", "sqrt", "abs", "max", "min", "where", "f32", "i32"}
 
 
 def _is_tile(e: ir.Expr) -> bool:
@@ -93,9 +93,9 @@ def natural_kind(expr: ir.Expr, hints: dict[str, str]) -> str | None:
         return hints.get(expr.name)
     if isinstance(expr, ir.Call):
         axis = dict(expr.kwargs).get("axis")
-        if expr.func in ("sum", "max", "min") and axis is not None and expr.args[0].ty.rank == 2:
+        if builtins.is_reduction(expr) and expr.args[0].ty.rank == 2:
             return "row" if axis.value == 1 else "col"
-        if expr.func not in _ELEMENTWISE:
+        if not builtins.is_elementwise(expr):
             return None
         for a in expr.args:
             k = natural_kind(a, hints)
@@ -124,7 +124,7 @@ def _want(expr: ir.Expr, kind: str, hints: dict[str, str]) -> bool:
         changed |= _want(expr.rhs, kind, hints)
     elif isinstance(expr, ir.UnaryOp):
         changed |= _want(expr.operand, kind, hints)
-    elif isinstance(expr, ir.Call) and expr.func in _ELEMENTWISE and not expr.kwargs:
+    elif builtins.is_elementwise(expr):
         for a in expr.args:
             changed |= _want(a, kind, hints)
     return changed

@@ -1,11 +1,12 @@
-"""The language's built-in calls as the C expression of one element: math (exp, log, sqrt, abs,
-max, min), conversions and rounding (f32, i32, bf16, f16), where, arange, full, expand; the calls
-that need the whole tile first (sum/max/min over an axis, dot, transpose of a computed tile)
-hoist it (reductions.py, dots.py, exprs.ExprEmitter.through_shared) and read their element."""
+"""The CUDA emitters of the built-ins, one per entry of compiler/builtins.py's table:
+`emit(gen, call, ctx) -> str`, the C expression of one element. The calls that need the whole
+tile first (sum/max/min over an axis, dot, transpose of a computed tile, scans) hoist it
+(gen.reduce_elem, gen.dot_elem, exprs.ExprEmitter.through_shared, scans.py) and read their
+element. This module imports no emitter that reads the table (no cycle through it)."""
 
 from __future__ import annotations
 
-from compiler.cuda import dots, reductions
+from compiler.cuda import scans
 from compiler.cuda.emit import FLOATS
 from compiler.cuda.values import Ctx, Val
 from compiler.frontend import ir
@@ -14,62 +15,146 @@ from compiler.frontend.diagnostics import CompileError
 LOG2E = "1.44269504088896341f"
 
 
-def call(gen, e: ir.Call, ctx: Ctx | None) -> str:
-    f = e.func
-    kw = dict(e.kwargs)
-    if f == "exp" and gen.exp2_fold:
+def exp(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    if gen.exp2_fold:
         return exp_base2(gen, e.args[0], ctx)
-    if f in ("exp", "log", "sqrt"):
-        return f"{f}f({f32_arg(gen, e.args[0], ctx)})"
-    if f == "abs":
-        a = e.args[0]
-        inner = gen.elem(a, gen.sub_ctx(a, ctx))
-        return f"fabsf({inner})" if a.ty.dtype in FLOATS else f"abs({inner})"
-    if f in ("max", "min") and "axis" not in kw and len(e.args) == 2:
-        a, b = e.args
-        x, y = gen.elem(a, gen.sub_ctx(a, ctx)), gen.elem(b, gen.sub_ctx(b, ctx))
-        if e.ty.dtype in FLOATS:
-            x = x if a.ty.dtype in FLOATS else f"((float){x})"
-            y = y if b.ty.dtype in FLOATS else f"((float){y})"
-            return f"f{f}f({x}, {y})"
-        return f"{f}({x}, {y})"
-    if f in ("sum", "max", "min"):
-        return reductions.reduction(gen, e, ctx)
-    if f == "where":
-        c, x, y = where_parts(gen, e, ctx)
-        return f"({c} ? {x} : {y})"
-    if f in ("bf16", "f16"):  # round to nearest even, held as the float it rounds to
-        x = f32_arg(gen, e.args[0], ctx)
-        gen.uses_bf16 |= f == "bf16"
-        gen.uses_half |= f == "f16"
-        return f"{f}_to_f32(f32_to_{f}({x}))"
-    if f == "f32":
-        return f"((float)({gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))}))"
-    if f == "i32":
-        return f"((int)({gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))}))"
-    if f == "arange":
-        return ctx.pos[0]
-    if f == "full":
-        return gen.cast(gen.elem(e.args[1], None), e.args[1], e.ty.dtype)
-    if f == "expand":
-        axis = kw["axis"].value
-        keep = [a for a in range(len(ctx.shape)) if a != axis]
-        inner = Ctx(
-            tuple(ctx.shape[a] for a in keep),
-            ("row" if axis == 1 else "col") if ctx.kind == "2d" else ctx.kind,
-            tuple(ctx.local[a] for a in keep),
-            tuple(ctx.pos[a] for a in keep),
-            ctx.native,
-        )
-        if len(ctx.shape) != 2:
-            raise CompileError(e.span, "the CUDA backend expands 1-D tiles to 2-D only")
-        return gen.elem(e.args[0], inner)
-    if f == "transpose":
-        return transpose(gen, e, ctx)
-    if f == "dot":
-        val = dots.dot(gen, e, into=None)
-        return gen.access(val, ctx) if ctx.native and ctx.kind == "2d" else gen.through_shared(val, ctx)
-    raise CompileError(e.span, f"the CUDA backend cannot compile {f}()")
+    return legacy_math(gen, e, ctx)
+
+
+def legacy_math(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    """exp, log, sqrt: the CUDA function, which --use_fast_math turns into its approximation."""
+    return f"{e.func}f({f32_arg(gen, e.args[0], ctx)})"
+
+
+def abs_(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    a = e.args[0]
+    inner = gen.elem(a, gen.sub_ctx(a, ctx))
+    return f"fabsf({inner})" if a.ty.dtype in FLOATS else f"abs({inner})"
+
+
+# The float functions as C: (accurate, fast). Accurate forms are unaffected by --use_fast_math
+# (the sin, cos and pow of double precision, or libdevice functions fast math leaves alone); fast
+# forms are the hardware approximations. The error bounds are in docs/language.md §8.2.
+FLOAT_MATH = {
+    "tanh": ("tanhf({0})", "tanh_approx({0})"),
+    "erf": ("erff({0})", "erff({0})"),
+    "sigmoid": ("((float)(1.0 / (1.0 + exp(-(double)({0})))))", "__frcp_rn(1.0f + __expf(-({0})))"),
+    "rsqrt": ("((float)(1.0 / sqrt((double)({0}))))", "rsqrtf({0})"),
+    "log1p": ("log1pf({0})", "log1pf({0})"),
+    "expm1": ("expm1f({0})", "expm1f({0})"),
+    "sin": ("((float)sin((double)({0})))", "__sinf({0})"),
+    "cos": ("((float)cos((double)({0})))", "__cosf({0})"),
+    "floor": ("floorf({0})", "floorf({0})"),
+    "ceil": ("ceilf({0})", "ceilf({0})"),
+    "pow": ("((float)pow((double)({0}), (double)({1})))", "__powf({0}, {1})"),
+}
+
+
+def float_math(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    precision = gen.kernel.precision
+    fast = precision is not None and precision.math == "fast"
+    template = FLOAT_MATH[e.func][1 if fast else 0]
+    return template.format(*(f32_arg(gen, a, ctx) for a in e.args))
+
+
+BITS = {"bit_and": "&", "bit_or": "|", "bit_xor": "^"}
+
+
+def bits(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    """i32 bit operations; shifts clamp the count as PTX does (shl_i / shr_i in the preamble)."""
+    x = [gen.elem(a, gen.sub_ctx(a, ctx)) for a in e.args]
+    if e.func == "bit_not":
+        return f"(~{x[0]})"
+    if e.func in BITS:
+        return f"({x[0]} {BITS[e.func]} {x[1]})"
+    return f"{'shl_i' if e.func == 'shift_left' else 'shr_i'}({x[0]}, {x[1]})"
+
+
+def max_min(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    if "axis" in dict(e.kwargs):
+        return gen.reduce_elem(e, ctx)
+    a, b = e.args
+    f = e.func
+    x, y = gen.elem(a, gen.sub_ctx(a, ctx)), gen.elem(b, gen.sub_ctx(b, ctx))
+    if e.ty.dtype in FLOATS:
+        x = x if a.ty.dtype in FLOATS else f"((float){x})"
+        y = y if b.ty.dtype in FLOATS else f"((float){y})"
+        return f"f{f}f({x}, {y})"
+    return f"{f}({x}, {y})"
+
+
+def reduce(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    return gen.reduce_elem(e, ctx)
+
+
+def where(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    c, x, y = where_parts(gen, e, ctx)
+    return f"({c} ? {x} : {y})"
+
+
+def narrow(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    """bf16(x), f16(x): round to nearest even, held as the float it rounds to."""
+    f = e.func
+    x = f32_arg(gen, e.args[0], ctx)
+    gen.uses_bf16 |= f == "bf16"
+    gen.uses_half |= f == "f16"
+    return f"{f}_to_f32(f32_to_{f}({x}))"
+
+
+def convert(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    ctype = "float" if e.func == "f32" else "int"
+    return f"(({ctype})({gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))}))"
+
+
+def arange(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    return ctx.pos[0]
+
+
+def full(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    return gen.cast(gen.elem(e.args[1], None), e.args[1], e.ty.dtype)
+
+
+def expand(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    axis = dict(e.kwargs)["axis"].value
+    keep = [a for a in range(len(ctx.shape)) if a != axis]
+    inner = Ctx(
+        tuple(ctx.shape[a] for a in keep),
+        ("row" if axis == 1 else "col") if ctx.kind == "2d" else ctx.kind,
+        tuple(ctx.local[a] for a in keep),
+        tuple(ctx.pos[a] for a in keep),
+        ctx.native,
+    )
+    if len(ctx.shape) != 2:
+        raise CompileError(e.span, "the CUDA backend expands 1-D tiles to 2-D only")
+    return gen.elem(e.args[0], inner)
+
+
+def dot(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    return gen.dot_elem(e, ctx)
+
+
+def take(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    """Element p of take(x, idx, axis = k): x's element at p with p[k] replaced by idx[p[k]],
+    or 0 where that index is outside x. x is read at those positions directly (a load reads the
+    tensor there: a gather, never the whole tensor)."""
+    x, idx = e.args
+    k = dict(e.kwargs)["axis"].value
+    if len(ctx.shape) == 2:
+        idx_ctx = Ctx((ctx.shape[k],), "row" if k == 0 else "col", (ctx.local[k],), (ctx.pos[k],), ctx.native)
+    else:
+        idx_ctx = ctx
+    i = gen.elem(idx, idx_ctx)
+    extent = gen.size(x.ty.shape[k])
+    pos = list(ctx.pos)
+    pos[k] = f"({i})"
+    shape = tuple(gen.size(s) for s in x.ty.shape)
+    inner = gen.elem(x, Ctx(shape, ctx.kind, ctx.local, tuple(pos), native=False))
+    zero = "0.0f" if x.ty.dtype in FLOATS else ("false" if x.ty.dtype == "bool" else "0")
+    return f"(((unsigned)({i}) < {extent}u) ? {inner} : {zero})"
+
+
+def scan(gen, e: ir.Call, ctx: Ctx | None) -> str:
+    return scans.scan(gen, e, ctx)
 
 
 def where_parts(gen, e: ir.Call, ctx) -> tuple[str, str, str]:

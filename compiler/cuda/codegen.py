@@ -407,6 +407,15 @@ __device__ __forceinline__ int floormod_i(int a, int b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 __device__ __forceinline__ float floormod_f(float a, float b) { return a - floorf(a / b) * b; }
+__device__ __forceinline__ int shl_i(int a, int n) {
+  return (unsigned)n >= 32u ? 0 : (int)((unsigned)a << n);
+}
+__device__ __forceinline__ int shr_i(int a, int n) { return a >> ((unsigned)n >= 32u ? 31 : n); }
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 """.strip("\n")
 
 

@@ -1,18 +1,25 @@
-"""What the CUDA leaf compiler hands out: `CompiledKernel`, and the calls that make one.
+"""What the CUDA leaf compiler hands out: `CompiledKernel`, and the calls that make one; and
+the two ways between it and the `CompiledLeaf` that travels to a pod (schemas/compiled_leaf.py).
 
 The package's `__init__` only describes it, so that no module of the package imports the
-package back through it.
+package back through it. The generator (codegen, stages) loads only when something is compiled:
+a pod launching a shipped leaf imports this module and never the generator.
 """
 
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from compiler.cuda import codegen, stages, target
+from compiler.cuda import target
 from compiler.cuda.schedule import DEFAULT, Schedule
-from compiler.frontend import ir
 from compiler.frontend.source import Span
+from schemas.compiled_leaf import CompiledLeaf, KernelLaunch, TensorMap, TensorParam, leaf_hash
+
+if TYPE_CHECKING:
+    from compiler.cuda import codegen
+    from compiler.frontend import ir
 
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
 # 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor)
@@ -53,6 +60,8 @@ def generate_source(
     cc: int = target.DEFAULT_CC,
 ) -> codegen.Generated:
     """The stages up to the CUDA C++ (stages.py), for a GPU of compute capability `cc`."""
+    from compiler.cuda import stages
+
     return stages.run(kernel, binding, stages.Options(tf32, schedule, cc), until="emit").generated
 
 
@@ -65,6 +74,8 @@ def compile_kernel(
     cc: int = target.DEFAULT_CC,
 ) -> CompiledKernel:
     """PTX for a GPU of compute capability `cc` (target.py; without one at hand, the H200's)."""
+    from compiler.cuda import stages
+
     leaf = stages.run(kernel, binding, stages.Options(tf32, schedule, cc))
     return _compiled(kernel, leaf.generated, leaf.ptx)
 
@@ -75,6 +86,8 @@ def compile_generated(
     """`gen` compiled by NVRTC for capability `cc`; or, given `ptx` already compiled from
     `gen.source` elsewhere (a pod gets the scheduler's), the same CompiledKernel around that PTX
     without compiling again (target.check refuses it at the load if it was made for another GPU)."""
+    from compiler.cuda import stages
+
     return _compiled(kernel, gen, ptx if ptx is not None else stages.ptx_of(kernel, gen, cc))
 
 
@@ -93,4 +106,56 @@ def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKe
         tensor_maps=gen.tensor_maps,
         need=gen.need,
         kernel_span=kernel.span,
+    )
+
+
+def compiled_leaf(leaf, kernel: ir.Kernel, binding, compiled: CompiledKernel, cc: int,
+                  schedule: Schedule = DEFAULT) -> CompiledLeaf:
+    """`compiled`, the code of the cluster program's `leaf` (schemas/program.py Leaf) made from
+    its parsed `kernel` bound by `binding`, as the leaf a pod launches: one kernel, no scratch."""
+    from compiler.frontend import walk
+    from compiler.frontend.binding import tensor_shape
+
+    maps = tuple(TensorMap(m.param, m.tensor, m.box_rows, m.box_cols, m.rows, m.cols, m.dtype, tuple(m.outer))
+                 for m in compiled.tensor_maps)
+    launch = KernelLaunch(compiled.entry, tuple(compiled.grid), tuple(compiled.block), compiled.shared_bytes,
+                          tuple(compiled.params), maps)
+    tensors = tuple(TensorParam(p.name, p.dtype, tuple(tensor_shape(p, binding.env))) for p in kernel.tensors)
+    return CompiledLeaf(
+        leaf=leaf.name, source_hash=leaf_hash(leaf), cc=cc, code_kind="ptx", code=compiled.ptx.encode(),
+        kernels=(launch,), tensors=tensors, scalars=compiled.scalars,
+        writes=tuple(walk.stored_tensors(kernel)), tuned=tuple(leaf.tile_values), schedule=schedule.key(),
+        needs=tuple(compiled.need.features),
+    )
+
+
+def compile_leaf(leaf, cc: int = target.DEFAULT_CC) -> CompiledLeaf:
+    """The cluster program's `leaf` (schemas/program.py) compiled for capability `cc`, bound at its
+    dims and tile values: what the scheduler ships to a GPU pod (or such a pod makes itself when
+    it was sent none)."""
+    from compiler.cluster.leaves import load_leaf
+
+    kernel, binding = load_leaf(leaf)
+    return compiled_leaf(leaf, kernel, binding, compile_kernel(kernel, binding, cc=cc), cc)
+
+
+def launched_kernels(leaf: CompiledLeaf) -> tuple[CompiledKernel, ...]:
+    """Each kernel of a shipped leaf's launch sequence as the CompiledKernel compiler.cuda.launch
+    loads and launches: no source (nothing is generated again), no spans (the scheduler checked
+    the GPU before it shipped the leaf; target.check still refuses a wrong one, at the kernel)."""
+    if leaf.code_kind != "ptx":
+        raise ValueError(f"leaf {leaf.leaf}: cannot load {leaf.code_kind} code yet (PTX only)")
+    from compiler.cuda.tensor_maps import MapSpec
+
+    ptx = leaf.code.decode()
+    return tuple(
+        CompiledKernel(
+            cuda_source="", ptx=ptx, entry=k.entry, params=k.params, grid=k.grid, block=k.block,
+            shared_bytes=k.shared_bytes, line_spans=(), tensors=tuple(t.name for t in leaf.tensors),
+            scalars=leaf.scalars,
+            tensor_maps=tuple(MapSpec(m.param, m.tensor, m.box_rows, m.box_cols, m.rows, m.cols, m.dtype,
+                                      m.outer) for m in k.tensor_maps),
+            need=target.Need(leaf.needs), kernel_span=Span(f"<leaf {leaf.leaf}>", 1, 1, 1, 1),
+        )
+        for k in leaf.kernels
     )

@@ -5,7 +5,8 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 
 from __future__ import annotations
 
-from compiler.cuda import analysis, calls
+from compiler import builtins
+from compiler.cuda import analysis, dots, reductions
 from compiler.cuda.emit import CTYPE, FLOATS, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
@@ -249,8 +250,16 @@ class ExprEmitter:
         if isinstance(e, ir.Load):
             return self.load_elem(e, ctx)
         if isinstance(e, ir.Call):
-            return calls.call(self, e, ctx)
+            return builtins.lookup(e.func).cuda(self, e, ctx)
         raise CompileError(e.span, f"the CUDA backend cannot compile {type(e).__name__} here")
+
+    def dot_elem(self, e: ir.Call, ctx: Ctx | None) -> str:
+        """An element of a dot: the product is hoisted into registers (dots.py), then read."""
+        val = dots.dot(self, e, into=None)
+        return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
+
+    def reduce_elem(self, e: ir.Call, ctx: Ctx | None) -> str:
+        return reductions.reduction(self, e, ctx)
 
     def name_elem(self, e: ir.Name, ctx: Ctx | None) -> str:
         if e.name in self.scalars and not isinstance(e.ty, ir.TileType):
@@ -276,10 +285,14 @@ class ExprEmitter:
         src = self.ctx_for(v.kind, v.shape)
         self.sync()
         flat = " + ".join(f"{p} * {self.stride(v.shape, a)}" for a, p in enumerate(src.pos))
-        self.emit_loop(src, [f"{buf}[{flat}] = {self.access(v, src)};"])
+        # shared memory is float words: an i32 tile goes through them bit for bit (a value
+        # conversion would round indices above 2^24 and make the read a float)
+        as_int = v.dtype == "i32"
+        value = f"__int_as_float({self.access(v, src)})" if as_int else self.access(v, src)
+        self.emit_loop(src, [f"{buf}[{flat}] = {value};"])
         self.sync()
         flat_ctx = " + ".join(f"({p}) * {self.stride(v.shape, a)}" for a, p in enumerate(ctx.pos))
-        return f"{buf}[{flat_ctx}]"
+        return f"__float_as_int({buf}[{flat_ctx}])" if as_int else f"{buf}[{flat_ctx}]"
 
     @staticmethod
     def stride(shape, axis) -> int:

@@ -11,6 +11,7 @@ writes of the epilogue (matmul's C, attention's O)."""
 
 from __future__ import annotations
 
+from compiler import builtins
 from compiler.cuda import analysis
 from compiler.cuda.emit import from_f32
 from compiler.cuda.layout import MmaDist
@@ -19,7 +20,6 @@ from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
 _PACK = {"bf16": "pack_bf16x2", "f16": "pack_f16x2"}
-_PURE_CALLS = {"exp", "log", "sqrt", "abs", "max", "min", "where", "f32", "i32", "bf16", "f16"}
 
 
 def store(gen, s: ir.Store) -> None:
@@ -132,7 +132,7 @@ def _pure(gen, e: ir.Expr, shape) -> bool:
     if isinstance(e, ir.Call) and e.func == "expand" and isinstance(e.args[0], ir.Name):  # a row or column
         v = gen.vals.get(e.args[0].name)
         return isinstance(v, Val) and v.kind == ("row" if dict(e.kwargs)["axis"].value == 1 else "col")
-    if isinstance(e, ir.Call) and e.func in _PURE_CALLS and not e.kwargs:
+    if builtins.is_elementwise(e):
         return all(_pure(gen, a, shape) for a in e.args)
     return False
 

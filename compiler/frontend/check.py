@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from compiler.builtins import call_type, check_signature
 from compiler.frontend import ir
 from compiler.frontend.affine import affine_of
-from compiler.frontend.check_calls import call_type, check_signature, dot_precision
+from compiler.frontend.check_calls import dot_precision
 from compiler.frontend.check_header import Symbol, check_header, word_span
 from compiler.frontend.check_types import FLOATS, NUMERIC, Shapes, describe, make_type, promote, widened
 from compiler.frontend.diagnostics import CompileError

@@ -1,7 +1,8 @@
-"""Typing of the built-in functions (the list is in ir.Call's docstring).
+"""Typing of the built-in functions: one rule per built-in, named by compiler/builtins.py's table.
 
-Each rule gets the checked call (arguments already typed) and returns its result type, raising
-CompileError at the most specific argument when something does not fit.
+Each rule gets the checked call (arguments already typed), the kernel's `Shapes` and `size_of(expr,
+what) -> Size` (a compile-time argument as a Size, raising otherwise), and returns the result type,
+raising CompileError at the most specific argument when something does not fit.
 """
 
 from __future__ import annotations
@@ -10,59 +11,12 @@ from compiler.frontend import ir
 from compiler.frontend.check_types import NUMERIC, Shapes, describe, make_type, promote, widened, with_dtype
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import NARROW_FLOATS, ScalarType, Size, TileType
-from compiler.frontend.source import Span
 
-# name -> (positional argument counts accepted, keyword arguments accepted)
-SIGNATURES: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
-    "dot": ((2,), ("precision",)),
-    "transpose": ((1,), ()),
-    "exp": ((1,), ()),
-    "log": ((1,), ()),
-    "sqrt": ((1,), ()),
-    "abs": ((1,), ()),
-    "max": ((1, 2), ("axis",)),
-    "min": ((1, 2), ("axis",)),
-    "sum": ((1,), ("axis",)),
-    "where": ((3,), ()),
-    "arange": ((1,), ()),
-    "expand": ((1,), ("axis",)),
-    "full": ((2,), ()),
-    "f32": ((1,), ()),
-    "i32": ((1,), ()),
-    "bf16": ((1,), ()),
-    "f16": ((1,), ()),
-}
 DOT_PRECISIONS = ("f32", "tf32")  # what `precision = ...` may ask for
+INTEGER = ("i32",)  # the dtypes bit operations take
 
 
-def check_signature(call: ir.Call) -> None:
-    """Before the arguments are typed: the function exists and takes these arguments."""
-    s = call.span
-    name_span = Span(s.file, s.line, s.col, s.line, s.col + len(call.func))
-    if call.func not in SIGNATURES:
-        raise CompileError(
-            name_span,
-            f"unknown function '{call.func}' (built-ins: " + ", ".join(sorted(SIGNATURES)) + ", load)",
-        )
-    counts, keywords = SIGNATURES[call.func]
-    for key, value in call.kwargs:
-        if key not in keywords:
-            known = ", ".join(keywords) if keywords else "none"
-            raise CompileError(value.span, f"{call.func} has no keyword argument '{key}' (known: {known})")
-    has_axis = any(k == "axis" for k, _ in call.kwargs)
-    n = len(call.args)
-    if call.func in ("max", "min"):
-        counts = (1,) if has_axis else (2,)
-    if call.func in ("sum", "expand") and not has_axis:
-        raise CompileError(call.span, f"{call.func} needs 'axis = k'")
-    if n not in counts:
-        want = " or ".join(str(c) for c in counts)
-        raise CompileError(
-            call.span, f"{call.func} takes {want} argument{'s' if counts != (1,) else ''}, found {n}"
-        )
-
-
-def _axis(call: ir.Call, limit: int) -> int:
+def axis_of(call: ir.Call, limit: int) -> int:
     """The literal `axis = k` of a call, 0 <= k < limit."""
     value = dict(call.kwargs)["axis"]
     if not (isinstance(value, ir.Const) and type(value.value) is int and not value.origin):
@@ -89,48 +43,114 @@ def _tile(arg: ir.Expr, what: str, rank: int | None = None) -> TileType:
     return ty
 
 
-def call_type(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
-    """`size_of(expr) -> Size` turns a compile-time argument into a Size (raising otherwise)."""
-    f, args = call.func, call.args
-    if f == "dot":
-        return _dot_type(args, shapes)
-    if f in ("bf16", "f16"):
-        if args[0].ty.dtype not in NUMERIC:
+# ---- the rules (call, shapes, size_of) -> type ------------------------------------------------
+
+
+def dot_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    return _dot_type(call.args, shapes)
+
+
+def narrow_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    """bf16(x), f16(x): rounding a number into the narrow float."""
+    f, arg = call.func, call.args[0]
+    if arg.ty.dtype not in NUMERIC:
+        raise CompileError(
+            arg.span,
+            f"{f}() converts numbers, found {describe(arg.ty)}; "
+            "turn a condition into a number with where(c, 1.0, 0.0) first",
+        )
+    return with_dtype(arg.ty, f)
+
+
+def transpose_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    a = _tile(call.args[0], "transpose", 2)
+    return TileType(a.dtype, (a.shape[1], a.shape[0]))
+
+
+def float_math_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    """exp, log, tanh, ...: a number or tile of numbers, computed in f32."""
+    for arg in call.args:
+        _numeric(arg, call.func)
+    if len(call.args) == 1:
+        return with_dtype(call.args[0].ty, "f32")
+    shape = shapes.broadcast(call.args[0].ty, call.args[1].ty, call.args[1].span)
+    return make_type("f32", shape)
+
+
+def abs_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    _numeric(call.args[0], call.func)
+    return widened(call.args[0].ty)
+
+
+def bit_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    """bit_and, shift_left, ...: i32 operands (scalars or tiles, broadcast), an i32 result."""
+    for arg in call.args:
+        if arg.ty.dtype not in INTEGER:
             raise CompileError(
-                args[0].span,
-                f"{f}() converts numbers, found {describe(args[0].ty)}; "
-                "turn a condition into a number with where(c, 1.0, 0.0) first",
+                arg.span, f"{call.func} needs i32 operands, found {describe(arg.ty)} (convert with i32(...))"
             )
-        return with_dtype(args[0].ty, f)
-    if f == "transpose":
-        a = _tile(args[0], "transpose", 2)
-        return TileType(a.dtype, (a.shape[1], a.shape[0]))
-    if f in ("exp", "log", "sqrt", "abs"):
-        _numeric(args[0], f)
-        return widened(args[0].ty) if f == "abs" else with_dtype(args[0].ty, "f32")
-    if f in ("max", "min", "sum") and len(args) == 1:
-        a = _tile(args[0], f"{f}(x, axis = k)")
-        _numeric(args[0], f)
-        k = _axis(call, a.rank)
-        return widened(make_type(a.dtype, a.shape[:k] + a.shape[k + 1 :]))
-    if f in ("max", "min"):
-        for x in args:
-            _numeric(x, f)
-        shape = shapes.broadcast(args[0].ty, args[1].ty, args[1].span)
-        return make_type(promote(args[0].ty.dtype, args[1].ty.dtype), shape)
-    if f == "where":
-        return _where_type(call, shapes)
-    if f == "arange":
-        return TileType("i32", (size_of(args[0], "arange's length"),))
-    if f == "expand":
-        a = _tile(args[0], "expand")
-        k = _axis(call, a.rank + 1)
-        return TileType(a.dtype, a.shape[:k] + (Size.const(1),) + a.shape[k:])
-    if f == "full":
-        return _full_type(args, size_of)
-    if f in ("f32", "i32"):
-        return with_dtype(args[0].ty, f)
-    raise AssertionError(f"no typing rule for built-in {f}")
+    if len(call.args) == 1:
+        return call.args[0].ty
+    return make_type("i32", shapes.broadcast(call.args[0].ty, call.args[1].ty, call.args[1].span))
+
+
+def reduce_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    """sum(x, axis = k), and max/min with one argument: axis k removed."""
+    f = call.func
+    a = _tile(call.args[0], f"{f}(x, axis = k)")
+    _numeric(call.args[0], f)
+    k = axis_of(call, a.rank)
+    return widened(make_type(a.dtype, a.shape[:k] + a.shape[k + 1 :]))
+
+
+def max_min_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    if len(call.args) == 1:
+        return reduce_rule(call, shapes, size_of)
+    for x in call.args:
+        _numeric(x, call.func)
+    shape = shapes.broadcast(call.args[0].ty, call.args[1].ty, call.args[1].span)
+    return make_type(promote(call.args[0].ty.dtype, call.args[1].ty.dtype), shape)
+
+
+def scan_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    """cumsum/cumprod/cummax(x, axis = k): the same shape, numbers widened as arithmetic does."""
+    a = _tile(call.args[0], f"{call.func}(x, axis = k)")
+    _numeric(call.args[0], call.func)
+    axis_of(call, a.rank)
+    return widened(a)
+
+
+def take_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    """take(x, idx, axis = k): axis k of tile x replaced by the rank-1 i32 tile idx's extent."""
+    a = _tile(call.args[0], "take")
+    idx = call.args[1]
+    if not isinstance(idx.ty, TileType) or idx.ty.rank != 1 or idx.ty.dtype != "i32":
+        raise CompileError(idx.span, f"take's indices must be a rank-1 tile of i32, found {describe(idx.ty)}")
+    k = axis_of(call, a.rank)
+    return TileType(a.dtype, a.shape[:k] + idx.ty.shape + a.shape[k + 1 :])
+
+
+def where_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    return _where_type(call, shapes)
+
+
+def arange_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    return TileType("i32", (size_of(call.args[0], "arange's length"),))
+
+
+def expand_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    a = _tile(call.args[0], "expand")
+    k = axis_of(call, a.rank + 1)
+    return TileType(a.dtype, a.shape[:k] + (Size.const(1),) + a.shape[k:])
+
+
+def full_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    return _full_type(call.args, size_of)
+
+
+def convert_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
+    """f32(x), i32(x)."""
+    return with_dtype(call.args[0].ty, call.func)
 
 
 def _dot_type(args, shapes: Shapes) -> ir.Type:
@@ -207,7 +227,7 @@ def dot_precision(
         return ir.DotPrecision(kind, "operands", call.span)
     if requested is not None:
         return ir.DotPrecision(mode, "dot", requested.span)
-    if kernel_choice is not None:
+    if kernel_choice is not None and kernel_choice.mode is not None:
         return ir.DotPrecision(kernel_choice.mode, "kernel", kernel_choice.span)
     return ir.DotPrecision("f32", "operands", call.span)
 

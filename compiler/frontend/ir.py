@@ -360,8 +360,9 @@ class Precision:
     """`@precision(tf32)`: the kernel's dots of f32 operands run in TF32 unless one says
     `precision = f32`. `@precision(f32)` states the default. bf16/f16 dots are not affected."""
 
-    mode: Literal["f32", "tf32"]
+    mode: Literal["f32", "tf32"] | None  # None: `@precision(math = ...)` alone, dots as by default
     span: Span
+    math: Literal["accurate", "fast"] = "accurate"  # the float functions' forms (language.md §8.2)
 
 
 Attribute = Autotune | Cluster | Aligned | Launch | Precision

@@ -141,7 +141,8 @@ def format_attribute(a: ir.Attribute) -> str:
     if isinstance(a, ir.Launch):
         return f"@launch(threads = {a.threads})"
     if isinstance(a, ir.Precision):
-        return f"@precision({a.mode})"
+        parts = ([a.mode] if a.mode else []) + ([f"math = {a.math}"] if a.math != "accurate" else [])
+        return f"@precision({', '.join(parts)})"
     raise TypeError(f"not an attribute: {a!r}")
 
 

@@ -120,17 +120,30 @@ class _Parser(ExprParser):
         return ir.Launch(threads=value, span=at.span.to(close.span))
 
     def precision_attribute(self, at: Token) -> ir.Precision:
-        """`@precision(tf32)` or `@precision(f32)`: how the kernel's f32 dots multiply."""
-        mode = self.tok
-        if mode.kind != "ident" or mode.text not in KERNEL_PRECISIONS:
-            raise CompileError(
-                mode.span,
-                f"@precision takes f32 or tf32, found {self.describe(mode)} "
-                "(bf16 and f16 dots take their precision from their operands)",
-            )
-        self.advance()
+        """`@precision(tf32)`, `@precision(f32)`: how the kernel's f32 dots multiply; `math = fast`
+        or `math = accurate` after it (or alone): which forms of the float functions run."""
+        mode = None
+        if not (self.tok.kind == "ident" and self.tok.text == "math" and self.peek().is_op("=")):
+            tok = self.tok
+            if tok.kind != "ident" or tok.text not in KERNEL_PRECISIONS:
+                raise CompileError(
+                    tok.span,
+                    f"@precision takes f32 or tf32, found {self.describe(tok)} "
+                    "(bf16 and f16 dots take their precision from their operands)",
+                )
+            mode = self.advance().text
+            if self.tok.is_op(","):
+                self.advance()
+        math = "accurate"
+        if self.tok.kind == "ident" and self.tok.text == "math":
+            self.advance()
+            self.expect_op("=")
+            tok = self.tok
+            if tok.kind != "ident" or tok.text not in ("accurate", "fast"):
+                raise CompileError(tok.span, f"math takes accurate or fast, found {self.describe(tok)}")
+            math = self.advance().text
         close = self.expect_op(")")
-        return ir.Precision(mode=mode.text, span=at.span.to(close.span))
+        return ir.Precision(mode=mode, span=at.span.to(close.span), math=math)
 
     def comma_list(self, item):
         if self.tok.is_op(")"):

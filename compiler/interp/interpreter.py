@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import UserError
+from compiler import builtins
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, scalar_value, tensor_shape
 from compiler.frontend.diagnostics import CompileError
@@ -96,10 +97,6 @@ def _store_binary(op: str, lhs: np.ndarray, rhs: np.ndarray, tensor: np.ndarray,
         return False
     ufunc(lhs, rhs, out=out)
     return True
-
-
-def _dot_mode(call: ir.Call) -> str:
-    return call.precision.mode if call.precision is not None else "f32"
 
 
 def _dtype_of(ty: ir.Type) -> np.dtype:
@@ -293,40 +290,7 @@ class _Runner:
         return mem.load(tensor, windows, fill, private=expr.tensor in self.launch.written)
 
     def call(self, expr: ir.Call, scope: dict) -> np.ndarray:
-        f = expr.func
-        kwargs = dict(expr.kwargs)
-        if f in ("arange",):
-            return val.arange(self.size(expr.args[0], scope, "arange length"))
-        if f == "full":
-            shape_list = expr.args[0]
-            items = shape_list.items if isinstance(shape_list, ir.ShapeList) else (shape_list,)
-            shape = tuple(self.size(i, scope, "shape") for i in items)
-            return val.full(shape, self.eval(expr.args[1], scope))
-        args = [self.eval(a, scope) for a in expr.args]
-        if "axis" in kwargs:
-            axis = self.size(kwargs["axis"], scope, "axis")
-            if f == "expand":
-                return val.expand(args[0], axis)
-            return val.reduce(f, args[0], axis)
-        if f == "dot":
-            return val.dot(args[0], args[1], _dot_mode(expr))
-        if f == "transpose":
-            return val.transpose(args[0])
-        if f in ("exp", "log", "sqrt", "abs"):
-            return val.unary_math(f, args[0])
-        if f == "max":
-            return val.maximum(args[0], args[1])
-        if f == "min":
-            return val.minimum(args[0], args[1])
-        if f == "where":
-            return val.select(*args)
-        if f == "f32":
-            return val.to_f32(args[0])
-        if f == "i32":
-            return val.to_i32(args[0])
-        if f in ir.NARROW_FLOATS:
-            return val.round_to(f, args[0])
-        raise CompileError(expr.span, f"the interpreter has no built-in {f}")
+        return builtins.lookup(expr.func).interp(self, expr, scope)
 
 
 def scalar_arguments(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, float | int]:

@@ -64,27 +64,37 @@ def split_k_job():
     return type(job)(**{**job.__dict__, "kernel_file": "examples/jobs/matmul_split_k.phk"})
 
 
+def save_arrays(arrays: dict[str, np.ndarray], folder: Path) -> list[Path]:
+    """Each array as folder/NAME.npy; the paths written, in order."""
+    folder.mkdir(exist_ok=True)
+    written = []
+    for name, array in arrays.items():
+        np.save(folder / f"{name}.npy", array)
+        written.append(folder / f"{name}.npy")
+    return written
+
+
+def wrote_line(paths: list[Path]) -> str:
+    """What was written, named as the files are (their folder once)."""
+    return f"wrote {paths[0].parent}/: {', '.join(p.name for p in paths)}"
+
+
 def main() -> None:
     from scheduler.jobfile import build_job, write_job
 
     if sys.argv[1:] == ["--split-k"]:
-        (HERE / "out").mkdir(exist_ok=True)
-        for name, array in split_k_arrays().items():
-            np.save(HERE / "out" / f"{name}.npy", array)
+        written = save_arrays(split_k_arrays(), HERE / "out")
         write_job(split_k_job(), HERE / "matmul_split_k.capnp")
-        print(f"wrote {HERE / 'out'}/{{A,B,C,C_expected}}_split_k.npy and {HERE / 'matmul_split_k.capnp'}")
+        print(f"{wrote_line(written)} and {HERE / 'matmul_split_k.capnp'}")
         return
-    data = HERE / "data"
-    data.mkdir(exist_ok=True)
+    written = save_arrays(make_arrays(), HERE / "data")
     (HERE / "out").mkdir(exist_ok=True)
-    for name, array in make_arrays().items():
-        np.save(data / f"{name}.npy", array)
     job = build_job(HERE / "matmul_plain.phk", None, {"M": M, "N": N, "K": K}, {},
                     {"A": "file:data/A.npy", "B": "file:data/B.npy", "C": "file:out/C.npy"})
     # The job records where its kernel came from for messages; keep it relative to the repo.
     job = type(job)(**{**job.__dict__, "kernel_file": "examples/jobs/matmul_plain.phk"})
     write_job(job, HERE / "matmul.capnp")
-    print(f"wrote {data}/A.npy, B.npy, C_expected.npy and {HERE / 'matmul.capnp'}")
+    print(f"{wrote_line(written)} and {HERE / 'matmul.capnp'}")
 
 
 if __name__ == "__main__":

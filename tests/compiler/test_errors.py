@@ -83,7 +83,7 @@ CASES = [
     ("autotune_is_param", k("", attrs="@autotune(a in [32])"), "1:11", "'a' is already a parameter"),
     # ---- names ----
     ("unknown_name", k("  let x = y + 1"), "3:11", "unknown name 'y'"),
-    ("unknown_function", k("  let x = tanh(1.0)"), "3:11", "unknown function 'tanh'"),
+    ("unknown_function", k("  let x = softplus(1.0)"), "3:11", "unknown function 'softplus'"),
     ("unknown_tensor", k("  let x = c[0 :+ B]"), "3:11", "unknown tensor 'c'"),
     ("tensor_as_value", k("  let x = a + 1"), "3:11", "tensor 'a' cannot be used as a value"),
     ("index_a_let", k("  let t = 1\n  let x = t[0]"), "4:11", "'t' is not a tensor parameter"),

@@ -107,3 +107,49 @@ def test_a_test_folder_importing_another_folders_module_depends_on_it():
                         missing.append(f"{path.relative_to(checkout)} imports {name}; "
                                        f"tests/{folder}/BUILD.bazel's deps name no //tests/{parts[1]} target")
     assert missing == []
+
+
+def _pytest_run(tmp_path: Path, test_file: Path, env: dict[str, str], runner: bool = False):
+    """A separate pytest run, with tests/conftest.py as its plugin, on one file."""
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "tests"), str(REPO_ROOT)])}
+    head = [str(repo_file("tests/run_pytest.py"))] if runner else ["-m", "pytest", "-rs"]
+    cmd = [sys.executable, *head, "-p", "conftest", "-c", str(repo_file("pyproject.toml")),
+           "--rootdir", str(tmp_path), str(test_file)]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_test_run_compiles_into_its_own_cache_never_the_users(tmp_path):
+    """With HOME at an empty folder and no PHOBOS_CACHE_DIR, a run that compiles PTX (through
+    NVRTC, as tests/cuda does) leaves HOME empty: tests/conftest.py gave the run its own folder."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "test_compiles.py").write_text(
+        "import os\nfrom pathlib import Path\n\nfrom common import cache\n"
+        "from compiler.cuda.nvrtc import compile_to_ptx\n\n\ndef test_compile():\n"
+        "    assert '.entry' in compile_to_ptx('extern \"C\" __global__ void k(float* x) { x[0] = 1; }')\n"
+        "    assert list((cache.cache_dir() / 'ptx').iterdir())  # the PTX was cached, somewhere\n"
+        "    assert not cache.cache_dir().is_relative_to(Path.home())\n"
+        "    print('cache at', os.environ['PHOBOS_CACHE_DIR'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PHOBOS_CACHE_DIR", "TEST_TMPDIR")}
+    result = _pytest_run(tmp_path, tmp_path / "test_compiles.py", {**env, "HOME": str(home)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
+    assert list(home.iterdir()) == []
+
+
+def test_the_runner_runs_one_shard_of_the_tests_when_bazel_shards(tmp_path):
+    (tmp_path / "test_five.py").write_text(
+        "import pytest\n\n\n@pytest.mark.parametrize('i', range(5))\ndef test_i(i):\n    print('ran', i)\n")
+    ran = []
+    for index in range(2):
+        status = tmp_path / f"status{index}"
+        env = {**os.environ, "TEST_TOTAL_SHARDS": "2", "TEST_SHARD_INDEX": str(index),
+               "TEST_SHARD_STATUS_FILE": str(status)}
+        env.pop("TEST_TMPDIR", None)
+        env.pop("XML_OUTPUT_FILE", None)
+        result = _pytest_run(tmp_path, tmp_path / "test_five.py", env, runner=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert status.exists()  # tells Bazel the runner shards
+        ran.append(int(result.stdout.split(" passed")[0].split()[-1]))
+    assert ran == [3, 2]  # every test once, over both shards

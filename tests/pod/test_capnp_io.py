@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from schemas import capnp_io
+from schemas.compiled_leaf import CompiledLeaf, KernelLaunch, Scratch, TensorMap, TensorParam
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, NodePlan, Store
+from schemas.leaf_io import compiled_leaf_bytes, compiled_leaf_of_bytes
 from schemas.program import ClusterProgram, Launch, Leaf, Region, TensorInfo, Unit
 
 LEAF = Leaf(
@@ -44,17 +46,33 @@ def test_empty_plan_round_trip():
     assert capnp_io.plan_from_bytes(capnp_io.plan_to_bytes(plan)) == plan
 
 
-def test_program_round_trip_keeps_scalar_kinds_ptx_and_writes():
+def test_program_round_trip_keeps_scalar_kinds_compiled_leaves_and_writes():
     program = capnp_io.JobProgram(
         kernel="add", leaves=(LEAF,), scalars=(("alpha", 1.5), ("n", 3)),
         tensors=(TensorInfo("a", "bf16", (64, 16), "input"), TensorInfo("c", "f32", (64,), "inout")),
-        leaf_ptx=(("main", ".version 8.0"),), leaf_writes=(("main", ("c",)),),
+        compiled=(("main", COMPILED),), leaf_writes=(("main", ("c",)),),
     )
     back = capnp_io.program_from_bytes(capnp_io.program_to_bytes(program))
     assert back == program
     assert isinstance(back.scalars[1][1], int) and isinstance(back.scalars[0][1], float)
     assert back.writes_of("main") == ("c",)
     assert back.writes_of("step") is None
+
+
+# every field set, two kernels and a scratch buffer (a split launch's shape)
+COMPILED = CompiledLeaf(
+    leaf="main", source_hash="ab" * 32, cc=90, code_kind="ptx", code=b".version 8.0\n.entry k0\n.entry k1",
+    kernels=(KernelLaunch("k0", (4, 2, 1), (128, 1, 1), 65536, ("a", "part", "alpha"),
+                          (TensorMap("a", "a", 64, 16, 64, 16, "u16", (3,)),)),
+             KernelLaunch("k1", (1, 1, 1), (32, 1, 1), 0, ("part", "c"))),
+    tensors=(TensorParam("a", "bf16", (64, 16)), TensorParam("c", "f32", (64,))),
+    scalars=(("alpha", "f32"),), writes=("c",), tuned=(("BLOCK", 64),), schedule="s3-row",
+    scratch=(Scratch("part", "f32", (4, 64), zeroed=True),), needs=("bf16",),
+)
+
+
+def test_a_compiled_leaf_round_trips_alone():
+    assert compiled_leaf_of_bytes(compiled_leaf_bytes(COMPILED)) == COMPILED
 
 
 def test_job_program_takes_writes_from_launches():

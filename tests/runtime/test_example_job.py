@@ -19,7 +19,7 @@ from tests.runtime.test_cli import run_cli
 EXAMPLE = JOB_KERNELS
 
 
-def test_committed_inputs_are_what_make_inputs_makes():
+def _make_inputs():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_inputs", EXAMPLE / "make_inputs.py")
@@ -29,8 +29,23 @@ def test_committed_inputs_are_what_make_inputs_makes():
         spec.loader.exec_module(module)
     finally:
         sys.dont_write_bytecode = writes
+    return module
+
+
+def test_committed_inputs_are_what_make_inputs_makes():
+    module = _make_inputs()
     for name, array in module.make_arrays().items():
         np.testing.assert_array_equal(np.load(EXAMPLE / "data" / f"{name}.npy"), array)
+
+
+def test_the_split_k_inputs_line_names_the_files_written(tmp_path):
+    """`make_inputs.py --split-k` once announced {A,B,C,C_expected}_split_k.npy: C_expected_split_k
+    does not exist. The line names exactly the files the split-K job and its --expect read."""
+    module = _make_inputs()
+    line = module.wrote_line(module.save_arrays(module.split_k_arrays(), tmp_path / "out"))
+    named = line.split(": ", 1)[1].split(", ")
+    assert sorted(named) == sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert {"A_split_k.npy", "B_split_k.npy", "C_split_k.npy", "C_split_k_expected.npy"} == set(named)
 
 
 def test_example_job_runs_and_matches(tmp_path, capsys):

@@ -1,0 +1,110 @@
+"""A GPU pod handed a compiled leaf (schemas/compiled_leaf.py) launches it as it is: its
+preparation, up to the driver's module load, never parses the leaf, generates CUDA or calls
+NVRTC (pod/gpu_leaves.py). Needs NVRTC to make the leaf the scheduler would ship, not a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common import cache
+from common.errors import UserError
+from compiler.cuda.compiled import compile_kernel, compile_leaf
+from pod import gpu_leaves
+from schemas import capnp_io
+from schemas.program import Leaf
+
+REPO = Path(__file__).resolve().parents[2]
+MATMUL_BF16 = (REPO / "examples" / "matmul_bf16.phk").read_text()
+GENERATOR = ("compiler.cuda.codegen", "compiler.cuda.stages", "compiler.cuda.nvrtc",
+             "compiler.frontend.parser", "compiler.frontend.check", "compiler.cluster.leaves")
+
+
+def matmul_leaf(m: int = 256) -> Leaf:
+    return Leaf(name="mm", kernel="matmul_bf16", source=MATMUL_BF16, dims=(("M", m), ("N", 256), ("K", 256)),
+                tile_values=(("TILE_M", 64), ("TILE_N", 64), ("TILE_K", 32)), grid=(m // 64, 4), threads=256,
+                tensors=("A", "B", "C"), scalars=())
+
+
+@pytest.fixture()
+def shipped(monkeypatch, tmp_path):
+    """The leaf as the scheduler ships it, after a trip through the program message."""
+    try:
+        from compiler.cuda import nvrtc
+
+        nvrtc.version()
+    except (RuntimeError, OSError) as err:
+        pytest.skip(f"no NVRTC here: {err}")
+    monkeypatch.setenv(cache.ENV, str(tmp_path))
+    leaf = matmul_leaf()
+    program = capnp_io.JobProgram(kernel="matmul_bf16", leaves=(leaf,), scalars=(), tensors=(),
+                                  compiled=(("mm", compile_leaf(leaf, 90)),))
+    back = capnp_io.program_from_bytes(capnp_io.program_to_bytes(program))
+    assert back == program
+    return leaf, dict(back.compiled)["mm"]
+
+
+def _forbid(monkeypatch, calls: list) -> None:
+    from compiler.cluster import leaves
+    from compiler.cuda import nvrtc, stages
+    from compiler.frontend import parser
+
+    for module, name in ((stages, "run"), (stages, "ptx_of"), (nvrtc, "compile_to_ptx"), (parser, "parse"),
+                         (leaves, "load_leaf")):
+        monkeypatch.setattr(module, name, lambda *a, _n=name, **k: calls.append(_n) or pytest.fail(_n))
+
+
+def test_a_shipped_leaf_is_prepared_without_a_compile(shipped, monkeypatch):
+    leaf, compiled = shipped
+    calls: list[str] = []
+    _forbid(monkeypatch, calls)
+    prepared = gpu_leaves.gpu_leaf(leaf, compiled, 90)
+    assert calls == []
+    # what compiler.cuda.launch loads and launches is what a compile here would have made
+    monkeypatch.undo()
+    from compiler.cluster.leaves import load_leaf
+
+    kernel, binding = load_leaf(leaf)
+    here = compile_kernel(kernel, binding, cc=90)
+    (launched,) = prepared.kernels
+    fields = ("ptx", "entry", "params", "grid", "block", "shared_bytes", "tensors", "scalars", "tensor_maps")
+    for field in fields:
+        assert getattr(launched, field) == getattr(here, field), field
+    assert launched.need.features == here.need.features and launched.cuda_source == ""
+    assert [(t.name, t.dtype, t.shape) for t in compiled.tensors] == [
+        ("A", "bf16", (256, 256)), ("B", "bf16", (256, 256)), ("C", "f32", (256, 256))]
+    assert compiled.writes == ("C",) and compiled.tuned == leaf.tile_values and compiled.cc == 90
+
+
+def test_a_pod_process_never_loads_the_generator_for_a_shipped_leaf(shipped, tmp_path):
+    leaf, compiled = shipped
+    program = capnp_io.JobProgram(kernel="matmul_bf16", leaves=(leaf,), scalars=(), tensors=(),
+                                  compiled=(("mm", compiled),))
+    message = tmp_path / "program.bin"
+    message.write_bytes(capnp_io.program_to_bytes(program))
+    probe = ("import json, sys; from pathlib import Path;"
+             "from schemas import capnp_io; from pod import gpu_leaves;"
+             f"p = capnp_io.program_from_bytes(Path({str(message)!r}).read_bytes());"
+             "g = gpu_leaves.gpu_leaf(p.leaves[0], dict(p.compiled)['mm'], 90);"
+             "print(json.dumps([g.kernels[0].entry, sorted(sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    entry, modules = json.loads(done.stdout)
+    assert entry == compiled.kernels[0].entry
+    assert [m for m in GENERATOR if m in modules] == []
+
+
+def test_a_leaf_sent_without_its_compiled_form_is_compiled_by_the_pod_alike(shipped):
+    leaf, compiled = shipped
+    assert gpu_leaves.gpu_leaf(leaf, None, 90).compiled == compiled
+
+
+def test_a_compiled_leaf_of_another_leaf_is_refused(shipped):
+    leaf, compiled = shipped
+    with pytest.raises(UserError, match="compiled from another leaf"):
+        gpu_leaves.gpu_leaf(matmul_leaf(128), compiled, 90)
