@@ -77,19 +77,39 @@ def softmax_merge_text(
     axis = len(out.dims) - 1
     params = _partials(out, names) + _partials(out, other)
     lines = _header(kernel, out, tiled, params, "softmax merge")
-    lines += [
-        f"  let m_a = {names.m}[{r1}]",
-        f"  let m_b = {other.m}[{r1}]",
-        "  let m_ab = max(m_a, m_b)",
-        "  let c_a = where(m_a == -inf, 0.0, exp(m_a - m_ab))",
-        "  let c_b = where(m_b == -inf, 0.0, exp(m_b - m_ab))",
-        f"  {names.l}[{r1}] = {names.l}[{r1}] * c_a + {other.l}[{r1}] * c_b",
-        f"  {names.acc}[{r}] = {names.acc}[{r}] * expand(c_a, axis = {axis}) + "
-        f"{other.acc}[{r}] * expand(c_b, axis = {axis})",
-        f"  {names.m}[{r1}] = m_ab",
-        "}",
-    ]
+    mine = (f"{names.m}[{r1}]", f"{names.l}[{r1}]", f"{names.acc}[{r}]")
+    theirs = (f"{other.m}[{r1}]", f"{other.l}[{r1}]", f"{other.acc}[{r}]")
+    lets = ("m_a", "m_b", "m_ab", "c_a", "c_b")
+    lines += ["  " + line for line in softmax_merge_lines(mine, theirs, axis, lets)]
+    lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def softmax_merge_lines(mine: tuple[str, str, str], theirs: tuple[str, str, str], axis: int,
+                        lets: tuple[str, str, str, str, str]) -> list[str]:
+    """The log-sum-exp merge of two online-softmax partials, the one description of it that every
+    level uses (nodes of a cluster here, CTAs of a leaf in compiler/cuda/split_loop.py): `mine`
+    (m, l, acc), places that can be read and assigned (vars or tensor slices), becomes the merge of
+    itself and `theirs` (m, l, acc, read once each). `lets` are five fresh let names; the
+    accumulator's last axis is `axis`. A side whose maximum is -inf (no key took part yet)
+    contributes nothing: its scale is 0, not exp(-inf + inf)."""
+    m_a, m_b, m_ab, c_a, c_b = lets
+    (m, l, acc), (m2, l2, acc2) = mine, theirs
+    return [
+        f"let {m_a} = {m}",
+        f"let {m_b} = {m2}",
+        f"let {m_ab} = max({m_a}, {m_b})",
+        f"let {c_a} = where({m_a} == -inf, 0.0, exp({m_a} - {m_ab}))",
+        f"let {c_b} = where({m_b} == -inf, 0.0, exp({m_b} - {m_ab}))",
+        f"{l} = {l} * {c_a} + {l2} * {c_b}",
+        f"{acc} = {acc} * expand({c_a}, axis = {axis}) + {acc2} * expand({c_b}, axis = {axis})",
+        f"{m} = {m_ab}",
+    ]
+
+
+def sum_merge_line(mine: str, theirs: str) -> str:
+    """The merge of two partials of a linear accumulator (both levels, as softmax_merge_lines)."""
+    return f"{mine} = {mine} + {theirs}"
 
 
 def softmax_finish_text(
@@ -136,5 +156,5 @@ def sum_merge_text(kernel: ir.Kernel, out: ir.TensorParam, tiled, other: str) ->
     r = _index(tiled)
     params = [_tensor(out.name, out), _tensor(other, out)]
     lines = _header(kernel, out, tiled, params, "sum merge")
-    lines += [f"  {out.name}[{r}] = {out.name}[{r}] + {other}[{r}]", "}"]
+    lines += [f"  {sum_merge_line(f'{out.name}[{r}]', f'{other}[{r}]')}", "}"]
     return "\n".join(lines) + "\n"

@@ -245,9 +245,22 @@ def choose_mma_grid(
     threads: int, shapes2d: set[tuple[int, int]], row_reductions: bool, warps_m: int | None = None
 ) -> MmaGrid:
     """Pick WR x WC for the tensor-core layout: every 2-D tile must split into whole 16x8
-    sub-tiles per warp; kernels that reduce along rows keep WC = 1 (rows never leave a warp);
-    otherwise the most square warp tile of the largest tile (fewest shared-memory fragment
-    loads per MMA). `warps_m` pins WR (a tuner choice)."""
+    sub-tiles per warp; kernels that reduce along rows keep WC = 1 where they can (rows never
+    leave a warp), else (tiles of fewer rows than 16 per warp: decode's few query rows) the rows
+    stay in one warp's M and the columns split over the warps, whose row reductions then meet in
+    shared memory (reductions.lane_allreduce); otherwise the most square warp tile of the largest
+    tile (fewest shared-memory fragment loads per MMA). `warps_m` pins WR (a tuner choice)."""
+    if row_reductions:
+        try:
+            return _choose_mma_grid(threads, shapes2d, True, warps_m)
+        except LayoutError:
+            pass
+    return _choose_mma_grid(threads, shapes2d, False, warps_m)
+
+
+def _choose_mma_grid(
+    threads: int, shapes2d: set[tuple[int, int]], row_reductions: bool, warps_m: int | None
+) -> MmaGrid:
     warps = threads // 32
     best: tuple | None = None
     for wr in [w for w in range(1, warps + 1) if warps % w == 0]:

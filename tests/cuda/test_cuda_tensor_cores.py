@@ -59,8 +59,12 @@ def test_accumulator_layout_gives_every_element_to_one_thread(grid, shape):
 def test_warp_layout_keeps_rows_in_one_warp_when_rows_are_reduced():
     assert choose_mma_grid(256, {(128, 64)}, row_reductions=True).warps_n == 1
     assert choose_mma_grid(256, {(128, 128)}, row_reductions=False).warps_n > 1
-    with pytest.raises(LayoutError, match="16x8 tensor-core tiles"):
-        choose_mma_grid(256, {(64, 64)}, row_reductions=True)
+    # too few rows for every warp along them: the rows stay in a warp's M, the columns split over
+    # warps (their row reductions meet in shared memory), as decode's 16 query rows on 8 warps
+    assert choose_mma_grid(256, {(16, 64), (16, 128)}, row_reductions=True).warps_n == 8
+    assert choose_mma_grid(256, {(64, 64)}, row_reductions=True).warps_n > 1
+    with pytest.raises(LayoutError, match="16x8 tensor-core tiles"):  # 8 rows: no whole 16-row tile
+        choose_mma_grid(256, {(8, 64)}, row_reductions=True)
 
 
 def test_grouped_cta_order_visits_every_tile_once():

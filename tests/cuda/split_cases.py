@@ -1,0 +1,74 @@
+"""Kernels of the split-loop tests (test_split_loop.py on the CPU, test_split_loop_gpu.py on the GPU)
+and their inputs: grouped-query decode (an online softmax over S keys) for G query rows, in bf16,
+f16 or f32, and a split-K matmul (a linear accumulator)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.frontend.load import load_text
+
+GS = (1, 4, 8, 16, 32)
+DTYPES = ("bf16", "f16", "f32")
+
+
+def decode_source(dtype: str, g: int, bs: str = "64, 256") -> str:
+    cast = "p" if dtype == "f32" else f"{dtype}(p)"
+    return f"""
+@autotune(D in [128], BG in [{g}], BS in [{bs}])
+kernel decode(Q: tensor<{dtype}>[G, D], K: tensor<{dtype}>[S, D], V: tensor<{dtype}>[S, D],
+              O: tensor<f32>[G, D], scale: f32) {{
+  let row = ctx.block.x * BG
+  let q = Q[row :+ BG, :]
+  var m: tile<f32>[BG] = -inf
+  var l: tile<f32>[BG] = 0.0
+  var acc: tile<f32>[BG, D] = 0.0
+  for j in range(0, S, BS) {{
+    let valid = expand(j + arange(BS) < S, axis = 0)
+    let s = where(valid, dot(q, transpose(K[j :+ BS, :])) * scale, -inf)
+    let m_new = max(m, max(s, axis = 1))
+    let p = exp(s - expand(m_new, axis = 1))
+    let correction = exp(m - m_new)
+    l = l * correction + sum(p, axis = 1)
+    acc = acc * expand(correction, axis = 1) + dot({cast}, V[j :+ BS, :])
+    m = m_new
+  }}
+  O[row :+ BG, :] = acc / expand(l, axis = 1)
+}}
+"""
+
+
+SPLITK_SOURCE = """
+@autotune(BM in [64], BN in [64], BK in [32])
+kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N], alpha: f32, beta: f32) {
+  let r = ctx.block.y * BM
+  let c = ctx.block.x * BN
+  var acc: tile<f32>[BM, BN] = 0.0
+  for k in range(0, K, BK) {
+    acc += dot(A[r :+ BM, k :+ BK], B[k :+ BK, c :+ BN])
+  }
+  let c_old = C[r :+ BM, c :+ BN]
+  C[r :+ BM, c :+ BN] = alpha * acc + beta * c_old
+}
+"""
+
+
+def load(source: str, name: str = "<split test>"):
+    return load_text(source, name).kernels[0]
+
+
+def storage(dtype: str):
+    import ml_dtypes
+
+    return {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}[dtype]
+
+
+def decode_inputs(dtype: str, g: int, s: int, rng) -> tuple[dict, dict]:
+    st = storage(dtype)
+    arrays = {
+        "Q": rng.standard_normal((g, 128)).astype(st),
+        "K": rng.standard_normal((s, 128)).astype(st),
+        "V": rng.standard_normal((s, 128)).astype(st),
+        "O": np.full((g, 128), np.nan, np.float32),
+    }
+    return arrays, {"scale": 1.0 / np.sqrt(128.0)}

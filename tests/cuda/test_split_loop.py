@@ -1,0 +1,125 @@
+"""The split-loop over CTAs on the CPU: which loops split (and why the others do not), the cost
+model's factor, and the partial + combine kernels on the reference interpreter against the
+one-CTA kernel on it, for every G, odd S and split factors from 1 to more chunks than SMs; the
+generated kernels compile to PTX (NVRTC) and assemble without spills (ptxas)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load
+
+from compiler.cuda import split_loop, split_plan
+from compiler.frontend import binding
+from compiler.frontend.diagnostics import CompileError
+from compiler.interp import interpreter as interp
+
+
+def _reference(kernel, dims, point, arrays, scalars):
+    out = {k: v.copy() for k, v in arrays.items()}
+    interp.run_kernel(kernel, binding.bind(kernel, dims, None, point), out, scalars)
+    return out
+
+
+@pytest.mark.parametrize("g", GS)
+@pytest.mark.parametrize("factor", [1, 2, 3, 7, 16])
+def test_split_decode_equals_the_one_cta_loop(g, factor):
+    rng = np.random.default_rng(g * 100 + factor)
+    kernel = load(decode_source("f32", g))
+    s = 64 * 16 + 37  # odd S: the last key block is ragged
+    dims, point = {"G": g, "S": s}, {"BS": 64}
+    arrays, scalars = decode_inputs("f32", g, s, rng)
+    want = _reference(kernel, dims, point, arrays, scalars)["O"]
+    plan = split_plan.plan_split(kernel, binding.bind(kernel, dims, None, point), factor=factor)
+    assert plan.factor == split_loop.chunking(17, factor)[1] <= factor
+    got = {k: v.copy() for k, v in arrays.items()}
+    split_plan.run_split_reference(plan, got, scalars)
+    np.testing.assert_allclose(got["O"], want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("factor", [1, 3, 5])
+def test_split_k_matmul_with_beta_equals_the_one_cta_loop(factor):
+    rng = np.random.default_rng(factor)
+    kernel = load(SPLITK_SOURCE)
+    dims = {"M": 70, "N": 64, "K": 32 * 9 + 5}
+    arrays = {
+        "A": rng.standard_normal((70, dims["K"])).astype(np.float32),
+        "B": rng.standard_normal((dims["K"], 64)).astype(np.float32),
+        "C": rng.standard_normal((70, 64)).astype(np.float32),
+    }
+    scalars = {"alpha": 0.5, "beta": 2.0}
+    want = _reference(kernel, dims, {}, arrays, scalars)["C"]
+    plan = split_plan.plan_split(kernel, binding.bind(kernel, dims), factor=factor)
+    assert plan.factor == factor and plan.axis == "z"
+    got = {k: v.copy() for k, v in arrays.items()}
+    split_plan.run_split_reference(plan, got, scalars)
+    np.testing.assert_allclose(got["C"], want, rtol=1e-5, atol=1e-4)
+
+
+def test_cost_model_splits_only_grids_that_do_not_fill_the_gpu():
+    assert split_plan.choose_factor(1, 132, 4096) == 264
+    assert split_plan.choose_factor(1, 132, 64) == 32  # no chunk under two iterations
+    assert split_plan.choose_factor(264, 132, 4096) == 1
+    assert split_plan.choose_factor(4, 132, 3) == 1
+    kernel = load(decode_source("bf16", 16))
+    b = binding.bind(kernel, {"G": 16, "S": 1 << 20}, None, {"BS": 256})
+    plan = split_plan.plan_split(kernel, b, sm_count=132)
+    assert (plan.chunk_iterations, plan.factor) == split_loop.chunking(4096, 264) == (16, 256)
+
+
+NOT_ASSOCIATIVE = """
+@autotune(T in [8])
+kernel scan(X: tensor<f32>[N], Y: tensor<f32>[T]) {
+  var a: tile<f32>[T] = 0.0
+  for i in range(0, N, T) {
+    a = a * 0.5 + X[i :+ T]
+  }
+  Y[0 :+ T] = a
+}
+"""
+
+
+def test_a_loop_whose_state_is_not_associative_is_not_split_and_says_why():
+    kernel = load(NOT_ASSOCIATIVE)
+    err = split_loop.why_not_split(kernel)
+    assert err is not None and "not split over CTAs" in err.message and "associative" in err.message
+    with pytest.raises(CompileError, match="not split over CTAs"):
+        split_plan.plan_split(kernel, binding.bind(kernel, {"N": 64}, None, {"T": 8}), factor=2)
+
+
+def _ptx(kernel, b):
+    from compiler.cuda.compiled import compile_kernel
+
+    return compile_kernel(kernel, b).ptx
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("g", GS)
+def test_split_decode_kernels_assemble_for_sm90_without_spills(dtype, g, tmp_path):
+    """Points the generator prunes (CUDA-core dots of few rows need shared memory per key) are
+    never run; every (dtype, G) has a point whose partial and combine kernels assemble cleanly."""
+    kernel = load(decode_source(dtype, g, "64, 128, 256"))
+    assembled = 0
+    for bs in (64, 128, 256):
+        b = binding.bind(kernel, {"G": g, "S": (1 << 20) + 3}, None, {"BS": bs})
+        plan = split_plan.plan_split(kernel, b, sm_count=132)
+        assert plan.factor > 1
+        try:
+            ptxs = [_ptx(plan.partial, plan.partial_binding), _ptx(plan.combine, plan.combine_binding)]
+        except CompileError as e:
+            assert "is pruned" in e.message, e.message
+            continue
+        for i, ptx in enumerate(ptxs):
+            path = tmp_path / f"k{bs}_{i}.ptx"
+            path.write_text(ptx)
+            cmd = ["ptxas", "-arch=sm_90", "-v", str(path), "-o", str(tmp_path / "k.cubin")]
+            report = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+            spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+            assert spills and all(x == "0" and y == "0" for x, y in spills), (dtype, g, bs, i, report)
+        assembled += 1
+    assert assembled, (dtype, g)
