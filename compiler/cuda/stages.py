@@ -25,10 +25,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.cuda import analysis, mainloops, mma, nvrtc, target, wgmma
+from compiler.cuda import analysis, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
-from compiler.cuda.mainloops import Mainloop
+from compiler.cuda.mainloops.base import Mainloop
+from compiler.cuda.mainloops.registry import choose_mainloop
 from compiler.cuda.mainloops.simt import Simt
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.frontend import ir, walk
@@ -62,7 +63,7 @@ class KernelPlan:
     tc_lets: frozenset  # lets that feed only tensor-core dots (16-bit or TF32 operand buffers)
     longest_first: tuple  # grid axes launched in reverse (causal loops: longest first)
     wgmma: bool = False  # the tensor-core dots run as warpgroup MMA (wgmma.py)
-    mainloop: Mainloop = Simt()  # the policy of the loops' operand rings (mainloops.choose)
+    mainloop: Mainloop = Simt()  # the policy of the loops' operand rings (mainloops/registry.py)
     cta_order: CtaOrder = CtaOrder()
 
 
@@ -113,7 +114,7 @@ def analyse(leaf: Leaf) -> Leaf:
         tc_lets=frozenset(tensor_core_lets(k, list(dots), tf32)) if dots else frozenset(),
         longest_first=tuple(analysis.longest_first_axes(k.body, leaf.env)),
         wgmma=on_wgmma,
-        mainloop=mainloops.choose(schedule, bool(dots), on_wgmma),
+        mainloop=choose_mainloop(schedule, bool(dots), on_wgmma),
         cta_order=CtaOrder(schedule.order, schedule.group),
     )
     # what the GPU cannot run is its error, ahead of any point pruned for its resources

@@ -1,6 +1,6 @@
 """The one interface of a mainloop policy: how a loop's tensor-core operands reach the dots.
 
-A policy is a small frozen value chosen once per leaf by the analyse stage (mainloops.choose,
+A policy is a small frozen value chosen once per leaf by the analyse stage (registry.py,
 from the tuner's Schedule) and kept in the KernelPlan; the emit stage asks it, and only it, how
 to stage a loop's operands (the ring before the loop, each iteration's wait / refill / stage)
 and what the GPU must offer for it. What every policy carries:

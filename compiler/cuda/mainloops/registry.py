@@ -1,0 +1,30 @@
+"""The registry of mainloop policies and the one place a leaf's policy is chosen."""
+
+
+from __future__ import annotations
+
+from compiler.cuda.mainloops.base import Mainloop
+from compiler.cuda.mainloops.mma_sync import MmaSync
+from compiler.cuda.mainloops.pingpong import PingPong
+from compiler.cuda.mainloops.simt import Simt
+from compiler.cuda.mainloops.tma_ws import TmaWarpSpecialized
+from compiler.cuda.mainloops.wgmma import Wgmma
+
+REGISTRY: dict[str, type[Mainloop]] = {
+    cls.name: cls for cls in (Simt, MmaSync, Wgmma, PingPong, TmaWarpSpecialized)
+}
+
+
+def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
+    """The policy of a leaf under the tuner's `schedule` (schedule.py): `tensor_cores`, its dots
+    run on tensor cores; `wgmma`, as warpgroup MMA (the schedule asked and the dots take it).
+    A schedule's TMA asks nothing of mma.sync dots; its ping-pong is the handover's to prune."""
+    common = dict(stages=schedule.stages, late_copies=schedule.late_copies, rotate=schedule.rotate)
+    if not tensor_cores:
+        return Simt(**common)
+    if wgmma and schedule.tma:
+        return TmaWarpSpecialized(**common, pingpong=schedule.pingpong)
+    if schedule.pingpong:
+        return PingPong(**common)
+    return Wgmma(**common) if wgmma else MmaSync(**common)
+
