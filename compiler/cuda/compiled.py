@@ -109,34 +109,43 @@ def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKe
     )
 
 
-def compiled_leaf(leaf, kernel: ir.Kernel, binding, compiled: CompiledKernel, cc: int,
+def compiled_leaf(leaf, kernel: ir.Kernel, binding, compiled, cc: int,
                   schedule: Schedule = DEFAULT) -> CompiledLeaf:
-    """`compiled`, the code of the cluster program's `leaf` (schemas/program.py Leaf) made from
-    its parsed `kernel` bound by `binding`, as the leaf a pod launches: one kernel, no scratch."""
+    """`compiled` (a CompiledKernel, or a split_launch.LaunchSequence of several kernels and their
+    scratch), the code of the cluster program's `leaf` (schemas/program.py Leaf) made from its
+    parsed `kernel` bound by `binding`, as the leaf a pod launches."""
+    from compiler.cuda.split_launch import LaunchSequence, module_ptx
     from compiler.frontend import walk
     from compiler.frontend.binding import tensor_shape
 
-    maps = tuple(TensorMap(m.param, m.tensor, m.box_rows, m.box_cols, m.rows, m.cols, m.dtype, tuple(m.outer))
-                 for m in compiled.tensor_maps)
-    launch = KernelLaunch(compiled.entry, tuple(compiled.grid), tuple(compiled.block), compiled.shared_bytes,
-                          tuple(compiled.params), maps)
+    sequence = compiled if isinstance(compiled, LaunchSequence) else LaunchSequence((compiled,))
     tensors = tuple(TensorParam(p.name, p.dtype, tuple(tensor_shape(p, binding.env))) for p in kernel.tensors)
+    code = module_ptx(sequence, cc).encode()
     return CompiledLeaf(
-        leaf=leaf.name, source_hash=leaf_hash(leaf), cc=cc, code_kind="ptx", code=compiled.ptx.encode(),
-        kernels=(launch,), tensors=tensors, scalars=compiled.scalars,
-        writes=tuple(walk.stored_tensors(kernel)), tuned=tuple(leaf.tile_values), schedule=schedule.key(),
-        needs=tuple(compiled.need.features),
+        leaf=leaf.name, source_hash=leaf_hash(leaf), cc=cc, code_kind="ptx", code=code,
+        kernels=tuple(_kernel_launch(k) for k in sequence.kernels), tensors=tensors,
+        scalars=sequence.kernels[0].scalars, writes=tuple(walk.stored_tensors(kernel)),
+        tuned=tuple(leaf.tile_values), schedule=schedule.key(), scratch=sequence.scratch,
+        needs=tuple(sequence.need.features),
     )
 
 
-def compile_leaf(leaf, cc: int = target.DEFAULT_CC) -> CompiledLeaf:
+def _kernel_launch(compiled: CompiledKernel) -> KernelLaunch:
+    maps = tuple(TensorMap(m.param, m.tensor, m.box_rows, m.box_cols, m.rows, m.cols, m.dtype, tuple(m.outer))
+                 for m in compiled.tensor_maps)
+    return KernelLaunch(compiled.entry, tuple(compiled.grid), tuple(compiled.block), compiled.shared_bytes,
+                        tuple(compiled.params), maps)
+
+
+def compile_leaf(leaf, cc: int = target.DEFAULT_CC, split: int | None = None) -> CompiledLeaf:
     """The cluster program's `leaf` (schemas/program.py) compiled for capability `cc`, bound at its
     dims and tile values: what the scheduler ships to a GPU pod (or such a pod makes itself when
-    it was sent none)."""
+    it was sent none). Its loop is split over CTAs as the cost model says (`split`: forced)."""
     from compiler.cluster.leaves import load_leaf
+    from compiler.cuda.split_launch import compile_sequence
 
     kernel, binding = load_leaf(leaf)
-    return compiled_leaf(leaf, kernel, binding, compile_kernel(kernel, binding, cc=cc), cc)
+    return compiled_leaf(leaf, kernel, binding, compile_sequence(kernel, binding, cc=cc, split=split), cc)
 
 
 def launched_kernels(leaf: CompiledLeaf) -> tuple[CompiledKernel, ...]:

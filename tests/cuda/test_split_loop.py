@@ -35,7 +35,8 @@ def test_split_decode_equals_the_one_cta_loop(g, factor):
     arrays, scalars = decode_inputs("f32", g, s, rng)
     want = _reference(kernel, dims, point, arrays, scalars)["O"]
     plan = split_plan.plan_split(kernel, binding.bind(kernel, dims, None, point), factor=factor)
-    assert plan.factor == split_loop.chunking(17, factor)[1] <= factor
+    assert plan.used == split_loop.chunking(17, factor)[1] <= factor
+    assert plan.factor == split_loop.padded(plan.used)
     got = {k: v.copy() for k, v in arrays.items()}
     split_plan.run_split_reference(plan, got, scalars)
     np.testing.assert_allclose(got["O"], want, rtol=2e-5, atol=2e-6)
@@ -54,21 +55,29 @@ def test_split_k_matmul_with_beta_equals_the_one_cta_loop(factor):
     scalars = {"alpha": 0.5, "beta": 2.0}
     want = _reference(kernel, dims, {}, arrays, scalars)["C"]
     plan = split_plan.plan_split(kernel, binding.bind(kernel, dims), factor=factor)
-    assert plan.factor == factor and plan.axis == "z"
+    assert plan.used == factor and plan.factor == split_loop.padded(factor) and plan.axis == "z"
     got = {k: v.copy() for k, v in arrays.items()}
     split_plan.run_split_reference(plan, got, scalars)
     np.testing.assert_allclose(got["C"], want, rtol=1e-5, atol=1e-4)
 
 
 def test_cost_model_splits_only_grids_that_do_not_fill_the_gpu():
-    assert split_plan.choose_factor(1, 132, 4096) == 264
-    assert split_plan.choose_factor(1, 132, 64) == 32  # no chunk under two iterations
     assert split_plan.choose_factor(264, 132, 4096) == 1
     assert split_plan.choose_factor(4, 132, 3) == 1
+    assert split_plan.choose_factor(1, 132, 64) <= 32  # no chunk under two iterations
+    for ctas, iterations in ((1, 1024), (1, 1 << 16), (4, 4096), (32, 4096)):
+        f = split_plan.choose_factor(ctas, 132, iterations)
+        assert 1 < f <= -(-264 // ctas), (ctas, iterations, f)
+        best = min(split_plan.split_time(ctas, 264, iterations, g) for g in range(1, -(-264 // ctas) + 1))
+        assert split_plan.split_time(ctas, 264, iterations, f) == best
+    # longer loops pay the combine's serial merge over more chunks
+    assert split_plan.choose_factor(1, 132, 1024) < split_plan.choose_factor(1, 132, 1 << 16) == 264
     kernel = load(decode_source("bf16", 16))
     b = binding.bind(kernel, {"G": 16, "S": 1 << 20}, None, {"BS": 256})
     plan = split_plan.plan_split(kernel, b, sm_count=132)
-    assert (plan.chunk_iterations, plan.factor) == split_loop.chunking(4096, 264) == (16, 256)
+    want = split_plan.choose_factor(1, 132, 4096)
+    assert (plan.chunk_iterations, plan.used) == split_loop.chunking(4096, want)
+    assert plan.factor == split_loop.padded(plan.used)
 
 
 NOT_ASSOCIATIVE = """
