@@ -132,3 +132,20 @@ def test_split_decode_kernels_assemble_for_sm90_without_spills(dtype, g, tmp_pat
             assert spills and all(x == "0" and y == "0" for x, y in spills), (dtype, g, bs, i, report)
         assembled += 1
     assert assembled, (dtype, g)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("g", GS)
+def test_every_small_row_decode_point_compiles(dtype, g):
+    """Issue 33 item 1: G query rows (fewer than a tensor-core tile's) always lay out: at BS = 64
+    the one-CTA kernel compiles to PTX (NVRTC) for every G and KV dtype; a larger BS may only be
+    pruned for its shared memory, never for its rows."""
+    kernel = load(decode_source(dtype, g, "64, 128, 256"))
+    for bs in (64, 128, 256):
+        b = binding.bind(kernel, {"G": g, "S": (1 << 16) + 1}, None, {"BS": bs})
+        try:
+            ptx = _ptx(kernel, b)
+        except CompileError as e:
+            assert bs > 64 and "shared memory" in e.message, (bs, e.message)
+            continue
+        assert ".entry phobos_decode" in ptx
