@@ -332,6 +332,12 @@ class Kernel:
         return _Launch(binding, key[0], device, function, compiled.grid, compiled.block,
                        compiled.shared_bytes, order, bool(maps))
 
+    def prepare_gpu(self, shapes: Mapping[str, tuple[int, ...]], device: int = 0) -> None:
+        """Bind, tune, compile and load for tensors of these `shapes` on `device` now, as the first
+        call with such arrays would (a benchmark compiles its cases ahead, several at once)."""
+        shapes = {n: tuple(shapes[n]) for n in self._tensor_types}
+        self._prepare_gpu((tuple(shapes.values()), device), shapes, device)
+
     def _slot(self, name: str) -> int:
         index = self._params.index(name)
         return self._tensor_indices.index(index) if name in self._tensor_types else index

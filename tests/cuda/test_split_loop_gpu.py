@@ -57,7 +57,7 @@ def test_split_decode_on_gpu_equals_the_interpreter(dtype, g):
     calls = [api.bind(split=f) for f in _factors(sms)]
     device = [_device(arrays, kernel) for _ in calls]
     with ThreadPoolExecutor(8) as pool:  # the compiles (NVRTC) overlap; the launches do not
-        list(pool.map(lambda c: c._prepare_gpu(*_key(c, d), 0), calls, device))
+        list(pool.map(lambda c, d: c.prepare_gpu({n: a.shape for n, a in d.items()}), calls, device))
     for call, d, factor in zip(calls, device, _factors(sms), strict=True):
         call(**d, **scalars)
         cupy.cuda.get_current_stream().synchronize()
@@ -65,12 +65,6 @@ def test_split_decode_on_gpu_equals_the_interpreter(dtype, g):
         assert np.isfinite(got).all() and _err(got, want["O"]) < TOL[dtype], (dtype, g, factor)
     launch = calls[-2]._launches[next(iter(calls[-2]._launches))]
     assert len(launch.parts) == 2 and launch.parts[0].grid[1] >= sms  # split = SM count: split
-
-
-def _key(call, d):
-    shapes = {n: tuple(a.shape) for n, a in d.items()}
-    key = (tuple(shapes[n] for n in call.tensors), 0)
-    return key, shapes
 
 
 def test_a_split_call_on_torch_tensors_equals_the_interpreter():
