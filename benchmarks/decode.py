@@ -262,13 +262,17 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(gs, log2s, dtypes, quick: bool, splitk: bool) -> dict:
+def run(gs, log2s, dtypes, quick: bool, splitk: bool, out: Path) -> dict:
     info = device_info()
     hbm = copy_gbs()
     print(f"device {info}, copy {hbm:.0f} GB/s", flush=True)
     cases = [(g, dt, 1 << e) for dt in dtypes for g in gs for e in log2s]
     kernels = prepare_decode(cases)
     rows = []
+    result = {"device": info, "copy_gbs": hbm, "decode": rows}
+    if splitk:  # first: it is one case, and the decode cases may run past a time limit
+        result["splitk"] = [bench_splitk(info)]
+        print(json.dumps(result["splitk"][0]), flush=True)
     for case in cases:
         if not kernels[case]:
             print(f"no phobos point compiled for {case}", flush=True)
@@ -276,11 +280,14 @@ def run(gs, log2s, dtypes, quick: bool, splitk: bool) -> dict:
         row = bench_decode(*case, kernels[case], hbm, info, quick)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    result = {"device": info, "copy_gbs": hbm, "decode": rows}
-    if splitk:
-        result["splitk"] = [bench_splitk(info)]
-        print(json.dumps(result["splitk"][0]), flush=True)
+        write(result, out)  # after every case, so a run cut short still leaves its table
     return result
+
+
+def write(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    out.with_suffix(".md").write_text(markdown(result))
 
 
 def main(argv=None) -> int:
@@ -296,11 +303,9 @@ def main(argv=None) -> int:
     if not args.out:
         ap.error("give --out PREFIX or set PHOBOS_DECODE_OUT")
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
-    result = run(ints(args.g), ints(args.log2s), args.dtypes.split(","), args.quick, not args.no_splitk)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    out.with_suffix(".md").write_text(markdown(result))
+    result = run(ints(args.g), ints(args.log2s), args.dtypes.split(","), args.quick, not args.no_splitk, out)
+    write(result, out)
     print(markdown(result))
     return 0
 
