@@ -114,19 +114,19 @@ def compiled_leaf(leaf, kernel: ir.Kernel, binding, compiled, cc: int,
     """`compiled` (a CompiledKernel, or a split_launch.LaunchSequence of several kernels and their
     scratch), the code of the cluster program's `leaf` (schemas/program.py Leaf) made from its
     parsed `kernel` bound by `binding`, as the leaf a pod launches."""
-    from compiler.cuda.split_launch import LaunchSequence, module_ptx
     from compiler.frontend import walk
     from compiler.frontend.binding import tensor_shape
 
-    sequence = compiled if isinstance(compiled, LaunchSequence) else LaunchSequence((compiled,))
+    kernels = compiled.kernels if hasattr(compiled, "kernels") else (compiled,)
+    scratch = compiled.scratch if hasattr(compiled, "kernels") else ()
     tensors = tuple(TensorParam(p.name, p.dtype, tuple(tensor_shape(p, binding.env))) for p in kernel.tensors)
-    code = module_ptx(sequence, cc).encode()
+    code = module_ptx(kernels, cc).encode()
     return CompiledLeaf(
         leaf=leaf.name, source_hash=leaf_hash(leaf), cc=cc, code_kind="ptx", code=code,
-        kernels=tuple(_kernel_launch(k) for k in sequence.kernels), tensors=tensors,
-        scalars=sequence.kernels[0].scalars, writes=tuple(walk.stored_tensors(kernel)),
-        tuned=tuple(leaf.tile_values), schedule=schedule.key(), scratch=sequence.scratch,
-        needs=tuple(sequence.need.features),
+        kernels=tuple(_kernel_launch(k) for k in kernels), tensors=tensors,
+        scalars=kernels[0].scalars, writes=tuple(walk.stored_tensors(kernel)),
+        tuned=tuple(leaf.tile_values), schedule=schedule.key(), scratch=scratch,
+        needs=tuple(joint_need(kernels).features),
     )
 
 
@@ -137,15 +137,21 @@ def _kernel_launch(compiled: CompiledKernel) -> KernelLaunch:
                         tuple(compiled.params), maps)
 
 
-def compile_leaf(leaf, cc: int = target.DEFAULT_CC, split: int | None = None) -> CompiledLeaf:
-    """The cluster program's `leaf` (schemas/program.py) compiled for capability `cc`, bound at its
-    dims and tile values: what the scheduler ships to a GPU pod (or such a pod makes itself when
-    it was sent none). Its loop is split over CTAs as the cost model says (`split`: forced)."""
-    from compiler.cluster.leaves import load_leaf
-    from compiler.cuda.split_launch import compile_sequence
+def joint_need(kernels) -> target.Need:
+    """What a module of several kernels asks of the GPU: every feature any of them asks."""
+    features = dict.fromkeys(f for k in kernels for f in k.need.features)
+    return target.Need(tuple(features), kernels[0].need.span)
 
-    kernel, binding = load_leaf(leaf)
-    return compiled_leaf(leaf, kernel, binding, compile_sequence(kernel, binding, cc=cc, split=split), cc)
+
+def module_ptx(kernels, cc: int = target.DEFAULT_CC) -> str:
+    """The PTX of one module holding every kernel of a launch sequence: their CUDA, each in a
+    namespace of its own (the entries are extern "C" and named apart), compiled by NVRTC once."""
+    from compiler.cuda import nvrtc
+
+    if len(kernels) == 1:
+        return kernels[0].ptx
+    source = "\n".join(f"namespace phobos_part{i} {{\n{k.cuda_source}\n}}" for i, k in enumerate(kernels))
+    return nvrtc.compile_to_ptx(source, arch=target.ptx_arch(joint_need(kernels), cc))
 
 
 def launched_kernels(leaf: CompiledLeaf) -> tuple[CompiledKernel, ...]:

@@ -4,6 +4,7 @@ buffers between them, launched in order on one stream.
 
     compile_sequence(kernel, binding, ...)   LaunchSequence: CompiledKernels + Scratch + policy
     module_ptx(sequence, cc)                  one PTX module holding every entry (CompiledLeaf)
+    compile_leaf(leaf, cc, split=None)        a cluster leaf as the CompiledLeaf a GPU pod launches
     launch_sequence(sequence, arrays, ...)    every kernel in order on cupy arrays (tests, tools)
 
 Every generated kernel is compiled by the ordinary leaf pipeline first (its errors point at the
@@ -17,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.cuda import target
-from compiler.cuda.compiled import CompiledKernel, compile_kernel
+from compiler.cuda import compiled, target
+from compiler.cuda.compiled import CompiledKernel, compile_kernel, joint_need
 from compiler.cuda.mainloops.split_loop import SplitLoop
 from compiler.cuda.schedule import DEFAULT, Schedule
-from schemas.compiled_leaf import Scratch
+from schemas.compiled_leaf import CompiledLeaf, Scratch
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,7 @@ class LaunchSequence:
 
     @property
     def need(self) -> target.Need:
-        features = dict.fromkeys(f for k in self.kernels for f in k.need.features)
-        return target.Need(tuple(features), self.kernels[0].need.span)
+        return joint_need(self.kernels)
 
 
 def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int = target.DEFAULT_CC,
@@ -56,14 +56,19 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
 
 
 def module_ptx(sequence: LaunchSequence, cc: int = target.DEFAULT_CC) -> str:
-    """The PTX of one module holding every kernel of the sequence."""
-    from compiler.cuda import nvrtc
+    """The PTX of one module holding every kernel of the sequence (compiled.module_ptx)."""
+    return compiled.module_ptx(sequence.kernels, cc)
 
-    if len(sequence.kernels) == 1:
-        return sequence.kernels[0].ptx
-    source = "\n".join(f"namespace phobos_part{i} {{\n{k.cuda_source}\n}}"
-                       for i, k in enumerate(sequence.kernels))
-    return nvrtc.compile_to_ptx(source, arch=target.ptx_arch(sequence.need, cc))
+
+def compile_leaf(leaf, cc: int = target.DEFAULT_CC, split: int | None = None) -> CompiledLeaf:
+    """The cluster program's `leaf` (schemas/program.py) compiled for capability `cc`, bound at its
+    dims and tile values: what the scheduler ships to a GPU pod (or such a pod makes itself when
+    it was sent none). Its loop is split over CTAs as the cost model says (`split`: forced)."""
+    from compiler.cluster.leaves import load_leaf
+
+    kernel, binding = load_leaf(leaf)
+    sequence = compile_sequence(kernel, binding, cc=cc, split=split)
+    return compiled.compiled_leaf(leaf, kernel, binding, sequence, cc)
 
 
 def scratch_arrays(sequence: LaunchSequence) -> dict:

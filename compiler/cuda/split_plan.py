@@ -83,8 +83,10 @@ def plan_split(kernel: ir.Kernel, binding: Binding, factor: int | None = None,
     per, used = split_loop.chunking(total, factor)
     chunks = split_loop.padded(used)
     texts = split_loop.split_texts(kernel, sf, per)
-    partial = _renamed(load_text(texts.partial, f"<split partial of {kernel.name}>").kernels[0], "partial")
-    combine = _renamed(load_text(texts.combine, f"<split combine of {kernel.name}>").kernels[0], "combine")
+    # under the user's file name, the user's lines unmoved: an error in a generated kernel points
+    # at the user's line
+    partial = _renamed(load_text(texts.partial, kernel.span.file).kernels[0], "partial")
+    combine = _renamed(load_text(texts.combine, kernel.span.file).kernels[0], "combine")
     dims = dict(binding.dims) | {sf.dim: chunks}
     tiles = dict(binding.tile_values)
     pb = bind(partial, dims, tile_values=tiles)

@@ -14,8 +14,7 @@ import pytest
 
 from common import cache
 from common.errors import UserError
-from compiler.cuda.compiled import compile_leaf
-from compiler.cuda.split_launch import compile_sequence, module_ptx
+from compiler.cuda.split_launch import compile_leaf, compile_sequence, module_ptx
 from pod import gpu_leaves
 from schemas import capnp_io
 from schemas.program import Leaf
@@ -133,7 +132,8 @@ def test_a_split_leaf_ships_its_two_launches_and_their_scratch(monkeypatch, tmp_
                 dims=(("G", 16), ("S", (1 << 16) + 3)), tile_values=(("D", 128), ("BG", 16), ("BS", 64)),
                 grid=(1,), threads=256, tensors=("Q", "K", "V", "O"), scalars=("scale",))
     compiled = compile_leaf(leaf, 90)
-    assert [k.entry for k in compiled.kernels] == ["phobos_decode__split_partial", "phobos_decode__split_combine"]
+    entries = ["phobos_decode__split_partial", "phobos_decode__split_combine"]
+    assert [k.entry for k in compiled.kernels] == entries
     names = [s.name for s in compiled.scratch]
     assert names == ["m_part", "l_part", "acc_part"]
     chunks = compiled.kernels[0].grid[1]
