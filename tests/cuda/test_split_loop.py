@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from compiler.cuda import split_loop, split_plan
 from compiler.frontend import binding
 from compiler.frontend.diagnostics import CompileError
 from compiler.interp import interpreter as interp
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _reference(kernel, dims, point, arrays, scalars):
@@ -149,3 +152,41 @@ def test_every_small_row_decode_point_compiles(dtype, g):
             assert bs > 64 and "shared memory" in e.message, (bs, e.message)
             continue
         assert ".entry phobos_decode" in ptx
+
+
+def test_run_and_check_refuse_a_forced_split_at_the_loop(tmp_path):
+    """`check --split N` and `run --split N` on a loop whose state is not associative: exit 2 with
+    file:line:col at the loop's state and no output written; `run --split 3` on the decode kernel
+    runs both generated kernels on the interpreter and equals the one-CTA run."""
+    import os
+    import sys
+
+    src = tmp_path / "scan.phk"
+    src.write_text(NOT_ASSOCIATIVE.lstrip("\n"))
+    np.save(tmp_path / "X.npy", np.arange(64, dtype=np.float32))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def cli(*argv):
+        return subprocess.run([sys.executable, "-m", "compiler.main", *argv], capture_output=True, text=True,
+                              env=env, cwd=tmp_path)
+
+    run = ["run", str(src), "--dim", "N=64", "--tensor", "X=X.npy", "--tensor", "Y=Y.npy", "--split", "3"]
+    for argv in (["check", str(src), "--split", "4"], run):
+        done = cli(*argv)
+        assert done.returncode == 2, done.stderr
+        assert f"{src}:3:3: error: this loop is not split over CTAs" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "Y.npy").exists()
+    (tmp_path / "decode.phk").write_text(decode_source("f32", 4, "64"))
+    rng = np.random.default_rng(5)
+    arrays, _ = decode_inputs("f32", 4, 64 * 9 + 5, rng)
+    for name in ("Q", "K", "V"):
+        np.save(tmp_path / f"{name}.npy", arrays[name])
+    outs = []
+    for split in ("1", "3"):
+        flags = [f"--tensor={n}={n}.npy" for n in ("Q", "K", "V")] + [f"--tensor=O=O{split}.npy"]
+        done = cli("run", "decode.phk", *flags, "--scalar", "scale=0.1", "--split", split)
+        assert done.returncode == 0, done.stderr
+        outs.append(np.load(tmp_path / f"O{split}.npy"))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=2e-5, atol=2e-6)
+    assert "split over 4 CTAs" in cli("check", "decode.phk", "--split", "4").stdout
