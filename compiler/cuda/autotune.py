@@ -357,11 +357,7 @@ def _model_pruned(kernel, dims, candidates, tf32: bool, cc: int, rank: bool):
             estimates.append(tune_model.estimate(kernel, dict(b.env), gen, cc, _sm_count()))
         except CompileError as e:
             estimates.append(e.message)
-    kept, dropped = tune_model.rank(candidates, estimates, cc)
-    if not rank:  # hard limits only: what cannot launch or would spill
-        soft = {id(c) for c, why in dropped if why.startswith("model: score")}
-        kept = [c for c in candidates if id(c) in soft or c in kept]
-        dropped = [(c, why) for c, why in dropped if id(c) not in soft]
+    kept, dropped = tune_model.rank(candidates, estimates, cc, by_score=rank)
     return kept, [((tuple(sorted(p.items())), s), why) for (p, s), why in dropped]
 
 

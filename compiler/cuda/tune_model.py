@@ -101,9 +101,10 @@ def _intensity(kernel: ir.Kernel, env: dict[str, int]) -> float:
     return min(values) if values else 0.0
 
 
-def rank(candidates, estimates, cc: int):
+def rank(candidates, estimates, cc: int, by_score: bool = True):
     """(kept, dropped): `candidates` are (point, schedule) pairs, `estimates` their Estimate or a
-    str (why codegen refused it, left to the compile to report); dropped are (candidate, why)."""
+    str (why codegen refused it, left to the compile to report); dropped are (candidate, why).
+    Without `by_score` only the hard limits drop (what cannot launch or would spill)."""
     kept, dropped, scored = [], [], {}
     for cand, est in zip(candidates, estimates, strict=True):
         why = est.refusal(cc) if isinstance(est, Estimate) else None
@@ -117,7 +118,7 @@ def rank(candidates, estimates, cc: int):
         rows.sort(key=lambda r: -r[0])
         best = rows[0][0]
         for i, (score, cand) in enumerate(rows):
-            if i < MIN_KEPT or score >= KEEP_RATIO * best:
+            if not by_score or i < MIN_KEPT or score >= KEEP_RATIO * best:
                 kept.append(cand)
             else:
                 dropped.append((cand, f"model: score {score:.2f} < {KEEP_RATIO} x the best {best:.2f}"))
