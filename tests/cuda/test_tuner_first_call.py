@@ -157,3 +157,48 @@ def test_the_compile_pool_matches_an_in_process_compile(cache_dir):
 def test_progress_line_names_the_point_its_time_and_the_best():
     line = autotune.progress_line("mm", 3, 12, {"TM": 128, "TN": 64}, DEFAULT, 1.234, 1.1)
     assert line == f"tune mm: point 3/12 {{TM=128,TN=64}} {DEFAULT.key()} 1.234 ms (best 1.100 ms)"
+
+
+F32_KERNEL = """
+@autotune(TM in [32, 64], TN in [32])
+kernel mmf(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, 16) {
+    acc += dot(A[ctx.block.x * TM :+ TM, kt :+ 16], B[kt :+ 16, ctx.block.y * TN :+ TN])
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+"""
+
+
+def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, capsys):
+    """The user's path (phobos Kernel: tiles and schedule, then the PTX), first call then a
+    cached one in a fresh process's state: the first compiles each candidate once (in the
+    pool's processes, into the on-disk PTX cache), times each with one progress line on stderr
+    and stores the winner; the cached call reads the tuning and the winner's PTX from disk with
+    no timing and no NVRTC."""
+    import phobos
+    from compiler.cuda import nvrtc
+
+    monkeypatch.delenv(autotune.QUIET_ENV, raising=False)
+    monkeypatch.setattr(nvrtc, "_cache", {})
+    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    times = iter([2.0, 1.0])  # made up (no GPU): the second point wins
+    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars: next(times))
+    shapes = {"A": (256, 128), "B": (128, 256), "C": (256, 256)}
+    _, first = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tune mmf:")]
+    assert [line.split(" {")[0] for line in lines] == ["tune mmf: point 1/2", "tune mmf: point 2/2"]
+    assert lines[0].endswith("2.000 ms (best 2.000 ms)") and lines[1].endswith("1.000 ms (best 1.000 ms)")
+    assert len(list((cache_dir / "ptx").glob("*.ptx"))) == 2  # each candidate compiled once
+
+    monkeypatch.setattr(nvrtc, "_cache", {})  # as a new process starts
+    nvrtc_runs, timed = [], []
+    real = nvrtc._compile
+    monkeypatch.setattr(nvrtc, "_compile", lambda *a: nvrtc_runs.append(a) or real(*a))
+    monkeypatch.setattr(autotune, "time_launch", lambda *a: timed.append(a) or 1.0)
+    binding, again = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
+    assert not nvrtc_runs and not timed and again.ptx == first.ptx
+    assert binding.tile_values == {"TM": 64, "TN": 32}
+    assert not capsys.readouterr().err  # a cached call prints nothing
+    assert len(list((cache_dir / "ptx").glob("*.ptx"))) == 2
