@@ -332,13 +332,16 @@ def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool, warpgrou
         pinned = schedule.threads is not None or any(isinstance(a, ir.Launch) for a in kernel.attributes)
         # without a pinned CTA size, fewer warps where the tiles have too few rows for all of them
         sizes = [threads] if pinned else [threads, threads // 2, threads // 4]
-        for n in sizes:
+        # rows kept in one warp at any of the sizes first; columns over warps (their row
+        # reductions meeting in shared memory) only where no size lets the rows stay whole
+        tries = [(n, False) for n in sizes] + [(n, True) for n in sizes]
+        for n, columns_over_warps in tries:
             try:
                 # warpgroup MMA: every warp along the rows (64 rows per warpgroup of 4)
                 warps_m = n // 32 if warpgroups else schedule.warps_m
-                return choose_mma_grid(n, shapes, reduces_rows(kernel), warps_m)
+                return choose_mma_grid(n, shapes, reduces_rows(kernel), warps_m, columns_over_warps)
             except LayoutError:
-                if n == sizes[-1]:
+                if (n, columns_over_warps) == tries[-1]:
                     raise
     shapes2d, dots, rows, cols = _shapes(kernel, env)
     return choose_thread_grid(threads, shapes2d, dots, rows, cols)
