@@ -63,7 +63,7 @@ def ml_dtypes():
 def ml_name_of(dtype: np.dtype) -> str | None:
     """The phobos name of an ml_dtypes dtype (bf16, e4m3, e5m2), None for any other. An array or
     header can only have such a dtype once ml_dtypes is loaded: no import to test it."""
-    if "ml_dtypes" not in sys.modules or dtype.kind != "V":
+    if "ml_dtypes" not in sys.modules or dtype.kind not in "Vf":  # (e5m2 says kind f)
         return None
     for d in TABLE.values():
         if d.ml_name and dtype == d.numpy():

@@ -84,10 +84,14 @@ __device__ __forceinline__ float e4m3_to_f32(unsigned char b) {
 """.strip("\n")
 FP8_STORE_PRELUDE = r"""
 __device__ __forceinline__ unsigned char f32_to_e4m3(float f) {
-  unsigned short h; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %1;" : "=h"(h) : "f"(f)); return (unsigned char)h;
+  unsigned short h;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %1;" : "=h"(h) : "f"(f));
+  return (unsigned char)h;
 }
 __device__ __forceinline__ unsigned char f32_to_e5m2(float f) {
-  unsigned short h; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %1;" : "=h"(h) : "f"(f)); return (unsigned char)h;
+  unsigned short h;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %1;" : "=h"(h) : "f"(f));
+  return (unsigned char)h;
 }
 """.strip("\n")
 
