@@ -134,3 +134,16 @@ def test_an_opaque_one_byte_npy_is_refused(tmp_path):
     np.save(path, np.zeros(4, E4M3))  # numpy writes '<V1': e4m3 or e5m2 cannot be told apart
     with pytest.raises(storage.UserError, match="could be e4m3 or e5m2"):
         storage.tensor_meta(path)
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+def test_interpreter_loads_every_fp8_byte_exactly(dtype):
+    fmt = "e4m3" if dtype == E4M3 else "e5m2"
+    text = (f"@autotune(B in [64])\nkernel cv(A: tensor<{fmt}>[N], C: tensor<f32>[N]) {{\n"
+            "  C[ctx.block.x * B :+ B] = f32(A[ctx.block.x * B :+ B])\n}\n")
+    kernel = load_text(text, "cv.phk").kernels[0]
+    a = np.arange(256, dtype=np.uint8).view(dtype)
+    arrays = {"A": a, "C": np.zeros(256, np.float32)}
+    interp.run_kernel(kernel, binding.bind(kernel, {"N": 256}), arrays, {})
+    want = a.astype(np.float32)
+    assert np.array_equal(arrays["C"], want, equal_nan=True)

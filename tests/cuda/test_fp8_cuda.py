@@ -30,7 +30,8 @@ def _kernel(fmt: str = "e4m3"):
 
 
 def _leaf(kernel, tiles, schedule, cc, until="nvrtc"):
-    return stages.run(kernel, binding.bind(kernel, DIMS, None, tiles), stages.Options(False, schedule, cc), until)
+    b = binding.bind(kernel, DIMS, None, tiles)
+    return stages.run(kernel, b, stages.Options(False, schedule, cc), until)
 
 
 @needs_ptxas
@@ -84,7 +85,8 @@ def test_the_scales_leave_the_k_loop():
     kernel = _kernel()
     lowered = fp8_stage.lower_scales(kernel)
     loop = next(i for i, s in enumerate(lowered.body) if isinstance(s, ir.For))
-    inner = [e for s in lowered.body[loop].body for e in _exprs(s) if isinstance(e, ir.Call) and e.func == "dot"]
+    inner = [e for s in lowered.body[loop].body for e in _exprs(s)
+             if isinstance(e, ir.Call) and e.func == "dot"]
     assert len(inner) == 1 and inner[0].kwargs == ()
     after = lowered.body[loop + 1]
     assert isinstance(after, ir.Assign) and after.op == "*=" and after.name == "acc"
