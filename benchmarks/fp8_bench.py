@@ -109,8 +109,7 @@ def bench_one(kernel, form: str, n: int, best, schedule, reps: int) -> dict:
 
 def table(gpu: str, rows: list[dict]) -> str:
     head = ("scales", "n", "ours ms", "ours TFLOP/s", "torch ms", "torch TFLOP/s", "ratio", "rel err",
-            "tiles",
-            "schedule")
+            "tiles", "schedule")
     lines = [f"fp8 GEMM (e4m3, C bf16) on {gpu}: examples/matmul_fp8.phk against torch._scaled_mm", "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:

@@ -51,10 +51,6 @@ def bf16_dtype() -> np.dtype:
     return dtypes.TABLE["bf16"].numpy()
 
 
-def _is_bf16(dtype: np.dtype) -> bool:
-    return dtypes.ml_name_of(dtype) == "bf16"
-
-
 class _StorageDtypes(Mapping):
     """The numpy dtype of each storage dtype name (common/dtypes.py), in the order errors list
     them. Membership and iteration are by name; an ml_dtypes entry is made when first looked up."""
