@@ -226,7 +226,16 @@ def to_f16(kernel: ir.Kernel) -> ir.Kernel:
     def on_dot(e: ir.Call) -> ir.Expr:
         if not is_fp8_dot(e):
             return e
-        args = tuple(ir.Call("f16", (x,), x.span, (), TileType("f16", x.ty.shape)) for x in e.args)
+        args = tuple(_as_f16(x) for x in e.args)
         return dataclasses.replace(e, args=args, precision=dataclasses.replace(e.precision, mode="f16"))
 
     return dataclasses.replace(kernel, body=_rewrite_body(kernel.body, on_dot))
+
+
+def _as_f16(x: ir.Expr) -> ir.Expr:
+    """f16(x), inside a transpose (transpose(f16(y))): the operand is then written into its f16
+    buffer in the tensor's orientation, with no f32 staging buffer for the transpose."""
+    if isinstance(x, ir.Call) and x.func == "transpose":
+        inner = _as_f16(x.args[0])
+        return dataclasses.replace(x, args=(inner,), ty=TileType("f16", x.ty.shape))
+    return ir.Call("f16", (x,), x.span, (), TileType("f16", x.ty.shape))
