@@ -300,9 +300,8 @@ class Kernel:
         return launch, tuple(args), _current_stream(device, torch)
 
     def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int):
-        from compiler.cuda import split_plan, target
+        from compiler.cuda import target
         from compiler.cuda.launch import load
-        from compiler.cuda.split_launch import compile_sequence
 
         cupy = _arrays.cupy_module()
 
@@ -310,13 +309,9 @@ class Kernel:
             launch = self._launches.get(key)
             if launch is not None:  # another thread prepared it meanwhile
                 return launch
-            binding = self._binding(shapes, self._tiles)
             with cupy.cuda.Device(device), user_errors():
                 cc = target.device_capability(device)  # the PTX is for this GPU (target.py)
-                tiles, schedule = self._tuned_tiles(binding, cc)
-                binding = bind(self._ir, dict(binding.dims), shapes, tiles)
-                sequence = compile_sequence(self._ir, binding, schedule=schedule, cc=cc, split=self._split,
-                                            sm_count=split_plan.device_sm_count())
+                binding, sequence = self._compiled(shapes, cc)
                 parts = tuple(self._part(binding, key, device, load(k), k, sequence.scratch)
                               for k in sequence.kernels)
             launch = parts[0] if len(parts) == 1 else _Sequence(binding, device, parts, sequence.scratch, {})
@@ -337,6 +332,21 @@ class Kernel:
         call with such arrays would (a benchmark compiles its cases ahead, several at once)."""
         shapes = {n: tuple(shapes[n]) for n in self._tensor_types}
         self._prepare_gpu((tuple(shapes.values()), device), shapes, device)
+
+    def _compiled(self, shapes: dict[str, tuple[int, ...]], cc: int):
+        """(binding, split_launch.LaunchSequence) for these shapes on a GPU of capability `cc`: the
+        tuned (or cached) tiles and schedule, the split-loop where the cost model (or `split`)
+        says, then the PTX (from the on-disk cache once any process has compiled it: a cached
+        call runs neither the tuner nor NVRTC)."""
+        from compiler.cuda import split_plan
+        from compiler.cuda.split_launch import compile_sequence
+
+        binding = self._binding(shapes, self._tiles)
+        with user_errors():
+            tiles, schedule = self._tuned_tiles(binding, cc)
+            binding = bind(self._ir, dict(binding.dims), shapes, tiles)
+            return binding, compile_sequence(self._ir, binding, schedule=schedule, cc=cc, split=self._split,
+                                             sm_count=split_plan.device_sm_count())
 
     def _slot(self, name: str) -> int:
         index = self._params.index(name)

@@ -25,6 +25,7 @@ from compiler.frontend.load import load_text
 
 CTAS_PER_SM = 2  # resident CTAs per multiprocessor that saturate its memory pipe (decode's shapes)
 MIN_CHUNK_ITERATIONS = 2
+MIN_SPLIT_ITERATIONS = 64  # the cost model splits no shorter loop (a forced split may)
 COMBINE_STEP = 0.5  # one combine step (UNROLL partials read, merged) against one loop iteration
 DEFAULT_SM_COUNT = 132  # an H100 SXM's; the device's own count is used where one is at hand
 
@@ -99,9 +100,13 @@ def plan_split(kernel: ir.Kernel, binding: Binding, factor: int | None = None,
 
 
 def model_factor(kernel: ir.Kernel, binding: Binding, sm_count: int | None = None) -> int:
-    """The cost model's factor for `kernel`'s splittable loop at `binding`."""
+    """The cost model's factor for `kernel`'s splittable loop at `binding`: 1 (not split) for a
+    loop of fewer than MIN_SPLIT_ITERATIONS iterations, where the second launch would cost about
+    what the split saves."""
     sf = split_loop.split_form(kernel)
     total = _iterations(kernel, sf, dict(binding.env))
+    if total < MIN_SPLIT_ITERATIONS:
+        return 1
     return choose_factor(math.prod(binding.grid or (1,)), sm_count or device_sm_count(), total)
 
 
