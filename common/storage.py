@@ -155,6 +155,7 @@ def _read_header(path: Path, f) -> _Header:
     """The .npy header of the open file `f`, checked against the file's size (a truncated file
     is refused here, naming it, instead of failing later inside a memory map)."""
     start = f.tell()
+    _check_magic(path, f)
     try:
         shape, fortran, dtype = _parse_header(path, f)
     except ValueError as err:
@@ -170,6 +171,39 @@ def _read_header(path: Path, f) -> _Header:
         raise UserError(f"{path}: truncated .npy file: its header promises {expected} bytes of data, "
                         f"the file holds {max(held, 0)}")
     return header
+
+
+def _check_magic(path: Path, f) -> None:
+    """A file that does not start as .npy files do is said to be no .npy file, before numpy can
+    read it as something else (np.load takes it for a pickle and talks of allow_pickle)."""
+    start = f.tell()
+    magic = f.read(len(npy_format.MAGIC_PREFIX))
+    f.seek(start)
+    if magic != npy_format.MAGIC_PREFIX:
+        found = f"it starts with {magic!r}" if magic else "the file is empty"
+        raise UserError(f"{path}: not a .npy file (bad magic: {found}; a .npy file starts with "
+                        f"{npy_format.MAGIC_PREFIX!r})")
+
+
+def read_npy(path: Path, writable: bool = False) -> np.ndarray:
+    """A whole .npy file, of any dtype (a `<V2` header read as bf16): a read-only memory map, or
+    with `writable` an array of its own. The one whole-file reader (the compiler's `run`, the
+    scheduler's --expect): a file that is not .npy, truncated or of objects is a UserError naming
+    it; numpy's pickle reader is never reached."""
+    with open_regular(path) as f:
+        header = _read_header(path, f)
+        if header.dtype.hasobject:
+            raise UserError(f"{path}: holds Python objects; a tensor is a .npy file of numbers")
+        order = "F" if header.fortran else "C"
+        if writable or math.prod(header.shape) == 0:  # numpy cannot map an empty region
+            count = math.prod(header.shape)
+            array = np.fromfile(f, dtype=header.dtype, count=count).reshape(header.shape, order=order)
+        else:
+            array = np.memmap(f, dtype=header.dtype, mode="r", offset=header.offset, shape=header.shape,
+                              order=order)
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.names is None:
+        array = array.view(bf16_dtype())
+    return array
 
 
 def _parse_header(path: Path, f) -> tuple:

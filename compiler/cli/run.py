@@ -22,7 +22,7 @@ import numpy as np
 
 from common.cli import user_path
 from common.errors import UserError
-from common.storage import write_npy
+from common.storage import read_npy, write_npy
 from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind, dims_from_files, tensor_shape
@@ -48,11 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _read_npy(name: str, path: Path, expected: np.dtype, writable: bool) -> np.ndarray:
     try:
-        array = np.load(path, mmap_mode=None if writable else "r", allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise UserError(f"tensor {name}: cannot read {path} as .npy ({err})") from None
-    if expected == STORAGE_DTYPES["bf16"] and array.dtype == np.dtype("V2"):
-        array = array.view(expected)
+        array = read_npy(path, writable=writable)
+    except UserError as err:
+        raise UserError(f"tensor {name}: {err}") from None
     if array.dtype != expected:
         raise UserError(f"tensor {name}: {path} holds {array.dtype}, the kernel expects {expected.name}")
     return array
