@@ -199,12 +199,15 @@ def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, h
     token = read_token(args.token_file) if pods else None
     if pods and not token:
         raise UserError(f"--pods needs the cluster's token: --token-file PATH or set {TOKEN_ENV}")
+    from common.atomic import refuse_read_only
+
     expected = load_expected(args.expect)
     asked = (("--trace", args.trace), ("--report", args.report), ("--chrome-trace", args.chrome_trace))
     outputs_of_run = {flag: user_path(value) for flag, value in asked if value}
     for flag, path in outputs_of_run.items():
         if not path.parent.is_dir():  # refuse before the job runs, not after
             raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
+        refuse_read_only(path, flag)
     cluster_values = parse_assignments(args.cluster, "--cluster", int)
     tile_values = parse_assignments(args.tile, "--tile", int)
     split = split_from_args(args)

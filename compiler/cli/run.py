@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.atomic import refuse_read_only
 from common.cli import user_path
 from common.errors import UserError
 from common.storage import read_npy, write_npy
@@ -75,6 +76,7 @@ def load_tensors(kernel: ir.Kernel, paths: dict[str, str],
             targets[name] = path
             if not path.parent.is_dir():
                 raise UserError(f"tensor {name}: folder {path.parent} does not exist")
+            refuse_read_only(path, f"tensor {name}")
             if not path.exists():
                 require_creatable(kernel, name, path)
                 arrays[name] = np.zeros(tensor_shape(param, env), dtype=expected)

@@ -235,3 +235,37 @@ def test_missing_output_is_created_unless_the_kernel_reads_it_first(tmp_path, ca
                                    "does not exist, and the kernel reads its old values here before writing "
                                    "them; create the file first")
     assert not (tmp_path / "c.npy").exists()
+
+
+@pytest.mark.parametrize("read_only", [["c"], ["c", "d"], ["d"]])
+def test_a_read_only_output_is_refused_in_one_line_and_nothing_is_written(tmp_path, capsys, read_only):
+    """A kernel of two outputs: whichever of them is read-only, neither is written."""
+    source = tmp_path / "two.phk"
+    source.write_text("kernel two(a: tensor<f32>[N], c: tensor<f32>[N], d: tensor<f32>[N]) {\n"
+                      "  c[0 :+ 16] = a[0 :+ 16]\n  d[0 :+ 16] = a[0 :+ 16] * 2.0\n}\n")
+    np.save(tmp_path / "a.npy", np.arange(16, dtype=np.float32))
+    for name in ("c", "d"):
+        np.save(tmp_path / f"{name}.npy", np.full(16, 7, np.float32))
+    for name in read_only:
+        os.chmod(tmp_path / f"{name}.npy", 0o444)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, out, err = run_cli([source, *(f"--tensor={n}={tmp_path / (n + '.npy')}" for n in "acd")], capsys)
+    first = read_only[0]
+    assert code == 2
+    assert err == (f"error: tensor {first}: {tmp_path / (first + '.npy')} is read-only; it is not overwritten "
+                   "(make it writable, or write the output elsewhere)\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_read_only_ptx_output_is_refused(tmp_path, capsys):
+    from compiler.cli import commands
+
+    target = tmp_path / "add.ptx"
+    target.write_text("old")
+    os.chmod(target, 0o444)
+    with pytest.raises(SystemExit) as info:
+        run_main(commands.main, ["ptx", str(EXAMPLES / "add.phk"), "--dim", "N=1024", "-o", str(target)])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (f"error: -o {target}: {target} is read-only; it is not overwritten "
+                                       "(make it writable, or write the output elsewhere)\n")
+    assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]
