@@ -5,7 +5,12 @@
 
 Inputs are memory-mapped; tensors the kernel stores to are read into memory (or created with
 zeros when their file does not exist yet) and written back only after the whole run succeeded,
-each through a temporary file and os.replace, so a failed run leaves every file as it was.
+each through a temporary file and os.replace, so a failed run leaves every file as it was, and a
+run killed at any moment (kill -9 included) leaves each output whole: old, new, or not yet there.
+A killed run may leave its hidden temporary file (`.c.npy.XXXX.tmp`) beside the output.
+Test-only fault hook: PHOBOS_RUN_FAULT=stop-at=piece:N SIGSTOPs the process as it starts the N-th
+write of at most PIECE_BYTES (the first output's .npy header is piece 1) to a temporary file,
+PHOBOS_RUN_FAULT=stop-at=rename:N as it starts the N-th rename (tests/compiler/test_run_killed.py).
 bf16 tensors are .npy files of ml_dtypes.bfloat16, written with a header numpy reads back as
 bf16 once ml_dtypes is imported (common.storage.write_npy).
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -110,6 +116,35 @@ def require_creatable(kernel: ir.Kernel, name: str, path: Path) -> None:
                                  "values here before writing them; create the file first")
 
 
+FAULT_ENV = "PHOBOS_RUN_FAULT"
+PIECE_BYTES = 1 << 20
+_fault_counts: dict[str, int] = {}
+
+
+def _fault_point(step: str) -> None:
+    rule = os.environ.get(FAULT_ENV)
+    if not rule:
+        return
+    _fault_counts[step] = _fault_counts.get(step, 0) + 1
+    if rule == f"stop-at={step}:{_fault_counts[step]}":
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+class _Pieces:
+    """A file that takes each write in pieces of at most PIECE_BYTES, flushed as they go, with the
+    fault point before each: a test can stop the command with a temporary file half written."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        for at in range(0, max(len(view), 1), PIECE_BYTES):
+            _fault_point("piece")
+            self.f.write(view[at : at + PIECE_BYTES])
+            self.f.flush()
+
+
 def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> None:
     """Write every output to a temporary file first, then move them all into place."""
     staged: list[tuple[Path, Path]] = []
@@ -118,8 +153,9 @@ def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> N
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append((Path(tmp), path))
             with os.fdopen(fd, "wb") as f:
-                write_npy(f, results[name])
+                write_npy(_Pieces(f), results[name])
         for tmp, path in staged:
+            _fault_point("rename")
             os.replace(tmp, path)
     except OSError as err:
         raise UserError(f"cannot write outputs: {err}") from None

@@ -250,9 +250,9 @@ def test_a_read_only_output_is_refused_in_one_line_and_nothing_is_written(tmp_pa
         os.chmod(tmp_path / f"{name}.npy", 0o444)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     code, out, err = run_cli([source, *(f"--tensor={n}={tmp_path / (n + '.npy')}" for n in "acd")], capsys)
-    first = read_only[0]
+    first = tmp_path / (read_only[0] + ".npy")
     assert code == 2
-    assert err == (f"error: tensor {first}: {tmp_path / (first + '.npy')} is read-only; it is not overwritten "
+    assert err == (f"error: tensor {read_only[0]}: {first} is read-only; it is not overwritten "
                    "(make it writable, or write the output elsewhere)\n")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
