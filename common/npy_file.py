@@ -16,22 +16,13 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
+from common import dtypes
 from common.errors import UserError
 
 
 def bf16_dtype() -> np.dtype:
     """ml_dtypes.bfloat16, imported here on first use (numpy has no bf16 of its own)."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        raise UserError("bf16 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
-
-    return np.dtype(ml_dtypes.bfloat16)
-
-
-def _is_bf16(dtype: np.dtype) -> bool:
-    # An array or header can only have this dtype once ml_dtypes is loaded: no import to test it.
-    return "ml_dtypes" in sys.modules and dtype == bf16_dtype()
+    return dtypes.TABLE["bf16"].numpy()
 
 
 def open_regular(path: Path, writable: bool = False):
@@ -119,8 +110,9 @@ def read_npy(path: Path, writable: bool = False) -> np.ndarray:
         else:
             array = np.memmap(f, dtype=header.dtype, mode="r", offset=header.offset, shape=header.shape,
                               order=order)
-    if array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.names is None:
-        array = array.view(bf16_dtype())
+    if (array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.names is None
+            and dtypes.ml_name_of(array.dtype) is None):
+        array = array.view(bf16_dtype())  # a '<V2' header numpy wrote for a bf16 array
     return array
 
 
