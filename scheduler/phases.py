@@ -46,8 +46,22 @@ SCHEDULER_PHASES = ("imports", "cli", "compile", "pods", "plan", "staging", "sta
 POD_PHASES = ("read", "h2d", "compute", "d2h", "write", "fetch")
 
 
+SETUP_ENV = "PHOBOS_SETUP_DONE"
+
+
 def process_start_time() -> float:
-    """Unix time at which this process started (Linux: /proc; elsewhere: the first call)."""
+    """Unix time at which this process started (Linux: /proc; elsewhere: the first call), or at
+    which tools/bazel finished its set-up (SETUP_ENV) when that is later: `bazel run` execs the
+    program in the process tools/bazel started, whose first run builds the Python environment,
+    which is not the program's imports."""
+    try:
+        setup_done = float(os.environ.get(SETUP_ENV, "0"))
+    except ValueError:
+        setup_done = 0.0
+    return max(_proc_start_time(), setup_done)
+
+
+def _proc_start_time() -> float:
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rpartition(")")[2].split()

@@ -10,7 +10,12 @@ reference interpreter.
 
 Inputs are memory-mapped; tensors the kernel stores to are read into memory (or created with
 zeros when their file does not exist yet) and written back only after the whole run succeeded,
-each through a temporary file and os.replace, so a failed run leaves every file as it was.
+each through a temporary file and os.replace, so a failed run leaves every file as it was, and a
+run killed at any moment (kill -9 included) leaves each output whole: old, new, or not yet there.
+A killed run may leave its hidden temporary file (`.c.npy.XXXX.tmp`) beside the output.
+Test-only fault hook: PHOBOS_RUN_FAULT=stop-at=piece:N SIGSTOPs the process as it starts the N-th
+write of at most PIECE_BYTES (the first output's .npy header is piece 1) to a temporary file,
+PHOBOS_RUN_FAULT=stop-at=rename:N as it starts the N-th rename (tests/compiler/test_run_killed.py).
 bf16 tensors are .npy files of ml_dtypes.bfloat16, written with a header numpy reads back as
 bf16 once ml_dtypes is imported (common.storage.write_npy).
 """
@@ -19,15 +24,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+from common.atomic import refuse_read_only
 from common.cli import user_path
 from common.errors import UserError
-from common.storage import write_npy
+from common.storage import read_npy, write_npy
 from compiler.cli.args import (
     add_cta_split_flag,
     add_kernel_flag,
@@ -61,11 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _read_npy(name: str, path: Path, expected: np.dtype, writable: bool) -> np.ndarray:
     try:
-        array = np.load(path, mmap_mode=None if writable else "r", allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise UserError(f"tensor {name}: cannot read {path} as .npy ({err})") from None
-    if expected == STORAGE_DTYPES["bf16"] and array.dtype == np.dtype("V2"):
-        array = array.view(expected)
+        array = read_npy(path, writable=writable)
+    except UserError as err:
+        raise UserError(f"tensor {name}: {err}") from None
     if array.dtype != expected:
         raise UserError(f"tensor {name}: {path} holds {array.dtype}, the kernel expects {expected.name}")
     return array
@@ -90,6 +95,7 @@ def load_tensors(kernel: ir.Kernel, paths: dict[str, str],
             targets[name] = path
             if not path.parent.is_dir():
                 raise UserError(f"tensor {name}: folder {path.parent} does not exist")
+            refuse_read_only(path, f"tensor {name}")
             if not path.exists():
                 require_creatable(kernel, name, path)
                 arrays[name] = np.zeros(tensor_shape(param, env), dtype=expected)
@@ -123,6 +129,35 @@ def require_creatable(kernel: ir.Kernel, name: str, path: Path) -> None:
                                  "values here before writing them; create the file first")
 
 
+FAULT_ENV = "PHOBOS_RUN_FAULT"
+PIECE_BYTES = 1 << 20
+_fault_counts: dict[str, int] = {}
+
+
+def _fault_point(step: str) -> None:
+    rule = os.environ.get(FAULT_ENV)
+    if not rule:
+        return
+    _fault_counts[step] = _fault_counts.get(step, 0) + 1
+    if rule == f"stop-at={step}:{_fault_counts[step]}":
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+class _Pieces:
+    """A file that takes each write in pieces of at most PIECE_BYTES, flushed as they go, with the
+    fault point before each: a test can stop the command with a temporary file half written."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        for at in range(0, max(len(view), 1), PIECE_BYTES):
+            _fault_point("piece")
+            self.f.write(view[at : at + PIECE_BYTES])
+            self.f.flush()
+
+
 def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> None:
     """Write every output to a temporary file first, then move them all into place."""
     staged: list[tuple[Path, Path]] = []
@@ -131,8 +166,9 @@ def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> N
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append((Path(tmp), path))
             with os.fdopen(fd, "wb") as f:
-                write_npy(f, results[name])
+                write_npy(_Pieces(f), results[name])
         for tmp, path in staged:
+            _fault_point("rename")
             os.replace(tmp, path)
     except OSError as err:
         raise UserError(f"cannot write outputs: {err}") from None
