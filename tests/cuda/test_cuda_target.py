@@ -209,7 +209,7 @@ def test_the_tuner_prunes_warpgroup_mma_off_sm90_before_timing(cc, monkeypatch, 
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
     asked = []
 
-    def fake_measure(kernel, dims, candidates, tf32, inputs, log):  # no GPU: made-up timings
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):  # no GPU: made up
         asked.extend(s for _, s in candidates)
         return [((tuple(sorted(p.items())), s), sum(p.values()) - s.stages) for p, s in candidates], []
 
