@@ -179,6 +179,13 @@ def _keep(text: str, kernel: ir.Kernel) -> None:
             _checked.popitem(last=False)
 
 
+def forget_leaf_kernels() -> None:
+    """Drop the leaf IR this process made or parsed, as a fresh process (a pod) starts: for tests
+    of what such a process parses."""
+    with _checked_lock:
+        _checked.clear()
+
+
 def checked_leaf(leaf: ir.Kernel, user: ir.Kernel) -> ir.Kernel:
     """A leaf made from the checked kernel `user`, checked (its spans point into the user's text)."""
     from compiler.frontend.check import check_kernel
