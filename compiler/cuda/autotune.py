@@ -147,6 +147,10 @@ def _inputs(kernel: ir.Kernel, env: dict[str, int], seed: int = 0):
                 import ml_dtypes
 
                 host = host.astype(ml_dtypes.bfloat16).view(np.uint16)
+            elif p.dtype in ir.FP8:  # fp8 travels as its byte
+                from common import dtypes
+
+                host = host.astype(dtypes.TABLE[p.dtype].numpy()).view(np.uint8)
         arrays[p.name] = cupy.asarray(host)
     scalars = {p.name: (0.5 if p.dtype == "f32" else 1) for p in kernel.scalars}
     return arrays, scalars
