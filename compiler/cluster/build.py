@@ -10,7 +10,8 @@ The stages, in the order compiler/pipeline.py CLUSTER_STAGES lists them, each
                    (access.py) and reject what a leaf could not compute with the same meaning;
   check_multiples  super-tiles whole multiples of leaf tiles; cut each split dimension into
                    super-tiles, the last one smaller where the dimension is not a multiple (tiling.py);
-  make_leaves      write and check the leaves (leaves.py), bind each at its dims for its CTA grid
+  make_leaves      make the leaves as IR from the kernel's IR and check them (leaves.py), bind each
+                   at its dims for its CTA grid
                    and flops, with a variant bound to the smaller extents for launches on the last
                    super-tiles;
   build_units      enumerate the units of work, one per output super-tile, with their regions
@@ -18,7 +19,7 @@ The stages, in the order compiler/pipeline.py CLUSTER_STAGES lists them, each
                    (reductions.py), and write each unit's super-tile origin into the leaves that read
                    `ctx.origin` (origins.py).
 
-find_loop, plan_accesses and the leaf texts need no dimension: `analyze_cluster` runs them, and
+find_loop, plan_accesses and the leaf kernels need no dimension: `analyze_cluster` runs them, and
 `check` runs them through `check_cluster` for every @cluster kernel.
 """
 
@@ -34,7 +35,7 @@ from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
 from compiler.cluster.accumulate import find_cluster_loop
 from compiler.cluster.flops import leaf_flops
-from compiler.cluster.leaves import KernelText, check_leaf, main_leaf_text
+from compiler.cluster.leaves import checked_leaf, laid_out, leaf_source, main_leaf
 from compiler.cluster.origins import place_origins
 from compiler.cluster.text import describe_stage
 from compiler.cluster.tiling import DimCut, LeafVariants, cut_dimension
@@ -236,7 +237,7 @@ def _init_tiling(kernel: ir.Kernel, acc: Combine) -> tuple[tuple[str, str] | Non
     return tuple(out)
 
 
-def _make_leaf(base: str, name: str, kernel: ir.Kernel, text: str, leaf_dims: dict[str, int],
+def _make_leaf(base: str, name: str, kernel: ir.Kernel, leaf_dims: dict[str, int],
                tv: dict[str, int]) -> Leaf:
     dims = {d: leaf_dims[d] for d in kernel_dims(kernel)}
     tuned = {d.name for d in kernel.autotune.dims} if kernel.autotune else set()
@@ -251,7 +252,7 @@ def _make_leaf(base: str, name: str, kernel: ir.Kernel, text: str, leaf_dims: di
     return Leaf(
         name=name,
         kernel=kernel.name,
-        source=text,
+        source=leaf_source(kernel),
         dims=tuple(dims.items()),
         tile_values=tuple(tiles.items()),
         grid=binding.grid or (1,),
@@ -266,14 +267,14 @@ def _make_leaf(base: str, name: str, kernel: ir.Kernel, text: str, leaf_dims: di
 class ClusterShape:
     """What the cluster compiler reads from an @cluster kernel before any dimension is known:
     the cluster loop and accumulator (if any), the cluster level, how every tensor is accessed,
-    each dimension's role, and the leaves' source texts by base name."""
+    each dimension's role, and the leaves' checked kernels by base name."""
 
     loop: ir.For | None
     acc: Combine | None
     level: ClusterLevel
     plan: AccessPlan
     roles: dict[str, AxisRole]
-    leaf_texts: dict[str, str]
+    leaf_kernels: dict[str, ir.Kernel]
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,7 @@ class ClusterState:
     roles: dict[str, AxisRole] | None = None
     cuts: dict[str, DimCut] | None = None  # check_multiples: split dimensions cut in super-tiles
     leaf_dims: dict[str, int] | None = None
-    leaf_texts: dict[str, str] | None = None  # make_leaves: texts, and leaves by base name and edge
+    leaf_kernels: dict[str, ir.Kernel] | None = None  # make_leaves: checked leaf IR, leaves by base and edge
     variants: LeafVariants | None = None
     program: ClusterProgram | None = None  # build_units
 
@@ -355,17 +356,15 @@ def check_multiples(state: ClusterState) -> ClusterState:
 
 @pipeline.cluster_stage("make_leaves")
 def make_leaves(state: ClusterState) -> ClusterState:
-    """The leaf texts, each parsed and checked once, bound at the leaf dims (edge variants are
-    made as build_units finds launches on smaller last super-tiles)."""
-    texts = _leaf_texts(state.kernel, state.acc, state.split)  # only the leaves this program uses
-    filename = state.kernel.span.file
-    kernels = {b: check_leaf(t, f"{filename} (cluster leaf {b})") for b, t in texts.items()}
+    """The leaf kernels, made from the kernel's IR and checked once, bound at the leaf dims (edge
+    variants are made as build_units finds launches on smaller last super-tiles)."""
+    kernels = _leaf_kernels(state.kernel, state.acc, state.split)  # only the leaves this program uses
     tv = state.tile_values
     variants = LeafVariants(
-        lambda base, name, at: _make_leaf(base, name, kernels[base], texts[base], at, tv),
+        lambda base, name, at: _make_leaf(base, name, kernels[base], at, tv),
         kernels, state.leaf_dims,
     )
-    return replace(state, leaf_texts=texts, variants=variants)
+    return replace(state, leaf_kernels=kernels, variants=variants)
 
 
 @pipeline.cluster_stage("build_units")
@@ -402,7 +401,7 @@ def build_units(state: ClusterState) -> ClusterState:
         infos += partials
     program = ClusterProgram(
         kernel=kernel.name,
-        source=KernelText(kernel).text,
+        source=laid_out(kernel),
         dims=tuple(full.items()),
         cluster_values=tuple(state.cluster_values.items()),
         tile_values=tuple(state.tile_values.items()),
@@ -416,29 +415,30 @@ def build_units(state: ClusterState) -> ClusterState:
     return replace(state, program=place_origins(program, kernel, state.level.grid_tiles))
 
 
-def _leaf_texts(kernel: ir.Kernel, acc: Combine | None, split: SplitRequest | None) -> dict[str, str]:
+def _leaf_kernels(kernel: ir.Kernel, acc: Combine | None, split: SplitRequest | None) -> dict[str, ir.Kernel]:
+    """Each leaf by base name, made from the kernel's IR and checked (no text, no parse)."""
     if acc is None:
-        return {"main": main_leaf_text(kernel)}
-    from compiler.cluster.reductions import combine_leaf_texts
+        made = {"main": main_leaf(kernel)}
+    else:
+        from compiler.cluster.reductions import combine_leaves
 
-    return combine_leaf_texts(kernel, acc, _init_tiling(kernel, acc), split)
+        made = combine_leaves(kernel, acc, _init_tiling(kernel, acc), split)
+    return {base: checked_leaf(leaf, kernel) for base, leaf in made.items()}
 
 
 def analyze_cluster(kernel: ir.Kernel) -> ClusterShape:
     """Every cluster rejection that does not depend on the dimensions (run by `check` too): the
-    stages find_loop and plan_accesses, and the leaf texts."""
+    stages find_loop and plan_accesses, and the leaves, checked."""
     state = plan_tensor_accesses(find_loop(ClusterState(kernel)))
     # every leaf the loop may need, those of a split included (for `check`)
     return ClusterShape(state.loop, state.acc, state.level, state.plan, state.roles,
-                        _leaf_texts(kernel, state.acc, SplitRequest(2)))
+                        _leaf_kernels(kernel, state.acc, SplitRequest(2)))
 
 
 def check_cluster(kernel: ir.Kernel) -> ClusterShape:
-    """`analyze_cluster`, the leaves checked, and each @cluster name's first value a whole
+    """`analyze_cluster` (the leaves checked) and each @cluster name's first value a whole
     multiple of its first @autotune value: what `check` reports for an @cluster kernel."""
     shape = analyze_cluster(kernel)
-    for base, text in shape.leaf_texts.items():
-        check_leaf(text, f"{kernel.span.file} (cluster leaf {base})")
     first = {d.name: d.values[0] for d in kernel.autotune.dims} if kernel.autotune else {}
     _check_tile_multiples(kernel, {d.name: d.values[0] for d in kernel.cluster.dims}, first)
     return shape

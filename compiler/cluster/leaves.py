@@ -1,21 +1,37 @@
-"""Leaf source texts: the user's kernel with @cluster blanked out, and the init/step pair of a
-cluster loop.
+"""Leaf kernels: IR made from the user's checked kernel, never from edited source text.
 
-Leaves keep the user's line and column numbers (the text before the kernel becomes blank lines,
-@cluster becomes spaces), so an error inside a leaf still points at the user's line. Every leaf is
-parsed and checked before it is handed out; a leaf that does not check is a bug of the cluster
-compiler, never the user's mistake.
+    main_leaf(kernel)                 the user's kernel without @cluster
+    step_leaf(kernel, acc)            its store turned into `C[r] = <acc term> + C[r]`
+    init_leaf(kernel, acc, tiled)     `C[r] = 0.0` or `C[r] = beta * C[r]` over the output's super-tile
+    generated_kernel(...)             the header of a kernel generated over that super-tile
+    checked_leaf(leaf IR, kernel)     checked (no parse); a failure is LeafBug
+    leaf_source(checked leaf)         its text for the wire (the IR printer's, which parses back
+                                      to the same IR: tests/compiler/test_ir_print.py)
+    load_leaf(leaf)                   a Leaf's checked kernel and binding: the IR this process
+                                      made it from, else its text parsed once
+
+A leaf keeps the user's nodes and their spans wherever it keeps the user's code, and a generated
+node takes the span of the user's code it comes from (the output's store, its parameter), so an
+error in a leaf points at the user's file, line and column. A leaf that does not check is a bug
+of the cluster compiler, never the user's mistake.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections import OrderedDict
+
 from compiler import pipeline
 from compiler.cluster.accumulate import Accumulator
-from compiler.frontend import ir
+from compiler.frontend import ir, rewrite
 from compiler.frontend.binding import Binding
 from compiler.frontend.diagnostics import CompileError
+from compiler.frontend.ir_print import format_kernel
 from compiler.frontend.source import Span
 from schemas.program import Leaf
+
+KEPT_LEAVES = 256  # checked leaf kernels kept by their text (a job's leaves, many jobs over)
 
 
 class LeafBug(RuntimeError):
@@ -23,7 +39,8 @@ class LeafBug(RuntimeError):
 
 
 class KernelText:
-    """The kernel's source laid out at its original lines and columns, editable by span."""
+    """The kernel's source laid out at its original lines and columns, editable by span. The
+    cluster compiler no longer edits text; compiler/cuda/split_loop.py still does (issue 'decode')."""
 
     def __init__(self, kernel: ir.Kernel):
         start = kernel.span
@@ -54,82 +71,144 @@ class KernelText:
         return text
 
 
-def main_leaf_text(kernel: ir.Kernel) -> str:
-    return KernelText(kernel).edited([(kernel.cluster.span, None)])
+def laid_out(kernel: ir.Kernel) -> str:
+    """The user's kernel text at its own lines and columns (the file before it blanked): what
+    the kernel's spans point into."""
+    start = kernel.span
+    return "\n" * (start.line - 1) + " " * (start.col - 1) + kernel.source
 
 
-def step_leaf_text(kernel: ir.Kernel, acc: Accumulator) -> str:
+# ---- leaves made from the user's kernel ------------------------------------------------------
+
+
+def main_leaf(kernel: ir.Kernel) -> ir.Kernel:
+    kept = tuple(a for a in kernel.attributes if not isinstance(a, ir.Cluster))
+    return dataclasses.replace(kernel, attributes=kept)
+
+
+def step_leaf(kernel: ir.Kernel, acc: Accumulator) -> ir.Kernel:
     """The user's kernel with the store turned into `C[r] = <acc term> + C[r]`: each launch adds
-    its chunk's sum to the running sum held in the output's buffer."""
-    kt = KernelText(kernel)
-    edits: list[tuple[Span, str | None]] = [(kernel.cluster.span, None)]
+    its chunk's sum to the running sum held in the output's buffer (`beta * c_old` becomes
+    `c_old`, which already is that sum)."""
+    leaf = main_leaf(kernel)
     store = acc.store
     if acc.beta_term is None:
-        index = kt.of(store.index[0].span.to(store.index[-1].span))
-        edits.append((store.value.span, f"{kt.of(store.value.span)} + {store.tensor}[{index}]"))
-    else:
-        edits.append((acc.beta_term.span, kt.of(acc.c_old.span)))
-    return kt.edited(edits)
+        running = ir.Load(store.tensor, store.index, store.span)
+        value = ir.BinOp("+", store.value, running, store.value.span)
+        stored = dataclasses.replace(store, value=value)
+        return dataclasses.replace(leaf, body=rewrite.replace_stmt(leaf.body, store, (stored,)))
+    return dataclasses.replace(leaf, body=rewrite.replace_expr(leaf.body, acc.beta_term, acc.c_old))
 
 
-def _search_entry(d: ir.SearchDim) -> str:
-    return f"{d.name} in [{', '.join(str(v) for v in d.written)}]"
+# ---- leaves generated over the output's super-tile -----------------------------------------
 
 
-def tiled_index(tiled_axes, drop_last: bool = False) -> str:
+def tiled_index(tiled_axes, span: Span, drop_last: bool = False) -> tuple[ir.SliceItem, ...]:
     """The index of the output's super-tile split among CTAs: per axis `ctx.block.a * T :+ T` for a
     (grid axis, tile) pair, `:` for None; without the last axis for `drop_last`."""
-    items = [":" if t is None else f"ctx.block.{t[0]} * {t[1]} :+ {t[1]}" for t in tiled_axes]
-    return ", ".join(items[:-1] if drop_last else items)
+    items: list[ir.SliceItem] = []
+    for t in tiled_axes[:-1] if drop_last else tiled_axes:
+        if t is None:
+            items.append(ir.SliceAll(span))
+        else:
+            start = ir.BinOp("*", ir.BlockIndex(t[0], span), ir.Name(t[1], span), span)
+            items.append(ir.SliceRange(start, ir.Name(t[1], span), span))
+    return tuple(items)
 
 
-def generated_header(kernel: ir.Kernel, out: ir.TensorParam, tiled_axes, params: list[str]) -> list[str]:
-    """The attributes and the `kernel` line of a leaf generated over the output's super-tile: the
-    @autotune entries of its tiles and of the output's dims, the @aligned promises among them, the
-    user's @launch."""
+def _header(kernel: ir.Kernel, out: ir.TensorParam, tiled_axes) -> tuple[ir.Attribute, ...]:
+    """The @autotune entries of the tiles and of the output's dims, the @aligned promises among
+    them, the user's @launch."""
     names = [t[1] for t in tiled_axes if t is not None]
     dims = [d for d in out.dims if isinstance(d, str)]
-    tuned = {d.name: d for d in kernel.autotune.dims}
-    entries = [_search_entry(tuned[n]) for n in dict.fromkeys(names + dims) if n in tuned]
-    lines = []
-    if entries:
-        lines.append(f"@autotune({', '.join(entries)})")
-    pairs = [
-        f"{d} = {t}" for d, t in (kernel.aligned.pairs if kernel.aligned else ()) if d in dims and t in names
-    ]
-    if pairs:
-        lines.append(f"@aligned({', '.join(pairs)})")
-    if kernel.threads != 256:
-        lines.append(f"@launch(threads = {kernel.threads})")
-    lines.append(f"kernel {kernel.name}({', '.join(params)}) {{")
-    return lines
+    attributes: list[ir.Attribute] = []
+    if kernel.autotune:
+        tuned = {d.name: d for d in kernel.autotune.dims}
+        entries = tuple(tuned[n] for n in dict.fromkeys(names + dims) if n in tuned)
+        if entries:
+            attributes.append(ir.Autotune(entries, kernel.autotune.span))
+    aligned = kernel.aligned
+    if aligned:
+        spans = aligned.pair_spans or (aligned.span,) * len(aligned.pairs)
+        kept = [(p, s) for p, s in zip(aligned.pairs, spans, strict=True) if p[0] in dims and p[1] in names]
+        if kept:
+            attributes.append(ir.Aligned(tuple(p for p, _ in kept), aligned.span, tuple(s for _, s in kept)))
+    attributes += [a for a in kernel.attributes if isinstance(a, ir.Launch) and a.threads != 256]
+    return tuple(attributes)
 
 
-def init_leaf_text(
-    kernel: ir.Kernel, acc: Accumulator, tiled_axes: tuple[tuple[str, str] | None, ...]
-) -> str:
+def generated_kernel(kernel: ir.Kernel, out: ir.TensorParam, tiled_axes, params: tuple[ir.Param, ...],
+                     body: tuple[ir.Stmt, ...]) -> ir.Kernel:
+    """A leaf generated over the output's super-tile: the user's kernel's name, span and source
+    (its spans point there), the attributes of `_header`, the given parameters and body."""
+    attributes = _header(kernel, out, tiled_axes)
+    return ir.Kernel(kernel.name, params, attributes, body, kernel.span, source=kernel.source)
+
+
+def output_of(kernel: ir.Kernel, store: ir.Store) -> ir.TensorParam:
+    return next(t for t in kernel.tensors if t.name == store.tensor)
+
+
+def init_leaf(kernel: ir.Kernel, acc: Accumulator, tiled_axes: tuple[tuple[str, str] | None, ...]
+              ) -> ir.Kernel:
     """A small kernel over the output's super-tile: `C[r] = 0.0` or `C[r] = beta * C[r]`.
 
     `tiled_axes` gives, per axis of C, the (grid axis, tile name) that splits it among the leaf's
     CTAs, or None for an axis each CTA takes whole."""
-    kt = KernelText(kernel)
-    out = next(t for t in kernel.tensors if t.name == acc.store.tensor)
-    shape = ", ".join(str(d) for d in out.dims)
-    params = [f"{out.name}: tensor<{out.dtype}>[{shape}]"] + [f"{s.name}: {s.dtype}" for s in kernel.scalars]
-    lines = generated_header(kernel, out, tiled_axes, params)
-    target = f"{out.name}[{tiled_index(tiled_axes)}]"
-    value = "0.0" if acc.beta is None else f"({kt.of(acc.beta.span)}) * {target}"
-    lines.append(f"  {target} = {value}")
-    lines.append("}")
-    return (
-        "// init leaf generated by the cluster compiler: the output's super-tile before the first step\n"
-        + "\n".join(lines)
-        + "\n"
-    )
+    out, span = output_of(kernel, acc.store), acc.store.span
+    index = tiled_index(tiled_axes, span)
+    if acc.beta is None:
+        value: ir.Expr = ir.Const(0.0, span)
+    else:
+        value = ir.BinOp("*", acc.beta, ir.Load(out.name, index, span), span)
+    params = (out, *kernel.scalars)
+    return generated_kernel(kernel, out, tiled_axes, params, (ir.Store(out.name, index, "=", value, span),))
+
+
+# ---- checking, the wire's text, and loading ---------------------------------------------------
+
+_checked: OrderedDict[str, ir.Kernel] = OrderedDict()  # leaf text -> its checked kernel
+_checked_lock = threading.Lock()
+
+
+def _keep(text: str, kernel: ir.Kernel) -> None:
+    with _checked_lock:
+        _checked[text] = kernel
+        _checked.move_to_end(text)
+        while len(_checked) > KEPT_LEAVES:
+            _checked.popitem(last=False)
+
+
+def forget_leaf_kernels() -> None:
+    """Drop the leaf IR this process made or parsed, as a fresh process (a pod) starts: for tests
+    of what such a process parses."""
+    with _checked_lock:
+        _checked.clear()
+
+
+def checked_leaf(leaf: ir.Kernel, user: ir.Kernel) -> ir.Kernel:
+    """A leaf made from the checked kernel `user`, checked (its spans point into the user's text)."""
+    from compiler.frontend.check import check_kernel
+
+    try:
+        return check_kernel(leaf, laid_out(user))
+    except CompileError as err:
+        raise LeafBug(
+            f"cluster compiler bug: a generated leaf does not check:\n{err.render()}\n"
+            f"--- leaf ---\n{format_kernel(leaf)}"
+        ) from err
+
+
+def leaf_source(leaf: ir.Kernel) -> str:
+    """The checked leaf's text on the wire (Leaf.source); this process keeps the IR it prints, so
+    `load_leaf` of that text here parses nothing."""
+    text = format_kernel(leaf) + "\n"
+    _keep(text, leaf)
+    return text
 
 
 def check_leaf(text: str, filename: str) -> ir.Kernel:
-    """Parse and check a generated leaf; its only kernel, or LeafBug."""
+    """Parse and check a leaf's text (one sent from another process); its only kernel, or LeafBug."""
     from compiler.frontend.load import load_text
 
     try:
@@ -144,8 +223,18 @@ def check_leaf(text: str, filename: str) -> ir.Kernel:
     return module.kernels[0]
 
 
+def leaf_kernel(leaf: Leaf) -> ir.Kernel:
+    """The leaf's checked kernel: the IR this process made it from, else its text parsed (once)."""
+    with _checked_lock:
+        kernel = _checked.get(leaf.source)
+    if kernel is None:
+        kernel = check_leaf(leaf.source, f"<cluster leaf {leaf.name}>")
+        _keep(leaf.source, kernel)
+    return kernel
+
+
 def load_leaf(leaf: Leaf) -> tuple[ir.Kernel, Binding]:
     """The leaf's checked kernel and its binding at the leaf's dims and tile values: what every
     runner of a leaf (a pod, the PTX compile on the scheduler, the reference) starts from."""
-    kernel = check_leaf(leaf.source, f"<cluster leaf {leaf.name}>")
+    kernel = leaf_kernel(leaf)
     return kernel, pipeline.bind_stage(kernel, dict(leaf.dims), tile_values=dict(leaf.tile_values))

@@ -1,5 +1,5 @@
 """Absolute positions in leaves: each leaf that reads `ctx.origin.<axis>` gets the origin of its
-super-tile written into its text.
+super-tile written into its IR.
 
 `ctx.origin.a` is the start, in elements, of the unit's super-tile along grid axis a: the unit's
 super-tile coordinate times the @cluster tile of that axis (0 along an axis the cluster does not
@@ -7,18 +7,20 @@ split). A kernel launched on its own is its own one super-tile, so there it is t
 The access checks (access.py) admit it only in an absolute position, `ctx.origin.a + ctx.block.a
 * S`, which is then the same number in the leaf and in the plain kernel.
 
-The origin is written into the leaf as a literal, one leaf per distinct origin (named
-`main@ctx.origin.x=4096`): the runtime runs leaves by name and needs no new argument, and a
-super-tile grid has few points along one axis. A leaf without `ctx.origin` is left as it is.
+The origin is written into the leaf as a literal (a Const for each `ctx.origin.a`), one leaf per
+distinct origin (named `main@ctx.origin.x=4096`): the runtime runs leaves by name and needs no
+new argument, and a super-tile grid has few points along one axis. A leaf without `ctx.origin`
+is left as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from compiler import pipeline
 from compiler.cluster.flops import leaf_flops
-from compiler.cluster.leaves import KernelText, load_leaf
-from compiler.frontend import ir, walk
+from compiler.cluster.leaves import checked_leaf, leaf_kernel, leaf_source
+from compiler.frontend import ir, rewrite, walk
 from schemas.program import ClusterProgram, Leaf, Unit
 
 
@@ -38,7 +40,7 @@ class _OriginLeaves:
         self.leaves = {leaf.name: leaf for leaf in leaves}
         self.sites: dict[str, tuple[ir.Kernel, list[ir.Const]]] = {}
         for leaf in leaves:
-            kernel, _ = load_leaf(leaf)
+            kernel = leaf_kernel(leaf)  # the IR the cluster compiler just made: nothing is parsed
             consts = _origin_consts(kernel)
             if consts:
                 self.sites[leaf.name] = (kernel, consts)
@@ -56,14 +58,20 @@ class _OriginLeaves:
 
     def _make(self, base: str, name: str, kernel: ir.Kernel, consts: list[ir.Const], origin) -> Leaf:
         leaf = self.leaves[base]
-        # Laid out at the leaf kernel's own lines and columns, as every leaf text is.
-        text = KernelText(kernel).edited([(c.span, str(origin[c.origin])) for c in consts])
-        made = dataclasses.replace(leaf, name=name, source=text)
-        special, binding = load_leaf(made)
+
+        def literal(e: ir.Expr) -> ir.Expr:
+            if isinstance(e, ir.Const) and e.origin:
+                return ir.Const(origin[e.origin], e.span)
+            return e
+
+        written = dataclasses.replace(kernel, body=rewrite.map_exprs(kernel.body, literal))
+        special = checked_leaf(written, kernel)
+        binding = pipeline.bind_stage(special, dict(leaf.dims), tile_values=dict(leaf.tile_values))
         ctas = 1
         for g in binding.grid:
             ctas *= g
-        return dataclasses.replace(made, flops=leaf_flops(special, binding.env, ctas, binding.grid))
+        flops = leaf_flops(special, binding.env, ctas, binding.grid)
+        return dataclasses.replace(leaf, name=name, source=leaf_source(special), flops=flops)
 
     def all(self) -> tuple[Leaf, ...]:
         kept = tuple(leaf for name, leaf in self.leaves.items() if name not in self.sites)

@@ -1,6 +1,6 @@
 """The leaves and units of a combinable cluster loop (combine.py), split over nodes or not.
 
-    combine_leaf_texts(kernel, combine, tiled, request) -> {leaf name: source}
+    combine_leaves(kernel, combine, tiled, request) -> {leaf name: leaf kernel (IR, unchecked)}
     split_units(units, tensors, kernel, combine, request, variant) -> units split into shares
 
 Without a split request a linear accumulator keeps its two leaves (init, step) and units; an
@@ -14,15 +14,15 @@ from collections.abc import Callable
 
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.combine import Combine
-from compiler.cluster.leaves import init_leaf_text, step_leaf_text
+from compiler.cluster.leaves import init_leaf, step_leaf
 from compiler.cluster.partial_leaves import (
     PartialNames,
     fresh,
-    softmax_finish_text,
-    softmax_init_text,
-    softmax_merge_text,
-    softmax_step_text,
-    sum_merge_text,
+    softmax_finish,
+    softmax_init,
+    softmax_merge_leaf,
+    softmax_step,
+    sum_merge_leaf,
 )
 from compiler.cluster.split import Partials, check_shares, reduction_of, split_unit
 from compiler.cluster.tree import SplitRequest
@@ -54,27 +54,27 @@ def _out(kernel: ir.Kernel, combine: Combine) -> ir.TensorParam:
     return next(t for t in kernel.tensors if t.name == combine.store.tensor)
 
 
-def combine_leaf_texts(
+def combine_leaves(
     kernel: ir.Kernel, combine: Combine, tiled, request: SplitRequest | None
-) -> dict[str, str]:
+) -> dict[str, ir.Kernel]:
     split = request is not None and request.shares > 1
     mine, other = _names(kernel, combine)
     out = _out(kernel, combine)
     if isinstance(combine, Accumulator):
-        texts = {"init": init_leaf_text(kernel, combine, tiled), "step": step_leaf_text(kernel, combine)}
+        leaves = {"init": init_leaf(kernel, combine, tiled), "step": step_leaf(kernel, combine)}
         if split and combine.beta is not None:  # shares other than the root start at 0, not beta * C
-            texts["zero"] = init_leaf_text(kernel, dataclasses.replace(combine, beta=None), tiled)
+            leaves["zero"] = init_leaf(kernel, dataclasses.replace(combine, beta=None), tiled)
         if split:
-            texts["merge"] = sum_merge_text(kernel, out, tiled, other.m)
-        return texts
-    texts = {
-        "init": softmax_init_text(kernel, combine, out, tiled, mine),
-        "step": softmax_step_text(kernel, combine, mine),
-        "finish": softmax_finish_text(kernel, combine, out, tiled, mine),
+            leaves["merge"] = sum_merge_leaf(kernel, combine.store, out, tiled, other.m)
+        return leaves
+    leaves = {
+        "init": softmax_init(kernel, combine, out, tiled, mine),
+        "step": softmax_step(kernel, combine, mine),
+        "finish": softmax_finish(kernel, combine, out, tiled, mine),
     }
     if split:
-        texts["merge"] = softmax_merge_text(kernel, out, tiled, mine, other)
-    return texts
+        leaves["merge"] = softmax_merge_leaf(kernel, combine, out, tiled, mine, other)
+    return leaves
 
 
 def split_units(units: tuple[Unit, ...], tensors: tuple[TensorInfo, ...], kernel: ir.Kernel, combine: Combine,

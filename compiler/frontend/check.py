@@ -35,8 +35,15 @@ def check(module: ir.Module) -> ir.Module:
                 f"kernel '{kernel.name}' is defined twice",
             )
         seen[kernel.name] = kernel
-        kernels.append(_KernelChecker(kernel, module.text).run())
+        kernels.append(check_kernel(kernel, module.text))
     return dataclasses.replace(module, kernels=tuple(kernels))
+
+
+def check_kernel(kernel: ir.Kernel, text: str) -> ir.Kernel:
+    """One kernel checked; `text` is the source its spans point into (for errors that find a
+    word inside a span). Checking a checked kernel again gives the same kernel, so the cluster
+    compiler checks the leaves it rewrites from a checked kernel without printing or parsing them."""
+    return _KernelChecker(kernel, text).run()
 
 
 class _KernelChecker:
@@ -441,6 +448,8 @@ class _KernelChecker:
         # A dot's `precision = tf32` names a precision, not a value: it leaves kwargs for the
         # call's `precision` field instead of being typed.
         requested = next((v for k, v in e.kwargs if e.func == "dot" and k == "precision"), None)
+        if requested is None and e.precision is not None and e.precision.origin == "dot":
+            requested = ir.Name(e.precision.mode, e.precision.span)  # checked before: keep its choice
         kwargs = tuple((k, self.expr(v)) for k, v in e.kwargs if not (e.func == "dot" and k == "precision"))
         checked = dataclasses.replace(e, args=tuple(args), kwargs=kwargs)
         check_fp8.refuse_in_call(checked)

@@ -1,12 +1,13 @@
-"""How often a job's kernel is parsed in the process that makes and runs it: the user's kernel
-once (its checked IR goes on to new-job's checks, the cluster compiler and the run), whether
-through the command line (`new-job`, then the job) or `phobos.run(phobos.job(path))`. Each
-cluster compile also checks the leaves it made (compiler/cluster/leaves.py: leaves are still
-made as source text and parsed back; issue 34 item 3 would make them IR)."""
+"""How often a job's kernel is parsed in the process that makes and runs it: exactly once, whether
+through the command line (`new-job`, then the job: once per command) or
+`phobos.run(phobos.job(path))`. The one checked IR goes on to new-job's checks, the cluster
+compiler, its leaves (made as IR from it, compiler/cluster/leaves.py: no leaf text is parsed
+where it was made) and the run. A pod is another process: it parses each leaf it is sent once."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,25 @@ import phobos
 from compiler import pipeline
 from scheduler import cli
 
-REPO = Path(__file__).resolve().parents[2]
-KERNEL = REPO / "examples" / "jobs" / "matmul.phk"
-DIMS = {"M": 256, "N": 256, "K": 256}
+JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: str
+    dims: dict
+    scalars: dict
+    inputs: tuple[str, ...]
+    output: str
+    shape: tuple[int, ...]
+    expected: float  # every element of the output
+
+
+CASES = {  # a cluster loop (init and step leaves), and a kernel with one leaf
+    "matmul": Case("matmul.phk", {"M": 256, "N": 256, "K": 256}, {"alpha": 1, "beta": 0}, ("A", "B"), "C",
+                   (256, 256), 256.0),
+    "add": Case("add.phk", {"N": 4096}, {}, ("a", "b"), "c", (4096,), 2.0),
+}
 
 
 @pytest.fixture()
@@ -33,35 +50,45 @@ def parses(monkeypatch, tmp_path):
         return real(text, filename)
 
     monkeypatch.setattr(pipeline, "parse", counting)
-    for tensor in "AB":
-        np.save(tmp_path / f"{tensor}.npy", np.ones((256, 256), np.float32))
-    np.save(tmp_path / "C.npy", np.zeros((256, 256), np.float32))
     monkeypatch.chdir(tmp_path)
     return seen
 
 
-def _by_kind(seen: Counter) -> tuple[int, int]:
-    """(parses of the user's file, parses of cluster leaves)."""
-    user = sum(n for name, n in seen.items() if "(cluster leaf" not in name)
-    return user, sum(seen.values()) - user
+def _inputs(case: Case, folder: Path) -> None:
+    for tensor in case.inputs:
+        np.save(folder / f"{tensor}.npy", np.ones(case.shape, np.float32))
+    np.save(folder / f"{case.output}.npy", np.zeros(case.shape, np.float32))
 
 
-def test_the_command_line_parses_the_kernel_once_per_command(parses, tmp_path):
-    flags = [f"--dim={k}={v}" for k, v in DIMS.items()] + ["--scalar=alpha=1", "--scalar=beta=0"]
-    flags += [f"--tensor={t}=file:{t}.npy" for t in "ABC"]
-    assert cli.main(["new-job", str(KERNEL), *flags, "-o", "job.capnp"]) == 0
-    assert _by_kind(parses) == (1, 2)  # init and step, checked once by new-job's cluster compile
+def _result_ok(case: Case, folder: Path) -> None:
+    out = np.load(folder / f"{case.output}.npy")
+    assert np.array_equal(out, np.full(case.shape, case.expected, np.float32))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_command_line_parses_the_kernel_once_per_command(parses, tmp_path, name):
+    case = CASES[name]
+    _inputs(case, tmp_path)
+    flags = [f"--dim={k}={v}" for k, v in case.dims.items()]
+    flags += [f"--scalar={k}={v}" for k, v in case.scalars.items()]
+    flags += [f"--tensor={t}=file:{t}.npy" for t in (*case.inputs, case.output)]
+    assert cli.main(["new-job", str(JOBS / case.kernel), *flags, "-o", "job.capnp"]) == 0
+    assert dict(parses) == {str(JOBS / case.kernel): 1}  # new-job: checks and the cluster compile
     parses.clear()
     assert cli.main(["job.capnp", "--local-pods", "1", "--storage-root", str(tmp_path)]) == 0
-    assert _by_kind(parses) == (1, 2)
-    assert np.array_equal(np.load(tmp_path / "C.npy"), np.full((256, 256), 256.0, np.float32))
+    assert sum(parses.values()) == 1 and all("cluster leaf" not in f for f in parses), parses
+    _result_ok(case, tmp_path)
 
 
-def test_phobos_run_of_phobos_job_parses_the_kernel_once(parses, tmp_path):
-    job = phobos.job(KERNEL, dims=DIMS, scalars={"alpha": 1.0, "beta": 0.0},
-                     tensors={t: f"file:{t}.npy" for t in "ABC"}, base_dir=tmp_path)
+@pytest.mark.parametrize("name", CASES)
+def test_phobos_run_of_phobos_job_parses_the_kernel_once(parses, tmp_path, name):
+    case = CASES[name]
+    _inputs(case, tmp_path)
+    tensors = {t: f"file:{t}.npy" for t in (*case.inputs, case.output)}
+    job = phobos.job(JOBS / case.kernel, dims=case.dims, scalars=case.scalars, tensors=tensors,
+                     base_dir=tmp_path)
     result = phobos.run(job, local_pods=1, storage_roots=[tmp_path])
     assert result.ok, result.reason
-    # the job's checks and its run each compile the cluster program: the leaves are checked twice
-    assert _by_kind(parses) == (1, 4)
-    assert np.array_equal(np.load(tmp_path / "C.npy"), np.full((256, 256), 256.0, np.float32))
+    # the job's checks and its run each compile the cluster program, from the one IR
+    assert dict(parses) == {str(JOBS / case.kernel): 1}
+    _result_ok(case, tmp_path)

@@ -6,6 +6,8 @@ import pytest
 
 from common.errors import UserError
 from compiler.cluster.build import cluster_space, compile_cluster, values_outside_space
+from compiler.cluster.leaves import leaf_kernel
+from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 from schemas.program import Region
 from tests.cluster.helpers import example, small
@@ -65,7 +67,7 @@ def test_matmul_real_size_is_4x4_units_of_init_and_4_steps():
     assert step.flops >= 2 * 4096**3
     assert {t.name: t.role for t in program.tensors} == {"A": "input", "B": "input", "C": "inout"}
     assert "alpha * acc + c_old" in step.source and "@cluster" not in step.source
-    assert "(beta) * C[" in init.source
+    assert "= beta * C[ctx.block.x * TILE_M :+ TILE_M" in init.source
 
 
 def test_matmul_plain_output_is_not_read_from_storage():
@@ -93,15 +95,18 @@ def test_flash_attention_16_units_read_k_and_v_whole():
     assert leaf.grid == (1024 // 32,)
 
 
-def test_leaf_keeps_the_users_lines_and_columns():
+def test_leaf_keeps_the_users_nodes_and_spans():
+    """A leaf is the user's IR (not a text edited and parsed again): its statements are the
+    user's, spans included, so whatever points into a leaf points at the user's file."""
     kernel = example("flash_attention")
     leaf = compile_cluster(kernel, {"Nq": 2048, "Nk": 64}).leaves[0]
-    user_lines = kernel.source.splitlines()
-    leaf_lines = leaf.source.splitlines()
-    offset = kernel.span.line - 1
-    assert leaf_lines[:offset] == [""] * offset  # the comment lines before the kernel are blank
-    assert leaf_lines[offset].strip() == ""  # the @cluster line is blanked
-    assert leaf_lines[offset + 1 :] == user_lines[1:]
+    made = leaf_kernel(leaf)
+    assert made.body == kernel.body and made.span == kernel.span and made.grid == kernel.grid
+    assert made.attributes == tuple(a for a in kernel.attributes if not isinstance(a, ir.Cluster))
+    matmul = example("matmul")
+    program = compile_cluster(matmul, {"M": 256, "N": 256, "K": 512})
+    for name in ("init", "step"):  # the made store and the edited one: the user's store's span
+        assert leaf_kernel(program.leaf(name)).body[-1].span == matmul.body[-1].span
 
 
 def test_cluster_space_lists_every_combination():

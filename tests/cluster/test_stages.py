@@ -101,7 +101,7 @@ def test_check_multiples_refuses_a_super_tile_that_is_no_multiple_of_its_leaf_ti
 def test_make_leaves():
     before, after, dump = _run("make_leaves")
     assert before.variants is None
-    assert set(after.leaf_texts) == {"init", "step"}
+    assert set(after.leaf_kernels) == {"init", "step"}
     leaves = {leaf.name: leaf for leaf in after.variants.leaves()}
     assert list(leaves) == ["init", "step"]  # the edge variants come with the units
     assert leaves["step"].dims == (("M", 64), ("K", 64), ("N", 64)) and leaves["step"].grid == (4, 4)

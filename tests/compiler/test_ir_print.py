@@ -8,13 +8,14 @@ from hypothesis import strategies as st
 
 from common.paths import repo_file
 from compiler.frontend import ir
+from compiler.frontend.check import check_kernel
 from compiler.frontend.ir_print import format_expr, format_module
 from compiler.frontend.load import load_text
 from compiler.frontend.parser import parse
 from compiler.frontend.source import UNKNOWN_SPAN
 from compiler.frontend.walk import without_spans as strip_spans
 
-EXAMPLES = sorted(repo_file("examples").glob("*.phk"))
+EXAMPLES = sorted({*repo_file("examples").rglob("*.phk"), *repo_file("tests/cluster/kernels").glob("*.phk")})
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -30,6 +31,14 @@ def test_checked_example_round_trips_with_types(path):
     printed = format_module(checked)
     assert strip_spans(load_text(printed, "printed.phk")) == strip_spans(checked)
     assert "// tile<f32>" in printed or "// i32" in printed  # types are shown
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_checking_a_checked_kernel_again_changes_nothing(path):
+    """The cluster compiler checks leaves it rewrote from checked IR (no print, no parse)."""
+    text = path.read_text()
+    for kernel in load_text(text, "ex.phk").kernels:
+        assert check_kernel(kernel, text) == kernel  # spans, types, kinds, dot precisions alike
 
 
 # ---- random expressions: precedence and associativity survive printing ----------------------

@@ -39,6 +39,10 @@ def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
 
     monkeypatch.setattr(compiler.pipeline, "parse", counting)
     program = job_program(prepared.program, prepared.scalars)
+    # a pod is its own process: it has only the leaf's text, not the IR the scheduler made it from
+    from compiler.cluster.leaves import forget_leaf_kernels
+
+    forget_leaf_kernels()
 
     async def run_generations() -> list[tuple[int, bool, str]]:
         pod = PodServer(PodConfig("127.0.0.1", 0, "token", (tmp_path,), data_port=False), CpuBackend())
