@@ -7,7 +7,8 @@ Decisions (the runtime's storage contract):
 - Confinement: a path must lie inside one of the operator's storage roots after every symlink is
   resolved; a `..` component is refused outright (even one that would stay inside), and so is any
   other scheme. The pod's default root is its working directory (pod/cli.py --storage-root).
-- dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is written with the header
+- dtypes: those of common/dtypes.py (f32, f16, i32, i64, u32, u8, bool) as the .npy header says
+  (little-endian); bf16 is written with the header
   dtype `bfloat16`, which numpy reads back as ml_dtypes.bfloat16 once ml_dtypes is imported
   (`write_npy`). Files numpy itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record);
   such a header is read as bf16 too. ml_dtypes is imported by the first bf16 header or dtype
@@ -16,7 +17,8 @@ Decisions (the runtime's storage contract):
 - Tiles keep the storage dtype: `read_region_into` a buffer of that dtype copies the bytes as
   they are (pread); a buffer of another dtype (read_region's f32) gets them converted. Writes of
   values already in the storage dtype store them as they are; other values are converted to it
-  rounding to nearest (ties to even), for i32 too (values outside i32's range are refused).
+  rounding to nearest (ties to even), for integer types too; integers convert exactly; values
+  outside an integer type's range are refused.
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
   job id), its space reserved up front, its data on a 4096-byte boundary when it is 1 MiB or more
   (the header padded with spaces, as the format allows: direct stores need the alignment); a
@@ -41,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
-from common import fileio
+from common import dtypes, fileio
 from common.errors import UserError
 
 
@@ -61,14 +63,16 @@ def _is_bf16(dtype: np.dtype) -> bool:
 
 
 class _StorageDtypes(Mapping):
-    """The numpy dtype of each storage dtype name, in the order errors list them. Membership and
-    iteration are by name; bf16's entry (ml_dtypes) is made when it is first looked up."""
+    """The numpy dtype of each storage dtype name (common/dtypes.py's table), in the order errors
+    list them. Membership and iteration are by name; bf16's entry (ml_dtypes) is made when it is
+    first looked up."""
 
-    _NAMES = ("f32", "f16", "bf16", "i32")
-    _PLAIN = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "i32": np.dtype("<i4")}
+    _NAMES = dtypes.names(storage=True)
 
     def __getitem__(self, name: str) -> np.dtype:
-        return bf16_dtype() if name == "bf16" else self._PLAIN[name]
+        if name not in self._NAMES:
+            raise KeyError(name)
+        return dtypes.numpy_dtype(name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._NAMES
@@ -85,13 +89,10 @@ MAX_RANK = 4
 
 
 def dtype_name(dtype) -> str:
-    """f32, f16, bf16 or i32 for a numpy dtype of STORAGE_DTYPES (bf16: ml_dtypes.bfloat16)."""
-    dtype = np.dtype(dtype)
-    if _is_bf16(dtype):
-        return "bf16"
-    for name, known in _StorageDtypes._PLAIN.items():
-        if dtype == known:
-            return name
+    """The storage dtype name of a numpy dtype of STORAGE_DTYPES (bf16: ml_dtypes.bfloat16)."""
+    name = dtypes.of_numpy(dtype)
+    if name is not None:
+        return name
     raise UserError(f"dtype {dtype} is not a storage dtype ({', '.join(STORAGE_DTYPES)})")
 
 
@@ -110,10 +111,11 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 def _dtype_name(dtype: np.dtype, path: Path) -> str:
     if _is_bf16(dtype) or (dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None):
         return "bf16"
-    for name, known in _StorageDtypes._PLAIN.items():
-        if dtype == known:
-            return name
-    raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: f32, f16, bf16, i32, little-endian)")
+    name = dtypes.of_numpy(dtype)
+    if name is not None:
+        return name
+    supported = ", ".join(STORAGE_DTYPES)
+    raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: {supported}, little-endian)")
 
 
 def open_regular(path: Path, writable: bool = False):
@@ -411,14 +413,21 @@ def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
     values = np.asarray(values)
     if values.dtype == dtype:
         return values  # a tile held in the storage dtype is stored as it is
-    values = np.asarray(values, dtype=np.float32)
-    if dtype.kind == "i":
-        rounded = np.rint(values)
+    if dtype.kind == "b":
+        return values != 0
+    if dtype.kind in "iu":
         info = np.iinfo(dtype)
+        if values.dtype.kind in "iub":  # integers convert exactly, when they fit
+            exact = values.astype(np.int64) if values.dtype.kind != "u" else values.astype(np.uint64)
+            if exact.size and (exact.min() < info.min or exact.max() > info.max):
+                raise UserError(f"{path}: a value does not fit {dtype} (out of range)")
+            return exact.astype(dtype)
+        rounded = np.rint(np.asarray(values, dtype=np.float64))
         if rounded.size and (not np.isfinite(rounded).all() or rounded.min() < info.min
                              or rounded.max() > info.max):
             raise UserError(f"{path}: a value does not fit {dtype} (NaN, inf or out of range)")
         return rounded.astype(dtype)
+    values = np.asarray(values, dtype=np.float32)
     return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even
 
 

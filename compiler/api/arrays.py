@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from common import dtypes
 from common.errors import ArrayError, Error
 from compiler.interp.values import STORAGE_DTYPES
 
@@ -25,10 +26,8 @@ ALIGNMENT = 16  # the generated code loads vectors; launch.py asks the same of e
 # numpy / cupy dtypes by the kernel's element type. cupy has no bfloat16: a bf16 tensor held by
 # cupy is its 16-bit patterns as uint16 (as compiler/cuda/launch.py passes it).
 HOST_DTYPES = {name: np.dtype(dt) for name, dt in STORAGE_DTYPES.items()}
-CUPY_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "i32": np.dtype(np.int32),
-               "bf16": np.dtype(np.uint16)}
-TORCH_DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "i32": "torch.int32",
-                "bf16": "torch.bfloat16"}
+CUPY_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.names(storage=True)}
+TORCH_DTYPES = {name: dtypes.get(name).torch for name in dtypes.names(storage=True)}
 
 
 class DeviceArray:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from compiler.cuda import (
     analysis,
     dots,
+    int_ops,
     loops,
     mbarriers,
     mma,
@@ -24,7 +25,7 @@ from compiler.cuda import (
     uniform,
     wgmma,
 )
-from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter
+from compiler.cuda.emit import CTYPE, HALF_PRELUDE, INT_SUFFIX, STORAGE_CTYPE, Emitter
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.values import Val
@@ -188,8 +189,8 @@ class KernelGen(ExprEmitter):
         if s.name in self.scalars:
             cname, dtype = self.scalars[s.name]
             value = self.cast(self.scalar(s.value), s.value, dtype)
-            if s.op == "/=" and dtype == "i32":
-                self.out.line(f"{cname} = floordiv_i({cname}, {value});")
+            if s.op == "/=" and dtype in INT_SUFFIX:
+                self.out.line(f"{cname} = {int_ops.divide(self, dtype, cname, value)};")
             elif s.op == "=":
                 self.out.line(f"{cname} = {value};")
             else:
@@ -356,6 +357,7 @@ class KernelGen(ExprEmitter):
         if self.uses_half or self.uses_bf16:
             head.block(HALF_PRELUDE.splitlines())
         head.block(PRELUDE.splitlines())
+        head.block(int_ops.prelude(self.int_helpers))
         if self.tensor_cores:
             head.block(mma.PRELUDE.splitlines())
         if self.used_wgmma:

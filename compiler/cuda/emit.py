@@ -3,6 +3,7 @@ from: NVRTC errors and ptxas reports are mapped back to the user's line with it.
 
 from __future__ import annotations
 
+from common import dtypes
 from compiler.frontend.source import Span
 
 
@@ -42,11 +43,12 @@ def c_float(value: float) -> str:
 
 
 FLOATS = ("f32", "bf16", "f16")  # value types held in float registers
-# registers hold bf16 / f16 values as floats (already rounded to the type)
-CTYPE = {"f32": "float", "i32": "int", "bool": "bool", "bf16": "float", "f16": "float"}
+# registers hold bf16 / f16 values as floats (already rounded to the type), u8 ones as ints
+CTYPE = {name: row.ctype for name, row in dtypes.DTYPES.items()}
 # f16 / bf16 travel as their 16-bit patterns and convert with PTX cvt (see HALF_PRELUDE): the
 # generated code then needs no header, not even cuda_fp16.h, which NVRTC cannot find on its own.
-STORAGE_CTYPE = {"f32": "float", "i32": "int", "f16": "unsigned short", "bf16": "unsigned short"}
+STORAGE_CTYPE = {name: row.storage_ctype for name, row in dtypes.DTYPES.items()}
+INT_SUFFIX = {"i32": "", "i64": "LL", "u32": "u"}  # of an integer literal of that type
 
 HALF_PRELUDE = r"""
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
@@ -69,20 +71,23 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
 
 
 def to_f32(dtype: str, expr: str) -> str:
+    """The register value of a tensor element read as `expr` (floats as f32, u8 as int)."""
     if dtype == "f16":
         return f"f16_to_f32({expr})"
     if dtype == "bf16":
         return f"bf16_to_f32({expr})"
-    if dtype == "i32":
-        return expr
+    if dtype == "u8":
+        return f"((int)({expr}))"
     return expr
 
 
 def from_f32(dtype: str, expr: str) -> str:
+    """`expr` (already of the tensor's value type) as the tensor's element: narrow floats round
+    to nearest even, integers convert as C does (a u8 keeps the low 8 bits)."""
     if dtype == "f16":
         return f"f32_to_f16({expr})"
     if dtype == "bf16":
         return f"f32_to_bf16({expr})"
-    if dtype == "i32":
-        return f"(int)({expr})"
-    return expr
+    if dtype == "f32":
+        return expr
+    return f"({STORAGE_CTYPE[dtype]})({expr})"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common import dtypes
 from common.errors import UserError
 from compiler.cuda import target
 from compiler.cuda.scalars import launch_scalar
@@ -19,12 +20,8 @@ if TYPE_CHECKING:  # a pod launching a shipped leaf never loads the generator (c
     from compiler.cuda.compiled import CompiledKernel
     from compiler.frontend import ir
 
-_DTYPES = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "i32": np.dtype(np.int32),
-    "bf16": np.dtype(np.uint16),
-}  # bf16 travels as its 16-bit pattern: cupy has no bfloat16
+# bf16 travels as its 16-bit pattern: cupy has no bfloat16
+_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.names(storage=True)}
 _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}

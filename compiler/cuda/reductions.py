@@ -30,6 +30,9 @@ def reduction(gen, e: ir.Call, ctx) -> str:
     axis = dict(e.kwargs)["axis"].value
     x = e.args[0]
     shape = tuple(gen.size(s) for s in x.ty.shape)
+    if x.ty.dtype in ("i64", "u32"):
+        raise CompileError(e.span, f"the CUDA backend reduces f32 and i32 tiles, not {x.ty.dtype} "
+                                   "(convert with i32(...) or f32(...) first)")
     op = _Combine.of(e.func, x.ty.dtype in ("f32", "bf16", "f16"))
     if len(shape) == 1:
         return _reduce_flat(gen, x, shape, op)

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common import dtypes
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.lexer import Token, tokenize
 from compiler.frontend.parse_expr import ExprParser
 from compiler.frontend.source import Span
 
-STORAGE_DTYPES = ("f32", "f16", "bf16", "i32")
-SCALAR_PARAM_DTYPES = ("f32", "i32")
-VAR_DTYPES = ("f32", "i32", "bool")
+STORAGE_DTYPES = dtypes.names(storage=True)
+SCALAR_PARAM_DTYPES = dtypes.names(scalar=True)
+VAR_DTYPES = tuple(n for n in dtypes.names(tile=True) if not dtypes.get(n).narrow)
 ASSIGN_OPS = ("=", "+=", "-=", "*=", "/=")
 ATTRIBUTE_NAMES = ("autotune", "cluster", "aligned", "launch", "precision")
 KERNEL_PRECISIONS = ("f32", "tf32")
@@ -235,7 +236,8 @@ class _Parser(ExprParser):
             return ir.TensorParam(
                 name=name.text, dtype=dtype, dims=tuple(dims), span=name.span.to(close.span)
             )
-        dtype = self.dtype_name(SCALAR_PARAM_DTYPES, "'tensor<...>[...]', 'f32' or 'i32'")
+        dtype = self.dtype_name(SCALAR_PARAM_DTYPES, "'tensor<...>[...]' or a scalar type ("
+                               + ", ".join(SCALAR_PARAM_DTYPES) + ")")
         return ir.ScalarParam(name=name.text, dtype=dtype, span=name.span.to(self.prev_span()))
 
     def dtype_name(self, allowed: tuple[str, ...], what: str | None = None) -> str:
@@ -307,7 +309,8 @@ class _Parser(ExprParser):
             self.expect_op("]", "',' or ']'")
             declared: ir.Type | tuple = ("tile", dtype, tuple(dims))
         else:
-            declared = ir.ScalarType(self.dtype_name(VAR_DTYPES, "a type ('tile<...>[...]', f32, i32, bool)"))
+            kinds = "a type ('tile<...>[...]', " + ", ".join(VAR_DTYPES) + ")"
+            declared = ir.ScalarType(self.dtype_name(VAR_DTYPES, kinds))
         self.expect_op("=", f"'=' and an initial value for 'var {name.text}'")
         init = self.expr()
         # The tile shape stays as expressions until the checker turns them into Sizes; it is

@@ -311,7 +311,8 @@ def scalar_arguments(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> d
 
 def _scalar_values(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, np.ndarray]:
     typed = scalar_arguments(kernel, scalars)
-    return {name: val.constant(v, val.I32 if isinstance(v, int) else val.F32) for name, v in typed.items()}
+    dtypes = {p.name: val.VALUE_DTYPES[p.dtype] for p in kernel.scalars}
+    return {name: val.constant(v, dtypes[name]) for name, v in typed.items()}
 
 
 def _check_tensors(kernel: ir.Kernel, binding: Binding, tensors: Mapping[str, np.ndarray]) -> None:

@@ -47,9 +47,15 @@ class _Progression:
     count: int  # CTAs along `axis` (1 when axis is None)
 
 
+_INT_VALUES = {np.dtype(np.int32): I32, np.dtype(np.int64): np.dtype(np.int64),
+               np.dtype(np.uint32): np.dtype(np.uint32), np.dtype(np.uint8): I32,
+               np.dtype(np.bool_): np.dtype(np.bool_)}
+
+
 def value_dtype(tensor: np.ndarray) -> np.dtype:
-    """What a load of this tensor holds: i32 stays i32, every float storage widens to f32."""
-    return I32 if tensor.dtype == I32 else F32
+    """What a load of this tensor holds: integers and bools as the language's value types (a u8
+    widens to i32, common/dtypes.py), every float storage widens to f32."""
+    return _INT_VALUES.get(tensor.dtype, F32)
 
 
 def _progression(start: np.ndarray) -> _Progression | None:
