@@ -28,6 +28,27 @@ HELPERS = {
     "shr_u": """__device__ __forceinline__ unsigned shr_u(unsigned a, unsigned n) {
   return n >= 32u ? 0u : a >> n;
 }""",
+    # f32 max/min have no atom instruction: a compare-and-swap loop, fmaxf's NaN rule
+    "atomic_fmax": """__device__ __forceinline__ void atomic_fmax(float* at, float v) {
+  int* word = reinterpret_cast<int*>(at);
+  int old = *word, seen;
+  do {
+    seen = old;
+    const float next = fmaxf(__int_as_float(seen), v);
+    if (__float_as_int(next) == seen) return;
+    old = atomicCAS(word, seen, __float_as_int(next));
+  } while (old != seen);
+}""",
+    "atomic_fmin": """__device__ __forceinline__ void atomic_fmin(float* at, float v) {
+  int* word = reinterpret_cast<int*>(at);
+  int old = *word, seen;
+  do {
+    seen = old;
+    const float next = fminf(__int_as_float(seen), v);
+    if (__float_as_int(next) == seen) return;
+    old = atomicCAS(word, seen, __float_as_int(next));
+  } while (old != seen);
+}""",
 }
 
 # (write, read) templates of an integer register value into / out of a float word of shared memory
@@ -76,3 +97,16 @@ def zero(dtype: str) -> str:
 
 def prelude(used: set[str]) -> list[str]:
     return [line for name in sorted(used) for line in HELPERS[name].splitlines()]
+
+
+def atomic(gen, op: str, dtype: str, ptr: str, v: str) -> str:
+    """The C call of atomic `op` into the element `ptr` of a tensor of `dtype` (f32, i32, i64,
+    u32), `v` already of that type. An i64 add goes through the unsigned 64-bit atomicAdd (two's
+    complement addition wraps alike)."""
+    kind = op.removeprefix("atomic_")
+    if dtype == "f32" and kind != "add":
+        return f"{_use(gen, 'atomic_f' + kind)}(&{ptr}, {v})"
+    func = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[kind]
+    if dtype == "i64" and kind == "add":
+        return f"atomicAdd(reinterpret_cast<unsigned long long*>(&{ptr}), (unsigned long long)({v}))"
+    return f"{func}(&{ptr}, {v})"

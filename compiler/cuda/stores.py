@@ -93,6 +93,8 @@ def store_line(gen, param: ir.TensorParam, ptr: str, op: str, v: str, value: ir.
     v = gen.cast(v, value, target_type)
     if op == "=":
         return f"{ptr} = {from_f32(param.dtype, v)};"
+    if op in ir.ATOMIC_OPS:
+        return int_ops.atomic(gen, op, param.dtype, ptr, v) + ";"
     old = gen.read_global(param, ptr)
     binop = op[0]
     if binop == "/" and target_type in INT_SUFFIX:

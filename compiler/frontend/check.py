@@ -14,6 +14,7 @@ from common import dtypes
 from compiler.builtins import call_type, check_signature
 from compiler.frontend import ir
 from compiler.frontend.affine import affine_of
+from compiler.frontend.check_atomics import check_atomic_targets, check_atomic_value
 from compiler.frontend.check_calls import dot_precision
 from compiler.frontend.check_header import Symbol, check_header, word_span
 from compiler.frontend.check_types import (
@@ -74,6 +75,7 @@ class _KernelChecker:
         self.scopes = [dict(header.symbols)]
         self.shapes = Shapes(header.fixed)
         body = self.block(k.body)
+        check_atomic_targets(body)
         grid = self.finish_grid()
         self.check_precision_used()
         return dataclasses.replace(k, body=body, grid=grid)
@@ -176,10 +178,12 @@ class _KernelChecker:
 
     def store(self, s: ir.Store) -> ir.Store:
         tensor_span = Span(s.span.file, s.span.line, s.span.col, s.span.line, s.span.col + len(s.tensor))
+        if s.op in ir.ATOMIC_OPS:  # atomic_add(T[..], v): the tensor name follows "atomic_add("
+            tensor_span = word_span(self.text, s.span, s.tensor)
         param = self.tensor(s.tensor, tensor_span)
         index, shape = self.index(param, s.index, s.span)
         value = self.expr(s.value)
-        self.storable(param, s.op, value)
+        self.storable(param, s.op, value, tensor_span)
         if isinstance(value.ty, TileType) and not (shape and self.shapes.same_shape(shape, value.ty.shape)):
             target = describe(make_type(value.ty.dtype, shape))
             raise CompileError(
@@ -188,10 +192,13 @@ class _KernelChecker:
             )
         return dataclasses.replace(s, index=index, value=value)
 
-    def storable(self, param: ir.TensorParam, op: str, value: ir.Expr) -> None:
+    def storable(self, param: ir.TensorParam, op: str, value: ir.Expr, tensor_span: Span) -> None:
         """A value of this dtype may be stored (with `op`) into tensor `param`: a u8 tensor takes
         any integer (kept modulo 256, as C's conversion to unsigned char does)."""
         what = f"tensor '{param.name}' holds {param.dtype};"
+        if op in ir.ATOMIC_OPS:
+            check_atomic_value(param, op, value, tensor_span)
+            return
         if param.dtype == "bool" and op != "=":
             raise CompileError(value.span, f"{what} '{op}' needs numbers (store a bool with '=')")
         if param.dtype == "u8":
@@ -434,8 +441,8 @@ class _KernelChecker:
                 need = "a bool" if want_bool else "a number"
                 raise CompileError(fill.span, f"fill must be {need}, found {describe(fill.ty)}")
             if dtypes.get(param.dtype).integer and fill.ty.dtype in FLOATS:
-                raise CompileError(fill.span, f"fill of a {param.dtype} tensor must be an integer, found "
-                                   f"{describe(fill.ty)}")
+                raise CompileError(fill.span, f"fill of tensor '{param.name}' ({param.dtype}) must be an "
+                                   f"integer, found {describe(fill.ty)}")
         dtype = dtypes.get(param.dtype).value  # bf16 and f16 stay narrow, u8 widens to i32
         return dataclasses.replace(e, index=index, fill=fill, ty=make_type(dtype, shape))
 

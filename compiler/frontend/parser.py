@@ -273,6 +273,8 @@ class _Parser(ExprParser):
             return self.var_decl()
         if tok.is_keyword("for"):
             return self.for_loop()
+        if tok.kind == "ident" and tok.text in ir.ATOMIC_OPS:
+            return self.atomic()
         if tok.kind == "ident":
             name = self.advance()
             if self.tok.is_op("["):
@@ -286,6 +288,20 @@ class _Parser(ExprParser):
             value = self.expr()
             return ir.Assign(name=name.text, op=op, value=value, span=name.span.to(value.span))
         raise self.fail("a statement (let, var, for, or an assignment)")
+
+    def atomic(self) -> ir.Store:
+        """`atomic_add(T[items], value)` (and atomic_max, atomic_min): a store that combines."""
+        func = self.advance()
+        self.expect_op("(", f"'(' after '{func.text}' (as in {func.text}(T[i :+ B], value))")
+        name = self.expect_ident(f"the tensor {func.text} writes into, as in {func.text}(T[i :+ B], value)")
+        if not self.tok.is_op("["):
+            raise self.fail(f"'[' and a slice of '{name.text}'")
+        index, _ = self.index()
+        self.expect_op(",", f"',' and the value {func.text} combines in")
+        value = self.expr()
+        close = self.expect_op(")", "')'")
+        span = func.span.to(close.span)
+        return ir.Store(tensor=name.text, index=index, op=func.text, value=value, span=span)
 
     def assign_op(self) -> str:
         if self.tok.kind == "op" and self.tok.text in ASSIGN_OPS:

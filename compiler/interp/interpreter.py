@@ -165,6 +165,9 @@ class _Runner:
     def store(self, stmt: ir.Store, scope: dict, active: np.ndarray | None) -> None:
         tensor = self.launch.tensors[stmt.tensor]
         windows = self.windows(stmt.index, tensor.shape, scope)
+        if stmt.op in ir.ATOMIC_OPS:
+            mem.atomic(stmt.op, tensor, windows, self.eval(stmt.value, scope), active)
+            return
         if stmt.op == "=" and active is None and isinstance(stmt.value, ir.BinOp):
             lhs, rhs = self.eval(stmt.value.lhs, scope), self.eval(stmt.value.rhs, scope)
             if _store_binary(stmt.value.op, lhs, rhs, tensor, windows):
