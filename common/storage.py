@@ -63,16 +63,12 @@ def _is_bf16(dtype: np.dtype) -> bool:
 
 
 class _StorageDtypes(Mapping):
-    """The numpy dtype of each storage dtype name (common/dtypes.py's table), in the order errors
-    list them. Membership and iteration are by name; bf16's entry (ml_dtypes) is made when it is
-    first looked up."""
+    """Each storage dtype name's numpy dtype (common/dtypes.py), bf16's made on first look-up."""
 
     _NAMES = dtypes.names(storage=True)
 
     def __getitem__(self, name: str) -> np.dtype:
-        if name not in self._NAMES:
-            raise KeyError(name)
-        return dtypes.numpy_dtype(name)
+        return dtypes.numpy_dtype(name)  # KeyError for a name not in the table
 
     def __contains__(self, name: object) -> bool:
         return name in self._NAMES
@@ -417,16 +413,13 @@ def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
         return values != 0
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        if values.dtype.kind in "iub":  # integers convert exactly, when they fit
-            exact = values.astype(np.int64) if values.dtype.kind != "u" else values.astype(np.uint64)
-            if exact.size and (exact.min() < info.min or exact.max() > info.max):
-                raise UserError(f"{path}: a value does not fit {dtype} (out of range)")
-            return exact.astype(dtype)
-        rounded = np.rint(np.asarray(values, dtype=np.float64))
-        if rounded.size and (not np.isfinite(rounded).all() or rounded.min() < info.min
-                             or rounded.max() > info.max):
+        exact = values.dtype.kind in "iub"  # integers convert exactly, when they fit
+        wide = values.astype(np.uint64 if values.dtype.kind == "u" else np.int64) if exact else np.rint(
+            np.asarray(values, dtype=np.float64))
+        bad = not exact and not np.isfinite(wide).all()
+        if wide.size and (bad or wide.min() < info.min or wide.max() > info.max):
             raise UserError(f"{path}: a value does not fit {dtype} (NaN, inf or out of range)")
-        return rounded.astype(dtype)
+        return wide.astype(dtype)
     values = np.asarray(values, dtype=np.float32)
     return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even
 
