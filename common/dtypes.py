@@ -1,46 +1,58 @@
-"""The element types of phobos: one table, read by every layer that names a dtype (the parser's
-type names, the checker's promotion, the interpreter's numpy dtypes, the CUDA types, .npy I/O,
-the Python API's torch/cupy dtypes, the wire's item sizes). Adding a dtype is adding one row here,
-plus its promotion and conversion rules (compiler/frontend/check_types.py, compiler/interp/values.py)
-and its docs/language.md §2 row.
+"""The element types of phobos: one row per dtype, read by every layer that names one (storage,
+the schemas' item sizes, the parser's type names, the checker, the interpreter's numpy dtypes,
+the CUDA types, the Python API's torch/cupy dtypes), so adding a dtype is adding a row here, plus
+its type rules (compiler/frontend/check_types.py, compiler/interp/values.py) and its
+docs/language.md §4.2-4.3 row.
 
-- `numpy`: the host dtype of a tensor of this type ('<i8'; 'ml_dtypes:bfloat16' is imported on
-  first use, so a process that never meets bf16 never loads ml_dtypes).
-- `device`: what a cupy buffer of it holds (cupy has no bf16: its 16-bit pattern as '<u2').
+`numpy()` gives the host dtype. ml_dtypes' types (bf16, the fp8 formats) are made on first use:
+importing ml_dtypes costs about 10 ms of each process's start-up, and a job without such tensors
+never pays it (docs/performance.md). `ml_name` is ml_dtypes' name of the type, which is also what
+a .npy header written by phobos says (numpy itself would write an opaque '<V2' or '<V1').
+
+kind: "float" (f32), "narrow" (bf16, f16: values held as exact f32, dot operands and storage),
+"fp8" (e4m3, e5m2: read-only dot operands with explicit scales, docs/language.md §4.2), "int"
+(i32, i64), "uint" (u32, u8), "bool".
+
+- `device`: what a cupy buffer of it holds (cupy has no bf16 or fp8: their bit patterns).
 - `value`: the type a load of such a tensor (or a scalar parameter of it) gives: narrow storage
-  (bf16, f16) keeps its own name (values exact in it, arithmetic in f32); u8 widens to i32, as
-  C's integer promotion does.
-- `ctype`: the C type of a register holding a value of this type (bf16/f16 values are floats);
-  `storage_ctype`: the C type of one element in global memory.
-- `storage`: a tensor may hold it (`tensor<...>`); `scalar`: a scalar parameter may have it;
-  `tile`: tiles, lets and vars may hold it.
+  keeps its own name; u8 widens to i32, as C's integer promotion does.
+- `ctype`: the C type of a register holding a value of this type (narrow values are floats).
+- `scalar`: a scalar parameter may have it; `tile`: tiles and lets may hold it.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+from common.errors import UserError
+
+if TYPE_CHECKING:  # numpy is imported where a dtype is made: the parser reads this table without it
     import numpy as np
-
-Kind = Literal["float", "int", "uint", "bool"]
 
 
 @dataclass(frozen=True)
 class DType:
     name: str
-    kind: Kind
-    bits: int
-    numpy: str
-    device: str
-    value: str
-    ctype: str
-    storage_ctype: str
-    torch: str
-    storage: bool = True
+    itemsize: int
+    kind: str
+    cuda_storage: str  # the C type of one element in memory
+    plain: str = ""  # numpy's own name of the type ("" for an ml_dtypes type)
+    ml_name: str = ""  # ml_dtypes' name (bfloat16, float8_e4m3fn, ...)
+    device: str = ""  # numpy's name of what a cupy buffer holds ("" : the host dtype)
+    value: str = ""  # the value type of a load ("" : the name itself)
+    ctype: str = "float"
+    torch: str = ""
     scalar: bool = False
     tile: bool = True
+
+    def numpy(self) -> np.dtype:
+        import numpy as np
+
+        if self.plain:
+            return np.dtype(self.plain)
+        return np.dtype(getattr(ml_dtypes(), self.ml_name))
 
     @property
     def integer(self) -> bool:
@@ -48,85 +60,96 @@ class DType:
 
     @property
     def narrow(self) -> bool:
-        """A narrow float: values exactly representable in it, arithmetic in f32."""
-        return self.kind == "float" and self.name != "f32"
+        """A narrow float (bf16, f16, fp8): values exactly representable in it, arithmetic in f32."""
+        return self.kind in ("narrow", "fp8")
 
     @property
-    def itemsize(self) -> int:
-        return max(1, self.bits // 8)
+    def storage_ctype(self) -> str:
+        return self.cuda_storage
+
+    @property
+    def value_type(self) -> str:
+        return self.value or self.name
 
 
-_ROWS = (
-    DType("f32", "float", 32, "<f4", "<f4", "f32", "float", "float", "torch.float32", scalar=True),
-    DType("f16", "float", 16, "<f2", "<f2", "f16", "float", "unsigned short", "torch.float16"),
-    DType("bf16", "float", 16, "ml_dtypes:bfloat16", "<u2", "bf16", "float", "unsigned short",
-          "torch.bfloat16"),
-    DType("i32", "int", 32, "<i4", "<i4", "i32", "int", "int", "torch.int32", scalar=True),
-    DType("i64", "int", 64, "<i8", "<i8", "i64", "long long", "long long", "torch.int64", scalar=True),
-    DType("u32", "uint", 32, "<u4", "<u4", "u32", "unsigned", "unsigned", "torch.uint32", scalar=True),
-    DType("u8", "uint", 8, "|u1", "|u1", "i32", "int", "unsigned char", "torch.uint8", tile=False),
-    DType("bool", "bool", 8, "|b1", "|b1", "bool", "bool", "bool", "torch.bool", scalar=True),
-)
-DTYPES: dict[str, DType] = {row.name: row for row in _ROWS}
+TABLE: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("f32", 4, "float", "float", plain="<f4", torch="torch.float32", scalar=True),
+        DType("f16", 2, "narrow", "unsigned short", plain="<f2", torch="torch.float16"),
+        DType("bf16", 2, "narrow", "unsigned short", ml_name="bfloat16", device="<u2",
+              torch="torch.bfloat16"),
+        DType("i32", 4, "int", "int", plain="<i4", ctype="int", torch="torch.int32", scalar=True),
+        DType("i64", 8, "int", "long long", plain="<i8", ctype="long long", torch="torch.int64", scalar=True),
+        DType("u32", 4, "uint", "unsigned", plain="<u4", ctype="unsigned", torch="torch.uint32", scalar=True),
+        DType("u8", 1, "uint", "unsigned char", plain="|u1", value="i32", ctype="int", torch="torch.uint8",
+              tile=False),
+        DType("bool", 1, "bool", "bool", plain="|b1", ctype="bool", torch="torch.bool", scalar=True),
+        DType("e4m3", 1, "fp8", "unsigned char", ml_name="float8_e4m3fn", device="|u1",
+              torch="torch.float8_e4m3fn"),
+        DType("e5m2", 1, "fp8", "unsigned char", ml_name="float8_e5m2", device="|u1",
+              torch="torch.float8_e5m2"),
+    )
+}
+DTYPES = TABLE  # the name this table had on branch lang
+NAMES: tuple[str, ...] = tuple(TABLE)
+FP8: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.kind == "fp8")
+ITEMSIZE: dict[str, int] = {n: d.itemsize for n, d in TABLE.items()}
 
-_resolved: dict[str, np.dtype] = {}
+
+def ml_dtypes():
+    """The ml_dtypes module, imported on first use (numpy has no bf16 or fp8 of its own)."""
+    try:
+        import ml_dtypes as module
+    except ImportError:
+        raise UserError("bf16 and fp8 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
+    return module
+
+
+def ml_name_of(dtype: np.dtype) -> str | None:
+    """The phobos name of an ml_dtypes dtype (bf16, e4m3, e5m2), None for any other. An array or
+    header can only have such a dtype once ml_dtypes is loaded: no import to test it."""
+    if "ml_dtypes" not in sys.modules or dtype.kind not in "Vf":  # (e5m2 says kind f)
+        return None
+    for d in TABLE.values():
+        if d.ml_name and dtype == d.numpy():
+            return d.name
+    return None
 
 
 def get(name: str) -> DType:
-    return DTYPES[name]
+    return TABLE[name]
 
 
 def names(*, storage: bool = False, scalar: bool = False, tile: bool = False) -> tuple[str, ...]:
-    """The dtype names with every asked-for property, in table order."""
-    return tuple(r.name for r in _ROWS if (r.storage or not storage) and (r.scalar or not scalar)
-                 and (r.tile or not tile))
-
-
-def _resolve(spec: str) -> np.dtype:
-    found = _resolved.get(spec)
-    if found is None:
-        import numpy as np  # here, not at the top: the parser reads this table without numpy
-
-        if spec.startswith("ml_dtypes:"):
-            from common.errors import UserError
-
-            try:
-                import ml_dtypes
-            except ImportError:
-                raise UserError("this dtype needs the ml_dtypes package (pip install ml_dtypes)") from None
-            found = np.dtype(getattr(ml_dtypes, spec.split(":", 1)[1]))
-        else:
-            found = np.dtype(spec)
-        _resolved[spec] = found
-    return found
+    """The dtype names with every asked-for property, in table order (every dtype is a storage
+    dtype)."""
+    return tuple(d.name for d in TABLE.values() if (d.scalar or not scalar) and (d.tile or not tile))
 
 
 def numpy_dtype(name: str) -> np.dtype:
     """The host numpy dtype of a tensor of `name`."""
-    return _resolve(DTYPES[name].numpy)
+    return TABLE[name].numpy()
 
 
 def device_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a device (cupy) buffer of `name` (bf16: its bit pattern)."""
-    return _resolve(DTYPES[name].device)
+    """The numpy dtype of a device (cupy) buffer of `name` (bf16, fp8: their bit patterns)."""
+    import numpy as np
+
+    d = TABLE[name]
+    return np.dtype(d.device) if d.device else d.numpy()
 
 
 def itemsize(name: str) -> int:
-    return DTYPES[name].itemsize
+    return TABLE[name].itemsize
 
 
 def of_numpy(dtype) -> str | None:
-    """The storage dtype name of numpy dtype `dtype`, None when it is none of them. A dtype that
-    needs ml_dtypes can only exist once ml_dtypes is loaded, so the test imports nothing."""
-    import sys
-
+    """The storage dtype name of numpy dtype `dtype`, None when it is none of them."""
     import numpy as np
 
     dtype = np.dtype(dtype)
-    for row in _ROWS:
-        if row.numpy.startswith("ml_dtypes:"):
-            if "ml_dtypes" in sys.modules and dtype == _resolve(row.numpy):
-                return row.name
-        elif dtype == _resolve(row.numpy):
-            return row.name
-    return None
+    found = ml_name_of(dtype)
+    if found is not None:
+        return found
+    return next((d.name for d in TABLE.values() if d.plain and np.dtype(d.plain) == dtype), None)

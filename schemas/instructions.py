@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from common import dtypes
 from schemas.program import Region
 
-ITEMSIZE = {name: dtypes.itemsize(name) for name in dtypes.names(storage=True)}  # bytes per element
+ITEMSIZE = dtypes.ITEMSIZE  # bytes per element of each storage dtype (common/dtypes.py)
 
 
 @dataclass(frozen=True)

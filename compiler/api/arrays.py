@@ -26,8 +26,9 @@ ALIGNMENT = 16  # the generated code loads vectors; launch.py asks the same of e
 # numpy / cupy dtypes by the kernel's element type. cupy has no bfloat16: a bf16 tensor held by
 # cupy is its 16-bit patterns as uint16 (as compiler/cuda/launch.py passes it).
 HOST_DTYPES = {name: np.dtype(dt) for name, dt in STORAGE_DTYPES.items()}
-CUPY_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.names(storage=True)}
-TORCH_DTYPES = {name: dtypes.get(name).torch for name in dtypes.names(storage=True)}
+# fp8 arrays come from torch (or numpy with ml_dtypes): cupy's uint8 cannot say which format it holds
+CUPY_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.NAMES if name not in dtypes.FP8}
+TORCH_DTYPES = {name: dtypes.get(name).torch for name in dtypes.NAMES}
 
 
 class DeviceArray:
@@ -93,6 +94,11 @@ def host_array(name: str, obj, dtype: str) -> np.ndarray:
             import torch
 
             return np.from_dlpack(obj.view(torch.int16)).view(HOST_DTYPES["bf16"])
+        if str(obj.dtype) in (TORCH_DTYPES["e4m3"], TORCH_DTYPES["e5m2"]):  # nor fp8: the bytes
+            import torch
+
+            name_of = {v: k for k, v in TORCH_DTYPES.items()}[str(obj.dtype)]
+            return np.from_dlpack(obj.view(torch.uint8)).view(HOST_DTYPES[name_of])
         array = np.from_dlpack(obj)
     elif family == "dlpack-cpu":
         array = np.from_dlpack(obj)

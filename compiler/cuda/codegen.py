@@ -25,7 +25,15 @@ from compiler.cuda import (
     uniform,
     wgmma,
 )
-from compiler.cuda.emit import CTYPE, HALF_PRELUDE, INT_SUFFIX, STORAGE_CTYPE, Emitter
+from compiler.cuda.emit import (
+    CTYPE,
+    FP8_PRELUDE,
+    FP8_STORE_PRELUDE,
+    HALF_PRELUDE,
+    INT_SUFFIX,
+    STORAGE_CTYPE,
+    Emitter,
+)
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.values import Val
@@ -354,8 +362,12 @@ class KernelGen(ExprEmitter):
             )
         head = Emitter()
         head.depth = 0
-        if self.uses_half or self.uses_bf16:
+        if self.uses_half or self.uses_bf16 or self.uses_fp8:
             head.block(HALF_PRELUDE.splitlines())
+        if self.uses_fp8:
+            head.block(FP8_PRELUDE.splitlines())
+            if self.leaf.plan.wgmma:  # fp8 tiles staged by threads (fp8 tensor cores: sm_90)
+                head.block(FP8_STORE_PRELUDE.splitlines())
         head.block(PRELUDE.splitlines())
         head.block(int_ops.prelude(self.int_helpers))
         if self.tensor_cores:

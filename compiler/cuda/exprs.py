@@ -48,6 +48,7 @@ class ExprEmitter:
         self.uses_half = any(p.dtype == "f16" for p in kernel.tensors)
         self.uses_bf16 = any(p.dtype == "bf16" for p in kernel.tensors)
         self.int_helpers: set[str] = set()  # i64 / u32 helpers the code calls (int_ops.HELPERS)
+        self.uses_fp8 = any(p.dtype in ir.FP8 for p in kernel.tensors)
         # one flag per enclosing loop body: has a barrier been emitted in it (at its own level)
         self.loop_barriers: list[bool] = []
         self.reversed_blocks: dict[str, int] = {}  # block axis -> CTA count, launched longest-first
@@ -195,7 +196,7 @@ class ExprEmitter:
 
     def cast(self, c: str, expr: ir.Expr, dtype: str) -> str:
         src = expr.ty.dtype if expr.ty is not None else dtype
-        if src == dtype or src in ("bf16", "f16") and dtype == "f32":
+        if src == dtype or src in ("bf16", "f16", "e4m3", "e5m2") and dtype == "f32":
             return c
         if dtype in ("bf16", "f16"):  # into a narrow variable: rounded, as bf16() / f16() do
             self.uses_bf16 |= dtype == "bf16"

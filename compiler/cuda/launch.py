@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # a pod launching a shipped leaf never loads the generator (c
     from compiler.cuda.compiled import CompiledKernel
     from compiler.frontend import ir
 
-# bf16 travels as its 16-bit pattern: cupy has no bfloat16
-_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.names(storage=True)}
+# bf16 travels as its 16-bit pattern, fp8 as its byte: cupy has neither
+_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.NAMES}
 _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}
@@ -187,8 +187,10 @@ def run_kernel_gpu(
         if tuple(host.shape) != shape:
             raise UserError(f"tensor {p.name} has shape {tuple(host.shape)}, expected {shape}")
         host = np.ascontiguousarray(host)
-        if p.dtype == "bf16":
-            host = host.view(np.uint16)
+        held = dtypes.ml_name_of(host.dtype)
+        if p.dtype in ("bf16", "e4m3", "e5m2") and held in (None, p.dtype) and (
+                host.dtype.itemsize == _DTYPES[p.dtype].itemsize):
+            host = host.view(_DTYPES[p.dtype])
         elif host.dtype != _DTYPES[p.dtype]:
             raise UserError(f"tensor {p.name} has dtype {host.dtype}, expected {p.dtype}")
         device[p.name] = cupy.asarray(host)

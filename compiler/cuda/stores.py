@@ -88,8 +88,8 @@ def vector_store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
 
 def store_line(gen, param: ir.TensorParam, ptr: str, op: str, v: str, value: ir.Expr) -> str:
     """One element's store: `=` converts to the tensor's type; `+=` etc. read the old value."""
-    target_type = dtypes.get(param.dtype).value
-    target_type = "f32" if target_type in ("f16", "bf16") else target_type
+    target_type = dtypes.get(param.dtype).value_type
+    target_type = "f32" if dtypes.get(param.dtype).narrow else target_type
     v = gen.cast(v, value, target_type)
     if op == "=":
         return f"{ptr} = {from_f32(param.dtype, v)};"

@@ -12,7 +12,7 @@ import dataclasses
 
 from common import dtypes
 from compiler.builtins import call_type, check_signature
-from compiler.frontend import ir
+from compiler.frontend import check_fp8, ir
 from compiler.frontend.affine import affine_of
 from compiler.frontend.check_atomics import check_atomic_targets, check_atomic_value
 from compiler.frontend.check_calls import dot_precision
@@ -119,6 +119,7 @@ class _KernelChecker:
         if isinstance(s, ir.VarDecl):
             declared = self.declared_type(s.declared)
             init = self.expr(s.init)
+            check_fp8.refuse(init, f"var '{s.name}'")
             self.assignable(declared, init, f"var '{s.name}'")
             self.declare(s.name, Symbol("var", declared, word_span(self.text, s.span, s.name, "var")))
             return dataclasses.replace(s, declared=declared, init=init)
@@ -166,6 +167,7 @@ class _KernelChecker:
             }[symbol.kind]
             raise CompileError(target_span, f"cannot assign to '{s.name}': it is {what}")
         value = self.expr(s.value)
+        check_fp8.refuse(value, f"var '{s.name}'")
         if s.op != "=":
             current = ir.Name(s.name, target_span, symbol.ty, "var")
             combined = ir.BinOp(
@@ -183,6 +185,7 @@ class _KernelChecker:
         param = self.tensor(s.tensor, tensor_span)
         index, shape = self.index(param, s.index, s.span)
         value = self.expr(s.value)
+        check_fp8.check_store(param, value)
         self.storable(param, s.op, value, tensor_span)
         if isinstance(value.ty, TileType) and not (shape and self.shapes.same_shape(shape, value.ty.shape)):
             target = describe(make_type(value.ty.dtype, shape))
@@ -376,9 +379,12 @@ class _KernelChecker:
             return dataclasses.replace(e, ty=I32)
         if isinstance(e, ir.BinOp):
             lhs, rhs = adopt_all([self.expr(e.lhs), self.expr(e.rhs)])
+            for side in (lhs, rhs):
+                check_fp8.refuse(side, f"'{e.op}'")
             return dataclasses.replace(e, lhs=lhs, rhs=rhs, ty=self.binop_type(e.op, lhs, rhs, e.span))
         if isinstance(e, ir.UnaryOp):
             operand = self.expr(e.operand)
+            check_fp8.refuse(operand, f"'{e.op}'")
             want_bool = e.op == "not"
             if (operand.ty.dtype == "bool") != want_bool:
                 need = "bool" if want_bool else "a number"
@@ -436,6 +442,8 @@ class _KernelChecker:
         fill = None
         if e.fill is not None:
             fill = self.expr(e.fill)
+            if param.dtype in ir.FP8:
+                raise CompileError(fill.span, f"an fp8 tensor ({param.dtype}) reads 0 outside: no fill")
             want_bool = param.dtype == "bool"
             if not isinstance(fill.ty, ScalarType) or (fill.ty.dtype == "bool") != want_bool:
                 need = "a bool" if want_bool else "a number"
@@ -443,7 +451,7 @@ class _KernelChecker:
             if dtypes.get(param.dtype).integer and fill.ty.dtype in FLOATS:
                 raise CompileError(fill.span, f"fill of tensor '{param.name}' ({param.dtype}) must be an "
                                    f"integer, found {describe(fill.ty)}")
-        dtype = dtypes.get(param.dtype).value  # bf16 and f16 stay narrow, u8 widens to i32
+        dtype = dtypes.get(param.dtype).value_type  # bf16, f16, e4m3, e5m2 stay narrow, u8 widens to i32
         return dataclasses.replace(e, index=index, fill=fill, ty=make_type(dtype, shape))
 
     def call(self, e: ir.Call) -> ir.Call:
@@ -464,9 +472,11 @@ class _KernelChecker:
         requested = next((v for k, v in e.kwargs if e.func == "dot" and k == "precision"), None)
         kwargs = tuple((k, self.expr(v)) for k, v in e.kwargs if not (e.func == "dot" and k == "precision"))
         checked = dataclasses.replace(e, args=tuple(args), kwargs=kwargs)
+        check_fp8.refuse_in_call(checked)
         checked = dataclasses.replace(checked, ty=call_type(checked, self.shapes, self.size_of))
         if e.func != "dot":
             return checked
+        check_fp8.check_dot_scales(checked, self.shapes)
         precision = dot_precision(checked, requested, self.kernel.precision)
         if precision.mode in ("f32", "tf32"):
             self.f32_dots.append(precision)

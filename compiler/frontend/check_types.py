@@ -12,9 +12,9 @@ from compiler.frontend.ir import ScalarType, Size, TileType
 from compiler.frontend.source import Span
 
 # Value types, from common/dtypes.py's table: what tiles, lets and vars hold
-FLOATS = tuple(n for n in dtypes.names(tile=True) if dtypes.get(n).kind == "float")
+FLOATS = ("f32", "bf16", "f16")
 INTEGERS = tuple(n for n in dtypes.names(tile=True) if dtypes.get(n).integer)  # i32, i64, u32
-NUMERIC = INTEGERS + FLOATS
+NUMERIC = INTEGERS + FLOATS + ("e4m3", "e5m2")  # fp8 values: where check_fp8 lets them
 _INT_RANGE = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1)}
 
 
@@ -30,14 +30,14 @@ def with_dtype(ty: ir.Type, dtype: str) -> ir.Type:
 
 def widened(ty: ir.Type) -> ir.Type:
     """Arithmetic on a narrow float (bf16, f16) computes in f32: its result type."""
-    return with_dtype(ty, "f32") if ty.dtype in ir.NARROW_FLOATS else ty
+    return with_dtype(ty, "f32") if ty.dtype in ir.NARROW_FLOATS + ir.FP8 else ty
 
 
 def promote(a: str, b: str, at: Span | None = None) -> str:
     """The type of arithmetic on a and b: any float makes f32; two integers of one type keep it;
     i32 or u32 with i64 makes i64 (every value fits); i32 with u32 has no common type (C's
     unsigned conversion would turn -1 into 4294967295): refused at `at`."""
-    if a in FLOATS or b in FLOATS or "bool" in (a, b):
+    if a not in INTEGERS or b not in INTEGERS:  # a float (fp8 included) or a bool
         return "f32"
     if a == b:
         return a

@@ -1,6 +1,6 @@
 """Golden errors of the integer and bool dtypes, take's indices and the atomics (issue 37 items 3
 and 4): each bad kernel fails at an exact `file:line:col` with a caret under it and a message that
-says what is wrong (docs/language.md §4.2, §6.4, §8)."""
+says what is wrong (docs/language.md §4.3, §6.4, §8)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The integer and bool dtypes, take's wide indices and the atomics in the interpreter (the
-language's meaning, docs/language.md §4.2, §6.4, §8.3) against plain numpy; .npy files of the new
+language's meaning, docs/language.md §4.3, §6.4, §8.3) against plain numpy; .npy files of the new
 dtypes through `compiler run`; and the cluster layer's refusal of an atomic output that units of
 work on different nodes would share."""
 

@@ -1,5 +1,5 @@
 """On the GPU: the integer and bool dtypes, conversions, wide take indices and the atomics agree
-with the interpreter (their meaning, docs/language.md §4.2, §6.4, §8.3) at every tile point, on
+with the interpreter (their meaning, docs/language.md §4.3, §6.4, §8.3) at every tile point, on
 ragged shapes. Outputs are poisoned first, so an unwritten element fails.
 
 Exact everywhere (integers, bools, conversions, gathers, max/min atomics) except the f32
