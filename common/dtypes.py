@@ -153,3 +153,27 @@ def of_numpy(dtype) -> str | None:
     if found is not None:
         return found
     return next((d.name for d in TABLE.values() if d.plain and np.dtype(d.plain) == dtype), None)
+
+
+def to_storage(values, dtype, path):
+    """`values` converted to storage dtype `dtype` for writing to `path` (common/storage.py):
+    floats round to nearest even, integers convert exactly, and a value an integer type cannot
+    hold is refused."""
+    import numpy as np
+
+    values = np.asarray(values)
+    if values.dtype == dtype:
+        return values  # a tile held in the storage dtype is stored as it is
+    if dtype.kind == "b":
+        return values != 0
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        exact = values.dtype.kind in "iub"  # integers convert exactly, when they fit
+        wide = values.astype(np.uint64 if values.dtype.kind == "u" else np.int64) if exact else np.rint(
+            np.asarray(values, dtype=np.float64))
+        bad = not exact and not np.isfinite(wide).all()
+        if wide.size and (bad or wide.min() < info.min or wide.max() > info.max):
+            raise UserError(f"{path}: a value does not fit {dtype} (NaN, inf or out of range)")
+        return wide.astype(dtype)
+    values = np.asarray(values, dtype=np.float32)
+    return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even

@@ -410,22 +410,7 @@ def write_npy(file, array: np.ndarray) -> None:
 
 
 def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
-    values = np.asarray(values)
-    if values.dtype == dtype:
-        return values  # a tile held in the storage dtype is stored as it is
-    if dtype.kind == "b":
-        return values != 0
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        exact = values.dtype.kind in "iub"  # integers convert exactly, when they fit
-        wide = values.astype(np.uint64 if values.dtype.kind == "u" else np.int64) if exact else np.rint(
-            np.asarray(values, dtype=np.float64))
-        bad = not exact and not np.isfinite(wide).all()
-        if wide.size and (bad or wide.min() < info.min or wide.max() > info.max):
-            raise UserError(f"{path}: a value does not fit {dtype} (NaN, inf or out of range)")
-        return wide.astype(dtype)
-    values = np.asarray(values, dtype=np.float32)
-    return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even
+    return dtypes.to_storage(values, dtype, path)
 
 
 def write_region(staging: Path, region, values: np.ndarray, writeback: bool = True,
