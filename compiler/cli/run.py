@@ -1,7 +1,12 @@
 """`//compiler -- run`: run a kernel on .npy files, with the reference interpreter or on a GPU.
 
     run FILE.phk [--kernel NAME] --dim N=... --scalar alpha=... --tensor a=in.npy ...
-        [--tile BLOCK=...] [--device cpu|gpu]
+        [--tile BLOCK=...] [--device cpu|gpu] [--split N]
+
+--split N cuts the kernel's loop over N CTAs (the split-loop, docs/performance.md); 1 never splits;
+left out, the GPU path splits where the cost model says. A loop whose state is not associative is
+refused at the loop (file:line:col). On the CPU a forced split runs both of its kernels on the
+reference interpreter.
 
 Inputs are memory-mapped; tensors the kernel stores to are read into memory (or created with
 zeros when their file does not exist yet) and written back only after the whole run succeeded,
@@ -23,7 +28,14 @@ import numpy as np
 from common.cli import user_path
 from common.errors import UserError
 from common.storage import write_npy
-from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
+from compiler.cli.args import (
+    add_cta_split_flag,
+    add_kernel_flag,
+    add_value_flags,
+    cta_split,
+    parse_assignments,
+    parse_scalars,
+)
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind, dims_from_files, tensor_shape
 from compiler.frontend.diagnostics import CompileError
@@ -43,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_value_flags(p, cluster=False)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                    help="cpu: the reference interpreter (default); gpu: CUDA through cupy")
+    add_cta_split_flag(p)
     p.set_defaults(func=handle)
 
 
@@ -143,13 +156,13 @@ def _require_gpu() -> None:
 
 
 def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], scalars: dict,
-            device: str) -> dict[str, np.ndarray]:
+            device: str, split: int | None = None) -> dict[str, np.ndarray]:
     """Run through the Python API (phobos.Kernel), with the tile values already bound (the first
     of each @autotune list unless --tile pins them: the command line does not tune)."""
     from compiler.api.kernel import Kernel
 
     api_kernel = Kernel(kernel, kernel.span.file, kernel.source, tiles=dict(binding.tile_values),
-                        autotune=False)
+                        autotune=False).bind(split=split)
     if device == "cpu":
         api_kernel(**arrays, **scalars)
         return arrays
@@ -177,13 +190,18 @@ def handle(args: argparse.Namespace) -> int:
     paths = parse_assignments(args.tensor, "--tensor", None)
     if args.device == "gpu":
         _require_gpu()
+    split = cta_split(args)
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
+    if split is not None and split > 1:
+        from compiler.cuda.split_loop import split_form
+
+        split_form(kernel)  # refused before any file is read, at the loop, saying why
     dims = dims_from_files(kernel, dims, existing_shapes(paths))
     binding = bind(kernel, dims, None, tiles)
     scalar_values = scalar_arguments(kernel, scalars)
     arrays, targets = load_tensors(kernel, paths, binding.env)
     bind(kernel, dims, {n: a.shape for n, a in arrays.items()}, tiles)
-    results = execute(kernel, binding, arrays, scalar_values, args.device)
+    results = execute(kernel, binding, arrays, scalar_values, args.device, split)
     write_outputs({n: np.asarray(results[n]) for n in targets}, targets)
     for name, path in targets.items():
         print(f"wrote {name} {tuple(results[name].shape)} to {path}")
