@@ -7,7 +7,8 @@ Decisions (the runtime's storage contract):
 - Confinement: a path must lie inside one of the operator's storage roots after every symlink is
   resolved; a `..` component is refused outright (even one that would stay inside), and so is any
   other scheme. The pod's default root is its working directory (pod/cli.py --storage-root).
-- dtypes (common/dtypes.py): f32, f16, i32 as the .npy header says (little-endian); bf16 and the
+- dtypes (common/dtypes.py): f32, f16, i32, i64, u32, u8, bool as the .npy header says
+  (little-endian); bf16 and the
   fp8 formats are written with ml_dtypes' names in the header (`bfloat16`, `float8_e4m3fn`,
   `float8_e5m2`), which numpy reads back once ml_dtypes is imported (`write_npy`). Files numpy
   itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record); such a header is read as bf16
@@ -17,7 +18,8 @@ Decisions (the runtime's storage contract):
 - Tiles keep the storage dtype: `read_region_into` a buffer of that dtype copies the bytes as
   they are (pread); a buffer of another dtype (read_region's f32) gets them converted. Writes of
   values already in the storage dtype store them as they are; other values are converted to it
-  rounding to nearest (ties to even), for i32 too (values outside i32's range are refused).
+  rounding to nearest (ties to even), for integer types too; integers convert exactly; values
+  outside an integer type's range are refused.
 - Outputs are written into a staging copy in the same directory (a hidden name that carries the
   job id), its space reserved up front, its data on a 4096-byte boundary when it is 1 MiB or more
   (the header padded with spaces, as the format allows: direct stores need the alignment); a
@@ -332,18 +334,7 @@ def write_npy(file, array: np.ndarray) -> None:
 
 
 def _to_storage(values: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
-    values = np.asarray(values)
-    if values.dtype == dtype:
-        return values  # a tile held in the storage dtype is stored as it is
-    values = np.asarray(values, dtype=np.float32)
-    if dtype.kind == "i":
-        rounded = np.rint(values)
-        info = np.iinfo(dtype)
-        if rounded.size and (not np.isfinite(rounded).all() or rounded.min() < info.min
-                             or rounded.max() > info.max):
-            raise UserError(f"{path}: a value does not fit {dtype} (NaN, inf or out of range)")
-        return rounded.astype(dtype)
-    return values.astype(dtype)  # f16 and bf16 (ml_dtypes) casts round to nearest, ties to even
+    return dtypes.to_storage(values, dtype, path)
 
 
 def write_region(staging: Path, region, values: np.ndarray, writeback: bool = True,

@@ -79,7 +79,8 @@ _ENTRIES = (
     Builtin("expand", (), rules.expand_rule, interp.expand, cuda.expand, with_axis=(1,)),
     Builtin("full", (2,), rules.full_rule, interp.full, cuda.full),
     Builtin("f32", (1,), rules.convert_rule, interp.convert, cuda.convert, elementwise=True),
-    Builtin("i32", (1,), rules.convert_rule, interp.convert, cuda.convert, elementwise=True),
+    *(Builtin(n, (1,), rules.convert_rule, interp.convert, cuda.convert, elementwise=True)
+      for n in ("i32", "i64", "u32")),
     Builtin("bf16", (1,), rules.narrow_rule, interp.narrow, cuda.narrow, elementwise=True),
     Builtin("f16", (1,), rules.narrow_rule, interp.narrow, cuda.narrow, elementwise=True),
 )

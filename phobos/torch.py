@@ -24,6 +24,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from common import dtypes
 from common.errors import ArrayError, Error
 from compiler.api.kernel import Kernel
 from compiler.frontend.walk import read_tensors
@@ -36,8 +37,10 @@ except ImportError:  # pragma: no cover - the integration's tests skip without t
 
 __all__ = ["Op", "op"]
 
-_TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
-_SCHEMA_SCALARS = {"f32": "float", "i32": "int"}
+# every storage dtype of common/dtypes.py this torch has (torch.uint32 came with torch 2.3)
+_TORCH_DTYPES = {name: getattr(torch, attr) for name in dtypes.names(storage=True)
+                 if hasattr(torch, attr := dtypes.get(name).torch.removeprefix("torch."))}
+_SCHEMA_SCALARS = {"f32": "float", "i32": "int", "i64": "int", "u32": "int", "bool": "bool"}
 _GRAD = "grad_"
 
 _registry: dict[str, Op] = {}  # qualified name -> operator, so that a second registration is refused

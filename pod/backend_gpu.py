@@ -35,7 +35,7 @@ import weakref
 import ml_dtypes
 import numpy as np
 
-from common import storage
+from common import dtypes, storage
 from pod.backend_cpu import KEPT_LEAVES
 from pod.gpu_leaves import GpuLeaf, gpu_leaf
 from pod.ipc_mappings import IpcMappings, Mapping
@@ -413,7 +413,7 @@ def _device_arrays(cupy, compiled: CompiledLeaf, bound: dict):
             arrays[param.name] = rounded.astype(cupy.uint16)
             converted.append(param.name)
         else:
-            arrays[param.name] = buf.astype({"f16": cupy.float16, "i32": cupy.int32}[param.dtype])
+            arrays[param.name] = buf.astype(_DEVICE_DTYPES[param.dtype])
             converted.append(param.name)
     return arrays, converted
 
@@ -425,6 +425,5 @@ def _to_f32(cupy, array):
 
 
 # storage dtype -> device dtype (bf16 as its bits) and back to the host view of those bytes
-_DEVICE_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16),
-                  "i32": np.dtype(np.int32)}
+_DEVICE_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.names(storage=True)}
 _HOST_DTYPES = {np.dtype(np.uint16): np.dtype(ml_dtypes.bfloat16)}

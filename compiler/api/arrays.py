@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from common import dtypes
 from common.errors import ArrayError, Error
 from compiler.interp.values import STORAGE_DTYPES
 
@@ -25,11 +26,9 @@ ALIGNMENT = 16  # the generated code loads vectors; launch.py asks the same of e
 # numpy / cupy dtypes by the kernel's element type. cupy has no bfloat16: a bf16 tensor held by
 # cupy is its 16-bit patterns as uint16 (as compiler/cuda/launch.py passes it).
 HOST_DTYPES = {name: np.dtype(dt) for name, dt in STORAGE_DTYPES.items()}
-CUPY_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "i32": np.dtype(np.int32),
-               "bf16": np.dtype(np.uint16)}
-TORCH_DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "i32": "torch.int32",
-                "bf16": "torch.bfloat16", "e4m3": "torch.float8_e4m3fn", "e5m2": "torch.float8_e5m2"}
 # fp8 arrays come from torch (or numpy with ml_dtypes): cupy's uint8 cannot say which format it holds
+CUPY_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.NAMES if name not in dtypes.FP8}
+TORCH_DTYPES = {name: dtypes.get(name).torch for name in dtypes.NAMES}
 
 
 class DeviceArray:

@@ -30,14 +30,25 @@ def parse_assignments(items: list[str] | None, flag: str, kind: type | None = in
         try:
             out[name] = kind(value.strip())
         except ValueError:
-            what = "an integer" if kind is int else "a number"
+            what = "an integer" if kind is int else "a number (or true/false)"
             raise UserError(f"{flag} {name}={value}: value must be {what}") from None
     return out
 
 
+def _scalar_text(text: str) -> int | float | bool:
+    """A whole number stays an int (an i64 beyond 2^53 must not pass through a float), true and
+    false are bools, anything else a float."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 def parse_scalars(items: list[str] | None) -> dict[str, float]:
-    """Scalars are kept as floats here and converted to each parameter's declared type later."""
-    return parse_assignments(items, "--scalar", float)
+    """Scalars are kept as numbers here and converted to each parameter's declared type later."""
+    return parse_assignments(items, "--scalar", _scalar_text)
 
 
 # ---- the flags every program spells the same way ----------------------------------------------

@@ -217,7 +217,8 @@ def first_position_use(
 
 
 def _accesses(body: tuple[ir.Stmt, ...]):
-    """(tensor, index, env, is_store, is_compound) for every load and store, in source order."""
+    """(tensor, index, env, is_store, is_compound, store op or "") for every load and store, in
+    source order."""
     for stmt, env in walk.iter_stmts_with_env(body):
         if isinstance(stmt, ir.For):
             exprs = (stmt.start, stmt.stop, stmt.step)
@@ -228,18 +229,31 @@ def _accesses(body: tuple[ir.Stmt, ...]):
         for top in exprs:
             for e in walk.iter_exprs(top):
                 if isinstance(e, ir.Load):
-                    yield e.tensor, e.index, env, False, False
+                    yield e.tensor, e.index, env, False, False, ""
         if isinstance(stmt, ir.Store):
-            yield stmt.tensor, stmt.index, env, True, stmt.op != "="
+            yield stmt.tensor, stmt.index, env, True, stmt.op != "=", stmt.op
 
 
-def _check_store_is_owned(tensor: str, index, roles: tuple[AxisRole, ...], level: ClusterLevel) -> None:
+def _check_store_is_owned(tensor: str, index, roles: tuple[AxisRole, ...], level: ClusterLevel,
+                          op: str = "=") -> None:
     """Units run on different nodes at once, so each must write only its own super-tile: a store
-    not split along some cluster grid axis would be written by every unit along that axis."""
+    not split along some cluster grid axis would be written by every unit along that axis. An
+    atomic is no exception: each node would combine its units' contributions into its own copy
+    of the region, and nothing adds the copies up; an atomic output is reduced on the node that
+    owns its super-tile (by the CTAs of that unit's leaf), never across nodes."""
     split = {r.axis for r in roles if r.kind == "grid"}
     for axis, tile in level.grid_tiles.items():
         if axis not in split:
             span = index[0].span.to(index[-1].span)
+            if op in ir.ATOMIC_OPS:
+                raise CompileError(
+                    span,
+                    f"{op} into '{tensor}' is not split along ctx.block.{axis}: the units of work along "
+                    "that axis run on different nodes, each would combine into its own copy of this "
+                    "region, and the cluster layer does not reduce atomic outputs across nodes; split "
+                    f"'{tensor}' along ctx.block.{axis} (`ctx.block.{axis} * {tile} :+ {tile}`) so that "
+                    "each unit reduces its own region, or run the kernel without @cluster",
+                )
             raise CompileError(
                 span,
                 f"'{tensor}' is not split along ctx.block.{axis} here, so every unit of "
@@ -255,14 +269,14 @@ def plan_accesses(kernel: ir.Kernel, level: ClusterLevel) -> AccessPlan:
     writes: set[str] = set()
     dims: dict[str, tuple[AxisRole, ir.Span]] = {}
     absolute_slices: set[ir.Span] = set()  # slices started at an absolute position
-    for tensor, index, env, is_store, compound in _accesses(kernel.body):
+    for tensor, index, env, is_store, compound, op in _accesses(kernel.body):
         verb = "written" if is_store else "read"
         roles = tuple(classify_slice(tensor, item, env, level, verb) for item in index)
         starts = [(item, _slice_parts(item)[0]) for item in index]
         absolute_slices.update(item.span for item, start in starts if start and origin_axes(start, env))
         if is_store:
             writes.add(tensor)
-            _check_store_is_owned(tensor, index, roles, level)
+            _check_store_is_owned(tensor, index, roles, level, op)
         if not is_store or compound:
             reads.add(tensor)
         _check_same_cut(tensor, index, roles, seen.get(tensor), verb)

@@ -6,8 +6,8 @@ element. This module imports no emitter that reads the table (no cycle through i
 
 from __future__ import annotations
 
-from compiler.cuda import scans
-from compiler.cuda.emit import FLOATS
+from compiler.cuda import int_ops, scans
+from compiler.cuda.emit import CTYPE, FLOATS
 from compiler.cuda.values import Ctx, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -67,7 +67,7 @@ def bits(gen, e: ir.Call, ctx: Ctx | None) -> str:
         return f"(~{x[0]})"
     if e.func in BITS:
         return f"({x[0]} {BITS[e.func]} {x[1]})"
-    return f"{'shl_i' if e.func == 'shift_left' else 'shr_i'}({x[0]}, {x[1]})"
+    return int_ops.shift(gen, e.ty.dtype, e.func == "shift_left", x[0], x[1])
 
 
 def max_min(gen, e: ir.Call, ctx: Ctx | None) -> str:
@@ -102,8 +102,9 @@ def narrow(gen, e: ir.Call, ctx: Ctx | None) -> str:
 
 
 def convert(gen, e: ir.Call, ctx: Ctx | None) -> str:
-    ctype = "float" if e.func == "f32" else "int"
-    return f"(({ctype})({gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))}))"
+    """f32(x), i32(x), i64(x), u32(x): C's casts (from a float, cvt.rzi: toward zero, saturating,
+    NaN to 0; between integers, the low bits)."""
+    return f"(({CTYPE[e.func]})({gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))}))"
 
 
 def arange(gen, e: ir.Call, ctx: Ctx | None) -> str:
@@ -150,7 +151,9 @@ def take(gen, e: ir.Call, ctx: Ctx | None) -> str:
     shape = tuple(gen.size(s) for s in x.ty.shape)
     inner = gen.elem(x, Ctx(shape, ctx.kind, ctx.local, tuple(pos), native=False))
     zero = "0.0f" if x.ty.dtype in FLOATS else ("false" if x.ty.dtype == "bool" else "0")
-    return f"(((unsigned)({i}) < {extent}u) ? {inner} : {zero})"
+    # unsigned comparison: a negative index wraps above every extent; an i64 one compares all 64 bits
+    wide = "unsigned long long" if idx.ty.dtype == "i64" else "unsigned"
+    return f"((({wide})({i}) < {extent}u) ? {inner} : {zero})"
 
 
 def scan(gen, e: ir.Call, ctx: Ctx | None) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from compiler.cuda import (
     analysis,
     dots,
+    int_ops,
     loops,
     mbarriers,
     mma,
@@ -24,7 +25,15 @@ from compiler.cuda import (
     uniform,
     wgmma,
 )
-from compiler.cuda.emit import CTYPE, FP8_PRELUDE, FP8_STORE_PRELUDE, HALF_PRELUDE, STORAGE_CTYPE, Emitter
+from compiler.cuda.emit import (
+    CTYPE,
+    FP8_PRELUDE,
+    FP8_STORE_PRELUDE,
+    HALF_PRELUDE,
+    INT_SUFFIX,
+    STORAGE_CTYPE,
+    Emitter,
+)
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.values import Val
@@ -188,8 +197,8 @@ class KernelGen(ExprEmitter):
         if s.name in self.scalars:
             cname, dtype = self.scalars[s.name]
             value = self.cast(self.scalar(s.value), s.value, dtype)
-            if s.op == "/=" and dtype == "i32":
-                self.out.line(f"{cname} = floordiv_i({cname}, {value});")
+            if s.op == "/=" and dtype in INT_SUFFIX:
+                self.out.line(f"{cname} = {int_ops.divide(self, dtype, cname, value)};")
             elif s.op == "=":
                 self.out.line(f"{cname} = {value};")
             else:
@@ -360,6 +369,7 @@ class KernelGen(ExprEmitter):
             if self.leaf.plan.wgmma:  # fp8 tiles staged by threads (fp8 tensor cores: sm_90)
                 head.block(FP8_STORE_PRELUDE.splitlines())
         head.block(PRELUDE.splitlines())
+        head.block(int_ops.prelude(self.int_helpers))
         if self.tensor_cores:
             head.block(mma.PRELUDE.splitlines())
         if self.used_wgmma:

@@ -43,12 +43,12 @@ def c_float(value: float) -> str:
 
 
 FLOATS = ("f32", "bf16", "f16", "e4m3", "e5m2")  # value types held in float registers
-# registers hold bf16 / f16 / fp8 values as floats (already rounded to the type)
-CTYPE = {"f32": "float", "i32": "int", "bool": "bool", "bf16": "float", "f16": "float", "e4m3": "float",
-         "e5m2": "float"}
+# registers hold bf16 / f16 / fp8 values as floats (already rounded to the type), u8 ones as ints
+CTYPE = {name: row.ctype for name, row in dtypes.TABLE.items()}
 # f16 / bf16 travel as their 16-bit patterns and convert with PTX cvt (see HALF_PRELUDE): the
 # generated code then needs no header, not even cuda_fp16.h, which NVRTC cannot find on its own.
 STORAGE_CTYPE = {n: d.cuda_storage for n, d in dtypes.TABLE.items()}  # common/dtypes.py
+INT_SUFFIX = {"i32": "", "i64": "LL", "u32": "u"}  # of an integer literal of that type
 
 HALF_PRELUDE = r"""
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
@@ -97,24 +97,27 @@ __device__ __forceinline__ unsigned char f32_to_e5m2(float f) {
 
 
 def to_f32(dtype: str, expr: str) -> str:
+    """The register value of a tensor element read as `expr` (floats as f32, u8 as int)."""
     if dtype in ("e4m3", "e5m2"):
         return f"{dtype}_to_f32({expr})"
     if dtype == "f16":
         return f"f16_to_f32({expr})"
     if dtype == "bf16":
         return f"bf16_to_f32({expr})"
-    if dtype == "i32":
-        return expr
+    if dtype == "u8":
+        return f"((int)({expr}))"
     return expr
 
 
 def from_f32(dtype: str, expr: str) -> str:
+    """`expr` (already of the tensor's value type) as the tensor's element: narrow floats round
+    to nearest even, integers convert as C does (a u8 keeps the low 8 bits)."""
     if dtype in ("e4m3", "e5m2"):
         return f"f32_to_{dtype}({expr})"
     if dtype == "f16":
         return f"f32_to_f16({expr})"
     if dtype == "bf16":
         return f"f32_to_bf16({expr})"
-    if dtype == "i32":
-        return f"(int)({expr})"
-    return expr
+    if dtype == "f32":
+        return expr
+    return f"({STORAGE_CTYPE[dtype]})({expr})"

@@ -6,8 +6,8 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 from __future__ import annotations
 
 from compiler import builtins
-from compiler.cuda import analysis, dots, reductions
-from compiler.cuda.emit import CTYPE, FLOATS, Emitter, c_float, to_f32
+from compiler.cuda import analysis, dots, int_ops, reductions
+from compiler.cuda.emit import CTYPE, FLOATS, INT_SUFFIX, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
@@ -47,6 +47,7 @@ class ExprEmitter:
         self.register_floats = 0
         self.uses_half = any(p.dtype == "f16" for p in kernel.tensors)
         self.uses_bf16 = any(p.dtype == "bf16" for p in kernel.tensors)
+        self.int_helpers: set[str] = set()  # i64 / u32 helpers the code calls (int_ops.HELPERS)
         self.uses_fp8 = any(p.dtype in ir.FP8 for p in kernel.tensors)
         # one flag per enclosing loop body: has a barrier been emitted in it (at its own level)
         self.loop_barriers: list[bool] = []
@@ -187,8 +188,8 @@ class ExprEmitter:
         target = self.access(val, ctx)
         if op == "=":
             line = f"{target} = {v};"
-        elif op == "/=" and val.dtype == "i32":
-            line = f"{target} = floordiv_i({target}, {v});"
+        elif op == "/=" and val.dtype in INT_SUFFIX:
+            line = f"{target} = {int_ops.divide(self, val.dtype, target, v)};"
         else:
             line = f"{target} {op} {v};"
         self.emit_loop(ctx, [line])
@@ -234,7 +235,7 @@ class ExprEmitter:
                 return "true" if e.value else "false"
             if e.ty is not None and e.ty.dtype == "f32" or isinstance(e.value, float):
                 return c_float(float(e.value))
-            return f"({int(e.value)})"
+            return f"({int(e.value)}{INT_SUFFIX.get(e.ty.dtype, '') if e.ty is not None else ''})"
         if isinstance(e, ir.Name):
             return self.name_elem(e, ctx)
         if isinstance(e, ir.BlockIndex):
@@ -282,18 +283,19 @@ class ExprEmitter:
         n = 1
         for s in v.shape:
             n *= s
-        buf = self.alloc_scratch(n)
+        wide = v.dtype == "i64"  # two words an element
+        buf = self.alloc_scratch(2 * n if wide else n)
         src = self.ctx_for(v.kind, v.shape)
         self.sync()
         flat = " + ".join(f"{p} * {self.stride(v.shape, a)}" for a, p in enumerate(src.pos))
-        # shared memory is float words: an i32 tile goes through them bit for bit (a value
+        # shared memory is float words: an integer tile goes through them bit for bit (a value
         # conversion would round indices above 2^24 and make the read a float)
-        as_int = v.dtype == "i32"
-        value = f"__int_as_float({self.access(v, src)})" if as_int else self.access(v, src)
-        self.emit_loop(src, [f"{buf}[{flat}] = {value};"])
+        into, out = int_ops.SHARED_BITS.get(v.dtype, ("{}", "{}"))
+        words = f"reinterpret_cast<long long*>({buf})" if wide else buf
+        self.emit_loop(src, [f"{words}[{flat}] = {into.format(self.access(v, src))};"])
         self.sync()
         flat_ctx = " + ".join(f"({p}) * {self.stride(v.shape, a)}" for a, p in enumerate(ctx.pos))
-        return f"__float_as_int({buf}[{flat_ctx}])" if as_int else f"{buf}[{flat_ctx}]"
+        return out.format(f"{words}[{flat_ctx}]")
 
     @staticmethod
     def stride(shape, axis) -> int:
@@ -315,9 +317,9 @@ class ExprEmitter:
                 return f"floormod_f({a}, {b})"
             return f"({a} {e.op} {b})"
         if e.op == "/":
-            return f"floordiv_i({a}, {b})"
+            return int_ops.divide(self, e.ty.dtype, a, b)
         if e.op == "%":
-            return f"floormod_i({a}, {b})"
+            return int_ops.modulo(self, e.ty.dtype, a, b)
         return f"({a} {e.op} {b})"
 
     # -- loads ------------------------------------------------------------------------------
@@ -368,7 +370,7 @@ class ExprEmitter:
 
     def load_elem(self, e: ir.Load, ctx: Ctx | None) -> str:
         param = self.tensor(e.tensor, e.span)
-        fill = self.elem(e.fill, None) if e.fill is not None else ("0.0f" if param.dtype != "i32" else "0")
+        fill = self.elem(e.fill, None) if e.fill is not None else int_ops.zero(param.dtype)
         if ctx is not None and ctx.standard and self.vector_ok(e, ctx) and self.small(ctx):
             return self.vector_load(e, ctx, fill)
         ptr, pred = self.element_address(param, e.index, ctx.pos if ctx else ())

@@ -20,14 +20,8 @@ if TYPE_CHECKING:  # a pod launching a shipped leaf never loads the generator (c
     from compiler.cuda.compiled import CompiledKernel
     from compiler.frontend import ir
 
-_DTYPES = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "i32": np.dtype(np.int32),
-    "bf16": np.dtype(np.uint16),
-    "e4m3": np.dtype(np.uint8),
-    "e5m2": np.dtype(np.uint8),
-}  # bf16 travels as its 16-bit pattern, fp8 as its byte: cupy has neither
+# bf16 travels as its 16-bit pattern, fp8 as its byte: cupy has neither
+_DTYPES = {name: dtypes.device_dtype(name) for name in dtypes.NAMES}
 _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}

@@ -30,6 +30,9 @@ def reduction(gen, e: ir.Call, ctx) -> str:
     axis = dict(e.kwargs)["axis"].value
     x = e.args[0]
     shape = tuple(gen.size(s) for s in x.ty.shape)
+    if x.ty.dtype in ("i64", "u32"):
+        raise CompileError(e.span, f"the CUDA backend reduces f32 and i32 tiles, not {x.ty.dtype} "
+                                   "(convert with i32(...) or f32(...) first)")
     op = _Combine.of(e.func, x.ty.dtype in ("f32", "bf16", "f16"))
     if len(shape) == 1:
         return _reduce_flat(gen, x, shape, op)
@@ -99,7 +102,7 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     gen.sync()
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-    gen.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {res.cname}[_j];")
+    gen.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {_word(op.ctype, f'{res.cname}[_j]')};")
     gen.out.close()
     gen.sync()
     gen.out.line("#pragma unroll")
@@ -107,7 +110,7 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     gen.out.line(f"{op.ctype} a_ = {op.ident};")
     gen.out.line(
         f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
-        f"a_ = {op('a_', f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]')};"
+        f"a_ = {op('a_', _value(op.ctype, f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]'))};"
     )
     gen.out.line(f"{res.cname}[_j] = a_;")
     gen.out.close()
@@ -157,19 +160,29 @@ def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
     gen.out.line("#pragma unroll")
     gen.out.line(
         f"for (int _i = 0; _i < {count}; ++_i) "
-        f"{buf}[(th_r * {groups} + th_c / {group}) * {count} + _i] = {res.cname}[_i];"
+        f"{buf}[(th_r * {groups} + th_c / {group}) * {count} + _i] = {_word(ctype, f'{res.cname}[_i]')};"
     )
     gen.out.close()
     gen.sync()
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
-    gen.out.line(f"{ctype} a_ = {buf}[(th_r * {groups}) * {count} + _i];")
+    gen.out.line(f"{ctype} a_ = {_value(ctype, f'{buf}[(th_r * {groups}) * {count} + _i]')};")
     gen.out.line(
         f"for (int q_ = 1; q_ < {groups}; ++q_) "
-        f"a_ = {comb('a_', f'{buf}[(th_r * {groups} + q_) * {count} + _i]')};"
+        f"a_ = {comb('a_', _value(ctype, f'{buf}[(th_r * {groups} + q_) * {count} + _i]'))};"
     )
     gen.out.line(f"{res.cname}[_i] = a_;")
     gen.out.close()
+
+def _word(ctype: str, value: str) -> str:
+    """An int partial into a float word of shared memory bit for bit (a conversion would round
+    partials above 2^24, and make the combine below mix int and float)."""
+    return f"__int_as_float({value})" if ctype == "int" else value
+
+
+def _value(ctype: str, word: str) -> str:
+    return f"__float_as_int({word})" if ctype == "int" else word
+
 
 def block_allreduce(gen, acc: str, comb) -> None:
     t = gen.grid.threads
@@ -182,7 +195,8 @@ def block_allreduce(gen, acc: str, comb) -> None:
         return
     buf = gen.alloc_scratch(warps)
     gen.sync()
-    gen.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {acc};")
+    ctype = getattr(comb, "ctype", "float")
+    gen.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {_word(ctype, acc)};")
     gen.sync()
-    gen.out.line(f"{acc} = {buf}[0];")
-    gen.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, f'{buf}[q_]')};")
+    gen.out.line(f"{acc} = {_value(ctype, f'{buf}[0]')};")
+    gen.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, _value(ctype, f'{buf}[q_]'))};")

@@ -14,11 +14,14 @@ from compiler.frontend.binding import scalar_value
 
 
 def launch_scalar(name: str, value, dtype: str):
-    """`value` for scalar parameter `name` of type `dtype` ('f32' or 'i32'); an f32 goes straight
+    """`value` for scalar parameter `name` of type `dtype` (f32, i32, i64, u32, bool); an f32 goes straight
     through (the API's hot path); a refused i32 raises Error, the API's form of the UserError."""
     if dtype == "f32":
         return np.float32(value)
     try:
-        return np.int32(scalar_value(name, value, dtype))
+        return _NUMPY[dtype](scalar_value(name, value, dtype))
     except UserError as err:
         raise as_error(err) from None
+
+
+_NUMPY = {"i32": np.int32, "i64": np.int64, "u32": np.uint32, "bool": np.bool_}

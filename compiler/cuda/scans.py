@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from compiler.cuda.values import Ctx
 from compiler.frontend import ir
+from compiler.frontend.diagnostics import CompileError
 
 _IDENT = {
     ("cumsum", True): "0.0f", ("cumsum", False): "0",
@@ -36,6 +37,9 @@ def scan(gen, e: ir.Call, ctx: Ctx) -> str:
     x = e.args[0]
     axis = dict(e.kwargs)["axis"].value
     shape = tuple(gen.size(s) for s in x.ty.shape)
+    if e.ty.dtype in ("i64", "u32"):
+        raise CompileError(e.span, f"the CUDA backend scans f32 and i32 tiles, not {e.ty.dtype} "
+                                   "(convert with i32(...) or f32(...) first)")
     is_float = e.ty.dtype in ("f32", "bf16", "f16")
     ctype = "float" if is_float else "int"
     kind = "2d" if len(shape) == 2 else "flat"

@@ -11,9 +11,10 @@ writes of the epilogue (matmul's C, attention's O)."""
 
 from __future__ import annotations
 
+from common import dtypes
 from compiler import builtins
-from compiler.cuda import analysis
-from compiler.cuda.emit import from_f32
+from compiler.cuda import analysis, int_ops
+from compiler.cuda.emit import INT_SUFFIX, from_f32
 from compiler.cuda.layout import MmaDist
 from compiler.cuda.values import Ctx, Val
 from compiler.frontend import ir
@@ -87,14 +88,17 @@ def vector_store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
 
 def store_line(gen, param: ir.TensorParam, ptr: str, op: str, v: str, value: ir.Expr) -> str:
     """One element's store: `=` converts to the tensor's type; `+=` etc. read the old value."""
-    target_type = "f32" if param.dtype in ("f16", "bf16", "f32") else "i32"
+    target_type = dtypes.get(param.dtype).value_type
+    target_type = "f32" if dtypes.get(param.dtype).narrow else target_type
     v = gen.cast(v, value, target_type)
     if op == "=":
         return f"{ptr} = {from_f32(param.dtype, v)};"
+    if op in ir.ATOMIC_OPS:
+        return int_ops.atomic(gen, op, param.dtype, ptr, v) + ";"
     old = gen.read_global(param, ptr)
     binop = op[0]
-    if binop == "/" and target_type == "i32":
-        new = f"floordiv_i({old}, {v})"
+    if binop == "/" and target_type in INT_SUFFIX:
+        new = int_ops.divide(gen, target_type, old, v)
     else:
         new = f"({old} {binop} {v})"
     return f"{ptr} = {from_f32(param.dtype, new)};"

@@ -204,16 +204,24 @@ def bind(kernel: ir.Kernel, dims: Mapping[str, int], tensor_shapes: Mapping[str,
 
 
 I32_RANGE = (-(2**31), 2**31 - 1)
+INT_RANGES = {"i32": I32_RANGE, "i64": (-(2**63), 2**63 - 1), "u32": (0, 2**32 - 1)}
 
 
-def scalar_value(name: str, value, dtype: str) -> int | float:
-    """The value of scalar argument `name` for a parameter of type `dtype`: a float for f32, an
-    int for i32, which takes only a whole number that fits in 32 bits (a fraction, a bool or a
-    larger value is refused with one line, never truncated or wrapped)."""
-    if dtype != "i32":
+def scalar_value(name: str, value, dtype: str) -> int | float | bool:
+    """The value of scalar argument `name` for a parameter of type `dtype`: a float for f32; an
+    int for i32, i64 and u32, which take only a whole number in the type's range; a bool for bool,
+    which takes True/False (or 0/1). Anything else is refused with one line, never truncated or
+    wrapped."""
+    if dtype == "f32":
         return float(value)
-    if isinstance(value, bool) or not math.isfinite(value) or int(value) != value:
-        raise UserError(f"scalar {name} = {value} must be an integer (it is i32)")
-    if not I32_RANGE[0] <= value <= I32_RANGE[1]:
-        raise UserError(f"scalar {name} = {int(value)} does not fit in i32")
+    if dtype == "bool":
+        if isinstance(value, bool) or value in (0, 1):
+            return bool(value)
+        raise UserError(f"scalar {name} = {value} must be true or false (it is bool)")
+    if isinstance(value, bool) or not isinstance(value, int) and (
+            not math.isfinite(value) or int(value) != value):
+        raise UserError(f"scalar {name} = {value} must be an integer (it is {dtype})")
+    lo, hi = INT_RANGES[dtype]
+    if not lo <= int(value) <= hi:
+        raise UserError(f"scalar {name} = {int(value)} does not fit in {dtype}")
     return int(value)

@@ -10,12 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 
+from common import dtypes
 from compiler.builtins import call_type, check_signature
 from compiler.frontend import check_fp8, ir
 from compiler.frontend.affine import affine_of
+from compiler.frontend.check_atomics import check_atomic_targets, check_atomic_value
 from compiler.frontend.check_calls import dot_precision
 from compiler.frontend.check_header import Symbol, check_header, word_span
-from compiler.frontend.check_types import FLOATS, NUMERIC, Shapes, describe, make_type, promote, widened
+from compiler.frontend.check_types import (
+    FLOATS,
+    INTEGERS,
+    Shapes,
+    adopt_all,
+    check_assignable_dtype,
+    describe,
+    make_type,
+    promote,
+    widened,
+)
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import BOOL, F32, I32, ScalarType, Size, TileType
 from compiler.frontend.parser import UncheckedTileType
@@ -23,6 +35,9 @@ from compiler.frontend.source import Span
 
 AXES = ("x", "y", "z")
 ORDERING = ("<", "<=", ">", ">=")
+# calls whose (last two) arguments are combined elementwise: an integer literal among them takes
+# the other's integer type
+LITERAL_ADOPTING = ("max", "min", "where", "pow", "bit_and", "bit_or", "bit_xor", "shift_left", "shift_right")
 
 
 def check(module: ir.Module) -> ir.Module:
@@ -67,6 +82,7 @@ class _KernelChecker:
         self.scopes = [dict(header.symbols)]
         self.shapes = Shapes(header.fixed)
         body = self.block(k.body)
+        check_atomic_targets(body)
         grid = self.finish_grid()
         self.check_precision_used()
         return dataclasses.replace(k, body=body, grid=grid)
@@ -130,18 +146,7 @@ class _KernelChecker:
 
     def assignable(self, target: ir.Type, value: ir.Expr, what: str) -> None:
         vt = value.ty
-        if target.dtype == "bool" and vt.dtype != "bool":
-            raise CompileError(value.span, f"{what} is {describe(target)}; cannot assign {describe(vt)}")
-        if target.dtype != "bool" and vt.dtype == "bool":
-            raise CompileError(
-                value.span,
-                f"{what} is {describe(target)}; cannot assign {describe(vt)} (use where(c, 1.0, 0.0))",
-            )
-        if target.dtype == "i32" and vt.dtype in FLOATS:
-            raise CompileError(
-                value.span,
-                f"{what} is {describe(target)}; cannot assign {describe(vt)} without a conversion i32(...)",
-            )
+        check_assignable_dtype(target.dtype, value, f"{what} is {describe(target)}")
         if isinstance(vt, TileType):
             if not isinstance(target, TileType) or not self.shapes.same_shape(target.shape, vt.shape):
                 raise CompileError(
@@ -182,18 +187,13 @@ class _KernelChecker:
 
     def store(self, s: ir.Store) -> ir.Store:
         tensor_span = Span(s.span.file, s.span.line, s.span.col, s.span.line, s.span.col + len(s.tensor))
+        if s.op in ir.ATOMIC_OPS:  # atomic_add(T[..], v): the tensor name follows "atomic_add("
+            tensor_span = word_span(self.text, s.span, s.tensor)
         param = self.tensor(s.tensor, tensor_span)
         index, shape = self.index(param, s.index, s.span)
         value = self.expr(s.value)
         check_fp8.check_store(param, value)
-        if value.ty.dtype not in NUMERIC:
-            raise CompileError(value.span, f"cannot store {describe(value.ty)} into a tensor")
-        if param.dtype == "i32" and value.ty.dtype != "i32":
-            raise CompileError(
-                value.span,
-                f"tensor '{param.name}' holds i32; cannot store {describe(value.ty)} "
-                "without a conversion i32(...)",
-            )
+        self.storable(param, s.op, value, tensor_span)
         if isinstance(value.ty, TileType) and not (shape and self.shapes.same_shape(shape, value.ty.shape)):
             target = describe(make_type(value.ty.dtype, shape))
             raise CompileError(
@@ -201,6 +201,25 @@ class _KernelChecker:
                 f"shape mismatch: the slice of '{param.name}' is {target}; cannot store {describe(value.ty)}",
             )
         return dataclasses.replace(s, index=index, value=value)
+
+    def storable(self, param: ir.TensorParam, op: str, value: ir.Expr, tensor_span: Span) -> None:
+        """A value of this dtype may be stored (with `op`) into tensor `param`: a u8 tensor takes
+        any integer (kept modulo 256, as C's conversion to unsigned char does)."""
+        what = f"tensor '{param.name}' holds {param.dtype};"
+        if op in ir.ATOMIC_OPS:
+            check_atomic_value(param, op, value, tensor_span)
+            return
+        if param.dtype == "bool" and op != "=":
+            raise CompileError(value.span, f"{what} '{op}' needs numbers (store a bool with '=')")
+        if param.dtype == "u8":
+            if value.ty.dtype not in INTEGERS:
+                raise CompileError(
+                    value.span, f"{what} cannot store {describe(value.ty)} without a conversion i32(...)"
+                )
+            return
+        if param.dtype != "bool" and value.ty.dtype == "bool":
+            raise CompileError(value.span, f"{what} cannot store {describe(value.ty)}")
+        check_assignable_dtype(param.dtype, value, what[:-1], "store")
 
     def for_loop(self, s: ir.For) -> ir.For:
         start = self.scalar_i32(self.expr(s.start), "the loop start")
@@ -366,7 +385,7 @@ class _KernelChecker:
             self.block_uses.setdefault(e.axis, e.span)
             return dataclasses.replace(e, ty=I32)
         if isinstance(e, ir.BinOp):
-            lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
+            lhs, rhs = adopt_all([self.expr(e.lhs), self.expr(e.rhs)])
             for side in (lhs, rhs):
                 check_fp8.refuse(side, f"'{e.op}'")
             return dataclasses.replace(e, lhs=lhs, rhs=rhs, ty=self.binop_type(e.op, lhs, rhs, e.span))
@@ -410,12 +429,15 @@ class _KernelChecker:
         elif op in ("==", "!="):
             if (lt.dtype == "bool") != (rt.dtype == "bool"):
                 raise CompileError(rhs.span, f"cannot compare {describe(lt)} with {describe(rt)}")
+            if lt.dtype != "bool":
+                promote(lt.dtype, rt.dtype, rhs.span)  # i32 against u32 has no common type
             dtype = "bool"
         else:
             for side in (lhs, rhs):
                 if side.ty.dtype == "bool":
                     raise CompileError(side.span, f"'{op}' needs numbers, found {describe(side.ty)}")
-            dtype = "bool" if op in ORDERING else promote(lt.dtype, rt.dtype)
+            common = promote(lt.dtype, rt.dtype, rhs.span)
+            dtype = "bool" if op in ORDERING else common
         return make_type(dtype, self.shapes.broadcast(lt, rt, rhs.span))
 
     def load(self, e: ir.Load) -> ir.Load:
@@ -429,9 +451,14 @@ class _KernelChecker:
             fill = self.expr(e.fill)
             if param.dtype in ir.FP8:
                 raise CompileError(fill.span, f"an fp8 tensor ({param.dtype}) reads 0 outside: no fill")
-            if not isinstance(fill.ty, ScalarType) or fill.ty.dtype not in NUMERIC:
-                raise CompileError(fill.span, f"fill must be a number, found {describe(fill.ty)}")
-        dtype = "f32" if param.dtype == "f32" else param.dtype  # bf16, f16, e4m3, e5m2 stay as they are
+            want_bool = param.dtype == "bool"
+            if not isinstance(fill.ty, ScalarType) or (fill.ty.dtype == "bool") != want_bool:
+                need = "a bool" if want_bool else "a number"
+                raise CompileError(fill.span, f"fill must be {need}, found {describe(fill.ty)}")
+            if dtypes.get(param.dtype).integer and fill.ty.dtype in FLOATS:
+                raise CompileError(fill.span, f"fill of tensor '{param.name}' ({param.dtype}) must be an "
+                                   f"integer, found {describe(fill.ty)}")
+        dtype = dtypes.get(param.dtype).value_type  # bf16, f16, e4m3, e5m2 stay narrow, u8 widens to i32
         return dataclasses.replace(e, index=index, fill=fill, ty=make_type(dtype, shape))
 
     def call(self, e: ir.Call) -> ir.Call:
@@ -445,6 +472,8 @@ class _KernelChecker:
                 )
             else:
                 args.append(self.expr(a))
+        if e.func in LITERAL_ADOPTING:
+            args[-2:] = adopt_all(args[-2:])  # where's choices, max/min's and the bit operations' operands
         # A dot's `precision = tf32` names a precision, not a value: it leaves kwargs for the
         # call's `precision` field instead of being typed.
         requested = next((v for k, v in e.kwargs if e.func == "dot" and k == "precision"), None)

@@ -8,12 +8,20 @@ raising CompileError at the most specific argument when something does not fit.
 from __future__ import annotations
 
 from compiler.frontend import ir
-from compiler.frontend.check_types import NUMERIC, Shapes, describe, make_type, promote, widened, with_dtype
+from compiler.frontend.check_types import (
+    INTEGERS,
+    NUMERIC,
+    Shapes,
+    describe,
+    make_type,
+    promote,
+    widened,
+    with_dtype,
+)
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import NARROW_FLOATS, ScalarType, Size, TileType
 
 DOT_PRECISIONS = ("f32", "tf32")  # what `precision = ...` may ask for
-INTEGER = ("i32",)  # the dtypes bit operations take
 
 
 def axis_of(call: ir.Call, limit: int) -> int:
@@ -83,15 +91,25 @@ def abs_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
 
 
 def bit_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
-    """bit_and, shift_left, ...: i32 operands (scalars or tiles, broadcast), an i32 result."""
+    """bit_and, shift_left, ...: integer operands of one type (i32, i64 or u32; scalars or tiles,
+    broadcast), a result of that type."""
     for arg in call.args:
-        if arg.ty.dtype not in INTEGER:
+        if arg.ty.dtype not in INTEGERS:
             raise CompileError(
-                arg.span, f"{call.func} needs i32 operands, found {describe(arg.ty)} (convert with i32(...))"
+                arg.span,
+                f"{call.func} needs integer operands (i32, i64, u32), found {describe(arg.ty)} "
+                "(convert with i32(...))",
             )
     if len(call.args) == 1:
         return call.args[0].ty
-    return make_type("i32", shapes.broadcast(call.args[0].ty, call.args[1].ty, call.args[1].span))
+    a, b = call.args
+    if a.ty.dtype != b.ty.dtype:
+        raise CompileError(
+            b.span,
+            f"{call.func} needs operands of one integer type, found {describe(a.ty)} and {describe(b.ty)} "
+            f"(convert one, e.g. with {a.ty.dtype}(...))",
+        )
+    return make_type(a.ty.dtype, shapes.broadcast(a.ty, b.ty, b.span))
 
 
 def reduce_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
@@ -109,7 +127,7 @@ def max_min_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
     for x in call.args:
         _numeric(x, call.func)
     shape = shapes.broadcast(call.args[0].ty, call.args[1].ty, call.args[1].span)
-    return make_type(promote(call.args[0].ty.dtype, call.args[1].ty.dtype), shape)
+    return make_type(promote(call.args[0].ty.dtype, call.args[1].ty.dtype, call.args[1].span), shape)
 
 
 def scan_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
@@ -121,11 +139,14 @@ def scan_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
 
 
 def take_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
-    """take(x, idx, axis = k): axis k of tile x replaced by the rank-1 i32 tile idx's extent."""
+    """take(x, idx, axis = k): axis k of tile x replaced by the rank-1 integer tile idx's extent
+    (i32, i64 or u32 indices; one outside 0 .. extent - 1 reads 0)."""
     a = _tile(call.args[0], "take")
     idx = call.args[1]
-    if not isinstance(idx.ty, TileType) or idx.ty.rank != 1 or idx.ty.dtype != "i32":
-        raise CompileError(idx.span, f"take's indices must be a rank-1 tile of i32, found {describe(idx.ty)}")
+    if not isinstance(idx.ty, TileType) or idx.ty.rank != 1 or idx.ty.dtype not in INTEGERS:
+        raise CompileError(
+            idx.span, f"take's indices must be a rank-1 tile of i32, i64 or u32, found {describe(idx.ty)}"
+        )
     k = axis_of(call, a.rank)
     return TileType(a.dtype, a.shape[:k] + idx.ty.shape + a.shape[k + 1 :])
 
@@ -149,7 +170,7 @@ def full_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
 
 
 def convert_rule(call: ir.Call, shapes: Shapes, size_of) -> ir.Type:
-    """f32(x), i32(x)."""
+    """f32(x), i32(x), i64(x), u32(x): from any number or bool."""
     return with_dtype(call.args[0].ty, call.func)
 
 
@@ -176,7 +197,7 @@ def _where_type(call: ir.Call, shapes: Shapes) -> ir.Type:
             f"where's choices must both be numbers or both bool: {describe(a.ty)} and {describe(b.ty)}",
         )
     value_shape = shapes.broadcast(a.ty, b.ty, b.span)
-    dtype = "bool" if a.ty.dtype == "bool" else promote(a.ty.dtype, b.ty.dtype)
+    dtype = "bool" if a.ty.dtype == "bool" else promote(a.ty.dtype, b.ty.dtype, b.span)
     shape = shapes.broadcast(cond.ty, make_type(dtype, value_shape), call.span)
     return make_type(dtype, shape)
 

@@ -257,6 +257,9 @@ class VarDecl:
 
 
 AssignOp = Literal["=", "+=", "-=", "*=", "/="]
+# `atomic_add(T[index], value)` and its max/min: a Store whose op names the atomic (docs/language.md §6.4)
+ATOMIC_OPS = ("atomic_add", "atomic_max", "atomic_min")
+StoreOp = Literal["=", "+=", "-=", "*=", "/=", "atomic_add", "atomic_max", "atomic_min"]
 
 
 @dataclass(frozen=True)
@@ -271,13 +274,14 @@ class Assign:
 
 @dataclass(frozen=True)
 class Store:
-    """`T[index] = value` (or a compound op: read-modify-write of the same region). Elements
-    outside the tensor are dropped. `value` may be a scalar (broadcast) or a tile whose shape
-    equals the slice's shape."""
+    """`T[index] = value` (or a compound op: read-modify-write of the same region; or an atomic,
+    `atomic_add(T[index], value)`: every CTA's contribution is combined into the element, in no
+    particular order). Elements outside the tensor are dropped. `value` may be a scalar
+    (broadcast) or a tile whose shape equals the slice's shape."""
 
     tensor: str
     index: tuple[SliceItem, ...]
-    op: AssignOp
+    op: StoreOp
     value: Expr
     span: Span
 

@@ -118,6 +118,9 @@ def format_stmt(s: ir.Stmt, indent: str = "  ") -> list[str]:
         return [f"{indent}var {s.name}: {format_type(s.declared)} = {format_expr(s.init)}"]
     if isinstance(s, ir.Assign):
         return [f"{indent}{s.name} {s.op} {format_expr(s.value)}{_type_note(s.value)}"]
+    if isinstance(s, ir.Store) and s.op in ir.ATOMIC_OPS:
+        target = f"{s.tensor}[{format_index(s.index)}]"
+        return [f"{indent}{s.op}({target}, {format_expr(s.value)}){_type_note(s.value)}"]
     if isinstance(s, ir.Store):
         return [
             f"{indent}{s.tensor}[{format_index(s.index)}] {s.op} {format_expr(s.value)}{_type_note(s.value)}"

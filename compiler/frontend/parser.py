@@ -15,9 +15,9 @@ from compiler.frontend.lexer import Token, tokenize
 from compiler.frontend.parse_expr import ExprParser
 from compiler.frontend.source import Span
 
-STORAGE_DTYPES = dtypes.NAMES  # common/dtypes.py
-SCALAR_PARAM_DTYPES = ("f32", "i32")
-VAR_DTYPES = ("f32", "i32", "bool")
+STORAGE_DTYPES = dtypes.names(storage=True)
+SCALAR_PARAM_DTYPES = dtypes.names(scalar=True)
+VAR_DTYPES = tuple(n for n in dtypes.names(tile=True) if not dtypes.get(n).narrow)
 ASSIGN_OPS = ("=", "+=", "-=", "*=", "/=")
 ATTRIBUTE_NAMES = ("autotune", "cluster", "aligned", "launch", "precision")
 KERNEL_PRECISIONS = ("f32", "tf32")
@@ -236,7 +236,8 @@ class _Parser(ExprParser):
             return ir.TensorParam(
                 name=name.text, dtype=dtype, dims=tuple(dims), span=name.span.to(close.span)
             )
-        dtype = self.dtype_name(SCALAR_PARAM_DTYPES, "'tensor<...>[...]', 'f32' or 'i32'")
+        dtype = self.dtype_name(SCALAR_PARAM_DTYPES, "'tensor<...>[...]' or a scalar type ("
+                               + ", ".join(SCALAR_PARAM_DTYPES) + ")")
         return ir.ScalarParam(name=name.text, dtype=dtype, span=name.span.to(self.prev_span()))
 
     def dtype_name(self, allowed: tuple[str, ...], what: str | None = None) -> str:
@@ -276,6 +277,8 @@ class _Parser(ExprParser):
             return self.var_decl()
         if tok.is_keyword("for"):
             return self.for_loop()
+        if tok.kind == "ident" and tok.text in ir.ATOMIC_OPS:
+            return self.atomic()
         if tok.kind == "ident":
             name = self.advance()
             if self.tok.is_op("["):
@@ -289,6 +292,20 @@ class _Parser(ExprParser):
             value = self.expr()
             return ir.Assign(name=name.text, op=op, value=value, span=name.span.to(value.span))
         raise self.fail("a statement (let, var, for, or an assignment)")
+
+    def atomic(self) -> ir.Store:
+        """`atomic_add(T[items], value)` (and atomic_max, atomic_min): a store that combines."""
+        func = self.advance()
+        self.expect_op("(", f"'(' after '{func.text}' (as in {func.text}(T[i :+ B], value))")
+        name = self.expect_ident(f"the tensor {func.text} writes into, as in {func.text}(T[i :+ B], value)")
+        if not self.tok.is_op("["):
+            raise self.fail(f"'[' and a slice of '{name.text}'")
+        index, _ = self.index()
+        self.expect_op(",", f"',' and the value {func.text} combines in")
+        value = self.expr()
+        close = self.expect_op(")", "')'")
+        span = func.span.to(close.span)
+        return ir.Store(tensor=name.text, index=index, op=func.text, value=value, span=span)
 
     def assign_op(self) -> str:
         if self.tok.kind == "op" and self.tok.text in ASSIGN_OPS:
@@ -312,7 +329,8 @@ class _Parser(ExprParser):
             self.expect_op("]", "',' or ']'")
             declared: ir.Type | tuple = ("tile", dtype, tuple(dims))
         else:
-            declared = ir.ScalarType(self.dtype_name(VAR_DTYPES, "a type ('tile<...>[...]', f32, i32, bool)"))
+            kinds = "a type ('tile<...>[...]', " + ", ".join(VAR_DTYPES) + ")"
+            declared = ir.ScalarType(self.dtype_name(VAR_DTYPES, kinds))
         self.expect_op("=", f"'=' and an initial value for 'var {name.text}'")
         init = self.expr()
         # The tile shape stays as expressions until the checker turns them into Sizes; it is

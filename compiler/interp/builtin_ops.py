@@ -67,12 +67,20 @@ def float_math(ev, call, scope):
 
 
 def _shift(a: np.ndarray, n: np.ndarray, left: bool) -> np.ndarray:
-    """i32 shifts whose count is read as unsigned and clamped to 32, as PTX's shl/shr.s32 do: a
-    count of 32 or more (or a negative one) shifts every bit out (0, or the sign for >>)."""
-    count = np.minimum(n.astype(np.int64) & 0xFFFFFFFF, 32)
-    wide = a.astype(np.int64)
-    out = (wide << count) if left else (wide >> count)
-    return (out & 0xFFFFFFFF).astype(np.uint32).view(np.int32) if left else out.astype(np.int32)
+    """Shifts whose count is read as unsigned and clamped to the width (32 or 64), as PTX's shl
+    and shr do: a count of the width or more (or a negative one) shifts every bit out (0, or the
+    sign of a signed value for >>; an unsigned >> shifts in zeros)."""
+    width = a.dtype.itemsize * 8
+    unsigned = np.dtype(f"u{a.dtype.itemsize}")
+    count = n.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+    big = count >= np.uint64(width)
+    safe = np.where(big, 0, count).astype(unsigned)
+    if left:
+        out = np.where(big, 0, a.view(unsigned) << safe).astype(unsigned)
+        return out.view(a.dtype)
+    if a.dtype.kind == "u":
+        return np.where(big, 0, a >> safe).astype(a.dtype)
+    return np.where(big, a >> (width - 1), a >> safe.astype(a.dtype)).astype(a.dtype)
 
 
 def bits(ev, call, scope):
@@ -150,8 +158,10 @@ def expand(ev, call, scope):
 
 
 def convert(ev, call, scope):
+    """f32(x), i32(x), i64(x), u32(x) (values.to_int: saturating from floats, wrapping between
+    integers)."""
     x = ev.eval(call.args[0], scope)
-    return val.to_f32(x) if call.func == "f32" else val.to_i32(x)
+    return val.to_f32(x) if call.func == "f32" else val.to_int(x, val.VALUE_DTYPES[call.func])
 
 
 def narrow(ev, call, scope):

@@ -165,6 +165,9 @@ class _Runner:
     def store(self, stmt: ir.Store, scope: dict, active: np.ndarray | None) -> None:
         tensor = self.launch.tensors[stmt.tensor]
         windows = self.windows(stmt.index, tensor.shape, scope)
+        if stmt.op in ir.ATOMIC_OPS:
+            mem.atomic(stmt.op, tensor, windows, self.eval(stmt.value, scope), active)
+            return
         if stmt.op == "=" and active is None and isinstance(stmt.value, ir.BinOp):
             lhs, rhs = self.eval(stmt.value.lhs, scope), self.eval(stmt.value.rhs, scope)
             if _store_binary(stmt.value.op, lhs, rhs, tensor, windows):
@@ -311,7 +314,8 @@ def scalar_arguments(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> d
 
 def _scalar_values(kernel: ir.Kernel, scalars: Mapping[str, float | int]) -> dict[str, np.ndarray]:
     typed = scalar_arguments(kernel, scalars)
-    return {name: val.constant(v, val.I32 if isinstance(v, int) else val.F32) for name, v in typed.items()}
+    dtypes = {p.name: val.VALUE_DTYPES[p.dtype] for p in kernel.scalars}
+    return {name: val.constant(v, dtypes[name]) for name, v in typed.items()}
 
 
 def _check_tensors(kernel: ir.Kernel, binding: Binding, tensors: Mapping[str, np.ndarray]) -> None:

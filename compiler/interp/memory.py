@@ -47,9 +47,15 @@ class _Progression:
     count: int  # CTAs along `axis` (1 when axis is None)
 
 
+_INT_VALUES = {np.dtype(np.int32): I32, np.dtype(np.int64): np.dtype(np.int64),
+               np.dtype(np.uint32): np.dtype(np.uint32), np.dtype(np.uint8): I32,
+               np.dtype(np.bool_): np.dtype(np.bool_)}
+
+
 def value_dtype(tensor: np.ndarray) -> np.dtype:
-    """What a load of this tensor holds: i32 stays i32, every float storage widens to f32."""
-    return I32 if tensor.dtype == I32 else F32
+    """What a load of this tensor holds: integers and bools as the language's value types (a u8
+    widens to i32, common/dtypes.py), every float storage widens to f32."""
+    return _INT_VALUES.get(tensor.dtype, F32)
 
 
 def _progression(start: np.ndarray) -> _Progression | None:
@@ -304,6 +310,28 @@ def _scatter(tensor: np.ndarray, windows: list[Window], value: np.ndarray, mask:
     inside = np.broadcast_to(inside, shape)
     picked = tuple(np.broadcast_to(i, shape)[inside] for i in indices)
     tensor[picked] = np.broadcast_to(value, shape)[inside].astype(tensor.dtype)
+
+
+_ATOMIC_UFUNCS = {"atomic_add": np.add, "atomic_max": np.fmax, "atomic_min": np.fmin}
+
+
+def atomic(op: str, tensor: np.ndarray, windows: list[Window], value: np.ndarray,
+           active: np.ndarray | None) -> None:
+    """`atomic_add(tensor[windows], value)` (max, min) for every CTA where `active` holds: each
+    element gets every contribution that lands on it, combined unbuffered (np.add.at), in the
+    tensor's dtype (integer adds wrap). Elements outside the tensor are dropped. Integer results
+    do not depend on the order; an f32 sum is added here in grid order, which the GPU does not
+    promise (docs/language.md §6.4). max/min ignore a NaN against a number, as fmaxf does."""
+    rank = sum(w.keep for w in windows)
+    value = with_rank(value, rank)
+    indices, inside = _index_arrays(windows, tensor.shape)
+    if active is not None:
+        inside = inside & with_rank(active, rank)
+    shape = np.broadcast_shapes(value.shape, inside.shape, *(i.shape for i in indices))
+    inside = np.broadcast_to(inside, shape)
+    picked = tuple(np.broadcast_to(i, shape)[inside] for i in indices)
+    contributions = np.broadcast_to(value, shape)[inside].astype(tensor.dtype)
+    _ATOMIC_UFUNCS[op].at(tensor, picked, contributions)
 
 
 def _view_store_ok(plan: list[_Progression], windows: list[Window], value: np.ndarray,

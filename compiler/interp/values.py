@@ -28,8 +28,14 @@ from compiler.interp import blas
 GRID_RANK = 3  # x, y, z
 F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
+I64 = np.dtype(np.int64)
+U32 = np.dtype(np.uint32)
 BOOL = np.dtype(np.bool_)
-VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL, "bf16": F32, "f16": F32, "e4m3": F32, "e5m2": F32}
+VALUE_DTYPES = {"f32": F32, "i32": I32, "i64": I64, "u32": U32, "bool": BOOL, "bf16": F32, "f16": F32,
+                "e4m3": F32, "e5m2": F32}
+# The promotion order (check_types.promote): f32 over every integer, i64 over i32 and u32 (the
+# checker never lets i32 meet u32), any integer over bool.
+_RANK = (F32, I64, U32, I32, BOOL)
 
 
 def tile_rank(v: np.ndarray) -> int:
@@ -55,13 +61,9 @@ def as_int(v: np.ndarray, what: str = "size") -> int:
 
 
 def common_dtype(*values: np.ndarray) -> np.dtype:
-    """The language's promotion: any f32 operand makes f32, else any i32 makes i32, else bool."""
+    """The language's promotion: any f32 operand makes f32, else the widest integer, else bool."""
     kinds = {v.dtype for v in values}
-    if F32 in kinds:
-        return F32
-    if I32 in kinds:
-        return I32
-    return BOOL
+    return next(d for d in _RANK if d in kinds)
 
 
 def cast(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -96,7 +98,7 @@ def binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if op in _COMPARE:
         return _COMPARE[op](a, b)
     if op == "/":
-        return np.floor_divide(a, b) if dtype == I32 else np.true_divide(a, b)
+        return np.floor_divide(a, b) if dtype != F32 else np.true_divide(a, b)
     if op == "%":
         # Paired with floor division: a == (a / b) * b + a % b, with the sign of b.
         return np.mod(a, b)
@@ -170,11 +172,22 @@ def to_f32(v: np.ndarray) -> np.ndarray:
     return cast(v, F32)
 
 
+def to_int(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Conversion to an integer type. From f32: towards zero, saturating at the type's bounds,
+    NaN giving 0 (what cvt.rzi.{s32,s64,u32}.f32 does, which the CUDA casts compile to). From
+    another integer (or bool): the low bits, two's complement (C's conversion; wraps)."""
+    if v.dtype != F32:
+        return cast(v, dtype)
+    info = np.iinfo(dtype)
+    wide = np.nan_to_num(np.trunc(v.astype(np.float64)), nan=0.0)
+    # float64 cannot hold i64's max: the comparison saturates what rounds to 2^63 or above
+    high = wide >= float(info.max)
+    clipped = np.clip(wide, float(info.min), float(info.max))
+    return np.where(high, info.max, np.where(high, 0, clipped).astype(dtype)).astype(dtype)
+
+
 def to_i32(v: np.ndarray) -> np.ndarray:
-    """Conversion to i32 truncates towards zero, as C's (int) cast does."""
-    if v.dtype == F32:
-        return np.trunc(v).astype(I32)
-    return cast(v, I32)
+    return to_int(v, I32)
 
 
 _TF32_DROPPED = 13  # f32 has 23 fraction bits, TF32 keeps 10

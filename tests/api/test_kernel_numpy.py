@@ -37,8 +37,11 @@ DIMS = {
     "mha_tf32": {"H": 2, "N": 70, "D": 64},
     "softmax": {"R": 5, "C": 200},
     "transpose": {"M": 40, "N": 50},
+    "row_cumsum": {"R": 5, "C": 300},
+    "gelu_linear": {"M": 40, "N": 40, "K": 20},
+    "paged_decode": {"H": 2, "D": 64, "S": 160, "NP": 6},
 }
-SCALARS = {"alpha": 1.5, "beta": 0.5, "scale": 0.125, "eps": 1e-5}
+SCALARS = {"alpha": 1.5, "beta": 0.5, "scale": 0.125, "eps": 1e-5, "L": 70}
 HOST = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i32": np.int32,
         "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 
@@ -52,7 +55,10 @@ def random_arrays(kernel: phobos.Kernel, dims: dict[str, int], seed: int = 0) ->
     out = {}
     for p in load_file(kernel.file).kernel(kernel.name).tensors:
         shape = tuple(d if isinstance(d, int) else dims[d] for d in p.dims)
-        out[p.name] = rng.standard_normal(shape).astype(np.float32).astype(HOST[p.dtype])
+        if p.dtype == "i32":  # indices (paged_decode's block table): small, in range
+            out[p.name] = rng.integers(0, 4, shape).astype(np.int32)
+        else:
+            out[p.name] = rng.standard_normal(shape).astype(np.float32).astype(HOST[p.dtype])
     return out
 
 

@@ -82,7 +82,8 @@ kernel add(a: tensor<f32>[N], c: tensor<f32>[N]) {
 
 def test_tile_parameter():
     text = ADD.replace("b: tensor<f32>[N]", "b: tile<f32>[BLOCK]")
-    expect(text, {"N": 256}, 3, "tile<", "expected 'tensor<...>[...]', 'f32' or 'i32', found 'tile'")
+    expect(text, {"N": 256}, 3, "tile<",
+           "expected 'tensor<...>[...]' or a scalar type (f32, i32, i64, u32, bool), found 'tile'")
 
 
 def test_read_outside_the_own_super_tile_needs_a_halo():

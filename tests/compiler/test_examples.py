@@ -48,6 +48,9 @@ EXPECTED_GRIDS = {
     "matmul_plain.phk": [("x", "M", "TILE_M"), ("y", "N", "TILE_N")],
     "softmax.phk": [("x", "R", "BR")],
     "transpose.phk": [("x", "M", "T"), ("y", "N", "T")],
+    "row_cumsum.phk": [("x", "R", "BR")],
+    "gelu_linear.phk": [("x", "M", "TILE_M"), ("y", "N", "TILE_N")],
+    "paged_decode.phk": [("x", "H", None)],
 }
 
 

@@ -214,8 +214,49 @@ def case_matmul_f16(tiles):
     return _case_matmul_16bit("matmul_f16", np.float16, tiles)
 
 
+def case_row_cumsum(tiles):
+    r, c = 37, 1000  # ragged rows and chunks
+    x = f32(r, c, seed=1)
+    out = run("row_cumsum", {"R": r, "C": c}, {"x": x, "y": np.full((r, c), np.nan, np.float32)}, tiles=tiles)
+    x64 = x.astype(np.float64)
+    # a prefix of c terms: rounded at each of its additions (the scan, then the carried total)
+    return out["y"], np.cumsum(x64, axis=1), np.cumsum(np.abs(x64), axis=1), c
+
+
+def case_gelu_linear(tiles):
+    from math import erf
+
+    m, k, n = 70, 37, 45
+    x, w, b = f32(m, k, seed=1), f32(k, n, seed=2), f32(n, seed=3)
+    out = run("gelu_linear", {"M": m, "N": n, "K": k},
+              {"X": x, "W": w, "b": b, "Y": np.full((m, n), np.nan, np.float32)}, tiles=tiles)
+    h = x.astype(np.float64) @ w.astype(np.float64) + b
+    ref = 0.5 * h * (1 + np.vectorize(erf)(h / np.sqrt(2)))
+    # gelu'(h) is at most 1.13: the error of h (a K-term sum) passes through nearly unchanged
+    mag = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)) + np.abs(b) + np.abs(ref)
+    return out["Y"], ref, 1.2 * mag, k + 4
+
+
+def case_paged_decode(tiles):
+    h, d, page, pages, length = 3, 64, 16, 9, 130  # the last page partly used, the last chunk masked
+    rng_ = rng(7)
+    table = rng_.permutation(20)[:pages].astype(np.int32)  # the sequence's pages, scattered in a cache
+    kc, vc = f32(h, 20 * page, d, seed=2), f32(h, 20 * page, d, seed=3)
+    q = f32(h, d, seed=1)
+    out = run("paged_decode", {"H": h, "S": 20 * page, "NP": pages},
+              {"Q": q, "Kc": kc, "Vc": vc, "table": table, "O": np.full((h, d), np.nan, np.float32)},
+              {"L": length, "scale": 0.125}, tiles)
+    rows = (table[np.arange(length) // page] * page + np.arange(length) % page)
+    refs, mags = zip(*(_attention_ref(q[i:i + 1], kc[i, rows], vc[i, rows], 0.125, causal=False)
+                       for i in range(h)), strict=True)
+    return out["O"], np.concatenate(refs), np.concatenate(mags), length + d
+
+
 CASES = {
     "add": case_add,
+    "row_cumsum": case_row_cumsum,
+    "gelu_linear": case_gelu_linear,
+    "paged_decode": case_paged_decode,
     "matmul_bf16": case_matmul_bf16,
     "matmul_f16": case_matmul_f16,
     "axpby": case_axpby,
