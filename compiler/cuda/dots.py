@@ -16,8 +16,7 @@ context all emitters share; a dot on tensor cores goes to mma.py.
 
 from __future__ import annotations
 
-import os
-
+from common import options
 from compiler.cuda import operands, tma, tma_tf32
 from compiler.cuda import staged as staged_buffers
 from compiler.frontend import ir
@@ -30,7 +29,7 @@ def dot_unroll() -> int:
     """How far the k loop of dot is unrolled: 0 (the default) unrolls it fully, which gives the
     scheduler the most independent shared loads; PHOBOS_CUDA_DOT_UNROLL=N unrolls N steps (fewer
     registers), for measuring the trade-off."""
-    return int(os.environ.get("PHOBOS_CUDA_DOT_UNROLL", "0"))
+    return options.current().dot_unroll
 
 
 def dot(gen, e: ir.Call, into):
