@@ -31,8 +31,8 @@ A value that is not of its field's type is the user's error, naming the variable
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 CACHE_DIR = "PHOBOS_CACHE_DIR"
 TOKEN = "PHOBOS_TOKEN"
@@ -48,8 +48,10 @@ class OptionError(ValueError):
     """A variable whose value is not of its field's type (the message names it)."""
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
+    """Frozen, typed: a NamedTuple rather than a dataclass, as the commands read it before they
+    spawn their pods, ahead of importing `dataclasses` (tests/scheduler/test_local_pods_start.py)."""
+
     cache_dir: Path | None = None
     retune: bool = False
     tune_quiet: bool = False

@@ -52,5 +52,5 @@ def test_common_options_reads_each_variable_it_documents():
     from common import options
 
     doc = options.__doc__
-    for field in options.Options.__dataclass_fields__:
+    for field in options.Options._fields:
         assert f"({field}, " in doc, f"common/options.py's table lacks the field {field}"
