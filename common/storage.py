@@ -7,12 +7,13 @@ Decisions (the runtime's storage contract):
 - Confinement: a path must lie inside one of the operator's storage roots after every symlink is
   resolved; a `..` component is refused outright (even one that would stay inside), and so is any
   other scheme. The pod's default root is its working directory (pod/cli.py --storage-root).
-- dtypes: f32, f16, i32 as the .npy header says (little-endian); bf16 is written with the header
-  dtype `bfloat16`, which numpy reads back as ml_dtypes.bfloat16 once ml_dtypes is imported
-  (`write_npy`). Files numpy itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record);
-  such a header is read as bf16 too. ml_dtypes is imported by the first bf16 header or dtype
-  asked for, not with this module: a job without bf16 tensors never loads it (about 10 ms of
-  each process's start-up, docs/performance.md).
+- dtypes (common/dtypes.py): f32, f16, i32 as the .npy header says (little-endian); bf16 and the
+  fp8 formats are written with ml_dtypes' names in the header (`bfloat16`, `float8_e4m3fn`,
+  `float8_e5m2`), which numpy reads back once ml_dtypes is imported (`write_npy`). Files numpy
+  itself wrote from bf16 arrays say `<V2` (an opaque 2-byte record); such a header is read as bf16
+  too (an opaque `<V1` is refused: it could be either fp8 format). ml_dtypes is imported by the
+  first such header or dtype asked for, not with this module: a job without these tensors never
+  loads it (about 10 ms of each process's start-up, docs/performance.md).
 - Tiles keep the storage dtype: `read_region_into` a buffer of that dtype copies the bytes as
   they are (pread); a buffer of another dtype (read_region's f32) gets them converted. Writes of
   values already in the storage dtype store them as they are; other values are converted to it
@@ -41,34 +42,24 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
-from common import fileio
+from common import dtypes, fileio
 from common.errors import UserError
 
 
 def bf16_dtype() -> np.dtype:
     """ml_dtypes.bfloat16, imported here on first use (numpy has no bf16 of its own)."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        raise UserError("bf16 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
-
-    return np.dtype(ml_dtypes.bfloat16)
-
-
-def _is_bf16(dtype: np.dtype) -> bool:
-    # An array or header can only have this dtype once ml_dtypes is loaded: no import to test it.
-    return "ml_dtypes" in sys.modules and dtype == bf16_dtype()
+    return dtypes.TABLE["bf16"].numpy()
 
 
 class _StorageDtypes(Mapping):
-    """The numpy dtype of each storage dtype name, in the order errors list them. Membership and
-    iteration are by name; bf16's entry (ml_dtypes) is made when it is first looked up."""
+    """The numpy dtype of each storage dtype name (common/dtypes.py), in the order errors list
+    them. Membership and iteration are by name; an ml_dtypes entry is made when first looked up."""
 
-    _NAMES = ("f32", "f16", "bf16", "i32")
-    _PLAIN = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "i32": np.dtype("<i4")}
+    _NAMES = dtypes.NAMES
+    _PLAIN = {n: d.numpy() for n, d in dtypes.TABLE.items() if d.plain}
 
     def __getitem__(self, name: str) -> np.dtype:
-        return bf16_dtype() if name == "bf16" else self._PLAIN[name]
+        return dtypes.TABLE[name].numpy()
 
     def __contains__(self, name: object) -> bool:
         return name in self._NAMES
@@ -87,8 +78,9 @@ MAX_RANK = 4
 def dtype_name(dtype) -> str:
     """f32, f16, bf16 or i32 for a numpy dtype of STORAGE_DTYPES (bf16: ml_dtypes.bfloat16)."""
     dtype = np.dtype(dtype)
-    if _is_bf16(dtype):
-        return "bf16"
+    ml = dtypes.ml_name_of(dtype)
+    if ml is not None:
+        return ml
     for name, known in _StorageDtypes._PLAIN.items():
         if dtype == known:
             return name
@@ -108,12 +100,19 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def _dtype_name(dtype: np.dtype, path: Path) -> str:
-    if _is_bf16(dtype) or (dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None):
+    ml = dtypes.ml_name_of(dtype)
+    if ml is not None:
+        return ml
+    if dtype.kind == "V" and dtype.itemsize == 2 and dtype.names is None:
         return "bf16"
     for name, known in _StorageDtypes._PLAIN.items():
         if dtype == known:
             return name
-    raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: f32, f16, bf16, i32, little-endian)")
+    if dtype.kind == "V" and dtype.itemsize == 1 and dtype.names is None:
+        raise UserError(f"{path}: an opaque 1-byte dtype ({dtype.str}) could be e4m3 or e5m2: write the file "
+                        "with phobos (common.storage.write_npy), whose header names the fp8 format")
+    known = ", ".join(dtypes.NAMES)
+    raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: {known}, little-endian)")
 
 
 def open_regular(path: Path, writable: bool = False):
@@ -218,8 +217,8 @@ def _open(path: Path, mode: str) -> np.memmap:
         _dtype_name(header.dtype, path)
         array = np.memmap(f, dtype=header.dtype, mode=mode, offset=header.offset, shape=shape,
                           order="F" if header.fortran else "C")
-    if array.dtype.kind == "V":
-        array = array.view(bf16_dtype())
+    if array.dtype.kind == "V" and dtypes.ml_name_of(array.dtype) is None:
+        array = array.view(bf16_dtype())  # a '<V2' header numpy wrote for a bf16 array
     return array
 
 
@@ -396,7 +395,8 @@ def _header_bytes(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
 
 def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> dict:
     # numpy would write bf16 as '<V2', which a plain np.load cannot turn back into bf16.
-    descr = "bfloat16" if _is_bf16(dtype) else npy_format.dtype_to_descr(dtype)
+    ml = dtypes.ml_name_of(dtype)
+    descr = dtypes.TABLE[ml].ml_name if ml else npy_format.dtype_to_descr(dtype)
     return {"descr": descr, "fortran_order": False, "shape": tuple(int(n) for n in shape)}
 
 

@@ -57,7 +57,7 @@ def _scan(name: str) -> Builtin:
 
 
 _ENTRIES = (
-    Builtin("dot", (2,), rules.dot_rule, interp.dot, cuda.dot, keywords=("precision",)),
+    Builtin("dot", (2,), rules.dot_rule, interp.dot, cuda.dot, keywords=("precision", "scale_a", "scale_b")),
     Builtin("transpose", (1,), rules.transpose_rule, interp.transpose, cuda.transpose),
     Builtin("exp", (1,), rules.float_math_rule, interp.legacy_math, cuda.exp, elementwise=True),
     Builtin("log", (1,), rules.float_math_rule, interp.legacy_math, cuda.legacy_math, elementwise=True),

@@ -127,15 +127,19 @@ def verify_checked(module: ir.Module) -> None:
 
 
 def _verify_dots(k: ir.Kernel) -> None:
-    """Every dot carries its precision, consistent with its operand types, and no keyword left."""
+    """Every dot carries its precision, consistent with its operand types, and no keyword left
+    but an fp8 dot's two scales."""
     for e in walk.iter_body_exprs(k.body):
         if not (isinstance(e, ir.Call) and e.func == "dot"):
             continue
-        if e.precision is None or e.kwargs:
+        scales = {k for k, _ in e.kwargs}
+        fp8 = e.precision is not None and e.precision.mode in ir.FP8
+        if e.precision is None or (scales != {"scale_a", "scale_b"} if fp8 else scales):
             raise PipelineBug(f"dot at {e.span} has no resolved precision: {e.precision!r}, {e.kwargs!r}")
         _span_ok(e, e.precision.span)
-        kinds = {a.ty.dtype if a.ty.dtype in ir.NARROW_FLOATS else "f32" for a in e.args}
-        wanted = {e.precision.mode} if e.precision.mode in ir.NARROW_FLOATS else {"f32"}
+        own = ir.NARROW_FLOATS + ir.FP8
+        kinds = {a.ty.dtype if a.ty.dtype in own else "f32" for a in e.args}
+        wanted = {e.precision.mode} if e.precision.mode in own else {"f32"}
         if kinds != wanted:
             raise PipelineBug(f"dot at {e.span}: precision {e.precision.mode} with operands {kinds}")
 

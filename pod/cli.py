@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-serving", action="store_true",
                         help="when the scheduler leaves, drop its jobs and wait for the next scheduler "
                              "instead of exiting (pods started once serve job after job)")
+    parser.add_argument("--hello-timeout", type=float, metavar="S",
+                        help="exit 1 when no scheduler has said hello within S seconds of listening, "
+                             "naming this pod's address (default: wait for ever)")
     plog.add_arguments(parser)
     return parser
 
@@ -170,7 +173,9 @@ def main(argv: list[str]) -> int:
         scheduler_timeout=_positive("--scheduler-timeout", args.scheduler_timeout),
         fetch_timeout=_positive("--fetch-timeout", args.fetch_timeout), data_port=not args.no_data_port,
         keep_serving=args.keep_serving, login_timeout=_positive("--login-timeout", args.login_timeout),
-        max_pending_logins=int(_positive("--max-pending-logins", args.max_pending_logins)))
+        max_pending_logins=int(_positive("--max-pending-logins", args.max_pending_logins)),
+        hello_timeout=None if args.hello_timeout is None
+        else _positive("--hello-timeout", args.hello_timeout))
     backend = make_backend(args.device, cuda)
 
     def on_listening(bound_host: str, bound_port: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class PodConfig:
     login_timeout: float = LOGIN_TIMEOUT_S  # a connection not logged in by then is closed
     max_pending_logins: int = MAX_PENDING_LOGINS  # connections not logged in, at most
     refusal_delay: float = REFUSAL_DELAY_S  # a refused login is answered this late
+    # no scheduler's hello within this many seconds of listening: exit 1, naming the address
+    # (pods started by a launcher, `phobos-sched slurm`, whose scheduler may never come)
+    hello_timeout: float | None = None
 
 
 class PodServer:
@@ -70,6 +74,8 @@ class PodServer:
                             host_id=host_id(), device_index=backend.device_index,
                             compute_capability=backend.capability)
         self.stop = asyncio.Event()
+        self.greeted = asyncio.Event()  # a scheduler said hello (the --hello-timeout watch)
+        self.exit_code = 0
         self.background: set[asyncio.Task] = set()
         self.last_peer_failure: float | None = None  # monotonic time; see _collect_garbage
         self.machine = m.PodMachine(config.scheduler_timeout, config.keep_serving)
@@ -124,6 +130,8 @@ class PodServer:
         self._spawn(self.link.sender(self.stop))
         self._spawn(self._collect_garbage())
         self._spawn(self._log_strangers())
+        if self.config.hello_timeout is not None:
+            self._spawn(self._expect_hello(f"{host}:{port}", self.config.hello_timeout))
         try:
             await self.stop.wait()
         finally:
@@ -132,7 +140,18 @@ class PodServer:
             self.runtime.close()
             for task in list(self.background) + list(self.runtime.tasks):
                 task.cancel()
-        return 0
+        return self.exit_code
+
+    async def _expect_hello(self, address: str, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self.greeted.wait(), timeout)
+        except TimeoutError:
+            message = (f"no scheduler said hello to this pod at {address} within {timeout:g} s "
+                       "(is the scheduler running, and does it reach this address?)")
+            log.error(message)
+            print(f"phobos-pod: error: {message}", file=sys.stderr, flush=True)
+            self.exit_code = 1
+            self.stop.set()
 
     async def _collect_garbage(self) -> None:
         """Run Python's cycle collector on this (the event loop's) thread only.
@@ -216,6 +235,7 @@ class PodServer:
             self.door.flush_log()
 
     def hello(self, scheduler, node: int, conn: Stranger) -> None:
+        self.greeted.set()
         actions = self.feed(m.Hello(node, time.monotonic()))
         for action in actions:
             if isinstance(action, m.StartHeartbeats):

@@ -8,6 +8,7 @@
     phobos-sched recover job.capnp [--storage-root DIR]   finish or roll back a killed commit
     phobos-sched report TRACE.json -o FILE.html          the HTML report of a saved trace
     phobos-sched chrome-trace TRACE.json -o FILE.json    a saved trace in Chrome trace-event format
+    srun -n N phobos-sched slurm JOB [run flags]         one pod per Slurm task, the scheduler in task 0
 
 The first word picks the command; anything else is a job file to run.
 """
@@ -30,7 +31,7 @@ from compiler.cli.args import (
     split_from_args,
 )
 
-COMMANDS = ("new-job", "show-job", "recover", "report", "chrome-trace")
+COMMANDS = ("new-job", "show-job", "recover", "report", "chrome-trace", "slurm")
 
 
 def new_job_parser() -> argparse.ArgumentParser:
@@ -141,6 +142,10 @@ def main(argv: list[str]) -> int:
         return show_job(argv[1:])
     if argv and argv[0] == "recover":
         return recover(argv[1:])
+    if argv and argv[0] == "slurm":
+        from scheduler import slurm_cli
+
+        return slurm_cli.main(argv[1:])
     if argv and argv[0] == "report":
         from scheduler.report import page as report
 

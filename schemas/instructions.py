@@ -15,9 +15,10 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from common import dtypes
 from schemas.program import Region
 
-ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}  # bytes per element of each storage dtype
+ITEMSIZE = dtypes.ITEMSIZE  # bytes per element of each storage dtype (common/dtypes.py)
 
 
 @dataclass(frozen=True)

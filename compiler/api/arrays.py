@@ -28,7 +28,8 @@ HOST_DTYPES = {name: np.dtype(dt) for name, dt in STORAGE_DTYPES.items()}
 CUPY_DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "i32": np.dtype(np.int32),
                "bf16": np.dtype(np.uint16)}
 TORCH_DTYPES = {"f32": "torch.float32", "f16": "torch.float16", "i32": "torch.int32",
-                "bf16": "torch.bfloat16"}
+                "bf16": "torch.bfloat16", "e4m3": "torch.float8_e4m3fn", "e5m2": "torch.float8_e5m2"}
+# fp8 arrays come from torch (or numpy with ml_dtypes): cupy's uint8 cannot say which format it holds
 
 
 class DeviceArray:
@@ -94,6 +95,11 @@ def host_array(name: str, obj, dtype: str) -> np.ndarray:
             import torch
 
             return np.from_dlpack(obj.view(torch.int16)).view(HOST_DTYPES["bf16"])
+        if str(obj.dtype) in (TORCH_DTYPES["e4m3"], TORCH_DTYPES["e5m2"]):  # nor fp8: the bytes
+            import torch
+
+            name_of = {v: k for k, v in TORCH_DTYPES.items()}[str(obj.dtype)]
+            return np.from_dlpack(obj.view(torch.uint8)).view(HOST_DTYPES[name_of])
         array = np.from_dlpack(obj)
     elif family == "dlpack-cpu":
         array = np.from_dlpack(obj)

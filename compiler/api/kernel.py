@@ -260,7 +260,6 @@ class Kernel:
 
     def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int) -> _Launch:
         from compiler.cuda import target
-        from compiler.cuda.compiled import compile_kernel
         from compiler.cuda.launch import load
 
         cupy = _arrays.cupy_module()
@@ -269,12 +268,9 @@ class Kernel:
             launch = self._launches.get(key)
             if launch is not None:  # another thread prepared it meanwhile
                 return launch
-            binding = self._binding(shapes, self._tiles)
             with cupy.cuda.Device(device), user_errors():
                 cc = target.device_capability(device)  # the PTX is for this GPU (target.py)
-                tiles, schedule = self._tuned_tiles(binding, cc)
-                binding = bind(self._ir, dict(binding.dims), shapes, tiles)
-                compiled = compile_kernel(self._ir, binding, schedule=schedule, cc=cc)
+                binding, compiled = self._compiled(shapes, cc)
                 function = load(compiled)
             maps = {m.param: m for m in compiled.tensor_maps}
             order = tuple((self._slot(maps[n].tensor), maps[n]) if n in maps
@@ -283,6 +279,18 @@ class Kernel:
                              compiled.shared_bytes, order, bool(maps))
             self._launches[key] = launch
             return launch
+
+    def _compiled(self, shapes: dict[str, tuple[int, ...]], cc: int):
+        """(binding, CompiledKernel) for these shapes on a GPU of capability `cc`: the tuned (or
+        cached) tiles and schedule, then the PTX (from the on-disk cache once any process has
+        compiled it: a cached call runs neither the tuner nor NVRTC)."""
+        from compiler.cuda.compiled import compile_kernel
+
+        binding = self._binding(shapes, self._tiles)
+        with user_errors():
+            tiles, schedule = self._tuned_tiles(binding, cc)
+            binding = bind(self._ir, dict(binding.dims), shapes, tiles)
+            return binding, compile_kernel(self._ir, binding, schedule=schedule, cc=cc)
 
     def _slot(self, name: str) -> int:
         index = self._params.index(name)

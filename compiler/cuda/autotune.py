@@ -1,11 +1,14 @@
-"""Single-GPU @autotune: time every point of the search space that fits, keep the winner.
+"""Single-GPU @autotune: time the points of the search space worth timing, keep the winner.
 
-Points that cannot be generated (thread layout, shared memory, register budget) or that the
-driver refuses to launch are pruned and reported, never run. The winner is cached in JSON at
-$PHOBOS_CACHE_DIR/autotune.json (default ~/.cache/phobos/autotune.json), keyed by the sha256 of
-the kernel's source, the dims, the precision of its dots, the GPU's name and compute capability
-and the compiler version, and reused by later calls. Schedules the GPU cannot run (target.py:
-warpgroup MMA, TMA and ping-pong need sm_90a) are pruned with the reason, never timed.
+The stages of a first call: (1) the cache (tune_cache.py: exact dimensions, then their shape
+bucket) answers without compiling anything; (2) each candidate's CUDA source is generated, no
+NVRTC, and the model (tune_model.py: shared memory, registers, waves, bytes per FLOP) drops what
+cannot fit or ranks far below its schedule's best; (3) the rest compile in parallel processes
+(compile_pool.py); (4) each is timed on the GPU, one progress line per point on stderr
+(PHOBOS_TUNE_QUIET=1 silences them); (5) the winner is stored. Points that cannot be generated
+or that the driver refuses to launch are pruned and reported, never run; so are schedules the
+GPU cannot run (target.py: warpgroup MMA, TMA and ping-pong need sm_90a). PHOBOS_RETUNE=1 (or
+tune(use_cache=False)) times again over a cached winner.
 """
 
 from __future__ import annotations
@@ -13,16 +16,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import os
-from concurrent.futures import ThreadPoolExecutor
+import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from common import cache
-from compiler.cuda import mma, nvrtc, stages, target
-from compiler.cuda.compiled import compile_kernel, compiler_version
+from common import options as env_options
+from compiler.cuda import mma, stages, target, tune_cache
 from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
     DEFAULT,
@@ -34,7 +34,7 @@ from compiler.cuda.schedule import (
     Schedule,
     tensor_core_space,
 )
-from compiler.frontend import ir, walk
+from compiler.frontend import ir
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
 
@@ -56,38 +56,21 @@ class Bench:
     arrays: dict | None
     scalars: dict | None
     cc: int = target.DEFAULT_CC
+    timed: list = field(default_factory=list)  # every timing so far, for the progress lines' best
 
 
-CACHE_FILE = "autotune.json"  # in common.cache's folder
+RETUNE_ENV = "PHOBOS_RETUNE"  # "1": time again even where the cache has a winner
+QUIET_ENV = "PHOBOS_TUNE_QUIET"  # "1": no progress lines on stderr
 FINALISTS = 2  # tile points per schedule family searched over the family's whole schedule space
 
 
-def cache_path() -> Path:
-    return cache.cache_file(CACHE_FILE)
+# the cache's names, where callers and tests have always found them
+cache_key, cache_path = tune_cache.cache_key, tune_cache.cache_path
+_read_cache, _write_cache = tune_cache.read_cache, tune_cache.write_cache
 
 
-def cache_key(
-    kernel: ir.Kernel, dims: dict[str, int], gpu: str, tf32: bool = False, cc: int = target.DEFAULT_CC
-) -> str:
-    """The precision is part of the key: a TF32 winner is not the exact-f32 winner; so is the
-    compute capability: a schedule is never replayed on a GPU that cannot run it."""
-    src = hashlib.sha256(kernel.source.encode()).hexdigest()
-    dims_text = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
-    major, minor = nvrtc.version()
-    # The source already implies the precision; naming it keeps entries apart should a precision
-    # ever be chosen outside the source (a flag), and makes the cache readable.
-    dots = ",".join(walk.dot_modes(kernel))
-    forced = "|tf32" if tf32 else ""  # the compile_kernel(tf32=True) override of exact-f32 dots
-    version = f"{compiler_version()}+nvrtc{major}.{minor}"
-    return f"{kernel.name}|{src}|{dims_text}|dots={dots}{forced}|{gpu}|sm_{cc}|{version}"
-
-
-def _read_cache() -> dict:
-    return cache.read_json(CACHE_FILE)
-
-
-def _write_cache(entries: dict) -> None:
-    cache.write_json(CACHE_FILE, entries)
+def _stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def gpu_name() -> str | None:
@@ -106,6 +89,20 @@ def gpu_capability(cc: int | None = None) -> int:
     return cc if cc is not None else target.local_capability() or target.DEFAULT_CC
 
 
+def _keys(kernel, dims, gpu: str, tf32: bool, cc: int, space: str = "") -> tuple[str, str]:
+    """The exact and the bucket key of a tuning (`space`: a hash naming a restricted search)."""
+    return (tune_cache.cache_key(kernel, dims, gpu, tf32, cc) + space,
+            tune_cache.cache_key(kernel, dims, gpu, tf32, cc, bucket=True) + space)
+
+
+def _cached(kernel, dims, keys, points, cc: int) -> TuneResult | None:
+    found = tune_cache.lookup(kernel, dims, keys, points, cc)
+    if found is None:
+        return None
+    best, ms, schedule = found
+    return TuneResult(best, ms, (), (), cached=True, schedule=schedule)
+
+
 def cached_result(
     kernel: ir.Kernel, dims: dict[str, int], tf32: bool = False, cc: int | None = None
 ) -> TuneResult | None:
@@ -115,20 +112,12 @@ def cached_result(
     if gpu is None or kernel.autotune is None:
         return None
     cc = gpu_capability(cc)
-    entry = _read_cache().get(cache_key(kernel, dict(dims), gpu, tf32, cc))
-    return _from_entry(entry, cc) if entry else None
+    return _cached(kernel, dict(dims), _keys(kernel, dict(dims), gpu, tf32, cc), search_points(kernel), cc)
 
 
 def cached_choice(kernel: ir.Kernel, dims: dict[str, int]) -> dict[str, int] | None:
     found = cached_result(kernel, dims)
     return found.best if found else None
-
-
-def _from_entry(entry: dict, cc: int) -> TuneResult | None:
-    sched = Schedule(**entry.get("schedule", {}))
-    if target.refusal(target.schedule_need(sched), cc):  # written by hand or by an older key
-        return None
-    return TuneResult(dict(entry["best"]), entry["ms"], (), (), cached=True, schedule=sched)
 
 
 def search_points(kernel: ir.Kernel) -> list[dict[str, int]]:
@@ -158,6 +147,10 @@ def _inputs(kernel: ir.Kernel, env: dict[str, int], seed: int = 0):
                 import ml_dtypes
 
                 host = host.astype(ml_dtypes.bfloat16).view(np.uint16)
+            elif p.dtype in ir.FP8:  # fp8 travels as its byte
+                from common import dtypes
+
+                host = host.astype(dtypes.TABLE[p.dtype].numpy()).view(np.uint8)
         arrays[p.name] = cupy.asarray(host)
     scalars = {p.name: (0.5 if p.dtype == "f32" else 1) for p in kernel.scalars}
     return arrays, scalars
@@ -205,33 +198,33 @@ def tune(
     base = bind(kernel, dims)
     points = points if points is not None else search_points(kernel)
     cc = gpu_capability(cc)
-    key = cache_key(kernel, dict(base.dims), gpu, tf32, cc)
+    space = ""
     if points != search_points(kernel) or schedules not in (None, [DEFAULT]):
-        space = (
+        text = (
             ";".join(sorted(str(sorted(p.items())) for p in points))
             + "|"
             + ",".join(s.key() for s in schedules or [DEFAULT])
         )
-        key += "|" + hashlib.sha256(space.encode()).hexdigest()[:16]
-    if use_cache:
-        entry = _read_cache().get(key)
-        found = _from_entry(entry, cc) if entry else None
+        space = "|" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    keys = _keys(kernel, dict(base.dims), gpu, tf32, cc, space)
+    if use_cache and not env_options.current().retune:
+        found = _cached(kernel, dict(base.dims), keys, points, cc)
         if found is not None:
             return found
+    if log is None and not env_options.current().tune_quiet:
+        log = _stderr_line
     bench = Bench(*_inputs(kernel, dict(base.env)), cc)
     if schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32):
         timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
     else:
         cands = [(p, s) for p in points for s in schedules or [DEFAULT]]
-        timings, pruned = _measure(kernel, dims, cands, tf32, bench, log)
+        timings, pruned = _measure(kernel, dims, cands, tf32, bench, log, model=True)
     if not timings:
         reasons = "; ".join(f"{dict(p)}: {why}" for (p, _), why in pruned[:3])
         raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
     (best_items, best_schedule), best_ms = min(timings, key=lambda t: t[1])
     best = dict(best_items)
-    entries = _read_cache()
-    entries[key] = {"best": best, "ms": best_ms, "schedule": dataclasses.asdict(best_schedule)}
-    _write_cache(entries)
+    tune_cache.store(keys, dict(base.dims), best, best_ms, best_schedule)
     many = len({sched for (_, sched), _ in timings + pruned}) > 1  # name the schedule when it varied
 
     def flat(rows):
@@ -270,7 +263,8 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
     multiprocessor). On a GPU other than sm_90 the warpgroup-MMA families are pruned whole
     (target.runnable_schedules): only mma.sync is searched."""
     probes, families, refused = search_families(kernel, tf32, inputs.cc)
-    timings, pruned = _measure(kernel, dims, [(p, s) for p in points for s in probes], tf32, inputs, log)
+    cands = [(p, s) for p in points for s in probes]
+    timings, pruned = _measure(kernel, dims, cands, tf32, inputs, log, model=True)
     pruned += [((tuple(sorted(p.items())), s), why) for p in points for s, why in refused]
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])
@@ -318,24 +312,19 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
     return target.runnable_schedules(probes, families, cc)
 
 
-def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log):
+def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bool = False):
     """((point items, schedule), median ms) of each candidate that compiles and launches, and
-    ((point items, schedule), why) of the others."""
+    ((point items, schedule), why) of the others. Before anything is compiled the model
+    (tune_model.py) drops what cannot fit and, with `model`, what ranks far below its schedule's
+    best; the rest compile in parallel processes (compile_pool.py), then are timed one by one."""
+    from compiler.cuda import compile_pool
 
-    def build(candidate):
-        point, schedule = candidate
-        try:
-            b = bind(kernel, dims, None, point)
-            compiled = compile_kernel(kernel, b, schedule=schedule, tf32=tf32, cc=inputs.cc)
-            return candidate, compiled, None
-        except CompileError as e:
-            return candidate, None, e.message
-
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        built = list(pool.map(build, candidates))
+    candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
+    tasks = [(kernel, dims, point, schedule, tf32, inputs.cc) for point, schedule in candidates]
+    built = compile_pool.build_all(tasks)
     arrays, scalars = inputs.arrays, inputs.scalars
-    timings, pruned = [], []
-    for (point, schedule), compiled, why in built:
+    timings = []
+    for k, ((point, schedule), (compiled, why)) in enumerate(zip(candidates, built, strict=True)):
         items = (tuple(sorted(point.items())), schedule)
         if compiled is None:
             pruned.append((items, why))
@@ -347,5 +336,41 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log):
             continue
         timings.append((items, ms))
         if log:
-            log(f"{kernel.name} {point} {schedule.key()}: {ms:.4f} ms")
+            best = min(t for _, t in timings + inputs.timed)
+            log(progress_line(kernel.name, k + 1, len(candidates), point, schedule, ms, best))
+    inputs.timed.extend(timings)
     return timings, pruned
+
+
+def progress_line(name: str, k: int, n: int, point: dict, schedule: Schedule, ms: float, best: float) -> str:
+    values = ",".join(f"{a}={b}" for a, b in point.items())
+    return f"tune {name}: point {k}/{n} {{{values}}} {schedule.key()} {ms:.3f} ms (best {best:.3f} ms)"
+
+
+def _model_pruned(kernel, dims, candidates, tf32: bool, cc: int, rank: bool):
+    """(kept candidates, pruned rows): each candidate's source is generated (codegen, no NVRTC)
+    and estimated by tune_model; a candidate codegen refuses is kept, for the compile to name."""
+    from compiler.cuda import tune_model
+    from compiler.cuda.compiled import generate_source
+
+    estimates = []
+    for point, schedule in candidates:
+        try:
+            b = bind(kernel, dims, None, point)
+            gen = generate_source(kernel, b, tf32=tf32, schedule=schedule, cc=cc)
+            estimates.append(tune_model.estimate(kernel, dict(b.env), gen, cc, _sm_count()))
+        except CompileError as e:
+            estimates.append(e.message)
+    kept, dropped = tune_model.rank(candidates, estimates, cc, by_score=rank)
+    return kept, [((tuple(sorted(p.items())), s), why) for (p, s), why in dropped]
+
+
+def _sm_count() -> int:
+    from compiler.cuda import tune_model
+
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"])
+    except Exception:  # no device: the model's default (an H100's)
+        return tune_model.DEFAULT_SMS

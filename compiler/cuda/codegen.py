@@ -24,7 +24,7 @@ from compiler.cuda import (
     uniform,
     wgmma,
 )
-from compiler.cuda.emit import CTYPE, HALF_PRELUDE, STORAGE_CTYPE, Emitter
+from compiler.cuda.emit import CTYPE, FP8_PRELUDE, FP8_STORE_PRELUDE, HALF_PRELUDE, STORAGE_CTYPE, Emitter
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.render_plan import point_text, render_plan
@@ -306,8 +306,12 @@ class KernelGen(ExprEmitter):
             )
         head = Emitter()
         head.depth = 0
-        if self.used.half or self.used.bf16:
+        if self.used.half or self.used.bf16 or self.used.fp8:
             head.block(HALF_PRELUDE.splitlines())
+        if self.used.fp8:
+            head.block(FP8_PRELUDE.splitlines())
+            if self.plan.wgmma:  # fp8 tiles staged by threads (fp8 tensor cores: sm_90)
+                head.block(FP8_STORE_PRELUDE.splitlines())
         head.block(PRELUDE.splitlines())
         if self.plan.tensor_cores:
             head.block(mma.PRELUDE.splitlines())

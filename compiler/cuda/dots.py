@@ -108,7 +108,7 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
     k_contiguous = (role == "a") != transposed
     # the operand type: a bf16 / f16 tensor's own; TF32 dots hold f32 (an i32 tensor converted)
     dtype = gen.tensor(load.tensor, load.span).dtype
-    dtype = dtype if dtype in ("bf16", "f16") else "f32"
+    dtype = dtype if dtype in ("bf16", "f16") + ir.FP8 else "f32"
     if gen.plan.wgmma:
         from compiler.cuda import wgmma
 

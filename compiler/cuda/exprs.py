@@ -34,6 +34,7 @@ class ExprEmitter:
         self.used = Used(
             half=any(p.dtype == "f16" for p in kernel.tensors),
             bf16=plan.tensor_cores or any(p.dtype == "bf16" for p in kernel.tensors),
+            fp8=any(p.dtype in ir.FP8 for p in kernel.tensors),
         )
         self.loop = LoopState()
 
@@ -165,7 +166,7 @@ class ExprEmitter:
 
     def cast(self, c: str, expr: ir.Expr, dtype: str) -> str:
         src = expr.ty.dtype if expr.ty is not None else dtype
-        if src == dtype or src in ("bf16", "f16") and dtype == "f32":
+        if src == dtype or src in ("bf16", "f16", "e4m3", "e5m2") and dtype == "f32":
             return c
         if dtype in ("bf16", "f16"):  # into a narrow variable: rounded, as bf16() / f16() do
             self.used.bf16 |= dtype == "bf16"

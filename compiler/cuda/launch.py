@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common import dtypes
 from common.errors import UserError
 from compiler.cuda import target
 from compiler.cuda.scalars import launch_scalar
@@ -24,7 +25,9 @@ _DTYPES = {
     "f16": np.dtype(np.float16),
     "i32": np.dtype(np.int32),
     "bf16": np.dtype(np.uint16),
-}  # bf16 travels as its 16-bit pattern: cupy has no bfloat16
+    "e4m3": np.dtype(np.uint8),
+    "e5m2": np.dtype(np.uint8),
+}  # bf16 travels as its 16-bit pattern, fp8 as its byte: cupy has neither
 _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}
@@ -190,8 +193,10 @@ def run_kernel_gpu(
         if tuple(host.shape) != shape:
             raise UserError(f"tensor {p.name} has shape {tuple(host.shape)}, expected {shape}")
         host = np.ascontiguousarray(host)
-        if p.dtype == "bf16":
-            host = host.view(np.uint16)
+        held = dtypes.ml_name_of(host.dtype)
+        if p.dtype in ("bf16", "e4m3", "e5m2") and held in (None, p.dtype) and (
+                host.dtype.itemsize == _DTYPES[p.dtype].itemsize):
+            host = host.view(_DTYPES[p.dtype])
         elif host.dtype != _DTYPES[p.dtype]:
             raise UserError(f"tensor {p.name} has dtype {host.dtype}, expected {p.dtype}")
         device[p.name] = cupy.asarray(host)

@@ -242,19 +242,22 @@ class MmaGrid:
 
 
 def choose_mma_grid(
-    threads: int, shapes2d: set[tuple[int, int]], row_reductions: bool, warps_m: int | None = None
+    threads: int, shapes2d: set[tuple[int, int]], row_reductions: bool, warps_m: int | None = None,
+    columns_over_warps: bool = True,
 ) -> MmaGrid:
     """Pick WR x WC for the tensor-core layout: every 2-D tile must split into whole 16x8
     sub-tiles per warp; kernels that reduce along rows keep WC = 1 where they can (rows never
     leave a warp), else (tiles of fewer rows than 16 per warp: decode's few query rows) the rows
     stay in one warp's M and the columns split over the warps, whose row reductions then meet in
     shared memory (reductions.lane_allreduce); otherwise the most square warp tile of the largest
-    tile (fewest shared-memory fragment loads per MMA). `warps_m` pins WR (a tuner choice)."""
+    tile (fewest shared-memory fragment loads per MMA). `warps_m` pins WR (a tuner choice).
+    `columns_over_warps=False` refuses that fallback (the caller tries fewer warps first)."""
     if row_reductions:
         try:
             return _choose_mma_grid(threads, shapes2d, True, warps_m)
         except LayoutError:
-            pass
+            if not columns_over_warps:
+                raise
     return _choose_mma_grid(threads, shapes2d, False, warps_m)
 
 

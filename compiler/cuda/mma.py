@@ -39,11 +39,11 @@ def operand_dtype(e: ir.Expr, kernel: ir.Kernel) -> str | None:
     """The 16-bit type a dot operand's values already have, or None: a tile typed bf16/f16, a
     load of a bf16/f16 tensor (widened exactly to f32 by the language), a cast to bf16/f16, or a
     transpose or let of one of those."""
-    if isinstance(e.ty, ir.TileType) and e.ty.dtype in TC_DTYPES:
+    if isinstance(e.ty, ir.TileType) and e.ty.dtype in TC_DTYPES + ir.FP8:
         return e.ty.dtype
     if isinstance(e, ir.Load):
         p = next((t for t in kernel.tensors if t.name == e.tensor), None)
-        return p.dtype if p is not None and p.dtype in TC_DTYPES else None
+        return p.dtype if p is not None and p.dtype in TC_DTYPES + ir.FP8 else None
     if isinstance(e, ir.Call) and e.func in TC_DTYPES:
         return e.func
     if isinstance(e, ir.Call) and e.func == "transpose":
@@ -62,7 +62,7 @@ def tensor_core_dtype(call: ir.Call, kernel: ir.Kernel, tf32: bool = False) -> s
     (exact f32 on the FMA path). f32 operands use TF32 only where the kernel asked for it."""
     precision = getattr(call, "precision", None)
     mode = precision.mode if precision is not None else None
-    if mode in TC_DTYPES or mode == "tf32":
+    if mode in TC_DTYPES or mode == "tf32" or mode in ir.FP8:  # fp8: on warpgroup MMA only (fp8.py)
         return mode
     a, b = (operand_dtype(x, kernel) for x in call.args)
     if mode == "f32" and a in TC_DTYPES:  # a 16-bit dot sent to CUDA cores (hoist.fit_dots)

@@ -17,11 +17,11 @@ ROW_PAD = 8  # elements (16 bytes) of padding after each stored row
 
 def element_bytes(dtype: str) -> int:
     """Bytes of one stored element of a tensor-core operand (f32 holds TF32 values)."""
-    return 4 if dtype == "f32" else 2
+    return 4 if dtype == "f32" else 1 if dtype in ir.FP8 else 2
 
 
 def element_ctype(dtype: str) -> str:
-    return "float" if dtype == "f32" else "unsigned short"
+    return "float" if dtype == "f32" else "unsigned char" if dtype in ir.FP8 else "unsigned short"
 
 
 @dataclass(frozen=True)

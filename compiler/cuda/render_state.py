@@ -78,6 +78,7 @@ class Used:
 
     half: bool = False  # f16 values: the half prelude
     bf16: bool = False  # bf16 values: the half prelude
+    fp8: bool = False  # fp8 values (e4m3 / e5m2): the half prelude's conversions
     wgmma: bool = False  # warpgroup MMA (its prelude, 1024-byte aligned shared memory)
     pingpong: bool = False  # ping-pong handover barriers (pingpong.py)
     tf32_register_operand: bool = False  # a TF32 mma.sync dot reads a from registers (its budget)

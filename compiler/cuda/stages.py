@@ -1,6 +1,8 @@
 """The CUDA leaf compiler as a visible list of stages, each `stage(Leaf) -> Leaf`:
 
   bind     the binding's dims and tile values become the leaf's constants and CTA counts
+  fp8      fp8 dots: scales become products (out of the k loop in a GEMM), operands stay fp8 on
+           Hopper's warpgroup MMA or are converted to f16 (fp8.py)
   hoist    dot operands that are tensor loads inside loops get lets at the loop top (hoist.py)
   split    a let feeding dots that stage it differently (tensor cores and CUDA cores, roles a
            and b) gets one copy per way (hoist.py)
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import options as env_options
-from compiler.cuda import analysis, mma, nvrtc, target, wgmma
+from compiler.cuda import analysis, fp8, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.mainloops.base import Mainloop
@@ -88,6 +90,11 @@ def bind(leaf: Leaf) -> Leaf:
     for axis, n in zip(leaf.kernel.grid, leaf.binding.grid, strict=True):
         counts["xyz".index(axis.axis)] = n
     return dataclasses.replace(leaf, env=dict(leaf.binding.env), counts=tuple(counts))
+
+
+def lower_fp8(leaf: Leaf) -> Leaf:
+    o = leaf.options
+    return dataclasses.replace(leaf, kernel=fp8.lower(leaf.kernel, leaf.env, o.schedule, o.cc))
 
 
 def hoist(leaf: Leaf) -> Leaf:
@@ -181,6 +188,7 @@ def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:
 
 STAGES = (
     ("bind", bind),
+    ("fp8", lower_fp8),
     ("hoist", hoist),
     ("split", split),
     ("fit", fit),
@@ -310,7 +318,7 @@ def uses_wgmma(kernel: ir.Kernel, dots, tf32: bool = False) -> bool:
 
     def takes(d: ir.Call) -> bool:
         dtype = mma.tensor_core_dtype(d, kernel, tf32)
-        if dtype == "tf32":
+        if dtype == "tf32" or dtype in ir.FP8:  # K-major operands from shared memory only
             return all(wgmma.operand_in_shared(x, shared) for x in d.args)
         return dtype in mma.TC_DTYPES and wgmma.operand_in_shared(d.args[1], shared)
 
@@ -332,13 +340,16 @@ def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool, warpgrou
         pinned = schedule.threads is not None or any(isinstance(a, ir.Launch) for a in kernel.attributes)
         # without a pinned CTA size, fewer warps where the tiles have too few rows for all of them
         sizes = [threads] if pinned else [threads, threads // 2, threads // 4]
-        for n in sizes:
+        # rows kept in one warp at any of the sizes first; columns over warps (their row
+        # reductions meeting in shared memory) only where no size lets the rows stay whole
+        tries = [(n, False) for n in sizes] + [(n, True) for n in sizes]
+        for n, columns_over_warps in tries:
             try:
                 # warpgroup MMA: every warp along the rows (64 rows per warpgroup of 4)
                 warps_m = n // 32 if warpgroups else schedule.warps_m
-                return choose_mma_grid(n, shapes, reduces_rows(kernel), warps_m)
+                return choose_mma_grid(n, shapes, reduces_rows(kernel), warps_m, columns_over_warps)
             except LayoutError:
-                if n == sizes[-1]:
+                if (n, columns_over_warps) == tries[-1]:
                     raise
     shapes2d, dots, rows, cols = _shapes(kernel, env)
     return choose_thread_grid(threads, shapes2d, dots, rows, cols)

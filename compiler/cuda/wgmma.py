@@ -250,7 +250,7 @@ def emit_wgmma(
     K-major from shared memory and has no transpose bits. `fresh`: acc holds nothing yet; the
     first k step ignores it (scale-d 0) rather than have it zeroed, since ordinary writes of
     accumulator registers while another group is in flight make ptxas serialize."""
-    mma_k = 8 if dtype == "tf32" else 16
+    mma_k = _mma_k(dtype)
     from_regs = not isinstance(sa, CoreTile)
     where = ", a from registers" if from_regs else ""
     gen.out.line(f"// warpgroup MMA: m64n{n}k{mma_k} {dtype}, {kk // mma_k} k steps{where}")
@@ -287,7 +287,7 @@ def issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> li
     descriptors are made once (the tile's start) and each k step adds its offset in 16-byte units
     to the start-address field (step_descriptor): in an attention loop that left 592 SASS
     instructions per iteration of the 714 that a descriptor made from each step's address took."""
-    mma_k = 8 if dtype == "tf32" else 16
+    mma_k = _mma_k(dtype)
     regs = n // 2
     outs = []
     for i in range(regs):
@@ -308,7 +308,8 @@ def issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> li
         else:
             lines.append(f"    const unsigned long long da_ = da0_ + {step_descriptor(sa, s)};")
             a_op, a_in, trans, b_op = f"%{regs}", '"l"(da_)', f"{int(sa.mn_major)}, ", f"%{regs + 1}"
-        imm = "p, 1, 1" if dtype == "tf32" else f"p, 1, 1, {trans}{int(sb.mn_major)}"
+        # TF32 and fp8 read K-major operands only: no transpose bits
+        imm = "p, 1, 1" if dtype == "tf32" or dtype in ir.FP8 else f"p, 1, 1, {trans}{int(sb.mn_major)}"
         lines.append(
             f'    asm volatile("{{ .reg .pred p; setp.ne.b32 p, {int(not (fresh and s == 0))}, 0; '
             f"wgmma.mma_async.sync.aligned.m64n{n}k{mma_k}.f32.{dtype}.{dtype} {{{d}}}, {a_op}, {b_op}, "
@@ -317,6 +318,11 @@ def issue(acc, sa, sb: CoreTile, n: int, kk: int, dtype: str, fresh: bool) -> li
         lines.append("  }")
     lines.append("}")
     return lines
+
+
+def _mma_k(dtype: str) -> int:
+    """k of one wgmma: 32 bytes of each operand row (8 TF32, 16 16-bit, 32 fp8 values)."""
+    return 8 if dtype == "tf32" else 32 if dtype in ir.FP8 else 16
 
 
 def step_descriptor(t: CoreTile, step: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from compiler.builtins import call_type, check_signature
-from compiler.frontend import ir
+from compiler.frontend import check_fp8, ir
 from compiler.frontend.affine import affine_of
 from compiler.frontend.check_calls import dot_precision
 from compiler.frontend.check_header import Symbol, check_header, word_span
@@ -103,6 +103,7 @@ class _KernelChecker:
         if isinstance(s, ir.VarDecl):
             declared = self.declared_type(s.declared)
             init = self.expr(s.init)
+            check_fp8.refuse(init, f"var '{s.name}'")
             self.assignable(declared, init, f"var '{s.name}'")
             self.declare(s.name, Symbol("var", declared, word_span(self.text, s.span, s.name, "var")))
             return dataclasses.replace(s, declared=declared, init=init)
@@ -161,6 +162,7 @@ class _KernelChecker:
             }[symbol.kind]
             raise CompileError(target_span, f"cannot assign to '{s.name}': it is {what}")
         value = self.expr(s.value)
+        check_fp8.refuse(value, f"var '{s.name}'")
         if s.op != "=":
             current = ir.Name(s.name, target_span, symbol.ty, "var")
             combined = ir.BinOp(
@@ -176,6 +178,7 @@ class _KernelChecker:
         param = self.tensor(s.tensor, tensor_span)
         index, shape = self.index(param, s.index, s.span)
         value = self.expr(s.value)
+        check_fp8.check_store(param, value)
         if value.ty.dtype not in NUMERIC:
             raise CompileError(value.span, f"cannot store {describe(value.ty)} into a tensor")
         if param.dtype == "i32" and value.ty.dtype != "i32":
@@ -357,9 +360,12 @@ class _KernelChecker:
             return dataclasses.replace(e, ty=I32)
         if isinstance(e, ir.BinOp):
             lhs, rhs = self.expr(e.lhs), self.expr(e.rhs)
+            for side in (lhs, rhs):
+                check_fp8.refuse(side, f"'{e.op}'")
             return dataclasses.replace(e, lhs=lhs, rhs=rhs, ty=self.binop_type(e.op, lhs, rhs, e.span))
         if isinstance(e, ir.UnaryOp):
             operand = self.expr(e.operand)
+            check_fp8.refuse(operand, f"'{e.op}'")
             want_bool = e.op == "not"
             if (operand.ty.dtype == "bool") != want_bool:
                 need = "bool" if want_bool else "a number"
@@ -414,9 +420,11 @@ class _KernelChecker:
         fill = None
         if e.fill is not None:
             fill = self.expr(e.fill)
+            if param.dtype in ir.FP8:
+                raise CompileError(fill.span, f"an fp8 tensor ({param.dtype}) reads 0 outside: no fill")
             if not isinstance(fill.ty, ScalarType) or fill.ty.dtype not in NUMERIC:
                 raise CompileError(fill.span, f"fill must be a number, found {describe(fill.ty)}")
-        dtype = "f32" if param.dtype == "f32" else param.dtype  # bf16 and f16 stay narrow
+        dtype = "f32" if param.dtype == "f32" else param.dtype  # bf16, f16, e4m3, e5m2 stay as they are
         return dataclasses.replace(e, index=index, fill=fill, ty=make_type(dtype, shape))
 
     def call(self, e: ir.Call) -> ir.Call:
@@ -435,9 +443,11 @@ class _KernelChecker:
         requested = next((v for k, v in e.kwargs if e.func == "dot" and k == "precision"), None)
         kwargs = tuple((k, self.expr(v)) for k, v in e.kwargs if not (e.func == "dot" and k == "precision"))
         checked = dataclasses.replace(e, args=tuple(args), kwargs=kwargs)
+        check_fp8.refuse_in_call(checked)
         checked = dataclasses.replace(checked, ty=call_type(checked, self.shapes, self.size_of))
         if e.func != "dot":
             return checked
+        check_fp8.check_dot_scales(checked, self.shapes)
         precision = dot_precision(checked, requested, self.kernel.precision)
         if precision.mode in ("f32", "tf32"):
             self.f32_dots.append(precision)

@@ -194,8 +194,8 @@ def _full_type(args, size_of) -> ir.Type:
 
 
 def _dot_kind(dtype: str) -> str:
-    """What a dot multiplies: bf16 or f16 operands as they are, i32 and f32 ones as f32."""
-    return dtype if dtype in NARROW_FLOATS else "f32"
+    """What a dot multiplies: bf16, f16, e4m3 or e5m2 operands as they are, i32 and f32 ones as f32."""
+    return dtype if dtype in NARROW_FLOATS + ir.FP8 else "f32"
 
 
 def _same_operand_kind(a: ir.Expr, b: ir.Expr) -> None:
@@ -203,10 +203,13 @@ def _same_operand_kind(a: ir.Expr, b: ir.Expr) -> None:
     if ka == kb:
         return
     narrow = ka if ka in NARROW_FLOATS else kb
+    hint = f"convert one, e.g. with {narrow}(...) or f32(...)"
+    if narrow in ir.FP8:
+        hint = "fp8 tensors of one dot share their format; or convert both, e.g. with bf16(...)"
     raise CompileError(
         b.span,
         f"dot operands differ in type: {describe(a.ty)} times {describe(b.ty)}; both must be f32, "
-        f"both bf16 or both f16 (convert one, e.g. with {narrow}(...) or f32(...))",
+        f"both bf16, both f16, both e4m3 or both e5m2 ({hint})",
     )
 
 
@@ -217,7 +220,7 @@ def dot_precision(
     `precision = ...` argument (`requested`, still unchecked), else from `@precision`, else f32."""
     mode = _requested_mode(requested) if requested is not None else None
     kind = _dot_kind(call.args[0].ty.dtype)
-    if kind in NARROW_FLOATS:
+    if kind in NARROW_FLOATS + ir.FP8:
         if requested is not None:
             raise CompileError(
                 requested.span,

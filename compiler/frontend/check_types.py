@@ -9,7 +9,7 @@ from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import ScalarType, Size, TileType
 from compiler.frontend.source import Span
 
-NUMERIC = ("i32", "f32", "bf16", "f16")
+NUMERIC = ("i32", "f32", "bf16", "f16", "e4m3", "e5m2")  # fp8 values: where check_fp8 lets them
 FLOATS = ("f32", "bf16", "f16")
 
 
@@ -25,7 +25,7 @@ def with_dtype(ty: ir.Type, dtype: str) -> ir.Type:
 
 def widened(ty: ir.Type) -> ir.Type:
     """Arithmetic on a narrow float (bf16, f16) computes in f32: its result type."""
-    return with_dtype(ty, "f32") if ty.dtype in ir.NARROW_FLOATS else ty
+    return with_dtype(ty, "f32") if ty.dtype in ir.NARROW_FLOATS + ir.FP8 else ty
 
 
 def promote(a: str, b: str) -> str:

@@ -31,11 +31,14 @@ from compiler.frontend.source import Span
 # Types
 # --------------------------------------------------------------------------------------------
 
-StorageDType = Literal["f32", "f16", "bf16", "i32"]
+StorageDType = Literal["f32", "f16", "bf16", "i32", "e4m3", "e5m2"]
 # What values hold. bf16 and f16 values are *narrow floats*: numbers exactly representable in that
 # format (loads of bf16/f16 tensors, bf16()/f16() casts); arithmetic on them computes in f32.
-ValueDType = Literal["f32", "i32", "bool", "bf16", "f16"]
+# e4m3 and e5m2 values (loads of fp8 tensors) are held exactly too, but are only dot operands
+# (with scales), transposed, or converted with f32()/bf16()/f16(): no arithmetic takes them.
+ValueDType = Literal["f32", "i32", "bool", "bf16", "f16", "e4m3", "e5m2"]
 NARROW_FLOATS = ("bf16", "f16")
+FP8 = ("e4m3", "e5m2")
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ class Load:
     ty: Type | None = None
 
 
-DotMode = Literal["f32", "tf32", "bf16", "f16"]
+DotMode = Literal["f32", "tf32", "bf16", "f16", "e4m3", "e5m2"]
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,8 @@ class DotPrecision:
     mode "tf32": f32 operands each rounded to TF32 (docs/language.md §4.1: round to nearest, ties
         to even, as cvt.rn.tf32.f32), products exact, sums in f32;
     mode "bf16" / "f16": operands of that narrow type, products exact, sums in f32.
+    mode "e4m3" / "e5m2": fp8 operands, products exact, sums in f32, the result times the dot's
+        scales (`Call.kwargs` scale_a, scale_b: both required, docs/language.md §8.1).
     `origin` says who chose it: "operands" (bf16/f16 operands, or f32 by default), "kernel"
     (`@precision(...)`) or "dot" (`dot(a, b, precision = ...)`); `span` points at that choice:
     the dot itself, the attribute, or the argument's value.
@@ -194,8 +199,9 @@ class Call:
 
     Built-ins (the checker rejects anything else):
       dot(a, b)            tile[M,K] x tile[K,N] -> tile[M,N]  (f32 accumulate); operands both
-                           f32/i32, both bf16 or both f16; `precision = f32 | tf32` (f32 operands
-                           only) is taken out of `kwargs` by the checker into `precision`
+                           f32/i32, both bf16, both f16, both e4m3 or both e5m2; `precision = f32 |
+                           tf32` (f32 operands only) is taken out of `kwargs` by the checker into
+                           `precision`; fp8 dots keep `scale_a = s`, `scale_b = s` in `kwargs`
       transpose(a)         tile[M,N] -> tile[N,M]
       exp, log, sqrt, abs  elementwise, f32
       max(a, b), min(a, b) elementwise (scalars or tiles, broadcast as BinOp)

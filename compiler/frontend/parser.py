@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common import dtypes
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.lexer import Token, tokenize
 from compiler.frontend.parse_expr import ExprParser
 from compiler.frontend.source import Span
 
-STORAGE_DTYPES = ("f32", "f16", "bf16", "i32")
+STORAGE_DTYPES = dtypes.NAMES  # common/dtypes.py
 SCALAR_PARAM_DTYPES = ("f32", "i32")
 VAR_DTYPES = ("f32", "i32", "bool")
 ASSIGN_OPS = ("=", "+=", "-=", "*=", "/=")

@@ -27,7 +27,11 @@ def _axis(call: ir.Call) -> int:
 
 def dot(ev, call, scope):
     a, b = _args(ev, call, scope)
-    return val.dot(a, b, call.precision.mode if call.precision is not None else "f32")
+    out = val.dot(a, b, call.precision.mode if call.precision is not None else "f32")
+    scales = dict(call.kwargs)
+    if "scale_a" not in scales:
+        return out
+    return val.scaled(out, ev.eval(scales["scale_a"], scope), ev.eval(scales["scale_b"], scope))
 
 
 def transpose(ev, call, scope):

@@ -101,7 +101,13 @@ def _strided(box_array: np.ndarray, plan: list[_Progression], windows: list[Wind
             tile_pos.append(len(shape))
             shape.append(w.extent)
             strides.append(stride)
-    view = as_strided(box_array, shape=shape, strides=strides, writeable=writeable)
+    if box_array.dtype.kind in "Vf" and box_array.dtype.itemsize == 1:
+        # an fp8 array (ml_dtypes): as_strided cannot rebuild its dtype (e5m2 says '<f1'), so
+        # stride its bytes and view them as the format again
+        raw = as_strided(box_array.view(np.uint8), shape=shape, strides=strides, writeable=writeable)
+        view = raw.view(box_array.dtype)
+    else:
+        view = as_strided(box_array, shape=shape, strides=strides, writeable=writeable)
     order = [grid_pos[g] for g in sorted(grid_pos)] + tile_pos
     view = view.transpose(order)
     for g in range(GRID_RANK):

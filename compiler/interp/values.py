@@ -12,7 +12,8 @@ scalar operand has been given trailing unit axes up to the other operand's rank 
 
 dtypes: f32 values are float32, i32 values int32, bool values bool. bf16 and f16 values (loads of
 such tensors, `bf16()` / `f16()` casts) are float32 arrays too, holding only numbers exactly
-representable in the narrow type: arithmetic on them is f32 arithmetic, as the language says, and
+representable in the narrow type (e4m3 and e5m2 loads likewise: every fp8 value is exact in
+f32): arithmetic on them is f32 arithmetic, as the language says, and
 `round_to` is where a value enters a narrow type. `dot` takes its precision from the IR
 (`ir.DotPrecision`) rather than from array dtypes.
 """
@@ -28,7 +29,7 @@ GRID_RANK = 3  # x, y, z
 F32 = np.dtype(np.float32)
 I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
-VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL, "bf16": F32, "f16": F32}
+VALUE_DTYPES = {"f32": F32, "i32": I32, "bool": BOOL, "bf16": F32, "f16": F32, "e4m3": F32, "e5m2": F32}
 
 
 def tile_rank(v: np.ndarray) -> int:
@@ -218,6 +219,18 @@ def round_tf32_bits(bits: np.ndarray) -> np.ndarray:
     nan = special & ((bits & _FRACTION) != 0)
     kept = np.where(nan, _TF32_NAN, bits)  # inf has no dropped bits
     return np.where(special, kept, finite)  # uint32 throughout: no copy to convert
+
+
+def scaled(out: np.ndarray, scale_a: np.ndarray, scale_b: np.ndarray) -> np.ndarray:
+    """An fp8 dot's result [.., M, N] times its scales (docs/language.md §8.1): element (i, j) is
+    out[i, j] * (scale_a[i] * scale_b[j]), each product rounded to f32; a scalar scale stands for
+    every row (column)."""
+    sa = cast(scale_a, F32)
+    sb = cast(scale_b, F32)
+    sa = sa[..., :, None] if tile_rank(sa) == 1 else sa.reshape(sa.shape + (1, 1))
+    sb = sb[..., None, :] if tile_rank(sb) == 1 else sb.reshape(sb.shape + (1, 1))
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and nan are defined results
+        return (out * (sa * sb).astype(F32)).astype(F32)
 
 
 def dot(a: np.ndarray, b: np.ndarray, mode: str = "f32") -> np.ndarray:

@@ -29,6 +29,7 @@ DIMS = {
     "matmul": {"M": 64, "N": 64, "K": 8},
     "matmul_bf16": {"M": 70, "N": 70, "K": 40},
     "matmul_f16": {"M": 70, "N": 70, "K": 40},
+    "matmul_fp8": {"M": 70, "N": 140, "K": 200},
     "matmul_plain": {"M": 40, "N": 40, "K": 20},
     "matmul_tf32": {"M": 70, "N": 70, "K": 40},
     "mha_bf16": {"H": 2, "N": 70, "D": 64},
@@ -38,7 +39,8 @@ DIMS = {
     "transpose": {"M": 40, "N": 50},
 }
 SCALARS = {"alpha": 1.5, "beta": 0.5, "scale": 0.125, "eps": 1e-5}
-HOST = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i32": np.int32}
+HOST = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i32": np.int32,
+        "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 
 
 def test_every_example_has_sizes():

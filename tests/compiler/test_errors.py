@@ -37,7 +37,7 @@ CASES = [
     ("two_exprs", k("  let x = 1 2"), "3:13", "expected the end of the statement"),
     ("range_arity", k("  for i in range(0, N, B, 1) {\n  }"), "3:12", "range takes"),
     ("chained_compare", k("  let x = 1 < 2 < 3"), "3:17", "comparisons do not chain"),
-    ("bad_param_type", "kernel k(a: tensor<f64>[N]) {\n}\n", "1:20", "expected a type (f32, f16, bf16, i32)"),
+    ("bad_param_type", "kernel k(a: tensor<f64>[N]) {\n}\n", "1:20", "expected a type (f32, f16, bf16, i32"),
     ("not_a_statement", k("  1 + 2"), "3:3", "expected a statement"),
     ("load_two_args", k("  let x = load(a[0 :+ B], b[0 :+ B])"), "3:11", "load takes one tensor slice"),
     # ---- attributes ----

@@ -535,10 +535,11 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
-    asked = []
+    asked, modelled = [], []
 
-    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):
         asked.append(list(candidates))
+        modelled.append(model)
         timed = []
         for point, s in candidates:
             ms = point["TILE_M"] / 64 + (0.5 if s.wgmma else 1.0) - 0.01 * s.stages
@@ -555,6 +556,7 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
         assert len({str(p) for p, _ in family}) == autotune.FINALISTS
         assert all(p["TILE_M"] == 64 for p, _ in family)
     assert len(asked) == 3 and all(s.wgmma for _, s in asked[2]) and not any(s.wgmma for _, s in asked[1])
+    assert modelled == [True, False, False]  # the model ranks the probes; finalists are timed whole
     assert any(s.late_copies for _, s in asked[2]) and not any(s.rotate for f in asked for _, s in f)
     assert {s.stages for _, s in asked[2]} == {3, 4, 5, *sched.DEEP_STAGES}
     assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == max(sched.DEEP_STAGES)
@@ -600,7 +602,7 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
     asked = []
 
-    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):
         asked.append(list(candidates))
         return [((tuple(sorted(p.items())), s), 1.0 + (0.0 if s.rotate else 0.5)) for p, s in candidates], []
 

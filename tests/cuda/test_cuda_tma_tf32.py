@@ -255,7 +255,7 @@ def test_tuner_searches_the_tma_tf32_ring_as_a_family_of_its_own(monkeypatch, tm
     monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
     asked = []
 
-    def fake_measure(kernel, dims, candidates, tf32, inputs, log):
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):
         asked.append(list(candidates))
         return [((tuple(sorted(p.items())), s), 1.0 + 0.01 * p["TILE_M"]) for p, s in candidates], []
 

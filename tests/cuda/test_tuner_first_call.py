@@ -1,0 +1,204 @@
+"""The first call's tuner on CPU: the cache's keys and buckets, corrupted entries, the model that
+prunes before anything is compiled, the parallel compile pool (real NVRTC), progress lines.
+What needs a GPU (timing) is in benchmarks/first_call_bench.py and the -m gpu tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cuda_cases import load_example
+
+from common import log
+from compiler.cuda import autotune, compile_pool, compiled, tune_cache, tune_model
+from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.frontend import load as frontend
+
+DIMS = {"M": 4096, "N": 4096, "K": 4096}
+POINT = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(autotune.RETUNE_ENV, raising=False)
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    return tmp_path
+
+
+def _no_compile(monkeypatch):
+    """Fail the test at any codegen, compile or timing: a cache hit must do none of them."""
+
+    def compiles(*args, **kwargs):
+        raise AssertionError("a cache hit compiled or tuned")
+
+    monkeypatch.setattr(autotune.stages, "run", compiles)
+    monkeypatch.setattr(compile_pool, "build", compiles)
+    monkeypatch.setattr(compiled, "generate_source", compiles)
+    monkeypatch.setattr(autotune, "_inputs", compiles)
+
+
+def test_shape_buckets_join_near_sizes_and_keep_small_dims_exact():
+    assert tune_cache.shape_bucket(4000) == tune_cache.shape_bucket(4096) == tune_cache.shape_bucket(5000)
+    assert tune_cache.shape_bucket(4096) != tune_cache.shape_bucket(8192)
+    assert tune_cache.shape_bucket(6000) == tune_cache.shape_bucket(8192)
+    assert tune_cache.shape_bucket(64) != tune_cache.shape_bucket(80)  # a head's width shapes the code
+    k = load_example("matmul_bf16.phk")
+    near = {"M": 4000, "N": 4096, "K": 4500}
+    assert autotune.cache_key(k, DIMS, "GPU X") != autotune.cache_key(k, near, "GPU X")
+    assert (autotune.cache_key(k, DIMS, "GPU X", bucket=True)
+            == autotune.cache_key(k, near, "GPU X", bucket=True))
+    assert (autotune.cache_key(k, DIMS, "GPU X", bucket=True)
+            != autotune.cache_key(k, DIMS, "GPU Y", bucket=True))
+    key = autotune.cache_key(k, DIMS, "GPU X")
+    assert "nvrtc" in key and "driver" in key and "GPU X" in key
+
+
+def test_a_near_size_reuses_a_tuning_without_compiling(cache_dir, monkeypatch):
+    k = load_example("matmul_bf16.phk")
+    keys = autotune._keys(k, DIMS, "GPU X", False, 90)
+    tune_cache.store(keys, DIMS, POINT, 1.5, Schedule(stages=4, wgmma=True))
+    _no_compile(monkeypatch)
+    for dims in (DIMS, {"M": 4000, "N": 4096, "K": 3500}):
+        res = autotune.tune(k, dims, cc=90)
+        assert res.cached and res.best == POINT and res.schedule == Schedule(stages=4, wgmma=True)
+    far = {"M": 8192, "N": 8192, "K": 8192}
+    assert autotune.cached_result(k, far, cc=90) is None
+    with pytest.raises(AssertionError, match="compiled or tuned"):
+        autotune.tune(k, far, cc=90)  # another bucket: tuned
+    monkeypatch.setenv(autotune.RETUNE_ENV, "1")
+    with pytest.raises(AssertionError, match="compiled or tuned"):
+        autotune.tune(k, DIMS, cc=90)  # asked to tune again over the cached winner
+
+
+def test_a_bucket_entry_whose_tiles_do_not_fit_the_new_size_is_not_reused(cache_dir):
+    k = load_example("matmul.phk")  # @aligned(M = TILE_M, ...): 4000 is no multiple of 256
+    point = {"TILE_M": 256, "TILE_N": 32, "TILE_K": 4}
+    tune_cache.store(autotune._keys(k, DIMS, "GPU X", False, 90), DIMS, point, 2.0, DEFAULT)
+    assert autotune.cached_result(k, DIMS, cc=90).best == point
+    assert autotune.cached_result(k, {"M": 4000, "N": 4096, "K": 4096}, cc=90) is None
+
+
+@pytest.mark.parametrize("entry", [
+    "garbage",
+    {"ms": 1.0},
+    {"best": {"TILE_M": 128}, "ms": 1.0},
+    {"best": {**POINT, "TILE_M": 96}, "ms": 1.0},
+    {"best": POINT, "ms": "fast"},
+    {"best": POINT, "ms": 1.0, "schedule": {"stages": "four"}},
+    {"best": POINT, "ms": 1.0, "schedule": {"no_such_field": 1}},
+])
+def test_a_corrupted_entry_warns_and_is_rebuilt(cache_dir, capsys, entry):
+    log.configure("warning")
+    k = load_example("matmul_bf16.phk")
+    keys = autotune._keys(k, DIMS, "GPU X", False, 90)
+    autotune._write_cache({keys[0]: entry})
+    assert autotune.cached_result(k, DIMS, cc=90) is None
+    err = capsys.readouterr().err
+    assert "corrupted" in err and "matmul_bf16" in err
+    tune_cache.store(keys, DIMS, POINT, 1.0, DEFAULT)  # what tune does after timing again
+    assert autotune.cached_result(k, DIMS, cc=90).best == POINT
+    assert json.loads(autotune.cache_path().read_text())[keys[0]]["dims"] == DIMS
+
+
+MODEL_KERNEL = """
+@autotune(TM in [64, 128, 256], TN in [64, 128, 256])
+kernel mm(A: tensor<bf16>[M, K], B: tensor<bf16>[K, N], C: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, 64) {
+    acc += dot(A[ctx.block.x * TM :+ TM, kt :+ 64], B[kt :+ 64, ctx.block.y * TN :+ TN])
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+"""
+
+
+def test_the_model_prunes_what_cannot_fit_before_any_compile(monkeypatch):
+    k = frontend.select_kernel(frontend.load_text(MODEL_KERNEL), None)
+
+    def compiles(*args, **kwargs):
+        raise AssertionError("the model compiled")
+
+    monkeypatch.setattr(compile_pool, "build", compiles)
+    cands = [(p, DEFAULT) for p in autotune.search_points(k)]
+    kept, pruned = autotune._model_pruned(k, DIMS, cands, False, 90, rank=False)
+    assert not pruned and kept == cands  # hard limits only: every one of these fits an H100
+    # 256 x 256 over 256 threads: codegen refuses it, so it is left to the compile to name
+    assert ({"TM": 256, "TN": 256}, DEFAULT) in kept
+    spills = tune_model.Estimate(1024, 128, 64, 256, 1, 0.5, 128.0)  # 65536 f32 over 128 threads
+    assert "accumulator registers" in spills.refusal(90)
+    assert "shared memory" in tune_model.Estimate(300 * 1024, 128, 64, 64, 1, 0.5, 64.0).refusal(90)
+
+
+def test_the_model_ranks_within_a_schedule_and_keeps_the_best():
+    k = frontend.select_kernel(frontend.load_text(MODEL_KERNEL), None)
+    cands = [(p, DEFAULT) for p in autotune.search_points(k)]
+    kept, pruned = autotune._model_pruned(k, DIMS, cands, False, 90, rank=True)
+    assert len(kept) >= tune_model.MIN_KEPT and ({"TM": 128, "TN": 128}, DEFAULT) in kept
+    assert ({"TM": 64, "TN": 64}, DEFAULT) not in kept  # 1/4 the FLOPs per byte of 128x128
+    assert any("score" in reason for _, reason in pruned)
+    # the waves term: a grid of 33 CTAs on 132 multiprocessors leaves 3/4 of them idle
+    est = tune_model.Estimate(0, 256, 33, 64, 1, 33 / 132, 100.0)
+    assert est.score() == pytest.approx(0.25)
+    assert tune_model.Estimate(0, 256, 264, 64, 1, 2.0, 100.0).score() == pytest.approx(1.0)
+
+
+def test_the_compile_pool_matches_an_in_process_compile(cache_dir):
+    k = frontend.select_kernel(frontend.load_text(MODEL_KERNEL), None)
+    dims = {"M": 256, "N": 256, "K": 128}
+    tasks = [(k, dims, {"TM": 64, "TN": tn}, DEFAULT, False, 90) for tn in (64, 128)]
+    tasks.append((k, dims, {"TM": 256, "TN": 256}, Schedule(threads=33), False, 90))  # refused
+    parallel = compile_pool.build_all(tasks, workers=2)
+    serial = compile_pool.build_all(tasks, workers=1)
+    assert [c.ptx if c else why for c, why in parallel] == [c.ptx if c else why for c, why in serial]
+    assert parallel[0][0].entry == "phobos_mm" and parallel[2][0] is None and parallel[2][1]
+
+
+def test_progress_line_names_the_point_its_time_and_the_best():
+    line = autotune.progress_line("mm", 3, 12, {"TM": 128, "TN": 64}, DEFAULT, 1.234, 1.1)
+    assert line == f"tune mm: point 3/12 {{TM=128,TN=64}} {DEFAULT.key()} 1.234 ms (best 1.100 ms)"
+
+
+F32_KERNEL = """
+@autotune(TM in [32, 64], TN in [32])
+kernel mmf(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, 16) {
+    acc += dot(A[ctx.block.x * TM :+ TM, kt :+ 16], B[kt :+ 16, ctx.block.y * TN :+ TN])
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc
+}
+"""
+
+
+def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, capsys):
+    """The user's path (phobos Kernel: tiles and schedule, then the PTX), first call then a
+    cached one in a fresh process's state: the first compiles each candidate once (in the
+    pool's processes, into the on-disk PTX cache), times each with one progress line on stderr
+    and stores the winner; the cached call reads the tuning and the winner's PTX from disk with
+    no timing and no NVRTC."""
+    import phobos
+    from compiler.cuda import nvrtc
+
+    monkeypatch.delenv(autotune.QUIET_ENV, raising=False)
+    monkeypatch.setattr(nvrtc, "_cache", {})
+    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    times = iter([2.0, 1.0])  # made up (no GPU): the second point wins
+    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars: next(times))
+    shapes = {"A": (256, 128), "B": (128, 256), "C": (256, 256)}
+    _, first = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tune mmf:")]
+    assert [line.split(" {")[0] for line in lines] == ["tune mmf: point 1/2", "tune mmf: point 2/2"]
+    assert lines[0].endswith("2.000 ms (best 2.000 ms)") and lines[1].endswith("1.000 ms (best 1.000 ms)")
+    assert len(list((cache_dir / "ptx").glob("*.ptx"))) == 2  # each candidate compiled once
+
+    monkeypatch.setattr(nvrtc, "_cache", {})  # as a new process starts
+    nvrtc_runs, timed = [], []
+    real = nvrtc._compile
+    monkeypatch.setattr(nvrtc, "_compile", lambda *a: nvrtc_runs.append(a) or real(*a))
+    monkeypatch.setattr(autotune, "time_launch", lambda *a: timed.append(a) or 1.0)
+    binding, again = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
+    assert not nvrtc_runs and not timed and again.ptx == first.ptx
+    assert binding.tile_values == {"TM": 64, "TN": 32}
+    assert not capsys.readouterr().err  # a cached call prints nothing
+    assert len(list((cache_dir / "ptx").glob("*.ptx"))) == 2
