@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from common.errors import UserError
@@ -22,6 +23,7 @@ def write_atomically(path: str | os.PathLike, data: bytes | str, *, label: str |
     path = Path(path)
     if not path.parent.is_dir():
         raise UserError(f"{label or f'cannot write {path}'}: folder {path.parent} does not exist")
+    refuse_read_only(path, label or f"cannot write {path}")
     fd, tmp = _create_temporary(path, mode)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -45,3 +47,18 @@ def _create_temporary(path: Path, mode: int) -> tuple[int, Path]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no unused temporary name beside {path}")
+
+
+def refuse_read_only(path: str | os.PathLike, label: str) -> None:
+    """A UserError when `path` is an existing file the user made read-only: renaming a new file
+    over it would succeed (the folder's permission is what a rename needs), silently replacing
+    what they protected. Read-only means no write permission for this process, or none for
+    anybody (root passes every access check, but a file of mode 0444 is still meant to stay).
+    Commands call it for every output before they write any, so a refusal leaves nothing written."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode) and (not mode & 0o222 or not os.access(path, os.W_OK)):
+        raise UserError(f"{label}: {path} is read-only; it is not overwritten "
+                        "(make it writable, or write the output elsewhere)")

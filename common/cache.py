@@ -10,7 +10,8 @@ CUDA source is made from, so a later job skips generating it), and one file per 
 under `dataclass-code/<interpreter>/` (common/dataclass_code_cache.py: the code objects of the
 methods `dataclasses` generates, so that the programs' start-up does not compile them again).
 A cache is only ever a shortcut: a missing, unreadable or malformed file reads as empty, and
-writes are atomic so a reader never sees half.
+writes are atomic so a reader never sees half. A `ptx/` file carries the sha256 of its PTX: one
+that does not match is corrupted, compiled again and rewritten with a warning (nvrtc.read_entry).
 
 Cheap to import (json and the atomic writer load when a file is read or written): the command
 reaches for the folder before it starts its pods.

@@ -22,6 +22,7 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   BUILD_WORKING_DIRECTORY (build_working_directory, None): the user's folder under `bazel run` (cli.py)
   PHOBOS_FAULT (fault, ""): test-only: a pod's injected faults (pod/faults.py)
   PHOBOS_COMMIT_FAULT (commit_fault, ""): test-only: a kill inside an output commit (common/commit.py)
+  PHOBOS_RUN_FAULT (run_fault, ""): test-only: a stop inside `compiler run`'s output (compiler/cli/run.py)
   PHOBOS_TEST_TICKET_TTL_S (ticket_ttl_s, None): test-only: a transfer ticket's life (pod/transfer.py)
 
 A variable set to the empty string counts as unset, except CUDA_VISIBLE_DEVICES (empty: no GPU).
@@ -38,6 +39,8 @@ CACHE_DIR = "PHOBOS_CACHE_DIR"
 TOKEN = "PHOBOS_TOKEN"
 FAULT = "PHOBOS_FAULT"
 COMMIT_FAULT = "PHOBOS_COMMIT_FAULT"
+RUN_FAULT = "PHOBOS_RUN_FAULT"
+SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up, read raw (scheduler/phases.py)
 # the variables that change the code the CUDA compiler generates or the NVRTC it loads (a
 # compiled leaf cached under other values is not reused: scheduler/leaf_ptx.py)
 CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
@@ -67,6 +70,7 @@ class Options(NamedTuple):
     build_working_directory: Path | None = None
     fault: str = ""
     commit_fault: str = ""
+    run_fault: str = ""
     ticket_ttl_s: float | None = None
 
 
@@ -97,6 +101,7 @@ def current() -> Options:
         build_working_directory=path("BUILD_WORKING_DIRECTORY"),
         fault=env.get(FAULT, ""),
         commit_fault=env.get(COMMIT_FAULT, ""),
+        run_fault=env.get(RUN_FAULT, ""),
         ticket_ttl_s=_number("PHOBOS_TEST_TICKET_TTL_S", float, None),
     )
 

@@ -33,8 +33,6 @@ import io
 import math
 import os
 import re
-import stat
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +42,7 @@ from numpy.lib import format as npy_format
 
 from common import dtypes, fileio
 from common.errors import UserError
-
-
-def bf16_dtype() -> np.dtype:
-    """ml_dtypes.bfloat16, imported here on first use (numpy has no bf16 of its own)."""
-    return dtypes.TABLE["bf16"].numpy()
+from common.npy_file import _header_of, _read_header, bf16_dtype, open_regular, read_npy  # noqa: F401 (re-exported)
 
 
 class _StorageDtypes(Mapping):
@@ -113,76 +107,6 @@ def _dtype_name(dtype: np.dtype, path: Path) -> str:
                         "with phobos (common.storage.write_npy), whose header names the fp8 format")
     known = ", ".join(dtypes.NAMES)
     raise UserError(f"{path}: unsupported dtype {dtype.str} (supported: {known}, little-endian)")
-
-
-def open_regular(path: Path, writable: bool = False):
-    """The file opened as a binary file object, or a UserError: a FIFO or a device is refused
-    without blocking (O_NONBLOCK), so a FIFO planted in a storage root cannot hang a reader."""
-    flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a .npy file") from None
-    except PermissionError:
-        raise UserError(f"{path}: permission denied") from None
-    except OSError as err:
-        raise UserError(f"{path}: cannot open ({err.strerror})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise UserError(f"{path}: not a regular file ({_file_kind(mode)}); a tensor must be a .npy file")
-    return os.fdopen(fd, "r+b" if writable else "rb")
-
-
-def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
-    return next((name for test, name in kinds if test(mode)), "not a plain file")
-
-
-@dataclass(frozen=True)
-class _Header:
-    shape: tuple[int, ...]
-    fortran: bool
-    dtype: np.dtype
-    offset: int  # where the data starts
-
-
-def _read_header(path: Path, f) -> _Header:
-    """The .npy header of the open file `f`, checked against the file's size (a truncated file
-    is refused here, naming it, instead of failing later inside a memory map)."""
-    start = f.tell()
-    try:
-        shape, fortran, dtype = _parse_header(path, f)
-    except ValueError as err:
-        if "ml_dtypes" in sys.modules:
-            raise UserError(f"{path}: not a valid .npy file ({err})") from None
-        bf16_dtype()  # the header may name `bfloat16`, which numpy knows once ml_dtypes is loaded
-        f.seek(start)
-        return _read_header(path, f)  # once more, now with ml_dtypes
-    header = _Header(tuple(shape), fortran, dtype, f.tell())
-    expected = math.prod(header.shape) * dtype.itemsize
-    held = os.fstat(f.fileno()).st_size - header.offset
-    if held < expected:
-        raise UserError(f"{path}: truncated .npy file: its header promises {expected} bytes of data, "
-                        f"the file holds {max(held, 0)}")
-    return header
-
-
-def _parse_header(path: Path, f) -> tuple:
-    version = npy_format.read_magic(f)
-    if version == (1, 0):
-        return npy_format.read_array_header_1_0(f)
-    if version in ((2, 0), (3, 0)):
-        return npy_format.read_array_header_2_0(f)
-    raise UserError(f"{path}: unsupported .npy version {version}")
-
-
-def _header_of(path: Path) -> _Header:
-    with open_regular(path) as f:
-        return _read_header(path, f)
 
 
 def npy_shape(path: Path) -> tuple[int, ...]:

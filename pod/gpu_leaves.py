@@ -21,9 +21,13 @@ class GpuLeaf:
 def gpu_leaf(leaf: Leaf, shipped: CompiledLeaf | None, cc: int) -> GpuLeaf:
     """`leaf` ready for a GPU of capability `cc`: `shipped` (the scheduler's, checked to be this
     leaf's) or compiled here."""
-    from compiler.cuda.compiled import compile_leaf, launched_kernels
+    from compiler.cuda.compiled import launched_kernels
 
-    compiled = shipped if shipped is not None else compile_leaf(leaf, cc)
+    if shipped is None:
+        from compiler.cuda.split_launch import compile_leaf
+
+        shipped = compile_leaf(leaf, cc)
+    compiled = shipped
     if compiled.leaf != leaf.name or compiled.source_hash != leaf_hash(leaf):
         raise UserError(f"leaf {leaf.name}: the compiled leaf sent with it was compiled from another leaf")
     return GpuLeaf(leaf, compiled, launched_kernels(compiled))

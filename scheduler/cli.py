@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "slurm":
         from scheduler import slurm_cli
 
-        return slurm_cli.main(argv[1:])
+        return slurm_cli.main(argv[1:], run_job=main)
     if argv and argv[0] == "report":
         from scheduler.report import page as report
 

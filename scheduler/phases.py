@@ -40,14 +40,30 @@ from __future__ import annotations
 import os
 import time
 
+from common import options
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SCHEDULER_PHASES = ("imports", "cli", "compile", "pods", "plan", "staging", "staging_wait", "submit", "run",
                     "commit")
 POD_PHASES = ("read", "h2d", "compute", "d2h", "write", "fetch")
 
 
+SETUP_ENV = options.SETUP_DONE
+
+
 def process_start_time() -> float:
-    """Unix time at which this process started (Linux: /proc; elsewhere: the first call)."""
+    """Unix time at which this process started (Linux: /proc; elsewhere: the first call), or at
+    which tools/bazel finished its set-up (SETUP_ENV) when that is later: `bazel run` execs the
+    program in the process tools/bazel started, whose first run builds the Python environment,
+    which is not the program's imports."""
+    try:
+        setup_done = float(options.variable(SETUP_ENV) or "0")
+    except ValueError:
+        setup_done = 0.0
+    return max(_proc_start_time(), setup_done)
+
+
+def _proc_start_time() -> float:
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rpartition(")")[2].split()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import storage, uri
+from common.atomic import refuse_read_only
 from common.errors import UserError
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
@@ -144,6 +145,7 @@ def place_tensors(job: Job, program: ClusterProgram, job_dir: Path, roots: list[
             storage.check_tensor(path, place.shape, place.dtype)
         if info.role != "input":
             check_output_folder(info.name, path)
+            refuse_read_only(path, f"tensor {info.name}")
         places[info.name] = place
     uri.check_distinct_files([(p.name, p.path, p.role != "input") for p in places.values()])
     return places
@@ -247,4 +249,5 @@ def check_new_job(job: Job, job_path: Path, kernel: ir.Kernel | None = None) -> 
                             "it must when the job runs")
         if info.role != "input":
             check_output_folder(info.name, path)
+            refuse_read_only(path, f"tensor {info.name}")
     return warnings

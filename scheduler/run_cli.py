@@ -99,28 +99,16 @@ def parse_pods(items: list[str] | None) -> tuple[str, ...]:
 
 
 def load_expected(items: list[str] | None) -> dict[str, np.ndarray]:
+    from common.storage import read_npy
+
     expected = {}
     for name, file in parse_assignments(items, "--expect", None).items():
         path = user_path(file)
         try:
-            expected[name] = _read_npy(path)
-        except (OSError, ValueError) as err:
-            raise UserError(f"--expect {name}={file}: cannot read {path}: {err}") from None
+            expected[name] = read_npy(path)
+        except UserError as err:
+            raise UserError(f"--expect {name}={file}: {err}") from None
     return expected
-
-
-def _read_npy(path: Path) -> np.ndarray:
-    import numpy as np
-
-    from common.storage import open_regular
-
-    with open_regular(path) as f:  # a FIFO is refused, not waited on
-        array = np.load(f, allow_pickle=False)
-    if array.dtype.kind == "V" and array.dtype.itemsize == 2:
-        import ml_dtypes
-
-        array = array.view(ml_dtypes.bfloat16)
-    return array
 
 
 def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
@@ -211,12 +199,15 @@ def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, h
     token = read_token(args.token_file) if pods else None
     if pods and not token:
         raise UserError(f"--pods needs the cluster's token: --token-file PATH or set {TOKEN_ENV}")
+    from common.atomic import refuse_read_only
+
     expected = load_expected(args.expect)
     asked = (("--trace", args.trace), ("--report", args.report), ("--chrome-trace", args.chrome_trace))
     outputs_of_run = {flag: user_path(value) for flag, value in asked if value}
     for flag, path in outputs_of_run.items():
         if not path.parent.is_dir():  # refuse before the job runs, not after
             raise UserError(f"{flag} {path}: folder {path.parent} does not exist")
+        refuse_read_only(path, flag)
     cluster_values = parse_assignments(args.cluster, "--cluster", int)
     tile_values = parse_assignments(args.tile, "--tile", int)
     split = split_from_args(args)
@@ -266,6 +257,7 @@ def _save_dataclass_code() -> None:
 
 def _report(result, prepared, expected: dict[str, np.ndarray], outputs_of_run: dict[str, Path]) -> int:
     """The run's files, its summary and the --expect comparisons: the command's exit code."""
+    from common.storage import read_npy
     from scheduler.tracefile import summary_text
 
     write_run_files(result.trace, outputs_of_run)
@@ -277,7 +269,7 @@ def _report(result, prepared, expected: dict[str, np.ndarray], outputs_of_run: d
         print(f"wrote {place.path}")
     failures = []
     for name, want in expected.items():
-        problem = compare(name, _read_npy(prepared.tensors[name].path), want)
+        problem = compare(name, read_npy(prepared.tensors[name].path), want)
         if problem:
             failures.append(problem)
         else:

@@ -154,7 +154,9 @@ def wait_reachable(places: list[tuple[slurm.PodPlace, str]], timeout: float) -> 
                 time.sleep(0.1)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], run_job) -> int:
+    """`run_job(argv)` is the scheduler's own command line (scheduler/cli.py passes its `main`:
+    this module does not import it back)."""
     from scheduler.run_cli import storage_roots
 
     args, rest = build_parser().parse_known_args(argv)
@@ -185,10 +187,8 @@ def main(argv: list[str]) -> int:
         places = [(place, args.bind or resolve(place.node)) for place in layout.pods]
         wait_reachable(places, args.hello_timeout)
         pods = ",".join(place.address(h) for place, h in places)
-        from scheduler.cli import main as scheduler_main
-
         token_flags = ["--token-file", args.token_file] if args.token_file else []
         root_flags = [flag for r in roots for flag in ("--storage-root", str(r))]
-        return scheduler_main([str(job_path), "--pods", pods, *token_flags, *root_flags, *rest])
+        return run_job([str(job_path), "--pods", pods, *token_flags, *root_flags, *rest])
     finally:
         pod.stop()

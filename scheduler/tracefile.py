@@ -160,8 +160,10 @@ def summary_text(trace: dict, ok: bool, reason: str = "") -> str:
         from scheduler.phases import phases_text
 
         lines.append(phases_text(trace["phases"]))
+    addresses = {n["node"]: n.get("address") for n in trace["nodes"]}
     for f in trace["failures"]:
-        lines.append(f"node {f['node']} lost at {f['time']:.3f} s: {f['reason']}")
+        name = f"node {f['node']}" + (f" ({addresses[f['node']]})" if addresses.get(f["node"]) else "")
+        lines.append(f"{name} lost at {f['time']:.3f} s: {f['reason']}")
     for r in trace.get("replans", ()):
         moved = {}
         for u in r["units"]:

@@ -42,6 +42,22 @@ class _Launch:
     maps: bool = False  # it reads operands by bulk tensor copies: maps per call, cuLaunchKernel
 
 
+_SCRATCH = "scratch"  # an argument slot of a split's launch: (index among the scratch, _SCRATCH)
+
+
+@dataclass
+class _Sequence:
+    """A split loop's launches (compiler/cuda/split_launch.py) for (shapes, device): each part a
+    _Launch whose `order` may also name scratch buffers, which each stream gets its own of (two
+    streams' calls must not share partials)."""
+
+    binding: Binding
+    device: int
+    parts: tuple[_Launch, ...]
+    scratch: tuple  # schemas.compiled_leaf.Scratch
+    buffers: dict  # stream pointer -> the scratch arrays
+
+
 class _Stream:
     """The `.ptr` cupy's launch reads, for a stream that cupy does not own (torch's)."""
 
@@ -56,8 +72,10 @@ class Kernel:
     `bind` returns a copy with dimensions or @autotune values pinned."""
 
     def __init__(self, kernel: ir.Kernel, file: str, text: str, *, dims: Mapping[str, int] | None = None,
-                 tiles: Mapping[str, int] | None = None, autotune: bool = True):
+                 tiles: Mapping[str, int] | None = None, autotune: bool = True, split: int | None = None):
+        _check_split(split)
         self._ir = kernel
+        self._split = split
         self._file = file
         self._text = text
         self._dims = dict(dims or {})
@@ -126,18 +144,31 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<phobos.Kernel {self.name}({', '.join(self._params)}) from {self._file}>"
 
+    @property
+    def split(self) -> int | None:
+        """The split-loop factor pinned by `bind(split=N)` (None: the cost model's on the GPU)."""
+        return self._split
+
     def bind(self, *, dims: Mapping[str, int] | None = None, tiles: Mapping[str, int] | None = None,
-             autotune: bool | None = None) -> Kernel:
+             autotune: bool | None = None, split: int | None = None) -> Kernel:
         """A copy with `dims` and `tiles` (@autotune values) added to the pinned ones. With
         autotune=False, unpinned @autotune names take the first value of their list instead of
-        being tuned (what `compiler run` does)."""
+        being tuned (what `compiler run` does). `split=N` cuts the kernel's loop over N CTAs (the
+        split-loop, docs/performance.md; 1: never split), a CompileError at the loop when its
+        state is not associative; left out, the GPU path splits where the cost model says."""
         merged_dims = {**self._dims, **(dims or {})}
         merged_tiles = {**self._tiles, **(tiles or {})}
         if _all_dims(self._ir, merged_dims):  # check now what can be checked without arrays
             with user_errors():
                 bind(self._ir, merged_dims, None, merged_tiles)
+        split = self._split if split is None else split
+        if split is not None and split > 1:
+            from compiler.cuda import split_loop
+
+            with user_errors():
+                split_loop.split_form(self._ir)  # a loop that cannot split is refused now, at it
         return Kernel(self._ir, self._file, self._text, dims=merged_dims, tiles=merged_tiles,
-                      autotune=self._autotune if autotune is None else autotune)
+                      autotune=self._autotune if autotune is None else autotune, split=split)
 
     # ---- calling it ----------------------------------------------------------------------------
 
@@ -222,7 +253,14 @@ class Kernel:
         if binding is None:
             binding = self._bindings[key] = self._binding(shapes, self._tiles)
         with user_errors():
-            run_kernel(self._ir, binding, arrays, scalar_arguments(self._ir, scalars))
+            scalars = scalar_arguments(self._ir, scalars)
+            if self._split is not None and self._split > 1:  # the split's meaning, on the interpreter
+                from compiler.cuda import split_plan
+
+                split = split_plan.plan_split(self._ir, binding, factor=self._split)
+                split_plan.run_split_reference(split, arrays, scalars)
+            else:
+                run_kernel(self._ir, binding, arrays, scalars)
 
     # ---- GPU arrays: generated CUDA ------------------------------------------------------------
 
@@ -230,7 +268,8 @@ class Kernel:
         """The hot path: check the arrays, find what (shapes, device) prepared, launch."""
         launch, args, stream = self._gpu_launch(values)
         cuda = _cupy_cuda()
-        go = _launch_with_maps if launch.maps else _launch_plain
+        go = _launch_sequence if isinstance(launch, _Sequence) else _launch_with_maps if launch.maps \
+            else _launch_plain
         if cuda.runtime.getDevice() == launch.device:
             go(launch, args, stream)
             return
@@ -252,13 +291,15 @@ class Kernel:
         if launch is None:
             shapes = {self._params[i]: v.shape for i, v in zip(self._tensor_indices, views, strict=True)}
             launch = self._prepare_gpu(key, shapes, device)
+        if isinstance(launch, _Sequence):
+            return launch, (views, values, self._params), _current_stream(device, torch)
         if launch.maps:
             return launch, _map_args(launch, views, values, self._params), _current_stream(device, torch)
         args = [views[slot].ptr if dtype is None else launch_scalar(self._params[slot], values[slot], dtype)
                 for slot, dtype in launch.order]
         return launch, tuple(args), _current_stream(device, torch)
 
-    def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int) -> _Launch:
+    def _prepare_gpu(self, key: tuple, shapes: dict[str, tuple[int, ...]], device: int):
         from compiler.cuda import target
         from compiler.cuda.launch import load
 
@@ -270,27 +311,42 @@ class Kernel:
                 return launch
             with cupy.cuda.Device(device), user_errors():
                 cc = target.device_capability(device)  # the PTX is for this GPU (target.py)
-                binding, compiled = self._compiled(shapes, cc)
-                function = load(compiled)
-            maps = {m.param: m for m in compiled.tensor_maps}
-            order = tuple((self._slot(maps[n].tensor), maps[n]) if n in maps
-                          else (self._slot(n), self._scalar_types.get(n)) for n in compiled.params)
-            launch = _Launch(binding, key[0], device, function, compiled.grid, compiled.block,
-                             compiled.shared_bytes, order, bool(maps))
+                binding, sequence = self._compiled(shapes, cc)
+                parts = tuple(self._part(binding, key, device, load(k), k, sequence.scratch)
+                              for k in sequence.kernels)
+            launch = parts[0] if len(parts) == 1 else _Sequence(binding, device, parts, sequence.scratch, {})
             self._launches[key] = launch
             return launch
 
+    def _part(self, binding: Binding, key: tuple, device: int, function, compiled, scratch) -> _Launch:
+        maps = {m.param: m for m in compiled.tensor_maps}
+        where = {s.name: i for i, s in enumerate(scratch)}
+        order = tuple((where[n], _SCRATCH) if n in where
+                      else (self._slot(maps[n].tensor), maps[n]) if n in maps
+                      else (self._slot(n), self._scalar_types.get(n)) for n in compiled.params)
+        return _Launch(binding, key[0], device, function, compiled.grid, compiled.block,
+                       compiled.shared_bytes, order, bool(maps))
+
+    def prepare_gpu(self, shapes: Mapping[str, tuple[int, ...]], device: int = 0) -> None:
+        """Bind, tune, compile and load for tensors of these `shapes` on `device` now, as the first
+        call with such arrays would (a benchmark compiles its cases ahead, several at once)."""
+        shapes = {n: tuple(shapes[n]) for n in self._tensor_types}
+        self._prepare_gpu((tuple(shapes.values()), device), shapes, device)
+
     def _compiled(self, shapes: dict[str, tuple[int, ...]], cc: int):
-        """(binding, CompiledKernel) for these shapes on a GPU of capability `cc`: the tuned (or
-        cached) tiles and schedule, then the PTX (from the on-disk cache once any process has
-        compiled it: a cached call runs neither the tuner nor NVRTC)."""
-        from compiler.cuda.compiled import compile_kernel
+        """(binding, split_launch.LaunchSequence) for these shapes on a GPU of capability `cc`: the
+        tuned (or cached) tiles and schedule, the split-loop where the cost model (or `split`)
+        says, then the PTX (from the on-disk cache once any process has compiled it: a cached
+        call runs neither the tuner nor NVRTC)."""
+        from compiler.cuda import split_plan
+        from compiler.cuda.split_launch import compile_sequence
 
         binding = self._binding(shapes, self._tiles)
         with user_errors():
             tiles, schedule = self._tuned_tiles(binding, cc)
             binding = bind(self._ir, dict(binding.dims), shapes, tiles)
-            return binding, compile_kernel(self._ir, binding, schedule=schedule, cc=cc)
+            return binding, compile_sequence(self._ir, binding, schedule=schedule, cc=cc, split=self._split,
+                                             sm_count=split_plan.device_sm_count())
 
     def _slot(self, name: str) -> int:
         index = self._params.index(name)
@@ -320,6 +376,27 @@ def _launch_with_maps(launch: _Launch, args: tuple, stream) -> None:
 
     fn, shared = launch.function.ptr, launch.shared_bytes
     tensor_maps.launch(fn, launch.grid, launch.block, shared, stream.ptr, list(args))
+
+
+def _launch_sequence(sequence: _Sequence, args: tuple, stream) -> None:
+    """Each kernel of a split in order on the caller's stream, with that stream's scratch."""
+    views, values, params = args
+    buffers = sequence.buffers.get(stream.ptr)
+    if buffers is None:
+        cupy = _arrays.cupy_module()
+        buffers = sequence.buffers[stream.ptr] = [cupy.empty(s.shape, cupy.float32) for s in sequence.scratch]
+    for part in sequence.parts:
+        part_args = []
+        for slot, kind in part.order:
+            if kind == _SCRATCH:
+                part_args.append(buffers[slot].data.ptr)
+            elif kind is None:
+                part_args.append(views[slot].ptr)
+            elif isinstance(kind, str):
+                part_args.append(launch_scalar(params[slot], values[slot], kind))
+            else:  # a tensor map (tensor_maps.MapSpec), made by tensor_maps.launch when new
+                part_args.append((kind, views[slot].ptr))
+        (_launch_with_maps if part.maps else _launch_plain)(part, tuple(part_args), stream)
 
 
 def _map_args(launch: _Launch, views, values: tuple, params) -> tuple:
@@ -395,3 +472,9 @@ def from_source(text: str, kernel: str | None = None, filename: str = "<string>"
     with user_errors():
         module = load_text(text, filename)
         return Kernel(select_kernel(module, kernel, flag="kernel="), module.file, module.text)
+
+
+def _check_split(split) -> None:
+    if split is not None and (isinstance(split, bool) or not isinstance(split, int) or split < 1):
+        msg = f"split={split!r} must be a whole number of CTAs, 1 or more"
+        raise Error(f"error: {msg}", msg)

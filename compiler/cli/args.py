@@ -72,6 +72,19 @@ def add_split_flags(parser: argparse.ArgumentParser, what: str = "split the clus
     parser.add_argument("--hosts", metavar="A,B,..", help="shares per host, for --tree hosts")
 
 
+def add_cta_split_flag(parser: argparse.ArgumentParser) -> None:
+    """--split N on a leaf's commands (run, check): the kernel's loop cut over N CTAs (the
+    split-loop, docs/performance.md); 1 never splits; left out, the cost model decides."""
+    parser.add_argument("--split", type=int, metavar="N",
+                        help="cut the kernel's loop over N CTAs (1: never; default: the cost model's choice)")
+
+
+def cta_split(args: argparse.Namespace) -> int | None:
+    if args.split is not None and args.split < 1:
+        raise UserError(f"--split {args.split}: the number of CTAs must be 1 or more")
+    return args.split
+
+
 def split_from_args(args: argparse.Namespace):
     """The SplitRequest the flags ask for, or None without --split."""
     from compiler.cluster.tree import SplitRequest

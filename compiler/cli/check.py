@@ -13,6 +13,7 @@ import argparse
 import math
 
 from common.cli import user_path
+from compiler.cli.args import add_cta_split_flag, cta_split
 from compiler.cluster.build import check_cluster
 from compiler.frontend import ir, walk
 from compiler.frontend.load import load_file
@@ -24,16 +25,33 @@ def register(subparsers) -> None:
         "check", help="parse and check a kernel file; print its kernels, grids and search spaces"
     )
     parser.add_argument("file", help="the kernel source (.phk)")
+    add_cta_split_flag(parser)
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    split = cta_split(args)
     module = load_file(user_path(args.file), display_name=args.file)
     for kernel in module.kernels:
         if kernel.cluster is not None:
             check_cluster(kernel)  # every cluster rejection that needs no dimension
-    print(describe_module(module))
+    text = describe_module(module)
+    if split is not None and split > 1:  # the user asks for a split: each kernel's loop must take it
+        text += "\n" + "\n".join(describe_split(k, split) for k in module.kernels)
+    print(text)
     return 0
+
+
+def describe_split(kernel: ir.Kernel, split: int) -> str:
+    """The split-loop --split N asks of `kernel`; CompileError at the loop when it cannot split."""
+    from compiler.cluster.accumulate import Accumulator
+    from compiler.cuda.split_loop import split_form
+
+    sf = split_form(kernel)
+    form = "a linear accumulator" if isinstance(sf.form, Accumulator) else "an online softmax (m, l, acc)"
+    at = f"{sf.loop.span.line}:{sf.loop.span.col}"
+    return (f"kernel {kernel.name}: split over {split} CTAs: the loop at {at} carries {form}; "
+            f"its chunks take ctx.block.{sf.axis}, a combine kernel merges them")
 
 
 def span_text(text: str, span: Span) -> str:

@@ -1,11 +1,21 @@
 """`//compiler -- run`: run a kernel on .npy files, with the reference interpreter or on a GPU.
 
     run FILE.phk [--kernel NAME] --dim N=... --scalar alpha=... --tensor a=in.npy ...
-        [--tile BLOCK=...] [--device cpu|gpu]
+        [--tile BLOCK=...] [--device cpu|gpu] [--split N]
+
+--split N cuts the kernel's loop over N CTAs (the split-loop, docs/performance.md); 1 never splits;
+left out, the GPU path splits where the cost model says. A loop whose state is not associative is
+refused at the loop (file:line:col). On the CPU a forced split runs both of its kernels on the
+reference interpreter.
 
 Inputs are memory-mapped; tensors the kernel stores to are read into memory (or created with
 zeros when their file does not exist yet) and written back only after the whole run succeeded,
-each through a temporary file and os.replace, so a failed run leaves every file as it was.
+each through a temporary file and os.replace, so a failed run leaves every file as it was, and a
+run killed at any moment (kill -9 included) leaves each output whole: old, new, or not yet there.
+A killed run may leave its hidden temporary file (`.c.npy.XXXX.tmp`) beside the output.
+Test-only fault hook: PHOBOS_RUN_FAULT=stop-at=piece:N SIGSTOPs the process as it starts the N-th
+write of at most PIECE_BYTES (the first output's .npy header is piece 1) to a temporary file,
+PHOBOS_RUN_FAULT=stop-at=rename:N as it starts the N-th rename (tests/compiler/test_run_killed.py).
 bf16 tensors are .npy files of ml_dtypes.bfloat16, written with a header numpy reads back as
 bf16 once ml_dtypes is imported (common.storage.write_npy).
 """
@@ -14,16 +24,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+from common import options
+from common.atomic import refuse_read_only
 from common.cli import user_path
 from common.errors import UserError
-from common.storage import write_npy
-from compiler.cli.args import add_kernel_flag, add_value_flags, parse_assignments, parse_scalars
+from common.storage import read_npy, write_npy
+from compiler.cli.args import (
+    add_cta_split_flag,
+    add_kernel_flag,
+    add_value_flags,
+    cta_split,
+    parse_assignments,
+    parse_scalars,
+)
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind, dims_from_files, tensor_shape
 from compiler.frontend.diagnostics import CompileError
@@ -43,16 +63,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_value_flags(p, cluster=False)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                    help="cpu: the reference interpreter (default); gpu: CUDA through cupy")
+    add_cta_split_flag(p)
     p.set_defaults(func=handle)
 
 
 def _read_npy(name: str, path: Path, expected: np.dtype, writable: bool) -> np.ndarray:
     try:
-        array = np.load(path, mmap_mode=None if writable else "r", allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise UserError(f"tensor {name}: cannot read {path} as .npy ({err})") from None
-    if expected == STORAGE_DTYPES["bf16"] and array.dtype == np.dtype("V2"):
-        array = array.view(expected)
+        array = read_npy(path, writable=writable)
+    except UserError as err:
+        raise UserError(f"tensor {name}: {err}") from None
     if array.dtype != expected:
         raise UserError(f"tensor {name}: {path} holds {array.dtype}, the kernel expects {expected.name}")
     return array
@@ -77,6 +96,7 @@ def load_tensors(kernel: ir.Kernel, paths: dict[str, str],
             targets[name] = path
             if not path.parent.is_dir():
                 raise UserError(f"tensor {name}: folder {path.parent} does not exist")
+            refuse_read_only(path, f"tensor {name}")
             if not path.exists():
                 require_creatable(kernel, name, path)
                 arrays[name] = np.zeros(tensor_shape(param, env), dtype=expected)
@@ -110,6 +130,35 @@ def require_creatable(kernel: ir.Kernel, name: str, path: Path) -> None:
                                  "values here before writing them; create the file first")
 
 
+FAULT_ENV = options.RUN_FAULT
+PIECE_BYTES = 1 << 20
+_fault_counts: dict[str, int] = {}
+
+
+def _fault_point(step: str) -> None:
+    rule = options.current().run_fault
+    if not rule:
+        return
+    _fault_counts[step] = _fault_counts.get(step, 0) + 1
+    if rule == f"stop-at={step}:{_fault_counts[step]}":
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+class _Pieces:
+    """A file that takes each write in pieces of at most PIECE_BYTES, flushed as they go, with the
+    fault point before each: a test can stop the command with a temporary file half written."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        for at in range(0, max(len(view), 1), PIECE_BYTES):
+            _fault_point("piece")
+            self.f.write(view[at : at + PIECE_BYTES])
+            self.f.flush()
+
+
 def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> None:
     """Write every output to a temporary file first, then move them all into place."""
     staged: list[tuple[Path, Path]] = []
@@ -118,8 +167,9 @@ def write_outputs(results: dict[str, np.ndarray], targets: dict[str, Path]) -> N
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             staged.append((Path(tmp), path))
             with os.fdopen(fd, "wb") as f:
-                write_npy(f, results[name])
+                write_npy(_Pieces(f), results[name])
         for tmp, path in staged:
+            _fault_point("rename")
             os.replace(tmp, path)
     except OSError as err:
         raise UserError(f"cannot write outputs: {err}") from None
@@ -143,13 +193,13 @@ def _require_gpu() -> None:
 
 
 def execute(kernel: ir.Kernel, binding: Binding, arrays: dict[str, np.ndarray], scalars: dict,
-            device: str) -> dict[str, np.ndarray]:
+            device: str, split: int | None = None) -> dict[str, np.ndarray]:
     """Run through the Python API (phobos.Kernel), with the tile values already bound (the first
     of each @autotune list unless --tile pins them: the command line does not tune)."""
     from compiler.api.kernel import Kernel
 
     api_kernel = Kernel(kernel, kernel.span.file, kernel.source, tiles=dict(binding.tile_values),
-                        autotune=False)
+                        autotune=False).bind(split=split)
     if device == "cpu":
         api_kernel(**arrays, **scalars)
         return arrays
@@ -177,13 +227,18 @@ def handle(args: argparse.Namespace) -> int:
     paths = parse_assignments(args.tensor, "--tensor", None)
     if args.device == "gpu":
         _require_gpu()
+    split = cta_split(args)
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
+    if split is not None and split > 1:
+        from compiler.cuda.split_loop import split_form
+
+        split_form(kernel)  # refused before any file is read, at the loop, saying why
     dims = dims_from_files(kernel, dims, existing_shapes(paths))
     binding = bind(kernel, dims, None, tiles)
     scalar_values = scalar_arguments(kernel, scalars)
     arrays, targets = load_tensors(kernel, paths, binding.env)
     bind(kernel, dims, {n: a.shape for n, a in arrays.items()}, tiles)
-    results = execute(kernel, binding, arrays, scalar_values, args.device)
+    results = execute(kernel, binding, arrays, scalar_values, args.device, split)
     write_outputs({n: np.asarray(results[n]) for n in targets}, targets)
     for name, path in targets.items():
         print(f"wrote {name} {tuple(results[name].shape)} to {path}")

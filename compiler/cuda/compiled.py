@@ -109,34 +109,49 @@ def _compiled(kernel: ir.Kernel, gen: codegen.Generated, ptx: str) -> CompiledKe
     )
 
 
-def compiled_leaf(leaf, kernel: ir.Kernel, binding, compiled: CompiledKernel, cc: int,
+def compiled_leaf(leaf, kernel: ir.Kernel, binding, compiled, cc: int,
                   schedule: Schedule = DEFAULT) -> CompiledLeaf:
-    """`compiled`, the code of the cluster program's `leaf` (schemas/program.py Leaf) made from
-    its parsed `kernel` bound by `binding`, as the leaf a pod launches: one kernel, no scratch."""
+    """`compiled` (a CompiledKernel, or a split_launch.LaunchSequence of several kernels and their
+    scratch), the code of the cluster program's `leaf` (schemas/program.py Leaf) made from its
+    parsed `kernel` bound by `binding`, as the leaf a pod launches."""
     from compiler.frontend import walk
     from compiler.frontend.binding import tensor_shape
 
-    maps = tuple(TensorMap(m.param, m.tensor, m.box_rows, m.box_cols, m.rows, m.cols, m.dtype, tuple(m.outer))
-                 for m in compiled.tensor_maps)
-    launch = KernelLaunch(compiled.entry, tuple(compiled.grid), tuple(compiled.block), compiled.shared_bytes,
-                          tuple(compiled.params), maps)
+    kernels = compiled.kernels if hasattr(compiled, "kernels") else (compiled,)
+    scratch = compiled.scratch if hasattr(compiled, "kernels") else ()
     tensors = tuple(TensorParam(p.name, p.dtype, tuple(tensor_shape(p, binding.env))) for p in kernel.tensors)
+    code = module_ptx(kernels, cc).encode()
     return CompiledLeaf(
-        leaf=leaf.name, source_hash=leaf_hash(leaf), cc=cc, code_kind="ptx", code=compiled.ptx.encode(),
-        kernels=(launch,), tensors=tensors, scalars=compiled.scalars,
-        writes=tuple(walk.stored_tensors(kernel)), tuned=tuple(leaf.tile_values), schedule=schedule.key(),
-        needs=tuple(compiled.need.features),
+        leaf=leaf.name, source_hash=leaf_hash(leaf), cc=cc, code_kind="ptx", code=code,
+        kernels=tuple(_kernel_launch(k) for k in kernels), tensors=tensors,
+        scalars=kernels[0].scalars, writes=tuple(walk.stored_tensors(kernel)),
+        tuned=tuple(leaf.tile_values), schedule=schedule.key(), scratch=scratch,
+        needs=tuple(joint_need(kernels).features),
     )
 
 
-def compile_leaf(leaf, cc: int = target.DEFAULT_CC) -> CompiledLeaf:
-    """The cluster program's `leaf` (schemas/program.py) compiled for capability `cc`, bound at its
-    dims and tile values: what the scheduler ships to a GPU pod (or such a pod makes itself when
-    it was sent none)."""
-    from compiler.cluster.leaves import load_leaf
+def _kernel_launch(compiled: CompiledKernel) -> KernelLaunch:
+    maps = tuple(TensorMap(m.param, m.tensor, m.box_rows, m.box_cols, m.rows, m.cols, m.dtype, tuple(m.outer))
+                 for m in compiled.tensor_maps)
+    return KernelLaunch(compiled.entry, tuple(compiled.grid), tuple(compiled.block), compiled.shared_bytes,
+                        tuple(compiled.params), maps)
 
-    kernel, binding = load_leaf(leaf)
-    return compiled_leaf(leaf, kernel, binding, compile_kernel(kernel, binding, cc=cc), cc)
+
+def joint_need(kernels) -> target.Need:
+    """What a module of several kernels asks of the GPU: every feature any of them asks."""
+    features = dict.fromkeys(f for k in kernels for f in k.need.features)
+    return target.Need(tuple(features), kernels[0].need.span)
+
+
+def module_ptx(kernels, cc: int = target.DEFAULT_CC) -> str:
+    """The PTX of one module holding every kernel of a launch sequence: their CUDA, each in a
+    namespace of its own (the entries are extern "C" and named apart), compiled by NVRTC once."""
+    from compiler.cuda import nvrtc
+
+    if len(kernels) == 1:
+        return kernels[0].ptx
+    source = "\n".join(f"namespace phobos_part{i} {{\n{k.cuda_source}\n}}" for i, k in enumerate(kernels))
+    return nvrtc.compile_to_ptx(source, arch=target.ptx_arch(joint_need(kernels), cc))
 
 
 def launched_kernels(leaf: CompiledLeaf) -> tuple[CompiledKernel, ...]:

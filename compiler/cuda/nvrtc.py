@@ -6,6 +6,9 @@ The library is found automatically, in this order: $PHOBOS_NVRTC (a path), the
 Compiled PTX is cached in memory per (source text, options): the runtime compiles the same leaf
 for many units of work; and on disk (common/cache.py, `ptx/`), keyed by a hash of the source, the
 options and NVRTC's version, so that a job compiles no leaf an earlier job compiled already.
+Each file starts with a line holding the sha256 and length of the PTX after it (ENTRY_FORMAT): an
+entry that does not match (truncated, overwritten, flipped bits, written by hand) is corrupted; it
+is compiled again and rewritten, with a warning naming the file.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from common import cache
+from common import cache, log
 from common import options as env_options
 
 DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo", "--use_fast_math")
+ENTRY_FORMAT = "phobos-ptx/2"  # the first line of a cache file: f"// {ENTRY_FORMAT} sha256=HEX bytes=N"
+_log = log.get_logger(program="compiler")
 
 
 class NvrtcError(Exception):
@@ -110,18 +115,50 @@ def compile_to_ptx(
         if key in _cache:
             return _cache[key]
     disk_name = _disk_name(source, opts)
-    text = cache.read_text(disk_name)
-    if text is None or ".entry" not in text:  # missing or unreadable: compile again
+    text = read_entry(disk_name)
+    if text is None:
         text = _compile(source, opts, name)
-        cache.write_text(disk_name, text)
+        cache.write_text(disk_name, entry_text(text))
     with _cache_lock:
         _cache[key] = text
     return text
 
 
 def _disk_name(source: str, opts: tuple[str, ...]) -> str:
-    digest = hashlib.sha256("\0".join((source, *opts, repr(version()))).encode()).hexdigest()
+    # The format is part of the key: files of an older format are other names, not corrupted ones.
+    digest = hashlib.sha256("\0".join((source, *opts, repr(version()), ENTRY_FORMAT)).encode()).hexdigest()
     return f"ptx/{digest}.ptx"
+
+
+def entry_text(ptx: str) -> str:
+    body = ptx.encode()
+    return f"// {ENTRY_FORMAT} sha256={hashlib.sha256(body).hexdigest()} bytes={len(body)}\n{ptx}"
+
+
+def read_entry(disk_name: str) -> str | None:
+    """The PTX of a cache file; None when it is missing, or corrupted (then with a warning)."""
+    path = cache.cache_file(disk_name)
+    try:
+        raw = path.read_bytes()
+    except OSError:  # missing (the usual miss) or unreadable: compiled, and written anew if it can be
+        return None
+    first, _, body = raw.partition(b"\n")
+    try:
+        first, ptx = first.decode(), body.decode()
+    except UnicodeDecodeError:
+        first, ptx = "", ""
+    why = None
+    if not first.startswith(f"// {ENTRY_FORMAT} "):
+        why = "no phobos-ptx header line"
+    elif first != entry_text(ptx).partition("\n")[0]:
+        why = f"its {len(body)} bytes of PTX do not match the header's sha256 and length"
+    elif ".entry" not in ptx:
+        why = "no kernel entry in its PTX"
+    if why:
+        _log.warning("compile cache entry is corrupted; compiling it again",
+                     file=str(path), why=why)
+        return None
+    return ptx
 
 
 def _compile(source: str, opts: tuple[str, ...], name: str) -> str:

@@ -1,54 +1,94 @@
-"""A split loop on the GPU: its launch sequence (partial kernel, then combine kernel, in stream
-order) and the f32 scratch buffers between them.
+"""A leaf as a launch sequence: its one kernel, or, under the split-loop policy
+(mainloops/split_loop.py), the partial and combine kernels of split_plan.py with the f32 scratch
+buffers between them, launched in order on one stream.
 
-The sequence is a plain tuple of CompiledKernel, each launched with the user's arrays plus the
-scratch buffers (allocated once per SplitLaunch and reused). It is kept this small on purpose: the
-CompiledLeaf with a multi-kernel launch sequence that the runtime will carry is another helper's
-(issue 'wire'); this is what it would hold.
+    compile_sequence(kernel, binding, ...)   LaunchSequence: CompiledKernels + Scratch + policy
+    module_ptx(sequence, cc)                  one PTX module holding every entry (CompiledLeaf)
+    compile_leaf(leaf, cc, split=None)        a cluster leaf as the CompiledLeaf a GPU pod launches
+    launch_sequence(sequence, arrays, ...)    every kernel in order on cupy arrays (tests, tools)
+
+Every generated kernel is compiled by the ordinary leaf pipeline first (its errors point at the
+user's lines); the module of several entries is their CUDA, each in a namespace of its own (the
+entries are extern "C" and named apart: split_plan._renamed), compiled once more by NVRTC.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.cuda import launch as cuda_launch
-from compiler.cuda import target
-from compiler.cuda.compiled import CompiledKernel, compile_kernel
+from compiler.cuda import compiled, target
+from compiler.cuda.compiled import CompiledKernel, compile_kernel, joint_need
+from compiler.cuda.mainloops.split_loop import SplitLoop
 from compiler.cuda.schedule import DEFAULT, Schedule
-from compiler.cuda.split_plan import SplitPlan
+from schemas.compiled_leaf import CompiledLeaf, Scratch
 
 
-@dataclass
-class SplitLaunch:
-    plan: SplitPlan
-    kernels: tuple[CompiledKernel, ...]  # in launch order: partial, combine
-    _scratch: dict = field(default_factory=dict)
+@dataclass(frozen=True)
+class LaunchSequence:
+    kernels: tuple[CompiledKernel, ...]  # in launch order
+    scratch: tuple[Scratch, ...] = ()
+    split: SplitLoop | None = None  # None: the one-CTA loop
+    chunks: int = 1  # CTAs along the split axis (the policy's factor padded: split_plan.py)
 
-    def scratch(self) -> dict:
-        import cupy
-
-        if not self._scratch:
-            self._scratch = {n: cupy.empty(shape, cupy.float32) for n, shape in self.plan.scratch}
-        return self._scratch
-
-    def launch(self, arrays: dict, scalars: dict, stream=None) -> None:
-        both = arrays | self.scratch()
-        for k in self.kernels:
-            cuda_launch.launch(k, both, scalars, stream=stream)
+    @property
+    def need(self) -> target.Need:
+        return joint_need(self.kernels)
 
 
-def compile_split(plan: SplitPlan, schedule: Schedule = DEFAULT, cc: int | None = None,
-                  combine_schedule: Schedule = DEFAULT) -> SplitLaunch:
-    cc = cc if cc is not None else target.device_capability()
-    partial = compile_kernel(plan.partial, plan.partial_binding, schedule=schedule, cc=cc)
-    combine = compile_kernel(plan.combine, plan.combine_binding, schedule=combine_schedule, cc=cc)
-    return SplitLaunch(plan, (partial, combine))
+def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int = target.DEFAULT_CC,
+                     tf32: bool = False, split: int | None = None,
+                     sm_count: int | None = None) -> LaunchSequence:
+    """`kernel` at `binding` as the launches that run it. `split`: None, the cost model decides;
+    1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split)."""
+    from compiler.cuda import split_plan
+    from compiler.cuda.mainloops.registry import choose_split
+
+    policy = choose_split(kernel, binding, split, sm_count)
+    if policy is None:
+        return LaunchSequence((compile_kernel(kernel, binding, tf32=tf32, schedule=schedule, cc=cc),))
+    plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count)
+    partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32, schedule=schedule, cc=cc)
+    combine = compile_kernel(plan.combine, plan.combine_binding, tf32=tf32, cc=cc)
+    scratch = tuple(Scratch(name, "f32", shape, zeroed=False) for name, shape in plan.scratch)
+    return LaunchSequence((partial, combine), scratch, policy, plan.factor)
 
 
-def run_split_gpu(split: SplitLaunch, kernel, arrays: dict[str, np.ndarray], scalars: dict) -> dict:
-    """Host arrays in, both launches, the user's stored tensors out (the test's convenience)."""
+def module_ptx(sequence: LaunchSequence, cc: int = target.DEFAULT_CC) -> str:
+    """The PTX of one module holding every kernel of the sequence (compiled.module_ptx)."""
+    return compiled.module_ptx(sequence.kernels, cc)
+
+
+def compile_leaf(leaf, cc: int = target.DEFAULT_CC, split: int | None = None) -> CompiledLeaf:
+    """The cluster program's `leaf` (schemas/program.py) compiled for capability `cc`, bound at its
+    dims and tile values: what the scheduler ships to a GPU pod (or such a pod makes itself when
+    it was sent none). Its loop is split over CTAs as the cost model says (`split`: forced)."""
+    from compiler.cluster.leaves import load_leaf
+
+    kernel, binding = load_leaf(leaf)
+    sequence = compile_sequence(kernel, binding, cc=cc, split=split)
+    return compiled.compiled_leaf(leaf, kernel, binding, sequence, cc)
+
+
+def scratch_arrays(sequence: LaunchSequence) -> dict:
+    import cupy
+
+    return {s.name: (cupy.zeros if s.zeroed else cupy.empty)(s.shape, cupy.float32) for s in sequence.scratch}
+
+
+def launch_sequence(sequence: LaunchSequence, arrays: dict, scalars: dict, stream=None,
+                    scratch: dict | None = None) -> None:
+    """Every kernel in order on `stream`, on cupy `arrays` (bf16 as uint16) plus the scratch."""
+    from compiler.cuda import launch as cuda_launch
+
+    both = arrays | (scratch if scratch is not None else scratch_arrays(sequence))
+    for k in sequence.kernels:
+        cuda_launch.launch(k, both, scalars, stream=stream)
+
+
+def run_sequence_gpu(sequence: LaunchSequence, kernel, arrays: dict[str, np.ndarray], scalars: dict) -> dict:
+    """Host arrays in, every launch, the user's stored tensors out (the tests' convenience)."""
     import cupy
 
     from compiler.frontend import walk
@@ -57,6 +97,6 @@ def run_split_gpu(split: SplitLaunch, kernel, arrays: dict[str, np.ndarray], sca
     for p in kernel.tensors:
         host = np.ascontiguousarray(arrays[p.name])
         device[p.name] = cupy.asarray(host.view(np.uint16) if p.dtype == "bf16" else host)
-    split.launch(device, scalars)
+    launch_sequence(sequence, device, scalars)
     cupy.cuda.get_current_stream().synchronize()
     return {name: cupy.asnumpy(device[name]) for name in walk.stored_tensors(kernel)}

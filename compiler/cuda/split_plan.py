@@ -4,15 +4,17 @@
     plan_split(kernel, binding, factor=None)     SplitPlan: partial and combine kernels, bound
     run_split_reference(plan, tensors, scalars)  both kernels on the reference interpreter
 
-The factor: a grid of `ctas` CTAs that already fills `CTAS_PER_SM` waves of the GPU's
-multiprocessors is not split; otherwise each CTA's loop is cut into as many chunks as bring the
-grid to that many CTAs, no chunk shorter than `MIN_CHUNK_ITERATIONS` iterations (a chunk must run
-long enough to fill its copy pipeline) and never more chunks than iterations. A user forces the
+The factor: a grid of `ctas` CTAs that already fills `CTAS_PER_SM` CTAs per multiprocessor is not
+split; otherwise the factor is the one of least modelled time (`split_time`: the chunks' loop at
+the memory pipe's rate, plus the combine kernel's serial merge of the partials), at most as many
+chunks as bring the grid to that many CTAs, no chunk shorter than `MIN_CHUNK_ITERATIONS`
+iterations and never more chunks than iterations. A user forces the
 factor with `split=N` (the `--split N` flag); 1 is the one-CTA loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -23,15 +25,29 @@ from compiler.frontend.load import load_text
 
 CTAS_PER_SM = 2  # resident CTAs per multiprocessor that saturate its memory pipe (decode's shapes)
 MIN_CHUNK_ITERATIONS = 2
+MIN_SPLIT_ITERATIONS = 64  # the cost model splits no shorter loop (a forced split may)
+COMBINE_STEP = 0.5  # one combine step (UNROLL partials read, merged) against one loop iteration
 DEFAULT_SM_COUNT = 132  # an H100 SXM's; the device's own count is used where one is at hand
 
 
 def choose_factor(ctas: int, sm_count: int, iterations: int) -> int:
+    """The factor of least modelled time (`split_time`), the smallest among equals."""
     want = CTAS_PER_SM * sm_count
     if ctas >= want or iterations < 2 * MIN_CHUNK_ITERATIONS:
         return 1
-    factor = math.ceil(want / max(ctas, 1))
-    return max(1, min(factor, iterations // MIN_CHUNK_ITERATIONS))
+    most = min(math.ceil(want / max(ctas, 1)), iterations // MIN_CHUNK_ITERATIONS)
+    return min(range(1, most + 1), key=lambda f: (split_time(ctas, want, iterations, f), f))
+
+
+def split_time(ctas: int, want: int, iterations: int, factor: int) -> float:
+    """Modelled time, in loop iterations of a CTA at the memory pipe's full rate: the partial
+    kernel's chunks (in waves once the grid passes `want` resident CTAs), then the combine's serial
+    chain, UNROLL partials a step at COMBINE_STEP iterations each; 1 is the unsplit loop."""
+    waves = max(1.0, ctas * factor / want)
+    chunk = math.ceil(iterations / factor)
+    if factor == 1:
+        return chunk * waves
+    return chunk * waves + math.ceil(factor / split_loop.UNROLL) * COMBINE_STEP
 
 
 def device_sm_count() -> int:
@@ -45,8 +61,9 @@ def device_sm_count() -> int:
 
 @dataclass(frozen=True)
 class SplitPlan:
-    factor: int  # chunks (CTAs along the split axis); 1: not split
+    factor: int  # chunks (CTAs along the split axis, a multiple of split_loop.UNROLL)
     chunk_iterations: int
+    used: int  # chunks that run iterations (the rest pad the factor and leave the identity)
     partial: ir.Kernel
     partial_binding: Binding
     combine: ir.Kernel
@@ -61,14 +78,16 @@ def plan_split(kernel: ir.Kernel, binding: Binding, factor: int | None = None,
     CompileError (split_loop.NOT_SPLIT) when the loop cannot be split."""
     sf = split_loop.split_form(kernel)
     env = dict(binding.env)
-    start, stop, step = split_loop.iterations(kernel, sf.loop, env)
-    total = max(0, math.ceil((stop - start) / step))
+    total = _iterations(kernel, sf, env)
     if factor is None:
         factor = choose_factor(math.prod(binding.grid or (1,)), sm_count or device_sm_count(), total)
-    per, chunks = split_loop.chunking(total, factor)
+    per, used = split_loop.chunking(total, factor)
+    chunks = split_loop.padded(used)
     texts = split_loop.split_texts(kernel, sf, per)
-    partial = load_text(texts.partial, f"<split partial of {kernel.name}>").kernels[0]
-    combine = load_text(texts.combine, f"<split combine of {kernel.name}>").kernels[0]
+    # under the user's file name, the user's lines unmoved: an error in a generated kernel points
+    # at the user's line
+    partial = _renamed(load_text(texts.partial, kernel.span.file).kernels[0], "partial")
+    combine = _renamed(load_text(texts.combine, kernel.span.file).kernels[0], "combine")
     dims = dict(binding.dims) | {sf.dim: chunks}
     tiles = dict(binding.tile_values)
     pb = bind(partial, dims, tile_values=tiles)
@@ -77,7 +96,28 @@ def plan_split(kernel: ir.Kernel, binding: Binding, factor: int | None = None,
         (name, tuple(d if isinstance(d, int) else (chunks if d == sf.dim else env[d]) for d in shape))
         for name, shape in texts.scratch
     )
-    return SplitPlan(chunks, per, partial, pb, combine, cb, scratch, sf.axis)
+    return SplitPlan(chunks, per, used, partial, pb, combine, cb, scratch, sf.axis)
+
+
+def model_factor(kernel: ir.Kernel, binding: Binding, sm_count: int | None = None) -> int:
+    """The cost model's factor for `kernel`'s splittable loop at `binding`: 1 (not split) for a
+    loop of fewer than MIN_SPLIT_ITERATIONS iterations, where the second launch would cost about
+    what the split saves."""
+    sf = split_loop.split_form(kernel)
+    total = _iterations(kernel, sf, dict(binding.env))
+    if total < MIN_SPLIT_ITERATIONS:
+        return 1
+    return choose_factor(math.prod(binding.grid or (1,)), sm_count or device_sm_count(), total)
+
+
+def _iterations(kernel: ir.Kernel, sf: split_loop.SplitForm, env: dict) -> int:
+    start, stop, step = split_loop.iterations(kernel, sf.loop, env)
+    return max(0, math.ceil((stop - start) / step))
+
+
+def _renamed(kernel: ir.Kernel, part: str) -> ir.Kernel:
+    """The generated kernel under its own entry name, so both live in one module (CompiledLeaf)."""
+    return dataclasses.replace(kernel, name=f"{kernel.name}__split_{part}")
 
 
 def run_split_reference(plan: SplitPlan, tensors: dict, scalars: dict) -> None:

@@ -3,18 +3,28 @@
 `TokenStream` holds the token helpers; `ExprParser` parses expressions by precedence, lowest
 first: `or`, `and`, `not`, comparisons, `+ -`, `* / %`, unary `-`, postfix (call, index), atoms.
 `:+` and `:` exist only inside the brackets of a tensor index.
+
+Depth limits (docs/language.md, "Limits"): the parser and every later stage recurse over the
+tree, so a kernel nested deeper than these would end in Python's RecursionError; it ends in a
+`file:line:col` error at the first token past the limit instead. MAX_NESTING counts open
+brackets `(` `[` `{`, calls, indexes and unary operators around a token; MAX_EXPR_DEPTH is the
+height of one expression's tree (`a + b + ... + z` is a chain of that many operators).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.lexer import Token
 from compiler.frontend.source import Span
+from compiler.frontend.walk import child_exprs
 
 COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+MAX_NESTING = 32
+MAX_EXPR_DEPTH = 64
 
 
 class TokenStream:
@@ -23,6 +33,8 @@ class TokenStream:
         self.text = text
         self.file = filename
         self.i = 0
+        self.nesting = 0  # open brackets, blocks, calls and unary operators around self.tok
+        self.in_expr = False  # parsing inside an expression, whose outermost expr() measures it
 
     # ---- token helpers ----------------------------------------------------------------------
 
@@ -68,6 +80,21 @@ class TokenStream:
             raise self.fail(what)
         return self.advance()
 
+    @contextlib.contextmanager
+    def nested(self, tok: Token):
+        """One level of nesting opened at `tok`: past MAX_NESTING a user error, not a RecursionError."""
+        if self.nesting >= MAX_NESTING:
+            raise CompileError(
+                tok.span,
+                f"nested too deeply: more than {MAX_NESTING} levels of brackets, blocks, calls "
+                "and unary operators (see Limits in docs/language.md)",
+            )
+        self.nesting += 1
+        try:
+            yield
+        finally:
+            self.nesting -= 1
+
     def skip_newlines(self) -> None:
         while self.tok.kind == "newline" or self.tok.is_op(";"):
             self.advance()
@@ -77,7 +104,21 @@ class ExprParser(TokenStream):
     # ---- expressions ------------------------------------------------------------------------
 
     def expr(self) -> ir.Expr:
-        return self.or_expr()
+        if self.in_expr:
+            return self.or_expr()
+        first = self.tok
+        self.in_expr = True
+        try:
+            tree = self.or_expr()
+        finally:
+            self.in_expr = False
+        if expr_depth(tree) > MAX_EXPR_DEPTH:
+            raise CompileError(
+                first.span.to(self.prev_span()),
+                f"expression too deep: more than {MAX_EXPR_DEPTH} operators nested in one expression; "
+                "split it with 'let' (see Limits in docs/language.md)",
+            )
+        return tree
 
     def binary_level(self, next_level, ops: tuple[str, ...], keyword: bool = False) -> ir.Expr:
         lhs = next_level()
@@ -96,7 +137,8 @@ class ExprParser(TokenStream):
     def not_expr(self) -> ir.Expr:
         if self.tok.is_keyword("not"):
             kw = self.advance()
-            operand = self.not_expr()
+            with self.nested(kw):
+                operand = self.not_expr()
             return ir.UnaryOp(op="not", operand=operand, span=kw.span.to(operand.span))
         return self.comparison()
 
@@ -119,7 +161,8 @@ class ExprParser(TokenStream):
     def unary(self) -> ir.Expr:
         if self.tok.is_op("-"):
             minus = self.advance()
-            operand = self.unary()
+            with self.nested(minus):
+                operand = self.unary()
             span = minus.span.to(operand.span)
             if isinstance(operand, ir.Const) and not isinstance(operand.value, bool) and not operand.origin:
                 return ir.Const(value=-operand.value, span=span)
@@ -130,10 +173,15 @@ class ExprParser(TokenStream):
         tok = self.tok
         if tok.kind == "ident" and self.peek().is_op("["):
             self.advance()
-            index, close = self.index()
+            with self.nested(self.tok):
+                index, close = self.index()
             return ir.Load(tensor=tok.text, index=index, span=tok.span.to(close.span))
         if tok.kind == "ident" and self.peek().is_op("("):
-            return self.call()
+            with self.nested(self.peek()):
+                return self.call()
+        if tok.is_op("(") or tok.is_op("["):
+            with self.nested(tok):
+                return self.atom()
         return self.atom()
 
     def call(self) -> ir.Expr:
@@ -249,3 +297,14 @@ class ExprParser(TokenStream):
             close = self.expect_op("]", "',' or ']'")
             return ir.ShapeList(items=tuple(items), span=tok.span.to(close.span))
         raise self.fail("an expression")
+
+
+def expr_depth(tree: ir.Expr) -> int:
+    """The height of an expression's tree (a leaf is 1), walked without recursion: the tree may be
+    a long operator chain that later stages, which do recurse, must never see."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in child_exprs(node))
+    return deepest

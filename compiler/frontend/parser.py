@@ -248,6 +248,10 @@ class _Parser(ExprParser):
     # ---- statements -------------------------------------------------------------------------
 
     def block(self) -> tuple[tuple[ir.Stmt, ...], Token]:
+        with self.nested(self.tok):
+            return self.block_body()
+
+    def block_body(self) -> tuple[tuple[ir.Stmt, ...], Token]:
         open_brace = self.expect_op("{", "'{'")
         stmts = []
         self.skip_newlines()

@@ -278,5 +278,7 @@ def test_a_lost_node_is_in_the_results_failures_and_a_thread_may_run_the_job(tmp
     assert result.ok, result.reason
     assert [f["node"] for f in result.failures] == [2], result.failures
     lost = result.failures[0]
-    assert lost["reason"] and f"node 2 lost at {lost['time']:.3f} s: {lost['reason']}" in result.summary
+    named = f"node 2 ({pods[2][1]}) lost at {lost['time']:.3f} s: {lost['reason']}"
+    assert lost["reason"] and named in result.summary, result.summary  # by its address, as --pods gave it
+    assert "re-planned" in result.summary and "from node 2" in result.summary, result.summary
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.arange(N_ADD, dtype=np.float32) + 1)

@@ -41,3 +41,13 @@ def test_builtins_listed_match_checker():
     documented = set(re.findall(r"^\| `(\w+)\(", section, flags=re.M))
     documented |= set(re.findall(r", `(\w+)\(", section))
     assert documented == set(SIGNATURES) | {"load"}
+
+
+def test_depth_limits_stated_match_parser():
+    from compiler.frontend.parse_expr import MAX_EXPR_DEPTH, MAX_NESTING
+
+    section = DOC.split("### 12.1 Limits")[1].split("## 13.")[0]
+    assert f"at most **{MAX_NESTING}** levels" in section
+    assert f"nested too deeply: more than {MAX_NESTING} levels" in section
+    assert f"is at most **{MAX_EXPR_DEPTH}** deep" in section
+    assert f"expression too deep: more than {MAX_EXPR_DEPTH} operators" in section

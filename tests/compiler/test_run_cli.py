@@ -89,7 +89,9 @@ def test_run_bf16_files(tmp_path, capsys):
     ("missing_dim", "missing dimension N of kernel add: give --dim N=... or an existing tensor file"),
     ("missing_tensor", "missing tensor b: give --tensor b=FILE.npy"),
     ("missing_input_file", "tensor a: no such file"),
-    ("unreadable", "tensor a: cannot read"),
+    ("unreadable", "tensor a: " + "{a}: not a .npy file (bad magic: it starts with b'not an'"),
+    ("random_bytes", "tensor a: {a}: not a .npy file (bad magic: it starts with"),
+    ("empty_file", "tensor a: {a}: not a .npy file (bad magic: the file is empty"),
     ("bad_set", "BLOCK = 3 is outside its @autotune search space"),
     ("unknown_tensor", "kernel add has no tensor q"),
     ("unknown_scalar", "kernel add has no scalar parameter s"),
@@ -113,6 +115,10 @@ def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs
         os.remove(tmp_path / "a.npy")
     elif case == "unreadable":
         (tmp_path / "a.npy").write_bytes(b"not an npy file")
+    elif case == "random_bytes":
+        (tmp_path / "a.npy").write_bytes(np.random.default_rng(0).bytes(4000))
+    elif case == "empty_file":
+        (tmp_path / "a.npy").write_bytes(b"")
     elif case == "bad_set":
         args += ["--tile", "BLOCK=3"]
     elif case == "unknown_tensor":
@@ -128,8 +134,8 @@ def test_user_errors_exit_2_with_one_line_and_write_nothing(tmp_path, add_inputs
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     code, out, err = run_cli(args, capsys)
     assert code == 2
-    assert expected in err
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert expected.format(a=tmp_path / "a.npy") in err
+    assert err.count("\n") == 1 and "Traceback" not in err and "pickle" not in err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written
 
 
@@ -229,3 +235,37 @@ def test_missing_output_is_created_unless_the_kernel_reads_it_first(tmp_path, ca
                                    "does not exist, and the kernel reads its old values here before writing "
                                    "them; create the file first")
     assert not (tmp_path / "c.npy").exists()
+
+
+@pytest.mark.parametrize("read_only", [["c"], ["c", "d"], ["d"]])
+def test_a_read_only_output_is_refused_in_one_line_and_nothing_is_written(tmp_path, capsys, read_only):
+    """A kernel of two outputs: whichever of them is read-only, neither is written."""
+    source = tmp_path / "two.phk"
+    source.write_text("kernel two(a: tensor<f32>[N], c: tensor<f32>[N], d: tensor<f32>[N]) {\n"
+                      "  c[0 :+ 16] = a[0 :+ 16]\n  d[0 :+ 16] = a[0 :+ 16] * 2.0\n}\n")
+    np.save(tmp_path / "a.npy", np.arange(16, dtype=np.float32))
+    for name in ("c", "d"):
+        np.save(tmp_path / f"{name}.npy", np.full(16, 7, np.float32))
+    for name in read_only:
+        os.chmod(tmp_path / f"{name}.npy", 0o444)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, out, err = run_cli([source, *(f"--tensor={n}={tmp_path / (n + '.npy')}" for n in "acd")], capsys)
+    first = tmp_path / (read_only[0] + ".npy")
+    assert code == 2
+    assert err == (f"error: tensor {read_only[0]}: {first} is read-only; it is not overwritten "
+                   "(make it writable, or write the output elsewhere)\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_read_only_ptx_output_is_refused(tmp_path, capsys):
+    from compiler.cli import commands
+
+    target = tmp_path / "add.ptx"
+    target.write_text("old")
+    os.chmod(target, 0o444)
+    with pytest.raises(SystemExit) as info:
+        run_main(commands.main, ["ptx", str(EXAMPLES / "add.phk"), "--dim", "N=1024", "-o", str(target)])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (f"error: -o {target}: {target} is read-only; it is not overwritten "
+                                       "(make it writable, or write the output elsewhere)\n")
+    assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]

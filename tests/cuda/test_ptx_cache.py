@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from common import cache
+from common import cache, log
 from compiler.cuda import nvrtc
 
 SOURCE = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n'
@@ -21,7 +21,8 @@ def fresh(monkeypatch, tmp_path):
 def test_a_compiled_leaf_is_read_back_from_disk(fresh, monkeypatch):
     ptx = nvrtc.compile_to_ptx(SOURCE)
     files = list((fresh / "ptx").glob("*.ptx"))
-    assert len(files) == 1 and files[0].read_text() == ptx
+    assert len(files) == 1 and files[0].read_text() == nvrtc.entry_text(ptx)
+    assert files[0].read_text().startswith(f"// {nvrtc.ENTRY_FORMAT} sha256=")
     monkeypatch.setattr(nvrtc, "_cache", {})
 
     def no_nvrtc(*args):
@@ -38,13 +39,53 @@ def test_other_source_or_options_compile_anew(fresh):
     assert len(list((fresh / "ptx").glob("*.ptx"))) == 3
 
 
-def test_a_broken_cache_file_is_compiled_again(fresh, monkeypatch):
+def _truncated(entry: bytes) -> bytes:
+    return entry[: len(entry) // 2]
+
+
+def _one_byte_changed(entry: bytes) -> bytes:
+    at = entry.index(b".entry") + 20  # inside the kernel's body: the PTX still names an entry
+    return entry[:at] + bytes([entry[at] ^ 0x01]) + entry[at + 1 :]
+
+
+CORRUPTIONS = {
+    "garbage text": lambda entry: b"garbage",
+    "random bytes": lambda entry: bytes(range(256)) * 4,
+    "empty": lambda entry: b"",
+    "truncated": _truncated,
+    "one byte changed": _one_byte_changed,
+    "header only": lambda entry: entry.partition(b"\n")[0] + b"\n",
+    "PTX without the header": lambda entry: entry.partition(b"\n")[2],
+}
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_a_corrupted_cache_file_is_detected_compiled_again_and_rewritten_with_a_warning(
+        fresh, monkeypatch, capsys, corruption):
     ptx = nvrtc.compile_to_ptx(SOURCE)
     (path,) = (fresh / "ptx").glob("*.ptx")
-    path.write_text("garbage")
+    good = path.read_bytes()
+    path.write_bytes(CORRUPTIONS[corruption](good))
     monkeypatch.setattr(nvrtc, "_cache", {})
+    compiled = []
+    real_compile = nvrtc._compile
+    monkeypatch.setattr(nvrtc, "_compile", lambda *args: compiled.append(1) or real_compile(*args))
+    log.configure("warning")  # as every program's main does: warnings to stderr
+    capsys.readouterr()
     assert nvrtc.compile_to_ptx(SOURCE) == ptx
-    assert path.read_text() == ptx
+    assert compiled == [1]  # rebuilt, not taken from the file
+    assert path.read_bytes() == good  # and the entry rewritten whole
+    err = capsys.readouterr().err
+    assert "compile cache entry is corrupted; compiling it again" in err and str(path) in err
+    monkeypatch.setattr(nvrtc, "_cache", {})
+    assert nvrtc.compile_to_ptx(SOURCE) == ptx and compiled == [1]  # the rewritten entry is good
+    assert "corrupted" not in capsys.readouterr().err
+
+
+def test_a_missing_entry_is_compiled_without_a_warning(fresh, capsys):
+    log.configure("warning")
+    nvrtc.compile_to_ptx(SOURCE)
+    assert "corrupted" not in capsys.readouterr().err
 
 
 def test_errors_are_not_cached(fresh):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from compiler.cuda import split_loop, split_plan
 from compiler.frontend import binding
 from compiler.frontend.diagnostics import CompileError
 from compiler.interp import interpreter as interp
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _reference(kernel, dims, point, arrays, scalars):
@@ -35,7 +38,8 @@ def test_split_decode_equals_the_one_cta_loop(g, factor):
     arrays, scalars = decode_inputs("f32", g, s, rng)
     want = _reference(kernel, dims, point, arrays, scalars)["O"]
     plan = split_plan.plan_split(kernel, binding.bind(kernel, dims, None, point), factor=factor)
-    assert plan.factor == split_loop.chunking(17, factor)[1] <= factor
+    assert plan.used == split_loop.chunking(17, factor)[1] <= factor
+    assert plan.factor == split_loop.padded(plan.used)
     got = {k: v.copy() for k, v in arrays.items()}
     split_plan.run_split_reference(plan, got, scalars)
     np.testing.assert_allclose(got["O"], want, rtol=2e-5, atol=2e-6)
@@ -54,21 +58,29 @@ def test_split_k_matmul_with_beta_equals_the_one_cta_loop(factor):
     scalars = {"alpha": 0.5, "beta": 2.0}
     want = _reference(kernel, dims, {}, arrays, scalars)["C"]
     plan = split_plan.plan_split(kernel, binding.bind(kernel, dims), factor=factor)
-    assert plan.factor == factor and plan.axis == "z"
+    assert plan.used == factor and plan.factor == split_loop.padded(factor) and plan.axis == "z"
     got = {k: v.copy() for k, v in arrays.items()}
     split_plan.run_split_reference(plan, got, scalars)
     np.testing.assert_allclose(got["C"], want, rtol=1e-5, atol=1e-4)
 
 
 def test_cost_model_splits_only_grids_that_do_not_fill_the_gpu():
-    assert split_plan.choose_factor(1, 132, 4096) == 264
-    assert split_plan.choose_factor(1, 132, 64) == 32  # no chunk under two iterations
     assert split_plan.choose_factor(264, 132, 4096) == 1
     assert split_plan.choose_factor(4, 132, 3) == 1
+    assert split_plan.choose_factor(1, 132, 64) <= 32  # no chunk under two iterations
+    for ctas, iterations in ((1, 1024), (1, 1 << 16), (4, 4096), (32, 4096)):
+        f = split_plan.choose_factor(ctas, 132, iterations)
+        assert 1 < f <= -(-264 // ctas), (ctas, iterations, f)
+        best = min(split_plan.split_time(ctas, 264, iterations, g) for g in range(1, -(-264 // ctas) + 1))
+        assert split_plan.split_time(ctas, 264, iterations, f) == best
+    # longer loops pay the combine's serial merge over more chunks
+    assert split_plan.choose_factor(1, 132, 1024) < split_plan.choose_factor(1, 132, 1 << 16) == 264
     kernel = load(decode_source("bf16", 16))
     b = binding.bind(kernel, {"G": 16, "S": 1 << 20}, None, {"BS": 256})
     plan = split_plan.plan_split(kernel, b, sm_count=132)
-    assert (plan.chunk_iterations, plan.factor) == split_loop.chunking(4096, 264) == (16, 256)
+    want = split_plan.choose_factor(1, 132, 4096)
+    assert (plan.chunk_iterations, plan.used) == split_loop.chunking(4096, want)
+    assert plan.factor == split_loop.padded(plan.used)
 
 
 NOT_ASSOCIATIVE = """
@@ -123,3 +135,58 @@ def test_split_decode_kernels_assemble_for_sm90_without_spills(dtype, g, tmp_pat
             assert spills and all(x == "0" and y == "0" for x, y in spills), (dtype, g, bs, i, report)
         assembled += 1
     assert assembled, (dtype, g)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("g", GS)
+def test_every_small_row_decode_point_compiles(dtype, g):
+    """Issue 33 item 1: G query rows (fewer than a tensor-core tile's) always lay out: at BS = 64
+    the one-CTA kernel compiles to PTX (NVRTC) for every G and KV dtype; a larger BS may only be
+    pruned for its shared memory, never for its rows."""
+    kernel = load(decode_source(dtype, g, "64, 128, 256"))
+    for bs in (64, 128, 256):
+        b = binding.bind(kernel, {"G": g, "S": (1 << 16) + 1}, None, {"BS": bs})
+        try:
+            ptx = _ptx(kernel, b)
+        except CompileError as e:
+            assert bs > 64 and "shared memory" in e.message, (bs, e.message)
+            continue
+        assert ".entry phobos_decode" in ptx
+
+
+def test_run_and_check_refuse_a_forced_split_at_the_loop(tmp_path):
+    """`check --split N` and `run --split N` on a loop whose state is not associative: exit 2 with
+    file:line:col at the loop's state and no output written; `run --split 3` on the decode kernel
+    runs both generated kernels on the interpreter and equals the one-CTA run."""
+    import os
+    import sys
+
+    src = tmp_path / "scan.phk"
+    src.write_text(NOT_ASSOCIATIVE.lstrip("\n"))
+    np.save(tmp_path / "X.npy", np.arange(64, dtype=np.float32))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def cli(*argv):
+        return subprocess.run([sys.executable, "-m", "compiler.main", *argv], capture_output=True, text=True,
+                              env=env, cwd=tmp_path)
+
+    run = ["run", str(src), "--dim", "N=64", "--tensor", "X=X.npy", "--tensor", "Y=Y.npy", "--split", "3"]
+    for argv in (["check", str(src), "--split", "4"], run):
+        done = cli(*argv)
+        assert done.returncode == 2, done.stderr
+        assert f"{src}:3:3: error: this loop is not split over CTAs" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "Y.npy").exists()
+    (tmp_path / "decode.phk").write_text(decode_source("f32", 4, "64"))
+    rng = np.random.default_rng(5)
+    arrays, _ = decode_inputs("f32", 4, 64 * 9 + 5, rng)
+    for name in ("Q", "K", "V"):
+        np.save(tmp_path / f"{name}.npy", arrays[name])
+    outs = []
+    for split in ("1", "3"):
+        flags = [f"--tensor={n}={n}.npy" for n in ("Q", "K", "V")] + [f"--tensor=O=O{split}.npy"]
+        done = cli("run", "decode.phk", *flags, "--scalar", "scale=0.1", "--split", split)
+        assert done.returncode == 0, done.stderr
+        outs.append(np.load(tmp_path / f"O{split}.npy"))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=2e-5, atol=2e-6)
+    assert "split over 4 CTAs" in cli("check", "decode.phk", "--split", "4").stdout

@@ -1,47 +1,125 @@
-"""On the GPU: the split loop (partial + combine kernels) equals the reference interpreter's one-CTA
-loop for every G, bf16 / f16 / f32, odd S and split factors from 1 to the SM count and past it.
-Tolerances as the attention tests (test_cuda_tc_gpu.py): 2e-3 bf16, 5e-4 f16, 1e-4 f32."""
+"""On the GPU: the split loop (partial + combine kernels) through the ordinary paths equals the
+reference interpreter's one-CTA loop, for every G of split_cases.GS, bf16 / f16 / f32 KV, odd S
+(not a multiple of BS) and split factors 1 (unsplit), 2, 3, 7, half the SM count and the SM count,
+plus the cost model's own choice. The calls go through phobos (Kernel.bind(split=N)) on cupy
+arrays, once on torch tensors, and through a shipped CompiledLeaf's launch sequence.
+Tolerances as the attention tests (test_cuda_tc_gpu.py): 2e-3 bf16, 5e-4 f16, 1e-4 f32, as
+relative Frobenius errors against the interpreter."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
-from split_cases import DTYPES, GS, decode_inputs, decode_source, load
+from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load
 
+from compiler.api.kernel import from_source
 from compiler.cuda import split_launch, split_plan
 from compiler.frontend import binding
-from compiler.frontend.diagnostics import CompileError
 from compiler.interp import interpreter as interp
 
 pytestmark = pytest.mark.gpu
 TOL = {"bf16": 2e-3, "f16": 5e-4, "f32": 1e-4}
 
 
-def _factors(sms: int) -> list[int]:
-    return [1, 2, 7, sms, 2 * sms]
+def _factors(sms: int) -> list[int | None]:
+    return [1, 2, 3, 7, sms // 2, sms, None]  # None: the cost model's factor
+
+
+def _device(arrays: dict, kernel) -> dict:
+    import cupy
+
+    out = {}
+    for p in kernel.tensors:
+        host = np.ascontiguousarray(arrays[p.name])
+        out[p.name] = cupy.asarray(host.view(np.uint16) if p.dtype == "bf16" else host)
+    return out
+
+
+def _err(got, want) -> float:
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("g", GS)
 def test_split_decode_on_gpu_equals_the_interpreter(dtype, g):
-    kernel = load(decode_source(dtype, g, "64, 128, 256"))
+    import cupy
+
+    source = decode_source(dtype, g, "64")
+    kernel = load(source)
     sms = split_plan.device_sm_count()
-    s = 64 * (2 * sms + 5) + 37  # odd S, enough key blocks for 2 * SM count chunks
+    s = 64 * (2 * sms + 5) + 37  # odd S, enough key blocks for SM-count chunks of two blocks
     arrays, scalars = decode_inputs(dtype, g, s, np.random.default_rng(g))
     want = {k: v.copy() for k, v in arrays.items()}
     interp.run_kernel(kernel, binding.bind(kernel, {"G": g, "S": s}, None, {"BS": 64}), want, scalars)
-    ran = 0
-    for bs in (64, 128):
-        b = binding.bind(kernel, {"G": g, "S": s}, None, {"BS": bs})
-        for factor in _factors(sms):
-            plan = split_plan.plan_split(kernel, b, factor=factor)
-            try:
-                launch = split_launch.compile_split(plan)
-            except CompileError as e:
-                assert "is pruned" in e.message, e.message
-                break
-            got = split_launch.run_split_gpu(launch, kernel, arrays, scalars)["O"]
-            err = np.linalg.norm(got - want["O"]) / np.linalg.norm(want["O"])
-            assert np.isfinite(got).all() and err < TOL[dtype], (dtype, g, bs, factor, err)
-            ran += 1
-    assert ran
+    api = from_source(source).bind(tiles={"BS": 64}, autotune=False)
+    calls = [api.bind(split=f) for f in _factors(sms)]
+    device = [_device(arrays, kernel) for _ in calls]
+    with ThreadPoolExecutor(8) as pool:  # the compiles (NVRTC) overlap; the launches do not
+        list(pool.map(lambda c, d: c.prepare_gpu({n: a.shape for n, a in d.items()}), calls, device))
+    for call, d, factor in zip(calls, device, _factors(sms), strict=True):
+        call(**d, **scalars)
+        cupy.cuda.get_current_stream().synchronize()
+        got = cupy.asnumpy(d["O"])
+        assert np.isfinite(got).all() and _err(got, want["O"]) < TOL[dtype], (dtype, g, factor)
+    launch = calls[-2]._launches[next(iter(calls[-2]._launches))]
+    assert len(launch.parts) == 2 and launch.parts[0].grid[1] >= sms  # split = SM count: split
+
+
+def test_a_split_call_on_torch_tensors_equals_the_interpreter():
+    torch = pytest.importorskip("torch")
+    source = decode_source("bf16", 16, "64")
+    kernel = load(source)
+    s = (1 << 16) + 5
+    arrays, scalars = decode_inputs("bf16", 16, s, np.random.default_rng(1))
+    want = {k: v.copy() for k, v in arrays.items()}
+    interp.run_kernel(kernel, binding.bind(kernel, {"G": 16, "S": s}, None, {"BS": 64}), want, scalars)
+    t = {n: torch.from_numpy(np.ascontiguousarray(a).view(np.int16) if n != "O" else a).cuda()
+         for n, a in arrays.items()}
+    t = {n: v.view(torch.bfloat16) if n != "O" else v for n, v in t.items()}
+    call = from_source(source).bind(tiles={"BS": 64}, autotune=False)  # the cost model splits it
+    call(**t, **scalars)
+    torch.cuda.synchronize()
+    assert len(next(iter(call._launches.values())).parts) == 2
+    assert _err(t["O"].cpu().numpy(), want["O"]) < TOL["bf16"]
+
+
+def test_a_shipped_split_leaf_runs_its_sequence_and_equals_the_interpreter():
+    """The launch sequence a pod gets (CompiledLeaf: one module, partial then combine, scratch),
+    loaded from its PTX alone and launched in order."""
+    from compiler.cuda.compiled import compiled_leaf, launched_kernels
+    from schemas.program import Leaf
+
+    source = decode_source("f16", 8, "64")
+    kernel = load(source)
+    s = 64 * 300 + 11
+    b = binding.bind(kernel, {"G": 8, "S": s}, None, {"BS": 64})
+    leaf = Leaf(name="dec", kernel="decode", source=source, dims=(("G", 8), ("S", s)),
+                tile_values=(("D", 128), ("BG", 8), ("BS", 64)), grid=(1,), threads=256,
+                tensors=("Q", "K", "V", "O"), scalars=("scale",))
+    sequence = split_launch.compile_sequence(kernel, b, split=7)
+    shipped = compiled_leaf(leaf, kernel, b, sequence, 90)
+    arrays, scalars = decode_inputs("f16", 8, s, np.random.default_rng(2))
+    want = {k: v.copy() for k, v in arrays.items()}
+    interp.run_kernel(kernel, b, want, scalars)
+    again = split_launch.LaunchSequence(launched_kernels(shipped), shipped.scratch)
+    got = split_launch.run_sequence_gpu(again, kernel, arrays, scalars)["O"]
+    assert _err(got, want["O"]) < TOL["f16"]
+
+
+@pytest.mark.parametrize("factor", [1, 3, 8, None])
+def test_split_k_matmul_on_gpu_equals_the_interpreter(factor):
+    kernel = load(SPLITK_SOURCE)
+    rng = np.random.default_rng(3)
+    dims = {"M": 128, "N": 128, "K": 32 * 40 + 7}
+    arrays = {"A": rng.standard_normal((128, dims["K"])).astype(np.float32),
+              "B": rng.standard_normal((dims["K"], 128)).astype(np.float32),
+              "C": rng.standard_normal((128, 128)).astype(np.float32)}
+    scalars = {"alpha": 0.5, "beta": 2.0}
+    b = binding.bind(kernel, dims)
+    want = {k: v.copy() for k, v in arrays.items()}
+    interp.run_kernel(kernel, b, want, scalars)
+    sequence = split_launch.compile_sequence(kernel, b, split=factor)
+    got = split_launch.run_sequence_gpu(sequence, kernel, arrays, scalars)["C"]
+    assert _err(got, want["C"]) < TOL["f32"], factor

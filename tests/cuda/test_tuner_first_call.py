@@ -186,7 +186,7 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     times = iter([2.0, 1.0])  # made up (no GPU): the second point wins
     monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars: next(times))
     shapes = {"A": (256, 128), "B": (128, 256), "C": (256, 256)}
-    _, first = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
+    (first,) = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)[1].kernels  # too short a loop to split
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tune mmf:")]
     assert [line.split(" {")[0] for line in lines] == ["tune mmf: point 1/2", "tune mmf: point 2/2"]
     assert lines[0].endswith("2.000 ms (best 2.000 ms)") and lines[1].endswith("1.000 ms (best 1.000 ms)")
@@ -197,7 +197,8 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     real = nvrtc._compile
     monkeypatch.setattr(nvrtc, "_compile", lambda *a: nvrtc_runs.append(a) or real(*a))
     monkeypatch.setattr(autotune, "time_launch", lambda *a: timed.append(a) or 1.0)
-    binding, again = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
+    binding, sequence = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
+    (again,) = sequence.kernels
     assert not nvrtc_runs and not timed and again.ptx == first.ptx
     assert binding.tile_values == {"TM": 64, "TN": 32}
     assert not capsys.readouterr().err  # a cached call prints nothing

@@ -101,3 +101,36 @@ def test_the_readme_tour_runs_as_written(installed, tmp_path):
     a, b, c = (np.load(folder / f"{t}4194304.npy") for t in "abc")
     np.testing.assert_array_equal(c, a + b)
     assert sorted(p.name for p in checkout.iterdir()) == ["examples"]  # nothing written in the checkout
+
+
+def test_the_readmes_activate_step_puts_the_commands_on_path(tmp_path):
+    """README, "Installed commands": after `pip install .` into a virtual environment, `source
+    VENV/bin/activate` is what puts phobos, phobos-sched and phobos-pod on PATH. A real venv
+    (without pip of its own: this interpreter's packages, pip included, reach it through a .pth
+    file), installed offline from a copy of the sources."""
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(REPO_ROOT / "pyproject.toml", source / "pyproject.toml")
+    for package in PACKAGES:
+        shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--disable-pip-version-check", str(source)],
+                   check=True, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = "/usr/bin:/bin"  # none of the commands is on it before the activation
+    script = (f"! command -v phobos && source {venv}/bin/activate && "
+              "for c in phobos phobos-sched phobos-pod; do command -v $c; $c --help | head -1; done")
+    done = subprocess.run(["bash", "-c", script], env=env, cwd=elsewhere, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0::2] == [str(venv / "bin" / c) for c in ("phobos", "phobos-sched", "phobos-pod")]
+    assert all(line.startswith("usage: ") for line in lines[1::2]), done.stdout

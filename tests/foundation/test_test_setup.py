@@ -153,3 +153,22 @@ def test_the_runner_runs_one_shard_of_the_tests_when_bazel_shards(tmp_path):
         assert status.exists()  # tells Bazel the runner shards
         ran.append(int(result.stdout.split(" passed")[0].split()[-1]))
     assert ran == [3, 2]  # every test once, over both shards
+
+
+def test_ci_runs_the_readmes_test_command_with_an_empty_cache_and_watches_the_users():
+    """.ci/run (outside Bazel's runfiles: read from the checkout) runs the README's test command as
+    written, with PHOBOS_CACHE_DIR a new empty folder, fails when the user's cache changed, and
+    keeps the marked place where the torch/Slurm steps go."""
+    import re
+
+    checkout = Path(os.path.realpath(REPO_ROOT / "README.md")).parent
+    ci = (checkout / ".ci" / "run").read_text()
+    readme = (checkout / "README.md").read_text()
+    test_command = re.search(r"^tools/bazel test //\.\.\.$", readme, re.M).group(0)
+    assert re.search(rf"^{re.escape(test_command)}$", ci, re.M)
+    assert 'PHOBOS_CACHE_DIR=$(mktemp -d' in ci and "export PHOBOS_CACHE_DIR" in ci
+    assert 'user_cache="${XDG_CACHE_HOME:-$HOME/.cache}/phobos"' in ci and "changed the user's cache" in ci
+    hook = ci.index("# ---- EXTRA CI STEPS"), ci.index("# ---- END EXTRA CI STEPS")
+    assert ci.index(test_command) < hook[0] < hook[1] < ci.index("tools/bazel shutdown")
+    done = subprocess.run(["bash", "-n", str(checkout / ".ci" / "run")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

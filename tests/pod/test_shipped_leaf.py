@@ -14,7 +14,7 @@ import pytest
 
 from common import cache
 from common.errors import UserError
-from compiler.cuda.compiled import compile_kernel, compile_leaf
+from compiler.cuda.split_launch import compile_leaf, compile_sequence, module_ptx
 from pod import gpu_leaves
 from schemas import capnp_io
 from schemas.program import Leaf
@@ -70,12 +70,15 @@ def test_a_shipped_leaf_is_prepared_without_a_compile(shipped, monkeypatch):
     from compiler.cluster.leaves import load_leaf
 
     kernel, binding = load_leaf(leaf)
-    here = compile_kernel(kernel, binding, cc=90)
-    (launched,) = prepared.kernels
-    fields = ("ptx", "entry", "params", "grid", "block", "shared_bytes", "tensors", "scalars", "tensor_maps")
-    for field in fields:
-        assert getattr(launched, field) == getattr(here, field), field
-    assert launched.need.features == here.need.features and launched.cuda_source == ""
+    sequence = compile_sequence(kernel, binding, cc=90)
+    assert len(prepared.kernels) == len(sequence.kernels) == len(compiled.kernels)
+    assert compiled.scratch == sequence.scratch
+    fields = ("entry", "params", "grid", "block", "shared_bytes", "scalars", "tensor_maps")
+    for launched, here in zip(prepared.kernels, sequence.kernels, strict=True):
+        for field in fields:
+            assert getattr(launched, field) == getattr(here, field), field
+        assert launched.ptx == module_ptx(sequence, 90) and launched.tensors == ("A", "B", "C")
+        assert set(launched.need.features) <= set(sequence.need.features) and launched.cuda_source == ""
     assert [(t.name, t.dtype, t.shape) for t in compiled.tensors] == [
         ("A", "bf16", (256, 256)), ("B", "bf16", (256, 256)), ("C", "f32", (256, 256))]
     assert compiled.writes == ("C",) and compiled.tuned == leaf.tile_values and compiled.cc == 90
@@ -108,3 +111,37 @@ def test_a_compiled_leaf_of_another_leaf_is_refused(shipped):
     leaf, compiled = shipped
     with pytest.raises(UserError, match="compiled from another leaf"):
         gpu_leaves.gpu_leaf(matmul_leaf(128), compiled, 90)
+
+
+def test_a_split_leaf_ships_its_two_launches_and_their_scratch(monkeypatch, tmp_path):
+    """A decode leaf of one CTA: the cost model splits its loop; the compiled leaf holds the
+    partial and combine entries of one module, in order, and the partials' scratch."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(REPO / "tests" / "cuda"))
+    from split_cases import decode_source
+
+    try:
+        from compiler.cuda import nvrtc
+
+        nvrtc.version()
+    except (RuntimeError, OSError) as err:
+        pytest.skip(f"no NVRTC here: {err}")
+    monkeypatch.setenv(cache.ENV, str(tmp_path))
+    leaf = Leaf(name="dec", kernel="decode", source=decode_source("bf16", 16, "64"),
+                dims=(("G", 16), ("S", (1 << 16) + 3)), tile_values=(("D", 128), ("BG", 16), ("BS", 64)),
+                grid=(1,), threads=256, tensors=("Q", "K", "V", "O"), scalars=("scale",))
+    compiled = compile_leaf(leaf, 90)
+    entries = ["phobos_decode__split_partial", "phobos_decode__split_combine"]
+    assert [k.entry for k in compiled.kernels] == entries
+    names = [s.name for s in compiled.scratch]
+    assert names == ["m_part", "l_part", "acc_part"]
+    chunks = compiled.kernels[0].grid[1]
+    assert chunks > 1 and compiled.scratch[2].shape == (chunks, 16, 128)
+    assert compiled.kernels[1].grid == (1, 1, 1)
+    for k in compiled.kernels:
+        assert set(names) <= set(k.params) and f".entry {k.entry}" in compiled.code.decode()
+    back = capnp_io.program_from_bytes(capnp_io.program_to_bytes(capnp_io.JobProgram(
+        kernel="decode", leaves=(leaf,), scalars=(), tensors=(), compiled=(("dec", compiled),))))
+    prepared = gpu_leaves.gpu_leaf(leaf, dict(back.compiled)["dec"], 90)
+    assert [k.entry for k in prepared.kernels] == [k.entry for k in compiled.kernels]

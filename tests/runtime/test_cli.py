@@ -117,3 +117,21 @@ def test_expect_match_and_mismatch(folder, capsys):
                               "--local-pods", "3"], capsys)
     assert code == 1
     assert "first at [700]" in err
+
+
+@pytest.mark.parametrize("protected", ["c", "--trace"])
+def test_a_read_only_output_is_refused_before_any_pod_and_nothing_is_written(folder, capsys, protected):
+    np.save(folder / "c.npy", np.full(N, 7, np.float32))
+    (folder / "trace.json").write_text("{}")
+    target = folder / ("c.npy" if protected == "c" else "trace.json")
+    os.chmod(target, 0o444)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    job = make_job(folder, "add", {"N": N}, {"a": "a", "b": "b", "c": "c"})
+    before[job.name] = job.read_bytes()
+    code, _, err = run_cli([str(job), "--storage-root", str(folder), "--trace", str(folder / "trace.json")],
+                           capsys)
+    line = one_line_error(code, err)
+    label = "tensor c" if protected == "c" else "--trace"
+    assert line == (f"error: {label}: {target} is read-only; it is not overwritten "
+                    "(make it writable, or write the output elsewhere)")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before

@@ -239,7 +239,14 @@ def test_a_pod_is_started_fresh_from_a_process_with_numpy_loaded(tmp_path):
     assert "numpy" in sys.modules and not forked_pod.can_fork("cpu", "pod.main")
     pods = spawn_local_pods(["cpu"], [tmp_path], local_pods.new_token())
     try:
-        argv = Path(f"/proc/{pods.pods[0].process.pid}/cmdline").read_bytes().split(b"\0")
+        # Popen returns once the exec is past its point of no return (the close-on-exec pipe shut),
+        # which is before the kernel has set the new program's arguments: /proc shows an empty
+        # command line for that moment (seen once in a clean-clone run). Wait for them to appear.
+        cmdline = Path(f"/proc/{pods.pods[0].process.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while not cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        argv = cmdline.read_bytes().split(b"\0")
         assert b"pod.main" in argv
     finally:
         pods.stop_now()

@@ -7,7 +7,7 @@ import pytest
 
 from common.errors import UserError
 from scheduler.local_pods import choose_devices
-from scheduler.run_cli import compare, parse_pods, read_token
+from scheduler.run_cli import compare, load_expected, parse_pods, read_token
 from scheduler.tracefile import summarize
 from schemas.remote_errors import remote_reason
 
@@ -103,3 +103,13 @@ def test_a_dropped_connection_says_so():
         description = "message = [Errno 32] Broken pipe"
 
     assert remote_reason(Dropped()) == "disconnected: [Errno 32] Broken pipe"
+
+
+@pytest.mark.parametrize("content", [b"plain text, not numbers\n", bytes(range(256))])
+def test_expect_of_a_file_that_is_not_npy_says_bad_magic(tmp_path, content):
+    (tmp_path / "want.npy").write_bytes(content)
+    with pytest.raises(UserError) as info:
+        load_expected([f"C={tmp_path / 'want.npy'}"])
+    text, want = str(info.value), tmp_path / "want.npy"
+    assert text.startswith(f"--expect C={want}: {want}: not a .npy file (bad magic")
+    assert "pickle" not in text

@@ -7,11 +7,12 @@ from compiler.cuda.mainloops.base import Mainloop
 from compiler.cuda.mainloops.mma_sync import MmaSync
 from compiler.cuda.mainloops.pingpong import PingPong
 from compiler.cuda.mainloops.simt import Simt
+from compiler.cuda.mainloops.split_loop import SplitLoop
 from compiler.cuda.mainloops.tma_ws import TmaWarpSpecialized
 from compiler.cuda.mainloops.wgmma import Wgmma
 
 REGISTRY: dict[str, type[Mainloop]] = {
-    cls.name: cls for cls in (Simt, MmaSync, Wgmma, PingPong, TmaWarpSpecialized)
+    cls.name: cls for cls in (Simt, MmaSync, Wgmma, PingPong, TmaWarpSpecialized, SplitLoop)
 }
 
 
@@ -28,3 +29,21 @@ def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
         return PingPong(**common)
     return Wgmma(**common) if wgmma else MmaSync(**common)
 
+
+
+def choose_split(kernel, binding, split: int | None, sm_count: int | None = None) -> SplitLoop | None:
+    """The split-loop policy of a leaf bound by `binding`, or None for the one-CTA loop. `split`:
+    the factor the user forces (1: never split; a loop that cannot split is then the user's
+    error, CompileError at the loop saying why), or None: the cost model's choice (split_plan.py),
+    and only for a loop that can split."""
+    from compiler.cuda import split_loop, split_plan
+
+    if split == 1:
+        return None
+    if split is None:
+        if split_loop.why_not_split(kernel) is not None:
+            return None
+        factor = split_plan.model_factor(kernel, binding, sm_count)
+        return SplitLoop(factor=factor) if factor > 1 else None
+    split_loop.split_form(kernel)
+    return SplitLoop(factor=split, forced=True)

@@ -1,0 +1,23 @@
+"""The split-loop (flash-decoding, split-K): the leaf's one top-level loop, whose state is
+associative, cut over `factor` CTAs along a free grid axis (compiler/cuda/split_loop.py), a partial
+kernel leaving each chunk's state in scratch and a combine kernel merging the partials with the
+one merge description the cluster shares (compiler/cluster/partial_leaves.py).
+
+It is the policy of the launch sequence, not of a loop's operand ring: each of its two kernels
+takes its own ring policy (the others of this package) as any leaf does. `forced`: the user asked
+for the factor (--split N, phobos `split=`); otherwise the cost model chose it (split_plan.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.cuda.mainloops.base import Mainloop
+
+
+@dataclass(frozen=True)
+class SplitLoop(Mainloop):
+    factor: int = 1
+    forced: bool = False
+
+    name = "split-loop"
