@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import sys
 
+from common import options
+
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # A pod's compute workers: the launches it runs side by side (pod/runtime.py sizes its pool here).
 POD_COMPUTE_WORKERS = {"cpu": 2, "gpu": 4}
@@ -35,8 +37,8 @@ def one_thread_here() -> None:
     if "numpy" in sys.modules:
         return
     for name in THREAD_VARIABLES:
-        _USERS.setdefault(name, os.environ.get(name))
-        os.environ[name] = "1"
+        _USERS.setdefault(name, options.variable(name))
+        options.set_variable(name, "1")
 
 
 def user_environment(env: dict[str, str]) -> dict[str, str]:

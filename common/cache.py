@@ -19,15 +19,15 @@ reaches for the folder before it starts its pods.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-ENV = "PHOBOS_CACHE_DIR"
+from common import options
+
+ENV = options.CACHE_DIR
 
 
 def cache_dir() -> Path:
-    base = os.environ.get(ENV)
-    return Path(base) if base else Path.home() / ".cache" / "phobos"
+    return options.current().cache_dir or Path.home() / ".cache" / "phobos"
 
 
 def cache_file(name: str) -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from common import dataclass_code_cache
+from common import dataclass_code_cache, options
 from common.errors import UserError
 
 USER_ERROR_EXIT = 2
@@ -25,8 +25,7 @@ def user_path(path: str | os.PathLike) -> Path:
     p = Path(path).expanduser()
     if p.is_absolute():
         return p
-    base = os.environ.get("BUILD_WORKING_DIRECTORY")
-    return (Path(base) if base else Path.cwd()) / p
+    return (options.current().build_working_directory or Path.cwd()) / p
 
 
 def pause_collection_for_imports() -> None:

@@ -4,12 +4,11 @@ It is never taken from the command line (other users can read argv in `ps`) and 
 
 from __future__ import annotations
 
-import os
-
+from common import options
 from common.cli import user_path
 from common.errors import UserError
 
-TOKEN_ENV = "PHOBOS_TOKEN"
+TOKEN_ENV = options.TOKEN
 # A shorter token can be guessed: even throttled (pod/gate.py), one of a few bytes falls to a
 # patient stranger. 16 bytes of a random URL-safe string carry about 96 bits.
 MIN_TOKEN_BYTES = 16
@@ -29,7 +28,7 @@ def read_token(token_file: str | None) -> str | None:
         if not lines or not lines[0].strip():
             raise UserError(f"--token-file {path}: the file holds no token")
         return _long_enough(lines[0].strip(), f"--token-file {path}")
-    token = os.environ.get(TOKEN_ENV, "").strip() or None
+    token = (options.current().token or "").strip() or None
     return _long_enough(token, f"${TOKEN_ENV}") if token else None
 
 

@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import options
 from common.atomic import write_atomically
 from common.errors import UserError
 from common.fileio import fsync_path
@@ -37,7 +38,7 @@ from common.storage import staging_path
 
 RECORD_MARK = ".phobos-commit-"
 RECORD_FORMAT = "phobos-commit/1"
-FAULT_ENV = "PHOBOS_COMMIT_FAULT"
+FAULT_ENV = options.COMMIT_FAULT
 STEPS = ("fsync", "record", "rename", "forget")
 _fault_counts: dict[str, int] = {}
 
@@ -58,7 +59,7 @@ def record_path(final: Path, job_id: str) -> Path:
 
 
 def _fault_point(step: str) -> None:
-    rule = os.environ.get(FAULT_ENV)
+    rule = options.current().commit_fault
     if not rule:
         return
     _fault_counts[step] = _fault_counts.get(step, 0) + 1

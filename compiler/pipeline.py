@@ -44,10 +44,10 @@ in your own module and register it from there, after the stage it needs:
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 
+from common import options
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.check import check
@@ -173,7 +173,7 @@ def add_stage(name: str, stage: Stage, after: str | None = None, verifier: Verif
 
 def _dump_selection(dump: bool | str | None) -> set[str] | bool:
     if dump is None:
-        dump = os.environ.get("PHOBOS_DUMP_STAGES", "")
+        dump = options.current().dump_stages
     if dump is True or dump in ("1", "all", "true", "yes"):
         return True
     if not dump:

@@ -29,9 +29,10 @@ import os
 import signal
 from dataclasses import dataclass
 
+from common import options
 from common.errors import UserError
 
-ENV = "PHOBOS_FAULT"
+ENV = options.FAULT
 KINDS = ("allocate", "load", "fetch", "compute", "store", "free", "serve")
 
 
@@ -108,7 +109,7 @@ class Faults:
 
     @classmethod
     def from_env(cls) -> Faults:
-        return cls(parse(os.environ.get(ENV, "")))
+        return cls(parse(options.current().fault))
 
     def hit(self, kind: str, unit: int | None = None, generation: int = 0) -> Delay | None:
         """Called as an instruction of `kind` starts; signals this process when a rule matches at

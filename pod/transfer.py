@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import secrets
 import socket
 import socketserver
@@ -28,11 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common import options
+
 TICKET_BYTES = 16
 PORT_WAIT_S = 60.0  # how long the port waits for a connected fetcher's ticket, and a ticket's life
 # PHOBOS_TEST_TICKET_TTL_S (test-only, like PHOBOS_FAULT) shortens a ticket's life, so that a test
 # sees an offered ticket expire and the fetcher ask its owner for another
-TICKET_TTL_S = float(os.environ.get("PHOBOS_TEST_TICKET_TTL_S", PORT_WAIT_S))
+TICKET_TTL_S = options.current().ticket_ttl_s
+TICKET_TTL_S = PORT_WAIT_S if TICKET_TTL_S is None else TICKET_TTL_S
 CRC_PIECE = 1 << 20
 
 

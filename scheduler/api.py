@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common import options as env_options
 from common.errors import Error, UserError, as_error, user_errors
 
 if TYPE_CHECKING:  # imported by `job`: a job file's run (phobos-sched JOB) needs no phobos.Kernel
@@ -170,7 +171,7 @@ def options(*, pods=(), local_pods: int | None = None, token: str | None = None,
     if pods and not token:
         from common.cluster_token import TOKEN_ENV
 
-        token = os.environ.get(TOKEN_ENV)
+        token = env_options.current().token
         if not token:
             msg = f"pods need the cluster's token: pass token= or set {TOKEN_ENV}"
             raise Error(f"error: {msg}", msg)

@@ -27,6 +27,7 @@ import threading
 import weakref
 from contextlib import contextmanager
 
+from common import options as env_options
 from scheduler import process_end
 
 POD_PROCESS_NAME = "phobos-pod"
@@ -152,8 +153,7 @@ def _become_pod(pod_args: list[str], env: dict[str, str], cwd: str, stdout_fd: i
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the command's handler unwinds the command
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held by the command around the fork
     os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)  # before numpy loads: the pod's BLAS threads, its token
+    env_options.replace_environment(env)  # before numpy loads: the pod's BLAS threads, its token
     try:
         with open("/proc/self/comm", "w") as comm:
             comm.write(POD_PROCESS_NAME)

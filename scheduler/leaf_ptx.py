@@ -30,14 +30,14 @@ import os
 import threading
 from pathlib import Path
 
-from common import cache
+from common import cache, options
 from compiler.cuda.target import DEFAULT_CC, cc_text
 from compiler.frontend.diagnostics import CompileError
 from schemas.compiled_leaf import CompiledLeaf
 
 COMPILER = Path(__file__).resolve().parent.parent / "compiler"
-CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
-DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages: compile
+CODE_SWITCHES = options.CODE_SWITCHES
+DUMPS = options.DUMPS  # asked for the compiler's stages: compile
 
 
 def leaves_for_pods(program, pods: dict[int, tuple[int, str]]) -> dict[int, dict[str, CompiledLeaf]]:
@@ -102,12 +102,12 @@ def compile_leaves(program, cc: int = DEFAULT_CC) -> dict[str, CompiledLeaf]:
 def _key(leaves, cc: int) -> str | None:
     """The cache key; None (compile) where the NVRTC library to be loaded is not a file found
     here, or where the user asked for the compiler's stages to be dumped."""
-    library = None if any(os.environ.get(v) for v in DUMPS) else _nvrtc_library()
+    library = None if any(options.variable(v) for v in DUMPS) else _nvrtc_library()
     if library is None:
         return None
     digest = hashlib.sha256()
     for part in (_compiler_digest(), library, f"sm_{cc}",
-                 *(f"{v}={os.environ.get(v, '')}" for v in CODE_SWITCHES),
+                 *(f"{v}={options.variable(v) or ''}" for v in CODE_SWITCHES),
                  *(repr(leaf) for leaf in leaves)):
         digest.update(part.encode())
         digest.update(b"\0")

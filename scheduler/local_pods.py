@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import blas
+from common import blas, options
 from common.cluster_token import TOKEN_ENV
 from common.errors import UserError
 from common.log import get_logger
@@ -48,7 +48,7 @@ def visible_gpus() -> int:
     if not gpus.is_dir():
         return _cupy_device_count()
     present = sum(1 for _ in gpus.iterdir())
-    chosen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    chosen = options.current().visible_devices
     if chosen is None:
         return present
     count = 0
@@ -236,7 +236,7 @@ class LocalPods:
 def spawn_local_pods(devices: list[str], roots: list[Path], token: str, extra_args: list[str] = (),
                      log_level: str = "warning") -> LocalPods:
     """Start one pod per device without waiting for them (`LocalPods.ready` waits)."""
-    env = blas.user_environment(dict(os.environ))
+    env = blas.user_environment(options.environment())
     env[TOKEN_ENV] = token
     root = str(repo_root())
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -244,7 +244,7 @@ def spawn_local_pods(devices: list[str], roots: list[Path], token: str, extra_ar
     pods = LocalPods(token)
     try:
         for device in devices:
-            module = os.environ.get("PHOBOS_POD_MODULE", "pod.main")
+            module = options.current().pod_module
             argv = [sys.executable, "-m", module, "--listen", "127.0.0.1:0", "--device", device,
                     "--log-level", log_level, *extra_args]
             for r in roots:

@@ -40,13 +40,15 @@ from __future__ import annotations
 import os
 import time
 
+from common import options
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SCHEDULER_PHASES = ("imports", "cli", "compile", "pods", "plan", "staging", "staging_wait", "submit", "run",
                     "commit")
 POD_PHASES = ("read", "h2d", "compute", "d2h", "write", "fetch")
 
 
-SETUP_ENV = "PHOBOS_SETUP_DONE"
+SETUP_ENV = options.SETUP_DONE
 
 
 def process_start_time() -> float:
@@ -55,7 +57,7 @@ def process_start_time() -> float:
     program in the process tools/bazel started, whose first run builds the Python environment,
     which is not the program's imports."""
     try:
-        setup_done = float(os.environ.get(SETUP_ENV, "0"))
+        setup_done = float(options.variable(SETUP_ENV) or "0")
     except ValueError:
         setup_done = 0.0
     return max(_proc_start_time(), setup_done)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from common import blas
+from common import options as env_options
 from common.cli import user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
@@ -128,7 +129,7 @@ def pod_argv(layout: slurm.SlurmLayout, host: str, device: str, roots: list[Path
 def pod_environment(layout: slurm.SlurmLayout, token: str, device: str) -> dict[str, str]:
     from scheduler.local_pods import repo_root
 
-    env = blas.user_environment(dict(os.environ))
+    env = blas.user_environment(env_options.environment())
     env[TOKEN_ENV] = token  # the environment, never argv (`ps` shows argv to every user)
     root = str(repo_root())
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -165,14 +166,14 @@ def main(argv: list[str], run_job) -> int:
                             "the tasks' own")
     if not args.hello_timeout > 0:
         raise UserError(f"--hello-timeout must be positive, got {args.hello_timeout}")
-    layout = slurm.layout_from_env(os.environ, args.base_port)
+    layout = slurm.layout_from_env(env_options.environment(), args.base_port)
     token = read_token(args.token_file)
     if token is None:
         raise UserError(f"no token: pass --token-file PATH (on a file system every node sees) or set "
                         f"{TOKEN_ENV} before srun")
     job_path = user_path(args.job)
     roots = storage_roots(args.storage_root, job_path)
-    device = "cpu" if args.device == "cpu" else cuda_ordinal(dict(os.environ), layout.local_id)
+    device = "cpu" if args.device == "cpu" else cuda_ordinal(env_options.environment(), layout.local_id)
     host = args.bind or resolve(layout.node)
     me = f"task {layout.proc_id} (node {layout.node}, local task {layout.local_id})"
     pod = PodChild(pod_argv(layout, host, device, roots, args), pod_environment(layout, token, device))

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common import options
 from common.atomic import refuse_read_only
 from common.cli import user_path
 from common.errors import UserError
@@ -129,13 +130,13 @@ def require_creatable(kernel: ir.Kernel, name: str, path: Path) -> None:
                                  "values here before writing them; create the file first")
 
 
-FAULT_ENV = "PHOBOS_RUN_FAULT"
+FAULT_ENV = options.RUN_FAULT
 PIECE_BYTES = 1 << 20
 _fault_counts: dict[str, int] = {}
 
 
 def _fault_point(step: str) -> None:
-    rule = os.environ.get(FAULT_ENV)
+    rule = options.current().run_fault
     if not rule:
         return
     _fault_counts[step] = _fault_counts.get(step, 0) + 1

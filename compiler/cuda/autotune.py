@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import os
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from common import options as env_options
 from compiler.cuda import mma, stages, target, tune_cache
 from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
@@ -207,11 +207,11 @@ def tune(
         )
         space = "|" + hashlib.sha256(text.encode()).hexdigest()[:16]
     keys = _keys(kernel, dict(base.dims), gpu, tf32, cc, space)
-    if use_cache and os.environ.get(RETUNE_ENV) != "1":
+    if use_cache and not env_options.current().retune:
         found = _cached(kernel, dict(base.dims), keys, points, cc)
         if found is not None:
             return found
-    if log is None and os.environ.get(QUIET_ENV) != "1":
+    if log is None and not env_options.current().tune_quiet:
         log = _stderr_line
     bench = Bench(*_inputs(kernel, dict(base.env)), cc)
     if schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32):

@@ -16,7 +16,7 @@ LOG2E = "1.44269504088896341f"
 
 
 def exp(gen, e: ir.Call, ctx: Ctx | None) -> str:
-    if gen.exp2_fold:
+    if gen.plan.exp2_fold:
         return exp_base2(gen, e.args[0], ctx)
     return legacy_math(gen, e, ctx)
 
@@ -51,7 +51,7 @@ FLOAT_MATH = {
 
 
 def float_math(gen, e: ir.Call, ctx: Ctx | None) -> str:
-    precision = gen.kernel.precision
+    precision = gen.plan.kernel.precision
     fast = precision is not None and precision.math == "fast"
     template = FLOAT_MATH[e.func][1 if fast else 0]
     return template.format(*(f32_arg(gen, a, ctx) for a in e.args))
@@ -96,8 +96,8 @@ def narrow(gen, e: ir.Call, ctx: Ctx | None) -> str:
     """bf16(x), f16(x): round to nearest even, held as the float it rounds to."""
     f = e.func
     x = f32_arg(gen, e.args[0], ctx)
-    gen.uses_bf16 |= f == "bf16"
-    gen.uses_half |= f == "f16"
+    gen.used.bf16 |= f == "bf16"
+    gen.used.half |= f == "f16"
     return f"{f}_to_f32(f32_to_{f}({x}))"
 
 
@@ -200,6 +200,6 @@ def transpose(gen, e: ir.Call, ctx: Ctx) -> str:
     )
     if isinstance(a, ir.Load):
         return gen.elem(a, flipped)
-    v = a if isinstance(a, ir.Name) and isinstance(gen.vals.get(a.name), Val) else None
-    val = gen.vals[a.name] if v is not None else gen.materialize(a, "2d")
+    v = a if isinstance(a, ir.Name) and isinstance(gen.scope.vals.get(a.name), Val) else None
+    val = gen.scope.vals[a.name] if v is not None else gen.materialize(a, "2d")
     return gen.through_shared(val, flipped)

@@ -36,6 +36,7 @@ from compiler.cuda.emit import (
 )
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
+from compiler.cuda.render_plan import point_text, render_plan
 from compiler.cuda.values import Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -81,65 +82,13 @@ class KernelGen(ExprEmitter):
     """The emit stage: one leaf's CUDA C++ from the products of the earlier stages (stages.py)."""
 
     def __init__(self, leaf):
-        kernel, plan = leaf.kernel, leaf.plan
-        self.leaf = leaf
-        self.point = point_text(leaf.binding)
-        super().__init__(kernel, dict(leaf.env), leaf.grid)
-        self.binding = leaf.binding
-        self.tf32 = leaf.options.tf32
-        self.mainloop = plan.mainloop  # how loops feed the dots (mainloops/)
-        self.smem_limit = target.shared_memory_limit(leaf.options.cc)  # rings are cut to it
-        self.tensor_core_span = plan.tc_dots[0].span if self.tensor_cores else None
-        if self.tensor_cores:
-            self.tc_lets = set(plan.tc_lets)
-            self.uses_bf16 = True
-        self.wgmma = plan.wgmma
-        self.exp2_fold = self.tensor_cores and all(
-            mma.tensor_core_dtype(d, kernel, self.tf32) in mma.TC_DTYPES for d in plan.tc_dots
-        )
-        self.used_wgmma = False
-        self.tf32_register_operand = False  # set by mma.emit_mma_tf32 (see its budget below)
-        self.hints = dict(plan.hints)
-        self.shared = dict(plan.shared)
-        self.let_floats = 0
-        self.pipelined: dict[str, tuple] = {}
-        self.rotation = None  # loops.Rotation of the loop being emitted, if rotated
-        self.loop_tail: list = []
-        self.handover = None  # pingpong.Handover of the ring being emitted, if ping-pong
-        self.turns = False  # the loop being emitted takes turns between warpgroups (pingpong.py)
-        self.used_pingpong = False
-        counts = list(leaf.counts)
-        self.grid_dims = tuple(counts)
-        for axis in plan.longest_first:
-            if counts["xyz".index(axis)] > 1:
-                self.reversed_blocks[axis] = counts["xyz".index(axis)]
-        for i, a in enumerate("xyz"):
-            self.ranges["%" + a] = analysis.IntRange(0, counts[i] - 1, 1)
-        self.order_lines = self.cta_order(counts)
-
-    def cta_order(self, counts) -> list[str]:
-        """Group-major CTA order for a 2-D grid (a tuner choice): CTAs launched one after another
-        take `group` neighbouring x indices and walk y, so that they share rows of the x operand
-        and a small band of the y operand in L2. Not with longest-first axes."""
-        gx, gy = counts[0], counts[1]
-        order = self.leaf.plan.cta_order
-        if order.order != "grouped" or gx <= 1 or gy <= 1 or self.reversed_blocks:
-            return []
-        g = min(order.group, gx)
-        self.block_remap = {"x": "cta_x", "y": "cta_y"}
-        return [
-            f"const int cta_id = (int)blockIdx.x + (int)blockIdx.y * {gx};",
-            f"const int cta_first = (cta_id / {g * gy}) * {g};",
-            f"const int cta_rows = min({gx} - cta_first, {g});",
-            f"const int cta_x = cta_first + (cta_id % {g * gy}) % cta_rows;",
-            f"const int cta_y = (cta_id % {g * gy}) / cta_rows;",
-        ]
+        super().__init__(render_plan(leaf))
 
     # -- statements -------------------------------------------------------------------------
 
     def stmt(self, s: ir.Stmt) -> None:
         self.out.span = s.span
-        self.scratch_cur = 0
+        self.smem.scratch_cur = 0
         self.source_comment(s.span)
         if isinstance(s, ir.Let):
             self.let(s)
@@ -160,42 +109,43 @@ class KernelGen(ExprEmitter):
             c = self.scalar(s.value)
             cname = self.fresh("u_" + s.name)
             self.out.line(f"const {CTYPE[ty.dtype]} {cname} = {c};")
-            self.scalars[s.name] = (cname, ty.dtype)
+            self.scope.scalars[s.name] = (cname, ty.dtype)
             if ty.dtype == "i32":
-                self.ranges[s.name] = analysis.int_range(s.value, self.ranges)
+                self.scope.ranges[s.name] = analysis.int_range(s.value, self.scope.ranges)
             return
-        if s.name in self.shared:
-            self.vals[s.name] = dots.stage_shared_let(self,
-                s.name, s.value, self.shared[s.name], analysis.shared_let_transposed(self.kernel.body, s.name)
+        if s.name in self.plan.shared:
+            self.scope.vals[s.name] = dots.stage_shared_let(self,
+                s.name, s.value, self.plan.shared[s.name],
+                analysis.shared_let_transposed(self.plan.kernel.body, s.name),
             )
             return
-        kind = "2d" if ty.rank == 2 else self.hints.get(s.name, "flat")
-        before = self.register_floats
+        kind = "2d" if ty.rank == 2 else self.plan.hints.get(s.name, "flat")
+        before = self.registers.register_floats
         # tensor-core kernels: a mask that holds on the whole tile costs one test (causal attention)
-        if not (self.tensor_cores and uniform.materialize_masked(self, s.value, kind, s.name)):
+        if not (self.plan.tensor_cores and uniform.materialize_masked(self, s.value, kind, s.name)):
             self.materialize(s.value, kind, name=s.name)
         # a let dies with its statement list; only the largest one counts against the budget
-        self.let_floats = max(self.let_floats, self.register_floats - before)
-        self.register_floats = before
+        self.registers.let_floats = max(self.registers.let_floats, self.registers.register_floats - before)
+        self.registers.register_floats = before
 
     def var_decl(self, s: ir.VarDecl) -> None:
         ty = s.declared
         if isinstance(ty, ir.ScalarType):
             cname = self.fresh("u_" + s.name)
             self.out.line(f"{CTYPE[ty.dtype]} {cname} = {self.cast(self.scalar(s.init), s.init, ty.dtype)};")
-            self.scalars[s.name] = (cname, ty.dtype)
-            self.ranges.pop(s.name, None)
+            self.scope.scalars[s.name] = (cname, ty.dtype)
+            self.scope.ranges.pop(s.name, None)
             return
         shape = tuple(self.size(x) for x in ty.shape)
         if ty.rank > 2:
             raise CompileError(s.span, "the CUDA backend supports tiles of rank 1 and 2 only")
-        kind = "2d" if ty.rank == 2 else self.hints.get(s.name, "flat")
+        kind = "2d" if ty.rank == 2 else self.plan.hints.get(s.name, "flat")
         val = self.declare(s.name, kind, shape, ty.dtype, ty.shape)
         self.assign_elementwise(val, "=", s.init)
 
     def assign(self, s: ir.Assign) -> None:
-        if s.name in self.scalars:
-            cname, dtype = self.scalars[s.name]
+        if s.name in self.scope.scalars:
+            cname, dtype = self.scope.scalars[s.name]
             value = self.cast(self.scalar(s.value), s.value, dtype)
             if s.op == "/=" and dtype in INT_SUFFIX:
                 self.out.line(f"{cname} = {int_ops.divide(self, dtype, cname, value)};")
@@ -204,10 +154,11 @@ class KernelGen(ExprEmitter):
             else:
                 self.out.line(f"{cname} {s.op} {value};")
             return
-        val = self.vals[s.name]
+        val = self.scope.vals[s.name]
         dot, rest = self.dot_split(s)
         if dot is not None:
-            if self.rotation is not None and dot is self.rotation.deferred:  # the kept group writes acc
+            rotation = self.loop.rotation
+            if rotation is not None and dot is rotation.deferred:  # the kept group writes acc
                 self.out.line("wg_wait_all();")
             if rest is not None:
                 self.assign_elementwise(val, "=", rest)
@@ -228,7 +179,7 @@ class KernelGen(ExprEmitter):
                 isinstance(e, ir.Call)
                 and e.func == "dot"
                 and not reads_target(e)
-                and tuple(x for x in e.ty.shape) == tuple(self.vals[s.name].ty_shape)
+                and tuple(x for x in e.ty.shape) == tuple(self.scope.vals[s.name].ty_shape)
             )
 
         if s.op == "+=" and is_dot(s.value):
@@ -248,23 +199,23 @@ class KernelGen(ExprEmitter):
         var = self.fresh("u_" + s.var)
         stop_name = self.fresh("stop")
         self.out.line(f"const int {stop_name} = {stop};")
-        step_v = analysis.int_range(s.step, self.ranges)
+        step_v = analysis.int_range(s.step, self.scope.ranges)
         var_range = analysis.loop_range(
-            analysis.int_range(s.start, self.ranges),
-            analysis.int_range(s.stop, self.ranges),
+            analysis.int_range(s.start, self.scope.ranges),
+            analysis.int_range(s.stop, self.scope.ranges),
             max(step_v.lo, 1),
         )
-        saved = (dict(self.vals), dict(self.scalars), dict(self.ranges))
-        self.ranges[s.var] = var_range
+        saved = self.scope.saved()
+        self.scope.ranges[s.var] = var_range
         pipelined = loops.prefetch_first(self, s, start, stop_name, step)
-        self.rotation = loops.rotation(self, s)
+        self.loop.rotation = loops.rotation(self, s)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
-        self.loop_barriers.append(False)
-        self.scalars[s.var] = (var, "i32")
-        saved_pipe, saved_tail = self.pipelined, self.loop_tail
-        self.loop_tail = []  # code queued for the end of this loop's body (loops.ring_lets)
-        self.pipelined = {
-            **self.pipelined,
+        self.loop.barriers.append(False)
+        self.scope.scalars[s.var] = (var, "i32")
+        saved_pipe, saved_tail = self.loop.pipelined, self.loop.tail
+        self.loop.tail = []  # code queued for the end of this loop's body (loops.ring_lets)
+        self.loop.pipelined = {
+            **self.loop.pipelined,
             **{n: (*v, s.var, var, step, stop_name) for n, v in pipelined.items()},
         }
         body = list(s.body)
@@ -274,8 +225,8 @@ class KernelGen(ExprEmitter):
             while i < len(body) and isinstance(body[i], ir.Let) and body[i].name in pipelined:
                 run.append(body[i])
                 i += 1
-            rings = [x for x in run if self.pipelined[x.name][0] in RINGS]
-            regs = [x for x in run if self.pipelined[x.name][0] not in RINGS]
+            rings = [x for x in run if self.loop.pipelined[x.name][0] in RINGS]
+            regs = [x for x in run if self.loop.pipelined[x.name][0] not in RINGS]
             if rings:
                 loops.ring_lets(self, rings)
             if regs:  # consecutive prefetched operands share one barrier pair
@@ -283,35 +234,35 @@ class KernelGen(ExprEmitter):
             else:
                 self.stmt(body[i])
                 i += 1
-        for emit_tail in self.loop_tail:
+        for emit_tail in self.loop.tail:
             emit_tail()
-        if self.rotation is not None:
+        if self.loop.rotation is not None:
             loops.fill_rotation(self)
-        self.loop_tail = saved_tail
-        self.pipelined = saved_pipe
-        self.vals, self.scalars, self.ranges = saved
-        self.loop_barriers.pop()
+        self.loop.tail = saved_tail
+        self.loop.pipelined = saved_pipe
+        self.scope.restore(saved)
+        self.loop.barriers.pop()
         self.out.span = s.span
         self.out.close()
-        if self.rotation is not None:
+        if self.loop.rotation is not None:
             loops.issue_kept(self)
-        self.rotation = None
-        if self.used_wgmma and not self.loop_barriers:  # the last group, before acc is read
+        self.loop.rotation = None
+        if self.used.wgmma and not self.loop.barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
-        if self.swap is not None:  # C^T's accumulator into acc (tma_tf32.py)
+        if self.loop.swap is not None:  # C^T's accumulator into acc (tma_tf32.py)
             tma_tf32.finish(self)
 
     def source_comment(self, span) -> None:
         """`// line N: <the kernel's line>` before the code of each statement (for readers of
         `compiler cuda`; NVRTC errors are mapped through line_spans, not through these)."""
-        lines = self.kernel.source.splitlines()
-        i = span.line - self.kernel.span.line
+        lines = self.plan.kernel.source.splitlines()
+        i = span.line - self.plan.kernel.span.line
         if 0 <= i < len(lines):
             text = lines[i].strip().replace("*/", "* /")
             self.out.line(f"// line {span.line}: {text}")
 
     def pruned(self, span, why: str) -> CompileError:
-        return pruned(self.kernel, self.binding, span, why)
+        return pruned(self.plan.kernel, self.plan.binding, span, why)
 
     # -- the whole kernel -------------------------------------------------------------------
 
@@ -320,7 +271,7 @@ class KernelGen(ExprEmitter):
         tensor maps of bulk tensor copies (passed by value, made from the launch's arrays: tensor_maps.py)."""
         params, order = [], []
         stored = self.stored_tensors()
-        for p in self.kernel.params:
+        for p in self.plan.kernel.params:
             if isinstance(p, ir.TensorParam):
                 ctype = STORAGE_CTYPE[p.dtype]
                 if p.name in stored:
@@ -330,72 +281,75 @@ class KernelGen(ExprEmitter):
             else:
                 params.append(f"{CTYPE[p.dtype]} s_{p.name}")
             order.append(p.name)
-        for spec in self.tensor_maps:
+        for spec in self.used.tensor_maps:
             params.append(f"const __grid_constant__ TmaMap {spec.param}")
             order.append(spec.param)
         return params, order
 
     def register_budget(self) -> int:
         """Tile values a thread may hold before the point is pruned (see the constants)."""
-        if not self.tensor_cores:
+        if not self.plan.tensor_cores:
             return REGISTER_BUDGET
-        if self.tf32_register_operand:
+        if self.used.tf32_register_operand:
             return TF32_REGISTER_OPERAND_BUDGET
-        if self.wgmma and self.grid.threads >= 512:
+        if self.plan.wgmma and self.plan.grid.threads >= 512:
             return WIDE_CTA_REGISTER_BUDGET
-        wide = self.wgmma and self.grid.threads >= 256
+        wide = self.plan.wgmma and self.plan.grid.threads >= 256
         return WARPGROUP_REGISTER_BUDGET if wide else TENSOR_CORE_REGISTER_BUDGET
 
     def generate(self) -> Generated:
-        k = self.kernel
+        k = self.plan.kernel
         for s in k.body:
             self.stmt(s)
-        shared_bytes = (self.perm_floats + self.scratch_max) * 4
-        if shared_bytes > self.smem_limit:
+        shared_bytes = self.smem.bytes()
+        if shared_bytes > self.plan.smem_limit:
             raise self.pruned(
-                k.span, f"it needs {shared_bytes} bytes of shared memory (the limit is {self.smem_limit})"
+                k.span,
+                f"it needs {shared_bytes} bytes of shared memory (the limit is {self.plan.smem_limit})",
             )
-        held, budget = self.register_floats + self.let_floats, self.register_budget()
+        registers = self.registers
+        held, budget = registers.register_floats + registers.let_floats, self.register_budget()
         if held > budget:
             raise self.pruned(
                 k.span, f"it holds {held} tile values per thread in registers (budget {budget})"
             )
         head = Emitter()
         head.depth = 0
-        if self.uses_half or self.uses_bf16 or self.uses_fp8:
+        if self.used.half or self.used.bf16 or self.used.fp8:
             head.block(HALF_PRELUDE.splitlines())
-        if self.uses_fp8:
+        if self.used.fp8:
             head.block(FP8_PRELUDE.splitlines())
-            if self.leaf.plan.wgmma:  # fp8 tiles staged by threads (fp8 tensor cores: sm_90)
+            if self.plan.wgmma:  # fp8 tiles staged by threads (fp8 tensor cores: sm_90)
                 head.block(FP8_STORE_PRELUDE.splitlines())
         head.block(PRELUDE.splitlines())
-        head.block(int_ops.prelude(self.int_helpers))
-        if self.tensor_cores:
+        head.block(int_ops.prelude(self.used.int_helpers))
+        if self.plan.tensor_cores:
             head.block(mma.PRELUDE.splitlines())
-        if self.used_wgmma:
+        if self.used.wgmma:
             head.block(wgmma.PRELUDE.splitlines())
-        if self.tensor_maps:
-            head.block(tma.prelude(self.tensor_maps).splitlines())
-        if self.used_pingpong:  # the TMA prelude has the mbarrier helpers already
-            helpers = [] if self.tensor_maps else [mbarriers.PRELUDE]
+        if self.used.tensor_maps:
+            head.block(tma.prelude(self.used.tensor_maps).splitlines())
+        if self.used.pingpong:  # the TMA prelude has the mbarrier helpers already
+            helpers = [] if self.used.tensor_maps else [mbarriers.PRELUDE]
             head.block("\n".join([*helpers, pingpong.PRELUDE]).splitlines())
         params, order = self.parameters()
         entry = f"phobos_{k.name}"
-        threads = self.grid.threads + (tma.PRODUCER_THREADS if self.tma_split else 0)
+        threads = self.plan.grid.threads + (tma.PRODUCER_THREADS if self.loop.tma_split else 0)
         # a producer warpgroup's setmaxnreg needs the register cap of one CTA per multiprocessor
-        bounds = f"__launch_bounds__({threads}, 1)" if self.tma_split else f"__launch_bounds__({threads})"
+        split = self.loop.tma_split
+        bounds = f"__launch_bounds__({threads}, 1)" if split else f"__launch_bounds__({threads})"
         head.line(f'extern "C" __global__ void {bounds} {entry}({", ".join(params)}) {{')
         head.depth = 1
-        for name, value in sorted(self.env.items()):
+        for name, value in sorted(self.plan.env.items()):
             head.line(f"constexpr int c_{name} = {value};")
-        g = self.grid
-        head.line(f"constexpr int PERM = {self.perm_floats};")
-        align = " __align__(1024)" if self.used_wgmma else ""  # swizzled operands: 1024-byte tiles
+        g = self.plan.grid
+        head.line(f"constexpr int PERM = {self.smem.perm_floats};")
+        align = " __align__(1024)" if self.used.wgmma else ""  # swizzled operands: 1024-byte tiles
         head.line(f"extern __shared__{align} float4 smem_raw[];")
         head.line("float* smem = reinterpret_cast<float*>(smem_raw);")
         head.line("const int th_id = threadIdx.x;")
         head.block(g.coordinates())
-        head.block(self.order_lines)
+        head.block(self.plan.cta_order_lines)
         head.line("(void)smem; (void)th_r; (void)th_c;")
         lines = head.lines + self.out.lines + ["}"]
         spans = [None] + head.spans + self.out.spans + [None]
@@ -403,12 +357,12 @@ class KernelGen(ExprEmitter):
             "\n".join(lines) + "\n",
             entry,
             tuple(order),
-            self.grid_dims,
+            self.plan.counts,
             (threads, 1, 1),
             shared_bytes,
             tuple(spans),
             target.need_of(self),
-            tuple(self.tensor_maps),
+            tuple(self.used.tensor_maps),
         )
 
 
@@ -432,10 +386,6 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return y;
 }
 """.strip("\n")
-
-
-def point_text(binding) -> str:
-    return ", ".join(f"{k}={v}" for k, v in binding.tile_values.items()) or "the only point"
 
 
 def pruned(kernel: ir.Kernel, binding, span, why: str) -> CompileError:

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from common import options as env_options
+
 MAX_WORKERS = 8
 
 
@@ -56,7 +58,7 @@ def build_all(tasks: list, workers: int | None = None) -> list:
 
 
 def _run_worker(chunk: list) -> list:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env = dict(env_options.environment(), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
         done = subprocess.run([sys.executable, "-m", "compiler.cuda.compile_pool"], input=pickle.dumps(chunk),
                               capture_output=True, env=env, check=True)

@@ -16,8 +16,7 @@ context all emitters share; a dot on tensor cores goes to mma.py.
 
 from __future__ import annotations
 
-import os
-
+from common import options
 from compiler.cuda import operands, tma, tma_tf32
 from compiler.cuda import staged as staged_buffers
 from compiler.frontend import ir
@@ -30,17 +29,17 @@ def dot_unroll() -> int:
     """How far the k loop of dot is unrolled: 0 (the default) unrolls it fully, which gives the
     scheduler the most independent shared loads; PHOBOS_CUDA_DOT_UNROLL=N unrolls N steps (fewer
     registers), for measuring the trade-off."""
-    return int(os.environ.get("PHOBOS_CUDA_DOT_UNROLL", "0"))
+    return options.current().dot_unroll
 
 
 def dot(gen, e: ir.Call, into):
     from compiler.cuda import mma
     from compiler.cuda.values import SharedTile
 
-    dtype = mma.tensor_core_dtype(e, gen.kernel, gen.tf32)
-    if dtype == "tf32" and gen.wgmma and tma_tf32.swapped(gen, e):  # C^T = B^T A^T on the TMA ring
+    dtype = mma.tensor_core_dtype(e, gen.plan.kernel, gen.plan.tf32)
+    if dtype == "tf32" and gen.plan.wgmma and tma_tf32.swapped(gen, e):  # C^T = B^T A^T on the TMA ring
         return tma_tf32.dot(gen, e, into)
-    if dtype is not None and gen.tensor_cores:
+    if dtype is not None and gen.plan.tensor_cores:
         return mma.lower_dot(gen, e, into, dtype)
     a, b = e.args
     m, kk = (gen.size(s) for s in a.ty.shape)
@@ -54,7 +53,7 @@ def dot(gen, e: ir.Call, into):
             ops.append(staged)
             continue
         x = m if role == "a" else n
-        ptr = gen.alloc_perm(kk * (x + PAD))
+        ptr = gen.smem.alloc_perm(kk * (x + PAD))
         tile = SharedTile(ptr, role, kk, x, x + PAD)
         ops.append(tile)
         writes.append((tile, arg))
@@ -81,11 +80,11 @@ def shared_tile(gen, load: ir.Load, role: str, transposed: bool):
     # operand tile (as dot sees it): a is [x, k], b is [k, x]
     tr_, tc_ = (c, r) if transposed else (r, c)
     k, x = (tc_, tr_) if role == "a" else (tr_, tc_)
-    ptr = gen.alloc_perm(k * (x + PAD))
+    ptr = gen.smem.alloc_perm(k * (x + PAD))
     return SharedTile(ptr, role, k, x, x + PAD)
 
 def stage_shared_let(gen, name: str, load: ir.Load, role: str, transposed: bool):
-    if name in gen.tc_lets:
+    if name in gen.plan.tc_lets:
         return stage_mma_let(gen, load, role, transposed)
     tile = shared_tile(gen, load, role, transposed)
     arg = (
@@ -110,7 +109,7 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
     # the operand type: a bf16 / f16 tensor's own; TF32 dots hold f32 (an i32 tensor converted)
     dtype = gen.tensor(load.tensor, load.span).dtype
     dtype = dtype if dtype in ("bf16", "f16") + ir.FP8 else "f32"
-    if gen.wgmma:
+    if gen.plan.wgmma:
         from compiler.cuda import wgmma
 
         # TF32 is read K-major only; the register pass (wgmma_tf32.py) transposes and rounds it
@@ -131,14 +130,14 @@ def stage_mma_let(gen, load: ir.Load, role: str, transposed: bool):
     gen.sync_before_overwrite()
     guard = tma.before_split(gen)  # the producer warpgroup's threads copy nothing of it
     if guard:
-        gen.out.open(f"if (th_id < {gen.grid.threads})")
-    if gen.wgmma and tile.dtype == "f32":
+        gen.out.open(f"if (th_id < {gen.plan.grid.threads})")
+    if gen.plan.wgmma and tile.dtype == "f32":
         wgmma_tf32.stage(gen, tile, load)
     elif operands.stage_load(gen, tile, load):
         gen.out.line("cp_async_commit(); cp_async_wait<0>();")
     if guard:
         gen.out.close()
-    if gen.wgmma:
+    if gen.plan.wgmma:
         gen.out.line("fence_async_smem();")
     gen.sync()
     return tile
@@ -159,10 +158,10 @@ def _prepare(gen, arg: ir.Expr, tile):
 
     if (
         isinstance(inner, ir.Name)
-        and isinstance(gen.vals.get(inner.name), Val)
-        and gen.vals[inner.name].kind == "2d"
+        and isinstance(gen.scope.vals.get(inner.name), Val)
+        and gen.scope.vals[inner.name].kind == "2d"
     ):
-        return ("regs", gen.vals[inner.name], transposed)
+        return ("regs", gen.scope.vals[inner.name], transposed)
     return ("regs", gen.materialize(inner, "2d"), transposed)
 
 def _write(gen, tile, prep) -> None:
@@ -232,7 +231,7 @@ def vector_plan(gen, tile, load: ir.Load, transposed: bool):
     contiguous_extent = tile.x if direct else tile.k
     if not _vec_ok(gen, load) or contiguous_extent % 4:
         return None
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     total = tile.k * tile.x // 4
     return {
         "direct": direct,
@@ -254,7 +253,7 @@ def _vector_indices(plan) -> str:
 
 def load_regs(gen, plan, load: ir.Load, regs: str) -> None:
     """Global -> float4 registers `regs[iters]` (fill where outside the tensor)."""
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     fill = gen.elem(load.fill, None) if load.fill is not None else "0.0f"
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
@@ -273,7 +272,7 @@ def load_regs(gen, plan, load: ir.Load, regs: str) -> None:
 
 def store_regs(gen, plan, tile, regs: str) -> None:
     """float4 registers -> the shared-memory operand buffer."""
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
     gen.out.line(f"const int e_ = it_ * {t} + th_id;")
@@ -300,7 +299,7 @@ def _write_load(gen, tile, load: ir.Load, transposed: bool, regs: str | None = N
         return
     u_is_x = (tile.role == "a") != transposed
     direct = not u_is_x
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     kk, x = tile.k, tile.x
     load_shape = (x, kk) if u_is_x else (kk, x)
     total = kk * x
@@ -330,7 +329,7 @@ def _vec_ok(gen, load: ir.Load) -> bool:
         return False
     last = load.index[-1]
     if isinstance(last, ir.SliceRange):
-        if analysis.int_range(last.start, gen.ranges).divisor % 4:
+        if analysis.int_range(last.start, gen.scope.ranges).divisor % 4:
             return False
         if gen.size(last.extent) % 4:
             return False

@@ -8,61 +8,45 @@ from __future__ import annotations
 from compiler import builtins
 from compiler.cuda import analysis, dots, int_ops, reductions
 from compiler.cuda.emit import CTYPE, FLOATS, INT_SUFFIX, Emitter, c_float, to_f32
-from compiler.cuda.layout import Dist, LayoutError, MmaGrid, ThreadGrid
+from compiler.cuda.layout import Dist, LayoutError
+from compiler.cuda.render_plan import RenderPlan, block_ranges
+from compiler.cuda.render_state import LoopState, Registers, Scope, SharedMemory, Used
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
 
 class ExprEmitter:
-    def __init__(self, kernel: ir.Kernel, env: dict[str, int], grid: ThreadGrid | MmaGrid):
-        self.kernel = kernel
-        self.env = env
-        self.grid = grid
-        self.tensor_cores = isinstance(grid, MmaGrid)
-        self.tf32 = False  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
-        self.tc_lets: set[str] = set()  # lets staged as tensor-core operands (16-bit, mma.py)
-        self.wgmma = False  # tensor-core dots as warpgroup MMA (wgmma.py)
-        self.exp2_fold = False  # exp as exp2 with log2(e) folded in (exp_base2)
-        self.ring_iteration: str | None = None  # C name of the copy ring's iteration number
-        self.ring_tiles: set[str] = set()  # C names of operand buffers that are ring stages
-        self.register_ring = False  # the ring is filled from registers (TF32 warpgroup MMA, wgmma_tf32.py)
-        self.swap = None  # tma_tf32.Swap of the loop being emitted (TF32 by role swap)
-        self.swap_acc = None  # the kernel's accumulator that the swapped dot adds into after the loop
-        self.tma_split = 0  # consumer threads once a producer warpgroup has split off (tma.py), else 0
-        self.tensor_maps: list = []  # tensor_maps.MapSpec of the bulk tensor copies' parameters
+    """Renders expressions from a frozen plan (`self.plan`) into `self.out`; its mutable state
+    is the name counter and the small parts of render_state.py."""
+
+    def __init__(self, plan: RenderPlan):
+        self.plan = plan
         self.out = Emitter()
-        self.vals: dict[str, Val | SharedTile] = {}
-        self.scalars: dict[str, tuple[str, str]] = {}
-        self.ranges: dict[str, analysis.IntRange] = {n: analysis.IntRange.exact(v) for n, v in env.items()}
-        self.params = {p.name: p for p in kernel.params}
-        for p in kernel.scalars:
-            self.scalars[p.name] = (f"s_{p.name}", p.dtype)
-        for n in env:
-            self.scalars[n] = (f"c_{n}", "i32")
-        self.counter = 0
-        self.perm_floats = 0
-        self.scratch_cur = 0
-        self.scratch_max = 0
-        self.register_floats = 0
-        self.uses_half = any(p.dtype == "f16" for p in kernel.tensors)
-        self.uses_bf16 = any(p.dtype == "bf16" for p in kernel.tensors)
-        self.int_helpers: set[str] = set()  # i64 / u32 helpers the code calls (int_ops.HELPERS)
-        self.uses_fp8 = any(p.dtype in ir.FP8 for p in kernel.tensors)
-        # one flag per enclosing loop body: has a barrier been emitted in it (at its own level)
-        self.loop_barriers: list[bool] = []
-        self.reversed_blocks: dict[str, int] = {}  # block axis -> CTA count, launched longest-first
-        self.block_remap: dict[str, str] = {}  # block axis -> C name of its index in a CTA order
+        self.counter = 0  # fresh C names
+        kernel = plan.kernel
+        scalars = {p.name: (f"s_{p.name}", p.dtype) for p in kernel.scalars}
+        scalars.update({n: (f"c_{n}", "i32") for n in plan.env})
+        ranges = {n: analysis.IntRange.exact(v) for n, v in plan.env.items()}
+        self.scope = Scope({}, scalars, {**ranges, **block_ranges(plan.counts)})
+        self.smem = SharedMemory()
+        self.registers = Registers()
+        self.used = Used(
+            half=any(p.dtype == "f16" for p in kernel.tensors),
+            bf16=plan.tensor_cores or any(p.dtype == "bf16" for p in kernel.tensors),
+            fp8=any(p.dtype in ir.FP8 for p in kernel.tensors),
+        )
+        self.loop = LoopState()
 
     # -- small helpers ----------------------------------------------------------------------
 
     def sync(self) -> None:
-        if self.tma_split:  # the producer warpgroup has returned: the consumers' named barrier
-            self.out.line(f'asm volatile("bar.sync 1, {self.tma_split};" ::: "memory");')
+        if self.loop.tma_split:  # the producer warpgroup has returned: the consumers' named barrier
+            self.out.line(f'asm volatile("bar.sync 1, {self.loop.tma_split};" ::: "memory");')
         else:
             self.out.line("__syncthreads();")
-        if self.loop_barriers:
-            self.loop_barriers[-1] = True
+        if self.loop.barriers:
+            self.loop.barriers[-1] = True
 
     def sync_before_overwrite(self) -> None:
         """The barrier that keeps a write to a permanent shared buffer from overtaking the reads
@@ -70,7 +54,7 @@ class ExprEmitter:
         outside loops there is nothing to overtake; inside a loop the previous reads happened in
         an earlier iteration, and a barrier already emitted earlier in the innermost loop's body
         (not in a nested loop, which may run no iteration) lies on every path from them to here."""
-        if self.loop_barriers and not self.loop_barriers[-1]:
+        if self.loop.barriers and not self.loop.barriers[-1]:
             self.sync()
 
     def fresh(self, base: str) -> str:
@@ -79,42 +63,28 @@ class ExprEmitter:
 
     def size(self, e: ir.Expr | ir.Size) -> int:
         if isinstance(e, ir.Size):
-            return e.evaluate(self.env)
-        r = analysis.int_range(e, self.ranges)
+            return e.evaluate(self.plan.env)
+        r = analysis.int_range(e, self.scope.ranges)
         if r.lo != r.hi:
             raise CompileError(e.span, "expected a compile-time size")
         return r.lo
 
     def tensor(self, name: str, span) -> ir.TensorParam:
-        p = self.params.get(name)
+        p = self.plan.params.get(name)
         if not isinstance(p, ir.TensorParam):
             raise CompileError(span, f"{name} is not a tensor")
         return p
 
     def dims_of(self, p: ir.TensorParam) -> tuple[int, ...]:
-        return tuple(d if isinstance(d, int) else self.env[d] for d in p.dims)
-
-    def alloc_perm(self, floats: int, align: int = 4) -> str:
-        """`floats` words of shared memory for the whole kernel, `align` words aligned (a
-        swizzled tensor-core operand needs 1024 bytes: 256 words)."""
-        self.perm_floats += -self.perm_floats % align
-        off = self.perm_floats
-        self.perm_floats += (floats + 3) // 4 * 4
-        return f"(smem + {off})"
-
-    def alloc_scratch(self, floats: int) -> str:
-        off = self.scratch_cur
-        self.scratch_cur += (floats + 3) // 4 * 4
-        self.scratch_max = max(self.scratch_max, self.scratch_cur)
-        return f"(smem + PERM + {off})"
+        return tuple(d if isinstance(d, int) else self.plan.env[d] for d in p.dims)
 
     def dists(self, kind: str, shape: tuple[int, ...]) -> tuple[Dist, ...]:
         try:
             if kind == "2d":
-                return self.grid.dist2(shape)
-            return (self.grid.dist1(shape[0], kind),)
+                return self.plan.grid.dist2(shape)
+            return (self.plan.grid.dist1(shape[0], kind),)
         except LayoutError as e:
-            raise self.pruned(self.out.span or self.kernel.span, f"cannot lay out a tile: {e}") from None
+            raise self.pruned(self.out.span or self.plan.kernel.span, f"cannot lay out a tile: {e}") from None
 
     def counts(self, kind: str, shape) -> tuple[int, ...]:
         return tuple(d.count for d in self.dists(kind, shape))
@@ -156,10 +126,10 @@ class ExprEmitter:
         n = 1
         for c in self.counts(kind, shape):
             n *= c
-        self.register_floats += n if name else 0
+        self.registers.register_floats += n if name else 0
         val = Val(cname, kind, shape, dtype, ty_shape)
         if name:
-            self.vals[name] = val
+            self.scope.vals[name] = val
         return val
 
     def access(self, val: Val, ctx: Ctx) -> str:
@@ -199,8 +169,8 @@ class ExprEmitter:
         if src == dtype or src in ("bf16", "f16", "e4m3", "e5m2") and dtype == "f32":
             return c
         if dtype in ("bf16", "f16"):  # into a narrow variable: rounded, as bf16() / f16() do
-            self.uses_bf16 |= dtype == "bf16"
-            self.uses_half |= dtype == "f16"
+            self.used.bf16 |= dtype == "bf16"
+            self.used.half |= dtype == "f16"
             return f"{dtype}_to_f32(f32_to_{dtype}((float)({c})))"
         return f"(({CTYPE[dtype]})({c}))"
 
@@ -239,10 +209,10 @@ class ExprEmitter:
         if isinstance(e, ir.Name):
             return self.name_elem(e, ctx)
         if isinstance(e, ir.BlockIndex):
-            if e.axis in self.block_remap:
-                return self.block_remap[e.axis]
-            if e.axis in self.reversed_blocks:
-                return f"({self.reversed_blocks[e.axis] - 1} - (int)blockIdx.{e.axis})"
+            if e.axis in self.plan.block_remap:
+                return self.plan.block_remap[e.axis]
+            if e.axis in self.plan.reversed_blocks:
+                return f"({self.plan.reversed_blocks[e.axis] - 1} - (int)blockIdx.{e.axis})"
             return f"((int)blockIdx.{e.axis})"
         if isinstance(e, ir.UnaryOp):
             inner = self.elem(e.operand, self.sub_ctx(e.operand, ctx))
@@ -264,9 +234,9 @@ class ExprEmitter:
         return reductions.reduction(self, e, ctx)
 
     def name_elem(self, e: ir.Name, ctx: Ctx | None) -> str:
-        if e.name in self.scalars and not isinstance(e.ty, ir.TileType):
-            return self.scalars[e.name][0]
-        v = self.vals.get(e.name)
+        if e.name in self.scope.scalars and not isinstance(e.ty, ir.TileType):
+            return self.scope.scalars[e.name][0]
+        v = self.scope.vals.get(e.name)
         if v is None:
             raise CompileError(e.span, f"{e.name} is not available in generated code")
         if isinstance(v, SharedTile):
@@ -284,7 +254,7 @@ class ExprEmitter:
         for s in v.shape:
             n *= s
         wide = v.dtype == "i64"  # two words an element
-        buf = self.alloc_scratch(2 * n if wide else n)
+        buf = self.smem.alloc_scratch(2 * n if wide else n)
         src = self.ctx_for(v.kind, v.shape)
         self.sync()
         flat = " + ".join(f"{p} * {self.stride(v.shape, a)}" for a, p in enumerate(src.pos))
@@ -338,7 +308,7 @@ class ExprEmitter:
         for d, item in enumerate(index):
             if isinstance(item, ir.SliceIndex):
                 idx = self.scalar(item.index)
-                r = analysis.int_range(item.index, self.ranges)
+                r = analysis.int_range(item.index, self.scope.ranges)
                 if not (r.lo >= 0 and r.hi < dims[d]):
                     conds.append(f"((unsigned)({idx}) < {dims[d]}u)")
             elif isinstance(item, ir.SliceAll):
@@ -347,7 +317,7 @@ class ExprEmitter:
                 start = self.scalar(item.start)
                 ext = self.size(item.extent)
                 idx = f"({start} + {positions.pop(0)})"
-                r = analysis.int_range(item.start, self.ranges)
+                r = analysis.int_range(item.start, self.scope.ranges)
                 if not (r.lo >= 0 and r.hi + ext <= dims[d]):
                     conds.append(f"((unsigned){idx} < {dims[d]}u)")
             stride = self.stride(dims, d)
@@ -360,13 +330,9 @@ class ExprEmitter:
             return f"__ldg(&{ptr})"
         return to_f32(param.dtype, ptr)
 
-    def stored_tensors(self) -> set[str]:
-        """The tensors the kernel writes (walk.stored_tensors), kept for the many reads' checks."""
-        if not hasattr(self, "_stored"):
-            from compiler.frontend import walk
-
-            self._stored = set(walk.stored_tensors(self.kernel))
-        return self._stored
+    def stored_tensors(self) -> frozenset[str]:
+        """The tensors the kernel writes (walk.stored_tensors)."""
+        return self.plan.stored
 
     def load_elem(self, e: ir.Load, ctx: Ctx | None) -> str:
         param = self.tensor(e.tensor, e.span)
@@ -394,7 +360,7 @@ class ExprEmitter:
         if d.vector != 4 or self.dims_of(param)[-1] % 4:
             return False
         last = e.index[-1]
-        if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, self.ranges).divisor % 4:
+        if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, self.scope.ranges).divisor % 4:
             return False
         return True
 

@@ -3,7 +3,7 @@ division and modulo (the language's, Python's: the quotient rounds toward -inf, 
 has the divisor's sign), shifts that clamp the count as PTX does, and the bit-exact passage of
 integer tiles through shared memory's float words. i32's helpers are in every kernel's prelude
 (codegen.PRELUDE); those of i64 and u32 are emitted only by kernels that use them
-(`gen.int_helpers`, written out by codegen), so no other kernel's code changes."""
+(`gen.used.int_helpers`, written out by codegen), so no other kernel's code changes."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ SHARED_BITS = {
 
 
 def _use(gen, name: str) -> str:
-    gen.int_helpers.add(name)
+    gen.used.int_helpers.add(name)
     return name
 
 

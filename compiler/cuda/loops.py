@@ -24,18 +24,18 @@ def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dic
     inner |= {st.var for st in walk.iter_stmts(s.body) if isinstance(st, ir.For)}
     out, tensor_core = {}, []
     for st in s.body:
-        if not (isinstance(st, ir.Let) and st.name in gen.shared):
+        if not (isinstance(st, ir.Let) and st.name in gen.plan.shared):
             continue
         load = st.value
         if load.tensor in gen.stored_tensors() or any(
             isinstance(x, ir.Name) and x.name in inner for x in walk.iter_exprs(load)
         ):
             continue
-        transposed = analysis.shared_let_transposed(gen.kernel.body, st.name)
-        if st.name in gen.tc_lets:
+        transposed = analysis.shared_let_transposed(gen.plan.kernel.body, st.name)
+        if st.name in gen.plan.tc_lets:
             tensor_core.append((st, transposed))
             continue
-        tile = dots.shared_tile(gen, load, gen.shared[st.name], transposed)
+        tile = dots.shared_tile(gen, load, gen.plan.shared[st.name], transposed)
         plan = dots.vector_plan(gen, tile, load, transposed)
         if plan is None:
             continue
@@ -43,7 +43,7 @@ def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dic
         gen.out.line(f"float4 {regs}[{plan['iters']}];")
         first = gen.fresh("first")
         gen.out.line(f"const int {first} = {start};")
-        gen.scalars[s.var] = (first, "i32")
+        gen.scope.scalars[s.var] = (first, "i32")
         gen.out.open(f"if ({first} < {stop_name})")
         dots.load_regs(gen, plan, load, regs)
         gen.out.close()
@@ -56,34 +56,35 @@ def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dic
 def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -> dict:
     """Tensor-core operands of a loop: the leaf's mainloop policy (mainloops/) stages them in its
     ring and issues the first copies before the loop."""
-    tiles = [(st, gen.shared[st.name], tr, dots.mma_let_tile(gen, st.value, gen.shared[st.name], tr, ptr=""))
+    shared = gen.plan.shared
+    tiles = [(st, shared[st.name], tr, dots.mma_let_tile(gen, st.value, shared[st.name], tr, ptr=""))
              for st, tr in lets]
-    return gen.mainloop.ring_prologue(gen, s, tiles, (start, stop_name, step))
+    return gen.plan.mainloop.ring_prologue(gen, s, tiles, (start, stop_name, step))
 
 
 def ring_lets(gen, lets: list[ir.Let]) -> None:
     """One iteration of the loop's operand ring: the mainloop policy's."""
-    gen.mainloop.ring_lets(gen, lets)
+    gen.plan.mainloop.ring_lets(gen, lets)
 
 
 def pipelined_lets(gen, lets: list[ir.Let]) -> None:
     gen.out.span = lets[0].span
     gen.sync_before_overwrite()
     for s in lets:
-        tile, plan, regs, *_ = gen.pipelined[s.name]
+        tile, plan, regs, *_ = gen.loop.pipelined[s.name]
         dots.store_regs(gen, plan, tile, regs)
     gen.sync()
     for s in lets:
         gen.out.span = s.span
-        tile, plan, regs, load, var_name, var_c, step, stop_name = gen.pipelined[s.name]
+        tile, plan, regs, load, var_name, var_c, step, stop_name = gen.loop.pipelined[s.name]
         nxt = gen.fresh("next")
         gen.out.line(f"const int {nxt} = {var_c} + {step};")
         gen.out.open(f"if ({nxt} < {stop_name})")
-        gen.scalars[var_name] = (nxt, "i32")
+        gen.scope.scalars[var_name] = (nxt, "i32")
         dots.load_regs(gen, plan, load, regs)
-        gen.scalars[var_name] = (var_c, "i32")
+        gen.scope.scalars[var_name] = (var_c, "i32")
         gen.out.close()
-        gen.vals[s.name] = tile
+        gen.scope.vals[s.name] = tile
 
 
 def deferred_dot(gen, s: ir.For) -> ir.Call | None:
@@ -92,9 +93,9 @@ def deferred_dot(gen, s: ir.For) -> ir.Call | None:
     `acc = acc * c + dot(p, v)`) that no other statement of the body reads or writes, and the
     body has another tensor-core dot before it (S = Q K^T). Outermost loops only: the kernel
     waits for the last group after them."""
-    if not gen.wgmma or gen.loop_barriers:
+    if not gen.plan.wgmma or gen.loop.barriers:
         return None
-    at = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)
+    at = analysis.tc_dots_at(gen.plan.tc_dots, s)
     if len(at) < 2 or at[0][0] == at[-1][0]:
         return None
     st, dot = s.body[at[-1][0]], at[-1][1]
@@ -127,11 +128,11 @@ class Rotation:
 def rotation(gen, s: ir.For) -> Rotation | None:
     """The loop's Rotation when the schedule asks for it and the loop has a dot to carry
     (deferred_dot); declares the kept state before the loop."""
-    deferred = deferred_dot(gen, s) if gen.mainloop.rotate else None
+    deferred = deferred_dot(gen, s) if gen.plan.mainloop.rotate else None
     if deferred is None:
         return None
     steps = gen.size(deferred.args[0].ty.shape[1]) // 16
-    first = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)[0][1]
+    first = analysis.tc_dots_at(gen.plan.tc_dots, s)[0][1]
     rot = Rotation(first, deferred, gen.fresh("kept_a"), gen.fresh("kept_b"))
     gen.out.line(f"unsigned {rot.frag}[{steps}][4];")
     gen.out.line(f"const unsigned short* {rot.stage} = nullptr;")
@@ -143,13 +144,13 @@ def fill_rotation(gen) -> None:
     first dot's commit (or, where the deferred dot could not be kept, a plain wait)."""
     from compiler.cuda.emit import Emitter
 
-    rot = gen.rotation
+    rot = gen.loop.rotation
     if rot.slot is None:
         return
     at, depth = rot.slot
     out = Emitter()
     out.depth, out.span = depth, gen.out.spans[at - 1]
-    turn = f"{pingpong.pass_turn()} " if gen.turns else ""  # the other warpgroup's dots next
+    turn = f"{pingpong.pass_turn()} " if gen.loop.turns else ""  # the other warpgroup's dots next
     if rot.issue is None:
         out.line(f"{turn}wg_wait_all();")
     else:
@@ -167,8 +168,8 @@ def fill_rotation(gen) -> None:
 
 def issue_kept(gen) -> None:
     """After the rotated loop: the last iteration's kept dot."""
-    rot = gen.rotation
-    if gen.turns:
+    rot = gen.loop.rotation
+    if gen.loop.turns:
         pingpong.last_turn(gen)
     if rot.issue is None:
         return

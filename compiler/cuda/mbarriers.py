@@ -26,7 +26,7 @@ def ring(gen, stages: int, full: int, empty: int) -> str:
     initialised by one thread, then a CTA-wide barrier; returns the C name of full[0]'s shared
     address (full[s] at + 8 s, empty[s] at + 8 (stages + s))."""
     bars = gen.fresh("bar")
-    gen.out.line(f"const unsigned {bars} = smem_u32({gen.alloc_perm(4 * stages)});  // full[], empty[]")
+    gen.out.line(f"const unsigned {bars} = smem_u32({gen.smem.alloc_perm(4 * stages)});  // full[], empty[]")
     gen.out.open("if (th_id == 0)")
     loop = f"for (int s_ = 0; s_ < {stages}; ++s_)"
     gen.out.line(f"{loop} mbar_init({bars} + 8 * s_, {full});")

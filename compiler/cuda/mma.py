@@ -193,7 +193,7 @@ class WarpTile:
 
 def warp_tile(gen, m: int, n: int) -> WarpTile:
     dr, dc = gen.dists("2d", (m, n))
-    wm, wn, grid = dr.per_warp, dc.per_warp, gen.grid
+    wm, wn, grid = dr.per_warp, dc.per_warp, gen.plan.grid
     row_base = f"(th_warp / {grid.warps_n}) * {wm}" if grid.warps_m > 1 else "0"
     col_base = f"(th_warp % {grid.warps_n}) * {wn}" if grid.warps_n > 1 else "0"
     return WarpTile(wm, wn, wm // 16, wn // 8, row_base, col_base)
@@ -261,7 +261,7 @@ def emit_mma_tf32(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     w = warp_tile(gen, m, n)
     wm, wn, mt, nt, wr_base, wc_base = w.rows, w.cols, w.m_tiles, w.n_tiles, w.row_base, w.col_base
     from_regs = not isinstance(sa, MmaTile)
-    gen.tf32_register_operand |= from_regs  # a tighter register budget (codegen.py)
+    gen.used.tf32_register_operand |= from_regs  # a tighter register budget (codegen.py)
     t = "(th_lane & 3)"
     k_slots = (f"2 * {t}", f"2 * {t} + 1") if from_regs else (t, f"{t} + 4")
     c = acc.cname
@@ -363,13 +363,13 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int, dtype: str):
     to nearest even as the cast does: the f32 tile is packed as it is, with no rounded copy."""
     from compiler.cuda.values import Val
 
-    if role != "a" or gen.grid.warps_n != 1 or isinstance(arg, ir.Load):
+    if role != "a" or gen.plan.grid.warps_n != 1 or isinstance(arg, ir.Load):
         return None
     if isinstance(arg, ir.Call) and arg.func == dtype in TC_DTYPES and arg.args[0].ty.dtype == "f32":
         arg = arg.args[0]
     if isinstance(arg, ir.Call) and arg.func == "transpose":
         return None
-    v = gen.vals.get(arg.name) if isinstance(arg, ir.Name) else None
+    v = gen.scope.vals.get(arg.name) if isinstance(arg, ir.Name) else None
     if isinstance(v, Val) and v.kind == "2d" and v.shape == (m, kk):
         return v
     if isinstance(arg, ir.Name):
@@ -382,12 +382,13 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
     operand the descriptor cannot read is transposed into the core-matrix layout first (after
     the barrier that made its copy visible)."""
     if not wgmma.fits(gen, m, n) or not isinstance(ops[1], MmaTile | wgmma.CoreTile):
-        raise gen.pruned(e.span, f"warpgroup MMA takes {m} rows on {gen.grid.threads // 32} warps, N <= 256")
+        warps = gen.plan.grid.threads // 32
+        raise gen.pruned(e.span, f"warpgroup MMA takes {m} rows on {warps} warps, N <= 256")
     # a group may stay in flight past its iteration when the dot is the kernel's only one and
     # accumulates into a variable (matmul's acc, read after the loop) from buffers that are ring
     # stages or double buffers (refilled two iterations later)
-    ring = gen.ring_iteration is not None and into is not None and len(gen.leaf.plan.tc_dots) == 1
-    overlap = ring and all(not isinstance(t, wgmma.CoreTile) or t.ptr in gen.ring_tiles for t in ops)
+    ring = gen.loop.ring_iteration is not None and into is not None and len(gen.plan.tc_dots) == 1
+    overlap = ring and all(not isinstance(t, wgmma.CoreTile) or t.ptr in gen.loop.ring_tiles for t in ops)
     cores, transposed = [], False
     for t in ops:
         if not isinstance(t, MmaTile):
@@ -398,22 +399,22 @@ def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: st
             raise gen.pruned(e.span, "warpgroup MMA: a k-contiguous operand outside the core-matrix layout")
         probe = wgmma.CoreTile("", t.role, t.k, t.x, t.dtype)
         words = tile_floats(probe)
-        base = gen.alloc_perm(words * (2 if overlap else 1), 256)
+        base = gen.smem.alloc_perm(words * (2 if overlap else 1), 256)
         ptr = f"(reinterpret_cast<unsigned short*>{base})"
         if overlap:
-            ptr = f"({ptr} + ({gen.ring_iteration} & 1) * {words * 2})"
+            ptr = f"({ptr} + ({gen.loop.ring_iteration} & 1) * {words * 2})"
         core = wgmma.CoreTile(ptr, t.role, t.k, t.x, t.dtype)
         wgmma.transpose_into(gen, t, core)
         cores.append(core)
     if transposed:
         gen.out.line("fence_async_smem();")
         gen.sync()
-    gen.used_wgmma = True
-    wait, rot = ("one" if overlap else "all"), gen.rotation
+    gen.used.wgmma = True
+    wait, rot = ("one" if overlap else "all"), gen.loop.rotation
     if rot is not None and e is rot.first:
         wait = "rotated"
     elif rot is not None and e is rot.deferred and not isinstance(cores[0], wgmma.CoreTile):
-        wait = "carried" if cores[1].ptr in gen.ring_tiles else "all"
+        wait = "carried" if cores[1].ptr in gen.loop.ring_tiles else "all"
     wgmma.emit_wgmma(gen, into, cores[0], cores[1], m, n, kk, dtype, wait, fresh)
 
 
@@ -446,10 +447,10 @@ def lower_dot(gen, e: ir.Call, into, dtype: str):
     fresh = into is None
     if fresh:
         into = gen.declare(None, "2d", (m, n), "f32")
-        if not gen.wgmma:  # warpgroup MMA's first k step ignores the accumulator (scale-d 0)
+        if not gen.plan.wgmma:  # warpgroup MMA's first k step ignores the accumulator (scale-d 0)
             ctx = gen.ctx_for("2d", (m, n))
             gen.emit_loop(ctx, [f"{gen.access(into, ctx)} = 0.0f;"])
-    if gen.wgmma:
+    if gen.plan.wgmma:
         warpgroup_dot(gen, e, into, ops, m, n, kk, dtype, fresh)
     elif dtype == "tf32":
         emit_mma_tf32(gen, into, ops[0], ops[1], m, n, kk)
@@ -463,15 +464,15 @@ def _operand_buffer(gen, e: ir.Call, role: str, inner: ir.Expr, k_contiguous: bo
     core-matrix layout where its descriptor can read it, else an MmaTile for ldmatrix (or for
     wgmma.transpose_into); `extents`: (k, x), x the operand's rows (a) or columns (b)."""
     kk, x = extents
-    mn_major = wgmma.core_layout(k_contiguous, x) if gen.wgmma else None
+    mn_major = wgmma.core_layout(k_contiguous, x) if gen.plan.wgmma else None
     loaded = isinstance(inner, ir.Load) and inner.ty.rank == 2
-    if gen.wgmma and dtype == "tf32":  # K-major, rounded on the way in (wgmma_tf32.py)
+    if gen.plan.wgmma and dtype == "tf32":  # K-major, rounded on the way in (wgmma_tf32.py)
         if not loaded:
             raise gen.pruned(e.span, "TF32 warpgroup MMA takes operands loaded from tensors")
         return wgmma.alloc_core(gen, role, kk, x, "f32", False)
     if mn_major is not None and loaded:
         return wgmma.alloc_core(gen, role, kk, x, dtype, mn_major)
-    if gen.wgmma and k_contiguous:
+    if gen.plan.wgmma and k_contiguous:
         return wgmma.alloc_core(gen, role, kk, x, dtype, False)
     return alloc_tile(gen, role, kk, x, k_contiguous, storage_dtype(dtype), e.span)
 
@@ -491,6 +492,6 @@ def _write_operands(gen, writes) -> None:
             write_registers(gen, tile, src, transposed)
     if copied:
         gen.out.line("cp_async_commit(); cp_async_wait<0>();")
-    if gen.wgmma:  # written through the generic proxy, read by the tensor cores' async proxy
+    if gen.plan.wgmma:  # written through the generic proxy, read by the tensor cores' async proxy
         gen.out.line("fence_async_smem();")
     gen.sync()

@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from common import cache, log
+from common import options as env_options
 
 DEFAULT_OPTIONS = ("-std=c++17", "-lineinfo", "--use_fast_math")
 ENTRY_FORMAT = "phobos-ptx/2"  # the first line of a cache file: f"// {ENTRY_FORMAT} sha256=HEX bytes=N"
@@ -57,14 +58,15 @@ def parse_log(log: str) -> list[LogError]:
 
 def _candidates() -> list[str]:
     found: list[str] = []
-    if os.environ.get("PHOBOS_NVRTC"):
-        found.append(os.environ["PHOBOS_NVRTC"])
+    settings = env_options.current()
+    if settings.nvrtc:
+        found.append(settings.nvrtc)
     for base in sys.path:
         if not base or not os.path.isdir(base):
             continue
         found += sorted(glob.glob(os.path.join(base, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so.*[0-9]")))
         found += sorted(glob.glob(os.path.join(base, "nvidia", "cu13", "lib", "libnvrtc.so.*[0-9]")))
-    for home in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]):
+    for home in settings.cuda_homes:
         found += sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")))
     found += sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"), reverse=True)
     found.append("libnvrtc.so")

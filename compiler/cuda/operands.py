@@ -115,15 +115,15 @@ def copy_plan(gen, tile: MmaTile, load: ir.Load) -> dict | None:
     if gen.dims_of(param)[-1] % v:
         return None
     last = load.index[-1]
-    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.ranges).divisor % v:
+    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.scope.ranges).divisor % v:
         return None
     chunks = tile.rows * tile.cols // v
-    return {"chunks": chunks, "per_row": tile.cols // v, "iters": -(-chunks // gen.grid.threads)}
+    return {"chunks": chunks, "per_row": tile.cols // v, "iters": -(-chunks // gen.plan.grid.threads)}
 
 
 def issue_copy(gen, plan: dict, tile: MmaTile, load: ir.Load) -> None:
     """Issue the cp.async copies of one operand tile (the caller commits and waits)."""
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int it_ = 0; it_ < {plan['iters']}; ++it_)")
     gen.out.line(f"const int e_ = it_ * {t} + th_id;")
@@ -155,7 +155,7 @@ def write_elements(gen, tile: MmaTile, load: ir.Load) -> None:
     """Element by element (converted to the operand type), where no 16-byte copy fits."""
     from compiler.cuda.values import Ctx
 
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     total = tile.rows * tile.cols
     gen.out.line("#pragma unroll 4")
     gen.out.open(f"for (int e_ = th_id; e_ < {total}; e_ += {t})")
@@ -179,7 +179,7 @@ def write_registers(gen, tile: MmaTile, val, transposed: bool) -> None:
 
 def alloc_tile(gen, role: str, k: int, x: int, k_contiguous: bool, dtype: str, span) -> MmaTile:
     probe = make_tile("", role, k, x, k_contiguous, dtype, span)
-    ptr = f"reinterpret_cast<{probe.ctype}*>{gen.alloc_perm(tile_floats(probe))}"
+    ptr = f"reinterpret_cast<{probe.ctype}*>{gen.smem.alloc_perm(tile_floats(probe))}"
     return make_tile(f"({ptr})", role, k, x, k_contiguous, dtype, span)
 
 

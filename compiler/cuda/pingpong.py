@@ -57,9 +57,9 @@ class Handover:
 def check(gen, s: ir.For, rotates: bool) -> None:
     """Prune what the handover cannot take (see the module's docstring); `rotates`: the loop
     has a dot to carry (loops.deferred_dot)."""
-    if not (gen.wgmma and gen.mainloop.rotate and rotates) or gen.out.depth != 1:
+    if not (gen.plan.wgmma and gen.plan.mainloop.rotate and rotates) or gen.out.depth != 1:
         raise gen.pruned(s.span, "ping-pong takes a rotated warpgroup-MMA loop at the kernel's top level")
-    if gen.grid.threads != THREADS:
+    if gen.plan.grid.threads != THREADS:
         raise gen.pruned(s.span, f"ping-pong takes two warpgroups ({THREADS} threads)")
 
 
@@ -67,21 +67,21 @@ def setup(gen, stages: int) -> Handover:
     """The mbarriers, initialised before the ring's first copies (after the loop, warpgroup 0
     takes warpgroup 1's last turn: loops.issue_kept calls last_turn)."""
     bars = mbarriers.ring(gen, stages, THREADS, THREADS // 32)
-    gen.handover = Handover(bars, stages)
+    gen.loop.handover = Handover(bars, stages)
     takes_turns(gen)
-    return gen.handover
+    return gen.loop.handover
 
 
 def takes_turns(gen) -> None:
     """The loop about to be emitted has its warpgroups take turns (the cp.async handover above,
     or a TMA ring's consumers, tma.py)."""
-    gen.turns = True
-    gen.used_pingpong = True
+    gen.loop.turns = True
+    gen.used.pingpong = True
 
 
 def filled(gen, stage: str) -> None:
     """After a thread's copies into `stage`: full[stage] counts them once they land."""
-    gen.out.line(f"cp_async_mbar_arrive({gen.handover.full(stage)});")
+    gen.out.line(f"cp_async_mbar_arrive({gen.loop.handover.full(stage)});")
 
 
 def first_turn(gen) -> None:
@@ -90,13 +90,13 @@ def first_turn(gen) -> None:
 
 def last_turn(gen) -> None:
     gen.out.line(f"if ((th_warp >> 2) == 0) turn_wait<{FIRST_BARRIER}>();  // warpgroup 1's last pass")
-    gen.handover = None
-    gen.turns = False
+    gen.loop.handover = None
+    gen.loop.turns = False
 
 
 def top(gen, it: str) -> None:
     """Top of iteration `it`: release iteration it - 2's stage, wait until this one is full."""
-    h = gen.handover
+    h = gen.loop.handover
     gen.out.line(f"if ({it} >= 2 && th_lane == 0) mbar_arrive({h.empty(f'({it} - 2) % {h.stages}')});")
     gen.out.line(f"mbar_wait({h.full(f'{it} % {h.stages}')}, ({it} / {h.stages}) & 1);")
     gen.out.line("fence_async_smem();  // what cp.async wrote, read next by the tensor cores")
@@ -104,7 +104,7 @@ def top(gen, it: str) -> None:
 
 def before_refill(gen, fill: str) -> None:
     """Before the copies of iteration `fill`: its stage was released by iteration fill - stages."""
-    h = gen.handover
+    h = gen.loop.handover
     slot = f"{fill} % {h.stages}"
     gen.out.line(f"if ({fill} >= {h.stages}) mbar_wait({h.empty(slot)}, (({fill} / {h.stages}) + 1) & 1);")
 

@@ -75,7 +75,7 @@ class _Combine:
 
 
 def _reduce_flat(gen, x: ir.Expr, shape: tuple[int, ...], op: _Combine) -> str:
-    kind = analysis.natural_kind(x, gen.hints) or "flat"
+    kind = analysis.natural_kind(x, gen.plan.hints) or "flat"
     src = gen.ctx_for(kind, shape)
     body = gen.elem(x, src)
     acc = gen.fresh("red")
@@ -89,7 +89,7 @@ def _reduce_rows(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -> N
     """axis = 1: each thread folds its columns of each of its rows, then the lanes of a row."""
     dr, dc = gen.dists("2d", shape)
     _fold_own(gen, body, op, res, (dr, "_i", "_r"), (dc, "_j", "_c"))
-    lane_allreduce(gen, res, dr.count, gen.grid.cols, op, op.ctype)
+    lane_allreduce(gen, res, dr.count, gen.plan.grid.cols, op, op.ctype)
 
 
 def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -> None:
@@ -97,8 +97,8 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     sit in different warps, so they combine through shared memory."""
     dr, dc = gen.dists("2d", shape)
     _fold_own(gen, body, op, res, (dc, "_j", "_c"), (dr, "_i", "_r"))
-    tr = gen.grid.rows
-    buf = gen.alloc_scratch(tr * shape[1])
+    tr = gen.plan.grid.rows
+    buf = gen.smem.alloc_scratch(tr * shape[1])
     gen.sync()
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
@@ -139,7 +139,7 @@ def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
     warp (neighbouring lanes) with shuffles, then the warps of a row through shared memory."""
     if lanes == 1:
         return
-    group = gen.grid.lane_group
+    group = gen.plan.grid.lane_group
     warp_lanes = min(lanes, group)
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
@@ -154,7 +154,7 @@ def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
     if lanes <= group:
         return
     groups = lanes // group
-    buf = gen.alloc_scratch(gen.grid.rows * groups * count)
+    buf = gen.smem.alloc_scratch(gen.plan.grid.rows * groups * count)
     gen.sync()
     gen.out.open(f"if (th_c % {group} == 0)")
     gen.out.line("#pragma unroll")
@@ -185,7 +185,7 @@ def _value(ctype: str, word: str) -> str:
 
 
 def block_allreduce(gen, acc: str, comb) -> None:
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     off = 16
     while off >= 1:
         gen.out.line(f"{acc} = {comb(acc, f'__shfl_xor_sync(0xffffffffu, {acc}, {off})')};")
@@ -193,7 +193,7 @@ def block_allreduce(gen, acc: str, comb) -> None:
     warps = (t + 31) // 32
     if warps == 1:
         return
-    buf = gen.alloc_scratch(warps)
+    buf = gen.smem.alloc_scratch(warps)
     gen.sync()
     ctype = getattr(comb, "ctype", "float")
     gen.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {_word(ctype, acc)};")

@@ -48,7 +48,7 @@ def scan(gen, e: ir.Call, ctx: Ctx) -> str:
     n = 1
     for s in shape:
         n *= s
-    buf = gen.alloc_scratch(n)
+    buf = gen.smem.alloc_scratch(n)
     gen.sync()
     flat = " + ".join(f"{p} * {gen.stride(shape, a)}" for a, p in enumerate(src.pos))
     gen.emit_loop(src, [f"{buf}[{flat}] = ({ctype})({body});"])
@@ -65,7 +65,7 @@ def scan(gen, e: ir.Call, ctx: Ctx) -> str:
 def _emit_lines(gen, func, is_float, ctype, buf, length, lines, step, shape, axis) -> None:
     ident = _IDENT[(func, is_float)]
     chunk = -(-length // 32)
-    warps = gen.grid.threads // 32
+    warps = gen.plan.grid.threads // 32
     # the start of line `l`: its position along the other axis times that axis's stride
     other = gen.stride(shape, 1 - axis) if len(shape) == 2 else 0
     out = gen.out

@@ -3,8 +3,9 @@ searches them beside the kernel's own @autotune values (autotune.py)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+
+from common import options
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def ring_stages(asked: int, fewest: int, stage_floats: int, held_floats: int, sm
 def tma_searched() -> bool:
     """Whether the tuner tries the warp-specialized TMA ring (tma.py); PHOBOS_CUDA_TMA=0 leaves
     it out (for comparing, or on a GPU whose driver lacks tensor maps)."""
-    return os.environ.get("PHOBOS_CUDA_TMA", "1") != "0"
+    return options.current().cuda_tma
 
 
 def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> list[Schedule]:

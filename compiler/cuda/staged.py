@@ -18,5 +18,5 @@ def staged_operand(gen, arg: ir.Expr):
     name = arg.name if isinstance(arg, ir.Name) else None
     if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
         name = arg.args[0].name
-    v = gen.vals.get(name) if name else None
+    v = gen.scope.vals.get(name) if name else None
     return v if isinstance(v, SharedTile | operands.MmaTile | CoreTile) else None

@@ -23,10 +23,10 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common import options as env_options
 from compiler.cuda import analysis, fp8, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
@@ -201,12 +201,12 @@ STAGES = (
 
 def run(kernel: ir.Kernel, binding, options: Options = Options(), until: str = "nvrtc") -> Leaf:
     """Run the stages in order up to and including `until`."""
-    dump = os.environ.get("PHOBOS_CUDA_DUMP")
+    dump = env_options.current().cuda_dump
     leaf = Leaf(kernel, binding, options)
     for i, (name, stage) in enumerate(STAGES):
         leaf = stage(leaf)
         if dump:
-            _dump(Path(dump), i, name, leaf)
+            _dump(dump, i, name, leaf)
         if name == until:
             break
     return leaf

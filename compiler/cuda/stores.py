@@ -38,7 +38,7 @@ def store(gen, s: ir.Store) -> None:
     if len(shape) > 2:
         raise CompileError(s.span, "the CUDA backend stores tiles of rank 1 and 2 only")
     if isinstance(value.ty, ir.TileType) and value.ty.rank == 1:
-        kind = analysis.natural_kind(value, gen.hints) or "flat"
+        kind = analysis.natural_kind(value, gen.plan.hints) or "flat"
     else:
         kind = "2d" if len(shape) == 2 else "flat"
     ctx = gen.ctx_for(kind, shape)
@@ -116,7 +116,7 @@ def pair_store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
     last = s.index[-1]
     if isinstance(last, ir.SliceIndex) or gen.dims_of(param)[-1] % 2:
         return False
-    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.ranges).divisor % 2:
+    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.scope.ranges).divisor % 2:
         return False
     return _pure(gen, s.value, ctx.shape)
 
@@ -127,14 +127,14 @@ def _pure(gen, e: ir.Expr, shape) -> bool:
     if isinstance(e, ir.Const | ir.Load):
         return True
     if isinstance(e, ir.Name):
-        v = gen.vals.get(e.name)
-        return e.name in gen.scalars or isinstance(v, Val) and v.kind == "2d" and v.shape == shape
+        v = gen.scope.vals.get(e.name)
+        return e.name in gen.scope.scalars or isinstance(v, Val) and v.kind == "2d" and v.shape == shape
     if isinstance(e, ir.BinOp):
         return _pure(gen, e.lhs, shape) and _pure(gen, e.rhs, shape)
     if isinstance(e, ir.UnaryOp):
         return _pure(gen, e.operand, shape)
     if isinstance(e, ir.Call) and e.func == "expand" and isinstance(e.args[0], ir.Name):  # a row or column
-        v = gen.vals.get(e.args[0].name)
+        v = gen.scope.vals.get(e.args[0].name)
         return isinstance(v, Val) and v.kind == ("row" if dict(e.kwargs)["axis"].value == 1 else "col")
     if builtins.is_elementwise(e):
         return all(_pure(gen, a, shape) for a in e.args)

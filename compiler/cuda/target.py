@@ -80,16 +80,16 @@ def need_of(gen) -> Need:
     """What the emit stage used (codegen.KernelGen's record of it), as a Need at the first
     tensor-core dot, else at the first bf16 tensor."""
     used = {
-        "mma.sync": gen.tensor_cores,
-        "cp.async": gen.tensor_cores,
-        "bf16": gen.uses_bf16 and not gen.tensor_cores,  # the tensor-core prelude converts too
-        "mbarrier": gen.used_pingpong or bool(gen.tensor_maps),
-        "tma": bool(gen.tensor_maps),
-        "wgmma": gen.used_wgmma,
-        "setmaxnreg": bool(gen.tma_split),
+        "mma.sync": gen.plan.tensor_cores,
+        "cp.async": gen.plan.tensor_cores,
+        "bf16": gen.used.bf16 and not gen.plan.tensor_cores,  # the tensor-core prelude converts too
+        "mbarrier": gen.used.pingpong or bool(gen.used.tensor_maps),
+        "tma": bool(gen.used.tensor_maps),
+        "wgmma": gen.used.wgmma,
+        "setmaxnreg": bool(gen.loop.tma_split),
     }
-    bf16 = [p.span for p in gen.kernel.tensors if p.dtype == "bf16"]
-    at = gen.tensor_core_span or next(iter(bf16), None)
+    bf16 = [p.span for p in gen.plan.kernel.tensors if p.dtype == "bf16"]
+    at = gen.plan.tensor_core_span or next(iter(bf16), None)
     return Need(tuple(name for name, on in used.items() if on), at)
 
 

@@ -109,14 +109,14 @@ def _coordinates(gen, load: ir.Load) -> list[str]:
 
 def _check(gen, s: ir.For, carried: bool) -> bool:
     """Prune what the ring cannot take; whether the loop is attention's (two dots, rotated)."""
-    if gen.loop_barriers or gen.out.depth != 1:
+    if gen.loop.barriers or gen.out.depth != 1:
         raise gen.pruned(s.span, "bulk tensor copies take a loop at the kernel's top level")
-    if gen.grid.threads > 2 * PRODUCER_THREADS:  # CONSUMER_REGS for each: 2 x 128 x 232 + 128 x 40
+    if gen.plan.grid.threads > 2 * PRODUCER_THREADS:  # CONSUMER_REGS for each: 2 x 128 x 232 + 128 x 40
         raise gen.pruned(s.span, "bulk tensor copies take one or two consumer warpgroups")
-    attention = len(gen.leaf.plan.tc_dots) != 1
-    if attention and not (gen.mainloop.rotate and carried):
+    attention = len(gen.plan.tc_dots) != 1
+    if attention and not (gen.plan.mainloop.rotate and carried):
         raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop or a rotated loop of two")
-    if gen.mainloop.pingpong:  # the consumers take turns (pingpong.py)
+    if gen.plan.mainloop.pingpong:  # the consumers take turns (pingpong.py)
         pingpong.check(gen, s, carried)
     return attention
 
@@ -130,18 +130,18 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     if not all(_copyable(gen, tile, st.value) for st, tile in tiles):
         raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
     stage_floats = sum(t.elements // 2 for _, t in tiles)
-    stages = ring_stages(gen.mainloop.stages, 3, stage_floats, gen.perm_floats, gen.smem_limit)
+    stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit)
     ops = []
     for st, tile in tiles:
         base = gen.fresh("ring")
-        ring = gen.alloc_perm(stages * tile.elements // 2, 256)
+        ring = gen.smem.alloc_perm(stages * tile.elements // 2, 256)
         gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
         *outer, rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
         box = (tile.rows, BOX_COLS)  # the box as the tile lies in shared memory
         spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, outer=tuple(outer))
         ops.append(Operand(st, tile, spec, base, tile.elements))
     ring = split(gen, s, ops, stages, loop)
-    if gen.mainloop.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
+    if gen.plan.mainloop.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
         pingpong.takes_turns(gen)
         pingpong.first_turn(gen)
     return {o.let.name: ("tmaring", o, ring) for o in ops}
@@ -151,15 +151,15 @@ def split(gen, s: ir.For, ops, stages: int, loop, copies=None) -> tuple[int, str
     """The ring's mbarriers, the producer warpgroup (which then returns) and the consumers'
     register raise: (stages, the mbarriers' C name, the loop's first value's)."""
     start, stop_name, step = loop
-    gen.tensor_maps += [o.spec for o in ops]
-    consumers = gen.grid.threads
+    gen.used.tensor_maps += [o.spec for o in ops]
+    consumers = gen.plan.grid.threads
     bars = mbarriers.ring(gen, stages, 1, consumers // 32)
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
     _producer(gen, s, ops, stages, bars, (first, stop_name, step), copies)
     if _shares_registers(consumers):
         gen.out.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGS};");')
-    gen.tma_split = consumers
+    gen.loop.tma_split = consumers
     return stages, bars, first
 
 
@@ -168,7 +168,7 @@ def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop, copies=None) ->
     of operand o in a stage at `dst`, its first column `cols` (default: 16-bit operands in
     their wgmma layout, _boxes)."""
     first, stop_name, step = loop
-    consumers = gen.grid.threads
+    consumers = gen.plan.grid.threads
     copies = copies or _boxes
     nbytes = sum(o.size * o.tile.elem_bytes for o in ops)
     gen.out.line("// the producer warpgroup: one thread issues the copies, then the warpgroup returns")
@@ -178,7 +178,7 @@ def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop, copies=None) ->
     gen.out.open(f"if (th_id == {consumers})")
     var = gen.fresh("kp")
     gen.out.open(f"for (int {var} = {first}, j_ = 0; {var} < {stop_name}; {var} += {step}, ++j_)")
-    gen.scalars[s.var] = (var, "i32")
+    gen.scope.scalars[s.var] = (var, "i32")
     gen.out.line(f"const int s_ = j_ % {stages};")
     gen.out.line(f"if (j_ >= {stages}) mbar_wait({bars} + 8 * ({stages} + s_), ((j_ / {stages}) + 1) & 1);")
     gen.out.line(f"mbar_expect_bytes({bars} + 8 * s_, {nbytes});")
@@ -212,13 +212,13 @@ def before_split(gen) -> bool:
     """Whether code emitted now runs before a producer warpgroup splits off (the TMA ring of a
     loop of two dots: attention's Q is staged first), so that the producer's threads must stay
     out of what the consumers' thread count lays out."""
-    return gen.mainloop.producer and not gen.tma_split and len(gen.leaf.plan.tc_dots) > 1
+    return gen.plan.mainloop.producer and not gen.loop.tma_split and len(gen.plan.tc_dots) > 1
 
 
 def ring_lets(gen, lets: list[ir.Let]) -> None:
     """One consumer iteration: wait until this stage is full, point the lets at it; at the end of
     the body (after the dot's wait for group i - 1) release group i - 1's stage."""
-    entries = [gen.pipelined[s.name] for s in lets]
+    entries = [gen.loop.pipelined[s.name] for s in lets]
     _, _, stage = consume(gen, lets)
     for s, (_, o, *_) in zip(lets, entries, strict=True):
         point_at_stage(gen, s.name, o.tile, o.base, o.size, stage)
@@ -228,12 +228,12 @@ def consume(gen, lets: list[ir.Let], after_release=None) -> tuple[int, str, str]
     """The consumer's side of one iteration: wait for its stage and, at the end of the body,
     release group i - 1's (then `after_release()`): (stages, the iteration's C name, its stage's)."""
     gen.out.span = lets[0].span
-    entry = gen.pipelined[lets[0].name]
+    entry = gen.loop.pipelined[lets[0].name]
     stages, bars, first = entry[2]
     var_c, step = entry[4], entry[5]
     it = gen.fresh("it")
     gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
-    gen.ring_iteration = it
+    gen.loop.ring_iteration = it
     gen.out.line(f"mbar_wait({bars} + 8 * ({it} % {stages}), ({it} / {stages}) & 1);")
 
     def release() -> None:
@@ -242,5 +242,5 @@ def consume(gen, lets: list[ir.Let], after_release=None) -> tuple[int, str, str]
         if after_release:
             after_release()
 
-    gen.loop_tail.append(release)
+    gen.loop.tail.append(release)
     return stages, it, f"{it} % {stages}"

@@ -115,9 +115,9 @@ def acc_index(j: int, lane: str = "th_lane") -> str:
 
 def _check(gen, s: ir.For, entries) -> tuple:
     """(a entry, b entry, TILE_M, TILE_N, wgmma's N), or pruned with WHAT."""
-    if len(gen.leaf.plan.tc_dots) != 1 or gen.loop_barriers or gen.out.depth != 1:
+    if len(gen.plan.tc_dots) != 1 or gen.loop.barriers or gen.out.depth != 1:
         raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop at the kernel's top level")
-    at = analysis.tc_dots_at(gen.leaf.plan.tc_dots, s)
+    at = analysis.tc_dots_at(gen.plan.tc_dots, s)
     if len(entries) != 2 or len(at) != 1:
         raise gen.pruned(s.span, WHAT)
     (i, dot), names = at[0], {st.name: (st, role, tr, tile) for st, role, tr, tile in entries}
@@ -130,7 +130,7 @@ def _check(gen, s: ir.For, entries) -> tuple:
         ok = ok and not any(analysis.touches(x, stmt.name) for x in s.body if x is not stmt)
     if not ok or not all(_copyable(gen, e[0].value) for e in (a, b)):
         raise gen.pruned(s.span, WHAT)
-    m, n, groups = a[3].x, b[3].x, gen.grid.threads // 128
+    m, n, groups = a[3].x, b[3].x, gen.plan.grid.threads // 128
     along_m = groups // max(1, n // 64)
     # fewer than 128 threads hold no whole warpgroup (along_m would be 0)
     if groups < 1 or a[3].k != BOX or n % 64 or groups % (n // 64) or m % (8 * along_m) or m // along_m > 256:
@@ -156,11 +156,12 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     stage = BOX * (m + n)
     # held beside the kernel's words: up to 256 words of padding that align the region to 1024
     # bytes; as few as 1 stage, which the check below prunes with this ring's own reason
-    stages = ring_stages(gen.mainloop.stages, 1, stage, gen.perm_floats + 256, gen.smem_limit, MARGIN)
+    used = gen.smem.perm_floats + 256
+    stages = ring_stages(gen.plan.mainloop.stages, 1, stage, used, gen.plan.smem_limit, MARGIN)
     if stages < 3:
         raise gen.pruned(s.span, "TF32 bulk tensor copies need 3 stages in shared memory")
     region = gen.fresh("ring")
-    words = gen.alloc_perm(max(stages * stage, m * (n + PAD)), 256)
+    words = gen.smem.alloc_perm(max(stages * stage, m * (n + PAD)), 256)
     gen.out.line(f"float* const {region} = reinterpret_cast<float*>{words};")
     ops = []
     for (st, _, _, tile), at, box_rows in ((a, 0, m), (b, stages * m * BOX, BOX)):
@@ -178,7 +179,7 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     gen.out.line(f"const int {warp} = {warp_along_n(n // 64)}, {m0} = {first_m(n // 64, wn)};")
     gen.out.line(f"float {acc_t}[2][{wn // 4}];")
     gen.out.line(f"for (int j_ = 0; j_ < {wn // 4}; ++j_) {acc_t}[0][j_] = {acc_t}[1][j_] = 0.0f;")
-    gen.swap = Swap(ops[0], ops[1], m, n, wn, acc_t, region, warp, m0)
+    gen.loop.swap = Swap(ops[0], ops[1], m, n, wn, acc_t, region, warp, m0)
     return {o.let.name: ("tmatf32", o, ring) for o in ops}
 
 
@@ -187,10 +188,10 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
     iteration i - 1's at the end of the body); the dot (`dot`) reads the stage."""
     _, _, stage = tma.consume(gen, lets)
     for s in lets:
-        o = gen.pipelined[s.name][1]
+        o = gen.loop.pipelined[s.name][1]
         cur = gen.fresh("stage")
         gen.out.line(f"float* const {cur} = {o.base} + ({stage}) * {o.size};")
-        gen.vals[s.name] = _Stage(cur)
+        gen.scope.vals[s.name] = _Stage(cur)
 
 
 @dataclass(frozen=True)
@@ -199,18 +200,18 @@ class _Stage:  # a swapped operand's stage in this iteration (not a tile the oth
 
 
 def swapped(gen, e: ir.Call) -> bool:
-    return gen.swap is not None and all(
-        isinstance(x, ir.Name) and isinstance(gen.vals.get(x.name), _Stage) for x in e.args
+    return gen.loop.swap is not None and all(
+        isinstance(x, ir.Name) and isinstance(gen.scope.vals.get(x.name), _Stage) for x in e.args
     )
 
 
 def dot(gen, e: ir.Call, into):
     """acc += dot(a, b) of one k tile, as C^T += B^T A^T into `acc_t` (the module doc's steps);
     `finish` adds it to `into` (acc) after the loop."""
-    sw = gen.swap
-    sa, sb = (gen.vals[x.name].ptr for x in e.args)
-    gen.used_wgmma = True
-    gen.swap_acc = into
+    sw = gen.loop.swap
+    sa, sb = (gen.scope.vals[x.name].ptr for x in e.args)
+    gen.used.wgmma = True
+    gen.loop.swap_acc = into
     what = f"C^T[{sw.n}x{sw.m}] += B^T A^T, k8 TF32 (N = {sw.wn}), a in registers"
     gen.out.line(f"// warpgroup MMA by role swap: {what}")
     frag = gen.fresh("frag")
@@ -232,8 +233,8 @@ def finish(gen) -> None:
     """After the loop and the wait for every group: acc += (C^T)^T through shared memory (the
     ring's region; each consumer warpgroup waited for its groups, and the barrier orders the
     other's), in the kernel's layout of acc."""
-    sw, acc = gen.swap, gen.swap_acc
-    gen.swap = None
+    sw, acc = gen.loop.swap, gen.loop.swap_acc
+    gen.loop.swap = None
     if acc is None:
         return
     ld = sw.n + PAD

@@ -65,7 +65,7 @@ def bounds(gen, e: ir.Expr) -> tuple[str, str] | None:
 def _single_let(gen, name: str) -> ir.Expr | None:
     """The value of the kernel's only `let name`, or None (a parameter, a var, a name let twice,
     or a value that reads a var, which may have changed since the let)."""
-    stmts = list(walk.iter_stmts(gen.kernel.body))
+    stmts = list(walk.iter_stmts(gen.plan.kernel.body))
     varying = {s.name for s in stmts if isinstance(s, ir.VarDecl)}
     lets = [s for s in stmts if isinstance(s, ir.Let) and s.name == name]
     if len(lets) != 1 or name in varying:

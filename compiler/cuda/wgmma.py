@@ -154,8 +154,8 @@ def point_at_stage(gen, name: str, tile: CoreTile, base: str, size: int, stage: 
     stage), laid out as `tile`; the stage is a ring tile (a wgmma group may stay in flight on it)."""
     cur = gen.fresh("stage")
     gen.out.line(f"{tile.ctype}* const {cur} = {base} + ({stage}) * {size};")
-    gen.ring_tiles.add(cur)
-    gen.vals[name] = replace(tile, ptr=cur)
+    gen.loop.ring_tiles.add(cur)
+    gen.scope.vals[name] = replace(tile, ptr=cur)
 
 
 def core_layout(k_contiguous: bool, x: int) -> bool | None:
@@ -170,7 +170,7 @@ def alloc_core(gen, role: str, k: int, x: int, dtype: str, mn_major: bool) -> Co
     from compiler.cuda.operands import tile_floats
 
     probe = CoreTile("", role, k, x, dtype, mn_major)
-    ptr = f"(reinterpret_cast<{probe.ctype}*>{gen.alloc_perm(tile_floats(probe), 256)})"
+    ptr = f"(reinterpret_cast<{probe.ctype}*>{gen.smem.alloc_perm(tile_floats(probe), 256)})"
     return CoreTile(ptr, role, k, x, dtype, mn_major)
 
 
@@ -210,7 +210,7 @@ def operand_in_shared(e: ir.Expr, shared: dict) -> bool:
 
 
 def fits(gen, m: int, n: int) -> bool:
-    grid = gen.grid
+    grid = gen.plan.grid
     return (
         grid.warps_n == 1 and grid.warps_m % 4 == 0 and m == 16 * grid.warps_m and n % 8 == 0 and n <= MAX_N
     )
@@ -218,7 +218,7 @@ def fits(gen, m: int, n: int) -> bool:
 
 def transpose_into(gen, staged, core: CoreTile) -> None:
     """The x-contiguous staging buffer `staged` (MmaTile, [k][x]) into `core` ([x][k] core matrices)."""
-    warps = gen.grid.threads // 32
+    warps = gen.plan.grid.threads // 32
     units = (core.k // 8) * (core.x // 32)
     gen.out.open(f"for (int u_ = th_warp; u_ < {units}; u_ += {warps})")
     gen.out.line(f"const int kb_ = u_ % {core.k // 8}, xb_ = (u_ / {core.k // 8}) * 4;")
@@ -255,7 +255,7 @@ def emit_wgmma(
     where = ", a from registers" if from_regs else ""
     gen.out.line(f"// warpgroup MMA: m64n{n}k{mma_k} {dtype}, {kk // mma_k} k steps{where}")
     if wait == "carried":
-        rot = gen.rotation
+        rot = gen.loop.rotation
         for s in range(kk // 16):
             frag = _register_fragment(sa.cname, s, dtype)
             gen.out.line(" ".join(f"{rot.frag}[{s}][{q}] = {f};" for q, f in enumerate(frag)))
@@ -264,18 +264,19 @@ def emit_wgmma(
         kept = replace(sb, ptr=rot.stage)
         rot.issue = issue(acc, frags, kept, n, kk, dtype, fresh)
         return
-    if wait == "rotated" and gen.turns:  # ping-pong: this warpgroup's turn (pingpong.py)
+    if wait == "rotated" and gen.loop.turns:  # ping-pong: this warpgroup's turn (pingpong.py)
         gen.out.line(pingpong.wait_turn())
     gen.out.line("wg_fence();")
     frags = [_register_fragment(sa.cname, s, dtype) for s in range(kk // 16)] if from_regs else sa
     gen.out.block(issue(acc, frags, sb, n, kk, dtype, fresh))
+    late = gen.plan.mainloop.late_copies
     if wait == "rotated":
         gen.out.line("wg_commit();")
-        gen.rotation.slot = (len(gen.out.lines), gen.out.depth)
+        gen.loop.rotation.slot = (len(gen.out.lines), gen.out.depth)
     # the later stage out before the wait (a TMA ring releases group i - 1's stage after it instead)
-    elif wait == "one" and (gen.mainloop.late_copies or gen.register_ring) and not gen.tma_split:
+    elif wait == "one" and (late or gen.loop.register_ring) and not gen.loop.tma_split:
         gen.out.line("wg_commit();")
-        gen.loop_tail.append(lambda: gen.out.line("wg_wait_one();"))
+        gen.loop.tail.append(lambda: gen.out.line("wg_wait_one();"))
     else:
         gen.out.line("wg_commit_wait_one();" if wait == "one" else "wg_commit_wait();")
 

@@ -21,7 +21,7 @@ The ring (ring_prologue / ring_lets, chosen by loops.py): 3 stages. Tile i + 1 w
 during iteration i; iteration i passes one barrier (its stage stored and fenced for the async proxy
 by every thread), issues its wgmma group, stores tile i + 1 into stage (i + 1) % 3 (last read by
 group i - 2, which every warpgroup waited for before the barrier), loads tile i + 2, and only then
-waits for group i - 1 (wgmma.emit_wgmma with `gen.register_ring`).
+waits for group i - 1 (wgmma.emit_wgmma with `gen.loop.register_ring`).
 """
 
 from __future__ import annotations
@@ -58,14 +58,14 @@ def plan(gen, tile: CoreTile, load: ir.Load) -> Plan | None:
     if load.fill is not None and not (isinstance(load.fill, ir.Const) and float(load.fill.value) == 0.0):
         return None
     last = load.index[-1]
-    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.ranges).divisor % 4:
+    if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.scope.ranges).divisor % 4:
         return None
     rows, cols = (gen.size(s) for s in load.ty.shape)
     direct = cols == tile.k and rows == tile.x
     if not direct and (rows, cols) != (tile.k, tile.x):
         return None
     units = tile.x * tile.k // (4 if direct else 16)
-    return Plan(direct, units, -(-units // gen.grid.threads))
+    return Plan(direct, units, -(-units // gen.plan.grid.threads))
 
 
 def declare(gen, p: Plan) -> str:
@@ -83,7 +83,7 @@ def unit_origin(direct: bool, e: str = "e_") -> tuple[str, str]:
 
 def _unit(gen, p: Plan) -> None:
     """Open the loop over this thread's units: x_, k_ (the unit's first row and k column)."""
-    t = gen.grid.threads
+    t = gen.plan.grid.threads
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int it_ = 0; it_ < {p.iters}; ++it_)")
     gen.out.line(f"const int e_ = it_ * {t} + th_id;")
@@ -158,20 +158,20 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     plans = [plan(gen, tile, st.value) for st, _, _, tile in entries]
     if any(p is None for p in plans):
         return {}
-    gen.register_ring = True
+    gen.loop.register_ring = True
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
     out = {}
     for (st, _, _, tile), p in zip(entries, plans, strict=True):
         base = gen.fresh("ring")
-        ring = gen.alloc_perm(STAGES * tile.elements, 256)
+        ring = gen.smem.alloc_perm(STAGES * tile.elements, 256)
         gen.out.line(f"float* const {base} = reinterpret_cast<float*>{ring};")
         entry = RingEntry(st, tile, p, base, tile.elements, declare(gen, p), first)
         out[st.name] = ("regring", entry)
     for step_no in (0, 1):
         at = f"{first}_{step_no}"
         gen.out.line(f"const int {at} = {first} + {step_no} * ({step});")
-        gen.scalars[s.var] = (at, "i32")
+        gen.scope.scalars[s.var] = (at, "i32")
         gen.out.open(f"if ({at} < {stop_name})")
         for _, e in out.values():
             load(gen, e.plan, e.let.value, e.regs)
@@ -184,14 +184,14 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
 def ring_lets(gen, lets: list[ir.Let]) -> None:
     """One iteration: fence and barrier (this stage's stores visible to the tensor cores), point the
     lets at this stage; the store of the next tile and the load of the one after go to the end of
-    the body, after the dot's commit and before its wait (gen.loop_tail)."""
+    the body, after the dot's commit and before its wait (gen.loop.tail)."""
     gen.out.span = lets[0].span
-    entries = [gen.pipelined[s.name] for s in lets]
+    entries = [gen.loop.pipelined[s.name] for s in lets]
     e0 = entries[0][1]
     var_name, var_c, step, stop_name = entries[0][2:6]
     it = gen.fresh("it")
     gen.out.line(f"const int {it} = ({var_c} - {e0.first}) / ({step});")
-    gen.ring_iteration = it
+    gen.loop.ring_iteration = it
     gen.out.line("fence_async_smem();")
     gen.sync()
 
@@ -200,16 +200,16 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
             nxt = gen.fresh("ahead")
             gen.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
             gen.out.open(f"if ({nxt} < {stop_name})")
-            gen.scalars[var_name] = (nxt, "i32")
+            gen.scope.scalars[var_name] = (nxt, "i32")
             for _, e, *_ in entries:
                 if what == "load":
                     load(gen, e.plan, e.let.value, e.regs)
                     continue
                 ptr = f"({e.base} + (({it} + 1) % {STAGES}) * {e.size})"
                 store(gen, e.plan, replace(e.tile, ptr=ptr), e.regs)
-            gen.scalars[var_name] = (var_c, "i32")
+            gen.scope.scalars[var_name] = (var_c, "i32")
             gen.out.close()
 
-    gen.loop_tail.append(refill)
+    gen.loop.tail.append(refill)
     for s, (_, e, *_) in zip(lets, entries, strict=True):
         point_at_stage(gen, s.name, e.tile, e.base, e.size, f"{it} % {STAGES}")

@@ -46,5 +46,5 @@ class Mainloop:
 
     def ring_lets(self, gen, lets) -> None:
         """At the top of one iteration: wait for its stage, refill a later one (now or queued
-        on gen.loop_tail) and point the lets at it."""
+        on gen.loop.tail) and point the lets at it."""
         raise NotImplementedError(f"the {self.name} mainloop stages no tensor-core operands")

@@ -27,7 +27,8 @@ def prologue(gen, policy, s: ir.For, tiles, bounds) -> dict:
     handover = policy.handover  # stages handed over by mbarriers (pingpong.py): one behind
     if handover:
         pingpong.check(gen, s, deferred_dot(gen, s) is not None)
-    stages = ring_stages(policy.stages, policy.fewest_stages, sum(words), gen.perm_floats, gen.smem_limit)
+    used, limit = gen.smem.perm_floats, gen.plan.smem_limit
+    stages = ring_stages(policy.stages, policy.fewest_stages, sum(words), used, limit)
     ahead = policy.copies_ahead(stages)
     first = gen.fresh("first")
     gen.out.line(f"const int {first} = {start};")
@@ -38,7 +39,7 @@ def prologue(gen, policy, s: ir.For, tiles, bounds) -> dict:
     for p in range(ahead):
         gen.out.line(f"const int {first}_{p} = {first} + {p} * ({step});")
         gen.out.open(f"if ({first}_{p} < {stop_name})")
-        gen.scalars[s.var] = (f"{first}_{p}", "i32")
+        gen.scope.scalars[s.var] = (f"{first}_{p}", "i32")
         for (st, role, transposed, tile, plan), base, w in zip(entries, bases, words, strict=True):
             ring = dots.mma_let_tile(
                 gen, st.value, role, transposed, ptr=f"({base} + {p * w * 4 // tile.elem_bytes})"
@@ -61,7 +62,7 @@ def _ring_buffer(gen, tile, words: int) -> str:
     """A ring's shared buffer of `words` words, declared as a pointer to its elements: its C name
     (1024-byte aligned for warpgroup MMA's swizzled tiles)."""
     base = gen.fresh("ring")
-    ring = gen.alloc_perm(words, 256 if isinstance(tile, wgmma.CoreTile) else 4)
+    ring = gen.smem.alloc_perm(words, 256 if isinstance(tile, wgmma.CoreTile) else 4)
     gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
     return base
 
@@ -71,48 +72,48 @@ def iteration(gen, policy, lets: list[ir.Let]) -> None:
     refilled was last read in the previous iteration), issue the copies `ahead` iterations
     ahead (or queue them for the end of the body), then point the lets at this iteration's stage."""
     gen.out.span = lets[0].span
-    *_, (stages, ahead), first = gen.pipelined[lets[0].name][:9]
-    var_name, var_c, step, stop_name = gen.pipelined[lets[0].name][9:]
+    *_, (stages, ahead), first = gen.loop.pipelined[lets[0].name][:9]
+    var_name, var_c, step, stop_name = gen.loop.pipelined[lets[0].name][9:]
     it = gen.fresh("it")
     gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
-    gen.ring_iteration = it
-    if gen.handover:  # no CTA-wide barrier: this iteration's stage, through its mbarrier
+    gen.loop.ring_iteration = it
+    if gen.loop.handover:  # no CTA-wide barrier: this iteration's stage, through its mbarrier
         pingpong.top(gen, it)
     else:
         gen.out.line(f"cp_async_wait<{ahead - 1}>();")
         if policy.async_proxy:  # what cp.async wrote, read next by the tensor cores' async proxy
             gen.out.line("fence_async_smem();")
         gen.sync()
-    entries = [gen.pipelined[s.name] for s in lets]
+    entries = [gen.loop.pipelined[s.name] for s in lets]
 
     def refill() -> None:
         nxt = gen.fresh("ahead")
         gen.out.line(f"const int {nxt} = {var_c} + {ahead} * ({step});")
         gen.out.open(f"if ({nxt} < {stop_name})")
-        gen.scalars[var_name] = (nxt, "i32")
-        if gen.handover:
+        gen.scope.scalars[var_name] = (nxt, "i32")
+        if gen.loop.handover:
             pingpong.before_refill(gen, f"({it} + {ahead})")
         for _, st, role, transposed, plan, base, size, *_ in entries:
             ptr = f"({base} + (({it} + {ahead}) % {stages}) * {size})"
             ring = dots.mma_let_tile(gen, st.value, role, transposed, ptr=ptr)
             operands.issue_copy(gen, plan, ring, st.value)
-        if gen.handover:
+        if gen.loop.handover:
             pingpong.filled(gen, f"({it} + {ahead}) % {stages}")
-        gen.scalars[var_name] = (var_c, "i32")
+        gen.scope.scalars[var_name] = (var_c, "i32")
         gen.out.close()
-        if not gen.handover:
+        if not gen.loop.handover:
             gen.out.line("cp_async_commit();")
 
     # the stage refilled was last read an iteration (warpgroup MMA: two) ago, which the barrier
     # above orders; so the copies may go here or after this iteration's dots (late_copies)
     if policy.late_copies:
-        gen.loop_tail.append(refill)
+        gen.loop.tail.append(refill)
     else:
         refill()
     for s in lets:
-        _, st, role, transposed, plan, base, size, *_ = gen.pipelined[s.name]
+        _, st, role, transposed, plan, base, size, *_ = gen.loop.pipelined[s.name]
         cur = gen.fresh("stage")
         tile = dots.mma_let_tile(gen, st.value, role, transposed, ptr=cur)
         gen.out.line(f"{tile.ctype}* const {cur} = {base} + ({it} % {stages}) * {size};")
-        gen.ring_tiles.add(cur)
-        gen.vals[s.name] = tile
+        gen.loop.ring_tiles.add(cur)
+        gen.scope.vals[s.name] = tile

@@ -27,6 +27,6 @@ class TmaWarpSpecialized(Mainloop):
         return tma.ring_prologue(gen, s, tiles, bounds, deferred_dot(gen, s) is not None)
 
     def ring_lets(self, gen, lets) -> None:
-        if gen.pipelined[lets[0].name][0] == "tmatf32":
+        if gen.loop.pipelined[lets[0].name][0] == "tmatf32":
             return tma_tf32.ring_lets(gen, lets)
         tma.ring_lets(gen, lets)

@@ -35,6 +35,6 @@ class Wgmma(Mainloop):
         return cp_async_ring.prologue(gen, self, s, tiles, bounds)
 
     def ring_lets(self, gen, lets) -> None:
-        if gen.pipelined[lets[0].name][0] == "regring":
+        if gen.loop.pipelined[lets[0].name][0] == "regring":
             return wgmma_tf32.ring_lets(gen, lets)
         cp_async_ring.iteration(gen, self, lets)

@@ -1,0 +1,138 @@
+"""The one place that reads (and writes) the process environment.
+
+`current()` reads every variable phobos knows into one frozen `Options`, afresh at each call (a
+few dictionary look-ups), so a test's or a user's change takes effect at the next read. Every
+other module asks `current()` (tests/foundation/test_environment_reads.py holds them to it);
+child processes get `environment()`, a copy; the few switches whose names are chosen at run time
+(BLAS thread counts, the compiled-leaf cache's key) use `variable(name)`.
+
+  variable (field, default): meaning
+  PHOBOS_CACHE_DIR (cache_dir, None): the cache folder (None: ~/.cache/phobos, common/cache.py)
+  PHOBOS_RETUNE=1 (retune, False): the autotuner measures again, ignoring its cache
+  PHOBOS_TUNE_QUIET=1 (tune_quiet, False): the autotuner prints no progress
+  PHOBOS_CUDA_DUMP=DIR (cuda_dump, None): each CUDA stage's product written to DIR (stages.py)
+  PHOBOS_DUMP_STAGES=a,b|all (dump_stages, ""): the frontend stages printed (compiler/pipeline.py)
+  PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
+  PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
+  PHOBOS_NVRTC=PATH (nvrtc, None): the NVRTC library tried first (nvrtc.py)
+  CUDA_HOME, CUDA_PATH (cuda_homes, ()): CUDA installs searched for NVRTC
+  PHOBOS_TOKEN (token, None): the cluster's token (common/cluster_token.py)
+  PHOBOS_POD_MODULE (pod_module, pod.main): the module local pods run (tests swap in a GPU-less one)
+  CUDA_VISIBLE_DEVICES (visible_devices, None): the GPUs a command may give its local pods
+  BUILD_WORKING_DIRECTORY (build_working_directory, None): the user's folder under `bazel run` (cli.py)
+  PHOBOS_FAULT (fault, ""): test-only: a pod's injected faults (pod/faults.py)
+  PHOBOS_COMMIT_FAULT (commit_fault, ""): test-only: a kill inside an output commit (common/commit.py)
+  PHOBOS_RUN_FAULT (run_fault, ""): test-only: a stop inside `compiler run`'s output (compiler/cli/run.py)
+  PHOBOS_TEST_TICKET_TTL_S (ticket_ttl_s, None): test-only: a transfer ticket's life (pod/transfer.py)
+
+A variable set to the empty string counts as unset, except CUDA_VISIBLE_DEVICES (empty: no GPU).
+A value that is not of its field's type is the user's error, naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+CACHE_DIR = "PHOBOS_CACHE_DIR"
+TOKEN = "PHOBOS_TOKEN"
+FAULT = "PHOBOS_FAULT"
+COMMIT_FAULT = "PHOBOS_COMMIT_FAULT"
+RUN_FAULT = "PHOBOS_RUN_FAULT"
+SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up, read raw (scheduler/phases.py)
+# the variables that change the code the CUDA compiler generates or the NVRTC it loads (a
+# compiled leaf cached under other values is not reused: scheduler/leaf_ptx.py)
+CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
+DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages
+
+
+class OptionError(ValueError):
+    """A variable whose value is not of its field's type (the message names it)."""
+
+
+class Options(NamedTuple):
+    """Frozen, typed: a NamedTuple rather than a dataclass, as the commands read it before they
+    spawn their pods, ahead of importing `dataclasses` (tests/scheduler/test_local_pods_start.py)."""
+
+    cache_dir: Path | None = None
+    retune: bool = False
+    tune_quiet: bool = False
+    cuda_dump: Path | None = None
+    dump_stages: str = ""
+    cuda_tma: bool = True
+    dot_unroll: int = 0
+    nvrtc: str | None = None
+    cuda_homes: tuple[str, ...] = ()
+    token: str | None = None
+    pod_module: str = "pod.main"
+    visible_devices: str | None = None
+    build_working_directory: Path | None = None
+    fault: str = ""
+    commit_fault: str = ""
+    run_fault: str = ""
+    ticket_ttl_s: float | None = None
+
+
+def current() -> Options:
+    """The options of this process's environment now."""
+    env = os.environ
+
+    def text(name: str) -> str | None:
+        return env.get(name) or None
+
+    def path(name: str) -> Path | None:
+        value = text(name)
+        return Path(value) if value else None
+
+    return Options(
+        cache_dir=path(CACHE_DIR),
+        retune=env.get("PHOBOS_RETUNE") == "1",
+        tune_quiet=env.get("PHOBOS_TUNE_QUIET") == "1",
+        cuda_dump=path("PHOBOS_CUDA_DUMP"),
+        dump_stages=env.get("PHOBOS_DUMP_STAGES", ""),
+        cuda_tma=env.get("PHOBOS_CUDA_TMA", "1") != "0",
+        dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
+        nvrtc=text("PHOBOS_NVRTC"),
+        cuda_homes=tuple(v for v in (text("CUDA_HOME"), text("CUDA_PATH")) if v),
+        token=text(TOKEN),
+        pod_module=text("PHOBOS_POD_MODULE") or "pod.main",
+        visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        build_working_directory=path("BUILD_WORKING_DIRECTORY"),
+        fault=env.get(FAULT, ""),
+        commit_fault=env.get(COMMIT_FAULT, ""),
+        run_fault=env.get(RUN_FAULT, ""),
+        ticket_ttl_s=_number("PHOBOS_TEST_TICKET_TTL_S", float, None),
+    )
+
+
+def _number(name: str, kind, default):
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise OptionError(f"error: ${name}={value!r} is not {what}") from None
+
+
+def variable(name: str) -> str | None:
+    """One variable's raw value, for names chosen at run time (see the module's doc)."""
+    return os.environ.get(name)
+
+
+def set_variable(name: str, value: str) -> None:
+    """Set a variable for this process and the children it starts."""
+    os.environ[name] = value
+
+
+def environment() -> dict[str, str]:
+    """A copy of the environment, for a child process's `env=`."""
+    return dict(os.environ)
+
+
+def replace_environment(env: dict[str, str]) -> None:
+    """This process's environment becomes `env` (a forked pod before it loads numpy)."""
+    os.environ.clear()
+    os.environ.update(env)
