@@ -297,22 +297,8 @@ class KernelGen(ExprEmitter):
         wide = self.plan.wgmma and self.plan.grid.threads >= 256
         return WARPGROUP_REGISTER_BUDGET if wide else TENSOR_CORE_REGISTER_BUDGET
 
-    def generate(self) -> Generated:
-        k = self.plan.kernel
-        for s in k.body:
-            self.stmt(s)
-        shared_bytes = self.smem.bytes()
-        if shared_bytes > self.plan.smem_limit:
-            raise self.pruned(
-                k.span,
-                f"it needs {shared_bytes} bytes of shared memory (the limit is {self.plan.smem_limit})",
-            )
-        registers = self.registers
-        held, budget = registers.register_floats + registers.let_floats, self.register_budget()
-        if held > budget:
-            raise self.pruned(
-                k.span, f"it holds {held} tile values per thread in registers (budget {budget})"
-            )
+    def preludes(self) -> Emitter:
+        """The device helpers the emitted body used (each prelude only where it is needed)."""
         head = Emitter()
         head.depth = 0
         if self.used.half or self.used.bf16 or self.used.fp8:
@@ -332,6 +318,25 @@ class KernelGen(ExprEmitter):
         if self.used.pingpong:  # the TMA prelude has the mbarrier helpers already
             helpers = [] if self.used.tensor_maps else [mbarriers.PRELUDE]
             head.block("\n".join([*helpers, pingpong.PRELUDE]).splitlines())
+        return head
+
+    def generate(self) -> Generated:
+        k = self.plan.kernel
+        for s in k.body:
+            self.stmt(s)
+        shared_bytes = self.smem.bytes()
+        if shared_bytes > self.plan.smem_limit:
+            raise self.pruned(
+                k.span,
+                f"it needs {shared_bytes} bytes of shared memory (the limit is {self.plan.smem_limit})",
+            )
+        registers = self.registers
+        held, budget = registers.register_floats + registers.let_floats, self.register_budget()
+        if held > budget:
+            raise self.pruned(
+                k.span, f"it holds {held} tile values per thread in registers (budget {budget})"
+            )
+        head = self.preludes()
         params, order = self.parameters()
         entry = f"phobos_{k.name}"
         threads = self.plan.grid.threads + (tma.PRODUCER_THREADS if self.loop.tma_split else 0)
