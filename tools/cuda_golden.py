@@ -109,7 +109,9 @@ def generated_text(kernel, dims, point, schedule, tf32) -> str:
     except CompileError as e:
         return f"error: {e.message}"
     meta = (gen.entry, gen.params, gen.grid, gen.block, gen.shared_bytes, gen.need, gen.tensor_maps)
-    return f"// {meta}\n" + gen.source
+    # the need's span names the kernel's file by its absolute path: hashes must not depend on
+    # where the checkout lies
+    return f"// {meta}\n".replace(str(ROOT), "<repo>") + gen.source
 
 
 def record(sources: Path | None) -> dict[str, str]:

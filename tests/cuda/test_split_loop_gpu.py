@@ -3,8 +3,10 @@ reference interpreter's one-CTA loop, for every G of split_cases.GS, bf16 / f16 
 (not a multiple of BS) and split factors 1 (unsplit), 2, 3, 7, half the SM count and the SM count,
 plus the cost model's own choice. The calls go through phobos (Kernel.bind(split=N)) on cupy
 arrays, once on torch tensors, and through a shipped CompiledLeaf's launch sequence.
-Tolerances as the attention tests (test_cuda_tc_gpu.py): 2e-3 bf16, 5e-4 f16, 1e-4 f32, as
-relative Frobenius errors against the interpreter."""
+Tolerances are relative Frobenius errors against the interpreter: the attention tests' 2e-3 bf16,
+5e-4 f16, 1e-4 f32, or for decode (`_decode_tol`) what the operation allows where that is more:
+the kernel rounds p to bf16/f16 against the running maximum, which differs between a chunk and the
+one-CTA loop, so each side rounds each p on its own."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load
 
 from compiler.api.kernel import from_source
-from compiler.cuda import split_launch, split_plan
+from compiler.cuda import split_launch, split_loop, split_plan
 from compiler.frontend import binding
 from compiler.interp import interpreter as interp
 
@@ -41,6 +43,25 @@ def _err(got, want) -> float:
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
+UNIT_ROUNDOFF = {"bf16": 2.0**-8, "f16": 2.0**-11, "f32": 0.0}  # of the kernel's cast of p
+
+
+def _decode_tol(dtype: str, arrays: dict, scale: float) -> float:
+    """The relative Frobenius error that independent roundings of p allow. O = sum_j r(p_j) V_j / l
+    with r(p) = p (1 + d), |d| <= u, d uniform: each side's error has standard deviation
+    u / sqrt(3) * sqrt(sum_j p_j^2 V_j^2) / l per element, and the two sides' errors are
+    independent (at worst), so the difference's norm is about sqrt(2/3) u ||sqrt(sum p^2 V^2) / l||;
+    twice that is well above chance (the norm over G x D elements concentrates; the interpreter
+    measures about half of it) and far below a lost or doubled chunk."""
+    q, k, v = (np.asarray(arrays[n], np.float64) for n in ("Q", "K", "V"))
+    s = scale * q @ k.T
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    l = p.sum(axis=1, keepdims=True)
+    sigma = np.sqrt((p**2) @ (v**2)) / l * np.sqrt(2.0 / 3.0) * UNIT_ROUNDOFF[dtype]
+    want = (p @ v) / l
+    return max(TOL[dtype], 2.0 * float(np.linalg.norm(sigma) / np.linalg.norm(want)))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("g", GS)
 def test_split_decode_on_gpu_equals_the_interpreter(dtype, g):
@@ -58,13 +79,16 @@ def test_split_decode_on_gpu_equals_the_interpreter(dtype, g):
     device = [_device(arrays, kernel) for _ in calls]
     with ThreadPoolExecutor(8) as pool:  # the compiles (NVRTC) overlap; the launches do not
         list(pool.map(lambda c, d: c.prepare_gpu({n: a.shape for n, a in d.items()}), calls, device))
+    tol = _decode_tol(dtype, arrays, scalars["scale"])
     for call, d, factor in zip(calls, device, _factors(sms), strict=True):
         call(**d, **scalars)
         cupy.cuda.get_current_stream().synchronize()
         got = cupy.asnumpy(d["O"])
-        assert np.isfinite(got).all() and _err(got, want["O"]) < TOL[dtype], (dtype, g, factor)
+        assert np.isfinite(got).all() and _err(got, want["O"]) < tol, (dtype, g, factor, tol)
     launch = calls[-2]._launches[next(iter(calls[-2]._launches))]
-    assert len(launch.parts) == 2 and launch.parts[0].grid[1] >= sms  # split = SM count: split
+    # split = SM count: at most that many chunks of equal length (split_loop.chunking), padded
+    per, used = split_loop.chunking(-(-s // 64), sms)
+    assert len(launch.parts) == 2 and launch.parts[0].grid[1] == split_loop.padded(used), per
 
 
 def test_a_split_call_on_torch_tensors_equals_the_interpreter():
@@ -82,7 +106,7 @@ def test_a_split_call_on_torch_tensors_equals_the_interpreter():
     call(**t, **scalars)
     torch.cuda.synchronize()
     assert len(next(iter(call._launches.values())).parts) == 2
-    assert _err(t["O"].cpu().numpy(), want["O"]) < TOL["bf16"]
+    assert _err(t["O"].cpu().numpy(), want["O"]) < _decode_tol("bf16", arrays, scalars["scale"])
 
 
 def test_a_shipped_split_leaf_runs_its_sequence_and_equals_the_interpreter():
