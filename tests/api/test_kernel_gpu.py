@@ -220,7 +220,7 @@ def test_calls_from_several_threads_on_their_own_streams():
 def test_autotune_goes_through_the_command_lines_cache(tmp_path, monkeypatch):
     import cupy
 
-    from compiler.cuda import autotune
+    from compiler.cuda import autotune, tune_cache
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     kernel = phobos.load(EXAMPLES / "softmax.phk")
@@ -228,9 +228,18 @@ def test_autotune_goes_through_the_command_lines_cache(tmp_path, monkeypatch):
     y = cupy.zeros_like(x)
     kernel(x, y)
     entries = json.loads((tmp_path / "autotune.json").read_text())
-    assert len(entries) == 1
+    # the winner is stored twice (compiler/cuda/tune_cache.py): under the exact dimensions and
+    # under their shape bucket (R = 64 < BUCKET_FROM stays exact, C = 512 becomes ~512)
+    assert len(entries) == 2
+    exact = [k for k in entries if "|C=512,R=64|" in k and "|bucket" not in k]
+    near = [k for k in entries if "|C=~512,R=64|bucket|" in k]
+    assert len(exact) == len(near) == 1, sorted(entries)
+    assert exact[0].replace("|C=512,R=64|", "|C=~512,R=64|bucket|") == near[0]
+    entry = entries[exact[0]]
+    assert entries[near[0]] == entry and entry["dims"] == {"R": 64, "C": 512}
     checked = load_file(EXAMPLES / "softmax.phk").kernel()
-    assert autotune.cached_choice(checked, {"R": 64, "C": 512}) == next(iter(entries.values()))["best"]
+    assert not isinstance(tune_cache.parse_entry(entry, checked), str)  # well formed, in the space
+    assert autotune.cached_choice(checked, {"R": 64, "C": 512}) == entry["best"]
     pinned = phobos.load(EXAMPLES / "softmax.phk").bind(tiles={"BR": 1, "BC": 128})
     (tmp_path / "autotune.json").unlink()
     pinned(x, y)  # every @autotune name pinned: nothing is tuned, nothing cached

@@ -36,11 +36,17 @@ def test_gpu_backend_matches_the_interpreter():
 
 def test_a_leaf_is_prepared_once_for_job_after_job(monkeypatch):
     """As on CPU pods, a GPU pod keeps its prepared leaves by content: the second job of one
-    kernel (dropped in between) reuses the first job's parse, CUDA and module, and adds right."""
+    kernel (dropped in between) reuses the first job's compiled leaf and module, and adds right.
+    PROGRAM ships no compiled leaf, so the pod compiles it here (pod/gpu_leaves.py): once."""
+    from compiler.cuda import split_launch
     from pod import backend_gpu
 
-    parsed, real = [], backend_gpu.prepare_leaf
-    monkeypatch.setattr(backend_gpu, "prepare_leaf", lambda leaf: parsed.append(leaf) or real(leaf))
+    parsed, real = [], backend_gpu.gpu_leaf
+    monkeypatch.setattr(backend_gpu, "gpu_leaf",
+                        lambda leaf, shipped, cc: parsed.append((leaf, shipped)) or real(leaf, shipped, cc))
+    compiled, real_compile = [], split_launch.compile_leaf
+    monkeypatch.setattr(split_launch, "compile_leaf",
+                        lambda leaf, *args, **kw: compiled.append(leaf) or real_compile(leaf, *args, **kw))
     gpu = backend_gpu.GpuBackend(0)
     rng = np.random.default_rng(6)
     for job in ("job-1", "job-2"):
@@ -52,7 +58,8 @@ def test_a_leaf_is_prepared_once_for_job_after_job(monkeypatch):
         gpu.compute(job, "main", bufs, {})
         np.testing.assert_array_equal(gpu.download(bufs["c"]), a + b)
         gpu.forget(job)
-    assert len(parsed) == len(PROGRAM.leaves) == 1
+    assert len(parsed) == len(PROGRAM.leaves) == 1 and parsed[0][1] is None
+    assert compiled == [PROGRAM.leaves[0]]
 
 
 @pytest.mark.parametrize("devices", [("0", "0"), ("0", "cpu")], ids=["two-gpu-pods-ipc", "gpu-and-cpu"])
