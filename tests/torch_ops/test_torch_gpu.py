@@ -80,12 +80,14 @@ def test_bf16_gradients_on_the_gpu_match_the_interpreter_and_the_float64_referen
     G = torch.randn(64, 80, generator=torch.Generator().manual_seed(12)).bfloat16()
 
     def grads(device: str):
-        ts = [t.to(device).requires_grad_(True) for t in (X, W, b)]
+        # detached: on the CPU, .to("cpu") is the input itself, which would then require grad
+        # and make the float64 copies below non-leaf tensors without a .grad
+        ts = [t.detach().to(device).requires_grad_(True) for t in (X, W, b)]
         op(*ts).backward(G.to(device))
         return [t.grad.float().cpu() for t in ts]
 
     gpu, cpu = grads("cuda"), grads("cpu")
-    X64, W64, b64 = (t.double().requires_grad_(True) for t in (X, W, b))
+    X64, W64, b64 = (t.detach().double().requires_grad_(True) for t in (X, W, b))
     reference(X64, W64, b64).backward(G.double())
     for got, meant, exact in zip(gpu, cpu, (X64.grad, W64.grad, b64.grad), strict=True):
         scale = float(exact.abs().max())
