@@ -33,10 +33,12 @@ def abs_(gen, e: ir.Call, ctx: Ctx | None) -> str:
 
 
 # The float functions as C: (accurate, fast). Accurate forms are unaffected by --use_fast_math
-# (the sin, cos and pow of double precision, or libdevice functions fast math leaves alone); fast
+# (the tanh, sin, cos and pow of double precision, or libdevice functions fast math leaves alone:
+# erff, log1pf, expm1f compile to the same PTX with it, but for ftz); fast
 # forms are the hardware approximations. The error bounds are in docs/language.md §8.2.
 FLOAT_MATH = {
-    "tanh": ("tanhf({0})", "tanh_approx({0})"),
+    # not tanhf: --use_fast_math compiles it to tanh.approx.f32 (seen in the PTX of CUDA 13.0)
+    "tanh": ("((float)tanh((double)({0})))", "tanh_approx({0})"),
     "erf": ("erff({0})", "erff({0})"),
     "sigmoid": ("((float)(1.0 / (1.0 + exp(-(double)({0})))))", "__frcp_rn(1.0f + __expf(-({0})))"),
     "rsqrt": ("((float)(1.0 / sqrt((double)({0}))))", "rsqrtf({0})"),

@@ -87,6 +87,37 @@ def function_meaning(x: np.ndarray, p: np.ndarray) -> np.ndarray:
     return np.stack(out)
 
 
+# docs/language.md §8.2, math = accurate: each output's terms as (function, its ulp bound on the
+# GPU); a sum of two terms is rounded once more on each side
+ACCURATE_TERMS = (
+    (("tanh", 1),), (("erf", 2),), (("sigmoid", 1),), (("rsqrt", 1),),
+    (("log1p", 1), ("expm1", 1)), (("sin", 1), ("cos", 1)), (("pow", 1),), (("floor", 0),), (("ceil", 0),),
+)
+FTZ = 2.0**-126  # the GPU flushes subnormal f32 results to zero: at most this, absolute
+
+
+def accurate_bound(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Per element, the most |GPU - interpreter| may be under §8.2's accurate bounds: the GPU is
+    within b ulp of each exact term and the interpreter within 0.5 ulp (it rounds the exact value
+    once), so a term differs by at most (b + 0.5) ulp of the term; a sum adds both sides' rounding
+    of the sum, 0.5 ulp each; exact terms (floor, ceil) add nothing. Plus FTZ per term."""
+    t, q = x.astype(np.float64), p.astype(np.float64)
+    value = {"tanh": np.tanh(t), "erf": np.vectorize(math.erf)(t), "sigmoid": 1 / (1 + np.exp(-t)),
+             "rsqrt": 1 / np.sqrt(q), "log1p": np.log1p(q), "expm1": np.expm1(t), "sin": np.sin(t),
+             "cos": np.cos(t), "pow": q**t, "floor": np.floor(t * 4), "ceil": np.ceil(t * 4)}
+
+    def ulp(v):
+        return np.spacing(np.abs(v).astype(np.float32)).astype(np.float64)
+
+    out = []
+    for terms in ACCURATE_TERMS:
+        bound = sum((b + 0.5) * ulp(value[f]) + FTZ for f, b in terms if b)
+        if len(terms) > 1:
+            bound = bound + ulp(np.abs(sum(value[f] for f, _ in terms)) + bound)  # at the rounded sum
+        out.append(np.broadcast_to(bound, t.shape))
+    return np.stack(out)
+
+
 def scan_inputs(rng, rows: int, cols: int) -> dict[str, np.ndarray]:
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     out = {n: np.full((rows, cols), np.nan, np.float32) for n in ("s", "m", "v", "pr")}

@@ -77,3 +77,13 @@ def test_nvrtc_compiles_every_point(name):
     for point in all_points(k):
         compiled = compile_kernel(k, binding.bind(k, dims, None, point))
         assert compiled.entry in compiled.ptx, (name, point)
+
+
+@pytest.mark.parametrize("math", ["accurate", "fast"])
+def test_only_the_fast_tanh_is_the_hardware_approximation(math):
+    """--use_fast_math turns tanhf into tanh.approx.f32 (2^-10.987 relative, not §8.2's accurate
+    bound): the accurate tanh must not reach it; the fast one is exactly it."""
+    k = bc.kernel(bc.FUNCTIONS.format(math=math), "functions")
+    point = all_points(k)[0]
+    ptx = compile_kernel(k, binding.bind(k, {"R": 21, "C": 300}, None, point)).ptx
+    assert ("tanh.approx.f32" in ptx) == (math == "fast")
