@@ -23,7 +23,18 @@ from common.errors import UserError
 from common.log import get_logger
 from scheduler import forked_pod, process_end
 
-READY_LINE = "PHOBOS_POD_LISTENING "
+READY_LINE = "PHOBOS_POD_LISTENING "  # what pod/cli.py prints once it listens
+
+
+def read_ready_line(child) -> None:
+    """Read a pod process's stdout (`child.popen`) to its end: the address of its first READY_LINE
+    goes to `child.address`, and `child.said` is set then, or at the end if it never said one."""
+    for raw in child.popen.stdout:
+        line = raw.decode(errors="replace").strip()
+        if child.address is None and line.startswith(READY_LINE):
+            child.address = line[len(READY_LINE):].strip()
+            child.said.set()
+    child.said.set()
 START_TIMEOUT_S = 60.0
 DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the NVIDIA driver drives
 log = get_logger(program="scheduler")
@@ -110,12 +121,7 @@ class PodProcess:
         threading.Thread(target=self._read, name=f"pod-{self.pid}-stdout", daemon=True).start()
 
     def _read(self) -> None:
-        for raw in self.popen.stdout:
-            line = raw.decode(errors="replace").strip()
-            if self.address is None and line.startswith(READY_LINE):
-                self.address = line[len(READY_LINE):].strip()
-                self.said.set()
-        self.said.set()
+        read_ready_line(self)
 
     @property
     def returncode(self) -> int | None:

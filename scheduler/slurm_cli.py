@@ -28,7 +28,6 @@ from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
 from scheduler import slurm
 
-READY_LINE = "PHOBOS_POD_LISTENING "  # what pod/cli.py prints once it listens
 POD_START_TIMEOUT_S = 60.0
 POD_EXIT_GRACE_S = 10.0
 
@@ -88,12 +87,9 @@ class PodChild:
         threading.Thread(target=self._read, name="slurm-pod-stdout", daemon=True).start()
 
     def _read(self) -> None:
-        for raw in self.popen.stdout:
-            line = raw.decode(errors="replace").strip()
-            if self.address is None and line.startswith(READY_LINE):
-                self.address = line[len(READY_LINE):].strip()
-                self.said.set()
-        self.said.set()
+        from scheduler.local_pods import read_ready_line
+
+        read_ready_line(self)
 
     def wait_listening(self, where: str) -> str:
         if not self.said.wait(POD_START_TIMEOUT_S):

@@ -35,19 +35,23 @@ def _looks_like_softmax(kernel: ir.Kernel, loop: ir.For) -> bool:
     return len(decls) >= 2 or any(a.op == "=" for a in assigns) or takes_max
 
 
-def check_cluster_loop(kernel: ir.Kernel, loop: ir.For) -> Combine:
-    """The loop's combine form, or a CompileError naming the closest form and why it is not it."""
+def _cluster_wording(form: str, why: str) -> str:
+    return f"{FORMS}; this loop is closest to the {FORM_NAMES[form]}, but {why}"
+
+
+FORM_NAMES = {"softmax": "online softmax", "accumulator": "linear accumulator"}
+
+
+def check_cluster_loop(kernel: ir.Kernel, loop: ir.For, explain=_cluster_wording) -> Combine:
+    """The loop's combine form, or a CompileError naming the closest form and why it is not it:
+    `explain(form, why)` words it ('softmax' or 'accumulator'; the split over CTAs words it its
+    own way, compiler/cuda/split_loop.py)."""
     if _looks_like_softmax(kernel, loop):
         try:
             return check_online_softmax(kernel, loop)
         except NotSoftmax as why:
-            raise CompileError(
-                why.span, f"{FORMS}; this loop is closest to the online softmax, but {why.why}"
-            ) from None
+            raise CompileError(why.span, explain("softmax", why.why)) from None
     try:
         return check_accumulator(kernel, loop)
     except CompileError as err:
-        why = err.message.removeprefix(SHAPE + ": ")
-        raise CompileError(
-            err.span, f"{FORMS}; this loop is closest to the linear accumulator, but {why}"
-        ) from None
+        raise CompileError(err.span, explain("accumulator", err.message.removeprefix(SHAPE + ": "))) from None

@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.cluster.accumulate import SHAPE, Accumulator, check_accumulator
-from compiler.cluster.combine import _looks_like_softmax
+from compiler.cluster.accumulate import Accumulator
+from compiler.cluster.combine import check_cluster_loop
 from compiler.cluster.leaves import KernelText
 from compiler.cluster.partial_leaves import fresh, softmax_merge_lines, sum_merge_line
-from compiler.cluster.softmax import NotSoftmax, OnlineSoftmax, check_online_softmax
+from compiler.cluster.softmax import OnlineSoftmax
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.diagnostics import CompileError
@@ -93,24 +93,19 @@ def why_not_split(kernel: ir.Kernel) -> CompileError | None:
     return None
 
 
+SPLIT_WORDING = {
+    "softmax": "it is closest to the online softmax (m, l, acc)",
+    "accumulator": "it is closest to a linear accumulator (`acc += ..` stored once)",
+}
+
+
+def _split_wording(form: str, why: str) -> str:
+    return f"{NOT_SPLIT}: its state is not associative as written; {SPLIT_WORDING[form]}, but {why}"
+
+
 def _form(kernel: ir.Kernel, loop: ir.For) -> Accumulator | OnlineSoftmax:
     """The cluster compiler's combinable forms, its reasons reworded for a split over CTAs."""
-    if _looks_like_softmax(kernel, loop):
-        try:
-            return check_online_softmax(kernel, loop)
-        except NotSoftmax as why:
-            raise CompileError(
-                why.span, f"{NOT_SPLIT}: its state is not associative as written; it is closest to the "
-                f"online softmax (m, l, acc), but {why.why}"
-            ) from None
-    try:
-        return check_accumulator(kernel, loop)
-    except CompileError as err:
-        why = err.message.removeprefix(SHAPE + ": ")
-        raise CompileError(
-            err.span, f"{NOT_SPLIT}: its state is not associative as written; it is closest to a "
-            f"linear accumulator (`acc += ..` stored once), but {why}"
-        ) from None
+    return check_cluster_loop(kernel, loop, explain=_split_wording)
 
 
 def _check_bounds(kernel: ir.Kernel, loop: ir.For) -> None:

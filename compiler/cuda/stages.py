@@ -340,9 +340,11 @@ def choose_grid(kernel: ir.Kernel, env, schedule: Schedule, tf32: bool, warpgrou
         pinned = schedule.threads is not None or any(isinstance(a, ir.Launch) for a in kernel.attributes)
         # without a pinned CTA size, fewer warps where the tiles have too few rows for all of them
         sizes = [threads] if pinned else [threads, threads // 2, threads // 4]
-        # rows kept in one warp at any of the sizes first; columns over warps (their row
-        # reductions meeting in shared memory) only where no size lets the rows stay whole
-        tries = [(n, False) for n in sizes] + [(n, True) for n in sizes]
+        # rows kept in one warp at 4 warps or more first; then columns over warps (their row
+        # reductions meeting in shared memory); fewer than 4 warps last, where the register
+        # budget of each thread is smallest (decode's 32 rows on 2 warps hold 132 values a thread)
+        tries = ([(n, False) for n in sizes if n >= 128] + [(n, True) for n in sizes]
+                 + [(n, False) for n in sizes if n < 128])
         for n, columns_over_warps in tries:
             try:
                 # warpgroup MMA: every warp along the rows (64 rows per warpgroup of 4)
