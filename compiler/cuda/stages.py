@@ -220,6 +220,7 @@ def _dump(folder: Path, index: int, name: str, leaf: Leaf) -> None:
 
     text = {
         "bind": lambda: f"env {leaf.env}\nCTAs {leaf.counts}",
+        "fp8": body,
         "hoist": body,
         "split": body,
         "fit": body,

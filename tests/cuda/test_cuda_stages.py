@@ -28,7 +28,7 @@ def _through(leaf, last):
 
 def test_stage_list_is_the_documented_order():
     assert [n for n, _ in stages.STAGES] == [
-        "bind", "hoist", "split", "fit", "analyse", "lay out", "emit", "nvrtc"
+        "bind", "fp8", "hoist", "split", "fit", "analyse", "lay out", "emit", "nvrtc"
     ]
 
 
@@ -145,11 +145,12 @@ def test_dump_switch_writes_every_stage(tmp_path, monkeypatch):
     stages.run(kernel, binding.bind(kernel, {"N": 1000}))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "0-bind.txt",
-        "1-hoist.txt",
-        "2-split.txt",
-        "3-fit.txt",
-        "4-analyse.txt",
-        "5-lay-out.txt",
-        "6-emit.txt",
-        "7-nvrtc.txt",
+        "1-fp8.txt",
+        "2-hoist.txt",
+        "3-split.txt",
+        "4-fit.txt",
+        "5-analyse.txt",
+        "6-lay-out.txt",
+        "7-emit.txt",
+        "8-nvrtc.txt",
     ]
