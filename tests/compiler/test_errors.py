@@ -4,9 +4,7 @@ what is wrong, and no trace of phobos' own files in the rendered text."""
 from __future__ import annotations
 
 import pytest
-
-from compiler.frontend.diagnostics import CompileError
-from compiler.frontend.load import load_text
+from user_errors import assert_reported
 
 ATTRS = "@autotune(B in [32, 64])"
 PARAMS = "a: tensor<f32>[N], b: tensor<f32>[N]"
@@ -302,19 +300,7 @@ CASES = [
 
 @pytest.mark.parametrize(("source", "where", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_error(source, where, message):
-    with pytest.raises(CompileError) as info:
-        load_text(source, "bad.phk")
-    text = info.value.render()
-    first = text.splitlines()[0]
-    assert first.startswith(f"bad.phk:{where}: error: "), text
-    assert message in first, text
-    for internal in (".py", "compiler/", "Traceback"):
-        assert internal not in text, text
-    # the caret line sits under the reported column
-    line, col = (int(v) for v in where.split(":"))
-    lines = text.splitlines()
-    assert lines[1] == source.splitlines()[line - 1]
-    assert lines[2].index("^") == col - 1
+    assert_reported(source, where, message)
 
 
 def test_case_count():

@@ -7,10 +7,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from user_errors import assert_reported
 
 from common import storage
 from compiler.frontend import binding
-from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_file, load_text
 from compiler.interp import interpreter as interp
 
@@ -52,11 +52,7 @@ ERRORS = [
 
 @pytest.mark.parametrize(("source", "where", "message"), [c[1:] for c in ERRORS], ids=[c[0] for c in ERRORS])
 def test_fp8_type_errors(source, where, message):
-    with pytest.raises(CompileError) as info:
-        load_text(source, "bad.phk")
-    first = info.value.render().splitlines()[0]
-    assert first.startswith(f"bad.phk:{where}: error: "), first
-    assert message in first, first
+    assert_reported(source, where, message)
 
 
 def test_fp8_values_may_be_converted_transposed_and_dotted():
