@@ -33,6 +33,7 @@ from pathlib import Path
 from common import options
 from common.atomic import write_atomically
 from common.errors import UserError
+from common.fault_points import FaultPoints
 from common.fileio import fsync_path
 from common.storage import staging_path
 
@@ -40,7 +41,6 @@ RECORD_MARK = ".phobos-commit-"
 RECORD_FORMAT = "phobos-commit/1"
 FAULT_ENV = options.COMMIT_FAULT
 STEPS = ("fsync", "record", "rename", "forget")
-_fault_counts: dict[str, int] = {}
 
 
 class CommitFailed(Exception):
@@ -58,13 +58,7 @@ def record_path(final: Path, job_id: str) -> Path:
     return final.with_name(f".{final.name}{RECORD_MARK}{job_id}")
 
 
-def _fault_point(step: str) -> None:
-    rule = options.current().commit_fault
-    if not rule:
-        return
-    _fault_counts[step] = _fault_counts.get(step, 0) + 1
-    if rule == f"kill-at={step}:{_fault_counts[step]}":
-        os.kill(os.getpid(), signal.SIGKILL)
+_fault_point = FaultPoints(lambda: options.current().commit_fault, "kill-at", signal.SIGKILL)
 
 
 def _fsync_folders(paths) -> None:

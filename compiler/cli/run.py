@@ -35,6 +35,7 @@ from common import options
 from common.atomic import refuse_read_only
 from common.cli import user_path
 from common.errors import UserError
+from common.fault_points import FaultPoints
 from common.storage import read_npy, write_npy
 from compiler.cli.args import (
     add_cta_split_flag,
@@ -132,16 +133,8 @@ def require_creatable(kernel: ir.Kernel, name: str, path: Path) -> None:
 
 FAULT_ENV = options.RUN_FAULT
 PIECE_BYTES = 1 << 20
-_fault_counts: dict[str, int] = {}
-
-
-def _fault_point(step: str) -> None:
-    rule = options.current().run_fault
-    if not rule:
-        return
-    _fault_counts[step] = _fault_counts.get(step, 0) + 1
-    if rule == f"stop-at={step}:{_fault_counts[step]}":
-        os.kill(os.getpid(), signal.SIGSTOP)
+# PHOBOS_RUN_FAULT=stop-at=piece:N|rename:N stops the command there (tests/compiler/test_run_killed.py)
+_fault_point = FaultPoints(lambda: options.current().run_fault, "stop-at", signal.SIGSTOP)
 
 
 class _Pieces:
