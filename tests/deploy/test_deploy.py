@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import shlex
 import tomllib
@@ -18,8 +17,9 @@ from common.paths import repo_file
 from pod.cli import build_parser as pod_parser
 from scheduler.run_cli import build_parser as scheduler_parser
 from tests.deploy import k8s_schema
+from tests.extras import extras_required
 
-if os.environ.get("PHOBOS_REQUIRE_EXTRAS") == "1":
+if extras_required():
     import yaml
 else:
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (the extras lock, docs/torch.md)")

@@ -4,15 +4,8 @@ test (pytest fails a run that collects none)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-import pytest
+from tests.extras import check_extra_installed
 
 
 def test_pyyaml_is_installed_where_the_extras_are_required():
-    found = importlib.util.find_spec("yaml") is not None
-    if os.environ.get("PHOBOS_REQUIRE_EXTRAS") == "1":
-        assert found, "PHOBOS_REQUIRE_EXTRAS=1 but PyYAML is not installed: run tools/extras torch"
-    elif not found:
-        pytest.skip("PyYAML is not installed (docs/kubernetes.md)")
+    check_extra_installed("yaml", "PyYAML", "docs/kubernetes.md")

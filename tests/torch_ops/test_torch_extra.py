@@ -4,15 +4,8 @@ test (pytest fails a run that collects none)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-import pytest
+from tests.extras import check_extra_installed
 
 
 def test_torch_is_installed_where_the_extras_are_required():
-    found = importlib.util.find_spec("torch") is not None
-    if os.environ.get("PHOBOS_REQUIRE_EXTRAS") == "1":
-        assert found, "PHOBOS_REQUIRE_EXTRAS=1 but torch is not installed: run tools/extras torch"
-    elif not found:
-        pytest.skip("torch is not installed (docs/torch.md)")
+    check_extra_installed("torch", "torch", "docs/torch.md")

@@ -5,11 +5,11 @@ from here, after the check: without torch its import is an error, not a skip."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-if os.environ.get("PHOBOS_REQUIRE_EXTRAS") == "1":
+from tests.extras import extras_required
+
+if extras_required():
     import torch  # an ImportError here fails the test module
 else:
     torch = pytest.importorskip("torch", reason="torch is not installed (docs/torch.md)")
