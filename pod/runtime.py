@@ -314,6 +314,8 @@ class PodRuntime(Serving):
             log.warning("instruction failed", job=job.job_id, instruction=ins.id, error=message)
         elif isinstance(err, Refused):
             log.info("instruction refused", job=job.job_id, instruction=ins.id, reason=message)
+        elif isinstance(err, TransferError):  # the scheduler blames the peer: say why here too
+            log.info("fetch failed", job=job.job_id, instruction=ins.id, reason=message)
         return message
 
     def _report(self, job: Job, generation: int, ins: Instruction, start: float, finished: float | None,

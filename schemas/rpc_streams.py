@@ -29,7 +29,10 @@ import functools
 import capnp
 from capnp.lib.capnp import _PyAsyncIoStreamProtocol
 
+from common.log import get_logger
 from schemas.remote_errors import FailureKind, Refused, remote_reason
+
+log = get_logger()
 
 
 class _DeferredPauseTransport:
@@ -160,7 +163,9 @@ def refuse(context, err: Refused) -> None:
 
 def answers_refusals(method):
     """Wrap an RPC method so that a `Refused` it raises is answered as the call's failure, and
-    any other error as an `internal` one (logged by the caller, never a traceback on the wire)."""
+    any other error as an `internal` one (never a traceback on the wire). An internal error is
+    also logged here, where it happened: the caller may be another pod, whose log is elsewhere
+    and which may only note that its fetch failed."""
     @functools.wraps(method)
     async def wrapped(self, *args, _context, **kwargs):
         try:
@@ -170,7 +175,10 @@ def answers_refusals(method):
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a bug or a broken device: the caller learns it as a failure
-            refuse(_context, Refused(remote_reason(err), FailureKind.INTERNAL))
+            reason = remote_reason(err)
+            log.warning("answered a call with an internal error", method=method.__name__,
+                                 error=type(err).__name__, reason=reason)
+            refuse(_context, Refused(reason, FailureKind.INTERNAL))
 
     return wrapped
 

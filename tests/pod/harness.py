@@ -106,7 +106,9 @@ class Sink(rpc.SchedulerSink.Server):
         while not all(k in self.plans_done for k in keys):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"plans not finished in time: have {self.plans_done}")
+                failed = [(node, e.kind, e.id, e.message) for node, e in self.reported if not e.ok]
+                raise AssertionError(f"plans not finished in time: have {self.plans_done}; "
+                                     f"failed instructions (node, kind, id, reason): {failed}")
             self.changed.clear()
             try:
                 await asyncio.wait_for(self.changed.wait(), left)
