@@ -92,7 +92,7 @@ JOB_TABLE: dict[type, tuple[str, str]] = {
     OutputsStaged: ("_outputs_staged", "the job's stores held for their staging copies go to the lease"),
     PlanReady: ("_plan_ready", "the plan joins the job's PodState: its first instructions start"),
     InstructionDone: ("_done", "the PodState goes on: what now may start, frees, PlanFinished"),
-    TileReleased: ("_released", "ReportServed; a Free waiting for that fetch may go on"),
+    TileReleased: ("_released", "ReportServed (none for a give-up); a Free waiting for that fetch may go on"),
     CancelJob: ("_cancel", "every plan of the job dropped; its held stores refused"),
     StoreAsked: ("_store_asked", "stopping: refused; its job's outputs not staged: held for them; "
                                  "else written under a live lease (or alone), or held for a heartbeat"),
@@ -326,7 +326,10 @@ class PodMachine:
         return self._on_job(s.job, state.handle(st.InstructionFinished(s.generation, s.id, s.ok, s.message)))
 
     def _released(self, s: TileReleased) -> list[Action]:
-        actions = self.job(s.job).handle(st.TileServed(s.generation, s.buffer, s.node))
+        actions = self.job(s.job).handle(st.TileServed(s.generation, s.buffer, s.node, s.gave_up))
+        if s.gave_up:  # nothing was served: no serve event
+            self._tell(("tile", s.job, s.generation, s.buffer), f"node {s.node} gave up fetching it")
+            return self._on_job(s.job, actions)
         self._tell(("tile", s.job, s.generation, s.buffer), f"served to node {s.node}")
         report = ReportServed(s.job, s.generation, s.buffer, s.node, s.nbytes, s.at)
         return [report] + self._on_job(s.job, actions)

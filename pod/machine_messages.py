@@ -99,7 +99,7 @@ class InstructionDone:
 
 @dataclass(frozen=True)
 class TileReleased:
-    """A peer finished fetching a tile of ours (its `release` call)."""
+    """A peer finished fetching a tile of ours (its `release` call), or gave up on it."""
 
     job: str
     generation: int
@@ -107,6 +107,7 @@ class TileReleased:
     node: int
     nbytes: int = 0
     at: float = 0.0  # Unix time, for the serve event
+    gave_up: bool = False  # the peer will not fetch it (its fetch failed or was dropped)
 
 
 @dataclass(frozen=True)

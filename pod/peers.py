@@ -318,15 +318,24 @@ class Peers:
         checked, and an owner that is gone by now is the heartbeats' business, not this
         fetch's."""
         log.debug("fetched", job=f.job_id, instruction=f.ins.id, bytes=nbytes, path=path)
+        self.spawn(self._release(f.job_id, f.generation, f.ins, f.address, nbytes, gave_up=False))
 
-        async def release() -> None:
-            try:
-                check(await asyncio.wait_for(link.pod.release(
-                    f.job_id, f.generation, f.ins.peer_buffer, self.node(), nbytes), self.patience))
-            except Exception as err:
-                log.info("release to the tile's owner failed", peer=f.ins.peer, reason=remote_reason(err))
+    def give_up(self, job_id: str, generation: int, ins: Fetch, address: str) -> None:
+        """This pod will not fetch `ins`'s tile (the fetch failed or was dropped): tell its owner,
+        whose Free of the tile would otherwise wait for this node until the job ends."""
+        log.debug("telling the owner this pod will not fetch its tile", job=job_id, generation=generation,
+                  instruction=ins.id, peer=ins.peer, buffer=ins.peer_buffer)
+        self.spawn(self._release(job_id, generation, ins, address, 0, gave_up=True))
 
-        self.spawn(release())
+    async def _release(self, job_id: str, generation: int, ins: Fetch, address: str, nbytes: int,
+                       gave_up: bool) -> None:
+        try:
+            link = self.links.get(address) or await self._link(address)
+            check(await asyncio.wait_for(link.pod.release(
+                job_id, generation, ins.peer_buffer, self.node(), nbytes, gave_up), self.patience))
+        except Exception as err:
+            what = "a give-up" if gave_up else "release"
+            log.info(f"{what} to the tile's owner failed", peer=ins.peer, reason=remote_reason(err))
 
 
 def _check_same_tile(header: TileHeader, shape: tuple[int, ...], dtype: str, ins: Fetch) -> None:

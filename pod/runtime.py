@@ -172,6 +172,14 @@ class PodRuntime(Serving):
             self.link.queue_event(job.job_id, action.generation, InstructionEvent(
                 id=ins.id, kind="fetch", start=now, end=now, bytes=0, peer=ins.peer, ok=False,
                 message=action.reason))
+        elif isinstance(action, st.FetchGivenUp):
+            address = job.peers.get(action.instruction.peer)
+            if address is not None:
+                self.peers.give_up(job.job_id, action.generation, action.instruction, address)
+        elif isinstance(action, st.FreeWaits):
+            log.debug("free waits for peers to fetch its tile", job=job.job_id, generation=action.generation,
+                      instruction=action.instruction.id, buffer=action.instruction.buffer,
+                      peers=list(action.peers))
 
     def _offer(self, job: Job, generation: int, buffer: int) -> None:
         """Offer a servable buffer to the peers that will fetch it (pod/offers.py), so that their

@@ -320,8 +320,8 @@ class PodImpl(rpc.Pod.Server):
         _context.results.data = self.runtime.read_chunk(jobId, generation, buffer, offset, length)
 
     @rpc_streams.answers_refusals
-    async def release(self, jobId, generation, buffer, node, bytes, _context, **kwargs):
-        self.runtime.release(jobId, generation, buffer, node, bytes)
+    async def release(self, jobId, generation, buffer, node, bytes, gaveUp, _context, **kwargs):
+        self.runtime.release(jobId, generation, buffer, node, bytes, gaveUp)
 
     @rpc_streams.answers_refusals
     async def ipcHandle(self, jobId, generation, buffer, _context, **kwargs):

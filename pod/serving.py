@@ -8,11 +8,14 @@ import asyncio
 import time
 
 from common import storage
+from common.log import get_logger
 from pod import machine as m
 from pod.job_records import BufferRecord, Job
 from pod.transfer import byte_view
 from schemas.capnp_io import InstructionEvent, TileHeader
 from schemas.remote_errors import Refused
+
+log = get_logger()
 
 
 class Serving:
@@ -30,6 +33,8 @@ class Serving:
                 raise refusal
             fut = asyncio.get_running_loop().create_future()
             job.waiters.setdefault(key, []).append(fut)
+            log.debug("a peer waits for a tile", job=job_id, generation=generation, buffer=buffer,
+                      plan_here=generation in job.state.plans, patience_s=patience_s)
             try:
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result when
                 # the caller is cancelled just as the buffer becomes ready, and the RPC method
@@ -74,9 +79,13 @@ class Serving:
             raise Refused(f"buffer {buffer}: offset {offset} is past its {len(data)} bytes")
         return bytes(data[offset:offset + length])
 
-    def release(self, job_id: str, generation: int, buffer: int, node: int, nbytes: int) -> None:
+    def release(self, job_id: str, generation: int, buffer: int, node: int, nbytes: int,
+                gave_up: bool = False) -> None:
         self.job(job_id)
-        self.feed(m.TileReleased(job_id, generation, buffer, node, nbytes, time.time()))
+        if gave_up:
+            log.debug("a peer gave up fetching a tile", job=job_id, generation=generation,
+                      buffer=buffer, peer=node)
+        self.feed(m.TileReleased(job_id, generation, buffer, node, nbytes, time.time(), gave_up))
 
     def report_served(self, r: m.ReportServed) -> None:
         self.link.queue_event(r.job, r.generation, InstructionEvent(

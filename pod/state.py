@@ -21,6 +21,12 @@ Rules
   abandoned the same way (the scheduler blames the peer and re-plans what was abandoned).
 - Any other failed instruction stops the plan: nothing more starts, the buffers stay servable
   until the job is cancelled, and the scheduler is told.
+- Nothing waits on a peer silently or for ever. A fetch this plan abandons (failed, or dropped
+  with what it fed) from a peer still live is given up (`FetchGivenUp`): the shell tells that
+  owner, whose Free of the tile then waits for this node no longer. A give-up can reach the
+  owner before its plan of that generation does (the fetch failed while the owner had none: the
+  owner said no plan of it produced the tile); it is kept and counted when the plan comes. A
+  Free held for its peers says which (`FreeWaits`), for the log.
 """
 
 from __future__ import annotations
@@ -68,11 +74,12 @@ class InstructionFinished:
 
 @dataclass(frozen=True)
 class TileServed:
-    """A peer finished fetching `buffer` (its `release` call)."""
+    """A peer finished fetching `buffer` (its `release` call), or gave up on it (`gave_up`)."""
 
     generation: int
     buffer: int
     node: int
+    gave_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,26 @@ class FetchAbandoned:
     reason: str
 
 
-Action = StartInstruction | BufferServable | DropGeneration | PlanFinished | FetchAbandoned | BufferDoomed
+@dataclass(frozen=True)
+class FetchGivenUp:
+    """This plan will not fetch `instruction`'s tile (the fetch failed, or was dropped with what
+    it fed) and its owner is live: tell the owner, whose Free of the tile waits for it."""
+
+    generation: int
+    instruction: Fetch
+
+
+@dataclass(frozen=True)
+class FreeWaits:
+    """`instruction` (a Free) is held until `peers` have fetched its buffer or given up."""
+
+    generation: int
+    instruction: Free
+    peers: tuple[int, ...]
+
+
+Action = (StartInstruction | BufferServable | DropGeneration | PlanFinished | FetchAbandoned | BufferDoomed
+          | FetchGivenUp | FreeWaits)
 
 
 # ---- one plan ------------------------------------------------------------------------------------
@@ -238,6 +264,9 @@ class PlanState:
                 actions.append(StartInstruction(self.generation, ins))
             else:
                 self.waiting_frees.add(i)
+                pending = self.fetchers(ins.buffer)
+                if pending and all(u in self.done for u in self.users.get(ins.buffer, ())):
+                    actions.append(FreeWaits(self.generation, ins, pending))
 
     def start_ready(self) -> list[Action]:
         actions: list[Action] = []
@@ -294,6 +323,10 @@ class PlanState:
         self.abandoned |= dropped
         self.running -= dropped
         self.waiting_frees -= dropped
+        for ident in sorted(dropped):  # owners left waiting for this node's fetch: told
+            ins = self.by_id[ident]
+            if isinstance(ins, Fetch) and ins.peer not in self.lost:
+                actions.append(FetchGivenUp(self.generation, ins))
         for buf in sorted({b for i in dropped for b in self.fills[i]} - self.doomed):
             self.doomed.add(buf)
             actions.append(BufferDoomed(self.generation, buf))
@@ -319,6 +352,7 @@ class PlanState:
         return actions
 
     def serve_done(self, buffer: int, node: int) -> list[Action]:
+        """`node` fetched `buffer`, or gave up on it: its Free waits for that node no longer."""
         if buffer not in self.producers_left:
             raise Refused(f"buffer {buffer} is not in the plan of generation {self.generation}")
         self.served.setdefault(buffer, set()).add(node)
@@ -351,6 +385,8 @@ class PodState:
         self.peers: set[int] = set()  # the job's live nodes, as the last submit named them
         self.lost: set[int] = set()
         self.cancelled = False
+        # generation -> (buffer, node) give-ups that came before that plan did: counted on arrival
+        self.early_give_ups: dict[int, set[tuple[int, int]]] = {}
 
     @property
     def generation(self) -> int:
@@ -407,6 +443,9 @@ class PodState:
         if isinstance(event, TileServed):
             self.check_generation(event.generation)
             if not self.is_current(event.generation):
+                if event.gave_up:  # the fetch failed before this node had the plan
+                    self.early_give_ups.setdefault(event.generation, set()).add((event.buffer, event.node))
+                    return []
                 raise Refused(f"job {self.job_id}: no plan of generation {event.generation}", STALE)
             return self.plans[event.generation].serve_done(event.buffer, event.node)
         if isinstance(event, GenerationChanged):
@@ -424,6 +463,8 @@ class PodState:
             del self.plans[g]
         if generation is not None:
             self.dropped_through = max(self.dropped_through, generation - 1)
+        for g in [g for g in self.early_give_ups if generation is None or g < generation]:
+            del self.early_give_ups[g]
         return [DropGeneration(g, reason) for g in old]
 
     def _submit(self, event: PlanSubmitted) -> list[Action]:
@@ -443,6 +484,9 @@ class PodState:
                 for older in self.plans.values():
                     actions += older.peers_lost(newly_lost)
         self.plans[generation] = plan
+        for buffer, node in sorted(self.early_give_ups.pop(generation, ())):
+            if plan.produces(buffer):  # a peer that gave up before this plan came
+                plan.served.setdefault(buffer, set()).add(node)
         if self.lost:  # a plan made before a loss it arrives after (submits may cross)
             actions += plan.peers_lost(set(self.lost))
         actions += plan.start_ready()
@@ -452,6 +496,6 @@ class PodState:
 
 __all__ = [
     "Action", "BufferDoomed", "BufferServable", "Cancelled", "CheckedPlan", "DropGeneration", "Event",
-    "FetchAbandoned", "GenerationChanged", "InstructionFinished", "PlanFinished", "PlanSubmitted", "PodState",
-    "Refused", "StartInstruction", "TileServed",
+    "FetchAbandoned", "FetchGivenUp", "FreeWaits", "GenerationChanged", "InstructionFinished", "PlanFinished",
+    "PlanSubmitted", "PodState", "Refused", "StartInstruction", "TileServed",
 ]

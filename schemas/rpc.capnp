@@ -226,13 +226,16 @@ interface Pod {
   # Peer fetches. `tileHeader` waits until the buffer's producers are done (bounded by the
   # caller's patience), then describes it. `readChunk` returns bytes [offset, offset+length) of
   # the tile (length <= 16 MiB). `release` tells the owner one fetch of the buffer is complete,
-  # which is what a Free with `serves` > 0 waits for.
+  # which is what a Free with `serves` > 0 waits for; `gaveUp` true: the caller will not fetch
+  # it (its fetch failed or was dropped), so that Free waits for it no longer. A give-up may come
+  # before the owner has the plan of that generation (the fetch failed meanwhile): it is kept
+  # for the plan.
   tileHeader @2 (jobId :Text, generation :UInt32, buffer :UInt32)
       -> (header :TileHeader, failure :Failure);
   readChunk @3 (jobId :Text, generation :UInt32, buffer :UInt32, offset :UInt64, length :UInt32)
       -> (data :Data, failure :Failure);
-  release @4 (jobId :Text, generation :UInt32, buffer :UInt32, node :UInt32, bytes :UInt64)
-      -> (failure :Failure);
+  release @4 (jobId :Text, generation :UInt32, buffer :UInt32, node :UInt32, bytes :UInt64,
+              gaveUp :Bool = false) -> (failure :Failure);
 
   # Same-host GPU peers: a CUDA IPC memory handle of the buffer (cupy runtime.ipcGetMemHandle)
   # and its header. Fails on a CPU pod; the caller then falls back to readChunk.

@@ -117,6 +117,15 @@ class Sink(rpc.SchedulerSink.Server):
         return [self.plans_done[k] for k in keys]
 
 
+async def logged(log: Path, *words: str, timeout: float = 60.0) -> None:
+    """Wait until a line of the pod log `log` holds every word (an event of another process, not
+    a delay)."""
+    deadline = time.monotonic() + timeout
+    while not any(all(w in line for w in words) for line in log.read_text().splitlines()):
+        assert time.monotonic() < deadline, f"no line with {words} in {log} within {timeout} s"
+        await asyncio.sleep(0.01)
+
+
 async def hello_all(procs) -> tuple[Sink, list]:
     """Log in to every pod of `procs` and say hello as its scheduler (node = its index): the sink
     they report to, and each pod's (client, capability)."""

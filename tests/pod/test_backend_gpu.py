@@ -9,7 +9,7 @@ import pytest
 from common import storage
 from pod.backend_cpu import CpuBackend
 from schemas import capnp_io
-from tests.pod.harness import Sink, connect, hello_all, run_async, running_pods, submit
+from tests.pod.harness import Sink, connect, hello_all, logged, run_async, running_pods, submit
 from tests.pod.test_pod_rpc import HALF, PROGRAM, add_plans, make_inputs
 
 pytestmark = pytest.mark.gpu
@@ -201,7 +201,7 @@ def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings
                                           Store(2, (1,), 0, 0, region, unit=0), Free(3, (2,), 0)), 4 * n,
                                    (out.as_uri(),))
                 await submit(links[0][1], job, program, owner, peers)
-                await _logged(tmp_path / "pod-1.log", "tile offered", job)  # the offer is there
+                await logged(tmp_path / "pod-1.log", "tile offered", job)  # the offer is there
                 await submit(links[1][1], job, program, fetcher, peers)
                 results += await sink.wait_finished([(0, job, 1), (1, job, 1)], timeout=60)
                 for _, pod in links:  # dropped at its end, as phobos-sched does on running pods
@@ -218,14 +218,3 @@ def test_an_offered_tile_is_copied_without_asking_and_a_reused_allocation_brings
         out = tmp_path / f"{job}-out.npy"
         storage.commit(storage.staging_path(out, job), out)
         np.testing.assert_array_equal(np.load(out), data)
-
-
-async def _logged(log, *words: str, timeout: float = 60.0) -> None:
-    """Wait until a line of `log` holds every word (an event of another process, not a delay)."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not any(all(w in line for w in words) for line in log.read_text().splitlines()):
-        assert loop.time() < deadline, f"no line with {words} in {log} within {timeout} s"
-        await asyncio.sleep(0.01)
