@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call for the work merged on 2026-12-07 (issues 33, 36, 37, 38), from the repo root on
-# the GPU machine with the structlog/pycapnp/ml_dtypes wheels in WHL (default .whl). The GPU tests
+# the GPU machine with the structlog/pycapnp/ml_dtypes/crc32c wheels in WHL (default .whl). The GPU tests
 # of every new path first (correctness before speed), then short benchmark passes: decode/split-K
 # (benchmarks/decode.py), fp8 against torch._scaled_mm, issue 36's rows. Each step has its own
 # time cap so that one slow step leaves the others their turn; every log lands under $OUT.

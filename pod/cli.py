@@ -166,6 +166,7 @@ def main(argv: list[str]) -> int:
         if not root.is_dir():
             raise UserError(f"--storage-root {root}: not a directory")
     from pod.server import PodConfig, PodServer  # after the flags: loads the schema and capnp
+    from pod.transfer import require_crc32c
 
     config = PodConfig(
         host=host, port=port, token=required_token(args.token_file), roots=tuple(Path(r) for r in roots),
@@ -176,6 +177,7 @@ def main(argv: list[str]) -> int:
         max_pending_logins=int(_positive("--max-pending-logins", args.max_pending_logins)),
         hello_timeout=None if args.hello_timeout is None
         else _positive("--hello-timeout", args.hello_timeout))
+    require_crc32c()
     backend = make_backend(args.device, cuda)
 
     def on_listening(bound_host: str, bound_port: int) -> None:

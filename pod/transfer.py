@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common import options
+from common.errors import UserError
 
 TICKET_BYTES = 16
 PORT_WAIT_S = 60.0  # how long the port waits for a connected fetcher's ticket, and a ticket's life
@@ -65,6 +66,18 @@ def _crc32c():
     import crc32c
 
     return crc32c.crc32c
+
+
+def require_crc32c() -> None:
+    """Refuse to start a pod that could not checksum a tile: without the crc32c package every
+    tile it serves or fetches through host memory fails at its first checksum (an owner's
+    tileHeader answered an internal error; seen on a GPU machine without the wheel, where a GPU
+    pod serving a CPU pod hung that way). Found, not imported (`_crc32c` says why)."""
+    import importlib.util
+
+    if importlib.util.find_spec("crc32c") is None:
+        raise UserError("the crc32c package is not installed: a pod checks every tile it moves "
+                        "with it (CRC-32C); install third_party/requirements.lock")
 
 
 def checksum(array: np.ndarray) -> int:

@@ -76,11 +76,14 @@ def test_gpu_pods_run_the_add_plans(tmp_path, devices):
             for node, (_, pod) in enumerate(links):
                 infos.append(capnp_io.read_pod_info((await pod.hello(sink, node)).info))
             plans = add_plans(uris)
-            for node in (1, 0):
+            for node in (1, 0):  # the fetcher's plan first: its ask reaches node 0 before node 0's
                 await submit(links[node][1], "job-gpu", PROGRAM, plans[node], peers)
-            return infos, await sink.wait_finished([(0, "job-gpu", 1), (1, "job-gpu", 1)], timeout=60)
+            finished = await sink.wait_finished([(0, "job-gpu", 1), (1, "job-gpu", 1)], timeout=60)
+            return infos, finished, sink.reported
 
-        infos, results = run_async(scenario)
+        infos, results, reported = run_async(scenario)
+    # a failed fetch drops what needed it and the plan still finishes: its reason is in its event
+    assert [(node, e.kind, e.message) for node, e in reported if not e.ok] == []
     assert results == [(True, ""), (True, "")]
     assert infos[0].backend == "gpu" and infos[0].device_index == 0
     import cupy  # the hello says the GPU's compute capability, which the scheduler compiles for

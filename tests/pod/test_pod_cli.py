@@ -47,6 +47,20 @@ def test_user_errors_exit_2_with_one_line(args, token, message):
     assert proc.stdout == ""
 
 
+def test_a_pod_without_the_crc32c_package_refuses_to_start():
+    """Where crc32c cannot be imported (a machine given the other wheels only), a pod that
+    started would fail every tile it served or fetched through host memory: it exits 2 at once."""
+    blocked = ("import runpy, sys; sys.modules['crc32c'] = None; "
+               "runpy.run_module('pod.main', run_name='__main__')")  # None: `import crc32c` fails
+    env = dict(pod_env(), PHOBOS_TOKEN=T)
+    proc = subprocess.run([sys.executable, "-c", blocked, "--listen", "127.0.0.1:0"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "error: the crc32c package is not installed: a pod checks every tile it moves with "
+        "it (CRC-32C); install third_party/requirements.lock"]
+
+
 def test_empty_token_file_is_refused(tmp_path):
     (tmp_path / "token").write_text("\n")
     proc = run_pod(["--token-file", str(tmp_path / "token")])
