@@ -19,7 +19,6 @@ from typing import NamedTuple
 import capnp
 import numpy as np
 
-from common import storage
 from common.log import get_logger
 from pod import machine as m
 from pod.offers import Offer, Offers
@@ -276,10 +275,10 @@ class Peers:
 
     # ---- offering our tiles -------------------------------------------------------------------
 
-    def offer(self, job_id: str, generation: int, buffer: int, array, peers: list[str]) -> None:
-        """Offer a servable buffer to the same-host GPU pods at `peers`, which will fetch it."""
+    def offer(self, job_id: str, generation: int, buffer: int, array, dtype: str, peers: list[str]) -> None:
+        """Offer a servable buffer (of storage dtype `dtype`) to the same-host GPU pods at
+        `peers`, which will fetch it."""
         handle = self.backend.ipc_handle(array)
-        dtype = storage.dtype_name(self.backend.host_dtype(array))
         header = TileHeader(shape=tuple(array.shape), dtype=dtype, nbytes=int(array.nbytes), checksum=0)
         for address in peers:
             self.spawn(self._offer(address, job_id, generation, buffer, handle, header, self._ipc_possible))

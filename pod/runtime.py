@@ -204,7 +204,7 @@ class PodRuntime(Serving):
         if delay is not None:
             await delay.wait()
         if self.backend.kind == "gpu":
-            self.peers.offer(job_id, generation, buffer, record.array, peers)
+            self.peers.offer(job_id, generation, buffer, record.array, record.dtype, peers)
             return
         await self._serving_copy(record)
         for address in peers:

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import capnp
 
-from common import storage
 from common.log import get_logger
 from pod import machine as m
 from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS, REFUSAL_DELAY_S, FrontDoor, Stranger
@@ -332,7 +331,7 @@ class PodImpl(rpc.Pod.Server):
         record.lent = True  # the peer maps it: not reused before the job ends or the peer releases it
         results.handle = self.pod.backend.ipc_handle(record.array)
         shape = tuple(record.array.shape)
-        dtype = storage.dtype_name(self.pod.backend.host_dtype(record.array))
+        dtype = record.dtype  # the Allocate's: a GPU holds fp8 as uint8, bf16 as uint16
         capnp_io.write_tile_header(results.header, capnp_io.TileHeader(
             shape=shape, dtype=dtype, nbytes=int(record.array.nbytes), checksum=0))
         results.deviceIndex = self.pod.backend.device_index

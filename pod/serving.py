@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from common import storage
 from common.log import get_logger
 from pod import machine as m
 from pod.job_records import BufferRecord, Job
@@ -60,7 +59,9 @@ class Serving:
             port, ticket = 0, b""
         else:
             port, ticket = self.data_port.port, self.data_port.offer(record.host)
-        return TileHeader(shape=tuple(record.host.shape), dtype=storage.dtype_name(record.host.dtype),
+        # the Allocate's dtype, which the fetcher's buffer has too: a GPU's host copy of an fp8
+        # tile is uint8, whose numpy name would not say e4m3 or e5m2
+        return TileHeader(shape=tuple(record.host.shape), dtype=record.dtype,
                           nbytes=record.host.nbytes, checksum=record.crc, data_port=port, ticket=ticket)
 
     def _servable(self, job: Job, generation: int, buffer: int) -> bool:
