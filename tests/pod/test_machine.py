@@ -204,6 +204,9 @@ def test_stories_of_a_unit_a_tile_and_the_scheduler_connection():
     actions = machine.handle(m.TileReleased("j", 1, 0, node=3, nbytes=32, at=5.0))
     assert actions[0] == m.ReportServed("j", 1, 0, 3, 32, 5.0)  # reported before what it sets off
     assert machine.story(("tile", "j", 1, 0))[-1] == "served to node 3"
+    gave_up = machine.handle(m.TileReleased("j", 1, 0, node=4, at=6.0, gave_up=True))
+    assert not [a for a in gave_up if isinstance(a, m.ReportServed)]  # nothing was served
+    assert machine.story(("tile", "j", 1, 0))[-1] == "node 4 gave up fetching it"
     assert machine.story(("job", "j"))[-1].startswith("plan of generation 1 failed: instruction 2")
     machine.handle(m.SchedulerLost("reset"))
     assert machine.story(("connection", "scheduler")) == (

@@ -11,6 +11,8 @@ from pod.state import (
     Cancelled,
     DropGeneration,
     FetchAbandoned,
+    FetchGivenUp,
+    FreeWaits,
     GenerationChanged,
     InstructionFinished,
     PlanFinished,
@@ -276,3 +278,65 @@ def test_a_buffer_an_abandoned_instruction_fills_is_doomed_and_its_free_waits_fo
     refusal = state.doomed(1, 1)
     assert refusal is not None and "will not be filled" in str(refusal)
     assert "will not be filled" in str(state.unservable(1, 1, 5.0))
+
+
+def given_up(actions) -> list[int]:
+    return [a.instruction.id for a in actions if isinstance(a, FetchGivenUp)]
+
+
+def test_a_failed_fetch_is_given_up_to_its_owner_and_a_lost_owners_is_not():
+    """The owner's Free waits for this node's fetch: a fetch that failed is given up (the shell
+    tells the owner); one from a lost node is not (nobody waits there any more)."""
+    state = PodState("j")
+    state.handle(PlanSubmitted(add_plan(), WRITES, frozenset({0, 1})))
+    finish(state, 0, 1, 2, 4)
+    actions = state.handle(InstructionFinished(1, 3, ok=False, message="internal: no module named crc32c"))
+    fetch = add_plan().instructions[3]
+    assert [a for a in actions if isinstance(a, FetchGivenUp)] == [FetchGivenUp(1, fetch)]
+    lost = PodState("j")
+    lost.handle(PlanSubmitted(add_plan(), WRITES, frozenset({0, 1})))
+    finish(lost, 0, 1, 2, 4)
+    assert given_up(lost.handle(PlanSubmitted(NodePlan(0, 2, (), 0), WRITES, frozenset({0})))) == []
+
+
+def test_a_fetch_dropped_with_what_it_fed_is_given_up_too():
+    """A fetch that depends on an abandoned instruction never runs: its owner is told as well."""
+    plan = NodePlan(node=0, generation=1, peak_bytes=64, instructions=(
+        Allocate(0, (), 0, (8,)),
+        Fetch(1, (0,), 0, peer=1, peer_buffer=0),
+        Store(2, (1,), 0, 0, RC, unit=0),
+        Allocate(3, (2,), 1, (8,)),  # the next unit's buffer waits for the store
+        Fetch(4, (3,), 1, peer=2, peer_buffer=5),
+        Free(5, (2,), 0),
+        Free(6, (4,), 1),
+    ), uris=("file:///c.npy",))
+    state = PodState("j")
+    state.handle(PlanSubmitted(plan, WRITES, frozenset({0, 1, 2})))
+    finish(state, 0)
+    actions = state.handle(InstructionFinished(1, 1, ok=False, message="bad checksum"))
+    assert given_up(actions) == [1, 4]
+    assert [(a.instruction.id, a.instruction.peer) for a in actions if isinstance(a, FetchGivenUp)] == [
+        (1, 1), (4, 2)]
+
+
+def test_a_give_up_before_the_plan_is_kept_for_it_and_its_free_waits_no_more():
+    """The order of the GPU+CPU hang: the fetcher gave up before this owner had the plan."""
+    state = PodState("j")
+    assert state.handle(TileServed(1, buffer=0, node=2, gave_up=True)) == []
+    with pytest.raises(Refused, match="no plan of generation 1"):
+        state.handle(TileServed(1, buffer=0, node=3))  # a fetch's release needs the plan
+    state.handle(PlanSubmitted(add_plan(peers=(2, 3)), WRITES))
+    actions = finish(state, 0, 1, 2, 3, 4, 5)
+    assert 7 not in started(actions)
+    assert [(a.instruction.id, a.peers) for a in actions if isinstance(a, FreeWaits)] == [(7, (3,))]
+    assert started(state.handle(TileServed(1, buffer=0, node=3))) == [7]
+
+
+def test_give_ups_kept_for_a_dropped_generation_are_forgotten():
+    state = PodState("j")
+    state.handle(TileServed(1, buffer=0, node=2, gave_up=True))
+    state.handle(TileServed(3, buffer=0, node=2, gave_up=True))
+    state.handle(GenerationChanged(2))
+    assert state.early_give_ups == {3: {(0, 2)}}
+    state.handle(Cancelled())
+    assert state.early_give_ups == {}
