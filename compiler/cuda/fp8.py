@@ -200,7 +200,7 @@ def _names_in(node) -> set[str]:
 
 def keeps_fp8(kernel: ir.Kernel, env: dict, schedule, cc: int) -> bool:
     """Whether the leaf's fp8 dots run as fp8 warpgroup MMA (module doc)."""
-    if cc != target.HOPPER or not schedule.wgmma or schedule.tma:
+    if cc != target.HOPPER or not schedule.wgmma:
         return False
     return all(_k_major_operands(d, kernel, env) for d in fp8_dots(kernel))
 

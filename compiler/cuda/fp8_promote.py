@@ -1,0 +1,82 @@
+"""fp8 warpgroup MMA into an f32 accumulator, promoted once per k tile (docs/language.md §8.1).
+
+Hopper's fp8 wgmma does not accumulate in IEEE f32. Each k32 step adds its 32 exact products
+and the accumulator it continues with every one of those 33 terms truncated (toward zero) to
+13 bits below the leading bit of the largest, and truncates the sum to 13 mantissa bits: an
+FP22-like sum. (This model reproduces the H100's errors of a one-chain k loop bit for bit:
+tests/cuda/fp8_accumulation.py, benchmarks/results/h100-2026-12-07/gpu-tests.log.) A k loop run
+as one wgmma chain therefore carries that truncation relative to the whole running sum, 2-6x
+outside the f32-sum tolerance at K = 512..1024.
+
+So an fp8 dot that adds into an accumulator (`acc += dot(..)`) never continues acc's chain:
+each k tile's wgmma chain starts from nothing (scale-d 0) in a temporary, and once it is done
+(wait_group 0) the temporary is added into acc in f32. The tensor core's truncation then acts
+within one k tile only, on partial sums of at most GROUP_PRODUCTS products started from zero,
+and the tiles are summed in f32. Why one k tile (4 k32 steps) and not fewer: no promotion
+interval makes the tensor core's sum an f32 sum (a single k32 step already truncates its own
+32 products to 13 bits), so the interval is chosen for its error and its price together. At one
+k tile the error per element is about a tenth of the one-chain's on normal data (the model, at
+K = 1024), the promotion is one f32 add per accumulator element per 128 products (what
+cuBLASLt's fp8 GEMM, torch._scaled_mm without fast accumulation, does as well), and the chain
+keeps the whole k tile in flight; halving it doubles the adds and the waits for about half the
+error. The error a kernel gets is what tests/cuda/fp8_accumulation.py computes and
+tests/cuda/test_fp8_gpu.py allows.
+
+Registers: the temporary covers at most PIECE_N columns (64 x 128 per warpgroup: 64 f32 per
+thread); a wider tile (N = 256) runs its k tile as pieces of 128 columns, one after the other,
+so that acc (128 per thread) and the temporary (64) fit a thread's 255 registers with no spill
+at every fp8 point of the tuner's space (tests/cuda/test_fp8_cuda.py runs ptxas on them). A CTA
+of one warpgroup issues twice the ring's copies per thread and needs more address registers:
+its pieces are 64 columns wide (at 64 x 256 with 128-column pieces ptxas spilled 44 bytes). The wait for each piece is where the two consumer warpgroups of a 128-row tile
+interleave: one adds while the other's chain runs on the tensor cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+GROUP_STEPS = 4  # k32 steps per tensor-core sum: one k tile (fp8.WGMMA_K = 128 = 4 x 32)
+GROUP_PRODUCTS = 32 * GROUP_STEPS
+PIECE_N = 128  # columns of the temporary accumulator
+
+
+@dataclass(frozen=True)
+class _Regs:
+    """What wgmma.issue reads of an accumulator: its C array name."""
+
+    cname: str
+
+
+def pieces(n: int, warpgroups: int) -> list[tuple[int, int]]:
+    """(first column, width) of each piece of an N-wide warpgroup tile in a CTA of `warpgroups`
+    consumer warpgroups (one: half the pieces' width, see the module doc)."""
+    width = min(n, PIECE_N if warpgroups > 1 else PIECE_N // 2)
+    assert n % width == 0, n
+    return [(j * width, width) for j in range(n // width)]
+
+
+def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
+    """acc[M, N] += a b for an fp8 dot, one k tile: per piece, the tile's wgmma chain into a
+    fresh temporary, wait for it, add it into acc. `sa`, `sb`: K-major CoreTiles (fp8.py
+    keeps fp8 only for those)."""
+    from compiler.cuda import wgmma
+
+    assert kk // wgmma._mma_k(dtype) <= GROUP_STEPS, kk
+    temp = gen.fresh("promote")
+    parts = pieces(n, gen.plan.grid.threads // 128)
+    width = parts[0][1]
+    gen.out.line(f"// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote.py)")
+    gen.out.line(f"float {temp}[2][{width // 4}];")
+    for first, w in parts:
+        b = replace(sb, ptr=f"({sb.ptr} + {first * sb.row_elems})", x=w)
+        gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {kk // wgmma._mma_k(dtype)} k steps")
+        gen.out.line("wg_fence();")
+        gen.out.block(wgmma.issue(_Regs(temp), sa, b, w, kk, dtype, True))
+        gen.out.line("wg_commit_wait();")
+        gen.out.line("#pragma unroll")
+        gen.out.open(f"for (int h_ = 0; h_ < 2; ++h_)")
+        gen.out.line("#pragma unroll")
+        gen.out.line(
+            f"for (int q_ = 0; q_ < {w // 4}; ++q_) {acc.cname}[h_][{first // 4} + q_] += {temp}[h_][q_];"
+        )
+        gen.out.close()
