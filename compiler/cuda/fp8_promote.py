@@ -27,8 +27,9 @@ thread); a wider tile (N = 256) runs its k tile as pieces of 128 columns, one af
 so that acc (128 per thread) and the temporary (64) fit a thread's 255 registers with no spill
 at every fp8 point of the tuner's space (tests/cuda/test_fp8_cuda.py runs ptxas on them). A CTA
 of one warpgroup issues twice the ring's copies per thread and needs more address registers:
-its pieces are 64 columns wide (at 64 x 256 with 128-column pieces ptxas spilled 44 bytes). The wait for each piece is where the two consumer warpgroups of a 128-row tile
-interleave: one adds while the other's chain runs on the tensor cores.
+its pieces are 64 columns wide (at 64 x 256 with 128-column pieces ptxas spilled 44 bytes).
+The wait for each piece is where the two consumer warpgroups of a 128-row tile interleave: one
+adds while the other's chain runs on the tensor cores.
 """
 
 from __future__ import annotations
@@ -65,16 +66,17 @@ def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
     temp = gen.fresh("promote")
     parts = pieces(n, gen.plan.grid.threads // 128)
     width = parts[0][1]
-    gen.out.line(f"// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote.py)")
+    gen.out.line("// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote)")
     gen.out.line(f"float {temp}[2][{width // 4}];")
     for first, w in parts:
         b = replace(sb, ptr=f"({sb.ptr} + {first * sb.row_elems})", x=w)
-        gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {kk // wgmma._mma_k(dtype)} k steps")
+        steps = kk // wgmma._mma_k(dtype)
+        gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {steps} k steps")
         gen.out.line("wg_fence();")
         gen.out.block(wgmma.issue(_Regs(temp), sa, b, w, kk, dtype, True))
         gen.out.line("wg_commit_wait();")
         gen.out.line("#pragma unroll")
-        gen.out.open(f"for (int h_ = 0; h_ < 2; ++h_)")
+        gen.out.open("for (int h_ = 0; h_ < 2; ++h_)")
         gen.out.line("#pragma unroll")
         gen.out.line(
             f"for (int q_ = 0; q_ < {w // 4}; ++q_) {acc.cname}[h_][{first // 4} + q_] += {temp}[h_][q_];"

@@ -10,7 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from fp8_accumulation import f32_difference_bound, gpu_result, rounded_bound
-from test_fp8_gpu import EXAMPLE, _inputs, per_tensor_text
+from fp8_cases import EXAMPLE, per_tensor_text
+from fp8_cases import inputs as _inputs
 
 from compiler.frontend import binding
 from compiler.frontend.load import load_text
@@ -55,9 +56,11 @@ def test_the_model_reproduces_the_h100s_one_chain_error(fmt, out, dims, point, p
     assert float(np.max(np.abs(got - ref) / old_tolerance)) == pytest.approx(measured, rel=1e-9)
 
 
+BF16_CASE = ("e4m3", "bf16", (300, 520, 1000), {"TILE_M": 64, "TILE_N": 128}, None)
+
+
 @pytest.mark.parametrize(("fmt", "out", "dims", "point", "per_tensor"),
-                         [c[:5] for c in MEASURED] + [("e4m3", "bf16", (300, 520, 1000), {"TILE_M": 64,
-                                                                                           "TILE_N": 128}, None)])
+                         [c[:5] for c in MEASURED] + [BF16_CASE])
 def test_the_tolerance_takes_the_promoted_sum_and_refuses_the_one_chain(fmt, out, dims, point, per_tensor):
     arrays, scale, ref = _interpreted(fmt, out, dims, point, per_tensor)
     bound = f32_difference_bound(arrays["A"], arrays["Bt"], scale, fp8_mma=True)

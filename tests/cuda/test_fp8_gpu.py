@@ -15,12 +15,12 @@ all 256 bytes of each format, NaN where ml_dtypes has NaN.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
-from fp8_accumulation import f32_difference_bound, gpu_result, rounded_bound
+from fp8_accumulation import MANTISSA, f32_difference_bound, gpu_result, rounded_bound, tile_sums
+from fp8_cases import EXAMPLE, NUMPY, per_tensor_text
+from fp8_cases import inputs as _inputs
 
 from compiler.cuda.schedule import Schedule
 from compiler.frontend import binding
@@ -29,9 +29,7 @@ from compiler.interp import interpreter as interp
 
 pytestmark = pytest.mark.gpu
 
-EXAMPLE = (Path(__file__).resolve().parents[2] / "examples" / "matmul_fp8.phk").read_text()
 TMA = Schedule(stages=4, order="grouped", wgmma=True, tma=True)
-NUMPY = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 WGMMA = Schedule(stages=4, order="grouped", wgmma=True)
 CONVERT = """@autotune(B in [128])
 kernel cv(A: tensor<FMT>[N], C: tensor<f32>[N]) {
@@ -59,24 +57,6 @@ def test_every_fp8_byte_converts_exactly(fmt):
     assert np.array_equal(np.isnan(got["C"]), np.isnan(want))
     assert np.array_equal(got["C"][~np.isnan(want)], want[~np.isnan(want)])
     assert np.array_equal(ref["C"][~np.isnan(want)], want[~np.isnan(want)])
-
-
-def _inputs(fmt, m, n, k, out_dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "A": (rng.standard_normal((m, k)) * 2).astype(NUMPY[fmt]),
-        "Bt": (rng.standard_normal((n, k)) * 2).astype(NUMPY[fmt]),
-        "SA": rng.uniform(0.25, 4, m).astype(np.float32),
-        "SB": rng.uniform(0.25, 4, n).astype(np.float32),
-        "C": np.full((m, n), np.nan, out_dtype),
-    }
-
-
-def per_tensor_text(text: str) -> str:
-    """The example with two f32 scalar scales instead of the per-row and per-column ones."""
-    return (text.replace("SA: tensor<f32>[M], SB: tensor<f32>[N]", "sa: f32, sb: f32")
-            .replace("  let sa = SA[pm * TILE_M :+ TILE_M]\n", "")
-            .replace("  let sb = SB[pn * TILE_N :+ TILE_N]\n", ""))
 
 
 def _check(arrays, scale, ref, got, schedule, bf16_out):
@@ -130,8 +110,6 @@ def test_the_gpu_runs_the_documented_fp8_accumulation(schedule):
     _, got = _run_both(kernel, {"M": m, "N": n, "K": k}, {"TILE_M": 128, "TILE_N": 128}, arrays, {}, schedule)
     scale = arrays["SA"][:, None] * arrays["SB"][None, :]
     want = gpu_result(arrays["A"], arrays["Bt"], scale).astype(np.float64)
-    from fp8_accumulation import MANTISSA, tile_sums
-
     sums = tile_sums(arrays["A"], arrays["Bt"])
     last_bits = np.exp2(np.floor(np.log2(np.maximum(np.abs(sums), 1e-30))) - MANTISSA).sum(0)
     allowed = (last_bits + (sums.shape[0] + 2) * 2.0**-24 * np.abs(sums).sum(0)) * np.abs(scale)
