@@ -17,6 +17,7 @@ time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -42,6 +43,8 @@ WGMMA_SCHEDULES = [Schedule(None, s, order, wgmma=True, late_copies=late)
                    for s in (3, 4, 5, 6) for order in ("row", "grouped") for late in (False, True)]
 WGMMA_SCHEDULES += [Schedule(None, s, order, wgmma=True, tma=True)
                     for s in (3, 4, 6) for order in ("row", "grouped")]
+# and each of those with the promotion's adds overlapped with the next piece's MMA (fp8_overlap)
+WGMMA_SCHEDULES += [dataclasses.replace(s, fp8_overlap=True) for s in WGMMA_SCHEDULES]
 # the tuner's best few, timed again where the table times (its data, its size, more runs,
 # interleaved): one tuning sample each decided within the GPU's run-to-run spread before (the
 # per-tensor form, the same mainloop as the row-wise one, took a CTA order 2% faster in tuning

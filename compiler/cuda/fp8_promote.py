@@ -29,7 +29,12 @@ at every fp8 point of the tuner's space (tests/cuda/test_fp8_cuda.py runs ptxas 
 of one warpgroup issues twice the ring's copies per thread and needs more address registers:
 its pieces are 64 columns wide (at 64 x 256 with 128-column pieces ptxas spilled 44 bytes).
 The wait for each piece is where the two consumer warpgroups of a 128-row tile interleave: one
-adds while the other's chain runs on the tensor cores.
+adds while the other's chain runs on the tensor cores. With the schedule's fp8_overlap the
+pieces are OVERLAP_N columns wide and alternate between two temporaries (the same registers as
+one 128-wide piece): piece j + 1's chain is issued before piece j is waited for (wait_group 1)
+and added, so one warpgroup alone keeps the tensor cores fed through its adds; narrower MMAs
+read a's k slice from shared memory once per piece. Which costs less is the tuner's to
+measure (both are in its space and benchmarks/fp8_bench.py's).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from dataclasses import dataclass, replace
 GROUP_STEPS = 4  # k32 steps per tensor-core sum: one k tile (fp8.WGMMA_K = 128 = 4 x 32)
 GROUP_PRODUCTS = 32 * GROUP_STEPS
 PIECE_N = 128  # columns of the temporary accumulator
+OVERLAP_N = 64  # columns of each of the two temporaries with fp8_overlap
 
 
 @dataclass(frozen=True)
@@ -56,29 +62,58 @@ def pieces(n: int, warpgroups: int) -> list[tuple[int, int]]:
     return [(j * width, width) for j in range(n // width)]
 
 
+def _issue_piece(gen, temp: str, sa, sb, first: int, w: int, kk: int, dtype: str) -> None:
+    """Piece [first, first + w) of the k tile's chain into `temp`, from zero, committed."""
+    from compiler.cuda import wgmma
+
+    b = replace(sb, ptr=f"({sb.ptr} + {first * sb.row_elems})", x=w)
+    gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {kk // wgmma._mma_k(dtype)} k steps")
+    gen.out.line("wg_fence();")
+    gen.out.block(wgmma.issue(_Regs(temp), sa, b, w, kk, dtype, True))
+    gen.out.line("wg_commit();")
+
+
+def _add_piece(gen, acc, temp: str, first: int, w: int) -> None:
+    gen.out.line("#pragma unroll")
+    gen.out.open("for (int h_ = 0; h_ < 2; ++h_)")
+    gen.out.line("#pragma unroll")
+    add = f"{acc.cname}[h_][{first // 4} + q_] += {temp}[h_][q_];"
+    gen.out.line(f"for (int q_ = 0; q_ < {w // 4}; ++q_) {add}")
+    gen.out.close()
+
+
 def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
     """acc[M, N] += a b for an fp8 dot, one k tile: per piece, the tile's wgmma chain into a
-    fresh temporary, wait for it, add it into acc. `sa`, `sb`: K-major CoreTiles (fp8.py
-    keeps fp8 only for those)."""
+    fresh temporary, wait for it, add it into acc (with fp8_overlap: the next piece in flight
+    meanwhile). `sa`, `sb`: K-major CoreTiles (fp8.py keeps fp8 only for those)."""
     from compiler.cuda import wgmma
 
     assert kk // wgmma._mma_k(dtype) <= GROUP_STEPS, kk
+    gen.out.line("// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote)")
+    policy = gen.plan.mainloop
+    if policy.fp8_overlap and n > OVERLAP_N:
+        if gen.plan.grid.threads == 128 and not policy.producer and n > PIECE_N:
+            # one warpgroup issuing its own copies: ptxas spilled 68 bytes at 64 x 256
+            raise gen.pruned(gen.out.span, "fp8_overlap at N = 256 takes two warpgroups or a TMA ring")
+        return _emit_overlapped(gen, acc, sa, sb, n, kk, dtype)
     temp = gen.fresh("promote")
     parts = pieces(n, gen.plan.grid.threads // 128)
-    width = parts[0][1]
-    gen.out.line("// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote)")
-    gen.out.line(f"float {temp}[2][{width // 4}];")
+    gen.out.line(f"float {temp}[2][{parts[0][1] // 4}];")
     for first, w in parts:
-        b = replace(sb, ptr=f"({sb.ptr} + {first * sb.row_elems})", x=w)
-        steps = kk // wgmma._mma_k(dtype)
-        gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {steps} k steps")
-        gen.out.line("wg_fence();")
-        gen.out.block(wgmma.issue(_Regs(temp), sa, b, w, kk, dtype, True))
-        gen.out.line("wg_commit_wait();")
-        gen.out.line("#pragma unroll")
-        gen.out.open("for (int h_ = 0; h_ < 2; ++h_)")
-        gen.out.line("#pragma unroll")
-        gen.out.line(
-            f"for (int q_ = 0; q_ < {w // 4}; ++q_) {acc.cname}[h_][{first // 4} + q_] += {temp}[h_][q_];"
-        )
-        gen.out.close()
+        _issue_piece(gen, temp, sa, sb, first, w, kk, dtype)
+        gen.out.line("wg_wait_all();")
+        _add_piece(gen, acc, temp, first, w)
+
+
+def _emit_overlapped(gen, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
+    temps = [gen.fresh("promote"), gen.fresh("promote")]
+    for t in temps:
+        gen.out.line(f"float {t}[2][{OVERLAP_N // 4}];")
+    firsts = list(range(0, n, OVERLAP_N))
+    _issue_piece(gen, temps[0], sa, sb, firsts[0], OVERLAP_N, kk, dtype)
+    for j in range(1, len(firsts)):
+        _issue_piece(gen, temps[j % 2], sa, sb, firsts[j], OVERLAP_N, kk, dtype)
+        gen.out.line("wg_wait_one();  // piece j - 1 done, piece j in flight")
+        _add_piece(gen, acc, temps[(j - 1) % 2], firsts[j - 1], OVERLAP_N)
+    gen.out.line("wg_wait_all();")
+    _add_piece(gen, acc, temps[(len(firsts) - 1) % 2], firsts[-1], OVERLAP_N)

@@ -8,6 +8,7 @@ tuner's space, without spills."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -21,6 +22,7 @@ from compiler.cuda import fp8_promote, stages
 from compiler.cuda.schedule import Schedule
 from compiler.cuda.wgmma import CoreTile
 from compiler.frontend import binding, ir
+from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "matmul_fp8.phk"
@@ -45,28 +47,38 @@ FP8_SCHEDULES = [Schedule(None, s, order, wgmma=True, late_copies=late)
                  for s in (3, 4, 5, 6) for order in ("row", "grouped") for late in (False, True)]
 FP8_SCHEDULES += [Schedule(None, s, order, wgmma=True, tma=True)
                   for s in (4, 6) for order in ("row", "grouped")]
+FP8_SCHEDULES += [dataclasses.replace(s, fp8_overlap=True) for s in FP8_SCHEDULES]
 TILE_POINTS = [{"TILE_M": m, "TILE_N": n} for m in (64, 128) for n in (128, 256)]
 
 
-def _promoted_chains(ptx: str, n: int, warps: int) -> None:
-    """Every k tile's wgmma chain starts from zero (scale-d 0 on its first k step) into the
-    temporary, in pieces of fp8_promote.pieces, each waited for (wait_group 0) before its add:
-    no chain continues the accumulator."""
-    parts = fp8_promote.pieces(n, warps // 4)
+def _promoted_chains(ptx: str, n: int, warps: int, overlap: bool = False) -> None:
+    """Every k tile's wgmma chain starts from zero (scale-d 0 on its first k step) into a
+    temporary, in pieces of fp8_promote.pieces (fp8_overlap: of OVERLAP_N, each waited for with
+    the next in flight, wait_group 1), each waited for before its add: no chain continues the
+    accumulator."""
+    if overlap:
+        parts = [(f, fp8_promote.OVERLAP_N) for f in range(0, n, fp8_promote.OVERLAP_N)]
+        assert ptx.count("wgmma.wait_group.sync.aligned 1;") >= len(parts) - 1
+    else:
+        parts = fp8_promote.pieces(n, warps // 4)
     width = parts[0][1]
     issued = re.findall(r"setp\.ne\.b32 p, ([01]), 0; wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32", ptx)
     assert issued == [("0" if s == 0 else "1", str(width)) for _ in parts for s in range(4)], issued
-    assert ptx.count("wgmma.wait_group.sync.aligned 0;") >= len(parts)
+    assert ptx.count("wgmma.wait_group.sync.aligned 0;") >= (1 if overlap else len(parts))
 
 
 @needs_ptxas
 @pytest.mark.parametrize("schedule", FP8_SCHEDULES, ids=lambda s: s.key())
 @pytest.mark.parametrize("tiles", TILE_POINTS, ids=lambda t: f"{t['TILE_M']}x{t['TILE_N']}")
 def test_every_fp8_point_promotes_each_k_tile_without_spills(tiles, schedule, tmp_path):
+    warps = 8 if tiles["TILE_M"] == 128 else 4
+    if schedule.fp8_overlap and warps == 4 and tiles["TILE_N"] == 256 and not schedule.tma:
+        with pytest.raises(CompileError, match="fp8_overlap at N = 256 takes two warpgroups"):
+            _leaf(_kernel(), tiles, schedule, 90)
+        return  # pruned: the tuner never measures it (it spilled)
     leaf = _leaf(_kernel(), tiles, schedule, 90)
     assert ".target sm_90a" in leaf.ptx and "e4m3.e4m3" in leaf.ptx
-    warps = 8 if tiles["TILE_M"] == 128 else 4
-    _promoted_chains(leaf.ptx, tiles["TILE_N"], warps)
+    _promoted_chains(leaf.ptx, tiles["TILE_N"], warps, schedule.fp8_overlap)
     if schedule.tma:
         assert "cp.async.bulk.tensor.2d" in leaf.ptx
         assert [m.dtype for m in leaf.generated.tensor_maps] == ["u8", "u8"]
