@@ -15,7 +15,7 @@ within one k tile only, on partial sums of at most GROUP_PRODUCTS products start
 and the tiles are summed in f32. Why one k tile (4 k32 steps) and not fewer: no promotion
 interval makes the tensor core's sum an f32 sum (a single k32 step already truncates its own
 32 products to 13 bits), so the interval is chosen for its error and its price together. At one
-k tile the error per element is about a tenth of the one-chain's on normal data (the model, at
+k tile the error per element is about a seventh of the one-chain's on normal data (the model, at
 K = 1024), the promotion is one f32 add per accumulator element per 128 products (what
 cuBLASLt's fp8 GEMM, torch._scaled_mm without fast accumulation, does as well), and the chain
 keeps the whole k tile in flight; halving it doubles the adds and the waits for about half the

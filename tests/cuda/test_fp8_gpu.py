@@ -30,6 +30,8 @@ from compiler.interp import interpreter as interp
 pytestmark = pytest.mark.gpu
 
 TMA = Schedule(stages=4, order="grouped", wgmma=True, tma=True)
+OVERLAP = Schedule(stages=4, order="grouped", wgmma=True, fp8_overlap=True)  # fp8_promote's two temporaries
+TMA_OVERLAP = Schedule(stages=4, order="grouped", wgmma=True, tma=True, fp8_overlap=True)
 WGMMA = Schedule(stages=4, order="grouped", wgmma=True)
 CONVERT = """@autotune(B in [128])
 kernel cv(A: tensor<FMT>[N], C: tensor<f32>[N]) {
@@ -81,6 +83,9 @@ CASES = [  # (fmt, C dtype, tile point, schedule): fp8 warpgroup MMA (cp.async a
     ("e4m3", "f32", {"TILE_M": 128, "TILE_N": 256}, TMA),
     ("e5m2", "bf16", {"TILE_M": 128, "TILE_N": 128}, TMA),
     ("e4m3", "f32", {"TILE_M": 64, "TILE_N": 128}, TMA),
+    ("e4m3", "f32", {"TILE_M": 128, "TILE_N": 256}, OVERLAP),
+    ("e4m3", "bf16", {"TILE_M": 128, "TILE_N": 256}, TMA_OVERLAP),
+    ("e5m2", "f32", {"TILE_M": 64, "TILE_N": 128}, OVERLAP),
     ("e4m3", "bf16", {"TILE_M": 64, "TILE_N": 128}, Schedule()),
     ("e4m3", "f32", {"TILE_M": 64, "TILE_N": 128}, Schedule()),
 ]
@@ -98,7 +103,7 @@ def test_fp8_gemm_on_the_gpu_equals_the_interpreter(fmt, out, point, schedule, d
     _check(arrays, arrays["SA"][:, None] * arrays["SB"][None, :], ref, got, schedule, bf16_out)
 
 
-@pytest.mark.parametrize("schedule", [WGMMA, TMA], ids=["cp-async", "tma"])
+@pytest.mark.parametrize("schedule", [WGMMA, TMA, TMA_OVERLAP], ids=["cp-async", "tma", "tma-overlap"])
 def test_the_gpu_runs_the_documented_fp8_accumulation(schedule):
     """fp8 warpgroup MMA computes what docs/language.md §8.1 says (fp8_accumulation.gpu_result):
     the same k tiles' tensor-core sums, added in the same order; allowed: one unit of the last
