@@ -41,8 +41,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+STEP_K = 32  # fp8 products per wgmma k step (32 bytes of each operand row)
 GROUP_STEPS = 4  # k32 steps per tensor-core sum: one k tile (fp8.WGMMA_K = 128 = 4 x 32)
-GROUP_PRODUCTS = 32 * GROUP_STEPS
+GROUP_PRODUCTS = STEP_K * GROUP_STEPS
 PIECE_N = 128  # columns of the temporary accumulator
 OVERLAP_N = 64  # columns of each of the two temporaries with fp8_overlap
 
@@ -62,14 +63,13 @@ def pieces(n: int, warpgroups: int) -> list[tuple[int, int]]:
     return [(j * width, width) for j in range(n // width)]
 
 
-def _issue_piece(gen, temp: str, sa, sb, first: int, w: int, kk: int, dtype: str) -> None:
-    """Piece [first, first + w) of the k tile's chain into `temp`, from zero, committed."""
-    from compiler.cuda import wgmma
-
+def _issue_piece(gen, issue, temp: str, sa, sb, first: int, w: int, kk: int, dtype: str) -> None:
+    """Piece [first, first + w) of the k tile's chain into `temp`, from zero, committed;
+    `issue`: wgmma.issue (passed in: wgmma.py calls this module)."""
     b = replace(sb, ptr=f"({sb.ptr} + {first * sb.row_elems})", x=w)
-    gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {kk // wgmma._mma_k(dtype)} k steps")
+    gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {kk // STEP_K} k steps")
     gen.out.line("wg_fence();")
-    gen.out.block(wgmma.issue(_Regs(temp), sa, b, w, kk, dtype, True))
+    gen.out.block(issue(_Regs(temp), sa, b, w, kk, dtype, True))
     gen.out.line("wg_commit();")
 
 
@@ -82,37 +82,36 @@ def _add_piece(gen, acc, temp: str, first: int, w: int) -> None:
     gen.out.close()
 
 
-def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
+def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str, issue) -> None:
     """acc[M, N] += a b for an fp8 dot, one k tile: per piece, the tile's wgmma chain into a
     fresh temporary, wait for it, add it into acc (with fp8_overlap: the next piece in flight
-    meanwhile). `sa`, `sb`: K-major CoreTiles (fp8.py keeps fp8 only for those)."""
-    from compiler.cuda import wgmma
-
-    assert kk // wgmma._mma_k(dtype) <= GROUP_STEPS, kk
+    meanwhile). `sa`, `sb`: K-major CoreTiles (fp8.py keeps fp8 only for those); `issue`:
+    wgmma.issue."""
+    assert kk // STEP_K <= GROUP_STEPS, kk
     gen.out.line("// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote)")
     policy = gen.plan.mainloop
     if policy.fp8_overlap and n > OVERLAP_N:
         if gen.plan.grid.threads == 128 and not policy.producer and n > PIECE_N:
             # one warpgroup issuing its own copies: ptxas spilled 68 bytes at 64 x 256
             raise gen.pruned(gen.out.span, "fp8_overlap at N = 256 takes two warpgroups or a TMA ring")
-        return _emit_overlapped(gen, acc, sa, sb, n, kk, dtype)
+        return _emit_overlapped(gen, issue, acc, sa, sb, n, kk, dtype)
     temp = gen.fresh("promote")
     parts = pieces(n, gen.plan.grid.threads // 128)
     gen.out.line(f"float {temp}[2][{parts[0][1] // 4}];")
     for first, w in parts:
-        _issue_piece(gen, temp, sa, sb, first, w, kk, dtype)
+        _issue_piece(gen, issue, temp, sa, sb, first, w, kk, dtype)
         gen.out.line("wg_wait_all();")
         _add_piece(gen, acc, temp, first, w)
 
 
-def _emit_overlapped(gen, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
+def _emit_overlapped(gen, issue, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
     temps = [gen.fresh("promote"), gen.fresh("promote")]
     for t in temps:
         gen.out.line(f"float {t}[2][{OVERLAP_N // 4}];")
     firsts = list(range(0, n, OVERLAP_N))
-    _issue_piece(gen, temps[0], sa, sb, firsts[0], OVERLAP_N, kk, dtype)
+    _issue_piece(gen, issue, temps[0], sa, sb, firsts[0], OVERLAP_N, kk, dtype)
     for j in range(1, len(firsts)):
-        _issue_piece(gen, temps[j % 2], sa, sb, firsts[j], OVERLAP_N, kk, dtype)
+        _issue_piece(gen, issue, temps[j % 2], sa, sb, firsts[j], OVERLAP_N, kk, dtype)
         gen.out.line("wg_wait_one();  // piece j - 1 done, piece j in flight")
         _add_piece(gen, acc, temps[(j - 1) % 2], firsts[j - 1], OVERLAP_N)
     gen.out.line("wg_wait_all();")

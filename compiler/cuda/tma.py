@@ -131,8 +131,9 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     attention = _check(gen, s, carried)
     tiles = [(st, _in_boxes(tile, attention)) for st, _, _, tile in entries]
     if not all(_copyable(gen, tile, st.value) for st, tile in tiles):
-        why = "bulk tensor copies take 2-D slices of 16-bit or fp8 tensors in 128-byte rows"
-        raise gen.pruned(s.span, why)
+        # the words the 16-bit tiles have always been pruned with (an fp8 tile reaches here only
+        # K-major with k = 128, which is copyable: fp8.keeps_fp8)
+        raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
     stage_floats = sum(t.elements * t.elem_bytes // 4 for _, t in tiles)
     stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit)
     ops = []

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from compiler.cuda import pingpong
+from compiler.cuda import fp8_promote, pingpong
 from compiler.cuda.operands import element_bytes, element_ctype
 from compiler.frontend import ir
 
@@ -265,10 +265,8 @@ def emit_wgmma(
         kept = replace(sb, ptr=rot.stage)
         rot.issue = issue(acc, frags, kept, n, kk, dtype, fresh)
         return
-    if dtype in ir.FP8 and not fresh and wait not in ("rotated", "carried"):
-        from compiler.cuda import fp8_promote  # fp8 never continues acc's wgmma chain
-
-        return fp8_promote.emit(gen, acc, sa, sb, n, kk, dtype)
+    if dtype in ir.FP8 and not fresh and wait not in ("rotated", "carried"):  # never continue acc's chain
+        return fp8_promote.emit(gen, acc, sa, sb, n, kk, dtype, issue)
     if wait == "rotated" and gen.loop.turns:  # ping-pong: this warpgroup's turn (pingpong.py)
         gen.out.line(pingpong.wait_turn())
     gen.out.line("wg_fence();")
