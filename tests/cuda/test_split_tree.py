@@ -95,3 +95,32 @@ def test_merge_kernels_assemble_for_sm90_without_spills(g, dtype, tmp_path):
     report = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert len(spills) == 4 and all(x == "0" and y == "0" for x, y in spills), report
+
+
+COLSUM = """
+@autotune(BN in [64], BK in [32])
+kernel colsum(A: tensor<f32>[K, N], C: tensor<f32>[N]) {
+  let c = ctx.block.x * BN
+  var acc: tile<f32>[BN] = 0.0
+  for k in range(0, K, BK) {
+    acc += sum(A[k :+ BK, c :+ BN], axis = 0)
+  }
+  C[c :+ BN] = acc
+}
+"""
+
+
+def test_a_rank_one_accumulator_merges_over_its_one_row():
+    kernel = load(COLSUM)
+    dims = {"K": 32 * 50 + 3, "N": 128}
+    rng = np.random.default_rng(0)
+    arrays = {"A": rng.standard_normal((dims["K"], 128)).astype(np.float32), "C": np.zeros(128, np.float32)}
+    want = _reference(kernel, dims, {}, arrays, {})["C"]
+    plan = split_plan.plan_split(kernel, binding.bind(kernel, dims), factor=40)
+    tree = split_tree.plan_tree(kernel, plan, 4)
+    assert tree.sizes == (28, 8, 4)
+    got = {k: v.copy() for k, v in arrays.items()}
+    split_tree.run_reference(plan, tree, got, {})
+    np.testing.assert_allclose(got["C"], want, rtol=1e-5, atol=1e-4)
+    seq = split_launch.compile_sequence(kernel, binding.bind(kernel, dims), split=40, cc=90, fan_in=4)
+    assert [k.grid for k in seq.kernels] == [(2, 28, 1), (1, 8, 1), (1, 4, 1), (2, 1, 1)]
