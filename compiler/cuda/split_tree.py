@@ -18,7 +18,8 @@ levels is even, so the last writes set A and the combine reads the buffers it wa
 (in their first rows: a buffer of `factor` rows holds one of fewer at the same addresses). The
 merge is the one description of it (compiler/cluster/partial_leaves.py), printed as phobos source
 over the scratch flattened to [partials, R, C] (R rows of the output, C its last dimension), and
-compiled by the ordinary leaf pipeline. `fan_in` 0 is no tree (the combine merges every partial).
+compiled by the ordinary leaf pipeline. `fan_in` 0 is no tree (the combine merges every partial);
+the default is PHOBOS_SPLIT_FAN_IN's (common/options.py, 8), which benchmarks/decode_sweep.sh sweeps.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.load import load_text
 
-DEFAULT_FAN_IN = 8  # PHOBOS_SPLIT_FAN_IN (common/options.py); benchmarks/decode_sweep.sh sweeps it
 ROW_TILES = (16, 8, 4, 2, 1)
 COL_TILES = (128, 64, 32, 16, 8, 4, 2, 1)
 
