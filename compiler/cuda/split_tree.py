@@ -34,6 +34,10 @@ from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.load import load_text
 
+# no tree for at most this many fan-ins' worth of partials: a tree is at least two levels (one
+# step of UNROLL merges and a launch each, then the combine's step), which saves nothing on a
+# combine of 3 fan_in / UNROLL steps or fewer (a step ~2.9 us, a launch gap ~2 us: H100 estimates)
+FLAT_UP_TO = 3
 ROW_TILES = (16, 8, 4, 2, 1)
 COL_TILES = (128, 64, 32, 16, 8, 4, 2, 1)
 
@@ -48,12 +52,15 @@ class Tree:
 
 def tree_sizes(n: int, fan_in: int) -> list[int]:
     """Partials before each level and after the last: levels until at most `fan_in` are left,
-    and an even number of them (the last writes set A); [n] when there is no tree. A fan-in
+    and an even number of them (the last writes set A); [n] when there is no tree (fan-in 0, or
+    at most FLAT_UP_TO fan-ins of partials). A fan-in
     that is not a multiple of split_loop.UNROLL is rounded up to one."""
     sizes = [n]
     if fan_in <= 0:
         return sizes
     fan_in = split_loop.padded(fan_in)  # whole steps of the merge's UNROLL
+    if n <= FLAT_UP_TO * fan_in:
+        return sizes
     while sizes[-1] > fan_in or (len(sizes) - 1) % 2:
         sizes.append(split_loop.padded(math.ceil(sizes[-1] / fan_in)))
     return sizes
