@@ -39,6 +39,10 @@ from compiler.frontend.load import load_text
 # combine of 3 fan_in / UNROLL steps or fewer (a step ~2.9 us, a launch gap ~2 us: H100 estimates)
 FLAT_UP_TO = 3
 ROW_TILES = (16, 8, 4, 2, 1)
+# elements of acc per merge CTA: a level's time is its chain of steps, each waiting on its reads,
+# so small tiles cost nothing there and spread a level's reads over more SMs (256 -> 32 partials
+# of [16, 128] is 128 CTAs of [16, 32], not 32)
+MAX_TILE = 512
 COL_TILES = (128, 64, 32, 16, 8, 4, 2, 1)
 
 
@@ -84,7 +88,7 @@ def merge_source(name: str, accumulator: bool, ins: tuple[str, ...], outs: tuple
     """One level's kernel: CTA (x, y, z) merges partials [y fan_in, (y + 1) fan_in) of rows
     x BR.., columns z BC.. into partial y of the `outs` buffers."""
     br = _tile(rows, ROW_TILES)
-    bc = _tile(cols, tuple(c for c in COL_TILES if c * br <= 2048))
+    bc = _tile(cols, tuple(c for c in COL_TILES if c * br <= MAX_TILE))
     taken = {"row", "col", "first", "chunk", *ins, *outs}
     reads, merges = [], []
     for u in range(split_loop.UNROLL):

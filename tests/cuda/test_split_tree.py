@@ -76,7 +76,7 @@ def test_the_launch_sequence_has_the_tree_and_its_scratch(monkeypatch):
     monkeypatch.setenv("PHOBOS_SPLIT_FAN_IN", "8")
     seq = split_launch.compile_sequence(kernel, b, split=256, cc=90)
     assert [k.entry.split("__split_")[1] for k in seq.kernels] == ["partial", "merge0", "merge1", "combine"]
-    assert [k.grid for k in seq.kernels[1:3]] == [(1, 32, 1), (1, 4, 1)]
+    assert [k.grid for k in seq.kernels[1:3]] == [(1, 32, 4), (1, 4, 4)]  # [16, 32] tiles
     assert {s.name: s.shape for s in seq.scratch}["acc_part_tree"] == (32, 16, 128)
     assert "c_NSPLIT = 4;" in seq.kernels[-1].cuda_source
     assert seq.kernels[0].ptx == flat.kernels[0].ptx  # the partial does not change
@@ -123,4 +123,4 @@ def test_a_rank_one_accumulator_merges_over_its_one_row():
     split_tree.run_reference(plan, tree, got, {})
     np.testing.assert_allclose(got["C"], want, rtol=1e-5, atol=1e-4)
     seq = split_launch.compile_sequence(kernel, binding.bind(kernel, dims), split=40, cc=90, fan_in=4)
-    assert [k.grid for k in seq.kernels] == [(2, 28, 1), (1, 8, 1), (1, 4, 1), (2, 1, 1)]
+    assert [k.grid for k in seq.kernels] == [(2, 28, 1), (1, 8, 1), (1, 4, 1), (2, 1, 1)]  # [1, 128]
