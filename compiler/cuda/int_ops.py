@@ -59,6 +59,47 @@ SHARED_BITS = {
 }
 
 
+# the identity of each fold, as C of the value type: (float, i32, i64, u32)
+_IDENTITIES = {
+    "sum": ("0.0f", "0", "0LL", "0u"),
+    "prod": ("1.0f", "1", "1LL", "1u"),
+    "max": ("__int_as_float(0xff800000)", "(-2147483647 - 1)", "(-9223372036854775807LL - 1)", "0u"),
+    "min": ("__int_as_float(0x7f800000)", "2147483647", "9223372036854775807LL", "4294967295u"),
+}
+_COLUMN = {"i32": 1, "i64": 2, "u32": 3}
+
+
+def identity(fold: str, dtype: str) -> str:
+    """The identity of `fold` (sum, prod, max, min) on values of `dtype` (any float: f32)."""
+    return _IDENTITIES[fold][_COLUMN.get(dtype, 0)]
+
+
+def value_ctype(dtype: str) -> str:
+    """The C type a fold over values of `dtype` computes in (floats of every width: float)."""
+    return {"i32": "int", "i64": "long long", "u32": "unsigned"}.get(dtype, "float")
+
+
+def shared_words(dtype: str) -> int:
+    """Float words of shared memory one element of `dtype` takes."""
+    return 2 if dtype == "i64" else 1
+
+
+def shared_put(dtype: str, buf: str, index: str, value: str) -> str:
+    """The C statement writing `value` (of `dtype`) into element `index` of a shared buffer of
+    float words, bit for bit (shared_words(dtype) words an element)."""
+    if dtype == "i64":
+        return f"reinterpret_cast<long long*>({buf})[{index}] = {value};"
+    into = SHARED_BITS.get(dtype, ("{}", "{}"))[0]
+    return f"{buf}[{index}] = {into.format(value)};"
+
+
+def shared_get(dtype: str, buf: str, index: str) -> str:
+    if dtype == "i64":
+        return f"reinterpret_cast<long long*>({buf})[{index}]"
+    out = SHARED_BITS.get(dtype, ("{}", "{}"))[1]
+    return out.format(f"{buf}[{index}]")
+
+
 def _use(gen, name: str) -> str:
     gen.used.int_helpers.add(name)
     return name
