@@ -48,7 +48,7 @@ def _float_cases():
     line = f"  x[i :+ B] = pow(load(x[i :+ B]), {BOOL})"
     yield _case("pow_of_bool", line, BOOL, "pow needs numbers, found tile<bool>[B]")
     line = "  x[i :+ B] = pow(load(x[i :+ B]), load(m[i :+ B, 0 :+ B]))"
-    yield _case("pow_of_two_ranks", line, "load(m", 
+    yield _case("pow_of_two_ranks", line, "load(m",
                 "shape mismatch: tile<f32>[B] and tile<f32>[B, B] have different ranks")
     yield _case("pow_of_one", "  x[i :+ B] = pow(load(x[i :+ B]))", "pow", "pow takes 2 arguments, found 1")
 
