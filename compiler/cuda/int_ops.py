@@ -22,6 +22,10 @@ HELPERS = {
     "shr_l": """__device__ __forceinline__ long long shr_l(long long a, long long n) {
   return a >> ((unsigned)n >= 64u ? 63 : n);
 }""",
+    # float to i64: cvt.rzi saturates, but the GPU gives a NaN -2^63 where the language says 0
+    "nan_to_i64": """__device__ __forceinline__ long long nan_to_i64(float x) {
+  return x != x ? 0LL : (long long)x;
+}""",
     "shl_u": """__device__ __forceinline__ unsigned shl_u(unsigned a, unsigned n) {
   return n >= 32u ? 0u : a << n;
 }""",
@@ -100,14 +104,15 @@ def shared_get(dtype: str, buf: str, index: str) -> str:
     return out.format(f"{buf}[{index}]")
 
 
-def _use(gen, name: str) -> str:
+def use(gen, name: str) -> str:
+    """The name of helper `name`, which the kernel's prelude then defines."""
     gen.used.int_helpers.add(name)
     return name
 
 
 def divide(gen, dtype: str, a: str, b: str) -> str:
     if dtype == "i64":
-        return f"{_use(gen, 'floordiv_l')}({a}, {b})"
+        return f"{use(gen, 'floordiv_l')}({a}, {b})"
     if dtype == "u32":
         return f"({a} / {b})"  # unsigned: floor and truncation agree
     return f"floordiv_i({a}, {b})"
@@ -115,7 +120,7 @@ def divide(gen, dtype: str, a: str, b: str) -> str:
 
 def modulo(gen, dtype: str, a: str, b: str) -> str:
     if dtype == "i64":
-        return f"{_use(gen, 'floormod_l')}({a}, {b})"
+        return f"{use(gen, 'floormod_l')}({a}, {b})"
     if dtype == "u32":
         return f"({a} % {b})"
     return f"floormod_i({a}, {b})"
@@ -125,7 +130,7 @@ def shift(gen, dtype: str, left: bool, a: str, n: str) -> str:
     suffix = {"i64": "l", "u32": "u"}.get(dtype, "i")
     name = f"{'shl' if left else 'shr'}_{suffix}"
     if suffix != "i":
-        _use(gen, name)
+        use(gen, name)
     return f"{name}({a}, {n})"
 
 
@@ -146,7 +151,7 @@ def atomic(gen, op: str, dtype: str, ptr: str, v: str) -> str:
     complement addition wraps alike)."""
     kind = op.removeprefix("atomic_")
     if dtype == "f32" and kind != "add":
-        return f"{_use(gen, 'atomic_f' + kind)}(&{ptr}, {v})"
+        return f"{use(gen, 'atomic_f' + kind)}(&{ptr}, {v})"
     func = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[kind]
     if dtype == "i64" and kind == "add":
         return f"atomicAdd(reinterpret_cast<unsigned long long*>(&{ptr}), (unsigned long long)({v}))"

@@ -22,7 +22,7 @@ EXPECTED = {  # what each kernel's CUDA must contain
     "ints": ("const long long* __restrict__ t_a", "const unsigned char* __restrict__ t_c",
              "bool* __restrict__ t_g", "long long s_s", "unsigned s_t", "floordiv_l(", "floormod_l(",
              "shl_l(", "shr_u(", "(4000000000u)"),
-    "convert": ("((unsigned)(", "((long long)("),
+    "convert": ("((unsigned)(", "((long long)(", "nan_to_i64(", "x != x ? 0LL"),
     "gather_wide": ("(unsigned long long)(", "(unsigned)("),
     "hist": ("atomicAdd(&t_counts", "atomicAdd(&t_mass", "atomicMax(&t_top", "atomic_fmin(&t_low",
              "atomicAdd(&t_total"),
