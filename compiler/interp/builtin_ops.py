@@ -117,8 +117,8 @@ def scan(ev, call, scope):
     if call.func == "cumprod":
         return np.cumprod(v, axis=ax, dtype=v.dtype)
     if call.func == "cummax":
-        return np.maximum.accumulate(v, axis=ax)
-    return np.minimum.accumulate(v, axis=ax)
+        return np.maximum.accumulate(val.without_nan(v, "max"), axis=ax)
+    return np.minimum.accumulate(val.without_nan(v, "min"), axis=ax)
 
 
 def take(ev, call, scope):

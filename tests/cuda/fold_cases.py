@@ -229,3 +229,51 @@ def long_row_inputs(rng, rows: int, cols: int) -> dict[str, np.ndarray]:
     return {"x": rng.standard_normal((rows, cols)).astype(np.float32),
             "k": rng.integers(-2**31, 2**31, (rows, cols), dtype=np.int64).astype(np.int32),
             "s": np.full((rows, cols), np.nan, np.float32), "sk": np.full((rows, cols), -77, np.int32)}
+
+
+# max and min of floats are fmaxf's and fminf's: a NaN against a number gives the number, and a
+# fold starts from -inf (+inf), so a line of NaNs folds to -inf (+inf)
+NAN_FOLDS = """\
+@autotune(BR in [4, 16], BC in [64])
+kernel nan_folds(x: tensor<f32>[R, C], y: tensor<f32>[R, C], e: tensor<f32>[6, R, C], r: tensor<f32>[2, R],
+                 c: tensor<f32>[NB, 2, C]) {
+  let i = ctx.block.x * BR
+  let t = load(x[i :+ BR, 0 :+ BC])
+  let u = load(y[i :+ BR, 0 :+ BC])
+  e[0, i :+ BR, 0 :+ BC] = max(t, u)
+  e[1, i :+ BR, 0 :+ BC] = min(t, u)
+  e[2, i :+ BR, 0 :+ BC] = cummax(t, axis = 1)
+  e[3, i :+ BR, 0 :+ BC] = cummin(t, axis = 1)
+  e[4, i :+ BR, 0 :+ BC] = cummax(t, axis = 0)
+  e[5, i :+ BR, 0 :+ BC] = cummin(t, axis = 0)
+  r[0, i :+ BR] = max(t, axis = 1)
+  r[1, i :+ BR] = min(t, axis = 1)
+  c[ctx.block.x, 0, 0 :+ BC] = max(t, axis = 0)
+  c[ctx.block.x, 1, 0 :+ BC] = min(t, axis = 0)
+}
+"""
+
+
+def nan_inputs(rng, rows: int, cols: int, br: int) -> dict[str, np.ndarray]:
+    """A row-block multiple of rows (no fill enters); NaNs scattered, one row and one column all
+    NaN, leading NaNs in each row."""
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[rng.random((rows, cols)) < 0.2] = np.nan
+    x[:, :2] = np.nan
+    x[1, :] = np.nan
+    x[:, 5] = np.nan
+    y = rng.standard_normal((rows, cols)).astype(np.float32)
+    y[rng.random((rows, cols)) < 0.3] = np.nan
+    nb = rows // br
+    return {"x": x, "y": y, "e": np.full((6, rows, cols), 77, np.float32),
+            "r": np.full((2, rows), 77, np.float32), "c": np.full((nb, 2, cols), 77, np.float32)}
+
+
+def nan_meaning(x: np.ndarray, y: np.ndarray, br: int) -> dict[str, np.ndarray]:
+    lo, hi = np.where(np.isnan(x), -np.inf, x), np.where(np.isnan(x), np.inf, x)
+    e = [np.fmax(x, y), np.fmin(x, y), np.maximum.accumulate(lo, axis=1), np.minimum.accumulate(hi, axis=1),
+         _blocks(lo, br, lambda v: np.maximum.accumulate(v, axis=0)),
+         _blocks(hi, br, lambda v: np.minimum.accumulate(v, axis=0))]
+    cols = [np.stack([lo[i:i + br].max(axis=0), hi[i:i + br].min(axis=0)]) for i in range(0, len(x), br)]
+    return {"e": np.stack(e).astype(np.float32), "r": np.stack([lo.max(axis=1), hi.min(axis=1)]),
+            "c": np.stack(cols).astype(np.float32)}

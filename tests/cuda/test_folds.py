@@ -109,3 +109,22 @@ def test_scan_plans(shape, axis, warps, want):
     plan = ("threads", 0) if scans.uses_threads(lines) else ("warps", scans.warps_per_line(lines, warps))
     assert plan == want
     assert lines.count * lines.length == int(np.prod(shape))
+
+
+@pytest.mark.parametrize("br", [4, 16])
+def test_float_max_and_min_are_fmaxf_and_fminf(br):
+    k = fc.kernel(fc.NAN_FOLDS, "nan_folds")
+    rows, cols = 32, 64
+    arrays = fc.nan_inputs(np.random.default_rng(33), rows, cols, br)
+    got = _run(k, {"R": rows, "C": cols, "NB": rows // br}, {"BR": br, "BC": 64}, arrays)
+    want = fc.nan_meaning(arrays["x"], arrays["y"], br)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert np.isneginf(got["r"][0][1]) and np.isposinf(got["r"][1][1])  # the row of NaNs
+
+
+def test_nvrtc_compiles_the_nan_folds():
+    k = fc.kernel(fc.NAN_FOLDS, "nan_folds")
+    for point in all_points(k):
+        compiled = compile_kernel(k, binding.bind(k, {"R": 32, "C": 64, "NB": 8}, None, point))
+        assert compiled.entry in compiled.ptx and "fmaxf(" in compiled.cuda_source

@@ -110,3 +110,15 @@ def test_long_integer_lines_equal_the_interpreter(threads):
         ref, got = _both(k, {"N": n, "NB": -(-n // point["B"])}, point, arrays)
         for name in ("sa", "su", "sk", "tot"):
             np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{name} {point}")
+
+
+def test_float_max_and_min_with_nans_equal_the_interpreter():
+    """fmaxf / fminf, elementwise, in reductions and in cummax / cummin: a NaN element counts as
+    nothing, a line of NaNs gives -inf (+inf); bit for bit."""
+    k = fc.kernel(fc.NAN_FOLDS, "nan_folds")
+    for point in all_points(k):
+        br = point["BR"]
+        arrays = fc.nan_inputs(np.random.default_rng(28), 32, 64, br)
+        ref, got = _both(k, {"R": 32, "C": 64, "NB": 32 // br}, point, arrays)
+        for name in ("e", "r", "c"):
+            np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{name} {point}")
