@@ -116,10 +116,7 @@ def test_a_compiled_leaf_of_another_leaf_is_refused(shipped):
 def test_a_split_leaf_ships_its_two_launches_and_their_scratch(monkeypatch, tmp_path):
     """A decode leaf of one CTA: the cost model splits its loop; the compiled leaf holds the
     partial and combine entries of one module, in order, and the partials' scratch."""
-    import sys as _sys
-
-    _sys.path.insert(0, str(REPO / "tests" / "cuda"))
-    from split_cases import decode_source
+    from benchmarks.decode_kernel import decode_text
 
     try:
         from compiler.cuda import nvrtc
@@ -128,7 +125,7 @@ def test_a_split_leaf_ships_its_two_launches_and_their_scratch(monkeypatch, tmp_
     except (RuntimeError, OSError) as err:
         pytest.skip(f"no NVRTC here: {err}")
     monkeypatch.setenv(cache.ENV, str(tmp_path))
-    leaf = Leaf(name="dec", kernel="decode", source=decode_source("bf16", 16, "64"),
+    leaf = Leaf(name="dec", kernel="decode", source=decode_text("bf16", 16, "64"),
                 dims=(("G", 16), ("S", (1 << 16) + 3)), tile_values=(("D", 128), ("BG", 16), ("BS", 64)),
                 grid=(1,), threads=256, tensors=("Q", "K", "V", "O"), scalars=("scale",))
     compiled = compile_leaf(leaf, 90)
