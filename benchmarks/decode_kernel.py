@@ -1,9 +1,10 @@
 """The one grouped-query decode kernel of the decode benchmark and the split-loop tests,
 examples/decode/gqa_decode.phk (bf16 KV), at another KV dtype and search space.
 
-    decode_text(dtype, g, bs)   the kernel's source with KV in `dtype` (bf16, f16, f32), BG = g
-                                and BS over `bs` (an @autotune list as written: "64, 256" is the
-                                doubling range 64..256)
+    decode_text(dtype, g, bs, cluster=None)   the kernel's source with KV in `dtype` (bf16, f16,
+                                f32), BG = g, BS over `bs` (an @autotune list as written: "64, 256"
+                                is the doubling range 64..256), and with `cluster` the key loop a
+                                cluster loop over super-chunks of those sizes
 
 The language has no dtype parameter, so the other dtypes are the example's checked IR rewritten
 (its narrow tensors and the `bf16(p)` rounding of the softmax weights take the new dtype; f32 needs
@@ -52,11 +53,22 @@ def _searched(kernel: ir.Kernel, written: dict[str, tuple[int, ...]]) -> ir.Kern
     return dataclasses.replace(kernel, attributes=tuple(map(attribute, kernel.attributes)))
 
 
+def _clustered(kernel: ir.Kernel, written: tuple[int, ...] | None) -> ir.Kernel:
+    """With `@cluster(BS in [written])`: the key loop is a cluster loop (as in
+    examples/decode_gqa.phk), each node reducing its share of S (docs/cluster.md)."""
+    if written is None:
+        return kernel
+    span = kernel.autotune.span
+    cluster = ir.Cluster((ir.SearchDim("BS", written, written, span),), span)
+    return dataclasses.replace(kernel, attributes=(cluster, *kernel.attributes))
+
+
 @cache
-def decode_text(dtype: str, g: int, bs: str = "64, 256") -> str:
+def decode_text(dtype: str, g: int, bs: str = "64, 256", cluster: tuple[int, ...] | None = None) -> str:
+    """`g`: the rows a CTA takes (BG; the kernel's G is a dimension, any extent)."""
     if dtype not in KV_DTYPES:
         raise ValueError(f"KV dtype {dtype!r}: one of {', '.join(KV_DTYPES)}")
     written = {"BG": (g,), "BS": tuple(int(x) for x in bs.split(","))}
-    rewritten = format_kernel(_searched(_retyped(_example(), dtype), written))
+    rewritten = format_kernel(_clustered(_searched(_retyped(_example(), dtype), written), cluster))
     # checked once more, so the printer's type and search-space notes are the new kernel's
     return format_kernel(load_text(rewritten, f"<decode {dtype} G={g}>").kernels[0]) + "\n"

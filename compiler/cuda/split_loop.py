@@ -26,11 +26,11 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from compiler.cluster.accumulate import Accumulator
+from compiler.cluster.accumulate import Accumulator, check_running_sum
 from compiler.cluster.combine import check_cluster_loop
 from compiler.cluster.leaves import laid_out
 from compiler.cluster.partial_leaves import MERGE_LETS, Place, fresh, softmax_merge, sum_merge
-from compiler.cluster.softmax import OnlineSoftmax
+from compiler.cluster.softmax import NotSoftmax, OnlineSoftmax, check_resumed_softmax
 from compiler.frontend import ir, rewrite, walk
 from compiler.frontend.affine import affine_of
 from compiler.frontend.check import check_kernel
@@ -107,8 +107,22 @@ def _split_wording(form: str, why: str) -> str:
 
 
 def _form(kernel: ir.Kernel, loop: ir.For) -> Accumulator | OnlineSoftmax:
-    """The cluster compiler's combinable forms, its reasons reworded for a split over CTAs."""
-    return check_cluster_loop(kernel, loop, explain=_split_wording)
+    """The cluster compiler's combinable forms, its reasons reworded for a split over CTAs; or
+    a cluster's own step leaf, which resumes a partial (a node's share splits over the node's CTAs
+    as a leaf's loop does): an online softmax's (softmax.check_resumed_softmax) or a sum's
+    (accumulate.check_running_sum). The first form's reason is the one given."""
+    try:
+        return check_cluster_loop(kernel, loop, explain=_split_wording)
+    except CompileError:
+        try:
+            return check_resumed_softmax(kernel, loop)
+        except NotSoftmax:
+            pass
+        try:
+            return check_running_sum(kernel, loop)
+        except CompileError:
+            pass
+        raise
 
 
 def _check_bounds(kernel: ir.Kernel, loop: ir.For) -> None:
@@ -195,14 +209,16 @@ def _partial(kernel: ir.Kernel, sf: SplitForm, state, indices, chunk_iterations:
     stores = tuple(ir.Store(part, (chunk, *idx), "=", ir.Name(d.name, store.span), store.span)
                    for part, idx, d in zip(sf.parts, indices, state, strict=True))
     body = rewrite.replace_stmt(body, store, stores)
-    for s in _post_lets(kernel, sf):  # an accumulator's `c_old` belongs to the store only
-        body = rewrite.replace_stmt(body, s, ())
+    # an accumulator's `c_old` belongs to the store only; a resumed partial's other stores too
+    for s in _after_loop(kernel, sf):
+        if s is not store:
+            body = rewrite.replace_stmt(body, s, ())
     return dataclasses.replace(kernel, body=body)
 
 
-def _post_lets(kernel: ir.Kernel, sf: SplitForm) -> tuple[ir.Stmt, ...]:
+def _after_loop(kernel: ir.Kernel, sf: SplitForm) -> tuple[ir.Stmt, ...]:
     at = next(i for i, s in enumerate(kernel.body) if s is sf.loop)
-    return kernel.body[at + 1 : -1]
+    return kernel.body[at + 1 :]
 
 
 def _combine(kernel: ir.Kernel, sf: SplitForm, state, indices, out, taken: set[str]) -> ir.Kernel:
