@@ -48,7 +48,8 @@ def test_the_fastest_factor_is_kept_and_cached(cache_dir, monkeypatch):
     monkeypatch.setenv("PHOBOS_RETUNE", "1")
     assert split_tune.tune_factor(kernel, b, cc=90, sm_count=132, gpu="H100 test",
                                   measure=lambda f: float(f)) == min(split_tune.candidates(model, 1 << 14))
-    other = split_tune.tune_factor(kernel, b, cc=80, sm_count=108, gpu="A100 test", measure=lambda f: float(-f))
+    other = split_tune.tune_factor(kernel, b, cc=80, sm_count=108, gpu="A100 test",
+                                   measure=lambda f: float(-f))
     assert other == max(split_tune.candidates(split_plan.model_factor(kernel, b, 108), 1 << 14))
 
 
