@@ -24,6 +24,7 @@ from compiler.cuda import mma, stages, target, tune_cache
 from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
     DEFAULT,
+    SIMT_DOUBLE_BUFFER,
     TF32_TMA_PROBE,
     TMA_ATTENTION_PROBE,
     WGMMA_DEEP_PROBE,
@@ -171,7 +172,7 @@ def tune(
     if schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32):
         timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
     else:
-        cands = [(p, s) for p in points for s in schedules or [DEFAULT]]
+        cands = [(p, s) for p in points for s in schedules or cuda_core_schedules(kernel)]
         timings, pruned = _measure(kernel, dims, cands, tf32, bench, log, model=True)
     if not timings:
         reasons = "; ".join(f"{dict(p)}: {why}" for (p, _), why in pruned[:3])
@@ -185,6 +186,20 @@ def tune(
         return tuple((p + ((("schedule", sched.key()),) if many else ()), v) for (p, sched), v in rows)
 
     return TuneResult(best, best_ms, flat(timings), flat(pruned), schedule=best_schedule)
+
+
+def cuda_core_schedules(kernel: ir.Kernel) -> list[Schedule]:
+    """The schedules searched for a kernel whose dots all run on CUDA cores: the default and,
+    when a dot sits in a loop (its operands may be prefetched), two shared buffers per operand
+    (Schedule.double_buffer, one barrier per iteration); the GPU's timing picks."""
+    from compiler.frontend import walk
+
+    looped = any(
+        isinstance(e, ir.Call) and e.func == "dot"
+        for loop in walk.iter_stmts(kernel.body) if isinstance(loop, ir.For)
+        for e in walk.iter_body_exprs(loop.body)
+    )
+    return [DEFAULT, SIMT_DOUBLE_BUFFER] if looped else [DEFAULT]
 
 
 def runs_on_tensor_cores(kernel: ir.Kernel, dims: dict[str, int], points, tf32: bool) -> bool:

@@ -29,6 +29,9 @@ class Schedule:
     # CTA-wide barrier and take turns issuing their dots, one's softmax under the other's dots
     # (pingpong.py); copies run stages - 3 ahead
     pingpong: bool = False
+    # CUDA-core dots: two shared buffers per register-prefetched operand of a loop, one barrier
+    # per iteration instead of two (mainloops/simt.py); no effect on tensor-core dots
+    double_buffer: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
@@ -37,10 +40,13 @@ class Schedule:
         rot = "-rot" if self.rotate else ""
         tma = "-tma" if self.tma else ""
         pp = "-pp" if self.pingpong else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}{tma}{pp}"
+        db = "-db" if self.double_buffer else ""
+        head = f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}"
+        return f"{head}-{order}{mma}{late}{rot}{tma}{pp}{db}"
 
 
 DEFAULT = Schedule()
+SIMT_DOUBLE_BUFFER = Schedule(double_buffer=True)  # CUDA-core dots' second candidate (autotune.py)
 WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
 # For a kernel with one dot (matmul): as many stages as fit (the ring is cut to the shared memory),
 # since the copies in flight, (stages - 2) stages' bytes, are what hides the memory latency: at

@@ -22,7 +22,7 @@ def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
     A schedule's TMA asks nothing of mma.sync dots; its ping-pong is the handover's to prune."""
     common = dict(stages=schedule.stages, late_copies=schedule.late_copies, rotate=schedule.rotate)
     if not tensor_cores:
-        return Simt(**common)
+        return Simt(**common, double_buffer=schedule.double_buffer)
     if wgmma and schedule.tma:
         return TmaWarpSpecialized(**common, pingpong=schedule.pingpong)
     if schedule.pingpong:
