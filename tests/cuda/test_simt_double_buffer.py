@@ -112,8 +112,9 @@ kernel k(A: tensor<f32>[N, N], B: tensor<f32>[N, N], C: tensor<f32>[T, T]) {
 }
 """,
         "nested.phk",
-    )
+    ).kernel()
     b = binding.bind(kernel, {"N": 96})
     one = generate_source(kernel, b)
     two = generate_source(kernel, b, schedule=SIMT_DOUBLE_BUFFER)
+    assert "float4 pf_" in one.source  # the inner loop's operands are prefetched into registers
     assert two.source == one.source
