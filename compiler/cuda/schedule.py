@@ -29,6 +29,9 @@ class Schedule:
     # CTA-wide barrier and take turns issuing their dots, one's softmax under the other's dots
     # (pingpong.py); copies run stages - 3 ahead
     pingpong: bool = False
+    # an fp8 dot's per-k-tile promotion (fp8_promote.py) in 64-column pieces alternating between two
+    # temporaries, the next piece's MMA issued before the last one is added (no effect on others)
+    fp8_overlap: bool = False
     # CUDA-core dots: two shared buffers per register-prefetched operand of a loop, one barrier
     # per iteration instead of two (mainloops/simt.py); no effect on tensor-core dots
     double_buffer: bool = False
@@ -40,9 +43,9 @@ class Schedule:
         rot = "-rot" if self.rotate else ""
         tma = "-tma" if self.tma else ""
         pp = "-pp" if self.pingpong else ""
-        db = "-db" if self.double_buffer else ""
-        head = f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}"
-        return f"{head}-{order}{mma}{late}{rot}{tma}{pp}{db}"
+        flags = f"{mma}{late}{rot}{tma}{pp}" + ("-fp8ov" if self.fp8_overlap else "")
+        flags += "-db" if self.double_buffer else ""
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{flags}"
 
 
 DEFAULT = Schedule()
