@@ -206,7 +206,8 @@ def test_row_against_its_anchor(row, benchmark, table, tmp_path, monkeypatch, ca
     result = {"name": row.name, "anchor": row.anchor, "phobos_ms": phobos_ms, "anchor_ms": anchor_ms,
               "ratio": anchor_ms / phobos_ms, "target": row.target,
               "tflops": row.flops() / (phobos_ms / 1e3) / 1e12, "first_call_s": first_s,
-              "cached_call_ms": cached_ms, "progress_lines": len(progress), "rel_err": err, "dims": row.dims}
+              "cached_call_ms": cached_ms, "progress_lines": len(progress), "rel_err": err, "dims": row.dims,
+              "tune_lines": progress}  # each candidate's point, schedule and time (the .json only)
     benchmark.extra_info.update(result)
     RESULTS.append(result)
     assert err < 2e-2, (row.name, err)  # bf16 outputs and TF32 products: a few 1e-3

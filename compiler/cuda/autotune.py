@@ -24,6 +24,7 @@ from compiler.cuda import mma, stages, target, tune_cache
 from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
     DEFAULT,
+    SIMT_DOUBLE_BUFFER,
     TF32_TMA_PROBE,
     TMA_ATTENTION_PROBE,
     WGMMA_DEEP_PROBE,
@@ -170,8 +171,10 @@ def tune(
     bench = Bench(*tuning_inputs(kernel, dict(base.env)), cc)
     if schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32):
         timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
+    elif schedules is None:
+        timings, pruned = cuda_core_search(kernel, dims, points, tf32, bench, log)
     else:
-        cands = [(p, s) for p in points for s in schedules or [DEFAULT]]
+        cands = [(p, s) for p in points for s in schedules]
         timings, pruned = _measure(kernel, dims, cands, tf32, bench, log, model=True)
     if not timings:
         reasons = "; ".join(f"{dict(p)}: {why}" for (p, _), why in pruned[:3])
@@ -185,6 +188,36 @@ def tune(
         return tuple((p + ((("schedule", sched.key()),) if many else ()), v) for (p, sched), v in rows)
 
     return TuneResult(best, best_ms, flat(timings), flat(pruned), schedule=best_schedule)
+
+
+def cuda_core_schedules(kernel: ir.Kernel) -> list[Schedule]:
+    """The schedules searched for a kernel whose dots all run on CUDA cores: the default and,
+    when a dot sits in a loop (its operands may be prefetched), two shared buffers per operand
+    (Schedule.double_buffer, one barrier per iteration); the GPU's timing picks."""
+    from compiler.frontend import walk
+
+    looped = any(
+        isinstance(e, ir.Call) and e.func == "dot"
+        for loop in walk.iter_stmts(kernel.body) if isinstance(loop, ir.For)
+        for e in walk.iter_body_exprs(loop.body)
+    )
+    return [DEFAULT, SIMT_DOUBLE_BUFFER] if looped else [DEFAULT]
+
+
+def cuda_core_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
+    """CUDA-core kernels: every point at each of cuda_core_schedules, then, where a dot sits in
+    a loop, the FINALISTS best (point, schedule) pairs again in the grouped CTA order (CTAs that
+    run together share operand rows in L2)."""
+    schedules = cuda_core_schedules(kernel)
+    cands = [(p, s) for p in points for s in schedules]
+    timings, pruned = _measure(kernel, dims, cands, tf32, inputs, log, model=True)
+    if len(schedules) > 1:
+        best = sorted(timings, key=lambda t: t[1])[:FINALISTS]
+        rest = [(dict(items), dataclasses.replace(s, order="grouped")) for (items, s), _ in best]
+        more, why = _measure(kernel, dims, rest, tf32, inputs, log)
+        timings += more
+        pruned += why
+    return timings, pruned
 
 
 def runs_on_tensor_cores(kernel: ir.Kernel, dims: dict[str, int], points, tf32: bool) -> bool:

@@ -73,14 +73,15 @@ def dot(gen, e: ir.Call, into):
     _fma_loop(gen, into, sa, sb, m, n, kk)
     return into
 
-def shared_tile(gen, load: ir.Load, role: str, transposed: bool):
+def shared_tile(gen, load: ir.Load, role: str, transposed: bool, copies: int = 1):
+    """The K-major shared buffer of a dot operand let (`copies` of it, one after the other)."""
     from compiler.cuda.values import SharedTile
 
     r, c = (gen.size(s) for s in load.ty.shape)
     # operand tile (as dot sees it): a is [x, k], b is [k, x]
     tr_, tc_ = (c, r) if transposed else (r, c)
     k, x = (tc_, tr_) if role == "a" else (tr_, tc_)
-    ptr = gen.smem.alloc_perm(k * (x + PAD))
+    ptr = gen.smem.alloc_perm(copies * k * (x + PAD))
     return SharedTile(ptr, role, k, x, x + PAD)
 
 def stage_shared_let(gen, name: str, load: ir.Load, role: str, transposed: bool):

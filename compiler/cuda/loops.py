@@ -35,7 +35,10 @@ def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dic
         if st.name in gen.plan.tc_lets:
             tensor_core.append((st, transposed))
             continue
-        tile = dots.shared_tile(gen, load, gen.plan.shared[st.name], transposed)
+        # two buffers only for a loop nested in no other: an enclosing loop's next iteration
+        # would refill buffer 0 with no barrier since its last reads
+        copies = 1 if gen.loop.barriers else gen.plan.mainloop.shared_copies()
+        tile = dots.shared_tile(gen, load, gen.plan.shared[st.name], transposed, copies)
         plan = dots.vector_plan(gen, tile, load, transposed)
         if plan is None:
             continue
@@ -47,7 +50,7 @@ def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dic
         gen.out.open(f"if ({first} < {stop_name})")
         dots.load_regs(gen, plan, load, regs)
         gen.out.close()
-        out[st.name] = (tile, plan, regs, load)
+        out[st.name] = (tile, plan, regs, load, (first, copies))
     if tensor_core:
         out.update(copy_pipeline(gen, s, tensor_core, start, stop_name, step))
     return out
@@ -68,15 +71,22 @@ def ring_lets(gen, lets: list[ir.Let]) -> None:
 
 
 def pipelined_lets(gen, lets: list[ir.Let]) -> None:
+    """One iteration of the register-prefetched operands: store the registers fetched last
+    iteration to shared memory, one barrier, fetch the next iteration's. With one buffer per
+    operand a barrier first keeps the stores from overtaking the last iteration's reads; with
+    two (Simt.double_buffer) iteration i writes buffer i % 2, last read in iteration i - 2, and
+    iteration i - 1's barrier lies between: one barrier per iteration."""
     gen.out.span = lets[0].span
-    gen.sync_before_overwrite()
+    tiles = {s.name: _current_buffer(gen, s) for s in lets}
+    if any(gen.loop.pipelined[s.name][4][1] == 1 for s in lets):
+        gen.sync_before_overwrite()
     for s in lets:
-        tile, plan, regs, *_ = gen.loop.pipelined[s.name]
-        dots.store_regs(gen, plan, tile, regs)
+        _, plan, regs, *_ = gen.loop.pipelined[s.name]
+        dots.store_regs(gen, plan, tiles[s.name], regs)
     gen.sync()
     for s in lets:
         gen.out.span = s.span
-        tile, plan, regs, load, var_name, var_c, step, stop_name = gen.loop.pipelined[s.name]
+        _, plan, regs, load, _, var_name, var_c, step, stop_name = gen.loop.pipelined[s.name]
         nxt = gen.fresh("next")
         gen.out.line(f"const int {nxt} = {var_c} + {step};")
         gen.out.open(f"if ({nxt} < {stop_name})")
@@ -84,7 +94,20 @@ def pipelined_lets(gen, lets: list[ir.Let]) -> None:
         dots.load_regs(gen, plan, load, regs)
         gen.scope.scalars[var_name] = (var_c, "i32")
         gen.out.close()
-        gen.scope.vals[s.name] = tile
+        gen.scope.vals[s.name] = tiles[s.name]
+
+
+def _current_buffer(gen, s: ir.Let):
+    """The shared buffer of a prefetched let in this iteration: its one buffer, or of its two
+    (allocated one after the other) the one of this iteration's parity."""
+    import dataclasses
+
+    tile, _, _, _, (first, copies), _, var_c, step, _ = gen.loop.pipelined[s.name]
+    if copies == 1:
+        return tile
+    size = tile.k * tile.ld
+    parity = f"((({var_c}) - {first}) / ({step}) & 1)"
+    return dataclasses.replace(tile, ptr=f"({tile.ptr} + {parity} * {size})")
 
 
 def deferred_dot(gen, s: ir.For) -> ir.Call | None:

@@ -32,6 +32,9 @@ class Schedule:
     # an fp8 dot's per-k-tile promotion (fp8_promote.py) in 64-column pieces alternating between two
     # temporaries, the next piece's MMA issued before the last one is added (no effect on others)
     fp8_overlap: bool = False
+    # CUDA-core dots: two shared buffers per register-prefetched operand of a loop, one barrier
+    # per iteration instead of two (mainloops/simt.py); no effect on tensor-core dots
+    double_buffer: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
@@ -41,10 +44,12 @@ class Schedule:
         tma = "-tma" if self.tma else ""
         pp = "-pp" if self.pingpong else ""
         flags = f"{mma}{late}{rot}{tma}{pp}" + ("-fp8ov" if self.fp8_overlap else "")
+        flags += "-db" if self.double_buffer else ""
         return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{flags}"
 
 
 DEFAULT = Schedule()
+SIMT_DOUBLE_BUFFER = Schedule(double_buffer=True)  # CUDA-core dots' second candidate (autotune.py)
 WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
 # For a kernel with one dot (matmul): as many stages as fit (the ring is cut to the shared memory),
 # since the copies in flight, (stages - 2) stages' bytes, are what hides the memory latency: at

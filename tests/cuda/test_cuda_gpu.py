@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs, rel_err
 
+from compiler.cuda import autotune
+from compiler.cuda.schedule import SIMT_DOUBLE_BUFFER
 from compiler.frontend import binding, walk
 from compiler.interp import interpreter as interp
 
@@ -73,6 +75,19 @@ CASES = [
 
 @pytest.mark.parametrize("name,dims,points", CASES, ids=[c[0] for c in CASES])
 def test_example_equals_interpreter(name, dims, points):
+    _equals_interpreter(name, dims, points, None)
+
+
+# the examples with a CUDA-core dot in a loop, at the tuner's second CUDA-core schedule
+DOUBLE_BUFFERED = [c for c in CASES if len(autotune.cuda_core_schedules(load_example(c[0]))) > 1]
+
+
+@pytest.mark.parametrize("name,dims,points", DOUBLE_BUFFERED, ids=[c[0] for c in DOUBLE_BUFFERED])
+def test_example_double_buffered_equals_interpreter(name, dims, points):
+    _equals_interpreter(name, dims, points, SIMT_DOUBLE_BUFFER)
+
+
+def _equals_interpreter(name, dims, points, schedule):
     from compiler.cuda.launch import run_kernel_gpu
 
     kernel = load_example(name)
@@ -89,19 +104,21 @@ def test_example_equals_interpreter(name, dims, points):
         for n in stored:
             if n not in ("C",):  # matmul reads C (beta * C_old); other outputs are poisoned
                 gpu_in[n][...] = np.nan
-        got = run_kernel_gpu(kernel, b, gpu_in, scalars)
+        got = run_kernel_gpu(kernel, b, gpu_in, scalars, schedule=schedule)
         for n in stored:
             err = rel_err(got[n], ref[n])
             assert err <= TOL[name], (name, point, n, err)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_shapes_with_ragged_edges(seed):
-    """matmul_plain, softmax and flash attention on random sizes that are not tile multiples."""
+    """matmul_plain, softmax and flash attention on random sizes that are not tile multiples;
+    seeds 6 and 7: matmul_plain at the double-buffered CUDA-core schedule."""
     from compiler.cuda.launch import run_kernel_gpu
 
     rng = np.random.default_rng(1000 + seed)
-    name = ("matmul_plain.phk", "softmax.phk", "flash_attention.phk")[seed % 3]
+    names = ("matmul_plain.phk", "softmax.phk", "flash_attention.phk")
+    name = names[seed % 3] if seed < 6 else "matmul_plain.phk"
     kernel = load_example(name)
     if name == "matmul_plain.phk":
         dims = {
@@ -117,7 +134,7 @@ def test_random_shapes_with_ragged_edges(seed):
     arrays, scalars = random_inputs(kernel, dict(b.env), rng)
     ref = {n: a.copy() for n, a in arrays.items()}
     interp.run_kernel(kernel, b, ref, scalars)
-    got = run_kernel_gpu(kernel, b, arrays, scalars)
+    got = run_kernel_gpu(kernel, b, arrays, scalars, schedule=SIMT_DOUBLE_BUFFER if seed >= 6 else None)
     for n in walk.stored_tensors(kernel):
         assert rel_err(got[n], ref[n]) <= TOL[name], (name, dims)
 

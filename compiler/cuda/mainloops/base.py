@@ -37,6 +37,10 @@ class Mainloop:
     handover: ClassVar[bool] = False
     async_proxy: ClassVar[bool] = False
 
+    def shared_copies(self) -> int:
+        """How many shared buffers a loop's register-prefetched f32 operand gets (loops.py)."""
+        return 1
+
     def copies_ahead(self, stages: int) -> int:
         """How many iterations ahead the cp.async ring's copies run at `stages` stages."""
         return stages - 1

@@ -23,7 +23,7 @@ def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
     common = dict(stages=schedule.stages, late_copies=schedule.late_copies, rotate=schedule.rotate,
                   fp8_overlap=schedule.fp8_overlap)
     if not tensor_cores:
-        return Simt(**common)
+        return Simt(**common, double_buffer=schedule.double_buffer)
     if wgmma and schedule.tma:
         return TmaWarpSpecialized(**common, pingpong=schedule.pingpong)
     if schedule.pingpong:

@@ -1,0 +1,120 @@
+"""The CUDA-core mainloop's double-buffered shared operands (Schedule.double_buffer), without a
+GPU: the tuner offers it beside the default for kernels with a dot in a loop, every point of the
+CUDA-core matmuls compiles with it (or is pruned for its doubled shared memory), the hot points
+assemble without spills, a k tile costs one barrier instead of two, and a loop nested in another
+keeps one buffer. (On the GPU, tests/cuda/test_cuda_gpu.py runs the examples at this schedule
+against the interpreter.)"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from cuda_cases import all_points, example_names, free_dims, load_example
+
+from compiler.cuda import autotune
+from compiler.cuda.compiled import compile_kernel, generate_source
+from compiler.cuda.schedule import DEFAULT, SIMT_DOUBLE_BUFFER
+from compiler.frontend import binding
+from compiler.frontend import load as frontend
+from compiler.frontend.diagnostics import CompileError
+
+SGEMM = {"M": 8192, "N": 8192, "K": 8192}
+
+
+def _loop_body(source: str) -> str:
+    """The text of the kernel's (first) k loop, up to the epilogue's first line."""
+    start = source.index("for (int u_kt")
+    return source[start:source.index("// line 13:", start)]
+
+
+def test_the_tuner_offers_double_buffering_only_where_a_dot_sits_in_a_loop():
+    assert autotune.cuda_core_schedules(load_example("matmul.phk")) == [DEFAULT, SIMT_DOUBLE_BUFFER]
+    assert autotune.cuda_core_schedules(load_example("softmax.phk")) == [DEFAULT]
+    assert SIMT_DOUBLE_BUFFER.key().endswith("-db") and not DEFAULT.key().endswith("-db")
+
+
+@pytest.mark.parametrize("tile_k", [8, 16])
+def test_a_k_tile_costs_one_barrier_with_two_buffers_and_two_with_one(tile_k):
+    k = load_example("matmul.phk")
+    b = binding.bind(k, SGEMM, None, {"TILE_M": 128, "TILE_N": 128, "TILE_K": tile_k})
+    one = generate_source(k, b)
+    two = generate_source(k, b, schedule=SIMT_DOUBLE_BUFFER)
+    assert _loop_body(one.source).count("__syncthreads();") == 2
+    assert _loop_body(two.source).count("__syncthreads();") == 1
+    # both operands' buffers are doubled, and the FMAs read the iteration's half
+    assert two.shared_bytes == 2 * one.shared_bytes
+    assert _loop_body(two.source).count(f"/ (c_TILE_K) & 1) * {tile_k * 132}") >= 4
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+@pytest.mark.parametrize("tile_k", [8, 16])
+def test_sgemm_points_assemble_without_spills_in_128_registers(tile_k, tmp_path):
+    k = load_example("matmul.phk")
+    b = binding.bind(k, SGEMM, None, {"TILE_M": 128, "TILE_N": 128, "TILE_K": tile_k})
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(compile_kernel(k, b, schedule=SIMT_DOUBLE_BUFFER).ptx)
+    run = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True, check=True)
+    assert re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", run.stderr) == [("0", "0")]
+    regs = int(re.search(r"Used (\d+) registers", run.stderr).group(1))
+    assert regs <= 128, run.stderr  # 2 CTAs of 256 threads per multiprocessor
+
+
+def _compile(job):
+    name, kernel, point = job
+    dims = {d: {"D": 64, "H": 8}.get(d, 2048) for d in free_dims(kernel)}  # as test_cuda_ptx
+    try:
+        compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=SIMT_DOUBLE_BUFFER)
+    except CompileError as e:
+        return name, point, e.message
+    return name, point, None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["matmul.phk", "matmul_plain.phk"])
+def test_every_point_of_the_cuda_core_matmuls_compiles_double_buffered(name):
+    kernel = load_example(name)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(_compile, [(name, kernel, p) for p in all_points(kernel)]))
+    for _, point, why in results:
+        assert why is None or any(r in why for r in ("registers", "shared memory", "cannot lay out")), (
+            point, why)
+    assert sum(why is None for *_, why in results) >= len(results) // 2
+
+
+def test_default_point_of_every_example_compiles_double_buffered():
+    jobs = [(n, k, k.default_tile_values()) for n in example_names() for k in [load_example(n)]]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for name, point, why in pool.map(_compile, jobs):
+            assert why is None, (name, point, why)
+
+
+def test_a_loop_nested_in_another_keeps_one_buffer():
+    """An enclosing loop's next iteration would refill buffer 0 with no barrier since its last
+    reads, so the inner loop's operands stay single-buffered (two barriers per iteration)."""
+    kernel = frontend.load_text(
+        """
+@autotune(T in [32])
+kernel k(A: tensor<f32>[N, N], B: tensor<f32>[N, N], C: tensor<f32>[T, T]) {
+  var acc: tile<f32>[T, T] = 0.0
+  for r in range(0, 3, 1) {
+    for kt in range(0, N, T) {
+      let a = A[0 :+ T, kt :+ T]
+      let b = B[kt :+ T, 0 :+ T]
+      acc += dot(a, b)
+    }
+  }
+  C[0 :+ T, 0 :+ T] = acc
+}
+""",
+        "nested.phk",
+    ).kernel()
+    b = binding.bind(kernel, {"N": 96})
+    one = generate_source(kernel, b)
+    two = generate_source(kernel, b, schedule=SIMT_DOUBLE_BUFFER)
+    assert "float4 pf_" in one.source  # the inner loop's operands are prefetched into registers
+    assert two.source == one.source
