@@ -64,7 +64,8 @@ def test_a_run_links_the_shared_ptx_folder_into_its_own_cache(tmp_path):
         f"    assert (cache.cache_dir() / 'ptx').resolve() == Path({str(shared)!r})\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PHOBOS_CACHE_DIR", "TEST_TMPDIR")}
-    result = _pytest_run(tmp_path, tmp_path / "test_linked.py", {**env, "PHOBOS_TEST_SHARED_PTX": str(shared)})
+    env["PHOBOS_TEST_SHARED_PTX"] = str(shared)
+    result = _pytest_run(tmp_path, tmp_path / "test_linked.py", env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout and shared.is_dir()
 
