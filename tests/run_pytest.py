@@ -90,6 +90,16 @@ def empty_scratch(tmp: str) -> None:
             os.unlink(entry.path)
 
 
+def cpu_line() -> str:
+    """The run's processor time, for the test log: a cold `bazel test //...` on 2 cores can take
+    no less than the sum of these over its targets, halved (test.xml holds wall times only)."""
+    import resource
+
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return (f"cpu s: this process {own.ru_utime + own.ru_stime:.1f}, "
+            f"the programs it started {children.ru_utime + children.ru_stime:.1f}")
+
+
 if __name__ == "__main__":
     # Python put this script's folder, symlinks resolved, first on sys.path: that is tests/ in the
     # checkout, where tests/compiler would pass for the compiler package. Imports come from the
@@ -105,6 +115,7 @@ if __name__ == "__main__":
     code = pytest.main(pytest_args(sys.argv[1:], dict(os.environ)), plugins=[shard] if shard else [])
     if code == pytest.ExitCode.NO_TESTS_COLLECTED and shard:
         code = 0  # more shards than tests: this one has nothing to do
+    print(cpu_line())
     if code == 0 and os.environ.get("TEST_TMPDIR"):
         empty_scratch(os.environ["TEST_TMPDIR"])
     sys.exit(code)
