@@ -16,11 +16,21 @@ def pytest_configure(config: pytest.Config) -> None:
     """Every test run gets its own, empty cache folder (common/cache.py), inherited by the programs
     the tests start: a run never reads or writes the user's ~/.cache/phobos (nor a PHOBOS_CACHE_DIR
     of theirs), and no test passes because an earlier run left its PTX behind. Within the run the
-    folder is shared, so a leaf that several tests compile is compiled once."""
+    folder is shared, so a leaf that several tests compile is compiled once; under `tools/bazel
+    test` its PTX is shared by all the command's targets too."""
     base = os.environ.get("TEST_TMPDIR")  # under Bazel: the test's scratch folder
     folder = tempfile.mkdtemp(prefix="phobos-test-cache-", dir=base)
     _OWN_CACHE.append(folder)
     os.environ["PHOBOS_CACHE_DIR"] = folder
+    shared_ptx = os.environ.get("PHOBOS_TEST_SHARED_PTX")
+    if shared_ptx:
+        # Under `tools/bazel test`: the PTX folder is that one command's, shared by its targets
+        # and shards (tests/run_pytest.py), so a kernel several of them compile is compiled once.
+        # Only PTX: an entry is NVRTC's output for exactly its source and options, checked by its
+        # sha256, so a test sees the same text whoever compiled it. Tunings, calibrations and the
+        # rest stay in this run's own folder.
+        os.makedirs(shared_ptx, exist_ok=True)
+        os.symlink(shared_ptx, os.path.join(folder, "ptx"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

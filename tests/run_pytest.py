@@ -21,15 +21,34 @@ def pytest_args(argv: list[str], env: dict[str, str]) -> list[str]:
     return args
 
 
+def command_folder(env: dict[str, str]) -> str | None:
+    """The folder tools/bazel made for this `bazel test` command, shared by all its targets and
+    shards; None outside one (plain pytest, or Bazel not started by tools/bazel). PHOBOS_TEST_RUN
+    is a link, fixed per checkout, to the newest command's folder."""
+    link = env.get("PHOBOS_TEST_RUN")
+    if not link:
+        return None
+    folder = os.path.realpath(link)
+    return folder if folder != os.path.abspath(link) and os.path.isdir(folder) else None
+
+
 def scratch_environment(env: dict[str, str]) -> dict[str, str]:
     """Under Bazel, where tools write their own files: in the test's scratch folder, never in the
     checkout. Many tests start programs (pods, the scheduler) with the checkout on PYTHONPATH; their
-    bytecode would otherwise land in compiler/__pycache__ and the like. Inherited by subprocesses."""
+    bytecode would otherwise land in compiler/__pycache__ and the like. Inherited by subprocesses.
+
+    Two things go to the command's shared folder instead, when there is one, as each is the same
+    for every target: the bytecode (with a prefix Python ignores .venv's own __pycache__ folders, so
+    each target compiled numpy, pytest and the checkout again: 3 s of a core per target and shard),
+    and the PTX NVRTC makes (tests/conftest.py links it into each run's cache folder)."""
     if "TEST_TMPDIR" not in env:
         return {}
     tmp = env["TEST_TMPDIR"]
+    shared = command_folder(env)
     # Hypothesis keeps its example database in the working directory, the runfiles tree here.
-    return {"HYPOTHESIS_STORAGE_DIRECTORY": f"{tmp}/hypothesis", "PYTHONPYCACHEPREFIX": f"{tmp}/pycache"}
+    return {"HYPOTHESIS_STORAGE_DIRECTORY": f"{tmp}/hypothesis",
+            "PYTHONPYCACHEPREFIX": f"{shared or tmp}/pycache",
+            **({"PHOBOS_TEST_SHARED_PTX": f"{shared}/ptx"} if shared else {})}
 
 
 class Shard:
@@ -71,6 +90,16 @@ def empty_scratch(tmp: str) -> None:
             os.unlink(entry.path)
 
 
+def cpu_line() -> str:
+    """The run's processor time, for the test log: a cold `bazel test //...` on 2 cores can take
+    no less than the sum of these over its targets, halved (test.xml holds wall times only)."""
+    import resource
+
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return (f"cpu s: this process {own.ru_utime + own.ru_stime:.1f}, "
+            f"the programs it started {children.ru_utime + children.ru_stime:.1f}")
+
+
 if __name__ == "__main__":
     # Python put this script's folder, symlinks resolved, first on sys.path: that is tests/ in the
     # checkout, where tests/compiler would pass for the compiler package. Imports come from the
@@ -86,6 +115,7 @@ if __name__ == "__main__":
     code = pytest.main(pytest_args(sys.argv[1:], dict(os.environ)), plugins=[shard] if shard else [])
     if code == pytest.ExitCode.NO_TESTS_COLLECTED and shard:
         code = 0  # more shards than tests: this one has nothing to do
+    print(cpu_line())
     if code == 0 and os.environ.get("TEST_TMPDIR"):
         empty_scratch(os.environ["TEST_TMPDIR"])
     sys.exit(code)

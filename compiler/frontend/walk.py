@@ -76,8 +76,27 @@ def iter_exprs(node: ir.Stmt | ir.Expr) -> Iterator[ir.Expr]:
 
 def iter_body_exprs(body: tuple[ir.Stmt, ...]) -> Iterator[ir.Expr]:
     """Every expression of every statement of a body, loops included."""
-    for stmt in iter_stmts(body):
-        yield from iter_exprs(stmt)
+    if not isinstance(body, tuple):  # a list may change: walked afresh each time
+        return (expr for stmt in iter_stmts(body) for expr in iter_exprs(stmt))
+    return iter(_body_exprs(body))
+
+
+# The CUDA generator's analyses walk the same kernel body many times for one compile (a third of
+# a compile's time went to it). The IR is frozen, so one body's walk is always the same: kept for
+# the last few bodies, by identity; the body itself is held too, so its id cannot be reused.
+_WALKED: dict[int, tuple[tuple[ir.Stmt, ...], tuple[ir.Expr, ...]]] = {}
+_WALKED_MAX = 64
+
+
+def _body_exprs(body: tuple[ir.Stmt, ...]) -> tuple[ir.Expr, ...]:
+    hit = _WALKED.get(id(body))
+    if hit is not None and hit[0] is body:
+        return hit[1]
+    exprs = tuple(expr for stmt in iter_stmts(body) for expr in iter_exprs(stmt))
+    if len(_WALKED) >= _WALKED_MAX:
+        _WALKED.clear()
+    _WALKED[id(body)] = (body, exprs)
+    return exprs
 
 
 def _unique(names) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ run over the generator's own index expressions; and the generated loop's structu
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -24,7 +25,14 @@ BOX = tma_tf32.BOX
 
 
 def _at(expr: str, **env) -> int:
-    return eval(expr.replace("/", "//"), env)  # noqa: S307  (the generator's C index arithmetic)
+    return eval(_index_code(expr), env)  # noqa: S307  (the generator's C index arithmetic)
+
+
+@functools.cache
+def _index_code(expr: str):
+    """An index expression compiled once: the model evaluates each one for every warp and lane
+    (compiling its text at each of 440,000 evaluations took most of this file's time)."""
+    return compile(expr.replace("/", "//"), "<index>", "eval")
 
 
 def _box(smem, word: int, src, r0: int, c0: int, rows: int) -> None:

@@ -96,6 +96,7 @@ def test_run_and_test_share_one_configuration():
     assert set(test_options) <= TEST_ONLY_OPTIONS, set(test_options) - TEST_ONLY_OPTIONS
     build_options = [line.split()[1] for line in rc.splitlines() if line.startswith("build ")]
     assert "--test_env=PHOBOS_VENV_STAMP" in build_options  # tools/bazel's stamp still reaches tests
+    assert "--test_env=PHOBOS_TEST_RUN" in build_options  # and the link to the command's folder
 
 
 def test_the_root_package_globs_no_subfolder():

@@ -33,6 +33,43 @@ def test_runner_maps_bazels_test_environment_to_pytest():
     assert runner.scratch_environment({}) == {}
 
 
+def test_a_bazel_test_command_shares_its_ptx_and_bytecode_folder(tmp_path):
+    """tools/bazel links PHOBOS_TEST_RUN to a new folder per `test` command: the runner puts the
+    bytecode there and hands the PTX folder to tests/conftest.py; a dangling or missing link (the
+    command is over, or Bazel was run without tools/bazel) shares nothing."""
+    runner = load("tests/run_pytest.py")
+    run = tmp_path / "run.abc"
+    run.mkdir()
+    link = tmp_path / "current"
+    link.symlink_to(run)
+    env = {"TEST_TMPDIR": "/t", "PHOBOS_TEST_RUN": str(link)}
+    assert runner.command_folder(env) == str(run)
+    assert runner.scratch_environment(env) == {
+        "HYPOTHESIS_STORAGE_DIRECTORY": "/t/hypothesis", "PYTHONPYCACHEPREFIX": f"{run}/pycache",
+        "PHOBOS_TEST_SHARED_PTX": f"{run}/ptx"}
+    run.rmdir()
+    assert runner.command_folder(env) is None
+    assert "PHOBOS_TEST_SHARED_PTX" not in runner.scratch_environment(env)
+    link.unlink()
+    assert runner.command_folder(env) is None
+    assert runner.command_folder({"PHOBOS_TEST_RUN": str(tmp_path)}) is None  # not a link
+    assert runner.command_folder({}) is None
+
+
+def test_a_run_links_the_shared_ptx_folder_into_its_own_cache(tmp_path):
+    """tests/conftest.py: the run's cache folder is its own; only ptx/ is the command's."""
+    shared = tmp_path / "shared-ptx"
+    (tmp_path / "test_linked.py").write_text(
+        "import os\nfrom pathlib import Path\n\nfrom common import cache\n\n\ndef test_linked():\n"
+        f"    assert (cache.cache_dir() / 'ptx').resolve() == Path({str(shared)!r})\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PHOBOS_CACHE_DIR", "TEST_TMPDIR")}
+    env["PHOBOS_TEST_SHARED_PTX"] = str(shared)
+    result = _pytest_run(tmp_path, tmp_path / "test_linked.py", env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout and shared.is_dir()
+
+
 def test_runner_empties_its_scratch_folder(tmp_path):
     runner = load("tests/run_pytest.py")
     for written in ("pytest/test_a0/x.npy", "pycache/work/compiler/ir.cpython-311.pyc", "hypothesis/db/1"):
