@@ -4,10 +4,12 @@ The job's kernel is parsed and checked once, here (`PreparedJob.kernel`); every 
 the job (the tuner's combinations, its leaf points, the chosen values) starts from that checked
 kernel through `compile_program`, the scheduler's one call of the cluster compiler.
 
-The order matters for the guarantee "bad input never half-writes an output": the kernel is
-compiled, every URI is resolved inside the storage roots, every input's header is checked
-against the shape and dtype the dims give, and every existing output's header too, all before
-a staging copy is created or a pod allocates anything.
+The checks are one visible list, PREPARE_CHECKS (and NEW_JOB_CHECKS for `new-job`), of named
+stages over a `Checking` state, run by common/pipeline.run_stages. Their order matters for the
+guarantee "bad input never half-writes an output": the kernel is checked against the job, the
+dims against the existing files' headers, the kernel compiled, every URI resolved inside the
+storage roots and every input's and existing output's header checked against the shape and dtype
+the program gives, all before a staging copy is created or a pod allocates anything.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from common import storage, uri
 from common.atomic import refuse_read_only
 from common.errors import UserError
+from common.pipeline import Stage, run_stages
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend import ir
 from compiler.frontend.binding import scalar_value
@@ -199,46 +202,120 @@ def check_dims_against_files(job: Job, kernel: ir.Kernel, job_dir: Path, roots: 
                 storage.check_tensor(path, shape, param.dtype)
 
 
+# ---- the checks, as one visible list each ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checking:
+    """What the checks of one job know so far: the job and where it runs, then its kernel, its
+    program and its tensors' places, filled in by the checks in order."""
+
+    job: Job
+    job_dir: Path
+    roots: list[Path]  # the storage roots every URI must resolve inside
+    values: dict[str, int]  # the @cluster values asked for (the job's, overridden by the run's)
+    tiles: dict[str, int]  # the @autotune values asked for
+    split: SplitRequest | None
+    any_values: bool = False  # --autotune: the first @cluster combination that compiles
+    kernel: ir.Kernel | None = None  # the caller's, where it parsed the kernel already
+    program: ClusterProgram | None = None
+    tensors: dict[str, TensorPlace] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def _check_kernel(c: Checking) -> Checking:
+    """The one parse and check of the job's kernel (unless the caller's is given), and the job's
+    dims, scalars and tensors against it."""
+    kernel = job_kernel(c.job, c.kernel)
+    check_against_kernel(c.job, kernel)
+    return dataclasses.replace(c, kernel=kernel)
+
+
+def _check_search_space(c: Checking) -> Checking:
+    from compiler.cluster.build import values_outside_space
+
+    return dataclasses.replace(c, warnings=c.warnings + tuple(values_outside_space(c.kernel, c.values)))
+
+
+def _check_dims(c: Checking) -> Checking:
+    check_dims_against_files(c.job, c.kernel, c.job_dir, c.roots)
+    return c
+
+
+def _compile(c: Checking) -> Checking:
+    dims = dict(c.job.dims)
+    if c.any_values:
+        program = compile_any(c.kernel, dims, c.values, c.tiles, c.split)
+    else:
+        program = compile_program(c.kernel, dims, c.values, c.tiles, c.split)
+    return dataclasses.replace(c, program=program)
+
+
+def _place_storage(c: Checking) -> Checking:
+    return dataclasses.replace(c, tensors=place_tensors(c.job, c.program, c.job_dir, c.roots, c.kernel))
+
+
+def _check_files_for_later(c: Checking) -> Checking:
+    return dataclasses.replace(c, warnings=c.warnings + tuple(files_for_later(c.job, c.program, c.kernel,
+                                                                                 c.job_dir, c.roots)))
+
+
+# A run's checks: every one passes before a staging copy is created or a pod allocates anything.
+PREPARE_CHECKS = (
+    Stage("kernel", _check_kernel),
+    Stage("dims against files", _check_dims),
+    Stage("compile", _compile),
+    Stage("storage", _place_storage),
+)
+
+# `new-job`'s: what needs no pod and no storage roots; a file that does not exist yet is a warning.
+NEW_JOB_CHECKS = (
+    Stage("kernel", _check_kernel),
+    Stage("search space", _check_search_space),
+    Stage("dims against files", _check_dims),
+    Stage("compile", _compile),
+    Stage("files", _check_files_for_later),
+)
+
+
 def prepare(job: Job, job_path: Path, roots: list[Path], cluster_values: dict[str, int] | None = None,
             job_id: str | None = None, tile_values: dict[str, int] | None = None,
             any_values: bool = False, split: SplitRequest | None = None,
             kernel: ir.Kernel | None = None) -> PreparedJob:
-    """`cluster_values`, `tile_values` and `split` override the job's; with `any_values`
-    (--autotune) the first @cluster combination that compiles stands in until the tuner chooses.
-    `kernel`: the job's kernel as the caller parsed and checked it already (else parsed here)."""
-    kernel = job_kernel(job, kernel)  # the one parse and check of the job's kernel
-    check_against_kernel(job, kernel)
-    check_dims_against_files(job, kernel, Path(job_path).resolve().parent, roots)
-    values = {**dict(job.cluster_values), **(cluster_values or {})}
-    tiles = {**dict(job.tile_values), **(tile_values or {})}
-    split = split or job.split
-    if any_values:
-        program = compile_any(kernel, dict(job.dims), values, tiles, split)
-    else:
-        program = compile_program(kernel, dict(job.dims), values, tiles, split)
-    tensors = place_tensors(job, program, Path(job_path).resolve().parent, roots, kernel)
-    return PreparedJob(job, job_id or new_job_id(), program, kernel, typed_scalars(job, kernel), tensors,
-                       pinned_cluster=values, pinned_tiles=tiles)
+    """The job through PREPARE_CHECKS. `cluster_values`, `tile_values` and `split` override the
+    job's; with `any_values` (--autotune) the first @cluster combination that compiles stands in
+    until the tuner chooses. `kernel`: the job's kernel as the caller parsed and checked it
+    already (else parsed here)."""
+    start = Checking(job, Path(job_path).resolve().parent, roots,
+                     values={**dict(job.cluster_values), **(cluster_values or {})},
+                     tiles={**dict(job.tile_values), **(tile_values or {})},
+                     split=split or job.split, any_values=any_values, kernel=kernel)
+    c = run_stages(PREPARE_CHECKS, start, what="job check")
+    return PreparedJob(job, job_id or new_job_id(), c.program, c.kernel, typed_scalars(job, c.kernel),
+                       c.tensors, pinned_cluster=c.values, pinned_tiles=c.tiles)
 
 
 def check_new_job(job: Job, job_path: Path, kernel: ir.Kernel | None = None) -> list[str]:
-    """Everything `prepare` checks that needs no pod, for `new-job`: a job that can never run is
-    refused (UserError); returned are warning lines (values outside a search space, tensor files
-    the kernel reads that do not exist yet and must before the job runs)."""
-    from compiler.cluster.build import values_outside_space
+    """The job through NEW_JOB_CHECKS, for `new-job`: a job that can never run is refused
+    (UserError); returned are warning lines (values outside a search space, tensor files the
+    kernel reads that do not exist yet and must before the job runs)."""
+    anywhere = [Path("/")]  # the run confines storage to its roots; new-job only checks headers
+    start = Checking(job, Path(job_path).resolve().parent, anywhere, dict(job.cluster_values),
+                     dict(job.tile_values), job.split, kernel=kernel)
+    return list(run_stages(NEW_JOB_CHECKS, start, what="job check").warnings)
+
+
+def files_for_later(job: Job, program: ClusterProgram, kernel: ir.Kernel, job_dir: Path,
+                    roots: list[Path]) -> list[str]:
+    """new-job's storage check: every existing file's header (what the dims alone could not check,
+    a shape naming a tile value), every output's folder; a warning for each file that must exist
+    by the time the job runs and does not yet."""
     from compiler.frontend.walk import first_old_value_read
 
-    job_dir = Path(job_path).resolve().parent
-    anywhere = [Path("/")]  # the run confines storage to its roots; new-job only checks headers
-    kernel = job_kernel(job, kernel)  # the caller's, where it parsed the kernel already
-    check_against_kernel(job, kernel)
-    warnings = values_outside_space(kernel, dict(job.cluster_values))
-    check_dims_against_files(job, kernel, job_dir, anywhere)
-    program = compile_program(kernel, dict(job.dims), dict(job.cluster_values), dict(job.tile_values),
-                              job.split)
+    warnings = []
     for info in stored_tensors(program):
-        path = uri.confine(dict(job.tensors)[info.name], anywhere, base=job_dir)
-        if path.exists():  # what the dims alone could not check (a shape naming a tile value)
+        path = uri.confine(dict(job.tensors)[info.name], roots, base=job_dir)
+        if path.exists():
             storage.check_tensor(path, tuple(info.shape), info.dtype)
         elif info.role == "input":
             warnings.append(f"warning: tensor {info.name}: {path} does not exist yet; the kernel reads it, "

@@ -1,4 +1,5 @@
-"""The CUDA leaf compiler as a visible list of stages, each `stage(Leaf) -> Leaf`:
+"""The CUDA leaf compiler as a visible list of stages (common/pipeline.py Stage), each
+`stage(Leaf) -> Leaf`, run by common/pipeline.run_stages:
 
   bind     the binding's dims and tile values become the leaf's constants and CTA counts
   fp8      fp8 dots: scales become products (out of the k loop in a GEMM), operands stay fp8 on
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import options as env_options
+from common.pipeline import Stage, run_stages
 from compiler.cuda import analysis, fp8, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
@@ -187,29 +189,30 @@ def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:
 
 
 STAGES = (
-    ("bind", bind),
-    ("fp8", lower_fp8),
-    ("hoist", hoist),
-    ("split", split),
-    ("fit", fit),
-    ("analyse", analyse),
-    ("lay out", lay_out),
-    ("emit", emit),
-    ("nvrtc", to_ptx),
+    Stage("bind", bind),
+    Stage("fp8", lower_fp8),
+    Stage("hoist", hoist),
+    Stage("split", split),
+    Stage("fit", fit),
+    Stage("analyse", analyse),
+    Stage("lay out", lay_out),
+    Stage("emit", emit),
+    Stage("nvrtc", to_ptx),
 )
 
 
-def run(kernel: ir.Kernel, binding, options: Options = Options(), until: str = "nvrtc") -> Leaf:
-    """Run the stages in order up to and including `until`."""
+def run(kernel: ir.Kernel, binding, options: Options = Options(), until: str = "nvrtc",
+        timings: list[tuple[str, float]] | None = None) -> Leaf:
+    """Run the stages in order up to and including `until` (common/pipeline.run_stages);
+    `timings` gets each stage's (name, seconds)."""
     dump = env_options.current().cuda_dump
-    leaf = Leaf(kernel, binding, options)
-    for i, (name, stage) in enumerate(STAGES):
-        leaf = stage(leaf)
+
+    def after_each(index: int, name: str, leaf: Leaf) -> None:
         if dump:
-            _dump(dump, i, name, leaf)
-        if name == until:
-            break
-    return leaf
+            _dump(Path(dump), index, name, leaf)
+
+    return run_stages(STAGES, Leaf(kernel, binding, options), until=until, after_each=after_each,
+                      timings=timings, what="CUDA stage")
 
 
 def _dump(folder: Path, index: int, name: str, leaf: Leaf) -> None:
