@@ -53,6 +53,7 @@ from collections.abc import Callable
 
 from common import options
 from common.pipeline import Stage, check_until, dump_selection, run_stages, selected
+from compiler import builtins
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.check import check
@@ -134,7 +135,7 @@ def _verify_dots(k: ir.Kernel) -> None:
     """Every dot carries its precision, consistent with its operand types, and no keyword left
     but an fp8 dot's two scales."""
     for e in walk.iter_body_exprs(k.body):
-        if not (isinstance(e, ir.Call) and e.func == "dot"):
+        if not builtins.is_contraction(e):
             continue
         scales = {k for k, _ in e.kwargs}
         fp8 = e.precision is not None and e.precision.mode in ir.FP8

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler import builtins
 from compiler.cuda import analysis
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
-IDENT = {
-    "sum": ("0.0f", "0"),
+IDENT = {  # by the reduction's operator (compiler/builtins.py combine): (float, int)
+    "add": ("0.0f", "0"),
     "max": ("__int_as_float(0xff800000)", "INT_MIN_"),
     "min": ("__int_as_float(0x7f800000)", "INT_MAX_"),
 }
@@ -33,7 +34,7 @@ def reduction(gen, e: ir.Call, ctx) -> str:
     if x.ty.dtype in ("i64", "u32"):
         raise CompileError(e.span, f"the CUDA backend reduces f32 and i32 tiles, not {x.ty.dtype} "
                                    "(convert with i32(...) or f32(...) first)")
-    op = _Combine.of(e.func, x.ty.dtype in ("f32", "bf16", "f16"))
+    op = _Combine.of(builtins.combine_of(e), x.ty.dtype in ("f32", "bf16", "f16"))
     if len(shape) == 1:
         return _reduce_flat(gen, x, shape, op)
     if len(shape) != 2:
@@ -54,7 +55,7 @@ def reduction(gen, e: ir.Call, ctx) -> str:
 class _Combine:
     """One reduction's operator: its identity, C type and how two partial values combine."""
 
-    func: str
+    combine: str  # "add", "max", "min" (compiler/builtins.py)
     is_float: bool
     ident: str
     ctype: str
@@ -69,9 +70,9 @@ class _Combine:
         return _Combine(func, is_float, ident, "float" if is_float else "int")
 
     def __call__(self, a: str, b: str) -> str:
-        if self.func == "sum":
+        if self.combine == "add":
             return f"({a} + {b})"
-        return f"f{self.func}f({a}, {b})" if self.is_float else f"{self.func}({a}, {b})"
+        return f"f{self.combine}f({a}, {b})" if self.is_float else f"{self.combine}({a}, {b})"
 
 
 def _reduce_flat(gen, x: ir.Expr, shape: tuple[int, ...], op: _Combine) -> str:

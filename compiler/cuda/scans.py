@@ -18,22 +18,25 @@ from compiler.cuda.values import Ctx
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
+# by the scan's operator (compiler/builtins.py combine) and whether the tile is float
 _IDENT = {
-    ("cumsum", True): "0.0f", ("cumsum", False): "0",
-    ("cumprod", True): "1.0f", ("cumprod", False): "1",
-    ("cummax", True): "__int_as_float(0xff800000)", ("cummax", False): "(-2147483647 - 1)",
+    ("add", True): "0.0f", ("add", False): "0",
+    ("mul", True): "1.0f", ("mul", False): "1",
+    ("max", True): "__int_as_float(0xff800000)", ("max", False): "(-2147483647 - 1)",
+}
+_COMBINE = {
+    ("add", True): "({0} + {1})", ("add", False): "({0} + {1})",
+    ("mul", True): "({0} * {1})", ("mul", False): "({0} * {1})",
+    ("max", True): "fmaxf({0}, {1})", ("max", False): "max({0}, {1})",
 }
 
 
-def _combine(func: str, is_float: bool, a: str, b: str) -> str:
-    if func == "cumsum":
-        return f"({a} + {b})"
-    if func == "cumprod":
-        return f"({a} * {b})"
-    return f"fmaxf({a}, {b})" if is_float else f"max({a}, {b})"
+def _combine(combine: str, is_float: bool, a: str, b: str) -> str:
+    return _COMBINE[(combine, is_float)].format(a, b)
 
 
-def scan(gen, e: ir.Call, ctx: Ctx) -> str:
+def scan(combine: str, gen, e: ir.Call, ctx: Ctx) -> str:
+    """The scan applying `combine` ("add", "mul", "max"), as compiler/builtins.py gives it."""
     x = e.args[0]
     axis = dict(e.kwargs)["axis"].value
     shape = tuple(gen.size(s) for s in x.ty.shape)
@@ -56,14 +59,14 @@ def scan(gen, e: ir.Call, ctx: Ctx) -> str:
     length = shape[axis]
     lines = n // length
     step = gen.stride(shape, axis)  # between consecutive elements of a line
-    _emit_lines(gen, e.func, is_float, ctype, buf, length, lines, step, shape, axis)
+    _emit_lines(gen, combine, is_float, ctype, buf, length, lines, step, shape, axis)
     gen.sync()
     where = " + ".join(f"({p}) * {gen.stride(shape, a)}" for a, p in enumerate(ctx.pos))
     return f"{buf}[{where}]"
 
 
-def _emit_lines(gen, func, is_float, ctype, buf, length, lines, step, shape, axis) -> None:
-    ident = _IDENT[(func, is_float)]
+def _emit_lines(gen, combine, is_float, ctype, buf, length, lines, step, shape, axis) -> None:
+    ident = _IDENT[(combine, is_float)]
     chunk = -(-length // 32)
     warps = gen.plan.grid.threads // 32
     # the start of line `l`: its position along the other axis times that axis's stride
@@ -76,18 +79,18 @@ def _emit_lines(gen, func, is_float, ctype, buf, length, lines, step, shape, axi
     out.line(f"const int lo = lane * {chunk}, hi = min(lo + {chunk}, {length});")
     out.line(f"{ctype} run = {ident};")
     out.open("for (int i = lo; i < hi; ++i)")
-    out.line(f"run = {_combine(func, is_float, 'run', f'base[i * {step}]')}; base[i * {step}] = run;")
+    out.line(f"run = {_combine(combine, is_float, 'run', f'base[i * {step}]')}; base[i * {step}] = run;")
     out.close()
     out.line(f"{ctype} incl = run;")
     out.line("#pragma unroll")
     out.open("for (int o = 1; o < 32; o <<= 1)")
     out.line(f"{ctype} up = __shfl_up_sync(0xffffffffu, incl, o);")
-    out.line(f"if (lane >= o) incl = {_combine(func, is_float, 'up', 'incl')};")
+    out.line(f"if (lane >= o) incl = {_combine(combine, is_float, 'up', 'incl')};")
     out.close()
     out.line(f"{ctype} before = __shfl_up_sync(0xffffffffu, incl, 1);")
     out.open("if (lane > 0)")
     out.open("for (int i = lo; i < hi; ++i)")
-    out.line(f"base[i * {step}] = {_combine(func, is_float, 'before', f'base[i * {step}]')};")
+    out.line(f"base[i * {step}] = {_combine(combine, is_float, 'before', f'base[i * {step}]')};")
     out.close()
     out.close()
     out.close()

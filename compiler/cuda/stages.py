@@ -29,6 +29,7 @@ from pathlib import Path
 
 from common import options as env_options
 from common.pipeline import Stage, run_stages
+from compiler import builtins
 from compiler.cuda import analysis, fp8, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
@@ -248,7 +249,7 @@ def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
     for e in walk.iter_body_exprs(kernel.body):
         if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
             shapes2d.add(tuple(_eval(s, env) for s in e.ty.shape))
-            if isinstance(e, ir.Call) and e.func == "dot":
+            if builtins.is_contraction(e):
                 dots.add(tuple(_eval(s, env) for s in e.ty.shape))
     for s in walk.iter_stmts(kernel.body):
         if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
@@ -260,14 +261,13 @@ def tensor_core_dots(kernel: ir.Kernel, tf32: bool) -> list[ir.Call]:
     return [
         e
         for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and mma.tensor_core_dtype(e, kernel, tf32)
+        if builtins.is_contraction(e) and mma.tensor_core_dtype(e, kernel, tf32)
     ]
 
 
 def reduces_rows(kernel: ir.Kernel) -> bool:
     return any(
-        isinstance(e, ir.Call)
-        and e.func in ("sum", "max", "min")
+        builtins.is_reduction(e)
         and len(e.args) == 1
         and e.args[0].ty.rank == 2
         and dict(e.kwargs)["axis"].value == 1
@@ -284,7 +284,7 @@ def tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call], tf32: bool) -> set[
     others = [
         e
         for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and not mma.tensor_core_dtype(e, kernel, tf32)
+        if builtins.is_contraction(e) and not mma.tensor_core_dtype(e, kernel, tf32)
     ]
     return names(dots) - names(others)
 
@@ -294,10 +294,10 @@ def register_shapes(kernel: ir.Kernel, env) -> set:
     shared = analysis.shared_lets(kernel.body)
     staged = {id(s.value) for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let) and s.name in shared}
     for e in walk.iter_body_exprs(kernel.body):
-        if isinstance(e, ir.Call) and e.func == "dot":
+        if builtins.is_contraction(e):
             for x in e.args:
                 staged.add(id(x))
-                if isinstance(x, ir.Call) and x.func == "transpose":
+                if builtins.is_transpose(x):
                     staged.add(id(x.args[0]))
     out = set()
     for e in walk.iter_body_exprs(kernel.body):
