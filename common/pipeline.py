@@ -7,7 +7,7 @@ Every pipeline of phobos is such a list, whatever its state is:
 - the CUDA back end (compiler/cuda/stages.py STAGES: bind ... nvrtc, over a Leaf),
 - the cluster compiler (compiler/pipeline.py CLUSTER_STAGES: choose_values ... build_units,
   over a ClusterState),
-- the scheduler's job checks (scheduler/prepare.py PREPARE_CHECKS and NEW_JOB_CHECKS, over the
+- the scheduler's job checks (scheduler/jobs/prepare.py PREPARE_CHECKS and NEW_JOB_CHECKS, over the
   job being prepared).
 
 The runner is where what every pipeline wants is done once: `until` stops after a named stage

@@ -8,7 +8,7 @@ from common.pipeline import Stage
 from compiler import pipeline
 from compiler.cluster import build  # registers the cluster stages
 from compiler.cuda import stages
-from scheduler import prepare
+from scheduler.jobs import prepare
 
 PIPELINES = {
     "front end": pipeline.STAGES,
