@@ -40,34 +40,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.decode_kernel import decode_text  # noqa: E402
 from benchmarks.gpu_timing import cuda_median_s, graph_median_s  # noqa: E402
 
 D = 128
 BS_CHOICES = (64, 128)
 ROTATE = 3  # a graph's KV copies overflow the L2 cache this many times over
 DEFAULT_VARIANTS = "fan8+pad16"
-DECODE = """
-@autotune(BG in [{bg}], BS in [{bs}])
-kernel decode(Q: tensor<{dt}>[G, {d}], K: tensor<{dt}>[S, {d}], V: tensor<{dt}>[S, {d}],
-              O: tensor<f32>[G, {d}], scale: f32) {{
-  let row = ctx.block.x * BG
-  let q = Q[row :+ BG, :]
-  var m: tile<f32>[BG] = -inf
-  var l: tile<f32>[BG] = 0.0
-  var acc: tile<f32>[BG, {d}] = 0.0
-  for j in range(0, S, BS) {{
-    let valid = expand(j + arange(BS) < S, axis = 0)
-    let s = where(valid, dot(q, transpose(K[j :+ BS, :])) * scale, -inf)
-    let m_new = max(m, max(s, axis = 1))
-    let p = exp(s - expand(m_new, axis = 1))
-    let correction = exp(m - m_new)
-    l = l * correction + sum(p, axis = 1)
-    acc = acc * expand(correction, axis = 1) + dot({p}, V[j :+ BS, :])
-    m = m_new
-  }}
-  O[row :+ BG, :] = acc / expand(l, axis = 1)
-}}
-"""
 SPLITK = """
 @autotune(BM in [64], BN in [64], BK in [32])
 kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
@@ -122,8 +101,7 @@ def parse_variants(text: str) -> list[Variant]:
 def decode_kernel(g: int, dtype: str, bs: int, split: int | None = None, bg: int | None = None):
     import phobos
 
-    p = "p" if dtype == "f32" else f"{dtype}(p)"
-    text = DECODE.format(g=g, bg=bg or g, bs=bs, dt=dtype, d=D, p=p)
+    text = decode_text(dtype, bg or g, str(bs))  # examples/decode/gqa_decode.phk, KV in `dtype`
     # one point: nothing to tune (the tuner would time it unsplit, one CTA over all of S)
     return phobos.from_source(text, filename=f"<decode G={g}>").bind(autotune=False, split=split)
 

@@ -126,6 +126,7 @@ _ENTRIES = (
     _scan("cumsum", "add"),
     _scan("cumprod", "mul"),
     _scan("cummax", "max"),
+    _scan("cummin", "min"),
     Builtin("take", (), rules.take_rule, interp.take, cuda.take, with_axis=(2,)),
     Builtin("where", (3,), rules.where_rule, interp.where, cuda.where, elementwise=True, selects=True,
             literals_adopt=True),

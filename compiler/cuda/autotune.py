@@ -250,6 +250,8 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
             # per warpgroup, TILE_M up to 256), so it is a family of its own, with its own probe
             tma_tf32 = [s for s in wg if s.tma]
             wg = [s for s in wg if not s.tma and s.stages == 3 and not s.late_copies]
+        if any(d.precision and d.precision.mode in ir.FP8 for d in dots):  # fp8_promote.py's two ways
+            wg += [dataclasses.replace(s, fp8_overlap=True) for s in wg if not s.pingpong]
         families.append(wg)
     wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
     probes = [DEFAULT, wg_probe][: len(families)]

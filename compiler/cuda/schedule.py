@@ -29,6 +29,9 @@ class Schedule:
     # CTA-wide barrier and take turns issuing their dots, one's softmax under the other's dots
     # (pingpong.py); copies run stages - 3 ahead
     pingpong: bool = False
+    # an fp8 dot's per-k-tile promotion (fp8_promote.py) in 64-column pieces alternating between two
+    # temporaries, the next piece's MMA issued before the last one is added (no effect on others)
+    fp8_overlap: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
@@ -37,7 +40,8 @@ class Schedule:
         rot = "-rot" if self.rotate else ""
         tma = "-tma" if self.tma else ""
         pp = "-pp" if self.pingpong else ""
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mma}{late}{rot}{tma}{pp}"
+        flags = f"{mma}{late}{rot}{tma}{pp}" + ("-fp8ov" if self.fp8_overlap else "")
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{flags}"
 
 
 DEFAULT = Schedule()

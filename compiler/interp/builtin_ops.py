@@ -114,15 +114,17 @@ def reduce(combine: str, ev, call, scope):
     return val.reduce(combine, ev.eval(call.args[0], scope), _axis(call))
 
 
-_SCANS = {
+_SCANS = {  # by the scan's operator (compiler/builtins.py combine)
     "add": lambda v, ax: np.cumsum(v, axis=ax, dtype=v.dtype),
     "mul": lambda v, ax: np.cumprod(v, axis=ax, dtype=v.dtype),
-    "max": lambda v, ax: np.maximum.accumulate(v, axis=ax),
+    "max": lambda v, ax: np.maximum.accumulate(val.without_nan(v, "max"), axis=ax),
+    "min": lambda v, ax: np.minimum.accumulate(val.without_nan(v, "min"), axis=ax),
 }
 
 
 def scan(combine: str, ev, call, scope):
-    """cumsum, cumprod (sequential f32 or i32, wrapping), cummax: inclusive, along the axis."""
+    """cumsum, cumprod (sequential, in f32 or the integer type, wrapping), cummax, cummin:
+    inclusive, along the axis."""
     v = ev.eval(call.args[0], scope)
     if v.dtype == val.BOOL:
         v = v.astype(val.I32)

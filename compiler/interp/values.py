@@ -116,13 +116,13 @@ def logical_not(v: np.ndarray) -> np.ndarray:
 def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = aligned(a, b)
     dtype = common_dtype(a, b)
-    return np.maximum(cast(a, dtype), cast(b, dtype))
+    return np.fmax(cast(a, dtype), cast(b, dtype))  # fmaxf: a NaN against a number gives the number
 
 
 def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = aligned(a, b)
     dtype = common_dtype(a, b)
-    return np.minimum(cast(a, dtype), cast(b, dtype))
+    return np.fmin(cast(a, dtype), cast(b, dtype))
 
 
 def select(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -137,8 +137,8 @@ def absolute(v: np.ndarray) -> np.ndarray:
 
 _REDUCTIONS = {
     "add": lambda v, ax: np.sum(v, axis=ax, dtype=I32 if v.dtype == BOOL else v.dtype),
-    "max": lambda v, ax: np.max(v, axis=ax),
-    "min": lambda v, ax: np.min(v, axis=ax),
+    "max": lambda v, ax: np.max(without_nan(v, "max"), axis=ax),
+    "min": lambda v, ax: np.min(without_nan(v, "min"), axis=ax),
 }
 
 
@@ -146,6 +146,14 @@ def reduce(combine: str, v: np.ndarray, axis: int) -> np.ndarray:
     """`sum/max/min(v, axis = k)` (combine "add", "max", "min"): tile axis k disappears; f32 sums
     stay f32 (pairwise)."""
     return _REDUCTIONS[combine](v, GRID_RANK + axis)
+
+
+def without_nan(v: np.ndarray, fold: str) -> np.ndarray:
+    """A max (min) fold is fmaxf's (fminf's) from -inf (+inf): a NaN element counts as nothing,
+    so it may as well be the fold's identity (a tile of NaNs folds to -inf / +inf)."""
+    if v.dtype.kind != "f":
+        return v
+    return np.where(np.isnan(v), np.asarray(-np.inf if fold == "max" else np.inf, v.dtype), v)
 
 
 def expand(v: np.ndarray, axis: int) -> np.ndarray:

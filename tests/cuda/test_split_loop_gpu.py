@@ -156,3 +156,31 @@ def test_split_k_matmul_on_gpu_equals_the_interpreter(factor, fan_in, monkeypatc
     sequence = split_launch.compile_sequence(kernel, b, split=factor)
     got = split_launch.run_sequence_gpu(sequence, kernel, arrays, scalars)["C"]
     assert _err(got, want["C"]) < TOL["f32"], factor
+
+
+def test_a_tuned_call_times_factors_around_the_model_and_caches_the_winner():
+    """autotune on (the default): the split factor is tuned (split_tune.py) around the cost
+    model's, the winner cached under its own key and used; the result equals the interpreter."""
+    import cupy
+
+    from compiler.cuda import split_tune, tune_cache
+
+    source = decode_source("bf16", 16, "64")
+    kernel = load(source)
+    s = (1 << 18) + 17
+    arrays, scalars = decode_inputs("bf16", 16, s, np.random.default_rng(7))
+    want = {k: v.copy() for k, v in arrays.items()}
+    b = binding.bind(kernel, {"G": 16, "S": s}, None, {"BS": 64})
+    interp.run_kernel(kernel, b, want, scalars)
+    call = from_source(source).bind(tiles={"BS": 64})
+    d = _device(arrays, kernel)
+    call(**d, **scalars)
+    cupy.cuda.get_current_stream().synchronize()
+    assert _err(cupy.asnumpy(d["O"]), want["O"]) < _decode_tol("bf16", arrays, scalars["scale"])
+    entries = {k: v for k, v in tune_cache.read_cache().items() if k.startswith("split|decode|")}
+    assert entries, "no split factor was tuned"
+    entry = next(iter(entries.values()))
+    model = split_plan.model_factor(kernel, b, split_plan.device_sm_count())
+    assert sorted(int(f) for f in entry["timings"]) == split_tune.candidates(model, -(-s // 64))
+    launch = next(iter(call._launches.values()))
+    assert launch.parts[0].grid[1] == split_loop.padded(split_loop.chunking(-(-s // 64), entry["split"])[1])

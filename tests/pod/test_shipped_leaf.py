@@ -117,10 +117,7 @@ def test_a_split_leaf_ships_its_launches_and_their_scratch(monkeypatch, tmp_path
     """A decode leaf of one CTA: the cost model splits its loop; the compiled leaf holds the
     partial, merge-tree (compiler/cuda/split_tree.py) and combine entries of one module, in order,
     and the partials' scratch: the partial kernel's set and the tree's."""
-    import sys as _sys
-
-    _sys.path.insert(0, str(REPO / "tests" / "cuda"))
-    from split_cases import decode_source
+    from benchmarks.decode_kernel import decode_text
 
     try:
         from compiler.cuda import nvrtc
@@ -129,7 +126,7 @@ def test_a_split_leaf_ships_its_launches_and_their_scratch(monkeypatch, tmp_path
     except (RuntimeError, OSError) as err:
         pytest.skip(f"no NVRTC here: {err}")
     monkeypatch.setenv(cache.ENV, str(tmp_path))
-    leaf = Leaf(name="dec", kernel="decode", source=decode_source("bf16", 16, "64"),
+    leaf = Leaf(name="dec", kernel="decode", source=decode_text("bf16", 16, "64"),
                 dims=(("G", 16), ("S", (1 << 16) + 3)), tile_values=(("D", 128), ("BG", 16), ("BS", 64)),
                 grid=(1,), threads=256, tensors=("Q", "K", "V", "O"), scalars=("scale",))
     monkeypatch.setenv("PHOBOS_SPLIT_FAN_IN", "8")
