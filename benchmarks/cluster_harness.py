@@ -153,8 +153,8 @@ def read_with_durable_write_s(paths: list[Path], write_bytes: int, folder: Path,
 class PodCluster:
     device: str  # "cpu" or "gpu"
     pods: int
-    session: object  # scheduler.run.PodSession
-    local: object  # scheduler.local_pods.LocalPods
+    session: object  # scheduler.running.run.PodSession
+    local: object  # scheduler.pods.local_pods.LocalPods
 
 
 @dataclass
@@ -182,8 +182,8 @@ class ClusterPool:
         return self.clusters[key]
 
     async def _start(self, device: str, pods: int) -> PodCluster:
-        from scheduler.local_pods import new_token, start_local_pods
-        from scheduler.run import PodSession
+        from scheduler.pods.local_pods import new_token, start_local_pods
+        from scheduler.running.run import PodSession
 
         devices = ["cpu"] * pods if device == "cpu" else ["0"] * pods  # GPU cases share one GPU
         local = await start_local_pods(devices, [self.root], new_token(),
@@ -198,9 +198,9 @@ class ClusterPool:
 
     def run_job(self, case: Case, files: ProblemFiles, timeout_s: float = 600.0):
         """Prepare and run one job to the end; returns the scheduler's RunResult."""
-        from scheduler.jobfile import build_job, path_to_uri
-        from scheduler.prepare import prepare
-        from scheduler.run import RunOptions
+        from scheduler.jobs.jobfile import build_job, path_to_uri
+        from scheduler.jobs.prepare import prepare
+        from scheduler.running.run import RunOptions
 
         cluster = self.cluster(case.device, case.pods)
         problem = case.problem

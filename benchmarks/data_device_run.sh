@@ -2,7 +2,7 @@
 # One device call for the runtime's data path (issue 15): every GPU row of the issue's Speed
 # table, results and logs under $OUT (packed into data-results.tgz), in about 3 minutes. Run from the repo root on the GPU
 # machine with the wheels carried (docs/performance.md, "Where a job's time goes"): the py3.12
-# wheels of pycapnp, structlog, ml_dtypes and crc32c (the tiles' CRC-32C, pod/transfer.py; without
+# wheels of pycapnp, structlog, ml_dtypes and crc32c (the tiles' CRC-32C, pod/rpc/transfer.py; without
 # it every tile fetched over the data port or the RPC chunks fails) in .whl/:
 #
 #   run(command="bash benchmarks/data_device_run.sh", carry=[".whl"], timeout_s=330)

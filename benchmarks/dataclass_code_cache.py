@@ -41,7 +41,7 @@ import json, os, sys, time
 from pathlib import Path
 from common import dataclass_code_cache
 dataclass_code_cache.install()  # as the command's entry point does
-from scheduler import local_pods
+from scheduler.pods import local_pods
 started = time.perf_counter()
 pods = local_pods.spawn_local_pods(["cpu"], [Path(sys.argv[1])], local_pods.new_token())
 pod = pods.pods[0].process

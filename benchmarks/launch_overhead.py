@@ -1,7 +1,7 @@
 """Per-launch overhead of a GPU pod's leaf launches, against the same function launched solo.
 
 In one process on one GPU: a tiny add leaf (2^20 elements, so the kernel itself takes a few
-microseconds) prepared by the pod's GPU backend (pod/backend_gpu.py) exactly as a job prepares it,
+microseconds) prepared by the pod's GPU backend (pod/backends/backend_gpu.py) exactly as a job prepares it,
 then, alternating in rounds so both see the same machine:
 
 - solo: the loaded CUDA function launched with cupy on one stream, synchronized after each launch
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
 
     from compiler.cuda.launch import _function
-    from pod.backend_gpu import GpuBackend
+    from pod.backends.backend_gpu import GpuBackend
 
     backend = GpuBackend(0)
     backend.prepare("bench", program())

@@ -67,7 +67,7 @@ CASES = {"matmul": _matmul(2048), "flash_attention": _flash_attention(8192)}
 
 
 def make_job(case: Case, folder: Path) -> Path:
-    from scheduler.jobfile import build_job, write_job
+    from scheduler.jobs.jobfile import build_job, write_job
 
     rng = np.random.default_rng(0)
     tensors = {}
@@ -84,12 +84,12 @@ def make_job(case: Case, folder: Path) -> Path:
 
 async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict:
     from compiler.cluster.tree import NO_SPLIT
-    from scheduler import calibrate as cal
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import new_job_id, prepare, recompile
-    from scheduler.run import PodSession, RunOptions, start_pods_for
-    from scheduler.tuner_cli import TuneOptions, base_figures, candidate_compiler, rank_job
-    from scheduler.tuner_table import render_table
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import new_job_id, prepare, recompile
+    from scheduler.running.run import PodSession, RunOptions, start_pods_for
+    from scheduler.tuning import calibrate as cal
+    from scheduler.tuning.tuner_cli import TuneOptions, base_figures, candidate_compiler, rank_job
+    from scheduler.tuning.tuner_table import render_table
 
     job_path = make_job(case, folder)
     prepared = prepare(read_job(job_path), job_path, [folder])
@@ -140,7 +140,7 @@ async def validate(case: Case, nodes: int, reps: int, folder: Path, say) -> dict
 
 
 GUIDE = """\
-`phobos-sched JOB --autotune` chooses the `@cluster` values (scheduler/tuner.py, tuner_cli.py):
+`phobos-sched JOB --autotune` chooses the `@cluster` values (scheduler/tuning/tuner.py, tuner_cli.py):
 
 1. every combination of the `@cluster` values (less those pinned with `--cluster`) is compiled by the
    cluster compiler and planned by the real planner over the nodes; a combination is **dropped**
@@ -220,7 +220,7 @@ whose single runs overlapped (0.20-0.37 s against 0.23-0.43 s).
 
 
 def markdown(results: list[dict], reps: int, load: float | None) -> str:
-    from scheduler.tuner import format_seconds as fmt
+    from scheduler.tuning.tuner import format_seconds as fmt
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     machine = f"{platform.machine()}, {os.cpu_count()} cores"

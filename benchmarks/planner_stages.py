@@ -1,7 +1,7 @@
 """Where a big plan's time and memory go, stage by stage (issue 15's planner row).
 
 Plans `--units` add units over 4 nodes (the shape of benchmarks/test_planner_speed.py's million
-test) once and prints, for each stage of scheduler/planner.py's pipeline as it returns: the
+test) once and prints, for each stage of scheduler/planning/planner.py's pipeline as it returns: the
 process's resident memory, its high-water mark and how much the stage raised it, the stage's user
 and system CPU seconds and its minor page faults. On a VM the system time follows the high-water
 mark (memory touched for the first time is what costs), so that column is the one to watch.
@@ -23,7 +23,7 @@ import resource
 from common.paths import repo_file
 from compiler.cluster.build import compile_cluster
 from compiler.frontend.load import load_file
-from scheduler import plan_arrays, plan_columns, plan_instructions, planner
+from scheduler.planning import plan_arrays, plan_columns, plan_instructions, planner
 from tests.scheduler.programs import add_program, uris_of
 
 STAGES = [

@@ -23,9 +23,9 @@ plan, submit, every instruction, commit), the median of the reps. From each run'
 With more shares than pods a pod runs several shares' launches at once, and `steps` and `merge`
 sum them (they can exceed the wall time).
 
-and the tuner's prediction for the same program and pod count (scheduler/tuner.py): with the default
+and the tuner's prediction for the same program and pod count (scheduler/tuning/tuner.py): with the default
 figures of the pods' backend, and with `--calibrate`, with figures calibrated on the same pods by
-the tuner's own probes (scheduler/calibrate.py, run after the timed jobs), to set beside the
+the tuner's own probes (scheduler/tuning/calibrate.py, run after the timed jobs), to set beside the
 measurement.
 """
 
@@ -153,24 +153,24 @@ def _covered(spans: list[tuple[float, float]]) -> float:
 
 
 def default_figures(pods: int, backend: str):
-    from scheduler.tuner_cli import TuneOptions, base_figures
+    from scheduler.tuning.tuner_cli import TuneOptions, base_figures
 
     return base_figures(TuneOptions(nodes=pods), pods, [backend] * pods, [0] * pods)
 
 
 def predicted(program, figures) -> float:
-    from scheduler.prepare import split_of
-    from scheduler.tuner import evaluate_program
+    from scheduler.jobs.prepare import split_of
+    from scheduler.tuning.tuner import evaluate_program
 
     return evaluate_program(program, figures, 0, split_of(program)).prediction.total_s
 
 
 async def calibrated(session, prepared, options, order, programs, base, say):
     """The tuner's figures measured on these pods (`--calibrate`'s probes) for these programs."""
-    from scheduler import calibrate as cal
-    from scheduler.prepare import split_of
-    from scheduler.tuner import evaluate_program
-    from scheduler.tuner_cli import candidate_compiler
+    from scheduler.jobs.prepare import split_of
+    from scheduler.tuning import calibrate as cal
+    from scheduler.tuning.tuner import evaluate_program
+    from scheduler.tuning.tuner_cli import candidate_compiler
 
     candidates = [evaluate_program(p, base, i, split_of(p)) for i, p in enumerate(programs)]
     return await cal.calibrate(session, prepared, options, order, candidates, base,
@@ -180,9 +180,9 @@ async def calibrated(session, prepared, options, order, programs, base, say):
 async def measure(problem: Problem, pods: int, reps: int, folder: Path, say, extra=(),
                   calibrate: bool = False) -> list[dict]:
     from common.errors import UserError
-    from scheduler.jobfile import build_job, write_job
-    from scheduler.prepare import new_job_id, prepare, recompile
-    from scheduler.run import PodSession, RunOptions, start_pods_for
+    from scheduler.jobs.jobfile import build_job, write_job
+    from scheduler.jobs.prepare import new_job_id, prepare, recompile
+    from scheduler.running.run import PodSession, RunOptions, start_pods_for
 
     uris = write_inputs(problem, folder)
     job = build_job(ROOT / problem.kernel, None, problem.dims, problem.scalars, uris,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from common.paths import repo_file
 from compiler.cluster.build import compile_cluster
 from compiler.frontend.load import load_file
-from scheduler.planner import NodeFigure, plan
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.capnp_io import plan_from_bytes, plan_to_bytes
 
 UNITS = 100_000

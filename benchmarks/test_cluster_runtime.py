@@ -1,12 +1,13 @@
 """Matmul, flash attention and add through the whole cluster runtime, at several @cluster sizes.
 
-Every case is one job run by the real scheduler code (scheduler.prepare + scheduler.run.PodSession)
-on real pod processes over Cap'n Proto RPC, reading and writing .npy files in storage: CPU pods
-(the reference interpreter) 1, 2 and 4 of them; GPU pods (CUDA leaves) 1 and 2 on one GPU, skipped
-where there is none. Each case is first run once and its output checked against a float64 numpy
-reference, then timed over several rounds, each starting from the same cold storage (see
-cluster_harness). `extra_info` carries the ratios to the anchor and to the bound measured in the
-same run (cluster_cases explains both), and what the runtime did (bytes loaded, fetched, ...).
+Every case is one job run by the real scheduler code (scheduler.jobs.prepare +
+scheduler.running.run.PodSession) on real pod processes over Cap'n Proto RPC, reading and
+writing .npy files in storage: CPU pods (the reference interpreter) 1, 2 and 4 of them; GPU pods
+(CUDA leaves) 1 and 2 on one GPU, skipped where there is none. Each case is first run once and
+its output checked against a float64 numpy reference, then timed over several rounds, each
+starting from the same cold storage (see cluster_harness). `extra_info` carries the ratios to
+the anchor and to the bound measured in the same run (cluster_cases explains both), and what the
+runtime did (bytes loaded, fetched, ...).
 
     PYTHONPATH=. .venv/bin/pytest benchmarks/test_cluster_runtime.py --benchmark-only
     PHOBOS_BENCH_QUICK=1 ...   # 1 timed round per case, not 5 (benchmarks/main.py --quick sets it)

@@ -18,7 +18,7 @@ import tracemalloc
 
 import pytest
 
-from scheduler.planner import NodeFigure, plan
+from scheduler.planning.planner import NodeFigure, plan
 from tests.scheduler.programs import add_program, matmul_program, uris_of
 
 NODES = [NodeFigure(i) for i in range(4)]

@@ -2,10 +2,10 @@
 
 What lives there, one JSON file each: the single-GPU tile autotuner's choices
 (compiler/cuda/autotune.py, `autotune.json`) and the cluster calibration with the leaf tuning
-(scheduler/calibrate.py, `cluster-calibration.json`); and one text file per compiled leaf under
+(scheduler/tuning/calibrate.py, `cluster-calibration.json`); and one text file per compiled leaf under
 `ptx/` (compiler/cuda/nvrtc.py: PTX keyed by a hash of the CUDA source, the NVRTC options and
 the NVRTC version, so a leaf is compiled once per machine, not once per job), one JSON file
-per set of a job's leaves under `leaf-ptx/` (scheduler/leaf_ptx.py: their PTX keyed by what their
+per set of a job's leaves under `leaf-ptx/` (scheduler/running/leaf_ptx.py: their PTX keyed by what their
 CUDA source is made from, so a later job skips generating it), and one file per Python module
 under `dataclass-code/<interpreter>/` (common/dataclass_code_cache.py: the code objects of the
 methods `dataclasses` generates, so that the programs' start-up does not compile them again).

@@ -9,7 +9,7 @@ from common.cli import user_path
 from common.errors import UserError
 
 TOKEN_ENV = options.TOKEN
-# A shorter token can be guessed: even throttled (pod/gate.py), one of a few bytes falls to a
+# A shorter token can be guessed: even throttled (pod/rpc/gate.py), one of a few bytes falls to a
 # patient stranger. 16 bytes of a random URL-safe string carry about 96 bits.
 MIN_TOKEN_BYTES = 16
 HOW_TO_MAKE_ONE = ("make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > token "

@@ -25,7 +25,7 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   PHOBOS_FAULT (fault, ""): test-only: a pod's injected faults (pod/faults.py)
   PHOBOS_COMMIT_FAULT (commit_fault, ""): test-only: a kill inside an output commit (common/commit.py)
   PHOBOS_RUN_FAULT (run_fault, ""): test-only: a stop inside `compiler run`'s output (compiler/cli/run.py)
-  PHOBOS_TEST_TICKET_TTL_S (ticket_ttl_s, None): test-only: a transfer ticket's life (pod/transfer.py)
+  PHOBOS_TEST_TICKET_TTL_S (ticket_ttl_s, None): test-only: a transfer ticket's life (pod/rpc/transfer.py)
 
 A variable set to the empty string counts as unset, except CUDA_VISIBLE_DEVICES (empty: no GPU).
 A value that is not of its field's type is the user's error, naming the variable.
@@ -42,9 +42,9 @@ TOKEN = "PHOBOS_TOKEN"
 FAULT = "PHOBOS_FAULT"
 COMMIT_FAULT = "PHOBOS_COMMIT_FAULT"
 RUN_FAULT = "PHOBOS_RUN_FAULT"
-SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up, read raw (scheduler/phases.py)
+SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up, read raw (scheduler/tracing/phases.py)
 # the variables that change the code the CUDA compiler generates or the NVRTC it loads (a
-# compiled leaf cached under other values is not reused: scheduler/leaf_ptx.py)
+# compiled leaf cached under other values is not reused: scheduler/running/leaf_ptx.py)
 CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_SPLIT_FAN_IN", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
 DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages
 

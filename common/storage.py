@@ -345,7 +345,7 @@ def write_region(staging: Path, region, values: np.ndarray, writeback: bool = Tr
     on close) without an msync per store; short runs go through a memory map, flushed. The
     write-back of pwritten runs is started at once unless `writeback` is False (the caller then
     starts it: a pod waits until neighbouring stores have filled the gaps between the runs,
-    pod/disk_order.py). With `direct`, long aligned runs go to the disk past the page cache
+    pod/storage/disk_order.py). With `direct`, long aligned runs go to the disk past the page cache
     (fileio.write_runs): a CPU pod's stores."""
     array = _open(staging, "r")
     slices = _slices(region, array.shape, staging)
@@ -421,7 +421,7 @@ def region_rows(region, first: int, count: int):
 def copy_regions(source: Path, staging: Path, regions) -> int:
     """Copy `regions` of the old file `source` into the staging copy, in the storage dtype, in
     pieces of at most COPY_PIECE_BYTES along the first axis; returns bytes copied. The job's
-    own stores fill the rest (scheduler/coverage.py says which regions they leave)."""
+    own stores fill the rest (scheduler/jobs/coverage.py says which regions they leave)."""
     dtype = _open(source, "r").dtype
     copied = 0
     for region in regions:

@@ -3,7 +3,7 @@
 Accepted: `file:///abs/a.npy`, `file://localhost/abs/a.npy`, and a relative `file:data/a.npy`,
 taken from a base folder (the job file's, so a job and its data move together). Callers add
 their own rule on top of the parse, never a second parser: a job's tensors must be `.npy` files
-(scheduler/jobfile.py); `confine` keeps a path inside the storage roots (the scheduler and every
+(scheduler/jobs/jobfile.py); `confine` keeps a path inside the storage roots (the scheduler and every
 pod confine each URI before anything is read or written).
 """
 

@@ -10,12 +10,21 @@ row in docs/language.md §8, which a test compares with this table).
 - `elementwise`: each element of the result comes from the same element of its (broadcast)
   arguments, so layout analyses may look through the call; `reduces`: `axis = k` folds that axis
   away (sum, and max/min with one argument); `scans`: an inclusive scan along `axis = k`.
+- `combine`: the associative operator a reduction, a scan or a two-argument max/min applies
+  ("add", "mul", "max", "min"); the interpreter's and the CUDA emitter's functions of that family
+  are given it here (functools.partial), so neither compares the built-in's name.
+- the traits other layers ask about (`contraction` ... `shape_first`), read through the queries
+  at the end of this module (`is_contraction(e)`, `is_transpose(e)`, `pairwise(e)` ...): a layer
+  asks what a call is, never which name it has; a new built-in with the trait is seen everywhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
 
 from compiler.cuda import calls as cuda
 from compiler.frontend import check_calls as rules
@@ -37,6 +46,17 @@ class Builtin:
     elementwise: bool = False
     reduces: bool = False
     scans: bool = False
+    combine: str | None = None  # "add", "mul", "max", "min": the associative operator it applies
+    contraction: bool = False  # a matrix product with a precision (dot): tensor-core candidates
+    transposes: bool = False  # swaps the two axes of a 2-D tile: operand layouts look through it
+    broadcasts: bool = False  # expand: a new axis of extent 1 (a row or column seen as a tile)
+    positions: bool = False  # arange: each element is its own index; it reads no data
+    selects: bool = False  # where(cond, a, b): the element of a or b, as cond says
+    shape_first: bool = False  # full: the first argument is a shape list, not a value
+    exponential: bool = False  # exp: e^x (the online softmax's correction factor is one)
+    converts_to: str | None = None  # f32(x), bf16(x), ...: the dtype the value is converted to
+    literals_adopt: bool = False  # a literal among its last two arguments takes the other's type
+    takes_fp8: bool = False  # an fp8 value may be its argument (the other calls refuse one)
 
     @property
     def all_keywords(self) -> tuple[str, ...]:
@@ -45,44 +65,77 @@ class Builtin:
 
 def _math(name: str, count: int = 1) -> Builtin:
     return Builtin(name, (count,), rules.float_math_rule, interp.float_math, cuda.float_math,
-                   elementwise=True)
+                   elementwise=True, literals_adopt=count == 2)
 
 
-def _bits(name: str, count: int = 2) -> Builtin:
-    return Builtin(name, (count,), rules.bit_rule, interp.bits, cuda.bits, elementwise=True)
+def _f32_math(name: str, meaning: Callable, **traits) -> Builtin:
+    """exp, log, sqrt: numpy's f32 function (the language's meaning since the start)."""
+    emitter = traits.pop("cuda", cuda.legacy_math)
+    return Builtin(name, (1,), rules.float_math_rule, partial(interp.f32_math, meaning), emitter,
+                   elementwise=True, **traits)
 
 
-def _scan(name: str) -> Builtin:
-    return Builtin(name, (), rules.scan_rule, interp.scan, cuda.scan, with_axis=(1,), scans=True)
+def _bits(name: str, meaning: Callable, c_operator: str, count: int = 2) -> Builtin:
+    return Builtin(name, (count,), rules.bit_rule, partial(interp.bits, meaning),
+                   partial(cuda.bits, c_operator), elementwise=True, literals_adopt=count == 2)
+
+
+def _shift(name: str, left: bool) -> Builtin:
+    return Builtin(name, (2,), rules.bit_rule, partial(interp.shift, left), partial(cuda.shift, left),
+                   elementwise=True, literals_adopt=True)
+
+
+def _max_min(name: str) -> Builtin:
+    return Builtin(name, (2,), rules.max_min_rule, partial(interp.max_min, name), cuda.max_min,
+                   with_axis=(1,), elementwise=True, reduces=True, combine=name, literals_adopt=True)
+
+
+def _scan(name: str, combine: str) -> Builtin:
+    return Builtin(name, (), rules.scan_rule, partial(interp.scan, combine), partial(cuda.scan, combine),
+                   with_axis=(1,), scans=True, combine=combine)
+
+
+def _convert(dtype: str, rule: Callable = rules.convert_rule, meaning: Callable = interp.convert,
+             emitter: Callable = cuda.convert, takes_fp8: bool = False) -> Builtin:
+    """f32(x), i32(x), ..., bf16(x): the built-in's name is the dtype it converts to."""
+    return Builtin(dtype, (1,), rule, partial(meaning, dtype), partial(emitter, dtype), elementwise=True,
+                   converts_to=dtype, takes_fp8=takes_fp8)
 
 
 _ENTRIES = (
-    Builtin("dot", (2,), rules.dot_rule, interp.dot, cuda.dot, keywords=("precision", "scale_a", "scale_b")),
-    Builtin("transpose", (1,), rules.transpose_rule, interp.transpose, cuda.transpose),
-    Builtin("exp", (1,), rules.float_math_rule, interp.legacy_math, cuda.exp, elementwise=True),
-    Builtin("log", (1,), rules.float_math_rule, interp.legacy_math, cuda.legacy_math, elementwise=True),
-    Builtin("sqrt", (1,), rules.float_math_rule, interp.legacy_math, cuda.legacy_math, elementwise=True),
-    Builtin("abs", (1,), rules.abs_rule, interp.legacy_math, cuda.abs_, elementwise=True),
+    Builtin("dot", (2,), rules.dot_rule, interp.dot, cuda.dot, keywords=("precision", "scale_a", "scale_b"),
+            contraction=True, takes_fp8=True),
+    Builtin("transpose", (1,), rules.transpose_rule, interp.transpose, cuda.transpose, transposes=True,
+            takes_fp8=True),
+    _f32_math("exp", np.exp, cuda=cuda.exp, exponential=True),
+    _f32_math("log", np.log),
+    _f32_math("sqrt", np.sqrt),
+    Builtin("abs", (1,), rules.abs_rule, interp.abs_, cuda.abs_, elementwise=True),
     *(_math(n) for n in ("tanh", "erf", "sigmoid", "rsqrt", "log1p", "expm1", "sin", "cos", "floor", "ceil")),
     _math("pow", 2),
-    *(_bits(n) for n in ("bit_and", "bit_or", "bit_xor", "shift_left", "shift_right")),
-    _bits("bit_not", 1),
-    Builtin("max", (2,), rules.max_min_rule, interp.max_min, cuda.max_min, with_axis=(1,), elementwise=True,
-            reduces=True),
-    Builtin("min", (2,), rules.max_min_rule, interp.max_min, cuda.max_min, with_axis=(1,), elementwise=True,
-            reduces=True),
-    Builtin("sum", (), rules.reduce_rule, interp.reduce, cuda.reduce, with_axis=(1,), reduces=True),
-    *(_scan(n) for n in ("cumsum", "cumprod", "cummax", "cummin")),
+    _bits("bit_and", np.bitwise_and, "&"),
+    _bits("bit_or", np.bitwise_or, "|"),
+    _bits("bit_xor", np.bitwise_xor, "^"),
+    _bits("bit_not", np.invert, "~", count=1),
+    _shift("shift_left", left=True),
+    _shift("shift_right", left=False),
+    _max_min("max"),
+    _max_min("min"),
+    Builtin("sum", (), rules.reduce_rule, partial(interp.reduce, "add"), cuda.reduce, with_axis=(1,),
+            reduces=True, combine="add"),
+    _scan("cumsum", "add"),
+    _scan("cumprod", "mul"),
+    _scan("cummax", "max"),
+    _scan("cummin", "min"),
     Builtin("take", (), rules.take_rule, interp.take, cuda.take, with_axis=(2,)),
-    Builtin("where", (3,), rules.where_rule, interp.where, cuda.where, elementwise=True),
-    Builtin("arange", (1,), rules.arange_rule, interp.arange, cuda.arange),
-    Builtin("expand", (), rules.expand_rule, interp.expand, cuda.expand, with_axis=(1,)),
-    Builtin("full", (2,), rules.full_rule, interp.full, cuda.full),
-    Builtin("f32", (1,), rules.convert_rule, interp.convert, cuda.convert, elementwise=True),
-    *(Builtin(n, (1,), rules.convert_rule, interp.convert, cuda.convert, elementwise=True)
-      for n in ("i32", "i64", "u32")),
-    Builtin("bf16", (1,), rules.narrow_rule, interp.narrow, cuda.narrow, elementwise=True),
-    Builtin("f16", (1,), rules.narrow_rule, interp.narrow, cuda.narrow, elementwise=True),
+    Builtin("where", (3,), rules.where_rule, interp.where, cuda.where, elementwise=True, selects=True,
+            literals_adopt=True),
+    Builtin("arange", (1,), rules.arange_rule, interp.arange, cuda.arange, positions=True),
+    Builtin("expand", (), rules.expand_rule, interp.expand, cuda.expand, with_axis=(1,), broadcasts=True),
+    Builtin("full", (2,), rules.full_rule, interp.full, cuda.full, shape_first=True),
+    # an fp8 value may enter f32(), i32(), bf16() and f16(), not i64() or u32()
+    *(_convert(n, takes_fp8=n in ("f32", "i32")) for n in ("f32", "i32", "i64", "u32")),
+    *(_convert(n, rules.narrow_rule, interp.narrow, cuda.narrow, takes_fp8=True) for n in ("bf16", "f16")),
 )
 BUILTINS: dict[str, Builtin] = {b.name: b for b in _ENTRIES}
 
@@ -100,6 +153,92 @@ def is_elementwise(e: ir.Expr) -> bool:
 def is_reduction(e: ir.Expr) -> bool:
     return (isinstance(e, ir.Call) and e.func in BUILTINS and BUILTINS[e.func].reduces
             and any(k == "axis" for k, _ in e.kwargs))
+
+
+# ---- what a call is: the queries the other layers make ------------------------------------------
+
+
+def _entry(e: ir.Expr) -> Builtin | None:
+    return BUILTINS.get(e.func) if isinstance(e, ir.Call) else None
+
+
+def _has(e: ir.Expr, trait: str) -> bool:
+    entry = _entry(e)
+    return entry is not None and getattr(entry, trait)
+
+
+def is_contraction(e: ir.Expr) -> bool:
+    """A matrix product (dot): it carries a precision and is what tensor cores run."""
+    return _has(e, "contraction")
+
+
+def is_transpose(e: ir.Expr) -> bool:
+    return _has(e, "transposes")
+
+
+def is_broadcast(e: ir.Expr) -> bool:
+    """expand(x, axis = k): x seen with a new axis of extent 1."""
+    return _has(e, "broadcasts")
+
+
+def is_positions(e: ir.Expr) -> bool:
+    """arange(n): the element at i is i; no data is read."""
+    return _has(e, "positions")
+
+
+def is_select(e: ir.Expr) -> bool:
+    return _has(e, "selects")
+
+
+def is_exponential(e: ir.Expr) -> bool:
+    return _has(e, "exponential")
+
+
+def takes_shape(e: ir.Expr) -> bool:
+    """The call's first argument is a shape list (full), not a value."""
+    return _has(e, "shape_first")
+
+
+def converts_to(e: ir.Expr) -> str | None:
+    """The dtype a conversion call (f32(x), bf16(x), ...) converts to, or None."""
+    entry = _entry(e)
+    return entry.converts_to if entry is not None else None
+
+
+def literals_adopt(e: ir.Expr) -> bool:
+    """A literal among the call's last two arguments takes the type of the other (where's
+    choices, max/min's, pow's and the bit operations' operands)."""
+    return _has(e, "literals_adopt")
+
+
+def moves_data_only(e: ir.Expr) -> bool:
+    """The call does no arithmetic: it moves, broadcasts, makes indices or fills (transpose,
+    expand, arange, full) or converts a value; the flop count leaves it out."""
+    entry = _entry(e)
+    return entry is not None and (entry.transposes or entry.broadcasts or entry.positions
+                                  or entry.shape_first or entry.converts_to is not None)
+
+
+def takes_fp8(e: ir.Expr) -> bool:
+    """An fp8 value may be the call's argument: a dot operand, transposed or converted."""
+    return _has(e, "takes_fp8")
+
+
+def combine_of(e: ir.Expr) -> str | None:
+    """The associative operator the call applies ("add", "mul", "max", "min"), or None."""
+    entry = _entry(e)
+    return entry.combine if entry is not None else None
+
+
+def pairwise(e: ir.Expr) -> str | None:
+    """"max" or "min" for max(a, b) / min(a, b) (two arguments, no axis); None otherwise."""
+    entry = _entry(e)
+    if entry is None or not entry.elementwise or entry.combine is None or len(e.args) != 2 or e.kwargs:
+        return None
+    return entry.combine
+
+
+PYTHON_COMBINE: dict[str, Callable] = {"max": max, "min": min}  # folding constants: pairwise(e)
 
 
 def check_signature(call: ir.Call) -> None:

@@ -1,4 +1,6 @@
-"""The compiler's visible pipelines: the named stages, in order.
+"""The compiler's visible pipelines: the named stages, in order. Each is a list of
+common/pipeline.py `Stage(name, run)`, run by its one runner `run_stages` (stop after a stage,
+dump each stage's output, time each stage); compiler/cuda/stages.py STAGES is the back end's.
 
 The front end, source to a kernel bound to concrete sizes:
 
@@ -9,7 +11,7 @@ of the first is a Module holding only the source (`ir.Module(file, text)`); `par
 kernels and `check` types them. `bind` then takes one checked kernel and its dimension and tile
 values to a Binding (`bind_stage`: dims, tile values, CTA grid).
 
-    STAGES = [("parse", parse_stage), ("check", check_stage)]
+    STAGES = [Stage("parse", parse_stage), Stage("check", check_stage)]
 
 The cluster compiler, an @cluster kernel at concrete dims to a ClusterProgram:
 
@@ -18,10 +20,12 @@ The cluster compiler, an @cluster kernel at concrete dims to a ClusterProgram:
 
 Each is `stage(state) -> state` over compiler/cluster/build.py's ClusterState, which implements
 them (registered here with `@cluster_stage(name)`: this module imports nothing of the cluster
-compiler, so the front end it serves stays below it); `run_cluster(state)` runs them in this order.
+compiler, so the front end it serves stays below it); `run_cluster(state)` runs them in this order
+(`cluster_stages()` is the list of Stages).
 
 Running it: `run_pipeline(ir.Module(file, text))` runs every stage; `until="check"` stops after
-the named stage (the front-end, `compiler.frontend.load.load_text`, does exactly that).
+the named stage (the front-end, `compiler.frontend.load.load_text`, does exactly that);
+`timings=[]` collects each stage's (name, seconds) (common/pipeline.format_timings prints them).
 
 Debugging: set PHOBOS_DUMP_STAGES=1 (or `dump=True`) and each stage's output is printed to
 stderr, one `=== after <stage> ===` block per stage (a module with compiler.frontend.ir_print, a
@@ -48,6 +52,8 @@ import sys
 from collections.abc import Callable
 
 from common import options
+from common.pipeline import Stage, check_until, dump_selection, run_stages, selected
+from compiler import builtins
 from compiler.frontend import ir, walk
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.check import check
@@ -55,7 +61,6 @@ from compiler.frontend.ir_print import format_module
 from compiler.frontend.parser import parse
 from compiler.frontend.source import Span
 
-Stage = Callable[[ir.Module], ir.Module]
 Verifier = Callable[[ir.Module], None]
 
 
@@ -130,7 +135,7 @@ def _verify_dots(k: ir.Kernel) -> None:
     """Every dot carries its precision, consistent with its operand types, and no keyword left
     but an fp8 dot's two scales."""
     for e in walk.iter_body_exprs(k.body):
-        if not (isinstance(e, ir.Call) and e.func == "dot"):
+        if not builtins.is_contraction(e):
             continue
         scales = {k for k, _ in e.kwargs}
         fp8 = e.precision is not None and e.precision.mode in ir.FP8
@@ -146,9 +151,9 @@ def _verify_dots(k: ir.Kernel) -> None:
 
 # ---- the stage list --------------------------------------------------------------------------
 
-STAGES: list[tuple[str, Stage]] = [
-    ("parse", parse_stage),
-    ("check", check_stage),
+STAGES: list[Stage] = [
+    Stage("parse", parse_stage),
+    Stage("check", check_stage),
 ]
 
 VERIFIERS: dict[str, Verifier] = {
@@ -161,24 +166,19 @@ def stage_names() -> tuple[str, ...]:
     return tuple(name for name, _ in STAGES)
 
 
-def add_stage(name: str, stage: Stage, after: str | None = None, verifier: Verifier | None = None) -> None:
+def add_stage(name: str, stage: Callable[[ir.Module], ir.Module], after: str | None = None,
+              verifier: Verifier | None = None) -> None:
     """Insert a stage after the named one (at the end when `after` is None)."""
     names = stage_names()
     if name in names:
         raise ValueError(f"pipeline stage {name!r} is already registered")
     position = len(STAGES) if after is None else names.index(after) + 1
-    STAGES.insert(position, (name, stage))
+    STAGES.insert(position, Stage(name, stage))
     VERIFIERS[name] = verifier or verify_checked
 
 
 def _dump_selection(dump: bool | str | None) -> set[str] | bool:
-    if dump is None:
-        dump = options.current().dump_stages
-    if dump is True or dump in ("1", "all", "true", "yes"):
-        return True
-    if not dump:
-        return False
-    return {n.strip() for n in str(dump).split(",") if n.strip()}
+    return dump_selection(options.current().dump_stages if dump is None else dump)
 
 
 def run_pipeline(
@@ -187,26 +187,24 @@ def run_pipeline(
     dump: bool | str | None = None,
     verify: bool = False,
     out=None,
+    timings: list[tuple[str, float]] | None = None,
 ) -> ir.Module:
     """Run the stages in order (through `until`, inclusive). `dump`: True, False, or a comma list
-    of stage names; None reads PHOBOS_DUMP_STAGES. `out` is where dumps go (stderr)."""
-    if until is not None and until not in stage_names():
-        raise ValueError(f"no pipeline stage {until!r}; stages: {', '.join(stage_names())}")
+    of stage names; None reads PHOBOS_DUMP_STAGES. `out` is where dumps go (stderr). `timings`
+    gets each stage's (name, seconds)."""
     selection = _dump_selection(dump)
-    for name, stage in list(STAGES):
-        module = stage(module)
+
+    def after_each(_index: int, name: str, module: ir.Module) -> None:
         if verify:
             VERIFIERS.get(name, verify_checked)(module)
-        if selection is True or (selection and name in selection):
+        if selected(selection, name):
             print(f"=== after {name} ===\n{format_module(module)}", file=out or sys.stderr)
-        if name == until:
-            break
-    return module
+
+    return run_stages(STAGES, module, until=until, after_each=after_each, timings=timings)
 
 
 def _dump(name: str, text: str, dump: bool | str | None, out) -> None:
-    selection = _dump_selection(dump)
-    if selection is True or (selection and name in selection):
+    if selected(_dump_selection(dump), name):
         print(f"=== after {name} ===\n{text}", file=out or sys.stderr)
 
 
@@ -253,16 +251,21 @@ def cluster_stage(name: str) -> Callable[[Callable], Callable]:
     return register
 
 
-def run_cluster(state, until: str | None = None, dump: bool | str | None = None, out=None):
+def cluster_stages() -> list[Stage]:
+    """CLUSTER_STAGES with their implementations, in order."""
+    missing = [name for name in CLUSTER_STAGES if name not in _CLUSTER_IMPLEMENTATIONS]
+    if missing:
+        raise PipelineBug(f"cluster stage {missing[0]!r} has no implementation (compiler/cluster/build.py)")
+    return [Stage(name, _CLUSTER_IMPLEMENTATIONS[name]) for name in CLUSTER_STAGES]
+
+
+def run_cluster(state, until: str | None = None, dump: bool | str | None = None, out=None,
+                timings: list[tuple[str, float]] | None = None):
     """Run the cluster stages in order on `state` (through `until`, inclusive); dumps as above."""
-    if until is not None and until not in CLUSTER_STAGES:
-        raise ValueError(f"no cluster stage {until!r}; stages: {', '.join(CLUSTER_STAGES)}")
-    for name in CLUSTER_STAGES:
-        stage = _CLUSTER_IMPLEMENTATIONS.get(name)
-        if stage is None:
-            raise PipelineBug(f"cluster stage {name!r} has no implementation (compiler/cluster/build.py)")
-        state = stage(state)
+    check_until(cluster_stages(), until, "cluster stage")
+
+    def after_each(_index: int, name: str, state) -> None:
         _dump(name, state.describe(name), dump, out)
-        if name == until:
-            break
-    return state
+
+    return run_stages(cluster_stages(), state, until=until, after_each=after_each, timings=timings,
+                      what="cluster stage")

@@ -16,7 +16,7 @@ from common import log as _log
 from common.errors import ArrayError, Error
 from compiler.api.kernel import Kernel, from_source, load
 from scheduler.api import ClusterJob, JobResult, job, run, run_async
-from scheduler.interrupt import Interrupted
+from scheduler.running.interrupt import Interrupted
 
 __all__ = [
     "ArrayError",
@@ -37,10 +37,10 @@ _log.configure_for_library()  # phobos's own events: warnings and errors, on std
 
 
 def __getattr__(name: str):
-    # scheduler.run brings the whole runtime (capnp, the planner): imported when first asked for,
+    # scheduler.running.run brings the whole runtime (capnp, the planner): imported when first asked for,
     # so that `compiler run`, which calls phobos.Kernel, starts as fast as before.
     if name == "JobFailed":
-        from scheduler.run import JobFailed
+        from scheduler.running.run import JobFailed
 
         return JobFailed
     raise AttributeError(f"module 'phobos' has no attribute {name!r}")

@@ -23,7 +23,7 @@ from common import log as plog
 from common.cli import pause_collection_for_imports, run_main_and_leave, user_path
 from common.cluster_token import TOKEN_ENV, read_token
 from common.errors import UserError
-from pod.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS
+from pod.rpc.gate import LOGIN_TIMEOUT_S, MAX_PENDING_LOGINS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,13 +132,13 @@ def make_backend(device: str, cuda: threading.Thread | None = None):
     if cuda is not None:
         cuda.join()
     if device == "cpu":
-        from pod.backend_cpu import CpuBackend
+        from pod.backends.backend_cpu import CpuBackend
 
         return CpuBackend()
     if not device.isdigit():
         raise UserError(f"--device {device!r}: expected a CUDA device number or 'cpu'")
     try:
-        from pod.backend_gpu import GpuBackend
+        from pod.backends.backend_gpu import GpuBackend
 
         return GpuBackend(int(device))
     except ImportError:
@@ -165,8 +165,8 @@ def main(argv: list[str]) -> int:
     for root in roots:
         if not root.is_dir():
             raise UserError(f"--storage-root {root}: not a directory")
-    from pod.server import PodConfig, PodServer  # after the flags: loads the schema and capnp
-    from pod.transfer import require_crc32c
+    from pod.rpc.server import PodConfig, PodServer  # after the flags: loads the schema and capnp
+    from pod.rpc.transfer import require_crc32c
 
     config = PodConfig(
         host=host, port=port, token=required_token(args.token_file), roots=tuple(Path(r) for r in roots),

@@ -15,7 +15,7 @@ Grammar: rules separated by commas, each one of
                      in a plan of generation G or later: a cascade whose n-th death comes with the
                      n-th plan, however fast the survivors are
 KIND is allocate, load, fetch, compute, store, free, or serve (a tile served to peers: a header
-one asks for, or an offer the owner sends to the peers that will fetch the tile, pod/offers.py).
+one asks for, or an offer the owner sends to the peers that will fetch the tile, pod/rpc/offers.py).
 Counts are per process, from 1. Unset (the normal case): `hit` only looks up an empty tuple.
 
 The signals are real: the process dies (or stops) exactly as it would from `kill -9`, with no

@@ -1,5 +1,5 @@
 """What a pod keeps per job and per buffer while it runs them: the records PodRuntime
-(pod/runtime.py) and its serving half (pod/serving.py) share."""
+(pod/runtime.py) and its serving half (pod/rpc/serving.py) share."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pod import state as st
-from pod.disk import PlanDisk
+from pod.statemachine import state as st
+from pod.storage.disk import PlanDisk
 from schemas.capnp_io import JobProgram
 
 
@@ -28,7 +28,8 @@ class BufferRecord:
 class Job:
     job_id: str
     state: st.PodState
-    order: int = 0  # the pod's jobs numbered as they came: an earlier job's I/O goes first (pod/lanes.py)
+    # the pod's jobs numbered as they came: an earlier job's I/O goes first (pod/storage/lanes.py)
+    order: int = 0
     program: JobProgram | None = None
     scalars: dict = field(default_factory=dict)
     peers: dict[int, str] = field(default_factory=dict)

@@ -1,7 +1,7 @@
 """The pod's shell around the state machine: runs instructions, keeps buffers, serves peers.
 
 Everything here runs on the pod's one asyncio loop; blocking work (storage reads and writes,
-leaf launches, bulk socket transfers) goes to worker threads. The machine (pod/machine.py)
+leaf launches, bulk socket transfers) goes to worker threads. The machine (pod/statemachine/machine.py)
 decides what may start and when a store may write; this module only does it and reports back.
 """
 
@@ -19,15 +19,15 @@ import numpy as np
 from common import blas, storage, uri
 from common.errors import UserError
 from common.log import get_logger
-from pod import machine as m
-from pod import state as st
-from pod.disk import PlanDisk, load_region, store_region
 from pod.faults import Delay, Faults
 from pod.job_records import BufferRecord, Job
-from pod.lanes import IoLanes
-from pod.peers import Fetching
-from pod.serving import Serving
-from pod.transfer import DataPort, TransferError, checksum
+from pod.rpc.peers import Fetching
+from pod.rpc.serving import Serving
+from pod.rpc.transfer import DataPort, TransferError, checksum
+from pod.statemachine import machine as m
+from pod.statemachine import state as st
+from pod.storage.disk import PlanDisk, load_region, store_region
+from pod.storage.lanes import IoLanes
 from schemas.capnp_io import InstructionEvent, JobProgram
 from schemas.instructions import Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store, kind_of
 from schemas.remote_errors import FailureKind, Refused, remote_reason
@@ -39,8 +39,8 @@ STALE = FailureKind.STALE_GENERATION
 
 class PodRuntime(Serving):
     """One pod's jobs, buffers and work: the execution shell. `feed` hands a stimulus to the
-    machine and carries out what it answers (pod/server.py); `link` takes the events for the
-    scheduler, `fetch` (pod/peers.py) fills a buffer from a peer."""
+    machine and carries out what it answers (pod/rpc/server.py); `link` takes the events for the
+    scheduler, `fetch` (pod/rpc/peers.py) fills a buffer from a peer."""
 
     def __init__(self, backend, roots: list[Path], data_host: str | None, machine: m.PodMachine,
                  feed: Callable[[m.Stimulus], list], link, peers, io_pool: ThreadPoolExecutor):
@@ -182,7 +182,7 @@ class PodRuntime(Serving):
                       peers=list(action.peers))
 
     def _offer(self, job: Job, generation: int, buffer: int) -> None:
-        """Offer a servable buffer to the peers that will fetch it (pod/offers.py), so that their
+        """Offer a servable buffer to the peers that will fetch it (pod/rpc/offers.py), so that their
         fetches need no round trip to here: a GPU pod its CUDA IPC handle (to same-host GPU
         peers), a CPU pod a data-port ticket each, with the tile's CRC-32C computed now, beside the
         event loop, instead of when the first fetcher asks."""
@@ -381,8 +381,8 @@ class PodRuntime(Serving):
         raise TypeError(f"unknown instruction {ins!r}")
 
     async def _io(self, job: Job, generation: int, ins: Load | Store, fn, path: Path, array, disk):
-        """Run a load's or store's `fn` (pod/disk.py: load_region, store_region) in a thread: the
-        I/O pool's, or on a CPU pod its lane's (pod/lanes.py), in plan order; there its span is
+        """Run a load's or store's `fn` (pod/storage/disk.py: load_region, store_region) in a thread: the
+        I/O pool's, or on a CPU pod its lane's (pod/storage/lanes.py), in plan order; there its span is
         its own, from its turn on, not its wait for the turn."""
         loop = asyncio.get_running_loop()
         args = (self.backend, path, ins, array, disk)

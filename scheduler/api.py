@@ -1,13 +1,13 @@
 """Cluster jobs from a program: build a job, run it on pods, get a `JobResult` back.
 
 The same stages as `phobos-sched JOB` (which calls `prepare` and `run_prepared` below):
-scheduler/prepare.py (parse the kernel once, compile the cluster program, check storage), then
-scheduler/run.py (pods, plans, staging, commit). `run` blocks; `run_async` is for callers that
+scheduler/jobs/prepare.py (parse the kernel once, compile the cluster program, check storage), then
+scheduler/running/run.py (pods, plans, staging, commit). `run` blocks; `run_async` is for callers that
 already run an event loop: the job runs on its own loop in a thread (pycapnp's RPC needs a loop
 of its own), and cancelling the awaiting task stops the job in order, as Ctrl-C does on the
 command line: the pods are told to drop it, staging files are removed, outputs keep their
 previous contents, then CancelledError reaches the caller. A blocking `run` in the main thread
-handles SIGINT/SIGTERM as the command line does (scheduler/interrupt.py): `Interrupted` is raised.
+handles SIGINT/SIGTERM as the command line does (scheduler/running/interrupt.py): `Interrupted` is raised.
 """
 
 from __future__ import annotations
@@ -34,21 +34,21 @@ class ClusterJob:
     tensor. Relative `file:` URIs start from `base_dir`: the job file's folder for a loaded job."""
 
     def __init__(self, job, base_dir: Path, kernel=None):
-        self._job = job  # scheduler.jobfile.Job
+        self._job = job  # scheduler.jobs.jobfile.Job
         self.base_dir = Path(base_dir).resolve()
         self._kernel = kernel  # the job's kernel, checked, where phobos.job parsed it (else None)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ClusterJob:
         """A job file written by `save` or by `phobos-sched new-job`."""
-        from scheduler.jobfile import read_job
+        from scheduler.jobs.jobfile import read_job
 
         with user_errors():
             return cls(read_job(Path(path)), Path(path).resolve().parent)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the job file (the bytes `phobos-sched new-job` writes for the same job)."""
-        from scheduler.jobfile import write_job
+        from scheduler.jobs.jobfile import write_job
 
         with user_errors():
             write_job(self._job, Path(path))
@@ -70,7 +70,7 @@ class ClusterJob:
         return dict(self._job.tensors)
 
     def __str__(self) -> str:
-        from scheduler.jobfile import render_job
+        from scheduler.jobs.jobfile import render_job
 
         return render_job(self._job)
 
@@ -93,8 +93,8 @@ def job(kernel: Kernel | str | os.PathLike, *, tensors: Mapping[str, str | os.Pa
     (values outside a search space, a file the kernel reads that does not exist yet) are
     `UserWarning`s."""
     from compiler.api.kernel import Kernel, load
-    from scheduler.jobfile import job_from_source, path_to_uri
-    from scheduler.prepare import check_new_job
+    from scheduler.jobs.jobfile import job_from_source, path_to_uri
+    from scheduler.jobs.prepare import check_new_job
 
     if not isinstance(kernel, Kernel):
         kernel = load(kernel)
@@ -129,7 +129,7 @@ class JobResult:
     @property
     def summary(self) -> str:
         """The text `phobos-sched` prints after a run."""
-        from scheduler.tracefile import summary_text
+        from scheduler.tracing.tracefile import summary_text
 
         return summary_text(self.trace, self.ok, self.reason)
 
@@ -145,10 +145,10 @@ class JobResult:
 
 def prepare(cluster_job: ClusterJob, storage_roots=None, cluster_values: Mapping[str, int] | None = None,
             tile_values: Mapping[str, int] | None = None, any_values: bool = False, split=None):
-    """scheduler.prepare.prepare for this job (the command line's prepare, too): `cluster_values`,
+    """scheduler.jobs.prepare.prepare for this job (the command line's prepare, too): `cluster_values`,
     `tile_values` and `split` (a SplitRequest) override the job's; `any_values` (--autotune) lets
     the tuner choose."""
-    from scheduler.prepare import prepare as prepare_job
+    from scheduler.jobs.prepare import prepare as prepare_job
 
     roots = [Path(r) for r in storage_roots] if storage_roots else [Path.cwd(), cluster_job.base_dir]
     for root in roots:
@@ -164,7 +164,7 @@ def prepare(cluster_job: ClusterJob, storage_roots=None, cluster_values: Mapping
 def options(*, pods=(), local_pods: int | None = None, token: str | None = None, storage_roots=(),
             heartbeat_interval: float = 0.5, heartbeat_timeout: float = 5.0,
             cluster_values: Mapping[str, int] | None = None, pod_log_level: str = "warning"):
-    from scheduler.run import RunOptions
+    from scheduler.running.run import RunOptions
 
     if local_pods is not None and pods:
         raise Error("error: local_pods and pods exclude each other", "local_pods and pods exclude each other")
@@ -188,8 +188,8 @@ def _result(prepared, run_result) -> JobResult:
 
 def run_prepared(prepared, run_options) -> JobResult:
     """Run to the end. In the main thread, SIGINT/SIGTERM stop the job in order and raise
-    scheduler.interrupt.Interrupted, as on the command line; elsewhere signals are the caller's."""
-    from scheduler.run import run_job
+    scheduler.running.interrupt.Interrupted, as on the command line; elsewhere signals are the caller's."""
+    from scheduler.running.run import run_job
 
     with user_errors():
         if threading.current_thread() is threading.main_thread():
@@ -240,7 +240,7 @@ class _Background:
         return rpc_streams.run(self._main())
 
     async def _main(self):
-        from scheduler.run import run_with_pods
+        from scheduler.running.run import run_with_pods
 
         with self._lock:
             if self._cancelled:

@@ -74,9 +74,9 @@ def recover_parser() -> argparse.ArgumentParser:
 
 
 def recover(argv: list[str]) -> int:
-    from scheduler.job_storage import JobStorage
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
+    from scheduler.jobs.job_storage import JobStorage
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import prepare
     from scheduler.run_cli import storage_roots
 
     args = recover_parser().parse_args(argv)
@@ -96,8 +96,8 @@ def recover(argv: list[str]) -> int:
 
 
 def new_job(argv: list[str]) -> int:
-    from scheduler.jobfile import checked_job, write_job
-    from scheduler.prepare import check_new_job
+    from scheduler.jobs.jobfile import checked_job, write_job
+    from scheduler.jobs.prepare import check_new_job
 
     args = new_job_parser().parse_args(argv)
     if args.file is None:
@@ -125,7 +125,7 @@ def new_job(argv: list[str]) -> int:
 
 
 def show_job(argv: list[str]) -> int:
-    from scheduler.jobfile import read_job, render_job
+    from scheduler.jobs.jobfile import read_job, render_job
 
     args = show_job_parser().parse_args(argv)
     path = user_path(args.job)
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "recover":
         return recover(argv[1:])
     if argv and argv[0] == "slurm":
-        from scheduler import slurm_cli
+        from scheduler.pods import slurm_cli
 
         return slurm_cli.main(argv[1:], run_job=main)
     if argv and argv[0] == "report":

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the run in Chrome trace-event format (Perfetto, chrome://tracing)")
     p.add_argument("--pod-log-level", default="warning", help="log level of local pods (default warning)")
     log.add_arguments(p)
-    from scheduler import tuner_cli  # the cluster tuner's flags (--autotune, ...), its own module
+    from scheduler.tuning import tuner_cli  # the cluster tuner's flags (--autotune, ...), its own module
 
     tuner_cli.add_arguments(p)
     return p
@@ -139,12 +139,12 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
 
 
 def run_command(argv: list[str]) -> int:
-    from scheduler.phases import PROCESS, process_start_time
+    from scheduler.tracing.phases import PROCESS, process_start_time
 
     PROCESS.mark("started", process_start_time())
     PROCESS.mark("imports_done")
     from common import log
-    from scheduler import tuner_cli
+    from scheduler.tuning import tuner_cli
 
     args = build_parser().parse_args(argv)
     job_path = user_path(args.job)
@@ -158,8 +158,8 @@ def run_command(argv: list[str]) -> int:
     if pods or tune.active:  # the tuner starts the pods it needs itself
         log.configure_from_args(args)
         return _run(args, job_path, roots, pods, tune, heartbeat, None)
-    from scheduler.interrupt import Interrupted
-    from scheduler.local_pods import spawn_for
+    from scheduler.pods.local_pods import spawn_for
+    from scheduler.running.interrupt import Interrupted
 
     # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own. Until
     # the job's own signal handling begins, a SIGTERM unwinds too, so that they are stopped.
@@ -179,7 +179,7 @@ def run_command(argv: list[str]) -> int:
 
 
 def _interrupt(signum: int, _frame) -> None:
-    from scheduler.interrupt import Interrupted
+    from scheduler.running.interrupt import Interrupted
 
     raise Interrupted(signum)
 
@@ -189,11 +189,11 @@ def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, h
     from compiler.cluster.build import values_outside_space
     from scheduler import (
         api,  # the Python API's job path (phobos.run): one path, not two
-        tuner_cli,
     )
-    from scheduler.interrupt import Interrupted
-    from scheduler.phases import PROCESS
-    from scheduler.run import JobFailed, RunOptions
+    from scheduler.running.interrupt import Interrupted
+    from scheduler.running.run import JobFailed, RunOptions
+    from scheduler.tracing.phases import PROCESS
+    from scheduler.tuning import tuner_cli
 
     cluster_job = api.ClusterJob.load(job_path)
     token = read_token(args.token_file) if pods else None
@@ -258,7 +258,7 @@ def _save_dataclass_code() -> None:
 def _report(result, prepared, expected: dict[str, np.ndarray], outputs_of_run: dict[str, Path]) -> int:
     """The run's files, its summary and the --expect comparisons: the command's exit code."""
     from common.storage import read_npy
-    from scheduler.tracefile import summary_text
+    from scheduler.tracing.tracefile import summary_text
 
     write_run_files(result.trace, outputs_of_run)
     print(summary_text(result.trace, result.ok, result.reason))
@@ -282,7 +282,7 @@ def _report(result, prepared, expected: dict[str, np.ndarray], outputs_of_run: d
 def write_run_files(trace: dict, paths: dict) -> None:
     """The trace, the HTML report and the Chrome trace, each where its flag asked; each path is
     printed, so the user knows where to look."""
-    from scheduler.tracefile import write_trace
+    from scheduler.tracing.tracefile import write_trace
 
     if "--trace" in paths:
         write_trace(trace, paths["--trace"])

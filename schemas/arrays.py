@@ -1,5 +1,5 @@
 """Array helpers shared by the units' columns (schemas/units.py) and the planner's passes
-(scheduler/plan_arrays.py and after): ragged rows held as one flat column plus their starts,
+(scheduler/planning/plan_arrays.py and after): ragged rows held as one flat column plus their starts,
 and grouping equal values (or rows) by one stable sort."""
 
 from __future__ import annotations

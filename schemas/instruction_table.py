@@ -1,7 +1,7 @@
 """A node's instructions held as columns of arrays: the planner's output at a million units.
 
 A frozen dataclass per instruction costs about 0.6 µs to build and a few hundred bytes to keep,
-and a million-unit plan has about ten million instructions. So the planner (scheduler/planner.py)
+and a million-unit plan has about ten million instructions. So the planner (scheduler/planning/planner.py)
 computes each field of every instruction as a numpy column, and the table reads as a
 `Sequence[Instruction]`: indexing or iterating it builds the same `schemas.instructions` objects
 the pods get, only when someone asks for them. Ids are consecutive from `first_id` (the planner

@@ -145,7 +145,7 @@ struct TileHeader {
   shape @0 :List(Int64);
   dtype @1 :Text;          # always "f32" on the wire today
   nbytes @2 :UInt64;
-  checksum @3 :UInt32;     # CRC-32C of the tile's nbytes bytes (C order; pod/transfer.py crc32c_of)
+  checksum @3 :UInt32;     # CRC-32C of the tile's nbytes bytes (C order; pod/rpc/transfer.py crc32c_of)
   # Bulk path (0 / empty: none; use readChunk): connect to TCP `dataPort` on the peer's host,
   # send the 16-byte `ticket`, read exactly `nbytes` bytes. A ticket is good for one transfer
   # and only a short while; it is handed out only over this authenticated RPC. Python's asyncio
@@ -166,7 +166,7 @@ struct InstructionEvent {
   message @7 :Text;        # failure reason when not ok
   unit @8 :Int32;          # compute/store: the unit of work; -1 otherwise
   leaf @9 :Text;           # compute: the leaf's name; "" otherwise
-  copySeconds @10 :Float64; # load/store: seconds of it spent copying host<->device (scheduler/phases.py)
+  copySeconds @10 :Float64; # load/store: seconds of it spent copying host<->device (scheduler/tracing/phases.py)
 }
 
 enum FailureKind {

@@ -1,7 +1,7 @@
 """A unit of work's objects (Region, Launch, Unit), and many units as columns (UnitColumns).
 
 A million-unit program has three million (parameter, region) accesses. The planner
-(scheduler/plan_arrays.py) groups them with numpy, and walking the objects in Python to number
+(scheduler/planning/plan_arrays.py) groups them with numpy, and walking the objects in Python to number
 them took most of a plan's time (about 3 s of ~6 at a million units on the 2-core CI machine). So
 a `ClusterProgram` holds its units as `UnitColumns`, and every plan and re-plan reads the columns
 (a re-plan takes a subset: `take`). The cluster compiler makes a grid's units as columns directly
@@ -302,7 +302,7 @@ class UnitColumns(Sequence[Unit]):
 
     def written(self, tensor: str, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """The distinct regions of `tensor` (of `rank` axes) that the units write, in order of
-        first write, as (start, shape) rows: a staging copy's coverage (scheduler/coverage.py)
+        first write, as (start, shape) rows: a staging copy's coverage (scheduler/jobs/coverage.py)
         reads them as arrays, and a million regions made as objects would cost seconds."""
         number = self.names.index(tensor) if tensor in self.names else -1
         chosen = np.flatnonzero(self.write & (self.tensor == number))

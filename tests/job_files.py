@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from common.paths import repo_file
-from scheduler.jobfile import build_job, write_job
+from scheduler.jobs.jobfile import build_job, write_job
 
 # Not resolved: under Bazel that would lead out of the runfiles tree into the checkout, and what
 # the tests write there (make_inputs.py's bytecode) would change the //examples filegroup.

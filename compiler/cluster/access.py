@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from compiler import builtins
 from compiler.frontend import ir, walk
 from compiler.frontend.affine import Affine, affine_of
 from compiler.frontend.diagnostics import CompileError
@@ -375,9 +376,9 @@ def _value_nodes(expr: ir.Expr, env: dict[str, ir.Expr] | None = None, level: Cl
             yield from _value_nodes(expr.fill, env, level, chunk_dim)
         return
     if isinstance(expr, ir.Call):
-        if expr.func == "arange":
+        if builtins.is_positions(expr):
             return
-        args = expr.args[1:] if expr.func == "full" else expr.args
+        args = expr.args[1:] if builtins.takes_shape(expr) else expr.args
         for a in args:
             yield from _value_nodes(a, env, level, chunk_dim)
         for _, v in expr.kwargs:

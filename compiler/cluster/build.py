@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from common.errors import UserError
-from compiler import pipeline
+from compiler import builtins, pipeline
 from compiler.cluster import units as unit_builder
 from compiler.cluster.access import AccessPlan, AxisRole, ClusterLevel, check_value_uses, plan_accesses
 from compiler.cluster.accumulate import find_cluster_loop
@@ -147,7 +147,7 @@ def _is_dim(e: ir.Expr) -> bool:
 def _is_min_with_dim(e: ir.Expr) -> bool:
     """`min(x, N)`: causal attention's bound. The value checks reject x if it is not the same
     number in a leaf as in the plain kernel, and N if it is split."""
-    return isinstance(e, ir.Call) and e.func == "min" and len(e.args) == 2 and any(map(_is_dim, e.args))
+    return builtins.pairwise(e) == "min" and any(map(_is_dim, e.args))
 
 
 def _dim_roles(

@@ -8,6 +8,7 @@ softmax, any other as an attempted accumulator.
 
 from __future__ import annotations
 
+from compiler import builtins
 from compiler.cluster.accumulate import SHAPE, Accumulator, check_accumulator
 from compiler.cluster.softmax import NotSoftmax, OnlineSoftmax, check_online_softmax
 from compiler.frontend import ir, walk
@@ -28,7 +29,7 @@ def _looks_like_softmax(kernel: ir.Kernel, loop: ir.For) -> bool:
     decls = [s for s in kernel.body[:at] if isinstance(s, ir.VarDecl)]
     assigns = [s for s in walk.iter_stmts(loop.body) if isinstance(s, ir.Assign)]
     takes_max = any(
-        isinstance(e, ir.Call) and e.func == "max" and len(e.args) == 2
+        builtins.pairwise(e) == "max"
         for s in loop.body
         for e in walk.iter_exprs(s)
     )

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from compiler import builtins
 from compiler.frontend import ir, walk
-
-_FREE_CALLS = {"transpose", "expand", "arange", "full", "f32", "i32"}
-_REDUCTIONS = {"sum", "max", "min"}
 
 
 def _numel(ty: ir.Type | None, env: Mapping[str, int]) -> int:
@@ -36,13 +34,13 @@ def _expr_flops(expr: ir.Expr, env: Mapping[str, int]) -> int:
     for e in walk.iter_exprs(expr):
         if isinstance(e, ir.BinOp | ir.UnaryOp) and _is_f32(e.ty):
             total += _numel(e.ty, env)
-        elif isinstance(e, ir.Call) and e.func not in _FREE_CALLS:
-            if e.func == "dot":
+        elif isinstance(e, ir.Call) and not builtins.moves_data_only(e):
+            if builtins.is_contraction(e):
                 a, b = e.args[0].ty, e.args[1].ty
                 m, k = (s.evaluate(env) for s in a.shape)
                 n = b.shape[1].evaluate(env)
                 total += 2 * m * n * k
-            elif e.kwargs and e.func in _REDUCTIONS:
+            elif builtins.is_reduction(e):
                 total += _numel(e.args[0].ty, env)
             elif _is_f32(e.ty):
                 total += _numel(e.ty, env)
@@ -56,9 +54,9 @@ def _int_value(e: ir.Expr, env: Mapping[str, int]) -> int | None:
         return env[e.name]
     if isinstance(e, ir.BlockIndex):
         return env.get("block." + e.axis)
-    if isinstance(e, ir.Call) and e.func in ("min", "max") and len(e.args) == 2:
+    if builtins.pairwise(e):
         a, b = _int_value(e.args[0], env), _int_value(e.args[1], env)
-        return None if a is None or b is None else (min if e.func == "min" else max)(a, b)
+        return None if a is None or b is None else builtins.PYTHON_COMBINE[builtins.pairwise(e)](a, b)
     if isinstance(e, ir.BinOp) and e.op in "+-*/":
         a, b = _int_value(e.lhs, env), _int_value(e.rhs, env)
         if a is None or b is None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from compiler import builtins
 from compiler.frontend import ir, walk
 
 
@@ -119,7 +120,7 @@ def _scaled(e: ir.Expr, var: str, env) -> ir.Expr | None:
 def _correction_of(factor: ir.Expr, m: str, m_new: ir.Expr, env) -> bool:
     """`factor` is `exp(m - m_new)` (through lets), m_new the same let or expression."""
     value = _let_value(factor, env)
-    if not (isinstance(value, ir.Call) and value.func == "exp" and len(value.args) == 1):
+    if not (builtins.is_exponential(value) and len(value.args) == 1):
         return False
     diff = value.args[0]
     return (
@@ -213,7 +214,7 @@ def _checked_loop(kernel: ir.Kernel, loop: ir.For, pre, decls, check_store) -> O
 
 def _check_max(assign: ir.Assign, m: str, env) -> set[int]:
     value = _let_value(assign.value, env)
-    if isinstance(value, ir.Call) and value.func == "max" and len(value.args) == 2 and not value.kwargs:
+    if builtins.pairwise(value) == "max":
         for a, _ in ((value.args[0], value.args[1]), (value.args[1], value.args[0])):
             if _var(a, m):
                 return {id(a)}
@@ -235,7 +236,7 @@ def _check_rescaled(assign: ir.Assign, var: str, m: str, m_new: ir.Expr, env, ex
         if expand_axis is not None:
             f = _let_value(factor, env)
             kw = dict(f.kwargs) if isinstance(f, ir.Call) else {}
-            if not (isinstance(f, ir.Call) and f.func == "expand" and _is_const(kw.get("axis"), expand_axis)):
+            if not (builtins.is_broadcast(f) and _is_const(kw.get("axis"), expand_axis)):
                 raise NotSoftmax(factor.span, f"'{var}' must be rescaled by the correction expanded, {form}")
             factor = f.args[0]
         if not _correction_of(factor, m, m_new, env):

@@ -56,11 +56,11 @@ def int_range(expr: ir.Expr, env: dict[str, IntRange]) -> IntRange:
         if UNKNOWN in (a, b):
             return UNKNOWN
         return a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
-    if isinstance(expr, ir.Call) and expr.func in ("min", "max") and len(expr.args) == 2 and not expr.kwargs:
+    if builtins.pairwise(expr):
         a, b = int_range(expr.args[0], env), int_range(expr.args[1], env)
         if UNKNOWN in (a, b):
             return UNKNOWN
-        pick = min if expr.func == "min" else max
+        pick = builtins.PYTHON_COMBINE[builtins.pairwise(expr)]
         return IntRange(pick(a.lo, b.lo), pick(a.hi, b.hi), gcd(a.divisor, b.divisor))
     return UNKNOWN
 
@@ -157,8 +157,7 @@ def layout_hints(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
                     changed |= _want(value, k, hints)
             for e in walk.iter_exprs(stmt):
                 if (
-                    isinstance(e, ir.Call)
-                    and e.func == "expand"
+                    builtins.is_broadcast(e)
                     and e.args[0].ty.rank == 1
                     and isinstance(e.ty, ir.TileType)
                     and e.ty.rank == 2
@@ -180,7 +179,7 @@ def layout_hints(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
 def dot_operand_name(e: ir.Expr) -> str | None:
     if isinstance(e, ir.Name):
         return e.name
-    if isinstance(e, ir.Call) and e.func == "transpose" and isinstance(e.args[0], ir.Name):
+    if builtins.is_transpose(e) and isinstance(e.args[0], ir.Name):
         return e.args[0].name
     return None
 
@@ -202,7 +201,7 @@ def dot_operand_uses(body: tuple[ir.Stmt, ...], names) -> dict[str, list[tuple[i
     for e in walk.iter_body_exprs(body):
         if isinstance(e, ir.Name) and e.name in reads:
             reads[e.name] += 1
-        if isinstance(e, ir.Call) and e.func == "dot":
+        if builtins.is_contraction(e):
             for role, arg in zip("ab", e.args, strict=True):
                 n = dot_operand_name(arg)
                 if n in uses:
@@ -222,7 +221,7 @@ def shared_lets(body: tuple[ir.Stmt, ...]) -> dict[str, str]:
 
 def shared_let_transposed(body: tuple[ir.Stmt, ...], name: str) -> bool:
     for e in walk.iter_body_exprs(body):
-        if isinstance(e, ir.Call) and e.func == "dot":
+        if builtins.is_contraction(e):
             for arg in e.args:
                 if dot_operand_name(arg) == name:
                     return isinstance(arg, ir.Call)
@@ -263,7 +262,7 @@ def _trend(e: ir.Expr, axis: str, lets: dict[str, ir.Expr | None], positive: dic
             if _positive_constant(c, positive):
                 return _trend(x, axis, lets, positive)
         return None
-    if isinstance(e, ir.Call) and e.func in ("min", "max") and not e.kwargs:
+    if builtins.pairwise(e):
         out: int | None = 0
         for a in e.args:
             out = _combine(out, _trend(a, axis, lets, positive))

@@ -59,17 +59,18 @@ def float_math(gen, e: ir.Call, ctx: Ctx | None) -> str:
     return template.format(*(f32_arg(gen, a, ctx) for a in e.args))
 
 
-BITS = {"bit_and": "&", "bit_or": "|", "bit_xor": "^"}
-
-
-def bits(gen, e: ir.Call, ctx: Ctx | None) -> str:
-    """i32 bit operations; shifts clamp the count as PTX does (shl_i / shr_i in the preamble)."""
+def bits(c_operator: str, gen, e: ir.Call, ctx: Ctx | None) -> str:
+    """Integer bit operations: C's `c_operator` (&, |, ^, or the unary ~)."""
     x = [gen.elem(a, gen.sub_ctx(a, ctx)) for a in e.args]
-    if e.func == "bit_not":
-        return f"(~{x[0]})"
-    if e.func in BITS:
-        return f"({x[0]} {BITS[e.func]} {x[1]})"
-    return int_ops.shift(gen, e.ty.dtype, e.func == "shift_left", x[0], x[1])
+    if len(x) == 1:
+        return f"({c_operator}{x[0]})"
+    return f"({x[0]} {c_operator} {x[1]})"
+
+
+def shift(left: bool, gen, e: ir.Call, ctx: Ctx | None) -> str:
+    """Shifts clamp the count as PTX does (shl_i / shr_i in the preamble)."""
+    x = [gen.elem(a, gen.sub_ctx(a, ctx)) for a in e.args]
+    return int_ops.shift(gen, e.ty.dtype, left, x[0], x[1])
 
 
 def max_min(gen, e: ir.Call, ctx: Ctx | None) -> str:
@@ -94,23 +95,22 @@ def where(gen, e: ir.Call, ctx: Ctx | None) -> str:
     return f"({c} ? {x} : {y})"
 
 
-def narrow(gen, e: ir.Call, ctx: Ctx | None) -> str:
+def narrow(dtype: str, gen, e: ir.Call, ctx: Ctx | None) -> str:
     """bf16(x), f16(x): round to nearest even, held as the float it rounds to."""
-    f = e.func
     x = f32_arg(gen, e.args[0], ctx)
-    gen.used.bf16 |= f == "bf16"
-    gen.used.half |= f == "f16"
-    return f"{f}_to_f32(f32_to_{f}({x}))"
+    gen.used.bf16 |= dtype == "bf16"
+    gen.used.half |= dtype == "f16"
+    return f"{dtype}_to_f32(f32_to_{dtype}({x}))"
 
 
-def convert(gen, e: ir.Call, ctx: Ctx | None) -> str:
+def convert(dtype: str, gen, e: ir.Call, ctx: Ctx | None) -> str:
     """f32(x), i32(x), i64(x), u32(x): C's casts (from a float, cvt.rzi: toward zero, saturating,
     NaN to 0; between integers, the low bits). The H100 turns a NaN into -2^63 on the way to a
     64-bit integer (seen in test_ints_atomics_gpu, 2026-12-07), so i64 of a float tests for it."""
     x = gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))
-    if e.func == "i64" and e.args[0].ty.dtype in FLOATS:
+    if dtype == "i64" and e.args[0].ty.dtype in FLOATS:
         return f"{int_ops.use(gen, 'nan_to_i64')}({x})"
-    return f"(({CTYPE[e.func]})({x}))"
+    return f"(({CTYPE[dtype]})({x}))"
 
 
 def arange(gen, e: ir.Call, ctx: Ctx | None) -> str:
@@ -162,8 +162,8 @@ def take(gen, e: ir.Call, ctx: Ctx | None) -> str:
     return f"((({wide})({i}) < {extent}u) ? {inner} : {zero})"
 
 
-def scan(gen, e: ir.Call, ctx: Ctx | None) -> str:
-    return scans.scan(gen, e, ctx)
+def scan(combine: str, gen, e: ir.Call, ctx: Ctx | None) -> str:
+    return scans.scan(combine, gen, e, ctx)
 
 
 def where_parts(gen, e: ir.Call, ctx) -> tuple[str, str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler import builtins
 from compiler.cuda import (
     analysis,
     dots,
@@ -176,8 +177,7 @@ class KernelGen(ExprEmitter):
 
         def is_dot(e):
             return (
-                isinstance(e, ir.Call)
-                and e.func == "dot"
+                builtins.is_contraction(e)
                 and not reads_target(e)
                 and tuple(x for x in e.ty.shape) == tuple(self.scope.vals[s.name].ty_shape)
             )

@@ -17,6 +17,7 @@ context all emitters share; a dot on tensor cores goes to mma.py.
 from __future__ import annotations
 
 from common import options
+from compiler import builtins
 from compiler.cuda import operands, tma, tma_tf32
 from compiler.cuda import staged as staged_buffers
 from compiler.frontend import ir
@@ -145,7 +146,7 @@ def stage_mma_let(gen, load: ir.Load, role: str, transposed: bool):
 
 def _prepare(gen, arg: ir.Expr, tile):
     """What a staging write needs: a plain 2-D load (maybe transposed), or a register tile."""
-    transposed = isinstance(arg, ir.Call) and arg.func == "transpose"
+    transposed = builtins.is_transpose(arg)
     inner = arg.args[0] if transposed else arg
     if isinstance(inner, ir.Load) and inner.ty.rank == 2:
         plan = vector_plan(gen, tile, inner, transposed)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from compiler import builtins
 from compiler.cuda import analysis, target
 from compiler.cuda.hoist import _rewrite_body
 from compiler.frontend import ir, walk
@@ -38,7 +39,7 @@ _NOTED: set[tuple[str, int]] = set()
 
 
 def is_fp8_dot(e) -> bool:
-    mode = e.precision.mode if isinstance(e, ir.Call) and e.func == "dot" and e.precision else None
+    mode = e.precision.mode if builtins.is_contraction(e) and e.precision else None
     return mode in ir.FP8
 
 
@@ -211,7 +212,7 @@ def _k_major_operands(dot: ir.Call, kernel: ir.Kernel, env: dict) -> bool:
     k = a.ty.shape[1]
     if k.evaluate(env) != WGMMA_K:
         return False
-    return _k_contiguous_load(a, kernel) and isinstance(b, ir.Call) and b.func == "transpose" and (
+    return _k_contiguous_load(a, kernel) and builtins.is_transpose(b) and (
         _k_contiguous_load(b.args[0], kernel))
 
 
@@ -236,7 +237,7 @@ def to_f16(kernel: ir.Kernel) -> ir.Kernel:
 def _as_f16(x: ir.Expr) -> ir.Expr:
     """f16(x), inside a transpose (transpose(f16(y))): the operand is then written into its f16
     buffer in the tensor's orientation, with no f32 staging buffer for the transpose."""
-    if isinstance(x, ir.Call) and x.func == "transpose":
+    if builtins.is_transpose(x):
         inner = _as_f16(x.args[0])
         return dataclasses.replace(x, args=(inner,), ty=TileType("f16", x.ty.shape))
     return ir.Call("f16", (x,), x.span, (), TileType("f16", x.ty.shape))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from compiler import builtins
 from compiler.frontend import ir, walk
 
 FIXED_KINDS = ("dim", "tile", "scalar", "loop")
@@ -174,7 +175,7 @@ class _Hoister:
         hoisted: list[ir.Let] = []
 
         def operand(e: ir.Expr) -> ir.Expr:
-            transposed = isinstance(e, ir.Call) and e.func == "transpose" and len(e.args) == 1
+            transposed = builtins.is_transpose(e) and len(e.args) == 1
             load = e.args[0] if transposed else e
             if not self.movable(load, fixed_lets):
                 return e
@@ -223,7 +224,7 @@ def _rewrite_dots(node, on_dot):
         if nv is not v:
             changes[fld.name] = nv
     node = dataclasses.replace(node, **changes) if changes else node
-    if isinstance(node, ir.Call) and node.func == "dot" and len(node.args) == 2:
+    if builtins.is_contraction(node) and len(node.args) == 2:
         return on_dot(node)
     return node
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler import builtins
 from compiler.cuda import tf32, wgmma, wgmma_tf32
 from compiler.cuda.operands import (
     MMA_K,
@@ -44,9 +45,9 @@ def operand_dtype(e: ir.Expr, kernel: ir.Kernel) -> str | None:
     if isinstance(e, ir.Load):
         p = next((t for t in kernel.tensors if t.name == e.tensor), None)
         return p.dtype if p is not None and p.dtype in TC_DTYPES + ir.FP8 else None
-    if isinstance(e, ir.Call) and e.func in TC_DTYPES:
-        return e.func
-    if isinstance(e, ir.Call) and e.func == "transpose":
+    if builtins.converts_to(e) in TC_DTYPES:
+        return builtins.converts_to(e)
+    if builtins.is_transpose(e):
         return operand_dtype(e.args[0], kernel)
     if isinstance(e, ir.Name):
         from compiler.frontend import walk
@@ -365,9 +366,9 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int, dtype: str):
 
     if role != "a" or gen.plan.grid.warps_n != 1 or isinstance(arg, ir.Load):
         return None
-    if isinstance(arg, ir.Call) and arg.func == dtype in TC_DTYPES and arg.args[0].ty.dtype == "f32":
+    if dtype in TC_DTYPES and builtins.converts_to(arg) == dtype and arg.args[0].ty.dtype == "f32":
         arg = arg.args[0]
-    if isinstance(arg, ir.Call) and arg.func == "transpose":
+    if builtins.is_transpose(arg):
         return None
     v = gen.scope.vals.get(arg.name) if isinstance(arg, ir.Name) else None
     if isinstance(v, Val) and v.kind == "2d" and v.shape == (m, kk):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler import builtins
 from compiler.cuda.emit import from_f32
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -185,7 +186,7 @@ def alloc_tile(gen, role: str, k: int, x: int, k_contiguous: bool, dtype: str, s
 
 def operand_orientation(role: str, arg: ir.Expr) -> tuple[ir.Expr, bool, bool]:
     """(inner expression, transposed, k_contiguous) of a dot operand staged from `arg`."""
-    transposed = isinstance(arg, ir.Call) and arg.func == "transpose"
+    transposed = builtins.is_transpose(arg)
     inner = arg.args[0] if transposed else arg
     if isinstance(inner, ir.Load) and inner.ty.rank == 2:
         return inner, transposed, (role == "a") != transposed

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler import builtins
 from compiler.cuda import analysis, int_ops
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -23,7 +24,7 @@ def reduction(gen, e: ir.Call, ctx) -> str:
     axis = dict(e.kwargs)["axis"].value
     x = e.args[0]
     shape = tuple(gen.size(s) for s in x.ty.shape)
-    op = _Combine.of(e.func, e.ty.dtype)
+    op = _Combine.of(builtins.combine_of(e), e.ty.dtype)
     if len(shape) == 1:
         return _reduce_flat(gen, x, shape, op)
     if len(shape) != 2:
@@ -45,23 +46,24 @@ class _Combine:
     """One reduction's operator: its identity, C type and how two partial values combine, for
     values of `dtype` (the result's: f32 for every float, or i32, i64, u32; integer sums wrap)."""
 
-    func: str
+    combine: str  # "add", "max", "min" (compiler/builtins.py)
     dtype: str
     ident: str
     ctype: str
 
     @staticmethod
-    def of(func: str, dtype: str) -> _Combine:
-        return _Combine(func, dtype, int_ops.identity(func, dtype), int_ops.value_ctype(dtype))
+    def of(combine: str, dtype: str) -> _Combine:
+        fold = "sum" if combine == "add" else combine  # int_ops.identity's name
+        return _Combine(combine, dtype, int_ops.identity(fold, dtype), int_ops.value_ctype(dtype))
 
     @property
     def is_float(self) -> bool:
         return self.ctype == "float"
 
     def __call__(self, a: str, b: str) -> str:
-        if self.func == "sum":
+        if self.combine == "add":
             return f"({a} + {b})"
-        return f"f{self.func}f({a}, {b})" if self.is_float else f"{self.func}({a}, {b})"
+        return f"f{self.combine}f({a}, {b})" if self.is_float else f"{self.combine}({a}, {b})"
 
     def put(self, buf: str, index: str, value: str) -> str:
         """Write a partial into a shared buffer bit for bit (a conversion would round integer

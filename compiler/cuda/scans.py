@@ -34,14 +34,15 @@ from compiler.cuda import int_ops
 from compiler.cuda.values import Ctx
 from compiler.frontend import ir
 
-_FOLD = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
+# the scan's operator (compiler/builtins.py combine) -> int_ops.identity's name of its fold
+_FOLD = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
 
 
 @dataclass(frozen=True)
 class _Op:
     """The scan's combine on values of `dtype` (f32 or an integer type), as C."""
 
-    func: str
+    combine: str  # "add", "mul", "max", "min" (compiler/builtins.py)
     dtype: str
 
     @property
@@ -50,15 +51,15 @@ class _Op:
 
     @property
     def ident(self) -> str:
-        return int_ops.identity(_FOLD[self.func], self.dtype)
+        return int_ops.identity(_FOLD[self.combine], self.dtype)
 
     def __call__(self, a: str, b: str) -> str:
         """a combined with b, a the earlier part of the line."""
-        if self.func == "cumsum":
+        if self.combine == "add":
             return f"({a} + {b})"
-        if self.func == "cumprod":
+        if self.combine == "mul":
             return f"({a} * {b})"
-        f = "max" if self.func == "cummax" else "min"
+        f = self.combine
         return f"f{f}f({a}, {b})" if self.ctype == "float" else f"{f}({a}, {b})"
 
     def view(self, buf: str) -> str:
@@ -105,11 +106,11 @@ def uses_threads(lines: Lines) -> bool:
     return lines.step > 1 and lines.count >= 32
 
 
-def scan(gen, e: ir.Call, ctx: Ctx) -> str:
+def scan(combine: str, gen, e: ir.Call, ctx: Ctx) -> str:
     x = e.args[0]
     axis = dict(e.kwargs)["axis"].value
     shape = tuple(gen.size(s) for s in x.ty.shape)
-    op = _Op(e.func, e.ty.dtype)
+    op = _Op(combine, e.ty.dtype)
     kind = "2d" if len(shape) == 2 else "flat"
     src = gen.ctx_for(kind, shape)
     body = gen.elem(x, src)

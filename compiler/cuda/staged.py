@@ -7,6 +7,7 @@ each other.
 
 from __future__ import annotations
 
+from compiler import builtins
 from compiler.cuda import operands
 from compiler.cuda.values import SharedTile
 from compiler.cuda.wgmma import CoreTile
@@ -16,7 +17,7 @@ from compiler.frontend import ir
 def staged_operand(gen, arg: ir.Expr):
     """The buffer of a dot operand that is a let (or the transpose of one) staged earlier, or None."""
     name = arg.name if isinstance(arg, ir.Name) else None
-    if isinstance(arg, ir.Call) and arg.func == "transpose" and isinstance(arg.args[0], ir.Name):
+    if builtins.is_transpose(arg) and isinstance(arg.args[0], ir.Name):
         name = arg.args[0].name
     v = gen.scope.vals.get(name) if name else None
     return v if isinstance(v, SharedTile | operands.MmaTile | CoreTile) else None

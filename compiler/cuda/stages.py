@@ -1,4 +1,5 @@
-"""The CUDA leaf compiler as a visible list of stages, each `stage(Leaf) -> Leaf`:
+"""The CUDA leaf compiler as a visible list of stages (common/pipeline.py Stage), each
+`stage(Leaf) -> Leaf`, run by common/pipeline.run_stages:
 
   bind     the binding's dims and tile values become the leaf's constants and CTA counts
   fp8      fp8 dots: scales become products (out of the k loop in a GEMM), operands stay fp8 on
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import options as env_options
+from common.pipeline import Stage, run_stages
+from compiler import builtins
 from compiler.cuda import analysis, fp8, mma, nvrtc, target, wgmma
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
@@ -187,29 +190,30 @@ def _nvrtc_error(kernel: ir.Kernel, gen, err: nvrtc.NvrtcError) -> CompileError:
 
 
 STAGES = (
-    ("bind", bind),
-    ("fp8", lower_fp8),
-    ("hoist", hoist),
-    ("split", split),
-    ("fit", fit),
-    ("analyse", analyse),
-    ("lay out", lay_out),
-    ("emit", emit),
-    ("nvrtc", to_ptx),
+    Stage("bind", bind),
+    Stage("fp8", lower_fp8),
+    Stage("hoist", hoist),
+    Stage("split", split),
+    Stage("fit", fit),
+    Stage("analyse", analyse),
+    Stage("lay out", lay_out),
+    Stage("emit", emit),
+    Stage("nvrtc", to_ptx),
 )
 
 
-def run(kernel: ir.Kernel, binding, options: Options = Options(), until: str = "nvrtc") -> Leaf:
-    """Run the stages in order up to and including `until`."""
+def run(kernel: ir.Kernel, binding, options: Options = Options(), until: str = "nvrtc",
+        timings: list[tuple[str, float]] | None = None) -> Leaf:
+    """Run the stages in order up to and including `until` (common/pipeline.run_stages);
+    `timings` gets each stage's (name, seconds)."""
     dump = env_options.current().cuda_dump
-    leaf = Leaf(kernel, binding, options)
-    for i, (name, stage) in enumerate(STAGES):
-        leaf = stage(leaf)
+
+    def after_each(index: int, name: str, leaf: Leaf) -> None:
         if dump:
-            _dump(dump, i, name, leaf)
-        if name == until:
-            break
-    return leaf
+            _dump(Path(dump), index, name, leaf)
+
+    return run_stages(STAGES, Leaf(kernel, binding, options), until=until, after_each=after_each,
+                      timings=timings, what="CUDA stage")
 
 
 def _dump(folder: Path, index: int, name: str, leaf: Leaf) -> None:
@@ -245,7 +249,7 @@ def _shapes(kernel: ir.Kernel, env) -> tuple[set, set, set, set]:
     for e in walk.iter_body_exprs(kernel.body):
         if isinstance(e.ty, ir.TileType) and e.ty.rank == 2:
             shapes2d.add(tuple(_eval(s, env) for s in e.ty.shape))
-            if isinstance(e, ir.Call) and e.func == "dot":
+            if builtins.is_contraction(e):
                 dots.add(tuple(_eval(s, env) for s in e.ty.shape))
     for s in walk.iter_stmts(kernel.body):
         if isinstance(s, ir.VarDecl) and isinstance(s.declared, ir.TileType) and s.declared.rank == 2:
@@ -257,14 +261,13 @@ def tensor_core_dots(kernel: ir.Kernel, tf32: bool) -> list[ir.Call]:
     return [
         e
         for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and mma.tensor_core_dtype(e, kernel, tf32)
+        if builtins.is_contraction(e) and mma.tensor_core_dtype(e, kernel, tf32)
     ]
 
 
 def reduces_rows(kernel: ir.Kernel) -> bool:
     return any(
-        isinstance(e, ir.Call)
-        and e.func in ("sum", "max", "min")
+        builtins.is_reduction(e)
         and len(e.args) == 1
         and e.args[0].ty.rank == 2
         and dict(e.kwargs)["axis"].value == 1
@@ -281,7 +284,7 @@ def tensor_core_lets(kernel: ir.Kernel, dots: list[ir.Call], tf32: bool) -> set[
     others = [
         e
         for e in walk.iter_body_exprs(kernel.body)
-        if isinstance(e, ir.Call) and e.func == "dot" and not mma.tensor_core_dtype(e, kernel, tf32)
+        if builtins.is_contraction(e) and not mma.tensor_core_dtype(e, kernel, tf32)
     ]
     return names(dots) - names(others)
 
@@ -291,10 +294,10 @@ def register_shapes(kernel: ir.Kernel, env) -> set:
     shared = analysis.shared_lets(kernel.body)
     staged = {id(s.value) for s in walk.iter_stmts(kernel.body) if isinstance(s, ir.Let) and s.name in shared}
     for e in walk.iter_body_exprs(kernel.body):
-        if isinstance(e, ir.Call) and e.func == "dot":
+        if builtins.is_contraction(e):
             for x in e.args:
                 staged.add(id(x))
-                if isinstance(x, ir.Call) and x.func == "transpose":
+                if builtins.is_transpose(x):
                     staged.add(id(x.args[0]))
     out = set()
     for e in walk.iter_body_exprs(kernel.body):

@@ -133,7 +133,7 @@ def _pure(gen, e: ir.Expr, shape) -> bool:
         return _pure(gen, e.lhs, shape) and _pure(gen, e.rhs, shape)
     if isinstance(e, ir.UnaryOp):
         return _pure(gen, e.operand, shape)
-    if isinstance(e, ir.Call) and e.func == "expand" and isinstance(e.args[0], ir.Name):  # a row or column
+    if builtins.is_broadcast(e) and isinstance(e.args[0], ir.Name):  # a row or column
         v = gen.scope.vals.get(e.args[0].name)
         return isinstance(v, Val) and v.kind == ("row" if dict(e.kwargs)["axis"].value == 1 else "col")
     if builtins.is_elementwise(e):

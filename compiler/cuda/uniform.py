@@ -11,6 +11,7 @@ the test picks one (codegen.KernelGen.let). Anything outside that form gives Non
 
 from __future__ import annotations
 
+from compiler import builtins
 from compiler.cuda import calls
 from compiler.frontend import ir, walk
 
@@ -43,9 +44,9 @@ def bounds(gen, e: ir.Expr) -> tuple[str, str] | None:
     if isinstance(e, ir.Name):
         value = _single_let(gen, e.name)
         return None if value is None else bounds(gen, value)
-    if isinstance(e, ir.Call) and e.func == "arange" and len(e.args) == 1:
+    if builtins.is_positions(e) and len(e.args) == 1:
         return "0", f"({gen.scalar(e.args[0])} - 1)"
-    if isinstance(e, ir.Call) and e.func == "expand":
+    if builtins.is_broadcast(e):
         return bounds(gen, e.args[0])
     if not isinstance(e, ir.BinOp) or e.op not in ("+", "-", "*"):
         return None
@@ -80,7 +81,7 @@ def materialize_masked(gen, expr: ir.Expr, kind: str, name: str):
     """`let name = where(cond, a, b)` as two unrolled loops, `a` alone where `cond` holds on the
     whole tile (all_true) and the select elsewhere; the Val, or None where the condition has no
     such test (the caller materializes it as usual)."""
-    if not (isinstance(expr, ir.Call) and expr.func == "where"):
+    if not builtins.is_select(expr):
         return None
     test = all_true(gen, expr.args[0])
     if test is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from compiler import builtins
 from compiler.cuda import fp8_promote, pingpong
 from compiler.cuda.operands import element_bytes, element_ctype
 from compiler.frontend import ir
@@ -202,7 +203,7 @@ __device__ __forceinline__ void fence_async_smem() {
 
 def operand_in_shared(e: ir.Expr, shared: dict) -> bool:
     """A dot operand that lives in shared memory: a 2-D load or a shared let, maybe transposed."""
-    if isinstance(e, ir.Call) and e.func == "transpose":
+    if builtins.is_transpose(e):
         e = e.args[0]
     if isinstance(e, ir.Load):
         return e.ty.rank == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from common import dtypes
+from compiler import builtins
 from compiler.builtins import call_type, check_signature
 from compiler.frontend import check_fp8, ir
 from compiler.frontend.affine import affine_of
@@ -37,9 +38,6 @@ AXES = ("x", "y", "z")
 ORDERING = ("<", "<=", ">", ">=")
 # calls whose (last two) arguments are combined elementwise: an integer literal among them takes
 # the other's integer type
-LITERAL_ADOPTING = ("max", "min", "where", "pow", "bit_and", "bit_or", "bit_xor", "shift_left", "shift_right")
-
-
 def check(module: ir.Module) -> ir.Module:
     seen: dict[str, ir.Kernel] = {}
     kernels = []
@@ -465,25 +463,26 @@ class _KernelChecker:
         check_signature(e)
         args = []
         for i, a in enumerate(e.args):
-            if isinstance(a, ir.ShapeList) and e.func == "full" and i == 0:
+            if isinstance(a, ir.ShapeList) and builtins.takes_shape(e) and i == 0:
                 items = tuple(self.expr(x) for x in a.items)
                 args.append(
                     dataclasses.replace(a, items=items, ty=TileType("i32", (Size.const(len(items)),)))
                 )
             else:
                 args.append(self.expr(a))
-        if e.func in LITERAL_ADOPTING:
+        if builtins.literals_adopt(e):
             args[-2:] = adopt_all(args[-2:])  # where's choices, max/min's and the bit operations' operands
         # A dot's `precision = tf32` names a precision, not a value: it leaves kwargs for the
         # call's `precision` field instead of being typed.
-        requested = next((v for k, v in e.kwargs if e.func == "dot" and k == "precision"), None)
+        contraction = builtins.is_contraction(e)
+        requested = next((v for k, v in e.kwargs if contraction and k == "precision"), None)
         if requested is None and e.precision is not None and e.precision.origin == "dot":
             requested = ir.Name(e.precision.mode, e.precision.span)  # checked before: keep its choice
-        kwargs = tuple((k, self.expr(v)) for k, v in e.kwargs if not (e.func == "dot" and k == "precision"))
+        kwargs = tuple((k, self.expr(v)) for k, v in e.kwargs if not (contraction and k == "precision"))
         checked = dataclasses.replace(e, args=tuple(args), kwargs=kwargs)
         check_fp8.refuse_in_call(checked)
         checked = dataclasses.replace(checked, ty=call_type(checked, self.shapes, self.size_of))
-        if e.func != "dot":
+        if not contraction:
             return checked
         check_fp8.check_dot_scales(checked, self.shapes)
         precision = dot_precision(checked, requested, self.kernel.precision)

@@ -8,12 +8,12 @@ use is an error at the fp8 operand, so a kernel never computes on fp8 values by 
 
 from __future__ import annotations
 
+from compiler import builtins
 from compiler.frontend import ir
 from compiler.frontend.check_types import describe
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.ir import ScalarType, TileType
 
-TAKES_FP8 = ("dot", "transpose", "f32", "i32", "bf16", "f16")  # the calls an fp8 operand may enter
 SCALES = ("scale_a", "scale_b")
 _USES = "an fp8 value is only a dot operand, transposed, or converted with f32(), bf16() or f16()"
 
@@ -29,7 +29,7 @@ def refuse(e: ir.Expr, where: str) -> None:
 
 
 def refuse_in_call(call: ir.Call) -> None:
-    if call.func in TAKES_FP8:
+    if builtins.takes_fp8(call):
         return
     for a in call.args:
         refuse(a, f"{call.func}()")

@@ -38,9 +38,14 @@ def transpose(ev, call, scope):
     return val.transpose(ev.eval(call.args[0], scope))
 
 
-def legacy_math(ev, call, scope):
-    """exp, log, sqrt, abs: numpy's f32 functions, as the language has always defined them."""
-    return val.unary_math(call.func, ev.eval(call.args[0], scope))
+def f32_math(meaning, ev, call, scope):
+    """exp, log, sqrt: numpy's f32 function `meaning` (compiler/builtins.py gives it), as the
+    language has always defined them."""
+    return meaning(val.cast(ev.eval(call.args[0], scope), val.F32))
+
+
+def abs_(ev, call, scope):
+    return val.absolute(ev.eval(call.args[0], scope))
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
@@ -83,42 +88,47 @@ def _shift(a: np.ndarray, n: np.ndarray, left: bool) -> np.ndarray:
     return np.where(big, a >> (width - 1), a >> safe.astype(a.dtype)).astype(a.dtype)
 
 
-def bits(ev, call, scope):
+def bits(meaning, ev, call, scope):
+    """bit_and, bit_or, bit_xor, bit_not: numpy's `meaning` on the aligned integer arguments."""
     args = val.aligned(*_args(ev, call, scope))
-    f = call.func
-    if f == "bit_not":
-        return np.invert(args[0])
-    a, b = np.broadcast_arrays(*args)
-    if f in ("shift_left", "shift_right"):
-        return _shift(a, b, f == "shift_left")
-    return {"bit_and": np.bitwise_and, "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor}[f](a, b)
+    return meaning(*np.broadcast_arrays(*args))
 
 
-def max_min(ev, call, scope):
+def shift(left: bool, ev, call, scope):
+    a, b = np.broadcast_arrays(*val.aligned(*_args(ev, call, scope)))
+    return _shift(a, b, left)
+
+
+_PAIRWISE = {"max": val.maximum, "min": val.minimum}
+
+
+def max_min(combine: str, ev, call, scope):
+    """max/min of two values, or with `axis = k` the reduction along k."""
     if "axis" in dict(call.kwargs):
-        return reduce(ev, call, scope)
+        return reduce(combine, ev, call, scope)
     a, b = _args(ev, call, scope)
-    return val.maximum(a, b) if call.func == "max" else val.minimum(a, b)
+    return _PAIRWISE[combine](a, b)
 
 
-def reduce(ev, call, scope):
-    return val.reduce(call.func, ev.eval(call.args[0], scope), _axis(call))
+def reduce(combine: str, ev, call, scope):
+    return val.reduce(combine, ev.eval(call.args[0], scope), _axis(call))
 
 
-def scan(ev, call, scope):
+_SCANS = {  # by the scan's operator (compiler/builtins.py combine)
+    "add": lambda v, ax: np.cumsum(v, axis=ax, dtype=v.dtype),
+    "mul": lambda v, ax: np.cumprod(v, axis=ax, dtype=v.dtype),
+    "max": lambda v, ax: np.maximum.accumulate(val.without_nan(v, "max"), axis=ax),
+    "min": lambda v, ax: np.minimum.accumulate(val.without_nan(v, "min"), axis=ax),
+}
+
+
+def scan(combine: str, ev, call, scope):
     """cumsum, cumprod (sequential, in f32 or the integer type, wrapping), cummax, cummin:
     inclusive, along the axis."""
     v = ev.eval(call.args[0], scope)
     if v.dtype == val.BOOL:
         v = v.astype(val.I32)
-    ax = GRID + _axis(call)
-    if call.func == "cumsum":
-        return np.cumsum(v, axis=ax, dtype=v.dtype)
-    if call.func == "cumprod":
-        return np.cumprod(v, axis=ax, dtype=v.dtype)
-    if call.func == "cummax":
-        return np.maximum.accumulate(val.without_nan(v, "max"), axis=ax)
-    return np.minimum.accumulate(val.without_nan(v, "min"), axis=ax)
+    return _SCANS[combine](v, GRID + _axis(call))
 
 
 def take(ev, call, scope):
@@ -160,12 +170,12 @@ def expand(ev, call, scope):
     return val.expand(ev.eval(call.args[0], scope), _axis(call))
 
 
-def convert(ev, call, scope):
+def convert(dtype: str, ev, call, scope):
     """f32(x), i32(x), i64(x), u32(x) (values.to_int: saturating from floats, wrapping between
     integers)."""
     x = ev.eval(call.args[0], scope)
-    return val.to_f32(x) if call.func == "f32" else val.to_int(x, val.VALUE_DTYPES[call.func])
+    return val.to_f32(x) if dtype == "f32" else val.to_int(x, val.VALUE_DTYPES[dtype])
 
 
-def narrow(ev, call, scope):
-    return val.round_to(call.func, ev.eval(call.args[0], scope))
+def narrow(dtype: str, ev, call, scope):
+    return val.round_to(dtype, ev.eval(call.args[0], scope))

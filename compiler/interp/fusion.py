@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler import builtins
 from compiler.frontend import ir
 
 
@@ -86,7 +87,7 @@ def match_dot_loop(loop: ir.For) -> DotLoop | None:
     if not isinstance(last, ir.Assign) or last.op != "+=" or not isinstance(last.value, ir.Call):
         return None
     call = last.value
-    if call.func != "dot" or len(call.args) != 2 or call.kwargs:
+    if not builtins.is_contraction(call) or len(call.args) != 2 or call.kwargs:
         return None
     bound: dict[str, ir.Load] = {}
     for stmt in lets:

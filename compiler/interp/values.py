@@ -131,24 +131,21 @@ def select(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(cast(cond, BOOL), cast(a, dtype), cast(b, dtype))
 
 
-_UNARY_F32 = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt}
+def absolute(v: np.ndarray) -> np.ndarray:
+    return np.abs(v if v.dtype != BOOL else cast(v, I32))
 
 
-def unary_math(func: str, v: np.ndarray) -> np.ndarray:
-    if func == "abs":
-        return np.abs(v if v.dtype != BOOL else cast(v, I32))
-    return _UNARY_F32[func](cast(v, F32))
+_REDUCTIONS = {
+    "add": lambda v, ax: np.sum(v, axis=ax, dtype=I32 if v.dtype == BOOL else v.dtype),
+    "max": lambda v, ax: np.max(without_nan(v, "max"), axis=ax),
+    "min": lambda v, ax: np.min(without_nan(v, "min"), axis=ax),
+}
 
 
-def reduce(func: str, v: np.ndarray, axis: int) -> np.ndarray:
-    """`sum/max/min(v, axis = k)`: tile axis k disappears; f32 sums stay f32 (pairwise)."""
-    ax = GRID_RANK + axis
-    if func == "sum":
-        dtype = I32 if v.dtype == BOOL else v.dtype
-        return np.sum(v, axis=ax, dtype=dtype)
-    if func == "max":
-        return np.max(without_nan(v, "max"), axis=ax)
-    return np.min(without_nan(v, "min"), axis=ax)
+def reduce(combine: str, v: np.ndarray, axis: int) -> np.ndarray:
+    """`sum/max/min(v, axis = k)` (combine "add", "max", "min"): tile axis k disappears; f32 sums
+    stay f32 (pairwise)."""
+    return _REDUCTIONS[combine](v, GRID_RANK + axis)
 
 
 def without_nan(v: np.ndarray, fold: str) -> np.ndarray:

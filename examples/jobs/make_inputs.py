@@ -56,7 +56,7 @@ def split_k_arrays() -> dict[str, np.ndarray]:
 
 def split_k_job():
     from compiler.cluster.tree import SplitRequest
-    from scheduler.jobfile import build_job
+    from scheduler.jobs.jobfile import build_job
 
     tensors = {t: f"file:out/{t}_split_k.npy" for t in "ABC"}
     job = build_job(HERE / "matmul_split_k.phk", None, SPLIT_K, {"alpha": 1.0, "beta": 0.0}, tensors,
@@ -80,7 +80,7 @@ def wrote_line(paths: list[Path]) -> str:
 
 
 def main() -> None:
-    from scheduler.jobfile import build_job, write_job
+    from scheduler.jobs.jobfile import build_job, write_job
 
     if sys.argv[1:] == ["--split-k"]:
         written = save_arrays(split_k_arrays(), HERE / "out")

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from common.errors import UserError
-from scheduler.tracefile import TRACE_FORMAT
+from scheduler.tracing.tracefile import TRACE_FORMAT
 from schemas.instructions import KIND_NAMES
 
 # Not an instruction: a pod reports "serve" (start = end, id = its buffer, peer = the fetching node)
@@ -420,7 +420,7 @@ def build_model(trace: dict) -> dict:
 
 
 def _phases(trace: dict) -> list[list]:
-    """[[phase, seconds], ...] in the order scheduler/phases.py gives them (empty: an older trace)."""
+    """[[phase, seconds], ...] in the order scheduler/tracing/phases.py gives them (empty: an older trace)."""
     phases = trace.get("phases")
     if not isinstance(phases, dict):
         return []

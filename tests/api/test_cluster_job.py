@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import phobos
-from scheduler.local_pods import READY_LINE, new_token
+from scheduler.pods.local_pods import READY_LINE, new_token
 from tests.api.test_python_doc import program_env
 from tests.faults.harness import child_pids, process_alive, staging_files, wait_until
 

@@ -120,7 +120,7 @@ def test_gpu_leaves_compile_to_ptx(kind):
     from compiler.cluster.build import compile_cluster
     from compiler.cuda.compiled import compile_kernel
     from compiler.frontend.load import load_file
-    from pod.backend_cpu import prepare_leaf
+    from pod.backends.backend_cpu import prepare_leaf
 
     for case in [c for c in cc.gpu_cases() if c.kind == kind and c.pods == 1]:
         kernel = load_file(kernel_path(case)).kernel()

@@ -13,7 +13,7 @@ from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_text
 from compiler.interp.interpreter import run_kernel
-from scheduler.planner import NodeFigure, plan
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.instructions import Compute
 from tests.cluster.helpers import small
 from tests.cluster.test_reject import expect

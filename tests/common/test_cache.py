@@ -6,7 +6,7 @@ from pathlib import Path
 
 from common import cache
 from compiler.cuda import autotune
-from scheduler import calibrate
+from scheduler.tuning import calibrate
 
 
 def test_the_folder_is_the_environment_or_the_home_cache(monkeypatch, tmp_path):

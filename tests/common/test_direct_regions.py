@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from common import fileio, storage
-from pod.host_buffers import HostBuffers
+from pod.backends.host_buffers import HostBuffers
 from schemas.program import Region
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i32": np.int32}

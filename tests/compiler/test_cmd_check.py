@@ -151,7 +151,7 @@ def test_an_online_softmax_cluster_loop_checks_without_a_warning(tmp_path):
     cluster runtime holds such partials (and a split's), so `check` has nothing to warn about and
     the scheduler plans every example's program at one super-tile."""
     from compiler.cluster.build import compile_cluster
-    from scheduler.planner import NodeFigure, plan
+    from scheduler.planning.planner import NodeFigure, plan
 
     shutil.copy(repo_file("examples/decode_gqa.phk"), tmp_path / "decode.phk")
     done = run_check("decode.phk", cwd=tmp_path)

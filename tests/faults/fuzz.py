@@ -128,10 +128,10 @@ def reference_outputs(prepared) -> dict[str, np.ndarray]:
 def judge_job_bytes(data: bytes, root: Path, runner, name: str = "fuzz.capnp") -> Verdict:
     """Write a (mutated) job file and take it as far as it goes: read, prepare, run on `runner`'s
     pods, then compare every output with the reference interpreter (the `--expect` tolerance)."""
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
-    from scheduler.run import JobFailed
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import prepare
     from scheduler.run_cli import compare
+    from scheduler.running.run import JobFailed
 
     path = root / name
     path.write_bytes(data)
@@ -225,9 +225,9 @@ def record_client_stream(pods, job: Path, root: Path, address: str) -> bytes:
 
     import capnp
 
-    from scheduler.jobfile import read_job
-    from scheduler.planner import NodeFigure, plan
-    from scheduler.prepare import prepare
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import prepare
+    from scheduler.planning.planner import NodeFigure, plan
     from schemas import capnp_io, rpc_streams
 
     prepared = prepare(read_job(job), job, [root], None)

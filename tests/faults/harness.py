@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from common import storage
-from scheduler.jobfile import read_job
-from scheduler.local_pods import READY_LINE, new_token
-from scheduler.prepare import prepare
-from scheduler.run import PodSession, RunOptions, RunResult
+from scheduler.jobs.jobfile import read_job
+from scheduler.jobs.prepare import prepare
+from scheduler.pods.local_pods import READY_LINE, new_token
+from scheduler.running.run import PodSession, RunOptions, RunResult
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -223,7 +223,7 @@ def hold_staging(monkeypatch, until: threading.Event, then=None, create_first: b
 
 def instruction_counts(job_path: Path, root: Path, nodes: int, cluster_values: dict[str, int]) -> dict:
     """{node: {kind: count}} of the first plan over `nodes` nodes (the planner is deterministic)."""
-    from scheduler.planner import NodeFigure, plan
+    from scheduler.planning.planner import NodeFigure, plan
     from schemas.instructions import kind_of
 
     prepared = prepare(read_job(job_path), job_path, [root], cluster_values)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.jobfile import build_job, write_job
+from scheduler.jobs.jobfile import build_job, write_job
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_OUTPUTS = Path(__file__).resolve().parent / "two_outputs.phk"

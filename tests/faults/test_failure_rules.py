@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.cluster_state import Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
-from scheduler.jobfile import read_job
-from scheduler.planner import NodeFigure, plan
-from scheduler.prepare import prepare
+from scheduler.jobs.jobfile import read_job
+from scheduler.jobs.prepare import prepare
+from scheduler.planning.planner import NodeFigure, plan
+from scheduler.running.cluster_state import Cancel, ClusterState, EventInfo, Failed, Submit, Succeeded
 from schemas.instructions import Compute, Fetch, Load, Store, abandoned_by
 from tests.faults.harness import matmul_inputs
 from tests.job_files import make_job

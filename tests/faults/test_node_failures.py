@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.jobfile import build_job, read_job, write_job
-from scheduler.planner import NodeFigure, plan
-from scheduler.prepare import prepare
+from scheduler.jobs.jobfile import build_job, read_job, write_job
+from scheduler.jobs.prepare import prepare
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.instructions import Compute, Fetch, abandoned_by
 from tests.faults.harness import REPO, Pods, child_pids, matmul_inputs, process_alive, staging_files
 from tests.job_files import make_job

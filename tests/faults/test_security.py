@@ -171,7 +171,7 @@ def test_uris_outside_the_roots_are_refused_before_anything_is_written(confined,
     root, outside = confined
     (root / "escape.npy").symlink_to(outside / "a.npy")
     job = make_job(root, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
-    from scheduler.jobfile import read_job, write_job
+    from scheduler.jobs.jobfile import read_job, write_job
 
     text = read_job(job)
     tensors = tuple((name, uri if name == "a" else value) for name, value in text.tensors)

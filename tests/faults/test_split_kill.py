@@ -22,9 +22,9 @@ import pytest
 
 from common.paths import repo_file
 from compiler.cluster.tree import SplitRequest
-from scheduler.jobfile import build_job, read_job, write_job
-from scheduler.planner import NodeFigure, plan
-from scheduler.prepare import prepare
+from scheduler.jobs.jobfile import build_job, read_job, write_job
+from scheduler.jobs.prepare import prepare
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.instructions import Compute
 from tests.faults.harness import Pods, staging_files
 

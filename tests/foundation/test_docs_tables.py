@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from common.paths import REPO_ROOT
-from pod import machine as m
-from scheduler import cluster_messages as cm
+from pod.statemachine import machine as m
+from scheduler.running import cluster_messages as cm
 
 DOC = REPO_ROOT / "docs" / "architecture.md"
 

@@ -111,7 +111,7 @@ def test_the_checker_sees_a_cycle_through_a_package_init():
 def test_the_graph_holds_lazy_imports_and_package_edges():
     graph = import_graph()
     assert "compiler.cluster" in graph["compiler.cluster.build"]  # its package runs first
-    assert "compiler.cluster.build" in graph["scheduler.prepare"]  # imported inside a function
+    assert "compiler.cluster.build" in graph["scheduler.jobs.prepare"]  # imported inside a function
 
 
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:

@@ -151,7 +151,7 @@ def in_process_pod(root: Path, backend, **options):
     """A pod (its machine and shells) in this process, on the running loop, with no scheduler
     (`options`: more of its PodConfig): returns (pod, finished, done): each plan's end as
     (ok, message) in `finished`, `done` set."""
-    from pod.server import PodConfig, PodServer
+    from pod.rpc.server import PodConfig, PodServer
 
     pod = PodServer(PodConfig("127.0.0.1", 0, "token", (root,), data_port=False, **options), backend)
     finished, done = [], asyncio.Event()

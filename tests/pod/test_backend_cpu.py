@@ -7,9 +7,9 @@ import threading
 import ml_dtypes
 import numpy as np
 
-from pod import host_buffers
-from pod.backend_cpu import CpuBackend
-from pod.backend_cpu import prepare_leaf as _real_prepare
+from pod.backends import host_buffers
+from pod.backends.backend_cpu import CpuBackend
+from pod.backends.backend_cpu import prepare_leaf as _real_prepare
 from schemas.capnp_io import JobProgram
 from schemas.program import Leaf
 
@@ -187,7 +187,7 @@ def test_buffers_start_on_a_page_for_direct_stores_and_on_a_huge_page_from_2_mib
 def test_a_leaf_is_parsed_once_for_job_after_job(monkeypatch):
     """A pod serving job after job of one kernel parses its leaf for the first job only; another
     leaf (other dims) is parsed for its own; the earliest leaves go beyond KEPT_LEAVES."""
-    from pod import backend_cpu
+    from pod.backends import backend_cpu
 
     parsed = []
     monkeypatch.setattr(backend_cpu, "prepare_leaf", lambda leaf: parsed.append(leaf) or _real_prepare(leaf))

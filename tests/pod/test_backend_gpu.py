@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from common import storage
-from pod.backend_cpu import CpuBackend
+from pod.backends.backend_cpu import CpuBackend
 from schemas import capnp_io
 from tests.pod.harness import Sink, connect, hello_all, logged, run_async, running_pods, submit
 from tests.pod.test_pod_rpc import HALF, PROGRAM, add_plans, make_inputs
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_gpu_backend_matches_the_interpreter():
-    from pod.backend_gpu import GpuBackend
+    from pod.backends.backend_gpu import GpuBackend
 
     gpu, cpu = GpuBackend(0), CpuBackend()
     assert gpu.describe()[1] > 0
@@ -37,9 +37,9 @@ def test_gpu_backend_matches_the_interpreter():
 def test_a_leaf_is_prepared_once_for_job_after_job(monkeypatch):
     """As on CPU pods, a GPU pod keeps its prepared leaves by content: the second job of one
     kernel (dropped in between) reuses the first job's compiled leaf and module, and adds right.
-    PROGRAM ships no compiled leaf, so the pod compiles it here (pod/gpu_leaves.py): once."""
+    PROGRAM ships no compiled leaf, so the pod compiles it here (pod/backends/gpu_leaves.py): once."""
     from compiler.cuda import split_launch
-    from pod import backend_gpu
+    from pod.backends import backend_gpu
 
     parsed, real = [], backend_gpu.gpu_leaf
     monkeypatch.setattr(backend_gpu, "gpu_leaf",
@@ -99,7 +99,7 @@ def test_gpu_pods_run_the_add_plans(tmp_path, devices):
 def test_tiles_keep_their_dtype_through_pinned_copies(tmp_path, dtype, piece_bytes):
     """A region read into a pinned buffer and copied on asynchronously, then copied back and
     written: the same bytes, in the tensor's own dtype (bf16 held as its bits on the device)."""
-    from pod.backend_gpu import GpuBackend
+    from pod.backends.backend_gpu import GpuBackend
     from schemas.program import Region
 
     gpu = GpuBackend(0)
@@ -123,7 +123,7 @@ def test_tiles_keep_their_dtype_through_pinned_copies(tmp_path, dtype, piece_byt
 def test_a_freed_buffer_allocation_is_reused_with_its_ipc_handle():
     import gc
 
-    from pod.backend_gpu import GpuBackend
+    from pod.backends.backend_gpu import GpuBackend
 
     gpu = GpuBackend(0)
     first = gpu.allocate((1 << 20,))
@@ -142,7 +142,7 @@ def test_short_of_memory_the_pool_frees_allocations_never_lent_before_lent_ones(
 
     import cupy
 
-    from pod.backend_gpu import GpuBackend
+    from pod.backends.backend_gpu import GpuBackend
 
     gpu = GpuBackend(0)
     lent, plain = gpu.allocate((1 << 20,)), gpu.allocate((1 << 18,))

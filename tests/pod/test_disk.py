@@ -1,4 +1,4 @@
-"""pod/disk.py on real files: the read-ahead thread reads a plan's chunks in order, a load waits
+"""pod/storage/disk.py on real files: the read-ahead thread reads a plan's chunks in order, a load waits
 only for the chunks it needs, nothing keeps a load waiting once the read-ahead is over, and the
 stores' write-back starts a whole chunk at a time."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from common import fileio, storage
-from pod import disk as disk_module
-from pod.disk import PlanDisk
-from pod.disk_order import read_order
+from pod.storage import disk as disk_module
+from pod.storage.disk import PlanDisk
+from pod.storage.disk_order import read_order
 from schemas.instructions import Load, NodePlan, Store
 from schemas.program import Region
 from tests.job_files import in_page_cache

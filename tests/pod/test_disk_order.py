@@ -1,11 +1,11 @@
-"""pod/disk_order.py: the order a node reads its loads' bytes in, and when its stores' chunks go
+"""pod/storage/disk_order.py: the order a node reads its loads' bytes in, and when its stores' chunks go
 to the disk. Pure: byte runs in, chunks out."""
 
 import numpy as np
 
 from common import storage
-from pod import disk_order
-from pod.disk_order import WriteBack, read_order
+from pod.storage import disk_order
+from pod.storage.disk_order import WriteBack, read_order
 from schemas.instructions import Region
 
 N, T = 64, 32  # a 64 x 64 f32 matrix in 32 x 32 tiles: rows of 256 bytes, a tile 128 bytes per row
@@ -14,7 +14,7 @@ CHUNK = 2048  # 8 rows of the matrix
 
 
 def runs(name, row, col, rows=T, cols=T):
-    """The tile's runs counted from the file's data, as pod/disk.py hands them over."""
+    """The tile's runs counted from the file's data, as pod/storage/disk.py hands them over."""
     starts, run = storage.byte_runs(LAYOUT, Region(0, (row, col), (rows, cols)))
     return name, starts - LAYOUT.offset, run
 

@@ -1,8 +1,8 @@
-"""pod/ipc_mappings.py: a mapping of a peer allocation is opened once and kept across jobs; each
+"""pod/backends/ipc_mappings.py: a mapping of a peer allocation is opened once and kept across jobs; each
 copy out of it pins it until the copy is seen done; it closes only when nothing pins it, and then
 only past the idle bounds or when its owner is lost, with its last copy for the caller to wait for."""
 
-from pod.ipc_mappings import IpcMappings
+from pod.backends.ipc_mappings import IpcMappings
 
 MIB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""A CPU pod's I/O lanes (pod/lanes.py): ready work runs earliest in the plan first, at most a
+"""A CPU pod's I/O lanes (pod/storage/lanes.py): ready work runs earliest in the plan first, at most a
 lane's width at once; and in a pod, a plan's second piece loads only once its first piece's loads
 are under way, and its stores go one at a time.
 
@@ -14,12 +14,12 @@ import time
 import numpy as np
 import pytest
 
-from pod import machine as m
-from pod.backend_cpu import CpuBackend
-from pod.lanes import LOAD_WIDTH, STORE_WIDTH, IoLanes, Lane
-from scheduler import prepare as prep
-from scheduler.job_storage import JobStorage
-from scheduler.planner import NodeFigure, plan
+from pod.backends.backend_cpu import CpuBackend
+from pod.statemachine import machine as m
+from pod.storage.lanes import LOAD_WIDTH, STORE_WIDTH, IoLanes, Lane
+from scheduler.jobs import prepare as prep
+from scheduler.jobs.job_storage import JobStorage
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
 from schemas.instructions import Allocate, Load, Store
 from schemas.program import Region

@@ -12,11 +12,11 @@ from collections import Counter
 
 import numpy as np
 
-from pod.backend_cpu import CpuBackend
-from pod.server import PodConfig, PodServer
-from scheduler import prepare as prep
-from scheduler.job_storage import JobStorage
-from scheduler.planner import NodeFigure, plan
+from pod.backends.backend_cpu import CpuBackend
+from pod.rpc.server import PodConfig, PodServer
+from scheduler.jobs import prepare as prep
+from scheduler.jobs.job_storage import JobStorage
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
 from tests.job_files import write_add_job
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pod import machine as m
-from pod import plan_check
-from pod import state as st
+from pod.statemachine import machine as m
+from pod.statemachine import plan_check
+from pod.statemachine import state as st
 from schemas.capnp_io import JobProgram
 from schemas.instructions import Allocate, Compute, Free, NodePlan, Store
 from schemas.program import Leaf, Region
@@ -263,7 +263,7 @@ def test_stores_freed_by_staging_still_wait_for_a_live_lease():
 
 
 def test_the_word_that_outputs_are_staged_may_overtake_the_submit_it_follows():
-    """pod/server.py reads a plan before the machine sees it, so a short outputsStaged call sent
+    """pod/rpc/server.py reads a plan before the machine sees it, so a short outputsStaged call sent
     after the submit can reach the machine first: it is remembered."""
     machine = leased()
     assert machine.handle(m.OutputsStaged("j", now=0.5)) == []

@@ -1,9 +1,9 @@
-"""Tiles offered by same-host GPU owners before the fetch (pod/offers.py): each offer is taken at
+"""Tiles offered by same-host GPU owners before the fetch (pod/rpc/offers.py): each offer is taken at
 most once, by exactly its key, and forgotten with its job or generation."""
 
 from __future__ import annotations
 
-from pod.offers import Offer, Offers
+from pod.rpc.offers import Offer, Offers
 from schemas.capnp_io import TileHeader
 
 

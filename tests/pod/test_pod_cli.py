@@ -109,7 +109,7 @@ def test_a_cpu_pod_listens_before_the_compilers_front_end_loads():
     """The front end (parser, IR, binder) is what a CPU pod's first job needs, imported in the
     background once the pod listens (pod/cli.py, FIRST_JOB_MODULES); imported before, it held the
     pod 20-25 ms from listening, on the path of every command that starts its pods."""
-    probe = ("import sys, pod.cli, pod.server\n"
+    probe = ("import sys, pod.cli, pod.rpc.server\n"
              "backend = pod.cli.make_backend('cpu')\n"
              "print('compiler.frontend.ir' in sys.modules, backend.describe()[1] > 0)\n")
     assert fresh_probe(probe) == ["False", "True"]
@@ -118,7 +118,7 @@ def test_a_cpu_pod_listens_before_the_compilers_front_end_loads():
 def test_a_cpu_pod_ready_for_its_first_job_has_not_loaded_ml_dtypes():
     """ml_dtypes (bf16 only, about 10 ms) loads with the first bf16 tensor (common/storage.py),
     not with the server, the CPU backend or the modules a first job needs."""
-    probe = ("import importlib, sys, pod.cli, pod.server\n"
+    probe = ("import importlib, sys, pod.cli, pod.rpc.server\n"
              "backend = pod.cli.make_backend('cpu')\n"
              "for name in pod.cli.FIRST_JOB_MODULES['cpu']:\n"
              "    importlib.import_module(name)\n"
@@ -137,11 +137,11 @@ def fresh_probe(probe: str) -> list[str]:
 def test_a_pod_imports_with_the_cycle_collector_off():
     """Off from the entry point (common/cli.pause_collection_for_imports): the server then
     collects on its own loop only. Seen at the moment the server would start serving."""
-    probe = ("import gc, os, sys, pod.server\n"
+    probe = ("import gc, os, sys, pod.rpc.server\n"
              "async def serve(self, on_listening):\n"
              "    print('serving', gc.isenabled(), flush=True)\n"
              "    os._exit(0)\n"
-             "pod.server.PodServer.serve = serve\n"
+             "pod.rpc.server.PodServer.serve = serve\n"
              "sys.argv = ['phobos-pod', '--listen', '127.0.0.1:0', '--device', 'cpu']\n"
              "from pod.cli import entry\n"
              "entry()\n")

@@ -1,4 +1,4 @@
-"""The pod's cycle collector (pod/server.py `_collect_garbage`): on a CPU pod the young
+"""The pod's cycle collector (pod/rpc/server.py `_collect_garbage`): on a CPU pod the young
 generations at every turn and every object only every FULL_COLLECTION_EVERY-th, so that a job's
 long-lived plan and state are not gone through twice a second; on a GPU pod everything, every
 time (its device buffers caught in a cycle are freed at once)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from pod import server
-from pod.backend_cpu import CpuBackend
+from pod.backends.backend_cpu import CpuBackend
+from pod.rpc import server
 from tests.pod.harness import in_process_pod
 
 

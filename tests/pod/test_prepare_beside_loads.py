@@ -13,10 +13,10 @@ import threading
 
 import numpy as np
 
-from pod.backend_cpu import CpuBackend
-from scheduler import prepare as prep
-from scheduler.job_storage import JobStorage
-from scheduler.planner import NodeFigure, plan
+from pod.backends.backend_cpu import CpuBackend
+from scheduler.jobs import prepare as prep
+from scheduler.jobs.job_storage import JobStorage
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
 from schemas.remote_errors import Refused
 from tests.job_files import write_add_job

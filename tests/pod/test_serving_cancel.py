@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pod.machine import PodMachine
-from pod.offers import Offers
+from pod.rpc.offers import Offers
 from pod.runtime import PodRuntime
+from pod.statemachine.machine import PodMachine
 from schemas.rpc_streams import results_of_live_call
 
 NO_BACKEND = SimpleNamespace(kind="cpu", forget=lambda job_id: None)  # these tests run no instruction

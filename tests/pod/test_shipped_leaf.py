@@ -1,6 +1,6 @@
 """A GPU pod handed a compiled leaf (schemas/compiled_leaf.py) launches it as it is: its
 preparation, up to the driver's module load, never parses the leaf, generates CUDA or calls
-NVRTC (pod/gpu_leaves.py). Needs NVRTC to make the leaf the scheduler would ship, not a GPU."""
+NVRTC (pod/backends/gpu_leaves.py). Needs NVRTC to make the leaf the scheduler would ship, not a GPU."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from common import cache
 from common.errors import UserError
 from compiler.cuda.split_launch import compile_leaf, compile_sequence, module_ptx
-from pod import gpu_leaves
+from pod.backends import gpu_leaves
 from schemas import capnp_io
 from schemas.program import Leaf
 
@@ -91,7 +91,7 @@ def test_a_pod_process_never_loads_the_generator_for_a_shipped_leaf(shipped, tmp
     message = tmp_path / "program.bin"
     message.write_bytes(capnp_io.program_to_bytes(program))
     probe = ("import json, sys; from pathlib import Path;"
-             "from schemas import capnp_io; from pod import gpu_leaves;"
+             "from schemas import capnp_io; from pod.backends import gpu_leaves;"
              f"p = capnp_io.program_from_bytes(Path({str(message)!r}).read_bytes());"
              "g = gpu_leaves.gpu_leaf(p.leaves[0], dict(p.compiled)['mm'], 90);"
              "print(json.dumps([g.kernels[0].entry, sorted(sys.modules)]))")

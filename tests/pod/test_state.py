@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pod.state import (
+from pod.statemachine.state import (
     BufferDoomed,
     BufferServable,
     Cancelled,
@@ -107,7 +107,7 @@ def test_free_waits_for_peer_fetches():
 
 
 def test_the_peers_still_to_fetch_a_buffer_are_the_ones_its_free_names():
-    """What a GPU owner offers a servable buffer to (pod/offers.py): not a peer that released it
+    """What a GPU owner offers a servable buffer to (pod/rpc/offers.py): not a peer that released it
     already, nor one lost to the job."""
     state = PodState("j")
     state.handle(PlanSubmitted(add_plan(peers=(2, 3)), WRITES, frozenset({0, 1, 2, 3})))

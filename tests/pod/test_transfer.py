@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from pod.transfer import (
+from pod.rpc.transfer import (
     CRC_PIECE,
     DataPort,
     TransferError,
@@ -77,7 +77,7 @@ def test_the_software_crc32c_gives_the_same_values():
     """Without SSE4.2 (or ARMv8's crc32 instructions) the package falls back to software: forced
     here (CRC32C_SW_MODE=force), it must give the standard values and the instruction's."""
     tile = np.random.default_rng(5).bytes(3 * CRC_PIECE + 7)
-    code = ("import sys, crc32c; from pod.transfer import crc32c_of; "
+    code = ("import sys, crc32c; from pod.rpc.transfer import crc32c_of; "
             "data = sys.stdin.buffer.read(); "
             "print(crc32c.hardware_based, crc32c_of(b'123456789'), crc32c_of(data))")
     out = subprocess.run([sys.executable, "-c", code], input=tile, capture_output=True, check=True,
@@ -87,7 +87,7 @@ def test_the_software_crc32c_gives_the_same_values():
 
 def test_a_pod_imports_the_crc_only_at_its_first_checksum():
     """crc32c's package imports importlib.metadata (~40 ms): a pod's start-up must not pay it."""
-    code = ("import sys, pod.cli, pod.server, pod.runtime, pod.peers, pod.transfer as t; "
+    code = ("import sys, pod.cli, pod.rpc.server, pod.runtime, pod.rpc.peers, pod.rpc.transfer as t; "
             "before = 'crc32c' in sys.modules; t.checksum(t.np.zeros(3)); "
             "print(before, 'crc32c' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout.split()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.prepare import prepare
-from scheduler.run import PodSession, RunOptions, RunResult, start_pods_for
+from scheduler.jobs.prepare import prepare
+from scheduler.running.run import PodSession, RunOptions, RunResult, start_pods_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ class Cluster:
 
     def run(self, job_path: Path, nodes: list[int] | None = None,
             cluster_values: dict[str, int] | None = None) -> RunResult:
-        from scheduler.jobfile import read_job
+        from scheduler.jobs.jobfile import read_job
 
         prepared = prepare(read_job(job_path), job_path, [self.root], cluster_values)
         return self.loop.run_until_complete(

@@ -78,8 +78,8 @@ def test_a_pinned_cluster_value_outside_the_space_runs_with_a_one_line_warning(t
 
 
 def test_values_pinned_by_new_job_stay_pinned_under_the_tuners(tmp_path, capsys):
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import prepare
 
     _seed_add_job(tmp_path, capsys)
     _new_job(capsys, tmp_path, "add", "--tensor", "a=file:a.npy", "--tensor", "b=file:b.npy",
@@ -112,7 +112,7 @@ def test_autotune_lists_every_combination_with_its_reason_when_none_fits(tmp_pat
 def test_autotune_lists_every_combination_with_its_reason_when_none_compiles(tmp_path, capsys):
     """No @cluster value is a whole multiple of the leaf's tile (48): `new-job` refuses such a job,
     so it is written by hand, as another tool might."""
-    from scheduler.jobfile import build_job, write_job
+    from scheduler.jobs.jobfile import build_job, write_job
 
     kernel = tmp_path / "odd.phk"
     kernel.write_text(Path(seed("add")).read_text().replace("[16, 4096]", "[48, 4096]"))

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from scheduler import calibrate as cal
-from scheduler import calibration_fit as fit
-from scheduler.tuner import Figures, LeafRate
+from scheduler.tuning import calibrate as cal
+from scheduler.tuning import calibration_fit as fit
+from scheduler.tuning.tuner import Figures, LeafRate
 from schemas.instructions import Compute, Fetch, Load
 from schemas.program import ClusterProgram, Leaf, Region
 from tests.job_files import JOB_KERNELS, make_job, write_inputs
@@ -154,7 +154,7 @@ def test_instruction_cost_is_what_the_events_leave_unexplained_of_a_nodes_span()
 def test_calibrated_figures_use_one_line_per_leaf_not_per_shape_times():
     # Two shapes of the same FLOPs timed 5x apart in two probes: scatter of the moment, not the
     # shape. The figures predict them alike, from the line through both.
-    from scheduler.tuner import leaf_signature
+    from scheduler.tuning.tuner import leaf_signature
 
     small = program(step=1_000_000)
     other = Leaf(name="step", kernel="k", source="", dims=(("M", 512),), tile_values=(("M", 64),),
@@ -186,7 +186,7 @@ def cluster(tmp_path_factory):
               "C0": rng.standard_normal((256, 256)).astype(np.float32)}
     write_inputs(root, arrays)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+        patch.setattr("scheduler.pods.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
         c, _, close = open_cluster(root, 2)
     c.arrays = arrays
     yield c
@@ -194,9 +194,9 @@ def cluster(tmp_path_factory):
 
 
 def test_autotuned_calibrated_run_is_right_and_reuses_its_cache(cluster, tmp_path, monkeypatch):
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
-    from scheduler.tuner_cli import TuneOptions, tune_on_session
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import prepare
+    from scheduler.tuning.tuner_cli import TuneOptions, tune_on_session
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path / "cache"))
     np.save(cluster.root / "C.npy", cluster.arrays["C0"])
@@ -245,7 +245,7 @@ def test_autotuned_calibrated_run_is_right_and_reuses_its_cache(cluster, tmp_pat
 
 
 def test_launch_times_are_measured_per_leaf_shape_and_override_the_line():
-    from scheduler.tuner import NodeLoad, leaf_signature, predict
+    from scheduler.tuning.tuner import NodeLoad, leaf_signature, predict
 
     small = program(step=1_000_000)
     other_dims = Leaf(name="step", kernel="k", source="", dims=(("M", 512),), tile_values=(("M", 64),),

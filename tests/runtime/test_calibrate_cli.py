@@ -11,7 +11,7 @@ def test_autotune_prints_the_table_and_runs_the_best(tmp_path, monkeypatch, caps
     from scheduler.cli import main
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+    monkeypatch.setattr("scheduler.pods.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
     _, want = write_add_job(tmp_path, seed=8)
     # 4096 elements: BLOCK=256 gives 16 super-tiles, 512 gives 8, 1024 gives 4; on 8 nodes the
     # last leaves 4 idle and is dropped. A huge fixed cost per launch makes the fewest launches win.

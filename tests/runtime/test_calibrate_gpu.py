@@ -16,9 +16,9 @@ pytestmark = pytest.mark.gpu
 
 
 def test_tune_leaves_on_a_gpu_pod(tmp_path, monkeypatch):
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
-    from scheduler.tuner_cli import TuneOptions, tune_on_session
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import prepare
+    from scheduler.tuning.tuner_cli import TuneOptions, tune_on_session
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path / "cache"))
     rng = np.random.default_rng(7)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from common.errors import UserError
-from scheduler.tuner_leaves import choose, leaf_points, probe_seconds, tune_leaves
+from scheduler.tuning.tuner_leaves import choose, leaf_points, probe_seconds, tune_leaves
 from tests.job_files import JOB_KERNELS, make_job, write_inputs
 from tests.runtime.cluster import open_cluster
 
@@ -42,7 +42,7 @@ def cluster(tmp_path_factory):
     arrays = {name: rng.standard_normal(4096).astype(np.float32) for name in "ab"}
     write_inputs(root, arrays)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+        patch.setattr("scheduler.pods.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
         c, _, close = open_cluster(root, 2)
     c.arrays = arrays
     yield c
@@ -50,15 +50,15 @@ def cluster(tmp_path_factory):
 
 
 def _prepared(cluster, name):
-    from scheduler.jobfile import read_job
-    from scheduler.prepare import prepare
+    from scheduler.jobs.jobfile import read_job
+    from scheduler.jobs.prepare import prepare
 
     job = make_job(cluster.root, "add", {"N": 4096}, {"a": "a", "b": "b", "c": name}, name=name)
     return prepare(read_job(job), job, [cluster.root])
 
 
 def test_leaf_values_tuned_on_one_pod_are_used_by_every_node(cluster, tmp_path, monkeypatch):
-    from scheduler.prepare import recompile
+    from scheduler.jobs.prepare import recompile
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     prepared = _prepared(cluster, "c_leaves")

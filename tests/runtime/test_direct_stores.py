@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from common import fileio, storage
-from scheduler.jobfile import build_job, write_job
+from scheduler.jobs.jobfile import build_job, write_job
 from tests.job_files import in_page_cache, write_inputs
 from tests.runtime.cluster import open_cluster
 

@@ -9,10 +9,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from scheduler.jobfile import build_job, read_job, write_job
-from scheduler.planner import NodeFigure, plan
-from scheduler.prepare import prepare
-from scheduler.tuner import account
+from scheduler.jobs.jobfile import build_job, read_job, write_job
+from scheduler.jobs.prepare import prepare
+from scheduler.planning.planner import NodeFigure, plan
+from scheduler.tuning.tuner import account
 from schemas.instructions import Allocate
 from tests.runtime.cluster import open_cluster, reference
 

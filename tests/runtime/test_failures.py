@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 
-from scheduler.run import JobFailed
+from scheduler.running.run import JobFailed
 from tests.job_files import make_job, write_inputs
 from tests.runtime.cluster import open_cluster
 

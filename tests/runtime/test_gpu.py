@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-pod", "two-pods-one-gpu"])
 def cluster(request, tmp_path_factory):
-    from scheduler.local_pods import visible_gpus
+    from scheduler.pods.local_pods import visible_gpus
 
     root = tmp_path_factory.mktemp(f"gpu{request.param}")
     rng = np.random.default_rng(4)
@@ -39,10 +39,10 @@ def cluster(request, tmp_path_factory):
 
 
 def test_the_gpu_count_without_cuda_is_cudas():
-    """scheduler.local_pods counts GPUs from the driver's /proc entries (no CUDA start-up)."""
+    """scheduler.pods.local_pods counts GPUs from the driver's /proc entries (no CUDA start-up)."""
     import cupy
 
-    from scheduler.local_pods import visible_gpus
+    from scheduler.pods.local_pods import visible_gpus
 
     assert visible_gpus() == cupy.cuda.runtime.getDeviceCount()
 

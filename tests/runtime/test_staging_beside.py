@@ -1,4 +1,4 @@
-"""The outputs' staging copies are created beside the job's head (scheduler/run.py): the plans go
+"""The outputs' staging copies are created beside the job's head (scheduler/running/run.py): the plans go
 out at once and the pods load and compute while the copies are made, but no store writes before
 they exist; a staging failure after the plans went out, and a Ctrl-C while the copies are made,
 leave no copy behind and the outputs as they were, and the pods serve the next job.
@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from common.errors import UserError
-from scheduler import interrupt
-from scheduler import run as run_module
-from scheduler.jobfile import read_job
-from scheduler.prepare import prepare
-from scheduler.tracefile import TraceRecorder
+from scheduler.jobs.jobfile import read_job
+from scheduler.jobs.prepare import prepare
+from scheduler.running import interrupt
+from scheduler.running import run as run_module
+from scheduler.tracing.tracefile import TraceRecorder
 from tests.faults.harness import hold_staging, staging_files
 from tests.job_files import make_job, write_inputs
 from tests.runtime.cluster import open_cluster, open_session, run_scheduler, start_pod

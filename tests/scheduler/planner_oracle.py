@@ -1,6 +1,6 @@
-"""The object planner of session 2, kept unchanged as the oracle of scheduler/planner.py.
+"""The object planner of session 2, kept unchanged as the oracle of scheduler/planning/planner.py.
 
-scheduler/planner.py holds a plan as arrays (schemas/instruction_table.py) to plan a million units
+scheduler/planning/planner.py holds a plan as arrays (schemas/instruction_table.py) to plan a million units
 in seconds; this is the planner it replaced, one Python object per instruction, easy to read and
 slow. tests/scheduler/test_planner_oracle.py checks that both give the same instructions, peaks,
 placements and errors on every kind of program (as compiler/cluster/sequential.py is the oracle of
@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import UserError
-from scheduler.placement import Piece, place, root_node
-from scheduler.planner import NodeFigure, Plan, check_fits, stored_tensors
+from scheduler.planning.placement import Piece, place, root_node
+from scheduler.planning.planner import NodeFigure, Plan, check_fits, stored_tensors
 from schemas.instructions import ITEMSIZE, Allocate, Compute, Fetch, Free, Instruction, Load, NodePlan, Store
 from schemas.program import ClusterProgram, Region, Unit
 from schemas.units import no_gc_pauses
@@ -47,7 +47,7 @@ class _Copy:
 
 @dataclass(slots=True)
 class _UnitWork:
-    """One piece (scheduler/placement.py): a unit's launches that one node runs in one round."""
+    """One piece (scheduler/planning/placement.py): a unit's launches that one node runs in one round."""
 
     unit: Unit
     pos: int  # the round
@@ -332,7 +332,7 @@ class _Unroll:
 
 def plan(program: ClusterProgram, nodes: Sequence[NodeFigure], uris: Mapping[str, str], generation: int = 1,
          units: Sequence[Unit] | None = None, first_id: int = 0) -> Plan:
-    """scheduler.planner.plan's arguments and answer, planned the object planner's way."""
+    """scheduler.planning.planner.plan's arguments and answer, planned the object planner's way."""
     if not nodes:
         raise UserError("no node to run the job on")
     with no_gc_pauses():
@@ -352,7 +352,7 @@ def _plan(program, nodes, units, node_ids, scratch, plan_uris, tensor_index, dty
     split = reduction is not None and reduction.shares > 1
     if split:
         pieces = place(units, node_ids, hosts, reduction.hosts)
-    else:  # dealt round robin, as scheduler/placement.py's doc says, one Piece per unit
+    else:  # dealt round robin, as scheduler/planning/placement.py's doc says, one Piece per unit
         n = len(node_ids)
         pieces = [Piece(unit, node_ids[k % n], k // n, unit.launches, (0,)) for k, unit in enumerate(units)]
     states, first_use, partials = _account(pieces, node_ids, scratch)

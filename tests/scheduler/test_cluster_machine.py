@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import inspect
 
-from scheduler import cluster_messages as cm
-from scheduler.cluster_state import ClusterState
+from scheduler.running import cluster_messages as cm
+from scheduler.running.cluster_state import ClusterState
 from schemas.instructions import Store
 from schemas.remote_errors import FailureKind
 from tests.scheduler.programs import add_program

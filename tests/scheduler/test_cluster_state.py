@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from common.errors import UserError
-from scheduler.cluster_state import (
+from scheduler.planning.planner import NodeFigure, plan
+from scheduler.running.cluster_state import (
     Cancel,
     ClusterState,
     EventInfo,
@@ -13,7 +14,6 @@ from scheduler.cluster_state import (
     Succeeded,
     describe_instructions,
 )
-from scheduler.planner import NodeFigure, plan
 from schemas.instructions import Compute, Fetch, Store, abandoned_by
 from tests.scheduler.programs import add_program, matmul_program, uris_of
 

@@ -1,11 +1,11 @@
-"""scheduler/coverage.py: the parts of an output no unit writes, against a boolean mask."""
+"""scheduler/jobs/coverage.py: the parts of an output no unit writes, against a boolean mask."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from scheduler.coverage import uncovered_boxes
+from scheduler.jobs.coverage import uncovered_boxes
 from schemas.program import Region
 
 

@@ -1,4 +1,4 @@
-"""scheduler/job_storage.py without pods: the locks a job holds, and `abandon` (the way out of
+"""scheduler/jobs/job_storage.py without pods: the locks a job holds, and `abandon` (the way out of
 every job, a Ctrl-C's included) removing the staging copies and dropping the locks, once the
 staging thread (`stage_beside`) is over: never racing it."""
 
@@ -13,9 +13,9 @@ import pytest
 from common import storage
 from common.errors import UserError
 from common.locks import is_locked
-from scheduler.job_storage import JobStorage
-from scheduler.jobfile import read_job
-from scheduler.prepare import prepare
+from scheduler.jobs.job_storage import JobStorage
+from scheduler.jobs.jobfile import read_job
+from scheduler.jobs.prepare import prepare
 from tests.faults.harness import hold_staging, staging_files
 from tests.job_files import make_job, write_inputs
 

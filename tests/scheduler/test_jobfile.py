@@ -8,7 +8,7 @@ import pytest
 
 from common.errors import UserError
 from scheduler import cli
-from scheduler.jobfile import (
+from scheduler.jobs.jobfile import (
     Job,
     build_job,
     job_from_bytes,

@@ -48,7 +48,7 @@ def test_one_parse_of_the_kernel_per_job(tmp_path, monkeypatch, capsys, parses, 
     from scheduler.cli import main
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("scheduler.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
+    monkeypatch.setattr("scheduler.pods.local_pods.visible_gpus", lambda: 0)  # CPU pods even on a GPU machine
     kernel_file, want = _add_job(tmp_path)
     parses.clear()  # building the job parsed it; that is `new-job`, not this run
     flags = ["--autotune", "--nodes", "2"] if tuned else []

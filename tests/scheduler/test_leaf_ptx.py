@@ -1,4 +1,4 @@
-"""The scheduler's compiled leaves of a job (scheduler/leaf_ptx.py): compiled once, then taken from
+"""The scheduler's compiled leaves of a job (scheduler/running/leaf_ptx.py): compiled once, then taken from
 disk by a later command without the CUDA code generator, keyed by what the source is made of.
 Needs NVRTC (nvidia-cuda-nvrtc), not a GPU."""
 
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from common import cache
-from scheduler import leaf_ptx
+from scheduler.running import leaf_ptx
 from schemas.program import Leaf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def test_a_later_command_takes_the_leaves_ptx_without_the_generator(fresh):
     (stored,) = (fresh / "leaf-ptx").glob("*.json")
     assert set(json.loads(stored.read_text())) == {"main"}
     # a new process (a later command): the same leaves, and compiler.cuda's generator never imported
-    probe = ("import json, sys; from scheduler import leaf_ptx;"
+    probe = ("import json, sys; from scheduler.running import leaf_ptx;"
              "from tests.scheduler.test_leaf_ptx import program, ptx_of;"
              "c = leaf_ptx.compiled_leaves(program()); ptx = ptx_of(c);"
              "cuda = sorted(m for m in sys.modules if m.startswith('compiler.cuda'));"

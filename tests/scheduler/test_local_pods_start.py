@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from common.errors import UserError
-from scheduler import forked_pod, local_pods
-from scheduler.local_pods import spawn_local_pods, visible_gpus
+from scheduler.pods import forked_pod, local_pods
+from scheduler.pods.local_pods import spawn_local_pods, visible_gpus
 from tests.job_files import make_job, write_inputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_a_pod_that_exits_before_listening_is_a_user_error(tmp_path):
 def _pods_serving(folder: Path) -> list[int]:
     """Pids of the live pod processes of a command run in `folder`: a pod started fresh names
     pod.main and the folder (its storage root) in its command line; a pod forked from the
-    command (scheduler/forked_pod.py) is named phobos-pod and keeps the command's line, whose
+    command (scheduler/pods/forked_pod.py) is named phobos-pod and keeps the command's line, whose
     job file lies in the folder."""
     found = []
     for entry in Path("/proc").iterdir():
@@ -154,7 +154,7 @@ def test_the_command_spawns_its_pods_before_its_heavy_imports(tmp_path):
     only a pod started fresh needs). A fresh interpreter, with the spawn recorded."""
     probe = (
         "import os, sys\n"
-        "from scheduler import local_pods\n"
+        "from scheduler.pods import local_pods\n"
         "def record(self, argv, env, cwd, *fork):\n"
         "    heavy = ('numpy', 'asyncio', 'capnp', 'logging', 'compiler.frontend.ir', 'dataclasses',\n"
         "             'subprocess')\n"
@@ -178,7 +178,7 @@ def test_the_command_imports_without_the_cycle_collector_and_runs_its_job_with_i
     job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
     probe = (
         "import gc, os, sys\n"
-        "from scheduler import api, local_pods\n"
+        "from scheduler import api; from scheduler.pods import local_pods\n"
         "real_init = local_pods.PodProcess.__init__\n"
         "def record_spawn(self, argv, env, cwd, *fork):\n"
         "    print('spawn', gc.isenabled(), flush=True)\n"
@@ -200,7 +200,7 @@ def test_the_command_imports_without_the_cycle_collector_and_runs_its_job_with_i
 
 def test_a_cpu_pod_is_forked_from_a_command_with_the_environment_a_fresh_one_gets(tmp_path):
     """From a process that has loaded nothing heavy (the command at its spawn), a CPU pod is
-    forked (scheduler/forked_pod.py): named phobos-pod, in a session of its own, in the repo's
+    forked (scheduler/pods/forked_pod.py): named phobos-pod, in a session of its own, in the repo's
     folder, with the user's BLAS setting and the token in its environment, not the command's
     one BLAS thread. The pod's entry point is replaced by a probe that says what it sees."""
     probe = (
@@ -217,7 +217,7 @@ def test_a_cpu_pod_is_forked_from_a_command_with_the_environment_a_fresh_one_get
         "          file=sys.stderr, flush=True)\n"
         "    os._exit(0)\n"
         "pod.cli.entry = seen\n"
-        "from scheduler.local_pods import spawn_local_pods\n"
+        "from scheduler.pods.local_pods import spawn_local_pods\n"
         f"pods = spawn_local_pods(['cpu'], [Path({str(tmp_path)!r})], 'tok' * 10)\n"
         "held = list(signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
         "code = pods.pods[0].process.popen.wait(60)\n"
@@ -274,7 +274,7 @@ def test_a_forked_pod_holds_no_descriptor_the_command_inherited(tmp_path):
         "    print('pod', is_open(inherited), is_open(own), file=sys.stderr, flush=True)\n"
         "    os._exit(0)\n"
         "pod.cli.entry = seen\n"
-        "from scheduler.local_pods import spawn_local_pods\n"
+        "from scheduler.pods.local_pods import spawn_local_pods\n"
         f"pods = spawn_local_pods(['cpu'], [Path({str(tmp_path)!r})], 'tok' * 10)\n"
         "print('exit', pods.pods[0].process.popen.wait(60), flush=True)\n"
     )
@@ -334,7 +334,7 @@ def test_a_second_forked_pod_holds_no_end_of_the_first_ones_pipe(tmp_path):
         "    os.write(2, f'pod {pipes}\\n'.encode())\n"
         "    os._exit(0)\n"
         "pod.cli.entry = seen\n"
-        "from scheduler.local_pods import spawn_local_pods\n"
+        "from scheduler.pods.local_pods import spawn_local_pods\n"
         f"pods = spawn_local_pods(['cpu', 'cpu'], [Path({str(tmp_path)!r})], 'tok' * 10)\n"
         "print('exit', [pod.process.popen.wait(60) for pod in pods.pods], flush=True)\n"
     )

@@ -11,8 +11,8 @@ import pytest
 
 from common.errors import UserError
 from scheduler import cli
-from scheduler.jobfile import job_kernel, read_job
-from scheduler.prepare import compile_any, compile_program
+from scheduler.jobs.jobfile import job_kernel, read_job
+from scheduler.jobs.prepare import compile_any, compile_program
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -117,7 +117,7 @@ def test_old_spellings_name_the_new_ones(tmp_path, capsys, old, new):
 
 
 def test_autotune_start_lists_every_combination_with_its_reason(tmp_path):
-    from scheduler.jobfile import build_job
+    from scheduler.jobs.jobfile import build_job
 
     kernel = tmp_path / "odd.phk"
     kernel.write_text((EXAMPLES / "add.phk").read_text().replace("[16, 4096]", "[48, 4096]"))

@@ -1,11 +1,11 @@
-"""scheduler/phases.py: the breakdown of a command's time that --trace and the report carry."""
+"""scheduler/tracing/phases.py: the breakdown of a command's time that --trace and the report carry."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from scheduler.phases import job_phases, phases_text, pod_phases, process_start_time
+from scheduler.tracing.phases import job_phases, phases_text, pod_phases, process_start_time
 
 
 def _event(kind, start, end, copy_s=0.0):
@@ -73,7 +73,7 @@ def test_imports_are_counted_from_the_end_of_tools_bazels_set_up_in_an_execd_pro
     import sys
     from pathlib import Path
 
-    probe = ("from scheduler.phases import _proc_start_time, process_start_time; "
+    probe = ("from scheduler.tracing.phases import _proc_start_time, process_start_time; "
              "print(_proc_start_time(), process_start_time())")
     script = f'sleep 0.5; export PHOBOS_SETUP_DONE=$(date +%s.%N); exec "{sys.executable}" -c "{probe}"'
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
@@ -83,7 +83,7 @@ def test_imports_are_counted_from_the_end_of_tools_bazels_set_up_in_an_execd_pro
 
 
 def test_a_setup_mark_before_the_process_or_malformed_is_ignored(monkeypatch):
-    from scheduler import phases
+    from scheduler.tracing import phases
 
     # (two readings of /proc differ by the clock's reading in between: microseconds)
     monkeypatch.setenv(phases.SETUP_ENV, "12.5")

@@ -10,7 +10,7 @@ import pytest
 
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
-from scheduler.planner import NodeFigure, plan
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.instructions import Compute, Fetch, Free, Load, Store
 from tests.cluster.helpers import small
 from tests.scheduler.simulate import simulate

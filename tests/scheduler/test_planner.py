@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from common.errors import UserError
-from scheduler.planner import NodeFigure, plan
+from scheduler.planning.planner import NodeFigure, plan
 from schemas.instructions import Allocate, Compute, Fetch, Free, Load, Store
 from tests.scheduler.programs import add_program, attention_program, matmul_program, uris_of
 from tests.scheduler.simulate import simulate

@@ -1,4 +1,4 @@
-"""The array planner (scheduler/planner.py) gives exactly the object planner's plans
+"""The array planner (scheduler/planning/planner.py) gives exactly the object planner's plans
 (tests/scheduler/planner_oracle.py): the same instructions in the same order with the same ids
 and deps on every node, the same peaks, placement and load count, and the same refusals; on
 programs of every shape the cluster compiler makes (matmul with and without beta, split-K by
@@ -17,7 +17,7 @@ from common.paths import repo_file
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend.load import load_file
-from scheduler import plan_instructions, planner
+from scheduler.planning import plan_instructions, planner
 from tests.cluster.helpers import small
 from tests.scheduler import planner_oracle
 from tests.scheduler.programs import add_program, attention_program, matmul_program

@@ -1,4 +1,4 @@
-"""The planner numbers region keys (scheduler/plan_arrays.number_keys) from the units' columns
+"""The planner numbers region keys (scheduler/planning/plan_arrays.number_keys) from the units' columns
 (schemas/units.py) by sorting codes packed from each region's tensor, start and shape
 instead of a dict: equal regions one key, keys in order of first access, whether equal regions
 are one object or several; still right where the fields' ranges are too wide to pack (a lexical
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.plan_arrays import number_keys
+from scheduler.planning.plan_arrays import number_keys
 from schemas.arrays import rows_runs
 from schemas.units import Launch, Region, Unit, UnitColumns
 

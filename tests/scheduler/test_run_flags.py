@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from common.errors import UserError
-from scheduler.local_pods import choose_devices
+from scheduler.pods.local_pods import choose_devices
 from scheduler.run_cli import compare, load_expected, parse_pods, read_token
-from scheduler.tracefile import summarize
+from scheduler.tracing.tracefile import summarize
 from schemas.remote_errors import remote_reason
 
 

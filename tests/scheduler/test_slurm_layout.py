@@ -1,11 +1,11 @@
-"""scheduler/slurm.py: the pods of a Slurm step, read from its environment alone."""
+"""scheduler/pods/slurm.py: the pods of a Slurm step, read from its environment alone."""
 
 from __future__ import annotations
 
 import pytest
 
 from common.errors import UserError
-from scheduler import slurm
+from scheduler.pods import slurm
 
 
 @pytest.mark.parametrize("text,names", [

@@ -10,8 +10,8 @@ import pytest
 from common.cli import run_main
 from compiler.cluster.tree import SplitRequest
 from scheduler import cli
-from scheduler.jobfile import read_job
-from scheduler.prepare import prepare
+from scheduler.jobs.jobfile import read_job
+from scheduler.jobs.prepare import prepare
 
 KERNEL = str(Path(__file__).resolve().parents[2] / "examples" / "jobs" / "matmul_split_k.phk")
 FLAGS = ["--dim", "M=256", "--dim", "N=256", "--dim", "K=16384", "--scalar", "alpha=1", "--scalar", "beta=0",

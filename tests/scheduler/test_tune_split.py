@@ -6,8 +6,8 @@ from __future__ import annotations
 from common.paths import repo_file
 from compiler.cluster.tree import SplitRequest
 from compiler.frontend.load import load_file
-from scheduler.tuner import Figures, tune
-from scheduler.tuner_table import render_table
+from scheduler.tuning.tuner import Figures, tune
+from scheduler.tuning.tuner_table import render_table
 
 SPLIT_K = load_file(repo_file("examples/jobs/matmul_split_k.phk")).kernels[0]
 DECODE = load_file(repo_file("examples/decode_gqa.phk")).kernels[0]

@@ -6,8 +6,8 @@ import pytest
 
 from common.errors import UserError
 from compiler.frontend.load import load_text
-from scheduler.tuner import Figures, LeafRate, evaluate, predict, rank, tune
-from scheduler.tuner_table import render_table
+from scheduler.tuning.tuner import Figures, LeafRate, evaluate, predict, rank, tune
+from scheduler.tuning.tuner_table import render_table
 
 ADD = """@cluster(BLOCK in [{values}])
 @autotune(BLOCK in [16, 64])

@@ -7,8 +7,8 @@ import argparse
 import pytest
 
 from common.errors import UserError
-from scheduler import tuner_cli
-from scheduler.tuner_cli import DEFAULTS, TuneOptions, base_figures, parse_size
+from scheduler.tuning import tuner_cli
+from scheduler.tuning.tuner_cli import DEFAULTS, TuneOptions, base_figures, parse_size
 
 
 def parse(*argv: str) -> TuneOptions:

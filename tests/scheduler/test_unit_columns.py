@@ -13,9 +13,9 @@ import pytest
 
 from compiler.cluster.build import compile_cluster
 from compiler.cluster.tree import SplitRequest
-from scheduler.cluster_state import ClusterState, Submit, describe_instructions
-from scheduler.planner import NodeFigure, plan
-from scheduler.tracefile import TraceRecorder
+from scheduler.planning.planner import NodeFigure, plan
+from scheduler.running.cluster_state import ClusterState, Submit, describe_instructions
+from scheduler.tracing.tracefile import TraceRecorder
 from schemas.units import Launch, Region, Unit, UnitColumns
 from tests.cluster.helpers import small
 from tests.scheduler.programs import matmul_program, uris_of

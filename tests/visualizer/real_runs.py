@@ -54,8 +54,8 @@ def _env(token: str) -> dict[str, str]:
 
 
 def write_job(folder: Path, example: ExampleJob) -> Path:
-    from scheduler.jobfile import build_job
-    from scheduler.jobfile import write_job as write_job_file
+    from scheduler.jobs.jobfile import build_job
+    from scheduler.jobs.jobfile import write_job as write_job_file
 
     rng = np.random.default_rng(11)
     for name, shape in example.inputs.items():

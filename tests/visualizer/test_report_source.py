@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from common.paths import repo_file
-from scheduler.jobfile import build_job, write_job
-from scheduler.prepare import prepare
+from scheduler.jobs.jobfile import build_job, write_job
+from scheduler.jobs.prepare import prepare
 from scheduler.report.model import build_model
-from scheduler.tracefile import TraceRecorder
+from scheduler.tracing.tracefile import TraceRecorder
 
 
 def test_the_trace_and_the_page_keep_the_leading_comment(tmp_path):

@@ -47,7 +47,7 @@ function renderSummary() {
   });
   $("summary").append(box, table);
   if (model.phases && model.phases.length) {
-    // Where the command's time went (scheduler/phases.py): start-up, compile, read, copies, compute, write, commit.
+    // Where the command's time went (scheduler/tracing/phases.py): start-up, compile, read, copies, compute, write, commit.
     const phases = el("div", { className: "figures", id: "phases" }, model.phases.map(([k, v]) =>
       el("div", { className: "figure" }, [el("div", { className: "v", text: fmtTime(v) }), el("div", { className: "k", text: k })])));
     $("summary").append(el("h3", { text: "where the time went" }), phases);

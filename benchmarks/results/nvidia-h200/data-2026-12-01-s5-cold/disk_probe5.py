@@ -4,7 +4,7 @@
 2. an 8192^2 f32 output (256 MiB) written as the cold job writes it: four 4096^2 tiles, each a
    run of 16 KiB per row 32 KiB apart, in 8 MiB pieces, two tiles at a time from two threads;
    the write-back started per piece on the piece's span (the code before session 5) or per
-   8 MiB chunk once both tiles have filled it (pod/disk_order.py's WriteBack); then fsync.
+   8 MiB chunk once both tiles have filled it (pod/storage/disk_order.py's WriteBack); then fsync.
    Cold, twice each, alternating; seconds from the first write to the fsync's end;
 3. the steps of a commit after such a write, over an old 256 MiB output as in the benchmark:
    fsync of the staging copy, the durable record, folder fsyncs, rename, record removal
@@ -25,7 +25,7 @@ import numpy as np
 
 from common import fileio, storage
 from common.atomic import write_atomically
-from pod.disk_order import WriteBack
+from pod.storage.disk_order import WriteBack
 from schemas.instructions import Region
 
 N, T, PIECE_ROWS = 8192, 4096, 512

@@ -1,0 +1,1 @@
+"""A job's record: where its time went (phases) and the --trace file; scheduler/report draws it."""

@@ -1,0 +1,1 @@
+"""The tuners: the cluster tuner's model and table, --tune-leaves, --calibrate."""
