@@ -132,6 +132,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     stage_floats = sum(t.elements // 2 for _, t in tiles)
     stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit)
     ops = []
+    ring_first = gen.smem.perm_floats + (-gen.smem.perm_floats % 256)  # the first buffer's word
     for st, tile in tiles:
         base = gen.fresh("ring")
         ring = gen.smem.alloc_perm(stages * tile.elements // 2, 256)
@@ -140,6 +141,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         box = (tile.rows, BOX_COLS)  # the box as the tile lies in shared memory
         spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, outer=tuple(outer))
         ops.append(Operand(st, tile, spec, base, tile.elements))
+    gen.smem.spent_ring = (ring_first, gen.smem.perm_floats - ring_first)
     ring = split(gen, s, ops, stages, loop)
     if gen.plan.mainloop.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
         pingpong.takes_turns(gen)
