@@ -64,9 +64,17 @@ def asked(gen) -> bool:
     return bool(getattr(gen.plan.mainloop, "tma_store", False))
 
 
+def _single_dot_ring(gen) -> bool:
+    """A ring of one dot (matmul): a loop of two dots' turns and rotation leave other barriers
+    and groups pending after the loop, which this epilogue does not order."""
+    return len(gen.plan.tc_dots) == 1 and not gen.plan.mainloop.pingpong
+
+
 def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
     """Whether store `s` (of a tile in context `ctx`) goes out through shared memory."""
-    if not asked(gen) or s.op != "=" or ctx.kind != "2d" or param.dtype not in _BYTES:
+    if not asked(gen) or not _single_dot_ring(gen) or s.op != "=" or ctx.kind != "2d":
+        return False
+    if param.dtype not in _BYTES:
         return False
     if not gen.loop.tma_split or gen.loop.barriers or gen.out.depth != 1 or gen.smem.spent_ring is None:
         return False  # at the top level, after the TMA ring's loop
