@@ -111,12 +111,14 @@ def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>(smem + {first});")
     gen.sync()  # the other consumer warpgroup's last dots may still read the ring
     dr, dc = gen.dists(ctx.kind, ctx.shape)
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-    gen.out.line(f"const int _r = {dr.position('_i')};")
+    # columns outside, rows inside: what depends on the column alone (a bias) is read once per
+    # column pair and dies there, rather than held for every column across the rows
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _j = 0; _j < {dc.count}; _j += 2)")
     gen.out.line(f"const int _c = {dc.position('_j')};")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+    gen.out.line(f"const int _r = {dr.position('_i')};")
     second = Ctx(ctx.shape, ctx.kind, ("_i", "_j + 1"), ("_r", "_c + 1"), ctx.native)
     lo, hi = (gen.cast(gen.tile_elem(s.value, c), s.value, "f32") for c in (ctx, second))
     # box _c / per_box, row _r, 16-byte chunk swizzled by the row's low 3 bits
