@@ -232,6 +232,7 @@ def _dump(folder: Path, index: int, name: str, leaf: Leaf) -> None:
         "hoist": body,
         "split": body,
         "fit": body,
+        "epilogue": body,
         "analyse": lambda: repr(leaf.plan),
         "lay out": lambda: repr(leaf.grid),
         "emit": lambda: leaf.generated.source,
