@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 from cuda_cases import ptxas
-from tma_store_cases import CASES, POINTS, kernel, store_schedule
+from tma_store_cases import CASES, POINTS, kernel, points_of, store_schedule
 
 from compiler.cuda import autotune, stages, tune_cache
 from compiler.cuda.compiled import compile_kernel
@@ -29,7 +29,7 @@ def _lowered(k, dims, point, schedule):
 @pytest.mark.parametrize("name,dims", [(n, d[0]) for n, d in CASES] + [(n, d[-1]) for n, d in CASES])
 @pytest.mark.parametrize("case", range(len(POINTS)))
 def test_every_point_compiles_with_bulk_tensor_stores_and_no_spills(name, dims, case, tmp_path):
-    point, schedule = POINTS[case]
+    point, schedule = points_of(name)[case]
     k = kernel(name)
     compiled = compile_kernel(k, binding.bind(k, dims, None, point), schedule=schedule, cc=90)
     rank = 3 if name == "bmm" else 2

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cuda_cases import random_inputs, rel_err
-from tma_store_cases import CASES, POINTS, kernel
+from tma_store_cases import CASES, POINTS, kernel, points_of
 
 from compiler.frontend import binding, walk
 from compiler.interp import interpreter as interp
@@ -70,7 +70,7 @@ def _check(name, dims, point, schedule, rng) -> None:
 @pytest.mark.parametrize("case", range(len(POINTS)))
 @pytest.mark.parametrize("name,dims_list", CASES, ids=[c[0] for c in CASES])
 def test_tma_store_equals_interpreter(name, dims_list, case):
-    point, schedule = POINTS[case]
+    point, schedule = points_of(name)[case]
     rng = np.random.default_rng(1000 + case)
     for dims in dims_list:
         _check(name, dims, point, schedule, rng)

@@ -7,24 +7,13 @@ from __future__ import annotations
 
 from cuda_cases import load_example
 
+from benchmarks.issue36_rows import LINEAR_BIAS_RELU, TF32_KERNEL_LEVEL
 from compiler.cuda.schedule import Schedule
 from compiler.frontend import load as frontend
 
-# linear + bias + ReLU with a bf16 output, as a user writes it (benchmarks/issue36_rows.py)
-LINEAR_RELU = """
-@autotune(TILE_M in [64, 128], TILE_N in [64, 128, 256], TILE_K in [32, 64])
-kernel linear_relu(X: tensor<bf16>[M, K], W: tensor<bf16>[K, N], bias: tensor<bf16>[N],
-                   Y: tensor<bf16>[M, N]) {
-  var acc: tile<f32>[TILE_M, TILE_N] = 0.0
-  for kt in range(0, K, TILE_K) {
-    let x = X[ctx.block.x * TILE_M :+ TILE_M, kt :+ TILE_K]
-    let w = W[kt :+ TILE_K, ctx.block.y * TILE_N :+ TILE_N]
-    acc += dot(x, w)
-  }
-  let z = acc + expand(bias[ctx.block.y * TILE_N :+ TILE_N], axis = 0)
-  Y[ctx.block.x * TILE_M :+ TILE_M, ctx.block.y * TILE_N :+ TILE_N] = bf16(max(z, 0.0))
-}
-"""
+# linear + bias + ReLU with a bf16 output, and an f32 matmul with @precision(tf32) on the kernel,
+# as a user writes them (issue 36's rows)
+LINEAR_RELU, TF32_KERNEL = LINEAR_BIAS_RELU, TF32_KERNEL_LEVEL
 # an f16 output scaled by a scalar, f32 bias
 SCALED_F16 = """
 @autotune(TILE_M in [64, 128], TILE_N in [128, 256], TILE_K in [64])
@@ -53,7 +42,7 @@ kernel bmm(A: tensor<bf16>[G, M, K], B: tensor<bf16>[G, K, N], C: tensor<bf16>[G
   C[g, m :+ TILE_M, n :+ TILE_N] = bf16(alpha * acc)
 }
 """
-TEXTS = {"linear_relu": LINEAR_RELU, "scaled_f16": SCALED_F16, "bmm": BATCHED}
+TEXTS = {"linear_relu": LINEAR_RELU, "scaled_f16": SCALED_F16, "bmm": BATCHED, "tf32": TF32_KERNEL}
 
 
 def kernel(name: str):
@@ -73,6 +62,20 @@ POINTS = [
     ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 64}, store_schedule(stages=3, order="row")),
     ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 64}, store_schedule(group=3)),
 ]
+# the TMA-fed TF32 ring's tiles (tma_tf32.py: 64 columns per consumer warpgroup, k = 32)
+TF32_POINTS = [
+    ({"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, store_schedule()),
+    ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, store_schedule(stages=6, order="row")),
+    ({"TILE_M": 64, "TILE_N": 64, "TILE_K": 32}, store_schedule(group=3)),
+    ({"TILE_M": 256, "TILE_N": 64, "TILE_K": 32}, store_schedule(stages=3, order="row")),
+]
+TF32_DIMS = [{"M": 256, "N": 384, "K": 128}, {"M": 203, "N": 316, "K": 136}, {"M": 300, "N": 260, "K": 1000}]
+
+
+def points_of(name: str):
+    return TF32_POINTS if name == "tf32" else POINTS
+
+
 # (kernel, its dims at which every point compiles): ragged M, N and K (N in 16-byte rows, which
 # the tensor maps need), a ring that wraps many times (K = 1000)
 CASES = [
@@ -82,4 +85,5 @@ CASES = [
     ("matmul_f16.phk", [{"M": 77, "N": 1000, "K": 264}]),
     ("scaled_f16", [{"M": 203, "N": 320, "K": 136}]),
     ("bmm", [{"G": 3, "M": 200, "N": 256, "K": 128}, {"G": 2, "M": 77, "N": 392, "K": 72}]),
+    ("tf32", TF32_DIMS),
 ]
