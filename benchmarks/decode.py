@@ -1,22 +1,28 @@
 """Long-context GQA decode and split-K matmul at the HBM's speed (issue 33), on one GPU, in one run:
 
     decode   G query rows sharing one KV head (D = 128), S keys, bf16 or f32 KV: phobos (the
-             split-loop the cost model chooses, through phobos.Kernel on torch tensors), the
-             split-KV Triton kernel of benchmarks/triton_decode.py and torch SDPA on the same
-             tensors. Figure: GB/s of KV read (2 S D bytes-per-element / time) and its fraction of
-             the HBM bandwidth, both as a device-to-device copy measures it in this run (read +
-             written bytes / time) and as the device's properties give it (memory clock x bus).
+             split-loop, through phobos.Kernel on torch tensors, in each of --variants: the merge
+             tree's fan-in and the chunks, `Variant`), the split-KV Triton kernel of
+             benchmarks/triton_decode.py and torch SDPA on the same tensors. Figure: GB/s of KV
+             read (2 S D bytes-per-element / time) and its fraction of the HBM bandwidth, both as
+             a device-to-device copy measures it in this run (read + written bytes / time) and as
+             the device's properties give it (memory clock x bus). The time is the device's: a
+             CUDA graph of calls over copies of the KV that overflow the L2 cache, replayed
+             (gpu_timing.graph_median_s); the `eager` figures time one call from Python between
+             CUDA events, where the host's launch overhead (~10-20 us) is part of the time.
     split-K  C = A B, M = N = 256, K = 2^20, f32: phobos (split over CTAs) against cuBLAS
              (torch.matmul, which splits K itself); TFLOP/s.
 
     python benchmarks/decode.py --out results/decode   [--g 1,8,16,32] [--log2s 16,...,22]
-        [--dtypes bf16,f32] [--quick]       writes results/decode.json and results/decode.md
+        [--dtypes bf16,f32] [--variants fan8,fan0,fan8@2sm] [--bs 64,128] [--quick]
+        [--no-splitk] [--no-sdpa]            writes results/decode.json and results/decode.md
+    bash benchmarks/decode_sweep.sh OUT_DIR      the variants' sweep (about 150 s on an H100)
     PHOBOS_DECODE_OUT=results/decode python benchmarks/decode.py     (the same, path from the env)
     PYTHONPATH=. pytest benchmarks/decode.py --benchmark-only        (pytest-benchmark: one case)
 
 Each phobos case is compiled before it is timed (Kernel.prepare_gpu, several at once), with BS
-tried in BS_CHOICES and the faster kept (a two-point tune; @autotune itself would time every
-point on the unsplit loop). Each figure is the median of CUDA-event timings (gpu_timing.py).
+tried in --bs and the faster kept per variant (a small tune; @autotune itself would time every
+point on the unsplit loop). Each figure is a median of CUDA-event timings (gpu_timing.py).
 Each output is checked against an f32 torch reference before it is timed.
 """
 
@@ -28,37 +34,19 @@ import math
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
+from benchmarks.decode_kernel import decode_text  # noqa: E402
+from benchmarks.gpu_timing import cuda_median_s, graph_median_s  # noqa: E402
 
 D = 128
 BS_CHOICES = (64, 128)
-DECODE = """
-@autotune(BG in [{g}], BS in [{bs}])
-kernel decode(Q: tensor<{dt}>[G, {d}], K: tensor<{dt}>[S, {d}], V: tensor<{dt}>[S, {d}],
-              O: tensor<f32>[G, {d}], scale: f32) {{
-  let row = ctx.block.x * BG
-  let q = Q[row :+ BG, :]
-  var m: tile<f32>[BG] = -inf
-  var l: tile<f32>[BG] = 0.0
-  var acc: tile<f32>[BG, {d}] = 0.0
-  for j in range(0, S, BS) {{
-    let valid = expand(j + arange(BS) < S, axis = 0)
-    let s = where(valid, dot(q, transpose(K[j :+ BS, :])) * scale, -inf)
-    let m_new = max(m, max(s, axis = 1))
-    let p = exp(s - expand(m_new, axis = 1))
-    let correction = exp(m - m_new)
-    l = l * correction + sum(p, axis = 1)
-    acc = acc * expand(correction, axis = 1) + dot({p}, V[j :+ BS, :])
-    m = m_new
-  }}
-  O[row :+ BG, :] = acc / expand(l, axis = 1)
-}}
-"""
+ROTATE = 3  # a graph's KV copies overflow the L2 cache this many times over
+DEFAULT_VARIANTS = "fan8+pad16"
 SPLITK = """
 @autotune(BM in [64], BN in [64], BK in [32])
 kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
@@ -73,13 +61,49 @@ kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) 
 """
 
 
-def decode_kernel(g: int, dtype: str, bs: int):
+@dataclass(frozen=True)
+class Variant:
+    """A way to compile the split decode, swept by --variants: the merge tree's fan-in
+    (PHOBOS_SPLIT_FAN_IN, compiler/cuda/split_tree.py; 0: the combine merges every partial), the
+    chunks (None: the cost model's; `per_sm`: that many per SM, forced with split=N) and `pad`:
+    the row tile BG at least that many rows for 16-bit KV (the kernel's Q rows past G load as
+    zeros and are never stored, so that G < 16 runs the tensor-core partial; 0: BG = G)."""
+
+    name: str
+    fan_in: int
+    per_sm: int | None = None
+    pad: int = 0
+
+    def split(self, sms: int) -> int | None:
+        return None if self.per_sm is None else self.per_sm * sms
+
+    def rows(self, g: int, dtype: str) -> int:
+        return max(g, self.pad) if dtype != "f32" else g
+
+
+def parse_variants(text: str) -> list[Variant]:
+    """`fan8`, `fan0@2sm`, `fan8+pad16`: fan<N>[@<K>sm][+pad<R>], comma-separated."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        head, _, pad = item.partition("+")
+        fan, _, chunks = head.partition("@")
+        try:
+            if not fan.startswith("fan") or (chunks and not chunks.endswith("sm")) or \
+                    (pad and not pad.startswith("pad")):
+                raise ValueError
+            out.append(Variant(item, int(fan[3:]), int(chunks[:-2]) if chunks else None,
+                               int(pad[3:]) if pad else 0))
+        except ValueError:
+            raise SystemExit(f"error: --variants: {item!r} is not fan<N>[@<K>sm][+pad<R>]") from None
+    return out
+
+
+def decode_kernel(g: int, dtype: str, bs: int, split: int | None = None, bg: int | None = None):
     import phobos
 
-    p = "p" if dtype == "f32" else f"{dtype}(p)"
-    text = DECODE.format(g=g, bs=bs, dt=dtype, d=D, p=p)
+    text = decode_text(dtype, bg or g, str(bs))  # examples/decode/gqa_decode.phk, KV in `dtype`
     # one point: nothing to tune (the tuner would time it unsplit, one CTA over all of S)
-    return phobos.from_source(text, filename=f"<decode G={g}>").bind(autotune=False)
+    return phobos.from_source(text, filename=f"<decode G={g}>").bind(autotune=False, split=split)
 
 
 def device_info() -> dict:
@@ -90,7 +114,8 @@ def device_info() -> dict:
 
     attrs = cupy.cuda.Device(0).attributes
     spec = 2 * attrs["MemoryClockRate"] * 1e3 * attrs["GlobalMemoryBusWidth"] / 8 / 1e9  # GB/s, DDR
-    return {"name": props.name, "sms": props.multi_processor_count, "spec_gbs": spec}
+    return {"name": props.name, "sms": props.multi_processor_count, "spec_gbs": spec,
+            "l2_bytes": attrs.get("L2CacheSize", 50 << 20)}
 
 
 def copy_gbs() -> float:
@@ -130,11 +155,76 @@ def _rel(a, b) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def bench_decode(g: int, dtype: str, s: int, phobos_kernels: dict, hbm: float, info: dict,
-                 quick: bool) -> dict:
+def _copies(q, k, v, l2_bytes: int) -> list:
+    """(q, k, v) and further copies of k and v, enough that one pass over them all overflows the
+    L2 cache ROTATE times (each call of a captured graph then reads its KV from HBM)."""
+    n = max(1, math.ceil(ROTATE * l2_bytes / (2 * k.numel() * k.element_size())))
+    return [(q, k, v)] + [(q, k.clone(), v.clone()) for _ in range(n - 1)]
+
+
+def _timed(call, copies, out) -> tuple[float, float]:
+    """(device time per call from a CUDA graph over the copies, eager time of one call); where
+    the capture fails, the eager time twice (the row's `timing` says which)."""
+    eager = cuda_median_s(lambda: call(*copies[0], out))
+    try:
+        return graph_median_s([lambda c=c: call(*c, out) for c in copies]), eager
+    except Exception as err:  # noqa: BLE001 - a capture refused: the eager figure stands
+        print(f"CUDA graph capture failed, eager time used: {str(err).splitlines()[0]}", flush=True)
+        return None, eager
+
+
+def _phobos_rows(kernels: dict, variants, copies, ref, out, scale: float, tol: float) -> dict:
+    """Per variant: the best BS by device time, checked against the reference first."""
+    rows = {}
+    for variant in variants:
+        best = None
+        for bs, kern in kernels.get(variant.name, {}).items():
+            out.fill_(float("nan"))
+            kern(*copies[0], out, scale)
+            err = _rel(out, ref)
+            assert err < tol, (variant.name, bs, err)
+            graph, eager = _timed(lambda q, k, v, o, kern=kern: kern(q, k, v, o, scale), copies, out)
+            launch = next(iter(kern._launches.values()))
+            parts = getattr(launch, "parts", (launch,))
+            chunks = parts[0].grid[1] if len(parts) > 1 else 1
+            t = eager if graph is None else graph
+            if best is None or t < best["s"]:
+                best = {"s": t, "timing": "eager" if graph is None else "graph", "eager_s": eager, "BS": bs,
+                        "chunks": chunks, "launches": len(parts), "err": err}
+        if best is not None:
+            rows[variant.name] = best
+    return rows
+
+
+def _triton_best(g, dtype, s, copies, ref, out, scale, tol, sms, quick) -> dict | None:
     import torch
 
     from benchmarks.triton_decode import SplitKV
+
+    best = None
+    for chunks in ((sms, 2 * sms) if quick else (sms, 2 * sms, 4 * sms)):
+        for bn in (64, 128):
+            tri = SplitKV(torch, g, D, s, chunks, bn, ieee=dtype == "f32")
+            out.fill_(float("nan"))
+            try:
+                tri(*copies[0], out, scale)
+            except Exception as err:  # a point out of shared memory (f32 at BN = 128): not run
+                print(f"triton G={g} {dtype} S={s} chunks={chunks} BN={bn} skipped: "
+                      f"{str(err).splitlines()[0]}", flush=True)
+                continue
+            err = _rel(out, ref)
+            assert err < tol, ("triton", g, dtype, s, chunks, bn, err)
+            graph, eager = _timed(lambda q, k, v, o, tri=tri: tri(q, k, v, o, scale), copies, out)
+            t = eager if graph is None else graph
+            if best is None or t < best["s"]:
+                best = {"s": t, "timing": "eager" if graph is None else "graph", "eager_s": eager,
+                        "chunks": tri.chunks, "BN": bn}
+    return best
+
+
+def bench_decode(g: int, dtype: str, s: int, kernels: dict, variants, hbm: float, info: dict,
+                 quick: bool, sdpa: bool = True) -> dict:
+    import torch
 
     scale = 1.0 / math.sqrt(D)
     q, k, v = _tensors(g, s, dtype, seed=s + g)
@@ -142,77 +232,65 @@ def bench_decode(g: int, dtype: str, s: int, phobos_kernels: dict, hbm: float, i
     ref = _reference(q, k, v, scale)
     tol = 2e-2 if dtype == "bf16" else 1e-4
     out = torch.empty((g, D), dtype=torch.float32, device="cuda")
-    row = {"what": "decode", "G": g, "S": s, "log2S": int(math.log2(s)), "kv": dtype, "kv_bytes": kv_bytes}
+    copies = _copies(q, k, v, info["l2_bytes"])
+    row = {"what": "decode", "G": g, "S": s, "log2S": int(math.log2(s)), "kv": dtype, "kv_bytes": kv_bytes,
+           "kv_copies": len(copies)}
 
-    best = None
-    for bs, kern in phobos_kernels.items():
-        out.fill_(float("nan"))
-        kern(q, k, v, out, scale)
-        err = _rel(out, ref)
-        assert err < tol, (g, dtype, s, bs, err)
-        t = cuda_median_s(lambda kern=kern: kern(q, k, v, out, scale))
-        launch = next(iter(kern._launches.values()))
-        chunks = launch.parts[0].grid[1] if hasattr(launch, "parts") else 1
-        if best is None or t < best[0]:
-            best = (t, bs, chunks, err)
-    t, bs, chunks, err = best
-    row |= {"phobos_s": t, "phobos_BS": bs, "phobos_chunks": chunks, "phobos_err": err}
+    def figures(t: float | None) -> dict:
+        gbs = kv_bytes / t / 1e9 if t else None
+        return {"gbs": gbs, "of_copy": gbs and gbs / hbm, "of_spec": gbs and gbs / info["spec_gbs"]}
 
-    tri_best = None
-    sms = info["sms"]
-    chunk_choices = (sms, 2 * sms) if quick else (sms, 2 * sms, 4 * sms)
-    for chunks in chunk_choices:
-        for bn in (64, 128):
-            tri = SplitKV(torch, g, D, s, chunks, bn, ieee=dtype == "f32")
-            out.fill_(float("nan"))
-            tri(q, k, v, out, scale)
-            err = _rel(out, ref)
-            assert err < tol, ("triton", g, dtype, s, chunks, bn, err)
-            tt = cuda_median_s(lambda tri=tri: tri(q, k, v, out, scale))
-            if tri_best is None or tt < tri_best[0]:
-                tri_best = (tt, tri.chunks, bn)
-    row |= {"triton_s": tri_best[0], "triton_chunks": tri_best[1], "triton_BN": tri_best[2]}
-
-    qq, kk, vv = q[None, None], k[None, None], v[None, None]
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    try:
-        row["sdpa_s"] = cuda_median_s(lambda: sdpa(qq, kk, vv, scale=scale), warmup=1, repeat=3)
-    except RuntimeError as err:  # out of memory for the math backend's G x S scores
-        row["sdpa_s"], row["sdpa_error"] = None, str(err).splitlines()[0]
-    for who in ("phobos", "triton", "sdpa"):
-        t = row[f"{who}_s"]
-        row[f"{who}_gbs"] = kv_bytes / t / 1e9 if t else None
-        row[f"{who}_of_copy"] = kv_bytes / t / 1e9 / hbm if t else None
-        row[f"{who}_of_spec"] = kv_bytes / t / 1e9 / info["spec_gbs"] if t else None
-    row["phobos_over_triton"] = row["triton_s"] / row["phobos_s"]
+    tri = _triton_best(g, dtype, s, copies, ref, out, scale, tol, info["sms"], quick)
+    row["triton"] = tri and tri | figures(tri["s"]) | {"eager_gbs": kv_bytes / tri["eager_s"] / 1e9}
+    row["variants"] = {}
+    for name, r in _phobos_rows(kernels, variants, copies, ref, out, scale, tol).items():
+        r |= figures(r["s"]) | {"eager_gbs": kv_bytes / r["eager_s"] / 1e9}
+        r["over_triton"] = tri["s"] / r["s"] if tri else None
+        row["variants"][name] = r
+    if sdpa:
+        qq, kk, vv = q[None, None], k[None, None], v[None, None]
+        attention = torch.nn.functional.scaled_dot_product_attention
+        try:
+            t = cuda_median_s(lambda: attention(qq, kk, vv, scale=scale), warmup=1, repeat=3)
+            row["sdpa"] = {"eager_s": t} | figures(t)
+        except RuntimeError as err:  # out of memory for the math backend's G x S scores
+            row["sdpa"] = {"error": str(err).splitlines()[0]}
     return row
 
 
-def prepare_decode(cases, device: int = 0) -> dict:
-    """phobos kernels per (G, dtype, S), one per BS, compiled and loaded ahead, several at once."""
-    kernels = {}
-    jobs = []
-    for g, dtype, s in cases:
-        for bs in BS_CHOICES:
-            kern = decode_kernel(g, dtype, bs)
-            kernels.setdefault((g, dtype, s), {})[bs] = kern
-            jobs.append((kern, {"Q": (g, D), "K": (s, D), "V": (s, D), "O": (g, D)}))
+def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, device: int = 0) -> dict:
+    """phobos kernels per (G, dtype, S), per variant name, per BS, compiled and loaded ahead,
+    several at once; the variants of one fan-in together (PHOBOS_SPLIT_FAN_IN is read at compile
+    time, and a thread pool shares one environment)."""
+    kernels: dict = {}
+    failed = []
+    for fan_in in sorted({v.fan_in for v in variants}):
+        jobs = []
+        for g, dtype, s in cases:
+            for variant in (v for v in variants if v.fan_in == fan_in):
+                for bs in bs_choices:
+                    kern = decode_kernel(g, dtype, bs, variant.split(sms), variant.rows(g, dtype))
+                    kernels.setdefault((g, dtype, s), {}).setdefault(variant.name, {})[bs] = kern
+                    jobs.append((kern, {"Q": (g, D), "K": (s, D), "V": (s, D), "O": (g, D)}))
 
-    def prepare(job):
-        kern, shapes = job
-        try:
-            kern.prepare_gpu(shapes, device)
-            return None
-        except Exception as err:  # a point pruned for its shared memory: the other BS is timed
-            return kern, str(err).splitlines()[0]
+        def prepare(job):
+            kern, shapes = job
+            try:
+                kern.prepare_gpu(shapes, device)
+                return None
+            except Exception as err:  # a point pruned for its shared memory: the other BS is timed
+                return kern, str(err).splitlines()[0]
 
-    with ThreadPoolExecutor(8) as pool:
-        failed = [f for f in pool.map(prepare, jobs) if f is not None]
+        os.environ["PHOBOS_SPLIT_FAN_IN"] = str(fan_in)
+        with ThreadPoolExecutor(8) as pool:
+            failed += [f for f in pool.map(prepare, jobs) if f is not None]
+    os.environ.pop("PHOBOS_SPLIT_FAN_IN", None)
     for kern, why in failed:
         print(f"skipped {kern}: {why}", flush=True)
-        for per in kernels.values():
-            for bs in [b for b, k in per.items() if k is kern]:
-                del per[bs]
+        for per_variant in kernels.values():
+            for per in per_variant.values():
+                for bs in [b for b, k in per.items() if k is kern]:
+                    del per[bs]
     return kernels
 
 
@@ -244,17 +322,28 @@ def bench_splitk(info: dict) -> dict:
             "bytes_gbs": (m * k + k * n) * 4 / t / 1e9}
 
 
+def _f(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def markdown(result: dict) -> str:
     info = result["device"]
     lines = [f"# decode and split-K on {info['name']} ({info['sms']} SMs)", "",
-             f"HBM: copy {result['copy_gbs']:.0f} GB/s (read + write), spec {info['spec_gbs']:.0f} GB/s", "",
-             "| G | S | KV | phobos GB/s | of copy | of spec | Triton GB/s | phobos/Triton | SDPA GB/s | "
-             "phobos chunks, BS |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"HBM: copy {result['copy_gbs']:.0f} GB/s (read + write), spec {info['spec_gbs']:.0f} GB/s. "
+             "GB/s of KV read per call: device time from a CUDA graph of calls over KV copies that "
+             "overflow the L2 (`eager`: one call between CUDA events, host launch overhead included).", "",
+             "| G | S | KV | variant | GB/s | of copy | of spec | eager GB/s | Triton GB/s | /Triton | "
+             "Triton eager | SDPA eager | chunks, BS, launches |", "|" + "---|" * 13]
     for r in result["decode"]:
-        sdpa = f"{r['sdpa_gbs']:.0f}" if r["sdpa_gbs"] else "-"
-        lines.append(f"| {r['G']} | 2^{r['log2S']} | {r['kv']} | {r['phobos_gbs']:.0f} | "
-                     f"{r['phobos_of_copy']:.2f} | {r['phobos_of_spec']:.2f} | {r['triton_gbs']:.0f} | "
-                     f"{r['phobos_over_triton']:.2f} | {sdpa} | {r['phobos_chunks']}, {r['phobos_BS']} |")
+        tri = r.get("triton") or {}
+        sdpa = (r.get("sdpa") or {}).get("gbs")
+        for name, v in r["variants"].items():
+            lines.append(f"| {r['G']} | 2^{r['log2S']} | {r['kv']} | {name} | {v['gbs']:.0f} | "
+                         f"{v['of_copy']:.2f} | {v['of_spec']:.2f} | {v['eager_gbs']:.0f} | "
+                         f"{_f(tri.get('gbs'), '.0f')} | {_f(v['over_triton'], '.2f')} | "
+                         f"{_f(tri.get('eager_gbs'), '.0f')} | {_f(sdpa, '.0f')} | "
+                         f"{v['chunks']}, {v['BS']}, {v['launches']} |")
+    lines += summary(result)
     for r in result.get("splitk", []):
         lines += ["", f"split-K f32 M=N={r['M']} K={r['K']}: phobos {r['phobos_tflops']:.2f} TFLOP/s "
                   f"({r['phobos_chunks']} chunks), cuBLAS {r['cublas_tflops']:.2f} TFLOP/s, "
@@ -262,22 +351,38 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(gs, log2s, dtypes, quick: bool, splitk: bool, out: Path) -> dict:
+def summary(result: dict) -> list[str]:
+    """One line per variant over the cases it ran: the fraction of the copy's bandwidth (mean and
+    worst) and the time against Triton's (geometric mean); the sweep picks the default by it."""
+    lines = ["", "| variant | cases | mean of copy | worst of copy | geomean /Triton |",
+             "|---|---|---|---|---|"]
+    for name in result.get("variants", []):
+        rows = [r["variants"][name] for r in result["decode"] if name in r["variants"]]
+        if not rows:
+            continue
+        ratios = [v["over_triton"] for v in rows if v["over_triton"]]
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+        lines.append(f"| {name} | {len(rows)} | {sum(v['of_copy'] for v in rows) / len(rows):.2f} | "
+                     f"{min(v['of_copy'] for v in rows):.2f} | {_f(geo, '.2f')} |")
+    return lines
+
+
+def run(gs, log2s, dtypes, variants, bs_choices, quick: bool, splitk: bool, sdpa: bool, out: Path) -> dict:
     info = device_info()
     hbm = copy_gbs()
     print(f"device {info}, copy {hbm:.0f} GB/s", flush=True)
     cases = [(g, dt, 1 << e) for dt in dtypes for g in gs for e in log2s]
-    kernels = prepare_decode(cases)
+    kernels = prepare_decode(cases, variants, bs_choices, info["sms"])
     rows = []
-    result = {"device": info, "copy_gbs": hbm, "decode": rows}
+    result = {"device": info, "copy_gbs": hbm, "variants": [v.name for v in variants], "decode": rows}
     if splitk:  # first: it is one case, and the decode cases may run past a time limit
         result["splitk"] = [bench_splitk(info)]
         print(json.dumps(result["splitk"][0]), flush=True)
     for case in cases:
-        if not kernels[case]:
+        if not any(kernels.get(case, {}).values()):
             print(f"no phobos point compiled for {case}", flush=True)
             continue
-        row = bench_decode(*case, kernels[case], hbm, info, quick)
+        row = bench_decode(*case, kernels[case], variants, hbm, info, quick, sdpa)
         print(json.dumps(row), flush=True)
         rows.append(row)
         write(result, out)  # after every case, so a run cut short still leaves its table
@@ -297,14 +402,20 @@ def main(argv=None) -> int:
     ap.add_argument("--g", default="1,8,16,32")
     ap.add_argument("--log2s", default="16,17,18,19,20,21,22")
     ap.add_argument("--dtypes", default="bf16,f32")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS,
+                    help="fan<N>[@<K>sm][+pad<R>],...: the merge tree's fan-in (0: none), K chunks per SM "
+                         "(default: the cost model's), BG >= R rows for 16-bit KV; each is a row")
+    ap.add_argument("--bs", default=",".join(map(str, BS_CHOICES)), help="BS values tried per variant")
     ap.add_argument("--quick", action="store_true", help="fewer Triton chunk counts")
     ap.add_argument("--no-splitk", action="store_true")
+    ap.add_argument("--no-sdpa", action="store_true")
     args = ap.parse_args(argv)
     if not args.out:
         ap.error("give --out PREFIX or set PHOBOS_DECODE_OUT")
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     out = Path(args.out)
-    result = run(ints(args.g), ints(args.log2s), args.dtypes.split(","), args.quick, not args.no_splitk, out)
+    result = run(ints(args.g), ints(args.log2s), args.dtypes.split(","), parse_variants(args.variants),
+                 tuple(ints(args.bs)), args.quick, not args.no_splitk, not args.no_sdpa, out)
     write(result, out)
     print(markdown(result))
     return 0
@@ -326,14 +437,19 @@ def test_decode_bf16_g16_s2_20_reads_kv_near_hbm_speed(benchmark):
 
     if _gpu_missing():
         pytest.skip("needs a GPU with torch")
+    import torch
+
     info = device_info()
     hbm = copy_gbs()
     case = (16, "bf16", 1 << 20)
-    row = bench_decode(*case, prepare_decode([case])[case], hbm, info, quick=True)
-    kern = decode_kernel(16, "bf16", row["phobos_BS"])
+    variants = parse_variants(DEFAULT_VARIANTS)
+    kernels = prepare_decode([case], variants, sms=info["sms"])[case]
+    row = bench_decode(*case, kernels, variants, hbm, info, quick=True, sdpa=False)
+    best = row["variants"][variants[0].name]
+    kern = kernels[variants[0].name][best["BS"]]
     q, k, v = _tensors(16, 1 << 20, "bf16", seed=1)
-    out = q.new_empty((16, D), dtype=__import__("torch").float32)
-    benchmark(lambda: (kern(q, k, v, out, 1.0 / math.sqrt(D)), __import__("torch").cuda.synchronize()))
+    out = q.new_empty((16, D), dtype=torch.float32)
+    benchmark(lambda: (kern(q, k, v, out, 1.0 / math.sqrt(D)), torch.cuda.synchronize()))
     benchmark.extra_info.update(row)
 
 

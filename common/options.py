@@ -14,6 +14,8 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   PHOBOS_DUMP_STAGES=a,b|all (dump_stages, ""): the frontend stages printed (compiler/pipeline.py)
   PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
+  PHOBOS_SPLIT_FAN_IN=N (split_fan_in, 8): a split loop's partials merged N at a time by a tree of
+    launches before its combine (compiler/cuda/split_tree.py; 0: the combine merges them all)
   PHOBOS_NVRTC=PATH (nvrtc, None): the NVRTC library tried first (nvrtc.py)
   CUDA_HOME, CUDA_PATH (cuda_homes, ()): CUDA installs searched for NVRTC
   PHOBOS_TOKEN (token, None): the cluster's token (common/cluster_token.py)
@@ -43,7 +45,7 @@ RUN_FAULT = "PHOBOS_RUN_FAULT"
 SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up, read raw (scheduler/phases.py)
 # the variables that change the code the CUDA compiler generates or the NVRTC it loads (a
 # compiled leaf cached under other values is not reused: scheduler/leaf_ptx.py)
-CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
+CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_SPLIT_FAN_IN", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
 DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages
 
 
@@ -62,6 +64,7 @@ class Options(NamedTuple):
     dump_stages: str = ""
     cuda_tma: bool = True
     dot_unroll: int = 0
+    split_fan_in: int = 8
     nvrtc: str | None = None
     cuda_homes: tuple[str, ...] = ()
     token: str | None = None
@@ -93,6 +96,7 @@ def current() -> Options:
         dump_stages=env.get("PHOBOS_DUMP_STAGES", ""),
         cuda_tma=env.get("PHOBOS_CUDA_TMA", "1") != "0",
         dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
+        split_fan_in=_number("PHOBOS_SPLIT_FAN_IN", int, 8),
         nvrtc=text("PHOBOS_NVRTC"),
         cuda_homes=tuple(v for v in (text("CUDA_HOME"), text("CUDA_PATH")) if v),
         token=text(TOKEN),

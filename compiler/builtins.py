@@ -72,7 +72,7 @@ _ENTRIES = (
     Builtin("min", (2,), rules.max_min_rule, interp.max_min, cuda.max_min, with_axis=(1,), elementwise=True,
             reduces=True),
     Builtin("sum", (), rules.reduce_rule, interp.reduce, cuda.reduce, with_axis=(1,), reduces=True),
-    *(_scan(n) for n in ("cumsum", "cumprod", "cummax")),
+    *(_scan(n) for n in ("cumsum", "cumprod", "cummax", "cummin")),
     Builtin("take", (), rules.take_rule, interp.take, cuda.take, with_axis=(2,)),
     Builtin("where", (3,), rules.where_rule, interp.where, cuda.where, elementwise=True),
     Builtin("arange", (1,), rules.arange_rule, interp.arange, cuda.arange),

@@ -335,18 +335,23 @@ class Kernel:
 
     def _compiled(self, shapes: dict[str, tuple[int, ...]], cc: int):
         """(binding, split_launch.LaunchSequence) for these shapes on a GPU of capability `cc`: the
-        tuned (or cached) tiles and schedule, the split-loop where the cost model (or `split`)
-        says, then the PTX (from the on-disk cache once any process has compiled it: a cached
-        call runs neither the tuner nor NVRTC)."""
-        from compiler.cuda import split_plan
+        tuned (or cached) tiles and schedule, the split-loop where the cost model says (its factor
+        tuned around the model's, split_tune.py, unless autotune=False; or `split`), then the PTX
+        (from the on-disk cache once any process has compiled it: a cached call runs neither the
+        tuner nor NVRTC)."""
+        from compiler.cuda import split_loop, split_plan, split_tune
         from compiler.cuda.split_launch import compile_sequence
 
         binding = self._binding(shapes, self._tiles)
         with user_errors():
             tiles, schedule = self._tuned_tiles(binding, cc)
             binding = bind(self._ir, dict(binding.dims), shapes, tiles)
-            return binding, compile_sequence(self._ir, binding, schedule=schedule, cc=cc, split=self._split,
-                                             sm_count=split_plan.device_sm_count())
+            sms = split_plan.device_sm_count()
+            split = self._split
+            if split is None and self._autotune and split_loop.why_not_split(self._ir) is None:
+                split = split_tune.tune_factor(self._ir, binding, schedule=schedule, cc=cc, sm_count=sms)
+            return binding, compile_sequence(self._ir, binding, schedule=schedule, cc=cc, split=split,
+                                             sm_count=sms)
 
     def _slot(self, name: str) -> int:
         index = self._params.index(name)

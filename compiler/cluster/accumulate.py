@@ -241,3 +241,25 @@ def _load_of(c_old: ir.Expr, env: dict[str, ir.Expr]) -> ir.Expr:
 
 def _describe(e: ir.Expr) -> str:
     return e.name if isinstance(e, ir.Name) else "this operand"
+
+
+def check_running_sum(kernel: ir.Kernel, loop: ir.For) -> Accumulator:
+    """A linear accumulator whose store is any expression of it (read once after the loop): the
+    cluster's step leaf, `C[r] = alpha * acc + c_old` (leaves.step_leaf), is one. Such a loop
+    splits over a leaf's CTAs (compiler/cuda/split_loop.py: the partials add, the store runs once
+    on their sum), though not over nodes (the output must then hold the running sum). The output
+    is read nowhere before the store's lets."""
+    at = next(i for i, s in enumerate(kernel.body) if s is loop)
+    pre, post = kernel.body[:at], kernel.body[at + 1 :]
+    assign = _accumulated_var(loop.body)
+    if assign is None:
+        raise _fail(loop.span, "the loop adds to no accumulator")
+    _check_loop_body(loop.body, assign.name)
+    _check_declaration(pre, assign)
+    store, _ = _final_store(loop, pre, post, assign.name)
+    for stmt in pre + (loop,):
+        for e in walk.iter_exprs(stmt):
+            if isinstance(e, ir.Load) and e.tensor == store.tensor:
+                raise _fail(e.span, f"'{store.tensor}' is read before the accumulator is stored")
+    return Accumulator(loop=loop, var=assign.name, store=store, alpha=None, beta=None, beta_term=None,
+                       c_old=None)

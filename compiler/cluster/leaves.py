@@ -38,39 +38,6 @@ class LeafBug(RuntimeError):
     """A generated leaf failed to parse or check: an internal error of the cluster compiler."""
 
 
-class KernelText:
-    """The kernel's source laid out at its original lines and columns, editable by span. The
-    cluster compiler no longer edits text; compiler/cuda/split_loop.py still does (issue 'decode')."""
-
-    def __init__(self, kernel: ir.Kernel):
-        start = kernel.span
-        self.text = "\n" * (start.line - 1) + " " * (start.col - 1) + kernel.source
-        self.line_starts = [0]
-        for i, ch in enumerate(self.text):
-            if ch == "\n":
-                self.line_starts.append(i + 1)
-
-    def offset(self, line: int, col: int) -> int:
-        return self.line_starts[line - 1] + col - 1
-
-    def bounds(self, span: Span) -> tuple[int, int]:
-        return self.offset(span.line, span.col), self.offset(span.end_line, span.end_col)
-
-    def of(self, span: Span) -> str:
-        a, b = self.bounds(span)
-        return self.text[a:b]
-
-    def edited(self, edits: list[tuple[Span, str | None]]) -> str:
-        """The text with each span replaced by its text, or blanked (None: spaces, newlines kept)."""
-        text = self.text
-        for span, new in sorted(edits, key=lambda e: self.bounds(e[0]), reverse=True):
-            a, b = self.bounds(span)
-            if new is None:
-                new = "".join(ch if ch == "\n" else " " for ch in text[a:b])
-            text = text[:a] + new + text[b:]
-        return text
-
-
 def laid_out(kernel: ir.Kernel) -> str:
     """The user's kernel text at its own lines and columns (the file before it blanked): what
     the kernel's spans point into."""

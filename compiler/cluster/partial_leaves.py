@@ -13,8 +13,9 @@ Generated kernels are split among CTAs like the user's store (`tiled`: per axis 
 grid axis and tile that split it, or None), as the init leaf of leaves.py is.
 
 The merge of two partials is described once, as IR (`softmax_merge`, `sum_merge`), for every
-level: nodes of a cluster here, CTAs of a leaf in compiler/cuda/split_loop.py, which takes it as
-text (`softmax_merge_lines`, `sum_merge_line`: the same statements, printed).
+level: nodes of a cluster here, CTAs of a leaf in compiler/cuda/split_loop.py (the same IR).
+`softmax_merge_lines` and `sum_merge_line` print the same statements for a caller that writes
+phobos source (the split's merge tree, compiler/cuda/split_tree.py).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def _text_place(text: str) -> Place:
 
 def softmax_merge_lines(mine: tuple[str, str, str], theirs: tuple[str, str, str], axis: int,
                         lets: tuple[str, str, str, str, str]) -> list[str]:
-    """`softmax_merge` as source lines, for a caller that writes text (compiler/cuda/split_loop.py):
+    """`softmax_merge` as source lines, for a caller that writes text:
     the places are written as text, vars or tensor slices."""
     stmts = softmax_merge(tuple(map(_text_place, mine)), tuple(map(_text_place, theirs)), axis, lets,
                           UNKNOWN_SPAN)

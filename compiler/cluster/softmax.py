@@ -33,8 +33,9 @@ class OnlineSoftmax:
     m: ir.VarDecl
     l: ir.VarDecl
     acc: ir.VarDecl
-    store: ir.Store  # the one store of the output, after the loop
+    store: ir.Store  # the one store of the output, after the loop (resumed: acc's store)
     rank: int  # rank of m and l; acc has one axis more, the store's last
+    resumed: tuple[ir.Store, ...] = ()  # a resumed partial's stores of m, l, acc (below)
     beta = None  # as for an accumulator without `beta * c_old`: the output's old value is never read
 
 
@@ -135,6 +136,59 @@ def check_online_softmax(kernel: ir.Kernel, loop: ir.For) -> OnlineSoftmax:
     at = next(i for i, s in enumerate(body) if s is loop)
     pre, post = body[:at], body[at + 1 :]
     m, l, acc = _decls(pre, loop)
+    decls = (m, l, acc)
+    return _checked_loop(kernel, loop, pre, decls, lambda: _check_store(kernel, post, loop, decls))
+
+
+def check_resumed_softmax(kernel: ir.Kernel, loop: ir.For) -> OnlineSoftmax:
+    """A loop that resumes an online softmax from a partial and leaves the partial updated (the
+    cluster's step leaf, partial_leaves.softmax_step): the three vars start from any values (the
+    partial's), the loop is the online softmax's, and exactly the three stores `T[..] = var` of
+    the vars follow it, acc's a whole tile. Its chunks split as the plain form's do, starting at
+    the identity, and merge into the vars' starting values. NotSoftmax when it is not one."""
+    body = kernel.body
+    at = next(i for i, s in enumerate(body) if s is loop)
+    pre, post = body[:at], body[at + 1 :]
+    m, l, acc = _resumed_decls(pre, loop)
+    sm = _checked_loop(kernel, loop, pre, (m, l, acc), lambda: None)
+    stores = _resumed_stores(post, loop, (m, l, acc))
+    written = {s.tensor for s in stores}
+    for e in walk.iter_exprs(loop):
+        if isinstance(e, ir.Load) and e.tensor in written:
+            raise NotSoftmax(e.span, f"the loop reads '{e.tensor}', which the partial's stores write")
+    return OnlineSoftmax(loop=loop, m=m, l=l, acc=acc, store=stores[2], rank=sm.rank, resumed=stores)
+
+
+def _resumed_decls(pre, loop: ir.For) -> tuple[ir.VarDecl, ir.VarDecl, ir.VarDecl]:
+    decls = [s for s in pre if isinstance(s, ir.VarDecl)]
+    if len(decls) != 3 or any(isinstance(s, ir.Store | ir.For | ir.Assign) for s in pre):
+        raise NotSoftmax(loop.span, "a resumed partial needs exactly three vars and lets before the loop")
+    grows = {a.name for a in loop.body if isinstance(a, ir.Assign) and isinstance(a.value, ir.Name)}
+    m = [d for d in decls if d.name in grows]
+    if len(m) != 1:
+        raise NotSoftmax(loop.span, "a resumed partial needs one running maximum, updated `m = m_new`")
+    l, acc = sorted((d for d in decls if d is not m[0]), key=_rank)
+    return m[0], l, acc
+
+
+def _resumed_stores(post, loop: ir.For, decls) -> tuple[ir.Store, ir.Store, ir.Store]:
+    stores = {}
+    for stmt in post:
+        if not (isinstance(stmt, ir.Store) and stmt.op == "=" and isinstance(stmt.value, ir.Name)
+                and stmt.value.kind == "var" and stmt.value.name not in stores):
+            raise NotSoftmax(stmt.span, "only the three vars' stores may follow a resumed partial's loop")
+        stores[stmt.value.name] = stmt
+    if set(stores) != {d.name for d in decls}:
+        raise NotSoftmax(loop.span, "each of the three vars is stored once after a resumed partial's loop")
+    acc = stores[decls[2].name]
+    if len(acc.index) != _rank(decls[2]) or any(isinstance(i, ir.SliceIndex) for i in acc.index):
+        raise NotSoftmax(acc.span, f"the store must write one whole tile the shape of '{decls[2].name}'")
+    return tuple(stores[d.name] for d in decls)
+
+
+def _checked_loop(kernel: ir.Kernel, loop: ir.For, pre, decls, check_store) -> OnlineSoftmax:
+    """The loop's updates checked for the online softmax's form, then `check_store()`."""
+    m, l, acc = decls
     updates = _assignments(loop, {m.name, l.name, acc.name})
     env: dict[str, ir.Expr] = {s.name: s.value for s in pre if isinstance(s, ir.Let)}
     order = {id(s): i for i, s in enumerate(loop.body)}
@@ -153,7 +207,7 @@ def check_online_softmax(kernel: ir.Kernel, loop: ir.For) -> OnlineSoftmax:
                 "the new maximum",
             )
     _check_no_other_var_reads(loop, allowed, m.name, order[id(updates[m.name])])
-    store = _check_store(kernel, post, loop, (m, l, acc))
+    store = check_store()
     return OnlineSoftmax(loop=loop, m=m, l=l, acc=acc, store=store, rank=_rank(m))
 
 

@@ -19,8 +19,6 @@ import itertools
 import sys
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from common import options as env_options
 from compiler.cuda import mma, stages, target, tune_cache
 from compiler.cuda.hoist import split_operand_lets
@@ -34,6 +32,7 @@ from compiler.cuda.schedule import (
     Schedule,
     tensor_core_space,
 )
+from compiler.cuda.tune_timing import time_launch, tuning_inputs
 from compiler.frontend import ir
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
@@ -130,51 +129,6 @@ def search_points(kernel: ir.Kernel) -> list[dict[str, int]]:
     ]
 
 
-def _inputs(kernel: ir.Kernel, env: dict[str, int], seed: int = 0):
-    import cupy
-
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for p in kernel.tensors:
-        shape = tuple(d if isinstance(d, int) else env[d] for d in p.dims)
-        if p.dtype == "i32":
-            host = rng.integers(0, 8, size=shape, dtype=np.int32)
-        else:
-            host = rng.standard_normal(shape, dtype=np.float32)
-            if p.dtype == "f16":
-                host = host.astype(np.float16)
-            elif p.dtype == "bf16":  # bf16 travels as its 16-bit pattern
-                import ml_dtypes
-
-                host = host.astype(ml_dtypes.bfloat16).view(np.uint16)
-            elif p.dtype in ir.FP8:  # fp8 travels as its byte
-                from common import dtypes
-
-                host = host.astype(dtypes.TABLE[p.dtype].numpy()).view(np.uint8)
-        arrays[p.name] = cupy.asarray(host)
-    scalars = {p.name: (0.5 if p.dtype == "f32" else 1) for p in kernel.scalars}
-    return arrays, scalars
-
-
-def time_launch(compiled, arrays, scalars, warmup: int = 2, repeat: int = 7) -> float:
-    """Median milliseconds of one launch, timed with CUDA events."""
-    import cupy
-
-    from compiler.cuda.launch import launch
-
-    for _ in range(warmup):
-        launch(compiled, arrays, scalars)
-    times = []
-    for _ in range(repeat):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        launch(compiled, arrays, scalars)
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
-
-
 def tune(
     kernel: ir.Kernel,
     dims: dict[str, int],
@@ -213,7 +167,7 @@ def tune(
             return found
     if log is None and not env_options.current().tune_quiet:
         log = _stderr_line
-    bench = Bench(*_inputs(kernel, dict(base.env)), cc)
+    bench = Bench(*tuning_inputs(kernel, dict(base.env)), cc)
     if schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32):
         timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
     else:
@@ -296,6 +250,8 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
             # per warpgroup, TILE_M up to 256), so it is a family of its own, with its own probe
             tma_tf32 = [s for s in wg if s.tma]
             wg = [s for s in wg if not s.tma and s.stages == 3 and not s.late_copies]
+        if any(d.precision and d.precision.mode in ir.FP8 for d in dots):  # fp8_promote.py's two ways
+            wg += [dataclasses.replace(s, fp8_overlap=True) for s in wg if not s.pingpong]
         families.append(wg)
     wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
     probes = [DEFAULT, wg_probe][: len(families)]
@@ -321,7 +277,7 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
 
     candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
     tasks = [(kernel, dims, point, schedule, tf32, inputs.cc) for point, schedule in candidates]
-    built = compile_pool.build_all(tasks)
+    built = compile_pool.build_all(tasks, device=_device_index())
     arrays, scalars = inputs.arrays, inputs.scalars
     timings = []
     for k, ((point, schedule), (compiled, why)) in enumerate(zip(candidates, built, strict=True)):
@@ -329,8 +285,9 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
         if compiled is None:
             pruned.append((items, why))
             continue
+        beat = min((t for _, t in timings + inputs.timed), default=None)
         try:
-            ms = time_launch(compiled, arrays, scalars)
+            ms = time_launch(compiled, arrays, scalars, beat=beat)
         except Exception as e:  # the driver refused the launch (resources): prune, do not guess
             pruned.append((items, f"launch failed: {e}"))
             continue
@@ -363,6 +320,16 @@ def _model_pruned(kernel, dims, candidates, tf32: bool, cc: int, rank: bool):
             estimates.append(e.message)
     kept, dropped = tune_model.rank(candidates, estimates, cc, by_score=rank)
     return kept, [((tuple(sorted(p.items())), s), why) for (p, s), why in dropped]
+
+
+def _device_index() -> int | None:
+    """The current GPU, for the compile pool's workers to make its machine code (None: none)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.Device().id)
+    except Exception:  # no cupy or no device: the workers make PTX alone
+        return None
 
 
 def _sm_count() -> int:

@@ -105,8 +105,12 @@ def narrow(gen, e: ir.Call, ctx: Ctx | None) -> str:
 
 def convert(gen, e: ir.Call, ctx: Ctx | None) -> str:
     """f32(x), i32(x), i64(x), u32(x): C's casts (from a float, cvt.rzi: toward zero, saturating,
-    NaN to 0; between integers, the low bits)."""
-    return f"(({CTYPE[e.func]})({gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))}))"
+    NaN to 0; between integers, the low bits). The H100 turns a NaN into -2^63 on the way to a
+    64-bit integer (seen in test_ints_atomics_gpu, 2026-12-07), so i64 of a float tests for it."""
+    x = gen.elem(e.args[0], gen.sub_ctx(e.args[0], ctx))
+    if e.func == "i64" and e.args[0].ty.dtype in FLOATS:
+        return f"{int_ops.use(gen, 'nan_to_i64')}({x})"
+    return f"(({CTYPE[e.func]})({x}))"
 
 
 def arange(gen, e: ir.Call, ctx: Ctx | None) -> str:

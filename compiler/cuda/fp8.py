@@ -11,7 +11,8 @@ expand(sb, axis = 0))`. In the GEMM form
 with scales that the loop does not change, the loop accumulates the plain dots and one
 `acc *= S` follows it: Σ_k S ⊙ p_k and S ⊙ Σ_k p_k differ only in the rounding of f32
 operations (S's product is the same f32 number either way), the freedom a schedule has (§9.1),
-and the k loop stays one wgmma chain with no per-iteration pass over the accumulator.
+and each k tile's tensor-core sum is added into acc as it is (fp8_promote.py), with no scaling
+pass over the accumulator per iteration.
 
 Operands. Where the leaf runs its dots as Hopper warpgroup MMA (compute capability 9.0, a
 wgmma schedule) and each fp8 dot reads both operands K-major from tensor loads with k = 128
@@ -200,7 +201,7 @@ def _names_in(node) -> set[str]:
 
 def keeps_fp8(kernel: ir.Kernel, env: dict, schedule, cc: int) -> bool:
     """Whether the leaf's fp8 dots run as fp8 warpgroup MMA (module doc)."""
-    if cc != target.HOPPER or not schedule.wgmma or schedule.tma:
+    if cc != target.HOPPER or not schedule.wgmma:
         return False
     return all(_k_major_operands(d, kernel, env) for d in fp8_dots(kernel))
 

@@ -22,6 +22,10 @@ HELPERS = {
     "shr_l": """__device__ __forceinline__ long long shr_l(long long a, long long n) {
   return a >> ((unsigned)n >= 64u ? 63 : n);
 }""",
+    # float to i64: cvt.rzi saturates, but the GPU gives a NaN -2^63 where the language says 0
+    "nan_to_i64": """__device__ __forceinline__ long long nan_to_i64(float x) {
+  return x != x ? 0LL : (long long)x;
+}""",
     "shl_u": """__device__ __forceinline__ unsigned shl_u(unsigned a, unsigned n) {
   return n >= 32u ? 0u : a << n;
 }""",
@@ -59,14 +63,56 @@ SHARED_BITS = {
 }
 
 
-def _use(gen, name: str) -> str:
+# the identity of each fold, as C of the value type: (float, i32, i64, u32)
+_IDENTITIES = {
+    "sum": ("0.0f", "0", "0LL", "0u"),
+    "prod": ("1.0f", "1", "1LL", "1u"),
+    "max": ("__int_as_float(0xff800000)", "(-2147483647 - 1)", "(-9223372036854775807LL - 1)", "0u"),
+    "min": ("__int_as_float(0x7f800000)", "2147483647", "9223372036854775807LL", "4294967295u"),
+}
+_COLUMN = {"i32": 1, "i64": 2, "u32": 3}
+
+
+def identity(fold: str, dtype: str) -> str:
+    """The identity of `fold` (sum, prod, max, min) on values of `dtype` (any float: f32)."""
+    return _IDENTITIES[fold][_COLUMN.get(dtype, 0)]
+
+
+def value_ctype(dtype: str) -> str:
+    """The C type a fold over values of `dtype` computes in (floats of every width: float)."""
+    return {"i32": "int", "i64": "long long", "u32": "unsigned"}.get(dtype, "float")
+
+
+def shared_words(dtype: str) -> int:
+    """Float words of shared memory one element of `dtype` takes."""
+    return 2 if dtype == "i64" else 1
+
+
+def shared_put(dtype: str, buf: str, index: str, value: str) -> str:
+    """The C statement writing `value` (of `dtype`) into element `index` of a shared buffer of
+    float words, bit for bit (shared_words(dtype) words an element)."""
+    if dtype == "i64":
+        return f"reinterpret_cast<long long*>({buf})[{index}] = {value};"
+    into = SHARED_BITS.get(dtype, ("{}", "{}"))[0]
+    return f"{buf}[{index}] = {into.format(value)};"
+
+
+def shared_get(dtype: str, buf: str, index: str) -> str:
+    if dtype == "i64":
+        return f"reinterpret_cast<long long*>({buf})[{index}]"
+    out = SHARED_BITS.get(dtype, ("{}", "{}"))[1]
+    return out.format(f"{buf}[{index}]")
+
+
+def use(gen, name: str) -> str:
+    """The name of helper `name`, which the kernel's prelude then defines."""
     gen.used.int_helpers.add(name)
     return name
 
 
 def divide(gen, dtype: str, a: str, b: str) -> str:
     if dtype == "i64":
-        return f"{_use(gen, 'floordiv_l')}({a}, {b})"
+        return f"{use(gen, 'floordiv_l')}({a}, {b})"
     if dtype == "u32":
         return f"({a} / {b})"  # unsigned: floor and truncation agree
     return f"floordiv_i({a}, {b})"
@@ -74,7 +120,7 @@ def divide(gen, dtype: str, a: str, b: str) -> str:
 
 def modulo(gen, dtype: str, a: str, b: str) -> str:
     if dtype == "i64":
-        return f"{_use(gen, 'floormod_l')}({a}, {b})"
+        return f"{use(gen, 'floormod_l')}({a}, {b})"
     if dtype == "u32":
         return f"({a} % {b})"
     return f"floormod_i({a}, {b})"
@@ -84,7 +130,7 @@ def shift(gen, dtype: str, left: bool, a: str, n: str) -> str:
     suffix = {"i64": "l", "u32": "u"}.get(dtype, "i")
     name = f"{'shl' if left else 'shr'}_{suffix}"
     if suffix != "i":
-        _use(gen, name)
+        use(gen, name)
     return f"{name}({a}, {n})"
 
 
@@ -105,7 +151,7 @@ def atomic(gen, op: str, dtype: str, ptr: str, v: str) -> str:
     complement addition wraps alike)."""
     kind = op.removeprefix("atomic_")
     if dtype == "f32" and kind != "add":
-        return f"{_use(gen, 'atomic_f' + kind)}(&{ptr}, {v})"
+        return f"{use(gen, 'atomic_f' + kind)}(&{ptr}, {v})"
     func = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[kind]
     if dtype == "i64" and kind == "add":
         return f"atomicAdd(reinterpret_cast<unsigned long long*>(&{ptr}), (unsigned long long)({v}))"

@@ -30,7 +30,9 @@ _plans: dict[tuple[str, str], tuple] = {}
 _lock = threading.Lock()
 
 
-def _function(compiled: CompiledKernel):
+def _function(compiled: CompiledKernel, image: bytes | None = None):
+    """The loaded function of `compiled` on the current device: from `image` (its machine code
+    for this GPU, made elsewhere) or else from its PTX, which the driver JIT-compiles here."""
     import cupy
 
     dev = cupy.cuda.Device().id
@@ -41,13 +43,23 @@ def _function(compiled: CompiledKernel):
             # code this GPU cannot run is the user's error at the dot, never the driver's at the load
             target.check(compiled, target.device_capability(dev))
             module = cupy.cuda.function.Module()
-            module.load(compiled.ptx.encode())
+            module.load(image if image is not None else compiled.ptx.encode())
             fn = module.get_function(compiled.entry)
             _modules[key] = module
             if compiled.shared_bytes > 48 * 1024:
                 cupy.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SMEM_ATTR, compiled.shared_bytes)
             _functions[key] = fn
     return fn
+
+
+def preload(compiled: CompiledKernel, image: bytes) -> None:
+    """Load `compiled` from `image`, its machine code for the current GPU (the tuner's compile
+    workers make it in parallel), so that no launch JIT-compiles its PTX; a function already
+    loaded stays. An image the driver refuses is dropped: the PTX is loaded at the launch."""
+    try:
+        _function(compiled, image)
+    except Exception:  # a stale or foreign image: the launch loads the PTX and reports any error
+        pass
 
 
 def load(compiled: CompiledKernel):

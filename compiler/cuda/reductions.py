@@ -13,16 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis
+from compiler.cuda import analysis, int_ops
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
-
-IDENT = {
-    "sum": ("0.0f", "0"),
-    "max": ("__int_as_float(0xff800000)", "INT_MIN_"),
-    "min": ("__int_as_float(0x7f800000)", "INT_MAX_"),
-}
-
 
 # -- reductions -------------------------------------------------------------------------
 
@@ -30,17 +23,14 @@ def reduction(gen, e: ir.Call, ctx) -> str:
     axis = dict(e.kwargs)["axis"].value
     x = e.args[0]
     shape = tuple(gen.size(s) for s in x.ty.shape)
-    if x.ty.dtype in ("i64", "u32"):
-        raise CompileError(e.span, f"the CUDA backend reduces f32 and i32 tiles, not {x.ty.dtype} "
-                                   "(convert with i32(...) or f32(...) first)")
-    op = _Combine.of(e.func, x.ty.dtype in ("f32", "bf16", "f16"))
+    op = _Combine.of(e.func, e.ty.dtype)
     if len(shape) == 1:
         return _reduce_flat(gen, x, shape, op)
     if len(shape) != 2:
         raise CompileError(e.span, "the CUDA backend reduces tiles of rank 1 and 2 only")
     out_kind = "row" if axis == 1 else "col"
     body = gen.elem(x, gen.ctx_for("2d", shape))  # before the result's declaration, as ever
-    res = gen.declare(None, out_kind, (shape[0] if axis == 1 else shape[1],), x.ty.dtype)
+    res = gen.declare(None, out_kind, (shape[0] if axis == 1 else shape[1],), e.ty.dtype)
     if axis == 1:
         _reduce_rows(gen, body, shape, op, res)
     else:
@@ -52,26 +42,37 @@ def reduction(gen, e: ir.Call, ctx) -> str:
 
 @dataclass(frozen=True)
 class _Combine:
-    """One reduction's operator: its identity, C type and how two partial values combine."""
+    """One reduction's operator: its identity, C type and how two partial values combine, for
+    values of `dtype` (the result's: f32 for every float, or i32, i64, u32; integer sums wrap)."""
 
     func: str
-    is_float: bool
+    dtype: str
     ident: str
     ctype: str
 
     @staticmethod
-    def of(func: str, is_float: bool) -> _Combine:
-        ident = (
-            IDENT[func][0 if is_float else 1]
-            .replace("INT_MIN_", "(-2147483647 - 1)")
-            .replace("INT_MAX_", "2147483647")
-        )
-        return _Combine(func, is_float, ident, "float" if is_float else "int")
+    def of(func: str, dtype: str) -> _Combine:
+        return _Combine(func, dtype, int_ops.identity(func, dtype), int_ops.value_ctype(dtype))
+
+    @property
+    def is_float(self) -> bool:
+        return self.ctype == "float"
 
     def __call__(self, a: str, b: str) -> str:
         if self.func == "sum":
             return f"({a} + {b})"
         return f"f{self.func}f({a}, {b})" if self.is_float else f"{self.func}({a}, {b})"
+
+    def put(self, buf: str, index: str, value: str) -> str:
+        """Write a partial into a shared buffer bit for bit (a conversion would round integer
+        partials above 2^24; an i64 takes two words)."""
+        return int_ops.shared_put(self.dtype, buf, index, value)
+
+    def get(self, buf: str, index: str) -> str:
+        return int_ops.shared_get(self.dtype, buf, index)
+
+    def words(self, n: int) -> int:
+        return n * int_ops.shared_words(self.dtype)
 
 
 def _reduce_flat(gen, x: ir.Expr, shape: tuple[int, ...], op: _Combine) -> str:
@@ -89,7 +90,7 @@ def _reduce_rows(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -> N
     """axis = 1: each thread folds its columns of each of its rows, then the lanes of a row."""
     dr, dc = gen.dists("2d", shape)
     _fold_own(gen, body, op, res, (dr, "_i", "_r"), (dc, "_j", "_c"))
-    lane_allreduce(gen, res, dr.count, gen.plan.grid.cols, op, op.ctype)
+    lane_allreduce(gen, res, dr.count, gen.plan.grid.cols, op)
 
 
 def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -> None:
@@ -98,11 +99,11 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     dr, dc = gen.dists("2d", shape)
     _fold_own(gen, body, op, res, (dc, "_j", "_c"), (dr, "_i", "_r"))
     tr = gen.plan.grid.rows
-    buf = gen.smem.alloc_scratch(tr * shape[1])
+    buf = gen.smem.alloc_scratch(op.words(tr * shape[1]))
     gen.sync()
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _j = 0; _j < {dc.count}; ++_j)")
-    gen.out.line(f"{buf}[th_r * {shape[1]} + {dc.position('_j')}] = {_word(op.ctype, f'{res.cname}[_j]')};")
+    gen.out.line(op.put(buf, f"th_r * {shape[1]} + {dc.position('_j')}", f"{res.cname}[_j]"))
     gen.out.close()
     gen.sync()
     gen.out.line("#pragma unroll")
@@ -110,7 +111,7 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     gen.out.line(f"{op.ctype} a_ = {op.ident};")
     gen.out.line(
         f"for (int q_ = 0; q_ < {min(tr, shape[0])}; ++q_) "
-        f"a_ = {op('a_', _value(op.ctype, f'{buf}[q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}]'))};"
+        f"a_ = {op('a_', op.get(buf, f'q_ * {shape[1]} + {dc.position(chr(95) + chr(106))}'))};"
     )
     gen.out.line(f"{res.cname}[_j] = a_;")
     gen.out.close()
@@ -134,7 +135,7 @@ def _fold_own(gen, body: str, op: _Combine, res, kept, folded) -> None:
     gen.out.close()
 
 
-def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
+def lane_allreduce(gen, res, count: int, lanes: int, comb: _Combine) -> None:
     """Combine the partial results of the `lanes` threads that share each row: the ones of one
     warp (neighbouring lanes) with shuffles, then the warps of a row through shared memory."""
     if lanes == 1:
@@ -154,37 +155,27 @@ def lane_allreduce(gen, res, count: int, lanes: int, comb, ctype: str) -> None:
     if lanes <= group:
         return
     groups = lanes // group
-    buf = gen.smem.alloc_scratch(gen.plan.grid.rows * groups * count)
+    buf = gen.smem.alloc_scratch(comb.words(gen.plan.grid.rows * groups * count))
     gen.sync()
     gen.out.open(f"if (th_c % {group} == 0)")
     gen.out.line("#pragma unroll")
     gen.out.line(
         f"for (int _i = 0; _i < {count}; ++_i) "
-        f"{buf}[(th_r * {groups} + th_c / {group}) * {count} + _i] = {_word(ctype, f'{res.cname}[_i]')};"
+        + comb.put(buf, f"(th_r * {groups} + th_c / {group}) * {count} + _i", f"{res.cname}[_i]")
     )
     gen.out.close()
     gen.sync()
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _i = 0; _i < {count}; ++_i)")
-    gen.out.line(f"{ctype} a_ = {_value(ctype, f'{buf}[(th_r * {groups}) * {count} + _i]')};")
+    gen.out.line(f"{comb.ctype} a_ = {comb.get(buf, f'(th_r * {groups}) * {count} + _i')};")
     gen.out.line(
         f"for (int q_ = 1; q_ < {groups}; ++q_) "
-        f"a_ = {comb('a_', _value(ctype, f'{buf}[(th_r * {groups} + q_) * {count} + _i]'))};"
+        f"a_ = {comb('a_', comb.get(buf, f'(th_r * {groups} + q_) * {count} + _i'))};"
     )
     gen.out.line(f"{res.cname}[_i] = a_;")
     gen.out.close()
 
-def _word(ctype: str, value: str) -> str:
-    """An int partial into a float word of shared memory bit for bit (a conversion would round
-    partials above 2^24, and make the combine below mix int and float)."""
-    return f"__int_as_float({value})" if ctype == "int" else value
-
-
-def _value(ctype: str, word: str) -> str:
-    return f"__float_as_int({word})" if ctype == "int" else word
-
-
-def block_allreduce(gen, acc: str, comb) -> None:
+def block_allreduce(gen, acc: str, comb: _Combine) -> None:
     t = gen.plan.grid.threads
     off = 16
     while off >= 1:
@@ -193,10 +184,9 @@ def block_allreduce(gen, acc: str, comb) -> None:
     warps = (t + 31) // 32
     if warps == 1:
         return
-    buf = gen.smem.alloc_scratch(warps)
+    buf = gen.smem.alloc_scratch(comb.words(warps))
     gen.sync()
-    ctype = getattr(comb, "ctype", "float")
-    gen.out.line(f"if ((th_id & 31) == 0) {buf}[th_id >> 5] = {_word(ctype, acc)};")
+    gen.out.line(f"if ((th_id & 31) == 0) {comb.put(buf, 'th_id >> 5', acc)}")
     gen.sync()
-    gen.out.line(f"{acc} = {_value(ctype, f'{buf}[0]')};")
-    gen.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, _value(ctype, f'{buf}[q_]'))};")
+    gen.out.line(f"{acc} = {comb.get(buf, '0')};")
+    gen.out.line(f"for (int q_ = 1; q_ < {warps}; ++q_) {acc} = {comb(acc, comb.get(buf, 'q_'))};")

@@ -32,6 +32,9 @@ class Schedule:
     # the TMA ring's epilogue (tma_store.py): a 2-D tile stored from the accumulator layout goes
     # through shared memory (the spent ring, 128-byte swizzled) and out by bulk tensor stores
     tma_store: bool = False
+    # an fp8 dot's per-k-tile promotion (fp8_promote.py) in 64-column pieces alternating between two
+    # temporaries, the next piece's MMA issued before the last one is added (no effect on others)
+    fp8_overlap: bool = False
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
@@ -41,8 +44,8 @@ class Schedule:
         tma = "-tma" if self.tma else ""
         pp = "-pp" if self.pingpong else ""
         st = "-tmast" if self.tma_store else ""
-        mainloop = f"{mma}{late}{rot}{tma}{pp}{st}"
-        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{mainloop}"
+        flags = f"{mma}{late}{rot}{tma}{pp}{st}" + ("-fp8ov" if self.fp8_overlap else "")
+        return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{flags}"
 
 
 DEFAULT = Schedule()

@@ -1,6 +1,7 @@
 """A leaf as a launch sequence: its one kernel, or, under the split-loop policy
-(mainloops/split_loop.py), the partial and combine kernels of split_plan.py with the f32 scratch
-buffers between them, launched in order on one stream.
+(mainloops/split_loop.py), the partial kernel of split_plan.py, the merge tree's kernels
+(split_tree.py) and the combine kernel, with the f32 scratch buffers between them, launched in
+order on one stream.
 
     compile_sequence(kernel, binding, ...)   LaunchSequence: CompiledKernels + Scratch + policy
     module_ptx(sequence, cc)                  one PTX module holding every entry (CompiledLeaf)
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.cuda import compiled, target
+from common import options
+from compiler.cuda import compiled, split_tree, target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel, joint_need
 from compiler.cuda.mainloops.split_loop import SplitLoop
 from compiler.cuda.schedule import DEFAULT, Schedule
@@ -39,9 +41,10 @@ class LaunchSequence:
 
 def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int = target.DEFAULT_CC,
                      tf32: bool = False, split: int | None = None,
-                     sm_count: int | None = None) -> LaunchSequence:
+                     sm_count: int | None = None, fan_in: int | None = None) -> LaunchSequence:
     """`kernel` at `binding` as the launches that run it. `split`: None, the cost model decides;
-    1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split)."""
+    1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split).
+    `fan_in`: the merge tree's (split_tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree)."""
     from compiler.cuda import split_plan
     from compiler.cuda.mainloops.registry import choose_split
 
@@ -49,10 +52,12 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
     if policy is None:
         return LaunchSequence((compile_kernel(kernel, binding, tf32=tf32, schedule=schedule, cc=cc),))
     plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count)
+    tree = split_tree.plan_tree(kernel, plan, options.current().split_fan_in if fan_in is None else fan_in)
     partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32, schedule=schedule, cc=cc)
-    combine = compile_kernel(plan.combine, plan.combine_binding, tf32=tf32, cc=cc)
-    scratch = tuple(Scratch(name, "f32", shape, zeroed=False) for name, shape in plan.scratch)
-    return LaunchSequence((partial, combine), scratch, policy, plan.factor)
+    merges = tuple(compile_kernel(k, b, cc=cc) for k, b in tree.merges)
+    combine = compile_kernel(plan.combine, tree.combine_binding, tf32=tf32, cc=cc)
+    scratch = tuple(Scratch(name, "f32", shape, zeroed=False) for name, shape in plan.scratch + tree.scratch)
+    return LaunchSequence((partial, *merges, combine), scratch, policy, plan.factor)
 
 
 def module_ptx(sequence: LaunchSequence, cc: int = target.DEFAULT_CC) -> str:

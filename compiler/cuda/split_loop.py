@@ -2,8 +2,10 @@
 loop of the leaf compiler. A top-level `for` that carries an associative state is cut into
 `factor` chunks of whole iterations; each chunk runs on its own CTA along a free grid axis and
 leaves its partial state in a scratch buffer; a second kernel merges the partials and runs the
-user's store once. Both kernels are phobos source, generated from the user's text, parsed, checked
-and compiled by the ordinary leaf pipeline, so an error in them still points at the user's line.
+user's store once. Both kernels are IR made from the user's checked kernel (as the cluster
+compiler makes its leaves, compiler/frontend/rewrite.py: no source text is edited or parsed),
+checked and compiled by the ordinary leaf pipeline; they keep the user's spans, so an error in
+them still points at the user's line.
 
     partial   the user's kernel, its vars starting at the state's identity, its loop restricted
               to chunk ctx.block.<free axis>, its store replaced by stores of the state into
@@ -14,24 +16,25 @@ and compiled by the ordinary leaf pipeline, so an error in them still points at 
 
 The states accepted are the cluster compiler's two combinable forms (compiler/cluster/combine.py:
 a linear accumulator, an online softmax (m, l, acc)), and the merge is that module's one
-description of it (partial_leaves.softmax_merge_lines / sum_merge_line), used at both levels. A
+description of it (partial_leaves.softmax_merge / sum_merge), used at both levels. A
 loop of another form is not split; `why_not_split` says why (compiler check --split N).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from compiler.cluster.accumulate import Accumulator
+from compiler.cluster.accumulate import Accumulator, check_running_sum
 from compiler.cluster.combine import check_cluster_loop
-from compiler.cluster.leaves import KernelText
-from compiler.cluster.partial_leaves import fresh, softmax_merge_lines, sum_merge_line
-from compiler.cluster.softmax import OnlineSoftmax
-from compiler.frontend import ir, walk
+from compiler.cluster.leaves import laid_out
+from compiler.cluster.partial_leaves import MERGE_LETS, Place, fresh, softmax_merge, sum_merge
+from compiler.cluster.softmax import NotSoftmax, OnlineSoftmax, check_resumed_softmax
+from compiler.frontend import ir, rewrite, walk
 from compiler.frontend.affine import affine_of
+from compiler.frontend.check import check_kernel
 from compiler.frontend.diagnostics import CompileError
-from compiler.frontend.source import Span
 
 AXES = ("x", "y", "z")
 NOT_SPLIT = "this loop is not split over CTAs"
@@ -52,9 +55,9 @@ class SplitForm:
 
 
 @dataclass(frozen=True)
-class SplitTexts:
-    partial: str
-    combine: str
+class SplitKernels:
+    partial: ir.Kernel
+    combine: ir.Kernel
     scratch: tuple[tuple[str, tuple], ...]  # (tensor name, dims) of each scratch buffer, f32
 
 
@@ -104,8 +107,22 @@ def _split_wording(form: str, why: str) -> str:
 
 
 def _form(kernel: ir.Kernel, loop: ir.For) -> Accumulator | OnlineSoftmax:
-    """The cluster compiler's combinable forms, its reasons reworded for a split over CTAs."""
-    return check_cluster_loop(kernel, loop, explain=_split_wording)
+    """The cluster compiler's combinable forms, its reasons reworded for a split over CTAs; or
+    a cluster's own step leaf, which resumes a partial (a node's share splits over the node's CTAs
+    as a leaf's loop does): an online softmax's (softmax.check_resumed_softmax) or a sum's
+    (accumulate.check_running_sum). The first form's reason is the one given."""
+    try:
+        return check_cluster_loop(kernel, loop, explain=_split_wording)
+    except CompileError:
+        try:
+            return check_resumed_softmax(kernel, loop)
+        except NotSoftmax:
+            pass
+        try:
+            return check_running_sum(kernel, loop)
+        except CompileError:
+            pass
+        raise
 
 
 def _check_bounds(kernel: ir.Kernel, loop: ir.For) -> None:
@@ -135,11 +152,6 @@ def _taken(kernel: ir.Kernel) -> set[str]:
     return names | {d for t in kernel.tensors for d in t.dims if isinstance(d, str)}
 
 
-def _store_index(kt: KernelText, store: ir.Store, drop_last: bool) -> str:
-    items = store.index[:-1] if drop_last else store.index
-    return kt.of(items[0].span.to(items[-1].span)) if items else ""
-
-
 def _scratch_params(sf: SplitForm, out: ir.TensorParam) -> list[tuple[str, tuple]]:
     dims = tuple(out.dims)
     if isinstance(sf.form, Accumulator):
@@ -148,27 +160,26 @@ def _scratch_params(sf: SplitForm, out: ir.TensorParam) -> list[tuple[str, tuple
     return [(sf.parts[0], rows), (sf.parts[1], rows), (sf.parts[2], (sf.dim, *dims))]
 
 
-def _param_text(name: str, dims: tuple) -> str:
-    return f"{name}: tensor<f32>[{', '.join(str(d) for d in dims)}]"
-
-
-def split_texts(kernel: ir.Kernel, sf: SplitForm, chunk_iterations: int) -> SplitTexts:
-    """The partial and combine kernels' sources; each chunk holds `chunk_iterations` iterations."""
-    kt = KernelText(kernel)
+def split_kernels(kernel: ir.Kernel, sf: SplitForm, chunk_iterations: int) -> SplitKernels:
+    """The partial and combine kernels, IR made from the checked `kernel` and checked; each chunk
+    holds `chunk_iterations` iterations. They keep the user's nodes and spans (an error in them
+    points at the user's line); a generated node takes the span of the user's code it replaces."""
     store = sf.form.store
     out = next(t for t in kernel.tensors if t.name == store.tensor)
     scratch = _scratch_params(sf, out)
-    params = ", ".join(_param_text(n, d) for n, d in scratch)
     last = kernel.tensors[-1]
-    common: list[tuple[Span, str | None]] = [(last.span, f"{kt.of(last.span)}, {params}")]
-    if kernel.cluster is not None:
-        common.append((kernel.cluster.span, None))
+    at = kernel.params.index(last) + 1
+    added = tuple(ir.TensorParam(n, "f32", d, last.span) for n, d in scratch)
+    attributes = tuple(a for a in kernel.attributes if not isinstance(a, ir.Cluster))
+    header = dataclasses.replace(kernel, params=kernel.params[:at] + added + kernel.params[at:],
+                                 attributes=attributes)
     state = _state(kernel, sf)
-    r, r1 = _store_index(kt, store, False), _store_index(kt, store, True)
-    indices = [r] if len(state) == 1 else [r1, r1, r]
-    partial = _partial_text(kt, kernel, sf, state, indices, chunk_iterations, common)
-    combine = _combine_text(kt, sf, state, indices, out, common, _taken(kernel))
-    return SplitTexts(partial, combine, tuple(scratch))
+    r, r1 = store.index, store.index[:-1]
+    indices = (r,) if len(state) == 1 else (r1, r1, r)
+    text = laid_out(kernel)
+    partial = _partial(header, sf, state, indices, chunk_iterations)
+    combine = _combine(header, sf, state, indices, out, _taken(kernel))
+    return SplitKernels(check_kernel(partial, text), check_kernel(combine, text), tuple(scratch))
 
 
 def _state(kernel: ir.Kernel, sf: SplitForm) -> tuple[ir.VarDecl, ...]:
@@ -177,63 +188,67 @@ def _state(kernel: ir.Kernel, sf: SplitForm) -> tuple[ir.VarDecl, ...]:
     return (sf.form.m, sf.form.l, sf.form.acc)
 
 
-def _identity(decl: ir.VarDecl, form) -> str:
-    return "-inf" if isinstance(form, OnlineSoftmax) and decl is form.m else "0.0"
+def _identity(decl: ir.VarDecl, form) -> ir.Const:
+    value = float("-inf") if isinstance(form, OnlineSoftmax) and decl is form.m else 0.0
+    return ir.Const(value, decl.init.span)
 
 
-def _partial_text(kt, kernel, sf: SplitForm, state, indices, chunk_iterations: int, common) -> str:
-    loop = sf.loop
-    step = kt.of(loop.step.span)
-    start = f"({kt.of(loop.start.span)})"
-    width = f"{chunk_iterations} * {step}"
-    first = f"{start} + ctx.block.{sf.axis} * {width}"
-    edits = list(common)
-    edits.append((loop.start.span, first))
-    edits.append((loop.stop.span, f"min({kt.of(loop.stop.span)}, {first} + {width})"))
-    for decl in state:  # every chunk starts from the state's identity; the user's start merges last
-        edits.append((decl.init.span, _identity(decl, sf.form)))
-    stores = [
-        f"{part}[ctx.block.{sf.axis}, {idx}] = {d.name}"
-        for part, idx, d in zip(sf.parts, indices, state, strict=True)
-    ]
-    edits.append((sf.form.store.span, "; ".join(stores)))
-    _drop_post_lets(kernel, sf, edits)
-    return kt.edited(edits)  # the user's lines stay where they were: errors point at them
+def _partial(kernel: ir.Kernel, sf: SplitForm, state, indices, chunk_iterations: int) -> ir.Kernel:
+    """The loop restricted to chunk ctx.block.<axis>, the vars starting at the state's identity
+    (the user's start merges last, in the combine), the store turned into the partials' stores."""
+    loop, store = sf.loop, sf.form.store
+    span = loop.span
+    width = ir.BinOp("*", ir.Const(chunk_iterations, loop.step.span), loop.step, loop.step.span)
+    chunk_start = ir.BinOp("*", ir.BlockIndex(sf.axis, span), width, span)
+    first = ir.BinOp("+", loop.start, chunk_start, loop.start.span)
+    stop = ir.Call("min", (loop.stop, ir.BinOp("+", first, width, loop.stop.span)), loop.stop.span)
+    body = rewrite.replace_stmt(kernel.body, loop, (dataclasses.replace(loop, start=first, stop=stop),))
+    for decl in state:
+        body = rewrite.replace_stmt(body, decl, (dataclasses.replace(decl, init=_identity(decl, sf.form)),))
+    chunk = ir.SliceIndex(ir.BlockIndex(sf.axis, store.span), store.span)
+    stores = tuple(ir.Store(part, (chunk, *idx), "=", ir.Name(d.name, store.span), store.span)
+                   for part, idx, d in zip(sf.parts, indices, state, strict=True))
+    body = rewrite.replace_stmt(body, store, stores)
+    # an accumulator's `c_old` belongs to the store only; a resumed partial's other stores too
+    for s in _after_loop(kernel, sf):
+        if s is not store:
+            body = rewrite.replace_stmt(body, s, ())
+    return dataclasses.replace(kernel, body=body)
 
 
-def _drop_post_lets(kernel, sf: SplitForm, edits) -> None:
-    """Lets between the loop and the store (an accumulator's `c_old`) belong to the store only."""
+def _after_loop(kernel: ir.Kernel, sf: SplitForm) -> tuple[ir.Stmt, ...]:
     at = next(i for i, s in enumerate(kernel.body) if s is sf.loop)
-    for s in kernel.body[at + 1 : -1]:
-        edits.append((s.span, None))
+    return kernel.body[at + 1 :]
 
 
-def _combine_text(kt, sf: SplitForm, state, indices, out, common, taken: set[str]) -> str:
-    """The chunks merged UNROLL at a time, every chunk's partial read before any merge, so the
-    reads of one step are in flight together (the chain of merges is what is serial)."""
-    c = sf.chunk_var
+def _combine(kernel: ir.Kernel, sf: SplitForm, state, indices, out, taken: set[str]) -> ir.Kernel:
+    """The loop replaced by one over the chunks, merged UNROLL at a time from the user's own
+    initial values, every chunk's partial read before any merge, so the reads of one step are in
+    flight together (the chain of merges is what is serial); then the user's store."""
+    c, span = sf.chunk_var, sf.loop.span
     taken = taken | {c, *sf.parts, sf.dim}
-    reads: list[str] = []
-    merges: list[str] = []
+    reads: list[ir.Stmt] = []
+    merges: list[ir.Stmt] = []
     for u in range(UNROLL):
-        at = f"{c} + {u}" if u else c
+        at: ir.Expr = ir.Name(c, span)
+        if u:
+            at = ir.BinOp("+", at, ir.Const(u, span), span)
         names = [fresh(f"{d.name}_{c}{u}", taken) for d in state]
-        reads += [f"let {n} = {part}[{at}, {idx}]"
+        reads += [ir.Let(n, ir.Load(part, (ir.SliceIndex(at, span), *idx), span), span)
                   for n, part, idx in zip(names, sf.parts, indices, strict=True)]
-        merges += _merge(sf, state, names, out, taken, f"{c}{u}")
-    lines = reads + merges
-    loop = f"for {c} in range(0, {sf.dim}, {UNROLL}) {{ " + "; ".join(lines) + " }"
-    edits = list(common) + [(sf.loop.span, loop)]
-    return kt.edited(edits)
+        merges += _merge(sf, state, names, out, taken, f"{c}{u}", span)
+    loop = ir.For(c, ir.Const(0, span), ir.Name(sf.dim, span), ir.Const(UNROLL, span),
+                  tuple(reads + merges), span)
+    return dataclasses.replace(kernel, body=rewrite.replace_stmt(kernel.body, sf.loop, (loop,)))
 
 
-def _merge(sf: SplitForm, state, theirs: list[str], out, taken: set[str], tag: str) -> list[str]:
+def _merge(sf: SplitForm, state, theirs: list[str], out, taken: set[str], tag: str, span) -> list[ir.Stmt]:
     """One partial merged into the vars: the one merge description (partial_leaves.py)."""
     if isinstance(sf.form, Accumulator):
-        return [sum_merge_line(state[0].name, theirs[0])]
-    lets = tuple(fresh(f"{n}_{tag}", taken) for n in ("m_a", "m_b", "m_ab", "c_a", "c_b"))
-    mine = tuple(d.name for d in state)
-    return softmax_merge_lines(mine, tuple(theirs), len(out.dims) - 1, lets)
+        return [sum_merge(Place(state[0].name, span), Place(theirs[0], span))]
+    lets = tuple(fresh(f"{n}_{tag}", taken) for n in MERGE_LETS)
+    mine = tuple(Place(d.name, span) for d in state)
+    return list(softmax_merge(mine, tuple(Place(n, span) for n in theirs), len(out.dims) - 1, lets, span))
 
 
 def chunking(total_iterations: int, factor: int) -> tuple[int, int]:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from compiler.cuda import split_loop
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
-from compiler.frontend.load import load_text
 
 CTAS_PER_SM = 2  # resident CTAs per multiprocessor that saturate its memory pipe (decode's shapes)
 MIN_CHUNK_ITERATIONS = 2
@@ -83,18 +82,16 @@ def plan_split(kernel: ir.Kernel, binding: Binding, factor: int | None = None,
         factor = choose_factor(math.prod(binding.grid or (1,)), sm_count or device_sm_count(), total)
     per, used = split_loop.chunking(total, factor)
     chunks = split_loop.padded(used)
-    texts = split_loop.split_texts(kernel, sf, per)
-    # under the user's file name, the user's lines unmoved: an error in a generated kernel points
-    # at the user's line
-    partial = _renamed(load_text(texts.partial, kernel.span.file).kernels[0], "partial")
-    combine = _renamed(load_text(texts.combine, kernel.span.file).kernels[0], "combine")
+    made = split_loop.split_kernels(kernel, sf, per)  # IR with the user's spans
+    partial = _renamed(made.partial, "partial")
+    combine = _renamed(made.combine, "combine")
     dims = dict(binding.dims) | {sf.dim: chunks}
     tiles = dict(binding.tile_values)
     pb = bind(partial, dims, tile_values=tiles)
     cb = bind(combine, dims, tile_values=tiles)
     scratch = tuple(
         (name, tuple(d if isinstance(d, int) else (chunks if d == sf.dim else env[d]) for d in shape))
-        for name, shape in texts.scratch
+        for name, shape in made.scratch
     )
     return SplitPlan(chunks, per, used, partial, pb, combine, cb, scratch, sf.axis)
 

@@ -33,7 +33,7 @@ MAP_BYTES = 128
 # CUtensorMapDataType: (code, bytes per element). TFLOAT32 copies f32 elements and rounds each to
 # TF32 (to nearest, ties to even) on the way into shared memory, as the language's TF32 dots
 # round their operands (measured on the H200, tma_tf32.py)
-DATA_TYPES = {"u16": (1, 2), "f32": (7, 4), "tf32": (11, 4)}
+DATA_TYPES = {"u8": (0, 1), "u16": (1, 2), "f32": (7, 4), "tf32": (11, 4)}  # u8: fp8 bytes
 _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 0, 3, 3, 0
 KEPT = 256  # maps and packed argument blocks kept, most recently used first
 
@@ -69,7 +69,7 @@ _MAPS, _PACKED = _Kept(), _Kept()
 @dataclass(frozen=True)
 class MapSpec:
     """The map a kernel parameter `param` wants of tensor `tensor`, a row-major [*outer, rows,
-    cols] of `dtype` elements (DATA_TYPES: 16-bit, f32, or f32 rounded to TF32 by the copy);
+    cols] of `dtype` elements (DATA_TYPES: bytes (fp8), 16-bit, f32, or f32 rounded to TF32 by the copy);
     the leaf's bound shape: any buffer of that many elements will do. The box spans one
     position of each outer axis."""
 

@@ -2,26 +2,27 @@
 fills the ring by bulk tensor copies (TMA, `cp.async.bulk.tensor`), and the CTA's own
 warpgroups, the consumers, only wait and multiply.
 
-Per stage s two mbarriers: full[s] (one arrival, the producer's, plus the stage's bytes, which the
-copies complete) and empty[s] (one arrival per consumer warp). The producer, one thread of the
-extra warpgroup, walks the loop: for iteration j it waits until stage j % S was released for
+Per stage s two mbarriers: full[s] (one arrival, the producer's, plus the stage's bytes, which
+the copies complete) and empty[s] (one arrival per consumer warp). The producer, one thread of
+the extra warpgroup, walks the loop: for iteration j it waits until stage j % S was released for
 iteration j - S, announces the stage's bytes on full[s] and issues one copy per 128-byte-wide box
-(a 16-bit operand's 64-wide block: the box lands in exactly the 128-byte-swizzled layout the
-wgmma descriptor reads, wgmma.CoreTile, and elements outside the tensor arrive as zeros). Each
-consumer iteration i waits on full[i % S], issues its wgmma group, waits for group i - 1 and then
-releases that group's stage: copies run up to S - 2 stages ahead with no CTA-wide barrier in the
-loop, and the 256 consumer threads issue no copies. Registers: with two consumer warpgroups
-`setmaxnreg` gives the producer 40 and each consumer thread 232 (the kernel starts at 168: 384
-threads, one CTA per multiprocessor); with one, 256 threads start with enough. The producer
-warpgroup returns after its loop, so everything after the loop
-runs on the consumers alone, and a barrier there is `bar.sync 1, consumers` (gen.sync).
+(a 16-bit operand's 64-wide block, an fp8 one's 128-wide k tile: the box lands in exactly the
+128-byte-swizzled layout the wgmma descriptor reads, wgmma.CoreTile, and elements outside the
+tensor arrive as zeros). Each consumer iteration i waits on full[i % S], issues its wgmma group,
+waits for group i - 1 and then releases that group's stage: copies run up to S - 2 stages ahead
+with no CTA-wide barrier in the loop, and the 256 consumer threads issue no copies. Registers:
+with two consumer warpgroups `setmaxnreg` gives the producer 40 and each consumer thread 232 (the
+kernel starts at 168: 384 threads, one CTA per multiprocessor); with one, 256 threads start with
+enough. The producer warpgroup returns after its loop, so everything after the loop runs on the
+consumers alone, and a barrier there is `bar.sync 1, consumers` (gen.sync).
 
 The tensor maps are kernel parameters (`const __grid_constant__ TmaMap`), made at the launch
 from the operand arrays and kept for later launches with the same arrays (tensor_maps.py).
 
 Takes a loop at the kernel's top level with a single tensor-core dot whose operands are 2-D slices
 of 2-D 16-bit tensors with 16-byte row pitch, laid out with 128-byte rows (K-major k = 64, or
-MN-major); anything else is pruned, so the tuner never measures a variant that is not one.
+MN-major), or of fp8 tensors K-major with k = 128 (fp8.py keeps fp8 dots only in that form);
+anything else is pruned, so the tuner never measures a variant that is not one.
 """
 
 from __future__ import annotations
@@ -79,10 +80,12 @@ def _in_boxes(tile, attention: bool):
 
 
 def _copyable(gen, tile, load: ir.Load) -> bool:
-    """A 16-bit operand in 128-byte swizzled rows, sliced from a row-major tensor by ranges (or
-    `:`) along its last two axes and single positions along any before them (at most one: a 3-D
+    """A 16-bit (or K-major fp8) operand in 128-byte swizzled rows, sliced from a row-major tensor
+    by ranges (or `:`) along its last two axes and single positions along any before them (at most one: a 3-D
     map), which the copies read but the kernel does not write."""
-    if not isinstance(tile, CoreTile) or tile.elem_bytes != 2 or not tile.swizzled:
+    if not isinstance(tile, CoreTile) or tile.elem_bytes not in (1, 2) or not tile.swizzled:
+        return False
+    if tile.elem_bytes == 1 and (tile.mn_major or tile.blocked):
         return False
     if not (tile.mn_major or tile.blocked) and tile.k * tile.elem_bytes != 128:
         return False
@@ -128,18 +131,21 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     attention = _check(gen, s, carried)
     tiles = [(st, _in_boxes(tile, attention)) for st, _, _, tile in entries]
     if not all(_copyable(gen, tile, st.value) for st, tile in tiles):
+        # the words the 16-bit tiles have always been pruned with (an fp8 tile reaches here only
+        # K-major with k = 128, which is copyable: fp8.keeps_fp8)
         raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
-    stage_floats = sum(t.elements // 2 for _, t in tiles)
+    stage_floats = sum(t.elements * t.elem_bytes // 4 for _, t in tiles)
     stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit)
     ops = []
     ring_first = gen.smem.perm_floats + (-gen.smem.perm_floats % 256)  # the first buffer's word
     for st, tile in tiles:
         base = gen.fresh("ring")
-        ring = gen.smem.alloc_perm(stages * tile.elements // 2, 256)
-        gen.out.line(f"unsigned short* const {base} = reinterpret_cast<unsigned short*>{ring};")
+        ring = gen.smem.alloc_perm(stages * tile.elements * tile.elem_bytes // 4, 256)
+        gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
         *outer, rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
-        box = (tile.rows, BOX_COLS)  # the box as the tile lies in shared memory
-        spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, outer=tuple(outer))
+        box = (tile.rows, 128 // tile.elem_bytes)  # the box as the tile lies in shared memory
+        kind = "u16" if tile.elem_bytes == 2 else "u8"
+        spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, kind, tuple(outer))
         ops.append(Operand(st, tile, spec, base, tile.elements))
     gen.smem.spent_ring = (ring_first, gen.smem.perm_floats - ring_first)
     ring = split(gen, s, ops, stages, loop)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from compiler.cuda import pingpong
+from compiler.cuda import fp8_promote, pingpong
 from compiler.cuda.operands import element_bytes, element_ctype
 from compiler.frontend import ir
 
@@ -249,7 +249,8 @@ def emit_wgmma(
     of mma.m16n8k16, which is wgmma's register A layout per warp. TF32 takes both operands
     K-major from shared memory and has no transpose bits. `fresh`: acc holds nothing yet; the
     first k step ignores it (scale-d 0) rather than have it zeroed, since ordinary writes of
-    accumulator registers while another group is in flight make ptxas serialize."""
+    accumulator registers while another group is in flight make ptxas serialize. An fp8 dot
+    adding into acc goes through fp8_promote.py (a fresh chain per k tile, added in f32)."""
     mma_k = _mma_k(dtype)
     from_regs = not isinstance(sa, CoreTile)
     where = ", a from registers" if from_regs else ""
@@ -264,6 +265,8 @@ def emit_wgmma(
         kept = replace(sb, ptr=rot.stage)
         rot.issue = issue(acc, frags, kept, n, kk, dtype, fresh)
         return
+    if dtype in ir.FP8 and not fresh and wait not in ("rotated", "carried"):  # never continue acc's chain
+        return fp8_promote.emit(gen, acc, sa, sb, n, kk, dtype, issue)
     if wait == "rotated" and gen.loop.turns:  # ping-pong: this warpgroup's turn (pingpong.py)
         gen.out.line(pingpong.wait_turn())
     gen.out.line("wg_fence();")

@@ -106,7 +106,8 @@ def reduce(ev, call, scope):
 
 
 def scan(ev, call, scope):
-    """cumsum, cumprod (sequential f32 or i32, wrapping), cummax: inclusive, along the axis."""
+    """cumsum, cumprod (sequential, in f32 or the integer type, wrapping), cummax, cummin:
+    inclusive, along the axis."""
     v = ev.eval(call.args[0], scope)
     if v.dtype == val.BOOL:
         v = v.astype(val.I32)
@@ -115,7 +116,9 @@ def scan(ev, call, scope):
         return np.cumsum(v, axis=ax, dtype=v.dtype)
     if call.func == "cumprod":
         return np.cumprod(v, axis=ax, dtype=v.dtype)
-    return np.maximum.accumulate(v, axis=ax)
+    if call.func == "cummax":
+        return np.maximum.accumulate(val.without_nan(v, "max"), axis=ax)
+    return np.minimum.accumulate(val.without_nan(v, "min"), axis=ax)
 
 
 def take(ev, call, scope):

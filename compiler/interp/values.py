@@ -116,13 +116,13 @@ def logical_not(v: np.ndarray) -> np.ndarray:
 def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = aligned(a, b)
     dtype = common_dtype(a, b)
-    return np.maximum(cast(a, dtype), cast(b, dtype))
+    return np.fmax(cast(a, dtype), cast(b, dtype))  # fmaxf: a NaN against a number gives the number
 
 
 def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = aligned(a, b)
     dtype = common_dtype(a, b)
-    return np.minimum(cast(a, dtype), cast(b, dtype))
+    return np.fmin(cast(a, dtype), cast(b, dtype))
 
 
 def select(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -147,8 +147,16 @@ def reduce(func: str, v: np.ndarray, axis: int) -> np.ndarray:
         dtype = I32 if v.dtype == BOOL else v.dtype
         return np.sum(v, axis=ax, dtype=dtype)
     if func == "max":
-        return np.max(v, axis=ax)
-    return np.min(v, axis=ax)
+        return np.max(without_nan(v, "max"), axis=ax)
+    return np.min(without_nan(v, "min"), axis=ax)
+
+
+def without_nan(v: np.ndarray, fold: str) -> np.ndarray:
+    """A max (min) fold is fmaxf's (fminf's) from -inf (+inf): a NaN element counts as nothing,
+    so it may as well be the fold's identity (a tile of NaNs folds to -inf / +inf)."""
+    if v.dtype.kind != "f":
+        return v
+    return np.where(np.isnan(v), np.asarray(-np.inf if fold == "max" else np.inf, v.dtype), v)
 
 
 def expand(v: np.ndarray, axis: int) -> np.ndarray:

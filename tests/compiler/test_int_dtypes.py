@@ -137,3 +137,44 @@ kernel hist(x: tensor<i32>[N], counts: tensor<i32>[NB]) {
     assert first.startswith("hist.phk:6:21: error: "), first
     assert "atomic_add into 'counts' is not split along ctx.block.x" in first
     assert "does not reduce atomic outputs across nodes" in first
+
+
+ROW_HIST = """\
+@cluster(BR in [16])
+@autotune(BR in [4, 16], BC in [64])
+kernel row_hist(x: tensor<i32>[R, C], counts: tensor<i32>[R, NB], top: tensor<i64>[R]) {
+  let r = ctx.block.x * BR
+  let c = ctx.block.y * BC
+  let t = load(x[r :+ BR, c :+ BC], fill = -1)
+  for j in range(0, NB) {
+    atomic_add(counts[r :+ BR, j], sum(where(t == j, 1, 0), axis = 1))
+  }
+  atomic_max(top[r :+ BR], i64(max(t, axis = 1)) * 1000 + i64(c))
+}
+"""
+
+
+def test_the_cluster_layer_runs_an_atomic_output_split_along_its_cluster_axis():
+    """Split along the cluster's grid axis x, each unit's CTAs along y reduce into its own rows on
+    its node: the cluster program (every unit, the sequential reference) equals the plain kernel
+    and the numpy histogram, old contents included."""
+    from compiler.cluster.build import compile_cluster
+    from compiler.cluster.sequential import run_program
+
+    k = load_text(ROW_HIST, "row_hist.phk").kernel()
+    rows, cols, bins = 64, 300, 5
+    x = np.random.default_rng(7).integers(0, bins, (rows, cols)).astype(np.int32)
+    inputs = {"x": x, "counts": np.full((rows, bins), 3, np.int32), "top": np.full(rows, -9, np.int64)}
+    dims = {"R": rows, "C": cols, "NB": bins}
+    plain = {n: a.copy() for n, a in inputs.items()}
+    interp.run_kernel(k, binding.bind(k, dims), plain, {})
+    program = compile_cluster(k, dims, cluster_values={"BR": 16})
+    assert len(program.units) == 4
+    clustered = {n: a.copy() for n, a in inputs.items()}
+    run_program(program, clustered, {})
+    want = np.stack([(x == j).sum(axis=1) for j in range(bins)], axis=1) + 3
+    np.testing.assert_array_equal(plain["counts"], want)
+    for name in ("counts", "top"):
+        np.testing.assert_array_equal(clustered[name], plain[name], err_msg=name)
+    blocks = [x[:, c:c + 64].max(axis=1).astype(np.int64) * 1000 + c for c in range(0, cols, 64)]
+    np.testing.assert_array_equal(plain["top"], np.maximum(np.max(blocks, axis=0), -9))

@@ -76,7 +76,7 @@ def to_numpy(node, env):
     args = [to_numpy(n, env) for n in node[1:]]
     ops = {
         "neg": lambda x: -x, "abs": np.abs, "exp": lambda x: np.exp(np.minimum(x, np.float32(4.0))),
-        "max": np.maximum, "min": np.minimum, "+": np.add, "-": np.subtract, "*": np.multiply,
+        "max": np.fmax, "min": np.fmin, "+": np.add, "-": np.subtract, "*": np.multiply,
         "/": np.true_divide, "<": np.less, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
         "and": np.logical_and, "or": np.logical_or, "not": np.logical_not, "where": np.where,
     }
@@ -153,8 +153,10 @@ kernel k({INPUTS}, out: tensor<f32>[{out_dim}], s: f32) {{
     run_kernel(kernel, bind(kernel, {"R": r, "C": c}), tensors, {"s": float(s)})
     with np.errstate(all="ignore"):
         value = np.float32(0.0) + to_numpy(expr, {**arrays, "s": s}) + np.zeros((r, c), np.float32)
-        if inner:
-            value = value - value.max(axis=axis, keepdims=True)
+        if inner:  # float max/min fold as fmaxf/fminf from -inf/+inf: NaN elements count as nothing
+            value = value - np.max(np.where(np.isnan(value), -np.inf, value), axis=axis, keepdims=True)
+        if func != "sum":
+            value = np.where(np.isnan(value), -np.inf if func == "max" else np.inf, value)
         expected = {"sum": np.sum, "max": np.max, "min": np.min}[func](value, axis=axis)
     if func != "sum":
         np.testing.assert_array_equal(out, expected)

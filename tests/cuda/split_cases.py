@@ -1,11 +1,12 @@
 """Kernels of the split-loop tests (test_split_loop.py on the CPU, test_split_loop_gpu.py on the GPU)
-and their inputs: grouped-query decode (an online softmax over S keys) for G query rows, in bf16,
-f16 or f32, and a split-K matmul (a linear accumulator)."""
+and their inputs: grouped-query decode (an online softmax over S keys, examples/decode/gqa_decode.phk)
+for G query rows, in bf16, f16 or f32, and a split-K matmul (a linear accumulator)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from benchmarks.decode_kernel import decode_text
 from compiler.frontend.load import load_text
 
 GS = (1, 4, 8, 16, 32)
@@ -13,29 +14,8 @@ DTYPES = ("bf16", "f16", "f32")
 
 
 def decode_source(dtype: str, g: int, bs: str = "64, 256") -> str:
-    cast = "p" if dtype == "f32" else f"{dtype}(p)"
-    return f"""
-@autotune(D in [128], BG in [{g}], BS in [{bs}])
-kernel decode(Q: tensor<{dtype}>[G, D], K: tensor<{dtype}>[S, D], V: tensor<{dtype}>[S, D],
-              O: tensor<f32>[G, D], scale: f32) {{
-  let row = ctx.block.x * BG
-  let q = Q[row :+ BG, :]
-  var m: tile<f32>[BG] = -inf
-  var l: tile<f32>[BG] = 0.0
-  var acc: tile<f32>[BG, D] = 0.0
-  for j in range(0, S, BS) {{
-    let valid = expand(j + arange(BS) < S, axis = 0)
-    let s = where(valid, dot(q, transpose(K[j :+ BS, :])) * scale, -inf)
-    let m_new = max(m, max(s, axis = 1))
-    let p = exp(s - expand(m_new, axis = 1))
-    let correction = exp(m - m_new)
-    l = l * correction + sum(p, axis = 1)
-    acc = acc * expand(correction, axis = 1) + dot({cast}, V[j :+ BS, :])
-    m = m_new
-  }}
-  O[row :+ BG, :] = acc / expand(l, axis = 1)
-}}
-"""
+    """examples/decode/gqa_decode.phk with KV in `dtype`, BG = g and BS over `bs` (its one home)."""
+    return decode_text(dtype, g, bs)
 
 
 SPLITK_SOURCE = """

@@ -7,12 +7,15 @@ Tolerances (norm-wise relative, over all elements):
   (b + 0.5) ulp of each term against the interpreter's once-rounded value, one ulp more for a sum's
   two roundings, 2^-126 for a flushed subnormal); floor and ceil exactly;
 - fast functions: tanh.approx's 2^-10.987 relative bounds every row: 6e-4;
-- f32 cumsum/cumprod of a line of L <= 512: L * 2^-24 (3e-5); cummax, take and i32 ops are exact.
+- f32 cumsum/cumprod of a line of L <= 512: L * 2^-24 (3e-5); cummax, take and i32 ops are exact;
+- long f32 cumsums (L up to 4096, over several warps): per element 2 L 2^-24 of the sum of |x|
+  up to it (each of the two scans is within L 2^-24 of the exact prefix).
 """
 
 from __future__ import annotations
 
 import builtin_cases as bc
+import fold_cases as fc
 import numpy as np
 import pytest
 from cuda_cases import all_points, rel_err
@@ -80,3 +83,29 @@ def test_bit_operations_on_the_gpu_are_exact():
     for point in all_points(k):
         ref, got = _both(k, {"N": 5001}, point, bc.bit_inputs(rng, 5001))
         np.testing.assert_array_equal(got["y"], ref["y"])
+
+
+def test_long_scans_on_the_gpu_are_within_the_scan_bound():
+    """Lines of 1024 to 4096 elements spread over 2 to 32 warps: per element, an f32 cumsum is
+    within L * 2^-24 of the sum of |x| up to it (both are inclusive scans of the same f32 values,
+    rounded at each of at most L additions); cummax and the i32 cumsum are exact."""
+    for threads in (256, 1024):
+        k = fc.long_kernel(threads)
+        n = 9000
+        for point in all_points(k):
+            block = point["B"]
+            arrays = fc.long_inputs(np.random.default_rng(15), n, block)
+            ref, got = _both(k, {"N": n, "NB": -(-n // block)}, point, arrays)
+            bound = 2 * block * 2**-24 * fc.long_meaning(arrays, block)["s_abs"]
+            assert np.all(np.abs(got["s"][0].astype(np.float64) - ref["s"][0]) <= bound), (threads, point)
+            np.testing.assert_array_equal(got["s"][1], ref["s"][1])
+            np.testing.assert_array_equal(got["sk"], ref["sk"])
+    k = fc.kernel(fc.LONG_ROWS, "long_rows")
+    for point in all_points(k):
+        rows, cols = 9, point["BC"]
+        arrays = fc.long_row_inputs(np.random.default_rng(16), rows, cols)
+        ref, got = _both(k, {"R": rows, "C": cols}, point, arrays)
+        x = np.abs(arrays["x"].astype(np.float64))
+        bound = 2 * cols * 2**-24 * np.cumsum(x, axis=1)
+        assert np.all(np.abs(got["s"].astype(np.float64) - ref["s"]) <= bound), point
+        np.testing.assert_array_equal(got["sk"], ref["sk"])

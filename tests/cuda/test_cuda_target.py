@@ -208,7 +208,7 @@ def test_the_tuner_prunes_warpgroup_mma_off_sm90_before_timing(cc, monkeypatch, 
     winner is cached under this GPU's arch."""
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
-    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
     asked = []
 
     def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):  # no GPU: made up

@@ -534,7 +534,7 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
-    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
     asked, modelled = [], []
 
     def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):
@@ -599,7 +599,7 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     monkeypatch.setattr(sched, "TMA_ATTENTION_TUNED", tma_tuned)
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
-    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
     asked = []
 
     def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):

@@ -252,7 +252,7 @@ def test_tuner_searches_the_tma_tf32_ring_as_a_family_of_its_own(monkeypatch, tm
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PHOBOS_CUDA_TMA", "1" if tma_on else "0")
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
-    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
     asked = []
 
     def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):

@@ -2,21 +2,27 @@
 example's k loop is fp8 warpgroup MMA (wgmma ... k32 .e4m3 / .e5m2) without spills; for sm_80 it
 still compiles (operands converted to f16) and says so once; the fp8 operand layout is the one
 the wgmma descriptor reads (the PTX ISA's 128-byte-swizzled K-major rule, written apart in
-cuda_cases.descriptor_reads); the scales leave the k loop."""
+cuda_cases.descriptor_reads); the scales leave the k loop; every k tile's wgmma chain starts
+from zero and is added into the f32 accumulator (fp8_promote.py), at every fp8 point of the
+tuner's space, without spills."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 from cuda_cases import descriptor_reads, ptxas
+from fp8_cases import per_tensor_text
 
 from compiler.cuda import fp8 as fp8_stage
-from compiler.cuda import stages
+from compiler.cuda import fp8_promote, stages
 from compiler.cuda.schedule import Schedule
 from compiler.cuda.wgmma import CoreTile
 from compiler.frontend import binding, ir
+from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_text
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "matmul_fp8.phk"
@@ -34,15 +40,62 @@ def _leaf(kernel, tiles, schedule, cc, until="nvrtc"):
     return stages.run(kernel, b, stages.Options(False, schedule, cc), until)
 
 
+# every fp8 point the tuner and benchmarks/fp8_bench.py measure: the example's four tile points
+# on each warpgroup-MMA schedule that keeps fp8 (cp.async rings of 3-6 stages, both CTA orders,
+# early or late copies; the TMA warp-specialized ring)
+FP8_SCHEDULES = [Schedule(None, s, order, wgmma=True, late_copies=late)
+                 for s in (3, 4, 5, 6) for order in ("row", "grouped") for late in (False, True)]
+FP8_SCHEDULES += [Schedule(None, s, order, wgmma=True, tma=True)
+                  for s in (4, 6) for order in ("row", "grouped")]
+FP8_SCHEDULES += [dataclasses.replace(s, fp8_overlap=True) for s in FP8_SCHEDULES]
+TILE_POINTS = [{"TILE_M": m, "TILE_N": n} for m in (64, 128) for n in (128, 256)]
+
+
+def _promoted_chains(ptx: str, n: int, warps: int, overlap: bool = False) -> None:
+    """Every k tile's wgmma chain starts from zero (scale-d 0 on its first k step) into a
+    temporary, in pieces of fp8_promote.pieces (fp8_overlap: of OVERLAP_N, each waited for with
+    the next in flight, wait_group 1), each waited for before its add: no chain continues the
+    accumulator."""
+    if overlap:
+        parts = [(f, fp8_promote.OVERLAP_N) for f in range(0, n, fp8_promote.OVERLAP_N)]
+        assert ptx.count("wgmma.wait_group.sync.aligned 1;") >= len(parts) - 1
+    else:
+        parts = fp8_promote.pieces(n, warps // 4)
+    width = parts[0][1]
+    issued = re.findall(r"setp\.ne\.b32 p, ([01]), 0; wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32", ptx)
+    assert issued == [("0" if s == 0 else "1", str(width)) for _ in parts for s in range(4)], issued
+    assert ptx.count("wgmma.wait_group.sync.aligned 0;") >= (1 if overlap else len(parts))
+
+
 @needs_ptxas
-@pytest.mark.parametrize(("fmt", "tiles"), [("e4m3", {"TILE_M": 128, "TILE_N": 256}),
-                                            ("e5m2", {"TILE_M": 128, "TILE_N": 128})])
-def test_sm90a_runs_the_k_loop_on_fp8_warpgroup_mma(fmt, tiles, tmp_path):
-    leaf = _leaf(_kernel(fmt), tiles, WGMMA, 90)
-    n = tiles["TILE_N"]
-    assert f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{fmt}.{fmt}" in leaf.ptx
-    assert ".target sm_90a" in leaf.ptx
-    assert leaf.ptx.count("wgmma.mma_async") == 128 // 32  # one k tile: 4 steps of k = 32
+@pytest.mark.parametrize("schedule", FP8_SCHEDULES, ids=lambda s: s.key())
+@pytest.mark.parametrize("tiles", TILE_POINTS, ids=lambda t: f"{t['TILE_M']}x{t['TILE_N']}")
+def test_every_fp8_point_promotes_each_k_tile_without_spills(tiles, schedule, tmp_path):
+    warps = 8 if tiles["TILE_M"] == 128 else 4
+    if schedule.fp8_overlap and warps == 4 and tiles["TILE_N"] == 256 and not schedule.tma:
+        with pytest.raises(CompileError, match="fp8_overlap at N = 256 takes two warpgroups"):
+            _leaf(_kernel(), tiles, schedule, 90)
+        return  # pruned: the tuner never measures it (it spilled)
+    leaf = _leaf(_kernel(), tiles, schedule, 90)
+    assert ".target sm_90a" in leaf.ptx and "e4m3.e4m3" in leaf.ptx
+    _promoted_chains(leaf.ptx, tiles["TILE_N"], warps, schedule.fp8_overlap)
+    if schedule.tma:
+        assert "cp.async.bulk.tensor.2d" in leaf.ptx
+        assert [m.dtype for m in leaf.generated.tensor_maps] == ["u8", "u8"]
+    report = ptxas(leaf.ptx, "sm_90a", tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("fmt", "tiles", "schedule"), [
+    ("e5m2", {"TILE_M": 128, "TILE_N": 256}, WGMMA),
+    ("e5m2", {"TILE_M": 64, "TILE_N": 256}, Schedule(None, 6, "grouped", wgmma=True, tma=True)),
+])
+def test_per_tensor_scales_and_e5m2_promote_without_spills(fmt, tiles, schedule, tmp_path):
+    kernel = load_text(per_tensor_text(EXAMPLE.read_text()).replace("e4m3", fmt), "m.phk").kernels[0]
+    leaf = _leaf(kernel, tiles, schedule, 90)
+    assert "wgmma.mma_async.sync.aligned.m64n" in leaf.ptx and f".f32.{fmt}.{fmt}" in leaf.ptx
+    _promoted_chains(leaf.ptx, tiles["TILE_N"], 8 if tiles["TILE_M"] == 128 else 4)
     report = ptxas(leaf.ptx, "sm_90a", tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 

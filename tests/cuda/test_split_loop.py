@@ -45,6 +45,23 @@ def test_split_decode_equals_the_one_cta_loop(g, factor):
     np.testing.assert_allclose(got["O"], want, rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("g", [1, 16])
+@pytest.mark.parametrize("factor", [64, 132])
+def test_split_decode_at_up_to_the_sm_count_equals_the_one_cta_loop(g, factor):
+    """Factors up to an H100's SM count (132) on a loop of 141 key blocks, the last one ragged."""
+    rng = np.random.default_rng(g + factor)
+    kernel = load(decode_source("f32", g))
+    s = 64 * 140 + 37
+    dims, point = {"G": g, "S": s}, {"BS": 64}
+    arrays, scalars = decode_inputs("f32", g, s, rng)
+    want = _reference(kernel, dims, point, arrays, scalars)["O"]
+    plan = split_plan.plan_split(kernel, binding.bind(kernel, dims, None, point), factor=factor)
+    assert plan.used == split_loop.chunking(141, factor)[1] and plan.used > factor // 2
+    got = {k: v.copy() for k, v in arrays.items()}
+    split_plan.run_split_reference(plan, got, scalars)
+    np.testing.assert_allclose(got["O"], want, rtol=2e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("factor", [1, 3, 5])
 def test_split_k_matmul_with_beta_equals_the_one_cta_loop(factor):
     rng = np.random.default_rng(factor)

@@ -1,7 +1,8 @@
-"""On the GPU: the split loop (partial + combine kernels) through the ordinary paths equals the
-reference interpreter's one-CTA loop, for every G of split_cases.GS, bf16 / f16 / f32 KV, odd S
-(not a multiple of BS) and split factors 1 (unsplit), 2, 3, 7, half the SM count and the SM count,
-plus the cost model's own choice. The calls go through phobos (Kernel.bind(split=N)) on cupy
+"""On the GPU: the split loop (partial, merge tree and combine kernels) through the ordinary paths
+equals the reference interpreter's one-CTA loop, for every G of split_cases.GS, bf16 / f16 / f32
+KV, odd S (not a multiple of BS) and split factors 1 (unsplit), 2, 3, 7, half the SM count and
+the SM count, plus the cost model's own choice, with the default tree (fan-in 8), and for a
+few, none (0) and fan-ins 4 and 16. The calls go through phobos (Kernel.bind(split=N)) on cupy
 arrays, once on torch tensors, and through a shipped CompiledLeaf's launch sequence.
 Tolerances are relative Frobenius errors against the interpreter: the attention tests' 2e-3 bf16,
 5e-4 f16, 1e-4 f32, or for decode (`_decode_tol`) what the operation allows where that is more:
@@ -17,7 +18,7 @@ import pytest
 from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load
 
 from compiler.api.kernel import from_source
-from compiler.cuda import split_launch, split_loop, split_plan
+from compiler.cuda import split_launch, split_loop, split_plan, split_tree
 from compiler.frontend import binding
 from compiler.interp import interpreter as interp
 
@@ -62,11 +63,16 @@ def _decode_tol(dtype: str, arrays: dict, scale: float) -> float:
     return max(TOL[dtype], 2.0 * float(np.linalg.norm(sigma) / np.linalg.norm(want)))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("g", GS)
-def test_split_decode_on_gpu_equals_the_interpreter(dtype, g):
+FAN_INS = [(dtype, g, 8) for dtype in DTYPES for g in GS]  # the default tree (split_tree.py)
+FAN_INS += [("bf16", 16, 0), ("f32", 1, 0), ("f16", 8, 0)]  # no tree: the combine merges all
+FAN_INS += [("bf16", 16, 4), ("bf16", 16, 16), ("f32", 1, 4), ("f16", 32, 16)]
+
+
+@pytest.mark.parametrize(("dtype", "g", "fan_in"), FAN_INS)
+def test_split_decode_on_gpu_equals_the_interpreter(dtype, g, fan_in, monkeypatch):
     import cupy
 
+    monkeypatch.setenv("PHOBOS_SPLIT_FAN_IN", str(fan_in))
     source = decode_source(dtype, g, "64")
     kernel = load(source)
     sms = split_plan.device_sm_count()
@@ -88,7 +94,8 @@ def test_split_decode_on_gpu_equals_the_interpreter(dtype, g):
     launch = calls[-2]._launches[next(iter(calls[-2]._launches))]
     # split = SM count: at most that many chunks of equal length (split_loop.chunking), padded
     per, used = split_loop.chunking(-(-s // 64), sms)
-    assert len(launch.parts) == 2 and launch.parts[0].grid[1] == split_loop.padded(used), per
+    levels = len(split_tree.tree_sizes(split_loop.padded(used), fan_in)) - 1
+    assert len(launch.parts) == 2 + levels and launch.parts[0].grid[1] == split_loop.padded(used), per
 
 
 def test_a_split_call_on_torch_tensors_equals_the_interpreter():
@@ -105,7 +112,7 @@ def test_a_split_call_on_torch_tensors_equals_the_interpreter():
     call = from_source(source).bind(tiles={"BS": 64}, autotune=False)  # the cost model splits it
     call(**t, **scalars)
     torch.cuda.synchronize()
-    assert len(next(iter(call._launches.values())).parts) == 2
+    assert len(next(iter(call._launches.values())).parts) >= 2
     assert _err(t["O"].cpu().numpy(), want["O"]) < _decode_tol("bf16", arrays, scalars["scale"])
 
 
@@ -132,8 +139,10 @@ def test_a_shipped_split_leaf_runs_its_sequence_and_equals_the_interpreter():
     assert _err(got, want["O"]) < TOL["f16"]
 
 
-@pytest.mark.parametrize("factor", [1, 3, 8, None])
-def test_split_k_matmul_on_gpu_equals_the_interpreter(factor):
+@pytest.mark.parametrize("fan_in", [0, 4])
+@pytest.mark.parametrize("factor", [1, 3, 8, 40, None])
+def test_split_k_matmul_on_gpu_equals_the_interpreter(factor, fan_in, monkeypatch):
+    monkeypatch.setenv("PHOBOS_SPLIT_FAN_IN", str(fan_in))
     kernel = load(SPLITK_SOURCE)
     rng = np.random.default_rng(3)
     dims = {"M": 128, "N": 128, "K": 32 * 40 + 7}
@@ -147,3 +156,31 @@ def test_split_k_matmul_on_gpu_equals_the_interpreter(factor):
     sequence = split_launch.compile_sequence(kernel, b, split=factor)
     got = split_launch.run_sequence_gpu(sequence, kernel, arrays, scalars)["C"]
     assert _err(got, want["C"]) < TOL["f32"], factor
+
+
+def test_a_tuned_call_times_factors_around_the_model_and_caches_the_winner():
+    """autotune on (the default): the split factor is tuned (split_tune.py) around the cost
+    model's, the winner cached under its own key and used; the result equals the interpreter."""
+    import cupy
+
+    from compiler.cuda import split_tune, tune_cache
+
+    source = decode_source("bf16", 16, "64")
+    kernel = load(source)
+    s = (1 << 18) + 17
+    arrays, scalars = decode_inputs("bf16", 16, s, np.random.default_rng(7))
+    want = {k: v.copy() for k, v in arrays.items()}
+    b = binding.bind(kernel, {"G": 16, "S": s}, None, {"BS": 64})
+    interp.run_kernel(kernel, b, want, scalars)
+    call = from_source(source).bind(tiles={"BS": 64})
+    d = _device(arrays, kernel)
+    call(**d, **scalars)
+    cupy.cuda.get_current_stream().synchronize()
+    assert _err(cupy.asnumpy(d["O"]), want["O"]) < _decode_tol("bf16", arrays, scalars["scale"])
+    entries = {k: v for k, v in tune_cache.read_cache().items() if k.startswith("split|decode|")}
+    assert entries, "no split factor was tuned"
+    entry = next(iter(entries.values()))
+    model = split_plan.model_factor(kernel, b, split_plan.device_sm_count())
+    assert sorted(int(f) for f in entry["timings"]) == split_tune.candidates(model, -(-s // 64))
+    launch = next(iter(call._launches.values()))
+    assert launch.parts[0].grid[1] == split_loop.padded(split_loop.chunking(-(-s // 64), entry["split"])[1])

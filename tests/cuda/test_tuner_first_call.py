@@ -35,7 +35,7 @@ def _no_compile(monkeypatch):
     monkeypatch.setattr(autotune.stages, "run", compiles)
     monkeypatch.setattr(compile_pool, "build", compiles)
     monkeypatch.setattr(compiled, "generate_source", compiles)
-    monkeypatch.setattr(autotune, "_inputs", compiles)
+    monkeypatch.setattr(autotune, "tuning_inputs", compiles)
 
 
 def test_shape_buckets_join_near_sizes_and_keep_small_dims_exact():
@@ -182,9 +182,9 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
 
     monkeypatch.delenv(autotune.QUIET_ENV, raising=False)
     monkeypatch.setattr(nvrtc, "_cache", {})
-    monkeypatch.setattr(autotune, "_inputs", lambda kernel, env: (None, None))
+    monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
     times = iter([2.0, 1.0])  # made up (no GPU): the second point wins
-    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars: next(times))
+    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars, beat=None: next(times))
     shapes = {"A": (256, 128), "B": (128, 256), "C": (256, 256)}
     (first,) = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)[1].kernels  # too short a loop to split
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tune mmf:")]
@@ -196,10 +196,50 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     nvrtc_runs, timed = [], []
     real = nvrtc._compile
     monkeypatch.setattr(nvrtc, "_compile", lambda *a: nvrtc_runs.append(a) or real(*a))
-    monkeypatch.setattr(autotune, "time_launch", lambda *a: timed.append(a) or 1.0)
+    monkeypatch.setattr(autotune, "time_launch", lambda *a, **k: timed.append(a) or 1.0)
     binding, sequence = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
     (again,) = sequence.kernels
     assert not nvrtc_runs and not timed and again.ptx == first.ptx
     assert binding.tile_values == {"TM": 64, "TN": 32}
     assert not capsys.readouterr().err  # a cached call prints nothing
     assert len(list((cache_dir / "ptx").glob("*.ptx"))) == 2
+
+
+def test_a_first_launch_well_over_the_best_is_the_candidates_time(monkeypatch):
+    """The screen: one warm-up and one timed launch decide a loser; a contender is timed in
+    full, with fewer repeats the longer its launch (tune_timing.time_launch)."""
+    from compiler.cuda import launch, tune_timing
+
+    launches, timed = [], []
+    monkeypatch.setattr(launch, "launch", lambda *a: launches.append(a))
+
+    def fake_timed(ms):
+        return lambda *a: timed.append(ms) or ms
+
+    monkeypatch.setattr(tune_timing, "_timed", fake_timed(2.0))
+    assert tune_timing.time_launch("k", {}, {}, beat=1.0) == 2.0
+    assert len(launches) == 1 and len(timed) == 1  # 2.0 > 1.3 x 1.0: screened out
+    timed.clear()
+    monkeypatch.setattr(tune_timing, "_timed", fake_timed(5.0))
+    assert tune_timing.time_launch("k", {}, {}, beat=4.5) == 5.0
+    assert len(timed) == 1 + int(tune_timing.REPEAT_BUDGET_MS / 5.0)  # a contender: timed in full
+    timed.clear()
+    monkeypatch.setattr(tune_timing, "_timed", fake_timed(0.1))
+    tune_timing.time_launch("k", {}, {})  # no best yet: never screened
+    assert len(timed) == 1 + tune_timing.MAX_REPEAT
+    timed.clear()
+    monkeypatch.setattr(tune_timing, "_timed", fake_timed(40.0))
+    tune_timing.time_launch("k", {}, {}, beat=39.0)
+    assert len(timed) == 1 + tune_timing.MIN_REPEAT
+
+
+def test_the_compile_pool_without_a_driver_gives_the_same_compiles(cache_dir):
+    """Asked for machine code of a GPU (device=0) where there is no CUDA driver, the workers
+    make none and the pool's answer is the PTX as without a device."""
+    k = frontend.select_kernel(frontend.load_text(MODEL_KERNEL), None)
+    dims = {"M": 256, "N": 256, "K": 128}
+    tasks = [(k, dims, {"TM": 64, "TN": tn}, DEFAULT, False, 90) for tn in (64, 128)]
+    with_device = compile_pool.build_all(tasks, workers=2, device=0)
+    without = compile_pool.build_all(tasks, workers=2)
+    assert [c.ptx for c, _ in with_device] == [c.ptx for c, _ in without]
+    assert compile_pool.machine_code(with_device[0][0].ptx, 0) is None  # this machine has no GPU

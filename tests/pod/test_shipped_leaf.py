@@ -113,13 +113,11 @@ def test_a_compiled_leaf_of_another_leaf_is_refused(shipped):
         gpu_leaves.gpu_leaf(matmul_leaf(128), compiled, 90)
 
 
-def test_a_split_leaf_ships_its_two_launches_and_their_scratch(monkeypatch, tmp_path):
+def test_a_split_leaf_ships_its_launches_and_their_scratch(monkeypatch, tmp_path):
     """A decode leaf of one CTA: the cost model splits its loop; the compiled leaf holds the
-    partial and combine entries of one module, in order, and the partials' scratch."""
-    import sys as _sys
-
-    _sys.path.insert(0, str(REPO / "tests" / "cuda"))
-    from split_cases import decode_source
+    partial, merge-tree (compiler/cuda/split_tree.py) and combine entries of one module, in order,
+    and the partials' scratch: the partial kernel's set and the tree's."""
+    from benchmarks.decode_kernel import decode_text
 
     try:
         from compiler.cuda import nvrtc
@@ -128,19 +126,22 @@ def test_a_split_leaf_ships_its_two_launches_and_their_scratch(monkeypatch, tmp_
     except (RuntimeError, OSError) as err:
         pytest.skip(f"no NVRTC here: {err}")
     monkeypatch.setenv(cache.ENV, str(tmp_path))
-    leaf = Leaf(name="dec", kernel="decode", source=decode_source("bf16", 16, "64"),
+    leaf = Leaf(name="dec", kernel="decode", source=decode_text("bf16", 16, "64"),
                 dims=(("G", 16), ("S", (1 << 16) + 3)), tile_values=(("D", 128), ("BG", 16), ("BS", 64)),
                 grid=(1,), threads=256, tensors=("Q", "K", "V", "O"), scalars=("scale",))
+    monkeypatch.setenv("PHOBOS_SPLIT_FAN_IN", "8")
     compiled = compile_leaf(leaf, 90)
-    entries = ["phobos_decode__split_partial", "phobos_decode__split_combine"]
-    assert [k.entry for k in compiled.kernels] == entries
-    names = [s.name for s in compiled.scratch]
-    assert names == ["m_part", "l_part", "acc_part"]
     chunks = compiled.kernels[0].grid[1]
-    assert chunks > 1 and compiled.scratch[2].shape == (chunks, 16, 128)
-    assert compiled.kernels[1].grid == (1, 1, 1)
+    assert chunks > 8  # the cost model's factor at S = 2^16: a tree of two levels
+    entries = ["partial", "merge0", "merge1", "combine"]
+    assert [k.entry for k in compiled.kernels] == [f"phobos_decode__split_{e}" for e in entries]
+    names = [s.name for s in compiled.scratch]
+    assert names == ["m_part", "l_part", "acc_part", "m_part_tree", "l_part_tree", "acc_part_tree"]
+    assert compiled.scratch[2].shape == (chunks, 16, 128)
+    assert compiled.kernels[-1].grid == (1, 1, 1)
     for k in compiled.kernels:
-        assert set(names) <= set(k.params) and f".entry {k.entry}" in compiled.code.decode()
+        assert set(names[:3]) <= set(k.params) and f".entry {k.entry}" in compiled.code.decode()
+    assert all(set(names[3:]) <= set(k.params) for k in compiled.kernels[1:3])
     back = capnp_io.program_from_bytes(capnp_io.program_to_bytes(capnp_io.JobProgram(
         kernel="decode", leaves=(leaf,), scalars=(), tensors=(), compiled=(("dec", compiled),))))
     prepared = gpu_leaves.gpu_leaf(leaf, dict(back.compiled)["dec"], 90)

@@ -9,6 +9,8 @@ and what the GPU must offer for it. What every policy carries:
 - `late_copies`: an iteration issues its refill after its dots rather than at its top,
 - `rotate`: a loop of two dots (attention) carries its last dot into the next iteration
   (loops.Rotation); a policy that cannot rotate ignores it, as the loop finds no dot to carry.
+- `fp8_overlap`: an fp8 dot's per-k-tile promotion overlaps its adds with the next piece's MMA
+  (fp8_promote.py); no effect without fp8 warpgroup MMA.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ class Mainloop:
     stages: int = 3
     late_copies: bool = False
     rotate: bool = False
+    fp8_overlap: bool = False
 
     name: ClassVar[str] = "base"
     # what the GPU must offer beyond mma.sync and cp.async (target.Need feature names), in the

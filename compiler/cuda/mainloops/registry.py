@@ -20,7 +20,8 @@ def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
     """The policy of a leaf under the tuner's `schedule` (schedule.py): `tensor_cores`, its dots
     run on tensor cores; `wgmma`, as warpgroup MMA (the schedule asked and the dots take it).
     A schedule's TMA asks nothing of mma.sync dots; its ping-pong is the handover's to prune."""
-    common = dict(stages=schedule.stages, late_copies=schedule.late_copies, rotate=schedule.rotate)
+    common = dict(stages=schedule.stages, late_copies=schedule.late_copies, rotate=schedule.rotate,
+                  fp8_overlap=schedule.fp8_overlap)
     if not tensor_cores:
         return Simt(**common)
     if wgmma and schedule.tma:
