@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass, field
 
 from common import options as env_options
+from compiler import builtins
 from compiler.cuda import mma, stages, target, tune_cache
 from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
@@ -197,7 +198,7 @@ def cuda_core_schedules(kernel: ir.Kernel) -> list[Schedule]:
     from compiler.frontend import walk
 
     looped = any(
-        isinstance(e, ir.Call) and e.func == "dot"
+        builtins.is_contraction(e)
         for loop in walk.iter_stmts(kernel.body) if isinstance(loop, ir.For)
         for e in walk.iter_body_exprs(loop.body)
     )

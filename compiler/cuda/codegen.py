@@ -22,6 +22,7 @@ from compiler.cuda import (
     stores,
     target,
     tma,
+    tma_store,
     tma_tf32,
     uniform,
     wgmma,
@@ -315,6 +316,8 @@ class KernelGen(ExprEmitter):
             head.block(wgmma.PRELUDE.splitlines())
         if self.used.tensor_maps:
             head.block(tma.prelude(self.used.tensor_maps).splitlines())
+        if self.used.tma_store:
+            head.block(tma_store.PRELUDE.splitlines())
         if self.used.pingpong:  # the TMA prelude has the mbarrier helpers already
             helpers = [] if self.used.tensor_maps else [mbarriers.PRELUDE]
             head.block("\n".join([*helpers, pingpong.PRELUDE]).splitlines())
@@ -324,6 +327,7 @@ class KernelGen(ExprEmitter):
         k = self.plan.kernel
         for s in k.body:
             self.stmt(s)
+        tma_store.check_used(self)
         shared_bytes = self.smem.bytes()
         if shared_bytes > self.plan.smem_limit:
             raise self.pruned(

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from compiler.frontend import ir
 
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
-# 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor)
-COMPILER_VERSION = "phobos-cuda-11"
+# 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor);
+# 12: the epilogue stage (epilogue.py) and the TMA store in the search (tma_store.py)
+COMPILER_VERSION = "phobos-cuda-12"
 
 
 def compiler_version() -> str:

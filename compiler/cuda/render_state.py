@@ -44,6 +44,8 @@ class SharedMemory:
     perm_floats: int = 0
     scratch_cur: int = 0
     scratch_max: int = 0
+    # (first word, words) of a TMA ring: free once its loop has ended (tma_store.py reuses it)
+    spent_ring: tuple[int, int] | None = None
 
     def alloc_perm(self, floats: int, align: int = 4) -> str:
         """`floats` words for the whole kernel, `align` words aligned (a swizzled tensor-core
@@ -83,6 +85,7 @@ class Used:
     pingpong: bool = False  # ping-pong handover barriers (pingpong.py)
     tf32_register_operand: bool = False  # a TF32 mma.sync dot reads a from registers (its budget)
     tensor_maps: list = field(default_factory=list)  # tensor_maps.MapSpec of the bulk copies' parameters
+    tma_store: bool = False  # a tile left through shared memory by bulk tensor stores (tma_store.py)
     int_helpers: set = field(default_factory=set)  # i64 / u32 helpers the code calls (int_ops.HELPERS)
 
 

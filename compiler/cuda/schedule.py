@@ -29,6 +29,9 @@ class Schedule:
     # CTA-wide barrier and take turns issuing their dots, one's softmax under the other's dots
     # (pingpong.py); copies run stages - 3 ahead
     pingpong: bool = False
+    # the TMA ring's epilogue (tma_store.py): a 2-D tile stored from the accumulator layout goes
+    # through shared memory (the spent ring, 128-byte swizzled) and out by bulk tensor stores
+    tma_store: bool = False
     # an fp8 dot's per-k-tile promotion (fp8_promote.py) in 64-column pieces alternating between two
     # temporaries, the next piece's MMA issued before the last one is added (no effect on others)
     fp8_overlap: bool = False
@@ -43,7 +46,8 @@ class Schedule:
         rot = "-rot" if self.rotate else ""
         tma = "-tma" if self.tma else ""
         pp = "-pp" if self.pingpong else ""
-        flags = f"{mma}{late}{rot}{tma}{pp}" + ("-fp8ov" if self.fp8_overlap else "")
+        st = "-tmast" if self.tma_store else ""
+        flags = f"{mma}{late}{rot}{tma}{pp}{st}" + ("-fp8ov" if self.fp8_overlap else "")
         flags += "-db" if self.double_buffer else ""
         return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{flags}"
 
@@ -122,8 +126,13 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
             for order in orders
             for late in (False, True)
         ]
-    if deep and tma_searched():
-        out += [Schedule(None, s, order, wgmma=True, tma=True) for s in (4, 6) for order in orders]
+    if deep and tma_searched():  # each with the plain epilogue and with the TMA store (tma_store.py)
+        out += [
+            Schedule(None, s, order, wgmma=True, tma=True, tma_store=st)
+            for s in (4, 6)
+            for order in orders
+            for st in (False, True)
+        ]
     if rotates and tma_searched() and TMA_ATTENTION_TUNED:
         out += [
             Schedule(None, s, order, wgmma=True, rotate=True, tma=True, pingpong=pp)

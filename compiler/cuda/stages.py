@@ -9,6 +9,8 @@
            and b) gets one copy per way (hoist.py)
   fit      bf16 / f16 dots of a shape the tensor cores cannot take run on CUDA cores; with a
            TF32 one the point is pruned (hoist.py)
+  epilogue a top-level element-wise let read once by the next store or let is written into
+           that use, not held as a register tile beside the accumulator (epilogue.py)
   analyse  which lets live in shared memory, which dots run on tensor cores (and in which
            type), layout hints of 1-D tiles, longest-first grid axes (analysis.py, mma.py)
   lay out  the CTA's threads: ThreadGrid (CUDA cores) or MmaGrid (the tensor-core accumulator
@@ -31,6 +33,7 @@ from common import options as env_options
 from common.pipeline import Stage, run_stages
 from compiler import builtins
 from compiler.cuda import analysis, fp8, mma, nvrtc, target, wgmma
+from compiler.cuda.epilogue import inline_epilogue_lets
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.mainloops.base import Mainloop
@@ -110,6 +113,10 @@ def split(leaf: Leaf) -> Leaf:
 
 def fit(leaf: Leaf) -> Leaf:
     return dataclasses.replace(leaf, kernel=fit_dots(leaf.kernel, leaf.binding, leaf.options.tf32))
+
+
+def epilogue(leaf: Leaf) -> Leaf:
+    return dataclasses.replace(leaf, kernel=inline_epilogue_lets(leaf.kernel))
 
 
 def analyse(leaf: Leaf) -> Leaf:
@@ -195,6 +202,7 @@ STAGES = (
     Stage("hoist", hoist),
     Stage("split", split),
     Stage("fit", fit),
+    Stage("epilogue", epilogue),
     Stage("analyse", analyse),
     Stage("lay out", lay_out),
     Stage("emit", emit),
@@ -228,6 +236,7 @@ def _dump(folder: Path, index: int, name: str, leaf: Leaf) -> None:
         "hoist": body,
         "split": body,
         "fit": body,
+        "epilogue": body,
         "analyse": lambda: repr(leaf.plan),
         "lay out": lambda: repr(leaf.grid),
         "emit": lambda: leaf.generated.source,

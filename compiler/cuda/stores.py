@@ -42,6 +42,11 @@ def store(gen, s: ir.Store) -> None:
     else:
         kind = "2d" if len(shape) == 2 else "flat"
     ctx = gen.ctx_for(kind, shape)
+    from compiler.cuda import tma_store  # it reads this module's pair-store conditions
+
+    if tma_store.store_ok(gen, s, param, ctx):
+        tma_store.store(gen, s, param, ctx)
+        return
     if vector_store_ok(gen, s, ctx):
         vector_store(gen, s, param, ctx)
         return
@@ -133,11 +138,31 @@ def _pure(gen, e: ir.Expr, shape) -> bool:
         return _pure(gen, e.lhs, shape) and _pure(gen, e.rhs, shape)
     if isinstance(e, ir.UnaryOp):
         return _pure(gen, e.operand, shape)
-    if builtins.is_broadcast(e) and isinstance(e.args[0], ir.Name):  # a row or column
-        v = gen.scope.vals.get(e.args[0].name)
-        return isinstance(v, Val) and v.kind == ("row" if dict(e.kwargs)["axis"].value == 1 else "col")
+    if builtins.is_broadcast(e):  # a row or column
+        kind = "row" if dict(e.kwargs)["axis"].value == 1 else "col"
+        return _pure_vector(gen, e.args[0], kind, shape)
     if builtins.is_elementwise(e):
         return all(_pure(gen, a, shape) for a in e.args)
+    return False
+
+
+def _pure_vector(gen, e: ir.Expr, kind: str, shape) -> bool:
+    """A 1-D operand of `expand` read in a 2-D tile of `shape`: a register row or column in that
+    layout, or element-wise operations on those, constants, scalars and 1-D loads (a bias: read
+    element by element, since no axis of the layout holds 4-wide vectors to load at once)."""
+    if isinstance(e, ir.Const):
+        return True
+    if isinstance(e, ir.Load):
+        return all(d.vector == 1 for d in gen.dists("2d", shape))
+    if isinstance(e, ir.Name):
+        v = gen.scope.vals.get(e.name)
+        return e.name in gen.scope.scalars or isinstance(v, Val) and v.kind == kind
+    if isinstance(e, ir.BinOp):
+        return _pure_vector(gen, e.lhs, kind, shape) and _pure_vector(gen, e.rhs, kind, shape)
+    if isinstance(e, ir.UnaryOp):
+        return _pure_vector(gen, e.operand, kind, shape)
+    if builtins.is_elementwise(e):
+        return all(_pure_vector(gen, a, kind, shape) for a in e.args)
     return False
 
 

@@ -137,6 +137,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     stage_floats = sum(t.elements * t.elem_bytes // 4 for _, t in tiles)
     stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit)
     ops = []
+    ring_first = gen.smem.perm_floats + (-gen.smem.perm_floats % 256)  # the first buffer's word
     for st, tile in tiles:
         base = gen.fresh("ring")
         ring = gen.smem.alloc_perm(stages * tile.elements * tile.elem_bytes // 4, 256)
@@ -146,6 +147,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         kind = "u16" if tile.elem_bytes == 2 else "u8"
         spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, kind, tuple(outer))
         ops.append(Operand(st, tile, spec, base, tile.elements))
+    gen.smem.spent_ring = (ring_first, gen.smem.perm_floats - ring_first)
     ring = split(gen, s, ops, stages, loop)
     if gen.plan.mainloop.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
         pingpong.takes_turns(gen)

@@ -161,7 +161,9 @@ def ring_prologue(gen, s: ir.For, entries, start: str, stop_name: str, step: str
     if stages < 3:
         raise gen.pruned(s.span, "TF32 bulk tensor copies need 3 stages in shared memory")
     region = gen.fresh("ring")
-    words = gen.smem.alloc_perm(max(stages * stage, m * (n + PAD)), 256)
+    region_words = max(stages * stage, m * (n + PAD))
+    words = gen.smem.alloc_perm(region_words, 256)
+    gen.smem.spent_ring = (gen.smem.perm_floats - (region_words + 3) // 4 * 4, region_words)
     gen.out.line(f"float* const {region} = reinterpret_cast<float*>{words};")
     ops = []
     for (st, _, _, tile), at, box_rows in ((a, 0, m), (b, stages * m * BOX, BOX)):

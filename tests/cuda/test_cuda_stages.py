@@ -28,7 +28,7 @@ def _through(leaf, last):
 
 def test_stage_list_is_the_documented_order():
     assert [n for n, _ in stages.STAGES] == [
-        "bind", "fp8", "hoist", "split", "fit", "analyse", "lay out", "emit", "nvrtc"
+        "bind", "fp8", "hoist", "split", "fit", "epilogue", "analyse", "lay out", "emit", "nvrtc"
     ]
 
 
@@ -149,8 +149,9 @@ def test_dump_switch_writes_every_stage(tmp_path, monkeypatch):
         "2-hoist.txt",
         "3-split.txt",
         "4-fit.txt",
-        "5-analyse.txt",
-        "6-lay-out.txt",
-        "7-emit.txt",
-        "8-nvrtc.txt",
+        "5-epilogue.txt",
+        "6-analyse.txt",
+        "7-lay-out.txt",
+        "8-emit.txt",
+        "9-nvrtc.txt",
     ]

@@ -1,6 +1,8 @@
 """The warp-specialized TMA mainloop (tma.py): a producer warpgroup fills the ring by bulk tensor
 copies through mbarriers, the consumers only wait and multiply; with `pingpong` the consumers
-also take turns (pingpong.py). TF32 dots take their own TMA ring (tma_tf32.py, C^T by role swap)."""
+also take turns (pingpong.py); with `tma_store` the epilogue's tile stores leave through the
+spent ring by bulk tensor stores (tma_store.py). TF32 dots take their own TMA ring (tma_tf32.py,
+C^T by role swap)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from compiler.cuda.mainloops.wgmma import tf32_tiles
 @dataclass(frozen=True)
 class TmaWarpSpecialized(Mainloop):
     pingpong: bool = False  # the consumer warpgroups take turns issuing their dots
+    tma_store: bool = False  # the epilogue's tile stores go out through shared memory (tma_store.py)
 
     name = "tma_ws"
     features = ("wgmma", "tma", "setmaxnreg", "mbarrier")
