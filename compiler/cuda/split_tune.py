@@ -77,10 +77,10 @@ def _timer(kernel, binding, schedule, cc: int, sm_count: int):
     """Median milliseconds of the whole launch sequence at a factor, CUDA events, random inputs."""
     import cupy
 
-    from compiler.cuda import autotune
     from compiler.cuda.split_launch import compile_sequence, launch_sequence, scratch_arrays
+    from compiler.cuda.tune_timing import tuning_inputs
 
-    arrays, scalars = autotune._inputs(kernel, dict(binding.env))
+    arrays, scalars = tuning_inputs(kernel, dict(binding.env))
 
     def measure(factor: int) -> float:
         sequence = compile_sequence(kernel, binding, schedule=schedule, cc=cc, split=factor,

@@ -91,7 +91,9 @@ def _copyable(gen, tile, load: ir.Load) -> bool:
         return False
     param = gen.tensor(load.tensor, load.span)
     dims = gen.dims_of(param)
-    if len(dims) not in (2, 3) or dims[-1] % 8 or load.tensor in gen.stored_tensors():
+    # a tensor map's row pitch must be a multiple of 16 bytes (cuTensorMapEncodeTiled refuses
+    # others): 8 elements of 16 bits, 16 of fp8
+    if len(dims) not in (2, 3) or (dims[-1] * tile.elem_bytes) % 16 or load.tensor in gen.stored_tensors():
         return False
     if load.fill is not None and not (isinstance(load.fill, ir.Const) and float(load.fill.value) == 0.0):
         return False
