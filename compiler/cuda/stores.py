@@ -12,15 +12,13 @@ writes of the epilogue (matmul's C, attention's O)."""
 from __future__ import annotations
 
 from common import dtypes
-from compiler import builtins
-from compiler.cuda import analysis, int_ops
+from compiler.cuda import analysis, int_ops, tma_store
 from compiler.cuda.emit import INT_SUFFIX, from_f32
 from compiler.cuda.layout import MmaDist
-from compiler.cuda.values import Ctx, Val
+from compiler.cuda.store_values import PACK, pure
+from compiler.cuda.values import Ctx
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
-
-_PACK = {"bf16": "pack_bf16x2", "f16": "pack_f16x2"}
 
 
 def store(gen, s: ir.Store) -> None:
@@ -42,8 +40,6 @@ def store(gen, s: ir.Store) -> None:
     else:
         kind = "2d" if len(shape) == 2 else "flat"
     ctx = gen.ctx_for(kind, shape)
-    from compiler.cuda import tma_store  # it reads this module's pair-store conditions
-
     if tma_store.store_ok(gen, s, param, ctx):
         tma_store.store(gen, s, param, ctx)
         return
@@ -123,47 +119,7 @@ def pair_store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
         return False
     if isinstance(last, ir.SliceRange) and analysis.int_range(last.start, gen.scope.ranges).divisor % 2:
         return False
-    return _pure(gen, s.value, ctx.shape)
-
-
-def _pure(gen, e: ir.Expr, shape) -> bool:
-    """An element of `e` is a C expression with no code before it: constants, scalars, loads,
-    register tiles already in this layout, and element-wise operations on those."""
-    if isinstance(e, ir.Const | ir.Load):
-        return True
-    if isinstance(e, ir.Name):
-        v = gen.scope.vals.get(e.name)
-        return e.name in gen.scope.scalars or isinstance(v, Val) and v.kind == "2d" and v.shape == shape
-    if isinstance(e, ir.BinOp):
-        return _pure(gen, e.lhs, shape) and _pure(gen, e.rhs, shape)
-    if isinstance(e, ir.UnaryOp):
-        return _pure(gen, e.operand, shape)
-    if builtins.is_broadcast(e):  # a row or column
-        kind = "row" if dict(e.kwargs)["axis"].value == 1 else "col"
-        return _pure_vector(gen, e.args[0], kind, shape)
-    if builtins.is_elementwise(e):
-        return all(_pure(gen, a, shape) for a in e.args)
-    return False
-
-
-def _pure_vector(gen, e: ir.Expr, kind: str, shape) -> bool:
-    """A 1-D operand of `expand` read in a 2-D tile of `shape`: a register row or column in that
-    layout, or element-wise operations on those, constants, scalars and 1-D loads (a bias: read
-    element by element, since no axis of the layout holds 4-wide vectors to load at once)."""
-    if isinstance(e, ir.Const):
-        return True
-    if isinstance(e, ir.Load):
-        return all(d.vector == 1 for d in gen.dists("2d", shape))
-    if isinstance(e, ir.Name):
-        v = gen.scope.vals.get(e.name)
-        return e.name in gen.scope.scalars or isinstance(v, Val) and v.kind == kind
-    if isinstance(e, ir.BinOp):
-        return _pure_vector(gen, e.lhs, kind, shape) and _pure_vector(gen, e.rhs, kind, shape)
-    if isinstance(e, ir.UnaryOp):
-        return _pure_vector(gen, e.operand, kind, shape)
-    if builtins.is_elementwise(e):
-        return all(_pure_vector(gen, a, kind, shape) for a in e.args)
-    return False
+    return pure(gen, s.value, ctx.shape)
 
 
 def pair_store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
@@ -180,7 +136,7 @@ def pair_store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     if param.dtype == "f32":
         st = f"*reinterpret_cast<float2*>(&{ptr}) = make_float2({lo}, {hi});"
     else:
-        st = f"*reinterpret_cast<unsigned*>(&{ptr}) = {_PACK[param.dtype]}({lo}, {hi});"
+        st = f"*reinterpret_cast<unsigned*>(&{ptr}) = {PACK[param.dtype]}({lo}, {hi});"
     gen.out.line(st if pred == "true" else f"if ({pred}) {st}")
     gen.out.close()
     gen.out.close()

@@ -33,8 +33,8 @@ along any before them (at most one: a 3-D map), with a 16-byte row pitch, a widt
 
 from __future__ import annotations
 
-from compiler.cuda import stores
 from compiler.cuda.layout import MmaDist
+from compiler.cuda.store_values import PACK, pure
 from compiler.cuda.tensor_maps import MapSpec
 from compiler.cuda.values import Ctx
 from compiler.frontend import ir, walk
@@ -96,7 +96,7 @@ def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
     first, words = gen.smem.spent_ring
     if rows * cols * eb > words * 4:
         return False
-    return stores._pure(gen, s.value, ctx.shape)
+    return pure(gen, s.value, ctx.shape)
 
 
 def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
@@ -127,7 +127,7 @@ def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     if param.dtype == "f32":
         gen.out.line(f"*reinterpret_cast<float2*>({at}) = make_float2({lo}, {hi});")
     else:
-        gen.out.line(f"*reinterpret_cast<unsigned*>({at}) = {stores._PACK[param.dtype]}({lo}, {hi});")
+        gen.out.line(f"*reinterpret_cast<unsigned*>({at}) = {PACK[param.dtype]}({lo}, {hi});")
     gen.out.close()
     gen.out.close()
     gen.out.line("fence_async_smem();  // the writes above, seen by the copy engine")
