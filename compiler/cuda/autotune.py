@@ -311,7 +311,7 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
 
     candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
     tasks = [(kernel, dims, point, schedule, tf32, inputs.cc) for point, schedule in candidates]
-    built = compile_pool.build_all(tasks, device=_device_index())
+    built = compile_pool.build_all(tasks)
     arrays, scalars = inputs.arrays, inputs.scalars
     timings = []
     for k, ((point, schedule), (compiled, why)) in enumerate(zip(candidates, built, strict=True)):
@@ -319,9 +319,8 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
         if compiled is None:
             pruned.append((items, why))
             continue
-        beat = min((t for _, t in timings + inputs.timed), default=None)
         try:
-            ms = time_launch(compiled, arrays, scalars, beat=beat)
+            ms = time_launch(compiled, arrays, scalars)
         except Exception as e:  # the driver refused the launch (resources): prune, do not guess
             pruned.append((items, f"launch failed: {e}"))
             continue
@@ -354,16 +353,6 @@ def _model_pruned(kernel, dims, candidates, tf32: bool, cc: int, rank: bool):
             estimates.append(e.message)
     kept, dropped = tune_model.rank(candidates, estimates, cc, by_score=rank)
     return kept, [((tuple(sorted(p.items())), s), why) for (p, s), why in dropped]
-
-
-def _device_index() -> int | None:
-    """The current GPU, for the compile pool's workers to make its machine code (None: none)."""
-    try:
-        import cupy
-
-        return int(cupy.cuda.Device().id)
-    except Exception:  # no cupy or no device: the workers make PTX alone
-        return None
 
 
 def _sm_count() -> int:

@@ -187,7 +187,7 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     # shared operands), then the two best again in the grouped CTA order; the second point's
     # double-buffered candidate wins
     times = iter([4.0, 3.0, 2.0, 1.0, 5.0, 6.0])
-    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars, beat=None: next(times))
+    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars: next(times))
     shapes = {"A": (256, 128), "B": (128, 256), "C": (256, 256)}
     (first,) = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)[1].kernels  # too short a loop to split
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tune mmf:")]
@@ -212,32 +212,16 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     assert len(list((cache_dir / "ptx").glob("*.ptx"))) == 6
 
 
-def test_a_first_launch_well_over_the_best_is_the_candidates_time(monkeypatch):
-    """The screen: one warm-up and one timed launch decide a loser; a contender is timed in
-    full, with fewer repeats the longer its launch (tune_timing.time_launch)."""
+def test_every_candidate_is_timed_in_full(monkeypatch):
+    """Two warm-up launches, then the median of seven timed ones, whatever the best so far
+    (tune_timing.time_launch: a first-launch screen picked slower winners on the H100)."""
     from compiler.cuda import launch, tune_timing
 
-    launches, timed = [], []
+    launches, timed = [], iter([3.0, 1.0, 2.0, 9.0, 2.0, 1.5, 2.5])
     monkeypatch.setattr(launch, "launch", lambda *a: launches.append(a))
-
-    def fake_timed(ms):
-        return lambda *a: timed.append(ms) or ms
-
-    monkeypatch.setattr(tune_timing, "_timed", fake_timed(2.0))
-    assert tune_timing.time_launch("k", {}, {}, beat=1.0) == 2.0
-    assert len(launches) == 1 and len(timed) == 1  # 2.0 > 1.3 x 1.0: screened out
-    timed.clear()
-    monkeypatch.setattr(tune_timing, "_timed", fake_timed(5.0))
-    assert tune_timing.time_launch("k", {}, {}, beat=4.5) == 5.0
-    assert len(timed) == 1 + int(tune_timing.REPEAT_BUDGET_MS / 5.0)  # a contender: timed in full
-    timed.clear()
-    monkeypatch.setattr(tune_timing, "_timed", fake_timed(0.1))
-    tune_timing.time_launch("k", {}, {})  # no best yet: never screened
-    assert len(timed) == 1 + tune_timing.MAX_REPEAT
-    timed.clear()
-    monkeypatch.setattr(tune_timing, "_timed", fake_timed(40.0))
-    tune_timing.time_launch("k", {}, {}, beat=39.0)
-    assert len(timed) == 1 + tune_timing.MIN_REPEAT
+    monkeypatch.setattr(tune_timing, "_timed", lambda *a: next(timed))
+    assert tune_timing.time_launch("k", {}, {}) == 2.0
+    assert len(launches) == 2 and next(timed, None) is None
 
 
 def test_the_compile_pool_without_a_driver_gives_the_same_compiles(cache_dir):
