@@ -26,7 +26,7 @@ _MAX_DYNAMIC_SMEM_ATTR = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 _functions: dict[tuple[int, str, str], object] = {}
 _modules: dict[tuple[int, str, str], object] = {}  # kept alive as long as their functions
-_plans: dict[tuple[str, str], tuple] = {}
+_plans: dict[tuple[str, str, tuple], tuple] = {}
 _lock = threading.Lock()
 
 
@@ -85,8 +85,10 @@ def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
 def _plan(compiled: CompiledKernel) -> tuple:
     """Per parameter (name, kind): None for an array, "f32"/"i32" for a scalar, or the MapSpec of
     a tensor map; made once per kernel (the launch's host time counts in a short kernel's
-    timing, tensor_maps.py)."""
-    key = (compiled.ptx, compiled.entry)
+    timing, tensor_maps.py). Keyed by the maps too: one PTX whose dimensions are parameters
+    serves several shapes, and each shape has its own maps (a plan keyed by the PTX alone gave a
+    second shape the first one's maps: tests/cuda/test_tma_store_gpu.py's batched case)."""
+    key = (compiled.ptx, compiled.entry, compiled.tensor_maps)
     plan = _plans.get(key)
     if plan is None:
         maps = {m.param: m for m in compiled.tensor_maps}

@@ -160,3 +160,22 @@ def _exprs(s):
     from compiler.frontend import walk
 
     return walk.iter_exprs(s)
+
+
+def test_an_fp8_operand_whose_rows_are_not_16_bytes_is_not_given_a_tensor_map():
+    """cuTensorMapEncodeTiled takes row pitches of a multiple of 16 bytes only: 16 fp8 elements
+    (8 of 16 bits). K = 1000 fp8 rows are refused the TMA ring at compile time, with a reason
+    (the H100 run refused them at the launch, CUresult 1); K = 1008 gets it."""
+    kernel = load_text(EXAMPLE.read_text(), "matmul_fp8.phk").kernels[0]
+    tma = Schedule(stages=4, wgmma=True, tma=True)
+    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 128}
+    options = stages.Options(False, tma, 90)
+
+    def emit(k: int):
+        return stages.run(kernel, binding.bind(kernel, {"M": 300, "N": 520, "K": k}, None, point), options,
+                          until="emit")
+
+    with pytest.raises(CompileError, match="bulk tensor copies"):
+        emit(1000)
+    leaf = emit(1008)
+    assert "cp.async.bulk.tensor" in leaf.generated.source

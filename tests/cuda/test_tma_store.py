@@ -150,3 +150,20 @@ def test_a_cached_tma_store_schedule_reads_back(tmp_path, monkeypatch):
     tune_cache.store(keys, dims, best, 1.0, store_schedule())
     found = tune_cache.lookup(k, dims, keys, autotune.search_points(k), 90)
     assert found is not None and found[2] == store_schedule()
+
+
+def test_one_ptx_at_two_shapes_gets_each_shapes_tensor_maps():
+    """The launch plan (launch._plan) is keyed by the tensor maps as well as the PTX: a kernel whose
+    dimensions are parameters compiles to one PTX for two shapes, and each needs its own maps."""
+    from types import SimpleNamespace
+
+    from compiler.cuda import launch
+    from compiler.cuda.tensor_maps import MapSpec
+
+    def compiled(rows: int):
+        spec = MapSpec(param="tm_a", tensor="A", box_rows=64, box_cols=64, rows=rows, cols=128,
+                       dtype="bf16", outer=(3,))
+        return SimpleNamespace(ptx="// same", entry="k", params=("tm_a",), scalars=(), tensor_maps=(spec,))
+
+    first, second = launch._plan(compiled(200)), launch._plan(compiled(77))
+    assert first[0][1].rows == 200 and second[0][1].rows == 77
