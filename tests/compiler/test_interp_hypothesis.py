@@ -75,7 +75,7 @@ def to_numpy(node, env):
         return np.float32(node[1])
     args = [to_numpy(n, env) for n in node[1:]]
     ops = {
-        "neg": lambda x: -x, "abs": np.abs, "exp": lambda x: np.exp(np.minimum(x, np.float32(4.0))),
+        "neg": lambda x: -x, "abs": np.abs, "exp": lambda x: np.exp(np.fmin(x, np.float32(4.0))),
         "max": np.fmax, "min": np.fmin, "+": np.add, "-": np.subtract, "*": np.multiply,
         "/": np.true_divide, "<": np.less, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
         "and": np.logical_and, "or": np.logical_or, "not": np.logical_not, "where": np.where,
