@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call of at most ~300 s for the bf16/f16 attention fed by a producer warpgroup's bulk
-# tensor copies (compiler/cuda/tma.py on a rotated loop of two dots; issue 14, D = 128): the GPU
+# tensor copies (compiler/cuda/mainloops/tma_ws/ring.py on a rotated loop of two dots; issue 14, D = 128): the GPU
 # tests of the bulk tensor copies against the interpreter (the attention ones at ragged shapes,
 # full and causal, D = 64 and 128, bf16 and f16, with and without ping-pong, and through
 # phobos.Kernel; matmul's 2-D rings, whose tensor maps share the encoder), then, only if every

@@ -64,10 +64,10 @@ kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) 
 @dataclass(frozen=True)
 class Variant:
     """A way to compile the split decode, swept by --variants: the merge tree's fan-in
-    (PHOBOS_SPLIT_FAN_IN, compiler/cuda/split_tree.py; 0: the combine merges every partial), the
-    chunks (None: the cost model's; `per_sm`: that many per SM, forced with split=N) and `pad`:
-    the row tile BG at least that many rows for 16-bit KV (the kernel's Q rows past G load as
-    zeros and are never stored, so that G < 16 runs the tensor-core partial; 0: BG = G)."""
+    (PHOBOS_SPLIT_FAN_IN, compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges every partial),
+    the chunks (None: the cost model's; `per_sm`: that many per SM, forced with split=N) and `pad`: the row
+    tile BG at least that many rows for 16-bit KV (the kernel's Q rows past G load as zeros and are never
+    stored, so that G < 16 runs the tensor-core partial; 0: BG = G)."""
 
     name: str
     fan_in: int

@@ -9,7 +9,7 @@
 # 0: no tree), @<K>sm K chunks per SM forced (else the cost model's), +pad16 BG >= 16 rows for bf16.
 # Each markdown ends with one line per variant: mean and worst fraction of the copy bandwidth and
 # the geometric mean of the time against the Triton split-KV kernel's; the first variant is the
-# default. Defaults to change after reading it: common/options.py split_fan_in (fan), split_plan.py
+# default. Defaults to change after reading it: common/options.py split_fan_in (fan), mainloops/split_loop/plan.py
 # CTAS_PER_SM (@Ksm, owned by 'decode'), DEFAULT_VARIANTS in benchmarks/decode.py (+pad16).
 set -o pipefail
 OUT=${OUT:-/tmp/decode-sweep}

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
 from common.atomic import write_atomically  # noqa: E402
-from compiler.cuda import autotune  # noqa: E402
 from compiler.cuda.compiled import compile_kernel  # noqa: E402
 from compiler.cuda.launch import launch  # noqa: E402
 from compiler.cuda.schedule import Schedule  # noqa: E402
+from compiler.cuda.tuning import autotune  # noqa: E402
 from compiler.frontend import binding  # noqa: E402
 from compiler.frontend import load as frontend  # noqa: E402
 
@@ -38,7 +38,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "matmul_fp8.phk"
 # the schedules the fp8 dot runs on as fp8 warpgroup MMA (compiler/cuda/fp8.py keeps the others
 # on f16): the cp.async ring (depth, CTA order, early or late copies) and the warp-specialized
 # TMA ring (a producer warpgroup, no CTA-wide barrier in the loop: the two consumer warpgroups'
-# per-k-tile promotions, fp8_promote.py, need not wait for each other)
+# per-k-tile promotions, mainloops/wgmma/fp8_promote.py, need not wait for each other)
 WGMMA_SCHEDULES = [Schedule(None, s, order, wgmma=True, late_copies=late)
                    for s in (3, 4, 5, 6) for order in ("row", "grouped") for late in (False, True)]
 WGMMA_SCHEDULES += [Schedule(None, s, order, wgmma=True, tma=True)

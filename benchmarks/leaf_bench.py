@@ -28,9 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
-from compiler.cuda import autotune  # noqa: E402
 from compiler.cuda.compiled import compile_kernel  # noqa: E402
 from compiler.cuda.launch import function_attributes, launch  # noqa: E402
+from compiler.cuda.tuning import autotune  # noqa: E402
 from compiler.frontend import binding  # noqa: E402
 from compiler.frontend import load as frontend
 

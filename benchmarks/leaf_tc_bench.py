@@ -30,9 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
-from compiler.cuda import autotune  # noqa: E402
 from compiler.cuda.compiled import compile_kernel  # noqa: E402
 from compiler.cuda.launch import function_attributes, launch  # noqa: E402
+from compiler.cuda.tuning import autotune  # noqa: E402
 from compiler.frontend import binding  # noqa: E402
 from compiler.frontend import load as frontend  # noqa: E402
 
@@ -67,7 +67,7 @@ def as_cupy(t):
 
 
 def tune(k, dims, log, label=None):
-    """The library's tuner (compiler/cuda/autotune.py): for tensor-core kernels it searches the
+    """The library's tuner (compiler/cuda/tuning/autotune.py): for tensor-core kernels it searches the
     tile values and the code generator's schedule (warp layout or warpgroup MMA, pipeline depth,
     CTA order)."""
     t0 = time.time()

@@ -17,8 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from issue36_rows import ROWS  # noqa: E402
 
-from compiler.cuda import autotune, compile_pool, launch, tune_timing  # noqa: E402
+from compiler.cuda import launch  # noqa: E402
 from compiler.cuda.compiled import compile_kernel  # noqa: E402
+from compiler.cuda.tuning import autotune
+from compiler.cuda.tuning import pool as compile_pool
+from compiler.cuda.tuning import timing as tune_timing
 from compiler.frontend import load as frontend  # noqa: E402
 from compiler.frontend.binding import bind  # noqa: E402
 

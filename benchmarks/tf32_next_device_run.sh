@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call for TF32 on the TMA ring by role swap (compiler/cuda/tma_tf32.py; issue 14:
+# One device call for TF32 on the TMA ring by role swap (compiler/cuda/mainloops/tma_ws/tf32.py; issue 14:
 # TF32 matmul at >= 0.75x cuBLAS TF32): first the GPU tests against the interpreter (every
 # `-k tf32` test of tests/cuda/test_cuda_tc_gpu.py: the TMA ring at 4 tile points x 4 ragged
 # shapes, beta != 0, K = 1000 wrapping the ring, the kernel-wide opt-in, the register-staged

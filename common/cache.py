@@ -1,7 +1,7 @@
 """The one cache folder of phobos: $PHOBOS_CACHE_DIR, default ~/.cache/phobos.
 
 What lives there, one JSON file each: the single-GPU tile autotuner's choices
-(compiler/cuda/autotune.py, `autotune.json`) and the cluster calibration with the leaf tuning
+(compiler/cuda/tuning/autotune.py, `autotune.json`) and the cluster calibration with the leaf tuning
 (scheduler/tuning/calibrate.py, `cluster-calibration.json`); and one text file per compiled leaf under
 `ptx/` (compiler/cuda/nvrtc.py: PTX keyed by a hash of the CUDA source, the NVRTC options and
 the NVRTC version, so a leaf is compiled once per machine, not once per job), one JSON file

@@ -15,7 +15,7 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
   PHOBOS_SPLIT_FAN_IN=N (split_fan_in, 8): a split loop's partials merged N at a time by a tree of
-    launches before its combine (compiler/cuda/split_tree.py; 0: the combine merges them all)
+    launches before its combine (compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges them all)
   PHOBOS_NVRTC=PATH (nvrtc, None): the NVRTC library tried first (nvrtc.py)
   CUDA_HOME, CUDA_PATH (cuda_homes, ()): CUDA installs searched for NVRTC
   PHOBOS_TOKEN (token, None): the cluster's token (common/cluster_token.py)

@@ -26,7 +26,7 @@ class TensorParam:
 
 @dataclass(frozen=True)
 class TensorMap:
-    """A bulk tensor copy's map of a parameter (compiler/cuda/tensor_maps.py MapSpec's fields)."""
+    """A bulk tensor copy's map of a parameter (compiler/cuda/mainloops/tma_ws/maps.py MapSpec's fields)."""
 
     param: str
     tensor: str

@@ -47,9 +47,9 @@ _SCRATCH = "scratch"  # an argument slot of a split's launch: (index among the s
 
 @dataclass
 class _Sequence:
-    """A split loop's launches (compiler/cuda/split_launch.py) for (shapes, device): each part a
-    _Launch whose `order` may also name scratch buffers, which each stream gets its own of (two
-    streams' calls must not share partials)."""
+    """A split loop's launches (compiler/cuda/mainloops/split_loop/launch.py) for (shapes, device): each part
+    a _Launch whose `order` may also name scratch buffers, which each stream gets its own of (two streams'
+    calls must not share partials)."""
 
     binding: Binding
     device: int
@@ -163,7 +163,7 @@ class Kernel:
                 bind(self._ir, merged_dims, None, merged_tiles)
         split = self._split if split is None else split
         if split is not None and split > 1:
-            from compiler.cuda import split_loop
+            from compiler.cuda.mainloops.split_loop import transform as split_loop
 
             with user_errors():
                 split_loop.split_form(self._ir)  # a loop that cannot split is refused now, at it
@@ -255,7 +255,7 @@ class Kernel:
         with user_errors():
             scalars = scalar_arguments(self._ir, scalars)
             if self._split is not None and self._split > 1:  # the split's meaning, on the interpreter
-                from compiler.cuda import split_plan
+                from compiler.cuda.mainloops.split_loop import plan as split_plan
 
                 split = split_plan.plan_split(self._ir, binding, factor=self._split)
                 split_plan.run_split_reference(split, arrays, scalars)
@@ -336,11 +336,13 @@ class Kernel:
     def _compiled(self, shapes: dict[str, tuple[int, ...]], cc: int):
         """(binding, split_launch.LaunchSequence) for these shapes on a GPU of capability `cc`: the
         tuned (or cached) tiles and schedule, the split-loop where the cost model says (its factor
-        tuned around the model's, split_tune.py, unless autotune=False; or `split`), then the PTX
-        (from the on-disk cache once any process has compiled it: a cached call runs neither the
-        tuner nor NVRTC)."""
-        from compiler.cuda import split_loop, split_plan, split_tune
-        from compiler.cuda.split_launch import compile_sequence
+        tuned around the model's, mainloops/split_loop/tune.py, unless autotune=False; or `split`), then the
+        PTX (from the on-disk cache once any process has compiled it: a cached call runs neither the tuner nor
+        NVRTC)."""
+        from compiler.cuda.mainloops.split_loop import plan as split_plan
+        from compiler.cuda.mainloops.split_loop import transform as split_loop
+        from compiler.cuda.mainloops.split_loop import tune as split_tune
+        from compiler.cuda.mainloops.split_loop.launch import compile_sequence
 
         binding = self._binding(shapes, self._tiles)
         with user_errors():
@@ -359,9 +361,9 @@ class Kernel:
 
     def _tuned_tiles(self, binding: Binding, cc: int):
         """The @autotune values for this binding: pinned, else tuned on the current GPU through
-        the on-disk cache that `compiler cuda`/`ptx` share (compiler/cuda/autotune.py)."""
-        from compiler.cuda import autotune
+        the on-disk cache that `compiler cuda`/`ptx` share (compiler/cuda/tuning/autotune.py)."""
         from compiler.cuda.schedule import DEFAULT
+        from compiler.cuda.tuning import autotune
 
         at = self._ir.autotune
         fixed = {**self._tiles, **{n: v for n, v in binding.dims.items() if n in binding.tile_values}}
@@ -377,7 +379,7 @@ def _launch_plain(launch: _Launch, args: tuple, stream) -> None:
 
 
 def _launch_with_maps(launch: _Launch, args: tuple, stream) -> None:
-    from compiler.cuda import tensor_maps
+    from compiler.cuda.mainloops.tma_ws import maps as tensor_maps
 
     fn, shared = launch.function.ptr, launch.shared_bytes
     tensor_maps.launch(fn, launch.grid, launch.block, shared, stream.ptr, list(args))
@@ -407,7 +409,7 @@ def _launch_sequence(sequence: _Sequence, args: tuple, stream) -> None:
 def _map_args(launch: _Launch, views, values: tuple, params) -> tuple:
     """The arguments of a kernel with tensor maps: each map as (spec, this call's address), which
     tensor_maps.launch makes into a map only for an address it has not kept one for."""
-    from compiler.cuda import tensor_maps
+    from compiler.cuda.mainloops.tma_ws import maps as tensor_maps
 
     args = []
     for slot, kind in launch.order:

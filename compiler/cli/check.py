@@ -45,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
 def describe_split(kernel: ir.Kernel, split: int) -> str:
     """The split-loop --split N asks of `kernel`; CompileError at the loop when it cannot split."""
     from compiler.cluster.accumulate import Accumulator
-    from compiler.cuda.split_loop import split_form
+    from compiler.cuda.mainloops.split_loop.transform import split_form
 
     sf = split_form(kernel)
     form = "a linear accumulator" if isinstance(sf.form, Accumulator) else "an online softmax (m, l, acc)"

@@ -76,7 +76,7 @@ def _bound(args: argparse.Namespace):
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
     schedule = DEFAULT
     if not tiles:
-        from compiler.cuda import autotune
+        from compiler.cuda.tuning import autotune
 
         if getattr(args, "autotune", False):
             if autotune.gpu_name() is None:

@@ -223,7 +223,7 @@ def handle(args: argparse.Namespace) -> int:
     split = cta_split(args)
     kernel = select_kernel(load_file(user_path(args.file)), args.kernel)
     if split is not None and split > 1:
-        from compiler.cuda.split_loop import split_form
+        from compiler.cuda.mainloops.split_loop.transform import split_form
 
         split_form(kernel)  # refused before any file is read, at the loop, saying why
     dims = dims_from_files(kernel, dims, existing_shapes(paths))

@@ -246,9 +246,9 @@ def _describe(e: ir.Expr) -> str:
 def check_running_sum(kernel: ir.Kernel, loop: ir.For) -> Accumulator:
     """A linear accumulator whose store is any expression of it (read once after the loop): the
     cluster's step leaf, `C[r] = alpha * acc + c_old` (leaves.step_leaf), is one. Such a loop
-    splits over a leaf's CTAs (compiler/cuda/split_loop.py: the partials add, the store runs once
-    on their sum), though not over nodes (the output must then hold the running sum). The output
-    is read nowhere before the store's lets."""
+    splits over a leaf's CTAs (compiler/cuda/mainloops/split_loop/transform.py: the partials add, the store
+    runs once on their sum), though not over nodes (the output must then hold the running sum). The output is
+    read nowhere before the store's lets."""
     at = next(i for i, s in enumerate(kernel.body) if s is loop)
     pre, post = kernel.body[:at], kernel.body[at + 1 :]
     assign = _accumulated_var(loop.body)

@@ -46,7 +46,7 @@ FORM_NAMES = {"softmax": "online softmax", "accumulator": "linear accumulator"}
 def check_cluster_loop(kernel: ir.Kernel, loop: ir.For, explain=_cluster_wording) -> Combine:
     """The loop's combine form, or a CompileError naming the closest form and why it is not it:
     `explain(form, why)` words it ('softmax' or 'accumulator'; the split over CTAs words it its
-    own way, compiler/cuda/split_loop.py)."""
+    own way, compiler/cuda/mainloops/split_loop/transform.py)."""
     if _looks_like_softmax(kernel, loop):
         try:
             return check_online_softmax(kernel, loop)

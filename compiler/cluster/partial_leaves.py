@@ -13,9 +13,9 @@ Generated kernels are split among CTAs like the user's store (`tiled`: per axis 
 grid axis and tile that split it, or None), as the init leaf of leaves.py is.
 
 The merge of two partials is described once, as IR (`softmax_merge`, `sum_merge`), for every
-level: nodes of a cluster here, CTAs of a leaf in compiler/cuda/split_loop.py (the same IR).
-`softmax_merge_lines` and `sum_merge_line` print the same statements for a caller that writes
-phobos source (the split's merge tree, compiler/cuda/split_tree.py).
+level: nodes of a cluster here, CTAs of a leaf in compiler/cuda/mainloops/split_loop/transform.py (the same
+IR). `softmax_merge_lines` and `sum_merge_line` print the same statements for a caller that writes phobos
+source (the split's merge tree, compiler/cuda/mainloops/split_loop/tree.py).
 """
 
 from __future__ import annotations

@@ -9,14 +9,14 @@ Public API (compiled.py):
   round trip; `launch.run_kernel_gpu(kernel, binding, arrays, scalars)`: host arrays in, outputs out;
   every launch path passes its scalar arguments through scalars.py.
 - `compiler.cuda.nvrtc.compile_to_ptx(source, arch="compute_90")`, cached per (source, options).
-- `compiler.cuda.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
+- `compiler.cuda.tuning.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
 - `compiler.cuda.target`: what a leaf's code needs of the GPU, the PTX target for a compute
   capability, the check before a module load.
 Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc. The emit stage is
 codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with calls.py (the built-in
-calls), stores.py (a Store statement's writes), dots.py (FMA dots),
+calls), stores/emit.py (a Store statement's writes), mainloops/simt/dots.py (FMA dots),
 mma.py (tensor-core dots), operands.py (their shared-memory buffers), staged.py (which
-buffer an operand already lives in), wgmma.py (warpgroup MMA), tf32.py (the one rounding of f32
+buffer an operand already lives in), mainloops/wgmma/mma.py (warpgroup MMA), tf32.py (the one rounding of f32
 to TF32, to nearest even),
 loops.py (software pipelining of loop operands) and reductions.py as functions of that one
 emitter; values.py holds what they pass around.

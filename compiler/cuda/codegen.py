@@ -3,7 +3,7 @@
 Dims and tile values are compile-time constants; every tile is a register array spread over the
 CTA as `layout.py` describes; element-wise chains become one unrolled loop over each thread's
 register block; reductions, dot products and layout changes are hoisted before the loop that
-uses them (`exprs.py`); dot stages its operands through shared memory (`dots.py`).
+uses them (`exprs.py`); dot stages its operands through shared memory (`mainloops/simt/dots.py`).
 """
 
 from __future__ import annotations
@@ -11,22 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler import builtins
-from compiler.cuda import (
-    analysis,
-    dots,
-    int_ops,
-    loops,
-    mbarriers,
-    mma,
-    pingpong,
-    stores,
-    target,
-    tma,
-    tma_store,
-    tma_tf32,
-    uniform,
-    wgmma,
-)
+from compiler.cuda import analysis, int_ops, loops, mbarriers, mma, target, uniform
 from compiler.cuda.emit import (
     CTYPE,
     FP8_PRELUDE,
@@ -38,7 +23,14 @@ from compiler.cuda.emit import (
 )
 from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
+from compiler.cuda.mainloops.pingpong import handover as pingpong
+from compiler.cuda.mainloops.simt import dots
+from compiler.cuda.mainloops.tma_ws import ring as tma
+from compiler.cuda.mainloops.tma_ws import store as tma_store
+from compiler.cuda.mainloops.tma_ws import tf32 as tma_tf32
+from compiler.cuda.mainloops.wgmma import mma as wgmma
 from compiler.cuda.render_plan import point_text, render_plan
+from compiler.cuda.stores import emit as stores
 from compiler.cuda.values import Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -77,7 +69,8 @@ class Generated:
     shared_bytes: int
     line_spans: tuple  # generated line (1-based) -> Span | None, index 0 unused
     need: target.Need = target.Need()  # what the code asks of the GPU (target.py picks NVRTC's -arch)
-    tensor_maps: tuple = ()  # tensor_maps.MapSpec per extra parameter (bulk tensor copies, tma.py)
+    # tensor_maps.MapSpec per extra parameter (bulk tensor copies, mainloops/tma_ws/ring.py)
+    tensor_maps: tuple = ()
 
 
 class KernelGen(ExprEmitter):
@@ -250,7 +243,7 @@ class KernelGen(ExprEmitter):
         self.loop.rotation = None
         if self.used.wgmma and not self.loop.barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
-        if self.loop.swap is not None:  # C^T's accumulator into acc (tma_tf32.py)
+        if self.loop.swap is not None:  # C^T's accumulator into acc (mainloops/tma_ws/tf32.py)
             tma_tf32.finish(self)
 
     def source_comment(self, span) -> None:
@@ -269,7 +262,8 @@ class KernelGen(ExprEmitter):
 
     def parameters(self) -> tuple[list[str], list[str]]:
         """The kernel's C parameters and their names in launch order: tensors, scalars, then the
-        tensor maps of bulk tensor copies (passed by value, made from the launch's arrays: tensor_maps.py)."""
+        tensor maps of bulk tensor copies (passed by value, made from the launch's arrays:
+        mainloops/tma_ws/maps.py)."""
         params, order = [], []
         stored = self.stored_tensors()
         for p in self.plan.kernel.params:

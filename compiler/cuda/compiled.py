@@ -23,13 +23,13 @@ if TYPE_CHECKING:
 
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
 # 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor);
-# 12: the epilogue stage (epilogue.py) and the TMA store in the search (tma_store.py)
+# 12: the epilogue stage (stores/epilogue.py) and the TMA store in the search (mainloops/tma_ws/store.py)
 COMPILER_VERSION = "phobos-cuda-12"
 
 
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
-    from compiler.cuda.dots import dot_unroll
+    from compiler.cuda.mainloops.simt.dots import dot_unroll
     from compiler.cuda.schedule import tma_searched
 
     return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma")
@@ -161,7 +161,7 @@ def launched_kernels(leaf: CompiledLeaf) -> tuple[CompiledKernel, ...]:
     the GPU before it shipped the leaf; target.check still refuses a wrong one, at the kernel)."""
     if leaf.code_kind != "ptx":
         raise ValueError(f"leaf {leaf.leaf}: cannot load {leaf.code_kind} code yet (PTX only)")
-    from compiler.cuda.tensor_maps import MapSpec
+    from compiler.cuda.mainloops.tma_ws.maps import MapSpec
 
     ptx = leaf.code.decode()
     return tuple(

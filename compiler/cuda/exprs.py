@@ -6,9 +6,10 @@ loads) is hoisted: emitted before the loop, into a register array or shared memo
 from __future__ import annotations
 
 from compiler import builtins
-from compiler.cuda import analysis, dots, int_ops, reductions
+from compiler.cuda import analysis, int_ops, reductions
 from compiler.cuda.emit import CTYPE, FLOATS, INT_SUFFIX, Emitter, c_float, to_f32
 from compiler.cuda.layout import Dist, LayoutError
+from compiler.cuda.mainloops.simt import dots
 from compiler.cuda.render_plan import RenderPlan, block_ranges
 from compiler.cuda.render_state import LoopState, Registers, Scope, SharedMemory, Used
 from compiler.cuda.values import LOCALS, POSITIONS, Ctx, SharedTile, Val
@@ -226,7 +227,7 @@ class ExprEmitter:
         raise CompileError(e.span, f"the CUDA backend cannot compile {type(e).__name__} here")
 
     def dot_elem(self, e: ir.Call, ctx: Ctx | None) -> str:
-        """An element of a dot: the product is hoisted into registers (dots.py), then read."""
+        """An element of a dot: the product is hoisted into registers (mainloops/simt/dots.py), then read."""
         val = dots.dot(self, e, into=None)
         return self.access(val, ctx) if ctx.native and ctx.kind == "2d" else self.through_shared(val, ctx)
 

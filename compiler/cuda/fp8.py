@@ -11,13 +11,13 @@ expand(sb, axis = 0))`. In the GEMM form
 with scales that the loop does not change, the loop accumulates the plain dots and one
 `acc *= S` follows it: Σ_k S ⊙ p_k and S ⊙ Σ_k p_k differ only in the rounding of f32
 operations (S's product is the same f32 number either way), the freedom a schedule has (§9.1),
-and each k tile's tensor-core sum is added into acc as it is (fp8_promote.py), with no scaling
+and each k tile's tensor-core sum is added into acc as it is (mainloops/wgmma/fp8_promote.py), with no scaling
 pass over the accumulator per iteration.
 
 Operands. Where the leaf runs its dots as Hopper warpgroup MMA (compute capability 9.0, a
 wgmma schedule) and each fp8 dot reads both operands K-major from tensor loads with k = 128
 (128 bytes: one swizzled row), the dot stays fp8: wgmma.mma_async ... k32 .e4m3 / .e5m2
-(wgmma.py). Elsewhere its operands are converted to f16, which holds every e4m3 and e5m2 value
+(mainloops/wgmma/mma.py). Elsewhere its operands are converted to f16, which holds every e4m3 and e5m2 value
 exactly, so the products and f32 sums are those of the fp8 dot and only the speed differs: on
 a GPU without fp8 tensor cores (below 9.0 here; Blackwell runs the sm_90 PTX without wgmma) this
 is said once per kernel on stderr.

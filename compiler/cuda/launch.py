@@ -85,7 +85,7 @@ def function_attributes(compiled: CompiledKernel) -> dict[str, int]:
 def _plan(compiled: CompiledKernel) -> tuple:
     """Per parameter (name, kind): None for an array, "f32"/"i32" for a scalar, or the MapSpec of
     a tensor map; made once per kernel (the launch's host time counts in a short kernel's
-    timing, tensor_maps.py). Keyed by the maps too: one PTX whose dimensions are parameters
+    timing, mainloops/tma_ws/maps.py). Keyed by the maps too: one PTX whose dimensions are parameters
     serves several shapes, and each shape has its own maps (a plan keyed by the PTX alone gave a
     second shape the first one's maps: tests/cuda/test_tma_store_gpu.py's batched case)."""
     key = (compiled.ptx, compiled.entry, compiled.tensor_maps)
@@ -118,7 +118,7 @@ def launch(compiled: CompiledKernel, arrays: dict, scalars: dict, stream=None) -
     if not by_maps:
         fn(compiled.grid, compiled.block, tuple(args), shared_mem=compiled.shared_bytes, stream=stream)
         return
-    from compiler.cuda import tensor_maps
+    from compiler.cuda.mainloops.tma_ws import maps as tensor_maps
 
     s = stream if stream is not None else cupy.cuda.get_current_stream()
     tensor_maps.launch(fn.ptr, compiled.grid, compiled.block, compiled.shared_bytes, s.ptr, args)

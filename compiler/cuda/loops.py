@@ -3,14 +3,16 @@
 Operands that are plain tensor loads depending only on the loop variable are fetched ahead:
 f32 operands one iteration ahead into registers (prefetch_first / pipelined_lets), tensor-core
 operands into a ring of shared buffers by cp.async (copy_pipeline / ring_lets). Functions of the
-kernel's emitter (`gen`), as in dots.py.
+kernel's emitter (`gen`), as in mainloops/simt/dots.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, dots, pingpong
+from compiler.cuda import analysis
+from compiler.cuda.mainloops.pingpong import handover as pingpong
+from compiler.cuda.mainloops.simt import dots
 from compiler.frontend import ir
 
 

@@ -1,6 +1,6 @@
 """mbarriers in shared memory: the helpers every kernel that uses them includes (PRELUDE) and
-a ring's pair of barriers per stage (full[s], empty[s]), for the TMA ring (tma.py) and the
-ping-pong handover of a cp.async ring (pingpong.py)."""
+a ring's pair of barriers per stage (full[s], empty[s]), for the TMA ring (mainloops/tma_ws/ring.py) and the
+ping-pong handover of a cp.async ring (mainloops/pingpong/handover.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler import builtins
-from compiler.cuda import tf32, wgmma, wgmma_tf32
+from compiler.cuda import tf32
+from compiler.cuda.mainloops.wgmma import mma as wgmma
+from compiler.cuda.mainloops.wgmma import tf32 as wgmma_tf32
 from compiler.cuda.operands import (
     MMA_K,
     MmaTile,
@@ -379,7 +381,7 @@ def register_operand(gen, role: str, arg: ir.Expr, m: int, kk: int, dtype: str):
 
 
 def warpgroup_dot(gen, e: ir.Call, into, ops, m: int, n: int, kk: int, dtype: str, fresh: bool) -> None:
-    """The dot as warpgroup MMA (wgmma.py); a from shared memory or registers; an x-contiguous
+    """The dot as warpgroup MMA (mainloops/wgmma/mma.py); a from shared memory or registers; an x-contiguous
     operand the descriptor cannot read is transposed into the core-matrix layout first (after
     the barrier that made its copy visible)."""
     if not wgmma.fits(gen, m, n) or not isinstance(ops[1], MmaTile | wgmma.CoreTile):
@@ -467,7 +469,7 @@ def _operand_buffer(gen, e: ir.Call, role: str, inner: ir.Expr, k_contiguous: bo
     kk, x = extents
     mn_major = wgmma.core_layout(k_contiguous, x) if gen.plan.wgmma else None
     loaded = isinstance(inner, ir.Load) and inner.ty.rank == 2
-    if gen.plan.wgmma and dtype == "tf32":  # K-major, rounded on the way in (wgmma_tf32.py)
+    if gen.plan.wgmma and dtype == "tf32":  # K-major, rounded on the way in (mainloops/wgmma/tf32.py)
         if not loaded:
             raise gen.pruned(e.span, "TF32 warpgroup MMA takes operands loaded from tensors")
         return wgmma.alloc_core(gen, role, kk, x, "f32", False)

@@ -1,7 +1,7 @@
 """Tensor-core operands in shared memory (MmaTile) and how they get there: 16-byte cp.async copies
 in the source's orientation (zero-filled past the tensor's edge), element by element where no copy
 fits, or from registers; rows padded by 16 bytes (16-bit) so that ldmatrix and the copies are free
-of bank conflicts. Used by mma.py (mma.sync) and, for its core-matrix tiles, wgmma.py."""
+of bank conflicts. Used by mma.py (mma.sync) and, for its core-matrix tiles, mainloops/wgmma/mma.py."""
 
 from __future__ import annotations
 

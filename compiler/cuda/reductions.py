@@ -6,7 +6,8 @@ ends with the result: row vectors are replicated over the row's threads); with T
 of a row meet in shared memory. Along the rows (axis = 0) the partial results of the TR threads of
 a column sit in different warps and meet in shared memory. A whole 1-D tile reduces to a scalar
 with a block all-reduce. Replicated elements (a tile smaller than its thread axis) contribute
-once: replicas contribute the identity. Functions of the kernel's emitter (`gen`), as in dots.py.
+once: replicas contribute the identity. Functions of the kernel's emitter (`gen`), as in
+mainloops/simt/dots.py.
 """
 
 from __future__ import annotations

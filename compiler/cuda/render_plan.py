@@ -26,7 +26,7 @@ class RenderPlan:
     tf32: bool  # every f32 dot on TF32 tensor cores (the kernel-wide opt-in)
     mainloop: Mainloop  # how loops feed the dots (mainloops/)
     tensor_cores: bool  # the tiles are laid out on the tensor-core accumulator layout
-    wgmma: bool  # the tensor-core dots run as warpgroup MMA (wgmma.py)
+    wgmma: bool  # the tensor-core dots run as warpgroup MMA (mainloops/wgmma/mma.py)
     tc_dots: tuple  # the dots that run on tensor cores
     tc_lets: frozenset  # lets staged as tensor-core operands (16-bit or TF32, mma.py)
     tensor_core_span: object  # the first tensor-core dot's span (what target.need_of points at)

@@ -44,7 +44,7 @@ class SharedMemory:
     perm_floats: int = 0
     scratch_cur: int = 0
     scratch_max: int = 0
-    # (first word, words) of a TMA ring: free once its loop has ended (tma_store.py reuses it)
+    # (first word, words) of a TMA ring: free once its loop has ended (mainloops/tma_ws/store.py reuses it)
     spent_ring: tuple[int, int] | None = None
 
     def alloc_perm(self, floats: int, align: int = 4) -> str:
@@ -82,10 +82,11 @@ class Used:
     bf16: bool = False  # bf16 values: the half prelude
     fp8: bool = False  # fp8 values (e4m3 / e5m2): the half prelude's conversions
     wgmma: bool = False  # warpgroup MMA (its prelude, 1024-byte aligned shared memory)
-    pingpong: bool = False  # ping-pong handover barriers (pingpong.py)
+    pingpong: bool = False  # ping-pong handover barriers (mainloops/pingpong/handover.py)
     tf32_register_operand: bool = False  # a TF32 mma.sync dot reads a from registers (its budget)
     tensor_maps: list = field(default_factory=list)  # tensor_maps.MapSpec of the bulk copies' parameters
-    tma_store: bool = False  # a tile left through shared memory by bulk tensor stores (tma_store.py)
+    # a tile left through shared memory by bulk tensor stores (mainloops/tma_ws/store.py)
+    tma_store: bool = False
     int_helpers: set = field(default_factory=set)  # i64 / u32 helpers the code calls (int_ops.HELPERS)
 
 
@@ -99,10 +100,12 @@ class LoopState:
     rotation: object = None  # loops.Rotation of the loop being emitted, if rotated
     tail: list = field(default_factory=list)  # code queued for the end of the loop's body
     handover: object = None  # pingpong.Handover of the ring being emitted, if ping-pong
-    turns: bool = False  # the loop takes turns between warpgroups (pingpong.py)
+    turns: bool = False  # the loop takes turns between warpgroups (mainloops/pingpong/handover.py)
     ring_iteration: str | None = None  # C name of the copy ring's iteration number
     ring_tiles: set[str] = field(default_factory=set)  # C names of operand buffers that are ring stages
-    register_ring: bool = False  # the ring is filled from registers (TF32 warpgroup MMA, wgmma_tf32.py)
+    # the ring is filled from registers (TF32 warpgroup MMA, mainloops/wgmma/tf32.py)
+    register_ring: bool = False
     swap: object = None  # tma_tf32.Swap of the loop being emitted (TF32 by role swap)
     swap_acc: object = None  # the accumulator the swapped dot adds into after the loop
-    tma_split: int = 0  # consumer threads once a producer warpgroup has split off (tma.py), else 0
+    # consumer threads once a producer warpgroup has split off (mainloops/tma_ws/ring.py), else 0
+    tma_split: int = 0

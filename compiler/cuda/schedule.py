@@ -1,5 +1,5 @@
 """Code-generator choices that do not change a kernel's meaning, only its speed: the tuner
-searches them beside the kernel's own @autotune values (autotune.py)."""
+searches them beside the kernel's own @autotune values (tuning/autotune.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ class Schedule:
     order: str = "row"  # CTA order of a 2-D grid: "row" (launch order) or "grouped" (group-major)
     group: int = 8  # CTAs along x per group in the grouped order
     threads: int | None = None  # CTA size (None: the kernel's @launch, else 256)
-    wgmma: bool = False  # Hopper warpgroup MMA for dots whose b is in shared memory (wgmma.py)
+    wgmma: bool = False  # Hopper warpgroup MMA for dots whose b is in shared memory (mainloops/wgmma/mma.py)
     # where a loop iteration issues the copies of a later stage: after the barrier at its top
     # (False) or at its end, once its dots are issued (True: the tensor cores get work sooner)
     late_copies: bool = False
-    # warpgroup MMA fed by bulk tensor copies from a producer warpgroup through mbarriers (tma.py)
+    # warpgroup MMA fed by bulk tensor copies from a producer warpgroup through mbarriers
+    # (mainloops/tma_ws/ring.py)
     tma: bool = False
     # warpgroup MMA in a loop of two or more dots (attention): the last dot (P V) is issued in the
     # next iteration right after the first (S = Q K^T), so the tensor cores run it while that
@@ -27,16 +28,16 @@ class Schedule:
     rotate: bool = False
     # a rotated loop's two warpgroups hand the ring's stages over by mbarriers instead of a
     # CTA-wide barrier and take turns issuing their dots, one's softmax under the other's dots
-    # (pingpong.py); copies run stages - 3 ahead
+    # (mainloops/pingpong/handover.py); copies run stages - 3 ahead
     pingpong: bool = False
-    # the TMA ring's epilogue (tma_store.py): a 2-D tile stored from the accumulator layout goes
+    # the TMA ring's epilogue (mainloops/tma_ws/store.py): a 2-D tile stored from the accumulator layout goes
     # through shared memory (the spent ring, 128-byte swizzled) and out by bulk tensor stores
     tma_store: bool = False
-    # an fp8 dot's per-k-tile promotion (fp8_promote.py) in 64-column pieces alternating between two
-    # temporaries, the next piece's MMA issued before the last one is added (no effect on others)
+    # an fp8 dot's per-k-tile promotion (mainloops/wgmma/fp8_promote.py) in 64-column pieces alternating
+    # between two temporaries, the next piece's MMA issued before the last one is added (no effect on others)
     fp8_overlap: bool = False
     # CUDA-core dots: two shared buffers per register-prefetched operand of a loop, one barrier
-    # per iteration instead of two (mainloops/simt.py); no effect on tensor-core dots
+    # per iteration instead of two (mainloops/simt/policy.py); no effect on tensor-core dots
     double_buffer: bool = False
 
     def key(self) -> str:
@@ -53,23 +54,23 @@ class Schedule:
 
 
 DEFAULT = Schedule()
-SIMT_DOUBLE_BUFFER = Schedule(double_buffer=True)  # CUDA-core dots' second candidate (autotune.py)
+SIMT_DOUBLE_BUFFER = Schedule(double_buffer=True)  # CUDA-core dots' second candidate (tuning/autotune.py)
 WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
 # For a kernel with one dot (matmul): as many stages as fit (the ring is cut to the shared memory),
 # since the copies in flight, (stages - 2) stages' bytes, are what hides the memory latency: at
 # 128 x 256 the k = 64 tile fits 4 stages (96 KB in flight), the k = 32 tile 8 (144 KB).
 WGMMA_DEEP_PROBE = Schedule(stages=8, order="grouped", wgmma=True)
 DEEP_STAGES = (6, 8)
-# TF32 on the TMA ring (tma_tf32.py) probes its own tile shapes: as many stages as fit (4 at
+# TF32 on the TMA ring (mainloops/tma_ws/tf32.py) probes its own tile shapes: as many stages as fit (4 at
 # 256 x 128, 6 at 128 x 128)
 TF32_TMA_PROBE = Schedule(stages=6, order="grouped", wgmma=True, tma=True)
 # A loop of two dots (attention) may also run on four warpgroups sharing one K/V ring: BR = 256
 # at 64 rows per warpgroup, K and V copied once for twice the rows of the 256-thread CTA.
 WIDE_THREADS = 512
 PINGPONG_STAGES = (5, 6)  # Schedule.pingpong: copies 2 or 3 iterations ahead
-# A rotated loop of two dots fed by a producer warpgroup's bulk tensor copies (tma.py): K and V
-# of a key block share a stage, released once its P V is done, so copies run stages - 2 ahead;
-# one CTA per multiprocessor (the producer hands its registers to the consumers), ping-pong or not
+# A rotated loop of two dots fed by a producer warpgroup's bulk tensor copies (mainloops/tma_ws/ring.py): K
+# and V of a key block share a stage, released once its P V is done, so copies run stages - 2 ahead; one CTA
+# per multiprocessor (the producer hands its registers to the consumers), ping-pong or not
 TMA_ATTENTION_STAGES = (3, 4)
 TMA_ATTENTION_TUNED = True  # its GPU tests passed on the H200 (results/nvidia-h200/tc-2026-12-01-attn3)
 TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
@@ -93,8 +94,8 @@ def ring_stages(asked: int, fewest: int, stage_floats: int, held_floats: int, sm
 
 
 def tma_searched() -> bool:
-    """Whether the tuner tries the warp-specialized TMA ring (tma.py); PHOBOS_CUDA_TMA=0 leaves
-    it out (for comparing, or on a GPU whose driver lacks tensor maps)."""
+    """Whether the tuner tries the warp-specialized TMA ring (mainloops/tma_ws/ring.py); PHOBOS_CUDA_TMA=0
+    leaves it out (for comparing, or on a GPU whose driver lacks tensor maps)."""
     return options.current().cuda_tma
 
 
@@ -126,7 +127,8 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
             for order in orders
             for late in (False, True)
         ]
-    if deep and tma_searched():  # each with the plain epilogue and with the TMA store (tma_store.py)
+    # each with the plain epilogue and with the TMA store (mainloops/tma_ws/store.py)
+    if deep and tma_searched():
         out += [
             Schedule(None, s, order, wgmma=True, tma=True, tma_store=st)
             for s in (4, 6)

@@ -1,16 +1,16 @@
 """Which shared-memory buffer a dot operand already lives in, whichever dot emitter staged it.
 
-Its own module because both dot emitters ask it (dots.py for FMA dots, mma.py for tensor-core
-dots) and dots.py hands tensor-core dots to mma.py: kept in either, it would make the two import
-each other.
+Its own module because both dot emitters ask it (mainloops/simt/dots.py for FMA dots, mma.py for tensor-core
+dots) and mainloops/simt/dots.py hands tensor-core dots to mma.py: kept in either, it would make the two
+import each other.
 """
 
 from __future__ import annotations
 
 from compiler import builtins
 from compiler.cuda import operands
+from compiler.cuda.mainloops.wgmma.mma import CoreTile
 from compiler.cuda.values import SharedTile
-from compiler.cuda.wgmma import CoreTile
 from compiler.frontend import ir
 
 

@@ -10,13 +10,13 @@
   fit      bf16 / f16 dots of a shape the tensor cores cannot take run on CUDA cores; with a
            TF32 one the point is pruned (hoist.py)
   epilogue a top-level element-wise let read once by the next store or let is written into
-           that use, not held as a register tile beside the accumulator (epilogue.py)
+           that use, not held as a register tile beside the accumulator (stores/epilogue.py)
   analyse  which lets live in shared memory, which dots run on tensor cores (and in which
            type), layout hints of 1-D tiles, longest-first grid axes (analysis.py, mma.py)
   lay out  the CTA's threads: ThreadGrid (CUDA cores) or MmaGrid (the tensor-core accumulator
            layout) for every tile (layout.py); a point that fits no layout is pruned here
   emit     CUDA C++: one emitter per IR operation over one context (codegen.py statements,
-           exprs.py expressions, reductions.py, dots.py FMA dots, mma.py tensor-core dots)
+           exprs.py expressions, reductions.py, mainloops/simt/dots.py FMA dots, mma.py tensor-core dots)
   nvrtc    PTX through NVRTC (nvrtc.py) for the GPU's target (target.py: code that GPU cannot
            run is refused here, at the dot); its errors point at the kernel's line
 
@@ -32,14 +32,15 @@ from pathlib import Path
 from common import options as env_options
 from common.pipeline import Stage, run_stages
 from compiler import builtins
-from compiler.cuda import analysis, fp8, mma, nvrtc, target, wgmma
-from compiler.cuda.epilogue import inline_epilogue_lets
+from compiler.cuda import analysis, fp8, mma, nvrtc, target
 from compiler.cuda.hoist import fit_dots, hoist_dot_loads, split_operand_lets
 from compiler.cuda.layout import LayoutError, MmaGrid, ThreadGrid, choose_mma_grid, choose_thread_grid
 from compiler.cuda.mainloops.base import Mainloop
 from compiler.cuda.mainloops.registry import choose_mainloop
-from compiler.cuda.mainloops.simt import Simt
+from compiler.cuda.mainloops.simt.policy import Simt
+from compiler.cuda.mainloops.wgmma import mma as wgmma
 from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.cuda.stores.epilogue import inline_epilogue_lets
 from compiler.frontend import ir, walk
 from compiler.frontend.diagnostics import CompileError
 
@@ -70,7 +71,7 @@ class KernelPlan:
     tc_dots: tuple  # the dots that run on tensor cores
     tc_lets: frozenset  # lets that feed only tensor-core dots (16-bit or TF32 operand buffers)
     longest_first: tuple  # grid axes launched in reverse (causal loops: longest first)
-    wgmma: bool = False  # the tensor-core dots run as warpgroup MMA (wgmma.py)
+    wgmma: bool = False  # the tensor-core dots run as warpgroup MMA (mainloops/wgmma/mma.py)
     mainloop: Mainloop = Simt()  # the policy of the loops' operand rings (mainloops/registry.py)
     cta_order: CtaOrder = CtaOrder()
 
@@ -326,7 +327,7 @@ def cta_threads(kernel: ir.Kernel, schedule: Schedule) -> int:
 
 def uses_wgmma(kernel: ir.Kernel, dots, tf32: bool = False) -> bool:
     """Warpgroup MMA takes 16-bit dots whose b lives in shared memory (a: shared memory or
-    registers, as attention's P), and TF32 dots whose a and b both do (wgmma_tf32.py)."""
+    registers, as attention's P), and TF32 dots whose a and b both do (mainloops/wgmma/tf32.py)."""
     shared = analysis.shared_lets(kernel.body)
 
     def takes(d: ir.Call) -> bool:

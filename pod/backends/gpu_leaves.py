@@ -24,7 +24,7 @@ def gpu_leaf(leaf: Leaf, shipped: CompiledLeaf | None, cc: int) -> GpuLeaf:
     from compiler.cuda.compiled import launched_kernels
 
     if shipped is None:
-        from compiler.cuda.split_launch import compile_leaf
+        from compiler.cuda.mainloops.split_loop.launch import compile_leaf
 
         shipped = compile_leaf(leaf, cc)
     compiled = shipped

@@ -94,7 +94,7 @@ def _stored(entries: dict) -> dict[str, CompiledLeaf] | None:
 
 
 def compile_leaves(program, cc: int = DEFAULT_CC) -> dict[str, CompiledLeaf]:
-    from compiler.cuda.split_launch import compile_leaf
+    from compiler.cuda.mainloops.split_loop.launch import compile_leaf
 
     return {leaf.name: compile_leaf(leaf, cc) for leaf in program.leaves}
 

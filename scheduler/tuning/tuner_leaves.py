@@ -11,7 +11,7 @@ into the job's leaves, so every node runs the same ones. Results are cached besi
 calibration (scheduler/tuning/calibrate.py), keyed by the tuning pod, the kernel, the dims and the
 @cluster values.
 
-Why probes rather than compiler/cuda/autotune.py on the pod: the pod interface (schemas/rpc.capnp)
+Why probes rather than compiler/cuda/tuning/autotune.py on the pod: the pod interface (schemas/rpc.capnp)
 has no call that runs the single-GPU tuner; with one, `tune_leaves` would ask it instead and keep
 the rest (choice, cache, one set of values for all nodes) as it is.
 """

@@ -234,7 +234,8 @@ def test_calls_from_several_threads_on_their_own_streams():
 def test_autotune_goes_through_the_command_lines_cache(tmp_path, monkeypatch):
     import cupy
 
-    from compiler.cuda import autotune, tune_cache
+    from compiler.cuda.tuning import autotune
+    from compiler.cuda.tuning import cache as tune_cache
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     kernel = phobos.load(EXAMPLES / "softmax.phk")
@@ -242,7 +243,7 @@ def test_autotune_goes_through_the_command_lines_cache(tmp_path, monkeypatch):
     y = cupy.zeros_like(x)
     kernel(x, y)
     entries = json.loads((tmp_path / "autotune.json").read_text())
-    # the winner is stored twice (compiler/cuda/tune_cache.py): under the exact dimensions and
+    # the winner is stored twice (compiler/cuda/tuning/cache.py): under the exact dimensions and
     # under their shape bucket (R = 64 < BUCKET_FROM stays exact, C = 512 becomes ~512)
     assert len(entries) == 2
     exact = [k for k in entries if "|C=512,R=64|" in k and "|bucket" not in k]
@@ -290,18 +291,18 @@ def test_another_dlpack_exporter_on_the_gpu_is_used_in_place():
     "example,point,scalars",
     [
         ("matmul_f16", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, {}),
-        # TF32 by role swap (compiler/cuda/tma_tf32.py): f32 tensors through TFLOAT32 maps
+        # TF32 by role swap (compiler/cuda/mainloops/tma_ws/tf32.py): f32 tensors through TFLOAT32 maps
         ("matmul_tf32", {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, {"alpha": 0.75, "beta": 0.5}),
     ],
 )
 def test_a_kernel_tuned_to_the_tma_ring_runs_through_phobos(monkeypatch, example, point, scalars):
-    """A tuned schedule that reads operands by bulk tensor copies (compiler/cuda/tma.py): the
-    tensor maps are made for each call's arrays (cupy, then torch on its own stream), at ragged
-    shapes, against the interpreter."""
+    """A tuned schedule that reads operands by bulk tensor copies (compiler/cuda/mainloops/tma_ws/ring.py):
+    the tensor maps are made for each call's arrays (cupy, then torch on its own stream), at ragged shapes,
+    against the interpreter."""
     from types import SimpleNamespace
 
-    from compiler.cuda import autotune
     from compiler.cuda.schedule import Schedule
+    from compiler.cuda.tuning import autotune
 
     tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
     monkeypatch.setattr(autotune, "tune", lambda *a, **k: SimpleNamespace(best=point, schedule=tma))
@@ -327,12 +328,12 @@ def test_a_kernel_tuned_to_the_tma_ring_runs_through_phobos(monkeypatch, example
 @pytest.mark.parametrize("example", ["mha_bf16", "causal_mha_bf16"])
 def test_attention_tuned_to_the_tma_ring_runs_through_phobos(monkeypatch, example):
     """Attention whose K and V a producer warpgroup brings by 3-D bulk tensor copies
-    (compiler/cuda/tma.py, ping-pong consumers): the [H, N, D] maps are made for each call's
+    (compiler/cuda/mainloops/tma_ws/ring.py, ping-pong consumers): the [H, N, D] maps are made for each call's
     arrays, at a ragged N, against the interpreter."""
     from types import SimpleNamespace
 
-    from compiler.cuda import autotune
     from compiler.cuda.schedule import Schedule
+    from compiler.cuda.tuning import autotune
 
     tma = Schedule(wgmma=True, stages=4, rotate=True, tma=True, pingpong=True)
     point = {"BR": 128, "BC": 64}

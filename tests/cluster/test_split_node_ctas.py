@@ -15,7 +15,8 @@ from compiler.cluster.build import compile_cluster
 from compiler.cluster.leaves import load_leaf
 from compiler.cluster.sequential import run_program
 from compiler.cluster.tree import SplitRequest
-from compiler.cuda import split_loop, split_plan
+from compiler.cuda.mainloops.split_loop import plan as split_plan
+from compiler.cuda.mainloops.split_loop import transform as split_loop
 from compiler.frontend.binding import bind
 from compiler.frontend.ir_print import format_kernel
 from compiler.frontend.load import load_text

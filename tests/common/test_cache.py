@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common import cache
-from compiler.cuda import autotune
+from compiler.cuda.tuning import autotune
 from scheduler.tuning import calibrate
 
 

@@ -1,5 +1,5 @@
 """The accumulation of an fp8 dot on Hopper's fp8 warpgroup MMA, as docs/language.md §8.1 states
-it and compiler/cuda/fp8_promote.py relies on, written apart in numpy: what the GPU tests of
+it and compiler/cuda/mainloops/wgmma/fp8_promote.py relies on, written apart in numpy: what the GPU tests of
 fp8 GEMMs derive their tolerance from.
 
 One k32 step of the tensor core adds 32 exact products to the accumulator it continues: each of

@@ -16,9 +16,10 @@ from pathlib import Path
 import cuda_cases
 import numpy as np
 
-from compiler.cuda import autotune, stages
+from compiler.cuda import stages
 from compiler.cuda.compiled import generate_source
 from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.cuda.tuning import autotune
 from compiler.frontend import binding, ir
 from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError

@@ -106,12 +106,12 @@ PASS = "if ((th_warp >> 2) == 0) turn_pass<3>(); else turn_pass<2>();"
 
 
 def test_pingpong_hands_the_ring_over_by_mbarriers_and_takes_turns():
-    """Schedule.pingpong (pingpong.py): no CTA-wide barrier and no cp.async group wait in the
-    loop; each iteration releases iteration it - 2's stage (one arrival per warp), waits until
-    its own stage is full, and takes its turn before S = Q K^T; the turn passes after the carried
-    P V is issued (or, in the first iteration, before the wait); a refill waits until its stage
-    was released and each thread's copies arrive on the stage's full barrier (one per thread);
-    warpgroup 1 passes first and warpgroup 0 takes the last turn after the loop."""
+    """Schedule.pingpong (mainloops/pingpong/handover.py): no CTA-wide barrier and no cp.async group wait in
+    the loop; each iteration releases iteration it - 2's stage (one arrival per warp), waits until its own
+    stage is full, and takes its turn before S = Q K^T; the turn passes after the carried P V is issued (or,
+    in the first iteration, before the wait); a refill waits until its stage was released and each thread's
+    copies arrive on the stage's full barrier (one per thread); warpgroup 1 passes first and warpgroup 0 takes
+    the last turn after the loop."""
     last = "if ((th_warp >> 2) == 0) turn_wait<2>();  // warpgroup 1's last pass"
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk"):
         src = _attention_source(name, PINGPONG, {"BR": 128, "BC": 32})

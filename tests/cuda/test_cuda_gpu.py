@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs, rel_err
 
-from compiler.cuda import autotune
 from compiler.cuda.schedule import SIMT_DOUBLE_BUFFER
+from compiler.cuda.tuning import autotune
 from compiler.frontend import binding, walk
 from compiler.interp import interpreter as interp
 
@@ -140,7 +140,7 @@ def test_random_shapes_with_ragged_edges(seed):
 
 
 def test_autotune_picks_a_measured_point_and_reuses_the_cache(tmp_path, monkeypatch):
-    from compiler.cuda import autotune
+    from compiler.cuda.tuning import autotune
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     kernel = load_example("softmax.phk")

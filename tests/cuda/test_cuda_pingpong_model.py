@@ -1,10 +1,9 @@
-"""A model run of the ping-pong handover (compiler/cuda/pingpong.py) with no GPU: the loop body
-the generator emits is read back as a list of synchronisation events (mbarrier waits and
-arrivals, the copies, the wgmma groups and their waits, the turns), and eight warps run it
-under many random interleavings, with copies landing at random later times. Every run must
-finish (no deadlock), every wgmma group must read a stage that holds its own iteration's
-data from all warps, no copy may be issued into a stage that a group still reads, and the two
-warpgroups must issue their dots in turns."""
+"""A model run of the ping-pong handover (compiler/cuda/mainloops/pingpong/handover.py) with no GPU: the loop
+body the generator emits is read back as a list of synchronisation events (mbarrier waits and arrivals, the
+copies, the wgmma groups and their waits, the turns), and eight warps run it under many random interleavings,
+with copies landing at random later times. Every run must finish (no deadlock), every wgmma group must read a
+stage that holds its own iteration's data from all warps, no copy may be issued into a stage that a group
+still reads, and the two warpgroups must issue their dots in turns."""
 
 from __future__ import annotations
 

@@ -217,7 +217,7 @@ def test_ptx_command_reports_a_pruned_set_clearly(tmp_path):
 def test_autotune_flag_without_a_gpu_is_a_clear_user_error(monkeypatch):
     from common.errors import UserError
     from compiler.cli.commands import main
-    from compiler.cuda import autotune
+    from compiler.cuda.tuning import autotune
 
     monkeypatch.setattr(autotune, "gpu_name", lambda: None)
     path = str(load_example.__globals__["EXAMPLES"] / "add.phk")
@@ -231,8 +231,8 @@ def test_cached_winner_brings_its_schedule_to_the_cli(monkeypatch, tmp_path, cap
     import dataclasses
 
     from compiler.cli.commands import main
-    from compiler.cuda import autotune
     from compiler.cuda.schedule import Schedule
+    from compiler.cuda.tuning import autotune
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from cuda_cases import all_points, example_names, free_dims, load_example, ptxas
 
-from compiler.cuda import autotune, stages, target
+from compiler.cuda import stages, target
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.schedule import DEFAULT, WGMMA_DEEP_PROBE, Schedule
+from compiler.cuda.tuning import autotune
 from compiler.frontend import binding
 from compiler.frontend.diagnostics import CompileError
 

@@ -105,7 +105,7 @@ def test_warpgroup_mma_operand_layouts_equal_interpreter(name, point):
     assert ran == 3 * len(MATMUL_DIMS), ran
 
 
-# The warp-specialized ring (tma.py): a producer warpgroup's bulk tensor copies, mbarriers.
+# The warp-specialized ring (mainloops/tma_ws/ring.py): a producer warpgroup's bulk tensor copies, mbarriers.
 # Ragged M, N and K (zero fill by the copy engine), a ring that wraps many times (K = 1000), one
 # and two consumer warpgroups. N = 317 has no 16-byte row pitch: pruned there.
 TMA_POINTS = [
@@ -179,7 +179,7 @@ ATTENTION_SCHEDULES = [
     Schedule(wgmma=True, stages=4, late_copies=True),
     Schedule(wgmma=True, stages=4, rotate=True),
     Schedule(wgmma=True, stages=3, late_copies=True, rotate=True),
-    # ping-pong (pingpong.py): BR = 128 only (two warpgroups), the other points are pruned
+    # ping-pong (mainloops/pingpong/handover.py): BR = 128 only (two warpgroups), the other points are pruned
     Schedule(wgmma=True, stages=5, rotate=True, pingpong=True),
     Schedule(wgmma=True, stages=6, order="grouped", late_copies=True, rotate=True, pingpong=True),
 ]
@@ -242,7 +242,7 @@ def test_attention_at_256_rows_equals_interpreter(name, tol, schedule):
     assert ran == (6 if WIDE_ATTENTION_SCHEDULES[schedule].wgmma else 2), ran
 
 
-# K and V brought by a producer warpgroup's 3-D bulk tensor copies (tma.py), the consumers
+# K and V brought by a producer warpgroup's 3-D bulk tensor copies (mainloops/tma_ws/ring.py), the consumers
 # rotated, with and without ping-pong turns; ragged N (zero-filled boxes at the end of each head)
 TMA_ATTENTION_SCHEDULES = [
     Schedule(wgmma=True, stages=4, order="grouped", rotate=True, tma=True, pingpong=True),
@@ -298,7 +298,7 @@ def test_tf32_examples_in_source_equal_interpreter():
     assert ran == 18, ran  # of 22 points: 4 of the warpgroup ones do not fit the ragged shapes
 
 
-# TF32 on the TMA ring by role swap (tma_tf32.py): C^T = B^T A^T, operands rounded by the copies
+# TF32 on the TMA ring by role swap (mainloops/tma_ws/tf32.py): C^T = B^T A^T, operands rounded by the copies
 # (TFLOAT32 maps), B^T's fragments loaded into registers, C^T staged into acc after the loop.
 # Two warpgroups along n (256 x 128, 128 x 128), one (64 x 64, 128 threads), and two along m
 # (256 x 64: each warpgroup's wgmma takes 128 of the 256 rows).
@@ -405,7 +405,7 @@ def test_tf32_examples_equal_interpreter(name, dims, points):
 def test_tuner_searches_the_schedules_of_a_tensor_core_kernel(tmp_path, monkeypatch):
     """The default tuner on a tensor-core kernel measures warpgroup MMA and mma.sync schedules
     beside the tile values, keeps the fastest, and the cache gives back its schedule."""
-    from compiler.cuda import autotune
+    from compiler.cuda.tuning import autotune
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     kernel = load_example("matmul_bf16.phk")

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from cuda_cases import descriptor_reads, load_example
 
-from compiler.cuda import autotune
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
+from compiler.cuda.mainloops.wgmma.mma import CoreTile
 from compiler.cuda.schedule import WIDE_THREADS, Schedule
-from compiler.cuda.wgmma import CoreTile
+from compiler.cuda.tuning import autotune
 from compiler.frontend import binding, walk
 from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError
@@ -146,7 +146,8 @@ def _variants():
             {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32},
             Schedule(wgmma=True, stages=8, order="grouped"),
         ),
-        # a producer warpgroup's bulk tensor copies (tma.py): two and one consumer warpgroups
+        # a producer warpgroup's bulk tensor copies (mainloops/tma_ws/ring.py): two and one consumer
+        # warpgroups
         (
             "matmul_bf16.phk",
             {"M": 8192, "N": 8192, "K": 8192},
@@ -174,7 +175,9 @@ def _variants():
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 16}, Schedule(warps_m=2)),
     ]
     tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
-    mm += [  # TF32 on the TMA ring by role swap, C^T = B^T A^T (tma_tf32.py): TFLOAT32 maps, B^T in registers
+    # TF32 on the TMA ring by role swap, C^T = B^T A^T (mainloops/tma_ws/tf32.py): TFLOAT32 maps, B^T in
+    # registers
+    mm += [
         ("matmul_tf32.phk", big, {"TILE_M": 256, "TILE_N": 128, **tk}, tma),
         ("matmul_tf32.phk", big, {"TILE_M": 128, "TILE_N": 128, **tk}, dataclasses.replace(tma, stages=6)),
         ("matmul_tf32.phk", {"M": 1000, "N": 996, "K": 1000}, {"TILE_M": 64, "TILE_N": 64, **tk}, tma),
@@ -196,8 +199,8 @@ def _variants():
 
 
 def _tma_attention_variants():
-    """Attention fed by a producer warpgroup's 3-D bulk tensor copies (tma.py), with and without
-    ping-pong turns, at BR = 128 (and BR = 64, one consumer warpgroup, without turns)."""
+    """Attention fed by a producer warpgroup's 3-D bulk tensor copies (mainloops/tma_ws/ring.py), with and
+    without ping-pong turns, at BR = 128 (and BR = 64, one consumer warpgroup, without turns)."""
     tma = Schedule(wgmma=True, stages=4, order="grouped", rotate=True, tma=True)
     out = []
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk"):
@@ -363,11 +366,11 @@ def test_wgmma_descriptors_read_what_the_copies_wrote(k, x, mn_major, dtype):
     "x,direct,threads", [(128, True, 256), (64, True, 128), (256, False, 256), (64, False, 128)]
 )
 def test_tf32_register_stores_fill_the_tile_once_without_bank_conflicts(x, direct, threads):
-    """TF32 warpgroup MMA operands (wgmma_tf32.py): the units of all threads store every element of
+    """TF32 warpgroup MMA operands (mainloops/wgmma/tf32.py): the units of all threads store every element of
     a k = 32 tile exactly once, at the source element the unit loaded (a float4 along k, or the
     transposed 4x4 block), and each store instruction's 8-thread phases hit 8 distinct 16-byte
     bank groups (one wavefront per 8 threads)."""
-    from compiler.cuda import wgmma_tf32
+    from compiler.cuda.mainloops.wgmma import tf32 as wgmma_tf32
 
     tile = CoreTile("", "b", 32, x, "f32")
     units = x * 32 // (4 if direct else 16)
@@ -569,7 +572,7 @@ def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():
     boxes of 64 k; B: TILE_K-row boxes of 64 n, four per stage), passed after the kernel's own
     parameters; what it cannot take is pruned, not compiled as something else."""
     from compiler.cuda.compiled import generate_source
-    from compiler.cuda.tensor_maps import MapSpec
+    from compiler.cuda.mainloops.tma_ws.maps import MapSpec
 
     kernel = load_example("matmul_bf16.phk")
     tma = Schedule(wgmma=True, stages=4, order="grouped", tma=True)

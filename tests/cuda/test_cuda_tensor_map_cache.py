@@ -1,4 +1,4 @@
-"""The launch path keeps tensor maps and packed argument blocks (compiler/cuda/tensor_maps.py):
+"""The launch path keeps tensor maps and packed argument blocks (compiler/cuda/mainloops/tma_ws/maps.py):
 checked on the CPU against a driver that records its calls and reads the launch's parameters
 back from the addresses it is given, as cuLaunchKernel does."""
 
@@ -9,8 +9,8 @@ import ctypes
 import numpy as np
 import pytest
 
-from compiler.cuda import tensor_maps
-from compiler.cuda.tensor_maps import MapSpec, TensorMap
+from compiler.cuda.mainloops.tma_ws import maps as tensor_maps
+from compiler.cuda.mainloops.tma_ws.maps import MapSpec, TensorMap
 
 SPEC = MapSpec("tm_k", "K", 128, 64, 4096, 128, outer=(8,))
 

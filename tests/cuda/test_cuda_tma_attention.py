@@ -1,9 +1,8 @@
-"""Attention fed by a producer warpgroup's bulk tensor copies (tma.py on a rotated loop of two
-dots, Schedule.tma + rotate, ping-pong or not), on the CPU: the generated structure, what is
-pruned, and a layout check read back from the generated code: the boxes the producer's copies
-write (3-D tensor maps, the 128-byte swizzle and zero fill as the PTX ISA describes them) hold,
-where each wgmma descriptor of the consumers reads, the right K or V element, at ragged N too,
-and the masks are those of the cp.async loop."""
+"""Attention fed by a producer warpgroup's bulk tensor copies (mainloops/tma_ws/ring.py on a rotated loop of
+two dots, Schedule.tma + rotate, ping-pong or not), on the CPU: the generated structure, what is pruned, and a
+layout check read back from the generated code: the boxes the producer's copies write (3-D tensor maps, the
+128-byte swizzle and zero fill as the PTX ISA describes them) hold, where each wgmma descriptor of the
+consumers reads, the right K or V element, at ragged N too, and the masks are those of the cp.async loop."""
 
 from __future__ import annotations
 
@@ -15,8 +14,8 @@ import pytest
 from cuda_cases import descriptor_reads, load_example
 
 from compiler.cuda.compiled import compile_kernel
+from compiler.cuda.mainloops.tma_ws.maps import MapSpec, geometry
 from compiler.cuda.schedule import WIDE_THREADS, Schedule
-from compiler.cuda.tensor_maps import MapSpec, geometry
 from compiler.frontend import binding
 from compiler.frontend.diagnostics import CompileError
 

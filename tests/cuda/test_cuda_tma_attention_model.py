@@ -1,12 +1,11 @@
-"""A model run of attention fed by bulk tensor copies (tma.py on a rotated loop of two dots, with
-and without ping-pong turns) with no GPU: the producer's loop and the consumers' loop that the
-generator emits are read back as synchronisation events, and the producer thread and eight
-consumer warps run them under many random interleavings, each box of a copy landing at a random
-later time. full[s] completes once the producer's arrival has announced the stage's bytes and
-every box has landed; empty[s] once each consumer warp has released the stage. Every run must
-finish (no deadlock); every wgmma group must read K of its own iteration, and the carried P V
-V of the previous one, from every box; no box may land in a stage that an unfinished group
-reads; with ping-pong the two warpgroups must issue their dots in turns."""
+"""A model run of attention fed by bulk tensor copies (mainloops/tma_ws/ring.py on a rotated loop of two dots,
+with and without ping-pong turns) with no GPU: the producer's loop and the consumers' loop that the generator
+emits are read back as synchronisation events, and the producer thread and eight consumer warps run them under
+many random interleavings, each box of a copy landing at a random later time. full[s] completes once the
+producer's arrival has announced the stage's bytes and every box has landed; empty[s] once each consumer warp
+has released the stage. Every run must finish (no deadlock); every wgmma group must read K of its own
+iteration, and the carried P V V of the previous one, from every box; no box may land in a stage that an
+unfinished group reads; with ping-pong the two warpgroups must issue their dots in turns."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TF32 warpgroup MMA on the TMA ring by role swap (compiler/cuda/tma_tf32.py), without a GPU: a
+"""TF32 warpgroup MMA on the TMA ring by role swap (compiler/cuda/mainloops/tma_ws/tf32.py), without a GPU: a
 model of the copies, the fragment loads, the wgmma (C^T = B^T A^T) and the epilogue's staging,
 run over the generator's own index expressions; and the generated loop's structure."""
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from cuda_cases import descriptor_reads, load_example
 
-from compiler.cuda import tma_tf32
 from compiler.cuda.compiled import generate_source
+from compiler.cuda.mainloops.tma_ws import tf32 as tma_tf32
+from compiler.cuda.mainloops.tma_ws.maps import MapSpec
+from compiler.cuda.mainloops.wgmma.mma import CoreTile
 from compiler.cuda.schedule import Schedule
-from compiler.cuda.tensor_maps import MapSpec
-from compiler.cuda.wgmma import CoreTile
 from compiler.frontend import binding
 from compiler.frontend.diagnostics import CompileError
 from compiler.interp.values import round_to
@@ -254,8 +254,8 @@ def test_tuner_searches_the_tma_tf32_ring_as_a_family_of_its_own(monkeypatch, tm
     """The TF32 families (timings made up, no GPU): the register-staged ring at 3 stages in both
     CTA orders and, unless PHOBOS_CUDA_TMA=0, the TMA ring, probed at every tile point (its tile
     shapes are not the register ring's) and searched at 4 and 6 stages in both orders."""
-    from compiler.cuda import autotune
     from compiler.cuda.schedule import TF32_TMA_PROBE
+    from compiler.cuda.tuning import autotune
 
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PHOBOS_CUDA_TMA", "1" if tma_on else "0")

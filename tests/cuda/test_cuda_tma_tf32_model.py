@@ -1,4 +1,4 @@
-"""A model run of the TF32 TMA ring's hand-over (compiler/cuda/tma_tf32.py, the role swap)
+"""A model run of the TF32 TMA ring's hand-over (compiler/cuda/mainloops/tma_ws/tf32.py, the role swap)
 without a GPU: the generated consumer loop is read back as a list of events, and two consumer
 warpgroups and the producer run it under random interleavings, the copies landing at random
 later times and every wgmma group staying in flight until a `wgmma.wait_group` forces it out

@@ -10,8 +10,10 @@ import novel_cases
 import pytest
 from cuda_cases import load_example
 
-from compiler.cuda import analysis, autotune, compile_pool, compiled
+from compiler.cuda import analysis, compiled
 from compiler.cuda.layout import LayoutError, choose_thread_grid, make_dist
+from compiler.cuda.tuning import autotune
+from compiler.cuda.tuning import pool as compile_pool
 from compiler.frontend import ir
 
 

@@ -1,4 +1,4 @@
-"""The epilogue stage (compiler/cuda/epilogue.py): a top-level element-wise let read once by the
+"""The epilogue stage (compiler/cuda/stores/epilogue.py): a top-level element-wise let read once by the
 next store or let is written into it. The rewritten kernel means what the kernel means: the
 reference interpreter gives the same bits for both; a let it must not move is left alone."""
 
@@ -10,8 +10,8 @@ from cuda_cases import random_inputs
 from tma_store_cases import LINEAR_RELU
 
 from compiler.cuda import stages
-from compiler.cuda.epilogue import inline_epilogue_lets
 from compiler.cuda.schedule import Schedule
+from compiler.cuda.stores.epilogue import inline_epilogue_lets
 from compiler.frontend import binding, ir, walk
 from compiler.frontend import load as frontend
 from compiler.interp import interpreter as interp

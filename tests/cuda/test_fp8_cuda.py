@@ -3,7 +3,7 @@ example's k loop is fp8 warpgroup MMA (wgmma ... k32 .e4m3 / .e5m2) without spil
 still compiles (operands converted to f16) and says so once; the fp8 operand layout is the one
 the wgmma descriptor reads (the PTX ISA's 128-byte-swizzled K-major rule, written apart in
 cuda_cases.descriptor_reads); the scales leave the k loop; every k tile's wgmma chain starts
-from zero and is added into the f32 accumulator (fp8_promote.py), at every fp8 point of the
+from zero and is added into the f32 accumulator (mainloops/wgmma/fp8_promote.py), at every fp8 point of the
 tuner's space, without spills."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from cuda_cases import descriptor_reads, ptxas
 from fp8_cases import per_tensor_text
 
 from compiler.cuda import fp8 as fp8_stage
-from compiler.cuda import fp8_promote, stages
+from compiler.cuda import stages
+from compiler.cuda.mainloops.wgmma import fp8_promote
+from compiler.cuda.mainloops.wgmma.mma import CoreTile
 from compiler.cuda.schedule import Schedule
-from compiler.cuda.wgmma import CoreTile
 from compiler.frontend import binding, ir
 from compiler.frontend.diagnostics import CompileError
 from compiler.frontend.load import load_text

@@ -97,7 +97,8 @@ def test_fp8_gemm_on_the_gpu_equals_the_interpreter(fmt, out, point, schedule, d
     text = EXAMPLE.replace("e4m3", fmt).replace("C: tensor<bf16>", f"C: tensor<{out}>")
     kernel = load_text(text, "matmul_fp8.phk").kernels[0]
     m, n, k = dims
-    if schedule.tma and k % 16:  # a tensor map's rows: a multiple of 16 bytes (tma.py prunes others)
+    # a tensor map's rows: a multiple of 16 bytes (mainloops/tma_ws/ring.py prunes others)
+    if schedule.tma and k % 16:
         k += 16 - k % 16  # still ragged against TILE_K = 128
     bf16_out = out == "bf16"
     arrays = _inputs(fmt, m, n, k, ml_dtypes.bfloat16 if bf16_out else np.float32)

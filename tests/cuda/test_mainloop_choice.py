@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cuda import autotune, stages
+from compiler.cuda import stages
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.schedule import TF32_TMA_PROBE, Schedule
+from compiler.cuda.tuning import autotune
 from compiler.frontend import load as frontend
 from compiler.frontend.binding import bind
 
 DIMS = {"M": 8192, "N": 8192, "K": 8192}
-TF32_POINT = {"TM": 128, "TN": 128, "TK": 32}  # the TMA TF32 ring's k (tma_tf32.py)
+TF32_POINT = {"TM": 128, "TN": 128, "TK": 32}  # the TMA TF32 ring's k (mainloops/tma_ws/tf32.py)
 BF16_POINT = {"TM": 128, "TN": 256, "TK": 64}
 BF16_TMA = Schedule(wgmma=True, stages=4, order="grouped", tma=True)
 

@@ -8,7 +8,7 @@ import pytest
 from cuda_cases import rel_err
 from novel_cases import CASES, inputs, load, names, seed
 
-from compiler.cuda import autotune
+from compiler.cuda.tuning import autotune
 from compiler.frontend import binding, walk
 from compiler.interp import interpreter as interp
 

@@ -11,7 +11,8 @@ from cuda_cases import rel_err
 from novel_cases import EXACT, families, inputs
 from operand_forms import DIMS, TYPES, cases, consistent, dropped_sm90, kernel_text, probe_pairs, reference
 
-from compiler.cuda import autotune, target
+from compiler.cuda import target
+from compiler.cuda.tuning import autotune
 from compiler.frontend import binding
 from compiler.frontend import load as frontend
 from compiler.interp import interpreter as interp

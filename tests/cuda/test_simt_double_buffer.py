@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from cuda_cases import all_points, example_names, free_dims, load_example
 
-from compiler.cuda import autotune
 from compiler.cuda.compiled import compile_kernel, generate_source
 from compiler.cuda.schedule import DEFAULT, SIMT_DOUBLE_BUFFER
+from compiler.cuda.tuning import autotune
 from compiler.frontend import binding
 from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load
 
-from compiler.cuda import split_loop, split_plan
+from compiler.cuda.mainloops.split_loop import plan as split_plan
+from compiler.cuda.mainloops.split_loop import transform as split_loop
 from compiler.frontend import binding
 from compiler.frontend.diagnostics import CompileError
 from compiler.interp import interpreter as interp

@@ -18,7 +18,10 @@ import pytest
 from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load
 
 from compiler.api.kernel import from_source
-from compiler.cuda import split_launch, split_loop, split_plan, split_tree
+from compiler.cuda.mainloops.split_loop import launch as split_launch
+from compiler.cuda.mainloops.split_loop import plan as split_plan
+from compiler.cuda.mainloops.split_loop import transform as split_loop
+from compiler.cuda.mainloops.split_loop import tree as split_tree
 from compiler.frontend import binding
 from compiler.interp import interpreter as interp
 
@@ -63,7 +66,7 @@ def _decode_tol(dtype: str, arrays: dict, scale: float) -> float:
     return max(TOL[dtype], 2.0 * float(np.linalg.norm(sigma) / np.linalg.norm(want)))
 
 
-FAN_INS = [(dtype, g, 8) for dtype in DTYPES for g in GS]  # the default tree (split_tree.py)
+FAN_INS = [(dtype, g, 8) for dtype in DTYPES for g in GS]  # the default tree (mainloops/split_loop/tree.py)
 FAN_INS += [("bf16", 16, 0), ("f32", 1, 0), ("f16", 8, 0)]  # no tree: the combine merges all
 FAN_INS += [("bf16", 16, 4), ("bf16", 16, 16), ("f32", 1, 4), ("f16", 32, 16)]
 
@@ -159,11 +162,12 @@ def test_split_k_matmul_on_gpu_equals_the_interpreter(factor, fan_in, monkeypatc
 
 
 def test_a_tuned_call_times_factors_around_the_model_and_caches_the_winner():
-    """autotune on (the default): the split factor is tuned (split_tune.py) around the cost
+    """autotune on (the default): the split factor is tuned (mainloops/split_loop/tune.py) around the cost
     model's, the winner cached under its own key and used; the result equals the interpreter."""
     import cupy
 
-    from compiler.cuda import split_tune, tune_cache
+    from compiler.cuda.mainloops.split_loop import tune as split_tune
+    from compiler.cuda.tuning import cache as tune_cache
 
     source = decode_source("bf16", 16, "64")
     kernel = load(source)

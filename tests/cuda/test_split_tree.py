@@ -1,4 +1,4 @@
-"""The split-loop's merge tree (compiler/cuda/split_tree.py) on the CPU: its level sizes, the
+"""The split-loop's merge tree (compiler/cuda/mainloops/split_loop/tree.py) on the CPU: its level sizes, the
 partial + merge levels + combine on the reference interpreter against the one-CTA kernel (decode's
 online softmax and split-K's linear accumulator, odd shapes, identity-padded groups), and the
 merge kernels compile to PTX that assembles for sm_90 without spills."""
@@ -13,7 +13,11 @@ import numpy as np
 import pytest
 from split_cases import SPLITK_SOURCE, decode_inputs, decode_source, load
 
-from compiler.cuda import compiled, split_launch, split_loop, split_plan, split_tree
+from compiler.cuda import compiled
+from compiler.cuda.mainloops.split_loop import launch as split_launch
+from compiler.cuda.mainloops.split_loop import plan as split_plan
+from compiler.cuda.mainloops.split_loop import transform as split_loop
+from compiler.cuda.mainloops.split_loop import tree as split_tree
 from compiler.frontend import binding
 from compiler.interp import interpreter as interp
 

@@ -1,14 +1,16 @@
-"""The split factor as a tuning dimension (compiler/cuda/split_tune.py), on the CPU: the candidates
-around the cost model's factor, the fastest kept and cached under its own key (read back without
-timing), PHOBOS_RETUNE times again, and an unsplit model choice is not tuned. A timer stands in
-for the GPU (test_split_loop_gpu.py times the real launches)."""
+"""The split factor as a tuning dimension (compiler/cuda/mainloops/split_loop/tune.py), on the CPU: the
+candidates around the cost model's factor, the fastest kept and cached under its own key (read back without
+timing), PHOBOS_RETUNE times again, and an unsplit model choice is not tuned. A timer stands in for the GPU
+(test_split_loop_gpu.py times the real launches)."""
 
 from __future__ import annotations
 
 import pytest
 from split_cases import decode_source, load
 
-from compiler.cuda import split_plan, split_tune, tune_cache
+from compiler.cuda.mainloops.split_loop import plan as split_plan
+from compiler.cuda.mainloops.split_loop import tune as split_tune
+from compiler.cuda.tuning import cache as tune_cache
 from compiler.frontend import binding
 
 

@@ -1,4 +1,4 @@
-"""The TMA-store epilogue on the CPU (compiler/cuda/tma_store.py): every point of its cases
+"""The TMA-store epilogue on the CPU (compiler/cuda/mainloops/tma_ws/store.py): every point of its cases
 compiles through NVRTC with the bulk tensor stores in the PTX and assembles for sm_90a without
 spills; the tile each thread writes lands where the tensor map's 128-byte swizzle reads it, every
 element once, without bank conflicts; what it cannot take is pruned with its
@@ -13,9 +13,11 @@ import pytest
 from cuda_cases import ptxas
 from tma_store_cases import CASES, POINTS, kernel, points_of, store_schedule
 
-from compiler.cuda import autotune, stages, tune_cache
+from compiler.cuda import stages
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.schedule import Schedule, tensor_core_space
+from compiler.cuda.tuning import autotune
+from compiler.cuda.tuning import cache as tune_cache
 from compiler.frontend import binding
 from compiler.frontend import load as frontend
 from compiler.frontend.diagnostics import CompileError
@@ -158,7 +160,7 @@ def test_one_ptx_at_two_shapes_gets_each_shapes_tensor_maps():
     from types import SimpleNamespace
 
     from compiler.cuda import launch
-    from compiler.cuda.tensor_maps import MapSpec
+    from compiler.cuda.mainloops.tma_ws.maps import MapSpec
 
     def compiled(rows: int):
         spec = MapSpec(param="tm_a", tensor="A", box_rows=64, box_cols=64, rows=rows, cols=128,

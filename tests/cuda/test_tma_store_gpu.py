@@ -1,7 +1,7 @@
-"""On the GPU: the TMA-store epilogue (compiler/cuda/tma_store.py) equals the reference interpreter
-at every point of tma_store_cases, ragged edges included (the copy engine clips the boxes), one
-and two consumer warpgroups, f32, bf16 and f16 outputs and a 3-D (batched) map. Outputs are
-poisoned (NaN) before the run, so an element left unwritten fails.
+"""On the GPU: the TMA-store epilogue (compiler/cuda/mainloops/tma_ws/store.py) equals the reference
+interpreter at every point of tma_store_cases, ragged edges included (the copy engine clips the boxes), one
+and two consumer warpgroups, f32, bf16 and f16 outputs and a 3-D (batched) map. Outputs are poisoned (NaN)
+before the run, so an element left unwritten fails.
 
 Tolerances follow from the operation:
 - f32 outputs: the products of 16-bit operands are exact in f32 and both sides sum in f32 in

@@ -10,8 +10,12 @@ import pytest
 from cuda_cases import load_example
 
 from common import log
-from compiler.cuda import autotune, compile_pool, compiled, tune_cache, tune_model
+from compiler.cuda import compiled
 from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.cuda.tuning import autotune
+from compiler.cuda.tuning import cache as tune_cache
+from compiler.cuda.tuning import model as tune_model
+from compiler.cuda.tuning import pool as compile_pool
 from compiler.frontend import load as frontend
 
 DIMS = {"M": 4096, "N": 4096, "K": 4096}
@@ -215,7 +219,8 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
 def test_every_candidate_is_timed_in_full(monkeypatch):
     """Two warm-up launches, then the median of seven timed ones, whatever the best so far
     (tune_timing.time_launch: a first-launch screen picked slower winners on the H100)."""
-    from compiler.cuda import launch, tune_timing
+    from compiler.cuda import launch
+    from compiler.cuda.tuning import timing as tune_timing
 
     launches, timed = [], iter([3.0, 1.0, 2.0, 9.0, 2.0, 1.5, 2.5])
     monkeypatch.setattr(launch, "launch", lambda *a: launches.append(a))

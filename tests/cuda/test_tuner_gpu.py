@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from cuda_cases import load_example
 
-from compiler.cuda import compile_pool, launch, tune_timing
+from compiler.cuda import launch
 from compiler.cuda.schedule import DEFAULT
+from compiler.cuda.tuning import pool as compile_pool
+from compiler.cuda.tuning import timing as tune_timing
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""Kernels and points of the TMA-store epilogue (compiler/cuda/tma_store.py), shared by its CPU
+"""Kernels and points of the TMA-store epilogue (compiler/cuda/mainloops/tma_ws/store.py), shared by its CPU
 tests (test_tma_store.py: every point compiles, assembles without spills, lays its tile out as
 the tensor map's swizzle reads it) and its GPU tests (test_tma_store_gpu.py: equal to the
 interpreter)."""
@@ -62,7 +62,7 @@ POINTS = [
     ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 64}, store_schedule(stages=3, order="row")),
     ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 64}, store_schedule(group=3)),
 ]
-# the TMA-fed TF32 ring's tiles (tma_tf32.py: 64 columns per consumer warpgroup, k = 32)
+# the TMA-fed TF32 ring's tiles (mainloops/tma_ws/tf32.py: 64 columns per consumer warpgroup, k = 32)
 TF32_POINTS = [
     ({"TILE_M": 256, "TILE_N": 128, "TILE_K": 32}, store_schedule()),
     ({"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, store_schedule(stages=6, order="row")),

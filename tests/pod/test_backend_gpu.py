@@ -38,7 +38,7 @@ def test_a_leaf_is_prepared_once_for_job_after_job(monkeypatch):
     """As on CPU pods, a GPU pod keeps its prepared leaves by content: the second job of one
     kernel (dropped in between) reuses the first job's compiled leaf and module, and adds right.
     PROGRAM ships no compiled leaf, so the pod compiles it here (pod/backends/gpu_leaves.py): once."""
-    from compiler.cuda import split_launch
+    from compiler.cuda.mainloops.split_loop import launch as split_launch
     from pod.backends import backend_gpu
 
     parsed, real = [], backend_gpu.gpu_leaf

@@ -14,7 +14,7 @@ import pytest
 
 from common import cache
 from common.errors import UserError
-from compiler.cuda.split_launch import compile_leaf, compile_sequence, module_ptx
+from compiler.cuda.mainloops.split_loop.launch import compile_leaf, compile_sequence, module_ptx
 from pod.backends import gpu_leaves
 from schemas import capnp_io
 from schemas.program import Leaf
@@ -115,8 +115,8 @@ def test_a_compiled_leaf_of_another_leaf_is_refused(shipped):
 
 def test_a_split_leaf_ships_its_launches_and_their_scratch(monkeypatch, tmp_path):
     """A decode leaf of one CTA: the cost model splits its loop; the compiled leaf holds the
-    partial, merge-tree (compiler/cuda/split_tree.py) and combine entries of one module, in order,
-    and the partials' scratch: the partial kernel's set and the tree's."""
+    partial, merge-tree (compiler/cuda/mainloops/split_loop/tree.py) and combine entries of one module, in
+    order, and the partials' scratch: the partial kernel's set and the tree's."""
     from benchmarks.decode_kernel import decode_text
 
     try:

@@ -100,7 +100,7 @@ def test_a_nodes_step_leaf_at_s_2_22_compiles_split_over_ctas():
     CTAs: the shipped step leaf is a partial and a combine kernel (NVRTC here, no GPU)."""
     from compiler.cluster.build import compile_cluster
     from compiler.cluster.tree import SplitRequest
-    from compiler.cuda.split_launch import compile_leaf
+    from compiler.cuda.mainloops.split_loop.launch import compile_leaf
 
     try:
         from compiler.cuda import nvrtc

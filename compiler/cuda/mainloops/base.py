@@ -10,7 +10,7 @@ and what the GPU must offer for it. What every policy carries:
 - `rotate`: a loop of two dots (attention) carries its last dot into the next iteration
   (loops.Rotation); a policy that cannot rotate ignores it, as the loop finds no dot to carry.
 - `fp8_overlap`: an fp8 dot's per-k-tile promotion overlaps its adds with the next piece's MMA
-  (fp8_promote.py); no effect without fp8 warpgroup MMA.
+  (mainloops/wgmma/fp8_promote.py); no effect without fp8 warpgroup MMA.
 """
 
 from __future__ import annotations

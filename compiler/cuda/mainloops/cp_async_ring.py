@@ -2,11 +2,14 @@
 shared buffers per operand filled by cp.async, the policy's copies_ahead iterations ahead; the
 prologue issues the first ones (one commit group each, empty past the end, so that group
 counting stays uniform). With a handover policy (ping-pong) mbarriers replace the CTA-wide
-barrier and the commit groups (pingpong.py). Functions of the kernel's emitter (`gen`)."""
+barrier and the commit groups (mainloops/pingpong/handover.py). Functions of the kernel's emitter (`gen`)."""
 
 from __future__ import annotations
 
-from compiler.cuda import dots, operands, pingpong, wgmma
+from compiler.cuda import operands
+from compiler.cuda.mainloops.pingpong import handover as pingpong
+from compiler.cuda.mainloops.simt import dots
+from compiler.cuda.mainloops.wgmma import mma as wgmma
 from compiler.cuda.schedule import ring_stages
 from compiler.frontend import ir
 
@@ -24,7 +27,7 @@ def prologue(gen, policy, s: ir.For, tiles, bounds) -> dict:
             return {}
         entries.append((st, role, transposed, tile, plan))
     words = [operands.tile_floats(t) + (-operands.tile_floats(t)) % 4 for *_, t, _ in entries]
-    handover = policy.handover  # stages handed over by mbarriers (pingpong.py): one behind
+    handover = policy.handover  # stages handed over by mbarriers (mainloops/pingpong/handover.py): one behind
     if handover:
         pingpong.check(gen, s, deferred_dot(gen, s) is not None)
     used, limit = gen.smem.perm_floats, gen.plan.smem_limit

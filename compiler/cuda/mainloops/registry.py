@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from compiler.cuda.mainloops.base import Mainloop
 from compiler.cuda.mainloops.mma_sync import MmaSync
-from compiler.cuda.mainloops.pingpong import PingPong
-from compiler.cuda.mainloops.simt import Simt
-from compiler.cuda.mainloops.split_loop import SplitLoop
-from compiler.cuda.mainloops.tma_ws import TmaWarpSpecialized
-from compiler.cuda.mainloops.wgmma import Wgmma
+from compiler.cuda.mainloops.pingpong.policy import PingPong
+from compiler.cuda.mainloops.simt.policy import Simt
+from compiler.cuda.mainloops.split_loop.policy import SplitLoop
+from compiler.cuda.mainloops.tma_ws.policy import TmaWarpSpecialized
+from compiler.cuda.mainloops.wgmma.policy import Wgmma
 
 REGISTRY: dict[str, type[Mainloop]] = {
     cls.name: cls for cls in (Simt, MmaSync, Wgmma, PingPong, TmaWarpSpecialized, SplitLoop)
@@ -35,9 +35,10 @@ def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
 def choose_split(kernel, binding, split: int | None, sm_count: int | None = None) -> SplitLoop | None:
     """The split-loop policy of a leaf bound by `binding`, or None for the one-CTA loop. `split`:
     the factor the user forces (1: never split; a loop that cannot split is then the user's
-    error, CompileError at the loop saying why), or None: the cost model's choice (split_plan.py),
-    and only for a loop that can split."""
-    from compiler.cuda import split_loop, split_plan
+    error, CompileError at the loop saying why), or None: the cost model's choice
+    (mainloops/split_loop/plan.py), and only for a loop that can split."""
+    from compiler.cuda.mainloops.split_loop import plan as split_plan
+    from compiler.cuda.mainloops.split_loop import transform as split_loop
 
     if split == 1:
         return None

@@ -18,9 +18,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from benchmarks.gpu_timing import cuda_median_s  # noqa: E402
-from compiler.cuda import tensor_maps  # noqa: E402
 from compiler.cuda.compiled import compile_kernel  # noqa: E402
 from compiler.cuda.launch import launch  # noqa: E402
+from compiler.cuda.mainloops.tma_ws import maps as tensor_maps  # noqa: E402
 from compiler.cuda.schedule import Schedule  # noqa: E402
 from compiler.frontend import binding  # noqa: E402
 from compiler.frontend import load as frontend  # noqa: E402

@@ -10,7 +10,7 @@ import cupy as cp
 import numpy as np
 
 sys.path.insert(0, ".")
-from compiler.cuda.tensor_maps import TensorMap, _driver
+from compiler.cuda.mainloops.tma_ws.maps import TensorMap, _driver
 
 SRC = r"""
 extern "C" __global__ void probe(const unsigned long long tmap, const float* in, unsigned* tma_out,

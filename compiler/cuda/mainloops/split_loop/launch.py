@@ -1,6 +1,6 @@
 """A leaf as a launch sequence: its one kernel, or, under the split-loop policy
-(mainloops/split_loop.py), the partial kernel of split_plan.py, the merge tree's kernels
-(split_tree.py) and the combine kernel, with the f32 scratch buffers between them, launched in
+(mainloops/split_loop/policy.py), the partial kernel of mainloops/split_loop/plan.py, the merge tree's kernels
+(mainloops/split_loop/tree.py) and the combine kernel, with the f32 scratch buffers between them, launched in
 order on one stream.
 
     compile_sequence(kernel, binding, ...)   LaunchSequence: CompiledKernels + Scratch + policy
@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from common import options
-from compiler.cuda import compiled, split_tree, target
+from compiler.cuda import compiled, target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel, joint_need
-from compiler.cuda.mainloops.split_loop import SplitLoop
+from compiler.cuda.mainloops.split_loop import tree as split_tree
+from compiler.cuda.mainloops.split_loop.policy import SplitLoop
 from compiler.cuda.schedule import DEFAULT, Schedule
 from schemas.compiled_leaf import CompiledLeaf, Scratch
 
@@ -32,7 +33,7 @@ class LaunchSequence:
     kernels: tuple[CompiledKernel, ...]  # in launch order
     scratch: tuple[Scratch, ...] = ()
     split: SplitLoop | None = None  # None: the one-CTA loop
-    chunks: int = 1  # CTAs along the split axis (the policy's factor padded: split_plan.py)
+    chunks: int = 1  # CTAs along the split axis (the policy's factor padded: mainloops/split_loop/plan.py)
 
     @property
     def need(self) -> target.Need:
@@ -44,9 +45,9 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
                      sm_count: int | None = None, fan_in: int | None = None) -> LaunchSequence:
     """`kernel` at `binding` as the launches that run it. `split`: None, the cost model decides;
     1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split).
-    `fan_in`: the merge tree's (split_tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree)."""
-    from compiler.cuda import split_plan
+    `fan_in`: the merge tree's (mainloops/split_loop/tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree)."""
     from compiler.cuda.mainloops.registry import choose_split
+    from compiler.cuda.mainloops.split_loop import plan as split_plan
 
     policy = choose_split(kernel, binding, split, sm_count)
     if policy is None:

@@ -1,4 +1,4 @@
-"""The TMA ring's epilogue through shared memory (Schedule.tma_store, mainloops/tma_ws.py): a 2-D
+"""The TMA ring's epilogue through shared memory (Schedule.tma_store, mainloops/tma_ws/policy.py): a 2-D
 tile stored from the tensor-core accumulator layout is computed on registers (bias, activation,
 scale, conversion: the store's whole element-wise expression), written into shared memory, and
 leaves by bulk tensor stores (`cp.async.bulk.tensor ... global.shared::cta`), one per 128-byte-wide
@@ -8,13 +8,13 @@ Why: in the accumulator layout a warp's direct store of a 16-bit tile writes 8 r
 half a 32-byte sector per row per instruction; through shared memory the copy engine writes whole
 rows of the tile, and the consumers' stores end as soon as shared memory holds the tile.
 
-Where in shared memory: the TMA ring's own words (tma.py / tma_tf32.py record them in
-`gen.smem.spent_ring`). Once the loop has ended every stage has been consumed and the producer
-warpgroup has returned, so after one consumer barrier (the other warpgroup's last wgmma may still
-read its stage) the ring is free: the epilogue costs no shared memory of its own, and the ring keeps
-every stage it had. Each box is [rows, 128 bytes] in the 128-byte swizzle the tensor map names
-(tensor_maps.py): the 16-byte chunk j of row r lies at chunk j ^ (r % 8), so the 8 rows x 4
-threads of a warp's pair writes land on 32 different banks.
+Where in shared memory: the TMA ring's own words (mainloops/tma_ws/ring.py / mainloops/tma_ws/tf32.py record
+them in `gen.smem.spent_ring`). Once the loop has ended every stage has been consumed and the producer
+warpgroup has returned, so after one consumer barrier (the other warpgroup's last wgmma may still read its
+stage) the ring is free: the epilogue costs no shared memory of its own, and the ring keeps every stage it
+had. Each box is [rows, 128 bytes] in the 128-byte swizzle the tensor map names (mainloops/tma_ws/maps.py):
+the 16-byte chunk j of row r lies at chunk j ^ (r % 8), so the 8 rows x 4 threads of a warp's pair writes land
+on 32 different banks.
 
 Order: each consumer thread writes its pairs, then `fence.proxy.async.shared::cta` (its writes,
 seen by the copy engine's async proxy), a consumer barrier, then one thread issues the boxes,
@@ -34,8 +34,8 @@ along any before them (at most one: a 3-D map), with a 16-byte row pitch, a widt
 from __future__ import annotations
 
 from compiler.cuda.layout import MmaDist
-from compiler.cuda.store_values import PACK, pure
-from compiler.cuda.tensor_maps import MapSpec
+from compiler.cuda.mainloops.tma_ws.maps import MapSpec
+from compiler.cuda.stores.values import PACK, pure
 from compiler.cuda.values import Ctx
 from compiler.frontend import ir, walk
 

@@ -12,7 +12,7 @@ roles swapped:
   with 32-bit loads. Fragment row r of a warp stands for column `frag_n` of the CTA's tile: any
   permutation of the rows of C^T is a valid product, and this one makes every load instruction
   meet 32 distinct banks (tests/cuda/test_cuda_tma_tf32.py checks it).
-- Both maps have the data type TFLOAT32 (tensor_maps.py): the copy rounds every f32 to TF32,
+- Both maps have the data type TFLOAT32 (mainloops/tma_ws/maps.py): the copy rounds every f32 to TF32,
   to nearest with ties to even, the language's TF32 rounding, on the way into shared memory. So
   the loop has no rounding instruction and every byte is written once, by the copy.
 Shared-memory traffic per 256 (m) x 128 (n) x 32 k tile: the copies write 48 KB, the fragment
@@ -37,9 +37,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import analysis, tma, wgmma
+from compiler.cuda import analysis
+from compiler.cuda.mainloops.tma_ws import ring as tma
+from compiler.cuda.mainloops.tma_ws.maps import MapSpec
+from compiler.cuda.mainloops.wgmma import mma as wgmma
 from compiler.cuda.schedule import ring_stages
-from compiler.cuda.tensor_maps import MapSpec
 from compiler.frontend import ir
 
 BOX = 32  # f32 values in one 128-byte swizzled row, and the k tile

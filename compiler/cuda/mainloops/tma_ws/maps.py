@@ -1,5 +1,5 @@
-"""Host side of the bulk tensor copies (TMA, compiler/cuda/tma.py): one tensor map per operand,
-built for the array of each launch and passed by value as a `__grid_constant__` parameter.
+"""Host side of the bulk tensor copies (TMA, compiler/cuda/mainloops/tma_ws/ring.py): one tensor map per
+operand, built for the array of each launch and passed by value as a `__grid_constant__` parameter.
 
 A tensor map describes a row-major 2-D tensor (its pointer, shape and row pitch), or a row-major
 tensor of higher rank whose leading axes a copy indexes one position at a time (attention's
@@ -32,7 +32,7 @@ import numpy as np
 MAP_BYTES = 128
 # CUtensorMapDataType: (code, bytes per element). TFLOAT32 copies f32 elements and rounds each to
 # TF32 (to nearest, ties to even) on the way into shared memory, as the language's TF32 dots
-# round their operands (measured on the H200, tma_tf32.py)
+# round their operands (measured on the H200, mainloops/tma_ws/tf32.py)
 DATA_TYPES = {"u8": (0, 1), "u16": (1, 2), "f32": (7, 4), "tf32": (11, 4)}  # u8: fp8 bytes
 _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _OOB_ZERO = 0, 3, 3, 0
 KEPT = 256  # maps and packed argument blocks kept, most recently used first

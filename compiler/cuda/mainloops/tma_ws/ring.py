@@ -17,7 +17,7 @@ enough. The producer warpgroup returns after its loop, so everything after the l
 consumers alone, and a barrier there is `bar.sync 1, consumers` (gen.sync).
 
 The tensor maps are kernel parameters (`const __grid_constant__ TmaMap`), made at the launch
-from the operand arrays and kept for later launches with the same arrays (tensor_maps.py).
+from the operand arrays and kept for later launches with the same arrays (mainloops/tma_ws/maps.py).
 
 Takes a loop at the kernel's top level with a single tensor-core dot whose operands are 2-D slices
 of 2-D 16-bit tensors with 16-byte row pitch, laid out with 128-byte rows (K-major k = 64, or
@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from compiler.cuda import mbarriers, pingpong
+from compiler.cuda import mbarriers
+from compiler.cuda.mainloops.pingpong import handover as pingpong
+from compiler.cuda.mainloops.tma_ws.maps import MapSpec
+from compiler.cuda.mainloops.wgmma.mma import CoreTile, point_at_stage
 from compiler.cuda.schedule import ring_stages
-from compiler.cuda.tensor_maps import MapSpec
-from compiler.cuda.wgmma import CoreTile, point_at_stage
 from compiler.frontend import ir
 
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -121,7 +122,7 @@ def _check(gen, s: ir.For, carried: bool) -> bool:
     attention = len(gen.plan.tc_dots) != 1
     if attention and not (gen.plan.mainloop.rotate and carried):
         raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop or a rotated loop of two")
-    if gen.plan.mainloop.pingpong:  # the consumers take turns (pingpong.py)
+    if gen.plan.mainloop.pingpong:  # the consumers take turns (mainloops/pingpong/handover.py)
         pingpong.check(gen, s, carried)
     return attention
 
@@ -151,7 +152,8 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         ops.append(Operand(st, tile, spec, base, tile.elements))
     gen.smem.spent_ring = (ring_first, gen.smem.perm_floats - ring_first)
     ring = split(gen, s, ops, stages, loop)
-    if gen.plan.mainloop.pingpong:  # the consumers take turns, warpgroup 0 first (pingpong.py)
+    # the consumers take turns, warpgroup 0 first (mainloops/pingpong/handover.py)
+    if gen.plan.mainloop.pingpong:
         pingpong.takes_turns(gen)
         pingpong.first_turn(gen)
     return {o.let.name: ("tmaring", o, ring) for o in ops}

@@ -12,10 +12,11 @@ writes of the epilogue (matmul's C, attention's O)."""
 from __future__ import annotations
 
 from common import dtypes
-from compiler.cuda import analysis, int_ops, tma_store
+from compiler.cuda import analysis, int_ops
 from compiler.cuda.emit import INT_SUFFIX, from_f32
 from compiler.cuda.layout import MmaDist
-from compiler.cuda.store_values import PACK, pure
+from compiler.cuda.mainloops.tma_ws import store as tma_store
+from compiler.cuda.stores.values import PACK, pure
 from compiler.cuda.values import Ctx
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError

@@ -1,6 +1,6 @@
 """Compile the tuner's candidates in parallel processes (NVRTC and codegen are CPU-bound).
 
-Workers are fresh interpreters running this module (`python -m compiler.cuda.compile_pool`),
+Workers are fresh interpreters running this module (`python -m compiler.cuda.tuning.pool`),
 not forks or multiprocessing spawns: a fork of a process that holds a CUDA context (the tuner's,
 which times on the GPU) is unsafe, and multiprocessing's spawn re-imports the user's main script.
 Each worker reads one pickled list of tasks on stdin and writes the pickled list of results on
@@ -78,7 +78,7 @@ def _preload(results: list) -> None:
 def _run_worker(chunk: list, device: int | None) -> list:
     env = dict(env_options.environment(), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
-        done = subprocess.run([sys.executable, "-m", "compiler.cuda.compile_pool"],
+        done = subprocess.run([sys.executable, "-m", "compiler.cuda.tuning.pool"],
                               input=pickle.dumps((chunk, device)), capture_output=True, env=env, check=True)
         part = pickle.loads(done.stdout)
         if isinstance(part, list) and len(part) == len(chunk):

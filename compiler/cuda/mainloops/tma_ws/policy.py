@@ -1,22 +1,24 @@
-"""The warp-specialized TMA mainloop (tma.py): a producer warpgroup fills the ring by bulk tensor
-copies through mbarriers, the consumers only wait and multiply; with `pingpong` the consumers
-also take turns (pingpong.py); with `tma_store` the epilogue's tile stores leave through the
-spent ring by bulk tensor stores (tma_store.py). TF32 dots take their own TMA ring (tma_tf32.py,
-C^T by role swap)."""
+"""The warp-specialized TMA mainloop (mainloops/tma_ws/ring.py): a producer warpgroup fills the ring by bulk
+tensor copies through mbarriers, the consumers only wait and multiply; with `pingpong` the consumers also take
+turns (mainloops/pingpong/handover.py); with `tma_store` the epilogue's tile stores leave through the spent
+ring by bulk tensor stores (mainloops/tma_ws/store.py). TF32 dots take their own TMA ring
+(mainloops/tma_ws/tf32.py, C^T by role swap)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import tma, tma_tf32
 from compiler.cuda.mainloops.base import Mainloop
-from compiler.cuda.mainloops.wgmma import tf32_tiles
+from compiler.cuda.mainloops.tma_ws import ring as tma
+from compiler.cuda.mainloops.tma_ws import tf32 as tma_tf32
+from compiler.cuda.mainloops.wgmma.policy import tf32_tiles
 
 
 @dataclass(frozen=True)
 class TmaWarpSpecialized(Mainloop):
     pingpong: bool = False  # the consumer warpgroups take turns issuing their dots
-    tma_store: bool = False  # the epilogue's tile stores go out through shared memory (tma_store.py)
+    # the epilogue's tile stores go out through shared memory (mainloops/tma_ws/store.py)
+    tma_store: bool = False
 
     name = "tma_ws"
     features = ("wgmma", "tma", "setmaxnreg", "mbarrier")

@@ -1,20 +1,20 @@
-"""The warpgroup-MMA mainloop (wgmma.py): the same cp.async ring as mma.sync, but a group stays
+"""The warpgroup-MMA mainloop (mainloops/wgmma/mma.py): the same cp.async ring as mma.sync, but a group stays
 in flight past its iteration, so the stage it reads is refilled one iteration later: copies run
 stages - 2 ahead, with at least 3 stages. TF32 dots take the register-staged ring instead
-(wgmma_tf32.py: raw f32 tiles rounded on their way to shared memory)."""
+(mainloops/wgmma/tf32.py: raw f32 tiles rounded on their way to shared memory)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cuda import wgmma_tf32
 from compiler.cuda.mainloops import cp_async_ring
 from compiler.cuda.mainloops.base import Mainloop
+from compiler.cuda.mainloops.wgmma import tf32 as wgmma_tf32
 
 
 def tf32_tiles(tiles) -> bool:
     """Whether a loop's operand tiles are TF32 warpgroup-MMA tiles (raw f32 in the ring)."""
-    from compiler.cuda.wgmma import CoreTile
+    from compiler.cuda.mainloops.wgmma.mma import CoreTile
 
     return any(isinstance(t, CoreTile) and t.dtype == "f32" for *_, t in tiles)
 

@@ -1,12 +1,12 @@
 """The split-loop's partials merged by a tree of parallel launches before the combine kernel.
 
-The combine kernel (split_loop.py) merges the chunks' partials one after another on the user's
-grid, which for decode is one CTA: a chain of `factor` merges, each waiting on its reads (on the
-H100, about 2.5 us per step of split_loop.UNROLL partials: 160 us of a 370 us call at S = 2^20).
-Here the partials are first merged `fan_in` at a time by merge kernels whose grid covers (rows,
-groups of partials, columns): each level turns n partials into ceil(n / fan_in) (padded to a
-multiple of UNROLL with identity partials, which every merge takes as nothing), until at most
-`fan_in` are left for the combine, which then runs the user's store after fan_in / UNROLL steps.
+The combine kernel (mainloops/split_loop/transform.py) merges the chunks' partials one after another on the
+user's grid, which for decode is one CTA: a chain of `factor` merges, each waiting on its reads (on the H100,
+about 2.5 us per step of split_loop.UNROLL partials: 160 us of a 370 us call at S = 2^20). Here the partials
+are first merged `fan_in` at a time by merge kernels whose grid covers (rows, groups of partials, columns):
+each level turns n partials into ceil(n / fan_in) (padded to a multiple of UNROLL with identity partials,
+which every merge takes as nothing), until at most `fan_in` are left for the combine, which then runs the
+user's store after fan_in / UNROLL steps.
 
     tree_sizes(n, fan_in)                   [n, n1, ...]: partials before each level and after the last
     plan_tree(kernel, plan, fan_in)         Tree: the merge kernels, bound, their scratch, the
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from compiler.cluster.accumulate import Accumulator
 from compiler.cluster.partial_leaves import fresh, softmax_merge_lines, sum_merge_line
-from compiler.cuda import split_loop
+from compiler.cuda.mainloops.split_loop import transform as split_loop
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.load import load_text

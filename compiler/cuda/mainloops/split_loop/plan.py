@@ -1,4 +1,4 @@
-"""How far a split loop is split (split_loop.py), and the two bound kernels that run it.
+"""How far a split loop is split (mainloops/split_loop/transform.py), and the two bound kernels that run it.
 
     choose_factor(ctas, sm_count, iterations)   the cost model's split factor
     plan_split(kernel, binding, factor=None)     SplitPlan: partial and combine kernels, bound
@@ -18,7 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from compiler.cuda import split_loop
+from compiler.cuda.mainloops.split_loop import transform as split_loop
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 

@@ -5,7 +5,7 @@
 
 The cost model (split_plan.model_factor) says whether a split pays at all and about how far; on
 a GPU, a tuned kernel then times its launch sequence at a few factors around that choice and keeps
-the fastest, in the tuning cache (tune_cache.py's file) under a key of its own: the kernel's
+the fastest, in the tuning cache (tuning/cache.py's file) under a key of its own: the kernel's
 tuning key (source, dims, GPU, capability, driver and NVRTC versions), the tile values and the
 schedule. A factor the user forces (--split N, bind(split=N)) is never tuned, nor is a kernel
 called with autotune=False (the cost model's factor is used).
@@ -18,8 +18,9 @@ import math
 import numpy as np
 
 from common import options as env_options
-from compiler.cuda import split_plan, tune_cache
+from compiler.cuda.mainloops.split_loop import plan as split_plan
 from compiler.cuda.schedule import DEFAULT, Schedule
+from compiler.cuda.tuning import cache as tune_cache
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding
 
@@ -50,7 +51,8 @@ def tune_factor(kernel: ir.Kernel, binding: Binding, *, schedule: Schedule = DEF
     """The split factor of `kernel`'s loop at `binding` on this GPU: 1 where the cost model does
     not split, else the fastest candidate (`measure(factor) -> ms`, by default the launch sequence
     timed on random inputs), read from the cache when it holds one (PHOBOS_RETUNE times again)."""
-    from compiler.cuda import autotune, split_loop
+    from compiler.cuda.mainloops.split_loop import transform as split_loop
+    from compiler.cuda.tuning import autotune
 
     model = split_plan.model_factor(kernel, binding, sm_count)
     gpu = gpu or autotune.gpu_name()
@@ -77,8 +79,8 @@ def _timer(kernel, binding, schedule, cc: int, sm_count: int):
     """Median milliseconds of the whole launch sequence at a factor, CUDA events, random inputs."""
     import cupy
 
-    from compiler.cuda.split_launch import compile_sequence, launch_sequence, scratch_arrays
-    from compiler.cuda.tune_timing import tuning_inputs
+    from compiler.cuda.mainloops.split_loop.launch import compile_sequence, launch_sequence, scratch_arrays
+    from compiler.cuda.tuning.timing import tuning_inputs
 
     arrays, scalars = tuning_inputs(kernel, dict(binding.env))
 

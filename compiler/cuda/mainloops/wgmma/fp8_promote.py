@@ -65,7 +65,7 @@ def pieces(n: int, warpgroups: int) -> list[tuple[int, int]]:
 
 def _issue_piece(gen, issue, temp: str, sa, sb, first: int, w: int, kk: int, dtype: str) -> None:
     """Piece [first, first + w) of the k tile's chain into `temp`, from zero, committed;
-    `issue`: wgmma.issue (passed in: wgmma.py calls this module)."""
+    `issue`: wgmma.issue (passed in: mainloops/wgmma/mma.py calls this module)."""
     b = replace(sb, ptr=f"({sb.ptr} + {first * sb.row_elems})", x=w)
     gen.out.line(f"// columns {first} .. {first + w - 1}: m64n{w}k32, {kk // STEP_K} k steps")
     gen.out.line("wg_fence();")

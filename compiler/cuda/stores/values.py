@@ -1,5 +1,5 @@
 """Which values a store can write straight from the accumulator's registers, shared by the
-pair stores (stores.py) and the TMA store (tma_store.py): element-wise expressions of the
+pair stores (stores/emit.py) and the TMA store (mainloops/tma_ws/store.py): element-wise expressions of the
 accumulator layout's register tiles, rows or columns of it (a bias through `expand`), scalars and
 constants; and the packing of two 16-bit results into one 32-bit store."""
 

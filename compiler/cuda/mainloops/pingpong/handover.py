@@ -39,7 +39,7 @@ template <int ID> __device__ __forceinline__ void turn_pass() {
 
 THREADS = 256  # two warpgroups
 MIN_STAGES = 4  # copies run stages - 3 ahead
-FIRST_BARRIER = 2  # 0 is __syncthreads, 1 the TMA ring's consumers (tma.py)
+FIRST_BARRIER = 2  # 0 is __syncthreads, 1 the TMA ring's consumers (mainloops/tma_ws/ring.py)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def setup(gen, stages: int) -> Handover:
 
 def takes_turns(gen) -> None:
     """The loop about to be emitted has its warpgroups take turns (the cp.async handover above,
-    or a TMA ring's consumers, tma.py)."""
+    or a TMA ring's consumers, mainloops/tma_ws/ring.py)."""
     gen.loop.turns = True
     gen.used.pingpong = True
 

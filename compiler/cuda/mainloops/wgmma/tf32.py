@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler.cuda import analysis
-from compiler.cuda.wgmma import CoreTile, point_at_stage
+from compiler.cuda.mainloops.wgmma.mma import CoreTile, point_at_stage
 from compiler.frontend import ir
 
 STAGES = 3

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from common import options
 from compiler import builtins
-from compiler.cuda import operands, tma, tma_tf32
+from compiler.cuda import operands
 from compiler.cuda import staged as staged_buffers
+from compiler.cuda.mainloops.tma_ws import ring as tma
+from compiler.cuda.mainloops.tma_ws import tf32 as tma_tf32
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
@@ -112,9 +114,9 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
     dtype = gen.tensor(load.tensor, load.span).dtype
     dtype = dtype if dtype in ("bf16", "f16") + ir.FP8 else "f32"
     if gen.plan.wgmma:
-        from compiler.cuda import wgmma
+        from compiler.cuda.mainloops.wgmma import mma as wgmma
 
-        # TF32 is read K-major only; the register pass (wgmma_tf32.py) transposes and rounds it
+        # TF32 is read K-major only; the register pass (mainloops/wgmma/tf32.py) transposes and rounds it
         mn_major = False if dtype == "f32" else wgmma.core_layout(k_contiguous, x)
         if mn_major is not None:
             if ptr is None:
@@ -126,7 +128,7 @@ def mma_let_tile(gen, load: ir.Load, role: str, transposed: bool, ptr: str | Non
 
 def stage_mma_let(gen, load: ir.Load, role: str, transposed: bool):
 
-    from compiler.cuda import wgmma_tf32
+    from compiler.cuda.mainloops.wgmma import tf32 as wgmma_tf32
 
     tile = mma_let_tile(gen, load, role, transposed)
     gen.sync_before_overwrite()

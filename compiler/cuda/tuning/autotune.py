@@ -1,10 +1,10 @@
 """Single-GPU @autotune: time the points of the search space worth timing, keep the winner.
 
-The stages of a first call: (1) the cache (tune_cache.py: exact dimensions, then their shape
+The stages of a first call: (1) the cache (tuning/cache.py: exact dimensions, then their shape
 bucket) answers without compiling anything; (2) each candidate's CUDA source is generated, no
-NVRTC, and the model (tune_model.py: shared memory, registers, waves, bytes per FLOP) drops what
+NVRTC, and the model (tuning/model.py: shared memory, registers, waves, bytes per FLOP) drops what
 cannot fit or ranks far below its schedule's best; (3) the rest compile in parallel processes
-(compile_pool.py); (4) each is timed on the GPU, one progress line per point on stderr
+(tuning/pool.py); (4) each is timed on the GPU, one progress line per point on stderr
 (PHOBOS_TUNE_QUIET=1 silences them); (5) the winner is stored. Points that cannot be generated
 or that the driver refuses to launch are pruned and reported, never run; so are schedules the
 GPU cannot run (target.py: warpgroup MMA, TMA and ping-pong need sm_90a). PHOBOS_RETUNE=1 (or
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from common import options as env_options
 from compiler import builtins
-from compiler.cuda import mma, stages, target, tune_cache
+from compiler.cuda import mma, stages, target
 from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
     DEFAULT,
@@ -34,7 +34,8 @@ from compiler.cuda.schedule import (
     Schedule,
     tensor_core_space,
 )
-from compiler.cuda.tune_timing import time_launch, tuning_inputs
+from compiler.cuda.tuning import cache as tune_cache
+from compiler.cuda.tuning.timing import time_launch, tuning_inputs
 from compiler.frontend import ir
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
@@ -278,13 +279,14 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
     if stages.uses_wgmma(kernel, dots, tf32):
         wg = [s for s in space if s.wgmma and s not in wg_tma]
         if any(mma.tensor_core_dtype(d, kernel, tf32) == "tf32" for d in dots):
-            # the register-staged TF32 ring (wgmma_tf32.py) has 3 stages and stores after the
+            # the register-staged TF32 ring (mainloops/wgmma/tf32.py) has 3 stages and stores after the
             # dots whatever the schedule says: only the CTA order is left to search. The
-            # TMA-fed one (tma_tf32.py, C^T by role swap) takes other tile shapes (TILE_N = 64
+            # TMA-fed one (mainloops/tma_ws/tf32.py, C^T by role swap) takes other tile shapes (TILE_N = 64
             # per warpgroup, TILE_M up to 256), so it is a family of its own, with its own probe
             tma_tf32 = [s for s in wg if s.tma]
             wg = [s for s in wg if not s.tma and s.stages == 3 and not s.late_copies]
-        if any(d.precision and d.precision.mode in ir.FP8 for d in dots):  # fp8_promote.py's two ways
+        # mainloops/wgmma/fp8_promote.py's two ways
+        if any(d.precision and d.precision.mode in ir.FP8 for d in dots):
             wg += [dataclasses.replace(s, fp8_overlap=True) for s in wg if not s.pingpong]
         families.append(wg)
     wg_probe = WGMMA_DEEP_PROBE if single else dataclasses.replace(WGMMA_PROBE, rotate=rotates)
@@ -305,9 +307,9 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
 def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bool = False):
     """((point items, schedule), median ms) of each candidate that compiles and launches, and
     ((point items, schedule), why) of the others. Before anything is compiled the model
-    (tune_model.py) drops what cannot fit and, with `model`, what ranks far below its schedule's
-    best; the rest compile in parallel processes (compile_pool.py), then are timed one by one."""
-    from compiler.cuda import compile_pool
+    (tuning/model.py) drops what cannot fit and, with `model`, what ranks far below its schedule's
+    best; the rest compile in parallel processes (tuning/pool.py), then are timed one by one."""
+    from compiler.cuda.tuning import pool as compile_pool
 
     candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
     tasks = [(kernel, dims, point, schedule, tf32, inputs.cc) for point, schedule in candidates]
@@ -340,8 +342,8 @@ def progress_line(name: str, k: int, n: int, point: dict, schedule: Schedule, ms
 def _model_pruned(kernel, dims, candidates, tf32: bool, cc: int, rank: bool):
     """(kept candidates, pruned rows): each candidate's source is generated (codegen, no NVRTC)
     and estimated by tune_model; a candidate codegen refuses is kept, for the compile to name."""
-    from compiler.cuda import tune_model
     from compiler.cuda.compiled import generate_source
+    from compiler.cuda.tuning import model as tune_model
 
     estimates = []
     for point, schedule in candidates:
@@ -356,7 +358,7 @@ def _model_pruned(kernel, dims, candidates, tf32: bool, cc: int, rank: bool):
 
 
 def _sm_count() -> int:
-    from compiler.cuda import tune_model
+    from compiler.cuda.tuning import model as tune_model
 
     try:
         import cupy

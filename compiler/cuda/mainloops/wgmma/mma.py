@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from compiler import builtins
-from compiler.cuda import fp8_promote, pingpong
+from compiler.cuda.mainloops.pingpong import handover as pingpong
+from compiler.cuda.mainloops.wgmma import fp8_promote
 from compiler.cuda.operands import element_bytes, element_ctype
 from compiler.frontend import ir
 
@@ -51,7 +52,8 @@ class CoreTile:
     dtype: str
     mn_major: bool = False
     # K-major 16-bit with k a multiple of 64 (above 64), stored as k / 64 blocks of [x][64], each
-    # 128-byte swizzled: what 64-wide bulk tensor copies write (tma.py, attention's K at D = 128)
+    # 128-byte swizzled: what 64-wide bulk tensor copies write (mainloops/tma_ws/ring.py, attention's K at D =
+    # 128)
     blocked: bool = False
 
     @property
@@ -127,7 +129,7 @@ class CoreTile:
 
     def chunk(self, e: str, per_row: int) -> tuple[str, str]:
         """(row, col) of 16-byte chunk number e: eight consecutive chunks fill 128 contiguous bytes."""
-        assert not self.blocked, "a blocked tile is written by bulk tensor copies (tma.py), not by threads"
+        assert not self.blocked, "a blocked tile is written by bulk tensor copies, not by threads"
         v = self.vector
         if self.mn_major:
             return f"(({e}) / {per_row})", f"((({e}) % {per_row}) * {v})"
@@ -241,7 +243,7 @@ def emit_wgmma(
     """acc[M, N] += a b: per k step one wgmma per warpgroup (k16 for 16-bit operands, k8 for
     TF32), then commit and wait: for "all" groups; or for all but this one ("one": it runs on
     while the next iteration copies and transposes; the loop's end waits for it before acc is
-    read; with late copies, or a register-staged ring (wgmma_tf32.py), the wait goes to the end
+    read; with late copies, or a register-staged ring (mainloops/wgmma/tf32.py), the wait goes to the end
     of the loop body, after the copies or stores of a later stage, loops.ring_lets). In a
     rotated loop (loops.Rotation) the first dot ends at "rotated": commit, then the slot where
     the carried dot is issued; the last dot is "carried": its A fragments and b stage are kept
@@ -251,7 +253,7 @@ def emit_wgmma(
     K-major from shared memory and has no transpose bits. `fresh`: acc holds nothing yet; the
     first k step ignores it (scale-d 0) rather than have it zeroed, since ordinary writes of
     accumulator registers while another group is in flight make ptxas serialize. An fp8 dot
-    adding into acc goes through fp8_promote.py (a fresh chain per k tile, added in f32)."""
+    adding into acc goes through mainloops/wgmma/fp8_promote.py (a fresh chain per k tile, added in f32)."""
     mma_k = _mma_k(dtype)
     from_regs = not isinstance(sa, CoreTile)
     where = ", a from registers" if from_regs else ""
@@ -268,7 +270,8 @@ def emit_wgmma(
         return
     if dtype in ir.FP8 and not fresh and wait not in ("rotated", "carried"):  # never continue acc's chain
         return fp8_promote.emit(gen, acc, sa, sb, n, kk, dtype, issue)
-    if wait == "rotated" and gen.loop.turns:  # ping-pong: this warpgroup's turn (pingpong.py)
+    # ping-pong: this warpgroup's turn (mainloops/pingpong/handover.py)
+    if wait == "rotated" and gen.loop.turns:
         gen.out.line(pingpong.wait_turn())
     gen.out.line("wg_fence();")
     frags = [_register_fragment(sa.cname, s, dtype) for s in range(kk // 16)] if from_regs else sa
