@@ -1,7 +1,8 @@
 """Issue 36's attention rows (benchmarks/issue36_rows.py) at fixed (tile point, schedule)
 candidates, side by side with cuDNN SDPA in the same process: what the tuner would choose
 between, without its search, so that two variants of the code generator (a schedule field, a CTA
-order) are compared on the same inputs within one call. Every candidate's output is checked
+order, or the code before a change, `ONE_CHAIN`: every max/min fold as one chain, as before
+reductions.FOLD_CHAINS) are compared on the same inputs within one call. Every candidate's output is checked
 against SDPA before it is timed; then ROUNDS alternated rounds, each the mean of REPS back-to-back
 launches timed by CUDA events (the anchor in every round too), and the median of the rounds.
 
@@ -40,18 +41,29 @@ def _row(prefix: str):
     return next(r for r in ROWS if r.name.startswith(prefix))
 
 
+ONE_CHAIN = "one-chain"  # compiled here with reductions.CHAINED_FOLD out of reach
+
+
+def _one_chain(point, schedule):
+    return (point, schedule, ONE_CHAIN)
+
+
 CANDIDATES = {
     # causal GQA: row (each head's query blocks longest first) against grouped (every head's
     # longest blocks first, render_plan.longest_first_order)
     "causal": (_row("attention bf16 D=128 N=4096 causal"), [
         *_both_orders({"BR": 128, "BC": 128}, [TMA_PP4, TMA3, TMA4]),
         *_both_orders({"BR": 128, "BC": 64}, [TMA_PP4, CP_PP5]),
+        _one_chain({"BR": 128, "BC": 128}, dataclasses.replace(TMA_PP4, order="grouped")),
+        _one_chain({"BR": 128, "BC": 128}, dataclasses.replace(TMA3, order="grouped")),
     ]),
     "full": (_row("attention bf16 D=128 N=4096 full"), [
         *_both_orders({"BR": 128, "BC": 128}, [TMA3, TMA_PP4]),
         ({"BR": 128, "BC": 128}, TMA4),
         ({"BR": 128, "BC": 64}, TMA_PP4),
         ({"BR": 256, "BC": 32}, WIDE4),
+        _one_chain({"BR": 128, "BC": 128}, TMA3),
+        _one_chain({"BR": 128, "BC": 128}, TMA_PP4),
     ]),
     "one": (_row("attention bf16 one head"), [
         ({"BR": 128, "BC": 128}, TMA_PP4),
@@ -60,6 +72,9 @@ CANDIDATES = {
         ({"BR": 128, "BC": 64}, TMA_PP4),
         ({"BR": 64, "BC": 128}, TMA4),
         ({"BR": 256, "BC": 64}, WIDE4),
+        _one_chain({"BR": 128, "BC": 128}, TMA_PP4),
+        _one_chain({"BR": 128, "BC": 128}, TMA3),
+        _one_chain({"BR": 128, "BC": 64}, TMA_PP4),
     ]),
 }
 
@@ -92,6 +107,23 @@ def _mean_ms(fn, torch) -> float:
     return start.elapsed_time(end) / REPS
 
 
+def _build(kernel, dims, candidates, cc, pool) -> list:
+    """(compiled, why) of each candidate: the current code in parallel processes, the ONE_CHAIN
+    variants here, with the chained folds turned off while they compile."""
+    from compiler.cuda import reductions
+
+    tasks = [(kernel, dict(dims), c[0], c[1], False, cc) for c in candidates]
+    current = [i for i, c in enumerate(candidates) if len(c) == 2]
+    built = dict(zip(current, pool.build_all([tasks[i] for i in current]), strict=True))
+    chained_fold = reductions.CHAINED_FOLD
+    reductions.CHAINED_FOLD = 1 << 30
+    try:
+        built.update({i: pool.build(t) for i, t in enumerate(tasks) if i not in built})
+    finally:
+        reductions.CHAINED_FOLD = chained_fold
+    return [built[i] for i in range(len(tasks))]
+
+
 def run_row(key: str, log) -> dict:
     import cupy
     import torch
@@ -106,11 +138,10 @@ def run_row(key: str, log) -> dict:
     q, k, v, o, scale = _operands(row, torch)
     arrays = {n: cupy.asarray(t.view(torch.int16)) for n, t in zip("QKVO", (q, k, v, o), strict=True)}
     expected = _sdpa(q, k, v, scale, causal, torch).float()
-    tasks = [(kernel, dict(row.dims), p, s, False, autotune.gpu_capability()) for p, s in candidates]
-    built = pool.build_all(tasks)
+    built = _build(kernel, row.dims, candidates, autotune.gpu_capability(), pool)
     runs, results = [], []
-    for (point, sched), (compiled, why) in zip(candidates, built, strict=True):
-        name = f"{point} {sched.key()}"
+    for (point, sched, *variant), (compiled, why) in zip(candidates, built, strict=True):
+        name = f"{point} {sched.key()}" + "".join(f" {v}" for v in variant)
         if compiled is None:
             results.append({"candidate": name, "pruned": why})
             continue
