@@ -20,6 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.gpu_timing import events_ms
 from benchmarks.issue36_rows import ROWS
 from compiler.cuda.schedule import WIDE_THREADS, Schedule
 
@@ -97,16 +98,6 @@ def _sdpa(q, k, v, scale, causal, torch):
                                             enable_gqa=k.shape[0] != q.shape[0])[0]
 
 
-def _mean_ms(fn, torch) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / REPS
-
-
 def _build(kernel, dims, candidates, cc, pool) -> list:
     """(compiled, why) of each candidate: the current code in parallel processes, the ONE_CHAIN
     variants here, with the chained folds turned off while they compile."""
@@ -160,8 +151,8 @@ def run_row(key: str, log) -> dict:
     torch.cuda.synchronize()
     for _ in range(ROUNDS):
         for name, _, fn in runs:
-            times[name].append(_mean_ms(fn, torch))
-        times["SDPA"].append(_mean_ms(anchor, torch))
+            times[name].append(events_ms(fn, torch, REPS))
+        times["SDPA"].append(events_ms(anchor, torch, REPS))
     sdpa = statistics.median(times["SDPA"])
     for name, err, _ in runs:
         ms = statistics.median(times[name])

@@ -10,7 +10,7 @@ import dataclasses
 import itertools
 
 import pytest
-from cuda_cases import load_example
+from cuda_cases import launch_order, load_example
 
 from benchmarks.issue36_rows import CAUSAL_GQA
 from compiler.cuda.compiled import compile_kernel, generate_source
@@ -19,28 +19,6 @@ from compiler.frontend import binding
 from compiler.frontend import load as frontend
 
 GQA = frontend.select_kernel(frontend.load_text(CAUSAL_GQA), None)
-
-
-def launch_order(source: str, grid: tuple) -> list[tuple[int, int]]:
-    """(ctx.block.x, ctx.block.y) of each CTA in launch order (x fastest, then y), from the CTA
-    order lines of the generated `source` (no lines: the launch order, x reversed where the
-    kernel writes `(gx - 1 - (int)blockIdx.x)`)."""
-    lines = [ln.strip() for ln in source.splitlines() if ln.strip().startswith("const int cta_")]
-    gx, gy, _ = grid
-    reversed_x = f"({gx - 1} - (int)blockIdx.x)" in source
-    order = []
-    for by, bx in itertools.product(range(gy), range(gx)):
-        env = {"blockIdx.x": bx, "blockIdx.y": by}
-        for ln in lines:
-            name, expr = ln[len("const int ") : -1].split(" = ", 1)
-            for k, v in env.items():
-                expr = expr.replace(f"(int){k}", str(v))
-            env[name] = eval(expr.replace("/", "//"), {}, env)  # noqa: S307
-        if lines:
-            order.append((env["cta_x"], env["cta_y"]))
-        else:
-            order.append((gx - 1 - bx if reversed_x else bx, by))
-    return order
 
 
 def _compiled(kernel, dims, point, schedule):
