@@ -145,9 +145,17 @@ def _fold_own(gen, body: str, op: _Combine, res, kept, folded) -> None:
     else:
         gen.out.line(f"a_ = {op('a_', contrib)};")
     gen.out.close()
-    result = op(op("a_[0]", "a_[1]"), op("a_[2]", "a_[3]")) if chained else "a_"
+    result = _pairwise(op, [f"a_[{c}]" for c in range(FOLD_CHAINS)]) if chained else "a_"
     gen.out.line(f"{res.cname}[{k}] = {result};")
     gen.out.close()
+
+
+def _pairwise(op: _Combine, values: list[str]) -> str:
+    """The chains' results combined as a balanced tree: ((a0, a1), (a2, a3)) for four."""
+    if len(values) == 1:
+        return values[0]
+    half = len(values) // 2
+    return op(_pairwise(op, values[:half]), _pairwise(op, values[half:]))
 
 
 def _chain_step(gen, op: _Combine, f: str, contrib: str) -> None:
