@@ -54,7 +54,8 @@ FINALISTS = 4
 ROUNDS = 3
 # what --variants may name beside WGMMA_SCHEDULES: the TMA ring at other depths and with the TMA store
 FORCEABLE = WGMMA_SCHEDULES + [Schedule(None, s, order, wgmma=True, tma=True, tma_store=st)
-                               for s in (3, 4, 5, 6, 8) for order in ("row", "grouped") for st in (False, True)]
+                               for s in (3, 4, 5, 6, 8) for order in ("row", "grouped")
+                               for st in (False, True)]
 
 
 def forced(text: str) -> list[tuple[dict, Schedule]]:
@@ -200,7 +201,10 @@ def main() -> int:
     rows: list[dict] = []
     for form in args.forms.split(","):
         kernel = kernels[form]
-        finalists = forced(args.variants) if args.variants else tune(kernel, args.tune_n, args.full_tune, print)
+        if args.variants:
+            finalists = forced(args.variants)
+        else:
+            finalists = tune(kernel, args.tune_n, args.full_tune, print)
         for n in sizes:
             try:
                 rows.append(bench_one(kernel, form, n, finalists, 5 if n >= 16384 else 10))

@@ -112,7 +112,8 @@ def test_a_k_tile_of_256_runs_two_chains_in_turn_without_spills(rows, schedule, 
     of TILE_K = 128), one per 128-byte block of the operands' rows, the second issued before the
     first is waited for (wait_group 1) and added; each box a 128-byte-wide block."""
     leaf = _leaf(_kernel(), {"TILE_M": rows, "TILE_N": 128, "TILE_K": 256}, schedule, 90)
-    issued = re.findall(r"setp\.ne\.b32 p, ([01]), 0; wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32", leaf.ptx)
+    chain = r"setp\.ne\.b32 p, ([01]), 0; wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32"
+    issued = re.findall(chain, leaf.ptx)
     assert issued == [("0" if s == 0 else "1", "128") for _ in range(2) for s in range(4)], issued
     assert "wgmma.wait_group.sync.aligned 1;" in leaf.ptx
     source = leaf.generated.source
