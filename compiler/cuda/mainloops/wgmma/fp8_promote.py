@@ -35,6 +35,18 @@ one 128-wide piece): piece j + 1's chain is issued before piece j is waited for 
 and added, so one warpgroup alone keeps the tensor cores fed through its adds; narrower MMAs
 read a's k slice from shared memory once per piece. Which costs less is the tuner's to
 measure (both are in its space and benchmarks/fp8_bench.py's).
+
+A k tile of 256 (TILE_K = 256, the TMA ring only: fp8.TMA_K) is two groups, each its own chain of
+GROUP_STEPS from zero over one 128-byte block of the operands' rows (CoreTile.blocked), so the
+promotion interval, the sums and their order are those of TILE_K = 128. What changes is the
+waiting: the groups' pieces form one stream through two temporaries (as fp8_overlap's pieces
+do), so a warpgroup drains its MMA queue once per 256 of K instead of once per 128 (a 128-wide
+tile: 2 x 64 temporaries beside acc's 64 registers, STREAM_REGS; a 256-wide one: 64-wide pieces).
+Why not carry the stream across k tiles instead (the last piece of tile i added in iteration
+i + 1, behind tile i + 1's first): ptxas serializes every wgmma of such a loop (C7514, "non wgmma
+instructions reading accumulator registers ... between start and end of the pipeline stage"):
+it does not follow a wait_group across the loop's back edge. Nor 128 + 64 + 64-wide pieces at
+N = 256 (one 128-wide temporary and one 64-wide beside acc's 128): C7511, too few registers.
 """
 
 from __future__ import annotations
