@@ -123,6 +123,20 @@ def test_a_k_tile_of_256_runs_two_chains_in_turn_without_spills(rows, schedule, 
     assert "C7514" not in report, report  # no wgmma serialized
 
 
+def test_an_fp8_k_loop_on_the_tma_ring_releases_its_own_stage():
+    """The promoted k tile ends with wait_group 0, so the iteration frees the stage it read (not
+    the one before, as a loop whose last group stays in flight does): copies run stages - 1 ahead."""
+    for tile_k in (128, 256):
+        leaf = _leaf(_kernel(), {"TILE_M": 128, "TILE_N": 128, "TILE_K": tile_k},
+                     Schedule(stages=3, wgmma=True, tma=True), 90, until="emit")
+        src = leaf.generated.source
+        loop = src[src.index("for (int u_kt_"):]
+        release = re.search(r"if \(th_lane == 0\) mbar_arrive\(bar_\d+ \+ 8 \* \(3 \+ (it_\d+) % 3\)\);", loop)
+        assert release and f"const int {release.group(1)} =" in loop, loop
+        assert loop.rindex("wg_wait_all();", 0, release.start()) > loop.rindex("wg_commit();", 0, release.start())
+        assert "- 1) % 3" not in loop[: loop.index("wg_wait_all();", release.end())]
+
+
 @pytest.mark.parametrize(("schedule", "why"), [
     (WGMMA, "an fp8 k tile of 256 takes the TMA ring"),
     (Schedule(stages=4, wgmma=True, tma=True, fp8_overlap=True), "always overlaps its promotion"),

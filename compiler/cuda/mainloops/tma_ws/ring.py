@@ -10,7 +10,9 @@ iteration j - S, announces the stage's bytes on full[s] and issues one copy per 
 128-byte-swizzled layout the wgmma descriptor reads, wgmma.CoreTile, and elements outside the
 tensor arrive as zeros). Each consumer iteration i waits on full[i % S], issues its wgmma group,
 waits for group i - 1 and then releases that group's stage: copies run up to S - 2 stages ahead
-with no CTA-wide barrier in the loop, and the 256 consumer threads issue no copies. Registers:
+with no CTA-wide barrier in the loop, and the 256 consumer threads issue no copies. An fp8 dot's
+promoted k tile ends with a wait for all of its groups (mainloops/wgmma/fp8_promote.py): its
+iteration releases its own stage, and copies run S - 1 ahead. Registers:
 with two consumer warpgroups `setmaxnreg` gives the producer 40 and each consumer thread 232 (the
 kernel starts at 168: 384 threads, one CTA per multiprocessor); with one, 256 threads start with
 enough. The producer warpgroup returns after its loop, so everything after the loop runs on the
@@ -251,9 +253,14 @@ def consume(gen, lets: list[ir.Let], after_release=None) -> tuple[int, str, str]
     gen.loop.ring_iteration = it
     gen.out.line(f"mbar_wait({bars} + 8 * ({it} % {stages}), ({it} / {stages}) & 1);")
 
+    gen.loop.mma_drained = False
+
     def release() -> None:
-        stage = f"(({it} - 1) % {stages})"
-        gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
+        if gen.loop.mma_drained:  # the body's MMAs all waited for (fp8_promote): this stage is free now
+            gen.out.line(f"if (th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {it} % {stages}));")
+        else:
+            stage = f"(({it} - 1) % {stages})"
+            gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
         if after_release:
             after_release()
 

@@ -102,6 +102,8 @@ def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str, issue) -> None:
     those); `issue`: wgmma.issue."""
     assert kk % GROUP_PRODUCTS == 0 or kk < GROUP_PRODUCTS, kk
     gen.out.line("// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote)")
+    # every form below ends with wait_group 0: in a loop of this one dot, the iteration's stage is free
+    gen.loop.mma_drained = len(gen.plan.tc_dots) == 1
     policy = gen.plan.mainloop
     if kk > GROUP_PRODUCTS:
         if policy.fp8_overlap:  # the stream below is already overlapped: the same code twice
