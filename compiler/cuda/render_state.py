@@ -109,3 +109,8 @@ class LoopState:
     swap_acc: object = None  # the accumulator the swapped dot adds into after the loop
     # consumer threads once a producer warpgroup has split off (mainloops/tma_ws/ring.py), else 0
     tma_split: int = 0
+    # a persistent grid (mainloops/tma_ws/persistent.py): the line where the consumers' tile loop opens
+    # (the ring's set-up and the producer go before it), and the consumers' ring (stages, mbarriers,
+    # trip count) until its loop has ended
+    tiles_at: int | None = None
+    persistent_ring: tuple | None = None

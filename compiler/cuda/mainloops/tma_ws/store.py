@@ -34,6 +34,7 @@ along any before them (at most one: a 3-D map), with a 16-byte row pitch, a widt
 from __future__ import annotations
 
 from compiler.cuda.layout import MmaDist
+from compiler.cuda.mainloops.tma_ws import persistent
 from compiler.cuda.mainloops.tma_ws.maps import MapSpec
 from compiler.cuda.stores.values import PACK, pure
 from compiler.cuda.values import Ctx
@@ -42,7 +43,7 @@ from compiler.frontend import ir, walk
 BOX_BYTES = 128  # one row of a box: the 128-byte swizzle's width
 MAX_BOX_ROWS = 256
 _MAP_DTYPE = {"f32": "f32", "bf16": "u16", "f16": "u16"}
-_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
+ELEMENT_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
 
 PRELUDE = r"""
 __device__ __forceinline__ void tma_store_2d(const TmaMap* map, const void* src, int c0, int c1) {
@@ -52,6 +53,9 @@ __device__ __forceinline__ void tma_store_2d(const TmaMap* map, const void* src,
 __device__ __forceinline__ void tma_store_3d(const TmaMap* map, const void* src, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
                :: "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(src)) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -74,9 +78,10 @@ def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
     """Whether store `s` (of a tile in context `ctx`) goes out through shared memory."""
     if not asked(gen) or not _single_dot_ring(gen) or s.op != "=" or ctx.kind != "2d":
         return False
-    if param.dtype not in _BYTES:
+    if param.dtype not in ELEMENT_BYTES:
         return False
-    if not gen.loop.tma_split or gen.loop.barriers or gen.out.depth != 1 or gen.smem.spent_ring is None:
+    top = persistent.top_depth(gen)
+    if not gen.loop.tma_split or gen.loop.barriers or gen.out.depth != top or gen.smem.spent_ring is None:
         return False  # at the top level, after the TMA ring's loop
     dr, dc = gen.dists(ctx.kind, ctx.shape)
     if not (isinstance(dc, MmaDist) and dc.lanes == 4) or gen.owner(ctx.kind, ctx.shape) != "true":
@@ -90,26 +95,34 @@ def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
         return False
     dims = gen.dims_of(param)
     rows, cols = ctx.shape
-    eb = _BYTES[param.dtype]
+    eb = ELEMENT_BYTES[param.dtype]
     if dims[-1] * eb % 16 or cols * eb % BOX_BYTES or rows > MAX_BOX_ROWS or rows % 8:
         return False
     first, words = gen.smem.spent_ring
-    if rows * cols * eb > words * 4:
+    if rows * cols * eb > words * 4 and not persistent.asked(gen):  # a persistent grid's has its own
         return False
     return pure(gen, s.value, ctx.shape)
 
 
 def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     rows, cols = ctx.shape
-    eb = _BYTES[param.dtype]
+    eb = ELEMENT_BYTES[param.dtype]
     per_box = BOX_BYTES // eb  # elements of one box row
     box_bytes = rows * BOX_BYTES
-    first, _ = gen.smem.spent_ring
     spec = _map_spec(gen, s, param, rows, per_box)
     tile = gen.fresh("epi")
-    gen.out.line(f"// the tile through shared memory (the spent ring), then {cols // per_box} bulk stores")
-    gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>(smem + {first});")
-    gen.sync()  # the other consumer warpgroup's last dots may still read the ring
+    stores = f"then {cols // per_box} bulk stores"
+    if persistent.asked(gen):  # the producer refills the ring meanwhile: a buffer of the tile's own
+        where = gen.smem.alloc_perm(rows * cols * eb // 4, 256)
+        gen.out.line(f"// the tile through shared memory (its own buffer), {stores}")
+        gen.out.open("if (th_id == 0)")  # the last tile's stores have read the buffer (issued by this thread)
+        gen.out.line("tma_store_wait_read();")
+        gen.out.close()
+    else:
+        where = f"(smem + {gen.smem.spent_ring[0]})"
+        gen.out.line(f"// the tile through shared memory (the spent ring), {stores}")
+    gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>{where};")
+    gen.sync()  # the other warpgroup's last dots may still read the ring (or the last stores, the buffer)
     dr, dc = gen.dists(ctx.kind, ctx.shape)
     # columns outside, rows inside: what depends on the column alone (a bias) is read once per
     # column pair and dies there, rather than held for every column across the rows
@@ -137,7 +150,8 @@ def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     for b in range(cols // per_box):
         where = ", ".join([f"{col} + {b * per_box}", row, *outer])
         gen.out.line(f"tma_store_{spec.rank}d(&{spec.param}, {tile} + {b * box_bytes}, {where});")
-    gen.out.line("tma_store_wait_read();")
+    # a persistent grid awaits the reads only before the buffer's next use (the next tile's MMAs first)
+    gen.out.line("tma_store_commit();" if persistent.asked(gen) else "tma_store_wait_read();")
     gen.out.close()
     gen.used.tma_store = True
 
