@@ -174,9 +174,9 @@ def split(gen, s: ir.For, ops, stages: int, loop, copies=None) -> tuple[int, str
     start, stop_name, step = loop
     gen.used.tensor_maps += [o.spec for o in ops]
     consumers = gen.plan.grid.threads
-    first = gen.fresh("first")
     with persistent.hoisted(gen):  # a persistent grid: each role in a tile loop of its own
         bars = mbarriers.ring(gen, stages, 1, consumers // 32)
+        first = gen.fresh("first")
         if persistent.asked(gen):
             _producer(gen, s, ops, stages, bars, None, copies)
         else:

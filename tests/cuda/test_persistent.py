@@ -1,0 +1,164 @@
+"""The persistent TMA ring on the CPU (compiler/cuda/mainloops/tma_ws/persistent.py): every case of
+persistent_cases compiles through NVRTC and assembles for sm_90a without spills, on a grid of its CTA
+count; the roles split once, before their tile loops; the ring's phases, run through a model of the
+generated protocol, never let the producer overwrite a stage a consumer has not released nor a consumer
+read one the producer has not filled, across tiles; what cannot take it or gains nothing is pruned with
+its reason; the tuner searches it beside the one-CTA-per-tile ring."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+from cuda_cases import ptxas
+from persistent_cases import CASES, case_id, schedule
+from tma_store_cases import kernel
+
+from compiler.cuda import stages
+from compiler.cuda.compiled import compile_kernel
+from compiler.cuda.schedule import PERSISTENT_STAGES, Schedule, tensor_core_space
+from compiler.frontend import binding
+from compiler.frontend.diagnostics import CompileError
+
+
+def _generated(name, dims, point, sched):
+    k = kernel(name)
+    return stages.run(k, binding.bind(k, dims, None, point), stages.Options(False, sched, 90),
+                      until="emit").generated
+
+
+@pytest.mark.parametrize("tma_store", [False, True], ids=["plain", "tmast"])
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_every_case_compiles_on_its_grid_without_spills(case, tma_store, tmp_path):
+    name, dims, point, ctas, order = case
+    k = kernel(name)
+    sched = schedule(ctas, tma_store, order=order)
+    compiled = compile_kernel(k, binding.bind(k, dims, None, point), schedule=sched, cc=90)
+    assert compiled.grid == (ctas, 1, 1)
+    assert ("cp.async.bulk.tensor.2d.global.shared::cta" in compiled.ptx
+            or "cp.async.bulk.tensor.3d.global.shared::cta" in compiled.ptx) == tma_store
+    source = compiled.cuda_source
+    # each role sets its registers once, before its own tile loop
+    assert source.count("setmaxnreg.dec") <= 1 and source.count("setmaxnreg.inc") <= 1
+    assert source.count("for (int tile_ = (int)blockIdx.x;") == 2
+    if "setmaxnreg.inc" in source:  # the consumers' raise comes before their tile loop
+        assert source.index("setmaxnreg.inc") < source.rindex("for (int tile_")
+    if shutil.which("ptxas"):
+        report = ptxas(compiled.ptx, "sm_90a", tmp_path)
+        assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+        assert "are serialized" not in report and "setmaxnreg ignored" not in report, report
+
+
+def test_a_grid_of_one_wave_is_pruned():
+    """2 x 3 = 6 tiles on 6 CTAs: one tile each, nothing to overlap."""
+    with pytest.raises(CompileError, match="pays only past one wave"):
+        _generated("matmul_bf16.phk", {"M": 256, "N": 384, "K": 128},
+                   {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, schedule(6, False))
+
+
+def test_whole_waves_of_a_long_loop_are_pruned():
+    """6 tiles on 3 CTAs (two waves) of 16384 / 64 = 256 iterations each: the epilogue is a small part."""
+    with pytest.raises(CompileError, match="gain nothing from persistence"):
+        _generated("matmul_bf16.phk", {"M": 256, "N": 384, "K": 16384},
+                   {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, schedule(3, False))
+
+
+def test_tf32_and_attention_rings_are_pruned():
+    from tma_store_cases import TF32_POINTS
+
+    point = TF32_POINTS[0][0]
+    with pytest.raises(CompileError, match="not TF32's"):
+        _generated("tf32", {"M": 2048, "N": 2048, "K": 256}, point, schedule(4, False))
+
+
+def test_the_unchanged_ring_without_persistence():
+    """Schedule.persistent = 0 is the ring as it was: one CTA per tile, no tile loop."""
+    g = _generated("matmul_bf16.phk", {"M": 256, "N": 384, "K": 128},
+                   {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64}, schedule(0, True))
+    assert g.grid == (2, 3, 1) and "tile_" not in g.source and "ring_done_" not in g.source
+
+
+def test_the_tuner_searches_it_at_the_gpus_multiprocessors():
+    space = tensor_core_space(8, deep=True, sm_count=132)
+    persistent = [s for s in space if s.persistent]
+    want = {(n, st) for n in PERSISTENT_STAGES for st in (False, True)}
+    assert {(s.stages, s.tma_store) for s in persistent} == want
+    assert all(s.persistent == 132 and s.tma and s.wgmma for s in persistent)
+    assert not any(s.persistent for s in tensor_core_space(8, deep=True))
+    assert "-ps132" in persistent[0].key() and "-ps" not in Schedule(tma=True).key()
+
+
+# ---- the ring's protocol, modelled ----------------------------------------------------------------
+
+def _protocol(source: str) -> dict:
+    """The stage count and the waits/arrivals of both roles, read off the generated code."""
+    stages_n = int(re.search(r"mbar_init\(\w+ \+ 8 \* \((\d+) \+ s_\)", source).group(1))
+    assert f"const int s_ = j_ring % {stages_n};" in source
+    assert re.search(rf"if \(j_ring >= {stages_n}\) mbar_wait\(\w+ \+ 8 \* \({stages_n} \+ s_\), "
+                     rf"\(\(j_ring / {stages_n}\) \+ 1\) & 1\);", source)
+    assert re.search(rf"mbar_wait\(\w+ \+ 8 \* \((it_\d+) % {stages_n}\), \(\1 / {stages_n}\) & 1\);", source)
+    assert re.search(r"const int (it_\d+) = ring_done_ \+ \(", source)
+    # a tile's first iteration releases nothing; its last stage is released after the loop's last wait
+    assert re.search(r"if \(u_kt_\d+ != first_\d+ && th_lane == 0\) mbar_arrive", source)
+    last = rf"\({stages_n} \+ \(ring_done_ \+ trips_\d+ - 1\) % {stages_n}\)"
+    assert re.search(rf"wg_wait_all\(\);\n\s*if \(trips_\d+ > 0 && th_lane == 0\) mbar_arrive\(\w+ \+ 8 \* "
+                     rf"{last}\);\n\s*ring_done_ \+= trips_\d+;", source)
+    return {"stages": stages_n}
+
+
+def _run_model(stages_n: int, trips: list[int], consumer_lag: int = 3) -> None:
+    """The generated protocol as a discrete simulation: mbarrier phases as counters, the producer's
+    copies and the consumers' MMAs over a CTA's tiles of `trips` iterations each; the consumers
+    lag the producer by `consumer_lag` steps at each epilogue. Asserts every wait's parity condition
+    is exactly 'the stage holds the data of that iteration' (full) and 'it was released' (empty)."""
+    full = [0] * stages_n  # completed phases of full[s]
+    empty = [0] * stages_n  # completed phases of empty[s]
+    total = sum(trips)
+    filled, consumed, released = 0, 0, 0  # ring iterations
+    holds = [None] * stages_n  # which ring iteration a stage holds
+    tile_ends = set()
+    acc = 0
+    for t in trips:
+        acc += t
+        tile_ends.add(acc - 1)
+    stall = 0
+    steps = 0
+    while released < total:
+        steps += 1
+        assert steps < 100 * total + 100, "deadlock"
+        # the producer: wait(empty[s], ((j / S) + 1) & 1) for j >= S, i.e. phase j // S - 1 of empty[s] done
+        if filled < total:
+            j, s = filled, filled % stages_n
+            if j < stages_n or empty[s] >= j // stages_n:
+                assert holds[s] is None or holds[s] < released, "overwrote a stage not yet released"
+                holds[s] = j
+                full[s] += 1
+                filled += 1
+        # the consumers: wait(full[s], (i / S) & 1), phase i // S of full[s] done
+        if stall:
+            stall -= 1
+            continue
+        if consumed < total:
+            i, s = consumed, consumed % stages_n
+            if full[s] >= i // stages_n + 1:
+                assert holds[s] == i, "read a stage not holding its iteration"
+                consumed += 1
+        # release i - 1 within a tile (after the next wgmma wait), the tile's last after its loop
+        while released < consumed - 1 or (released == consumed - 1 and released in tile_ends):
+            empty[released % stages_n] += 1
+            if released in tile_ends:
+                stall = consumer_lag  # the epilogue
+            released += 1
+
+
+@pytest.mark.parametrize("case", CASES[:3], ids=[case_id(c) for c in CASES[:3]])
+def test_the_ring_phases_hold_across_tiles(case):
+    name, dims, point, ctas, order = case
+    g = _generated(name, dims, point, schedule(ctas, True, order=order))
+    proto = _protocol(g.source)
+    k_trips = -(-dims["K"] // point["TILE_K"])
+    tiles = -(-dims["M"] // point["TILE_M"]) * -(-dims["N"] // point["TILE_N"])
+    for lag in (0, 1, 7):
+        _run_model(proto["stages"], [k_trips] * -(-tiles // ctas), lag)
+    _run_model(proto["stages"], [1, 1, 2, 1, proto["stages"] + 1, 3], 2)  # loops shorter than the ring
