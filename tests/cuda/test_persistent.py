@@ -162,3 +162,52 @@ def test_the_ring_phases_hold_across_tiles(case):
     for lag in (0, 1, 7):
         _run_model(proto["stages"], [k_trips] * -(-tiles // ctas), lag)
     _run_model(proto["stages"], [1, 1, 2, 1, proto["stages"] + 1, 3], 2)  # loops shorter than the ring
+
+
+# ---- the TMA store box by box ---------------------------------------------------------------------
+
+def _evaluate(c_expr: str, env: dict) -> int:
+    """A C integer expression of the generated code (non-negative operands: / and % as Python's)."""
+    return eval(c_expr.replace("/", "//"), {}, dict(env))  # noqa: S307 - our own generated text
+
+
+def _box_writes(source: str, consumers: int):
+    """(box, row, col, byte address from the buffers' start) of every pair the epilogue writes, and the
+    box each bulk store reads (its buffer offset), read off the generated code itself."""
+    head = dict(re.findall(r"const int (th_r|th_c) = (.*);", source))
+    body = source[source.index("box by box"):]
+    line = r"([^\n]*)"
+    loops = re.findall(rf"for \(int _j = (\d+); _j < (\d+); _j \+= 2\) \{{\n\s*const int _c = {line};\n.*?"
+                       rf"_i < (\d+); \+\+_i\) \{{\n\s*const int _r = {line};\n\s*"
+                       r"\*reinterpret_cast<(?:unsigned|float2)\*>\(epi_\d+ \+ ([^\n]*?)\) = ", body, re.S)
+    stores = [int(x) for x in re.findall(r"tma_store_\dd\(&tms_\w+, epi_\d+ \+ (\d+),", body)]
+    out = []
+    for box, (j0, j1, c_expr, count_i, r_expr, addr) in enumerate(loops):
+        for t in range(consumers):
+            env = {"th_warp": t >> 5, "th_lane": t & 31}
+            env |= {n: _evaluate(e.replace(", th_lane = th_id & 31", ""), env) for n, e in head.items()}
+            for i in range(int(count_i)):
+                for j in range(int(j0), int(j1), 2):
+                    at = {**env, "_i": i, "_j": j}
+                    at["_r"], at["_c"] = _evaluate(r_expr, at), _evaluate(c_expr, at)
+                    out.append((box, at["_r"], at["_c"], _evaluate(addr, at)))
+    return out, stores
+
+
+@pytest.mark.parametrize("name,elem", [("linear_relu", 2), ("matmul_bf16.phk", 4)])
+@pytest.mark.parametrize("point", [{"TILE_M": 128, "TILE_N": 256, "TILE_K": 64},
+                                   {"TILE_M": 64, "TILE_N": 128, "TILE_K": 64}], ids=["128x256", "64x128"])
+def test_each_box_lands_in_its_buffer_in_the_maps_swizzle_once(name, elem, point):
+    gen = _generated(name, {"M": 1024, "N": 1024, "K": 128}, point, schedule(4, True))
+    rows, cols = point["TILE_M"], point["TILE_N"]
+    writes, stores = _box_writes(gen.source, gen.block[0] - 128)
+    per_box, box_bytes = 128 // elem, rows * 128
+    assert len(stores) == cols // per_box
+    seen = set()
+    for box, r, c, a in writes:
+        assert c // per_box == box  # each loop writes its box's columns only
+        o = r * 128 + (c % per_box) * elem  # the box's row-major byte, before the swizzle
+        assert a == (box % 2) * box_bytes + (o ^ (((o >> 7) & 7) << 4)), (box, r, c, a)
+        assert stores[box] == (box % 2) * box_bytes  # the bulk store reads the buffer it was written in
+        seen.add((r, c))
+    assert seen == {(r, c) for r in range(rows) for c in range(0, cols, 2)} and len(writes) == len(seen)

@@ -38,6 +38,7 @@ from compiler.frontend import ir
 
 TILE = "tile_"  # C name of the output tile a CTA works on
 DONE = "ring_done_"  # ring iterations of this CTA's earlier tiles (each thread keeps its own count)
+BOX_BYTES = 128  # a TMA store box's row (mainloops/tma_ws/store.py)
 LONG_LOOP = 256  # k-loop iterations past which a grid of whole waves gains nothing from persistence
 
 
@@ -167,20 +168,18 @@ def end_of_ring(gen) -> None:
 
 
 def staging_bytes(gen, s: ir.For) -> int:
-    """Shared memory the TMA store's buffer takes after loop `s` (the largest 2-D tile a top-level
-    store writes, at its tensor's element size), for the ring to leave free; 0 without it."""
-    from compiler.cuda.mainloops.tma_ws.store import ELEMENT_BYTES  # store.py imports this module
-
+    """Shared memory the TMA store's two buffers of one box take after loop `s` (a box: the tile's
+    rows of 128 bytes; the largest 2-D tile a top-level store writes), for the ring to leave free;
+    0 without the TMA store."""
     if not (asked(gen) and getattr(gen.plan.mainloop, "tma_store", False)):
         return 0
     body = list(gen.plan.kernel.body)
-    sizes = [0]
+    rows = [0]
     for stmt in body[body.index(s) + 1:] if s in body else ():
         ty = stmt.value.ty if isinstance(stmt, ir.Store) else None
         if isinstance(ty, ir.TileType) and ty.rank == 2:
-            rows, cols = (gen.size(x) for x in ty.shape)
-            sizes.append(rows * cols * ELEMENT_BYTES.get(gen.plan.params[stmt.tensor].dtype, 4))
-    return max(sizes)
+            rows.append(gen.size(ty.shape[0]))
+    return 2 * max(rows) * BOX_BYTES
 
 
 def _before(gen, s: ir.For) -> list[ir.Stmt]:

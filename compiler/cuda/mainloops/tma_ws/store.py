@@ -99,7 +99,9 @@ def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
     if dims[-1] * eb % 16 or cols * eb % BOX_BYTES or rows > MAX_BOX_ROWS or rows % 8:
         return False
     first, words = gen.smem.spent_ring
-    if rows * cols * eb > words * 4 and not persistent.asked(gen):  # a persistent grid's has its own
+    if persistent.asked(gen):  # buffers of its own, box by box (_store_by_box): one warp along the columns
+        return dc.warps == 1 and dc.granule == 8 and pure(gen, s.value, ctx.shape)
+    if rows * cols * eb > words * 4:
         return False
     return pure(gen, s.value, ctx.shape)
 
@@ -111,38 +113,15 @@ def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     box_bytes = rows * BOX_BYTES
     spec = _map_spec(gen, s, param, rows, per_box)
     tile = gen.fresh("epi")
-    stores = f"then {cols // per_box} bulk stores"
-    if persistent.asked(gen):  # the producer refills the ring meanwhile: a buffer of the tile's own
-        where = gen.smem.alloc_perm(rows * cols * eb // 4, 256)
-        gen.out.line(f"// the tile through shared memory (its own buffer), {stores}")
-        gen.out.open("if (th_id == 0)")  # the last tile's stores have read the buffer (issued by this thread)
-        gen.out.line("tma_store_wait_read();")
-        gen.out.close()
-    else:
-        where = f"(smem + {gen.smem.spent_ring[0]})"
-        gen.out.line(f"// the tile through shared memory (the spent ring), {stores}")
-    gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>{where};")
-    gen.sync()  # the other warpgroup's last dots may still read the ring (or the last stores, the buffer)
-    dr, dc = gen.dists(ctx.kind, ctx.shape)
-    # columns outside, rows inside: what depends on the column alone (a bias) is read once per
-    # column pair and dies there, rather than held for every column across the rows
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _j = 0; _j < {dc.count}; _j += 2)")
-    gen.out.line(f"const int _c = {dc.position('_j')};")
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-    gen.out.line(f"const int _r = {dr.position('_i')};")
-    second = Ctx(ctx.shape, ctx.kind, ("_i", "_j + 1"), ("_r", "_c + 1"), ctx.native)
-    lo, hi = (gen.cast(gen.tile_elem(s.value, c), s.value, "f32") for c in (ctx, second))
-    # box _c / per_box, row _r, 16-byte chunk swizzled by the row's low 3 bits
-    at = (f"{tile} + (_c / {per_box}) * {box_bytes} + _r * {BOX_BYTES}"
-          f" + (((((_c % {per_box}) * {eb}) >> 4) ^ (_r & 7)) << 4) + (((_c % {per_box}) * {eb}) & 15)")
-    if param.dtype == "f32":
-        gen.out.line(f"*reinterpret_cast<float2*>({at}) = make_float2({lo}, {hi});")
-    else:
-        gen.out.line(f"*reinterpret_cast<unsigned*>({at}) = {PACK[param.dtype]}({lo}, {hi});")
-    gen.out.close()
-    gen.out.close()
+    if persistent.asked(gen):
+        _store_by_box(gen, s, param, ctx, spec, tile)
+        gen.used.tma_store = True
+        return
+    first, _ = gen.smem.spent_ring
+    gen.out.line(f"// the tile through shared memory (the spent ring), then {cols // per_box} bulk stores")
+    gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>(smem + {first});")
+    gen.sync()  # the other consumer warpgroup's last dots may still read the ring
+    _write_pairs(gen, s, param, ctx, tile)
     gen.out.line("fence_async_smem();  // the writes above, seen by the copy engine")
     gen.sync()
     gen.out.open("if (th_id == 0)")
@@ -150,10 +129,70 @@ def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     for b in range(cols // per_box):
         where = ", ".join([f"{col} + {b * per_box}", row, *outer])
         gen.out.line(f"tma_store_{spec.rank}d(&{spec.param}, {tile} + {b * box_bytes}, {where});")
-    # a persistent grid awaits the reads only before the buffer's next use (the next tile's MMAs first)
-    gen.out.line("tma_store_commit();" if persistent.asked(gen) else "tma_store_wait_read();")
+    gen.out.line("tma_store_wait_read();")
     gen.out.close()
     gen.used.tma_store = True
+
+
+def _write_pairs(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx, tile: str, box: int | None = None):
+    """Each thread's pairs of the tile into shared memory at `tile`, boxes one after another, or
+    only box `box`'s columns into a buffer of one box (the columns' warps: one, store_ok)."""
+    rows, cols = ctx.shape
+    eb = ELEMENT_BYTES[param.dtype]
+    per_box = BOX_BYTES // eb
+    dr, dc = gen.dists(ctx.kind, ctx.shape)
+    # columns outside, rows inside: what depends on the column alone (a bias) is read once per
+    # column pair and dies there, rather than held for every column across the rows
+    gen.out.line("#pragma unroll")
+    if box is None:
+        gen.out.open(f"for (int _j = 0; _j < {dc.count}; _j += 2)")
+    else:  # local column 2 s + e of a lone warp is column 8 s + 2 t + e: box b is s in [b, b + 1) per_box / 8
+        gen.out.open(f"for (int _j = {box * per_box // 4}; _j < {(box + 1) * per_box // 4}; _j += 2)")
+    gen.out.line(f"const int _c = {dc.position('_j')};")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+    gen.out.line(f"const int _r = {dr.position('_i')};")
+    second = Ctx(ctx.shape, ctx.kind, ("_i", "_j + 1"), ("_r", "_c + 1"), ctx.native)
+    lo, hi = (gen.cast(gen.tile_elem(s.value, c), s.value, "f32") for c in (ctx, second))
+    # box _c / per_box, row _r, 16-byte chunk swizzled by the row's low 3 bits
+    which = f"(_c / {per_box}) * {rows * BOX_BYTES} + " if box is None else ""
+    at = (f"{tile} + {which}_r * {BOX_BYTES}"
+          f" + (((((_c % {per_box}) * {eb}) >> 4) ^ (_r & 7)) << 4) + (((_c % {per_box}) * {eb}) & 15)")
+    if param.dtype == "f32":
+        gen.out.line(f"*reinterpret_cast<float2*>({at}) = make_float2({lo}, {hi});")
+    else:
+        gen.out.line(f"*reinterpret_cast<unsigned*>({at}) = {PACK[param.dtype]}({lo}, {hi});")
+    gen.out.close()
+    gen.out.close()
+
+
+def _store_by_box(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx, spec: MapSpec, tile: str) -> None:
+    """A persistent grid's store (the producer refills the ring meanwhile): box by box through two
+    buffers of one box each, one consumer barrier per box; box b's bulk store reads its buffer while
+    the consumers write box b + 1 into the other, and thread 0, which issues them, awaits box b - 1's
+    reads before the barrier after which box b + 1's writes reuse its buffer."""
+    rows, cols = ctx.shape
+    per_box = BOX_BYTES // ELEMENT_BYTES[param.dtype]
+    box_bytes = rows * BOX_BYTES
+    boxes = cols // per_box
+    where = gen.smem.alloc_perm(2 * box_bytes // 4, 256)
+    gen.out.line(f"// the tile through shared memory box by box (two buffers of its own), {boxes} stores")
+    gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>{where};")
+    gen.out.line("if (th_id == 0) tma_store_wait_read();  // the last tile's stores have read the buffers")
+    gen.sync()
+    col, row, *outer = _coordinates(gen, s)
+    for b in range(boxes):
+        buffer = f"{tile} + {(b % 2) * box_bytes}"
+        _write_pairs(gen, s, param, ctx, buffer, box=b)
+        gen.out.line("fence_async_smem();  // the writes above, seen by the copy engine")
+        if b:
+            gen.out.line("if (th_id == 0) tma_store_wait_read();  // the last box's store read its buffer")
+        gen.sync()
+        gen.out.open("if (th_id == 0)")
+        at = ", ".join([f"{col} + {b * per_box}", row, *outer])
+        gen.out.line(f"tma_store_{spec.rank}d(&{spec.param}, {buffer}, {at});")
+        gen.out.line("tma_store_commit();")
+        gen.out.close()
 
 
 def _map_spec(gen, s: ir.Store, param: ir.TensorParam, rows: int, per_box: int) -> MapSpec:
