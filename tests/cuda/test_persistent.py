@@ -211,3 +211,27 @@ def test_each_box_lands_in_its_buffer_in_the_maps_swizzle_once(name, elem, point
         assert stores[box] == (box % 2) * box_bytes  # the bulk store reads the buffer it was written in
         seen.add((r, c))
     assert seen == {(r, c) for r in range(rows) for c in range(0, cols, 2)} and len(writes) == len(seen)
+
+
+REDUCED_BEFORE = """
+@autotune(TM in [128], TN in [128], TK in [64])
+kernel k(A: tensor<bf16>[M, K], B: tensor<bf16>[K, N], s: tensor<f32>[N], C: tensor<f32>[M, N]) {
+  let scale = s[0]
+  var acc: tile<f32>[TM, TN] = 0.0
+  for kt in range(0, K, TK) {
+    acc += dot(A[ctx.block.x * TM :+ TM, kt :+ TK], B[kt :+ TK, ctx.block.y * TN :+ TN])
+  }
+  C[ctx.block.x * TM :+ TM, ctx.block.y * TN :+ TN] = acc * scale
+}
+"""
+
+
+def test_a_scalar_read_from_a_tensor_before_the_loop_is_pruned():
+    """The producer evaluates the scalar lets before the loop again: only those of scalars."""
+    from compiler.frontend import load as frontend
+
+    k = frontend.select_kernel(frontend.load_text(REDUCED_BEFORE), None)
+    b = binding.bind(k, {"M": 512, "N": 512, "K": 128}, None, {"TM": 128, "TN": 128, "TK": 64})
+    stages.run(k, b, stages.Options(False, schedule(0, False), 90), until="emit")  # the plain grid takes it
+    with pytest.raises(CompileError, match="only tiles and the scalar lets of scalars"):
+        stages.run(k, b, stages.Options(False, schedule(4, False), 90), until="emit")

@@ -34,7 +34,7 @@ import math
 from contextlib import contextmanager
 
 from compiler.cuda.emit import Emitter
-from compiler.frontend import ir
+from compiler.frontend import ir, walk
 
 TILE = "tile_"  # C name of the output tile a CTA works on
 DONE = "ring_done_"  # ring iterations of this CTA's earlier tiles (each thread keeps its own count)
@@ -201,11 +201,25 @@ def check(gen, s: ir.For) -> None:
     if s not in body:
         raise gen.pruned(s.span, "a persistent grid takes a loop at the kernel's top level")
     for stmt in _before(gen, s):
-        if not isinstance(stmt, ir.Let | ir.VarDecl):
-            raise gen.pruned(stmt.span, "a persistent grid takes only lets and vars before the loop")
+        if not _replayable(stmt):
+            raise gen.pruned(stmt.span, "a persistent grid takes before its loop only tiles and the scalar "
+                                        "lets of scalars (its producer evaluates those again)")
     iterations = _iterations(gen, s)
     if tiles % ctas == 0 and iterations is not None and iterations >= LONG_LOOP:
         raise gen.pruned(s.span, f"whole waves of {iterations}-iteration loops gain nothing from persistence")
+
+
+def _replayable(stmt: ir.Stmt) -> bool:
+    """A tile let or var (the consumers' alone), or a scalar let of scalars and no loads, which the
+    producer can evaluate again in its own tile loop."""
+    if isinstance(stmt, ir.VarDecl):
+        return isinstance(stmt.declared, ir.TileType)
+    if not isinstance(stmt, ir.Let):
+        return False
+    if isinstance(stmt.value.ty, ir.TileType):
+        return True
+    exprs = walk.iter_exprs(stmt.value)
+    return not any(isinstance(e, ir.Load) or isinstance(getattr(e, "ty", None), ir.TileType) for e in exprs)
 
 
 def _iterations(gen, s: ir.For) -> int | None:
