@@ -14,6 +14,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks import gpu_timing
+
 ROUNDS, REPS = 5, 10
 POINTS = ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64})
 
@@ -64,13 +66,7 @@ def _cupy_view(t, cupy):
 
 
 def _ms(fn, torch) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / REPS
+    return gpu_timing.events_ms(fn, torch, REPS)
 
 
 def bench_row(name: str, sms: int, cc: int) -> list[str]:
