@@ -4,7 +4,7 @@ the one-CTA-per-tile TMA ring and torch, in one process on one GPU: bf16 matmul 
 addmm + relu). Every schedule is forced (no tuner); each row's candidates compile in parallel
 processes (tuning/pool.py), then are timed in alternated rounds with the anchor, CUDA events, median.
 
-    PYTHONPATH=. python benchmarks/persist_bench.py [--rows mm4096,mm8192,lin8192] [--out FILE.md]
+    PYTHONPATH=. python benchmarks/persist_bench.py [--rows lin8192,mm4096,mm8192] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     from compiler.cuda import target
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", default="mm4096,mm8192,lin8192")
+    parser.add_argument("--rows", default="lin8192,mm4096,mm8192")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     sms = int(cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"])
