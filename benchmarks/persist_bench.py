@@ -4,7 +4,7 @@ the one-CTA-per-tile TMA ring and torch, in one process on one GPU: bf16 matmul 
 addmm + relu). Every schedule is forced (no tuner); each row's candidates compile in parallel
 processes (tuning/pool.py), then are timed in alternated rounds with the anchor, CUDA events, median.
 
-    PYTHONPATH=. python benchmarks/persist_bench.py [--rows lin8192,mm4096,mm8192] [--out FILE.md]
+    PYTHONPATH=. python benchmarks/persist_bench.py [--rows lin8192,mm4096,mm8192] [--quick] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _ms(fn, torch) -> float:
     return gpu_timing.events_ms(fn, torch, REPS)
 
 
-def bench_row(name: str, sms: int, cc: int) -> list[str]:
+def bench_row(name: str, sms: int, cc: int, points=POINTS) -> list[str]:
     import cupy
     import torch
 
@@ -79,7 +79,7 @@ def bench_row(name: str, sms: int, cc: int) -> list[str]:
 
     source, dims = _row(name)
     kernel = frontend.select_kernel(frontend.load_text(source), None)
-    cands = [(p, label, s) for p in POINTS for label, s in schedules(sms, p)]
+    cands = [(p, label, s) for p in points for label, s in schedules(sms, p)]
     built = pool.build_all([(kernel, dims, p, s, False, cc) for p, _, s in cands])
     tensors, out, anchor = _operands(name, dims, torch)
     arrays = {k: _cupy_view(v, cupy) for k, v in tensors.items()}
@@ -119,6 +119,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="lin8192,mm4096,mm8192")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--quick", action="store_true", help="the 128 x 256 tile only")
     args = parser.parse_args(argv)
     sms = int(cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"])
     cc = target.device_capability()
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
              "| row | tile | schedule | ms | anchor ms | anchor/ours | GFLOP/s | rel err | grid, smem |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for name in args.rows.split(","):
-        lines += bench_row(name, sms, cc)
+        lines += bench_row(name, sms, cc, POINTS[:1] if args.quick else POINTS)
     text = "\n".join(lines) + "\n"
     if args.out:
         Path(args.out).write_text(text)
