@@ -235,3 +235,23 @@ def test_a_scalar_read_from_a_tensor_before_the_loop_is_pruned():
     stages.run(k, b, stages.Options(False, schedule(0, False), 90), until="emit")  # the plain grid takes it
     with pytest.raises(CompileError, match="only tiles and the scalar lets of scalars"):
         stages.run(k, b, stages.Options(False, schedule(4, False), 90), until="emit")
+
+
+NO_LOOP = """
+@autotune(TM in [128], TN in [128])
+kernel k(A: tensor<bf16>[M, 64], B: tensor<bf16>[64, N], C: tensor<f32>[M, N]) {
+  let m = ctx.block.x * TM
+  let n = ctx.block.y * TN
+  C[m :+ TM, n :+ TN] = dot(A[m :+ TM, :], B[:, n :+ TN])
+}
+"""
+
+
+def test_a_dot_without_a_ring_is_pruned():
+    """A tensor-core dot outside a loop: no ring, and a grid of the plain kernel's work."""
+    from compiler.frontend import load as frontend
+
+    k = frontend.select_kernel(frontend.load_text(NO_LOOP), None)
+    b = binding.bind(k, {"M": 1024, "N": 1024}, None, {"TM": 128, "TN": 128})
+    with pytest.raises(CompileError, match="takes a TMA ring's loop"):
+        stages.run(k, b, stages.Options(False, schedule(4, False), 90), until="emit")

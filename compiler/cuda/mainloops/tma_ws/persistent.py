@@ -90,6 +90,8 @@ def open_tiles(gen) -> None:
 
 
 def close_tiles(gen) -> None:
+    if not gen.loop.tma_split:  # the same work as the plain grid's: not a schedule of its own
+        raise gen.pruned(gen.plan.kernel.span, "a persistent grid takes a TMA ring's loop")
     gen.out.close()
     if gen.used.tma_store:  # the last tile's bulk stores read shared memory until they are done
         gen.out.line("if (th_id == 0) tma_store_wait_read();")
