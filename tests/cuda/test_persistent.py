@@ -79,7 +79,12 @@ def test_the_unchanged_ring_without_persistence():
     assert g.grid == (2, 3, 1) and "tile_" not in g.source and "ring_done_" not in g.source
 
 
-def test_the_tuner_searches_it_at_the_gpus_multiprocessors():
+def test_the_tuner_searches_it_at_the_gpus_multiprocessors(monkeypatch):
+    from compiler.cuda import schedule as schedules
+
+    searched = any(s.persistent for s in tensor_core_space(8, deep=True, sm_count=132))
+    assert searched == schedules.PERSISTENT_TUNED  # not before its GPU tests have passed
+    monkeypatch.setattr(schedules, "PERSISTENT_TUNED", True)  # once its GPU tests have passed
     space = tensor_core_space(8, deep=True, sm_count=132)
     persistent = [s for s in space if s.persistent]
     want = {(n, st) for n in PERSISTENT_STAGES for st in (False, True)}
