@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
 # 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor);
 # 12: the epilogue stage (stores/epilogue.py) and the TMA store in the search (mainloops/tma_ws/store.py)
-# 13: the TMA ring on a persistent grid in the search (mainloops/tma_ws/persistent.py)
-COMPILER_VERSION = "phobos-cuda-13"
+COMPILER_VERSION = "phobos-cuda-12"  # schedule.PERSISTENT_TUNED on: 13 (the search changes)
 
 
 def compiler_version() -> str:

@@ -82,7 +82,8 @@ TMA_ATTENTION_TUNED = True  # its GPU tests passed on the H200 (results/nvidia-h
 # own beside the ring (the producer is filling the ring with the next tile meanwhile), so fewer stages fit
 PERSISTENT_STAGES = (4, 6)
 # searched only once its GPU tests (tests/cuda/test_persistent_gpu.py) have passed on a device: the tuner
-# measures speed, not correctness (not yet: no device run of this session reached it)
+# measures speed, not correctness (not yet: no device run of this session reached it). Turning it on
+# changes the search: compiled.COMPILER_VERSION goes up with it (the tuning caches' key)
 PERSISTENT_TUNED = False
 TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
 
