@@ -30,9 +30,10 @@ COMPILER_VERSION = "phobos-cuda-12"  # schedule.PERSISTENT_TUNED on: 13 (the sea
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
     from compiler.cuda.mainloops.simt.dots import dot_unroll
-    from compiler.cuda.schedule import tma_searched
+    from compiler.cuda.schedule import PERSISTENT_TUNED, persistent_searched, tma_searched
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma")
+    persist = "-persist" if persistent_searched() and not PERSISTENT_TUNED else ""
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma") + persist
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,12 @@ def tma_searched() -> bool:
     return options.current().cuda_tma
 
 
+def persistent_searched() -> bool:
+    """Whether the tuner tries the persistent TMA ring: once PERSISTENT_TUNED, or asked by
+    PHOBOS_CUDA_PERSISTENT=1 (to measure it, or where its GPU tests have passed)."""
+    return PERSISTENT_TUNED or options.current().cuda_persistent
+
+
 def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False,
                       sm_count: int | None = None) -> list[Schedule]:
     """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
@@ -119,7 +125,7 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False,
     kernels with a loop of two or more dots (attention), with tma_searched() also fed by a
     producer warpgroup's bulk tensor copies (TMA_ATTENTION_STAGES); `sm_count` (the GPU's
     multiprocessors) adds the TMA rings on a persistent grid of that many CTAs (PERSISTENT_STAGES, once
-    PERSISTENT_TUNED), which codegen prunes where they cannot pay (mainloops/tma_ws/persistent.py)."""
+    persistent_searched()), which codegen prunes where they cannot pay (mainloops/tma_ws/persistent.py)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     orders = ("row", "grouped")
     out = []
@@ -154,7 +160,7 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False,
             Schedule(None, s, "grouped", wgmma=True, tma=True, tma_store=st, persistent=sm_count)
             for s in PERSISTENT_STAGES
             for st in (False, True)
-        ] if sm_count and PERSISTENT_TUNED else []
+        ] if sm_count and persistent_searched() else []
     if rotates and tma_searched() and TMA_ATTENTION_TUNED:
         out += [
             Schedule(None, s, order, wgmma=True, rotate=True, tma=True, pingpong=pp)
