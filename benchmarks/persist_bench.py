@@ -111,16 +111,16 @@ def bench_row(name: str, sms: int, cc: int, points=POINTS) -> list[str]:
 
 
 def main(argv=None) -> int:
-    import cupy
-    import torch
-
-    from compiler.cuda import target
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", default="lin8192,mm4096,mm8192")
     parser.add_argument("--out", default=None)
     parser.add_argument("--quick", action="store_true", help="the 128 x 256 tile only")
     args = parser.parse_args(argv)
+    import cupy
+    import torch
+
+    from compiler.cuda import target
+
     sms = int(cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"])
     cc = target.device_capability()
     lines = [f"# persistent TMA ring on {torch.cuda.get_device_name()} ({sms} SMs)", "",
