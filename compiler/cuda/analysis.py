@@ -187,6 +187,7 @@ def dot_operand_name(e: ir.Expr) -> str | None:
 def is_plain_2d_load(e: ir.Expr) -> bool:
     return (
         isinstance(e, ir.Load)
+        and isinstance(e.ty, ir.TileType)  # a load of one element is a scalar
         and e.ty.rank == 2
         and all(isinstance(i, ir.SliceRange | ir.SliceAll | ir.SliceIndex) for i in e.index)
         and sum(not isinstance(i, ir.SliceIndex) for i in e.index) == 2

@@ -25,6 +25,7 @@ from compiler.cuda.exprs import ExprEmitter
 from compiler.cuda.layout import ThreadGrid
 from compiler.cuda.mainloops.pingpong import handover as pingpong
 from compiler.cuda.mainloops.simt import dots
+from compiler.cuda.mainloops.tma_ws import persistent
 from compiler.cuda.mainloops.tma_ws import ring as tma
 from compiler.cuda.mainloops.tma_ws import store as tma_store
 from compiler.cuda.mainloops.tma_ws import tf32 as tma_tf32
@@ -243,6 +244,7 @@ class KernelGen(ExprEmitter):
         self.loop.rotation = None
         if self.used.wgmma and not self.loop.barriers:  # the last group, before acc is read
             self.out.line("wg_wait_all();")
+            persistent.end_of_ring(self)  # a persistent grid's ring goes on into the next tile
         if self.loop.swap is not None:  # C^T's accumulator into acc (mainloops/tma_ws/tf32.py)
             tma_tf32.finish(self)
 
@@ -319,8 +321,13 @@ class KernelGen(ExprEmitter):
 
     def generate(self) -> Generated:
         k = self.plan.kernel
+        tiles = persistent.asked(self)
+        if tiles:  # the body runs once per tile of a persistent grid (mainloops/tma_ws/persistent.py)
+            persistent.open_tiles(self)
         for s in k.body:
             self.stmt(s)
+        if tiles:
+            persistent.close_tiles(self)
         tma_store.check_used(self)
         shared_bytes = self.smem.bytes()
         if shared_bytes > self.plan.smem_limit:
@@ -352,7 +359,8 @@ class KernelGen(ExprEmitter):
         head.line("float* smem = reinterpret_cast<float*>(smem_raw);")
         head.line("const int th_id = threadIdx.x;")
         head.block(g.coordinates())
-        head.block(self.plan.cta_order_lines)
+        if not tiles:
+            head.block(self.plan.cta_order_lines)
         head.line("(void)smem; (void)th_r; (void)th_c;")
         lines = head.lines + self.out.lines + ["}"]
         spans = [None] + head.spans + self.out.spans + [None]
@@ -360,7 +368,7 @@ class KernelGen(ExprEmitter):
             "\n".join(lines) + "\n",
             entry,
             tuple(order),
-            self.plan.counts,
+            persistent.grid(self.plan.counts, tiles) if tiles else self.plan.counts,
             (threads, 1, 1),
             shared_bytes,
             tuple(spans),

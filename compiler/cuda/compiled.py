@@ -24,15 +24,16 @@ if TYPE_CHECKING:
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
 # 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor);
 # 12: the epilogue stage (stores/epilogue.py) and the TMA store in the search (mainloops/tma_ws/store.py)
-COMPILER_VERSION = "phobos-cuda-12"
+COMPILER_VERSION = "phobos-cuda-12"  # schedule.PERSISTENT_TUNED on: 13 (the search changes)
 
 
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
     from compiler.cuda.mainloops.simt.dots import dot_unroll
-    from compiler.cuda.schedule import tma_searched
+    from compiler.cuda.schedule import PERSISTENT_TUNED, persistent_searched, tma_searched
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma")
+    persist = "-persist" if persistent_searched() and not PERSISTENT_TUNED else ""
+    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma") + persist
 
 
 @dataclass(frozen=True)

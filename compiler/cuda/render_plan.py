@@ -10,6 +10,7 @@ from types import MappingProxyType
 from compiler.cuda import analysis, mma, target
 from compiler.cuda.layout import MmaGrid, ThreadGrid
 from compiler.cuda.mainloops.base import Mainloop
+from compiler.cuda.mainloops.tma_ws import persistent
 from compiler.frontend import ir, walk
 
 
@@ -36,7 +37,7 @@ class RenderPlan:
     smem_limit: int  # bytes of shared memory a CTA may use on the target (rings are cut to it)
     reversed_blocks: MappingProxyType  # block axis -> CTA count, launched longest-first
     block_remap: MappingProxyType  # block axis -> C name of its index in a CTA order
-    cta_order_lines: tuple  # the C lines computing that order (empty: launch order)
+    cta_order_lines: tuple  # the C lines computing that order (empty: launch order; persistent: per tile)
 
 
 def render_plan(leaf) -> RenderPlan:
@@ -48,7 +49,10 @@ def render_plan(leaf) -> RenderPlan:
     reversed_blocks = {
         axis: counts["xyz".index(axis)] for axis in plan.longest_first if counts["xyz".index(axis)] > 1
     }
-    remap, order_lines = cta_order(plan.cta_order, counts, tuple(reversed_blocks))
+    if persistent.asked(plan) and not reversed_blocks:  # tiles, not blocks (codegen prunes the rest)
+        remap, order_lines = persistent.tile_order(plan.cta_order, counts)
+    else:
+        remap, order_lines = cta_order(plan.cta_order, counts, tuple(reversed_blocks))
     return RenderPlan(
         kernel=kernel,
         binding=leaf.binding,

@@ -112,3 +112,8 @@ class LoopState:
     # the iteration's MMAs have all been waited for at the end of its body (an fp8 dot's promotion):
     # a TMA ring releases this iteration's stage, not the one before (mainloops/tma_ws/ring.py)
     mma_drained: bool = False
+    # a persistent grid (mainloops/tma_ws/persistent.py): the line where the consumers' tile loop opens
+    # (the ring's set-up and the producer go before it), and the consumers' ring (stages, mbarriers,
+    # trip count) until its loop has ended
+    tiles_at: int | None = None
+    persistent_ring: tuple | None = None

@@ -33,6 +33,10 @@ class Schedule:
     # the TMA ring's epilogue (mainloops/tma_ws/store.py): a 2-D tile stored from the accumulator layout goes
     # through shared memory (the spent ring, 128-byte swizzled) and out by bulk tensor stores
     tma_store: bool = False
+    # the TMA ring on a persistent grid of this many CTAs (0: one CTA per output tile): each CTA walks the
+    # tiles in the CTA order, its producer warpgroup copying the next tile's operands while the consumers
+    # store this one's (mainloops/tma_ws/persistent.py); no effect without `tma`
+    persistent: int = 0
     # an fp8 dot's per-k-tile promotion (mainloops/wgmma/fp8_promote.py) in 64-column pieces alternating
     # between two temporaries, the next piece's MMA issued before the last one is added (no effect on others)
     fp8_overlap: bool = False
@@ -48,6 +52,7 @@ class Schedule:
         tma = "-tma" if self.tma else ""
         pp = "-pp" if self.pingpong else ""
         st = "-tmast" if self.tma_store else ""
+        st += f"-ps{self.persistent}" if self.persistent else ""
         flags = f"{mma}{late}{rot}{tma}{pp}{st}" + ("-fp8ov" if self.fp8_overlap else "")
         flags += "-db" if self.double_buffer else ""
         return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{flags}"
@@ -73,6 +78,13 @@ PINGPONG_STAGES = (5, 6)  # Schedule.pingpong: copies 2 or 3 iterations ahead
 # per multiprocessor (the producer hands its registers to the consumers), ping-pong or not
 TMA_ATTENTION_STAGES = (3, 4)
 TMA_ATTENTION_TUNED = True  # its GPU tests passed on the H200 (results/nvidia-h200/tc-2026-12-01-attn3)
+# The persistent TMA ring (Schedule.persistent): with the TMA store its staging tile takes a buffer of its
+# own beside the ring (the producer is filling the ring with the next tile meanwhile), so fewer stages fit
+PERSISTENT_STAGES = (4, 6)
+# searched only once its GPU tests (tests/cuda/test_persistent_gpu.py) have passed on a device: the tuner
+# measures speed, not correctness (not yet: no device run of this session reached it). Turning it on
+# changes the search: compiled.COMPILER_VERSION goes up with it (the tuning caches' key)
+PERSISTENT_TUNED = False
 TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
 
 # Shared memory a copy ring leaves to the rest of the kernel by default: the ring is allocated when
@@ -99,12 +111,21 @@ def tma_searched() -> bool:
     return options.current().cuda_tma
 
 
-def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> list[Schedule]:
+def persistent_searched() -> bool:
+    """Whether the tuner tries the persistent TMA ring: once PERSISTENT_TUNED, or asked by
+    PHOBOS_CUDA_PERSISTENT=1 (to measure it, or where its GPU tests have passed)."""
+    return PERSISTENT_TUNED or options.current().cuda_persistent
+
+
+def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False,
+                      sm_count: int | None = None) -> list[Schedule]:
     """The schedules the tuner tries for a kernel whose dots run on tensor cores; `deep` adds
     the deeper warpgroup-MMA rings (DEEP_STAGES) and, with tma_searched(), the warp-specialized
     TMA rings for kernels with a single dot, `rotates` the rotated loop (Schedule.rotate) for
     kernels with a loop of two or more dots (attention), with tma_searched() also fed by a
-    producer warpgroup's bulk tensor copies (TMA_ATTENTION_STAGES)."""
+    producer warpgroup's bulk tensor copies (TMA_ATTENTION_STAGES); `sm_count` (the GPU's
+    multiprocessors) adds the TMA rings on a persistent grid of that many CTAs (PERSISTENT_STAGES, once
+    persistent_searched()), which codegen prunes where they cannot pay (mainloops/tma_ws/persistent.py)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
     orders = ("row", "grouped")
     out = []
@@ -135,6 +156,11 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False) -> 
             for order in orders
             for st in (False, True)
         ]
+        out += [
+            Schedule(None, s, "grouped", wgmma=True, tma=True, tma_store=st, persistent=sm_count)
+            for s in PERSISTENT_STAGES
+            for st in (False, True)
+        ] if sm_count and persistent_searched() else []
     if rotates and tma_searched() and TMA_ATTENTION_TUNED:
         out += [
             Schedule(None, s, order, wgmma=True, rotate=True, tma=True, pingpong=pp)

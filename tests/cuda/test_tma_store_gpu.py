@@ -38,7 +38,9 @@ def _magnitude(name: str, arrays: dict, scalars: dict) -> np.ndarray:
     return mag
 
 
-def _check(name, dims, point, schedule, rng) -> None:
+def check_against_interpreter(name, dims, point, schedule, rng) -> None:
+    """One point of a tma_store_cases kernel on the GPU against the interpreter (the tolerances above);
+    also the persistent grid's cases (test_persistent_gpu.py), with or without the TMA store."""
     from compiler.cuda.compiled import compile_kernel
     from compiler.cuda.launch import run_kernel_gpu
     from compiler.cuda.target import device_capability
@@ -46,7 +48,8 @@ def _check(name, dims, point, schedule, rng) -> None:
     k = kernel(name)
     b = binding.bind(k, dims, None, point)
     compiled = compile_kernel(k, b, schedule=schedule, cc=device_capability())
-    assert any(m.param.startswith("tms_") for m in compiled.tensor_maps)  # the store took it
+    stored = any(m.param.startswith("tms_") for m in compiled.tensor_maps)
+    assert stored == schedule.tma_store  # the store took it (where asked)
     arrays, scalars = random_inputs(k, dict(b.env), rng)
     want = {n: a.copy() for n, a in arrays.items()}
     interp.run_kernel(k, b, want, scalars)
@@ -73,4 +76,4 @@ def test_tma_store_equals_interpreter(name, dims_list, case):
     point, schedule = points_of(name)[case]
     rng = np.random.default_rng(1000 + case)
     for dims in dims_list:
-        _check(name, dims, point, schedule, rng)
+        check_against_interpreter(name, dims, point, schedule, rng)

@@ -25,7 +25,8 @@ def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
     if not tensor_cores:
         return Simt(**common, double_buffer=schedule.double_buffer)
     if wgmma and schedule.tma:
-        return TmaWarpSpecialized(**common, pingpong=schedule.pingpong, tma_store=schedule.tma_store)
+        return TmaWarpSpecialized(**common, pingpong=schedule.pingpong, tma_store=schedule.tma_store,
+                                  persistent=schedule.persistent)
     if schedule.pingpong:
         return PingPong(**common)
     return Wgmma(**common) if wgmma else MmaSync(**common)

@@ -272,7 +272,9 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
     dots = stages.tensor_core_dots(kernel, tf32)
     single = len(dots) == 1  # matmul: the deeper rings and the deep probe (schedule.py)
     rotates = stages.loop_of_dots(kernel, dots)  # attention: its probe and space rotate the loop
-    space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single, rotates=rotates)
+    # a persistent grid is one CTA per multiprocessor of this GPU (mainloops/tma_ws/persistent.py)
+    space = tensor_core_space(stages.cta_threads(kernel, DEFAULT) // 32, deep=single, rotates=rotates,
+                              sm_count=_sm_count())
     families = [[s for s in space if not s.wgmma]]
     wg_tma = [s for s in space if s.tma and s.rotate]  # attention fed by TMA: its own family
     tma_tf32 = []
@@ -283,7 +285,7 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
             # dots whatever the schedule says: only the CTA order is left to search. The
             # TMA-fed one (mainloops/tma_ws/tf32.py, C^T by role swap) takes other tile shapes (TILE_N = 64
             # per warpgroup, TILE_M up to 256), so it is a family of its own, with its own probe
-            tma_tf32 = [s for s in wg if s.tma]
+            tma_tf32 = [s for s in wg if s.tma and not s.persistent]  # persistent: 16-bit rings only
             wg = [s for s in wg if not s.tma and s.stages == 3 and not s.late_copies]
         # mainloops/wgmma/fp8_promote.py's two ways
         if any(d.precision and d.precision.mode in ir.FP8 for d in dots):

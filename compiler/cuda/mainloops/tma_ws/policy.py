@@ -19,6 +19,8 @@ class TmaWarpSpecialized(Mainloop):
     pingpong: bool = False  # the consumer warpgroups take turns issuing their dots
     # the epilogue's tile stores go out through shared memory (mainloops/tma_ws/store.py)
     tma_store: bool = False
+    # CTAs of a persistent grid walking the output tiles (0: one CTA per tile; mainloops/tma_ws/persistent.py)
+    persistent: int = 0
 
     name = "tma_ws"
     features = ("wgmma", "tma", "setmaxnreg", "mbarrier")
@@ -28,6 +30,8 @@ class TmaWarpSpecialized(Mainloop):
         from compiler.cuda.loops import deferred_dot
 
         if tf32_tiles(tiles):  # raw tiles by bulk tensor copies, rounded in shared memory
+            if self.persistent:
+                raise gen.pruned(s.span, "a persistent grid takes a 16-bit or fp8 ring, not TF32's")
             return tma_tf32.ring_prologue(gen, s, tiles, *bounds)
         return tma.ring_prologue(gen, s, tiles, bounds, deferred_dot(gen, s) is not None)
 

@@ -33,9 +33,10 @@ from dataclasses import dataclass, replace
 
 from compiler.cuda import mbarriers
 from compiler.cuda.mainloops.pingpong import handover as pingpong
+from compiler.cuda.mainloops.tma_ws import persistent
 from compiler.cuda.mainloops.tma_ws.maps import MapSpec
 from compiler.cuda.mainloops.wgmma.mma import CoreTile, point_at_stage
-from compiler.cuda.schedule import ring_stages
+from compiler.cuda.schedule import RING_HEADROOM, ring_stages
 from compiler.frontend import ir
 
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -119,7 +120,7 @@ def _coordinates(gen, load: ir.Load) -> list[str]:
 
 def _check(gen, s: ir.For, carried: bool) -> bool:
     """Prune what the ring cannot take; whether the loop is attention's (two dots, rotated)."""
-    if gen.loop.barriers or gen.out.depth != 1:
+    if gen.loop.barriers or gen.out.depth != persistent.top_depth(gen):
         raise gen.pruned(s.span, "bulk tensor copies take a loop at the kernel's top level")
     if gen.plan.grid.threads > 2 * PRODUCER_THREADS:  # CONSUMER_REGS for each: 2 x 128 x 232 + 128 x 40
         raise gen.pruned(s.span, "bulk tensor copies take one or two consumer warpgroups")
@@ -128,6 +129,9 @@ def _check(gen, s: ir.For, carried: bool) -> bool:
         raise gen.pruned(s.span, "bulk tensor copies take a single dot's loop or a rotated loop of two")
     if gen.plan.mainloop.pingpong:  # the consumers take turns (mainloops/pingpong/handover.py)
         pingpong.check(gen, s, carried)
+    if persistent.asked(gen) and (attention or gen.plan.mainloop.pingpong):
+        raise gen.pruned(s.span, "a persistent grid takes a single dot's ring")
+    persistent.check(gen, s)
     return attention
 
 
@@ -142,18 +146,23 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
         # K-major with k = 128 or 256, which is copyable: fp8.keeps_fp8)
         raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
     stage_floats = sum(t.elements * t.elem_bytes // 4 for _, t in tiles)
-    stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit)
+    # a persistent grid's TMA store has a buffer of its own after the ring (what the ring leaves by default
+    # covers it at 16-bit 128 x 128, not larger tiles)
+    headroom = max(RING_HEADROOM, persistent.staging_bytes(gen, s))
+    stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit,
+                         headroom)
     ops = []
     ring_first = gen.smem.perm_floats + (-gen.smem.perm_floats % 256)  # the first buffer's word
-    for st, tile in tiles:
-        base = gen.fresh("ring")
-        ring = gen.smem.alloc_perm(stages * tile.elements * tile.elem_bytes // 4, 256)
-        gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
-        *outer, rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
-        box = (tile.rows, 128 // tile.elem_bytes)  # the box as the tile lies in shared memory
-        kind = "u16" if tile.elem_bytes == 2 else "u8"
-        spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, kind, tuple(outer))
-        ops.append(Operand(st, tile, spec, base, tile.elements))
+    with persistent.hoisted(gen):  # a persistent grid sets the ring up once, before its tile loops
+        for st, tile in tiles:
+            base = gen.fresh("ring")
+            ring = gen.smem.alloc_perm(stages * tile.elements * tile.elem_bytes // 4, 256)
+            gen.out.line(f"{tile.ctype}* const {base} = reinterpret_cast<{tile.ctype}*>{ring};")
+            *outer, rows, cols = gen.dims_of(gen.tensor(st.value.tensor, st.value.span))
+            box = (tile.rows, 128 // tile.elem_bytes)  # the box as the tile lies in shared memory
+            kind = "u16" if tile.elem_bytes == 2 else "u8"
+            spec = MapSpec(f"tm_{st.name}", st.value.tensor, *box, rows, cols, kind, tuple(outer))
+            ops.append(Operand(st, tile, spec, base, tile.elements))
     gen.smem.spent_ring = (ring_first, gen.smem.perm_floats - ring_first)
     ring = split(gen, s, ops, stages, loop)
     # the consumers take turns, warpgroup 0 first (mainloops/pingpong/handover.py)
@@ -169,43 +178,66 @@ def split(gen, s: ir.For, ops, stages: int, loop, copies=None) -> tuple[int, str
     start, stop_name, step = loop
     gen.used.tensor_maps += [o.spec for o in ops]
     consumers = gen.plan.grid.threads
-    bars = mbarriers.ring(gen, stages, 1, consumers // 32)
-    first = gen.fresh("first")
-    gen.out.line(f"const int {first} = {start};")
-    _producer(gen, s, ops, stages, bars, (first, stop_name, step), copies)
-    if _shares_registers(consumers):
-        gen.out.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGS};");')
+    with persistent.hoisted(gen):  # a persistent grid: each role in a tile loop of its own
+        bars = mbarriers.ring(gen, stages, 1, consumers // 32)
+        first = gen.fresh("first")
+        if persistent.asked(gen):
+            _producer(gen, s, ops, stages, bars, None, copies)
+        else:
+            gen.out.line(f"const int {first} = {start};")
+            _producer(gen, s, ops, stages, bars, (first, stop_name, step), copies)
+        if _shares_registers(consumers):
+            gen.out.line(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGS};");')
+    if persistent.asked(gen):
+        gen.out.line(f"const int {first} = {start};")
+        persistent.note_ring(gen, stages, bars, (first, stop_name, step))
     gen.loop.tma_split = consumers
     return stages, bars, first
 
 
 def _producer(gen, s: ir.For, ops, stages: int, bars: str, loop, copies=None) -> None:
-    """The producer warpgroup; `copies(o, dst, cols)`: (destination, first column) of each box
-    of operand o in a stage at `dst`, its first column `cols` (default: 16-bit operands in
-    their wgmma layout, _boxes)."""
-    first, stop_name, step = loop
+    """The producer warpgroup; `loop`: the k-loop's (first, stop, step) as C names, or None on a
+    persistent grid (its own tile loop names them per tile); `copies(o, dst, cols)`: (destination,
+    first column) of each box of operand o in a stage at `dst`, its first column `cols` (default:
+    16-bit operands in their wgmma layout, _boxes)."""
     consumers = gen.plan.grid.threads
-    copies = copies or _boxes
-    nbytes = sum(o.size * o.tile.elem_bytes for o in ops)
     gen.out.line("// the producer warpgroup: one thread issues the copies, then the warpgroup returns")
     gen.out.open(f"if (th_id >= {consumers})")
     if _shares_registers(consumers):
         gen.out.line(f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS};");')
     gen.out.open(f"if (th_id == {consumers})")
+    if loop is None:
+        def k_loop(bounds, done):
+            _copies(gen, s, ops, stages, bars, bounds, copies, done)
+
+        persistent.producer_tiles(gen, s, k_loop)
+    else:
+        _copies(gen, s, ops, stages, bars, loop, copies)
+    gen.out.close()
+    gen.out.line("return;")
+    gen.out.close()
+
+
+def _copies(gen, s: ir.For, ops, stages: int, bars: str, loop, copies, done: str | None = None) -> None:
+    """The producer's k-loop; `done`: C name of the ring iterations before it (a persistent grid's
+    earlier tiles), else it starts the ring."""
+    first, stop_name, step = loop
+    copies = copies or _boxes
+    nbytes = sum(o.size * o.tile.elem_bytes for o in ops)
     var = gen.fresh("kp")
+    j = "j_ring" if done else "j_"
     gen.out.open(f"for (int {var} = {first}, j_ = 0; {var} < {stop_name}; {var} += {step}, ++j_)")
     gen.scope.scalars[s.var] = (var, "i32")
-    gen.out.line(f"const int s_ = j_ % {stages};")
-    gen.out.line(f"if (j_ >= {stages}) mbar_wait({bars} + 8 * ({stages} + s_), ((j_ / {stages}) + 1) & 1);")
+    if done:
+        gen.out.line(f"const int {j} = {done} + j_;")
+    gen.out.line(f"const int s_ = {j} % {stages};")
+    gen.out.line(f"if ({j} >= {stages}) mbar_wait({bars} + 8 * ({stages} + s_), (({j} / {stages}) + 1) & 1);")
     gen.out.line(f"mbar_expect_bytes({bars} + 8 * s_, {nbytes});")
     for o in ops:
         col, *rest = _coordinates(gen, o.let.value)
         for at, c in copies(o, f"{o.base} + s_ * {o.size}", col):
             where = ", ".join([c, *rest, f"{bars} + 8 * s_"])
             gen.out.line(f"tma_load_{o.spec.rank}d({at}, &{o.spec.param}, {where});")
-    gen.out.close()
-    gen.out.close()
-    gen.out.line("return;")
     gen.out.close()
 
 
@@ -249,18 +281,23 @@ def consume(gen, lets: list[ir.Let], after_release=None) -> tuple[int, str, str]
     stages, bars, first = entry[2]
     var_c, step = entry[4], entry[5]
     it = gen.fresh("it")
-    gen.out.line(f"const int {it} = ({var_c} - {first}) / ({step});")
+    # on a persistent grid the ring goes on across tiles, and a tile's first iteration has no group
+    # before it to release (the last tile's last stage was released after its loop)
+    done = f"{persistent.DONE} + " if persistent.asked(gen) else ""
+    later = f"{var_c} != {first}" if done else f"{it} > 0"
+    gen.out.line(f"const int {it} = {done}({var_c} - {first}) / ({step});")
     gen.loop.ring_iteration = it
     gen.out.line(f"mbar_wait({bars} + 8 * ({it} % {stages}), ({it} / {stages}) & 1);")
 
     gen.loop.mma_drained = False
 
     def release() -> None:
-        if gen.loop.mma_drained:  # the body's MMAs all waited for (fp8_promote): this stage is free now
+        # a persistent grid releases each tile's last stage after its loop: there, one way only
+        if gen.loop.mma_drained and not done:  # the body's MMAs all waited for (fp8_promote): free now
             gen.out.line(f"if (th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {it} % {stages}));")
         else:
             stage = f"(({it} - 1) % {stages})"
-            gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
+            gen.out.line(f"if ({later} && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
         if after_release:
             after_release()
 

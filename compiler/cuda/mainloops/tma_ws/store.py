@@ -34,6 +34,7 @@ along any before them (at most one: a 3-D map), with a 16-byte row pitch, a widt
 from __future__ import annotations
 
 from compiler.cuda.layout import MmaDist
+from compiler.cuda.mainloops.tma_ws import persistent
 from compiler.cuda.mainloops.tma_ws.maps import MapSpec
 from compiler.cuda.stores.values import pair_values, pair_write, pure
 from compiler.cuda.values import Ctx
@@ -42,7 +43,7 @@ from compiler.frontend import ir, walk
 BOX_BYTES = 128  # one row of a box: the 128-byte swizzle's width
 MAX_BOX_ROWS = 256
 _MAP_DTYPE = {"f32": "f32", "bf16": "u16", "f16": "u16"}
-_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
+ELEMENT_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
 
 PRELUDE = r"""
 __device__ __forceinline__ void tma_store_2d(const TmaMap* map, const void* src, int c0, int c1) {
@@ -52,6 +53,9 @@ __device__ __forceinline__ void tma_store_2d(const TmaMap* map, const void* src,
 __device__ __forceinline__ void tma_store_3d(const TmaMap* map, const void* src, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
                :: "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(src)) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -74,9 +78,10 @@ def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
     """Whether store `s` (of a tile in context `ctx`) goes out through shared memory."""
     if not asked(gen) or not _single_dot_ring(gen) or s.op != "=" or ctx.kind != "2d":
         return False
-    if param.dtype not in _BYTES:
+    if param.dtype not in ELEMENT_BYTES:
         return False
-    if not gen.loop.tma_split or gen.loop.barriers or gen.out.depth != 1 or gen.smem.spent_ring is None:
+    top = persistent.top_depth(gen)
+    if not gen.loop.tma_split or gen.loop.barriers or gen.out.depth != top or gen.smem.spent_ring is None:
         return False  # at the top level, after the TMA ring's loop
     dr, dc = gen.dists(ctx.kind, ctx.shape)
     if not (isinstance(dc, MmaDist) and dc.lanes == 4) or gen.owner(ctx.kind, ctx.shape) != "true":
@@ -90,10 +95,12 @@ def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
         return False
     dims = gen.dims_of(param)
     rows, cols = ctx.shape
-    eb = _BYTES[param.dtype]
+    eb = ELEMENT_BYTES[param.dtype]
     if dims[-1] * eb % 16 or cols * eb % BOX_BYTES or rows > MAX_BOX_ROWS or rows % 8:
         return False
     first, words = gen.smem.spent_ring
+    if persistent.asked(gen):  # buffers of its own, box by box (_store_by_box): one warp along the columns
+        return dc.warps == 1 and dc.granule == 8 and pure(gen, s.value, ctx.shape)
     if rows * cols * eb > words * 4:
         return False
     return pure(gen, s.value, ctx.shape)
@@ -101,31 +108,20 @@ def store_ok(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> bool:
 
 def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     rows, cols = ctx.shape
-    eb = _BYTES[param.dtype]
+    eb = ELEMENT_BYTES[param.dtype]
     per_box = BOX_BYTES // eb  # elements of one box row
     box_bytes = rows * BOX_BYTES
-    first, _ = gen.smem.spent_ring
     spec = _map_spec(gen, s, param, rows, per_box)
     tile = gen.fresh("epi")
+    if persistent.asked(gen):
+        _store_by_box(gen, s, param, ctx, spec, tile)
+        gen.used.tma_store = True
+        return
+    first, _ = gen.smem.spent_ring
     gen.out.line(f"// the tile through shared memory (the spent ring), then {cols // per_box} bulk stores")
     gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>(smem + {first});")
     gen.sync()  # the other consumer warpgroup's last dots may still read the ring
-    dr, dc = gen.dists(ctx.kind, ctx.shape)
-    # columns outside, rows inside: what depends on the column alone (a bias) is read once per
-    # column pair and dies there, rather than held for every column across the rows
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _j = 0; _j < {dc.count}; _j += 2)")
-    gen.out.line(f"const int _c = {dc.position('_j')};")
-    gen.out.line("#pragma unroll")
-    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
-    gen.out.line(f"const int _r = {dr.position('_i')};")
-    lo, hi = pair_values(gen, s.value, ctx)
-    # box _c / per_box, row _r, 16-byte chunk swizzled by the row's low 3 bits
-    at = (f"{tile} + (_c / {per_box}) * {box_bytes} + _r * {BOX_BYTES}"
-          f" + (((((_c % {per_box}) * {eb}) >> 4) ^ (_r & 7)) << 4) + (((_c % {per_box}) * {eb}) & 15)")
-    gen.out.line(pair_write(param.dtype, at, lo, hi))
-    gen.out.close()
-    gen.out.close()
+    _write_pairs(gen, s, param, ctx, tile)
     gen.out.line("fence_async_smem();  // the writes above, seen by the copy engine")
     gen.sync()
     gen.out.open("if (th_id == 0)")
@@ -136,6 +132,63 @@ def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     gen.out.line("tma_store_wait_read();")
     gen.out.close()
     gen.used.tma_store = True
+
+
+def _write_pairs(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx, tile: str, box: int | None = None):
+    """Each thread's pairs of the tile into shared memory at `tile`, boxes one after another, or
+    only box `box`'s columns into a buffer of one box (the columns' warps: one, store_ok)."""
+    rows, cols = ctx.shape
+    eb = ELEMENT_BYTES[param.dtype]
+    per_box = BOX_BYTES // eb
+    dr, dc = gen.dists(ctx.kind, ctx.shape)
+    # columns outside, rows inside: what depends on the column alone (a bias) is read once per
+    # column pair and dies there, rather than held for every column across the rows
+    gen.out.line("#pragma unroll")
+    if box is None:
+        gen.out.open(f"for (int _j = 0; _j < {dc.count}; _j += 2)")
+    else:  # local column 2 s + e of a lone warp is column 8 s + 2 t + e: box b is s in [b, b + 1) per_box / 8
+        gen.out.open(f"for (int _j = {box * per_box // 4}; _j < {(box + 1) * per_box // 4}; _j += 2)")
+    gen.out.line(f"const int _c = {dc.position('_j')};")
+    gen.out.line("#pragma unroll")
+    gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
+    gen.out.line(f"const int _r = {dr.position('_i')};")
+    lo, hi = pair_values(gen, s.value, ctx)
+    # box _c / per_box, row _r, 16-byte chunk swizzled by the row's low 3 bits
+    which = f"(_c / {per_box}) * {rows * BOX_BYTES} + " if box is None else ""
+    at = (f"{tile} + {which}_r * {BOX_BYTES}"
+          f" + (((((_c % {per_box}) * {eb}) >> 4) ^ (_r & 7)) << 4) + (((_c % {per_box}) * {eb}) & 15)")
+    gen.out.line(pair_write(param.dtype, at, lo, hi))
+    gen.out.close()
+    gen.out.close()
+
+
+def _store_by_box(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx, spec: MapSpec, tile: str) -> None:
+    """A persistent grid's store (the producer refills the ring meanwhile): box by box through two
+    buffers of one box each, one consumer barrier per box; box b's bulk store reads its buffer while
+    the consumers write box b + 1 into the other, and thread 0, which issues them, awaits box b - 1's
+    reads before the barrier after which box b + 1's writes reuse its buffer."""
+    rows, cols = ctx.shape
+    per_box = BOX_BYTES // ELEMENT_BYTES[param.dtype]
+    box_bytes = rows * BOX_BYTES
+    boxes = cols // per_box
+    where = gen.smem.alloc_perm(2 * box_bytes // 4, 256)
+    gen.out.line(f"// the tile through shared memory box by box (two buffers of its own), {boxes} stores")
+    gen.out.line(f"unsigned char* const {tile} = reinterpret_cast<unsigned char*>{where};")
+    gen.out.line("if (th_id == 0) tma_store_wait_read();  // the last tile's stores have read the buffers")
+    gen.sync()
+    col, row, *outer = _coordinates(gen, s)
+    for b in range(boxes):
+        buffer = f"{tile} + {(b % 2) * box_bytes}"
+        _write_pairs(gen, s, param, ctx, buffer, box=b)
+        gen.out.line("fence_async_smem();  // the writes above, seen by the copy engine")
+        if b:
+            gen.out.line("if (th_id == 0) tma_store_wait_read();  // the last box's store read its buffer")
+        gen.sync()
+        gen.out.open("if (th_id == 0)")
+        at = ", ".join([f"{col} + {b * per_box}", row, *outer])
+        gen.out.line(f"tma_store_{spec.rank}d(&{spec.param}, {buffer}, {at});")
+        gen.out.line("tma_store_commit();")
+        gen.out.close()
 
 
 def _map_spec(gen, s: ir.Store, param: ir.TensorParam, rows: int, per_box: int) -> MapSpec:
