@@ -83,16 +83,22 @@ def test_split_k_matmul_with_beta_equals_the_one_cta_loop(factor):
 
 
 def test_cost_model_splits_only_grids_that_do_not_fill_the_gpu():
-    assert split_plan.choose_factor(264, 132, 4096) == 1
+    want = split_plan.CTAS_PER_SM * 132
+    assert split_plan.choose_factor(want, 132, 4096) == 1
     assert split_plan.choose_factor(4, 132, 3) == 1
     assert split_plan.choose_factor(1, 132, 64) <= 32  # no chunk under two iterations
     for ctas, iterations in ((1, 1024), (1, 1 << 16), (4, 4096), (32, 4096)):
-        f = split_plan.choose_factor(ctas, 132, iterations)
-        assert 1 < f <= -(-264 // ctas), (ctas, iterations, f)
-        best = min(split_plan.split_time(ctas, 264, iterations, g) for g in range(1, -(-264 // ctas) + 1))
-        assert split_plan.split_time(ctas, 264, iterations, f) == best
-    # longer loops pay the combine's serial merge over more chunks
-    assert split_plan.choose_factor(1, 132, 1024) < split_plan.choose_factor(1, 132, 1 << 16) == 264
+        for fan_in in (0, 8):
+            f = split_plan.choose_factor(ctas, 132, iterations, fan_in)
+            assert 1 < f <= -(-want // ctas), (ctas, iterations, f)
+            best = min(split_plan.split_time(ctas, want, iterations, g, fan_in)
+                       for g in range(1, -(-want // ctas) + 1))
+            assert split_plan.split_time(ctas, want, iterations, f, fan_in) == best
+    # without a tree, longer loops pay the combine's serial merge over more chunks; the tree's
+    # merge is a few steps whatever the chunks, so a loop of 2^10 iterations already fills the SMs
+    assert split_plan.choose_factor(1, 132, 256, 0) < split_plan.choose_factor(1, 132, 1 << 16, 0) == want
+    assert split_plan.choose_factor(1, 132, 1024, 0) < split_plan.choose_factor(1, 132, 1024, 8) == 128
+    assert split_plan.merge_steps(128, 0) == 32 and split_plan.merge_steps(128, 8) == 5
     kernel = load(decode_source("bf16", 16))
     b = binding.bind(kernel, {"G": 16, "S": 1 << 20}, None, {"BS": 256})
     plan = split_plan.plan_split(kernel, b, sm_count=132)
