@@ -46,7 +46,7 @@ from benchmarks.gpu_timing import cuda_median_s, graph_median_s  # noqa: E402
 D = 128
 BS_CHOICES = (64, 128)
 ROTATE = 3  # a graph's KV copies overflow the L2 cache this many times over
-DEFAULT_VARIANTS = "fan8+pad16"
+DEFAULT_VARIANTS = "fan8+pad16"  # one chunk per SM is the cost model's default now (CTAS_PER_SM)
 SPLITK = """
 @autotune(BM in [64], BN in [64], BK in [32])
 kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
@@ -65,36 +65,60 @@ kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) 
 class Variant:
     """A way to compile the split decode, swept by --variants: the merge tree's fan-in
     (PHOBOS_SPLIT_FAN_IN, compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges every partial),
-    the chunks (None: the cost model's; `per_sm`: that many per SM, forced with split=N) and `pad`: the row
+    the chunks (None: the cost model's; `per_sm`: that many per SM, forced with split=N), `pad`: the row
     tile BG at least that many rows for 16-bit KV (the kernel's Q rows past G load as zeros and are never
-    stored, so that G < 16 runs the tensor-core partial; 0: BG = G)."""
+    stored, so that G < 16 runs the tensor-core partial; 0: BG = G), `most`: BG at most that many rows
+    (G / BG CTAs along x, each reading all the KV: the L2 serves the second read where they run together;
+    0: no limit), and `schedule`: the partial kernel's Schedule fields (PHOBOS_SPLIT_SCHEDULE,
+    mainloops/split_loop/launch.py partial_schedule)."""
 
     name: str
     fan_in: int
     per_sm: int | None = None
     pad: int = 0
+    schedule: str = ""
+    most: int = 0
 
     def split(self, sms: int) -> int | None:
         return None if self.per_sm is None else self.per_sm * sms
 
     def rows(self, g: int, dtype: str) -> int:
-        return max(g, self.pad) if dtype != "f32" else g
+        rows = max(g, self.pad) if dtype != "f32" else g
+        return min(rows, self.most) if self.most and g % self.most == 0 else rows
+
+
+# a variant's `+<flag>` suffixes for the partial's schedule: +st<N> ring stages, +t<N> threads,
+# +db the CUDA-core dots' double buffer, +late copies issued after the dots (and +bg<N>: Variant.most)
+SCHEDULE_FLAGS = {"st": "stages", "t": "threads", "db": "double_buffer", "late": "late_copies"}
+
+
+def _schedule_field(flag: str) -> str:
+    for short, field in sorted(SCHEDULE_FLAGS.items(), key=lambda kv: -len(kv[0])):
+        rest = flag[len(short):]
+        switch = field in ("double_buffer", "late_copies")
+        if flag.startswith(short) and (not rest if switch else rest.isdigit()):
+            return f"{field}={rest or 1}"
+    raise ValueError
 
 
 def parse_variants(text: str) -> list[Variant]:
-    """`fan8`, `fan0@2sm`, `fan8+pad16`: fan<N>[@<K>sm][+pad<R>], comma-separated."""
+    """`fan8`, `fan0@2sm`, `fan8+pad16`, `fan8@1sm+pad16+st4+t128`: fan<N>[@<K>sm][+pad<R>][+st<N>]
+    [+t<N>][+db][+late][+bg<N>], comma-separated."""
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
-        head, _, pad = item.partition("+")
+        head, *flags = item.split("+")
         fan, _, chunks = head.partition("@")
         try:
-            if not fan.startswith("fan") or (chunks and not chunks.endswith("sm")) or \
-                    (pad and not pad.startswith("pad")):
+            if not fan.startswith("fan") or (chunks and not chunks.endswith("sm")):
                 raise ValueError
+            pads = [int(f[3:]) for f in flags if f.startswith("pad")]
+            most = [int(f[2:]) for f in flags if f.startswith("bg")]
+            schedule = ",".join(_schedule_field(f) for f in flags if not f.startswith(("pad", "bg")))
             out.append(Variant(item, int(fan[3:]), int(chunks[:-2]) if chunks else None,
-                               int(pad[3:]) if pad else 0))
+                               pads[-1] if pads else 0, schedule, most[-1] if most else 0))
         except ValueError:
-            raise SystemExit(f"error: --variants: {item!r} is not fan<N>[@<K>sm][+pad<R>]") from None
+            raise SystemExit(f"error: --variants: {item!r} is not fan<N>[@<K>sm][+pad<R>][+st<N>][+t<N>]"
+                             "[+db][+late][+bg<N>]") from None
     return out
 
 
@@ -264,10 +288,10 @@ def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, devic
     time, and a thread pool shares one environment)."""
     kernels: dict = {}
     failed = []
-    for fan_in in sorted({v.fan_in for v in variants}):
+    for fan_in, schedule in sorted({(v.fan_in, v.schedule) for v in variants}):
         jobs = []
         for g, dtype, s in cases:
-            for variant in (v for v in variants if v.fan_in == fan_in):
+            for variant in (v for v in variants if (v.fan_in, v.schedule) == (fan_in, schedule)):
                 for bs in bs_choices:
                     kern = decode_kernel(g, dtype, bs, variant.split(sms), variant.rows(g, dtype))
                     kernels.setdefault((g, dtype, s), {}).setdefault(variant.name, {})[bs] = kern
@@ -282,9 +306,11 @@ def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, devic
                 return kern, str(err).splitlines()[0]
 
         os.environ["PHOBOS_SPLIT_FAN_IN"] = str(fan_in)
+        os.environ["PHOBOS_SPLIT_SCHEDULE"] = schedule
         with ThreadPoolExecutor(8) as pool:
             failed += [f for f in pool.map(prepare, jobs) if f is not None]
     os.environ.pop("PHOBOS_SPLIT_FAN_IN", None)
+    os.environ.pop("PHOBOS_SPLIT_SCHEDULE", None)
     for kern, why in failed:
         print(f"skipped {kern}: {why}", flush=True)
         for per_variant in kernels.values():

@@ -214,3 +214,31 @@ def test_run_and_check_refuse_a_forced_split_at_the_loop(tmp_path):
         outs.append(np.load(tmp_path / f"O{split}.npy"))
     np.testing.assert_allclose(outs[1], outs[0], rtol=2e-5, atol=2e-6)
     assert "split over 4 CTAs" in cli("check", "decode.phk", "--split", "4").stdout
+
+
+def test_the_partials_schedule_takes_the_fields_of_phobos_split_schedule(monkeypatch):
+    from common import options
+    from compiler.cuda.mainloops.split_loop import launch as split_launch
+    from compiler.cuda.schedule import DEFAULT
+
+    got = split_launch.partial_schedule(DEFAULT, "stages=5, threads=128,double_buffer=1")
+    assert (got.stages, got.threads, got.double_buffer, got.wgmma) == (5, 128, True, False)
+    assert split_launch.partial_schedule(DEFAULT, "") == DEFAULT
+    monkeypatch.setenv("PHOBOS_SPLIT_SCHEDULE", "stages=4")
+    assert split_launch.partial_schedule(DEFAULT).stages == 4
+    for bad in ("stagez=4", "stages=four", "stages"):
+        with pytest.raises(options.OptionError, match="PHOBOS_SPLIT_SCHEDULE"):
+            split_launch.partial_schedule(DEFAULT, bad)
+
+
+def test_a_deeper_partial_ring_is_the_partial_kernels_alone(monkeypatch):
+    kernel = load(decode_source("bf16", 16, "64"))
+    b = binding.bind(kernel, {"G": 16, "S": 1 << 16}, None, {"BS": 64})
+    from compiler.cuda.mainloops.split_loop import launch as split_launch
+
+    base = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132)
+    monkeypatch.setenv("PHOBOS_SPLIT_SCHEDULE", "stages=4")
+    deep = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132)
+    assert deep.kernels[0].shared_bytes > base.kernels[0].shared_bytes  # one more K/V stage
+    assert "% 4" in deep.kernels[0].cuda_source and "% 3" in base.kernels[0].cuda_source
+    assert [k.cuda_source for k in deep.kernels[1:]] == [k.cuda_source for k in base.kernels[1:]]

@@ -15,6 +15,7 @@ entries are extern "C" and named apart: split_plan._renamed), compiled once more
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,11 +55,29 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
         return LaunchSequence((compile_kernel(kernel, binding, tf32=tf32, schedule=schedule, cc=cc),))
     plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count)
     tree = split_tree.plan_tree(kernel, plan, options.current().split_fan_in if fan_in is None else fan_in)
-    partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32, schedule=schedule, cc=cc)
+    partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32,
+                             schedule=partial_schedule(schedule), cc=cc)
     merges = tuple(compile_kernel(k, b, cc=cc) for k, b in tree.merges)
     combine = compile_kernel(plan.combine, tree.combine_binding, tf32=tf32, cc=cc)
     scratch = tuple(Scratch(name, "f32", shape, zeroed=False) for name, shape in plan.scratch + tree.scratch)
     return LaunchSequence((partial, *merges, combine), scratch, policy, plan.factor)
+
+
+def partial_schedule(schedule: Schedule, fields: str | None = None) -> Schedule:
+    """The partial kernel's schedule: the leaf's, with the `fields` of PHOBOS_SPLIT_SCHEDULE
+    (`stages=4,threads=128,late_copies=1`) over it. The partial streams the loop's operands at
+    the memory's rate, so its ring's depth (the bytes in flight per SM) and CTA size are what
+    benchmarks/decode_sweep.sh sweeps. A field Schedule lacks is the user's error, naming it."""
+    fields = options.current().split_schedule if fields is None else fields
+    known = {f.name: f for f in dataclasses.fields(Schedule)}
+    changes = {}
+    for item in (t.strip() for t in fields.split(",") if t.strip()):
+        name, _, value = item.partition("=")
+        if name not in known or not value.lstrip("-").isdigit():
+            raise options.OptionError(f"PHOBOS_SPLIT_SCHEDULE: {item!r} is not <field>=<integer> of "
+                                      f"a Schedule ({', '.join(known)})")
+        changes[name] = bool(int(value)) if isinstance(getattr(schedule, name), bool) else int(value)
+    return dataclasses.replace(schedule, **changes)
 
 
 def module_ptx(sequence: LaunchSequence, cc: int = target.DEFAULT_CC) -> str:
