@@ -69,8 +69,9 @@ class Variant:
     tile BG at least that many rows for 16-bit KV (the kernel's Q rows past G load as zeros and are never
     stored, so that G < 16 runs the tensor-core partial; 0: BG = G), `most`: BG at most that many rows
     (G / BG CTAs along x, each reading all the KV: the L2 serves the second read where they run together;
-    0: no limit), and `schedule`: the partial kernel's Schedule fields (PHOBOS_SPLIT_SCHEDULE,
-    mainloops/split_loop/launch.py partial_schedule)."""
+    0: no limit), `schedule`: the partial kernel's Schedule fields (PHOBOS_SPLIT_SCHEDULE,
+    mainloops/split_loop/launch.py partial_schedule), and `one_launch`: the partials merged by the
+    partial's own last CTAs, one launch (PHOBOS_SPLIT_ONE_LAUNCH, mainloops/split_loop/fused.py)."""
 
     name: str
     fan_in: int
@@ -78,6 +79,7 @@ class Variant:
     pad: int = 0
     schedule: str = ""
     most: int = 0
+    one_launch: bool = False
 
     def split(self, sms: int) -> int | None:
         return None if self.per_sm is None else self.per_sm * sms
@@ -88,7 +90,8 @@ class Variant:
 
 
 # a variant's `+<flag>` suffixes for the partial's schedule: +st<N> ring stages, +t<N> threads,
-# +db the CUDA-core dots' double buffer, +late copies issued after the dots (and +bg<N>: Variant.most)
+# +db the CUDA-core dots' double buffer, +late copies issued after the dots (and +bg<N>: Variant.most,
+# +one: Variant.one_launch)
 SCHEDULE_FLAGS = {"st": "stages", "t": "threads", "db": "double_buffer", "late": "late_copies"}
 
 
@@ -103,7 +106,7 @@ def _schedule_field(flag: str) -> str:
 
 def parse_variants(text: str) -> list[Variant]:
     """`fan8`, `fan0@2sm`, `fan8+pad16`, `fan8@1sm+pad16+st4+t128`: fan<N>[@<K>sm][+pad<R>][+st<N>]
-    [+t<N>][+db][+late][+bg<N>], comma-separated."""
+    [+t<N>][+db][+late][+bg<N>][+one], comma-separated."""
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         head, *flags = item.split("+")
@@ -113,12 +116,13 @@ def parse_variants(text: str) -> list[Variant]:
                 raise ValueError
             pads = [int(f[3:]) for f in flags if f.startswith("pad")]
             most = [int(f[2:]) for f in flags if f.startswith("bg")]
-            schedule = ",".join(_schedule_field(f) for f in flags if not f.startswith(("pad", "bg")))
+            tuned = [f for f in flags if f != "one" and not f.startswith(("pad", "bg"))]
+            schedule = ",".join(map(_schedule_field, tuned))
             out.append(Variant(item, int(fan[3:]), int(chunks[:-2]) if chunks else None,
-                               pads[-1] if pads else 0, schedule, most[-1] if most else 0))
+                               pads[-1] if pads else 0, schedule, most[-1] if most else 0, "one" in flags))
         except ValueError:
             raise SystemExit(f"error: --variants: {item!r} is not fan<N>[@<K>sm][+pad<R>][+st<N>][+t<N>]"
-                             "[+db][+late][+bg<N>]") from None
+                             "[+db][+late][+bg<N>][+one]") from None
     return out
 
 
@@ -210,7 +214,7 @@ def _phobos_rows(kernels: dict, variants, copies, ref, out, scale: float, tol: f
             graph, eager = _timed(lambda q, k, v, o, kern=kern: kern(q, k, v, o, scale), copies, out)
             launch = next(iter(kern._launches.values()))
             parts = getattr(launch, "parts", (launch,))
-            chunks = parts[0].grid[1] if len(parts) > 1 else 1
+            chunks = parts[0].grid[1] if hasattr(launch, "parts") else 1
             t = eager if graph is None else graph
             if best is None or t < best["s"]:
                 best = {"s": t, "timing": "eager" if graph is None else "graph", "eager_s": eager, "BS": bs,
@@ -284,14 +288,16 @@ def bench_decode(g: int, dtype: str, s: int, kernels: dict, variants, hbm: float
 
 def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, device: int = 0) -> dict:
     """phobos kernels per (G, dtype, S), per variant name, per BS, compiled and loaded ahead,
-    several at once; the variants of one fan-in together (PHOBOS_SPLIT_FAN_IN is read at compile
+    several at once; the variants of one fan-in, partial schedule and launch form together
+    (PHOBOS_SPLIT_FAN_IN, PHOBOS_SPLIT_SCHEDULE and PHOBOS_SPLIT_ONE_LAUNCH are read at compile
     time, and a thread pool shares one environment)."""
     kernels: dict = {}
     failed = []
-    for fan_in, schedule in sorted({(v.fan_in, v.schedule) for v in variants}):
+    for form in sorted({(v.fan_in, v.schedule, v.one_launch) for v in variants}):
+        fan_in, schedule, one = form
         jobs = []
         for g, dtype, s in cases:
-            for variant in (v for v in variants if (v.fan_in, v.schedule) == (fan_in, schedule)):
+            for variant in (v for v in variants if (v.fan_in, v.schedule, v.one_launch) == form):
                 for bs in bs_choices:
                     kern = decode_kernel(g, dtype, bs, variant.split(sms), variant.rows(g, dtype))
                     kernels.setdefault((g, dtype, s), {}).setdefault(variant.name, {})[bs] = kern
@@ -307,10 +313,12 @@ def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, devic
 
         os.environ["PHOBOS_SPLIT_FAN_IN"] = str(fan_in)
         os.environ["PHOBOS_SPLIT_SCHEDULE"] = schedule
+        os.environ["PHOBOS_SPLIT_ONE_LAUNCH"] = "1" if one else "0"
         with ThreadPoolExecutor(8) as pool:
             failed += [f for f in pool.map(prepare, jobs) if f is not None]
     os.environ.pop("PHOBOS_SPLIT_FAN_IN", None)
     os.environ.pop("PHOBOS_SPLIT_SCHEDULE", None)
+    os.environ.pop("PHOBOS_SPLIT_ONE_LAUNCH", None)
     for kern, why in failed:
         print(f"skipped {kern}: {why}", flush=True)
         for per_variant in kernels.values():

@@ -16,6 +16,8 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
   PHOBOS_SPLIT_FAN_IN=N (split_fan_in, 8): a split loop's partials merged N at a time by a tree of
     launches before its combine (compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges them all)
+  PHOBOS_SPLIT_ONE_LAUNCH=1 (split_one_launch, False): a split loop whose grid is one CTA runs in one
+    launch, the partial's last CTAs merging the partials (compiler/cuda/mainloops/split_loop/fused.py)
   PHOBOS_SPLIT_SCHEDULE=stages=4,threads=128,.. (split_schedule, ""): fields of the split loop's
     partial kernel's Schedule (compiler/cuda/schedule.py) over the leaf's: its ring depth, CTA size
     (mainloops/split_loop/launch.py partial_schedule; benchmarks/decode_sweep.sh sweeps them)
@@ -49,7 +51,7 @@ SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up, read raw (sched
 # the variables that change the code the CUDA compiler generates or the NVRTC it loads (a
 # compiled leaf cached under other values is not reused: scheduler/running/leaf_ptx.py)
 CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_SPLIT_FAN_IN", "PHOBOS_SPLIT_SCHEDULE",
-                 "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
+                 "PHOBOS_SPLIT_ONE_LAUNCH", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
 DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages
 
 
@@ -70,6 +72,7 @@ class Options(NamedTuple):
     dot_unroll: int = 0
     split_fan_in: int = 8
     split_schedule: str = ""
+    split_one_launch: bool = False
     nvrtc: str | None = None
     cuda_homes: tuple[str, ...] = ()
     token: str | None = None
@@ -103,6 +106,7 @@ def current() -> Options:
         dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
         split_fan_in=_number("PHOBOS_SPLIT_FAN_IN", int, 8),
         split_schedule=env.get("PHOBOS_SPLIT_SCHEDULE", ""),
+        split_one_launch=env.get("PHOBOS_SPLIT_ONE_LAUNCH") == "1",
         nvrtc=text("PHOBOS_NVRTC"),
         cuda_homes=tuple(v for v in (text("CUDA_HOME"), text("CUDA_PATH")) if v),
         token=text(TOKEN),

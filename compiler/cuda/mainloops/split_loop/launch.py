@@ -23,6 +23,8 @@ import numpy as np
 from common import options
 from compiler.cuda import compiled, target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel, joint_need
+from compiler.cuda.mainloops.split_loop import fused as split_fused
+from compiler.cuda.mainloops.split_loop import transform as split_loop
 from compiler.cuda.mainloops.split_loop import tree as split_tree
 from compiler.cuda.mainloops.split_loop.policy import SplitLoop
 from compiler.cuda.schedule import DEFAULT, Schedule
@@ -43,24 +45,47 @@ class LaunchSequence:
 
 def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int = target.DEFAULT_CC,
                      tf32: bool = False, split: int | None = None,
-                     sm_count: int | None = None, fan_in: int | None = None) -> LaunchSequence:
+                     sm_count: int | None = None, fan_in: int | None = None,
+                     one_launch: bool | None = None) -> LaunchSequence:
     """`kernel` at `binding` as the launches that run it. `split`: None, the cost model decides;
     1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split).
-    `fan_in`: the merge tree's (mainloops/split_loop/tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree)."""
+    `fan_in`: the merge tree's (mainloops/split_loop/tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree).
+    `one_launch` (None: PHOBOS_SPLIT_ONE_LAUNCH): the partial's CTAs merge the partials themselves
+    (mainloops/split_loop/fused.py, groups of `fan_in`) where the user's grid is one CTA."""
     from compiler.cuda.mainloops.registry import choose_split
     from compiler.cuda.mainloops.split_loop import plan as split_plan
 
     policy = choose_split(kernel, binding, split, sm_count)
     if policy is None:
         return LaunchSequence((compile_kernel(kernel, binding, tf32=tf32, schedule=schedule, cc=cc),))
+    fan_in = options.current().split_fan_in if fan_in is None else fan_in
+    one = options.current().split_one_launch if one_launch is None else one_launch
+    if one and split_fused.fits(kernel, binding):
+        return _one_launch(kernel, binding, policy, fan_in or split_fused.DEFAULT_FAN_IN, schedule, cc, tf32,
+                           sm_count)
     plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count)
-    tree = split_tree.plan_tree(kernel, plan, options.current().split_fan_in if fan_in is None else fan_in)
+    tree = split_tree.plan_tree(kernel, plan, fan_in)
     partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32,
                              schedule=partial_schedule(schedule), cc=cc)
     merges = tuple(compile_kernel(k, b, cc=cc) for k, b in tree.merges)
     combine = compile_kernel(plan.combine, tree.combine_binding, tf32=tf32, cc=cc)
     scratch = tuple(Scratch(name, "f32", shape, zeroed=False) for name, shape in plan.scratch + tree.scratch)
     return LaunchSequence((partial, *merges, combine), scratch, policy, plan.factor)
+
+
+def _one_launch(kernel, binding, policy: SplitLoop, fan_in: int, schedule: Schedule, cc: int, tf32: bool,
+                sm_count: int | None) -> LaunchSequence:
+    """The split loop as one kernel (fused.py): chunks in whole groups of `fan_in`."""
+    from compiler.cuda.mainloops.split_loop import plan as split_plan
+
+    group = split_fused.group_size(fan_in)
+    plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count,
+                                 multiple=group * split_loop.UNROLL)
+    fused = split_fused.plan_fused(kernel, plan, group)
+    partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32,
+                             schedule=partial_schedule(schedule), cc=cc)
+    one, scratch = split_fused.compile_fused(kernel, plan, fused, partial, tf32=tf32, cc=cc)
+    return LaunchSequence((one,), scratch, policy, plan.factor)
 
 
 def partial_schedule(schedule: Schedule, fields: str | None = None) -> Schedule:

@@ -90,16 +90,18 @@ class SplitPlan:
 
 
 def plan_split(kernel: ir.Kernel, binding: Binding, factor: int | None = None,
-               sm_count: int | None = None) -> SplitPlan:
-    """The split of `kernel`'s loop at `binding`: `factor` chunks, or the cost model's choice.
-    CompileError (split_loop.NOT_SPLIT) when the loop cannot be split."""
+               sm_count: int | None = None, multiple: int = split_loop.UNROLL) -> SplitPlan:
+    """The split of `kernel`'s loop at `binding`: `factor` chunks, or the cost model's choice,
+    launched as a `multiple` of chunks (those past the used ones leave the identity; the one-launch
+    form's whole groups: fused.chunks_for). CompileError (split_loop.NOT_SPLIT) when the loop
+    cannot be split."""
     sf = split_loop.split_form(kernel)
     env = dict(binding.env)
     total = _iterations(kernel, sf, env)
     if factor is None:
         factor = choose_factor(math.prod(binding.grid or (1,)), sm_count or device_sm_count(), total)
     per, used = split_loop.chunking(total, factor)
-    chunks = split_loop.padded(used)
+    chunks = math.ceil(used / multiple) * multiple
     made = split_loop.split_kernels(kernel, sf, per)  # IR with the user's spans
     partial = _renamed(made.partial, "partial")
     combine = _renamed(made.combine, "combine")
