@@ -12,7 +12,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load
+from split_cases import DTYPES, GS, SPLITK_SOURCE, decode_inputs, decode_source, load, splitk_case
 
 from compiler.cuda.mainloops.split_loop import fused as split_fused
 from compiler.cuda.mainloops.split_loop import launch as split_launch
@@ -60,14 +60,7 @@ def test_one_launch_decode_equals_the_one_cta_loop(g, factor, fan_in):
 
 
 def test_one_launch_split_k_of_one_cta_equals_the_one_cta_loop():
-    rng = np.random.default_rng(5)
-    kernel = load(SPLITK_SOURCE)
-    dims = {"M": 64, "N": 64, "K": 32 * 41 + 5}
-    arrays = {"A": rng.standard_normal((64, dims["K"])).astype(np.float32),
-              "B": rng.standard_normal((dims["K"], 64)).astype(np.float32),
-              "C": rng.standard_normal((64, 64)).astype(np.float32)}
-    scalars = {"alpha": 0.5, "beta": 2.0}
-    want = _reference(kernel, dims, {}, arrays, scalars)["C"]
+    kernel, dims, arrays, scalars, want = splitk_case(64, 64, 32 * 41 + 5, seed=5)
     b = binding.bind(kernel, dims)
     assert split_fused.fits(kernel, b)
     plan, fused = _fused_plan(kernel, b, 21, 4)
