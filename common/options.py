@@ -16,8 +16,9 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
   PHOBOS_SPLIT_FAN_IN=N (split_fan_in, 8): a split loop's partials merged N at a time by a tree of
     launches before its combine (compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges them all)
-  PHOBOS_SPLIT_ONE_LAUNCH=1 (split_one_launch, False): a split loop whose grid is one CTA runs in one
-    launch, the partial's last CTAs merging the partials (compiler/cuda/mainloops/split_loop/fused.py)
+  PHOBOS_SPLIT_ONE_LAUNCH=1|0 (split_one_launch, None): a split loop whose grid is one CTA runs in one
+    launch, the partial's last CTAs merging the partials (compiler/cuda/mainloops/split_loop/fused.py);
+    0: never; unset: where the cost model says (split_loop/plan.py one_launch_pays)
   PHOBOS_SPLIT_SCHEDULE=stages=4,threads=128,.. (split_schedule, ""): fields of the split loop's
     partial kernel's Schedule (compiler/cuda/schedule.py) over the leaf's: its ring depth, CTA size
     (mainloops/split_loop/launch.py partial_schedule; benchmarks/decode_sweep.sh sweeps them)
@@ -72,7 +73,7 @@ class Options(NamedTuple):
     dot_unroll: int = 0
     split_fan_in: int = 8
     split_schedule: str = ""
-    split_one_launch: bool = False
+    split_one_launch: bool | None = None
     nvrtc: str | None = None
     cuda_homes: tuple[str, ...] = ()
     token: str | None = None
@@ -106,7 +107,7 @@ def current() -> Options:
         dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
         split_fan_in=_number("PHOBOS_SPLIT_FAN_IN", int, 8),
         split_schedule=env.get("PHOBOS_SPLIT_SCHEDULE", ""),
-        split_one_launch=env.get("PHOBOS_SPLIT_ONE_LAUNCH") == "1",
+        split_one_launch=_switch("PHOBOS_SPLIT_ONE_LAUNCH"),
         nvrtc=text("PHOBOS_NVRTC"),
         cuda_homes=tuple(v for v in (text("CUDA_HOME"), text("CUDA_PATH")) if v),
         token=text(TOKEN),
@@ -129,6 +130,16 @@ def _number(name: str, kind, default):
     except ValueError:
         what = "an integer" if kind is int else "a number"
         raise OptionError(f"error: ${name}={value!r} is not {what}") from None
+
+
+def _switch(name: str) -> bool | None:
+    """1: on, 0: off, unset: None (the caller's own rule decides)."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if value not in ("0", "1"):
+        raise OptionError(f"error: ${name}={value!r} is not 0 or 1")
+    return value == "1"
 
 
 def variable(name: str) -> str | None:

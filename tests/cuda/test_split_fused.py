@@ -34,6 +34,30 @@ def _fused_plan(kernel, b, factor: int, fan_in: int):
     return plan, split_fused.plan_fused(kernel, plan, group)
 
 
+def test_the_group_size_is_the_one_of_fewest_merge_steps_after_the_last_chunk():
+    assert (split_fused.choose_group(128), split_fused.merge_steps(128, 8)) == (8, 6)  # 2 + 4
+    assert (split_fused.choose_group(132), split_fused.merge_steps(132, 12)) == (12, 6)  # 144 chunks
+    assert split_fused.merge_steps(132, 8) == 7 and split_fused.choose_group(16) == 4
+    for used in range(1, 300, 7):
+        g = split_fused.choose_group(used)
+        assert all(split_fused.merge_steps(used, g) <= split_fused.merge_steps(used, h)
+                   for h in split_fused.GROUP_SIZES)
+
+
+def test_the_cost_model_takes_one_launch_only_once_measured_and_where_it_saves_launches(monkeypatch):
+    kernel = load(decode_source("bf16", 16, "64"))
+    b = binding.bind(kernel, {"G": 16, "S": 1 << 16}, None, {"BS": 64})
+    assert not split_plan.one_launch_pays(kernel, b, 128, 8)  # not yet run on a GPU
+    monkeypatch.setattr(split_plan, "ONE_LAUNCH_MEASURED", True)
+    # 128 chunks: 6 steps in one launch against the tree's 5 steps and 3 launches after the partial
+    assert split_plan.one_launch_pays(kernel, b, 128, 8)
+    assert split_plan.one_launch_pays(kernel, b, 128, 0)  # no tree: the combine's 32 steps
+    monkeypatch.setattr(split_plan, "LAUNCH_GAP_STEPS", 0.0)  # were launches free, the tree's 5 steps win
+    assert not split_plan.one_launch_pays(kernel, b, 128, 8)
+    splitk = load(SPLITK_SOURCE)  # a grid of 16 CTAs: the tree's
+    assert not split_plan.one_launch_pays(splitk, binding.bind(splitk, {"M": 256, "N": 256, "K": 4096}), 8, 8)
+
+
 def test_chunks_are_whole_groups_and_a_multiple_of_unroll_groups():
     assert split_fused.chunks_for(128, 8) == 128  # 16 groups
     assert split_fused.chunks_for(132, 8) == 160  # 17 groups of work, 20 launched
@@ -85,7 +109,7 @@ def test_one_launch_is_one_entry_with_tickets_and_coherent_reads_of_the_partials
     tickets = seq.scratch[-1]
     assert tickets.zeroed and not any(s.zeroed for s in seq.scratch[:-1])
     groups = tickets.shape[0] - 1
-    assert seq.chunks == groups * split_fused.group_size(8)
+    assert seq.chunks % groups == 0 and seq.chunks // groups in split_fused.GROUP_SIZES
     assert set(one.params) >= {s.name for s in seq.scratch}
     assert re.findall(r"^\.visible \.entry (\w+)", one.ptx, re.M) == [one.entry]
     assert len(re.findall(r"atom\.global\.add\.u32", one.ptx)) == 2  # the group's ticket, the launch's
@@ -103,6 +127,11 @@ def test_one_launch_is_one_entry_with_tickets_and_coherent_reads_of_the_partials
 
 
 def test_one_launch_follows_phobos_split_one_launch_and_leaves_grids_of_many_ctas_to_the_tree(monkeypatch):
+    from common import options
+
+    monkeypatch.setenv("PHOBOS_SPLIT_ONE_LAUNCH", "2")
+    with pytest.raises(options.OptionError, match="PHOBOS_SPLIT_ONE_LAUNCH"):
+        options.current()
     monkeypatch.setenv("PHOBOS_SPLIT_ONE_LAUNCH", "1")
     assert len(_sequence("bf16", 16, 1 << 16).kernels) == 1
     kernel = load(SPLITK_SOURCE)

@@ -42,7 +42,7 @@ from compiler.frontend.load import load_text
 from schemas.compiled_leaf import Scratch
 
 GROUP_SCALAR = "group"
-DEFAULT_FAN_IN = 8  # chunks per group where the merge tree's fan-in is 0 (no tree)
+GROUP_SIZES = (4, 8, 12, 16, 24, 32)  # chunks per group that choose_group weighs
 ENTRY = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\((.*)\) \{')
 
 
@@ -60,6 +60,19 @@ class Fused:
 def group_size(fan_in: int) -> int:
     """Chunks per group: `fan_in` in whole steps of the merges' UNROLL."""
     return split_loop.padded(max(fan_in, 1))
+
+
+def merge_steps(used: int, fan_in: int) -> int:
+    """Steps of UNROLL merges after the last chunk: its group's merge, then the combine's over the
+    groups (the other groups' merges run while chunks still stream)."""
+    group = group_size(fan_in)
+    return group // split_loop.UNROLL + chunks_for(used, group) // group // split_loop.UNROLL
+
+
+def choose_group(used: int) -> int:
+    """The group size of fewest merge steps after the last chunk for `used` chunks, then of fewest
+    chunks launched (128 chunks: 8, 16 groups, 2 + 4 steps; 132: 12, 144 chunks, 3 + 3 steps)."""
+    return min(GROUP_SIZES, key=lambda g: (merge_steps(used, g), chunks_for(used, g), g))
 
 
 def chunks_for(used: int, fan_in: int) -> int:

@@ -50,8 +50,8 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
     """`kernel` at `binding` as the launches that run it. `split`: None, the cost model decides;
     1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split).
     `fan_in`: the merge tree's (mainloops/split_loop/tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree).
-    `one_launch` (None: PHOBOS_SPLIT_ONE_LAUNCH): the partial's CTAs merge the partials themselves
-    (mainloops/split_loop/fused.py, groups of `fan_in`) where the user's grid is one CTA."""
+    `one_launch` (None: PHOBOS_SPLIT_ONE_LAUNCH, unset: split_plan.one_launch_pays): the partial's
+    CTAs merge the partials themselves (mainloops/split_loop/fused.py) where the user's grid is one CTA."""
     from compiler.cuda.mainloops.registry import choose_split
     from compiler.cuda.mainloops.split_loop import plan as split_plan
 
@@ -60,9 +60,10 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
         return LaunchSequence((compile_kernel(kernel, binding, tf32=tf32, schedule=schedule, cc=cc),))
     fan_in = options.current().split_fan_in if fan_in is None else fan_in
     one = options.current().split_one_launch if one_launch is None else one_launch
+    if one is None:
+        one = split_plan.one_launch_pays(kernel, binding, policy.factor, fan_in)
     if one and split_fused.fits(kernel, binding):
-        return _one_launch(kernel, binding, policy, fan_in or split_fused.DEFAULT_FAN_IN, schedule, cc, tf32,
-                           sm_count)
+        return _one_launch(kernel, binding, policy, schedule, cc, tf32, sm_count)
     plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count)
     tree = split_tree.plan_tree(kernel, plan, fan_in)
     partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32,
@@ -73,12 +74,12 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
     return LaunchSequence((partial, *merges, combine), scratch, policy, plan.factor)
 
 
-def _one_launch(kernel, binding, policy: SplitLoop, fan_in: int, schedule: Schedule, cc: int, tf32: bool,
+def _one_launch(kernel, binding, policy: SplitLoop, schedule: Schedule, cc: int, tf32: bool,
                 sm_count: int | None) -> LaunchSequence:
-    """The split loop as one kernel (fused.py): chunks in whole groups of `fan_in`."""
+    """The split loop as one kernel (fused.py): chunks in whole groups of fused.choose_group's size."""
     from compiler.cuda.mainloops.split_loop import plan as split_plan
 
-    group = split_fused.group_size(fan_in)
+    group = split_fused.choose_group(split_plan.used_chunks(kernel, binding, policy.factor))
     plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count,
                                  multiple=group * split_loop.UNROLL)
     fused = split_fused.plan_fused(kernel, plan, group)
