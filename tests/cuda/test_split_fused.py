@@ -47,15 +47,16 @@ def test_the_group_size_is_the_one_of_fewest_merge_steps_after_the_last_chunk():
 def test_the_cost_model_takes_one_launch_only_once_measured_and_where_it_saves_launches(monkeypatch):
     kernel = load(decode_source("bf16", 16, "64"))
     b = binding.bind(kernel, {"G": 16, "S": 1 << 16}, None, {"BS": 64})
-    assert not split_plan.one_launch_pays(kernel, b, 128, 8)  # not yet run on a GPU
-    monkeypatch.setattr(split_plan, "ONE_LAUNCH_MEASURED", True)
+    assert not split_fused.one_launch_pays(kernel, b, 128, 8)  # not yet run on a GPU
+    monkeypatch.setattr(split_fused, "ONE_LAUNCH_MEASURED", True)
     # 128 chunks: 6 steps in one launch against the tree's 5 steps and 3 launches after the partial
-    assert split_plan.one_launch_pays(kernel, b, 128, 8)
-    assert split_plan.one_launch_pays(kernel, b, 128, 0)  # no tree: the combine's 32 steps
-    monkeypatch.setattr(split_plan, "LAUNCH_GAP_STEPS", 0.0)  # were launches free, the tree's 5 steps win
-    assert not split_plan.one_launch_pays(kernel, b, 128, 8)
+    assert split_fused.one_launch_pays(kernel, b, 128, 8)
+    assert split_fused.one_launch_pays(kernel, b, 128, 0)  # no tree: the combine's 32 steps
+    monkeypatch.setattr(split_fused, "LAUNCH_GAP_STEPS", 0.0)  # were launches free, the tree's 5 steps win
+    assert not split_fused.one_launch_pays(kernel, b, 128, 8)
     splitk = load(SPLITK_SOURCE)  # a grid of 16 CTAs: the tree's
-    assert not split_plan.one_launch_pays(splitk, binding.bind(splitk, {"M": 256, "N": 256, "K": 4096}), 8, 8)
+    many = binding.bind(splitk, {"M": 256, "N": 256, "K": 4096})
+    assert not split_fused.one_launch_pays(splitk, many, 8, 8)
 
 
 def test_chunks_are_whole_groups_and_a_multiple_of_unroll_groups():

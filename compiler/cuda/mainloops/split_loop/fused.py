@@ -18,6 +18,8 @@ go through the L2 (__ldcg), never the read-only path (__ldg), which may hold wha
 The form needs the user's grid to be one CTA (the long-context decode: every chunk's partial
 covers the whole output) and the three kernels to agree on the CTA size.
 
+    choose_group(used)                        the group size of fewest merge steps
+    one_launch_pays(kernel, binding, ...)     the cost model's choice of this form over the tree's
     plan_fused(kernel, plan, fan_in)         Fused: the group merge, bound, and the sizes
     compile_fused(kernel, plan, fused, ...)  the one CompiledKernel and its scratch
     run_reference(plan, fused, tensors, ...) the same steps on the reference interpreter
@@ -34,7 +36,7 @@ from compiler.cluster.partial_leaves import fresh
 from compiler.cuda import target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel, joint_need
 from compiler.cuda.mainloops.split_loop import transform as split_loop
-from compiler.cuda.mainloops.split_loop.tree import merge_source
+from compiler.cuda.mainloops.split_loop.tree import merge_source, tree_sizes
 from compiler.frontend import ir
 from compiler.frontend.binding import Binding, bind
 from compiler.frontend.diagnostics import CompileError
@@ -43,6 +45,11 @@ from schemas.compiled_leaf import Scratch
 
 GROUP_SCALAR = "group"
 GROUP_SIZES = (4, 8, 12, 16, 24, 32)  # chunks per group that choose_group weighs
+# a dependent launch's gap against one merge step (tree.py's H100 estimates: ~2 us and ~2.9 us)
+LAUNCH_GAP_STEPS = 0.7
+# the one launch is the model's choice only once a GPU has run it: it has not yet
+# (PHOBOS_SPLIT_ONE_LAUNCH=1 forces it; benchmarks/decode.py `+one` measures it)
+ONE_LAUNCH_MEASURED = False
 ENTRY = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\((.*)\) \{')
 
 
@@ -106,6 +113,19 @@ def plan_fused(kernel: ir.Kernel, plan, fan_in: int) -> Fused:
                    tile_values=dict(plan.combine_binding.tile_values))
     scratch = tuple((nb, (groups, *shapes[na][1:])) for na, nb in zip(set_a, set_b, strict=True))
     return Fused(fan_in, groups, merge, merge_binding, combine, scratch, tickets)
+
+
+def one_launch_pays(kernel: ir.Kernel, binding: Binding, factor: int, fan_in: int) -> bool:
+    """Whether the one launch (fused.py) is modelled faster than the tree's launches at `factor`:
+    merge steps after the last chunk, and LAUNCH_GAP_STEPS for each launch after the partial."""
+    from compiler.cuda.mainloops.split_loop import plan as split_plan
+
+    if not ONE_LAUNCH_MEASURED or not fits(kernel, binding):
+        return False
+    used = split_plan.used_chunks(kernel, binding, factor)
+    one = merge_steps(used, choose_group(used))
+    levels = len(tree_sizes(split_loop.padded(used), fan_in)) - 1
+    return one < split_plan.merge_steps(split_loop.padded(used), fan_in) + (levels + 1) * LAUNCH_GAP_STEPS
 
 
 def fits(kernel: ir.Kernel, binding: Binding) -> bool:

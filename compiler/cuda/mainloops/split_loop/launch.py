@@ -50,7 +50,7 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
     """`kernel` at `binding` as the launches that run it. `split`: None, the cost model decides;
     1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split).
     `fan_in`: the merge tree's (mainloops/split_loop/tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree).
-    `one_launch` (None: PHOBOS_SPLIT_ONE_LAUNCH, unset: split_plan.one_launch_pays): the partial's
+    `one_launch` (None: PHOBOS_SPLIT_ONE_LAUNCH, unset: fused.one_launch_pays): the partial's
     CTAs merge the partials themselves (mainloops/split_loop/fused.py) where the user's grid is one CTA."""
     from compiler.cuda.mainloops.registry import choose_split
     from compiler.cuda.mainloops.split_loop import plan as split_plan
@@ -61,7 +61,7 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
     fan_in = options.current().split_fan_in if fan_in is None else fan_in
     one = options.current().split_one_launch if one_launch is None else one_launch
     if one is None:
-        one = split_plan.one_launch_pays(kernel, binding, policy.factor, fan_in)
+        one = split_fused.one_launch_pays(kernel, binding, policy.factor, fan_in)
     if one and split_fused.fits(kernel, binding):
         return _one_launch(kernel, binding, policy, schedule, cc, tf32, sm_count)
     plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count)

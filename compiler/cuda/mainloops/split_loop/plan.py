@@ -32,11 +32,6 @@ CTAS_PER_SM = 1
 MIN_CHUNK_ITERATIONS = 2
 MIN_SPLIT_ITERATIONS = 64  # the cost model splits no shorter loop (a forced split may)
 COMBINE_STEP = 0.5  # one combine step (UNROLL partials read, merged) against one loop iteration
-# a dependent launch's gap against one merge step (tree.py's H100 estimates: ~2 us and ~2.9 us)
-LAUNCH_GAP_STEPS = 0.7
-# the one-launch form (fused.py) is the model's choice only once a GPU has run it: it has not yet
-# (PHOBOS_SPLIT_ONE_LAUNCH=1 forces it; benchmarks/decode.py `+one` measures it)
-ONE_LAUNCH_MEASURED = False
 DEFAULT_SM_COUNT = 132  # an H100 SXM's; the device's own count is used where one is at hand
 
 
@@ -70,19 +65,6 @@ def merge_steps(chunks: int, fan_in: int) -> int:
     levels = len(sizes) - 1
     per_level = math.ceil(split_loop.padded(max(fan_in, 1)) / split_loop.UNROLL)
     return levels * per_level + math.ceil(sizes[-1] / split_loop.UNROLL)
-
-
-def one_launch_pays(kernel: ir.Kernel, binding: Binding, factor: int, fan_in: int) -> bool:
-    """Whether the one launch (fused.py) is modelled faster than the tree's launches at `factor`:
-    merge steps after the last chunk, and LAUNCH_GAP_STEPS for each launch after the partial."""
-    from compiler.cuda.mainloops.split_loop import fused as split_fused
-
-    if not ONE_LAUNCH_MEASURED or not split_fused.fits(kernel, binding):
-        return False
-    used = used_chunks(kernel, binding, factor)
-    one = split_fused.merge_steps(used, split_fused.choose_group(used))
-    levels = len(split_tree.tree_sizes(split_loop.padded(used), fan_in)) - 1
-    return one < merge_steps(split_loop.padded(used), fan_in) + (levels + 1) * LAUNCH_GAP_STEPS
 
 
 def used_chunks(kernel: ir.Kernel, binding: Binding, factor: int) -> int:
