@@ -14,7 +14,7 @@
              (torch.matmul, which splits K itself); TFLOP/s.
 
     python benchmarks/decode.py --out results/decode   [--g 1,8,16,32] [--log2s 16,...,22]
-        [--dtypes bf16,f32] [--variants fan8,fan0,fan8@2sm] [--bs 64,128] [--quick]
+        [--dtypes bf16,f32] [--variants fan8,fan0,fan8@2sm] [--bs 64,128] [--quick | --quickest]
         [--no-splitk] [--no-sdpa]            writes results/decode.json and results/decode.md
     bash benchmarks/decode_sweep.sh OUT_DIR      the variants' sweep (about 150 s on an H100)
     PHOBOS_DECODE_OUT=results/decode python benchmarks/decode.py     (the same, path from the env)
@@ -244,7 +244,7 @@ def _triton_best(g, dtype, s, copies, ref, out, scale, tol, sms, quick) -> dict 
     from benchmarks.triton_decode import SplitKV
 
     best = None
-    for chunks in ((sms, 2 * sms) if quick else (sms, 2 * sms, 4 * sms)):
+    for chunks in {0: (sms, 2 * sms, 4 * sms), 1: (sms, 2 * sms)}.get(int(quick), (sms,)):
         for bn in (64, 128):
             tri = SplitKV(torch, g, D, s, chunks, bn, ieee=dtype == "f32")
             out.fill_(float("nan"))
@@ -265,7 +265,7 @@ def _triton_best(g, dtype, s, copies, ref, out, scale, tol, sms, quick) -> dict 
 
 
 def bench_decode(g: int, dtype: str, s: int, kernels: dict, variants, hbm: float, info: dict,
-                 quick: bool, sdpa: bool = True) -> dict:
+                 quick: int, sdpa: bool = True) -> dict:
     import torch
 
     scale = 1.0 / math.sqrt(D)
@@ -415,7 +415,7 @@ def summary(result: dict) -> list[str]:
     return lines
 
 
-def run(gs, log2s, dtypes, variants, bs_choices, quick: bool, splitk: bool, sdpa: bool, out: Path) -> dict:
+def run(gs, log2s, dtypes, variants, bs_choices, quick: int, splitk: bool, sdpa: bool, out: Path) -> dict:
     info = device_info()
     hbm = copy_gbs()
     print(f"device {info}, copy {hbm:.0f} GB/s", flush=True)
@@ -454,7 +454,9 @@ def main(argv=None) -> int:
                     help="fan<N>[@<K>sm][+pad<R>],...: the merge tree's fan-in (0: none), K chunks per SM "
                          "(default: the cost model's), BG >= R rows for 16-bit KV; each is a row")
     ap.add_argument("--bs", default=",".join(map(str, BS_CHOICES)), help="BS values tried per variant")
-    ap.add_argument("--quick", action="store_true", help="fewer Triton chunk counts")
+    ap.add_argument("--quick", action="store_const", const=1, default=0, help="fewer Triton chunk counts")
+    ap.add_argument("--quickest", action="store_const", const=2, dest="quick",
+                    help="the Triton kernel at one chunk per SM only (BN 64 and 128)")
     ap.add_argument("--no-splitk", action="store_true")
     ap.add_argument("--no-sdpa", action="store_true")
     args = ap.parse_args(argv)
