@@ -19,15 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import gpu_timing
 
-def _events_ms(fn, torch, reps: int = 5) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
+_events_ms = gpu_timing.events_ms
 
 
 def measure(kernel_path: Path, n: int) -> dict:

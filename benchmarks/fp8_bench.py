@@ -33,6 +33,7 @@ from compiler.cuda.schedule import Schedule  # noqa: E402
 from compiler.cuda.tuning import autotune  # noqa: E402
 from compiler.frontend import binding  # noqa: E402
 from compiler.frontend import load as frontend  # noqa: E402
+from compiler.frontend.diagnostics import CompileError  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "matmul_fp8.phk"
 # the schedules the fp8 dot runs on as fp8 warpgroup MMA (compiler/cuda/fp8.py keeps the others
@@ -51,6 +52,21 @@ WGMMA_SCHEDULES += [dataclasses.replace(s, fp8_overlap=True) for s in WGMMA_SCHE
 # that was 15% slower in the table: benchmarks/results/h100-2026-12-07/fp8.log)
 FINALISTS = 4
 ROUNDS = 3
+# what --variants may name beside WGMMA_SCHEDULES: the TMA ring at other depths and with the TMA store
+FORCEABLE = WGMMA_SCHEDULES + [Schedule(None, s, order, wgmma=True, tma=True, tma_store=st)
+                               for s in (3, 4, 5, 6, 8) for order in ("row", "grouped")
+                               for st in (False, True)]
+
+
+def forced(text: str) -> list[tuple[dict, Schedule]]:
+    """--variants: `MxNxK@schedule-key,...` (tile point, schedule), timed as they are, untuned."""
+    keys = {s.key(): s for s in FORCEABLE}
+    out = []
+    for item in text.split(","):
+        tiles, key = item.split("@")
+        m, n, k = (int(v) for v in tiles.split("x"))
+        out.append(({"TILE_M": m, "TILE_N": n, "TILE_K": k}, keys[key]))
+    return out
 
 
 def per_tensor_text() -> str:
@@ -120,10 +136,15 @@ def bench_one(kernel, form: str, n: int, finalists, reps: int) -> dict:
         return torch._scaled_mm(a, bt.t(), scale_a=ta, scale_b=tb, out_dtype=torch.bfloat16)
 
     ref = scaled_mm()
-    runs, errs = [], []
+    runs, errs, kept = [], [], []
     for point, schedule in finalists:
-        compiled = compile_kernel(kernel, binding.bind(kernel, {"M": n, "N": n, "K": n}, None, point),
-                                  schedule=schedule)
+        try:
+            compiled = compile_kernel(kernel, binding.bind(kernel, {"M": n, "N": n, "K": n}, None, point),
+                                      schedule=schedule)
+        except CompileError as e:  # a forced variant the compiler prunes: said, not timed
+            print(f"skipped {point} {schedule.key()}: {e}", flush=True)
+            continue
+        kept.append((point, schedule))
         c.fill_(float("nan"))
         launch(compiled, arrays, scalars)
         torch.cuda.synchronize()
@@ -136,6 +157,7 @@ def bench_one(kernel, form: str, n: int, finalists, reps: int) -> dict:
             ours[i] = min(ours[i], cuda_median_s(run, 2, reps) * 1e3)
         theirs = min(theirs, cuda_median_s(scaled_mm, 2, reps) * 1e3)
     best = min(range(len(runs)), key=lambda i: ours[i])
+    finalists = kept
     point, schedule = finalists[best]
     flops = 2.0 * n**3
     return {"form": form, "n": n, "ours_ms": ours[best], "torch_ms": theirs,
@@ -169,6 +191,7 @@ def main() -> int:
     p.add_argument("--tune-n", type=int, default=8192)
     p.add_argument("--forms", default="rowwise,tensor", help="rowwise (per-row/column scales), tensor")
     p.add_argument("--full-tune", action="store_true", help="the tuner's whole schedule space")
+    p.add_argument("--variants", default=None, help="MxN@schedule-key,... timed without tuning (forced)")
     args = p.parse_args()
     import torch
 
@@ -178,7 +201,10 @@ def main() -> int:
     rows: list[dict] = []
     for form in args.forms.split(","):
         kernel = kernels[form]
-        finalists = tune(kernel, args.tune_n, args.full_tune, print)
+        if args.variants:
+            finalists = forced(args.variants)
+        else:
+            finalists = tune(kernel, args.tune_n, args.full_tune, print)
         for n in sizes:
             try:
                 rows.append(bench_one(kernel, form, n, finalists, 5 if n >= 16384 else 10))

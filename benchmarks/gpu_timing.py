@@ -24,6 +24,18 @@ def cuda_median_s(fn, warmup: int = 2, repeat: int = 7) -> float:
     return statistics.median(times)
 
 
+def events_ms(fn, torch, reps: int = 5) -> float:
+    """Milliseconds of one call of `fn`, the mean of `reps` back to back between two torch CUDA
+    events on the current stream (a round of an alternated comparison with a torch anchor)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
 def graph_median_s(fns, warmup: int = 2, repeat: int = 7) -> float:
     """The device time of one call, without the host's launch overhead: `fns` (calls on distinct
     buffers, so that together they overflow the L2 cache and each call reads from HBM) warmed up

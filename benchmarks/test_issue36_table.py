@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import gpu_timing
 from benchmarks.issue36_rows import ROWS, Row, render_table
 
 ROUNDS = 6  # alternated rounds of (phobos, anchor), each the mean of REPS launches
@@ -146,13 +147,7 @@ OPERANDS = {
 
 
 def _events_ms(fn, torch) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / REPS
+    return gpu_timing.events_ms(fn, torch, REPS)
 
 
 def _wall(fn, torch) -> float:

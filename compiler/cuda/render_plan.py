@@ -48,7 +48,7 @@ def render_plan(leaf) -> RenderPlan:
     reversed_blocks = {
         axis: counts["xyz".index(axis)] for axis in plan.longest_first if counts["xyz".index(axis)] > 1
     }
-    remap, order_lines = cta_order(plan.cta_order, counts, bool(reversed_blocks))
+    remap, order_lines = cta_order(plan.cta_order, counts, tuple(reversed_blocks))
     return RenderPlan(
         kernel=kernel,
         binding=leaf.binding,
@@ -76,13 +76,19 @@ def render_plan(leaf) -> RenderPlan:
     )
 
 
-def cta_order(order, counts, reversed_blocks: bool) -> tuple[dict, list[str]]:
-    """Group-major CTA order for a 2-D grid (a tuner choice): CTAs launched one after another
-    take `group` neighbouring x indices and walk y, so that they share rows of the x operand
-    and a small band of the y operand in L2. Not with longest-first axes."""
+def cta_order(order, counts, reversed_axes: tuple) -> tuple[dict, list[str]]:
+    """The grouped CTA order of a 2-D grid (a tuner choice). Without longest-first axes it is
+    group-major: CTAs launched one after another take `group` neighbouring x indices and walk y,
+    so that they share rows of the x operand and a small band of the y operand in L2. Where x is
+    launched longest first (causal attention: x the query block, y the head) it is the same walk
+    with groups of one x index, from the last: the launch order then runs over every head's
+    longest CTAs before any shorter ones (longest_first_order), not over one head's blocks at a
+    time, so the grid's tail holds the shortest CTAs of all heads."""
     gx, gy = counts[0], counts[1]
-    if order.order != "grouped" or gx <= 1 or gy <= 1 or reversed_blocks:
+    if order.order != "grouped" or gx <= 1 or gy <= 1:
         return {}, []
+    if reversed_axes:
+        return longest_first_order(counts, reversed_axes)
     g = min(order.group, gx)
     return {"x": "cta_x", "y": "cta_y"}, [
         f"const int cta_id = (int)blockIdx.x + (int)blockIdx.y * {gx};",
@@ -90,6 +96,21 @@ def cta_order(order, counts, reversed_blocks: bool) -> tuple[dict, list[str]]:
         f"const int cta_rows = min({gx} - cta_first, {g});",
         f"const int cta_x = cta_first + (cta_id % {g * gy}) % cta_rows;",
         f"const int cta_y = (cta_id % {g * gy}) / cta_rows;",
+    ]
+
+
+def longest_first_order(counts, reversed_axes: tuple) -> tuple[dict, list[str]]:
+    """x slowest and reversed, y fastest: with CTAs of equal work along y (heads) and work
+    growing with x, the launch order is longest first over the whole grid, which leaves the
+    shortest CTAs for the last wave.
+    Only for x alone reversed on a 2-D grid: with y reversed too (or a z axis), launch order stays."""
+    gx, gy, gz = counts
+    if tuple(reversed_axes) != ("x",) or gz > 1:
+        return {}, []
+    return {"x": "cta_x", "y": "cta_y"}, [
+        f"const int cta_id = (int)blockIdx.x + (int)blockIdx.y * {gx};",
+        f"const int cta_x = {gx - 1} - cta_id / {gy};",
+        f"const int cta_y = cta_id % {gy};",
     ]
 
 

@@ -109,3 +109,6 @@ class LoopState:
     swap_acc: object = None  # the accumulator the swapped dot adds into after the loop
     # consumer threads once a producer warpgroup has split off (mainloops/tma_ws/ring.py), else 0
     tma_split: int = 0
+    # the iteration's MMAs have all been waited for at the end of its body (an fp8 dot's promotion):
+    # a TMA ring releases this iteration's stage, not the one before (mainloops/tma_ws/ring.py)
+    mma_drained: bool = False

@@ -101,7 +101,7 @@ def bind(leaf: Leaf) -> Leaf:
 
 def lower_fp8(leaf: Leaf) -> Leaf:
     o = leaf.options
-    return dataclasses.replace(leaf, kernel=fp8.lower(leaf.kernel, leaf.env, o.schedule, o.cc))
+    return dataclasses.replace(leaf, kernel=fp8.lower(leaf.kernel, leaf.env, o.schedule, o.cc, leaf.binding))
 
 
 def hoist(leaf: Leaf) -> Leaf:

@@ -115,3 +115,26 @@ def ptxas(ptx: str, arch: str, folder: Path) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stderr + done.stdout
+
+
+def launch_order(source: str, grid: tuple) -> list[tuple[int, int]]:
+    """(ctx.block.x, ctx.block.y) of each CTA of a 2-D grid in launch order (x fastest, then y),
+    from the CTA order lines (`const int cta_...`) of the generated `source`; without them the
+    launch order itself, x reversed where the kernel reads `(gx - 1 - (int)blockIdx.x)`."""
+    lines = [ln.strip() for ln in source.splitlines() if ln.strip().startswith("const int cta_")]
+    gx, gy, _ = grid
+    reversed_x = f"({gx - 1} - (int)blockIdx.x)" in source
+    order = []
+    for by, bx in itertools.product(range(gy), range(gx)):
+        env = {"blockIdx.x": bx, "blockIdx.y": by}
+        for ln in lines:
+            name, expr = ln[len("const int ") : -1].split(" = ", 1)
+            for k, v in env.items():
+                expr = expr.replace(f"(int){k}", str(v))
+            expr = expr.replace("min(", "_min(").replace("/", "//")
+            env[name] = eval(expr, {"_min": min}, env)  # noqa: S307
+        if lines:
+            order.append((env["cta_x"], env["cta_y"]))
+        else:
+            order.append((gx - 1 - bx if reversed_x else bx, by))
+    return order

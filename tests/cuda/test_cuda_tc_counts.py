@@ -1,12 +1,14 @@
-"""On the CPU: the counts that test_cuda_tc_gpu.py asserts (how many of its points run, which
-are pruned: "N = 317 is pruned", "18 of 22", "6 on four warpgroups, 2 on mma.sync", "each shape
-runs a point") hold. Its tests that go through `_check` run here as written, with `_check`
-replaced by the CUDA C++ generator's verdict (a point runs on the GPU exactly when it is not
-pruned; the numbers compared there are not checked here, only which points run)."""
+"""On the CPU: the counts that test_cuda_tc_gpu.py (and test_causal_order_gpu.py) asserts (how
+many of its points run, which are pruned: "N = 317 is pruned", "18 of 22", "6 on four
+warpgroups, 2 on mma.sync", "each shape runs a point") hold. Its tests that go through `_check`
+run here as written, with `_check` replaced by the CUDA C++ generator's verdict (a point runs on
+the GPU exactly when it is not pruned; the numbers compared there are not checked here, only
+which points run)."""
 
 from __future__ import annotations
 
 import pytest
+import test_causal_order_gpu as causal_gpu
 import test_cuda_tc_gpu as gpu
 
 from compiler.cuda.compiled import generate_source
@@ -22,6 +24,7 @@ COUNTED = [  # the GPU tests whose every run goes through _check
     gpu.test_tma_attention_equals_interpreter,
     gpu.test_tf32_examples_in_source_equal_interpreter,
     gpu.test_tf32_tma_ring_equals_interpreter,
+    causal_gpu.test_causal_gqa_equals_interpreter_in_both_orders,
 ]
 
 

@@ -101,6 +101,67 @@ def test_per_tensor_scales_and_e5m2_promote_without_spills(fmt, tiles, schedule,
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
 
 
+TMA_SCHEDULES = [s for s in FP8_SCHEDULES if s.tma and not s.fp8_overlap]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("schedule", TMA_SCHEDULES, ids=lambda s: s.key())
+@pytest.mark.parametrize("rows", [128, 64])
+def test_a_k_tile_of_256_runs_two_chains_in_turn_without_spills(rows, schedule, tmp_path):
+    """TILE_K = 256 on the TMA ring: per k tile two 4-step chains from zero (the promotion interval
+    of TILE_K = 128), one per 128-byte block of the operands' rows, the second issued before the
+    first is waited for (wait_group 1) and added; each box a 128-byte-wide block."""
+    leaf = _leaf(_kernel(), {"TILE_M": rows, "TILE_N": 128, "TILE_K": 256}, schedule, 90)
+    chain = r"setp\.ne\.b32 p, ([01]), 0; wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k32"
+    issued = re.findall(chain, leaf.ptx)
+    assert issued == [("0" if s == 0 else "1", "128") for _ in range(2) for s in range(4)], issued
+    assert "wgmma.wait_group.sync.aligned 1;" in leaf.ptx
+    source = leaf.generated.source
+    assert len(re.findall(r"tma_load_2d\([^;]* \+ 128, ", source)) == 2, source  # a's and b's second block
+    report = ptxas(leaf.ptx, "sm_90a", tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+    assert "C7514" not in report, report  # no wgmma serialized
+
+
+def test_an_fp8_k_loop_on_the_tma_ring_releases_its_own_stage():
+    """The promoted k tile ends with wait_group 0, so the iteration frees the stage it read (not
+    the one before, as a loop whose last group stays in flight does): copies run stages - 1 ahead."""
+    for tile_k in (128, 256):
+        leaf = _leaf(_kernel(), {"TILE_M": 128, "TILE_N": 128, "TILE_K": tile_k},
+                     Schedule(stages=3, wgmma=True, tma=True), 90, until="emit")
+        src = leaf.generated.source
+        loop = src[src.index("for (int u_kt_"):]
+        own = r"if \(th_lane == 0\) mbar_arrive\(bar_\d+ \+ 8 \* \(3 \+ (it_\d+) % 3\)\);"
+        release = re.search(own, loop)
+        assert release and f"const int {release.group(1)} =" in loop, loop
+        before = loop[: release.start()]
+        assert before.rindex("wg_wait_all();") > before.rindex("wg_commit();")
+        assert "- 1) % 3" not in loop[: loop.index("wg_wait_all();", release.end())]
+
+
+@pytest.mark.parametrize(("schedule", "why"), [
+    (WGMMA, "an fp8 k tile of 256 takes the TMA ring"),
+    (Schedule(stages=4, wgmma=True, tma=True, fp8_overlap=True), "always overlaps its promotion"),
+])
+def test_a_k_tile_of_256_elsewhere_is_pruned(schedule, why):
+    with pytest.raises(CompileError, match=why):
+        _leaf(_kernel(), {"TILE_M": 128, "TILE_N": 128, "TILE_K": 256}, schedule, 90, until="emit")
+
+
+def test_the_blocked_fp8_layout_is_what_the_descriptor_reads():
+    """A k tile of 256 lies as two [x][128] blocks, each the 128-byte-swizzled tile of k = 128:
+    CoreTile.offset of (x, k) is block k // 128's start plus that tile's offset of (x, k % 128),
+    and the descriptor's k steps walk the blocks in order."""
+    wide = CoreTile("", "a", 256, 128, "e4m3", blocked=True)
+    one = CoreTile("", "a", 128, 128, "e4m3")
+    assert wide.swizzled and wide.x_block == one.x_block == 64 * 128
+    for x in range(0, 128, 7):
+        for k in range(256):
+            off = eval(wide.offset(str(x), str(k)).replace("/", "//"))
+            assert off == (k // 128) * 128 * 128 + descriptor_reads(one, 0, x, k % 128), (x, k)
+    assert [wide.k_offset(s) for s in range(8)] == [0, 32, 64, 96, 16384, 16416, 16448, 16480]
+
+
 @needs_ptxas
 def test_sm80_converts_to_f16_and_says_so_once(tmp_path, capsys):
     fp8_stage._NOTED.clear()

@@ -33,6 +33,7 @@ TMA = Schedule(stages=4, order="grouped", wgmma=True, tma=True)
 OVERLAP = Schedule(stages=4, order="grouped", wgmma=True, fp8_overlap=True)  # fp8_promote's two temporaries
 TMA_OVERLAP = Schedule(stages=4, order="grouped", wgmma=True, tma=True, fp8_overlap=True)
 WGMMA = Schedule(stages=4, order="grouped", wgmma=True)
+K256 = {"TILE_K": 256}  # fp8_promote's k tile of two groups (the TMA ring only)
 CONVERT = """@autotune(B in [128])
 kernel cv(A: tensor<FMT>[N], C: tensor<f32>[N]) {
   C[ctx.block.x * B :+ B] = f32(A[ctx.block.x * B :+ B])
@@ -88,6 +89,9 @@ CASES = [  # (fmt, C dtype, tile point, schedule): fp8 warpgroup MMA (cp.async a
     ("e5m2", "f32", {"TILE_M": 64, "TILE_N": 128}, OVERLAP),
     ("e4m3", "bf16", {"TILE_M": 64, "TILE_N": 128}, Schedule()),
     ("e4m3", "f32", {"TILE_M": 64, "TILE_N": 128}, Schedule()),
+    # k tiles of 256 on the TMA ring: two 128-byte blocks a row, two chains in flight in turn
+    ("e4m3", "bf16", K256 | {"TILE_M": 128, "TILE_N": 128}, TMA),
+    ("e5m2", "f32", K256 | {"TILE_M": 64, "TILE_N": 128}, TMA),
 ]
 
 
@@ -106,8 +110,9 @@ def test_fp8_gemm_on_the_gpu_equals_the_interpreter(fmt, out, point, schedule, d
     _check(arrays, arrays["SA"][:, None] * arrays["SB"][None, :], ref, got, schedule, bf16_out)
 
 
-@pytest.mark.parametrize("schedule", [WGMMA, TMA, TMA_OVERLAP], ids=["cp-async", "tma", "tma-overlap"])
-def test_the_gpu_runs_the_documented_fp8_accumulation(schedule):
+@pytest.mark.parametrize(("schedule", "tile_k"), [(WGMMA, 128), (TMA, 128), (TMA_OVERLAP, 128), (TMA, 256)],
+                         ids=["cp-async", "tma", "tma-overlap", "tma-k256"])
+def test_the_gpu_runs_the_documented_fp8_accumulation(schedule, tile_k):
     """fp8 warpgroup MMA computes what docs/language.md §8.1 says (fp8_accumulation.gpu_result):
     the same k tiles' tensor-core sums, added in the same order; allowed: two units of the last
     of the 13 bits kept in each tile's sum, for the two places the tensor core may round where
@@ -116,7 +121,8 @@ def test_the_gpu_runs_the_documented_fp8_accumulation(schedule):
     kernel = load_text(EXAMPLE.replace("C: tensor<bf16>", "C: tensor<f32>"), "matmul_fp8.phk").kernels[0]
     m, n, k = 256, 384, 768
     arrays = _inputs("e4m3", m, n, k, np.float32, seed=3)
-    _, got = _run_both(kernel, {"M": m, "N": n, "K": k}, {"TILE_M": 128, "TILE_N": 128}, arrays, {}, schedule)
+    point = {"TILE_M": 128, "TILE_N": 128, "TILE_K": tile_k}
+    _, got = _run_both(kernel, {"M": m, "N": n, "K": k}, point, arrays, {}, schedule)
     scale = arrays["SA"][:, None] * arrays["SB"][None, :]
     want = gpu_result(arrays["A"], arrays["Bt"], scale).astype(np.float64)
     sums = tile_sums(arrays["A"], arrays["Bt"])
@@ -138,3 +144,13 @@ def test_per_tensor_scales_on_the_gpu(schedule):
     # the scale product sa sb, one f32 rounding (exact here), applied once on both paths
     scale = np.full((384, 512), np.float32(sa) * np.float32(sb), np.float32)
     _check(arrays, scale, ref, got, schedule, False)
+
+
+def test_a_k_tile_of_256_whose_second_block_lies_past_k():
+    """K = 784: the last k tile's first block holds 16 columns of A and Bt, its second none (the
+    tensor map's zeros), so that chain adds exact zeros."""
+    kernel = load_text(EXAMPLE.replace("C: tensor<bf16>", "C: tensor<f32>"), "matmul_fp8.phk").kernels[0]
+    arrays = _inputs("e4m3", 256, 384, 784, np.float32, seed=5)
+    point = K256 | {"TILE_M": 128, "TILE_N": 128}
+    ref, got = _run_both(kernel, {"M": 256, "N": 384, "K": 784}, point, arrays, {}, TMA)
+    _check(arrays, arrays["SA"][:, None] * arrays["SB"][None, :], ref, got, TMA, False)

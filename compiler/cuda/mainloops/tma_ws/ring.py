@@ -6,11 +6,13 @@ Per stage s two mbarriers: full[s] (one arrival, the producer's, plus the stage'
 the copies complete) and empty[s] (one arrival per consumer warp). The producer, one thread of
 the extra warpgroup, walks the loop: for iteration j it waits until stage j % S was released for
 iteration j - S, announces the stage's bytes on full[s] and issues one copy per 128-byte-wide box
-(a 16-bit operand's 64-wide block, an fp8 one's 128-wide k tile: the box lands in exactly the
+(a 16-bit operand's 64-wide block, an fp8 one's 128-wide block of k: the box lands in exactly the
 128-byte-swizzled layout the wgmma descriptor reads, wgmma.CoreTile, and elements outside the
 tensor arrive as zeros). Each consumer iteration i waits on full[i % S], issues its wgmma group,
 waits for group i - 1 and then releases that group's stage: copies run up to S - 2 stages ahead
-with no CTA-wide barrier in the loop, and the 256 consumer threads issue no copies. Registers:
+with no CTA-wide barrier in the loop, and the 256 consumer threads issue no copies. An fp8 dot's
+promoted k tile ends with a wait for all of its groups (mainloops/wgmma/fp8_promote.py): its
+iteration releases its own stage, and copies run S - 1 ahead. Registers:
 with two consumer warpgroups `setmaxnreg` gives the producer 40 and each consumer thread 232 (the
 kernel starts at 168: 384 threads, one CTA per multiprocessor); with one, 256 threads start with
 enough. The producer warpgroup returns after its loop, so everything after the loop runs on the
@@ -21,7 +23,7 @@ from the operand arrays and kept for later launches with the same arrays (mainlo
 
 Takes a loop at the kernel's top level with a single tensor-core dot whose operands are 2-D slices
 of 2-D 16-bit tensors with 16-byte row pitch, laid out with 128-byte rows (K-major k = 64, or
-MN-major), or of fp8 tensors K-major with k = 128 (fp8.py keeps fp8 dots only in that form);
+MN-major), or of fp8 tensors K-major with k = 128 or 256 (fp8.py keeps fp8 dots only in that form);
 anything else is pruned, so the tuner never measures a variant that is not one.
 """
 
@@ -74,10 +76,12 @@ class Operand:
 
 
 def _in_boxes(tile, attention: bool):
-    """Attention's K-major operand wider than one 128-byte row (K at D = 128) as 64-wide blocks,
-    the layout 64-wide boxes write (CoreTile.blocked); matmul's tiles are taken as they are."""
-    wide = isinstance(tile, CoreTile) and not tile.mn_major and tile.elem_bytes == 2 and tile.k > 64
-    return replace(tile, blocked=True) if attention and wide and tile.k % BOX_COLS == 0 else tile
+    """A K-major operand wider than one 128-byte row as 128-byte-wide blocks, the layout such
+    boxes write (CoreTile.blocked): attention's K at D = 128 (16-bit), an fp8 k tile of 256
+    (fp8.keeps_fp8); matmul's 16-bit tiles are taken as they are."""
+    if not isinstance(tile, CoreTile) or tile.mn_major or tile.k <= tile.row_elems or tile.k % tile.row_elems:
+        return tile
+    return replace(tile, blocked=True) if attention or tile.elem_bytes == 1 else tile
 
 
 def _copyable(gen, tile, load: ir.Load) -> bool:
@@ -86,7 +90,7 @@ def _copyable(gen, tile, load: ir.Load) -> bool:
     map), which the copies read but the kernel does not write."""
     if not isinstance(tile, CoreTile) or tile.elem_bytes not in (1, 2) or not tile.swizzled:
         return False
-    if tile.elem_bytes == 1 and (tile.mn_major or tile.blocked):
+    if tile.elem_bytes == 1 and tile.mn_major:
         return False
     if not (tile.mn_major or tile.blocked) and tile.k * tile.elem_bytes != 128:
         return False
@@ -135,7 +139,7 @@ def ring_prologue(gen, s: ir.For, entries, loop, carried: bool) -> dict:
     tiles = [(st, _in_boxes(tile, attention)) for st, _, _, tile in entries]
     if not all(_copyable(gen, tile, st.value) for st, tile in tiles):
         # the words the 16-bit tiles have always been pruned with (an fp8 tile reaches here only
-        # K-major with k = 128, which is copyable: fp8.keeps_fp8)
+        # K-major with k = 128 or 256, which is copyable: fp8.keeps_fp8)
         raise gen.pruned(s.span, "bulk tensor copies take 2-D slices of 16-bit tensors in 128-byte rows")
     stage_floats = sum(t.elements * t.elem_bytes // 4 for _, t in tiles)
     stages = ring_stages(gen.plan.mainloop.stages, 3, stage_floats, gen.smem.perm_floats, gen.plan.smem_limit)
@@ -209,8 +213,9 @@ def _boxes(o: Operand, dst: str, cols: str) -> list[tuple[str, str]]:
     t = o.tile
     if t.mn_major:  # one box per 64-wide block of x
         return [(f"{dst} + {j * t.x_block}", f"{cols} + {j * BOX_COLS}") for j in range(t.x // BOX_COLS)]
-    if t.blocked:  # one box per 64-wide block of k
-        return [(f"{dst} + {j * t.x * BOX_COLS}", f"{cols} + {j * BOX_COLS}") for j in range(t.k // BOX_COLS)]
+    if t.blocked:  # one box per 128-byte-wide block of k
+        w = t.row_elems
+        return [(f"{dst} + {j * t.x * w}", f"{cols} + {j * w}") for j in range(t.k // w)]
     return [(dst, cols)]
 
 
@@ -248,9 +253,14 @@ def consume(gen, lets: list[ir.Let], after_release=None) -> tuple[int, str, str]
     gen.loop.ring_iteration = it
     gen.out.line(f"mbar_wait({bars} + 8 * ({it} % {stages}), ({it} / {stages}) & 1);")
 
+    gen.loop.mma_drained = False
+
     def release() -> None:
-        stage = f"(({it} - 1) % {stages})"
-        gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
+        if gen.loop.mma_drained:  # the body's MMAs all waited for (fp8_promote): this stage is free now
+            gen.out.line(f"if (th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {it} % {stages}));")
+        else:
+            stage = f"(({it} - 1) % {stages})"
+            gen.out.line(f"if ({it} > 0 && th_lane == 0) mbar_arrive({bars} + 8 * ({stages} + {stage}));")
         if after_release:
             after_release()
 

@@ -35,6 +35,18 @@ one 128-wide piece): piece j + 1's chain is issued before piece j is waited for 
 and added, so one warpgroup alone keeps the tensor cores fed through its adds; narrower MMAs
 read a's k slice from shared memory once per piece. Which costs less is the tuner's to
 measure (both are in its space and benchmarks/fp8_bench.py's).
+
+A k tile of 256 (TILE_K = 256, the TMA ring only: fp8.TMA_K) is two groups, each its own chain of
+GROUP_STEPS from zero over one 128-byte block of the operands' rows (CoreTile.blocked), so the
+promotion interval, the sums and their order are those of TILE_K = 128. What changes is the
+waiting: the groups' pieces form one stream through two temporaries (as fp8_overlap's pieces
+do), so a warpgroup drains its MMA queue once per 256 of K instead of once per 128 (a 128-wide
+tile: 2 x 64 temporaries beside acc's 64 registers, STREAM_REGS; a 256-wide one: 64-wide pieces).
+Why not carry the stream across k tiles instead (the last piece of tile i added in iteration
+i + 1, behind tile i + 1's first): ptxas serializes every wgmma of such a loop (C7514, "non wgmma
+instructions reading accumulator registers ... between start and end of the pipeline stage"):
+it does not follow a wait_group across the loop's back edge. Nor 128 + 64 + 64-wide pieces at
+N = 256 (one 128-wide temporary and one 64-wide beside acc's 128): C7511, too few registers.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ GROUP_STEPS = 4  # k32 steps per tensor-core sum: one k tile (fp8.WGMMA_K = 128 
 GROUP_PRODUCTS = STEP_K * GROUP_STEPS
 PIECE_N = 128  # columns of the temporary accumulator
 OVERLAP_N = 64  # columns of each of the two temporaries with fp8_overlap
+STREAM_REGS = 192  # per thread, at most: acc's and the two temporaries of a k tile of two groups
 
 
 @dataclass(frozen=True)
@@ -84,17 +97,28 @@ def _add_piece(gen, acc, temp: str, first: int, w: int) -> None:
 
 def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str, issue) -> None:
     """acc[M, N] += a b for an fp8 dot, one k tile: per piece, the tile's wgmma chain into a
-    fresh temporary, wait for it, add it into acc (with fp8_overlap: the next piece in flight
-    meanwhile). `sa`, `sb`: K-major CoreTiles (fp8.py keeps fp8 only for those); `issue`:
-    wgmma.issue."""
-    assert kk // STEP_K <= GROUP_STEPS, kk
+    fresh temporary, wait for it, add it into acc (with fp8_overlap, or a k tile of two groups:
+    the next piece in flight meanwhile). `sa`, `sb`: K-major CoreTiles (fp8.py keeps fp8 only for
+    those); `issue`: wgmma.issue."""
+    assert kk % GROUP_PRODUCTS == 0 or kk < GROUP_PRODUCTS, kk
     gen.out.line("// fp8: each k tile summed by the tensor cores from zero, then added in f32 (fp8_promote)")
+    # every form below ends with wait_group 0: in a loop of this one dot, the iteration's stage is free
+    gen.loop.mma_drained = len(gen.plan.tc_dots) == 1
     policy = gen.plan.mainloop
+    if kk > GROUP_PRODUCTS:
+        if policy.fp8_overlap:  # the stream below is already overlapped: the same code twice
+            raise gen.pruned(gen.out.span, f"a k tile of {kk} always overlaps its promotion (fp8_overlap)")
+        width = PIECE_N if n // 2 + PIECE_N <= STREAM_REGS else OVERLAP_N
+        width = min(width, n)
+        units = [(_group(sa, g), _group(sb, g), first)
+                 for g in range(kk // GROUP_PRODUCTS) for first in range(0, n, width)]
+        return _emit_stream(gen, issue, acc, units, width, GROUP_PRODUCTS, dtype)
     if policy.fp8_overlap and n > OVERLAP_N:
         if gen.plan.grid.threads == 128 and not policy.producer and n > PIECE_N:
             # one warpgroup issuing its own copies: ptxas spilled 68 bytes at 64 x 256
             raise gen.pruned(gen.out.span, "fp8_overlap at N = 256 takes two warpgroups or a TMA ring")
-        return _emit_overlapped(gen, issue, acc, sa, sb, n, kk, dtype)
+        units = [(sa, sb, first) for first in range(0, n, OVERLAP_N)]
+        return _emit_stream(gen, issue, acc, units, OVERLAP_N, kk, dtype)
     temp = gen.fresh("promote")
     parts = pieces(n, gen.plan.grid.threads // 128)
     gen.out.line(f"float {temp}[2][{parts[0][1] // 4}];")
@@ -104,15 +128,23 @@ def emit(gen, acc, sa, sb, n: int, kk: int, dtype: str, issue) -> None:
         _add_piece(gen, acc, temp, first, w)
 
 
-def _emit_overlapped(gen, issue, acc, sa, sb, n: int, kk: int, dtype: str) -> None:
+def _group(t, g: int):
+    """Group g of a k tile of several (a blocked CoreTile): its 128-byte-wide block, a tile of
+    GROUP_PRODUCTS k as the one-group k tile lies."""
+    assert t.blocked and t.row_elems == GROUP_PRODUCTS, t
+    return replace(t, ptr=f"({t.ptr} + {g * t.x * t.row_elems})", k=t.row_elems, blocked=False)
+
+
+def _emit_stream(gen, issue, acc, units, width: int, kk: int, dtype: str) -> None:
+    """`units` ((a, b, first column) each, a chain of kk from zero) into two temporaries in
+    turn: unit u + 1's chain is issued before unit u is waited for (wait_group 1) and added."""
     temps = [gen.fresh("promote"), gen.fresh("promote")]
     for t in temps:
-        gen.out.line(f"float {t}[2][{OVERLAP_N // 4}];")
-    firsts = list(range(0, n, OVERLAP_N))
-    _issue_piece(gen, issue, temps[0], sa, sb, firsts[0], OVERLAP_N, kk, dtype)
-    for j in range(1, len(firsts)):
-        _issue_piece(gen, issue, temps[j % 2], sa, sb, firsts[j], OVERLAP_N, kk, dtype)
-        gen.out.line("wg_wait_one();  // piece j - 1 done, piece j in flight")
-        _add_piece(gen, acc, temps[(j - 1) % 2], firsts[j - 1], OVERLAP_N)
+        gen.out.line(f"float {t}[2][{width // 4}];")
+    for u, (a, b, first) in enumerate(units):
+        _issue_piece(gen, issue, temps[u % 2], a, b, first, width, kk, dtype)
+        if u:
+            gen.out.line("wg_wait_one();  // piece u - 1 done, piece u in flight")
+            _add_piece(gen, acc, temps[(u - 1) % 2], units[u - 1][2], width)
     gen.out.line("wg_wait_all();")
-    _add_piece(gen, acc, temps[(len(firsts) - 1) % 2], firsts[-1], OVERLAP_N)
+    _add_piece(gen, acc, temps[(len(units) - 1) % 2], units[-1][2], width)

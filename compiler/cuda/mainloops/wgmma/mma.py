@@ -51,9 +51,9 @@ class CoreTile:
     x: int
     dtype: str
     mn_major: bool = False
-    # K-major 16-bit with k a multiple of 64 (above 64), stored as k / 64 blocks of [x][64], each
-    # 128-byte swizzled: what 64-wide bulk tensor copies write (mainloops/tma_ws/ring.py, attention's K at D =
-    # 128)
+    # K-major with rows wider than 128 bytes (k a multiple of row_elems), stored as k / row_elems
+    # blocks of [x][row_elems], each 128-byte swizzled: what 128-byte-wide bulk tensor copies write
+    # (mainloops/tma_ws/ring.py: attention's K at D = 128, 16-bit; an fp8 k tile of 256)
     blocked: bool = False
 
     @property
@@ -113,15 +113,15 @@ class CoreTile:
 
     def k_offset(self, step: int) -> int:
         """Elements from the tile's start to k step `step` in the descriptor (a blocked tile
-        moves to the next 64-wide block every 64 / mma_k steps)."""
+        moves to the next block every row_elems / mma_k steps)."""
         if self.blocked:
-            k = step * self.mma_k
-            return (k // 64) * self.x * 64 + k % 64
+            k, w = step * self.mma_k, self.row_elems
+            return (k // w) * self.x * w + k % w
         return step * self.k_step
 
     @property
     def x_block(self) -> int:  # elements from one 64-wide x block (a warpgroup's rows of a) to the next
-        return 64 * (64 if self.blocked else self.k)
+        return 64 * (self.row_elems if self.blocked else self.k)
 
     @property
     def elements(self) -> int:
@@ -139,9 +139,9 @@ class CoreTile:
 
     def offset(self, row: str, col: str) -> str:
         v, w = self.vector, self.row_elems
-        if self.blocked:  # row: x, col: k; block col / 64 holds [x][64]
-            inner = f"(({row}) * 64 + (((({col}) % 64) / 8) ^ (({row}) % 8)) * 8 + ({col}) % 8)"
-            return f"((({col}) / 64) * {self.x * 64} + {inner})"
+        if self.blocked:  # row: x, col: k; block col / w holds [x][w]
+            inner = f"(({row}) * {w} + (((({col}) % {w}) / {v}) ^ (({row}) % 8)) * {v} + ({col}) % {v})"
+            return f"((({col}) / {w}) * {self.x * w} + {inner})"
         if self.mn_major:  # row: k, col: x
             return (
                 f"((({col}) / 64) * {self.x_block} + ({row}) * 64"
