@@ -14,7 +14,7 @@
              (torch.matmul, which splits K itself); TFLOP/s.
 
     python benchmarks/decode.py --out results/decode   [--g 1,8,16,32] [--log2s 16,...,22]
-        [--dtypes bf16,f32] [--variants fan8,fan0,fan8@2sm] [--bs 64,128] [--quick]
+        [--dtypes bf16,f32] [--variants fan8,fan0,fan8@2sm] [--bs 64,128] [--quick | --quickest]
         [--no-splitk] [--no-sdpa]            writes results/decode.json and results/decode.md
     bash benchmarks/decode_sweep.sh OUT_DIR      the variants' sweep (about 150 s on an H100)
     PHOBOS_DECODE_OUT=results/decode python benchmarks/decode.py     (the same, path from the env)
@@ -46,7 +46,7 @@ from benchmarks.gpu_timing import cuda_median_s, graph_median_s  # noqa: E402
 D = 128
 BS_CHOICES = (64, 128)
 ROTATE = 3  # a graph's KV copies overflow the L2 cache this many times over
-DEFAULT_VARIANTS = "fan8+pad16"
+DEFAULT_VARIANTS = "fan8+pad16"  # one chunk per SM is the cost model's default now (CTAS_PER_SM)
 SPLITK = """
 @autotune(BM in [64], BN in [64], BK in [32])
 kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
@@ -65,36 +65,64 @@ kernel splitk(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) 
 class Variant:
     """A way to compile the split decode, swept by --variants: the merge tree's fan-in
     (PHOBOS_SPLIT_FAN_IN, compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges every partial),
-    the chunks (None: the cost model's; `per_sm`: that many per SM, forced with split=N) and `pad`: the row
+    the chunks (None: the cost model's; `per_sm`: that many per SM, forced with split=N), `pad`: the row
     tile BG at least that many rows for 16-bit KV (the kernel's Q rows past G load as zeros and are never
-    stored, so that G < 16 runs the tensor-core partial; 0: BG = G)."""
+    stored, so that G < 16 runs the tensor-core partial; 0: BG = G), `most`: BG at most that many rows
+    (G / BG CTAs along x, each reading all the KV: the L2 serves the second read where they run together;
+    0: no limit), `schedule`: the partial kernel's Schedule fields (PHOBOS_SPLIT_SCHEDULE,
+    mainloops/split_loop/launch.py partial_schedule), and `one_launch`: the partials merged by the
+    partial's own last CTAs, one launch (PHOBOS_SPLIT_ONE_LAUNCH, mainloops/split_loop/fused.py)."""
 
     name: str
     fan_in: int
     per_sm: int | None = None
     pad: int = 0
+    schedule: str = ""
+    most: int = 0
+    one_launch: bool = False
 
     def split(self, sms: int) -> int | None:
         return None if self.per_sm is None else self.per_sm * sms
 
     def rows(self, g: int, dtype: str) -> int:
-        return max(g, self.pad) if dtype != "f32" else g
+        rows = max(g, self.pad) if dtype != "f32" else g
+        return min(rows, self.most) if self.most and g % self.most == 0 else rows
+
+
+# a variant's `+<flag>` suffixes for the partial's schedule: +st<N> ring stages, +t<N> threads,
+# +db the CUDA-core dots' double buffer, +late copies issued after the dots (and +bg<N>: Variant.most,
+# +one: Variant.one_launch)
+SCHEDULE_FLAGS = {"st": "stages", "t": "threads", "db": "double_buffer", "late": "late_copies"}
+
+
+def _schedule_field(flag: str) -> str:
+    for short, field in sorted(SCHEDULE_FLAGS.items(), key=lambda kv: -len(kv[0])):
+        rest = flag[len(short):]
+        switch = field in ("double_buffer", "late_copies")
+        if flag.startswith(short) and (not rest if switch else rest.isdigit()):
+            return f"{field}={rest or 1}"
+    raise ValueError
 
 
 def parse_variants(text: str) -> list[Variant]:
-    """`fan8`, `fan0@2sm`, `fan8+pad16`: fan<N>[@<K>sm][+pad<R>], comma-separated."""
+    """`fan8`, `fan0@2sm`, `fan8+pad16`, `fan8@1sm+pad16+st4+t128`: fan<N>[@<K>sm][+pad<R>][+st<N>]
+    [+t<N>][+db][+late][+bg<N>][+one], comma-separated."""
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
-        head, _, pad = item.partition("+")
+        head, *flags = item.split("+")
         fan, _, chunks = head.partition("@")
         try:
-            if not fan.startswith("fan") or (chunks and not chunks.endswith("sm")) or \
-                    (pad and not pad.startswith("pad")):
+            if not fan.startswith("fan") or (chunks and not chunks.endswith("sm")):
                 raise ValueError
+            pads = [int(f[3:]) for f in flags if f.startswith("pad")]
+            most = [int(f[2:]) for f in flags if f.startswith("bg")]
+            tuned = [f for f in flags if f != "one" and not f.startswith(("pad", "bg"))]
+            schedule = ",".join(map(_schedule_field, tuned))
             out.append(Variant(item, int(fan[3:]), int(chunks[:-2]) if chunks else None,
-                               int(pad[3:]) if pad else 0))
+                               pads[-1] if pads else 0, schedule, most[-1] if most else 0, "one" in flags))
         except ValueError:
-            raise SystemExit(f"error: --variants: {item!r} is not fan<N>[@<K>sm][+pad<R>]") from None
+            raise SystemExit(f"error: --variants: {item!r} is not fan<N>[@<K>sm][+pad<R>][+st<N>][+t<N>]"
+                             "[+db][+late][+bg<N>][+one]") from None
     return out
 
 
@@ -173,20 +201,34 @@ def _timed(call, copies, out) -> tuple[float, float]:
         return None, eager
 
 
+def _checked(kern, copies, ref, out, scale: float, tol: float, what: str) -> float | None:
+    """The relative error of one call against the reference, or None (printed) past `tol`."""
+    out.fill_(float("nan"))
+    kern(*copies[0], out, scale)
+    err = _rel(out, ref)
+    if not err < tol:  # a wrong variant is reported and left out; the others still run
+        print(f"WRONG {what}: relative error {err} (tolerance {tol}); not timed", flush=True)
+        return None
+    return err
+
+
 def _phobos_rows(kernels: dict, variants, copies, ref, out, scale: float, tol: float) -> dict:
-    """Per variant: the best BS by device time, checked against the reference first."""
+    """Per variant: the best BS by device time, checked against the reference before it is
+    timed and once more after (a call that leaves state behind, the one-launch form's tickets,
+    would show in the second)."""
     rows = {}
     for variant in variants:
         best = None
         for bs, kern in kernels.get(variant.name, {}).items():
-            out.fill_(float("nan"))
-            kern(*copies[0], out, scale)
-            err = _rel(out, ref)
-            assert err < tol, (variant.name, bs, err)
+            err = _checked(kern, copies, ref, out, scale, tol, f"{variant.name} BS={bs}")
+            if err is None:
+                continue
             graph, eager = _timed(lambda q, k, v, o, kern=kern: kern(q, k, v, o, scale), copies, out)
+            if _checked(kern, copies, ref, out, scale, tol, f"{variant.name} BS={bs} after timing") is None:
+                continue
             launch = next(iter(kern._launches.values()))
             parts = getattr(launch, "parts", (launch,))
-            chunks = parts[0].grid[1] if len(parts) > 1 else 1
+            chunks = parts[0].grid[1] if hasattr(launch, "parts") else 1
             t = eager if graph is None else graph
             if best is None or t < best["s"]:
                 best = {"s": t, "timing": "eager" if graph is None else "graph", "eager_s": eager, "BS": bs,
@@ -202,7 +244,7 @@ def _triton_best(g, dtype, s, copies, ref, out, scale, tol, sms, quick) -> dict 
     from benchmarks.triton_decode import SplitKV
 
     best = None
-    for chunks in ((sms, 2 * sms) if quick else (sms, 2 * sms, 4 * sms)):
+    for chunks in {0: (sms, 2 * sms, 4 * sms), 1: (sms, 2 * sms)}.get(int(quick), (sms,)):
         for bn in (64, 128):
             tri = SplitKV(torch, g, D, s, chunks, bn, ieee=dtype == "f32")
             out.fill_(float("nan"))
@@ -223,7 +265,7 @@ def _triton_best(g, dtype, s, copies, ref, out, scale, tol, sms, quick) -> dict 
 
 
 def bench_decode(g: int, dtype: str, s: int, kernels: dict, variants, hbm: float, info: dict,
-                 quick: bool, sdpa: bool = True) -> dict:
+                 quick: int, sdpa: bool = True) -> dict:
     import torch
 
     scale = 1.0 / math.sqrt(D)
@@ -260,14 +302,16 @@ def bench_decode(g: int, dtype: str, s: int, kernels: dict, variants, hbm: float
 
 def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, device: int = 0) -> dict:
     """phobos kernels per (G, dtype, S), per variant name, per BS, compiled and loaded ahead,
-    several at once; the variants of one fan-in together (PHOBOS_SPLIT_FAN_IN is read at compile
+    several at once; the variants of one fan-in, partial schedule and launch form together
+    (PHOBOS_SPLIT_FAN_IN, PHOBOS_SPLIT_SCHEDULE and PHOBOS_SPLIT_ONE_LAUNCH are read at compile
     time, and a thread pool shares one environment)."""
     kernels: dict = {}
     failed = []
-    for fan_in in sorted({v.fan_in for v in variants}):
+    for form in sorted({(v.fan_in, v.schedule, v.one_launch) for v in variants}):
+        fan_in, schedule, one = form
         jobs = []
         for g, dtype, s in cases:
-            for variant in (v for v in variants if v.fan_in == fan_in):
+            for variant in (v for v in variants if (v.fan_in, v.schedule, v.one_launch) == form):
                 for bs in bs_choices:
                     kern = decode_kernel(g, dtype, bs, variant.split(sms), variant.rows(g, dtype))
                     kernels.setdefault((g, dtype, s), {}).setdefault(variant.name, {})[bs] = kern
@@ -282,9 +326,13 @@ def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, devic
                 return kern, str(err).splitlines()[0]
 
         os.environ["PHOBOS_SPLIT_FAN_IN"] = str(fan_in)
+        os.environ["PHOBOS_SPLIT_SCHEDULE"] = schedule
+        os.environ["PHOBOS_SPLIT_ONE_LAUNCH"] = "1" if one else "0"
         with ThreadPoolExecutor(8) as pool:
             failed += [f for f in pool.map(prepare, jobs) if f is not None]
     os.environ.pop("PHOBOS_SPLIT_FAN_IN", None)
+    os.environ.pop("PHOBOS_SPLIT_SCHEDULE", None)
+    os.environ.pop("PHOBOS_SPLIT_ONE_LAUNCH", None)
     for kern, why in failed:
         print(f"skipped {kern}: {why}", flush=True)
         for per_variant in kernels.values():
@@ -367,7 +415,7 @@ def summary(result: dict) -> list[str]:
     return lines
 
 
-def run(gs, log2s, dtypes, variants, bs_choices, quick: bool, splitk: bool, sdpa: bool, out: Path) -> dict:
+def run(gs, log2s, dtypes, variants, bs_choices, quick: int, splitk: bool, sdpa: bool, out: Path) -> dict:
     info = device_info()
     hbm = copy_gbs()
     print(f"device {info}, copy {hbm:.0f} GB/s", flush=True)
@@ -406,7 +454,9 @@ def main(argv=None) -> int:
                     help="fan<N>[@<K>sm][+pad<R>],...: the merge tree's fan-in (0: none), K chunks per SM "
                          "(default: the cost model's), BG >= R rows for 16-bit KV; each is a row")
     ap.add_argument("--bs", default=",".join(map(str, BS_CHOICES)), help="BS values tried per variant")
-    ap.add_argument("--quick", action="store_true", help="fewer Triton chunk counts")
+    ap.add_argument("--quick", action="store_const", const=1, default=0, help="fewer Triton chunk counts")
+    ap.add_argument("--quickest", action="store_const", const=2, dest="quick",
+                    help="the Triton kernel at one chunk per SM only (BN 64 and 128)")
     ap.add_argument("--no-splitk", action="store_true")
     ap.add_argument("--no-sdpa", action="store_true")
     args = ap.parse_args(argv)

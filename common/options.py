@@ -19,6 +19,12 @@ tests/foundation/test_environment_reads.py names (RAW_READERS).
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
   PHOBOS_SPLIT_FAN_IN=N (split_fan_in, 8): a split loop's partials merged N at a time by a tree of
     launches before its combine (compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges them all)
+  PHOBOS_SPLIT_ONE_LAUNCH=1|0 (split_one_launch, None): a split loop whose grid is one CTA runs in one
+    launch, the partial's last CTAs merging the partials (compiler/cuda/mainloops/split_loop/fused.py);
+    0: never; unset: where the cost model says (split_loop/plan.py one_launch_pays)
+  PHOBOS_SPLIT_SCHEDULE=stages=4,threads=128,.. (split_schedule, ""): fields of the split loop's
+    partial kernel's Schedule (compiler/cuda/schedule.py) over the leaf's: its ring depth, CTA size
+    (mainloops/split_loop/launch.py partial_schedule; benchmarks/decode_sweep.sh sweeps them)
   PHOBOS_NVRTC=PATH (nvrtc, None): the NVRTC library tried first (nvrtc.py)
   CUDA_HOME, CUDA_PATH (cuda_homes, ()): CUDA installs searched for NVRTC
   PHOBOS_TOKEN (token, None): the cluster's token (common/cluster_token.py)
@@ -53,7 +59,8 @@ RUN_FAULT = "PHOBOS_RUN_FAULT"
 SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up (scheduler/tracing/phases.py)
 # the variables that change the code the CUDA compiler generates or the NVRTC it loads (a
 # compiled leaf cached under other values is not reused: scheduler/running/leaf_ptx.py)
-CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_SPLIT_FAN_IN", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
+CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_SPLIT_FAN_IN", "PHOBOS_SPLIT_SCHEDULE",
+                 "PHOBOS_SPLIT_ONE_LAUNCH", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
 DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages
 
 
@@ -74,6 +81,8 @@ class Options(NamedTuple):
     cuda_persistent: bool = False
     dot_unroll: int = 0
     split_fan_in: int = 8
+    split_schedule: str = ""
+    split_one_launch: bool | None = None
     nvrtc: str | None = None
     cuda_homes: tuple[str, ...] = ()
     token: str | None = None
@@ -108,6 +117,8 @@ def current() -> Options:
         cuda_persistent=env.get("PHOBOS_CUDA_PERSISTENT") == "1",
         dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
         split_fan_in=_number("PHOBOS_SPLIT_FAN_IN", int, 8),
+        split_schedule=env.get("PHOBOS_SPLIT_SCHEDULE", ""),
+        split_one_launch=_switch("PHOBOS_SPLIT_ONE_LAUNCH"),
         nvrtc=text("PHOBOS_NVRTC"),
         cuda_homes=tuple(v for v in (text("CUDA_HOME"), text("CUDA_PATH")) if v),
         token=text(TOKEN),
@@ -139,6 +150,16 @@ def _stamp(name: str) -> float:
         return float(os.environ.get(name) or 0.0)
     except ValueError:
         return 0.0
+
+
+def _switch(name: str) -> bool | None:
+    """1: on, 0: off, unset: None (the caller's own rule decides)."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if value not in ("0", "1"):
+        raise OptionError(f"error: ${name}={value!r} is not 0 or 1")
+    return value == "1"
 
 
 def variable(name: str) -> str | None:

@@ -314,7 +314,9 @@ class Kernel:
                 binding, sequence = self._compiled(shapes, cc)
                 parts = tuple(self._part(binding, key, device, load(k), k, sequence.scratch)
                               for k in sequence.kernels)
-            launch = parts[0] if len(parts) == 1 else _Sequence(binding, device, parts, sequence.scratch, {})
+            # a one-kernel sequence with scratch (the split loop's one launch) still takes its buffers
+            plain = len(parts) == 1 and not sequence.scratch
+            launch = parts[0] if plain else _Sequence(binding, device, parts, sequence.scratch, {})
             self._launches[key] = launch
             return launch
 
@@ -391,7 +393,8 @@ def _launch_sequence(sequence: _Sequence, args: tuple, stream) -> None:
     buffers = sequence.buffers.get(stream.ptr)
     if buffers is None:
         cupy = _arrays.cupy_module()
-        buffers = sequence.buffers[stream.ptr] = [cupy.empty(s.shape, cupy.float32) for s in sequence.scratch]
+        buffers = sequence.buffers[stream.ptr] = [
+            (cupy.zeros if s.zeroed else cupy.empty)(s.shape, cupy.float32) for s in sequence.scratch]
     for part in sequence.parts:
         part_args = []
         for slot, kind in part.order:

@@ -14,9 +14,16 @@ def test_variants_parse_and_refuse_other_spellings():
                    decode.Variant("fan16", 16, None, 0)]
     assert got[1].split(132) == 264 and got[0].split(132) is None
     assert got[0].rows(1, "bf16") == 16 and got[0].rows(32, "bf16") == 32 and got[0].rows(1, "f32") == 1
-    for bad in ("tree8", "fan8@2", "fanx", "fan8+16"):
+    for bad in ("tree8", "fan8@2", "fanx", "fan8+16", "fan8+st", "fan8+db2", "fan8+bgx"):
         with pytest.raises(SystemExit, match="--variants"):
             decode.parse_variants(bad)
+
+
+def test_variants_carry_the_partials_schedule_and_a_row_limit():
+    st, most = decode.parse_variants("fan8+pad16+st4+t128+late,fan8+db+bg16")
+    assert st.schedule == "stages=4,threads=128,late_copies=1" and st.pad == 16 and st.most == 0
+    assert most.schedule == "double_buffer=1" and most.most == 16
+    assert most.rows(32, "bf16") == 16 and most.rows(8, "bf16") == 8 and most.rows(24, "f32") == 24
 
 
 def test_a_padded_variant_makes_a_kernel_of_sixteen_row_tiles():

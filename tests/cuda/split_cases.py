@@ -52,3 +52,24 @@ def decode_inputs(dtype: str, g: int, s: int, rng) -> tuple[dict, dict]:
         "O": np.full((g, 128), np.nan, np.float32),
     }
     return arrays, {"scale": 1.0 / np.sqrt(128.0)}
+
+
+def splitk_inputs(m: int, n: int, k: int, rng) -> tuple[dict, dict]:
+    """A, B, C of SPLITK_SOURCE in f32, and its scalars (beta != 0: the store reads C back)."""
+    arrays = {"A": rng.standard_normal((m, k)).astype(np.float32),
+              "B": rng.standard_normal((k, n)).astype(np.float32),
+              "C": rng.standard_normal((m, n)).astype(np.float32)}
+    return arrays, {"alpha": 0.5, "beta": 2.0}
+
+
+def splitk_case(m: int, n: int, k: int, seed: int):
+    """(kernel, dims, arrays, scalars, C of the one-CTA loop on the interpreter) of SPLITK_SOURCE."""
+    from compiler.frontend import binding
+    from compiler.interp import interpreter
+
+    kernel = load(SPLITK_SOURCE)
+    dims = {"M": m, "N": n, "K": k}
+    arrays, scalars = splitk_inputs(m, n, k, np.random.default_rng(seed))
+    want = {name: a.copy() for name, a in arrays.items()}
+    interpreter.run_kernel(kernel, binding.bind(kernel, dims), want, scalars)
+    return kernel, dims, arrays, scalars, want["C"]

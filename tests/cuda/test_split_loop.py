@@ -83,16 +83,22 @@ def test_split_k_matmul_with_beta_equals_the_one_cta_loop(factor):
 
 
 def test_cost_model_splits_only_grids_that_do_not_fill_the_gpu():
-    assert split_plan.choose_factor(264, 132, 4096) == 1
+    want = split_plan.CTAS_PER_SM * 132
+    assert split_plan.choose_factor(want, 132, 4096) == 1
     assert split_plan.choose_factor(4, 132, 3) == 1
     assert split_plan.choose_factor(1, 132, 64) <= 32  # no chunk under two iterations
     for ctas, iterations in ((1, 1024), (1, 1 << 16), (4, 4096), (32, 4096)):
-        f = split_plan.choose_factor(ctas, 132, iterations)
-        assert 1 < f <= -(-264 // ctas), (ctas, iterations, f)
-        best = min(split_plan.split_time(ctas, 264, iterations, g) for g in range(1, -(-264 // ctas) + 1))
-        assert split_plan.split_time(ctas, 264, iterations, f) == best
-    # longer loops pay the combine's serial merge over more chunks
-    assert split_plan.choose_factor(1, 132, 1024) < split_plan.choose_factor(1, 132, 1 << 16) == 264
+        for fan_in in (0, 8):
+            f = split_plan.choose_factor(ctas, 132, iterations, fan_in)
+            assert 1 < f <= -(-want // ctas), (ctas, iterations, f)
+            best = min(split_plan.split_time(ctas, want, iterations, g, fan_in)
+                       for g in range(1, -(-want // ctas) + 1))
+            assert split_plan.split_time(ctas, want, iterations, f, fan_in) == best
+    # without a tree, longer loops pay the combine's serial merge over more chunks; the tree's
+    # merge is a few steps whatever the chunks, so a loop of 2^10 iterations already fills the SMs
+    assert split_plan.choose_factor(1, 132, 256, 0) < split_plan.choose_factor(1, 132, 1 << 16, 0) == want
+    assert split_plan.choose_factor(1, 132, 1024, 0) < split_plan.choose_factor(1, 132, 1024, 8) == 128
+    assert split_plan.merge_steps(128, 0) == 32 and split_plan.merge_steps(128, 8) == 5
     kernel = load(decode_source("bf16", 16))
     b = binding.bind(kernel, {"G": 16, "S": 1 << 20}, None, {"BS": 256})
     plan = split_plan.plan_split(kernel, b, sm_count=132)
@@ -208,3 +214,31 @@ def test_run_and_check_refuse_a_forced_split_at_the_loop(tmp_path):
         outs.append(np.load(tmp_path / f"O{split}.npy"))
     np.testing.assert_allclose(outs[1], outs[0], rtol=2e-5, atol=2e-6)
     assert "split over 4 CTAs" in cli("check", "decode.phk", "--split", "4").stdout
+
+
+def test_the_partials_schedule_takes_the_fields_of_phobos_split_schedule(monkeypatch):
+    from common import options
+    from compiler.cuda.mainloops.split_loop import launch as split_launch
+    from compiler.cuda.schedule import DEFAULT
+
+    got = split_launch.partial_schedule(DEFAULT, "stages=5, threads=128,double_buffer=1")
+    assert (got.stages, got.threads, got.double_buffer, got.wgmma) == (5, 128, True, False)
+    assert split_launch.partial_schedule(DEFAULT, "") == DEFAULT
+    monkeypatch.setenv("PHOBOS_SPLIT_SCHEDULE", "stages=4")
+    assert split_launch.partial_schedule(DEFAULT).stages == 4
+    for bad in ("stagez=4", "stages=four", "stages"):
+        with pytest.raises(options.OptionError, match="PHOBOS_SPLIT_SCHEDULE"):
+            split_launch.partial_schedule(DEFAULT, bad)
+
+
+def test_a_deeper_partial_ring_is_the_partial_kernels_alone(monkeypatch):
+    kernel = load(decode_source("bf16", 16, "64"))
+    b = binding.bind(kernel, {"G": 16, "S": 1 << 16}, None, {"BS": 64})
+    from compiler.cuda.mainloops.split_loop import launch as split_launch
+
+    base = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132)
+    monkeypatch.setenv("PHOBOS_SPLIT_SCHEDULE", "stages=4")
+    deep = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132)
+    assert deep.kernels[0].shared_bytes > base.kernels[0].shared_bytes  # one more K/V stage
+    assert "% 4" in deep.kernels[0].cuda_source and "% 3" in base.kernels[0].cuda_source
+    assert [k.cuda_source for k in deep.kernels[1:]] == [k.cuda_source for k in base.kernels[1:]]

@@ -188,3 +188,63 @@ def test_a_tuned_call_times_factors_around_the_model_and_caches_the_winner():
     assert sorted(int(f) for f in entry["timings"]) == split_tune.candidates(model, -(-s // 64))
     launch = next(iter(call._launches.values()))
     assert launch.parts[0].grid[1] == split_loop.padded(split_loop.chunking(-(-s // 64), entry["split"])[1])
+
+
+ONE_LAUNCH = [(dtype, g) for dtype in DTYPES for g in (1, 16, 32)] + [("bf16", 4), ("f16", 8)]
+
+
+@pytest.mark.parametrize(("dtype", "g"), ONE_LAUNCH)
+def test_one_launch_decode_on_gpu_equals_the_interpreter_call_after_call(dtype, g, monkeypatch):
+    """The split loop in one launch (mainloops/split_loop/fused.py): every factor, twice each (the
+    winners zero the tickets for the next call; a ticket left over would merge too early)."""
+    import cupy
+
+    monkeypatch.setenv("PHOBOS_SPLIT_ONE_LAUNCH", "1")
+    source = decode_source(dtype, g, "64")
+    kernel = load(source)
+    sms = split_plan.device_sm_count()
+    s = 64 * (2 * sms + 5) + 37
+    arrays, scalars = decode_inputs(dtype, g, s, np.random.default_rng(g + 7))
+    want = {k: v.copy() for k, v in arrays.items()}
+    interp.run_kernel(kernel, binding.bind(kernel, {"G": g, "S": s}, None, {"BS": 64}), want, scalars)
+    api = from_source(source).bind(tiles={"BS": 64}, autotune=False)
+    factors = [2, 7, sms, None]
+    calls = [api.bind(split=f) for f in factors]
+    device = [_device(arrays, kernel) for _ in calls]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c, d: c.prepare_gpu({n: a.shape for n, a in d.items()}), calls, device))
+    tol = _decode_tol(dtype, arrays, scalars["scale"])
+    for call, d, factor in zip(calls, device, factors, strict=True):
+        launch = call._launches[next(iter(call._launches))]
+        assert len(launch.parts) == 1, factor
+        for again in range(2):
+            d["O"].fill(np.nan)
+            call(**d, **scalars)
+            cupy.cuda.get_current_stream().synchronize()
+            got = cupy.asnumpy(d["O"])
+            assert np.isfinite(got).all() and _err(got, want["O"]) < tol, (dtype, g, factor, again, tol)
+
+
+def test_one_launch_sequence_on_cupy_arrays_equals_the_interpreter_twice():
+    """launch_sequence with one set of scratch buffers, twice: the second call starts from the
+    tickets the first call's winners zeroed."""
+    import cupy
+
+    kernel = load(decode_source("bf16", 16, "64"))
+    s = (1 << 16) + 37
+    arrays, scalars = decode_inputs("bf16", 16, s, np.random.default_rng(3))
+    b = binding.bind(kernel, {"G": 16, "S": s}, None, {"BS": 64})
+    want = {k: v.copy() for k, v in arrays.items()}
+    interp.run_kernel(kernel, b, want, scalars)
+    sequence = split_launch.compile_sequence(kernel, b, cc=90, sm_count=split_plan.device_sm_count(),
+                                             one_launch=True)
+    assert len(sequence.kernels) == 1
+    tol = _decode_tol("bf16", arrays, scalars["scale"])
+    device, scratch = _device(arrays, kernel), split_launch.scratch_arrays(sequence)
+    for _ in range(2):
+        device["O"].fill(np.nan)
+        split_launch.launch_sequence(sequence, device, scalars, scratch=scratch)
+        cupy.cuda.get_current_stream().synchronize()
+        got = cupy.asnumpy(device["O"])
+        assert np.isfinite(got).all() and _err(got, want["O"]) < tol
+    assert not cupy.asnumpy(scratch[sequence.scratch[-1].name]).any()  # the tickets are zero again

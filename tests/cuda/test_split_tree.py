@@ -11,7 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from split_cases import SPLITK_SOURCE, decode_inputs, decode_source, load
+from split_cases import decode_inputs, decode_source, load, splitk_case
 
 from compiler.cuda import compiled
 from compiler.cuda.mainloops.split_loop import launch as split_launch
@@ -56,14 +56,7 @@ def test_tree_merged_decode_equals_the_one_cta_loop(g, factor, fan_in):
 
 
 def test_tree_merged_split_k_equals_the_one_cta_loop():
-    rng = np.random.default_rng(5)
-    kernel = load(SPLITK_SOURCE)
-    dims = {"M": 64, "N": 96, "K": 32 * 30 + 5}
-    arrays = {"A": rng.standard_normal((64, dims["K"])).astype(np.float32),
-              "B": rng.standard_normal((dims["K"], 96)).astype(np.float32),
-              "C": rng.standard_normal((64, 96)).astype(np.float32)}
-    scalars = {"alpha": 0.5, "beta": 2.0}
-    want = _reference(kernel, dims, {}, arrays, scalars)["C"]
+    kernel, dims, arrays, scalars, want = splitk_case(64, 96, 32 * 30 + 5, seed=5)
     plan = split_plan.plan_split(kernel, binding.bind(kernel, dims), factor=29)
     tree = split_tree.plan_tree(kernel, plan, 4)
     assert tree.sizes == (16, 4, 4)  # 31 iterations in 16 chunks of 2

@@ -15,6 +15,7 @@ entries are extern "C" and named apart: split_plan._renamed), compiled once more
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,8 @@ import numpy as np
 from common import options
 from compiler.cuda import compiled, target
 from compiler.cuda.compiled import CompiledKernel, compile_kernel, joint_need
+from compiler.cuda.mainloops.split_loop import fused as split_fused
+from compiler.cuda.mainloops.split_loop import transform as split_loop
 from compiler.cuda.mainloops.split_loop import tree as split_tree
 from compiler.cuda.mainloops.split_loop.policy import SplitLoop
 from compiler.cuda.schedule import DEFAULT, Schedule
@@ -42,23 +45,65 @@ class LaunchSequence:
 
 def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int = target.DEFAULT_CC,
                      tf32: bool = False, split: int | None = None,
-                     sm_count: int | None = None, fan_in: int | None = None) -> LaunchSequence:
+                     sm_count: int | None = None, fan_in: int | None = None,
+                     one_launch: bool | None = None) -> LaunchSequence:
     """`kernel` at `binding` as the launches that run it. `split`: None, the cost model decides;
     1, the one-CTA loop; N, N chunks (CompileError at the loop when its state cannot split).
-    `fan_in`: the merge tree's (mainloops/split_loop/tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree)."""
+    `fan_in`: the merge tree's (mainloops/split_loop/tree.py; None: PHOBOS_SPLIT_FAN_IN, 0: no tree).
+    `one_launch` (None: PHOBOS_SPLIT_ONE_LAUNCH, unset: fused.one_launch_pays): the partial's
+    CTAs merge the partials themselves (mainloops/split_loop/fused.py) where the user's grid is one CTA."""
     from compiler.cuda.mainloops.registry import choose_split
     from compiler.cuda.mainloops.split_loop import plan as split_plan
 
     policy = choose_split(kernel, binding, split, sm_count)
     if policy is None:
         return LaunchSequence((compile_kernel(kernel, binding, tf32=tf32, schedule=schedule, cc=cc),))
+    fan_in = options.current().split_fan_in if fan_in is None else fan_in
+    one = options.current().split_one_launch if one_launch is None else one_launch
+    if one is None:
+        one = split_fused.one_launch_pays(kernel, binding, policy.factor, fan_in)
+    if one and split_fused.fits(kernel, binding):
+        return _one_launch(kernel, binding, policy, schedule, cc, tf32, sm_count)
     plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count)
-    tree = split_tree.plan_tree(kernel, plan, options.current().split_fan_in if fan_in is None else fan_in)
-    partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32, schedule=schedule, cc=cc)
+    tree = split_tree.plan_tree(kernel, plan, fan_in)
+    partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32,
+                             schedule=partial_schedule(schedule), cc=cc)
     merges = tuple(compile_kernel(k, b, cc=cc) for k, b in tree.merges)
     combine = compile_kernel(plan.combine, tree.combine_binding, tf32=tf32, cc=cc)
     scratch = tuple(Scratch(name, "f32", shape, zeroed=False) for name, shape in plan.scratch + tree.scratch)
     return LaunchSequence((partial, *merges, combine), scratch, policy, plan.factor)
+
+
+def _one_launch(kernel, binding, policy: SplitLoop, schedule: Schedule, cc: int, tf32: bool,
+                sm_count: int | None) -> LaunchSequence:
+    """The split loop as one kernel (fused.py): chunks in whole groups of fused.choose_group's size."""
+    from compiler.cuda.mainloops.split_loop import plan as split_plan
+
+    group = split_fused.choose_group(split_plan.used_chunks(kernel, binding, policy.factor))
+    plan = split_plan.plan_split(kernel, binding, factor=policy.factor, sm_count=sm_count,
+                                 multiple=group * split_loop.UNROLL)
+    fused = split_fused.plan_fused(kernel, plan, group)
+    partial = compile_kernel(plan.partial, plan.partial_binding, tf32=tf32,
+                             schedule=partial_schedule(schedule), cc=cc)
+    one, scratch = split_fused.compile_fused(kernel, plan, fused, partial, tf32=tf32, cc=cc)
+    return LaunchSequence((one,), scratch, policy, plan.factor)
+
+
+def partial_schedule(schedule: Schedule, fields: str | None = None) -> Schedule:
+    """The partial kernel's schedule: the leaf's, with the `fields` of PHOBOS_SPLIT_SCHEDULE
+    (`stages=4,threads=128,late_copies=1`) over it. The partial streams the loop's operands at
+    the memory's rate, so its ring's depth (the bytes in flight per SM) and CTA size are what
+    benchmarks/decode_sweep.sh sweeps. A field Schedule lacks is the user's error, naming it."""
+    fields = options.current().split_schedule if fields is None else fields
+    known = {f.name: f for f in dataclasses.fields(Schedule)}
+    changes = {}
+    for item in (t.strip() for t in fields.split(",") if t.strip()):
+        name, _, value = item.partition("=")
+        if name not in known or not value.lstrip("-").isdigit():
+            raise options.OptionError(f"PHOBOS_SPLIT_SCHEDULE: {item!r} is not <field>=<integer> of "
+                                      f"a Schedule ({', '.join(known)})")
+        changes[name] = bool(int(value)) if isinstance(getattr(schedule, name), bool) else int(value)
+    return dataclasses.replace(schedule, **changes)
 
 
 def module_ptx(sequence: LaunchSequence, cc: int = target.DEFAULT_CC) -> str:

@@ -84,11 +84,14 @@ def _flat(shape: tuple[int, ...], matrix: bool) -> tuple[int, int]:
 
 
 def merge_source(name: str, accumulator: bool, ins: tuple[str, ...], outs: tuple[str, ...],
-                 rows: int, cols: int, n_in: int, n_out: int, fan_in: int) -> str:
+                 rows: int, cols: int, n_in: int, n_out: int, fan_in: int, group: str | None = None) -> str:
     """One level's kernel: CTA (x, y, z) merges partials [y fan_in, (y + 1) fan_in) of rows
-    x BR.., columns z BC.. into partial y of the `outs` buffers."""
-    br = _tile(rows, ROW_TILES)
-    bc = _tile(cols, tuple(c for c in COL_TILES if c * br <= MAX_TILE))
+    x BR.., columns z BC.. into partial y of the `outs` buffers. With `group` (a scalar's name),
+    the kernel's one CTA merges every row and column of partials [group fan_in, ..) into partial
+    `group`: the one-launch form's merge, run by the CTA that finished a group last (fused.py)."""
+    br = rows if group else _tile(rows, ROW_TILES)
+    bc = cols if group else _tile(cols, tuple(c for c in COL_TILES if c * br <= MAX_TILE))
+    slot = group or "ctx.block.y"
     taken = {"row", "col", "first", "chunk", *ins, *outs}
     reads, merges = [], []
     for u in range(split_loop.UNROLL):
@@ -106,20 +109,23 @@ def merge_source(name: str, accumulator: bool, ins: tuple[str, ...], outs: tuple
     if accumulator:
         params = f"{ins[0]}: tensor<f32>[NIN, R, C], {outs[0]}: tensor<f32>[NOUT, R, C]"
         state = "  var acc: tile<f32>[BR, BC] = 0.0"
-        stores = f"  {outs[0]}[ctx.block.y, row :+ BR, col :+ BC] = acc"
+        stores = f"  {outs[0]}[{slot}, row :+ BR, col :+ BC] = acc"
     else:
         params = (f"{ins[0]}: tensor<f32>[NIN, R], {ins[1]}: tensor<f32>[NIN, R], "
                   f"{ins[2]}: tensor<f32>[NIN, R, C], {outs[0]}: tensor<f32>[NOUT, R], "
                   f"{outs[1]}: tensor<f32>[NOUT, R], {outs[2]}: tensor<f32>[NOUT, R, C]")
         state = ("  var m: tile<f32>[BR] = -inf\n  var l: tile<f32>[BR] = 0.0\n"
                  "  var acc: tile<f32>[BR, BC] = 0.0")
-        stores = (f"  {outs[0]}[ctx.block.y, row :+ BR] = m\n  {outs[1]}[ctx.block.y, row :+ BR] = l\n"
-                  f"  {outs[2]}[ctx.block.y, row :+ BR, col :+ BC] = acc")
+        stores = (f"  {outs[0]}[{slot}, row :+ BR] = m\n  {outs[1]}[{slot}, row :+ BR] = l\n"
+                  f"  {outs[2]}[{slot}, row :+ BR, col :+ BC] = acc")
+    if group:
+        params += f", {group}: i32"
+    row, col = ("0", "0") if group else ("ctx.block.x * BR", "ctx.block.z * BC")
     return f"""@autotune(BR in [{br}], BC in [{bc}])
 kernel {name}({params}) {{
-  let row = ctx.block.x * BR
-  let col = ctx.block.z * BC
-  let first = ctx.block.y * {fan_in}
+  let row = {row}
+  let col = {col}
+  let first = {slot} * {fan_in}
 {state}
   for chunk in range(first, min(NIN, first + {fan_in}), {split_loop.UNROLL}) {{
     {body}
