@@ -85,6 +85,21 @@ def test_register_blocks_of_the_sgemm_points(tiles, schedule, block):
     assert fma.count("reinterpret_cast<const float4*>") == 2
 
 
+@pytest.mark.parametrize("name,point,held", [
+    ("matmul.phk", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32}, 216),  # 128 + 64 prefetched + 24
+    ("flash_attention.phk", {"BR": 64, "BC": 128}, 256),
+])
+def test_what_a_loop_holds_prunes_wide_blocks_that_spilled(name, point, held):
+    """On 128 threads these held 216 and 256 values through their loop (accumulators, the next
+    tiles prefetched into registers, the body's lets, a k step's fragments) and spilled 28 and
+    384 bytes (ptxas 13.0, sm_90; attention single-buffered): codegen.REGISTER_BUDGET prunes them
+    before any compile."""
+    kernel = load_example(name)
+    dims = SGEMM if name == "matmul.phk" else {"Nq": 4096, "Nk": 4096}
+    with pytest.raises(CompileError, match=f"it holds {held} values per thread in registers through a loop"):
+        generate_source(kernel, binding.bind(kernel, dims, None, point), schedule=SIMT_WIDE_BLOCK)
+
+
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
 @pytest.mark.parametrize("tiles,schedule", [((128, 128), SIMT_WIDE_BLOCK), ((128, 256), SIMT_DOUBLE_BUFFER)])
 def test_wide_register_blocks_assemble_without_spills(tiles, schedule, tmp_path):
