@@ -1,7 +1,8 @@
 """The f32 matmul (examples/matmul.phk, the seed's kernel) at chosen (tile point, schedule) pairs
-against cuBLAS SGEMM (torch.matmul, TF32 off) in the same process: CUDA events, the median of
-alternated rounds, each pair's registers and local (spill) bytes as the driver reports them, and
-its relative error against cuBLAS (issue 36's SGEMM row, one candidate at a time).
+against cuBLAS SGEMM (torch.matmul, TF32 off) in the same process: CUDA events
+(benchmarks/gpu_timing.py), the median of alternated rounds, each pair's registers and local
+(spill) bytes as the driver reports them, and its relative error against cuBLAS (issue 36's SGEMM
+row, one candidate at a time).
 
     PYTHONPATH=. python3 benchmarks/sgemm_variants.py [--n 8192] [--variants 128x128x8:t256-db,...]
 
@@ -14,6 +15,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
+from benchmarks.gpu_timing import cuda_median_s
 from compiler.cuda.schedule import DEFAULT, Schedule
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "matmul.phk"
@@ -22,7 +24,7 @@ DEFAULT_VARIANTS = (  # 8 x 8 per thread (the schedules before issue 36), then 8
     "128x128x8:t128-db", "128x128x16:t128-db", "128x128x8:t128-db-grouped",
     "128x256x8:t256-db", "256x128x8:t256-db", "64x128x8:t64-db",
 )
-ROUNDS = 7
+ROUNDS = 5  # alternated rounds of (phobos, cuBLAS), each the median of REPS launches
 REPS = 5
 
 
@@ -35,16 +37,6 @@ def parse_variant(text: str) -> tuple[dict[str, int], Schedule]:
         order="grouped" if "grouped" in flags else "row",
     )
     return {"TILE_M": m, "TILE_N": n, "TILE_K": k}, schedule
-
-
-def _events_ms(fn, torch) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / REPS
 
 
 def main() -> None:
@@ -88,8 +80,8 @@ def main() -> None:
         err = float((c - expected).norm() / expected.norm())
         mine, theirs = [], []
         for _ in range(ROUNDS):
-            mine.append(_events_ms(ours, torch))
-            theirs.append(_events_ms(lambda: torch.matmul(a, b), torch))
+            mine.append(cuda_median_s(ours, warmup=1, repeat=REPS) * 1e3)
+            theirs.append(cuda_median_s(lambda: torch.matmul(a, b), warmup=1, repeat=REPS) * 1e3)
         p, t = statistics.median(mine), statistics.median(theirs)
         print(f"| {text} | {p:.3f} | {t:.3f} | {t / p:.3f}x | {2 * n**3 / p / 1e9:.1f} | "
               f"{attrs['num_regs']} | {attrs['local_size_bytes']} | {err:.1e} |", flush=True)
