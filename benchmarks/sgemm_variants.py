@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
     args = ap.parse_args()
+    os.environ["PHOBOS_CUDA_WIDE_BLOCKS"] = "1"  # the 16 x 8 / 8 x 16 blocks (schedule.wide_blocks_searched)
     n = args.n
     kernel = frontend.select_kernel(frontend.load_text(EXAMPLE.read_text()), None)
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -13,6 +13,8 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   PHOBOS_CUDA_DUMP=DIR (cuda_dump, None): each CUDA stage's product written to DIR (stages.py)
   PHOBOS_DUMP_STAGES=a,b|all (dump_stages, ""): the frontend stages printed (compiler/pipeline.py)
   PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
+  PHOBOS_CUDA_WIDE_BLOCKS=1 (cuda_wide_blocks, False): the tuner also searches CUDA-core dots on
+    16 x 8 / 8 x 16 register blocks (schedule.SIMT_WIDE_BLOCK, codegen.KERNEL_REGISTER_BUDGET)
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
   PHOBOS_SPLIT_FAN_IN=N (split_fan_in, 8): a split loop's partials merged N at a time by a tree of
     launches before its combine (compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges them all)
@@ -63,6 +65,7 @@ class Options(NamedTuple):
     cuda_dump: Path | None = None
     dump_stages: str = ""
     cuda_tma: bool = True
+    cuda_wide_blocks: bool = False
     dot_unroll: int = 0
     split_fan_in: int = 8
     nvrtc: str | None = None
@@ -95,6 +98,7 @@ def current() -> Options:
         cuda_dump=path("PHOBOS_CUDA_DUMP"),
         dump_stages=env.get("PHOBOS_DUMP_STAGES", ""),
         cuda_tma=env.get("PHOBOS_CUDA_TMA", "1") != "0",
+        cuda_wide_blocks=env.get("PHOBOS_CUDA_WIDE_BLOCKS") == "1",
         dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
         split_fan_in=_number("PHOBOS_SPLIT_FAN_IN", int, 8),
         nvrtc=text("PHOBOS_NVRTC"),

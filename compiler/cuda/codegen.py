@@ -30,6 +30,7 @@ from compiler.cuda.mainloops.tma_ws import store as tma_store
 from compiler.cuda.mainloops.tma_ws import tf32 as tma_tf32
 from compiler.cuda.mainloops.wgmma import mma as wgmma
 from compiler.cuda.render_plan import point_text, render_plan
+from compiler.cuda.schedule import wide_blocks_searched
 from compiler.cuda.stores import emit as stores
 from compiler.cuda.values import Val
 from compiler.frontend import ir
@@ -42,9 +43,9 @@ from compiler.frontend.diagnostics import CompileError
 # spills; at TILE_K = 32, 200 spilled 40 bytes once (128 x 256) and not once (256 x 128), 216-232
 # spilled 28-468 bytes.
 REGISTER_BUDGET = 200
-# ... and in the whole kernel (its tiles beside the largest let anywhere): matmul's epilogue let
-# c_old, read element by element into the store, beside the 128 accumulators assembled to 230
-# registers without spills, so the let outside the loops does not count against the loop's budget.
+# ... and in the whole kernel (its tiles beside the largest let anywhere), with
+# schedule.wide_blocks_searched() (else REGISTER_BUDGET): matmul's epilogue let c_old, read element
+# by element into the store, beside the 128 accumulators assembled to 230 registers without spills.
 KERNEL_REGISTER_BUDGET = 256
 MAX_REGISTERS = 255  # a thread's, in a CTA of up to 256 threads (both budgets shrink in proportion past that)
 # With tensor cores the operand fragments, the rounded copy of a register operand and the ring's
@@ -353,7 +354,8 @@ class KernelGen(ExprEmitter):
             if looped > budget * cap // MAX_REGISTERS:
                 raise self.pruned(k.span, f"it holds {looped} values per thread in registers through a loop "
                                   f"(budget {budget * cap // MAX_REGISTERS})")
-            budget = KERNEL_REGISTER_BUDGET * cap // MAX_REGISTERS
+            whole = KERNEL_REGISTER_BUDGET if wide_blocks_searched() else REGISTER_BUDGET
+            budget = whole * cap // MAX_REGISTERS
         if held > budget:
             raise self.pruned(
                 k.span, f"it holds {held} tile values per thread in registers (budget {budget})"

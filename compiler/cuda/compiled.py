@@ -30,9 +30,10 @@ COMPILER_VERSION = "phobos-cuda-12"
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
     from compiler.cuda.mainloops.simt.dots import dot_unroll
-    from compiler.cuda.schedule import tma_searched
+    from compiler.cuda.schedule import tma_searched, wide_blocks_searched
 
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma")
+    version = f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma")
+    return version + ("-wide" if wide_blocks_searched() else "")
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,13 @@ def ring_stages(asked: int, fewest: int, stage_floats: int, held_floats: int, sm
     return stages
 
 
+def wide_blocks_searched() -> bool:
+    """Whether CUDA-core dots are also searched on 16 x 8 / 8 x 16 register blocks (SIMT_WIDE_BLOCK,
+    and 128 x 256 / 256 x 128 on 256 threads by codegen.KERNEL_REGISTER_BUDGET): off until their GPU
+    tests and speed are measured; PHOBOS_CUDA_WIDE_BLOCKS=1 turns it on."""
+    return options.current().cuda_wide_blocks
+
+
 def tma_searched() -> bool:
     """Whether the tuner tries the warp-specialized TMA ring (mainloops/tma_ws/ring.py); PHOBOS_CUDA_TMA=0
     leaves it out (for comparing, or on a GPU whose driver lacks tensor maps)."""

@@ -97,15 +97,17 @@ WIDE_BLOCK = [
 
 
 @pytest.mark.parametrize("name,dims,points", WIDE_BLOCK, ids=[c[0] for c in WIDE_BLOCK])
-def test_example_on_wide_register_blocks_equals_interpreter(name, dims, points):
+def test_example_on_wide_register_blocks_equals_interpreter(name, dims, points, monkeypatch):
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")  # schedule.wide_blocks_searched: the budget
     _equals_interpreter(name, dims, points, SIMT_WIDE_BLOCK)
 
 
 @pytest.mark.parametrize("point", [{"TILE_M": 128, "TILE_N": 256, "TILE_K": 8},
                                    {"TILE_M": 256, "TILE_N": 128, "TILE_K": 16}])
-def test_matmul_on_8_by_16_blocks_of_256_threads_equals_interpreter(point):
+def test_matmul_on_8_by_16_blocks_of_256_threads_equals_interpreter(point, monkeypatch):
     """128 x 256 and 256 x 128 on 256 threads (8 x 16 and 16 x 8 per thread, held 256 with c_old:
-    inside codegen.REGISTER_BUDGET since issue 36), both schedules."""
+    inside codegen.KERNEL_REGISTER_BUDGET with PHOBOS_CUDA_WIDE_BLOCKS=1), both schedules."""
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")
     for schedule in (None, SIMT_DOUBLE_BUFFER):
         _equals_interpreter("matmul.phk", {"M": 512, "N": 768, "K": 160}, [point], schedule)
 

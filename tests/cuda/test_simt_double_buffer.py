@@ -45,7 +45,19 @@ def _loop_body(source: str) -> str:
     return source[start:source.index("// line 13:", start)]
 
 
-def test_the_tuner_offers_double_buffering_only_where_a_dot_sits_in_a_loop():
+@pytest.fixture
+def wide(monkeypatch):
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")  # schedule.wide_blocks_searched
+
+
+def test_wide_blocks_are_off_by_default():
+    assert autotune.cuda_core_schedules(load_example("matmul.phk")) == [DEFAULT, SIMT_DOUBLE_BUFFER]
+    k = load_example("matmul.phk")
+    with pytest.raises(CompileError, match=r"holds 256 tile values per thread in registers \(budget 200\)"):
+        generate_source(k, binding.bind(k, SGEMM, None, {"TILE_M": 128, "TILE_N": 256, "TILE_K": 8}))
+
+
+def test_the_tuner_offers_double_buffering_only_where_a_dot_sits_in_a_loop(wide):
     assert autotune.cuda_core_schedules(load_example("matmul.phk")) == [
         DEFAULT, SIMT_DOUBLE_BUFFER, SIMT_WIDE_BLOCK]
     assert autotune.cuda_core_schedules(load_example("softmax.phk")) == [DEFAULT]
@@ -72,7 +84,7 @@ def test_a_k_tile_costs_one_barrier_with_two_buffers_and_two_with_one(tile_k):
     ((128, 128), DEFAULT, (8, 8)), ((128, 128), SIMT_WIDE_BLOCK, (16, 8)),
     ((128, 256), SIMT_DOUBLE_BUFFER, (8, 16)), ((256, 128), DEFAULT, (16, 8)),
 ])
-def test_register_blocks_of_the_sgemm_points(tiles, schedule, block):
+def test_register_blocks_of_the_sgemm_points(tiles, schedule, block, wide):
     """A thread's block of the accumulator: 8 x 8 on 256 threads at 128 x 128, twice that at 128
     threads or at twice the tile (points the register budget pruned before issue 36)."""
     k = load_example("matmul.phk")
@@ -102,7 +114,7 @@ def test_what_a_loop_holds_prunes_wide_blocks_that_spilled(name, point, held):
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
 @pytest.mark.parametrize("tiles,schedule", [((128, 128), SIMT_WIDE_BLOCK), ((128, 256), SIMT_DOUBLE_BUFFER)])
-def test_wide_register_blocks_assemble_without_spills(tiles, schedule, tmp_path):
+def test_wide_register_blocks_assemble_without_spills(tiles, schedule, tmp_path, wide):
     k = load_example("matmul.phk")
     point = {"TILE_M": tiles[0], "TILE_N": tiles[1], "TILE_K": 16}
     ptx = tmp_path / "k.ptx"
