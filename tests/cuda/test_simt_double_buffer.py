@@ -177,3 +177,12 @@ def test_a_loop_nested_in_another_keeps_one_buffer():
     two = generate_source(kernel, b, schedule=SIMT_DOUBLE_BUFFER)
     assert "float4 pf_" in one.source  # the inner loop's operands are prefetched into registers
     assert two.source == one.source
+
+
+def test_the_switch_is_part_of_the_tuning_cache_key(monkeypatch):
+    """A winner tuned without the wide blocks is not served to a search that has them."""
+    from compiler.cuda.compiled import compiler_version
+
+    off = compiler_version()
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")
+    assert compiler_version() == off + "-wide"
