@@ -5,7 +5,7 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ${WHL:-.whl}/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 # The packages the pods need beyond the image's: a missing one is named here, before any test. A
-# pod refuses to start without crc32c (pod/transfer.py), which the image lacks: carry its wheel
+# pod refuses to start without crc32c (pod/rpc/transfer.py), which the image lacks: carry its wheel
 # (crc32c==2.9.post0, cp312 manylinux, as in third_party/requirements.lock).
 for name in capnp structlog ml_dtypes crc32c; do
   python3 -c "import $name" 2>/dev/null || echo "device_env: python package $name is missing: carry its wheel in ${WHL:-.whl}" >&2

@@ -4,7 +4,8 @@
 few dictionary look-ups), so a test's or a user's change takes effect at the next read. Every
 other module asks `current()` (tests/foundation/test_environment_reads.py holds them to it);
 child processes get `environment()`, a copy; the few switches whose names are chosen at run time
-(BLAS thread counts, the compiled-leaf cache's key) use `variable(name)`.
+(BLAS thread counts, the compiled-leaf cache's key) use `variable(name)`, from the modules that
+tests/foundation/test_environment_reads.py names (RAW_READERS).
 
   variable (field, default): meaning
   PHOBOS_CACHE_DIR (cache_dir, None): the cache folder (None: ~/.cache/phobos, common/cache.py)
@@ -28,9 +29,12 @@ child processes get `environment()`, a copy; the few switches whose names are ch
   PHOBOS_COMMIT_FAULT (commit_fault, ""): test-only: a kill inside an output commit (common/commit.py)
   PHOBOS_RUN_FAULT (run_fault, ""): test-only: a stop inside `compiler run`'s output (compiler/cli/run.py)
   PHOBOS_TEST_TICKET_TTL_S (ticket_ttl_s, None): test-only: a transfer ticket's life (pod/rpc/transfer.py)
+  PHOBOS_SETUP_DONE (setup_done, 0.0): when tools/bazel finished its set-up, Unix time
+    (scheduler/tracing/phases.py); tools/bazel's stamp, not a user's: one that is no number counts as 0
 
 A variable set to the empty string counts as unset, except CUDA_VISIBLE_DEVICES (empty: no GPU).
-A value that is not of its field's type is the user's error, naming the variable.
+A value that is not of its field's type is the user's error (OptionError, a UserError: one line
+and exit code 2 from a command), naming the variable.
 """
 
 from __future__ import annotations
@@ -39,19 +43,21 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from common.errors import UserError
+
 CACHE_DIR = "PHOBOS_CACHE_DIR"
 TOKEN = "PHOBOS_TOKEN"
 FAULT = "PHOBOS_FAULT"
 COMMIT_FAULT = "PHOBOS_COMMIT_FAULT"
 RUN_FAULT = "PHOBOS_RUN_FAULT"
-SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up, read raw (scheduler/tracing/phases.py)
+SETUP_DONE = "PHOBOS_SETUP_DONE"  # tools/bazel's end of set-up (scheduler/tracing/phases.py)
 # the variables that change the code the CUDA compiler generates or the NVRTC it loads (a
 # compiled leaf cached under other values is not reused: scheduler/running/leaf_ptx.py)
 CODE_SWITCHES = ("PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_SPLIT_FAN_IN", "PHOBOS_NVRTC", "CUDA_HOME", "CUDA_PATH")
 DUMPS = ("PHOBOS_CUDA_DUMP", "PHOBOS_DUMP_STAGES")  # asked for the compiler's stages
 
 
-class OptionError(ValueError):
+class OptionError(UserError, ValueError):
     """A variable whose value is not of its field's type (the message names it)."""
 
 
@@ -78,6 +84,7 @@ class Options(NamedTuple):
     commit_fault: str = ""
     run_fault: str = ""
     ticket_ttl_s: float | None = None
+    setup_done: float = 0.0
 
 
 def current() -> Options:
@@ -111,6 +118,7 @@ def current() -> Options:
         commit_fault=env.get(COMMIT_FAULT, ""),
         run_fault=env.get(RUN_FAULT, ""),
         ticket_ttl_s=_number("PHOBOS_TEST_TICKET_TTL_S", float, None),
+        setup_done=_stamp(SETUP_DONE),
     )
 
 
@@ -122,7 +130,15 @@ def _number(name: str, kind, default):
         return kind(value)
     except ValueError:
         what = "an integer" if kind is int else "a number"
-        raise OptionError(f"error: ${name}={value!r} is not {what}") from None
+        raise OptionError(f"${name}={value!r} is not {what}") from None
+
+
+def _stamp(name: str) -> float:
+    """A time a wrapper wrote (not the user): one that is no number is left out, as if unset."""
+    try:
+        return float(os.environ.get(name) or 0.0)
+    except ValueError:
+        return 0.0
 
 
 def variable(name: str) -> str | None:

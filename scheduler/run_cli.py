@@ -8,6 +8,7 @@ before anything ran (bad flags, job, kernel, storage, token, memory).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -139,6 +140,19 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> str | None:
 
 
 def run_command(argv: list[str]) -> int:
+    # First thing: a SIGTERM before the job's orderly stop begins, or after it ends, stops the
+    # pods started so far and exits 143 at once (_stop_at_once), whatever the command is doing.
+    try:
+        previous = signal.signal(signal.SIGTERM, _stop_at_once)
+    except ValueError:  # not the main thread (an in-process caller): signals are the caller's
+        return _command(argv)
+    try:
+        return _command(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # for callers in-process (tests); the CLI exits
+
+
+def _command(argv: list[str]) -> int:
     from scheduler.tracing.phases import PROCESS, process_start_time
 
     PROCESS.mark("started", process_start_time())
@@ -159,29 +173,33 @@ def run_command(argv: list[str]) -> int:
         log.configure_from_args(args)
         return _run(args, job_path, roots, pods, tune, heartbeat, None)
     from scheduler.pods.local_pods import spawn_for
-    from scheduler.running.interrupt import Interrupted
 
-    # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own. Until
-    # the job's own signal handling begins, a SIGTERM unwinds too, so that they are stopped.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # First thing: the pods' start-up (imports, CUDA context) overlaps the command's own.
     started = None
     try:
         started = spawn_for(args.local_pods, roots, *heartbeat, args.pod_log_level)
         log.configure_from_args(args)  # after the spawn: it loads the standard library's logging
         return _run(args, job_path, roots, pods, tune, heartbeat, started)
-    except Interrupted as err:  # before the job ran
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
     finally:
-        signal.signal(signal.SIGTERM, previous)
         if started is not None:  # the job sent them SIGTERM at its end: they are exiting by now
             started.stop_now()
 
 
-def _interrupt(signum: int, _frame) -> None:
-    from scheduler.running.interrupt import Interrupted
+def _stop_at_once(signum: int, _frame) -> None:
+    """SIGTERM while no job runs (the job's own handler stops it in order: running/interrupt.py).
+    No exception is raised into whatever the command is doing then: an import inside a broad
+    `except` (the optional cupy ones) would swallow it and the job would run anyway, and one
+    between a `try` and its `finally` would end in a traceback, exit 1. Instead the pods this
+    process started are stopped and it exits 128 + the signal's number. Nothing the job writes has
+    begun, or it is over; the command's own files (caches, dataclass code) are written atomically,
+    as a kill -9 at any moment needs anyway."""
+    from scheduler.pods.local_pods import stop_all_started
 
-    raise Interrupted(signum)
+    stop_all_started()
+    name = signal.Signals(signum).name
+    os.write(2, f"error: interrupted by {name} while no job was running: the command's pods are "
+                "stopped; outputs keep the contents the last finished job gave them\n".encode())
+    os._exit(128 + signum)
 
 
 def _run(args, job_path: Path, roots: list[Path], pods: tuple[str, ...], tune, heartbeat: tuple[float, float],

@@ -41,7 +41,7 @@ def phobos_pytest(
         main = "//tests:run_pytest.py",
         args = args + ["%s/%s" % (package, t) for t in tests],
         data = own_data + data,
-        deps = deps + ["//tests:conftest", "//tests:job_files"],
+        deps = deps + ["//tests:conftest", "//tests:job_files", "//tests:parse_counts"],
         size = size,
         timeout = timeout,
         shard_count = shard_count,

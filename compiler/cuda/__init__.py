@@ -12,12 +12,13 @@ Public API (compiled.py):
 - `compiler.cuda.tuning.autotune.tune(kernel, dims)` / `cached_choice(kernel, dims)`.
 - `compiler.cuda.target`: what a leaf's code needs of the GPU, the PTX target for a compute
   capability, the check before a module load.
-Stages (stages.py, in order): bind, hoist, analyse, lay out, emit, nvrtc. The emit stage is
+Stages (stages.py, in order): bind, fp8, hoist, split, fit, epilogue, analyse (the KernelPlan and
+its mainloop policy, mainloops/registry.py), lay out, emit, nvrtc. The emit stage is
 codegen.KernelGen (statements) over exprs.ExprEmitter (expressions), with calls.py (the built-in
-calls), stores/emit.py (a Store statement's writes), mainloops/simt/dots.py (FMA dots),
-mma.py (tensor-core dots), operands.py (their shared-memory buffers), staged.py (which
-buffer an operand already lives in), mainloops/wgmma/mma.py (warpgroup MMA), tf32.py (the one rounding of f32
-to TF32, to nearest even),
-loops.py (software pipelining of loop operands) and reductions.py as functions of that one
-emitter; values.py holds what they pass around.
+calls), stores/ (a Store statement's writes), mma.py (mma.sync dots), operands.py (their
+shared-memory buffers), staged.py (which buffer an operand already lives in), tf32.py (the one
+rounding of f32 to TF32, to nearest even), loops.py (software pipelining of loop operands) and
+reductions.py as functions of that one emitter, asking the leaf's mainloop policy
+(mainloops/<policy>/: FMA dots, warpgroup MMA, the TMA ring, ...) how each loop's operands are
+staged; values.py holds what they pass around. The layout: docs/architecture.md.
 """

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from common import blas, options
@@ -187,6 +188,7 @@ class LocalPods:
     def __init__(self, token: str, pods: list[LocalPod] | None = None):
         self.token = token
         self.pods: list[LocalPod] = pods if pods is not None else []
+        _STARTED.add(self)
 
     @property
     def addresses(self) -> list[str]:
@@ -237,6 +239,17 @@ class LocalPods:
             if not pod.process.wait_blocking(max(0.0, deadline - time.monotonic())):
                 pod.process.kill()
                 pod.process.popen.wait()
+
+
+_STARTED: weakref.WeakSet[LocalPods] = weakref.WeakSet()  # every LocalPods of this process, alive
+
+
+def stop_all_started(grace_s: float = 2.0) -> None:
+    """Stop every pod this process started and has not stopped yet: for a command leaving at once
+    on a signal (scheduler/run_cli.py), whichever of its pods exist at that moment. A pod is on its
+    LocalPods' list from its fork on (signals are held around the two, forked_pod.signals_held)."""
+    for pods in list(_STARTED):
+        pods.stop_now(grace_s)
 
 
 def spawn_local_pods(devices: list[str], roots: list[Path], token: str, extra_args: list[str] = (),

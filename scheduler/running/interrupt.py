@@ -54,6 +54,7 @@ async def interruptible(coro):
         sys.stderr.flush()
         task.cancel()
 
+    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
     for signum in SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
@@ -63,5 +64,19 @@ async def interruptible(coro):
             raise Interrupted(received[0]) from None
         raise
     finally:
-        for signum in SIGNALS:
+        _hand_back(loop, previous)
+
+
+def _hand_back(loop, previous: dict) -> None:
+    """The handlers from before the job back, signals held meanwhile: asyncio's own removal
+    leaves the default action (SIGTERM would kill the command in the middle of its report, exit
+    -15, pods left to time out) or KeyboardInterrupt, and a signal between the two steps would
+    meet it (the command's handler: scheduler/run_cli.py)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        for signum, handler in previous.items():
             loop.remove_signal_handler(signum)
+            if handler is not None:  # None: set from C, not Python's to restore
+                signal.signal(signum, handler)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -56,11 +56,7 @@ def process_start_time() -> float:
     which tools/bazel finished its set-up (SETUP_ENV) when that is later: `bazel run` execs the
     program in the process tools/bazel started, whose first run builds the Python environment,
     which is not the program's imports."""
-    try:
-        setup_done = float(options.variable(SETUP_ENV) or "0")
-    except ValueError:
-        setup_done = 0.0
-    return max(_proc_start_time(), setup_done)
+    return max(_proc_start_time(), options.current().setup_done)
 
 
 def _proc_start_time() -> float:

@@ -6,7 +6,6 @@ where it was made) and the run. A pod is another process: it parses each leaf it
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import numpy as np
 import pytest
 
 import phobos
-from compiler import pipeline
 from scheduler import cli
+from tests.parse_counts import count_parses, leaf_parses
 
 JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 
@@ -40,16 +39,9 @@ CASES = {  # a cluster loop (init and step leaves), and a kernel with one leaf
 
 @pytest.fixture()
 def parses(monkeypatch, tmp_path):
-    """The files parsed in this process (pipeline.parse_stage is the parser's one caller)."""
+    """The files parsed in this process (tests/parse_counts.py: counted inside the parser)."""
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path / "cache"))
-    seen: Counter = Counter()
-    real = pipeline.parse
-
-    def counting(text: str, filename: str):
-        seen[filename] += 1
-        return real(text, filename)
-
-    monkeypatch.setattr(pipeline, "parse", counting)
+    seen = count_parses(monkeypatch)
     monkeypatch.chdir(tmp_path)
     return seen
 
@@ -76,7 +68,7 @@ def test_the_command_line_parses_the_kernel_once_per_command(parses, tmp_path, n
     assert dict(parses) == {str(JOBS / case.kernel): 1}  # new-job: checks and the cluster compile
     parses.clear()
     assert cli.main(["job.capnp", "--local-pods", "1", "--storage-root", str(tmp_path)]) == 0
-    assert sum(parses.values()) == 1 and all("cluster leaf" not in f for f in parses), parses
+    assert sum(parses.values()) == 1 and leaf_parses(parses) == {}, parses
     _result_ok(case, tmp_path)
 
 
@@ -92,3 +84,24 @@ def test_phobos_run_of_phobos_job_parses_the_kernel_once(parses, tmp_path, name)
     # the job's checks and its run each compile the cluster program, from the one IR
     assert dict(parses) == {str(JOBS / case.kernel): 1}
     _result_ok(case, tmp_path)
+
+
+def test_the_count_sees_each_way_to_the_parser(parses):
+    """The counter is inside the parser: a parse through the front end's pipeline, through the
+    parser module itself and of a printed leaf's text are all counted (a re-parse the tests above
+    would otherwise miss)."""
+    from compiler.cluster.leaves import forget_leaf_kernels, load_leaf
+    from compiler.frontend import load, parser
+    from scheduler.jobs import prepare as prep
+    from tests.job_files import write_add_job
+
+    path = JOBS / "add.phk"
+    load.load_file(path)
+    parser.parse(path.read_text(), "direct.phk")
+    assert dict(parses) == {str(path): 1, "direct.phk": 1}
+    job, _ = write_add_job(Path.cwd(), seed=1)
+    program = prep.prepare(job, Path.cwd() / "add.job", [Path.cwd()], {"BLOCK": 256}).program
+    forget_leaf_kernels()  # as in a pod's process: the leaf's text is all there is
+    parses.clear()
+    load_leaf(program.leaves[0])
+    assert leaf_parses(parses) == {f"<cluster leaf {program.leaves[0].name}>": 1}

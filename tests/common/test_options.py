@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 
 from common import options
+from common.errors import UserError
 
 VARIABLES = ("PHOBOS_CACHE_DIR", "PHOBOS_RETUNE", "PHOBOS_TUNE_QUIET", "PHOBOS_CUDA_DUMP",
              "PHOBOS_DUMP_STAGES", "PHOBOS_CUDA_TMA", "PHOBOS_CUDA_DOT_UNROLL", "PHOBOS_NVRTC", "CUDA_HOME",
              "CUDA_PATH", "PHOBOS_TOKEN", "PHOBOS_POD_MODULE", "CUDA_VISIBLE_DEVICES",
-             "BUILD_WORKING_DIRECTORY", "PHOBOS_FAULT", "PHOBOS_COMMIT_FAULT", "PHOBOS_TEST_TICKET_TTL_S")
+             "BUILD_WORKING_DIRECTORY", "PHOBOS_FAULT", "PHOBOS_COMMIT_FAULT", "PHOBOS_TEST_TICKET_TTL_S",
+             "PHOBOS_SETUP_DONE")
 
 
 @pytest.fixture
@@ -32,7 +34,7 @@ def test_each_variable_reaches_its_field(bare):
                         "PHOBOS_CUDA_DOT_UNROLL": "4", "PHOBOS_NVRTC": "/x/libnvrtc.so", "CUDA_PATH": "/cuda",
                         "PHOBOS_TOKEN": "t" * 32, "PHOBOS_POD_MODULE": "tests.fake_pod",
                         "CUDA_VISIBLE_DEVICES": "", "PHOBOS_FAULT": "kill-unit=0:1",
-                        "PHOBOS_TEST_TICKET_TTL_S": "0.5"}.items():
+                        "PHOBOS_TEST_TICKET_TTL_S": "0.5", "PHOBOS_SETUP_DONE": "1765100000.25"}.items():
         bare.setenv(name, value)
     got = options.current()
     assert got.cache_dir == Path("/tmp/c") and got.retune and got.tune_quiet
@@ -41,6 +43,7 @@ def test_each_variable_reaches_its_field(bare):
     assert got.nvrtc == "/x/libnvrtc.so" and got.cuda_homes == ("/cuda",) and got.token == "t" * 32
     assert got.pod_module == "tests.fake_pod" and got.fault == "kill-unit=0:1" and got.ticket_ttl_s == 0.5
     assert got.visible_devices == ""  # set but empty: no GPU, unlike unset
+    assert got.setup_done == 1765100000.25
 
 
 def test_empty_counts_as_unset_and_changes_show_at_the_next_call(bare):
@@ -54,6 +57,12 @@ def test_a_value_of_the_wrong_type_names_its_variable(bare):
     bare.setenv("PHOBOS_CUDA_DOT_UNROLL", "four")
     with pytest.raises(options.OptionError, match=r"\$PHOBOS_CUDA_DOT_UNROLL='four' is not an integer"):
         options.current()
+    assert isinstance(options.OptionError("x"), UserError)  # a command prints one line, exit 2
+
+
+def test_a_setup_stamp_that_is_no_number_counts_as_unset(bare):
+    bare.setenv("PHOBOS_SETUP_DONE", "soon")  # tools/bazel's, not the user's: no error for it
+    assert options.current().setup_done == 0.0
 
 
 def test_environment_is_a_copy(bare):

@@ -1,6 +1,6 @@
 """The first call's tuner on CPU: the cache's keys and buckets, corrupted entries, the model that
 prunes before anything is compiled, the parallel compile pool (real NVRTC), progress lines.
-What needs a GPU (timing) is in benchmarks/first_call_bench.py and the -m gpu tests."""
+What needs a GPU (timing) is in benchmarks/first_call.py and the -m gpu tests."""
 
 from __future__ import annotations
 

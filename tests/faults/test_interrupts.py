@@ -123,3 +123,27 @@ def test_a_stopped_job_tells_the_commands_own_pods_to_drop_it_first(tmp_path):
             scheduler.kill()
     assert returncode == 130, err[-3000:]
     assert err.count("job cancelled by the scheduler") == 2, err[-3000:]
+
+
+def test_a_job_gives_the_signal_handlers_before_it_back_when_it_ends():
+    """interruptible (the job's orderly stop) takes SIGINT and SIGTERM for the job's time only:
+    after it the handlers from before are back, not asyncio's default action (a SIGTERM would kill
+    the command while it writes its report, exit -15) nor KeyboardInterrupt."""
+    import asyncio
+
+    from scheduler.running.interrupt import interruptible
+
+    def mine(signum, frame):
+        raise AssertionError("not called")
+
+    async def job():
+        assert signal.getsignal(signal.SIGTERM) is not mine  # the job's own while it runs
+        return "done"
+
+    before = {s: signal.signal(s, mine) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert asyncio.run(interruptible(job())) == "done"
+        assert signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

@@ -36,6 +36,14 @@ def test_bad_log_level_is_a_clean_user_error(program, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_a_bad_environment_variable_is_a_clean_user_error(tmp_path):
+    kernel = REPO_ROOT / "examples" / "add.phk"
+    result = run("compiler", "cuda", str(kernel), "--dim", "N=1024", cwd=tmp_path,
+                 env={"PHOBOS_CUDA_DOT_UNROLL": "four"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "error: $PHOBOS_CUDA_DOT_UNROLL='four' is not an integer"
+
+
 # The compiler with no command logs its start and exits 0; the scheduler and pod need a job or a
 # token to start at all, so their relative paths are covered by their own tests.
 @pytest.mark.parametrize("program", ["compiler"])

@@ -1,8 +1,8 @@
 """A pod parses each leaf at most once per job, however many units and plan generations it runs.
 
 The pod (its machine and shells) runs in this process with the CPU backend, fed by hand (no
-network: one node, so no fetch, and no scheduler); every parse goes through
-`compiler.pipeline.parse`, counted by file name.
+network: one node, so no fetch, and no scheduler); its parses are counted inside the parser, by
+file name (tests/parse_counts.py).
 """
 
 from __future__ import annotations
@@ -19,25 +19,17 @@ from scheduler.jobs.job_storage import JobStorage
 from scheduler.planning.planner import NodeFigure, plan
 from schemas.capnp_io import job_program
 from tests.job_files import write_add_job
+from tests.parse_counts import count_parses
 
 
 def test_a_pod_parses_each_leaf_once_per_job(tmp_path, monkeypatch):
-    import compiler.pipeline
-
     job, want = write_add_job(tmp_path, seed=5)
     prepared = prep.prepare(job, tmp_path / "add.job", [tmp_path], {"BLOCK": 256}, job_id="parse-count")
     assert len(prepared.program.units) == 16
     files = JobStorage.open(prepared)
     files.stage()
 
-    parses: Counter = Counter()
-    real = compiler.pipeline.parse
-
-    def counting(text, filename, *args, **kwargs):
-        parses[filename] += 1
-        return real(text, filename, *args, **kwargs)
-
-    monkeypatch.setattr(compiler.pipeline, "parse", counting)
+    parses = count_parses(monkeypatch)
     program = job_program(prepared.program, prepared.scalars)
     # a pod is its own process: it has only the leaf's text, not the IR the scheduler made it from
     from compiler.cluster.leaves import forget_leaf_kernels

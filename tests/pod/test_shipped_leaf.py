@@ -54,8 +54,8 @@ def _forbid(monkeypatch, calls: list) -> None:
     from compiler.cuda import nvrtc, stages
     from compiler.frontend import parser
 
-    for module, name in ((stages, "run"), (stages, "ptx_of"), (nvrtc, "compile_to_ptx"), (parser, "parse"),
-                         (leaves, "load_leaf")):
+    for module, name in ((stages, "run"), (stages, "ptx_of"), (nvrtc, "compile_to_ptx"),
+                         (parser._Parser, "module"), (leaves, "load_leaf")):
         monkeypatch.setattr(module, name, lambda *a, _n=name, **k: calls.append(_n) or pytest.fail(_n))
 
 
@@ -82,6 +82,74 @@ def test_a_shipped_leaf_is_prepared_without_a_compile(shipped, monkeypatch):
     assert [(t.name, t.dtype, t.shape) for t in compiled.tensors] == [
         ("A", "bf16", (256, 256)), ("B", "bf16", (256, 256)), ("C", "f32", (256, 256))]
     assert compiled.writes == ("C",) and compiled.tuned == leaf.tile_values and compiled.cc == 90
+
+
+class _Device:
+    """cupy.cuda.Device as GpuBackend uses it, for a GPU of capability 9.0 that is not here."""
+
+    compute_capability = "90"
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def use(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+@pytest.fixture()
+def gpu_backend(monkeypatch):
+    """The pod's real GPU backend over a stand-in for cupy: its `prepare` runs as on a GPU host,
+    up to the driver's module load (compiler.cuda.launch.load, recorded here instead)."""
+    import types
+
+    from compiler.cuda import launch
+
+    cuda = types.SimpleNamespace(Device=_Device, Stream=lambda non_blocking: object())
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    loaded: list = []
+    monkeypatch.setattr(launch, "load", loaded.append)
+    from pod.backends.backend_gpu import GpuBackend
+
+    return GpuBackend(0), loaded
+
+
+def _compiles(monkeypatch) -> list[str]:
+    """The parse, CUDA generation and NVRTC calls made from now on, by name, in order."""
+    from compiler.cuda import nvrtc, stages
+    from compiler.frontend import parser
+
+    calls: list[str] = []
+    for module, name in ((stages, "run"), (nvrtc, "compile_to_ptx"), (parser._Parser, "module")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _n=name, _f=real, **k: calls.append(_n) or _f(*a, **k))
+    return calls
+
+
+def test_the_gpu_backend_prepares_a_shipped_leaf_without_a_compile(shipped, gpu_backend, monkeypatch):
+    """A job's program with the compiled leaf: the backend loads its PTX, and nothing reaches the
+    parser, the CUDA generator or NVRTC; the same program without it compiles here (so the count
+    sees a compile when there is one)."""
+    leaf, compiled = shipped
+    backend, loaded = gpu_backend
+    from compiler.cluster.leaves import forget_leaf_kernels
+
+    calls = _compiles(monkeypatch)
+    program = capnp_io.JobProgram(kernel="matmul_bf16", leaves=(leaf,), scalars=(), tensors=(),
+                                  compiled=(("mm", compiled),))
+    assert backend.prepare("shipped", program) == {"mm": ("C",)}
+    assert calls == []
+    assert [k.ptx for k in loaded] == [k.ptx for k in gpu_leaves.gpu_leaf(leaf, compiled, 90).kernels]
+    assert loaded[0].ptx.encode() == compiled.code and loaded[0].entry == compiled.kernels[0].entry
+    forget_leaf_kernels()  # a pod process has only the leaf's text
+    backend.prepare("compiled-here", capnp_io.JobProgram(kernel="matmul_bf16", leaves=(leaf,), scalars=(),
+                                                         tensors=(), compiled=()))
+    assert {"module", "run", "compile_to_ptx"} <= set(calls), calls
 
 
 def test_a_pod_process_never_loads_the_generator_for_a_shipped_leaf(shipped, tmp_path):

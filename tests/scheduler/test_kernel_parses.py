@@ -1,8 +1,8 @@
 """The scheduler parses and checks a job's kernel once per job, tuner included.
 
-Every parse in phobos goes through the front end's pipeline (compiler/pipeline.py `parse_stage`
-calls `compiler.pipeline.parse`); counting those calls by file name tells the job's own kernel
-apart from the generated leaves (whose names say "cluster leaf": none is parsed where it is made).
+Parses are counted inside the parser, by file name (tests/parse_counts.py), which tells the job's
+own kernel apart from the generated leaves (whose names say "cluster leaf": none is parsed where
+it is made).
 """
 
 from __future__ import annotations
@@ -13,21 +13,12 @@ import numpy as np
 import pytest
 
 from tests.job_files import write_add_job
+from tests.parse_counts import count_parses, leaf_parses
 
 
 @pytest.fixture
 def parses(monkeypatch) -> Counter:
-    import compiler.pipeline
-
-    counts: Counter = Counter()
-    real = compiler.pipeline.parse
-
-    def counting(text, filename, *args, **kwargs):
-        counts[filename] += 1
-        return real(text, filename, *args, **kwargs)
-
-    monkeypatch.setattr(compiler.pipeline, "parse", counting)
-    return counts
+    return count_parses(monkeypatch)
 
 
 def _add_job(tmp_path) -> tuple[str, np.ndarray]:
@@ -37,10 +28,6 @@ def _add_job(tmp_path) -> tuple[str, np.ndarray]:
 
 def _kernel_parses(parses: Counter, kernel_file: str) -> int:
     return sum(n for name, n in parses.items() if name == kernel_file)
-
-
-def _leaf_parses(parses: Counter) -> dict[str, int]:
-    return {name: n for name, n in parses.items() if "cluster leaf" in name}
 
 
 @pytest.mark.parametrize("tuned", [False, True], ids=["plain", "autotune"])
@@ -60,5 +47,5 @@ def test_one_parse_of_the_kernel_per_job(tmp_path, monkeypatch, capsys, parses, 
     # the cluster compiler makes its leaves as IR from the kernel's (compiler/cluster/leaves.py):
     # the scheduler parses no leaf, tuner or not (the CPU pods parse each leaf's text in their own
     # processes, once per job: tests/pod)
-    assert _leaf_parses(parses) == {}, dict(parses)
+    assert leaf_parses(parses) == {}, dict(parses)
     assert sum(parses.values()) == 1, dict(parses)

@@ -147,6 +147,52 @@ def test_a_command_terminated_while_it_compiles_stops_its_pods(tmp_path):
         time.sleep(0.01)
 
 
+# The command run through its real entry point, held at one moment: the probe prints a marker
+# there and sleeps, the test sends SIGTERM once it has read the marker (no race, no sleep).
+_HELD_AT = """
+import sys, time
+moment, job = sys.argv[1], sys.argv[2]
+def hold():
+    print("held at", moment, flush=True)
+    time.sleep(120)
+if moment == "cupy import":  # inside `except Exception` (the GPU count, then the compile's target)
+    class Hold:
+        def find_spec(self, name, path=None, target=None):
+            if name == "cupy":
+                sys.meta_path.remove(self)
+                hold()
+    sys.meta_path.insert(0, Hold())
+else:  # the report, after the job ended: asyncio's signal handling is over by then
+    from scheduler import run_cli
+    run_cli._report = lambda *args: hold()
+sys.argv = ["phobos-sched", job, "--local-pods", "1"]
+from scheduler.cli import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize("moment", ["cupy import", "report"])
+def test_a_sigterm_while_no_job_runs_exits_143_at_once_with_no_pod_left(tmp_path, moment):
+    """A SIGTERM that met an import inside a broad `except` was swallowed (the job then ran, exit
+    0), one after the job met asyncio's default action (exit -15, pods left to time out), and one
+    in a `finally` ended in a traceback (exit 1): now each stops the pods and exits 143."""
+    write_inputs(tmp_path, {"a": np.ones(1024, np.float32), "b": np.ones(1024, np.float32)})
+    job = make_job(tmp_path, "add", {"N": 1024}, {"a": "a", "b": "b", "c": "c"})
+    command = subprocess.Popen([sys.executable, "-c", _HELD_AT, moment, str(job)], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert command.stdout.readline() == f"held at {moment}\n"
+        command.terminate()
+        _, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+    assert command.returncode == 143, err
+    assert "Traceback" not in err and "error: interrupted by SIGTERM while no job was running" in err
+    assert _pods_serving(tmp_path) == []  # stopped and reaped before the command exited
+    if moment == "report":
+        np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(1024, 2, np.float32))
+
+
 def test_the_command_spawns_its_pods_before_its_heavy_imports(tmp_path):
     """What the command has loaded at the moment it starts its first pod: nothing the pod's own
     start-up would wait behind (numpy, asyncio, capnp, the compiler's IR, the standard library's

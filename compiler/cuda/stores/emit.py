@@ -16,7 +16,7 @@ from compiler.cuda import analysis, int_ops
 from compiler.cuda.emit import INT_SUFFIX, from_f32
 from compiler.cuda.layout import MmaDist
 from compiler.cuda.mainloops.tma_ws import store as tma_store
-from compiler.cuda.stores.values import PACK, pure
+from compiler.cuda.stores.values import pair_values, pair_write, pure
 from compiler.cuda.values import Ctx
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
@@ -131,13 +131,9 @@ def pair_store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _j = 0; _j < {dc.count}; _j += 2)")
     gen.out.line(f"const int _c = {dc.position('_j')}; (void)_c;")
-    second = Ctx(ctx.shape, ctx.kind, ("_i", "_j + 1"), ("_r", "_c + 1"), ctx.native)
-    lo, hi = (gen.cast(gen.tile_elem(s.value, c), s.value, "f32") for c in (ctx, second))
+    lo, hi = pair_values(gen, s.value, ctx)
     ptr, pred = gen.element_address(param, s.index, ctx.pos)
-    if param.dtype == "f32":
-        st = f"*reinterpret_cast<float2*>(&{ptr}) = make_float2({lo}, {hi});"
-    else:
-        st = f"*reinterpret_cast<unsigned*>(&{ptr}) = {PACK[param.dtype]}({lo}, {hi});"
+    st = pair_write(param.dtype, f"&{ptr}", lo, hi)
     gen.out.line(st if pred == "true" else f"if ({pred}) {st}")
     gen.out.close()
     gen.out.close()

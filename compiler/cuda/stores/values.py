@@ -1,15 +1,31 @@
 """Which values a store can write straight from the accumulator's registers, shared by the
 pair stores (stores/emit.py) and the TMA store (mainloops/tma_ws/store.py): element-wise expressions of the
 accumulator layout's register tiles, rows or columns of it (a bias through `expand`), scalars and
-constants; and the packing of two 16-bit results into one 32-bit store."""
+constants; and a column pair's two values, written as one 8-byte (f32) or 4-byte (two 16-bit
+values packed) store: both store the pair the same way, each in its own loop order."""
 
 from __future__ import annotations
 
 from compiler import builtins
-from compiler.cuda.values import Val
+from compiler.cuda.values import Ctx, Val
 from compiler.frontend import ir
 
-PACK = {"bf16": "pack_bf16x2", "f16": "pack_f16x2"}
+_PACK = {"bf16": "pack_bf16x2", "f16": "pack_f16x2"}
+
+
+def pair_values(gen, value: ir.Expr, ctx: Ctx) -> tuple[str, str]:
+    """The f32 values of `value` at columns `_c` and `_c + 1` of row `_r` (register `_j`, `_j + 1`
+    of `_i`): the caller's loops name them so, in the order that suits it."""
+    second = Ctx(ctx.shape, ctx.kind, ("_i", "_j + 1"), ("_r", "_c + 1"), ctx.native)
+    lo, hi = (gen.cast(gen.tile_elem(value, c), value, "f32") for c in (ctx, second))
+    return lo, hi
+
+
+def pair_write(dtype: str, address: str, lo: str, hi: str) -> str:
+    """One store of the pair at `address` (a pointer to the first element) into a `dtype` tensor."""
+    if dtype == "f32":
+        return f"*reinterpret_cast<float2*>({address}) = make_float2({lo}, {hi});"
+    return f"*reinterpret_cast<unsigned*>({address}) = {_PACK[dtype]}({lo}, {hi});"
 
 
 def pure(gen, e: ir.Expr, shape) -> bool:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from compiler.cuda.layout import MmaDist
 from compiler.cuda.mainloops.tma_ws.maps import MapSpec
-from compiler.cuda.stores.values import PACK, pure
+from compiler.cuda.stores.values import pair_values, pair_write, pure
 from compiler.cuda.values import Ctx
 from compiler.frontend import ir, walk
 
@@ -119,15 +119,11 @@ def store(gen, s: ir.Store, param: ir.TensorParam, ctx: Ctx) -> None:
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int _i = 0; _i < {dr.count}; ++_i)")
     gen.out.line(f"const int _r = {dr.position('_i')};")
-    second = Ctx(ctx.shape, ctx.kind, ("_i", "_j + 1"), ("_r", "_c + 1"), ctx.native)
-    lo, hi = (gen.cast(gen.tile_elem(s.value, c), s.value, "f32") for c in (ctx, second))
+    lo, hi = pair_values(gen, s.value, ctx)
     # box _c / per_box, row _r, 16-byte chunk swizzled by the row's low 3 bits
     at = (f"{tile} + (_c / {per_box}) * {box_bytes} + _r * {BOX_BYTES}"
           f" + (((((_c % {per_box}) * {eb}) >> 4) ^ (_r & 7)) << 4) + (((_c % {per_box}) * {eb}) & 15)")
-    if param.dtype == "f32":
-        gen.out.line(f"*reinterpret_cast<float2*>({at}) = make_float2({lo}, {hi});")
-    else:
-        gen.out.line(f"*reinterpret_cast<unsigned*>({at}) = {PACK[param.dtype]}({lo}, {hi});")
+    gen.out.line(pair_write(param.dtype, at, lo, hi))
     gen.out.close()
     gen.out.close()
     gen.out.line("fence_async_smem();  // the writes above, seen by the copy engine")
