@@ -31,12 +31,24 @@ from compiler.cuda.mainloops.tma_ws import store as tma_store
 from compiler.cuda.mainloops.tma_ws import tf32 as tma_tf32
 from compiler.cuda.mainloops.wgmma import mma as wgmma
 from compiler.cuda.render_plan import point_text, render_plan
+from compiler.cuda.schedule import wide_blocks_searched
 from compiler.cuda.stores import emit as stores
 from compiler.cuda.values import Val
 from compiler.frontend import ir
 from compiler.frontend.diagnostics import CompileError
 
-REGISTER_BUDGET = 200  # floats per thread held by tile variables before the point is pruned
+# Floats per thread a CUDA-core point may hold in registers through a loop (its tiles, and what the
+# loop holds beside them: operands prefetched into registers, the largest let of its body, a k
+# step's dot fragments) before it is pruned. matmul.phk at 8192^3 on sm_90 (ptxas 13.0), 8 x 16
+# or 16 x 8 register blocks (128 accumulators): 164-192 assembled to 230-255 registers without
+# spills; at TILE_K = 32, 200 spilled 40 bytes once (128 x 256) and not once (256 x 128), 216-232
+# spilled 28-468 bytes.
+REGISTER_BUDGET = 200
+# ... and in the whole kernel (its tiles beside the largest let anywhere), with
+# schedule.wide_blocks_searched() (else REGISTER_BUDGET): matmul's epilogue let c_old, read element
+# by element into the store, beside the 128 accumulators assembled to 230 registers without spills.
+KERNEL_REGISTER_BUDGET = 256
+MAX_REGISTERS = 255  # a thread's, in a CTA of up to 256 threads (both budgets shrink in proportion past that)
 # With tensor cores the operand fragments, the rounded copy of a register operand and the ring's
 # addresses need registers too: past 128 tile values per thread ptxas spilled (mha D=128,
 # BR=64, BC=128 held 132 and spilled 72 bytes at 255 registers).
@@ -121,7 +133,10 @@ class KernelGen(ExprEmitter):
         if not (self.plan.tensor_cores and uniform.materialize_masked(self, s.value, kind, s.name)):
             self.materialize(s.value, kind, name=s.name)
         # a let dies with its statement list; only the largest one counts against the budget
-        self.registers.let_floats = max(self.registers.let_floats, self.registers.register_floats - before)
+        floats = self.registers.register_floats - before
+        self.registers.let_floats = max(self.registers.let_floats, floats)
+        if self.loop.barriers:  # inside a loop
+            self.registers.body_let = max(self.registers.body_let, floats)
         self.registers.register_floats = before
 
     def var_decl(self, s: ir.VarDecl) -> None:
@@ -203,6 +218,7 @@ class KernelGen(ExprEmitter):
         saved = self.scope.saved()
         self.scope.ranges[s.var] = var_range
         pipelined = loops.prefetch_first(self, s, start, stop_name, step)
+        counted = self.registers.enter_loop()
         self.loop.rotation = loops.rotation(self, s)
         self.out.open(f"for (int {var} = {start}; {var} < {stop_name}; {var} += {step})")
         self.loop.barriers.append(False)
@@ -237,6 +253,7 @@ class KernelGen(ExprEmitter):
         self.loop.pipelined = saved_pipe
         self.scope.restore(saved)
         self.loop.barriers.pop()
+        self.registers.leave_loop(loops.prefetched_floats(pipelined), counted)
         self.out.span = s.span
         self.out.close()
         if self.loop.rotation is not None:
@@ -337,6 +354,15 @@ class KernelGen(ExprEmitter):
             )
         registers = self.registers
         held, budget = registers.register_floats + registers.let_floats, self.register_budget()
+        if not self.plan.tensor_cores:  # CUDA cores: the loops' budget, and the whole kernel's
+            # past 256 threads a thread has fewer than 255 registers (65536 per multiprocessor)
+            cap = min(MAX_REGISTERS, 65536 // self.plan.grid.threads)
+            looped = registers.register_floats + registers.loop_floats
+            if looped > budget * cap // MAX_REGISTERS:
+                raise self.pruned(k.span, f"it holds {looped} values per thread in registers through a loop "
+                                  f"(budget {budget * cap // MAX_REGISTERS})")
+            whole = KERNEL_REGISTER_BUDGET if wide_blocks_searched() else REGISTER_BUDGET
+            budget = whole * cap // MAX_REGISTERS
         if held > budget:
             raise self.pruned(
                 k.span, f"it holds {held} tile values per thread in registers (budget {budget})"

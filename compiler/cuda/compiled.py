@@ -30,10 +30,16 @@ COMPILER_VERSION = "phobos-cuda-12"  # schedule.PERSISTENT_TUNED on: 13 (the sea
 def compiler_version() -> str:
     """Part of the autotune cache key: the generator's version and its code-shaping switches."""
     from compiler.cuda.mainloops.simt.dots import dot_unroll
-    from compiler.cuda.schedule import PERSISTENT_TUNED, persistent_searched, tma_searched
+    from compiler.cuda.schedule import (
+        PERSISTENT_TUNED,
+        persistent_searched,
+        tma_searched,
+        wide_blocks_searched,
+    )
 
     persist = "-persist" if persistent_searched() and not PERSISTENT_TUNED else ""
-    return f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma") + persist
+    version = f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma") + persist
+    return version + ("-wide" if wide_blocks_searched() else "")
 
 
 @dataclass(frozen=True)

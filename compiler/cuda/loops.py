@@ -58,6 +58,12 @@ def prefetch_first(gen, s: ir.For, start: str, stop_name: str, step: str) -> dic
     return out
 
 
+def prefetched_floats(pipelined: dict) -> int:
+    """Floats per thread of a loop's operands prefetched into registers by prefetch_first (its
+    CUDA-core entries: (tile, vector plan, registers, load, buffers))."""
+    return sum(4 * v[1]["iters"] for v in pipelined.values() if isinstance(v[1], dict) and "iters" in v[1])
+
+
 def copy_pipeline(gen, s: ir.For, lets, start: str, stop_name: str, step: str) -> dict:
     """Tensor-core operands of a loop: the leaf's mainloop policy (mainloops/) stages them in its
     ring and issues the first copies before the loop."""

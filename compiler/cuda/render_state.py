@@ -72,6 +72,22 @@ class Registers:
 
     register_floats: int = 0
     let_floats: int = 0
+    # What a CUDA-core loop holds beside the kernel's tiles, the most of any loop: its operands
+    # prefetched into registers, the largest let of its body and a k step's dot fragments
+    loop_floats: int = 0
+    body_let: int = 0  # of the loop being emitted: the largest let of its body
+    fragments: int = 0  # of the loop being emitted: the most fragment values of one dot's k step
+
+    def enter_loop(self) -> tuple[int, int]:
+        saved = (self.body_let, self.fragments)
+        self.body_let = self.fragments = 0
+        return saved
+
+    def leave_loop(self, prefetched: int, saved: tuple[int, int]) -> None:
+        """Close the loop's count: `prefetched` floats of its operands in registers; a loop nested
+        in it counts for the enclosing one too."""
+        self.loop_floats = max(self.loop_floats, prefetched + self.body_let + self.fragments)
+        self.body_let, self.fragments = max(saved[0], self.body_let), max(saved[1], self.fragments)
 
 
 @dataclass

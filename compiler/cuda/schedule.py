@@ -60,6 +60,11 @@ class Schedule:
 
 DEFAULT = Schedule()
 SIMT_DOUBLE_BUFFER = Schedule(double_buffer=True)  # CUDA-core dots' second candidate (tuning/autotune.py)
+# CUDA-core dots' third candidate: the double-buffered loop on a CTA of 128 threads, so that a
+# 128 x 128 tile is a 16 x 8 register block per thread (8 x 8 on 256): per k step 6 float4 shared
+# loads feed 128 FMAs instead of 4 feeding 64, the FMAs 92% of the loop's instructions instead of
+# 89% (SASS of matmul.phk at 8192^3, TILE_K = 8), and two CTAs of 230 registers fit a multiprocessor
+SIMT_WIDE_BLOCK = Schedule(threads=128, double_buffer=True)
 WGMMA_PROBE = Schedule(stages=4, order="grouped", wgmma=True)  # warpgroup MMA's first guess, per tile point
 # For a kernel with one dot (matmul): as many stages as fit (the ring is cut to the shared memory),
 # since the copies in flight, (stages - 2) stages' bytes, are what hides the memory latency: at
@@ -103,6 +108,13 @@ def ring_stages(asked: int, fewest: int, stage_floats: int, held_floats: int, sm
     while stages > fewest and (held_floats + stages * stage_floats) * 4 > smem_limit - headroom:
         stages -= 1
     return stages
+
+
+def wide_blocks_searched() -> bool:
+    """Whether CUDA-core dots are also searched on 16 x 8 / 8 x 16 register blocks (SIMT_WIDE_BLOCK,
+    and 128 x 256 / 256 x 128 on 256 threads by codegen.KERNEL_REGISTER_BUDGET): off until their GPU
+    tests and speed are measured; PHOBOS_CUDA_WIDE_BLOCKS=1 turns it on."""
+    return options.current().cuda_wide_blocks
 
 
 def tma_searched() -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cuda_cases import load_example, random_inputs, rel_err
 
-from compiler.cuda.schedule import SIMT_DOUBLE_BUFFER
+from compiler.cuda.schedule import SIMT_DOUBLE_BUFFER, SIMT_WIDE_BLOCK
 from compiler.cuda.tuning import autotune
 from compiler.frontend import binding, walk
 from compiler.interp import interpreter as interp
@@ -85,6 +85,31 @@ DOUBLE_BUFFERED = [c for c in CASES if len(autotune.cuda_core_schedules(load_exa
 @pytest.mark.parametrize("name,dims,points", DOUBLE_BUFFERED, ids=[c[0] for c in DOUBLE_BUFFERED])
 def test_example_double_buffered_equals_interpreter(name, dims, points):
     _equals_interpreter(name, dims, points, SIMT_DOUBLE_BUFFER)
+
+
+# the examples with a CUDA-core dot in a loop on 128 threads (SIMT_WIDE_BLOCK: 16 x 8 register
+# blocks at 128 x 128), at the points that fit (flash attention's BR = BC = 128 needs more shared
+# memory than a CTA has, as tests/cuda/test_simt_double_buffer.py checks)
+WIDE_BLOCK = [
+    (name, dims, [p for p in points if name != "flash_attention.phk" or p.get("BR") != 128 or p["BC"] != 128])
+    for name, dims, points in DOUBLE_BUFFERED
+]
+
+
+@pytest.mark.parametrize("name,dims,points", WIDE_BLOCK, ids=[c[0] for c in WIDE_BLOCK])
+def test_example_on_wide_register_blocks_equals_interpreter(name, dims, points, monkeypatch):
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")  # schedule.wide_blocks_searched: the budget
+    _equals_interpreter(name, dims, points, SIMT_WIDE_BLOCK)
+
+
+@pytest.mark.parametrize("point", [{"TILE_M": 128, "TILE_N": 256, "TILE_K": 8},
+                                   {"TILE_M": 256, "TILE_N": 128, "TILE_K": 16}])
+def test_matmul_on_8_by_16_blocks_of_256_threads_equals_interpreter(point, monkeypatch):
+    """128 x 256 and 256 x 128 on 256 threads (8 x 16 and 16 x 8 per thread, held 256 with c_old:
+    inside codegen.KERNEL_REGISTER_BUDGET with PHOBOS_CUDA_WIDE_BLOCKS=1), both schedules."""
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")
+    for schedule in (None, SIMT_DOUBLE_BUFFER):
+        _equals_interpreter("matmul.phk", {"M": 512, "N": 768, "K": 160}, [point], schedule)
 
 
 def _equals_interpreter(name, dims, points, schedule):

@@ -26,6 +26,7 @@ from compiler.cuda.hoist import split_operand_lets
 from compiler.cuda.schedule import (
     DEFAULT,
     SIMT_DOUBLE_BUFFER,
+    SIMT_WIDE_BLOCK,
     TF32_TMA_PROBE,
     TMA_ATTENTION_PROBE,
     WGMMA_DEEP_PROBE,
@@ -33,6 +34,7 @@ from compiler.cuda.schedule import (
     WIDE_THREADS,
     Schedule,
     tensor_core_space,
+    wide_blocks_searched,
 )
 from compiler.cuda.tuning import cache as tune_cache
 from compiler.cuda.tuning.timing import time_launch, tuning_inputs
@@ -195,7 +197,9 @@ def tune(
 def cuda_core_schedules(kernel: ir.Kernel) -> list[Schedule]:
     """The schedules searched for a kernel whose dots all run on CUDA cores: the default and,
     when a dot sits in a loop (its operands may be prefetched), two shared buffers per operand
-    (Schedule.double_buffer, one barrier per iteration); the GPU's timing picks."""
+    (Schedule.double_buffer, one barrier per iteration) and, with schedule.wide_blocks_searched()
+    unless the kernel names its CTA size (@launch), the same on 128 threads (SIMT_WIDE_BLOCK: twice
+    the register block per thread); the GPU's timing picks."""
     from compiler.frontend import walk
 
     looped = any(
@@ -203,7 +207,10 @@ def cuda_core_schedules(kernel: ir.Kernel) -> list[Schedule]:
         for loop in walk.iter_stmts(kernel.body) if isinstance(loop, ir.For)
         for e in walk.iter_body_exprs(loop.body)
     )
-    return [DEFAULT, SIMT_DOUBLE_BUFFER] if looped else [DEFAULT]
+    if not looped:
+        return [DEFAULT]
+    launch = any(isinstance(a, ir.Launch) for a in kernel.attributes)
+    return [DEFAULT, SIMT_DOUBLE_BUFFER] + ([] if launch or not wide_blocks_searched() else [SIMT_WIDE_BLOCK])
 
 
 def cuda_core_search(kernel, dims, points, tf32: bool, inputs: Bench, log):

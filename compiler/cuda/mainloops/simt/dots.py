@@ -343,6 +343,7 @@ def _fma_loop(gen, acc, sa, sb, m: int, n: int, kk: int) -> None:
     dr, dc = gen.dists("2d", (m, n))
     if sa.x != m or sb.x != n or sa.k != kk or sb.k != kk:
         raise CompileError(gen.out.span, "internal: dot operand shapes disagree")
+    gen.registers.fragments = max(gen.registers.fragments, dr.count + dc.count)
     unroll = dot_unroll()
     gen.out.line("#pragma unroll" if unroll == 0 or kk <= unroll else f"#pragma unroll {unroll}")
     gen.out.open(f"for (int k_ = 0; k_ < {kk}; ++k_)")
