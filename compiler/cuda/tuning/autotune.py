@@ -35,7 +35,7 @@ from compiler.cuda.schedule import (
     tensor_core_space,
 )
 from compiler.cuda.tuning import cache as tune_cache
-from compiler.cuda.tuning.timing import time_launch, tuning_inputs
+from compiler.cuda.tuning.timing import REPEAT, Phases, time_launch, tuning_inputs
 from compiler.frontend import ir
 from compiler.frontend.binding import bind
 from compiler.frontend.diagnostics import CompileError
@@ -59,6 +59,7 @@ class Bench:
     scalars: dict | None
     cc: int = target.DEFAULT_CC
     timed: list = field(default_factory=list)  # every timing so far, for the progress lines' best
+    phases: Phases = field(default_factory=Phases)  # where the seconds went (the summary line)
 
 
 RETUNE_ENV = "PHOBOS_RETUNE"  # "1": time again even where the cache has a winner
@@ -170,7 +171,9 @@ def tune(
             return found
     if log is None and not env_options.current().tune_quiet:
         log = _stderr_line
-    bench = Bench(*tuning_inputs(kernel, dict(base.env)), cc)
+    phases = Phases()
+    with phases("inputs"):
+        bench = Bench(*tuning_inputs(kernel, dict(base.env)), cc, phases=phases)
     if schedules is None and runs_on_tensor_cores(kernel, dims, points, tf32):
         timings, pruned = schedule_search(kernel, dims, points, tf32, bench, log)
     elif schedules is None:
@@ -181,6 +184,8 @@ def tune(
     if not timings:
         reasons = "; ".join(f"{dict(p)}: {why}" for (p, _), why in pruned[:3])
         raise CompileError(kernel.span, f"no point of the @autotune search space fits this GPU ({reasons})")
+    if log:
+        log(phases.summary(kernel.name, len(pruned)))
     (best_items, best_schedule), best_ms = min(timings, key=lambda t: t[1])
     best = dict(best_items)
     tune_cache.store(keys, dict(base.dims), best, best_ms, best_schedule)
@@ -304,39 +309,62 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
     return target.runnable_schedules(probes, families, cc)
 
 
+LOAD_THREADS = 16  # the driver's JIT of the candidates' PTX, this many modules at a time
+
+
 def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bool = False):
     """((point items, schedule), median ms) of each candidate that compiles and launches, and
     ((point items, schedule), why) of the others. Before anything is compiled the model
     (tuning/model.py) drops what cannot fit and, with `model`, what ranks far below its schedule's
-    best; the rest compile in parallel processes (tuning/pool.py), then are timed one by one."""
+    best; the rest compile in parallel processes (tuning/pool.py), are loaded (the driver's JIT)
+    on several threads, then timed one by one: nothing else runs while a candidate is timed."""
+    from compiler.cuda import launch
     from compiler.cuda.tuning import pool as compile_pool
 
-    candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
-    tasks = [(kernel, dims, point, schedule, tf32, inputs.cc) for point, schedule in candidates]
-    built = compile_pool.build_all(tasks)
-    arrays, scalars = inputs.arrays, inputs.scalars
+    phases = inputs.phases
+    with phases("model"):
+        candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
+    with phases("compile"):
+        built = compile_pool.build_all([(kernel, dims, p, s, tf32, inputs.cc) for p, s in candidates])
+    with phases("load"):
+        refused = iter(launch.load_all([c for c, _ in built if c is not None], LOAD_THREADS))
     timings = []
     for k, ((point, schedule), (compiled, why)) in enumerate(zip(candidates, built, strict=True)):
         items = (tuple(sorted(point.items())), schedule)
-        if compiled is None:
+        why = why if compiled is None else next(refused)
+        best = min((t for _, t in timings + inputs.timed), default=None)
+        if why is None:
+            with phases("time"):
+                why, ms, launches = _timed(compiled, inputs, best)
+        if why is not None:
             pruned.append((items, why))
-            continue
-        try:
-            ms = time_launch(compiled, arrays, scalars)
-        except Exception as e:  # the driver refused the launch (resources): prune, do not guess
-            pruned.append((items, f"launch failed: {e}"))
             continue
         timings.append((items, ms))
         if log:
-            best = min(t for _, t in timings + inputs.timed)
-            log(progress_line(kernel.name, k + 1, len(candidates), point, schedule, ms, best))
+            best = ms if best is None else min(best, ms)
+            log(progress_line(kernel.name, k + 1, len(candidates), point, schedule, ms, best, launches))
     inputs.timed.extend(timings)
     return timings, pruned
 
 
-def progress_line(name: str, k: int, n: int, point: dict, schedule: Schedule, ms: float, best: float) -> str:
+def _timed(compiled, inputs: Bench, best: float | None):
+    """(None, median ms, launches timed), or (why, None, 0) where the driver refused the launch;
+    `best`: the best median so far, which a clearly slower candidate stops at (timing.py)."""
+    try:
+        ms, launches = time_launch(compiled, inputs.arrays, inputs.scalars, best=best)
+    except Exception as e:  # the driver refused the launch (resources): prune, do not guess
+        return f"launch failed: {e}", None, 0
+    inputs.phases.timed += 1
+    inputs.phases.cut += launches < REPEAT
+    return None, ms, launches
+
+
+def progress_line(name: str, k: int, n: int, point: dict, schedule: Schedule, ms: float, best: float,
+                  launches: int = REPEAT) -> str:
+    """One timed candidate: `launches` below the full timing's seven say it was cut (timing.py)."""
     values = ",".join(f"{a}={b}" for a, b in point.items())
-    return f"tune {name}: point {k}/{n} {{{values}}} {schedule.key()} {ms:.3f} ms (best {best:.3f} ms)"
+    cut = f", {launches} launches" if launches < REPEAT else ""
+    return f"tune {name}: point {k}/{n} {{{values}}} {schedule.key()} {ms:.3f} ms (best {best:.3f} ms{cut})"
 
 
 def _model_pruned(kernel, dims, candidates, tf32: bool, cc: int, rank: bool):
