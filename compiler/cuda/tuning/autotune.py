@@ -65,6 +65,7 @@ class Bench:
 RETUNE_ENV = "PHOBOS_RETUNE"  # "1": time again even where the cache has a winner
 QUIET_ENV = "PHOBOS_TUNE_QUIET"  # "1": no progress lines on stderr
 FINALISTS = 2  # tile points per schedule family searched over the family's whole schedule space
+FAMILY_MARGIN = 1.25  # a family whose best probe is this far behind the best is not searched (family_behind)
 
 
 # the cache's names, where callers and tests have always found them
@@ -255,18 +256,34 @@ def schedule_search(kernel, dims, points, tf32: bool, inputs: Bench, log):
     loop rotation). A tile shape that is best for one family is
     often not for the other, and a smaller tile can win with a shallower pipeline (two CTAs per
     multiprocessor). On a GPU other than sm_90 the warpgroup-MMA families are pruned whole
-    (target.runnable_schedules): only mma.sync is searched."""
+    (target.runnable_schedules): only mma.sync is searched. A family whose best probe is over
+    FAMILY_MARGIN x the best probe of all is not searched further (family_behind)."""
     probes, families, refused = search_families(kernel, tf32, inputs.cc)
     cands = [(p, s) for p in points for s in probes]
     timings, pruned = _measure(kernel, dims, cands, tf32, inputs, log, model=True)
     pruned += [((tuple(sorted(p.items())), s), why) for p in points for s, why in refused]
+    fastest = min((t for _, t in timings), default=None)
     for probe, space in zip(probes, families, strict=True):
         mine = sorted((t for t in timings if t[0][1] == probe), key=lambda t: t[1])
+        behind = family_behind(mine, fastest)
+        if behind:
+            pruned.append((mine[0][0], behind))
+            continue
         rest = [(dict(items), s) for (items, _), _ in mine[:FINALISTS] for s in space if s != probe]
         more, why = _measure(kernel, dims, rest, tf32, inputs, log)
         timings += more
         pruned += why
     return timings, pruned
+
+
+def family_behind(mine: list, fastest: float | None) -> str | None:
+    """Why a family whose probes timed `mine` (sorted, fastest first) is not searched further, or
+    None: its best probe is over FAMILY_MARGIN x the fastest probe of any family, farther than
+    its schedule space has moved a family on the H100 (tests/cuda/test_tuner_record.py)."""
+    if not mine or fastest is None or mine[0][1] <= FAMILY_MARGIN * fastest:
+        return None
+    return (f"family behind: its best probe {mine[0][1]:.3f} ms is over {FAMILY_MARGIN} x the best "
+            f"probe {fastest:.3f} ms, so its schedule space is not searched")
 
 
 def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
