@@ -588,6 +588,10 @@ def test_a_family_far_behind_at_its_probes_is_not_searched(monkeypatch, tmp_path
     (row,) = [(dict(items), why) for items, why in res.pruned if "family behind" in why]
     assert row[0]["schedule"] == sched.DEFAULT.key() and row[0]["TILE_K"] == 32
     assert "over 1.25 x the best probe 1.032 ms" in row[1]
+    monkeypatch.setenv("PHOBOS_TUNE_EXHAUSTIVE", "1")  # no measured cuts: both families searched
+    asked.clear()
+    autotune.tune(load_example("matmul_bf16.phk"), {"M": 1024, "N": 1024, "K": 1024}, use_cache=False)
+    assert len(asked) == 3 and not any(s.wgmma for _, s in asked[1])
 
 
 def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():

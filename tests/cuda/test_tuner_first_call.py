@@ -240,6 +240,19 @@ def test_a_candidate_is_timed_in_full_unless_two_launches_are_clearly_slow(monke
         assert len(launches) == 2 and next(timed, None) == (None if expected[1] == 7 else 2.0)
 
 
+def test_the_exhaustive_tuner_times_every_candidate_in_full(cache_dir, monkeypatch):
+    """PHOBOS_TUNE_EXHAUSTIVE=1: _measure gives time_launch no best to cut at."""
+    monkeypatch.setenv("PHOBOS_TUNE_EXHAUSTIVE", "1")
+    bests = []
+    monkeypatch.setattr(launch, "load_all", lambda kernels, threads: [None] * len(kernels))
+    monkeypatch.setattr(autotune, "time_launch", lambda c, a, s, best: bests.append(best) or (1.0, 7))
+    k = frontend.select_kernel(frontend.load_text(F32_KERNEL), None)
+    cands = [(p, DEFAULT) for p in autotune.search_points(k)]
+    dims = {"M": 256, "N": 256, "K": 128}
+    timings, _ = autotune._measure(k, dims, cands, False, autotune.Bench(None, None), None)
+    assert len(timings) == 2 and bests == [None, None]
+
+
 def test_the_summary_line_names_each_stage_in_order():
     phases = tune_timing.Phases(timed=12, cut=5)
     with phases("compile"):

@@ -282,6 +282,8 @@ def family_behind(mine: list, fastest: float | None) -> str | None:
     its schedule space has moved a family on the H100 (tests/cuda/test_tuner_record.py)."""
     if not mine or fastest is None or mine[0][1] <= FAMILY_MARGIN * fastest:
         return None
+    if env_options.current().tune_exhaustive:
+        return None
     return (f"family behind: its best probe {mine[0][1]:.3f} ms is over {FAMILY_MARGIN} x the best "
             f"probe {fastest:.3f} ms, so its schedule space is not searched")
 
@@ -338,7 +340,7 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
     from compiler.cuda import launch
     from compiler.cuda.tuning import pool as compile_pool
 
-    phases = inputs.phases
+    phases, exhaustive = inputs.phases, env_options.current().tune_exhaustive
     with phases("model"):
         candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
     with phases("compile"):
@@ -352,7 +354,7 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
         best = min((t for _, t in timings + inputs.timed), default=None)
         if why is None:
             with phases("time"):
-                why, ms, launches = _timed(compiled, inputs, best)
+                why, ms, launches = _timed(compiled, inputs, None if exhaustive else best)
         if why is not None:
             pruned.append((items, why))
             continue
