@@ -8,7 +8,8 @@ and a PTX made unique to it (a comment), so no mode reuses another's JIT.
 
 Prints one JSON line per mode: {"mode", "threads", "kernels", "seconds"}; "cache" modes run with
 the JIT cache on (CUDA_CACHE_PATH a fresh folder): "cache-cold" fills it, "cache-warm", a second
-process with the same PTX, reads it."""
+process with the same PTX, reads it; "processes" JITs each kernel in a process of its own at once
+(as compile workers with a GPU context would), "processes-warm" then loads them all from the cache."""
 
 from __future__ import annotations
 
@@ -41,12 +42,13 @@ def candidates(count: int) -> list:
     return [c for c, _ in compile_pool.build_all(tasks) if c is not None]
 
 
-def child(path: str, threads: int, tag: str) -> None:
+def child(path: str, threads: int, tag: str, only: int | None) -> None:
     import cupy
 
     from compiler.cuda import launch
 
     built = pickle.loads(Path(path).read_bytes())
+    built = built if only is None else built[only:only + 1]
     kernels = [dataclasses.replace(k, ptx=k.ptx + f"\n// {tag}\n") for k in built]
     cupy.cuda.runtime.free(0)  # the context first: its creation is not the JIT's
     start = time.perf_counter()
@@ -56,12 +58,27 @@ def child(path: str, threads: int, tag: str) -> None:
                       "refused": [r for r in refused if r]}))
 
 
+def _command(path: str, threads: int, tag: str, only: int | None = None) -> list[str]:
+    tail = [] if only is None else ["--only", str(only)]
+    return [sys.executable, __file__, "--child", path, "--threads", str(threads), "--tag", tag, *tail]
+
+
 def run_mode(path: str, mode: str, threads: int, tag: str, env: dict) -> dict:
-    command = [sys.executable, __file__, "--child", path, "--threads", str(threads), "--tag", tag]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(_command(path, threads, tag), capture_output=True, text=True, env=env, timeout=120)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     row = json.loads(lines[-1]) if lines else {"error": done.stderr[-400:]}
     return {"mode": mode, **row}
+
+
+def run_processes(path: str, count: int, env: dict) -> dict:
+    """One process per kernel at once, each with its own context, JIT cache on: the wall time of
+    the fan-out (their start and context included), as compile workers would do it."""
+    start = time.perf_counter()
+    procs = [subprocess.Popen(_command(path, 1, "processes", i), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env) for i in range(count)]
+    codes = [p.wait(timeout=120) for p in procs]
+    return {"mode": "processes", "kernels": count, "seconds": round(time.perf_counter() - start, 3),
+            "failed": sum(1 for c in codes if c)}
 
 
 def main() -> int:
@@ -71,13 +88,15 @@ def main() -> int:
     ap.add_argument("--child")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--only", type=int)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.threads, args.tag)
+        child(args.child, args.threads, args.tag, args.only)
         return 0
     folder = Path(tempfile.mkdtemp(prefix="jit-load-"))
     path = folder / "kernels.pickle"
-    path.write_bytes(pickle.dumps(candidates(args.kernels)))
+    kernels = candidates(args.kernels)
+    path.write_bytes(pickle.dumps(kernels))
     base = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     off = dict(base, CUDA_CACHE_DISABLE="1")
     on = dict(base, CUDA_CACHE_PATH=str(folder / "jit-cache"))
@@ -86,7 +105,9 @@ def main() -> int:
             run_mode(str(path), "threads", 16, "threads", off),
             run_mode(str(path), "threads-4", 4, "threads-4", off),
             run_mode(str(path), "cache-cold", 16, "cache", on),
-            run_mode(str(path), "cache-warm", 1, "cache", on)]
+            run_mode(str(path), "cache-warm", 1, "cache", on),
+            run_processes(str(path), len(kernels), on),
+            run_mode(str(path), "processes-warm", 1, "processes", on)]
     for row in rows:
         print(json.dumps(row), flush=True)
     if args.out:
