@@ -101,17 +101,19 @@ def main() -> int:
     off = dict(base, CUDA_CACHE_DISABLE="1")
     on = dict(base, CUDA_CACHE_PATH=str(folder / "jit-cache"))
     on.pop("CUDA_CACHE_DISABLE", None)
-    rows = [run_mode(str(path), "serial", 1, "serial", off),
-            run_mode(str(path), "threads", 16, "threads", off),
-            run_mode(str(path), "threads-4", 4, "threads-4", off),
-            run_mode(str(path), "cache-cold", 16, "cache", on),
-            run_mode(str(path), "cache-warm", 1, "cache", on),
-            run_processes(str(path), len(kernels), on),
-            run_mode(str(path), "processes-warm", 1, "processes", on)]
-    for row in rows:
-        print(json.dumps(row), flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    modes = [lambda: run_mode(str(path), "serial", 1, "serial", off),
+             lambda: run_mode(str(path), "threads", 16, "threads", off),
+             lambda: run_mode(str(path), "threads-4", 4, "threads-4", off),
+             lambda: run_mode(str(path), "cache-cold", 16, "cache", on),
+             lambda: run_mode(str(path), "cache-warm", 1, "cache", on),
+             lambda: run_processes(str(path), len(kernels), on),
+             lambda: run_mode(str(path), "processes-warm", 1, "processes", on)]
+    rows = []
+    for mode in modes:  # each row printed and written as it comes: a cap keeps the finished ones
+        rows.append(mode())
+        print(json.dumps(rows[-1]), flush=True)
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 
