@@ -6,10 +6,11 @@ and a PTX made unique to it (a comment), so no mode reuses another's JIT.
 
     python3 benchmarks/jit_load.py --kernels 16 --out jit-load.json
 
-Prints one JSON line per mode: {"mode", "threads", "kernels", "seconds"}; "cache" modes run with
-the JIT cache on (CUDA_CACHE_PATH a fresh folder): "cache-cold" fills it, "cache-warm", a second
-process with the same PTX, reads it; "processes" JITs each kernel in a process of its own at once
-(as compile workers with a GPU context would), "processes-warm" then loads them all from the cache."""
+Prints one JSON line per mode: {"mode", "threads", "kernels", "seconds"}: "serial" and "threads"
+with the JIT cache off; "processes" JITs each kernel in a process of its own at once (as compile
+workers with a GPU context would) with the cache on (CUDA_CACHE_PATH a fresh folder), and
+"processes-warm", a second process with the same PTX, loads them all from it. With --all-modes
+also 4 threads, and the cache filled by 16 threads ("cache-cold") and read back ("cache-warm")."""
 
 from __future__ import annotations
 
@@ -89,6 +90,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
     ap.add_argument("--only", type=int)
+    ap.add_argument("--all-modes", action="store_true", help="also 4 threads, and the cache filled by threads")
     args = ap.parse_args()
     if args.child:
         child(args.child, args.threads, args.tag, args.only)
@@ -103,11 +105,12 @@ def main() -> int:
     on.pop("CUDA_CACHE_DISABLE", None)
     modes = [lambda: run_mode(str(path), "serial", 1, "serial", off),
              lambda: run_mode(str(path), "threads", 16, "threads", off),
-             lambda: run_mode(str(path), "threads-4", 4, "threads-4", off),
-             lambda: run_mode(str(path), "cache-cold", 16, "cache", on),
-             lambda: run_mode(str(path), "cache-warm", 1, "cache", on),
              lambda: run_processes(str(path), len(kernels), on),
              lambda: run_mode(str(path), "processes-warm", 1, "processes", on)]
+    if args.all_modes:
+        modes += [lambda: run_mode(str(path), "threads-4", 4, "threads-4", off),
+                  lambda: run_mode(str(path), "cache-cold", 16, "cache", on),
+                  lambda: run_mode(str(path), "cache-warm", 1, "cache", on)]
     rows = []
     for mode in modes:  # each row printed and written as it comes: a cap keeps the finished ones
         rows.append(mode())
