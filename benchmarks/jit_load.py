@@ -90,7 +90,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
     ap.add_argument("--only", type=int)
-    ap.add_argument("--all-modes", action="store_true", help="also 4 threads, and the cache filled by threads")
+    ap.add_argument("--all-modes", action="store_true", help="also 4 threads; the cache filled by threads")
     args = ap.parse_args()
     if args.child:
         child(args.child, args.threads, args.tag, args.only)
