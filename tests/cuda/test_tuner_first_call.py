@@ -240,17 +240,21 @@ def test_a_candidate_is_timed_in_full_unless_two_launches_are_clearly_slow(monke
         assert len(launches) == 2 and next(timed, None) == (None if expected[1] == 7 else 2.0)
 
 
-def test_the_exhaustive_tuner_times_every_candidate_in_full(cache_dir, monkeypatch):
-    """PHOBOS_TUNE_EXHAUSTIVE=1: _measure gives time_launch no best to cut at."""
-    monkeypatch.setenv("PHOBOS_TUNE_EXHAUSTIVE", "1")
-    bests = []
+@pytest.mark.parametrize("env, cuts", [({}, False), ({"PHOBOS_TUNE_CUT": "1"}, True),
+                                        ({"PHOBOS_TUNE_CUT": "1", "PHOBOS_TUNE_EXHAUSTIVE": "1"}, False)])
+def test_the_timing_cut_is_asked_for_and_never_exhaustive(cache_dir, monkeypatch, env, cuts):
+    """_measure hands time_launch the best so far only under PHOBOS_TUNE_CUT=1 (off by default
+    until a GPU shows the cut keeps the full timing's winners), never with PHOBOS_TUNE_EXHAUSTIVE=1."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    bests, times = [], iter([2.0, 1.0])
     monkeypatch.setattr(launch, "load_all", lambda kernels, threads: [None] * len(kernels))
-    monkeypatch.setattr(autotune, "time_launch", lambda c, a, s, best: bests.append(best) or (1.0, 7))
+    monkeypatch.setattr(autotune, "time_launch", lambda c, a, s, best: bests.append(best) or (next(times), 7))
     k = frontend.select_kernel(frontend.load_text(F32_KERNEL), None)
     cands = [(p, DEFAULT) for p in autotune.search_points(k)]
     dims = {"M": 256, "N": 256, "K": 128}
     timings, _ = autotune._measure(k, dims, cands, False, autotune.Bench(None, None), None)
-    assert len(timings) == 2 and bests == [None, None]
+    assert len(timings) == 2 and bests == ([None, 2.0] if cuts else [None, None])
 
 
 def test_the_summary_line_names_each_stage_in_order():

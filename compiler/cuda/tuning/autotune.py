@@ -338,11 +338,14 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
     ((point items, schedule), why) of the others. Before anything is compiled the model
     (tuning/model.py) drops what cannot fit and, with `model`, what ranks far below its schedule's
     best; the rest compile in parallel processes (tuning/pool.py), are loaded (the driver's JIT)
-    on several threads, then timed one by one: nothing else runs while a candidate is timed."""
+    on several threads, then timed one by one: nothing else runs while a candidate is timed.
+    With PHOBOS_TUNE_CUT=1 a clearly slow candidate stops after two launches (timing.py): off by
+    default until a GPU shows it picks the winners of the full timing."""
     from compiler.cuda import launch
     from compiler.cuda.tuning import pool as compile_pool
 
-    phases, exhaustive = inputs.phases, env_options.current().tune_exhaustive
+    options = env_options.current()
+    phases, cut = inputs.phases, options.tune_cut and not options.tune_exhaustive
     with phases("model"):
         candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
     with phases("compile"):
@@ -356,7 +359,7 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
         best = min((t for _, t in timings + inputs.timed), default=None)
         if why is None:
             with phases("time"):
-                why, ms, launches = _timed(compiled, inputs, None if exhaustive else best)
+                why, ms, launches = _timed(compiled, inputs, best if cut else None)
         if why is not None:
             pruned.append((items, why))
             continue

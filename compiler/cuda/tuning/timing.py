@@ -71,7 +71,8 @@ def time_launch(compiled, arrays, scalars, warmup: int = 2, repeat: int = REPEAT
     best median so far) stops there. A screen that judged a candidate by one launch (over 1.3x
     the best lost) picked slower winners on the H100 (attention N=4096 0.586 ms against 0.470 ms
     for the full timing, benchmarks/results/h100-2026-12-07-s2); this cut is narrower: two
-    launches, both slow after the warm-up, against a best that was timed in full."""
+    launches, both slow after the warm-up, against a best that was timed in full. The tuner asks
+    for it only under PHOBOS_TUNE_CUT=1 (autotune._measure)."""
     from compiler.cuda.launch import launch
 
     for _ in range(warmup):
