@@ -33,7 +33,8 @@ _lock = threading.Lock()
 
 def _function(compiled: CompiledKernel):
     """The loaded function of `compiled` on the current device; its PTX is JIT-compiled by the
-    driver on first use (a good part of a second for a warpgroup-MMA kernel)."""
+    driver on first use (ptxas takes about 0.1 s of a build machine's core for a warpgroup-MMA
+    kernel)."""
     import cupy
 
     dev = cupy.cuda.Device().id
