@@ -11,6 +11,10 @@ tests/foundation/test_environment_reads.py names (RAW_READERS).
   PHOBOS_CACHE_DIR (cache_dir, None): the cache folder (None: ~/.cache/phobos, common/cache.py)
   PHOBOS_RETUNE=1 (retune, False): the autotuner measures again, ignoring its cache
   PHOBOS_TUNE_QUIET=1 (tune_quiet, False): the autotuner prints no progress
+  PHOBOS_TUNE_EXHAUSTIVE=1 (tune_exhaustive, False): the autotuner makes none of its measured cuts
+    (every family's space searched, every candidate timed in full; tuning/autotune.py)
+  PHOBOS_TUNE_CUT=1 (tune_cut, False): the autotuner stops timing a candidate whose first two
+    launches are clearly slow (tuning/timing.py; off until measured on a GPU)
   PHOBOS_CUDA_DUMP=DIR (cuda_dump, None): each CUDA stage's product written to DIR (stages.py)
   PHOBOS_DUMP_STAGES=a,b|all (dump_stages, ""): the frontend stages printed (compiler/pipeline.py)
   PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
@@ -77,6 +81,8 @@ class Options(NamedTuple):
     cache_dir: Path | None = None
     retune: bool = False
     tune_quiet: bool = False
+    tune_exhaustive: bool = False
+    tune_cut: bool = False
     cuda_dump: Path | None = None
     dump_stages: str = ""
     cuda_tma: bool = True
@@ -114,6 +120,8 @@ def current() -> Options:
         cache_dir=path(CACHE_DIR),
         retune=env.get("PHOBOS_RETUNE") == "1",
         tune_quiet=env.get("PHOBOS_TUNE_QUIET") == "1",
+        tune_exhaustive=env.get("PHOBOS_TUNE_EXHAUSTIVE") == "1",
+        tune_cut=env.get("PHOBOS_TUNE_CUT") == "1",
         cuda_dump=path("PHOBOS_CUDA_DUMP"),
         dump_stages=env.get("PHOBOS_DUMP_STAGES", ""),
         cuda_tma=env.get("PHOBOS_CUDA_TMA", "1") != "0",

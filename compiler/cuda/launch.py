@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,36 +31,36 @@ _plans: dict[tuple[str, str, tuple], tuple] = {}
 _lock = threading.Lock()
 
 
-def _function(compiled: CompiledKernel, image: bytes | None = None):
-    """The loaded function of `compiled` on the current device: from `image` (its machine code
-    for this GPU, made elsewhere) or else from its PTX, which the driver JIT-compiles here."""
+def _function(compiled: CompiledKernel):
+    """The loaded function of `compiled` on the current device; its PTX is JIT-compiled by the
+    driver on first use (ptxas takes about 0.1 s of a build machine's core for a warpgroup-MMA
+    kernel)."""
     import cupy
 
     dev = cupy.cuda.Device().id
     key = (dev, compiled.ptx, compiled.entry)
-    with _lock:
-        fn = _functions.get(key)
-        if fn is None:
-            # code this GPU cannot run is the user's error at the dot, never the driver's at the load
-            target.check(compiled, target.device_capability(dev))
-            module = cupy.cuda.function.Module()
-            module.load(image if image is not None else compiled.ptx.encode())
-            fn = module.get_function(compiled.entry)
-            _modules[key] = module
-            if compiled.shared_bytes > 48 * 1024:
-                cupy.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SMEM_ATTR, compiled.shared_bytes)
-            _functions[key] = fn
+    fn = _functions.get(key)
+    if fn is None:
+        # code this GPU cannot run is the user's error at the dot, never the driver's at the load
+        target.check(compiled, target.device_capability(dev))
+        module, fn = _load_module(compiled)  # outside the lock: loads on other threads go on
+        with _lock:
+            if key not in _functions:  # another thread's load of the same code won: keep its
+                _modules[key], _functions[key] = module, fn
+            fn = _functions[key]
     return fn
 
 
-def preload(compiled: CompiledKernel, image: bytes) -> None:
-    """Load `compiled` from `image`, its machine code for the current GPU (the tuner's compile
-    workers make it in parallel), so that no launch JIT-compiles its PTX; a function already
-    loaded stays. An image the driver refuses is dropped: the PTX is loaded at the launch."""
-    try:
-        _function(compiled, image)
-    except Exception:  # a stale or foreign image: the launch loads the PTX and reports any error
-        pass
+def _load_module(compiled: CompiledKernel):
+    """(module, function) of `compiled` newly loaded on the current device (the driver's JIT)."""
+    import cupy
+
+    module = cupy.cuda.function.Module()
+    module.load(compiled.ptx.encode())
+    fn = module.get_function(compiled.entry)
+    if compiled.shared_bytes > 48 * 1024:
+        cupy.cuda.driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SMEM_ATTR, compiled.shared_bytes)
+    return module, fn
 
 
 def load(compiled: CompiledKernel):
@@ -67,6 +68,28 @@ def load(compiled: CompiledKernel):
     take tens of milliseconds), so that the first launch does not pay for it; returns the loaded
     cupy function, which phobos.Kernel launches directly."""
     return _function(compiled)
+
+
+def load_all(kernels: list, threads: int) -> list[str | None]:
+    """load() of each of `kernels` on the current device, on up to `threads` threads at once
+    (cupy calls cuModuleLoadData without the GIL, so the driver may JIT several PTX modules at
+    a time); per kernel None, or why the driver refused it (its launch would raise the same)."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+
+    def one(compiled) -> str | None:
+        try:
+            with cupy.cuda.Device(dev):  # a new thread's current device is device 0
+                _function(compiled)
+        except Exception as e:  # the driver's refusal is this candidate's: reported, not raised
+            return f"load failed: {e}"
+        return None
+
+    if threads <= 1 or len(kernels) <= 1:
+        return [one(k) for k in kernels]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(one, kernels))
 
 
 def function_attributes(compiled: CompiledKernel) -> dict[str, int]:

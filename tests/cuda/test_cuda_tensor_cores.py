@@ -541,7 +541,7 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
         modelled.append(model)
         timed = []
         for point, s in candidates:
-            ms = point["TILE_M"] / 64 + (0.5 if s.wgmma else 1.0) - 0.01 * s.stages
+            ms = point["TILE_M"] / 64 + (0.5 if s.wgmma else 0.7) - 0.01 * s.stages  # mma.sync: 1.18x
             timed.append(((tuple(sorted(point.items())), s), ms))
         return timed, []
 
@@ -561,6 +561,39 @@ def test_schedule_search_tries_each_family_at_its_best_tile(monkeypatch, tmp_pat
     assert res.best["TILE_M"] == 64 and res.schedule.wgmma and res.schedule.stages == max(sched.DEEP_STAGES)
     again = autotune.tune(kernel, {"M": 1024, "N": 1024, "K": 1024})
     assert again.cached and again.schedule == res.schedule
+
+
+def _fake_timings(monkeypatch, tmp_path, ms) -> list:
+    """The tuner with no GPU: each candidate's time is ms(point, schedule); returns the list of
+    each _measure call's candidates."""
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
+    monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
+    asked = []
+
+    def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):
+        asked.append(list(candidates))
+        return [((tuple(sorted(p.items())), s), ms(p, s)) for p, s in candidates], []
+
+    monkeypatch.setattr(autotune, "_measure", fake_measure)
+    return asked
+
+
+def test_a_family_far_behind_at_its_probes_is_not_searched(monkeypatch, tmp_path):
+    """mma.sync's best probe at 1.3x warpgroup MMA's (over FAMILY_MARGIN): only the warpgroup
+    family's space is searched, and the skipped family is named in the pruned rows."""
+    from compiler.cuda import schedule as sched
+
+    asked = _fake_timings(monkeypatch, tmp_path, lambda p, s: (1.0 if s.wgmma else 1.3) + p["TILE_K"] / 1000)
+    res = autotune.tune(load_example("matmul_bf16.phk"), {"M": 1024, "N": 1024, "K": 1024})
+    assert len(asked) == 2 and all(s.wgmma for _, s in asked[1]) and res.schedule.wgmma
+    (row,) = [(dict(items), why) for items, why in res.pruned if "family behind" in why]
+    assert row[0]["schedule"] == sched.DEFAULT.key() and row[0]["TILE_K"] == 32
+    assert "over 1.25 x the best probe 1.032 ms" in row[1]
+    monkeypatch.setenv("PHOBOS_TUNE_EXHAUSTIVE", "1")  # no measured cuts: both families searched
+    asked.clear()
+    autotune.tune(load_example("matmul_bf16.phk"), {"M": 1024, "N": 1024, "K": 1024}, use_cache=False)
+    assert len(asked) == 3 and not any(s.wgmma for _, s in asked[1])
 
 
 def test_tma_ring_adds_a_producer_warpgroup_and_a_tensor_map_per_operand():
@@ -596,16 +629,7 @@ def test_attention_search_probes_and_searches_the_rotated_loop(monkeypatch, tmp_
     from compiler.cuda import schedule as sched
 
     monkeypatch.setattr(sched, "TMA_ATTENTION_TUNED", tma_tuned)
-    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(autotune, "gpu_name", lambda: "GPU X")
-    monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
-    asked = []
-
-    def fake_measure(kernel, dims, candidates, tf32, inputs, log, model=False):
-        asked.append(list(candidates))
-        return [((tuple(sorted(p.items())), s), 1.0 + (0.0 if s.rotate else 0.5)) for p, s in candidates], []
-
-    monkeypatch.setattr(autotune, "_measure", fake_measure)
+    asked = _fake_timings(monkeypatch, tmp_path, lambda p, s: 1.0 + (0.0 if s.rotate else 0.2))
     res = autotune.tune(load_example("mha_bf16.phk"), {"H": 8, "N": 4096, "D": 64})
     probe = Schedule(stages=4, order="grouped", wgmma=True, rotate=True)
     wide = dataclasses.replace(probe, threads=WIDE_THREADS)  # four warpgroups: BR = 256

@@ -10,12 +10,13 @@ import pytest
 from cuda_cases import load_example
 
 from common import log
-from compiler.cuda import compiled
+from compiler.cuda import compiled, launch
 from compiler.cuda.schedule import DEFAULT, Schedule
 from compiler.cuda.tuning import autotune
 from compiler.cuda.tuning import cache as tune_cache
 from compiler.cuda.tuning import model as tune_model
 from compiler.cuda.tuning import pool as compile_pool
+from compiler.cuda.tuning import timing as tune_timing
 from compiler.frontend import load as frontend
 
 DIMS = {"M": 4096, "N": 4096, "K": 4096}
@@ -191,10 +192,15 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     # shared operands), then the two best again in the grouped CTA order; the second point's
     # double-buffered candidate wins
     times = iter([4.0, 3.0, 2.0, 1.0, 5.0, 6.0])
-    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars: next(times))
+    monkeypatch.setattr(launch, "load_all", lambda kernels, threads: [None] * len(kernels))
+    monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars, best: (next(times), 7))
     shapes = {"A": (256, 128), "B": (128, 256), "C": (256, 256)}
     (first,) = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)[1].kernels  # too short a loop to split
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tune mmf:")]
+    err = capsys.readouterr().err.splitlines()
+    lines = [line for line in err if line.startswith("tune mmf: point ")]
+    (summary,) = [line for line in err if line.startswith("tune mmf:") and line not in lines]
+    assert summary.startswith("tune mmf: 6 candidates timed (0 cut after 2 launches), 0 pruned; inputs ")
+    assert ", compile " in summary and ", load " in summary and ", time " in summary
     assert [line.split(" {")[0] for line in lines] == [f"tune mmf: point {k}/4" for k in range(1, 5)] + [
         "tune mmf: point 1/2", "tune mmf: point 2/2"]
     assert lines[0].endswith("4.000 ms (best 4.000 ms)") and lines[3].endswith("1.000 ms (best 1.000 ms)")
@@ -207,7 +213,7 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     nvrtc_runs, timed = [], []
     real = nvrtc._compile
     monkeypatch.setattr(nvrtc, "_compile", lambda *a: nvrtc_runs.append(a) or real(*a))
-    monkeypatch.setattr(autotune, "time_launch", lambda *a, **k: timed.append(a) or 1.0)
+    monkeypatch.setattr(autotune, "time_launch", lambda *a, **k: timed.append(a) or (1.0, 7))
     binding, sequence = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)
     (again,) = sequence.kernels
     assert not nvrtc_runs and not timed and again.ptx == first.ptx
@@ -216,26 +222,46 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     assert len(list((cache_dir / "ptx").glob("*.ptx"))) == 6
 
 
-def test_every_candidate_is_timed_in_full(monkeypatch):
-    """Two warm-up launches, then the median of seven timed ones, whatever the best so far
-    (tune_timing.time_launch: a first-launch screen picked slower winners on the H100)."""
-    from compiler.cuda import launch
-    from compiler.cuda.tuning import timing as tune_timing
-
-    launches, timed = [], iter([3.0, 1.0, 2.0, 9.0, 2.0, 1.5, 2.5])
+def test_a_candidate_is_timed_in_full_unless_two_launches_are_clearly_slow(monkeypatch):
+    """Two warm-up launches, then the median of seven timed ones; a candidate whose first two
+    timed launches are both at least 1.3x the best so far stops there (one fast launch of the
+    two, or no best yet, and it is timed in full: tune_timing.time_launch)."""
+    launches = []
     monkeypatch.setattr(launch, "launch", lambda *a: launches.append(a))
-    monkeypatch.setattr(tune_timing, "_timed", lambda *a: next(timed))
-    assert tune_timing.time_launch("k", {}, {}) == 2.0
-    assert len(launches) == 2 and next(timed, None) is None
+    for best, draws, expected in (
+        (None, [3.0, 1.0, 2.0, 9.0, 2.0, 1.5, 2.5], (2.0, 7)),  # nothing to compare with
+        (1.0, [3.0, 1.2, 2.0, 9.0, 2.0, 1.5, 2.5], (2.0, 7)),  # 1.2 < 1.3 x 1.0: timed in full
+        (1.0, [1.3, 1.4, 2.0], (1.35, 2)),  # both at 1.3x or more: cut, their median stands
+    ):
+        launches.clear()
+        timed = iter(draws)
+        monkeypatch.setattr(tune_timing, "_timed", lambda *a, timed=timed: next(timed))
+        assert tune_timing.time_launch("k", {}, {}, best=best) == pytest.approx(expected)
+        assert len(launches) == 2 and next(timed, None) == (None if expected[1] == 7 else 2.0)
 
 
-def test_the_compile_pool_without_a_driver_gives_the_same_compiles(cache_dir):
-    """Asked for machine code of a GPU (device=0) where there is no CUDA driver, the workers
-    make none and the pool's answer is the PTX as without a device."""
-    k = frontend.select_kernel(frontend.load_text(MODEL_KERNEL), None)
+@pytest.mark.parametrize("env, cuts", [({}, False), ({"PHOBOS_TUNE_CUT": "1"}, True),
+                                        ({"PHOBOS_TUNE_CUT": "1", "PHOBOS_TUNE_EXHAUSTIVE": "1"}, False)])
+def test_the_timing_cut_is_asked_for_and_never_exhaustive(cache_dir, monkeypatch, env, cuts):
+    """_measure hands time_launch the best so far only under PHOBOS_TUNE_CUT=1 (off by default
+    until a GPU shows the cut keeps the full timing's winners), never with PHOBOS_TUNE_EXHAUSTIVE=1."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    bests, times = [], iter([2.0, 1.0])
+    monkeypatch.setattr(launch, "load_all", lambda kernels, threads: [None] * len(kernels))
+    monkeypatch.setattr(autotune, "time_launch", lambda c, a, s, best: bests.append(best) or (next(times), 7))
+    k = frontend.select_kernel(frontend.load_text(F32_KERNEL), None)
+    cands = [(p, DEFAULT) for p in autotune.search_points(k)]
     dims = {"M": 256, "N": 256, "K": 128}
-    tasks = [(k, dims, {"TM": 64, "TN": tn}, DEFAULT, False, 90) for tn in (64, 128)]
-    with_device = compile_pool.build_all(tasks, workers=2, device=0)
-    without = compile_pool.build_all(tasks, workers=2)
-    assert [c.ptx for c, _ in with_device] == [c.ptx for c, _ in without]
-    assert compile_pool.machine_code(with_device[0][0].ptx, 0) is None  # this machine has no GPU
+    timings, _ = autotune._measure(k, dims, cands, False, autotune.Bench(None, None), None)
+    assert len(timings) == 2 and bests == ([None, 2.0] if cuts else [None, None])
+
+
+def test_the_summary_line_names_each_stage_in_order():
+    phases = tune_timing.Phases(timed=12, cut=5)
+    with phases("compile"):
+        pass
+    phases.seconds.update(inputs=0.25, load=1.5)
+    line = phases.summary("mm", 3)
+    assert line.startswith("tune mm: 12 candidates timed (5 cut after 2 launches), 3 pruned; inputs 0.25 s, "
+                           "model 0.00 s, compile 0.00 s, load 1.50 s, time 0.00 s; total 1.75 s")

@@ -7,11 +7,9 @@ Each worker reads one pickled list of tasks on stdin and writes the pickled list
 stdout. With one usable core, or one task, everything is compiled in this process; a worker
 that dies is not fatal either: its tasks are compiled here.
 
-Given the tuner's GPU (`device`), each worker also has the driver turn its PTX into that GPU's
-machine code (cuLink, what loading the PTX would do) and the tuner's process loads that image:
-the driver's JIT of a warpgroup-MMA kernel takes a good part of a second, and done one candidate
-after another in the timing process it was most of a first call. A worker without a CUDA
-driver returns no image, and the PTX is loaded (and JIT-compiled) in the tuner as before.
+The workers make PTX only. Machine code made in them (cuLink) ran 1.6-4.6% slower on the H100
+than the same PTX JIT-compiled by cuModuleLoadData in the tuner's process, so the tuner loads
+the PTX itself (launch.load_all, several threads at a time) before timing.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from common import options as env_options
 
-MAX_WORKERS = 16  # NVRTC and the JIT are single-threaded: one process per core, up to this
-CU_JIT_INPUT_PTX = 1  # cuda.h's CUjitInputType
+MAX_WORKERS = 16  # NVRTC is single-threaded: one process per core, up to this
 
 
 def usable_cores() -> int:
@@ -50,36 +47,25 @@ def build(task):
         return None, e.message
 
 
-def build_all(tasks: list, workers: int | None = None, device: int | None = None) -> list:
-    """build() of every task, in order, over `workers` processes (default: the usable cores);
-    with `device`, the workers' machine code for that GPU is loaded here (launch.preload)."""
+def build_all(tasks: list, workers: int | None = None) -> list:
+    """build() of every task, in order, over `workers` processes (default: the usable cores)."""
     workers = min(workers or usable_cores(), MAX_WORKERS, len(tasks))
     if workers <= 1:
         return [build(t) for t in tasks]
     chunks = [tasks[i::workers] for i in range(workers)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        parts = list(pool.map(lambda chunk: _run_worker(chunk, device), chunks))
+        parts = list(pool.map(_run_worker, chunks))
     results = [None] * len(tasks)
     for i, part in enumerate(parts):
         results[i::workers] = part
-    if device is not None:
-        _preload(results)
-    return [(compiled, why) for compiled, why, *_ in results]
+    return results
 
 
-def _preload(results: list) -> None:
-    from compiler.cuda import launch
-
-    for compiled, _, *image in results:
-        if compiled is not None and image and image[0]:
-            launch.preload(compiled, image[0])
-
-
-def _run_worker(chunk: list, device: int | None) -> list:
+def _run_worker(chunk: list) -> list:
     env = dict(env_options.environment(), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
         done = subprocess.run([sys.executable, "-m", "compiler.cuda.tuning.pool"],
-                              input=pickle.dumps((chunk, device)), capture_output=True, env=env, check=True)
+                              input=pickle.dumps(chunk), capture_output=True, env=env, check=True)
         part = pickle.loads(done.stdout)
         if isinstance(part, list) and len(part) == len(chunk):
             return part
@@ -88,31 +74,9 @@ def _run_worker(chunk: list, device: int | None) -> list:
     return [build(t) for t in chunk]  # the worker failed: compile here, where errors surface
 
 
-def machine_code(ptx: str, device: int) -> bytes | None:
-    """The driver's machine code of `ptx` for GPU `device`, or None where there is no driver
-    (or it refuses: the tuner's own load then reports why)."""
-    try:
-        import cupy
-        from cupy.cuda import driver
-
-        cupy.cuda.Device(device).use()
-        cupy.cuda.runtime.free(0)  # makes the device's context current, which cuLink needs
-        state = driver.linkCreate()
-        try:
-            driver.linkAddData(state, CU_JIT_INPUT_PTX, ptx.encode(), "phobos.ptx")
-            return bytes(driver.linkComplete(state))
-        finally:
-            driver.linkDestroy(state)
-    except Exception:  # no cupy, no GPU, an old driver: the PTX is loaded as it is
-        return None
-
-
 def _main() -> None:
-    tasks, device = pickle.loads(sys.stdin.buffer.read())
-    results = [build(t) for t in tasks]
-    if device is not None:
-        results = [(c, why, machine_code(c.ptx, device) if c is not None else None) for c, why in results]
-    sys.stdout.buffer.write(pickle.dumps(results))
+    tasks = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(pickle.dumps([build(t) for t in tasks]))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,10 @@ of host work): they are drawn by the GPU."""
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from compiler.frontend import ir
@@ -55,16 +59,30 @@ def _host_values(rng, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     return host.astype(dtypes.numpy_dtype(dtype))
 
 
-def time_launch(compiled, arrays, scalars, warmup: int = 2, repeat: int = 7) -> float:
-    """Median milliseconds of one launch, timed with CUDA events, after `warmup` launches. Every
-    candidate gets the same full timing: a screen that judged a candidate by its first timed
-    launch (one over 1.3x the best lost) picked slower winners on the H100 (attention N=4096
-    0.586 ms against 0.470 ms for the full timing, benchmarks/results/h100-2026-12-07-s2)."""
+REPEAT = 7  # timed launches of a candidate (their median is its time)
+SLOW_RATIO = 1.3  # a candidate whose first CUT_AFTER timed launches all take this x the best so far
+CUT_AFTER = 2  # launches is not timed further: it cannot win (its median stands for it)
+
+
+def time_launch(compiled, arrays, scalars, warmup: int = 2, repeat: int = REPEAT,
+                best: float | None = None) -> tuple[float, int]:
+    """(median milliseconds of one launch, launches timed), CUDA events, after `warmup` launches; a
+    candidate whose first CUT_AFTER timed launches are each at least SLOW_RATIO x `best` (the
+    best median so far) stops there. A screen that judged a candidate by one launch (over 1.3x
+    the best lost) picked slower winners on the H100 (attention N=4096 0.586 ms against 0.470 ms
+    for the full timing, benchmarks/results/h100-2026-12-07-s2); this cut is narrower: two
+    launches, both slow after the warm-up, against a best that was timed in full. The tuner asks
+    for it only under PHOBOS_TUNE_CUT=1 (autotune._measure)."""
     from compiler.cuda.launch import launch
 
     for _ in range(warmup):
         launch(compiled, arrays, scalars)
-    return float(np.median([_timed(compiled, arrays, scalars) for _ in range(repeat)]))
+    times = []
+    for _ in range(repeat):
+        times.append(_timed(compiled, arrays, scalars))
+        if best is not None and len(times) == CUT_AFTER and min(times) >= SLOW_RATIO * best:
+            break
+    return float(np.median(times)), len(times)
 
 
 def _timed(compiled, arrays, scalars) -> float:
@@ -78,3 +96,30 @@ def _timed(compiled, arrays, scalars) -> float:
     stop.record()
     stop.synchronize()
     return cupy.cuda.get_elapsed_time(start, stop)
+
+
+@dataclass
+class Phases:
+    """Where a tuning's seconds went, for its summary line: each stage's wall time (`with
+    phases("compile"): ...`), the candidates timed and those cut short by time_launch."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    timed: int = 0
+    cut: int = 0
+
+    @contextmanager
+    def __call__(self, stage: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+    def summary(self, name: str, pruned: int) -> str:
+        stages = ", ".join(f"{stage} {self.seconds.get(stage, 0.0):.2f} s" for stage in STAGES)
+        total = sum(self.seconds.values())
+        return (f"tune {name}: {self.timed} candidates timed ({self.cut} cut after {CUT_AFTER} launches), "
+                f"{pruned} pruned; {stages}; total {total:.2f} s")
+
+
+STAGES = ("inputs", "model", "compile", "load", "time")  # the summary's order: a tuning's order
