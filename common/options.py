@@ -27,7 +27,7 @@ tests/foundation/test_environment_reads.py names (RAW_READERS).
     launches before its combine (compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges them all)
   PHOBOS_SPLIT_ONE_LAUNCH=1|0 (split_one_launch, None): a split loop whose grid is one CTA runs in one
     launch, the partial's last CTAs merging the partials (compiler/cuda/mainloops/split_loop/fused.py);
-    0: never; unset: where the cost model says (split_loop/plan.py one_launch_pays)
+    0: never; unset: where the cost model says (split_loop/fused.py one_launch_pays)
   PHOBOS_SPLIT_SCHEDULE=stages=4,threads=128,.. (split_schedule, ""): fields of the split loop's
     partial kernel's Schedule (compiler/cuda/schedule.py) over the leaf's: its ring depth, CTA size
     (mainloops/split_loop/launch.py partial_schedule; benchmarks/decode_sweep.sh sweeps them)
@@ -170,7 +170,7 @@ def _switch(name: str) -> bool | None:
     if not value:
         return None
     if value not in ("0", "1"):
-        raise OptionError(f"error: ${name}={value!r} is not 0 or 1")
+        raise OptionError(f"${name}={value!r} is not 0 or 1")
     return value == "1"
 
 

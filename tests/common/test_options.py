@@ -69,3 +69,14 @@ def test_environment_is_a_copy(bare):
     env = options.environment()
     env["PHOBOS_FAULT"] = "x"
     assert options.current().fault == ""
+
+
+@pytest.mark.parametrize(("name", "value"),
+                         [("PHOBOS_CUDA_DOT_UNROLL", "four"), ("PHOBOS_SPLIT_ONE_LAUNCH", "2")])
+def test_a_bad_value_prints_one_error_prefix(bare, name, value):
+    """UserError.render adds the 'error: ' prefix; a message that wrote its own printed it twice."""
+    bare.setenv(name, value)
+    with pytest.raises(options.OptionError) as raised:
+        options.current()
+    printed = raised.value.render()
+    assert printed.startswith(f"error: ${name}=") and printed.count("error:") == 1, printed
