@@ -233,6 +233,7 @@ class LocalPods:
 
     def stop_now(self, grace_s: float = 5.0) -> None:
         """`stop`, blocking: for the pods a command started, once its job is over (or never ran)."""
+        _STARTED.discard(self)  # a signal's stop_all_started skips a stop under way, not waits inside it
         self.terminate()
         deadline = time.monotonic() + grace_s
         for pod in self.pods:

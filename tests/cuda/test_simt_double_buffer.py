@@ -50,7 +50,8 @@ def wide(monkeypatch):
     monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")  # schedule.wide_blocks_searched
 
 
-def test_wide_blocks_are_off_by_default():
+def test_wide_blocks_are_off_by_default(monkeypatch):
+    monkeypatch.delenv("PHOBOS_CUDA_WIDE_BLOCKS", raising=False)  # the default, whatever the shell sets
     assert autotune.cuda_core_schedules(load_example("matmul.phk")) == [DEFAULT, SIMT_DOUBLE_BUFFER]
     k = load_example("matmul.phk")
     with pytest.raises(CompileError, match=r"holds 256 tile values per thread in registers \(budget 200\)"):

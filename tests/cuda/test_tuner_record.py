@@ -18,6 +18,12 @@ RECORDS = json.loads(Path(__file__).with_name("tuner_record_h200.json").read_tex
 NEAR = 1.03  # a family with a candidate this close to the winner must be searched
 
 
+@pytest.fixture(autouse=True)
+def _cuts_on(monkeypatch):
+    """The replay is of the default tuner: a shell's PHOBOS_TUNE_EXHAUSTIVE=1 would turn the cut off."""
+    monkeypatch.delenv("PHOBOS_TUNE_EXHAUSTIVE", raising=False)
+
+
 def _behind(record: dict, family: dict) -> str | None:
     fastest = min(f["probe_ms"][0] for f in record["families"].values())
     return autotune.family_behind([(None, ms) for ms in family["probe_ms"]], fastest)
