@@ -7,6 +7,7 @@ its reason; the tuner searches it beside the one-CTA-per-tile ring."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 
@@ -70,6 +71,9 @@ def test_tf32_and_attention_rings_are_pruned():
     point = TF32_POINTS[0][0]
     with pytest.raises(CompileError, match="not TF32's"):
         _generated("tf32", {"M": 2048, "N": 2048, "K": 256}, point, schedule(4, False))
+    with pytest.raises(CompileError, match="a persistent grid takes a single dot's ring"):
+        _generated("mha_bf16.phk", {"H": 4, "N": 1024, "D": 128}, {"BR": 128, "BC": 64},
+                   dataclasses.replace(schedule(4, False), rotate=True))
 
 
 def test_the_unchanged_ring_without_persistence():
