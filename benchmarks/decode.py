@@ -201,13 +201,18 @@ def _timed(call, copies, out) -> tuple[float, float]:
         return None, eager
 
 
+WRONG: list[str] = []  # every variant that gave a wrong result this run: main then exits 1
+
+
 def _checked(kern, copies, ref, out, scale: float, tol: float, what: str) -> float | None:
-    """The relative error of one call against the reference, or None (printed) past `tol`."""
+    """The relative error of one call against the reference, or None (printed, and kept in WRONG)
+    past `tol`."""
     out.fill_(float("nan"))
     kern(*copies[0], out, scale)
     err = _rel(out, ref)
     if not err < tol:  # a wrong variant is reported and left out; the others still run
         print(f"WRONG {what}: relative error {err} (tolerance {tol}); not timed", flush=True)
+        WRONG.append(what)
         return None
     return err
 
@@ -468,6 +473,9 @@ def main(argv=None) -> int:
                  tuple(ints(args.bs)), args.quick, not args.no_splitk, not args.no_sdpa, out)
     write(result, out)
     print(markdown(result))
+    if WRONG:  # the table leaves them out; the run must not read as a clean one
+        print(f"decode: {len(WRONG)} wrong result(s): {'; '.join(WRONG)}", file=sys.stderr)
+        return 1
     return 0
 
 
