@@ -137,3 +137,11 @@ def test_one_launch_follows_phobos_split_one_launch_and_leaves_grids_of_many_cta
     assert len(split_launch.compile_sequence(kernel, b, cc=90, sm_count=132).kernels) >= 2
     monkeypatch.setenv("PHOBOS_SPLIT_ONE_LAUNCH", "0")
     assert len(_sequence("bf16", 16, 1 << 16).kernels) == 4  # partial, two tree levels, combine
+
+
+def test_the_factor_is_the_cost_models_for_the_merge_tree_the_sequence_is_given():
+    """fan_in=0 (no tree: a serial combine) is modelled as such: at S = 2^16 the model takes 79
+    chunks (80 padded) without the tree and 128 with a fan-in of 8; the factor was once chosen for
+    PHOBOS_SPLIT_FAN_IN whatever fan_in the caller passed."""
+    assert _sequence("bf16", 16, 1 << 16, fan_in=0, one_launch=False).chunks == 80
+    assert _sequence("bf16", 16, 1 << 16, fan_in=8, one_launch=False).chunks == 128

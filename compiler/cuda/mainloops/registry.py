@@ -33,11 +33,13 @@ def choose_mainloop(schedule, tensor_cores: bool, wgmma: bool) -> Mainloop:
 
 
 
-def choose_split(kernel, binding, split: int | None, sm_count: int | None = None) -> SplitLoop | None:
+def choose_split(kernel, binding, split: int | None, sm_count: int | None = None,
+                 fan_in: int | None = None) -> SplitLoop | None:
     """The split-loop policy of a leaf bound by `binding`, or None for the one-CTA loop. `split`:
     the factor the user forces (1: never split; a loop that cannot split is then the user's
     error, CompileError at the loop saying why), or None: the cost model's choice
-    (mainloops/split_loop/plan.py), and only for a loop that can split."""
+    (mainloops/split_loop/plan.py) for a merge tree of `fan_in` (None: PHOBOS_SPLIT_FAN_IN), and
+    only for a loop that can split."""
     from compiler.cuda.mainloops.split_loop import plan as split_plan
     from compiler.cuda.mainloops.split_loop import transform as split_loop
 
@@ -46,7 +48,7 @@ def choose_split(kernel, binding, split: int | None, sm_count: int | None = None
     if split is None:
         if split_loop.why_not_split(kernel) is not None:
             return None
-        factor = split_plan.model_factor(kernel, binding, sm_count)
+        factor = split_plan.model_factor(kernel, binding, sm_count, fan_in)
         return SplitLoop(factor=factor) if factor > 1 else None
     split_loop.split_form(kernel)
     return SplitLoop(factor=split, forced=True)

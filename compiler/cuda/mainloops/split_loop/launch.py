@@ -55,10 +55,10 @@ def compile_sequence(kernel, binding, *, schedule: Schedule = DEFAULT, cc: int =
     from compiler.cuda.mainloops.registry import choose_split
     from compiler.cuda.mainloops.split_loop import plan as split_plan
 
-    policy = choose_split(kernel, binding, split, sm_count)
+    fan_in = options.current().split_fan_in if fan_in is None else fan_in
+    policy = choose_split(kernel, binding, split, sm_count, fan_in)  # the factor for this tree
     if policy is None:
         return LaunchSequence((compile_kernel(kernel, binding, tf32=tf32, schedule=schedule, cc=cc),))
-    fan_in = options.current().split_fan_in if fan_in is None else fan_in
     one = options.current().split_one_launch if one_launch is None else one_launch
     if one is None:
         one = split_fused.one_launch_pays(kernel, binding, policy.factor, fan_in)

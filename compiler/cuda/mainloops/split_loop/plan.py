@@ -122,15 +122,16 @@ def plan_split(kernel: ir.Kernel, binding: Binding, factor: int | None = None,
     return SplitPlan(chunks, per, used, partial, pb, combine, cb, scratch, sf.axis)
 
 
-def model_factor(kernel: ir.Kernel, binding: Binding, sm_count: int | None = None) -> int:
-    """The cost model's factor for `kernel`'s splittable loop at `binding`: 1 (not split) for a
-    loop of fewer than MIN_SPLIT_ITERATIONS iterations, where the second launch would cost about
-    what the split saves."""
+def model_factor(kernel: ir.Kernel, binding: Binding, sm_count: int | None = None,
+                 fan_in: int | None = None) -> int:
+    """The cost model's factor for `kernel`'s splittable loop at `binding`, merged by a tree of
+    `fan_in` (choose_factor): 1 (not split) for a loop of fewer than MIN_SPLIT_ITERATIONS
+    iterations, where the second launch would cost about what the split saves."""
     sf = split_loop.split_form(kernel)
     total = _iterations(kernel, sf, dict(binding.env))
     if total < MIN_SPLIT_ITERATIONS:
         return 1
-    return choose_factor(math.prod(binding.grid or (1,)), sm_count or device_sm_count(), total)
+    return choose_factor(math.prod(binding.grid or (1,)), sm_count or device_sm_count(), total, fan_in)
 
 
 def _iterations(kernel: ir.Kernel, sf: split_loop.SplitForm, env: dict) -> int:
