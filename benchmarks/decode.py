@@ -79,7 +79,7 @@ class Variant:
     pad: int = 0
     schedule: str = ""
     most: int = 0
-    one_launch: bool = False
+    one_launch: bool | None = None  # +one: True, +tree: False, neither: the cost model's choice
 
     def split(self, sms: int) -> int | None:
         return None if self.per_sm is None else self.per_sm * sms
@@ -91,7 +91,7 @@ class Variant:
 
 # a variant's `+<flag>` suffixes for the partial's schedule: +st<N> ring stages, +t<N> threads,
 # +db the CUDA-core dots' double buffer, +late copies issued after the dots (and +bg<N>: Variant.most,
-# +one: Variant.one_launch)
+# +one / +tree: Variant.one_launch)
 SCHEDULE_FLAGS = {"st": "stages", "t": "threads", "db": "double_buffer", "late": "late_copies"}
 
 
@@ -106,7 +106,7 @@ def _schedule_field(flag: str) -> str:
 
 def parse_variants(text: str) -> list[Variant]:
     """`fan8`, `fan0@2sm`, `fan8+pad16`, `fan8@1sm+pad16+st4+t128`: fan<N>[@<K>sm][+pad<R>][+st<N>]
-    [+t<N>][+db][+late][+bg<N>][+one], comma-separated."""
+    [+t<N>][+db][+late][+bg<N>][+one|+tree], comma-separated."""
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         head, *flags = item.split("+")
@@ -116,13 +116,16 @@ def parse_variants(text: str) -> list[Variant]:
                 raise ValueError
             pads = [int(f[3:]) for f in flags if f.startswith("pad")]
             most = [int(f[2:]) for f in flags if f.startswith("bg")]
-            tuned = [f for f in flags if f != "one" and not f.startswith(("pad", "bg"))]
+            tuned = [f for f in flags if f not in ("one", "tree") and not f.startswith(("pad", "bg"))]
+            if "one" in flags and "tree" in flags:
+                raise ValueError
+            one = True if "one" in flags else (False if "tree" in flags else None)
             schedule = ",".join(map(_schedule_field, tuned))
             out.append(Variant(item, int(fan[3:]), int(chunks[:-2]) if chunks else None,
-                               pads[-1] if pads else 0, schedule, most[-1] if most else 0, "one" in flags))
+                               pads[-1] if pads else 0, schedule, most[-1] if most else 0, one))
         except ValueError:
             raise SystemExit(f"error: --variants: {item!r} is not fan<N>[@<K>sm][+pad<R>][+st<N>][+t<N>]"
-                             "[+db][+late][+bg<N>][+one]") from None
+                             "[+db][+late][+bg<N>][+one|+tree]") from None
     return out
 
 
@@ -312,7 +315,8 @@ def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, devic
     time, and a thread pool shares one environment)."""
     kernels: dict = {}
     failed = []
-    for form in sorted({(v.fan_in, v.schedule, v.one_launch) for v in variants}):
+    forms = {(v.fan_in, v.schedule, v.one_launch) for v in variants}
+    for form in sorted(forms, key=lambda f: (f[0], f[1], {None: 0, False: 1, True: 2}[f[2]])):
         fan_in, schedule, one = form
         jobs = []
         for g, dtype, s in cases:
@@ -332,7 +336,10 @@ def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, devic
 
         os.environ["PHOBOS_SPLIT_FAN_IN"] = str(fan_in)
         os.environ["PHOBOS_SPLIT_SCHEDULE"] = schedule
-        os.environ["PHOBOS_SPLIT_ONE_LAUNCH"] = "1" if one else "0"
+        if one is None:  # the cost model's choice (mainloops/split_loop/fused.py one_launch_pays)
+            os.environ.pop("PHOBOS_SPLIT_ONE_LAUNCH", None)
+        else:
+            os.environ["PHOBOS_SPLIT_ONE_LAUNCH"] = "1" if one else "0"
         with ThreadPoolExecutor(8) as pool:
             failed += [f for f in pool.map(prepare, jobs) if f is not None]
     os.environ.pop("PHOBOS_SPLIT_FAN_IN", None)

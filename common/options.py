@@ -18,8 +18,8 @@ tests/foundation/test_environment_reads.py names (RAW_READERS).
   PHOBOS_CUDA_DUMP=DIR (cuda_dump, None): each CUDA stage's product written to DIR (stages.py)
   PHOBOS_DUMP_STAGES=a,b|all (dump_stages, ""): the frontend stages printed (compiler/pipeline.py)
   PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
-  PHOBOS_CUDA_PERSISTENT=1 (cuda_persistent, False): the tuner also tries the TMA ring on a persistent
-    grid (compiler/cuda/mainloops/tma_ws/persistent.py), before schedule.PERSISTENT_TUNED puts it in for all
+  PHOBOS_CUDA_PERSISTENT=1|0 (cuda_persistent, None): the tuner tries the TMA ring on a persistent grid
+    (compiler/cuda/mainloops/tma_ws/persistent.py), or leaves it out; unset: schedule.PERSISTENT_TUNED
   PHOBOS_CUDA_WIDE_BLOCKS=1 (cuda_wide_blocks, False): the tuner also searches CUDA-core dots on
     16 x 8 / 8 x 16 register blocks (schedule.SIMT_WIDE_BLOCK, codegen.KERNEL_REGISTER_BUDGET)
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
@@ -86,7 +86,7 @@ class Options(NamedTuple):
     cuda_dump: Path | None = None
     dump_stages: str = ""
     cuda_tma: bool = True
-    cuda_persistent: bool = False
+    cuda_persistent: bool | None = None
     cuda_wide_blocks: bool = False
     dot_unroll: int = 0
     split_fan_in: int = 8
@@ -125,7 +125,7 @@ def current() -> Options:
         cuda_dump=path("PHOBOS_CUDA_DUMP"),
         dump_stages=env.get("PHOBOS_DUMP_STAGES", ""),
         cuda_tma=env.get("PHOBOS_CUDA_TMA", "1") != "0",
-        cuda_persistent=env.get("PHOBOS_CUDA_PERSISTENT") == "1",
+        cuda_persistent=_switch("PHOBOS_CUDA_PERSISTENT"),
         cuda_wide_blocks=env.get("PHOBOS_CUDA_WIDE_BLOCKS") == "1",
         dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
         split_fan_in=_number("PHOBOS_SPLIT_FAN_IN", int, 8),

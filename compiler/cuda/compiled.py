@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
 # 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor);
 # 12: the epilogue stage (stores/epilogue.py) and the TMA store in the search (mainloops/tma_ws/store.py)
-COMPILER_VERSION = "phobos-cuda-12"  # schedule.PERSISTENT_TUNED on: 13 (the search changes)
+COMPILER_VERSION = "phobos-cuda-13"  # 13: schedule.PERSISTENT_TUNED on (the search changed)
 
 
 def compiler_version() -> str:
@@ -37,7 +37,8 @@ def compiler_version() -> str:
         wide_blocks_searched,
     )
 
-    persist = "-persist" if persistent_searched() and not PERSISTENT_TUNED else ""
+    searched = persistent_searched()
+    persist = "" if searched == PERSISTENT_TUNED else ("-persist" if searched else "-nopersist")
     version = f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma") + persist
     return version + ("-wide" if wide_blocks_searched() else "")
 

@@ -86,10 +86,10 @@ TMA_ATTENTION_TUNED = True  # its GPU tests passed on the H200 (results/nvidia-h
 # The persistent TMA ring (Schedule.persistent): with the TMA store its staging tile takes a buffer of its
 # own beside the ring (the producer is filling the ring with the next tile meanwhile), so fewer stages fit
 PERSISTENT_STAGES = (4, 6)
-# searched only once its GPU tests (tests/cuda/test_persistent_gpu.py) have passed on a device: the tuner
-# measures speed, not correctness (not yet: no device run of this session reached it). Turning it on
-# changes the search: compiled.COMPILER_VERSION goes up with it (the tuning caches' key)
-PERSISTENT_TUNED = False
+# searched once its GPU tests (tests/cuda/test_persistent_gpu.py) had passed on a device, as the tuner
+# measures speed, not correctness: 12 of 12 on an H100 (benchmarks/results/h100-2026-12-07-s3/call1/persist). Turning
+# it on changed the search: compiled.COMPILER_VERSION went up with it (the tuning caches' key)
+PERSISTENT_TUNED = True
 TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
 
 # Shared memory a copy ring leaves to the rest of the kernel by default: the ring is allocated when
@@ -124,9 +124,10 @@ def tma_searched() -> bool:
 
 
 def persistent_searched() -> bool:
-    """Whether the tuner tries the persistent TMA ring: once PERSISTENT_TUNED, or asked by
-    PHOBOS_CUDA_PERSISTENT=1 (to measure it, or where its GPU tests have passed)."""
-    return PERSISTENT_TUNED or options.current().cuda_persistent
+    """Whether the tuner tries the persistent TMA ring: PHOBOS_CUDA_PERSISTENT=1 or 0 where set (to
+    compare), else PERSISTENT_TUNED."""
+    asked = options.current().cuda_persistent
+    return PERSISTENT_TUNED if asked is None else asked
 
 
 def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False,

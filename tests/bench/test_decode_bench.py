@@ -14,7 +14,9 @@ def test_variants_parse_and_refuse_other_spellings():
                    decode.Variant("fan16", 16, None, 0)]
     assert got[1].split(132) == 264 and got[0].split(132) is None
     assert got[0].rows(1, "bf16") == 16 and got[0].rows(32, "bf16") == 32 and got[0].rows(1, "f32") == 1
-    for bad in ("tree8", "fan8@2", "fanx", "fan8+16", "fan8+st", "fan8+db2", "fan8+bgx"):
+    # the launch form: the cost model's (neither flag), or forced either way
+    assert [v.one_launch for v in decode.parse_variants("fan8,fan8+one,fan8+tree")] == [None, True, False]
+    for bad in ("tree8", "fan8@2", "fanx", "fan8+16", "fan8+st", "fan8+db2", "fan8+bgx", "fan8+one+tree"):
         with pytest.raises(SystemExit, match="--variants"):
             decode.parse_variants(bad)
 

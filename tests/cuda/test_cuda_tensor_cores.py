@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sass
 from cuda_cases import descriptor_reads, launch_order, load_example
 
 from compiler.cuda.compiled import compile_kernel
@@ -234,39 +235,93 @@ def _wide_attention_variants():
     return out
 
 
-def _tool(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    bin_dir = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (bin_dir / "site-packages" / "nvidia").glob(f"*/bin/{name}"):
-        return str(candidate)
-    return None
+@dataclasses.dataclass(frozen=True)
+class Assembled:
+    """One variant through NVRTC and ptxas: its PTX, ptxas's -v report and cubin; or the prune
+    (or any other error) that stopped it, raised again by the variant's own test."""
+
+    ptx: str = ""
+    tensor_maps: tuple = ()
+    report: str = ""
+    cubin: bytes = b""
+    arch: str = ""
+    error: BaseException | None = None
 
 
-def disassemble(cubin: Path) -> str:
-    """The SASS of `cubin`, by nvdisasm itself (what `cuobjdump --dump-sass` runs) with its code
-    sections only (-c) and no dataflow pass (-ndf: that only annotates branch targets through the
-    branch stack): the same instructions, at 0.3 s of CPU a kernel against cuobjdump's 0.5 (most of
-    it nvdisasm's start, building its SM tables), over two hundred kernels."""
-    nvdisasm = _tool("nvdisasm")
+def _assemble(name, dims, point, schedule, folder: Path) -> Assembled:
+    kernel = load_example(name)
+    dims = {k: v for k, v in dims.items() if k in binding.kernel_dims(kernel)}
+    try:
+        c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
+        arch = "sm_90a" if ".target sm_90a" in c.ptx else "sm_90"
+        ptx, cubin = folder / "k.ptx", folder / "k.cubin"
+        ptx.write_text(c.ptx)
+        out = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(ptx), "-o", str(cubin)],
+                             capture_output=True, text=True, check=True)
+    except Exception as e:  # noqa: BLE001 - the variant's test raises it again, alone
+        return Assembled(error=e)
+    return Assembled(c.ptx, tuple(c.tensor_maps), out.stderr + out.stdout, cubin.read_bytes(), arch)
+
+
+VARIANT_TEST = "test_tensor_core_variant_assembles_without_spills_and_holds_hmma"
+
+
+@pytest.fixture(scope="module")
+def assembled_variants(request, tmp_path_factory) -> dict[str, tuple[Assembled, str]]:
+    """Every variant this run (this shard) tests, assembled, with its SASS: all the cubins go
+    through one nvdisasm run (sass.py), not one run each."""
+    items = [item for item in request.session.items if item.originalname == VARIANT_TEST]
+    done = {}
+    for item in items:
+        folder = tmp_path_factory.mktemp("variant")
+        done[item.callspec.id] = _assemble(**item.callspec.params, folder=folder)
+    ready = [key for key, a in done.items() if a.error is None]
+    listings = sass.disassemble_many([(done[key].cubin, done[key].arch) for key in ready])
+    listing_of = dict(zip(ready, listings, strict=True))
+    return {key: (a, listing_of.get(key, "")) for key, a in done.items()}
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
+def test_one_nvdisasm_run_lists_the_instructions_of_each_cubin_as_its_own_run_does(tmp_path):
+    """The batch (raw code, one run) against nvdisasm's own ELF listing of each cubin: the same
+    instructions in the same order, branch targets aside (offsets in one, labels in the other)."""
+    picks = [v for v in _variants() if v[3].tma][:2] + [v for v in _variants() if not v[3].wgmma][:1]
+    cubins = []
+    for i, variant in enumerate(picks):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        a = _assemble(*variant, folder=folder)
+        assert a.error is None, a.error
+        cubins.append((folder / "k.cubin", a.arch))
+    batch = sass.disassemble_many([(path.read_bytes(), arch) for path, arch in cubins])
+    nvdisasm = sass.tool("nvdisasm")
     assert nvdisasm, "nvdisasm missing: tools/bazel installs it from the lock (nvidia-cuda-nvdisasm)"
-    return subprocess.run([nvdisasm, "-c", "-ndf", str(cubin)], capture_output=True, text=True,
-                          check=True).stdout
+    for (path, _), listing in zip(cubins, batch, strict=True):
+        own = subprocess.run([nvdisasm, "-c", "-ndf", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+        own_lines = [m[1] for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(.*?;)", own)]
+        assert len(own_lines) > 100
+        mnemonics = [_without_targets(line) for line in listing.splitlines()]
+        assert mnemonics == [_without_targets(line) for line in own_lines]
+
+
+def _without_targets(instruction: str) -> str:
+    return re.sub(r"`\(\.L_x_\d+\)|0x[0-9a-f]+", "T", " ".join(instruction.split()))
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
 @pytest.mark.parametrize("name,dims,point,schedule", _variants(), ids=lambda v: str(v)[:40])
-def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims, point, schedule, tmp_path):
-    kernel = load_example(name)
-    dims = {k: v for k, v in dims.items() if k in binding.kernel_dims(kernel)}
+def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims, point, schedule, request,
+                                                                     assembled_variants):
+    del dims, point  # assembled by the fixture, with the other variants of this run
+    c, sass_text = assembled_variants[request.node.callspec.id]
     tf32_wgmma = "tf32" in name and schedule.wgmma and "mha" not in name
-    try:
-        c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
-    except CompileError as e:  # a point the generator prunes (registers, shared memory) is fine
-        assert "is pruned" in e.message, e.message
-        assert not tf32_wgmma, e.message  # these points are the ones the TF32 benchmark runs
+    if isinstance(c.error, CompileError):  # a point the generator prunes (registers, shared memory) is fine
+        assert "is pruned" in c.error.message, c.error.message
+        assert not tf32_wgmma, c.error.message  # these points are the ones the TF32 benchmark runs
         return
+    if c.error is not None:
+        raise c.error
     assert ("wgmma.mma_async" if schedule.wgmma else "mma.sync.aligned.m16n8k") in c.ptx, name
     # TF32 warpgroup MMA stages through registers (rounded with cvt.rn), the others by cp.async;
     # on the TMA ring the copies round (TFLOAT32 maps) and nothing in the kernel does
@@ -276,38 +331,22 @@ def test_tensor_core_variant_assembles_without_spills_and_holds_hmma(name, dims,
     else:
         assert ("cvt.rn.tf32.f32" if tf32_wgmma else "cp.async") in c.ptx, name
     assert "cvt.rna" not in c.ptx, name  # TF32 rounds ties to even (docs/language.md §4.1)
-    ptx = tmp_path / "k.ptx"
-    ptx.write_text(c.ptx)
-    cubin = tmp_path / "k.cubin"
-    out = subprocess.run(
-        [
-            "ptxas",
-            "-arch=sm_90a" if ".target sm_90a" in c.ptx else "-arch=sm_90",
-            "-v",
-            str(ptx),
-            "-o",
-            str(cubin),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = out.stderr + out.stdout
+    report = c.report
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
     assert "0 bytes stack frame" in report, report
     # C7510-C7515: ptxas serializes the warpgroup MMAs (an accumulator touched while in flight)
     assert "are serialized" not in report, report
-    sass = disassemble(cubin)
     want = r"\bHGMMA\.64x\d+x(16|8)\.F32" if schedule.wgmma else r"\bHMMA\.(16816|1688)\.F32"
-    assert re.search(want, sass), f"{name}: no tensor-core instruction in the SASS"
+    assert re.search(want, sass_text), f"{name}: no tensor-core instruction in the SASS"
     if "tf32" in name:
-        assert re.search(r"\bH(G)?MMA\.\S+\.F32\.TF32", sass), f"{name}: no TF32 tensor-core instruction"
+        assert re.search(r"\bH(G)?MMA\.\S+\.F32\.TF32", sass_text), f"{name}: no TF32 tensor-core instruction"
     if schedule.tma:  # the copy engine's loads (attention's [H, N, D] by 3-D maps), the mbarrier waits
-        assert ("UTMALDG.3D" if "mha" in name else "UTMALDG.2D") in sass and "SYNCS.PHASECHK" in sass, name
+        assert ("UTMALDG.3D" if "mha" in name else "UTMALDG.2D") in sass_text, name
+        assert "SYNCS.PHASECHK" in sass_text, name
     if schedule.pingpong:  # the turns' arrivals; cp.async copies arriving on mbarriers, their waits
-        assert "BAR.ARV" in sass, name
+        assert "BAR.ARV" in sass_text, name
         if not schedule.tma:
-            assert all(op in sass for op in ("ARRIVES.LDGSTSBAR", "SYNCS.PHASECHK")), name
+            assert all(op in sass_text for op in ("ARRIVES.LDGSTSBAR", "SYNCS.PHASECHK")), name
             assert "used 4 barriers" in report, report  # immediate ids: 0, 2, 3 (1 unused)
 
 

@@ -16,6 +16,7 @@ from cuda_cases import ptxas
 from persistent_cases import CASES, case_id, schedule
 from tma_store_cases import kernel
 
+from common import options
 from compiler.cuda import stages
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.schedule import PERSISTENT_STAGES, Schedule, tensor_core_space
@@ -89,11 +90,17 @@ def test_the_tuner_searches_it_at_the_gpus_multiprocessors(monkeypatch):
 
     monkeypatch.delenv("PHOBOS_CUDA_PERSISTENT", raising=False)
     searched = any(s.persistent for s in tensor_core_space(8, deep=True, sm_count=132))
-    assert searched == schedules.PERSISTENT_TUNED  # not before its GPU tests have passed
-    if not schedules.PERSISTENT_TUNED:  # asked for: in the search, and in the tuning caches' key
-        plain = compiler_version()
-        monkeypatch.setenv("PHOBOS_CUDA_PERSISTENT", "1")
-        assert compiler_version() == plain + "-persist"
+    assert searched == schedules.PERSISTENT_TUNED  # on since its GPU tests passed
+    plain = compiler_version()
+    # against the default, either way: in or out of the search, and in the tuning caches' key
+    monkeypatch.setenv("PHOBOS_CUDA_PERSISTENT", "0" if schedules.PERSISTENT_TUNED else "1")
+    flipped = tensor_core_space(8, deep=True, sm_count=132)
+    assert any(s.persistent for s in flipped) != schedules.PERSISTENT_TUNED
+    assert compiler_version() == plain + ("-nopersist" if schedules.PERSISTENT_TUNED else "-persist")
+    monkeypatch.setenv("PHOBOS_CUDA_PERSISTENT", "2")
+    with pytest.raises(options.OptionError, match="PHOBOS_CUDA_PERSISTENT"):
+        compiler_version()
+    monkeypatch.setenv("PHOBOS_CUDA_PERSISTENT", "1")
     space = tensor_core_space(8, deep=True, sm_count=132)
     persistent = [s for s in space if s.persistent]
     want = {(n, st) for n in PERSISTENT_STAGES for st in (False, True)}

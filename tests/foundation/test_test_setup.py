@@ -33,6 +33,20 @@ def test_runner_maps_bazels_test_environment_to_pytest():
     assert runner.scratch_environment({}) == {}
 
 
+def test_hypothesis_is_loaded_only_for_folders_that_import_it(tmp_path):
+    runner = load("tests/run_pytest.py")
+    plain, fuzzed = tmp_path / "plain", tmp_path / "fuzzed"
+    plain.mkdir(), fuzzed.mkdir()
+    (plain / "test_a.py").write_text("import pytest\nNOTE = 'not an import hypothesis'\n")
+    (fuzzed / "test_b.py").write_text("import pytest\n")
+    (fuzzed / "strategies.py").write_text("from hypothesis import strategies as st\n")
+    assert runner.plugin_args([str(plain / "test_a.py")]) == ["-p", "no:hypothesispytest"]
+    assert runner.plugin_args([str(plain / "test_a.py"), str(fuzzed / "test_b.py")]) == []
+    assert runner.plugin_args([]) == []
+    # the folders of the suite that use it keep it
+    assert runner.plugin_args([str(repo_file("tests/compiler/test_interp_hypothesis.py"))]) == []
+
+
 def test_a_bazel_test_command_shares_its_ptx_and_bytecode_folder(tmp_path):
     """tools/bazel links PHOBOS_TEST_RUN to a new folder per `test` command: the runner puts the
     bytecode there and hands the PTX folder to tests/conftest.py; a dangling or missing link (the

@@ -97,7 +97,7 @@ def test_two_cpu_pods_decode_bf16_odd_s(tmp_path, s):
 
 def test_a_nodes_step_leaf_at_s_2_22_compiles_split_over_ctas():
     """The cost model splits each node's share (2^21 keys, one CTA of 16 rows) over the GPU's
-    CTAs: the shipped step leaf is a partial and a combine kernel (NVRTC here, no GPU)."""
+    CTAs: the shipped step leaf is one launch, or a partial and a combine (NVRTC here, no GPU)."""
     from compiler.cluster.build import compile_cluster
     from compiler.cluster.tree import SplitRequest
     from compiler.cuda.mainloops.split_loop.launch import compile_leaf
@@ -113,15 +113,18 @@ def test_a_nodes_step_leaf_at_s_2_22_compiles_split_over_ctas():
                               split=SplitRequest(2, "binary"))
     step = next(leaf for leaf in program.leaves if leaf.name == "step")
     compiled = compile_leaf(step, 90)
-    assert [k.entry.rsplit("__", 1)[-1] for k in compiled.kernels][:1] == ["split_partial"]
-    assert compiled.kernels[-1].entry.endswith("__split_combine") and compiled.kernels[0].grid[1] > 1
+    entries = [k.entry.rsplit("__", 1)[-1] for k in compiled.kernels]
+    # the partial, the merge tree and the combine; or all of them in one launch, where the cost
+    # model (mainloops/split_loop/fused.py) takes it: it does at this size
+    assert entries == ["split_fused"] or (entries[0], entries[-1]) == ("split_partial", "split_combine")
+    assert compiled.kernels[0].grid[1] > 1
 
 
 @pytest.mark.gpu
 def test_two_gpu_pods_decode_s_2_22(tmp_path):
     """Two pods sharing one GPU, S = 2^22 keys, G = 16, bf16 KV, D = 128: each node's share of
     2^21 keys split over the GPU's CTAs, the two partials merged across the nodes."""
-    from scheduler.local_pods import visible_gpus
+    from scheduler.pods.local_pods import visible_gpus
 
     assert visible_gpus() >= 1
     s = 1 << 22

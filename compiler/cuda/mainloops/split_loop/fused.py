@@ -47,9 +47,10 @@ GROUP_SCALAR = "group"
 GROUP_SIZES = (4, 8, 12, 16, 24, 32)  # chunks per group that choose_group weighs
 # a dependent launch's gap against one merge step (tree.py's H100 estimates: ~2 us and ~2.9 us)
 LAUNCH_GAP_STEPS = 0.7
-# the one launch is the model's choice only once a GPU has run it: it has not yet
-# (PHOBOS_SPLIT_ONE_LAUNCH=1 forces it; benchmarks/decode.py `+one` measures it)
-ONE_LAUNCH_MEASURED = False
+# the one launch is the model's choice once a GPU has run it: on an H100 it read more GB/s than the
+# tree in all six decode cases of benchmarks/results/h100-2026-12-07-s3/call1/decode/decode.md (`+one`;
+# PHOBOS_SPLIT_ONE_LAUNCH=1/0 forces either)
+ONE_LAUNCH_MEASURED = True
 ENTRY = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\((.*)\) \{')
 
 
