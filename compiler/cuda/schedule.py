@@ -87,8 +87,9 @@ TMA_ATTENTION_TUNED = True  # its GPU tests passed on the H200 (results/nvidia-h
 # own beside the ring (the producer is filling the ring with the next tile meanwhile), so fewer stages fit
 PERSISTENT_STAGES = (4, 6)
 # searched once its GPU tests (tests/cuda/test_persistent_gpu.py) had passed on a device, as the tuner
-# measures speed, not correctness: 12 of 12 on an H100 (benchmarks/results/h100-2026-12-07-s3/call1/persist). Turning
-# it on changed the search: compiled.COMPILER_VERSION went up with it (the tuning caches' key)
+# measures speed, not correctness: 12 of 12 on an H100 (benchmarks/results/h100-2026-12-07-s3/call1/
+# persist). Turning it on changed the search: compiled.COMPILER_VERSION went up with it (the tuning
+# caches' key)
 PERSISTENT_TUNED = True
 TMA_ATTENTION_PROBE = Schedule(stages=4, order="grouped", wgmma=True, rotate=True, tma=True, pingpong=True)
 
