@@ -45,17 +45,27 @@ def _inputs(folder: Path, g: int, s: int, seed: int) -> dict:
     return arrays
 
 
-def _reference(q, k, v, scale: float) -> np.ndarray:
+def _reference(q, k, v, scale: float, block: int = 1 << 18) -> np.ndarray:
     """float64 softmax attention of the G rows over S keys, in blocks of keys."""
     q64 = q.astype(np.float64)
-    blocks = [(q64 @ k[i:i + (1 << 18)].astype(np.float64).T) * scale for i in range(0, len(k), 1 << 18)]
-    top = max(b.max(axis=1) for b in blocks)[:, None]
+    blocks = [(q64 @ k[i:i + block].astype(np.float64).T) * scale for i in range(0, len(k), block)]
+    top = np.max([b.max(axis=1) for b in blocks], axis=0)[:, None]
     num, den = 0.0, 0.0
-    for i, b in zip(range(0, len(k), 1 << 18), blocks, strict=True):
+    for i, b in zip(range(0, len(k), block), blocks, strict=True):
         p = np.exp(b - top)
-        num = num + p @ v[i:i + (1 << 18)].astype(np.float64)
+        num = num + p @ v[i:i + block].astype(np.float64)
         den = den + p.sum(axis=1, keepdims=True)
     return num / den
+
+
+def test_the_blocked_reference_is_softmax_attention():
+    rng = np.random.default_rng(5)
+    q, k, v = rng.standard_normal((3, 8)), 4 * rng.standard_normal((23, 8)), rng.standard_normal((23, 8))
+    s = q @ k.T * 0.5
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    want = (p / p.sum(axis=1, keepdims=True)) @ v
+    for block in (5, 23, 64):
+        assert np.allclose(_reference(q, k, v, 0.5, block), want, rtol=1e-12, atol=1e-12)
 
 
 def _run_job(folder: Path, g: int, s: int, chunk: tuple[int, int], seed: int):
