@@ -13,8 +13,8 @@ tests/foundation/test_environment_reads.py names (RAW_READERS).
   PHOBOS_TUNE_QUIET=1 (tune_quiet, False): the autotuner prints no progress
   PHOBOS_TUNE_EXHAUSTIVE=1 (tune_exhaustive, False): the autotuner makes none of its measured cuts
     (every family's space searched, every candidate timed in full; tuning/autotune.py)
-  PHOBOS_TUNE_CUT=1 (tune_cut, False): the autotuner stops timing a candidate whose first two
-    launches are clearly slow (tuning/timing.py; off until measured on a GPU)
+  PHOBOS_TUNE_CUT=0|1 (tune_cut, True): the autotuner stops timing a candidate whose first two
+    launches are clearly slow (tuning/timing.py); 0 times every candidate in full
   PHOBOS_CUDA_DUMP=DIR (cuda_dump, None): each CUDA stage's product written to DIR (stages.py)
   PHOBOS_DUMP_STAGES=a,b|all (dump_stages, ""): the frontend stages printed (compiler/pipeline.py)
   PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
@@ -82,7 +82,7 @@ class Options(NamedTuple):
     retune: bool = False
     tune_quiet: bool = False
     tune_exhaustive: bool = False
-    tune_cut: bool = False
+    tune_cut: bool = True
     cuda_dump: Path | None = None
     dump_stages: str = ""
     cuda_tma: bool = True
@@ -121,7 +121,7 @@ def current() -> Options:
         retune=env.get("PHOBOS_RETUNE") == "1",
         tune_quiet=env.get("PHOBOS_TUNE_QUIET") == "1",
         tune_exhaustive=env.get("PHOBOS_TUNE_EXHAUSTIVE") == "1",
-        tune_cut=env.get("PHOBOS_TUNE_CUT") == "1",
+        tune_cut=_switch("PHOBOS_TUNE_CUT") is not False,
         cuda_dump=path("PHOBOS_CUDA_DUMP"),
         dump_stages=env.get("PHOBOS_DUMP_STAGES", ""),
         cuda_tma=env.get("PHOBOS_CUDA_TMA", "1") != "0",

@@ -240,11 +240,14 @@ def test_a_candidate_is_timed_in_full_unless_two_launches_are_clearly_slow(monke
         assert len(launches) == 2 and next(timed, None) == (None if expected[1] == 7 else 2.0)
 
 
-@pytest.mark.parametrize("env, cuts", [({}, False), ({"PHOBOS_TUNE_CUT": "1"}, True),
+@pytest.mark.parametrize("env, cuts", [({}, True), ({"PHOBOS_TUNE_CUT": "1"}, True),
+                                        ({"PHOBOS_TUNE_CUT": "0"}, False),
                                         ({"PHOBOS_TUNE_CUT": "1", "PHOBOS_TUNE_EXHAUSTIVE": "1"}, False)])
 def test_the_timing_cut_is_asked_for_and_never_exhaustive(cache_dir, monkeypatch, env, cuts):
-    """_measure hands time_launch the best so far only under PHOBOS_TUNE_CUT=1 (off by default
-    until a GPU shows the cut keeps the full timing's winners), never with PHOBOS_TUNE_EXHAUSTIVE=1."""
+    """_measure hands time_launch the best so far unless PHOBOS_TUNE_CUT=0 (on by default since an
+    H100 showed the cut keeps the full timing's winners), never with PHOBOS_TUNE_EXHAUSTIVE=1."""
+    monkeypatch.delenv("PHOBOS_TUNE_CUT", raising=False)
+    monkeypatch.delenv("PHOBOS_TUNE_EXHAUSTIVE", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     bests, times = [], iter([2.0, 1.0])

@@ -348,8 +348,9 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
     (tuning/model.py) drops what cannot fit and, with `model`, what ranks far below its schedule's
     best; the rest compile in parallel processes (tuning/pool.py), are loaded (the driver's JIT)
     on several threads, then timed one by one: nothing else runs while a candidate is timed.
-    With PHOBOS_TUNE_CUT=1 a clearly slow candidate stops after two launches (timing.py): off by
-    default until a GPU shows it picks the winners of the full timing."""
+    A clearly slow candidate stops after two launches (timing.py; PHOBOS_TUNE_CUT=0 times all in
+    full): on since an H100 picked the full timing's winners with it (issue 36's bf16 8192^3 and
+    16384^3 rows, benchmarks/results/h100-2026-12-07-s3/call1/tuner)."""
     from compiler.cuda import launch
     from compiler.cuda.tuning import pool as compile_pool
 
