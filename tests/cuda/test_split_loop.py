@@ -236,9 +236,9 @@ def test_a_deeper_partial_ring_is_the_partial_kernels_alone(monkeypatch):
     b = binding.bind(kernel, {"G": 16, "S": 1 << 16}, None, {"BS": 64})
     from compiler.cuda.mainloops.split_loop import launch as split_launch
 
-    base = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132)
+    base = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132, one_launch=False)  # the tree
     monkeypatch.setenv("PHOBOS_SPLIT_SCHEDULE", "stages=4")
-    deep = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132)
+    deep = split_launch.compile_sequence(kernel, b, cc=90, sm_count=132, one_launch=False)
     assert deep.kernels[0].shared_bytes > base.kernels[0].shared_bytes  # one more K/V stage
     assert "% 4" in deep.kernels[0].cuda_source and "% 3" in base.kernels[0].cuda_source
     assert [k.cuda_source for k in deep.kernels[1:]] == [k.cuda_source for k in base.kernels[1:]]

@@ -68,10 +68,11 @@ def test_tree_merged_split_k_equals_the_one_cta_loop():
 def test_the_launch_sequence_has_the_tree_and_its_scratch(monkeypatch):
     kernel = load(decode_source("bf16", 16, "64"))
     b = binding.bind(kernel, {"G": 16, "S": 1 << 20}, None, {"BS": 64})
-    flat = split_launch.compile_sequence(kernel, b, split=256, cc=90, fan_in=0)
+    # the tree's form (the cost model takes the one launch for this leaf: test_split_fused.py)
+    flat = split_launch.compile_sequence(kernel, b, split=256, cc=90, fan_in=0, one_launch=False)
     assert [k.entry.split("__split_")[1] for k in flat.kernels] == ["partial", "combine"]
     monkeypatch.setenv("PHOBOS_SPLIT_FAN_IN", "8")
-    seq = split_launch.compile_sequence(kernel, b, split=256, cc=90)
+    seq = split_launch.compile_sequence(kernel, b, split=256, cc=90, one_launch=False)
     assert [k.entry.split("__split_")[1] for k in seq.kernels] == ["partial", "merge0", "merge1", "combine"]
     assert [k.grid for k in seq.kernels[1:3]] == [(1, 32, 4), (1, 4, 4)]  # [16, 32] tiles
     assert {s.name: s.shape for s in seq.scratch}["acc_part_tree"] == (32, 16, 128)
@@ -84,7 +85,7 @@ def test_the_launch_sequence_has_the_tree_and_its_scratch(monkeypatch):
 def test_merge_kernels_assemble_for_sm90_without_spills(g, dtype, tmp_path):
     kernel = load(decode_source(dtype, g, "64"))
     b = binding.bind(kernel, {"G": g, "S": (1 << 20) + 3}, None, {"BS": 64})
-    seq = split_launch.compile_sequence(kernel, b, split=264, cc=90, fan_in=8)
+    seq = split_launch.compile_sequence(kernel, b, split=264, cc=90, fan_in=8, one_launch=False)
     assert len(seq.kernels) == 4
     path = tmp_path / "module.ptx"
     path.write_text(compiled.module_ptx(seq.kernels, 90))
