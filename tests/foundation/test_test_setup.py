@@ -43,8 +43,6 @@ def test_hypothesis_is_loaded_only_for_folders_that_import_it(tmp_path):
     assert runner.plugin_args([str(plain / "test_a.py")]) == ["-p", "no:hypothesispytest"]
     assert runner.plugin_args([str(plain / "test_a.py"), str(fuzzed / "test_b.py")]) == []
     assert runner.plugin_args([]) == []
-    # the folders of the suite that use it keep it
-    assert runner.plugin_args([str(repo_file("tests/compiler/test_interp_hypothesis.py"))]) == []
 
 
 def test_a_bazel_test_command_shares_its_ptx_and_bytecode_folder(tmp_path):

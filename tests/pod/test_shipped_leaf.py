@@ -198,6 +198,7 @@ def test_a_split_leaf_ships_its_launches_and_their_scratch(monkeypatch, tmp_path
                 dims=(("G", 16), ("S", (1 << 16) + 3)), tile_values=(("D", 128), ("BG", 16), ("BS", 64)),
                 grid=(1,), threads=256, tensors=("Q", "K", "V", "O"), scalars=("scale",))
     monkeypatch.setenv("PHOBOS_SPLIT_FAN_IN", "8")
+    monkeypatch.setenv("PHOBOS_SPLIT_ONE_LAUNCH", "0")  # the tree's form (the cost model takes one launch)
     compiled = compile_leaf(leaf, 90)
     chunks = compiled.kernels[0].grid[1]
     assert chunks > 8  # the cost model's factor at S = 2^16: a tree of two levels
