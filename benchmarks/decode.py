@@ -315,8 +315,7 @@ def prepare_decode(cases, variants, bs_choices=BS_CHOICES, sms: int = 132, devic
     time, and a thread pool shares one environment)."""
     kernels: dict = {}
     failed = []
-    forms = {(v.fan_in, v.schedule, v.one_launch) for v in variants}
-    for form in sorted(forms, key=lambda f: (f[0], f[1], {None: 0, False: 1, True: 2}[f[2]])):
+    for form in sorted({(v.fan_in, v.schedule, v.one_launch) for v in variants}, key=str):
         fan_in, schedule, one = form
         jobs = []
         for g, dtype, s in cases:

@@ -1,5 +1,6 @@
 #!/bin/bash
-# The device batch this session (2026-12-07, third) could not run: no GPU machine started.
+# The device batch the third session of 2026-12-07 could not run (no GPU machine started); it ran
+# as the fourth session's first call (results: benchmarks/results/h100-2026-12-07-s3/call1).
 # Each block is the measurement a change of this session waits for (issue in brackets); run from the
 # repo root on a 1x H100 with the wheels in .whl: `CAP=65 bash benchmarks/pending_device_batch.sh`.
 # Files land under $OUT/<block>/, and $OUT/all.tar.gz holds them all (the device returns 8 files).

@@ -21,6 +21,11 @@ from pathlib import Path
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?;)")
 
 
+def instructions(listing: str) -> list[tuple[int, str]]:
+    """(offset, instruction) of each instruction line of an nvdisasm listing, raw or ELF."""
+    return [(int(offset, 16), text) for offset, text in _INSTRUCTION.findall(listing)]
+
+
 def tool(name: str) -> str | None:
     """A CUDA tool from PATH or from the nvidia-* wheels of this environment (the lock's)."""
     found = shutil.which(name)
@@ -70,8 +75,7 @@ def disassemble_many(cubins: list[tuple[bytes, str]]) -> list[str]:
                                   check=True).stdout
         lines: list[list[str]] = [[] for _ in members]
         k = 0
-        for offset, instruction in _INSTRUCTION.findall(text):
-            at = int(offset, 16)
+        for at, instruction in instructions(text):
             while at >= starts[k + 1]:
                 k += 1
             lines[k].append(instruction)

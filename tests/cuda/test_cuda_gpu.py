@@ -88,15 +88,8 @@ def test_example_double_buffered_equals_interpreter(name, dims, points):
 
 
 # the examples with a CUDA-core dot in a loop on 128 threads (SIMT_WIDE_BLOCK: 16 x 8 register
-# blocks at 128 x 128), at the points that fit (flash attention's BR = BC = 128 needs more shared
-# memory than a CTA has, as tests/cuda/test_simt_double_buffer.py checks)
-WIDE_BLOCK = [
-    (name, dims, [p for p in points if name != "flash_attention.phk" or p.get("BR") != 128 or p["BC"] != 128])
-    for name, dims, points in DOUBLE_BUFFERED
-]
-
-
-@pytest.mark.parametrize("name,dims,points", WIDE_BLOCK, ids=[c[0] for c in WIDE_BLOCK])
+# blocks at 128 x 128), at the points that fit (_fitting)
+@pytest.mark.parametrize("name,dims,points", DOUBLE_BUFFERED, ids=[c[0] for c in DOUBLE_BUFFERED])
 def test_example_on_wide_register_blocks_equals_interpreter(name, dims, points, monkeypatch):
     monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")  # schedule.wide_blocks_searched: the budget
     _equals_interpreter(name, dims, _fitting(name, dims, points, SIMT_WIDE_BLOCK), SIMT_WIDE_BLOCK)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import sass
-from cuda_cases import descriptor_reads, launch_order, load_example
+from cuda_cases import descriptor_reads, launch_order, load_example, ptxas
 
 from compiler.cuda.compiled import compile_kernel
 from compiler.cuda.layout import LayoutError, MmaGrid, choose_mma_grid
@@ -254,13 +254,10 @@ def _assemble(name, dims, point, schedule, folder: Path) -> Assembled:
     try:
         c = compile_kernel(kernel, binding.bind(kernel, dims, None, point), schedule=schedule)
         arch = "sm_90a" if ".target sm_90a" in c.ptx else "sm_90"
-        ptx, cubin = folder / "k.ptx", folder / "k.cubin"
-        ptx.write_text(c.ptx)
-        out = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(ptx), "-o", str(cubin)],
-                             capture_output=True, text=True, check=True)
+        report = ptxas(c.ptx, arch, folder)
     except Exception as e:  # noqa: BLE001 - the variant's test raises it again, alone
         return Assembled(error=e)
-    return Assembled(c.ptx, tuple(c.tensor_maps), out.stderr + out.stdout, cubin.read_bytes(), arch)
+    return Assembled(c.ptx, tuple(c.tensor_maps), report, (folder / f"{arch}.cubin").read_bytes(), arch)
 
 
 VARIANT_TEST = "test_tensor_core_variant_assembles_without_spills_and_holds_hmma"
@@ -292,21 +289,33 @@ def test_one_nvdisasm_run_lists_the_instructions_of_each_cubin_as_its_own_run_do
         folder.mkdir()
         a = _assemble(*variant, folder=folder)
         assert a.error is None, a.error
-        cubins.append((folder / "k.cubin", a.arch))
+        cubins.append((folder / f"{a.arch}.cubin", a.arch))
     batch = sass.disassemble_many([(path.read_bytes(), arch) for path, arch in cubins])
     nvdisasm = sass.tool("nvdisasm")
     assert nvdisasm, "nvdisasm missing: tools/bazel installs it from the lock (nvidia-cuda-nvdisasm)"
     for (path, _), listing in zip(cubins, batch, strict=True):
         own = subprocess.run([nvdisasm, "-c", "-ndf", str(path)], capture_output=True, text=True,
                              check=True).stdout
-        own_lines = [m[1] for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(.*?;)", own)]
+        own_lines = [text for _, text in sass.instructions(own)]
         assert len(own_lines) > 100
-        mnemonics = [_without_targets(line) for line in listing.splitlines()]
-        assert mnemonics == [_without_targets(line) for line in own_lines]
+        raw_lines = listing.splitlines()
+        assert len(raw_lines) == len(own_lines)
+        for raw, labelled in zip(raw_lines, own_lines, strict=True):
+            assert _same_instruction(raw, labelled), (raw, labelled)
 
 
-def _without_targets(instruction: str) -> str:
-    return re.sub(r"`\(\.L_x_\d+\)|0x[0-9a-f]+", "T", " ".join(instruction.split()))
+def _same_instruction(raw: str, labelled: str) -> bool:
+    """One instruction as the raw listing and the ELF listing write it: token for token the same,
+    but where the ELF listing names a branch target (`(.L_x_3)) the raw one gives its offset."""
+    a, b = raw.split(), labelled.split()
+
+    def target(token: str, pattern: str) -> str | None:  # the token's trailing , or ; when a target
+        m = re.fullmatch(pattern + r"([,;]?)", token)
+        return m and m[1]
+
+    return len(a) == len(b) and all(
+        x == y or target(x, r"0x[0-9a-f]+") == target(y, r"`\(\.L_x_\d+\)") is not None
+        for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")

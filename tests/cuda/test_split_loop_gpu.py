@@ -118,8 +118,11 @@ def test_a_split_call_on_torch_tensors_equals_the_interpreter():
     call = from_source(source).bind(tiles={"BS": 64}, autotune=False)  # the cost model splits it
     call(**t, **scalars)
     torch.cuda.synchronize()
-    # split over CTAs: the tree's partial first, or the one launch (the cost model's choice here)
-    assert next(iter(call._launches.values())).parts[0].grid[1] > 1
+    # split over CTAs, in the launches compile_sequence makes by the cost model (here the one launch)
+    b = binding.bind(kernel, {"G": 16, "S": s}, None, {"BS": 64})
+    model = split_launch.compile_sequence(kernel, b, cc=90, sm_count=split_plan.device_sm_count())
+    launch = next(iter(call._launches.values()))
+    assert [p.grid for p in launch.parts] == [k.grid for k in model.kernels] and model.kernels[0].grid[1] > 1
     assert _err(t["O"].cpu().numpy(), want["O"]) < _decode_tol("bf16", arrays, scalars["scale"])
 
 
