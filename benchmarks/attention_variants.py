@@ -1,8 +1,8 @@
 """Issue 36's attention rows (benchmarks/issue36_rows.py) at fixed (tile point, schedule)
 candidates, side by side with cuDNN SDPA in the same process: what the tuner would choose
-between, without its search, so that two variants of the code generator (a schedule field, a CTA
-order, or the code before a change, `ONE_CHAIN`: every max/min fold as one chain, as before
-reductions.FOLD_CHAINS) are compared on the same inputs within one call. Every candidate's output is checked
+between, without its search, so that variants of the code generator (a schedule field such as
+the CTA order or the softmax maximum's chains, Schedule.fold_chains) are compared on the same
+inputs within one call. Every candidate's output is checked
 against SDPA before it is timed; then ROUNDS alternated rounds, each the mean of REPS back-to-back
 launches timed by CUDA events (the anchor in every round too), and the median of the rounds.
 
@@ -41,11 +41,8 @@ def _row(prefix: str):
     return next(r for r in ROWS if r.name.startswith(prefix))
 
 
-ONE_CHAIN = "one-chain"  # compiled here with reductions.CHAINED_FOLD out of reach
-
-
 def _one_chain(point, schedule):
-    return (point, schedule, ONE_CHAIN)
+    return (point, dataclasses.replace(schedule, fold_chains=1))
 
 
 CANDIDATES = {
@@ -96,20 +93,8 @@ def _sdpa(q, k, v, scale, causal, torch):
 
 
 def _build(kernel, dims, candidates, cc, pool) -> list:
-    """(compiled, why) of each candidate: the current code in parallel processes, the ONE_CHAIN
-    variants here, with the chained folds turned off while they compile."""
-    from compiler.cuda import reductions
-
-    tasks = [(kernel, dict(dims), c[0], c[1], False, cc) for c in candidates]
-    current = [i for i, c in enumerate(candidates) if len(c) == 2]
-    built = dict(zip(current, pool.build_all([tasks[i] for i in current]), strict=True))
-    chained_fold = reductions.CHAINED_FOLD
-    reductions.CHAINED_FOLD = 1 << 30
-    try:
-        built.update({i: pool.build(t) for i, t in enumerate(tasks) if i not in built})
-    finally:
-        reductions.CHAINED_FOLD = chained_fold
-    return [built[i] for i in range(len(tasks))]
+    """(compiled, why) of each candidate, compiled in parallel processes."""
+    return pool.build_all([(kernel, dict(dims), point, sched, False, cc) for point, sched in candidates])
 
 
 def run_row(key: str, log) -> dict:
@@ -128,8 +113,8 @@ def run_row(key: str, log) -> dict:
     expected = _sdpa(q, k, v, scale, causal, torch).float()
     built = _build(kernel, row.dims, candidates, autotune.gpu_capability(), pool)
     runs, results = [], []
-    for (point, sched, *variant), (compiled, why) in zip(candidates, built, strict=True):
-        name = f"{point} {sched.key()}" + "".join(f" {v}" for v in variant)
+    for (point, sched), (compiled, why) in zip(candidates, built, strict=True):
+        name = f"{point} {sched.key()}"
         if compiled is None:
             results.append({"candidate": name, "pruned": why})
             continue

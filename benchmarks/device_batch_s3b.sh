@@ -15,7 +15,7 @@ job() {  # job NAME SHARD_INDEX SHARD_TOTAL FILES/ARGS...
 }
 for i in 0 1 2; do job tc$i $i 3 tests/cuda/test_cuda_tc_gpu.py; done
 for i in 0 1; do job split$i $i 2 tests/cuda/test_split_loop_gpu.py; done
-job rest 0 1 tests/cuda/test_fp8_gpu.py tests/cuda/test_tma_store_gpu.py tests/cuda/test_cuda_tf32_exact_gpu.py
+job rest 0 1 tests/cuda/test_chained_folds_gpu.py tests/cuda/test_fp8_gpu.py tests/cuda/test_tma_store_gpu.py tests/cuda/test_cuda_tf32_exact_gpu.py
 job mended 0 1 tests/cuda/test_cuda_gpu.py tests/runtime/test_cluster_decode.py tests/cuda/test_tuner_gpu.py \
   tests/cuda/test_persistent_gpu.py
 wait

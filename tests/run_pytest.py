@@ -71,26 +71,41 @@ def scratch_environment(env: dict[str, str]) -> dict[str, str]:
 class Shard:
     """Bazel's test sharding (`shard_count` in a BUILD file): shard INDEX of TOTAL runs every
     TOTAL-th collected test, starting at INDEX, so the parametrized cases of one slow test spread
-    over the shards. Touching TEST_SHARD_STATUS_FILE tells Bazel that the runner shards."""
+    over the shards. With `whole_modules` (WHOLE_MODULES among the runner's arguments) it deals
+    test files instead, each whole to one shard, in collection order: for folders whose tests share
+    a file's state (module fixtures that start pods, a teardown that judges the file's cases together).
+    Touching TEST_SHARD_STATUS_FILE tells Bazel that the runner shards."""
 
-    def __init__(self, index: int, total: int):
-        self.index, self.total = index, total
+    def __init__(self, index: int, total: int, whole_modules: bool = False):
+        self.index, self.total, self.whole_modules = index, total, whole_modules
 
     @classmethod
-    def from_env(cls, env: dict[str, str]) -> Shard | None:
+    def from_env(cls, env: dict[str, str], whole_modules: bool = False) -> Shard | None:
         if int(env.get("TEST_TOTAL_SHARDS", "1")) <= 1:
             return None
         if env.get("TEST_SHARD_STATUS_FILE"):
             with open(env["TEST_SHARD_STATUS_FILE"], "a"):
                 pass
-        return cls(int(env["TEST_SHARD_INDEX"]), int(env["TEST_TOTAL_SHARDS"]))
+        return cls(int(env["TEST_SHARD_INDEX"]), int(env["TEST_TOTAL_SHARDS"]), whole_modules)
+
+    def _unit(self, items: list) -> list[int]:
+        """The deal's unit of each item: its position, or its file's among the files."""
+        if not self.whole_modules:
+            return list(range(len(items)))
+        files: dict[str, int] = {}
+        return [files.setdefault(item.nodeid.split("::")[0], len(files)) for item in items]
 
     def pytest_collection_modifyitems(self, config, items: list) -> None:
-        mine = [item for i, item in enumerate(items) if i % self.total == self.index]
-        others = [item for i, item in enumerate(items) if i % self.total != self.index]
+        units = self._unit(items)
+        mine = [item for unit, item in zip(units, items, strict=True) if unit % self.total == self.index]
+        others = [item for unit, item in zip(units, items, strict=True) if unit % self.total != self.index]
         if others:
             config.hook.pytest_deselected(items=others)
         items[:] = mine
+
+
+# A runner argument, not pytest's: shard by whole test files (Shard), set by phobos_pytest.
+WHOLE_MODULES = "--phobos-shard-whole-modules"
 
 
 def empty_scratch(tmp: str) -> None:
@@ -128,8 +143,9 @@ if __name__ == "__main__":
         sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]  # this process too, not only its children
     import pytest
 
-    shard = Shard.from_env(dict(os.environ))
-    args = plugin_args(sys.argv[1:]) + pytest_args(sys.argv[1:], dict(os.environ))
+    argv = [a for a in sys.argv[1:] if a != WHOLE_MODULES]
+    shard = Shard.from_env(dict(os.environ), whole_modules=WHOLE_MODULES in sys.argv[1:])
+    args = plugin_args(argv) + pytest_args(argv, dict(os.environ))
     code = pytest.main(args, plugins=[shard] if shard else [])
     if code == pytest.ExitCode.NO_TESTS_COLLECTED and shard:
         code = 0  # more shards than tests: this one has nothing to do

@@ -11,6 +11,7 @@ def phobos_pytest(
         size = "medium",
         timeout = None,
         shard_count = None,
+        shard_whole_files = False,
         tags = [],
         args = []):
     """Runs the folder's test_*.py files (subfolders without a BUILD file included) with pytest.
@@ -22,6 +23,8 @@ def phobos_pytest(
       deps: the libraries under test; default all of them.
       size, timeout, shard_count, tags, args: as for py_test; args go to pytest. With shard_count,
         tests/run_pytest.py runs every shard_count-th collected test in each shard.
+      shard_whole_files: with shard_count, deal whole test files to the shards instead (for
+        folders whose tests share a file's fixtures or judge its cases together).
 
     Nothing is created while the folder has no test files: a py_test that collects no test fails.
     """
@@ -39,7 +42,8 @@ def phobos_pytest(
         name = name,
         srcs = ["//tests:run_pytest.py"] + srcs,
         main = "//tests:run_pytest.py",
-        args = args + ["%s/%s" % (package, t) for t in tests],
+        args = args + (["--phobos-shard-whole-modules"] if shard_whole_files else []) +
+               ["%s/%s" % (package, t) for t in tests],
         data = own_data + data,
         deps = deps + ["//tests:conftest", "//tests:job_files", "//tests:parse_counts"],
         size = size,

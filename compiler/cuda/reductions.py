@@ -119,10 +119,8 @@ def _reduce_columns(gen, body: str, shape: tuple[int, ...], op: _Combine, res) -
     gen.out.line(f"{res.cname}[_j] = a_;")
     gen.out.close()
 
-# A max or min fold of at least this many elements per thread runs as FOLD_CHAINS interleaved
-# chains: a single chain of 32 dependent fmaxf is the critical path of attention's softmax (the
-# exponentials wait for the row maximum, and under ping-pong one warp per scheduler runs it alone)
-FOLD_CHAINS = 4
+# A max or min fold of at least this many elements per thread runs as the schedule's interleaved
+# chains (Schedule.fold_chains, by default schedule.FOLD_CHAINS: why, there)
 CHAINED_FOLD = 8
 
 
@@ -131,21 +129,22 @@ def _fold_own(gen, body: str, op: _Combine, res, kept, folded) -> None:
     kept axis (`kept` = (distribution, loop index, position name)), the identity combined with
     every element it holds along `folded`, masked where the tile is smaller than its threads."""
     (keep, k, k_pos), (fold, f, f_pos) = kept, folded
-    chained = op.combine in ("max", "min") and fold.count >= CHAINED_FOLD
+    chains = gen.plan.fold_chains
+    chained = op.combine in ("max", "min") and chains > 1 and fold.count >= CHAINED_FOLD
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int {k} = 0; {k} < {keep.count}; ++{k})")
     gen.out.line(f"const int {k_pos} = {keep.position(k)}; (void){k_pos};")
-    gen.out.line(f"{op.ctype} a_{f'[{FOLD_CHAINS}]' if chained else f' = {op.ident}'};")
+    gen.out.line(f"{op.ctype} a_{f'[{chains}]' if chained else f' = {op.ident}'};")
     gen.out.line("#pragma unroll")
     gen.out.open(f"for (int {f} = 0; {f} < {fold.count}; ++{f})")
     gen.out.line(f"const int {f_pos} = {fold.position(f)}; (void){f_pos};")
     contrib = body if fold.primary() == "true" else f"({fold.primary()} ? {body} : {op.ident})"
     if chained:
-        _chain_step(gen, op, f, contrib)
+        _chain_step(gen, op, f, contrib, chains)
     else:
         gen.out.line(f"a_ = {op('a_', contrib)};")
     gen.out.close()
-    result = _pairwise(op, [f"a_[{c}]" for c in range(FOLD_CHAINS)]) if chained else "a_"
+    result = _pairwise(op, [f"a_[{c}]" for c in range(chains)]) if chained else "a_"
     gen.out.line(f"{res.cname}[{k}] = {result};")
     gen.out.close()
 
@@ -158,12 +157,11 @@ def _pairwise(op: _Combine, values: list[str]) -> str:
     return op(_pairwise(op, values[:half]), _pairwise(op, values[half:]))
 
 
-def _chain_step(gen, op: _Combine, f: str, contrib: str) -> None:
-    """Element `f` of a chained max/min fold into chain f % FOLD_CHAINS: the first element of
+def _chain_step(gen, op: _Combine, f: str, contrib: str, n: int) -> None:
+    """Element `f` of a chained max/min fold into chain f % n: the first element of
     chain 0 from the identity and the first of the others as they are, so that a row of NaNs
     still folds to the identity (fmaxf(NaN, -inf) is -inf) and every other row to the fold of
     its elements, bit for bit as one chain (max and min are exact in any order)."""
-    n = FOLD_CHAINS
     chain = f"a_[{f} % {n}]"
     gen.out.line(f"const {op.ctype} el_ = {contrib};")
     gen.out.line(f"{chain} = {f} == 0 ? {op(op.ident, 'el_')} : {f} < {n} ? el_ : {op(chain, 'el_')};")

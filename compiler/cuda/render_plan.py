@@ -38,6 +38,7 @@ class RenderPlan:
     reversed_blocks: MappingProxyType  # block axis -> CTA count, launched longest-first
     block_remap: MappingProxyType  # block axis -> C name of its index in a CTA order
     cta_order_lines: tuple  # the C lines computing that order (empty: launch order; persistent: per tile)
+    fold_chains: int  # chains of a long max/min fold (Schedule.fold_chains, reductions.py)
 
 
 def render_plan(leaf) -> RenderPlan:
@@ -77,6 +78,7 @@ def render_plan(leaf) -> RenderPlan:
         reversed_blocks=MappingProxyType(reversed_blocks),
         block_remap=MappingProxyType(remap),
         cta_order_lines=tuple(order_lines),
+        fold_chains=leaf.options.schedule.fold_chains,
     )
 
 

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 
 from common import options
 
+# A max or min fold of at least CHAINED_FOLD elements per thread runs by default as this many
+# interleaved chains (reductions.py): a single chain of 32 dependent fmaxf is the critical path of
+# attention's softmax (the exponentials wait for the row maximum, and under ping-pong one warp per
+# scheduler runs it alone). The chains cost registers and the combining tree instructions: on the
+# H100, full attention at N = 4096 ran 7% faster with one chain, causal GQA 3% slower
+# (benchmarks/results/h100-2026-12-07-s3/call1/attn), so the tuner tries both (Schedule.fold_chains).
+FOLD_CHAINS = 4
 
 @dataclass(frozen=True)
 class Schedule:
@@ -43,6 +50,9 @@ class Schedule:
     # CUDA-core dots: two shared buffers per register-prefetched operand of a loop, one barrier
     # per iteration instead of two (mainloops/simt/policy.py); no effect on tensor-core dots
     double_buffer: bool = False
+    # interleaved chains of a max/min fold of CHAINED_FOLD or more elements per thread (reductions.py);
+    # 1: one chain. The result is the same bit for bit (max and min are exact in any order)
+    fold_chains: int = FOLD_CHAINS
 
     def key(self) -> str:
         order = f"grouped{self.group}" if self.order == "grouped" else self.order
@@ -55,6 +65,7 @@ class Schedule:
         st += f"-ps{self.persistent}" if self.persistent else ""
         flags = f"{mma}{late}{rot}{tma}{pp}{st}" + ("-fp8ov" if self.fp8_overlap else "")
         flags += "-db" if self.double_buffer else ""
+        flags += f"-fc{self.fold_chains}" if self.fold_chains != FOLD_CHAINS else ""
         return f"t{self.threads or 0}-wm{self.warps_m or 0}-s{self.stages}-{order}{flags}"
 
 
@@ -137,7 +148,8 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False,
     the deeper warpgroup-MMA rings (DEEP_STAGES) and, with tma_searched(), the warp-specialized
     TMA rings for kernels with a single dot, `rotates` the rotated loop (Schedule.rotate) for
     kernels with a loop of two or more dots (attention), with tma_searched() also fed by a
-    producer warpgroup's bulk tensor copies (TMA_ATTENTION_STAGES); `sm_count` (the GPU's
+    producer warpgroup's bulk tensor copies (TMA_ATTENTION_STAGES), each with its softmax's row
+    maximum in FOLD_CHAINS chains and in one (Schedule.fold_chains); `sm_count` (the GPU's
     multiprocessors) adds the TMA rings on a persistent grid of that many CTAs (PERSISTENT_STAGES, once
     persistent_searched()), which codegen prunes where they cannot pay (mainloops/tma_ws/persistent.py)."""
     layouts = [None] + [w for w in (1, 2, 4, 8) if w <= warps and warps % w == 0]
@@ -177,9 +189,10 @@ def tensor_core_space(warps: int, deep: bool = False, rotates: bool = False,
         ] if sm_count and persistent_searched() else []
     if rotates and tma_searched() and TMA_ATTENTION_TUNED:
         out += [
-            Schedule(None, s, order, wgmma=True, rotate=True, tma=True, pingpong=pp)
+            Schedule(None, s, order, wgmma=True, rotate=True, tma=True, pingpong=pp, fold_chains=chains)
             for s in TMA_ATTENTION_STAGES
             for order in orders
             for pp in (False, True)
+            for chains in (FOLD_CHAINS, 1)
         ]
     return out

@@ -5,6 +5,7 @@ and in attention's softmax on tensor cores; sums and short folds keep one chain.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -12,7 +13,7 @@ from chained_fold_cases import COLUMNS, ROWS
 from cuda_cases import load_example
 
 from compiler.cuda.compiled import generate_source
-from compiler.cuda.schedule import TMA_ATTENTION_PROBE
+from compiler.cuda.schedule import TMA_ATTENTION_PROBE, Schedule, tensor_core_space
 from compiler.frontend import binding
 
 
@@ -21,9 +22,10 @@ def _source(kernel, dims, point, schedule=None):
     return generate_source(kernel, b, **({"schedule": schedule} if schedule else {})).source
 
 
-def _folds(src: str) -> list[str]:
+def _folds(src: str, chains: int = 4) -> list[str]:
     """'chained' or 'single' for each per-thread fold, in order."""
-    return ["chained" if m.group(1) else "single" for m in re.finditer(r"(?:int|float) a_(\[4\])?[ ;=]", src)]
+    pattern = rf"(?:int|float) a_(\[{chains}\])?[ ;=]"
+    return ["chained" if m.group(1) else "single" for m in re.finditer(pattern, src)]
 
 
 @pytest.mark.parametrize("bc,expected", [(256, ["chained", "chained", "single"]), (8, ["single"] * 3)])
@@ -48,3 +50,27 @@ def test_attention_softmax_row_maximum_is_chained():
     src = _source(kernel, {"H": 1, "N": 4096, "D": 64}, {"BR": 128, "BC": 128}, TMA_ATTENTION_PROBE)
     # the row maximum chained, the row sum one chain
     assert _folds(src) == ["chained", "single"]
+
+
+def test_the_schedule_sets_the_chains_and_one_chain_is_the_plain_fold():
+    dims, point = {"R": 37, "C": 256}, {"BR": 16, "BC": 256}
+    three = _source(ROWS, dims, point, Schedule(fold_chains=3))
+    assert _folds(three, 3) == ["chained", "chained", "single"]
+    assert "a_[_j % 3] = _j == 0 ?" in three and "fmaxf(a_[0], fmaxf(a_[1], a_[2]))" in three
+    one = _source(ROWS, dims, point, Schedule(fold_chains=1))
+    assert _folds(one) == ["single"] * 3 and "a_[" not in one and "el_" not in one
+    assert Schedule(fold_chains=1).key().endswith("-fc1")
+    assert Schedule().key() == Schedule(fold_chains=4).key()
+
+
+def test_attention_with_one_chain_and_the_tuner_tries_both():
+    kernel = load_example("mha_bf16.phk")
+    one = dataclasses.replace(TMA_ATTENTION_PROBE, fold_chains=1)
+    src = _source(kernel, {"H": 1, "N": 4096, "D": 64}, {"BR": 128, "BC": 128}, one)
+    assert _folds(src) == ["single", "single"]
+    tma_attention = [s for s in tensor_core_space(8, rotates=True) if s.tma and s.rotate]
+    assert {s.fold_chains for s in tma_attention} == {1, 4}
+    # every other field's combination with both, so that the chains are searched on their own
+    assert len({dataclasses.replace(s, fold_chains=4) for s in tma_attention}) * 2 == len(tma_attention)
+    # matmuls have no fold to chain: their space is not doubled
+    assert {s.fold_chains for s in tensor_core_space(8, deep=True, sm_count=132)} == {4}

@@ -10,28 +10,30 @@ import pytest
 from chained_fold_cases import COLUMNS, ROWS, special_rows
 
 from compiler.cuda.launch import run_kernel_gpu
+from compiler.cuda.schedule import Schedule
 from compiler.frontend import binding
 from compiler.interp import interpreter as interp
 
 pytestmark = pytest.mark.gpu
 
 
-def _both(kernel, dims, point, arrays):
+def _both(kernel, dims, point, arrays, schedule=None):
     b = binding.bind(kernel, dims, None, point)
     ref = {n: a.copy() for n, a in arrays.items()}
     interp.run_kernel(kernel, b, ref, {})
     poisoned = {n: (np.full_like(a, np.nan) if a.dtype == np.float32 and n != "X" else a.copy())
                 for n, a in arrays.items()}
-    return ref, run_kernel_gpu(kernel, b, poisoned, {})
+    return ref, run_kernel_gpu(kernel, b, poisoned, {}, schedule=schedule)
 
 
-@pytest.mark.parametrize("bc", [8, 256])
-def test_row_folds_equal_the_interpreter(bc):
+@pytest.mark.parametrize("bc,chains", [(8, 4), (256, 4), (256, 3), (256, 1)])
+def test_row_folds_equal_the_interpreter(bc, chains):
+    # 4 chains (the default), 3 (not a power of two: an uneven combining tree), 1 (Schedule.fold_chains)
     rng = np.random.default_rng(21 + bc)
     rows = 37
     x = special_rows(rng, rows, bc)
     arrays = {"X": x, **{n: np.zeros(rows, np.float32) for n in "MLS"}}
-    ref, got = _both(ROWS, {"R": rows, "C": bc}, {"BR": 16, "BC": bc}, arrays)
+    ref, got = _both(ROWS, {"R": rows, "C": bc}, {"BR": 16, "BC": bc}, arrays, Schedule(fold_chains=chains))
     np.testing.assert_array_equal(got["M"], ref["M"])
     np.testing.assert_array_equal(got["L"], ref["L"])
     assert ref["M"][0] == -np.inf and ref["L"][0] == np.inf  # the row of NaNs: the identity

@@ -248,6 +248,9 @@ TMA_ATTENTION_SCHEDULES = [
     Schedule(wgmma=True, stages=4, order="grouped", rotate=True, tma=True, pingpong=True),
     Schedule(wgmma=True, stages=3, rotate=True, tma=True, pingpong=True),
     Schedule(wgmma=True, stages=4, rotate=True, tma=True),
+    # the softmax's row maximum as one chain (Schedule.fold_chains), with and without turns
+    Schedule(wgmma=True, stages=4, order="grouped", rotate=True, tma=True, pingpong=True, fold_chains=1),
+    Schedule(wgmma=True, stages=3, rotate=True, tma=True, fold_chains=1),
 ]
 TMA_ATTENTION_DIMS = [{"H": 3, "N": 299, "D": 64}, {"H": 2, "N": 128, "D": 64}, {"H": 2, "N": 555, "D": 128}]
 

@@ -191,7 +191,8 @@ def _variants():
 
 def _tma_attention_variants():
     """Attention fed by a producer warpgroup's 3-D bulk tensor copies (mainloops/tma_ws/ring.py), with and
-    without ping-pong turns, at BR = 128 (and BR = 64, one consumer warpgroup, without turns)."""
+    without ping-pong turns, at BR = 128 (and BR = 64, one consumer warpgroup, without turns), and with
+    the softmax's row maximum as one chain."""
     tma = Schedule(wgmma=True, stages=4, order="grouped", rotate=True, tma=True)
     out = []
     for name in ("mha_bf16.phk", "causal_mha_bf16.phk", "mha_f16.phk"):
@@ -200,6 +201,11 @@ def _tma_attention_variants():
             for s in (tma, dataclasses.replace(tma, stages=3, pingpong=True)):
                 out.append((name, dims, {"BR": 128, "BC": bc}, s))
         out.append((name, {"H": 8, "N": 4096, "D": 128}, {"BR": 64, "BC": 64}, tma))
+    # the row maximum as one chain (Schedule.fold_chains) at the tile the tuner picks at D = 128
+    d128 = {"H": 8, "N": 4096, "D": 128}
+    out += [(name, d128, {"BR": 128, "BC": 128}, dataclasses.replace(s, fold_chains=1))
+            for name in ("mha_bf16.phk", "causal_mha_bf16.phk")
+            for s in (tma, dataclasses.replace(tma, stages=3, pingpong=True))]
     return out
 
 

@@ -158,12 +158,13 @@ def test_a_test_folder_importing_another_folders_module_depends_on_it():
     assert missing == []
 
 
-def _pytest_run(tmp_path: Path, test_file: Path, env: dict[str, str], runner: bool = False):
-    """A separate pytest run, with tests/conftest.py as its plugin, on one file."""
+def _pytest_run(tmp_path: Path, test_file: Path, env: dict[str, str], runner: bool = False,
+                extra: tuple = ()):
+    """A separate pytest run, with tests/conftest.py as its plugin, on one file (or folder)."""
     env = {**env, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "tests"), str(REPO_ROOT)])}
     head = [str(repo_file("tests/run_pytest.py"))] if runner else ["-m", "pytest", "-rs"]
     cmd = [sys.executable, *head, "-p", "conftest", "-c", str(repo_file("pyproject.toml")),
-           "--rootdir", str(tmp_path), str(test_file)]
+           "--rootdir", str(tmp_path), *extra, str(test_file)]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -202,6 +203,22 @@ def test_the_runner_runs_one_shard_of_the_tests_when_bazel_shards(tmp_path):
         assert status.exists()  # tells Bazel the runner shards
         ran.append(int(result.stdout.split(" passed")[0].split()[-1]))
     assert ran == [3, 2]  # every test once, over both shards
+
+
+def test_the_runner_can_deal_whole_test_files_to_the_shards(tmp_path):
+    runner = load("tests/run_pytest.py")
+    for name, count in (("test_a.py", 3), ("test_b.py", 1), ("test_c.py", 2)):
+        (tmp_path / name).write_text(
+            f"import pytest\n\n\n@pytest.mark.parametrize('i', range({count}))\ndef test_i(i):\n    pass\n")
+    ran = []
+    for index in range(2):
+        env = {**os.environ, "TEST_TOTAL_SHARDS": "2", "TEST_SHARD_INDEX": str(index)}
+        for name in ("TEST_TMPDIR", "XML_OUTPUT_FILE", "TEST_SHARD_STATUS_FILE"):
+            env.pop(name, None)
+        result = _pytest_run(tmp_path, tmp_path, env, runner=True, extra=[runner.WHOLE_MODULES, "-v"])
+        assert result.returncode == 0, result.stdout + result.stderr
+        ran.append(sorted({line.split("::")[0] for line in result.stdout.splitlines() if " PASSED" in line}))
+    assert ran == [["test_a.py", "test_c.py"], ["test_b.py"]]  # files in collection order, each whole
 
 
 def test_ci_runs_the_readmes_test_command_with_an_empty_cache_and_watches_the_users():
