@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
 # 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor);
 # 12: the epilogue stage (stores/epilogue.py) and the TMA store in the search (mainloops/tma_ws/store.py)
-COMPILER_VERSION = "phobos-cuda-13"  # 13: schedule.PERSISTENT_TUNED on (the search changed)
+# 13: schedule.PERSISTENT_TUNED on; 14: Schedule.fold_chains searched for TMA attention
+COMPILER_VERSION = "phobos-cuda-14"
 
 
 def compiler_version() -> str:

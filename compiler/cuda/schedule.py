@@ -15,6 +15,7 @@ from common import options
 # (benchmarks/results/h100-2026-12-07-s3/call1/attn), so the tuner tries both (Schedule.fold_chains).
 FOLD_CHAINS = 4
 
+
 @dataclass(frozen=True)
 class Schedule:
     warps_m: int | None = None  # tensor-core warp layout: warps along the rows (None: the heuristic)
