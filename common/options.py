@@ -20,8 +20,8 @@ tests/foundation/test_environment_reads.py names (RAW_READERS).
   PHOBOS_CUDA_TMA=0 (cuda_tma, True): the tuner leaves the TMA ring out of its search
   PHOBOS_CUDA_PERSISTENT=1|0 (cuda_persistent, None): the tuner tries the TMA ring on a persistent grid
     (compiler/cuda/mainloops/tma_ws/persistent.py), or leaves it out; unset: schedule.PERSISTENT_TUNED
-  PHOBOS_CUDA_WIDE_BLOCKS=1 (cuda_wide_blocks, False): the tuner also searches CUDA-core dots on
-    16 x 8 / 8 x 16 register blocks (schedule.SIMT_WIDE_BLOCK, codegen.KERNEL_REGISTER_BUDGET)
+  PHOBOS_CUDA_WIDE_BLOCKS=0 (cuda_wide_blocks, True): the tuner leaves CUDA-core dots on 16 x 8 /
+    8 x 16 register blocks out of its search (schedule.SIMT_WIDE_BLOCK, codegen.KERNEL_REGISTER_BUDGET)
   PHOBOS_CUDA_DOT_UNROLL=N (dot_unroll, 0): dot's k loop unrolled N steps (0: fully)
   PHOBOS_SPLIT_FAN_IN=N (split_fan_in, 8): a split loop's partials merged N at a time by a tree of
     launches before its combine (compiler/cuda/mainloops/split_loop/tree.py; 0: the combine merges them all)
@@ -87,7 +87,7 @@ class Options(NamedTuple):
     dump_stages: str = ""
     cuda_tma: bool = True
     cuda_persistent: bool | None = None
-    cuda_wide_blocks: bool = False
+    cuda_wide_blocks: bool = True
     dot_unroll: int = 0
     split_fan_in: int = 8
     split_schedule: str = ""
@@ -126,7 +126,7 @@ def current() -> Options:
         dump_stages=env.get("PHOBOS_DUMP_STAGES", ""),
         cuda_tma=env.get("PHOBOS_CUDA_TMA", "1") != "0",
         cuda_persistent=_switch("PHOBOS_CUDA_PERSISTENT"),
-        cuda_wide_blocks=env.get("PHOBOS_CUDA_WIDE_BLOCKS") == "1",
+        cuda_wide_blocks=env.get("PHOBOS_CUDA_WIDE_BLOCKS") != "0",
         dot_unroll=_number("PHOBOS_CUDA_DOT_UNROLL", int, 0),
         split_fan_in=_number("PHOBOS_SPLIT_FAN_IN", int, 8),
         split_schedule=env.get("PHOBOS_SPLIT_SCHEDULE", ""),

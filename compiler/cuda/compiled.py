@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 # 8: TF32 rounds to nearest even; 9: TF32 on the TMA ring; 10: attention fed by TMA is tuned;
 # 11: warpgroup-MMA descriptors made once per dot and stepped (wgmma.step_descriptor);
 # 12: the epilogue stage (stores/epilogue.py) and the TMA store in the search (mainloops/tma_ws/store.py)
-# 13: schedule.PERSISTENT_TUNED on; 14: Schedule.fold_chains searched for TMA attention
-COMPILER_VERSION = "phobos-cuda-14"
+# 13: schedule.PERSISTENT_TUNED on; 14: Schedule.fold_chains searched for TMA attention;
+# 15: the wide register blocks searched by default (a winner of 14's default never met them)
+COMPILER_VERSION = "phobos-cuda-15"
 
 
 def compiler_version() -> str:
@@ -41,7 +42,7 @@ def compiler_version() -> str:
     searched = persistent_searched()
     persist = "" if searched == PERSISTENT_TUNED else ("-persist" if searched else "-nopersist")
     version = f"{COMPILER_VERSION}-unroll{dot_unroll()}" + ("" if tma_searched() else "-notma") + persist
-    return version + ("-wide" if wide_blocks_searched() else "")
+    return version + ("" if wide_blocks_searched() else "-nowide")
 
 
 @dataclass(frozen=True)

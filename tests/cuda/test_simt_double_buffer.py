@@ -50,8 +50,11 @@ def wide(monkeypatch):
     monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")  # schedule.wide_blocks_searched
 
 
-def test_wide_blocks_are_off_by_default(monkeypatch):
+def test_wide_blocks_are_searched_by_default_and_the_switch_takes_them_out(monkeypatch):
     monkeypatch.delenv("PHOBOS_CUDA_WIDE_BLOCKS", raising=False)  # the default, whatever the shell sets
+    assert autotune.cuda_core_schedules(load_example("matmul.phk")) == [
+        DEFAULT, SIMT_DOUBLE_BUFFER, SIMT_WIDE_BLOCK]
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "0")
     assert autotune.cuda_core_schedules(load_example("matmul.phk")) == [DEFAULT, SIMT_DOUBLE_BUFFER]
     k = load_example("matmul.phk")
     with pytest.raises(CompileError, match=r"holds 256 tile values per thread in registers \(budget 200\)"):
@@ -184,6 +187,7 @@ def test_the_switch_is_part_of_the_tuning_cache_key(monkeypatch):
     """A winner tuned without the wide blocks is not served to a search that has them."""
     from compiler.cuda.compiled import compiler_version
 
-    off = compiler_version()
-    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "1")
-    assert compiler_version() == off + "-wide"
+    monkeypatch.delenv("PHOBOS_CUDA_WIDE_BLOCKS", raising=False)
+    searched = compiler_version()
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "0")
+    assert compiler_version() == searched + "-nowide"

@@ -186,6 +186,7 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     from compiler.cuda import nvrtc
 
     monkeypatch.delenv(autotune.QUIET_ENV, raising=False)
+    monkeypatch.setenv("PHOBOS_CUDA_WIDE_BLOCKS", "0")  # the two CUDA-core schedules the times below are for
     monkeypatch.setattr(nvrtc, "_cache", {})
     monkeypatch.setattr(autotune, "tuning_inputs", lambda kernel, env: (None, None))
     # made up (no GPU): each point at the two CUDA-core schedules (single and double-buffered
