@@ -79,17 +79,31 @@ def load_all(kernels: list, threads: int) -> list[str | None]:
     dev = cupy.cuda.Device().id
 
     def one(compiled) -> str | None:
-        try:
-            with cupy.cuda.Device(dev):  # a new thread's current device is device 0
-                _function(compiled)
-        except Exception as e:  # the driver's refusal is this candidate's: reported, not raised
-            return f"load failed: {e}"
-        return None
+        return load_refusal(compiled, dev)
 
     if threads <= 1 or len(kernels) <= 1:
         return [one(k) for k in kernels]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(one, kernels))
+
+
+def current_device() -> int:
+    import cupy
+
+    return cupy.cuda.Device().id
+
+
+def load_refusal(compiled: CompiledKernel, device: int) -> str | None:
+    """load() of `compiled` on `device` from any thread (a new thread's current device is device
+    0): None, or why the driver refused it (the candidate's refusal, reported, not raised)."""
+    import cupy
+
+    try:
+        with cupy.cuda.Device(device):
+            _function(compiled)
+    except Exception as e:  # noqa: BLE001 - whatever the driver says is this candidate's
+        return f"load failed: {e}"
+    return None
 
 
 def function_attributes(compiled: CompiledKernel) -> dict[str, int]:

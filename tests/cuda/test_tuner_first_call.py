@@ -159,6 +159,28 @@ def test_the_compile_pool_matches_an_in_process_compile(cache_dir):
     assert parallel[0][0].entry == "phobos_mm" and parallel[2][0] is None and parallel[2][1]
 
 
+def test_the_pool_hands_each_compiled_candidate_to_then_and_a_refusal_takes_its_place(cache_dir):
+    """The tuner loads each candidate as its worker sends it (then=the load): then() sees every
+    compiled candidate once, none that did not compile, and what it refuses is (None, why)."""
+    k = frontend.select_kernel(frontend.load_text(MODEL_KERNEL), None)
+    dims = {"M": 256, "N": 256, "K": 128}
+    tasks = [(k, dims, {"TM": 64, "TN": tn}, DEFAULT, False, 90) for tn in (64, 128, 256)]
+    tasks.append((k, dims, {"TM": 256, "TN": 256}, Schedule(threads=33), False, 90))  # refused
+    serial = compile_pool.build_all(tasks, workers=1)
+    refused_ptx = serial[1][0].ptx
+    seen = []
+
+    def then(compiled):
+        seen.append(compiled.ptx)
+        return "load failed: made up" if compiled.ptx == refused_ptx else None
+
+    loaded = compile_pool.build_all(tasks, workers=2, then=then)
+    assert sorted(seen) == sorted(c.ptx for c, _ in serial if c is not None)
+    assert loaded[1] == (None, "load failed: made up")
+    assert [loaded[i][0].ptx for i in (0, 2)] == [serial[i][0].ptx for i in (0, 2)]
+    assert loaded[3] == serial[3] and loaded[3][0] is None
+
+
 def test_progress_line_names_the_point_its_time_and_the_best():
     line = autotune.progress_line("mm", 3, 12, {"TM": 128, "TN": 64}, DEFAULT, 1.234, 1.1)
     assert line == f"tune mm: point 3/12 {{TM=128,TN=64}} {DEFAULT.key()} 1.234 ms (best 1.100 ms)"
@@ -193,7 +215,8 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     # shared operands), then the two best again in the grouped CTA order; the second point's
     # double-buffered candidate wins
     times = iter([4.0, 3.0, 2.0, 1.0, 5.0, 6.0])
-    monkeypatch.setattr(launch, "load_all", lambda kernels, threads: [None] * len(kernels))
+    monkeypatch.setattr(launch, "current_device", lambda: 0)
+    monkeypatch.setattr(launch, "load_refusal", lambda compiled, device: None)
     monkeypatch.setattr(autotune, "time_launch", lambda compiled, arrays, scalars, best: (next(times), 7))
     shapes = {"A": (256, 128), "B": (128, 256), "C": (256, 256)}
     (first,) = phobos.from_source(F32_KERNEL)._compiled(shapes, 90)[1].kernels  # too short a loop to split
@@ -201,7 +224,7 @@ def test_a_cached_call_runs_neither_the_tuner_nor_nvrtc(cache_dir, monkeypatch, 
     lines = [line for line in err if line.startswith("tune mmf: point ")]
     (summary,) = [line for line in err if line.startswith("tune mmf:") and line not in lines]
     assert summary.startswith("tune mmf: 6 candidates timed (0 cut after 2 launches), 0 pruned; inputs ")
-    assert ", compile " in summary and ", load " in summary and ", time " in summary
+    assert ", compile+load " in summary and ", time " in summary
     assert [line.split(" {")[0] for line in lines] == [f"tune mmf: point {k}/4" for k in range(1, 5)] + [
         "tune mmf: point 1/2", "tune mmf: point 2/2"]
     assert lines[0].endswith("4.000 ms (best 4.000 ms)") and lines[3].endswith("1.000 ms (best 1.000 ms)")
@@ -252,7 +275,8 @@ def test_the_timing_cut_is_asked_for_and_never_exhaustive(cache_dir, monkeypatch
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     bests, times = [], iter([2.0, 1.0])
-    monkeypatch.setattr(launch, "load_all", lambda kernels, threads: [None] * len(kernels))
+    monkeypatch.setattr(launch, "current_device", lambda: 0)
+    monkeypatch.setattr(launch, "load_refusal", lambda compiled, device: None)
     monkeypatch.setattr(autotune, "time_launch", lambda c, a, s, best: bests.append(best) or (next(times), 7))
     k = frontend.select_kernel(frontend.load_text(F32_KERNEL), None)
     cands = [(p, DEFAULT) for p in autotune.search_points(k)]
@@ -263,9 +287,9 @@ def test_the_timing_cut_is_asked_for_and_never_exhaustive(cache_dir, monkeypatch
 
 def test_the_summary_line_names_each_stage_in_order():
     phases = tune_timing.Phases(timed=12, cut=5)
-    with phases("compile"):
+    with phases("time"):
         pass
-    phases.seconds.update(inputs=0.25, load=1.5)
+    phases.seconds.update(inputs=0.25, **{"compile+load": 1.5})
     line = phases.summary("mm", 3)
     assert line.startswith("tune mm: 12 candidates timed (5 cut after 2 launches), 3 pruned; inputs 0.25 s, "
-                           "model 0.00 s, compile 0.00 s, load 1.50 s, time 0.00 s; total 1.75 s")
+                           "model 0.00 s, compile+load 1.50 s, time 0.00 s; total 1.75 s")

@@ -14,6 +14,7 @@ tune(use_cache=False)) times again over a cached winner.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import sys
@@ -339,9 +340,6 @@ def search_families(kernel: ir.Kernel, tf32: bool, cc: int):
     return target.runnable_schedules(probes, families, cc)
 
 
-LOAD_THREADS = 16  # the driver's JIT of the candidates' PTX, this many modules at a time
-
-
 def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bool = False):
     """((point items, schedule), median ms) of each candidate that compiles and launches, and
     ((point items, schedule), why) of the others. Before anything is compiled the model
@@ -358,14 +356,13 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
     phases, cut = inputs.phases, options.tune_cut and not options.tune_exhaustive
     with phases("model"):
         candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
-    with phases("compile"):
-        built = compile_pool.build_all([(kernel, dims, p, s, tf32, inputs.cc) for p, s in candidates])
-    with phases("load"):
-        refused = iter(launch.load_all([c for c, _ in built if c is not None], LOAD_THREADS))
+    load = functools.partial(launch.load_refusal, device=launch.current_device())
+    with phases("compile+load"):  # each candidate loaded (the driver's JIT) as its worker sends it
+        tasks = [(kernel, dims, p, s, tf32, inputs.cc) for p, s in candidates]
+        built = compile_pool.build_all(tasks, then=load)
     timings = []
     for k, ((point, schedule), (compiled, why)) in enumerate(zip(candidates, built, strict=True)):
         items = (tuple(sorted(point.items())), schedule)
-        why = why if compiled is None else next(refused)
         best = min((t for _, t in timings + inputs.timed), default=None)
         if why is None:
             with phases("time"):

@@ -122,4 +122,4 @@ class Phases:
                 f"{pruned} pruned; {stages}; total {total:.2f} s")
 
 
-STAGES = ("inputs", "model", "compile", "load", "time")  # the summary's order: a tuning's order
+STAGES = ("inputs", "model", "compile+load", "time")  # the summary's order: a tuning's order
