@@ -181,6 +181,26 @@ def test_the_pool_hands_each_compiled_candidate_to_then_and_a_refusal_takes_its_
     assert loaded[3] == serial[3] and loaded[3][0] is None
 
 
+def test_a_worker_that_breaks_off_leaves_the_rest_of_its_tasks_here(cache_dir, monkeypatch, tmp_path):
+    """A worker process that sends one result and dies: its other tasks are compiled here, and
+    every result is the one an in-process compile gives."""
+    k = frontend.select_kernel(frontend.load_text(MODEL_KERNEL), None)
+    dims = {"M": 256, "N": 256, "K": 128}
+    tasks = [(k, dims, {"TM": tm, "TN": tn}, DEFAULT, False, 90) for tm in (64, 128) for tn in (64, 128)]
+    script = tmp_path / "one_then_die.py"
+    script.write_text("import pickle, sys\nfrom compiler.cuda.tuning import pool\n"
+                      "tasks = pickle.loads(sys.stdin.buffer.read())\n"
+                      "pickle.dump(pool.build(tasks[0]), sys.stdout.buffer)\nsys.exit(3)\n")
+    monkeypatch.setattr(compile_pool, "WORKER", (str(script),))
+    here = []
+    real_build = compile_pool.build
+    monkeypatch.setattr(compile_pool, "build", lambda task: here.append(task) or real_build(task))
+    broken = compile_pool.build_all(tasks, workers=2)
+    assert len(here) == 2  # each worker's second task; their first came from the worker
+    serial = [real_build(t) for t in tasks]
+    assert [c.ptx for c, _ in broken] == [c.ptx for c, _ in serial]
+
+
 def test_progress_line_names_the_point_its_time_and_the_best():
     line = autotune.progress_line("mm", 3, 12, {"TM": 128, "TN": 64}, DEFAULT, 1.234, 1.1)
     assert line == f"tune mm: point 3/12 {{TM=128,TN=64}} {DEFAULT.key()} 1.234 ms (best 1.100 ms)"

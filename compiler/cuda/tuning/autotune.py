@@ -356,8 +356,8 @@ def _measure(kernel, dims, candidates, tf32: bool, inputs: Bench, log, model: bo
     phases, cut = inputs.phases, options.tune_cut and not options.tune_exhaustive
     with phases("model"):
         candidates, pruned = _model_pruned(kernel, dims, candidates, tf32, inputs.cc, model)
-    load = functools.partial(launch.load_refusal, device=launch.current_device())
     with phases("compile+load"):  # each candidate loaded (the driver's JIT) as its worker sends it
+        load = functools.partial(launch.load_refusal, device=launch.current_device())
         tasks = [(kernel, dims, p, s, tf32, inputs.cc) for p, s in candidates]
         built = compile_pool.build_all(tasks, then=load)
     timings = []

@@ -10,7 +10,7 @@ not fatal either: the tasks it did not answer are compiled here.
 
 The workers make PTX only. Machine code made in them (cuLink) ran 1.6-4.6% slower on the H100
 than the same PTX JIT-compiled by cuModuleLoadData in the tuner's process, so the tuner loads
-the PTX itself (launch.load_all, several threads at a time) before timing.
+the PTX itself (build_all's `then`: launch.load_refusal, on the thread that received it) before timing.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from common import options as env_options
 
 MAX_WORKERS = 16  # NVRTC is single-threaded: one process per core, up to this
+WORKER = ("-m", "compiler.cuda.tuning.pool")  # a worker's command after the interpreter
 
 
 def usable_cores() -> int:
@@ -84,7 +85,7 @@ def _run_worker(chunk: list):
     env = dict(env_options.environment(), PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     done = 0
     try:
-        with subprocess.Popen([sys.executable, "-m", "compiler.cuda.tuning.pool"], stdin=subprocess.PIPE,
+        with subprocess.Popen([sys.executable, *WORKER], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env) as worker:
             worker.stdin.write(pickle.dumps(chunk))  # the worker reads all of it before it writes
             worker.stdin.close()
