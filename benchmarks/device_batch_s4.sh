@@ -7,9 +7,6 @@
 source benchmarks/device_env.sh
 mkdir -p $OUT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $OUT/device.txt 2>&1
-stamp() { python3 -c 'import sys, time
-t0 = time.time()
-for line in sys.stdin: sys.stdout.write(f"{time.time() - t0:8.3f} {line}"); sys.stdout.flush()'; }
 timeout ${FIRST_TIMEOUT:-150} python3 benchmarks/first_call.py --sizes 8192 16384 --out $OUT/first-call.json 2>&1 \
   | stamp > $OUT/first-call.log; echo "rc $?" >> $OUT/first-call.log
 tail -n 4 $OUT/first-call.log

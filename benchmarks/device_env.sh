@@ -11,3 +11,7 @@ for name in capnp structlog ml_dtypes crc32c; do
   python3 -c "import $name" 2>/dev/null || echo "device_env: python package $name is missing: carry its wheel in ${WHL:-.whl}" >&2
 done
 export PYTHONUNBUFFERED=1 PHOBOS_CACHE_DIR=/tmp/phobos-cache
+# `cmd | stamp`: each line of cmd's output with the seconds since stamp started in front of it.
+stamp() { python3 -c 'import sys, time
+t0 = time.time()
+for line in sys.stdin: sys.stdout.write(f"{time.time() - t0:8.3f} {line}"); sys.stdout.flush()'; }
