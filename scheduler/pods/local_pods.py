@@ -29,13 +29,18 @@ READY_LINE = "PHOBOS_POD_LISTENING "  # what pod/cli.py prints once it listens
 
 def read_ready_line(child) -> None:
     """Read a pod process's stdout (`child.popen`) to its end: the address of its first READY_LINE
-    goes to `child.address`, and `child.said` is set then, or at the end if it never said one."""
-    for raw in child.popen.stdout:
-        line = raw.decode(errors="replace").strip()
-        if child.address is None and line.startswith(READY_LINE):
-            child.address = line[len(READY_LINE):].strip()
-            child.said.set()
+    goes to `child.address`, and `child.said` is set then, or at the end if it never said one.
+    The pipe is closed at its end: left to the garbage collector it was an open file per pod until
+    then (and a ResourceWarning wherever the collection happened to run)."""
+    with child.popen.stdout as out:
+        for raw in out:
+            line = raw.decode(errors="replace").strip()
+            if child.address is None and line.startswith(READY_LINE):
+                child.address = line[len(READY_LINE):].strip()
+                child.said.set()
     child.said.set()
+
+
 START_TIMEOUT_S = 60.0
 DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU the NVIDIA driver drives
 log = get_logger(program="scheduler")

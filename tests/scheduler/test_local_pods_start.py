@@ -425,3 +425,18 @@ def test_a_command_started_with_stdout_closed_runs_its_job(tmp_path):
     assert "Traceback" not in done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), np.full(1024, 2, np.float32))
     assert _pods_serving(tmp_path) == []
+
+
+def test_the_ready_line_reader_closes_the_pods_pipe_at_its_end():
+    """A pod's stdout is read to its end and closed there, not left open until the garbage
+    collector finds it (a ResourceWarning in whatever code happened to run then)."""
+    import threading
+    from types import SimpleNamespace
+
+    said = f"print('noise'); print('{local_pods.READY_LINE}127.0.0.1:5'); print('later')"
+    popen = subprocess.Popen([sys.executable, "-c", said], stdout=subprocess.PIPE)
+    child = SimpleNamespace(popen=popen, address=None, said=threading.Event())
+    local_pods.read_ready_line(child)
+    popen.wait()
+    assert child.address == "127.0.0.1:5" and child.said.is_set()
+    assert popen.stdout.closed
